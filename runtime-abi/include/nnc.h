@@ -1,0 +1,137 @@
+/*
+ * nnc.h — the C ABI of every model compiled by nnc.
+ *
+ * A compiled model is a native library exporting three functions whose names
+ * start with a PREFIX chosen at compile time: empty by default, `foo_` with
+ * `nnc --name foo`, so that several models can be linked into one program.
+ *
+ *   int32_t PREFIXinfer(const void *const *inputs, void *const *outputs);
+ *   int32_t PREFIXinfer_with_workspace(const void *const *inputs,
+ *                                      void *const *outputs, void *workspace);
+ *   const nnc_model_info *PREFIXmodel_info(void);
+ *
+ * Use NNC_DECLARE_MODEL(PREFIX) below to declare them when linking directly;
+ * use the nnc_*_fn typedefs with dlsym() when loading at run time.
+ *
+ * Tensors cross the ABI as dense, row-major (C order) buffers of the element
+ * type given by `dtype`, in the target's native (little-endian) byte order;
+ * BOOL elements are one byte each (0 or 1). `inputs[i]` / `outputs[i]` follow
+ * the order of `model_info()->inputs[i]` / `->outputs[i]`, which is the order
+ * of the ONNX graph's (non-initializer) inputs and outputs.
+ *
+ * This contract is fixed: later versions only extend it (and bump
+ * NNC_ABI_VERSION when they do); nothing here is ever renamed or reordered.
+ * Its Rust twin is the `nnc-runtime-abi` crate (runtime-abi/src/abi.rs).
+ */
+#ifndef NNC_H
+#define NNC_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Value of nnc_model_info.abi_version for the layout declared here. */
+#define NNC_ABI_VERSION 1
+
+/* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace ---------- */
+
+/* Success: every output buffer has been written. */
+#define NNC_OK 0
+/* `inputs` or `outputs` is NULL, or one of their elements is NULL.
+ * Nothing has been written. */
+#define NNC_ERR_NULL_POINTER 1
+/* `workspace` is NULL or its address is not a multiple of
+ * model_info()->workspace_align. Nothing has been written. (A non-NULL workspace is required even when
+ * workspace_size is 0.) */
+#define NNC_ERR_MISALIGNED_WORKSPACE 2
+
+/* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
+
+#define NNC_DTYPE_UNDEFINED 0
+#define NNC_DTYPE_FLOAT 1 /* IEEE 754 binary32 */
+#define NNC_DTYPE_UINT8 2
+#define NNC_DTYPE_INT8 3
+#define NNC_DTYPE_UINT16 4
+#define NNC_DTYPE_INT16 5
+#define NNC_DTYPE_INT32 6
+#define NNC_DTYPE_INT64 7
+#define NNC_DTYPE_STRING 8 /* not a dense type: never crosses this ABI */
+#define NNC_DTYPE_BOOL 9   /* one byte per element */
+#define NNC_DTYPE_FLOAT16 10
+#define NNC_DTYPE_DOUBLE 11
+#define NNC_DTYPE_UINT32 12
+#define NNC_DTYPE_UINT64 13
+#define NNC_DTYPE_COMPLEX64 14
+#define NNC_DTYPE_COMPLEX128 15
+#define NNC_DTYPE_BFLOAT16 16
+#define NNC_DTYPE_FLOAT8E4M3FN 17
+#define NNC_DTYPE_FLOAT8E4M3FNUZ 18
+#define NNC_DTYPE_FLOAT8E5M2 19
+#define NNC_DTYPE_FLOAT8E5M2FNUZ 20
+#define NNC_DTYPE_UINT4 21 /* sub-byte types: two (or four) per byte */
+#define NNC_DTYPE_INT4 22
+#define NNC_DTYPE_FLOAT4E2M1 23
+#define NNC_DTYPE_FLOAT8E8M0 24
+#define NNC_DTYPE_UINT2 25
+#define NNC_DTYPE_INT2 26
+
+/* ---- Model description ------------------------------------------------- */
+
+/* One input or output tensor. Every pointer refers to static data inside the
+ * library and stays valid while the library is loaded. */
+typedef struct nnc_tensor_info {
+    const char *name;    /* the ONNX value name, NUL-terminated UTF-8 */
+    int32_t dtype;       /* an NNC_DTYPE_* code */
+    int32_t rank;        /* number of dimensions; 0 for a scalar */
+    const int64_t *dims; /* `rank` static sizes, outermost first */
+} nnc_tensor_info;
+
+typedef struct nnc_model_info {
+    uint32_t abi_version; /* NNC_ABI_VERSION of the compiler that built it */
+    uint32_t num_inputs;
+    uint32_t num_outputs;
+    const nnc_tensor_info *inputs;  /* num_inputs entries */
+    const nnc_tensor_info *outputs; /* num_outputs entries */
+    /* Scratch memory that PREFIXinfer_with_workspace needs, and the
+     * alignment (a power of two) its address must have. */
+    uint64_t workspace_size;
+    uint64_t workspace_align;
+} nnc_model_info;
+
+/* ---- Entry points -------------------------------------------------------
+ *
+ * infer:                uses a static arena inside the library, so it is
+ *                       not reentrant: at most one call at a time per model.
+ * infer_with_workspace: uses only the caller's `workspace`, so calls with
+ *                       distinct workspaces may run concurrently.
+ * model_info:           never NULL; the same static object on every call.
+ */
+typedef int32_t (*nnc_infer_fn)(const void *const *inputs, void *const *outputs);
+typedef int32_t (*nnc_infer_with_workspace_fn)(const void *const *inputs,
+                                               void *const *outputs,
+                                               void *workspace);
+typedef const nnc_model_info *(*nnc_model_info_fn)(void);
+
+/* Declares the entry points of a model compiled with the given PREFIX, e.g.
+ * NNC_DECLARE_MODEL(foo_) or, for the default empty prefix,
+ * NNC_DECLARE_MODEL(). The declarations carry C linkage themselves, since
+ * the macro is expanded outside this header's extern "C" block. */
+#ifdef __cplusplus
+#define NNC_EXTERN_C extern "C"
+#else
+#define NNC_EXTERN_C extern
+#endif
+#define NNC_DECLARE_MODEL(PREFIX)                                              \
+    NNC_EXTERN_C int32_t PREFIX##infer(const void *const *inputs,              \
+                                       void *const *outputs);                  \
+    NNC_EXTERN_C int32_t PREFIX##infer_with_workspace(                         \
+        const void *const *inputs, void *const *outputs, void *workspace);     \
+    NNC_EXTERN_C const nnc_model_info *PREFIX##model_info(void)
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NNC_H */

@@ -1,0 +1,389 @@
+//! Rust twins of `include/nnc.h`: the C ABI every nnc-compiled model exports.
+//!
+//! Each item here mirrors the header item of the same name; the layout tests
+//! below and `tests/c_layout.rs` keep the two in step.
+
+use std::ffi::{c_char, c_void, CStr};
+
+/// The whole header, so the compiler can write it next to its artifacts.
+pub const NNC_H: &str = include_str!("../include/nnc.h");
+
+/// `nnc_model_info.abi_version` for the layout declared here.
+pub const NNC_ABI_VERSION: u32 = 1;
+
+/// Success: every output buffer has been written.
+pub const NNC_OK: i32 = 0;
+/// `inputs` or `outputs` is null, or one of their elements is null.
+pub const NNC_ERR_NULL_POINTER: i32 = 1;
+/// `workspace` is null or its address is not a multiple of `workspace_align`.
+pub const NNC_ERR_MISALIGNED_WORKSPACE: i32 = 2;
+
+// Element types: the codes of ONNX `TensorProto.DataType`.
+pub const NNC_DTYPE_UNDEFINED: i32 = 0;
+pub const NNC_DTYPE_FLOAT: i32 = 1;
+pub const NNC_DTYPE_UINT8: i32 = 2;
+pub const NNC_DTYPE_INT8: i32 = 3;
+pub const NNC_DTYPE_UINT16: i32 = 4;
+pub const NNC_DTYPE_INT16: i32 = 5;
+pub const NNC_DTYPE_INT32: i32 = 6;
+pub const NNC_DTYPE_INT64: i32 = 7;
+pub const NNC_DTYPE_STRING: i32 = 8;
+pub const NNC_DTYPE_BOOL: i32 = 9;
+pub const NNC_DTYPE_FLOAT16: i32 = 10;
+pub const NNC_DTYPE_DOUBLE: i32 = 11;
+pub const NNC_DTYPE_UINT32: i32 = 12;
+pub const NNC_DTYPE_UINT64: i32 = 13;
+pub const NNC_DTYPE_COMPLEX64: i32 = 14;
+pub const NNC_DTYPE_COMPLEX128: i32 = 15;
+pub const NNC_DTYPE_BFLOAT16: i32 = 16;
+pub const NNC_DTYPE_FLOAT8E4M3FN: i32 = 17;
+pub const NNC_DTYPE_FLOAT8E4M3FNUZ: i32 = 18;
+pub const NNC_DTYPE_FLOAT8E5M2: i32 = 19;
+pub const NNC_DTYPE_FLOAT8E5M2FNUZ: i32 = 20;
+pub const NNC_DTYPE_UINT4: i32 = 21;
+pub const NNC_DTYPE_INT4: i32 = 22;
+pub const NNC_DTYPE_FLOAT4E2M1: i32 = 23;
+pub const NNC_DTYPE_FLOAT8E8M0: i32 = 24;
+pub const NNC_DTYPE_UINT2: i32 = 25;
+pub const NNC_DTYPE_INT2: i32 = 26;
+
+/// Size in bytes of one element of a dense tensor of ONNX type `code`.
+///
+/// `None` for types that have no whole-byte element size (strings, the
+/// packed sub-byte types) and for unknown codes.
+pub fn dtype_size(code: i32) -> Option<usize> {
+    match code {
+        NNC_DTYPE_UINT8 | NNC_DTYPE_INT8 | NNC_DTYPE_BOOL => Some(1),
+        NNC_DTYPE_FLOAT8E4M3FN
+        | NNC_DTYPE_FLOAT8E4M3FNUZ
+        | NNC_DTYPE_FLOAT8E5M2
+        | NNC_DTYPE_FLOAT8E5M2FNUZ
+        | NNC_DTYPE_FLOAT8E8M0 => Some(1),
+        NNC_DTYPE_UINT16 | NNC_DTYPE_INT16 | NNC_DTYPE_FLOAT16 | NNC_DTYPE_BFLOAT16 => Some(2),
+        NNC_DTYPE_FLOAT | NNC_DTYPE_INT32 | NNC_DTYPE_UINT32 => Some(4),
+        NNC_DTYPE_INT64 | NNC_DTYPE_UINT64 | NNC_DTYPE_DOUBLE | NNC_DTYPE_COMPLEX64 => Some(8),
+        NNC_DTYPE_COMPLEX128 => Some(16),
+        _ => None,
+    }
+}
+
+/// The ONNX `TensorProto.DataType` name of `code`, in lower case
+/// (`"float"`, `"bfloat16"`, …); `None` for unknown codes.
+pub fn dtype_name(code: i32) -> Option<&'static str> {
+    Some(match code {
+        NNC_DTYPE_UNDEFINED => "undefined",
+        NNC_DTYPE_FLOAT => "float",
+        NNC_DTYPE_UINT8 => "uint8",
+        NNC_DTYPE_INT8 => "int8",
+        NNC_DTYPE_UINT16 => "uint16",
+        NNC_DTYPE_INT16 => "int16",
+        NNC_DTYPE_INT32 => "int32",
+        NNC_DTYPE_INT64 => "int64",
+        NNC_DTYPE_STRING => "string",
+        NNC_DTYPE_BOOL => "bool",
+        NNC_DTYPE_FLOAT16 => "float16",
+        NNC_DTYPE_DOUBLE => "double",
+        NNC_DTYPE_UINT32 => "uint32",
+        NNC_DTYPE_UINT64 => "uint64",
+        NNC_DTYPE_COMPLEX64 => "complex64",
+        NNC_DTYPE_COMPLEX128 => "complex128",
+        NNC_DTYPE_BFLOAT16 => "bfloat16",
+        NNC_DTYPE_FLOAT8E4M3FN => "float8e4m3fn",
+        NNC_DTYPE_FLOAT8E4M3FNUZ => "float8e4m3fnuz",
+        NNC_DTYPE_FLOAT8E5M2 => "float8e5m2",
+        NNC_DTYPE_FLOAT8E5M2FNUZ => "float8e5m2fnuz",
+        NNC_DTYPE_UINT4 => "uint4",
+        NNC_DTYPE_INT4 => "int4",
+        NNC_DTYPE_FLOAT4E2M1 => "float4e2m1",
+        NNC_DTYPE_FLOAT8E8M0 => "float8e8m0",
+        NNC_DTYPE_UINT2 => "uint2",
+        NNC_DTYPE_INT2 => "int2",
+        _ => return None,
+    })
+}
+
+/// Base names of the exported entry points; the exported symbol is the
+/// model's symbol prefix followed by one of these.
+pub const INFER_SYMBOL: &str = "infer";
+pub const INFER_WITH_WORKSPACE_SYMBOL: &str = "infer_with_workspace";
+pub const MODEL_INFO_SYMBOL: &str = "model_info";
+
+/// The symbol prefix for a model compiled with `--name <model_name>`:
+/// empty without a name, `foo_` for `foo`.
+pub fn symbol_prefix(model_name: Option<&str>) -> String {
+    model_name.map_or_else(String::new, |name| format!("{name}_"))
+}
+
+/// `nnc_tensor_info`: one input or output tensor.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncTensorInfo {
+    /// The ONNX value name, NUL-terminated UTF-8.
+    pub name: *const c_char,
+    /// An `NNC_DTYPE_*` code.
+    pub dtype: i32,
+    /// Number of dimensions; 0 for a scalar.
+    pub rank: i32,
+    /// `rank` static sizes, outermost first.
+    pub dims: *const i64,
+}
+
+/// `nnc_model_info`: what a compiled model takes, returns and needs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncModelInfo {
+    pub abi_version: u32,
+    pub num_inputs: u32,
+    pub num_outputs: u32,
+    pub inputs: *const NncTensorInfo,
+    pub outputs: *const NncTensorInfo,
+    /// Scratch bytes `infer_with_workspace` needs.
+    pub workspace_size: u64,
+    /// Required alignment (a power of two) of the workspace address.
+    pub workspace_align: u64,
+}
+
+// SAFETY: both structs are plain immutable descriptions; sharing one only
+// shares pointer values, and every dereference is behind an `unsafe fn`
+// whose caller vouches for the pointees. This lets them live in statics.
+unsafe impl Sync for NncTensorInfo {}
+unsafe impl Send for NncTensorInfo {}
+unsafe impl Sync for NncModelInfo {}
+unsafe impl Send for NncModelInfo {}
+
+/// `PREFIXinfer`: runs on the library's internal arena; not reentrant.
+pub type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
+/// `PREFIXinfer_with_workspace`: runs on the caller's workspace; reentrant.
+pub type InferWithWorkspaceFn =
+    unsafe extern "C" fn(*const *const c_void, *const *mut c_void, *mut c_void) -> i32;
+/// `PREFIXmodel_info`: never null, the same static object on every call.
+pub type ModelInfoFn = unsafe extern "C" fn() -> *const NncModelInfo;
+
+/// A slice from a C (pointer, length) pair, tolerating a null pointer when
+/// the length is zero (C code commonly leaves empty arrays null).
+///
+/// # Safety
+/// If `len > 0`, `ptr` must point to `len` valid `T`s that outlive `'a`.
+unsafe fn c_slice<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if len == 0 {
+        &[]
+    } else {
+        assert!(!ptr.is_null(), "null array pointer with length {len}");
+        // SAFETY: non-null, and the caller vouches for `len` elements.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
+}
+
+impl NncTensorInfo {
+    /// The tensor's name; `None` if the pointer is null.
+    ///
+    /// # Safety
+    /// A non-null `name` must point to a NUL-terminated string that lives
+    /// as long as `self`.
+    pub unsafe fn name(&self) -> Option<&CStr> {
+        // SAFETY: non-null here, and the caller vouches for the rest.
+        (!self.name.is_null()).then(|| unsafe { CStr::from_ptr(self.name) })
+    }
+
+    /// The static dimensions (empty for a scalar).
+    ///
+    /// # Safety
+    /// If `rank > 0`, `dims` must point to `rank` values that live as long
+    /// as `self`.
+    pub unsafe fn dims_slice(&self) -> &[i64] {
+        let rank = usize::try_from(self.rank).unwrap_or(0);
+        // SAFETY: forwarded to the caller.
+        unsafe { c_slice(self.dims, rank) }
+    }
+
+    /// Number of elements: the product of the dimensions (1 for a scalar);
+    /// `None` on a negative dimension or overflow.
+    ///
+    /// # Safety
+    /// As for [`Self::dims_slice`].
+    pub unsafe fn element_count(&self) -> Option<usize> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.dims_slice() }
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+    }
+
+    /// Size in bytes of the dense buffer for this tensor; `None` when the
+    /// dtype has no whole-byte size or the size overflows.
+    ///
+    /// # Safety
+    /// As for [`Self::dims_slice`].
+    pub unsafe fn byte_size(&self) -> Option<usize> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.element_count() }?.checked_mul(dtype_size(self.dtype)?)
+    }
+}
+
+impl NncModelInfo {
+    /// The input descriptions, in `inputs[i]` order.
+    ///
+    /// # Safety
+    /// `inputs` must point to `num_inputs` descriptions that live as long
+    /// as `self` (always true for a loaded library's `model_info()`).
+    pub unsafe fn inputs_slice(&self) -> &[NncTensorInfo] {
+        // SAFETY: forwarded to the caller.
+        unsafe { c_slice(self.inputs, self.num_inputs as usize) }
+    }
+
+    /// The output descriptions, in `outputs[i]` order.
+    ///
+    /// # Safety
+    /// `outputs` must point to `num_outputs` descriptions that live as long
+    /// as `self` (always true for a loaded library's `model_info()`).
+    pub unsafe fn outputs_slice(&self) -> &[NncTensorInfo] {
+        // SAFETY: forwarded to the caller.
+        unsafe { c_slice(self.outputs, self.num_outputs as usize) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    /// The LP64 layout (x86-64 and aarch64 Linux, the targets nnc emits
+    /// code for) that a C compiler gives the header's structs.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn struct_layouts_match_lp64_c() {
+        assert_eq!(size_of::<NncTensorInfo>(), 24);
+        assert_eq!(align_of::<NncTensorInfo>(), 8);
+        assert_eq!(offset_of!(NncTensorInfo, name), 0);
+        assert_eq!(offset_of!(NncTensorInfo, dtype), 8);
+        assert_eq!(offset_of!(NncTensorInfo, rank), 12);
+        assert_eq!(offset_of!(NncTensorInfo, dims), 16);
+
+        assert_eq!(size_of::<NncModelInfo>(), 48);
+        assert_eq!(align_of::<NncModelInfo>(), 8);
+        assert_eq!(offset_of!(NncModelInfo, abi_version), 0);
+        assert_eq!(offset_of!(NncModelInfo, num_inputs), 4);
+        assert_eq!(offset_of!(NncModelInfo, num_outputs), 8);
+        assert_eq!(offset_of!(NncModelInfo, inputs), 16);
+        assert_eq!(offset_of!(NncModelInfo, outputs), 24);
+        assert_eq!(offset_of!(NncModelInfo, workspace_size), 32);
+        assert_eq!(offset_of!(NncModelInfo, workspace_align), 40);
+    }
+
+    /// Every `#define NAME VALUE` in the header, as (name, value).
+    fn header_int_defines() -> Vec<(&'static str, i64)> {
+        NNC_H
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.strip_prefix("#define ")?.split_whitespace();
+                let name = words.next()?;
+                let value = words.next()?.parse().ok()?;
+                Some((name, value))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn header_constants_match_rust_constants() {
+        let defines = header_int_defines();
+        let get = |name: &str| {
+            defines
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("{name} not defined in nnc.h"))
+                .1
+        };
+        assert_eq!(get("NNC_ABI_VERSION"), i64::from(NNC_ABI_VERSION));
+        assert_eq!(get("NNC_OK"), i64::from(NNC_OK));
+        assert_eq!(get("NNC_ERR_NULL_POINTER"), i64::from(NNC_ERR_NULL_POINTER));
+        assert_eq!(
+            get("NNC_ERR_MISALIGNED_WORKSPACE"),
+            i64::from(NNC_ERR_MISALIGNED_WORKSPACE)
+        );
+    }
+
+    /// Each `NNC_DTYPE_X n` in the header is the code `dtype_name` calls "x",
+    /// so the header, the Rust constants and the names cannot drift apart.
+    #[test]
+    fn header_dtype_defines_match_dtype_name() {
+        let dtypes: Vec<_> = header_int_defines()
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.strip_prefix("NNC_DTYPE_")?, value)))
+            .collect();
+        assert_eq!(dtypes.len(), 27, "codes 0..=26 of onnx 1.23 expected");
+        for (name, code) in dtypes {
+            let code = i32::try_from(code).unwrap();
+            assert_eq!(dtype_name(code), Some(name.to_lowercase().as_str()));
+        }
+    }
+
+    #[test]
+    fn dtype_sizes() {
+        assert_eq!(dtype_size(NNC_DTYPE_FLOAT), Some(4));
+        assert_eq!(dtype_size(NNC_DTYPE_BOOL), Some(1));
+        assert_eq!(dtype_size(NNC_DTYPE_FLOAT16), Some(2));
+        assert_eq!(dtype_size(NNC_DTYPE_BFLOAT16), Some(2));
+        assert_eq!(dtype_size(NNC_DTYPE_INT64), Some(8));
+        assert_eq!(dtype_size(NNC_DTYPE_UINT64), Some(8));
+        assert_eq!(dtype_size(NNC_DTYPE_DOUBLE), Some(8));
+        assert_eq!(dtype_size(NNC_DTYPE_COMPLEX128), Some(16));
+        assert_eq!(dtype_size(NNC_DTYPE_STRING), None);
+        assert_eq!(dtype_size(NNC_DTYPE_INT4), None);
+        assert_eq!(dtype_size(NNC_DTYPE_UNDEFINED), None);
+        assert_eq!(dtype_size(999), None);
+        assert_eq!(dtype_name(999), None);
+    }
+
+    #[test]
+    fn symbol_prefixes() {
+        assert_eq!(symbol_prefix(None), "");
+        assert_eq!(symbol_prefix(Some("foo")), "foo_");
+    }
+
+    #[test]
+    fn helpers_read_c_arrays() {
+        let dims = [2i64, 3, 4];
+        let input = NncTensorInfo {
+            name: c"x".as_ptr(),
+            dtype: NNC_DTYPE_FLOAT,
+            rank: 3,
+            dims: dims.as_ptr(),
+        };
+        let scalar = NncTensorInfo {
+            name: std::ptr::null(),
+            dtype: NNC_DTYPE_INT64,
+            rank: 0,
+            dims: std::ptr::null(),
+        };
+        let info = NncModelInfo {
+            abi_version: NNC_ABI_VERSION,
+            num_inputs: 1,
+            num_outputs: 1,
+            inputs: &input,
+            outputs: &scalar,
+            workspace_size: 0,
+            workspace_align: 16,
+        };
+        unsafe {
+            let inputs = info.inputs_slice();
+            assert_eq!(inputs.len(), 1);
+            assert_eq!(inputs[0].name(), Some(c"x"));
+            assert_eq!(inputs[0].dims_slice(), &[2, 3, 4]);
+            assert_eq!(inputs[0].element_count(), Some(24));
+            assert_eq!(inputs[0].byte_size(), Some(96));
+
+            let outputs = info.outputs_slice();
+            assert_eq!(outputs[0].name(), None);
+            assert_eq!(outputs[0].dims_slice(), &[] as &[i64]);
+            assert_eq!(outputs[0].element_count(), Some(1));
+            assert_eq!(outputs[0].byte_size(), Some(8));
+        }
+
+        let negative = [-1i64];
+        let dynamic = NncTensorInfo {
+            rank: 1,
+            dims: negative.as_ptr(),
+            ..input
+        };
+        assert_eq!(unsafe { dynamic.element_count() }, None);
+    }
+}

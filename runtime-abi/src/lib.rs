@@ -1,0 +1,9 @@
+//! The C ABI of nnc-compiled models: `include/nnc.h` and its Rust twins.
+//!
+//! The compiler uses these definitions to lay out the `model_info` data it
+//! emits and to name the exported symbols; hosts use them to load and call
+//! compiled libraries.
+
+pub mod abi;
+
+pub use abi::*;
