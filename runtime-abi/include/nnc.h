@@ -70,12 +70,14 @@ extern "C" {
 #define NNC_DTYPE_FLOAT8E4M3FNUZ 18
 #define NNC_DTYPE_FLOAT8E5M2 19
 #define NNC_DTYPE_FLOAT8E5M2FNUZ 20
-#define NNC_DTYPE_UINT4 21 /* sub-byte types: two (or four) per byte */
+#define NNC_DTYPE_UINT4 21 /* 4-bit types: packed two per byte */
 #define NNC_DTYPE_INT4 22
 #define NNC_DTYPE_FLOAT4E2M1 23
 #define NNC_DTYPE_FLOAT8E8M0 24
-#define NNC_DTYPE_UINT2 25
+#define NNC_DTYPE_UINT2 25 /* 2-bit types: packed four per byte */
 #define NNC_DTYPE_INT2 26
+#define NNC_DTYPE_FLOAT6E2M3 27 /* packed four per three bytes */
+#define NNC_DTYPE_FLOAT6E3M2 28
 
 /* ---- Model description ------------------------------------------------- */
 

@@ -46,6 +46,8 @@ pub const NNC_DTYPE_FLOAT4E2M1: i32 = 23;
 pub const NNC_DTYPE_FLOAT8E8M0: i32 = 24;
 pub const NNC_DTYPE_UINT2: i32 = 25;
 pub const NNC_DTYPE_INT2: i32 = 26;
+pub const NNC_DTYPE_FLOAT6E2M3: i32 = 27;
+pub const NNC_DTYPE_FLOAT6E3M2: i32 = 28;
 
 /// Size in bytes of one element of a dense tensor of ONNX type `code`.
 ///
@@ -98,6 +100,8 @@ pub fn dtype_name(code: i32) -> Option<&'static str> {
         NNC_DTYPE_FLOAT8E8M0 => "float8e8m0",
         NNC_DTYPE_UINT2 => "uint2",
         NNC_DTYPE_INT2 => "int2",
+        NNC_DTYPE_FLOAT6E2M3 => "float6e2m3",
+        NNC_DTYPE_FLOAT6E3M2 => "float6e3m2",
         _ => return None,
     })
 }
@@ -309,7 +313,7 @@ mod tests {
             .into_iter()
             .filter_map(|(name, value)| Some((name.strip_prefix("NNC_DTYPE_")?, value)))
             .collect();
-        assert_eq!(dtypes.len(), 27, "codes 0..=26 of onnx 1.23 expected");
+        assert_eq!(dtypes.len(), 29, "codes 0..=28 of onnx 1.23 expected");
         for (name, code) in dtypes {
             let code = i32::try_from(code).unwrap();
             assert_eq!(dtype_name(code), Some(name.to_lowercase().as_str()));
