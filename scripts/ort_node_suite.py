@@ -19,6 +19,9 @@ Outputs are compared exactly as onnx's backend runner does
 (Runner.assert_similar_outputs: per-output np.testing.assert_allclose, exact
 comparison for strings/objects, NaN == NaN, shape and dtype must match,
 sequences compared element by element), with one rtol/atol for every case.
+Tensors of types numpy cannot hold (bfloat16, float8, int4, ...) cross into
+and out of onnxruntime as raw bytes, since its Python binding rejects the
+ml_dtypes arrays onnx decodes them to.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ def run_with_raw_tensors(
     }
     names = [o.name for o in graph.output]
     results = session.run_with_ort_values(names, ort_feeds)
-    return [from_ort_value(r, tensor_elem_type(o)) for r, o in zip(results, graph.output)]
+    return [from_ort_value(r, tensor_elem_type(o)) for r, o in zip(results, graph.output, strict=True)]
 
 
 def one_line(error: BaseException) -> str:
