@@ -1,0 +1,368 @@
+//! The reference interpreter: plain Rust over [`Tensor`]s, the oracle for tests, constant
+//! folding and calibration.
+//!
+//! Semantics follow the ONNX operator specification, cross-checked against
+//! `onnx.reference` (numpy): integers wrap, integer division truncates toward zero,
+//! f16/bf16 are computed in f32 (transcendental functions in f64) and rounded back once,
+//! correctly. Every op returns an error message instead of panicking on bad input, and
+//! [`eval_op`] checks its results against [`ops::infer_types`].
+//!
+//! One file per op family: [`elementwise`], [`linalg`], [`conv`], [`pool`], [`norm`],
+//! [`reduce`], [`shape`], [`resize`]; [`scalar`] holds the element-level arithmetic.
+
+use std::borrow::Cow;
+
+use half::{bf16, f16};
+use ndarray::ArrayD;
+
+use crate::ir::{DType, Element, Graph, Tensor, TensorType, ValueId};
+use crate::ops::{self, Op};
+use crate::with_tensor;
+
+/// `match` over the numeric tensors computed natively (every integer type, f32, f64),
+/// binding the array; anything else (f16, bf16, bool) goes to the fallback arm.
+macro_rules! with_num {
+    ($t:expr, $a:ident => $body:expr, _ => $other:expr) => {
+        match $t {
+            $crate::ir::Tensor::F32($a) => $body,
+            $crate::ir::Tensor::F64($a) => $body,
+            $crate::ir::Tensor::I8($a) => $body,
+            $crate::ir::Tensor::I16($a) => $body,
+            $crate::ir::Tensor::I32($a) => $body,
+            $crate::ir::Tensor::I64($a) => $body,
+            $crate::ir::Tensor::U8($a) => $body,
+            $crate::ir::Tensor::U16($a) => $body,
+            $crate::ir::Tensor::U32($a) => $body,
+            $crate::ir::Tensor::U64($a) => $body,
+            #[allow(unreachable_patterns)]
+            _ => $other,
+        }
+    };
+}
+
+/// Like [`with_num!`] for the integer tensors only.
+macro_rules! with_int {
+    ($t:expr, $a:ident => $body:expr, _ => $other:expr) => {
+        match $t {
+            $crate::ir::Tensor::I8($a) => $body,
+            $crate::ir::Tensor::I16($a) => $body,
+            $crate::ir::Tensor::I32($a) => $body,
+            $crate::ir::Tensor::I64($a) => $body,
+            $crate::ir::Tensor::U8($a) => $body,
+            $crate::ir::Tensor::U16($a) => $body,
+            $crate::ir::Tensor::U32($a) => $body,
+            $crate::ir::Tensor::U64($a) => $body,
+            #[allow(unreachable_patterns)]
+            _ => $other,
+        }
+    };
+}
+
+/// Binds two tensors of the same variant (the bracketed list names the accepted ones);
+/// mismatched or unlisted pairs go to the fallback arm.
+macro_rules! with_pair {
+    ($a:expr, $b:expr, $x:ident, $y:ident => $body:expr, [$($v:ident),*], _ => $other:expr) => {
+        match ($a, $b) {
+            $(($crate::ir::Tensor::$v($x), $crate::ir::Tensor::$v($y)) => $body,)*
+            #[allow(unreachable_patterns)]
+            _ => $other,
+        }
+    };
+}
+
+mod conv;
+mod elementwise;
+mod linalg;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+mod scalar;
+mod shape;
+
+pub use elementwise::cast;
+
+/// Evaluates one op. `inputs` has `None` for omitted optional inputs.
+///
+/// The outputs' types are checked against [`ops::infer_types`]: a mismatch is reported
+/// as an error (it would be an interpreter bug).
+pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, String> {
+    let outputs = eval_unchecked(op, inputs).map_err(|e| format!("{}: {e}", op.name()))?;
+    let types: Vec<Option<TensorType>> = inputs.iter().map(|t| t.map(Tensor::ty)).collect();
+    let expected = ops::infer_types(op, &types).map_err(|e| format!("{}: {e}", op.name()))?;
+    let actual: Vec<TensorType> = outputs.iter().map(Tensor::ty).collect();
+    if actual != expected {
+        return Err(format!(
+            "{}: interpreter produced {} but shape inference says {}",
+            op.name(),
+            list_types(&actual),
+            list_types(&expected)
+        ));
+    }
+    Ok(outputs)
+}
+
+fn list_types(types: &[TensorType]) -> String {
+    let v: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+    v.join(", ")
+}
+
+fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, String> {
+    let x = || required(inputs, 0);
+    let out = match op {
+        Op::Unary(u) => elementwise::unary(*u, x()?)?,
+        Op::Binary(b) => elementwise::binary(*b, x()?, required(inputs, 1)?)?,
+        Op::Where => elementwise::where_(x()?, required(inputs, 1)?, required(inputs, 2)?)?,
+        Op::Cast { to } => cast(x()?, *to),
+        Op::MatMul => linalg::matmul(x()?, required(inputs, 1)?)?,
+        Op::Gemm(g) => linalg::gemm(g, x()?, required(inputs, 1)?, optional(inputs, 2))?,
+        Op::Conv(c) => conv::conv(c, x()?, required(inputs, 1)?, optional(inputs, 2))?,
+        Op::ConvTranspose(c) => {
+            conv::conv_transpose(c, x()?, required(inputs, 1)?, optional(inputs, 2))?
+        }
+        Op::Pool(p) => pool::pool(p, x()?)?,
+        Op::Softmax { axis, log } => norm::softmax(x()?, *axis, *log)?,
+        Op::LayerNorm { axis, epsilon } => norm::layer_norm(
+            x()?,
+            required(inputs, 1)?,
+            optional(inputs, 2),
+            *axis,
+            *epsilon,
+        )?,
+        Op::Reduce(r) => reduce::reduce(r, x()?)?,
+        Op::ArgReduce(a) => reduce::arg_reduce(a, x()?)?,
+        Op::Reshape { shape } => shape::reshape(x()?, shape)?,
+        Op::Transpose { perm } => shape::transpose(x()?, perm)?,
+        Op::Concat { axis } => {
+            let parts = (0..inputs.len())
+                .map(|i| required(inputs, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            shape::concat(&parts, *axis)?
+        }
+        Op::Slice { starts, steps, shape } => shape::slice(x()?, starts, steps, shape)?,
+        Op::Gather { axis } => shape::gather(x()?, required(inputs, 1)?, *axis)?,
+        Op::Expand { shape } => shape::expand(x()?, shape)?,
+        Op::Pad(p) => shape::pad(p, x()?)?,
+        Op::Resize(r) => resize::resize(r, x()?)?,
+    };
+    Ok(vec![out])
+}
+
+fn required<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor, String> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| format!("missing required input {i}"))
+}
+
+fn optional<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
+    inputs.get(i).copied().flatten()
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared helpers for the op families.
+
+/// f16 and bf16 widened (exactly) to f32, the type the interpreter computes them in;
+/// other tensors unchanged.
+fn widen_half(t: &Tensor) -> Cow<'_, Tensor> {
+    match t {
+        Tensor::F16(a) => Cow::Owned(Tensor::F32(a.mapv(f16::to_f32))),
+        Tensor::BF16(a) => Cow::Owned(Tensor::F32(a.mapv(bf16::to_f32))),
+        _ => Cow::Borrowed(t),
+    }
+}
+
+/// Rounds an f32 result back to `dtype` when that is f16 or bf16 (f32 → half rounding
+/// is correct in `half`); other results are returned unchanged.
+fn narrow_half(t: Tensor, dtype: DType) -> Tensor {
+    match (t, dtype) {
+        (Tensor::F32(a), DType::F16) => Tensor::F16(a.mapv(f16::from_f32)),
+        (Tensor::F32(a), DType::BF16) => Tensor::BF16(a.mapv(bf16::from_f32)),
+        (t, _) => t,
+    }
+}
+
+/// Runs `f` on `t` with f16/bf16 widened to f32, rounding a float result back.
+fn via_f32(t: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor, String>) -> Result<Tensor, String> {
+    let dtype = t.dtype();
+    Ok(narrow_half(f(&widen_half(t))?, dtype))
+}
+
+/// The array inside `t` if its element type is `T`.
+fn array_ref<T: Element>(t: &Tensor) -> Option<&ArrayD<T>> {
+    with_tensor!(t, a => (a as &dyn std::any::Any).downcast_ref::<ArrayD<T>>())
+}
+
+/// The elements of a float tensor as f64 (exact); `None` for other types.
+fn float_to_f64(t: &Tensor) -> Option<ArrayD<f64>> {
+    Some(match t {
+        Tensor::F64(a) => a.clone(),
+        Tensor::F32(a) => a.mapv(f64::from),
+        Tensor::F16(a) => a.mapv(f64::from),
+        Tensor::BF16(a) => a.mapv(f64::from),
+        _ => return None,
+    })
+}
+
+/// Rounds f64 results to the float type `dtype`, once and correctly.
+fn f64_to_float(a: ArrayD<f64>, dtype: DType) -> Result<Tensor, String> {
+    Ok(match dtype {
+        DType::F64 => Tensor::F64(a),
+        DType::F32 => Tensor::F32(a.mapv(|v| v as f32)),
+        DType::F16 => Tensor::F16(a.mapv(scalar::f16_of)),
+        DType::BF16 => Tensor::BF16(a.mapv(scalar::bf16_of)),
+        other => return Err(format!("expected a float type, got {other}")),
+    })
+}
+
+/// The error for an op that does not accept `dtype`.
+fn unsupported(dtype: DType) -> String {
+    format!("unsupported element type {dtype}")
+}
+
+// ---------------------------------------------------------------------------------------
+// Whole graphs.
+
+/// A value's storage while a graph runs: constants are borrowed from the graph.
+enum Slot<'g> {
+    Empty,
+    Borrowed(&'g Tensor),
+    Owned(Tensor),
+}
+
+impl Slot<'_> {
+    fn get(&self) -> Option<&Tensor> {
+        match self {
+            Slot::Empty => None,
+            Slot::Borrowed(t) => Some(t),
+            Slot::Owned(t) => Some(t),
+        }
+    }
+
+    fn into_tensor(self) -> Option<Tensor> {
+        match self {
+            Slot::Empty => None,
+            Slot::Borrowed(t) => Some(t.clone()),
+            Slot::Owned(t) => Some(t),
+        }
+    }
+}
+
+/// Evaluates `graph` on its runtime `inputs` (in `graph.inputs` order) and returns the
+/// values of `graph.outputs`. Intermediates are freed after their last use.
+pub fn run_graph(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let slots = execute(graph, inputs, true)?;
+    graph
+        .outputs
+        .iter()
+        .map(|id| {
+            slots[id.0]
+                .get()
+                .cloned()
+                .ok_or_else(|| format!("graph output {} was never computed", graph.value(*id).name))
+        })
+        .collect()
+}
+
+/// Like [`run_graph`] but keeps and returns every value, indexed by `ValueId.0` (`None`
+/// for values no node produced), for debugging and verification.
+pub fn run_graph_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Option<Tensor>>, String> {
+    Ok(execute(graph, inputs, false)?
+        .into_iter()
+        .map(Slot::into_tensor)
+        .collect())
+}
+
+fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Slot<'g>>, String> {
+    let mut slots: Vec<Slot<'g>> = graph
+        .values
+        .iter()
+        .map(|v| v.constant.as_ref().map_or(Slot::Empty, Slot::Borrowed))
+        .collect();
+    bind_inputs(graph, inputs, &mut slots)?;
+    let last_use = if free { last_uses(graph) } else { Vec::new() };
+    for (index, node) in graph.nodes.iter().enumerate() {
+        let context = || format!("node {} ({})", node.name, node.onnx_op);
+        let args = node
+            .inputs
+            .iter()
+            .map(|input| match input {
+                None => Ok(None),
+                Some(id) => slots[id.0].get().map(Some).ok_or_else(|| {
+                    format!("{}: input {} is not available", context(), graph.value(*id).name)
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let results = eval_op(&node.op, &args).map_err(|e| format!("{}: {e}", context()))?;
+        if results.len() < node.outputs.len() {
+            return Err(format!(
+                "{}: {} outputs expected, the op produced {}",
+                context(),
+                node.outputs.len(),
+                results.len()
+            ));
+        }
+        for (id, value) in node.outputs.iter().zip(results) {
+            let declared = graph.ty(*id);
+            if value.dtype() != declared.dtype || value.shape() != declared.shape.as_slice() {
+                return Err(format!(
+                    "{}: output {} is {} but the graph declares {}",
+                    context(),
+                    graph.value(*id).name,
+                    value.ty(),
+                    declared
+                ));
+            }
+            slots[id.0] = Slot::Owned(value);
+        }
+        if free {
+            for id in node.inputs.iter().flatten() {
+                if last_use[id.0] == Some(index) {
+                    if let Slot::Owned(_) = slots[id.0] {
+                        slots[id.0] = Slot::Empty;
+                    }
+                }
+            }
+        }
+    }
+    Ok(slots)
+}
+
+fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> Result<(), String> {
+    if inputs.len() != graph.inputs.len() {
+        return Err(format!(
+            "the graph takes {} inputs, {} were given",
+            graph.inputs.len(),
+            inputs.len()
+        ));
+    }
+    for (id, tensor) in graph.inputs.iter().zip(inputs) {
+        let declared = graph.ty(*id);
+        if tensor.dtype() != declared.dtype || tensor.shape() != declared.shape.as_slice() {
+            return Err(format!(
+                "input {} must be {}, got {}",
+                graph.value(*id).name,
+                declared,
+                tensor.ty()
+            ));
+        }
+        slots[id.0] = Slot::Owned(tensor.clone());
+    }
+    Ok(())
+}
+
+/// For every value, the index of the last node reading it; `None` for values nothing
+/// reads and for graph outputs (which must survive to the end).
+fn last_uses(graph: &Graph) -> Vec<Option<usize>> {
+    let mut last = vec![None; graph.values.len()];
+    for (index, node) in graph.nodes.iter().enumerate() {
+        for id in node.inputs.iter().flatten() {
+            last[id.0] = Some(index);
+        }
+    }
+    for ValueId(i) in &graph.outputs {
+        last[*i] = None;
+    }
+    last
+}
