@@ -1,0 +1,285 @@
+//! Building blocks for writing kernels in CLIF: element loads and stores per dtype, the
+//! arithmetic domain each dtype computes in, counted loops and address arithmetic.
+
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlags, Type, Value};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_frontend::FunctionBuilder;
+
+use crate::ir::DType;
+
+/// The pointer type of both supported targets.
+pub const PTR: Type = types::I64;
+
+/// How a dtype's elements are held in registers while computing. Narrow floats compute
+/// in f32; every integer type (and bool, as 0/1) in i64 with its signedness noted, which
+/// gives numpy's wrap-around semantics once the result is truncated on store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Domain {
+    F32,
+    F64,
+    Int { signed: bool },
+}
+
+pub fn domain(d: DType) -> Domain {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => Domain::F32,
+        DType::F64 => Domain::F64,
+        d => Domain::Int { signed: d.is_signed_int() },
+    }
+}
+
+pub fn domain_type(d: Domain) -> Type {
+    match d {
+        Domain::F32 => types::F32,
+        Domain::F64 => types::F64,
+        Domain::Int { .. } => types::I64,
+    }
+}
+
+/// The type elements have in memory.
+pub fn mem_type(d: DType) -> Type {
+    match d.size() {
+        1 => types::I8,
+        2 => types::I16,
+        4 if d == DType::F32 => types::F32,
+        4 => types::I32,
+        _ if d == DType::F64 => types::F64,
+        _ => types::I64,
+    }
+}
+
+pub fn flags() -> MemFlags {
+    MemFlags::trusted()
+}
+
+/// Loads one element at `addr + offset` into its computation domain.
+pub fn load_elem(b: &mut FunctionBuilder, d: DType, addr: Value, offset: i32) -> Value {
+    let raw = b.ins().load(mem_type(d), flags(), addr, offset);
+    to_domain(b, d, raw)
+}
+
+/// Converts a raw memory value into the computation domain.
+pub fn to_domain(b: &mut FunctionBuilder, d: DType, raw: Value) -> Value {
+    match d {
+        DType::F32 | DType::F64 | DType::I64 | DType::U64 => raw,
+        DType::F16 => f16_bits_to_f32(b, raw),
+        DType::BF16 => {
+            let w = b.ins().uextend(types::I32, raw);
+            let w = b.ins().ishl_imm(w, 16);
+            b.ins().bitcast(types::F32, MemFlags::new(), w)
+        }
+        d if d.is_signed_int() => b.ins().sextend(types::I64, raw),
+        _ => b.ins().uextend(types::I64, raw),
+    }
+}
+
+/// Stores a computation-domain value as element type `d`.
+pub fn store_elem(b: &mut FunctionBuilder, d: DType, v: Value, addr: Value, offset: i32) {
+    let raw = from_domain(b, d, v);
+    b.ins().store(flags(), raw, addr, offset);
+}
+
+pub fn from_domain(b: &mut FunctionBuilder, d: DType, v: Value) -> Value {
+    match d {
+        DType::F32 | DType::F64 | DType::I64 | DType::U64 => v,
+        DType::F16 => f32_to_f16_bits(b, v),
+        DType::BF16 => f32_to_bf16_bits(b, v),
+        DType::Bool => {
+            let nz = b.ins().icmp_imm(IntCC::NotEqual, v, 0);
+            nz
+        }
+        _ => b.ins().ireduce(mem_type(d), v),
+    }
+}
+
+/// IEEE half → single with integer operations only (Cranelift has no f16 conversions
+/// on every target): shift the exponent/mantissa into place, rescale by 2^112 (which
+/// also normalizes subnormals), and force the exponent for inf/NaN.
+fn f16_bits_to_f32(b: &mut FunctionBuilder, h: Value) -> Value {
+    let h = b.ins().uextend(types::I32, h);
+    let sign = b.ins().band_imm(h, 0x8000);
+    let sign = b.ins().ishl_imm(sign, 16);
+    let mag = b.ins().band_imm(h, 0x7fff);
+    let shifted = b.ins().ishl_imm(mag, 13);
+    let f = b.ins().bitcast(types::F32, MemFlags::new(), shifted);
+    let scale = b.ins().f32const(f32::from_bits(0x7780_0000)); // 2^112
+    let scaled = b.ins().fmul(f, scale);
+    let scaled = b.ins().bitcast(types::I32, MemFlags::new(), scaled);
+    let inf_nan = b.ins().bor_imm(shifted, 0x7f80_0000);
+    let is_special = b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, mag, 0x7c00);
+    let bits = b.ins().select(is_special, inf_nan, scaled);
+    let bits = b.ins().bor(bits, sign);
+    b.ins().bitcast(types::F32, MemFlags::new(), bits)
+}
+
+/// Single → IEEE half, round to nearest even, with integer operations only.
+fn f32_to_f16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
+    let x = b.ins().bitcast(types::I32, MemFlags::new(), f);
+    let sign = b.ins().ushr_imm(x, 16);
+    let sign = b.ins().band_imm(sign, 0x8000);
+    let mag = b.ins().band_imm(x, 0x7fff_ffff);
+    // Normal range: rebias the exponent (127 → 15) and round the 13 dropped bits.
+    let rebiased = b.ins().iadd_imm(mag, -((127 - 15) << 23));
+    let lsb = b.ins().ushr_imm(rebiased, 13);
+    let lsb = b.ins().band_imm(lsb, 1);
+    let rounded = b.ins().iadd_imm(rebiased, 0xfff);
+    let rounded = b.ins().iadd(rounded, lsb);
+    let normal = b.ins().ushr_imm(rounded, 13);
+    // Subnormal range (|x| < 2^-14): let the FPU align the mantissa by adding 0.5
+    // (2^-1), whose ulp is 2^-24, the f16 subnormal step; round-to-nearest-even for free.
+    let half = b.ins().f32const(0.5);
+    let absf = b.ins().bitcast(types::F32, MemFlags::new(), mag);
+    let sub = b.ins().fadd(absf, half);
+    let sub = b.ins().bitcast(types::I32, MemFlags::new(), sub);
+    let sub = b.ins().isub(sub, b.ins().iconst(types::I32, 0x3f00_0000));
+    let is_sub = b.ins().icmp_imm(IntCC::UnsignedLessThan, mag, 0x3880_0000);
+    let v = b.ins().select(is_sub, sub, normal);
+    // Overflow → inf; NaN → quiet NaN.
+    let is_over = b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, mag, 0x477f_f000);
+    let inf = b.ins().iconst(types::I32, 0x7c00);
+    let v = b.ins().select(is_over, inf, v);
+    let is_nan = b.ins().icmp_imm(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
+    let nan = b.ins().iconst(types::I32, 0x7e00);
+    let v = b.ins().select(is_nan, nan, v);
+    let v = b.ins().bor(v, sign);
+    b.ins().ireduce(types::I16, v)
+}
+
+/// Single → bfloat16, round to nearest even (NaN stays NaN).
+fn f32_to_bf16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
+    let x = b.ins().bitcast(types::I32, MemFlags::new(), f);
+    let lsb = b.ins().ushr_imm(x, 16);
+    let lsb = b.ins().band_imm(lsb, 1);
+    let r = b.ins().iadd_imm(x, 0x7fff);
+    let r = b.ins().iadd(r, lsb);
+    let r = b.ins().ushr_imm(r, 16);
+    let mag = b.ins().band_imm(x, 0x7fff_ffff);
+    let is_nan = b.ins().icmp_imm(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
+    let q = b.ins().ushr_imm(x, 16);
+    let q = b.ins().bor_imm(q, 0x40);
+    let v = b.ins().select(is_nan, q, r);
+    b.ins().ireduce(types::I16, v)
+}
+
+/// `base + index * scale` (index is an i64 value).
+pub fn elem_addr(b: &mut FunctionBuilder, base: Value, index: Value, scale: usize) -> Value {
+    let off = if scale == 1 { index } else { b.ins().imul_imm(index, scale as i64) };
+    b.ins().iadd(base, off)
+}
+
+pub fn iconst(b: &mut FunctionBuilder, v: i64) -> Value {
+    b.ins().iconst(types::I64, v)
+}
+
+/// Emits `for i in (start..end).step_by(step) { body(i) }` with constant bounds. The
+/// loop is bottom-tested since trip counts are known; no code is emitted for an empty
+/// range.
+pub fn counted_loop(
+    b: &mut FunctionBuilder,
+    start: i64,
+    end: i64,
+    step: i64,
+    mut body: impl FnMut(&mut FunctionBuilder, Value),
+) {
+    if start >= end {
+        return;
+    }
+    if start + step >= end {
+        let i = iconst(b, start);
+        body(b, i);
+        return;
+    }
+    let header = b.create_block();
+    b.append_block_param(header, types::I64);
+    let exit = b.create_block();
+    let init = iconst(b, start);
+    b.ins().jump(header, &[BlockArg::Value(init)]);
+    b.switch_to_block(header);
+    let i = b.block_params(header)[0];
+    body(b, i);
+    let next = b.ins().iadd_imm(i, step);
+    let more = b.ins().icmp_imm(IntCC::SignedLessThan, next, end);
+    b.ins().brif(more, header, &[BlockArg::Value(next)], exit, &[]);
+    b.seal_block(header);
+    b.switch_to_block(exit);
+    b.seal_block(exit);
+}
+
+/// Like [`counted_loop`] but with a runtime (i64 value) end bound and start 0; runs the
+/// body zero times when `end <= 0`.
+pub fn dynamic_loop(b: &mut FunctionBuilder, end: Value, mut body: impl FnMut(&mut FunctionBuilder, Value)) {
+    let header = b.create_block();
+    b.append_block_param(header, types::I64);
+    let body_block = b.create_block();
+    let exit = b.create_block();
+    let zero = iconst(b, 0);
+    b.ins().jump(header, &[BlockArg::Value(zero)]);
+    b.switch_to_block(header);
+    let i = b.block_params(header)[0];
+    let more = b.ins().icmp(IntCC::SignedLessThan, i, end);
+    b.ins().brif(more, body_block, &[], exit, &[]);
+    b.switch_to_block(body_block);
+    b.seal_block(body_block);
+    body(b, i);
+    let next = b.ins().iadd_imm(i, 1);
+    b.ins().jump(header, &[BlockArg::Value(next)]);
+    b.seal_block(header);
+    b.switch_to_block(exit);
+    b.seal_block(exit);
+}
+
+/// Emits a nested loop over `shape` (row-major), calling `body` with the flat element
+/// index and the per-axis indices. Loops over size-1 axes are elided.
+pub fn nested_loop(b: &mut FunctionBuilder, shape: &[usize], body: &mut dyn FnMut(&mut FunctionBuilder, &[Value])) {
+    fn rec(b: &mut FunctionBuilder, shape: &[usize], idx: &mut Vec<Value>, body: &mut dyn FnMut(&mut FunctionBuilder, &[Value])) {
+        let depth = idx.len();
+        if depth == shape.len() {
+            body(b, idx);
+            return;
+        }
+        counted_loop(b, 0, shape[depth] as i64, 1, |b, i| {
+            idx.push(i);
+            rec(b, shape, idx, body);
+            idx.pop();
+        });
+    }
+    if shape.contains(&0) {
+        return;
+    }
+    rec(b, shape, &mut Vec::with_capacity(shape.len()), body);
+}
+
+/// `Σ idx[d] * strides[d]` (strides in elements; zero strides skipped).
+pub fn linear_offset(b: &mut FunctionBuilder, idx: &[Value], strides: &[usize]) -> Value {
+    let mut acc: Option<Value> = None;
+    for (&i, &s) in idx.iter().zip(strides) {
+        if s == 0 {
+            continue;
+        }
+        let t = if s == 1 { i } else { b.ins().imul_imm(i, s as i64) };
+        acc = Some(match acc {
+            None => t,
+            Some(a) => b.ins().iadd(a, t),
+        });
+    }
+    acc.unwrap_or_else(|| iconst(b, 0))
+}
+
+/// Row-major strides (in elements) of a shape.
+pub fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Strides that broadcast `shape` (right-aligned) to `out_rank` axes of `out_shape`:
+/// broadcast axes get stride 0.
+pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
+    let own = strides_of(shape);
+    let off = out_shape.len() - shape.len();
+    (0..out_shape.len())
+        .map(|d| if d < off || shape[d - off] == 1 { 0 } else { own[d - off] })
+        .collect()
+}

@@ -1,0 +1,564 @@
+//! Elementwise ops: one strided loop nest for every unary, binary, Where and Cast, with
+//! broadcast inputs as stride-0 axes. The innermost loop runs on f32x4 vectors when every
+//! operand is float32 and contiguous or broadcast along it.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlags, Type, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::kernel::{self, domain, domain_type, flags, Domain};
+use crate::codegen::math;
+use crate::ir::DType;
+use crate::ops::{BinaryOp, UnaryOp};
+
+type ScalarFn<'a> = dyn Fn(&mut FunctionBuilder, &[Value]) -> Result<Value, String> + 'a;
+
+/// Per-input strides after merging output axes that every operand traverses the same
+/// way; the last axis is the one the inner loop runs along.
+struct LoopNest {
+    shape: Vec<usize>,
+    strides: Vec<Vec<usize>>,
+}
+
+fn collapse(out_shape: &[usize], in_strides: &[Vec<usize>]) -> LoopNest {
+    let mut shape: Vec<usize> = vec![];
+    let mut strides: Vec<Vec<usize>> = vec![vec![]; in_strides.len()];
+    let out_strides = kernel::strides_of(out_shape);
+    let mut out_acc: Vec<usize> = vec![];
+    for d in 0..out_shape.len() {
+        if out_shape[d] == 1 {
+            continue;
+        }
+        if let Some(&last) = shape.last() {
+            let mergeable = in_strides.iter().enumerate().all(|(k, s)| strides[k].last() == Some(&(s[d] * out_shape[d])) || (strides[k].last() == Some(&0) && s[d] == 0));
+            let _ = last;
+            if mergeable && out_acc.last() == Some(&(out_strides[d] * out_shape[d])) {
+                *shape.last_mut().expect("nonempty") *= out_shape[d];
+                for (k, s) in in_strides.iter().enumerate() {
+                    *strides[k].last_mut().expect("nonempty") = s[d];
+                }
+                *out_acc.last_mut().expect("nonempty") = out_strides[d];
+                continue;
+            }
+        }
+        shape.push(out_shape[d]);
+        out_acc.push(out_strides[d]);
+        for (k, s) in in_strides.iter().enumerate() {
+            strides[k].push(s[d]);
+        }
+    }
+    if shape.is_empty() {
+        shape.push(1);
+        for s in strides.iter_mut() {
+            s.push(0);
+        }
+    }
+    LoopNest { shape, strides }
+}
+
+/// `out[i] = f(in_0[..], in_1[..], ...)` with broadcasting. `vector` (when given) is the
+/// same function on f32x4 lanes.
+fn map(ctx: &mut LowerCtx, ins: &[Operand], out: &Operand, scalar: &ScalarFn, vector: Option<&ScalarFn>) -> LowerResult {
+    let in_strides: Vec<Vec<usize>> = ins.iter().map(|o| kernel::broadcast_strides(&o.ty.shape, &out.ty.shape)).collect();
+    let nest = collapse(&out.ty.shape, &in_strides);
+    if out.ty.numel() == 0 {
+        return Ok(());
+    }
+    let rank = nest.shape.len();
+    let inner = nest.shape[rank - 1];
+    let outer = &nest.shape[..rank - 1];
+    let out_outer_strides: Vec<usize> = kernel::strides_of(&nest.shape)[..rank - 1].to_vec();
+    let vectorizable = vector.is_some()
+        && out.ty.dtype == DType::F32
+        && ins.iter().all(|o| o.ty.dtype == DType::F32)
+        && nest.strides.iter().all(|s| s[rank - 1] <= 1)
+        && inner >= 4;
+    let b = &mut *ctx.b;
+    let mut result: LowerResult = Ok(());
+    kernel::nested_loop(b, outer, &mut |b, idx| {
+        if result.is_err() {
+            return;
+        }
+        let out_base = {
+            let off = kernel::linear_offset(b, idx, &out_outer_strides);
+            kernel::elem_addr(b, out.ptr, off, out.ty.dtype.size())
+        };
+        let in_bases: Vec<Value> = ins
+            .iter()
+            .zip(&nest.strides)
+            .map(|(o, s)| {
+                let off = kernel::linear_offset(b, idx, &s[..rank - 1]);
+                kernel::elem_addr(b, o.ptr, off, o.ty.dtype.size())
+            })
+            .collect();
+        let mut done = 0usize;
+        if vectorizable {
+            let vf = vector.expect("checked");
+            // Broadcast operands are loaded and splatted once, outside the loop.
+            let splats: Vec<Option<Value>> = ins
+                .iter()
+                .zip(&nest.strides)
+                .zip(&in_bases)
+                .map(|((_, s), &base)| {
+                    (s[rank - 1] == 0).then(|| {
+                        let v = b.ins().load(types::F32, flags(), base, 0);
+                        b.ins().splat(types::F32X4, v)
+                    })
+                })
+                .collect();
+            let n4 = inner / 4 * 4;
+            kernel::counted_loop(b, 0, n4 as i64, 4, |b, i| {
+                if result.is_err() {
+                    return;
+                }
+                let byte = b.ins().imul_imm(i, 4);
+                let args: Vec<Value> = splats
+                    .iter()
+                    .zip(&in_bases)
+                    .map(|(sp, &base)| {
+                        sp.unwrap_or_else(|| {
+                            let a = b.ins().iadd(base, byte);
+                            b.ins().load(types::F32X4, flags(), a, 0)
+                        })
+                    })
+                    .collect();
+                match vf(b, &args) {
+                    Ok(v) => {
+                        let a = b.ins().iadd(out_base, byte);
+                        b.ins().store(flags(), v, a, 0);
+                    }
+                    Err(e) => result = Err(e),
+                }
+            });
+            done = n4;
+        }
+        kernel::counted_loop(b, done as i64, inner as i64, 1, |b, i| {
+            if result.is_err() {
+                return;
+            }
+            let args: Vec<Value> = ins
+                .iter()
+                .zip(&nest.strides)
+                .zip(&in_bases)
+                .map(|((o, s), &base)| {
+                    let a = if s[rank - 1] == 0 { base } else { kernel::elem_addr(b, base, i, s[rank - 1] * o.ty.dtype.size()) };
+                    kernel::load_elem(b, o.ty.dtype, a, 0)
+                })
+                .collect();
+            match scalar(b, &args) {
+                Ok(v) => {
+                    let a = kernel::elem_addr(b, out_base, i, out.ty.dtype.size());
+                    kernel::store_elem(b, out.ty.dtype, v, a, 0);
+                }
+                Err(e) => result = Err(e),
+            }
+        });
+    });
+    result
+}
+
+// ---- helpers usable on scalars and f32x4 alike ----
+
+fn fconst(b: &mut FunctionBuilder, ty: Type, v: f64) -> Value {
+    match ty {
+        types::F32 => b.ins().f32const(v as f32),
+        types::F64 => b.ins().f64const(v),
+        types::F32X4 => {
+            let s = b.ins().f32const(v as f32);
+            b.ins().splat(types::F32X4, s)
+        }
+        _ => b.ins().iconst(types::I64, v as i64),
+    }
+}
+
+/// `cond(x, y) ? a : c` for floats: `select` on scalars, a lane mask on vectors.
+fn fselect(b: &mut FunctionBuilder, cc: FloatCC, x: Value, y: Value, a: Value, c: Value) -> Value {
+    let ty = b.func.dfg.value_type(a);
+    let m = b.ins().fcmp(cc, x, y);
+    if ty.is_vector() {
+        let m = b.ins().bitcast(ty, MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little), m);
+        b.ins().bitselect(m, a, c)
+    } else {
+        b.ins().select(m, a, c)
+    }
+}
+
+fn bool_to_i64(b: &mut FunctionBuilder, c: Value) -> Value {
+    b.ins().uextend(types::I64, c)
+}
+
+/// Converts a value between computation domains (Cast semantics: floats truncate
+/// toward zero into integers, saturating).
+pub fn convert(b: &mut FunctionBuilder, from: Domain, to: Domain, v: Value) -> Value {
+    match (from, to) {
+        (a, c) if a == c => v,
+        (Domain::F32, Domain::F64) => b.ins().fpromote(types::F64, v),
+        (Domain::F64, Domain::F32) => b.ins().fdemote(types::F32, v),
+        (Domain::F32 | Domain::F64, Domain::Int { signed: true }) => b.ins().fcvt_to_sint_sat(types::I64, v),
+        (Domain::F32 | Domain::F64, Domain::Int { signed: false }) => b.ins().fcvt_to_uint_sat(types::I64, v),
+        (Domain::Int { signed }, f) => {
+            let t = domain_type(f);
+            if t == types::I64 {
+                v
+            } else if signed {
+                b.ins().fcvt_from_sint(t, v)
+            } else {
+                b.ins().fcvt_from_uint(t, v)
+            }
+        }
+        _ => unreachable!("all domain pairs covered"),
+    }
+}
+
+pub fn cast(ctx: &mut LowerCtx, to: DType) -> LowerResult {
+    let x = ctx.input(0)?;
+    let out = ctx.output(0);
+    let (from_d, to_d) = (domain(x.ty.dtype), domain(to));
+    let to_bool = to == DType::Bool;
+    let f = move |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
+        if to_bool {
+            let nz = match from_d {
+                Domain::Int { .. } => b.ins().icmp_imm(IntCC::NotEqual, a[0], 0),
+                _ => {
+                    let z = fconst(b, domain_type(from_d), 0.0);
+                    b.ins().fcmp(FloatCC::NotEqual, a[0], z)
+                }
+            };
+            return Ok(bool_to_i64(b, nz));
+        }
+        Ok(convert(b, from_d, to_d, a[0]))
+    };
+    map(ctx, &[x], &out, &f, None)
+}
+
+pub fn unary(ctx: &mut LowerCtx, op: UnaryOp) -> LowerResult {
+    let x = ctx.input(0)?;
+    let out = ctx.output(0);
+    let d = domain(x.ty.dtype);
+    let scalar = move |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
+        match d {
+            Domain::Int { signed } => unary_int(b, op, signed, a[0]),
+            _ => unary_float(b, op, a[0]),
+        }
+    };
+    let vector = move |b: &mut FunctionBuilder, a: &[Value]| unary_float(b, op, a[0]);
+    let vec_ok = !matches!(op, UnaryOp::IsNaN | UnaryOp::IsInf { .. } | UnaryOp::Not | UnaryOp::BitwiseNot | UnaryOp::Sign);
+    map(ctx, &[x], &out, &scalar, vec_ok.then_some(&vector as &ScalarFn))
+}
+
+fn unary_float(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Result<Value, String> {
+    let ty = b.func.dfg.value_type(x);
+    let zero = fconst(b, ty, 0.0);
+    let one = fconst(b, ty, 1.0);
+    Ok(match op {
+        UnaryOp::Identity => x,
+        UnaryOp::Relu => fselect(b, FloatCC::LessThan, x, zero, zero, x),
+        UnaryOp::LeakyRelu { alpha } => {
+            let s = fconst(b, ty, alpha as f64);
+            let xs = b.ins().fmul(x, s);
+            fselect(b, FloatCC::LessThan, x, zero, xs, x)
+        }
+        UnaryOp::Clip { min, max } => {
+            let mut v = x;
+            if min > f64::NEG_INFINITY {
+                let lo = fconst(b, ty, min);
+                v = fselect(b, FloatCC::LessThan, v, lo, lo, v);
+            }
+            if max < f64::INFINITY {
+                let hi = fconst(b, ty, max);
+                v = fselect(b, FloatCC::GreaterThan, v, hi, hi, v);
+            }
+            v
+        }
+        UnaryOp::Sigmoid => math::sigmoid(b, x),
+        UnaryOp::HardSigmoid { alpha, beta } => {
+            let (a, c) = (fconst(b, ty, alpha as f64), fconst(b, ty, beta as f64));
+            let v = b.ins().fmul(x, a);
+            let v = b.ins().fadd(v, c);
+            clamp01(b, v, zero, one)
+        }
+        UnaryOp::HardSwish => {
+            let (a, c) = (fconst(b, ty, 1.0 / 6.0), fconst(b, ty, 0.5));
+            let v = b.ins().fmul(x, a);
+            let v = b.ins().fadd(v, c);
+            let v = clamp01(b, v, zero, one);
+            b.ins().fmul(x, v)
+        }
+        UnaryOp::Tanh => math::tanh(b, x),
+        UnaryOp::Exp => math::exp(b, x),
+        UnaryOp::Log => math::log(b, x),
+        UnaryOp::Sqrt => b.ins().sqrt(x),
+        UnaryOp::Reciprocal => b.ins().fdiv(one, x),
+        UnaryOp::Neg => b.ins().fneg(x),
+        UnaryOp::Abs => b.ins().fabs(x),
+        UnaryOp::Erf => math::erf(b, x),
+        UnaryOp::Gelu { tanh: false } => math::gelu_erf(b, x),
+        UnaryOp::Gelu { tanh: true } => math::gelu_tanh(b, x),
+        UnaryOp::Softplus => math::softplus(b, x),
+        UnaryOp::Softsign => {
+            let a = b.ins().fabs(x);
+            let d = b.ins().fadd(a, one);
+            b.ins().fdiv(x, d)
+        }
+        UnaryOp::Elu { alpha } => {
+            let e = expm1ish(b, x, one);
+            let a = fconst(b, ty, alpha as f64);
+            let neg = b.ins().fmul(e, a);
+            fselect(b, FloatCC::LessThan, x, zero, neg, x)
+        }
+        UnaryOp::Selu { alpha, gamma } => {
+            let e = expm1ish(b, x, one);
+            let a = fconst(b, ty, alpha as f64);
+            let g = fconst(b, ty, gamma as f64);
+            let neg = b.ins().fmul(e, a);
+            let v = fselect(b, FloatCC::GreaterThan, x, zero, x, neg);
+            b.ins().fmul(v, g)
+        }
+        UnaryOp::Celu { alpha } => {
+            let a = fconst(b, ty, alpha as f64);
+            let xa = b.ins().fdiv(x, a);
+            let e = expm1ish(b, xa, one);
+            let neg = b.ins().fmul(e, a);
+            fselect(b, FloatCC::GreaterThan, x, zero, x, neg)
+        }
+        UnaryOp::ThresholdedRelu { alpha } => {
+            let a = fconst(b, ty, alpha as f64);
+            fselect(b, FloatCC::GreaterThan, x, a, x, zero)
+        }
+        UnaryOp::Mish => {
+            let sp = math::softplus(b, x);
+            let t = math::tanh(b, sp);
+            b.ins().fmul(x, t)
+        }
+        UnaryOp::Floor => b.ins().floor(x),
+        UnaryOp::Ceil => b.ins().ceil(x),
+        UnaryOp::Round => b.ins().nearest(x),
+        UnaryOp::Sign => {
+            let m1 = fconst(b, ty, -1.0);
+            let v = fselect(b, FloatCC::LessThan, x, zero, m1, zero);
+            let v = fselect(b, FloatCC::GreaterThan, x, zero, one, v);
+            // NaN stays NaN.
+            fselect(b, FloatCC::Unordered, x, x, x, v)
+        }
+        UnaryOp::Sin => math::sin(b, x),
+        UnaryOp::Cos => math::cos(b, x),
+        UnaryOp::Tan => math::tan(b, x),
+        UnaryOp::Asin => math::asin(b, x),
+        UnaryOp::Acos => math::acos(b, x),
+        UnaryOp::Atan => math::atan(b, x),
+        UnaryOp::Sinh => math::sinh(b, x),
+        UnaryOp::Cosh => math::cosh(b, x),
+        UnaryOp::Asinh => math::asinh(b, x),
+        UnaryOp::Acosh => math::acosh(b, x),
+        UnaryOp::Atanh => math::atanh(b, x),
+        UnaryOp::IsNaN => {
+            let c = b.ins().fcmp(FloatCC::Unordered, x, x);
+            bool_to_i64(b, c)
+        }
+        UnaryOp::IsInf { positive, negative } => {
+            let inf = fconst(b, ty, f64::INFINITY);
+            let ninf = fconst(b, ty, f64::NEG_INFINITY);
+            let p = b.ins().fcmp(FloatCC::Equal, x, inf);
+            let n = b.ins().fcmp(FloatCC::Equal, x, ninf);
+            let f = b.ins().iconst(types::I8, 0);
+            let p = if positive { p } else { f };
+            let n = if negative { n } else { f };
+            let c = b.ins().bor(p, n);
+            bool_to_i64(b, c)
+        }
+        UnaryOp::Not | UnaryOp::BitwiseNot => return Err(format!("{op:?} is not defined on floats")),
+    })
+}
+
+/// `exp(x) - 1` (adequate away from 0 where ONNX's tolerance is absolute).
+fn expm1ish(b: &mut FunctionBuilder, x: Value, one: Value) -> Value {
+    let e = math::exp(b, x);
+    b.ins().fsub(e, one)
+}
+
+fn clamp01(b: &mut FunctionBuilder, v: Value, zero: Value, one: Value) -> Value {
+    let v = fselect(b, FloatCC::LessThan, v, zero, zero, v);
+    fselect(b, FloatCC::GreaterThan, v, one, one, v)
+}
+
+fn unary_int(b: &mut FunctionBuilder, op: UnaryOp, signed: bool, x: Value) -> Result<Value, String> {
+    Ok(match op {
+        UnaryOp::Identity | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
+        UnaryOp::Relu => {
+            let z = kernel::iconst(b, 0);
+            if signed { b.ins().smax(x, z) } else { x }
+        }
+        UnaryOp::Neg => b.ins().ineg(x),
+        UnaryOp::Abs => {
+            if signed { b.ins().iabs(x) } else { x }
+        }
+        UnaryOp::Sign => {
+            let z = kernel::iconst(b, 0);
+            let gt = if signed { b.ins().icmp(IntCC::SignedGreaterThan, x, z) } else { b.ins().icmp(IntCC::UnsignedGreaterThan, x, z) };
+            let lt = b.ins().icmp(IntCC::SignedLessThan, x, z);
+            let gt = b.ins().uextend(types::I64, gt);
+            let lt = b.ins().uextend(types::I64, lt);
+            if signed { b.ins().isub(gt, lt) } else { gt }
+        }
+        UnaryOp::Clip { min, max } => {
+            let mut v = x;
+            if min > f64::NEG_INFINITY {
+                let lo = kernel::iconst(b, min as i64);
+                v = if signed { b.ins().smax(v, lo) } else { b.ins().umax(v, lo) };
+            }
+            if max < f64::INFINITY {
+                let hi = kernel::iconst(b, max as i64);
+                v = if signed { b.ins().smin(v, hi) } else { b.ins().umin(v, hi) };
+            }
+            v
+        }
+        UnaryOp::Not => b.ins().bxor_imm(x, 1),
+        UnaryOp::BitwiseNot => b.ins().bnot(x),
+        UnaryOp::IsNaN | UnaryOp::IsInf { .. } => kernel::iconst(b, 0),
+        other => return Err(format!("{other:?} is not defined on integers")),
+    })
+}
+
+pub fn binary(ctx: &mut LowerCtx, op: BinaryOp) -> LowerResult {
+    let (x, y) = (ctx.input(0)?, ctx.input(1)?);
+    let out = ctx.output(0);
+    let (dx, dy) = (domain(x.ty.dtype), domain(y.ty.dtype));
+    let scalar = move |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
+        let rhs = if dy != dx { convert(b, dy, dx, a[1]) } else { a[1] };
+        match dx {
+            Domain::Int { signed } => binary_int(b, op, signed, a[0], rhs),
+            _ => binary_float(b, op, a[0], rhs),
+        }
+    };
+    let vector = move |b: &mut FunctionBuilder, a: &[Value]| binary_float(b, op, a[0], a[1]);
+    let vec_ok = matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min | BinaryOp::PRelu | BinaryOp::Pow);
+    map(ctx, &[x, y], &out, &scalar, vec_ok.then_some(&vector as &ScalarFn))
+}
+
+fn binary_float(b: &mut FunctionBuilder, op: BinaryOp, x: Value, y: Value) -> Result<Value, String> {
+    let cmp = |b: &mut FunctionBuilder, cc: FloatCC| {
+        let c = b.ins().fcmp(cc, x, y);
+        bool_to_i64(b, c)
+    };
+    Ok(match op {
+        BinaryOp::Add => b.ins().fadd(x, y),
+        BinaryOp::Sub => b.ins().fsub(x, y),
+        BinaryOp::Mul => b.ins().fmul(x, y),
+        BinaryOp::Div => b.ins().fdiv(x, y),
+        BinaryOp::Pow => math::pow(b, x, y),
+        BinaryOp::Max => b.ins().fmax(x, y),
+        BinaryOp::Min => b.ins().fmin(x, y),
+        BinaryOp::Mod { fmod } => {
+            let q = b.ins().fdiv(x, y);
+            let q = b.ins().trunc(q);
+            let p = b.ins().fmul(q, y);
+            let r = b.ins().fsub(x, p);
+            if fmod {
+                r
+            } else {
+                // Python semantics: the result takes the divisor's sign.
+                let ty = b.func.dfg.value_type(x);
+                let zero = fconst(b, ty, 0.0);
+                let ry = b.ins().fmul(r, y);
+                let adj = b.ins().fadd(r, y);
+                fselect(b, FloatCC::LessThan, ry, zero, adj, r)
+            }
+        }
+        BinaryOp::PRelu => {
+            let ty = b.func.dfg.value_type(x);
+            let zero = fconst(b, ty, 0.0);
+            let xs = b.ins().fmul(x, y);
+            fselect(b, FloatCC::LessThan, x, zero, xs, x)
+        }
+        BinaryOp::Equal => cmp(b, FloatCC::Equal),
+        BinaryOp::Less => cmp(b, FloatCC::LessThan),
+        BinaryOp::LessOrEqual => cmp(b, FloatCC::LessThanOrEqual),
+        BinaryOp::Greater => cmp(b, FloatCC::GreaterThan),
+        BinaryOp::GreaterOrEqual => cmp(b, FloatCC::GreaterThanOrEqual),
+        other => return Err(format!("{other:?} is not defined on floats")),
+    })
+}
+
+fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: Value) -> Result<Value, String> {
+    let cmp = |b: &mut FunctionBuilder, s: IntCC, u: IntCC| {
+        let c = b.ins().icmp(if signed { s } else { u }, x, y);
+        bool_to_i64(b, c)
+    };
+    // Division by zero is undefined in ONNX; divide by 1 instead of trapping.
+    let safe_divisor = |b: &mut FunctionBuilder| {
+        let one = kernel::iconst(b, 1);
+        let z = b.ins().icmp_imm(IntCC::Equal, y, 0);
+        b.ins().select(z, one, y)
+    };
+    Ok(match op {
+        BinaryOp::Add => b.ins().iadd(x, y),
+        BinaryOp::Sub => b.ins().isub(x, y),
+        BinaryOp::Mul => b.ins().imul(x, y),
+        BinaryOp::Div => {
+            let d = safe_divisor(b);
+            if signed { b.ins().sdiv(x, d) } else { b.ins().udiv(x, d) }
+        }
+        BinaryOp::Mod { fmod } => {
+            let d = safe_divisor(b);
+            let r = if signed { b.ins().srem(x, d) } else { b.ins().urem(x, d) };
+            if fmod || !signed {
+                r
+            } else {
+                let rd = b.ins().bxor(r, d);
+                let signs_differ = b.ins().icmp_imm(IntCC::SignedLessThan, rd, 0);
+                let nz = b.ins().icmp_imm(IntCC::NotEqual, r, 0);
+                let fix = b.ins().band(signs_differ, nz);
+                let adj = b.ins().iadd(r, d);
+                b.ins().select(fix, adj, r)
+            }
+        }
+        BinaryOp::Pow => {
+            // Integer power by repeated squaring over the 64 exponent bits; negative
+            // exponents give 0 (as numpy's integer pow would reject; ONNX leaves it open).
+            let one = kernel::iconst(b, 1);
+            let mut result = one;
+            let mut base = x;
+            for bit in 0..63 {
+                let set = b.ins().ushr_imm(y, bit);
+                let set = b.ins().band_imm(set, 1);
+                let is = b.ins().icmp_imm(IntCC::NotEqual, set, 0);
+                let m = b.ins().imul(result, base);
+                result = b.ins().select(is, m, result);
+                base = b.ins().imul(base, base);
+            }
+            result
+        }
+        BinaryOp::Max => {
+            if signed { b.ins().smax(x, y) } else { b.ins().umax(x, y) }
+        }
+        BinaryOp::Min => {
+            if signed { b.ins().smin(x, y) } else { b.ins().umin(x, y) }
+        }
+        BinaryOp::PRelu => {
+            let xs = b.ins().imul(x, y);
+            let neg = b.ins().icmp_imm(IntCC::SignedLessThan, x, 0);
+            b.ins().select(neg, xs, x)
+        }
+        BinaryOp::Equal => cmp(b, IntCC::Equal, IntCC::Equal),
+        BinaryOp::Less => cmp(b, IntCC::SignedLessThan, IntCC::UnsignedLessThan),
+        BinaryOp::LessOrEqual => cmp(b, IntCC::SignedLessThanOrEqual, IntCC::UnsignedLessThanOrEqual),
+        BinaryOp::Greater => cmp(b, IntCC::SignedGreaterThan, IntCC::UnsignedGreaterThan),
+        BinaryOp::GreaterOrEqual => cmp(b, IntCC::SignedGreaterThanOrEqual, IntCC::UnsignedGreaterThanOrEqual),
+        BinaryOp::And | BinaryOp::BitwiseAnd => b.ins().band(x, y),
+        BinaryOp::Or | BinaryOp::BitwiseOr => b.ins().bor(x, y),
+        BinaryOp::Xor | BinaryOp::BitwiseXor => b.ins().bxor(x, y),
+        BinaryOp::BitShiftLeft => b.ins().ishl(x, y),
+        BinaryOp::BitShiftRight => b.ins().ushr(x, y),
+    })
+}
+
+pub fn where_op(ctx: &mut LowerCtx) -> LowerResult {
+    let (c, x, y) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    let out = ctx.output(0);
+    let f = |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
+        let t = b.ins().icmp_imm(IntCC::NotEqual, a[0], 0);
+        Ok(b.ins().select(t, a[1], a[2]))
+    };
+    map(ctx, &[c, x, y], &out, &f, None)
+}

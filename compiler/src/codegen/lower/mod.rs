@@ -1,0 +1,101 @@
+//! Lowering of each core op to CLIF, one module per op family. Every node becomes one
+//! function whose parameters are the addresses of its inputs, outputs and scratch.
+
+mod conv;
+mod elementwise;
+mod linalg;
+mod movement;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+
+use cranelift_codegen::ir::Value;
+use cranelift_frontend::FunctionBuilder;
+use cranelift_module::{DataDescription, Module};
+use cranelift_object::ObjectModule;
+
+use super::kernel::PTR;
+use super::Target;
+use crate::ir::{Tensor, TensorType};
+use crate::ops::Op;
+
+pub type LowerResult = Result<(), String>;
+
+/// One input or output of the node being lowered.
+#[derive(Clone)]
+pub struct Operand {
+    /// The buffer's address (a function parameter).
+    pub ptr: Value,
+    pub ty: TensorType,
+    /// The value, when it is a compile-time constant (weights): kernels may specialize
+    /// on it or repack it.
+    pub constant: Option<Tensor>,
+}
+
+pub struct LowerCtx<'a, 'f> {
+    pub b: &'a mut FunctionBuilder<'f>,
+    pub target: &'a Target,
+    pub module: &'a mut ObjectModule,
+    /// `None` for omitted optional inputs.
+    pub inputs: Vec<Option<Operand>>,
+    pub outputs: Vec<Operand>,
+    /// Arena scratch of [`scratch_bytes`] bytes, when the node asked for some.
+    pub scratch: Option<Value>,
+}
+
+impl LowerCtx<'_, '_> {
+    pub fn input(&self, i: usize) -> Result<Operand, String> {
+        self.inputs.get(i).cloned().flatten().ok_or_else(|| format!("input {i} is missing"))
+    }
+
+    pub fn output(&self, i: usize) -> Operand {
+        self.outputs[i].clone()
+    }
+
+    /// Places `bytes` (e.g. weights repacked for a kernel) in read-only data, 64-byte
+    /// aligned, and returns its address inside the current function.
+    pub fn rodata(&mut self, bytes: Vec<u8>) -> Result<Value, String> {
+        let id = self.module.declare_anonymous_data(false, false).map_err(|e| e.to_string())?;
+        let mut d = DataDescription::new();
+        d.define(bytes.into_boxed_slice());
+        d.set_align(super::plan::ALIGN as u64);
+        self.module.define_data(id, &d).map_err(|e| e.to_string())?;
+        let gv = self.module.declare_data_in_func(id, self.b.func);
+        Ok(cranelift_codegen::ir::InstBuilder::global_value(self.b.ins(), PTR, gv))
+    }
+}
+
+/// Arena scratch bytes a node needs besides its inputs and outputs.
+pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
+    match op {
+        Op::Conv(c) => conv::scratch_bytes(c, inputs, outputs),
+        _ => 0,
+    }
+}
+
+pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
+    match op {
+        Op::Unary(u) => elementwise::unary(ctx, *u),
+        Op::Binary(b) => elementwise::binary(ctx, *b),
+        Op::Where => elementwise::where_op(ctx),
+        Op::Cast { to } => elementwise::cast(ctx, *to),
+        Op::Reshape { .. } => movement::copy(ctx),
+        Op::Transpose { perm } => movement::transpose(ctx, perm),
+        Op::Slice { starts, steps, .. } => movement::slice(ctx, starts, steps),
+        Op::Expand { .. } => movement::expand(ctx),
+        Op::Concat { axis } => movement::concat(ctx, *axis),
+        Op::Gather { axis } => movement::gather(ctx, *axis),
+        Op::Pad(p) => movement::pad(ctx, p),
+        Op::MatMul => linalg::matmul(ctx),
+        Op::Gemm(g) => linalg::gemm(ctx, g),
+        Op::Conv(c) => conv::conv(ctx, c),
+        Op::ConvTranspose(c) => conv::conv_transpose(ctx, c),
+        Op::Pool(p) => pool::pool(ctx, p),
+        Op::Softmax { axis, log } => norm::softmax(ctx, *axis, *log),
+        Op::LayerNorm { axis, epsilon } => norm::layer_norm(ctx, *axis, *epsilon),
+        Op::Reduce(r) => reduce::reduce(ctx, r),
+        Op::ArgReduce(a) => reduce::arg_reduce(ctx, a),
+        Op::Resize(r) => resize::resize(ctx, r),
+    }
+}

@@ -1,0 +1,358 @@
+//! The Cranelift back end: memory plan → one object file holding the weights, one
+//! function per node, and the exported C ABI (`infer`, `infer_with_workspace`,
+//! `model_info`).
+
+pub mod isa;
+pub mod kernel;
+pub mod lower;
+pub mod math;
+mod model_info;
+pub mod plan;
+
+use cranelift_codegen::ir::{types, AbiParam, Function, InstBuilder, Signature, UserFuncName, Value};
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_module::{DataDescription, FuncId, Linkage, Module};
+use cranelift_object::{ObjectBuilder, ObjectModule};
+
+pub use isa::{Arch, Target};
+pub use plan::{MemoryPlan, Storage};
+
+use crate::error::{NncError, Result};
+use crate::ir::Graph;
+use kernel::{flags, PTR};
+use lower::{LowerCtx, Operand};
+use nnc_runtime_abi::abi::{NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER, NNC_OK};
+
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    pub target: Target,
+    /// Symbol prefix: `--name foo` gives `foo_infer`; empty by default.
+    pub prefix: String,
+}
+
+/// The compiled object and what the header and `nnc inspect` report about it.
+pub struct CompiledModel {
+    pub object: Vec<u8>,
+    pub arena_size: usize,
+    pub arena_lower_bound: usize,
+    pub weights_size: usize,
+}
+
+pub fn symbol_prefix(name: &str) -> String {
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!("{name}_")
+    }
+}
+
+fn codegen_err(context: impl Into<String>, e: impl std::fmt::Display) -> NncError {
+    NncError::Codegen { context: context.into(), message: e.to_string() }
+}
+
+/// Compiles a graph into a relocatable object for `opts.target`.
+pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
+    let isa = opts.target.isa("speed")?;
+    let builder = ObjectBuilder::new(isa.clone(), "nnc_model", cranelift_module::default_libcall_names())
+        .map_err(|e| codegen_err("object setup", e))?;
+    let mut module = ObjectModule::new(builder);
+
+    let plan = plan_graph_memory(graph);
+
+    let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
+    let arena = define_zeroed(&mut module, "nnc_arena", plan.arena_size.max(1))?;
+    let info = model_info::define(&mut module, graph, &plan, &opts.prefix)?;
+
+    let mut fctx = FunctionBuilderContext::new();
+    let mut ctx = module.make_context();
+    let mut node_fns = vec![None; graph.nodes.len()];
+    for (k, node) in graph.nodes.iter().enumerate() {
+        if plan.is_view[k] {
+            continue;
+        }
+        let n_args = node.inputs.iter().flatten().count() + node.outputs.len() + usize::from(plan.scratch[k].is_some());
+        let sig = ptr_signature(&module, n_args, false);
+        let id = module.declare_function(&format!("nnc_node_{k}"), Linkage::Local, &sig).map_err(|e| codegen_err(&node.name, e))?;
+        ctx.func = Function::with_name_signature(UserFuncName::user(0, k as u32), sig);
+        {
+            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let entry = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            b.switch_to_block(entry);
+            b.seal_block(entry);
+            let params = b.block_params(entry).to_vec();
+            let mut next = params.into_iter();
+            let inputs: Vec<Option<Operand>> = node
+                .inputs
+                .iter()
+                .map(|i| i.map(|v| Operand { ptr: next.next().expect("one param per input"), ty: graph.ty(v).clone(), constant: graph.constant(v).cloned() }))
+                .collect();
+            let outputs: Vec<Operand> =
+                node.outputs.iter().map(|o| Operand { ptr: next.next().expect("one param per output"), ty: graph.ty(*o).clone(), constant: None }).collect();
+            let scratch = next.next();
+            let mut lctx = LowerCtx { b: &mut b, target: &opts.target, module: &mut module, inputs, outputs, scratch };
+            lower::lower_node(&mut lctx, &node.op).map_err(|m| NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}")))?;
+            b.ins().return_(&[]);
+            b.finalize(isa.frontend_config());
+        }
+        module.define_function(id, &mut ctx).map_err(|e| codegen_err(format!("node '{}'", node.name), format!("{e:?}")))?;
+        module.clear_context(&mut ctx);
+        node_fns[k] = Some(id);
+    }
+
+    let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
+    let infer_ws = define_infer_with_workspace(&mut module, &mut ctx, &mut fctx, &isa, graph, &plan, &node_fns, weights, copy_fn, &opts.prefix)?;
+    define_infer(&mut module, &mut ctx, &mut fctx, &isa, infer_ws, arena, &opts.prefix)?;
+    define_model_info_fn(&mut module, &mut ctx, &mut fctx, &isa, info, &opts.prefix)?;
+
+    let product = module.finish();
+    let object = product.emit().map_err(|e| codegen_err("object emission", e))?;
+    Ok(CompiledModel { object, arena_size: plan.arena_size, arena_lower_bound: plan.lower_bound, weights_size: plan.weights.len() })
+}
+
+/// The memory plan `compile_graph` uses, including each node's scratch.
+pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
+    let scratch: Vec<usize> = graph
+        .nodes
+        .iter()
+        .map(|n| {
+            let ins: Vec<_> = n.inputs.iter().map(|i| i.map(|v| graph.ty(v).clone())).collect();
+            let outs: Vec<_> = n.outputs.iter().map(|o| graph.ty(*o).clone()).collect();
+            lower::scratch_bytes(&n.op, &ins, &outs)
+        })
+        .collect();
+    plan::plan_memory(graph, &scratch)
+}
+
+fn ptr_signature(module: &ObjectModule, n_args: usize, returns_i32: bool) -> Signature {
+    let mut sig = module.make_signature();
+    sig.params.extend((0..n_args).map(|_| AbiParam::new(PTR)));
+    if returns_i32 {
+        sig.returns.push(AbiParam::new(types::I32));
+    }
+    sig
+}
+
+fn define_data(module: &mut ObjectModule, name: &str, bytes: &[u8], writable: bool) -> Result<cranelift_module::DataId> {
+    let id = module.declare_data(name, Linkage::Local, writable, false).map_err(|e| codegen_err(name, e))?;
+    let mut d = DataDescription::new();
+    // An empty blob still needs an address; one byte keeps every symbol distinct.
+    d.define(if bytes.is_empty() { vec![0u8].into_boxed_slice() } else { bytes.to_vec().into_boxed_slice() });
+    d.set_align(plan::ALIGN as u64);
+    module.define_data(id, &d).map_err(|e| codegen_err(name, e))?;
+    Ok(id)
+}
+
+fn define_zeroed(module: &mut ObjectModule, name: &str, size: usize) -> Result<cranelift_module::DataId> {
+    let id = module.declare_data(name, Linkage::Local, true, false).map_err(|e| codegen_err(name, e))?;
+    let mut d = DataDescription::new();
+    d.define_zeroinit(size);
+    d.set_align(plan::ALIGN as u64);
+    module.define_data(id, &d).map_err(|e| codegen_err(name, e))?;
+    Ok(id)
+}
+
+/// `nnc_copy(dst, src, nbytes)`: used for graph outputs that no node writes (constants,
+/// pass-through inputs, duplicates).
+fn define_copy(module: &mut ObjectModule, ctx: &mut Context, fctx: &mut FunctionBuilderContext, isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>) -> Result<FuncId> {
+    let sig = ptr_signature(module, 3, false);
+    let id = module.declare_function("nnc_copy", Linkage::Local, &sig).map_err(|e| codegen_err("nnc_copy", e))?;
+    ctx.func = Function::with_name_signature(UserFuncName::user(1, 0), sig);
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let p = b.block_params(entry).to_vec();
+        let (dst, src, n) = (p[0], p[1], p[2]);
+        kernel::dynamic_loop(&mut b, n, |b, i| {
+            let s = b.ins().iadd(src, i);
+            let v = b.ins().load(types::I8, flags(), s, 0);
+            let d = b.ins().iadd(dst, i);
+            b.ins().store(flags(), v, d, 0);
+        });
+        b.ins().return_(&[]);
+        b.finalize(isa.frontend_config());
+    }
+    module.define_function(id, ctx).map_err(|e| codegen_err("nnc_copy", format!("{e:?}")))?;
+    module.clear_context(ctx);
+    Ok(id)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn define_infer_with_workspace(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    graph: &Graph,
+    plan: &MemoryPlan,
+    node_fns: &[Option<FuncId>],
+    weights: cranelift_module::DataId,
+    copy_fn: FuncId,
+    prefix: &str,
+) -> Result<FuncId> {
+    let name = format!("{prefix}infer_with_workspace");
+    let sig = ptr_signature(module, 3, true);
+    let id = module.declare_function(&name, Linkage::Export, &sig).map_err(|e| codegen_err(&name, e))?;
+    ctx.func = Function::with_name_signature(UserFuncName::user(1, 1), sig);
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let p = b.block_params(entry).to_vec();
+        let (inputs, outputs, ws) = (p[0], p[1], p[2]);
+
+        // Argument checks: every pointer the plan dereferences must be non-null, and the
+        // workspace aligned as model_info promises.
+        let fail_null = b.create_block();
+        let fail_align = b.create_block();
+        let mut checks: Vec<(Value, bool)> = vec![];
+        if !graph.inputs.is_empty() {
+            checks.push((inputs, false));
+        }
+        if !graph.outputs.is_empty() {
+            checks.push((outputs, false));
+        }
+        for (arr, n) in [(inputs, graph.inputs.len()), (outputs, graph.outputs.len())] {
+            for i in 0..n {
+                // Check the array pointer before loading from it.
+                let ok = b.create_block();
+                let null = b.ins().icmp_imm(IntCC::Equal, arr, 0);
+                b.ins().brif(null, fail_null, &[], ok, &[]);
+                b.seal_block(ok);
+                b.switch_to_block(ok);
+                let e = b.ins().load(PTR, flags(), arr, (i * 8) as i32);
+                checks.push((e, false));
+            }
+        }
+        if plan.arena_size > 0 {
+            checks.push((ws, true));
+        }
+        for (v, is_ws) in checks {
+            let ok = b.create_block();
+            let null = b.ins().icmp_imm(IntCC::Equal, v, 0);
+            b.ins().brif(null, if is_ws { fail_align } else { fail_null }, &[], ok, &[]);
+            b.seal_block(ok);
+            b.switch_to_block(ok);
+            if is_ws {
+                let ok2 = b.create_block();
+                let mis = b.ins().band_imm(v, (plan::ALIGN - 1) as i64);
+                b.ins().brif(mis, fail_align, &[], ok2, &[]);
+                b.seal_block(ok2);
+                b.switch_to_block(ok2);
+            }
+        }
+
+        let wgv = module.declare_data_in_func(weights, b.func);
+        let wbase = b.ins().global_value(PTR, wgv);
+        let addr_of = |b: &mut FunctionBuilder, s: Storage| -> Value {
+            match s {
+                Storage::Input(i) => b.ins().load(PTR, flags(), inputs, (i * 8) as i32),
+                Storage::Output(i) => b.ins().load(PTR, flags(), outputs, (i * 8) as i32),
+                Storage::Const(off) => b.ins().iadd_imm(wbase, off as i64),
+                Storage::Arena(off) => b.ins().iadd_imm(ws, off as i64),
+            }
+        };
+        for (k, node) in graph.nodes.iter().enumerate() {
+            let Some(fid) = node_fns[k] else { continue };
+            let mut args = vec![];
+            for v in node.inputs.iter().flatten().chain(node.outputs.iter()) {
+                let s = plan.storage[v.0].expect("every node operand has storage");
+                args.push(addr_of(&mut b, s));
+            }
+            if let Some(off) = plan.scratch[k] {
+                args.push(addr_of(&mut b, Storage::Arena(off)));
+            }
+            let fref = module.declare_func_in_func(fid, b.func);
+            b.ins().call(fref, &args);
+        }
+        let cref = module.declare_func_in_func(copy_fn, b.func);
+        for (v, i) in &plan.final_copies {
+            let src = addr_of(&mut b, plan.storage[v.0].expect("copied outputs have storage"));
+            let dst = addr_of(&mut b, Storage::Output(*i));
+            let n = kernel::iconst(&mut b, graph.ty(*v).byte_size() as i64);
+            b.ins().call(cref, &[dst, src, n]);
+        }
+        let ok = b.ins().iconst(types::I32, NNC_OK as i64);
+        b.ins().return_(&[ok]);
+
+        for (blk, code) in [(fail_null, NNC_ERR_NULL_POINTER), (fail_align, NNC_ERR_MISALIGNED_WORKSPACE)] {
+            b.switch_to_block(blk);
+            b.seal_block(blk);
+            let c = b.ins().iconst(types::I32, code as i64);
+            b.ins().return_(&[c]);
+        }
+        b.finalize(isa.frontend_config());
+    }
+    module.define_function(id, ctx).map_err(|e| codegen_err(&name, format!("{e:?}")))?;
+    module.clear_context(ctx);
+    Ok(id)
+}
+
+fn define_infer(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    infer_ws: FuncId,
+    arena: cranelift_module::DataId,
+    prefix: &str,
+) -> Result<()> {
+    let name = format!("{prefix}infer");
+    let sig = ptr_signature(module, 2, true);
+    let id = module.declare_function(&name, Linkage::Export, &sig).map_err(|e| codegen_err(&name, e))?;
+    ctx.func = Function::with_name_signature(UserFuncName::user(1, 2), sig);
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let p = b.block_params(entry).to_vec();
+        let agv = module.declare_data_in_func(arena, b.func);
+        let ws = b.ins().global_value(PTR, agv);
+        let fref = module.declare_func_in_func(infer_ws, b.func);
+        let call = b.ins().call(fref, &[p[0], p[1], ws]);
+        let r = b.inst_results(call)[0];
+        b.ins().return_(&[r]);
+        b.finalize(isa.frontend_config());
+    }
+    module.define_function(id, ctx).map_err(|e| codegen_err(&name, format!("{e:?}")))?;
+    module.clear_context(ctx);
+    Ok(())
+}
+
+fn define_model_info_fn(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    info: cranelift_module::DataId,
+    prefix: &str,
+) -> Result<()> {
+    let name = format!("{prefix}model_info");
+    let sig = ptr_signature(module, 0, false);
+    let mut sig = sig;
+    sig.returns.push(AbiParam::new(PTR));
+    let id = module.declare_function(&name, Linkage::Export, &sig).map_err(|e| codegen_err(&name, e))?;
+    ctx.func = Function::with_name_signature(UserFuncName::user(1, 3), sig);
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+        let entry = b.create_block();
+        b.switch_to_block(entry);
+        b.seal_block(entry);
+        let gv = module.declare_data_in_func(info, b.func);
+        let p = b.ins().global_value(PTR, gv);
+        b.ins().return_(&[p]);
+        b.finalize(isa.frontend_config());
+    }
+    module.define_function(id, ctx).map_err(|e| codegen_err(&name, format!("{e:?}")))?;
+    module.clear_context(ctx);
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! The `nnc_model_info` structure every artifact exports: names, dtypes and shapes of the
+//! inputs and outputs, and the workspace size, laid out exactly as `nnc.h` declares.
+
+use cranelift_module::{DataDescription, DataId, Linkage, Module};
+use cranelift_object::ObjectModule;
+
+use super::plan::{MemoryPlan, ALIGN};
+use crate::error::{NncError, Result};
+use crate::ir::{Graph, ValueId};
+use nnc_runtime_abi::abi::NNC_ABI_VERSION;
+
+/// `sizeof(nnc_model_info)` and `sizeof(nnc_tensor_info)` on LP64 targets.
+const MODEL_INFO_SIZE: usize = 48;
+const TENSOR_INFO_SIZE: usize = 24;
+
+/// Defines one data object holding the struct, its tensor-info arrays, dims and names;
+/// pointers inside it are relocations against itself.
+pub fn define(module: &mut ObjectModule, graph: &Graph, plan: &MemoryPlan, prefix: &str) -> Result<DataId> {
+    let name = format!("{prefix}nnc_model_info_data");
+    // Writable because its pointers are fixed up by the loader (RELATIVE relocations).
+    let id = module
+        .declare_data(&name, Linkage::Local, true, false)
+        .map_err(|e| NncError::Codegen { context: "model info".into(), message: e.to_string() })?;
+    let tensors: Vec<ValueId> = graph.inputs.iter().chain(&graph.outputs).copied().collect();
+    let infos_at = MODEL_INFO_SIZE;
+    let dims_at = infos_at + TENSOR_INFO_SIZE * tensors.len();
+    let total_dims: usize = tensors.iter().map(|t| graph.ty(*t).rank()).sum();
+    let strings_at = dims_at + 8 * total_dims;
+
+    let mut bytes = vec![0u8; strings_at];
+    let mut relocs: Vec<(usize, usize)> = vec![]; // (where, target offset in this blob)
+    let put32 = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 = |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+
+    put32(&mut bytes, 0, NNC_ABI_VERSION);
+    put32(&mut bytes, 4, graph.inputs.len() as u32);
+    put32(&mut bytes, 8, graph.outputs.len() as u32);
+    relocs.push((16, infos_at));
+    relocs.push((24, infos_at + TENSOR_INFO_SIZE * graph.inputs.len()));
+    put64(&mut bytes, 32, plan.arena_size as u64);
+    put64(&mut bytes, 40, ALIGN as u64);
+
+    let mut dim_cursor = dims_at;
+    for (k, v) in tensors.iter().enumerate() {
+        let at = infos_at + k * TENSOR_INFO_SIZE;
+        let ty = graph.ty(*v);
+        let str_at = bytes.len();
+        bytes.extend(graph.value(*v).name.bytes().filter(|&c| c != 0));
+        bytes.push(0);
+        relocs.push((at, str_at));
+        put32(&mut bytes, at + 8, ty.dtype.onnx_code() as u32);
+        put32(&mut bytes, at + 12, ty.rank() as u32);
+        relocs.push((at + 16, dim_cursor));
+        for &d in &ty.shape {
+            put64(&mut bytes, dim_cursor, d as u64);
+            dim_cursor += 8;
+        }
+    }
+
+    let mut desc = DataDescription::new();
+    desc.define(bytes.into_boxed_slice());
+    desc.set_align(8);
+    let this = module.declare_data_in_data(id, &mut desc);
+    for (at, target) in relocs {
+        desc.write_data_addr(at as u32, this, target as i64);
+    }
+    module
+        .define_data(id, &desc)
+        .map_err(|e| NncError::Codegen { context: "model info".into(), message: e.to_string() })?;
+    Ok(id)
+}

@@ -1,0 +1,77 @@
+//! The compile pipeline behind `nnc compile` and the build-script helper: import →
+//! code generation → artifact (.so / .o / .a) plus its C header, written atomically.
+
+use std::path::{Path, PathBuf};
+
+use crate::artifact;
+use crate::codegen::{self, CompileOptions, CompiledModel};
+use crate::error::{NncError, Result};
+use crate::ir::Graph;
+use crate::onnx::{self, ImportOptions};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArtifactKind {
+    SharedObject,
+    Object,
+    StaticArchive,
+}
+
+impl ArtifactKind {
+    /// The extension of `-o` picks the kind.
+    pub fn from_path(path: &Path) -> Result<ArtifactKind> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("so") => Ok(ArtifactKind::SharedObject),
+            Some("o") => Ok(ArtifactKind::Object),
+            Some("a") => Ok(ArtifactKind::StaticArchive),
+            _ => Err(NncError::Model(format!("{}: the output must end in .so, .o or .a", path.display()))),
+        }
+    }
+}
+
+pub struct Compiled {
+    pub graph: Graph,
+    pub model: CompiledModel,
+}
+
+/// Imports and compiles a model in memory.
+pub fn compile_model(path: &Path, import: &ImportOptions, opts: &CompileOptions) -> Result<Compiled> {
+    let graph = onnx::load_model(path, import)?;
+    let model = codegen::compile_graph(&graph, opts).map_err(|e| e.in_file(path))?;
+    Ok(Compiled { graph, model })
+}
+
+/// The artifact bytes for one kind.
+pub fn artifact_bytes(kind: ArtifactKind, object: &[u8], file_name: &str) -> Result<Vec<u8>> {
+    let err = |e: artifact::ArtifactError| NncError::Artifact { kind: file_name.to_string(), message: e.to_string() };
+    match kind {
+        ArtifactKind::Object => Ok(object.to_vec()),
+        ArtifactKind::SharedObject => artifact::link_shared_object(object, file_name).map_err(err),
+        ArtifactKind::StaticArchive => {
+            let member = Path::new(file_name).with_extension("o");
+            artifact::write_static_archive(&member.to_string_lossy(), object).map_err(err)
+        }
+    }
+}
+
+/// The header path beside an artifact: `libm.so` → `libm.h`.
+pub fn header_path(output: &Path) -> PathBuf {
+    output.with_extension("h")
+}
+
+/// Writes the artifact and its header; nothing is left behind on failure.
+pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result<PathBuf> {
+    let kind = ArtifactKind::from_path(output)?;
+    let file_name = output.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let bytes = artifact_bytes(kind, &compiled.model.object, &file_name)?;
+    let header = header_path(output);
+    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let text = crate::header::generate(&compiled.graph, name, &stem, compiled.model.arena_size);
+    let io = |p: &Path, e: std::io::Error| NncError::Io { path: p.to_path_buf(), source: e };
+    let mode = if kind == ArtifactKind::SharedObject { 0o755 } else { 0o644 };
+    artifact::write_atomically_with_mode(output, &bytes, mode).map_err(|e| io(output, e))?;
+    if let Err(e) = artifact::write_atomically(&header, text.as_bytes()) {
+        let _ = std::fs::remove_file(output);
+        return Err(io(&header, e));
+    }
+    Ok(header)
+}

@@ -1,0 +1,141 @@
+//! Element types, numbered as ONNX's `TensorProto.DataType` so the C ABI can report them
+//! without a translation table.
+
+use std::fmt;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum DType {
+    F32 = 1,
+    U8 = 2,
+    I8 = 3,
+    U16 = 4,
+    I16 = 5,
+    I32 = 6,
+    I64 = 7,
+    Bool = 9,
+    F16 = 10,
+    F64 = 11,
+    U32 = 12,
+    U64 = 13,
+    BF16 = 16,
+}
+
+impl DType {
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::U8,
+        DType::I8,
+        DType::U16,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+        DType::F16,
+        DType::F64,
+        DType::U32,
+        DType::U64,
+        DType::BF16,
+    ];
+
+    pub fn from_onnx(code: i32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| *d as i32 == code)
+    }
+
+    pub fn onnx_code(self) -> i32 {
+        self as i32
+    }
+
+    /// Bytes per element in memory (bool is one byte, as in ONNX Runtime and numpy).
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 | DType::I8 | DType::Bool => 1,
+            DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    pub fn is_int(self) -> bool {
+        !self.is_float() && self != DType::Bool
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::U16 => "uint16",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::Bool => "bool",
+            DType::F16 => "float16",
+            DType::F64 => "float64",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::BF16 => "bfloat16",
+        }
+    }
+
+    /// The C type used in generated headers.
+    pub fn c_type(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F64 => "double",
+            DType::U8 | DType::Bool => "uint8_t",
+            DType::I8 => "int8_t",
+            DType::U16 | DType::F16 | DType::BF16 => "uint16_t",
+            DType::I16 => "int16_t",
+            DType::I32 => "int32_t",
+            DType::U32 => "uint32_t",
+            DType::I64 => "int64_t",
+            DType::U64 => "uint64_t",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A fully static tensor type: nnc binds every dimension at import time.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct TensorType {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl TensorType {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> Self {
+        TensorType { dtype, shape }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn byte_size(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{}[{}]", self.dtype, dims.join(","))
+    }
+}

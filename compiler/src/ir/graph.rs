@@ -1,0 +1,114 @@
+//! The graph: values (typed, possibly constant) and nodes in topological order.
+
+use std::fmt;
+
+use super::{Tensor, TensorType};
+use crate::ops::Op;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct ValueId(pub usize);
+
+#[derive(Clone, Debug)]
+pub struct ValueInfo {
+    /// The ONNX name, kept for diagnostics, headers and the ABI's tensor names.
+    pub name: String,
+    pub ty: TensorType,
+    /// Set for initializers and everything constant folding produced.
+    pub constant: Option<Tensor>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The ONNX node name (or a generated one), for diagnostics.
+    pub name: String,
+    /// The ONNX op this node came from, for diagnostics: one ONNX node may become several
+    /// IR nodes (BatchNormalization → Mul + Add) and their op differs from the source.
+    pub onnx_op: String,
+    pub op: Op,
+    /// `None` marks an omitted optional input.
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<ValueId>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub values: Vec<ValueInfo>,
+    /// Topologically ordered.
+    pub nodes: Vec<Node>,
+    /// Runtime inputs (initializers are not among them), in the model's order.
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+}
+
+impl Graph {
+    pub fn value(&self, id: ValueId) -> &ValueInfo {
+        &self.values[id.0]
+    }
+
+    pub fn ty(&self, id: ValueId) -> &TensorType {
+        &self.values[id.0].ty
+    }
+
+    pub fn constant(&self, id: ValueId) -> Option<&Tensor> {
+        self.values[id.0].constant.as_ref()
+    }
+
+    pub fn add_value(&mut self, name: String, ty: TensorType, constant: Option<Tensor>) -> ValueId {
+        self.values.push(ValueInfo { name, ty, constant });
+        ValueId(self.values.len() - 1)
+    }
+
+    /// Number of constant elements that nodes actually read (the model's parameters).
+    pub fn parameter_count(&self) -> usize {
+        let mut used = vec![false; self.values.len()];
+        for n in &self.nodes {
+            for v in n.inputs.iter().flatten() {
+                used[v.0] = true;
+            }
+        }
+        for o in &self.outputs {
+            used[o.0] = true;
+        }
+        self.values
+            .iter()
+            .zip(used)
+            .filter(|(v, u)| *u && v.constant.is_some())
+            .map(|(v, _)| v.ty.numel())
+            .sum()
+    }
+}
+
+/// A stable textual dump, one node per line, used by pass tests and `--dump-ir`.
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |id: &ValueId| format!("%{}", self.values[id.0].name);
+        let ins: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| format!("{}: {}", name(i), self.ty(*i)))
+            .collect();
+        writeln!(f, "graph({}) {{", ins.join(", "))?;
+        for n in &self.nodes {
+            let outs: Vec<String> = n
+                .outputs
+                .iter()
+                .map(|o| format!("{}: {}", name(o), self.ty(*o)))
+                .collect();
+            let args: Vec<String> = n
+                .inputs
+                .iter()
+                .map(|i| match i {
+                    None => "_".to_string(),
+                    Some(v) if self.constant(*v).is_some() => {
+                        format!("const {}", self.ty(*v))
+                    }
+                    Some(v) => name(v),
+                })
+                .collect();
+            writeln!(f, "  {} = {:?}({})", outs.join(", "), n.op, args.join(", "))?;
+        }
+        let outs: Vec<String> = self.outputs.iter().map(name).collect();
+        writeln!(f, "  return {}", outs.join(", "))?;
+        write!(f, "}}")
+    }
+}

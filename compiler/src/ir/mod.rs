@@ -1,0 +1,9 @@
+//! nnc's graph IR: static-shaped tensors, constants, and nodes holding parsed ops.
+
+pub mod dtype;
+pub mod graph;
+pub mod tensor;
+
+pub use dtype::{DType, TensorType};
+pub use graph::{Graph, Node, ValueId, ValueInfo};
+pub use tensor::{Element, Tensor};

@@ -1,0 +1,14 @@
+//! nnc: a quantizing ahead-of-time compiler from ONNX models to native libraries.
+//!
+//! Pipeline: [`onnx`] import → [`ir`] graph → [`ops`] shape inference → [`interp`]
+//! (reference) / [`codegen`] (Cranelift) → [`artifact`] (.so / .o / .a writers).
+
+pub mod artifact;
+pub mod codegen;
+pub mod driver;
+pub mod error;
+pub mod header;
+pub mod interp;
+pub mod ir;
+pub mod onnx;
+pub mod ops;

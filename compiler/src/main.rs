@@ -1,0 +1,165 @@
+//! The `nnc` command line.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use nnc::codegen::{Arch, CompileOptions, Target};
+use nnc::driver;
+use nnc::error::{NncError, Result};
+use nnc::onnx::{self, ImportOptions};
+
+#[derive(Parser)]
+#[command(name = "nnc", version, about = "Compiles ONNX models into standalone native libraries with a C ABI.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct ShapeArgs {
+    /// Binds an input's full shape, e.g. `--input-shape input=1,3,224,224`. Repeatable.
+    #[arg(long = "input-shape", value_name = "NAME=D0,D1,...")]
+    input_shapes: Vec<String>,
+    /// Binds a symbolic dimension by its name in the model, e.g. `--dim batch=1`.
+    /// Repeatable.
+    #[arg(long = "dim", value_name = "PARAM=VALUE")]
+    dims: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compiles MODEL.onnx into a shared library (.so), object (.o) or static archive (.a),
+    /// with a C header (.h) beside it.
+    Compile {
+        /// The ONNX model.
+        model: PathBuf,
+        /// Output path; its extension picks the kind: .so, .o or .a. Default: lib<model>.so
+        /// next to the model.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        /// Target architecture: x86_64 or aarch64 (aarch64-unknown-linux-gnu). Default: the host.
+        #[arg(long)]
+        target: Option<String>,
+        /// CPU features. x86_64: baseline (SSE4.1), x86-64-v3 (AVX2+FMA), x86-64-v4
+        /// (AVX-512), native (default on the host). aarch64: armv8 (default), +dotprod, +i8mm.
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Symbol prefix: `--name foo` exports foo_infer, foo_infer_with_workspace and
+        /// foo_model_info, so several models link into one program.
+        #[arg(long, default_value = "")]
+        name: String,
+        #[command(flatten)]
+        shapes: ShapeArgs,
+        /// Prints nnc's IR after import.
+        #[arg(long)]
+        dump_ir: bool,
+    },
+    /// Describes a model: inputs, outputs, op histogram, parameters, arena size, and
+    /// every unsupported op.
+    Inspect {
+        model: PathBuf,
+        #[command(flatten)]
+        shapes: ShapeArgs,
+    },
+}
+
+fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
+    let bad = |flag: &str, v: &str, why: &str| NncError::Model(format!("--{flag} {v}: {why}"));
+    let mut input_shapes = HashMap::new();
+    for s in &shapes.input_shapes {
+        let (name, dims) = s.split_once('=').ok_or_else(|| bad("input-shape", s, "expected NAME=D0,D1,..."))?;
+        let dims: std::result::Result<Vec<usize>, _> = if dims.is_empty() { Ok(vec![]) } else { dims.split(',').map(|d| d.trim().parse::<usize>()).collect() };
+        input_shapes.insert(name.to_string(), dims.map_err(|_| bad("input-shape", s, "dimensions must be non-negative integers"))?);
+    }
+    let mut dims = HashMap::new();
+    for s in &shapes.dims {
+        let (name, v) = s.split_once('=').ok_or_else(|| bad("dim", s, "expected PARAM=VALUE"))?;
+        dims.insert(name.to_string(), v.trim().parse::<usize>().map_err(|_| bad("dim", s, "the value must be a non-negative integer"))?);
+    }
+    Ok(ImportOptions { input_shapes, dims })
+}
+
+fn default_output(model: &std::path::Path) -> PathBuf {
+    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    model.with_file_name(format!("lib{stem}.so"))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Compile { model, output, target, cpu, name, shapes, dump_ir } => {
+            if !name.is_empty() && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(NncError::Model(format!("--name '{name}' must be a C identifier (letters, digits, _)")));
+            }
+            let arch = match target {
+                Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
+                None => Arch::host(),
+            };
+            let target = Target::new(arch, cpu.as_deref())?;
+            let import = parse_bindings(&shapes)?;
+            let output = output.unwrap_or_else(|| default_output(&model));
+            driver::ArtifactKind::from_path(&output)?;
+            let started = std::time::Instant::now();
+            let opts = CompileOptions { target: target.clone(), prefix: nnc::codegen::symbol_prefix(&name) };
+            let compiled = driver::compile_model(&model, &import, &opts)?;
+            if dump_ir {
+                println!("{}", compiled.graph);
+            }
+            let header = driver::write_artifacts(&compiled, &output, &name)?;
+            eprintln!(
+                "nnc: wrote {} and {} ({} {}, weights {} bytes, workspace {} bytes) in {:.2} s",
+                output.display(),
+                header.display(),
+                target.arch.triple(),
+                target.cpu,
+                compiled.model.weights_size,
+                compiled.model.arena_size,
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Command::Inspect { model, shapes } => inspect(&model, &parse_bindings(&shapes)?),
+    }
+}
+
+fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
+    let imported = onnx::load_model_partial(path, import)?;
+    let g = &imported.graph;
+    println!("model: {}", path.display());
+    println!("opset: {}", imported.opset);
+    for (kind, ids) in [("input", &g.inputs), ("output", &g.outputs)] {
+        for v in ids.iter() {
+            println!("{kind}: {} {}", g.value(*v).name, g.ty(*v));
+        }
+    }
+    println!("parameters: {}", g.parameter_count());
+    println!("operators:");
+    for (op, n) in &imported.onnx_ops {
+        println!("  {op:<24} {n}");
+    }
+    if imported.unsupported.is_empty() {
+        let plan = nnc::codegen::plan_graph_memory(g);
+        println!("weights: {} bytes", plan.weights.len());
+        println!("arena: {} bytes (lower bound {} bytes)", plan.arena_size, plan.lower_bound);
+        println!("unsupported: none");
+    } else {
+        println!("unsupported ({}):", imported.unsupported.len());
+        for u in &imported.unsupported {
+            println!("  node '{}' ({}): {}", u.node, u.op, u.reason);
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

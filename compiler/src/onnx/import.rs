@@ -1,0 +1,342 @@
+//! ONNX model → nnc IR: resolves every shape statically, folds constants as it goes
+//! (so `Shape → Gather → Concat → Reshape` chains become plain attributes), and collects
+//! every unsupported op in one pass.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use prost::Message;
+
+use super::attributes::Attributes;
+use super::proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use super::tensor_proto::tensor_from_proto;
+use crate::error::{NncError, Result, UnsupportedOp};
+use crate::interp;
+use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
+use crate::ops::{infer_types, Op};
+
+/// How to bind dimensions the model leaves symbolic.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// `--input-shape NAME=D0,D1,...`
+    pub input_shapes: HashMap<String, Vec<usize>>,
+    /// `--dim PARAM=VALUE`
+    pub dims: HashMap<String, usize>,
+}
+
+/// What import produced: the graph, and every node that could not be imported.
+pub struct Imported {
+    pub graph: Graph,
+    pub unsupported: Vec<UnsupportedOp>,
+    pub opset: i64,
+    /// ONNX op histogram of the source model, in first-seen order.
+    pub onnx_ops: Vec<(String, usize)>,
+}
+
+/// Reads, decodes and imports a model file; errors carry the file's path.
+pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Graph> {
+    let imported = load_model_partial(path, opts)?;
+    if !imported.unsupported.is_empty() {
+        return Err(NncError::Unsupported(imported.unsupported).in_file(path));
+    }
+    Ok(imported.graph)
+}
+
+/// Like [`load_model`] but returns unsupported ops instead of failing on them
+/// (for `nnc inspect`).
+pub fn load_model_partial(path: &Path, opts: &ImportOptions) -> Result<Imported> {
+    let bytes = std::fs::read(path).map_err(|source| NncError::Io { path: path.to_path_buf(), source })?;
+    let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode { path: path.to_path_buf(), source })?;
+    import_model(&model, path.parent(), opts).map_err(|e| e.in_file(path))
+}
+
+pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Imported> {
+    let graph = model.graph.as_ref().ok_or_else(|| NncError::Model("the model has no graph".into()))?;
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        // IR version 3+ models must declare it; very old ones default to opset 1.
+        .unwrap_or(1);
+    let mut b = GraphBuilder { graph: Graph::default(), names: HashMap::new(), unsupported: vec![], opset, base_dir: base_dir.map(Path::to_path_buf) };
+    b.import_initializers(graph, base_dir)?;
+    b.import_inputs(graph, opts)?;
+    let mut hist: Vec<(String, usize)> = vec![];
+    for (i, node) in graph.node.iter().enumerate() {
+        match hist.iter_mut().find(|(n, _)| *n == node.op_type) {
+            Some((_, c)) => *c += 1,
+            None => hist.push((node.op_type.clone(), 1)),
+        }
+        b.import_node(node, i)?;
+    }
+    b.import_outputs(graph)?;
+    Ok(Imported { graph: b.graph, unsupported: b.unsupported, opset, onnx_ops: hist })
+}
+
+/// Marks a value whose producer could not be imported: its consumers are skipped
+/// silently, so only the root causes are reported.
+const POISON: ValueId = ValueId(usize::MAX);
+
+pub struct GraphBuilder {
+    pub graph: Graph,
+    names: HashMap<String, ValueId>,
+    unsupported: Vec<UnsupportedOp>,
+    pub opset: i64,
+    pub base_dir: Option<std::path::PathBuf>,
+}
+
+impl GraphBuilder {
+    fn import_initializers(&mut self, g: &GraphProto, base_dir: Option<&Path>) -> Result<()> {
+        for t in &g.initializer {
+            let tensor = tensor_from_proto(t, base_dir).map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
+            let id = self.graph.add_value(t.name.clone(), tensor.ty(), Some(tensor));
+            self.names.insert(t.name.clone(), id);
+        }
+        if let Some(s) = g.sparse_initializer.first() {
+            let name = s.values.as_ref().map(|v| v.name.clone()).unwrap_or_default();
+            return Err(NncError::Model(format!("sparse initializer '{name}' is not supported")));
+        }
+        Ok(())
+    }
+
+    fn import_inputs(&mut self, g: &GraphProto, opts: &ImportOptions) -> Result<()> {
+        for vi in &g.input {
+            if self.names.contains_key(&vi.name) {
+                continue; // an initializer listed as input (IR < 4): a constant
+            }
+            let ty = input_type(vi, opts)?;
+            let id = self.graph.add_value(vi.name.clone(), ty, None);
+            self.names.insert(vi.name.clone(), id);
+            self.graph.inputs.push(id);
+        }
+        for name in opts.input_shapes.keys() {
+            if !g.input.iter().any(|i| &i.name == name) {
+                return Err(NncError::Model(format!("--input-shape names '{name}', which is not an input of the model")));
+            }
+        }
+        Ok(())
+    }
+
+    fn import_outputs(&mut self, g: &GraphProto) -> Result<()> {
+        for vi in &g.output {
+            let id = *self.names.get(&vi.name).ok_or_else(|| NncError::Model(format!("graph output '{}' is never produced", vi.name)))?;
+            if id == POISON {
+                continue;
+            }
+            // The ABI reports outputs by their graph names, whatever produced them.
+            self.graph.values[id.0].name = vi.name.clone();
+            self.graph.outputs.push(id);
+        }
+        Ok(())
+    }
+
+    fn import_node(&mut self, node: &NodeProto, index: usize) -> Result<()> {
+        let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
+        let mut inputs = Vec::with_capacity(node.input.len());
+        for i in &node.input {
+            if i.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            match self.names.get(i) {
+                Some(&POISON) => {
+                    self.poison(node);
+                    return Ok(());
+                }
+                Some(&id) => inputs.push(Some(id)),
+                None => return Err(NncError::node(&name, &node.op_type, format!("input '{i}' is not produced by any earlier node"))),
+            }
+        }
+        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+            return self.unsupported(node, &name, format!("domain '{}' is not supported", node.domain));
+        }
+        let Some(import) = super::ops::importer(&node.op_type) else {
+            return self.unsupported(node, &name, "no such operator in nnc".to_string());
+        };
+        let attrs = Attributes::new(&node.attribute);
+        let mut ctx = NodeCtx { b: self, node, name: &name, attrs, inputs };
+        match import(&mut ctx) {
+            Ok(()) => {}
+            Err(ImportError::Unsupported(reason)) => return self.unsupported(node, &name, reason),
+            Err(ImportError::Invalid(message)) => return Err(NncError::node(&name, &node.op_type, message)),
+        }
+        for o in node.output.iter().filter(|o| !o.is_empty()) {
+            if !self.names.contains_key(o) {
+                return Err(NncError::node(&name, &node.op_type, format!("output '{o}' was not produced")));
+            }
+        }
+        Ok(())
+    }
+
+    fn unsupported(&mut self, node: &NodeProto, name: &str, reason: String) -> Result<()> {
+        self.unsupported.push(UnsupportedOp { node: name.to_string(), op: node.op_type.clone(), reason });
+        self.poison(node);
+        Ok(())
+    }
+
+    fn poison(&mut self, node: &NodeProto) {
+        for o in &node.output {
+            self.names.insert(o.clone(), POISON);
+        }
+    }
+}
+
+fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<TensorType> {
+    let err = |m: String| NncError::Model(format!("input '{}': {m}", vi.name));
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err(err("only tensor inputs are supported".into()));
+    };
+    let dtype = DType::from_onnx(t.elem_type).ok_or_else(|| err(format!("unsupported element type {}", t.elem_type)))?;
+    if let Some(shape) = opts.input_shapes.get(&vi.name) {
+        return Ok(TensorType::new(dtype, shape.clone()));
+    }
+    let dims = t.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or_default();
+    if t.shape.is_none() {
+        return Err(err(format!("the shape is unknown; bind it with --input-shape {}=D0,D1,...", vi.name)));
+    }
+    let mut shape = Vec::with_capacity(dims.len());
+    for (axis, d) in dims.iter().enumerate() {
+        let v = match &d.value {
+            Some(dimension::Value::DimValue(v)) if *v >= 0 => *v as usize,
+            Some(dimension::Value::DimParam(p)) if opts.dims.contains_key(p) => opts.dims[p],
+            Some(dimension::Value::DimParam(p)) => {
+                return Err(err(format!(
+                    "dimension {axis} is symbolic ('{p}'); bind it with --dim {p}=VALUE or --input-shape {}=D0,D1,...",
+                    vi.name
+                )))
+            }
+            _ => return Err(err(format!("dimension {axis} is unknown; bind it with --input-shape {}=D0,D1,...", vi.name))),
+        };
+        shape.push(v);
+    }
+    Ok(TensorType::new(dtype, shape))
+}
+
+/// Why a node could not be imported: unsupported (reported with all others, import goes
+/// on) or invalid (a broken model: import stops).
+#[derive(Debug)]
+pub enum ImportError {
+    Unsupported(String),
+    Invalid(String),
+}
+
+impl From<String> for ImportError {
+    fn from(s: String) -> Self {
+        ImportError::Invalid(s)
+    }
+}
+
+impl From<&str> for ImportError {
+    fn from(s: &str) -> Self {
+        ImportError::Invalid(s.to_string())
+    }
+}
+
+pub type ImportResult<T = ()> = std::result::Result<T, ImportError>;
+
+/// What an op importer sees of its node and how it adds IR.
+pub struct NodeCtx<'a> {
+    b: &'a mut GraphBuilder,
+    pub node: &'a NodeProto,
+    pub name: &'a str,
+    pub attrs: Attributes<'a>,
+    /// Resolved inputs; `None` for omitted optional ones.
+    pub inputs: Vec<Option<ValueId>>,
+}
+
+impl NodeCtx<'_> {
+    pub fn opset(&self) -> i64 {
+        self.b.opset
+    }
+
+    pub fn base_dir(&self) -> Option<&Path> {
+        self.b.base_dir.as_deref()
+    }
+
+    pub fn input(&self, i: usize) -> Option<ValueId> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    pub fn required(&self, i: usize) -> ImportResult<ValueId> {
+        self.input(i).ok_or_else(|| ImportError::Invalid(format!("required input {i} is missing")))
+    }
+
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        self.b.graph.ty(v)
+    }
+
+    pub fn input_ty(&self, i: usize) -> ImportResult<TensorType> {
+        Ok(self.ty(self.required(i)?).clone())
+    }
+
+    pub fn constant(&self, v: ValueId) -> Option<&Tensor> {
+        self.b.graph.constant(v)
+    }
+
+    /// An input that must be known at compile time (shapes, axes, pads...).
+    pub fn const_input(&self, i: usize, what: &str) -> ImportResult<Option<Tensor>> {
+        match self.input(i) {
+            None => Ok(None),
+            Some(v) => match self.constant(v) {
+                Some(t) => Ok(Some(t.clone())),
+                None => Err(ImportError::Unsupported(format!(
+                    "input {i} ({what}) is computed at run time; nnc needs it constant to keep shapes static"
+                ))),
+            },
+        }
+    }
+
+    /// Adds a constant value.
+    pub fn constant_value(&mut self, name: &str, t: Tensor) -> ValueId {
+        self.b.graph.add_value(name.to_string(), t.ty(), Some(t))
+    }
+
+    /// Adds an IR node (or folds it when every input is constant) and returns its outputs.
+    pub fn emit(&mut self, op: Op, inputs: Vec<Option<ValueId>>, n_outputs: usize) -> ImportResult<Vec<ValueId>> {
+        let types: Vec<Option<TensorType>> = inputs.iter().map(|i| i.map(|v| self.ty(v).clone())).collect();
+        let out_types = infer_types(&op, &types)?;
+        if out_types.len() < n_outputs {
+            return Err(ImportError::Invalid(format!("{} produces {} outputs, {n_outputs} expected", op.name(), out_types.len())));
+        }
+        let all_const = inputs.iter().flatten().all(|v| self.constant(*v).is_some());
+        if all_const {
+            let args: Vec<Option<&Tensor>> = inputs.iter().map(|i| i.and_then(|v| self.b.graph.constant(v))).collect();
+            if let Ok(results) = interp::eval_op(&op, &args) {
+                let base = self.name.to_string();
+                return Ok(results.into_iter().enumerate().map(|(k, t)| self.b.graph.add_value(format!("{base}:{k}"), t.ty(), Some(t))).collect());
+            }
+        }
+        let outputs: Vec<ValueId> = out_types
+            .into_iter()
+            .enumerate()
+            .map(|(k, ty)| {
+                let name = match self.node.output.get(k) {
+                    Some(n) if !n.is_empty() => n.clone(),
+                    _ => format!("{}:{k}", self.name),
+                };
+                self.b.graph.add_value(name, ty, None)
+            })
+            .collect();
+        self.b.graph.nodes.push(Node { name: self.name.to_string(), onnx_op: self.node.op_type.clone(), op, inputs, outputs: outputs.clone() });
+        Ok(outputs)
+    }
+
+    /// Emits a single-output op.
+    pub fn emit1(&mut self, op: Op, inputs: Vec<Option<ValueId>>) -> ImportResult<ValueId> {
+        Ok(self.emit(op, inputs, 1)?[0])
+    }
+
+    /// Binds the node's ONNX output `k` to an IR value.
+    pub fn bind_output(&mut self, k: usize, v: ValueId) {
+        if let Some(name) = self.node.output.get(k).filter(|n| !n.is_empty()) {
+            self.b.names.insert(name.clone(), v);
+        }
+    }
+
+    pub fn bind_outputs(&mut self, vs: &[ValueId]) {
+        for (k, v) in vs.iter().enumerate() {
+            self.bind_output(k, *v);
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! The ONNX front end: protobuf messages, tensors, attributes, and one importer per op
+//! family mapping ONNX nodes onto nnc's core ops.
+
+pub mod attributes;
+pub mod import;
+pub mod ops;
+pub mod proto;
+pub mod tensor_proto;
+
+pub use import::{import_model, load_model, load_model_partial, ImportOptions, Imported};

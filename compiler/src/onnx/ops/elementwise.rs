@@ -1,0 +1,185 @@
+//! Elementwise ONNX ops: activations and math (unary), arithmetic, comparison and logic
+//! (binary), the variadic Sum/Mean/Max/Min, Where and Cast.
+
+use crate::ir::{DType, Tensor};
+use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
+use crate::ops::{BinaryOp, Op, UnaryOp};
+
+pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
+    let a = &ctx.attrs;
+    let op = match ctx.node.op_type.as_str() {
+        "Identity" => UnaryOp::Identity,
+        "Relu" => UnaryOp::Relu,
+        "LeakyRelu" => UnaryOp::LeakyRelu { alpha: a.float("alpha", 0.01)? },
+        "Sigmoid" => UnaryOp::Sigmoid,
+        "HardSigmoid" => UnaryOp::HardSigmoid { alpha: a.float("alpha", 0.2)?, beta: a.float("beta", 0.5)? },
+        "HardSwish" => UnaryOp::HardSwish,
+        "Tanh" => UnaryOp::Tanh,
+        "Exp" => UnaryOp::Exp,
+        "Log" => UnaryOp::Log,
+        "Sqrt" => UnaryOp::Sqrt,
+        "Reciprocal" => UnaryOp::Reciprocal,
+        "Neg" => UnaryOp::Neg,
+        "Abs" => UnaryOp::Abs,
+        "Erf" => UnaryOp::Erf,
+        "Gelu" => UnaryOp::Gelu {
+            tanh: match a.string("approximate", "none")?.as_str() {
+                "none" => false,
+                "tanh" => true,
+                other => return Err(format!("attribute 'approximate' must be 'none' or 'tanh', not '{other}'").into()),
+            },
+        },
+        "Softplus" => UnaryOp::Softplus,
+        "Softsign" => UnaryOp::Softsign,
+        "Elu" => UnaryOp::Elu { alpha: a.float("alpha", 1.0)? },
+        "Selu" => UnaryOp::Selu {
+            alpha: a.float("alpha", 1.673_263_2)?,
+            gamma: a.float("gamma", 1.050_701)?,
+        },
+        "Celu" => UnaryOp::Celu { alpha: a.float("alpha", 1.0)? },
+        "ThresholdedRelu" => UnaryOp::ThresholdedRelu { alpha: a.float("alpha", 1.0)? },
+        "Mish" => UnaryOp::Mish,
+        "Floor" => UnaryOp::Floor,
+        "Ceil" => UnaryOp::Ceil,
+        "Round" => UnaryOp::Round,
+        "Sign" => UnaryOp::Sign,
+        "Sin" => UnaryOp::Sin,
+        "Cos" => UnaryOp::Cos,
+        "Tan" => UnaryOp::Tan,
+        "Asin" => UnaryOp::Asin,
+        "Acos" => UnaryOp::Acos,
+        "Atan" => UnaryOp::Atan,
+        "Sinh" => UnaryOp::Sinh,
+        "Cosh" => UnaryOp::Cosh,
+        "Asinh" => UnaryOp::Asinh,
+        "Acosh" => UnaryOp::Acosh,
+        "Atanh" => UnaryOp::Atanh,
+        "Not" => UnaryOp::Not,
+        "BitwiseNot" => UnaryOp::BitwiseNot,
+        "IsNaN" => UnaryOp::IsNaN,
+        "IsInf" => UnaryOp::IsInf {
+            positive: a.int("detect_positive", 1)? != 0,
+            negative: a.int("detect_negative", 1)? != 0,
+        },
+        "Clip" => clip_bounds(ctx)?,
+        other => return Err(ImportError::Unsupported(format!("no unary mapping for {other}"))),
+    };
+    let x = ctx.required(0)?;
+    let y = ctx.emit1(Op::Unary(op), vec![Some(x)])?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// Clip's bounds: attributes before opset 11, optional constant inputs after.
+fn clip_bounds(ctx: &NodeCtx) -> ImportResult<UnaryOp> {
+    if ctx.opset() < 11 {
+        let min = ctx.attrs.float("min", f32::NEG_INFINITY)? as f64;
+        let max = ctx.attrs.float("max", f32::INFINITY)? as f64;
+        return Ok(UnaryOp::Clip { min, max });
+    }
+    let bound = |i: usize, default: f64| -> ImportResult<f64> {
+        Ok(match ctx.const_input(i, "clip bound")? {
+            Some(t) if t.len() == 1 => t.to_f64_vec()[0],
+            Some(_) => return Err("clip bounds must be scalars".into()),
+            None => default,
+        })
+    };
+    Ok(UnaryOp::Clip { min: bound(1, f64::NEG_INFINITY)?, max: bound(2, f64::INFINITY)? })
+}
+
+pub fn binary_op(op_type: &str, ctx: &NodeCtx) -> ImportResult<BinaryOp> {
+    Ok(match op_type {
+        "Add" => BinaryOp::Add,
+        "Sub" => BinaryOp::Sub,
+        "Mul" => BinaryOp::Mul,
+        "Div" => BinaryOp::Div,
+        "Pow" => BinaryOp::Pow,
+        "Max" => BinaryOp::Max,
+        "Min" => BinaryOp::Min,
+        "Mod" => BinaryOp::Mod { fmod: ctx.attrs.int("fmod", 0)? != 0 },
+        "PRelu" => BinaryOp::PRelu,
+        "Equal" => BinaryOp::Equal,
+        "Less" => BinaryOp::Less,
+        "LessOrEqual" => BinaryOp::LessOrEqual,
+        "Greater" => BinaryOp::Greater,
+        "GreaterOrEqual" => BinaryOp::GreaterOrEqual,
+        "And" => BinaryOp::And,
+        "Or" => BinaryOp::Or,
+        "Xor" => BinaryOp::Xor,
+        "BitShift" => match ctx.attrs.string("direction", "")?.as_str() {
+            "LEFT" => BinaryOp::BitShiftLeft,
+            "RIGHT" => BinaryOp::BitShiftRight,
+            d => return Err(format!("attribute 'direction' must be LEFT or RIGHT, not '{d}'").into()),
+        },
+        "BitwiseAnd" => BinaryOp::BitwiseAnd,
+        "BitwiseOr" => BinaryOp::BitwiseOr,
+        "BitwiseXor" => BinaryOp::BitwiseXor,
+        other => return Err(ImportError::Unsupported(format!("no binary mapping for {other}"))),
+    })
+}
+
+pub fn binary(ctx: &mut NodeCtx) -> ImportResult {
+    if ctx.opset() < 7 && ctx.attrs.has("broadcast") {
+        return Err(ImportError::Unsupported("legacy (opset < 7) broadcast attribute".into()));
+    }
+    let op = binary_op(&ctx.node.op_type.clone(), ctx)?;
+    let (a, b) = (ctx.required(0)?, ctx.required(1)?);
+    let y = ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// Sum, Mean, Max, Min over any number of inputs: a left fold of binary ops.
+pub fn variadic(ctx: &mut NodeCtx) -> ImportResult {
+    let op_type = ctx.node.op_type.clone();
+    let op = match op_type.as_str() {
+        "Sum" | "Mean" => BinaryOp::Add,
+        "Max" => BinaryOp::Max,
+        "Min" => BinaryOp::Min,
+        _ => unreachable!("registered for Sum/Mean/Max/Min only"),
+    };
+    let inputs: Vec<_> = ctx.inputs.iter().flatten().copied().collect();
+    let Some((&first, rest)) = inputs.split_first() else {
+        return Err("needs at least one input".into());
+    };
+    let mut acc = first;
+    if rest.is_empty() {
+        acc = ctx.emit1(Op::Unary(UnaryOp::Identity), vec![Some(first)])?;
+    }
+    for &v in rest {
+        acc = ctx.emit1(Op::Binary(op), vec![Some(acc), Some(v)])?;
+    }
+    if op_type == "Mean" {
+        let dtype = ctx.ty(acc).dtype;
+        let n = scalar_of(dtype, inputs.len() as f64);
+        let n = ctx.constant_value("mean_count", n);
+        acc = ctx.emit1(Op::Binary(BinaryOp::Div), vec![Some(acc), Some(n)])?;
+    }
+    ctx.bind_output(0, acc);
+    Ok(())
+}
+
+/// A rank-0 constant of `dtype` holding `v`.
+pub fn scalar_of(dtype: DType, v: f64) -> Tensor {
+    Tensor::scalar(v).cast(dtype)
+}
+
+pub fn where_op(ctx: &mut NodeCtx) -> ImportResult {
+    let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), Some(ctx.required(2)?)];
+    let y = ctx.emit1(Op::Where, ins)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+pub fn cast(ctx: &mut NodeCtx) -> ImportResult {
+    let to = if ctx.node.op_type == "CastLike" {
+        ctx.input_ty(1)?.dtype
+    } else {
+        let code = ctx.attrs.int_opt("to")?.ok_or("attribute 'to' is required")?;
+        DType::from_onnx(code as i32).ok_or_else(|| ImportError::Unsupported(format!("cast to data type {code}")))?
+    };
+    let x = ctx.required(0)?;
+    let y = ctx.emit1(Op::Cast { to }, vec![Some(x)])?;
+    ctx.bind_output(0, y);
+    Ok(())
+}

@@ -1,0 +1,63 @@
+//! One importer per ONNX op family, and the registry that maps op types onto them.
+
+mod elementwise;
+mod nn;
+mod reduce;
+mod resize;
+mod shape;
+
+use super::import::{ImportResult, NodeCtx};
+
+pub type Importer = fn(&mut NodeCtx) -> ImportResult;
+
+/// The importer for an ONNX op type of the default domain, if nnc supports it.
+pub fn importer(op_type: &str) -> Option<Importer> {
+    let f: Importer = match op_type {
+        "Identity" | "Relu" | "LeakyRelu" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "Exp" | "Log" | "Sqrt"
+        | "Reciprocal" | "Neg" | "Abs" | "Erf" | "Gelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu"
+        | "ThresholdedRelu" | "Mish" | "Floor" | "Ceil" | "Round" | "Sign" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos"
+        | "Atan" | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "Not" | "BitwiseNot" | "IsNaN" | "IsInf" | "Clip" => {
+            elementwise::unary
+        }
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" | "Equal" | "Less" | "LessOrEqual" | "Greater"
+        | "GreaterOrEqual" | "And" | "Or" | "Xor" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
+            elementwise::binary
+        }
+        "Sum" | "Mean" | "Max" | "Min" => elementwise::variadic,
+        "Where" => elementwise::where_op,
+        "Cast" | "CastLike" => elementwise::cast,
+        "Conv" => nn::conv,
+        "ConvTranspose" => nn::conv_transpose,
+        "MaxPool" | "AveragePool" | "LpPool" | "GlobalMaxPool" | "GlobalAveragePool" | "GlobalLpPool" => nn::pool,
+        "Gemm" => nn::gemm,
+        "MatMul" => nn::matmul,
+        "BatchNormalization" => nn::batch_norm,
+        "LayerNormalization" => nn::layer_norm,
+        "Softmax" | "LogSoftmax" => nn::softmax,
+        "Dropout" => nn::dropout,
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+        | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => reduce::reduce,
+        "ArgMax" | "ArgMin" => reduce::arg_reduce,
+        "Reshape" => shape::reshape,
+        "Flatten" => shape::flatten,
+        "Squeeze" => shape::squeeze,
+        "Unsqueeze" => shape::unsqueeze,
+        "Transpose" => shape::transpose,
+        "Concat" => shape::concat,
+        "Split" => shape::split,
+        "Slice" => shape::slice,
+        "Gather" => shape::gather,
+        "Expand" => shape::expand,
+        "Tile" => shape::tile,
+        "DepthToSpace" | "SpaceToDepth" => shape::depth_space,
+        "Pad" => shape::pad,
+        "Shape" => shape::shape_of,
+        "Size" => shape::size_of,
+        "ConstantOfShape" => shape::constant_of_shape,
+        "Range" => shape::range,
+        "Constant" => shape::constant,
+        "Resize" | "Upsample" => resize::resize,
+        _ => return None,
+    };
+    Some(f)
+}

@@ -1,0 +1,232 @@
+//! Shape and type inference for every core op. Inputs are `None` where an optional
+//! input was omitted. Errors are plain messages; the importer attaches node and op.
+
+use super::*;
+use crate::ir::TensorType;
+
+type InferResult = Result<Vec<TensorType>, String>;
+
+/// numpy broadcasting of any number of shapes.
+pub fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>, String> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in shapes {
+        let off = rank - s.len();
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[off + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return Err(format!("shapes {shapes:?} cannot be broadcast together"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn input<'a>(inputs: &'a [Option<TensorType>], i: usize) -> Result<&'a TensorType, String> {
+    inputs
+        .get(i)
+        .and_then(|t| t.as_ref())
+        .ok_or_else(|| format!("missing required input {i}"))
+}
+
+/// Output size of a sliding window along one axis.
+pub fn window_output(
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    pad_total: usize,
+    dilation: usize,
+    ceil: bool,
+) -> Result<usize, String> {
+    let eff = dilation * (kernel - 1) + 1;
+    let padded = size + pad_total;
+    if padded < eff {
+        return Err(format!(
+            "kernel extent {eff} exceeds padded input size {padded}"
+        ));
+    }
+    let span = padded - eff;
+    Ok(if ceil { span.div_ceil(stride) } else { span / stride } + 1)
+}
+
+pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
+    let x = || input(inputs, 0);
+    match op {
+        Op::Unary(u) => {
+            let x = x()?;
+            Ok(vec![TensorType::new(u.output_dtype(x.dtype), x.shape.clone())])
+        }
+        Op::Binary(b) => {
+            let (a, c) = (x()?, input(inputs, 1)?);
+            let shape = if *b == BinaryOp::PRelu {
+                // PRelu broadcasts the slope to X (unidirectional).
+                let s = broadcast_shapes(&[&a.shape, &c.shape])?;
+                if s != a.shape {
+                    return Err(format!("slope {:?} does not broadcast to {:?}", c.shape, a.shape));
+                }
+                s
+            } else {
+                broadcast_shapes(&[&a.shape, &c.shape])?
+            };
+            if a.dtype != c.dtype && !matches!(b, BinaryOp::Pow | BinaryOp::BitShiftLeft | BinaryOp::BitShiftRight) {
+                return Err(format!("input types differ: {} and {}", a.dtype, c.dtype));
+            }
+            Ok(vec![TensorType::new(b.output_dtype(a.dtype), shape)])
+        }
+        Op::Where => {
+            let (c, a, b) = (x()?, input(inputs, 1)?, input(inputs, 2)?);
+            let shape = broadcast_shapes(&[&c.shape, &a.shape, &b.shape])?;
+            Ok(vec![TensorType::new(a.dtype, shape)])
+        }
+        Op::Cast { to } => Ok(vec![TensorType::new(*to, x()?.shape.clone())]),
+        Op::MatMul => infer_matmul(x()?, input(inputs, 1)?),
+        Op::Gemm(g) => {
+            let (a, b) = (x()?, input(inputs, 1)?);
+            if a.rank() != 2 || b.rank() != 2 {
+                return Err("Gemm operands must be 2-D".into());
+            }
+            let (m, k) = if g.trans_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
+            let (k2, n) = if g.trans_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+            if k != k2 {
+                return Err(format!("inner dimensions differ: {k} vs {k2}"));
+            }
+            if let Some(Some(c)) = inputs.get(2) {
+                let s = broadcast_shapes(&[&c.shape, &[m, n]])?;
+                if s != [m, n] {
+                    return Err(format!("C {:?} does not broadcast to [{m}, {n}]", c.shape));
+                }
+            }
+            Ok(vec![TensorType::new(a.dtype, vec![m, n])])
+        }
+        Op::Conv(c) => {
+            let (xt, w) = (x()?, input(inputs, 1)?);
+            let sp = xt.rank().checked_sub(2).filter(|s| *s > 0).ok_or("input must have rank ≥ 3 (N, C, spatial...)")?;
+            if w.rank() != sp + 2 {
+                return Err(format!("weight rank {} does not match input rank {}", w.rank(), xt.rank()));
+            }
+            if c.group == 0 || xt.shape[1] != w.shape[1] * c.group || w.shape[0] % c.group != 0 {
+                return Err(format!(
+                    "channels do not match: input has {}, weight expects {} × group {}",
+                    xt.shape[1], w.shape[1], c.group
+                ));
+            }
+            let mut shape = vec![xt.shape[0], w.shape[0]];
+            for i in 0..sp {
+                shape.push(window_output(xt.shape[2 + i], c.kernel[i], c.strides[i], c.pads[i] + c.pads[sp + i], c.dilations[i], false)?);
+            }
+            Ok(vec![TensorType::new(xt.dtype, shape)])
+        }
+        Op::ConvTranspose(c) => {
+            let (xt, w) = (x()?, input(inputs, 1)?);
+            if xt.rank() < 3 || w.rank() != xt.rank() || xt.shape[1] != w.shape[0] {
+                return Err("input and weight shapes do not match".into());
+            }
+            let mut shape = vec![xt.shape[0], w.shape[1] * c.group];
+            shape.extend(&c.output_spatial);
+            Ok(vec![TensorType::new(xt.dtype, shape)])
+        }
+        Op::Pool(p) => {
+            let xt = x()?;
+            let mut shape = xt.shape[..2].to_vec();
+            shape.extend(&p.output_spatial);
+            Ok(vec![TensorType::new(xt.dtype, shape)])
+        }
+        Op::Softmax { .. } => Ok(vec![x()?.clone()]),
+        Op::LayerNorm { .. } => Ok(vec![x()?.clone()]),
+        Op::Reduce(r) => {
+            let xt = x()?;
+            let shape = reduced_shape(&xt.shape, &r.axes, r.keepdims);
+            Ok(vec![TensorType::new(xt.dtype, shape)])
+        }
+        Op::ArgReduce(a) => {
+            let xt = x()?;
+            let shape = reduced_shape(&xt.shape, &[a.axis], a.keepdims);
+            Ok(vec![TensorType::new(DType::I64, shape)])
+        }
+        Op::Reshape { shape } => {
+            let xt = x()?;
+            if shape.iter().product::<usize>() != xt.numel() {
+                return Err(format!("cannot reshape {:?} to {:?}", xt.shape, shape));
+            }
+            Ok(vec![TensorType::new(xt.dtype, shape.clone())])
+        }
+        Op::Transpose { perm } => {
+            let xt = x()?;
+            Ok(vec![TensorType::new(xt.dtype, perm.iter().map(|&p| xt.shape[p]).collect())])
+        }
+        Op::Concat { axis } => {
+            let first = x()?;
+            let mut shape = first.shape.clone();
+            shape[*axis] = 0;
+            for t in inputs.iter().flatten() {
+                if t.rank() != first.rank()
+                    || (0..t.rank()).any(|i| i != *axis && t.shape[i] != first.shape[i])
+                {
+                    return Err(format!("cannot concatenate {:?} with {:?}", first.shape, t.shape));
+                }
+                shape[*axis] += t.shape[*axis];
+            }
+            Ok(vec![TensorType::new(first.dtype, shape)])
+        }
+        Op::Slice { shape, .. } => Ok(vec![TensorType::new(x()?.dtype, shape.clone())]),
+        Op::Gather { axis } => {
+            let (d, i) = (x()?, input(inputs, 1)?);
+            let mut shape = d.shape[..*axis].to_vec();
+            shape.extend(&i.shape);
+            shape.extend(&d.shape[axis + 1..]);
+            Ok(vec![TensorType::new(d.dtype, shape)])
+        }
+        Op::Expand { shape } => Ok(vec![TensorType::new(x()?.dtype, shape.clone())]),
+        Op::Pad(p) => {
+            let xt = x()?;
+            let r = xt.rank();
+            let mut shape = Vec::with_capacity(r);
+            for i in 0..r {
+                let d = xt.shape[i] as i64 + p.pads[i] + p.pads[r + i];
+                if d < 0 {
+                    return Err(format!("pads make axis {i} negative"));
+                }
+                shape.push(d as usize);
+            }
+            Ok(vec![TensorType::new(xt.dtype, shape)])
+        }
+        Op::Resize(r) => Ok(vec![TensorType::new(x()?.dtype, r.output_shape.clone())]),
+    }
+}
+
+pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
+    let mut out = Vec::with_capacity(shape.len());
+    for (i, &d) in shape.iter().enumerate() {
+        if axes.contains(&i) {
+            if keepdims {
+                out.push(1);
+            }
+        } else {
+            out.push(d);
+        }
+    }
+    out
+}
+
+fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err("MatMul operands must have rank ≥ 1".into());
+    }
+    let a2 = if a.rank() == 1 { vec![1, a.shape[0]] } else { a.shape.clone() };
+    let b2 = if b.rank() == 1 { vec![b.shape[0], 1] } else { b.shape.clone() };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return Err(format!("inner dimensions differ: {:?} @ {:?}", a.shape, b.shape));
+    }
+    let mut shape = broadcast_shapes(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])?;
+    if a.rank() > 1 {
+        shape.push(m);
+    }
+    if b.rank() > 1 {
+        shape.push(n);
+    }
+    Ok(vec![TensorType::new(a.dtype, shape)])
+}

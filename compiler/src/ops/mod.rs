@@ -1,0 +1,96 @@
+//! The core ops of nnc's IR: what each computes, its attributes already parsed and
+//! normalized (negative axes resolved, auto_pad turned into pads, shape-like inputs
+//! folded into attributes), and its shape inference.
+//!
+//! ONNX import (`crate::onnx::import`) maps ONNX nodes onto these; the reference
+//! interpreter (`crate::interp`) and the Cranelift lowering (`crate::codegen`) each
+//! implement every variant.
+
+pub mod attrs;
+pub mod infer;
+
+pub use attrs::*;
+pub use infer::infer_types;
+
+use crate::ir::DType;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Elementwise, one input, same shape out. Output dtype: see [`UnaryOp::output_dtype`].
+    Unary(UnaryOp),
+    /// Elementwise with numpy (multidirectional) broadcasting of two inputs.
+    Binary(BinaryOp),
+    /// `Where(cond, x, y)`, broadcasting all three.
+    Where,
+    Cast {
+        to: DType,
+    },
+    /// numpy `matmul`: batched, batch dims broadcast, 1-D operands promoted then squeezed.
+    MatMul,
+    /// `alpha * op(A) @ op(B) + beta * C`; C optional and unidirectionally broadcast.
+    Gemm(GemmAttrs),
+    /// N-d convolution, NC[D]HW, inputs X, W, optional bias B.
+    Conv(ConvAttrs),
+    /// N-d transposed convolution, inputs X, W ([C_in, C_out/group, k...]), optional B.
+    ConvTranspose(ConvTransposeAttrs),
+    /// Max / average / Lp pooling over the spatial axes (global pooling = full kernel).
+    Pool(PoolAttrs),
+    /// Softmax or LogSoftmax along one axis (opset ≥ 13 semantics; older opsets are
+    /// rewritten at import as a flatten to 2-D around this).
+    Softmax {
+        axis: usize,
+        log: bool,
+    },
+    /// LayerNormalization over axes `axis..rank`; inputs X, scale, optional bias.
+    LayerNorm {
+        axis: usize,
+        epsilon: f32,
+    },
+    Reduce(ReduceAttrs),
+    /// ArgMax / ArgMin, output int64.
+    ArgReduce(ArgReduceAttrs),
+    /// Same elements, new shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity...).
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Transpose {
+        perm: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+    },
+    /// Output element `j` along axis `i` reads input index `starts[i] + j * steps[i]`;
+    /// every axis is listed (Split becomes one Slice per output).
+    Slice {
+        starts: Vec<usize>,
+        steps: Vec<i64>,
+        shape: Vec<usize>,
+    },
+    /// `Gather(data, indices)` along `axis`; negative indices wrap.
+    Gather {
+        axis: usize,
+    },
+    /// Broadcast the input to `shape`.
+    Expand {
+        shape: Vec<usize>,
+    },
+    Pad(PadAttrs),
+    Resize(ResizeAttrs),
+}
+
+impl Op {
+    /// Short name for messages and the op histogram.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Unary(u) => format!("{u:?}"),
+            Op::Binary(b) => format!("{b:?}"),
+            other => {
+                let dbg = format!("{other:?}");
+                dbg.split(|c: char| !c.is_alphanumeric())
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            }
+        }
+    }
+}
