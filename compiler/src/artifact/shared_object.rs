@@ -1,0 +1,776 @@
+//! A minimal static linker: one relocatable ELF object in, one self-contained
+//! `ET_DYN` shared library out, without any external tool.
+//!
+//! # Image layout
+//!
+//! ```text
+//! PT_LOAD R    ELF header, program headers, .hash, .gnu.hash, .dynsym,
+//!              .dynstr, .rela.dyn, .rodata
+//! PT_LOAD R+X  .text
+//! PT_LOAD RW   .data.rel.ro, .got, .dynamic        (also PT_GNU_RELRO)
+//! PT_LOAD RW   .data, .bss                         (only if present)
+//! (not loaded) .shstrtab, section headers
+//! ```
+//!
+//! File offsets are packed (no page padding in the file); instead every new
+//! segment starts `segment_align` bytes further in the address space than in
+//! the file, so `p_vaddr ≡ p_offset (mod p_align)` holds and no two segments
+//! share a page at any page size up to the architecture's maximum (64 KiB on
+//! aarch64). This is the layout lld uses by default.
+//!
+//! # Symbol binding
+//!
+//! All relocations are resolved at link time against the object's own
+//! definitions (like `-Bsymbolic`); the only dynamic relocations are
+//! `R_*_RELATIVE`. Consequently the library has no `DT_NEEDED`, no PLT and
+//! needs no symbol lookup when loaded.
+
+use object::elf;
+use object::write::elf::{
+    FileHeader, ProgramHeader, Rel, SectionHeader, SectionIndex, Sym, Writer,
+};
+use object::write::StringId;
+use object::Endianness;
+
+use super::elf_input::{InputObject, InputReloc, SymbolDef};
+use super::link_plan::{is_absolute, symbol_name, OutKind, Plan};
+use super::reloc::{self, RelocInputs};
+use super::ArtifactError;
+
+const RELA_ENTRY_SIZE: u64 = 24;
+const GOT_ENTRY_SIZE: u64 = 8;
+
+/// Links `relocatable_elf` (an `ET_REL` object for x86-64 or aarch64, as
+/// produced by cranelift-object) into a shared library named `soname`.
+///
+/// Every global/weak symbol with default or protected visibility that the
+/// object defines is exported with its type and size. Fails with
+/// [`ArtifactError`] on references to undefined symbols, on relocation types
+/// or sections it does not support, and on out-of-range relocations.
+pub fn link_shared_object(relocatable_elf: &[u8], soname: &str) -> Result<Vec<u8>, ArtifactError> {
+    check_soname(soname)?;
+    let input = InputObject::parse(relocatable_elf)?;
+    let plan = Plan::new(&input)?;
+    emit(&input, &plan, soname)
+}
+
+fn check_soname(soname: &str) -> Result<(), ArtifactError> {
+    if soname.is_empty() || soname.contains('\0') || soname.contains('/') {
+        return Err(ArtifactError::InvalidArgument(format!(
+            "soname {soname:?} must be a non-empty file name without '/' or NUL"
+        )));
+    }
+    Ok(())
+}
+
+/// A laid-out piece of the image.
+#[derive(Clone, Copy, Debug, Default)]
+struct Region {
+    offset: u64,
+    vaddr: u64,
+    size: u64,
+}
+
+impl Region {
+    fn end_offset(&self) -> u64 {
+        self.offset + self.size
+    }
+
+    fn end_vaddr(&self) -> u64 {
+        self.vaddr + self.size
+    }
+}
+
+/// An output section that made it into the image.
+#[derive(Clone, Copy, Debug)]
+struct PlacedOutput {
+    kind: OutKind,
+    region: Region,
+    align: u64,
+    index: SectionIndex,
+    name: StringId,
+}
+
+/// Everything the writing phase needs to know about addresses.
+#[derive(Debug, Default)]
+struct Layout {
+    hash: Region,
+    gnu_hash: Region,
+    dynsym: Region,
+    dynstr: Region,
+    rela: Region,
+    rela_name: Option<StringId>,
+    dynsym_index: SectionIndex,
+    got: Option<(Region, SectionIndex, StringId)>,
+    dynamic: Region,
+    /// Indexed by `OutKind::index()`.
+    outputs: [Option<PlacedOutput>; 5],
+    segments: Vec<ProgramHeader>,
+}
+
+impl Layout {
+    fn output(&self, kind: OutKind) -> Option<&PlacedOutput> {
+        self.outputs[kind.index()].as_ref()
+    }
+}
+
+/// Parameters of the symbol hash tables.
+#[derive(Clone, Copy, Debug)]
+struct HashParams {
+    sysv_buckets: u32,
+    /// Number of `.dynsym` entries including the null symbol.
+    sysv_chains: u32,
+    gnu_buckets: u32,
+    bloom_count: u32,
+    bloom_shift: u32,
+    exported: u32,
+}
+
+impl HashParams {
+    fn new(plan: &Plan<'_>) -> Result<Self, ArtifactError> {
+        let exported = u32::try_from(plan.exports.len())
+            .map_err(|_| ArtifactError::TooLarge("too many exported symbols".into()))?;
+        Ok(HashParams {
+            sysv_buckets: exported.max(1),
+            sysv_chains: exported + 1,
+            gnu_buckets: plan.gnu_hash_buckets,
+            // Roughly 12 bits of bloom filter per symbol, as lld does.
+            bloom_count: (exported.saturating_mul(12) / 64).max(1).next_power_of_two(),
+            bloom_shift: 26,
+            exported,
+        })
+    }
+}
+
+fn too_large(what: &str) -> ArtifactError {
+    ArtifactError::TooLarge(format!("{what} exceeds the address space"))
+}
+
+fn to_usize(value: u64, what: &str) -> Result<usize, ArtifactError> {
+    usize::try_from(value).map_err(|_| too_large(what))
+}
+
+fn emit(input: &InputObject<'_>, plan: &Plan<'_>, soname: &str) -> Result<Vec<u8>, ArtifactError> {
+    let hash = HashParams::new(plan)?;
+    let mut out = Vec::new();
+    let mut w = Writer::new(Endianness::Little, true, &mut out);
+
+    let soname_id = w.add_dynamic_string(soname.as_bytes());
+    let export_names: Vec<StringId> = plan
+        .exports
+        .iter()
+        .map(|e| w.add_dynamic_string(e.name))
+        .collect();
+
+    let mut layout = reserve(&mut w, input, plan, &hash)?;
+    let mut contents = OutputContents::new(input, plan, &layout)?;
+    let relatives = contents.apply_relocations(input, plan, &layout)?;
+    let dynamic = dynamic_entries(&layout, soname_id, relatives.len());
+    debug_assert_eq!(dynamic.len(), dynamic_entry_count(plan.dynamic_reloc_count));
+    if relatives.len() != plan.dynamic_reloc_count {
+        return Err(ArtifactError::Write(format!(
+            "planned {} dynamic relocations but produced {}",
+            plan.dynamic_reloc_count,
+            relatives.len()
+        )));
+    }
+
+    w.write_file_header(&FileHeader {
+        os_abi: input.os_abi,
+        abi_version: 0,
+        e_type: elf::ET_DYN,
+        e_machine: input.arch.e_machine(),
+        e_entry: 0,
+        e_flags: input.e_flags,
+    })?;
+    w.write_align_program_headers();
+    for segment in layout.segments.drain(..) {
+        w.write_program_header(&segment);
+    }
+    write_dynamic_symbols(&mut w, input, plan, &layout, &hash, &export_names);
+    write_relocations(&mut w, &layout, &relatives, input.arch.relative_reloc())?;
+    write_contents(&mut w, &layout, &contents, &dynamic)?;
+    write_section_headers(&mut w, &layout);
+    Ok(out)
+}
+
+/// Reserves file ranges (through the writer, which must see the same order
+/// when writing) and assigns virtual addresses.
+fn reserve(
+    w: &mut Writer<'_>,
+    input: &InputObject<'_>,
+    plan: &Plan<'_>,
+    hash: &HashParams,
+) -> Result<Layout, ArtifactError> {
+    let page = input.arch.max_page_size();
+    let segment_align = plan.max_align().max(page);
+    let has_text = plan.has(OutKind::Text);
+    let has_data = plan.has(OutKind::Data) || plan.has(OutKind::Bss);
+    // LOAD R, [LOAD RX], LOAD RELRO, [LOAD RW], DYNAMIC, GNU_RELRO, GNU_STACK
+    let segment_count = 5 + u32::from(has_text) + u32::from(has_data);
+
+    w.reserve_file_header();
+    w.reserve_program_headers(segment_count);
+
+    // Section indices, in the order their headers are written (address order).
+    w.reserve_hash_section_index();
+    w.reserve_gnu_hash_section_index();
+    let dynsym_index = w.reserve_dynsym_section_index();
+    w.reserve_dynstr_section_index();
+    let mut layout = Layout {
+        rela_name: Some(w.add_section_name(b".rela.dyn")),
+        dynsym_index,
+        ..Layout::default()
+    };
+    w.reserve_section_index();
+    let mut reserve_output = |w: &mut Writer<'_>, kind: OutKind| {
+        if plan.has(kind) {
+            let name = w.add_section_name(kind.section_name());
+            let index = w.reserve_section_index();
+            layout.outputs[kind.index()] = Some(PlacedOutput {
+                kind,
+                region: Region::default(),
+                align: plan.outputs[kind.index()].align,
+                index,
+                name,
+            });
+        }
+    };
+    reserve_output(w, OutKind::Rodata);
+    reserve_output(w, OutKind::Text);
+    reserve_output(w, OutKind::RelRo);
+    if !plan.got.is_empty() {
+        let name = w.add_section_name(b".got");
+        layout.got = Some((Region::default(), w.reserve_section_index(), name));
+    }
+    w.reserve_dynamic_section_index();
+    reserve_output(w, OutKind::Data);
+    reserve_output(w, OutKind::Bss);
+    w.reserve_shstrtab_section_index();
+
+    w.reserve_null_dynamic_symbol_index();
+    for _ in &plan.exports {
+        w.reserve_dynamic_symbol_index();
+    }
+
+    // Segment 1 (R): starts at file offset 0 and address 0.
+    let mut delta = 0u64; // vaddr - file offset within the current segment
+    let region = |w: &mut Writer<'_>, offset: usize, delta: u64| Region {
+        offset: offset as u64,
+        vaddr: offset as u64 + delta,
+        size: (w.reserved_len() - offset) as u64,
+    };
+    let offset = w.reserve_hash(hash.sysv_buckets, hash.sysv_chains);
+    layout.hash = region(w, offset, delta);
+    let offset = w.reserve_gnu_hash(hash.bloom_count, hash.gnu_buckets, hash.exported);
+    layout.gnu_hash = region(w, offset, delta);
+    let offset = w.reserve_dynsym();
+    layout.dynsym = region(w, offset, delta);
+    let offset = w.reserve_dynstr();
+    layout.dynstr = region(w, offset, delta);
+    let offset = w.reserve_relocations(plan.dynamic_reloc_count, true);
+    layout.rela = region(w, offset, delta);
+    reserve_output_range(w, plan, &mut layout, OutKind::Rodata, delta)?;
+    let ro_end = w.reserved_len() as u64;
+    layout.segments.push(load(elf::PF_R, 0, 0, ro_end, ro_end, segment_align));
+
+    // Segment 2 (R+X).
+    if has_text {
+        delta += segment_align;
+        let text = reserve_output_range(w, plan, &mut layout, OutKind::Text, delta)?;
+        layout.segments.push(load_region(elf::PF_R | elf::PF_X, text, segment_align));
+    }
+
+    // Segment 3 (RW, read-only after relocation).
+    delta += segment_align;
+    let relro_start = w.reserved_len().next_multiple_of(8) as u64;
+    reserve_output_range(w, plan, &mut layout, OutKind::RelRo, delta)?;
+    if let Some((got, _, _)) = &mut layout.got {
+        let size = plan.got.len() as u64 * GOT_ENTRY_SIZE;
+        let offset = w.reserve(to_usize(size, ".got")?, GOT_ENTRY_SIZE as usize);
+        *got = region(w, offset, delta);
+    }
+    let offset = w.reserve_dynamic(dynamic_entry_count(plan.dynamic_reloc_count));
+    layout.dynamic = region(w, offset, delta);
+    let relro = Region {
+        offset: relro_start,
+        vaddr: relro_start + delta,
+        size: layout.dynamic.end_offset() - relro_start,
+    };
+    // Extend the segment in memory to a page boundary so that PT_GNU_RELRO
+    // protects all of it at every page size (the loader rounds its end down).
+    let relro_memsz = relro.end_vaddr().next_multiple_of(page) - relro.vaddr;
+    let mut relro_load = load_region(elf::PF_R | elf::PF_W, relro, segment_align);
+    relro_load.p_memsz = relro_memsz;
+    layout.segments.push(relro_load);
+
+    // Segment 4 (RW).
+    if has_data {
+        delta += segment_align;
+        let segment = reserve_data_segment(w, plan, &mut layout, delta, segment_align)?;
+        layout.segments.push(segment);
+    }
+
+    layout.segments.push(ProgramHeader {
+        p_type: elf::PT_DYNAMIC,
+        p_flags: elf::PF_R | elf::PF_W,
+        ..load_region(0, layout.dynamic, 8)
+    });
+    layout.segments.push(ProgramHeader {
+        p_type: elf::PT_GNU_RELRO,
+        p_flags: elf::PF_R,
+        p_memsz: relro_memsz,
+        ..load_region(0, relro, 1)
+    });
+    layout.segments.push(ProgramHeader {
+        p_type: elf::PT_GNU_STACK,
+        p_flags: elf::PF_R | elf::PF_W,
+        ..load_region(0, Region::default(), 16)
+    });
+    debug_assert_eq!(layout.segments.len(), segment_count as usize);
+
+    w.reserve_shstrtab();
+    w.reserve_section_headers();
+    Ok(layout)
+}
+
+/// Reserves `.data` in the file and places `.bss` after it in memory.
+fn reserve_data_segment(
+    w: &mut Writer<'_>,
+    plan: &Plan<'_>,
+    layout: &mut Layout,
+    delta: u64,
+    segment_align: u64,
+) -> Result<ProgramHeader, ArtifactError> {
+    let data = reserve_output_range(w, plan, layout, OutKind::Data, delta)?;
+    let bss_spec = plan.outputs[OutKind::Bss.index()];
+    let Some(bss) = layout.outputs[OutKind::Bss.index()].as_mut() else {
+        return Ok(load_region(elf::PF_R | elf::PF_W, data, segment_align));
+    };
+    let (start, offset) = if plan.has(OutKind::Data) {
+        (data.vaddr, data.offset)
+    } else {
+        // A segment without file contents must start on a page boundary:
+        // the loader zero-fills the partial page at p_vaddr + p_filesz with
+        // memset, and that page would not be mapped otherwise.
+        let start = (w.reserved_len() as u64 + delta).next_multiple_of(segment_align);
+        (start, 0)
+    };
+    let bss_vaddr = data.end_vaddr().max(start).next_multiple_of(bss_spec.align);
+    bss.region = Region {
+        offset: (w.reserved_len() as u64).max(offset),
+        vaddr: bss_vaddr,
+        size: bss_spec.size,
+    };
+    Ok(ProgramHeader {
+        p_type: elf::PT_LOAD,
+        p_flags: elf::PF_R | elf::PF_W,
+        p_offset: offset,
+        p_vaddr: start,
+        p_paddr: start,
+        p_filesz: data.size,
+        p_memsz: bss_vaddr + bss_spec.size - start,
+        p_align: segment_align,
+    })
+}
+
+/// Reserves the file range of a `PROGBITS` output section (if present) and
+/// records its address. Returns the (possibly empty) region.
+fn reserve_output_range(
+    w: &mut Writer<'_>,
+    plan: &Plan<'_>,
+    layout: &mut Layout,
+    kind: OutKind,
+    delta: u64,
+) -> Result<Region, ArtifactError> {
+    let spec = plan.outputs[kind.index()];
+    let Some(placed) = layout.outputs[kind.index()].as_mut() else {
+        let offset = w.reserved_len() as u64;
+        return Ok(Region {
+            offset,
+            vaddr: offset + delta,
+            size: 0,
+        });
+    };
+    let name = String::from_utf8_lossy(kind.section_name());
+    let offset = w.reserve(to_usize(spec.size, &name)?, to_usize(spec.align, &name)?) as u64;
+    placed.region = Region {
+        offset,
+        vaddr: offset + delta,
+        size: spec.size,
+    };
+    Ok(placed.region)
+}
+
+fn load(flags: u32, offset: u64, vaddr: u64, filesz: u64, memsz: u64, align: u64) -> ProgramHeader {
+    ProgramHeader {
+        p_type: elf::PT_LOAD,
+        p_flags: flags,
+        p_offset: offset,
+        p_vaddr: vaddr,
+        p_paddr: vaddr,
+        p_filesz: filesz,
+        p_memsz: memsz,
+        p_align: align,
+    }
+}
+
+fn load_region(flags: u32, region: Region, align: u64) -> ProgramHeader {
+    load(flags, region.offset, region.vaddr, region.size, region.size, align)
+}
+
+/// One `R_*_RELATIVE` dynamic relocation: `*(base + offset) = base + addend`.
+#[derive(Clone, Copy, Debug)]
+struct Relative {
+    offset: u64,
+    addend: i64,
+}
+
+/// The bytes of the loaded output sections, relocated.
+struct OutputContents {
+    /// Indexed by `OutKind::index()`; `.bss` stays empty.
+    sections: [Vec<u8>; 5],
+    got: Vec<u8>,
+}
+
+impl OutputContents {
+    fn new(input: &InputObject<'_>, plan: &Plan<'_>, layout: &Layout) -> Result<Self, ArtifactError> {
+        let mut sections: [Vec<u8>; 5] = Default::default();
+        for kind in OutKind::ALL {
+            if kind != OutKind::Bss && layout.output(kind).is_some() {
+                let size = plan.outputs[kind.index()].size;
+                sections[kind.index()] = vec![0; to_usize(size, "output section")?];
+            }
+        }
+        for (section, place) in input.sections.iter().zip(&plan.placement) {
+            if let (Some(section), Some((kind, offset))) = (section, place) {
+                if *kind != OutKind::Bss {
+                    let start = *offset as usize;
+                    sections[kind.index()][start..start + section.data.len()]
+                        .copy_from_slice(section.data);
+                }
+            }
+        }
+        let got = vec![0; plan.got.len() * GOT_ENTRY_SIZE as usize];
+        Ok(OutputContents { sections, got })
+    }
+
+    /// Applies all static relocations, fills the GOT, and returns the dynamic
+    /// relocations the loader must still apply, sorted by address.
+    fn apply_relocations(
+        &mut self,
+        input: &InputObject<'_>,
+        plan: &Plan<'_>,
+        layout: &Layout,
+    ) -> Result<Vec<Relative>, ArtifactError> {
+        let mut relatives = Vec::with_capacity(plan.dynamic_reloc_count);
+        self.fill_got(input, plan, layout, &mut relatives)?;
+        for planned in &plan.relocs {
+            let r = &planned.input;
+            let (kind, base) = plan.placement[r.section].ok_or_else(|| {
+                ArtifactError::Write(format!("relocated section #{} was not placed", r.section))
+            })?;
+            let out = layout.output(kind).ok_or_else(|| {
+                ArtifactError::Write(format!("output section {kind:?} was not laid out"))
+            })?;
+            let offset_in_out = base + r.offset;
+            let inputs = RelocInputs {
+                symbol: symbol_address(input, plan, layout, r.symbol)?,
+                addend: r.addend,
+                place: out.region.vaddr + offset_in_out,
+                got_entry: planned
+                    .got_slot
+                    .and_then(|slot| Some(layout.got?.0.vaddr + slot as u64 * GOT_ENTRY_SIZE)),
+            };
+            let value = reloc::compute(planned.calc, inputs)
+                .map_err(|reason| reloc_error(input, r, 0, reason))?;
+            let start = to_usize(offset_in_out, "relocation offset")?;
+            let place = &mut self.sections[kind.index()][start..start + planned.field.width()];
+            reloc::encode(planned.field, place, value)
+                .map_err(|reason| reloc_error(input, r, value, reason))?;
+            if planned.calc == reloc::Calc::Abs && !is_absolute(input, r.symbol) {
+                relatives.push(Relative {
+                    offset: inputs.place,
+                    addend: value,
+                });
+            }
+        }
+        relatives.sort_by_key(|r| r.offset);
+        Ok(relatives)
+    }
+
+    fn fill_got(
+        &mut self,
+        input: &InputObject<'_>,
+        plan: &Plan<'_>,
+        layout: &Layout,
+        relatives: &mut Vec<Relative>,
+    ) -> Result<(), ArtifactError> {
+        let Some((got, _, _)) = layout.got else {
+            return Ok(());
+        };
+        for (index, slot) in plan.got.iter().enumerate() {
+            let value = symbol_address(input, plan, layout, slot.symbol)?
+                .wrapping_add_signed(slot.addend);
+            let start = index * GOT_ENTRY_SIZE as usize;
+            self.got[start..start + GOT_ENTRY_SIZE as usize].copy_from_slice(&value.to_le_bytes());
+            if !is_absolute(input, slot.symbol) {
+                relatives.push(Relative {
+                    offset: got.vaddr + start as u64,
+                    addend: value as i64,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn reloc_error(
+    input: &InputObject<'_>,
+    reloc: &InputReloc,
+    value: i64,
+    reason: &'static str,
+) -> ArtifactError {
+    ArtifactError::RelocationOutOfRange {
+        kind: input.arch.reloc_name(reloc.r_type),
+        symbol: symbol_name(input, reloc.symbol),
+        section: input
+            .section(reloc.section)
+            .map(|s| s.name.clone())
+            .unwrap_or_default(),
+        offset: reloc.offset,
+        value,
+        reason,
+    }
+}
+
+/// The address of a symbol in the image (relative to the load base).
+fn symbol_address(
+    input: &InputObject<'_>,
+    plan: &Plan<'_>,
+    layout: &Layout,
+    symbol: usize,
+) -> Result<u64, ArtifactError> {
+    let Some(sym) = input.symbols.get(symbol) else {
+        return Ok(0);
+    };
+    match sym.def {
+        SymbolDef::Absolute => Ok(sym.value),
+        SymbolDef::Section(section) => {
+            let (kind, base) = plan.placement.get(section).copied().flatten().ok_or_else(|| {
+                ArtifactError::Write(format!("section of `{}` was not placed", sym.display_name()))
+            })?;
+            let out = layout.output(kind).ok_or_else(|| {
+                ArtifactError::Write(format!("output section {kind:?} was not laid out"))
+            })?;
+            Ok(out.region.vaddr + base + sym.value)
+        }
+        // Plan::new rejects relocations and exports against anything else.
+        _ => Err(ArtifactError::UndefinedSymbol(sym.display_name())),
+    }
+}
+
+fn dynamic_entry_count(dynamic_reloc_count: usize) -> usize {
+    // HASH GNU_HASH STRTAB SYMTAB STRSZ SYMENT SONAME NULL (+ RELA RELASZ RELAENT RELACOUNT)
+    8 + if dynamic_reloc_count > 0 { 4 } else { 0 }
+}
+
+enum DynValue {
+    Value(u64),
+    String(StringId),
+}
+
+fn dynamic_entries(
+    layout: &Layout,
+    soname: StringId,
+    relocation_count: usize,
+) -> Vec<(i64, DynValue)> {
+    use DynValue::{String, Value};
+    let mut entries = vec![
+        (elf::DT_HASH, Value(layout.hash.vaddr)),
+        (elf::DT_GNU_HASH, Value(layout.gnu_hash.vaddr)),
+        (elf::DT_STRTAB, Value(layout.dynstr.vaddr)),
+        (elf::DT_SYMTAB, Value(layout.dynsym.vaddr)),
+        (elf::DT_STRSZ, Value(layout.dynstr.size)),
+        (elf::DT_SYMENT, Value(24)),
+        (elf::DT_SONAME, String(soname)),
+    ];
+    if relocation_count > 0 {
+        entries.extend([
+            (elf::DT_RELA, Value(layout.rela.vaddr)),
+            (elf::DT_RELASZ, Value(layout.rela.size)),
+            (elf::DT_RELAENT, Value(RELA_ENTRY_SIZE)),
+            // All relocations are RELATIVE, which lets the loader use its fast path.
+            (elf::DT_RELACOUNT, Value(relocation_count as u64)),
+        ]);
+    }
+    entries.push((elf::DT_NULL, Value(0)));
+    entries
+}
+
+fn write_dynamic_symbols(
+    w: &mut Writer<'_>,
+    input: &InputObject<'_>,
+    plan: &Plan<'_>,
+    layout: &Layout,
+    hash: &HashParams,
+    names: &[StringId],
+) {
+    let exports = &plan.exports;
+    w.write_hash(hash.sysv_buckets, hash.sysv_chains, |index| {
+        let export = exports.get((index as usize).checked_sub(1)?)?;
+        Some(elf::hash(export.name))
+    });
+    w.write_gnu_hash(
+        1,
+        hash.bloom_shift,
+        hash.bloom_count,
+        hash.gnu_buckets,
+        hash.exported,
+        |index| exports[index as usize].gnu_hash,
+    );
+    w.write_null_dynamic_symbol();
+    for (export, name) in exports.iter().zip(names) {
+        let sym = &input.symbols[export.symbol];
+        let (section, st_shndx) = match sym.def {
+            SymbolDef::Section(index) => {
+                let section = plan.placement[index]
+                    .and_then(|(kind, _)| layout.output(kind))
+                    .map(|out| out.index);
+                (section, elf::SHN_UNDEF)
+            }
+            _ => (None, elf::SHN_ABS),
+        };
+        w.write_dynamic_symbol(&Sym {
+            name: Some(*name),
+            section,
+            st_info: sym.st_info,
+            st_other: sym.st_other,
+            st_shndx,
+            st_value: symbol_address(input, plan, layout, export.symbol).unwrap_or(0),
+            st_size: sym.size,
+        });
+    }
+    w.write_dynstr();
+}
+
+fn write_relocations(
+    w: &mut Writer<'_>,
+    layout: &Layout,
+    relatives: &[Relative],
+    r_type: u32,
+) -> Result<(), ArtifactError> {
+    w.write_align_relocation();
+    if w.len() as u64 != layout.rela.offset {
+        return Err(ArtifactError::Write(".rela.dyn is misplaced".into()));
+    }
+    for rel in relatives {
+        w.write_relocation(
+            true,
+            &Rel {
+                r_offset: rel.offset,
+                r_sym: 0,
+                r_type,
+                r_addend: rel.addend,
+            },
+        );
+    }
+    Ok(())
+}
+
+fn write_contents(
+    w: &mut Writer<'_>,
+    layout: &Layout,
+    contents: &OutputContents,
+    dynamic: &[(i64, DynValue)],
+) -> Result<(), ArtifactError> {
+    let write_at = |w: &mut Writer<'_>, region: Region, bytes: &[u8]| {
+        w.pad_until(region.offset as usize);
+        w.write(bytes);
+    };
+    for kind in [OutKind::Rodata, OutKind::Text, OutKind::RelRo] {
+        if let Some(out) = layout.output(kind) {
+            write_at(w, out.region, &contents.sections[kind.index()]);
+        }
+    }
+    if let Some((got, _, _)) = layout.got {
+        write_at(w, got, &contents.got);
+    }
+    w.write_align_dynamic();
+    for (tag, value) in dynamic {
+        match value {
+            DynValue::Value(v) => w.write_dynamic(*tag, *v)?,
+            DynValue::String(id) => w.write_dynamic_string(*tag, *id)?,
+        }
+    }
+    if let Some(out) = layout.output(OutKind::Data) {
+        write_at(w, out.region, &contents.sections[OutKind::Data.index()]);
+    }
+    w.write_shstrtab();
+    Ok(())
+}
+
+fn write_section_headers(w: &mut Writer<'_>, layout: &Layout) {
+    w.write_null_section_header();
+    w.write_hash_section_header(layout.hash.vaddr);
+    w.write_gnu_hash_section_header(layout.gnu_hash.vaddr);
+    w.write_dynsym_section_header(layout.dynsym.vaddr, 1);
+    w.write_dynstr_section_header(layout.dynstr.vaddr);
+    w.write_section_header(&SectionHeader {
+        name: layout.rela_name,
+        sh_type: elf::SHT_RELA,
+        sh_flags: u64::from(elf::SHF_ALLOC),
+        sh_addr: layout.rela.vaddr,
+        sh_offset: layout.rela.offset,
+        sh_size: layout.rela.size,
+        sh_link: layout.dynsym_index.0,
+        sh_info: 0,
+        sh_addralign: 8,
+        sh_entsize: RELA_ENTRY_SIZE,
+    });
+    for kind in [OutKind::Rodata, OutKind::Text, OutKind::RelRo] {
+        if let Some(out) = layout.output(kind) {
+            write_output_section_header(w, out);
+        }
+    }
+    if let Some((got, _, name)) = layout.got {
+        w.write_section_header(&SectionHeader {
+            name: Some(name),
+            sh_type: elf::SHT_PROGBITS,
+            sh_flags: u64::from(elf::SHF_ALLOC | elf::SHF_WRITE),
+            sh_addr: got.vaddr,
+            sh_offset: got.offset,
+            sh_size: got.size,
+            sh_link: 0,
+            sh_info: 0,
+            sh_addralign: GOT_ENTRY_SIZE,
+            sh_entsize: GOT_ENTRY_SIZE,
+        });
+    }
+    w.write_dynamic_section_header(layout.dynamic.vaddr);
+    for kind in [OutKind::Data, OutKind::Bss] {
+        if let Some(out) = layout.output(kind) {
+            write_output_section_header(w, out);
+        }
+    }
+    w.write_shstrtab_section_header();
+}
+
+fn write_output_section_header(w: &mut Writer<'_>, out: &PlacedOutput) {
+    w.write_section_header(&SectionHeader {
+        name: Some(out.name),
+        sh_type: if out.kind == OutKind::Bss {
+            elf::SHT_NOBITS
+        } else {
+            elf::SHT_PROGBITS
+        },
+        sh_flags: out.kind.sh_flags(),
+        sh_addr: out.region.vaddr,
+        sh_offset: out.region.offset,
+        sh_size: out.region.size,
+        sh_link: 0,
+        sh_info: 0,
+        sh_addralign: out.align,
+        sh_entsize: 0,
+    });
+}
