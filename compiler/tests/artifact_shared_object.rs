@@ -19,8 +19,8 @@ use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{DataDescription, DataId, FuncId, Linkage, Module};
 use cranelift_object::{ObjectBuilder, ObjectModule};
-use nnc::artifact::{link_shared_object, write_atomically_with_mode, write_static_archive};
 use nnc::artifact::ArtifactError;
+use nnc::artifact::{link_shared_object, write_atomically_with_mode, write_static_archive};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
 use object::{Object, ObjectSection, ObjectSymbol};
@@ -113,7 +113,9 @@ int main(int argc, char **argv) {
 fn isa(triple: &str, pic: bool) -> OwnedTargetIsa {
     let mut flags = settings::builder();
     flags.set("opt_level", "speed").unwrap();
-    flags.set("is_pic", if pic { "true" } else { "false" }).unwrap();
+    flags
+        .set("is_pic", if pic { "true" } else { "false" })
+        .unwrap();
     cranelift_codegen::isa::lookup_by_name(triple)
         .unwrap()
         .finish(settings::Flags::new(flags))
@@ -161,8 +163,11 @@ fn define_function(
     name: &str,
     linkage: Linkage,
     sig: Signature,
-    body: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, &[cranelift_codegen::ir::Value])
-        -> Vec<cranelift_codegen::ir::Value>,
+    body: impl FnOnce(
+        &mut FunctionBuilder,
+        &mut ObjectModule,
+        &[cranelift_codegen::ir::Value],
+    ) -> Vec<cranelift_codegen::ir::Value>,
 ) -> FuncId {
     let id = module.declare_function(name, linkage, &sig).unwrap();
     let mut ctx = Context::new();
@@ -201,7 +206,14 @@ fn build_test_object(triple: &str, pic: bool) -> Vec<u8> {
     let table_bytes = (0..TABLE_LEN)
         .flat_map(|i| (i as f32 + 1.0).to_le_bytes())
         .collect();
-    let table = define_data(&mut module, "scale_table", Linkage::Local, false, 64, table_bytes);
+    let table = define_data(
+        &mut module,
+        "scale_table",
+        Linkage::Local,
+        false,
+        64,
+        table_bytes,
+    );
     let name = define_data(
         &mut module,
         "model_name",
@@ -228,42 +240,66 @@ fn build_test_object(triple: &str, pic: bool) -> Vec<u8> {
 
     let flags = MemFlagsData::trusted();
     let scale_sig = signature(&module, &[types::F32, types::I64], Some(types::F32));
-    let scale = define_function(&mut module, "scale", Linkage::Local, scale_sig.clone(), |b, m, p| {
-        let gv = m.declare_data_in_func(table, b.func);
-        let base = b.ins().symbol_value(ptr, gv);
-        let offset = b.ins().imul_imm_s(p[1], 4);
-        let addr = b.ins().iadd(base, offset);
-        let factor = b.ins().load(types::F32, flags, addr, 0);
-        vec![b.ins().fmul(p[0], factor)]
-    });
-    let compute = define_function(&mut module, "nnc_test_compute", Linkage::Export, scale_sig, |b, m, p| {
-        let callee = m.declare_func_in_func(scale, b.func);
-        let call = b.ins().call(callee, &[p[0], p[1]]);
-        let scaled = b.inst_results(call)[0];
-        let half = b.ins().f32const(0.5);
-        let result = b.ins().fadd(scaled, half);
-        let counter_gv = m.declare_data_in_func(counter, b.func);
-        let counter_addr = b.ins().symbol_value(ptr, counter_gv);
-        let count = b.ins().load(types::I64, flags, counter_addr, 0);
-        let count = b.ins().iadd_imm_s(count, 1);
-        b.ins().store(flags, count, counter_addr, 0);
-        let last_gv = m.declare_data_in_func(last, b.func);
-        let last_addr = b.ins().symbol_value(ptr, last_gv);
-        b.ins().store(flags, result, last_addr, 0);
-        vec![result]
-    });
+    let scale = define_function(
+        &mut module,
+        "scale",
+        Linkage::Local,
+        scale_sig.clone(),
+        |b, m, p| {
+            let gv = m.declare_data_in_func(table, b.func);
+            let base = b.ins().symbol_value(ptr, gv);
+            let offset = b.ins().imul_imm_s(p[1], 4);
+            let addr = b.ins().iadd(base, offset);
+            let factor = b.ins().load(types::F32, flags, addr, 0);
+            vec![b.ins().fmul(p[0], factor)]
+        },
+    );
+    let compute = define_function(
+        &mut module,
+        "nnc_test_compute",
+        Linkage::Export,
+        scale_sig,
+        |b, m, p| {
+            let callee = m.declare_func_in_func(scale, b.func);
+            let call = b.ins().call(callee, &[p[0], p[1]]);
+            let scaled = b.inst_results(call)[0];
+            let half = b.ins().f32const(0.5);
+            let result = b.ins().fadd(scaled, half);
+            let counter_gv = m.declare_data_in_func(counter, b.func);
+            let counter_addr = b.ins().symbol_value(ptr, counter_gv);
+            let count = b.ins().load(types::I64, flags, counter_addr, 0);
+            let count = b.ins().iadd_imm_s(count, 1);
+            b.ins().store(flags, count, counter_addr, 0);
+            let last_gv = m.declare_data_in_func(last, b.func);
+            let last_addr = b.ins().symbol_value(ptr, last_gv);
+            b.ins().store(flags, result, last_addr, 0);
+            vec![result]
+        },
+    );
     let getter_sig = signature(&module, &[], Some(types::I64));
-    define_function(&mut module, "nnc_test_call_count", Linkage::Export, getter_sig, |b, m, _| {
-        let gv = m.declare_data_in_func(counter, b.func);
-        let addr = b.ins().symbol_value(ptr, gv);
-        vec![b.ins().load(types::I64, flags, addr, 0)]
-    });
+    define_function(
+        &mut module,
+        "nnc_test_call_count",
+        Linkage::Export,
+        getter_sig,
+        |b, m, _| {
+            let gv = m.declare_data_in_func(counter, b.func);
+            let addr = b.ins().symbol_value(ptr, gv);
+            vec![b.ins().load(types::I64, flags, addr, 0)]
+        },
+    );
     let getter_sig = signature(&module, &[], Some(types::F32));
-    define_function(&mut module, "nnc_test_last_result", Linkage::Export, getter_sig, |b, m, _| {
-        let gv = m.declare_data_in_func(last, b.func);
-        let addr = b.ins().symbol_value(ptr, gv);
-        vec![b.ins().load(types::F32, flags, addr, 0)]
-    });
+    define_function(
+        &mut module,
+        "nnc_test_last_result",
+        Linkage::Export,
+        getter_sig,
+        |b, m, _| {
+            let gv = m.declare_data_in_func(last, b.func);
+            let addr = b.ins().symbol_value(ptr, gv);
+            vec![b.ins().load(types::F32, flags, addr, 0)]
+        },
+    );
 
     // Exported data holding absolute pointers: RELATIVE dynamic relocations.
     let info = module
@@ -307,6 +343,10 @@ const EXPORTS: [(&str, object::SymbolKind, u64); 5] = [
     ("nnc_test_state_ptr", object::SymbolKind::Data, 8),
 ];
 
+fn export_names() -> Vec<&'static str> {
+    EXPORTS.iter().map(|(name, _, _)| *name).collect()
+}
+
 /// Structural checks that do not need any external tool.
 fn check_structure(so: &[u8], soname: &str, machine: u16) {
     let file = ElfFile64::<object::Endianness>::parse(so).expect("output parses as ELF64");
@@ -324,7 +364,11 @@ fn check_structure(so: &[u8], soname: &str, machine: u16) {
     let mut found_soname = false;
     for entry in dynamic.iter() {
         assert_ne!(entry.tag, elf::DT_NEEDED, "output must not have DT_NEEDED");
-        assert_ne!(entry.tag, elf::DT_TEXTREL, "output must not have text relocations");
+        assert_ne!(
+            entry.tag,
+            elf::DT_TEXTREL,
+            "output must not have text relocations"
+        );
         if entry.tag == elf::DT_SONAME {
             assert_eq!(dynamic.string(entry).unwrap(), soname.as_bytes());
             found_soname = true;
@@ -340,7 +384,10 @@ fn check_structure(so: &[u8], soname: &str, machine: u16) {
             .find(|s| s.name() == Ok(name))
             .unwrap_or_else(|| panic!("{name} not exported"));
         assert_eq!(sym.kind(), kind, "{name} kind");
-        assert!(sym.is_global() && sym.is_definition(), "{name} global+defined");
+        assert!(
+            sym.is_global() && sym.is_definition(),
+            "{name} global+defined"
+        );
         if size != 0 {
             assert_eq!(sym.size(), size, "{name} size");
         } else {
@@ -354,36 +401,20 @@ fn check_structure(so: &[u8], soname: &str, machine: u16) {
         );
     }
 
-    // Segments: non-executable stack, congruent page-aligned loads, W^X.
-    let mut saw_stack = false;
-    for phdr in file.elf_program_headers() {
-        let p_type = phdr.p_type(endian);
-        let flags = phdr.p_flags(endian);
-        if p_type == elf::PT_GNU_STACK {
-            saw_stack = true;
-            assert_eq!(flags & elf::PF_X, 0, "stack must not be executable");
-        }
-        if p_type == elf::PT_LOAD {
-            let align = phdr.p_align(endian);
-            let min_page = if machine == elf::EM_AARCH64 { 0x10000 } else { 0x1000 };
-            assert!(align >= min_page, "PT_LOAD alignment {align:#x}");
-            assert_eq!(
-                phdr.p_vaddr(endian) % align,
-                phdr.p_offset(endian) % align,
-                "p_vaddr and p_offset must be congruent"
-            );
-            assert!(
-                flags & elf::PF_W == 0 || flags & elf::PF_X == 0,
-                "no segment may be writable and executable"
-            );
-        }
-    }
-    assert!(saw_stack, "PT_GNU_STACK missing");
+    check_segments(so, machine);
 
     // The required section headers are present.
     for name in [
-        ".text", ".rodata", ".data", ".bss", ".dynsym", ".dynstr", ".hash", ".dynamic",
-        ".rela.dyn", ".shstrtab",
+        ".text",
+        ".rodata",
+        ".data",
+        ".bss",
+        ".dynsym",
+        ".dynstr",
+        ".hash",
+        ".dynamic",
+        ".rela.dyn",
+        ".shstrtab",
     ] {
         assert!(
             file.section_by_name(name).is_some(),
@@ -396,9 +427,52 @@ fn check_structure(so: &[u8], soname: &str, machine: u16) {
     assert!(rodata.align() >= 64);
 }
 
+/// Segment invariants every output must satisfy: non-executable stack,
+/// congruent page-aligned loads, W^X, and non-overlapping load pages.
+fn check_segments(so: &[u8], machine: u16) {
+    let file = ElfFile64::<object::Endianness>::parse(so).expect("output parses as ELF64");
+    let endian = file.endian();
+    let mut loads = Vec::new();
+    let mut saw_stack = false;
+    for phdr in file.elf_program_headers() {
+        let p_type = phdr.p_type(endian);
+        let flags = phdr.p_flags(endian);
+        if p_type == elf::PT_GNU_STACK {
+            saw_stack = true;
+            assert_eq!(flags & elf::PF_X, 0, "stack must not be executable");
+        }
+        if p_type == elf::PT_LOAD {
+            let align = phdr.p_align(endian);
+            let min_page = if machine == elf::EM_AARCH64 {
+                0x10000
+            } else {
+                0x1000
+            };
+            assert!(align >= min_page, "PT_LOAD alignment {align:#x}");
+            assert_eq!(
+                phdr.p_vaddr(endian) % align,
+                phdr.p_offset(endian) % align,
+                "p_vaddr and p_offset must be congruent"
+            );
+            assert!(
+                flags & elf::PF_W == 0 || flags & elf::PF_X == 0,
+                "no segment may be writable and executable"
+            );
+            let start = phdr.p_vaddr(endian) / align * align;
+            let end = (phdr.p_vaddr(endian) + phdr.p_memsz(endian)).next_multiple_of(align);
+            loads.push((start, end));
+        }
+    }
+    assert!(saw_stack, "PT_GNU_STACK missing");
+
+    for pair in loads.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "PT_LOAD pages overlap: {loads:x?}");
+    }
+}
+
 /// `readelf` must parse the file without complaints and `nm -D` must list the
 /// exports, if binutils is installed.
-fn check_with_binutils(path: &Path) {
+fn check_with_binutils(path: &Path, exports: &[&str]) {
     if !tools::require_tools(&["readelf", "nm"]) {
         return;
     }
@@ -408,7 +482,7 @@ fn check_with_binutils(path: &Path) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!stdout.contains("NEEDED"), "unexpected NEEDED:\n{stdout}");
     let nm = tools::run_stdout(Command::new("nm").arg("-D").arg(path));
-    for (name, _, _) in EXPORTS {
+    for name in exports {
         assert!(nm.contains(name), "nm -D does not list {name}:\n{nm}");
     }
 }
@@ -440,8 +514,7 @@ fn check_in_process(path: &Path) {
         let last_result: libloading::Symbol<extern "C" fn() -> f32> =
             lib.get(b"nnc_test_last_result").unwrap();
         let info: libloading::Symbol<*const Info> = lib.get(b"nnc_test_info").unwrap();
-        let state: libloading::Symbol<*const *const i64> =
-            lib.get(b"nnc_test_state_ptr").unwrap();
+        let state: libloading::Symbol<*const *const i64> = lib.get(b"nnc_test_state_ptr").unwrap();
 
         assert_eq!(call_count(), INITIAL_COUNT);
         assert_eq!(last_result(), 0.0, ".bss must start zeroed");
@@ -453,14 +526,40 @@ fn check_in_process(path: &Path) {
         let name = std::ffi::CStr::from_ptr(info.name);
         assert_eq!(name.to_str().unwrap(), MODEL_NAME);
         assert_eq!(info.count, TABLE_LEN as u64);
-        assert_eq!(info.table as usize % 64, 0, "table must stay 64-byte aligned");
+        assert_eq!(
+            info.table as usize % 64,
+            0,
+            "table must stay 64-byte aligned"
+        );
         let table = std::slice::from_raw_parts(info.table, TABLE_LEN);
         assert_eq!(table[0], 1.0);
         assert_eq!(table[TABLE_LEN - 1], TABLE_LEN as f32);
         assert_eq!((info.compute)(1.0, 15), 16.5);
         assert_eq!(info.compute as usize, *compute as usize);
         assert_eq!(***state, INITIAL_COUNT + 2);
+
+        // Page protections after loading: code r-x, relocated constants
+        // read-only again (PT_GNU_RELRO), mutable data rw-.
+        assert_eq!(mapping_permissions(*compute as usize), "r-xp");
+        assert_eq!(mapping_permissions(info as *const Info as usize), "r--p");
+        assert_eq!(mapping_permissions(*state as usize), "rw-p");
     }
+}
+
+/// Permission string of the mapping containing `address`, from /proc/self/maps.
+fn mapping_permissions(address: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (range, perms) = (fields.next().unwrap(), fields.next().unwrap());
+        let (start, end) = range.split_once('-').unwrap();
+        let start = usize::from_str_radix(start, 16).unwrap();
+        let end = usize::from_str_radix(end, 16).unwrap();
+        if (start..end).contains(&address) {
+            return perms.to_owned();
+        }
+    }
+    panic!("{address:#x} is not mapped");
 }
 
 fn link_and_check_x86_64(pic: bool) {
@@ -469,7 +568,7 @@ fn link_and_check_x86_64(pic: bool) {
     check_structure(&so, "libnnctest.so", elf::EM_X86_64);
     let dir = tempfile::tempdir().unwrap();
     let path = write_library(dir.path(), "libnnctest.so", &so);
-    check_with_binutils(&path);
+    check_with_binutils(&path, &export_names());
     if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
         check_in_process(&path);
     }
@@ -484,8 +583,9 @@ fn x86_64_links_loads_and_runs() {
 fn x86_64_got_relocations_are_supported() {
     let object = build_test_object(X86_64, true);
     assert!(
-        relocation_types(&object).iter().any(|&t| t == elf::R_X86_64_GOTPCREL
-            || t == elf::R_X86_64_REX_GOTPCRELX),
+        relocation_types(&object)
+            .iter()
+            .any(|&t| t == elf::R_X86_64_GOTPCREL || t == elf::R_X86_64_REX_GOTPCRELX),
         "the PIC build should reference data through the GOT"
     );
     link_and_check_x86_64(true);
@@ -534,7 +634,8 @@ fn x86_64_gcc_links_against_static_archive() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let archive = write_static_archive("nnc_test_model.o", &build_test_object(X86_64, false)).unwrap();
+    let archive =
+        write_static_archive("nnc_test_model.o", &build_test_object(X86_64, false)).unwrap();
     std::fs::write(dir.path().join("libnnctest.a"), archive).unwrap();
     let main = write_c_program(dir.path());
     let exe = dir.path().join("prog_static");
@@ -560,7 +661,7 @@ fn link_and_check_aarch64(pic: bool) {
     check_structure(&so, "libnnctest.so", elf::EM_AARCH64);
     let dir = tempfile::tempdir().unwrap();
     let lib = write_library(dir.path(), "libnnctest.so", &so);
-    check_with_binutils(&lib);
+    check_with_binutils(&lib, &export_names());
     if !tools::require_aarch64_toolchain() {
         return;
     }
@@ -615,7 +716,8 @@ fn aarch64_gcc_links_against_static_archive() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let archive = write_static_archive("nnc_test_model.o", &build_test_object(AARCH64, false)).unwrap();
+    let archive =
+        write_static_archive("nnc_test_model.o", &build_test_object(AARCH64, false)).unwrap();
     std::fs::write(dir.path().join("libnnctest.a"), archive).unwrap();
     let main = write_c_program(dir.path());
     let exe = dir.path().join("prog_static");
@@ -650,7 +752,9 @@ fn calling_an_undefined_function_is_an_error_naming_it() {
     for triple in [X86_64, AARCH64] {
         let mut module = new_module(triple, false);
         let sig = signature(&module, &[types::F32], Some(types::F32));
-        let sinf = module.declare_function("sinf", Linkage::Import, &sig).unwrap();
+        let sinf = module
+            .declare_function("sinf", Linkage::Import, &sig)
+            .unwrap();
         define_function(&mut module, "uses_libm", Linkage::Export, sig, |b, m, p| {
             let callee = m.declare_func_in_func(sinf, b.func);
             let call = b.ins().call(callee, &[p[0]]);
@@ -670,7 +774,14 @@ fn non_pic_absolute_code_reference_is_rejected() {
     // address with `movabs` and an R_X86_64_64 relocation in .text.
     let mut module = new_module(X86_64, false);
     let ptr = module.target_config().pointer_type();
-    let data = define_data(&mut module, "far_data", Linkage::Preemptible, false, 8, vec![1; 8]);
+    let data = define_data(
+        &mut module,
+        "far_data",
+        Linkage::Preemptible,
+        false,
+        8,
+        vec![1; 8],
+    );
     let sig = signature(&module, &[], Some(ptr));
     define_function(&mut module, "get_far", Linkage::Export, sig, |b, m, _| {
         let gv = m.declare_data_in_func(data, b.func);
@@ -742,7 +853,10 @@ fn object_with_relocation(
 fn unknown_relocation_type_is_an_error_naming_it() {
     let object = object_with_relocation(object::Architecture::X86_64, elf::R_X86_64_32S, None);
     let err = link_shared_object(&object, "libx.so").unwrap_err();
-    assert!(matches!(err, ArtifactError::UnsupportedRelocation { .. }), "{err:?}");
+    assert!(
+        matches!(err, ArtifactError::UnsupportedRelocation { .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("R_X86_64_32S"), "{err}");
 
     let object = object_with_relocation(object::Architecture::Aarch64, 0x7777, None);
@@ -815,4 +929,285 @@ fn output_is_deterministic() {
         link_shared_object(&object, "liba.so").unwrap(),
         link_shared_object(&object, "liba.so").unwrap()
     );
+}
+
+// ---------------------------------------------------------------------------
+// Layout corner cases: missing .data, .bss-only, no code at all
+// ---------------------------------------------------------------------------
+
+/// 1 MiB + 8 bytes of zero-initialised data: spans many pages.
+const BIG_BSS: u64 = (1 << 20) + 8;
+
+#[derive(Clone, Copy, Debug)]
+enum Variant {
+    /// Code and writable data, the latter only in .bss (no file contents).
+    BssWithoutData,
+    /// Code and read-only data only: no RW segment besides RELRO.
+    NoWritableData,
+    /// Exported constant data and no code at all (a weights-only library).
+    NoCode,
+}
+
+/// `probe() -> i64`: BssWithoutData bumps the last i64 of a big .bss buffer by 7 and
+/// returns it (7, 14, …); NoWritableData returns 30 from a constant table.
+fn build_variant(triple: &str, variant: Variant) -> Vec<u8> {
+    let mut module = new_module(triple, false);
+    let ptr = module.target_config().pointer_type();
+    let flags = MemFlagsData::trusted();
+    let sig = signature(&module, &[], Some(types::I64));
+    match variant {
+        Variant::BssWithoutData => {
+            let buf = module
+                .declare_data("big_buf", Linkage::Local, true, false)
+                .unwrap();
+            let mut desc = DataDescription::new();
+            desc.define_zeroinit(BIG_BSS as usize);
+            desc.set_align(64);
+            module.define_data(buf, &desc).unwrap();
+            define_function(&mut module, "probe", Linkage::Export, sig, |b, m, _| {
+                let gv = m.declare_data_in_func(buf, b.func);
+                let base = b.ins().symbol_value(ptr, gv);
+                let offset = (BIG_BSS - 8) as i32;
+                let value = b.ins().load(types::I64, flags, base, offset);
+                let value = b.ins().iadd_imm_s(value, 7);
+                b.ins().store(flags, value, base, offset);
+                vec![value]
+            });
+        }
+        Variant::NoWritableData => {
+            let table = [10i64, 20, 30]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            let table = define_data(&mut module, "table", Linkage::Local, false, 8, table);
+            define_function(&mut module, "probe", Linkage::Export, sig, |b, m, _| {
+                let gv = m.declare_data_in_func(table, b.func);
+                let base = b.ins().symbol_value(ptr, gv);
+                vec![b.ins().load(types::I64, flags, base, 16)]
+            });
+        }
+        Variant::NoCode => {
+            let weights = (0..=255u8).collect();
+            define_data(&mut module, "weights", Linkage::Export, false, 64, weights);
+        }
+    }
+    module.finish().emit().unwrap()
+}
+
+const C_RUNNER: &str = r#"
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 3; }
+    int64_t (*probe)(void) = (int64_t (*)(void))dlsym(lib, argv[2]);
+    if (!probe) { fprintf(stderr, "dlsym: %s\n", dlerror()); return 4; }
+    long long first = probe();
+    long long second = probe();
+    printf("%lld %lld\n", first, second);
+    return 0;
+}
+"#;
+
+/// Runs `probe` twice in the aarch64 library under qemu; returns stdout.
+fn run_probe_aarch64(dir: &Path, lib: &Path) -> Option<String> {
+    if !tools::require_aarch64_toolchain() {
+        return None;
+    }
+    let source = dir.join("runner.c");
+    std::fs::write(&source, C_RUNNER).unwrap();
+    let exe = dir.join("runner");
+    tools::run(
+        Command::new("aarch64-linux-gnu-gcc")
+            .arg("-O1")
+            .arg(&source)
+            .arg("-o")
+            .arg(&exe)
+            .arg("-ldl"),
+    );
+    Some(tools::run_stdout(
+        tools::qemu_aarch64(&exe).arg(lib).arg("probe"),
+    ))
+}
+
+/// Links the variant for both architectures, checks segment invariants and
+/// binutils' opinion, and returns (x86-64 library, aarch64 library, tempdir).
+fn link_variant(variant: Variant, export: &str) -> (PathBuf, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for (triple, machine, file) in [
+        (X86_64, elf::EM_X86_64, "libx86.so"),
+        (AARCH64, elf::EM_AARCH64, "liba64.so"),
+    ] {
+        let so = link_shared_object(&build_variant(triple, variant), file).unwrap();
+        check_segments(&so, machine);
+        let path = write_library(dir.path(), file, &so);
+        check_with_binutils(&path, &[export]);
+        paths.push(path);
+    }
+    let aarch64 = paths.pop().unwrap();
+    let x86_64 = paths.pop().unwrap();
+    (x86_64, aarch64, dir)
+}
+
+fn load_segments(path: &Path) -> Vec<(u32, u64, u64, u64)> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = ElfFile64::<object::Endianness>::parse(&*bytes).unwrap();
+    let endian = file.endian();
+    file.elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+        .map(|p| {
+            (
+                p.p_flags(endian),
+                p.p_vaddr(endian),
+                p.p_filesz(endian),
+                p.p_memsz(endian),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn bss_only_writable_data_is_zeroed_and_writable() {
+    let (x86_64, aarch64, dir) = link_variant(Variant::BssWithoutData, "probe");
+    for path in [&x86_64, &aarch64] {
+        // The .bss-only segment has no file contents and starts on a page.
+        let segments = load_segments(path);
+        let (_, vaddr, filesz, memsz) = *segments.last().unwrap();
+        assert_eq!(filesz, 0, "{segments:x?}");
+        assert!(memsz >= BIG_BSS);
+        assert_eq!(vaddr % 0x1000, 0, "{segments:x?}");
+    }
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        unsafe {
+            let lib = libloading::Library::new(&x86_64).unwrap();
+            let probe: libloading::Symbol<extern "C" fn() -> i64> = lib.get(b"probe").unwrap();
+            assert_eq!(probe(), 7);
+            assert_eq!(probe(), 14);
+        }
+    }
+    if let Some(out) = run_probe_aarch64(dir.path(), &aarch64) {
+        assert_eq!(out, "7 14\n");
+    }
+}
+
+#[test]
+fn read_only_module_has_no_data_segment() {
+    let (x86_64, aarch64, dir) = link_variant(Variant::NoWritableData, "probe");
+    for path in [&x86_64, &aarch64] {
+        let writable = load_segments(path)
+            .iter()
+            .filter(|(flags, ..)| flags & elf::PF_W != 0)
+            .count();
+        assert_eq!(writable, 1, "only the RELRO segment (.dynamic) is writable");
+    }
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        unsafe {
+            let lib = libloading::Library::new(&x86_64).unwrap();
+            let probe: libloading::Symbol<extern "C" fn() -> i64> = lib.get(b"probe").unwrap();
+            assert_eq!(probe(), 30);
+        }
+    }
+    if let Some(out) = run_probe_aarch64(dir.path(), &aarch64) {
+        assert_eq!(out, "30 30\n");
+    }
+}
+
+#[test]
+fn data_only_module_exports_aligned_weights() {
+    let (x86_64, aarch64, _dir) = link_variant(Variant::NoCode, "weights");
+    for path in [&x86_64, &aarch64] {
+        let executable = load_segments(path)
+            .iter()
+            .filter(|(flags, ..)| flags & elf::PF_X != 0)
+            .count();
+        assert_eq!(executable, 0, "no code, no executable segment");
+    }
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        unsafe {
+            let lib = libloading::Library::new(&x86_64).unwrap();
+            let weights: libloading::Symbol<*const [u8; 256]> = lib.get(b"weights").unwrap();
+            assert_eq!(*weights as usize % 64, 0);
+            let expected: Vec<u8> = (0..=255).collect();
+            let actual: &[u8; 256] = &*(*weights);
+            assert_eq!(&actual[..], &expected[..]);
+        }
+    }
+}
+
+#[test]
+fn rustc_links_against_static_archive() {
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        return;
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    if !tools::require_tool(&rustc) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let archive =
+        write_static_archive("nnc_test_model.o", &build_test_object(X86_64, false)).unwrap();
+    std::fs::write(dir.path().join("libnnctest.a"), archive).unwrap();
+    let main = dir.path().join("main.rs");
+    std::fs::write(
+        &main,
+        r#"
+extern "C" {
+    fn nnc_test_compute(x: f32, i: i64) -> f32;
+    fn nnc_test_call_count() -> i64;
+}
+fn main() {
+    unsafe {
+        assert_eq!(nnc_test_compute(2.0, 3), 8.5);
+        assert_eq!(nnc_test_call_count(), 101);
+    }
+    println!("ok");
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("prog_rust");
+    tools::run(
+        Command::new(&rustc)
+            .args(["--edition", "2021", "-O"])
+            .arg(&main)
+            .arg("-o")
+            .arg(&exe)
+            .arg("-L")
+            .arg(dir.path())
+            .args(["-l", "static=nnctest"]),
+    );
+    assert_eq!(tools::run_stdout(&mut Command::new(&exe)), "ok\n");
+}
+
+#[test]
+fn absurd_section_sizes_are_rejected_without_panicking() {
+    // A .bss claiming 2^50 bytes: representable in ELF, not in any address space.
+    use object::write::{Object, StandardSection, Symbol, SymbolSection};
+    use object::{BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope};
+    let mut obj = Object::new(
+        BinaryFormat::Elf,
+        object::Architecture::X86_64,
+        Endianness::Little,
+    );
+    let bss = obj.section_id(StandardSection::UninitializedData);
+    let offset = obj.append_section_bss(bss, 1 << 50, 8);
+    obj.add_symbol(Symbol {
+        name: b"huge".to_vec(),
+        value: offset,
+        size: 1 << 50,
+        kind: SymbolKind::Data,
+        scope: SymbolScope::Dynamic,
+        weak: false,
+        section: SymbolSection::Section(bss),
+        flags: SymbolFlags::None,
+    });
+    let object = obj.write().unwrap();
+    assert!(matches!(
+        link_shared_object(&object, "libx.so"),
+        Err(ArtifactError::TooLarge(_))
+    ));
 }

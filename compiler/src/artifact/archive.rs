@@ -56,7 +56,11 @@ pub fn write_static_archive(member_name: &str, object: &[u8]) -> Result<Vec<u8>,
     let member_offset32 = MAGIC.len() as u64 + index32_size + long_names_size;
     let wide = member_offset32 > u64::from(u32::MAX);
     let (index_name, word, index_size) = if wide {
-        ("/SYM64/", 8, HEADER_SIZE + padded(8 + 8 * symbols.len() as u64 + names_size))
+        (
+            "/SYM64/",
+            8,
+            HEADER_SIZE + padded(8 + 8 * symbols.len() as u64 + names_size),
+        )
     } else {
         ("/", 4, index32_size)
     };
@@ -154,7 +158,10 @@ mod tests {
         let text = obj.section_id(object::write::StandardSection::Text);
         let offset = obj.append_section_data(text, &[0xc3], 16);
         for (name, scope) in [
-            (&b"a_rather_long_exported_function"[..], SymbolScope::Dynamic),
+            (
+                &b"a_rather_long_exported_function"[..],
+                SymbolScope::Dynamic,
+            ),
             (&b"local_helper"[..], SymbolScope::Compilation),
         ] {
             obj.add_symbol(Symbol {

@@ -14,6 +14,12 @@ use super::ArtifactError;
 
 type Elf = elf::FileHeader64<Endianness>;
 
+/// Upper bound for a section's size (1 TiB) and alignment (1 MiB). Real
+/// objects are far below; the caps keep all address arithmetic of the linker
+/// comfortably inside `u64` whatever the input claims.
+const MAX_SECTION_SIZE: u64 = 1 << 40;
+const MAX_SECTION_ALIGN: u64 = 1 << 20;
+
 /// An allocated (`SHF_ALLOC`) section of the input.
 #[derive(Debug)]
 pub(crate) struct InputSection<'data> {
@@ -116,15 +122,16 @@ impl<'data> InputObject<'data> {
         let symtab = table.symbols(endian, data, elf::SHT_SYMTAB)?;
         let mut symbols = Vec::with_capacity(symtab.len());
         for (index, sym) in symtab.enumerate() {
-            let def = symbol_def(endian, &symtab, sym, index, &sections, &table)?;
-            symbols.push(InputSymbol {
+            let symbol = InputSymbol {
                 name: symtab.symbol_name(endian, sym)?,
-                def,
+                def: symbol_def(endian, &symtab, sym, index, &sections, &table)?,
                 value: sym.st_value(endian),
                 size: sym.st_size(endian),
                 st_info: sym.st_info(),
                 st_other: sym.st_other(),
-            });
+            };
+            check_symbol_value(&symbol, &sections)?;
+            symbols.push(symbol);
         }
 
         let mut relocs = Vec::new();
@@ -178,13 +185,19 @@ fn parse_section<'data>(
         return Ok(None);
     }
     if flags & u64::from(elf::SHF_TLS) != 0 {
-        return Err(unsupported_section(&name, "thread-local storage is not supported"));
+        return Err(unsupported_section(
+            &name,
+            "thread-local storage is not supported",
+        ));
     }
     let nobits = match sh_type {
         elf::SHT_NOBITS => true,
         elf::SHT_PROGBITS | elf::SHT_NOTE | elf::SHT_X86_64_UNWIND => false,
         elf::SHT_INIT_ARRAY | elf::SHT_FINI_ARRAY | elf::SHT_PREINIT_ARRAY => {
-            return Err(unsupported_section(&name, "constructors/destructors are not supported"))
+            return Err(unsupported_section(
+                &name,
+                "constructors/destructors are not supported",
+            ))
         }
         other => {
             return Err(unsupported_section(
@@ -195,9 +208,22 @@ fn parse_section<'data>(
     };
     let align = section.sh_addralign(endian).max(1);
     if !align.is_power_of_two() {
-        return Err(invalid(format!("section `{name}` has alignment {align}, not a power of two")));
+        return Err(invalid(format!(
+            "section `{name}` has alignment {align}, not a power of two"
+        )));
+    }
+    if align > MAX_SECTION_ALIGN {
+        return Err(unsupported_section(
+            &name,
+            &format!("alignment {align:#x} is too large"),
+        ));
     }
     let size = section.sh_size(endian);
+    if size > MAX_SECTION_SIZE {
+        return Err(ArtifactError::TooLarge(format!(
+            "section `{name}` is {size:#x} bytes"
+        )));
+    }
     let contents = if nobits {
         &[][..]
     } else {
@@ -242,13 +268,39 @@ fn symbol_def(
         Some(None) => {
             let header = table.section(section)?;
             let name = table.section_name(endian, header)?;
-            Ok(SymbolDef::NonAlloc(String::from_utf8_lossy(name).into_owned()))
+            Ok(SymbolDef::NonAlloc(
+                String::from_utf8_lossy(name).into_owned(),
+            ))
         }
         None => Err(invalid(format!(
             "symbol #{} refers to missing section {}",
             index.0, section.0
         ))),
     }
+}
+
+/// A symbol defined in a section must lie within it (its end may coincide
+/// with the section's end, as for `__stop_*`-style symbols).
+fn check_symbol_value(
+    symbol: &InputSymbol<'_>,
+    sections: &[Option<InputSection<'_>>],
+) -> Result<(), ArtifactError> {
+    let SymbolDef::Section(index) = symbol.def else {
+        return Ok(());
+    };
+    let Some(Some(section)) = sections.get(index) else {
+        return Ok(());
+    };
+    if symbol.value > section.size {
+        return Err(invalid(format!(
+            "symbol `{}` at {:#x} lies outside section `{}` ({:#x} bytes)",
+            symbol.display_name(),
+            symbol.value,
+            section.name,
+            section.size
+        )));
+    }
+    Ok(())
 }
 
 /// Appends the relocations of `section` (if it is a relocation section that

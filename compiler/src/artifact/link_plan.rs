@@ -285,19 +285,23 @@ pub(crate) fn symbol_name(input: &InputObject<'_>, symbol: usize) -> String {
     }
 }
 
-fn classify(
-    section: &super::elf_input::InputSection<'_>,
-    needs_dynamic_relocs: bool,
-) -> OutKind {
+/// Compilers (cranelift-object included) put constant data that holds
+/// addresses into `.data.rel.ro*`, flagged writable only so that the loader
+/// can relocate it. Like GNU ld, we make it read-only after relocation.
+fn is_relro_by_name(name: &str) -> bool {
+    name == ".data.rel.ro" || name.starts_with(".data.rel.ro.")
+}
+
+fn classify(section: &super::elf_input::InputSection<'_>, needs_dynamic_relocs: bool) -> OutKind {
     if section.executable {
         OutKind::Text
     } else if section.nobits {
         // Zero-initialised; even a read-only NOBITS section is harmless in .bss.
         OutKind::Bss
+    } else if is_relro_by_name(&section.name) || (!section.writable && needs_dynamic_relocs) {
+        OutKind::RelRo
     } else if section.writable {
         OutKind::Data
-    } else if needs_dynamic_relocs {
-        OutKind::RelRo
     } else {
         OutKind::Rodata
     }
@@ -340,9 +344,7 @@ fn output_specs(input: &InputObject<'_>, placement: &[Option<(OutKind, u64)>]) -
 /// defined in the image. Hidden symbols stay internal, as ELF intends.
 /// Undefined symbols that nothing references are ignored (a referenced one
 /// already failed in `plan_relocs`).
-fn collect_exports<'data>(
-    input: &InputObject<'data>,
-) -> Result<Vec<Export<'data>>, ArtifactError> {
+fn collect_exports<'data>(input: &InputObject<'data>) -> Result<Vec<Export<'data>>, ArtifactError> {
     let mut exports = Vec::new();
     let mut seen = HashSet::new();
     for (index, sym) in input.symbols.iter().enumerate().skip(1) {

@@ -135,7 +135,9 @@ impl HashParams {
             sysv_chains: exported + 1,
             gnu_buckets: plan.gnu_hash_buckets,
             // Roughly 12 bits of bloom filter per symbol, as lld does.
-            bloom_count: (exported.saturating_mul(12) / 64).max(1).next_power_of_two(),
+            bloom_count: (exported.saturating_mul(12) / 64)
+                .max(1)
+                .next_power_of_two(),
             bloom_shift: 26,
             exported,
         })
@@ -272,13 +274,17 @@ fn reserve(
     layout.rela = region(w, offset, delta);
     reserve_output_range(w, plan, &mut layout, OutKind::Rodata, delta)?;
     let ro_end = w.reserved_len() as u64;
-    layout.segments.push(load(elf::PF_R, 0, 0, ro_end, ro_end, segment_align));
+    layout
+        .segments
+        .push(load(elf::PF_R, 0, 0, ro_end, ro_end, segment_align));
 
     // Segment 2 (R+X).
     if has_text {
         delta += segment_align;
         let text = reserve_output_range(w, plan, &mut layout, OutKind::Text, delta)?;
-        layout.segments.push(load_region(elf::PF_R | elf::PF_X, text, segment_align));
+        layout
+            .segments
+            .push(load_region(elf::PF_R | elf::PF_X, text, segment_align));
     }
 
     // Segment 3 (RW, read-only after relocation).
@@ -416,7 +422,14 @@ fn load(flags: u32, offset: u64, vaddr: u64, filesz: u64, memsz: u64, align: u64
 }
 
 fn load_region(flags: u32, region: Region, align: u64) -> ProgramHeader {
-    load(flags, region.offset, region.vaddr, region.size, region.size, align)
+    load(
+        flags,
+        region.offset,
+        region.vaddr,
+        region.size,
+        region.size,
+        align,
+    )
 }
 
 /// One `R_*_RELATIVE` dynamic relocation: `*(base + offset) = base + addend`.
@@ -434,7 +447,11 @@ struct OutputContents {
 }
 
 impl OutputContents {
-    fn new(input: &InputObject<'_>, plan: &Plan<'_>, layout: &Layout) -> Result<Self, ArtifactError> {
+    fn new(
+        input: &InputObject<'_>,
+        plan: &Plan<'_>,
+        layout: &Layout,
+    ) -> Result<Self, ArtifactError> {
         let mut sections: [Vec<u8>; 5] = Default::default();
         for kind in OutKind::ALL {
             if kind != OutKind::Bss && layout.output(kind).is_some() {
@@ -510,8 +527,8 @@ impl OutputContents {
             return Ok(());
         };
         for (index, slot) in plan.got.iter().enumerate() {
-            let value = symbol_address(input, plan, layout, slot.symbol)?
-                .wrapping_add_signed(slot.addend);
+            let value =
+                symbol_address(input, plan, layout, slot.symbol)?.wrapping_add_signed(slot.addend);
             let start = index * GOT_ENTRY_SIZE as usize;
             self.got[start..start + GOT_ENTRY_SIZE as usize].copy_from_slice(&value.to_le_bytes());
             if !is_absolute(input, slot.symbol) {
@@ -557,9 +574,17 @@ fn symbol_address(
     match sym.def {
         SymbolDef::Absolute => Ok(sym.value),
         SymbolDef::Section(section) => {
-            let (kind, base) = plan.placement.get(section).copied().flatten().ok_or_else(|| {
-                ArtifactError::Write(format!("section of `{}` was not placed", sym.display_name()))
-            })?;
+            let (kind, base) = plan
+                .placement
+                .get(section)
+                .copied()
+                .flatten()
+                .ok_or_else(|| {
+                    ArtifactError::Write(format!(
+                        "section of `{}` was not placed",
+                        sym.display_name()
+                    ))
+                })?;
             let out = layout.output(kind).ok_or_else(|| {
                 ArtifactError::Write(format!("output section {kind:?} was not laid out"))
             })?;

@@ -113,10 +113,7 @@ pub fn require_path(path: impl AsRef<Path>, hint: &str) -> bool {
 /// this machine: the cross compiler, qemu user mode and the cross sysroot.
 pub fn require_aarch64_toolchain() -> bool {
     require_tools(&["aarch64-linux-gnu-gcc", "qemu-aarch64"])
-        && require_path(
-            AARCH64_SYSROOT,
-            "install qemu-user gcc-aarch64-linux-gnu",
-        )
+        && require_path(AARCH64_SYSROOT, "install qemu-user gcc-aarch64-linux-gnu")
 }
 
 /// Sysroot of Debian's aarch64 cross toolchain; pass to `qemu-aarch64 -L`.
