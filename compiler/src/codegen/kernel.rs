@@ -1,7 +1,7 @@
 //! Building blocks for writing kernels in CLIF: element loads and stores per dtype, the
 //! arithmetic domain each dtype computes in, counted loops and address arithmetic.
 
-use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlags, Type, Value};
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_frontend::FunctionBuilder;
 
@@ -48,8 +48,8 @@ pub fn mem_type(d: DType) -> Type {
     }
 }
 
-pub fn flags() -> MemFlags {
-    MemFlags::trusted()
+pub fn flags() -> MemFlagsData {
+    MemFlagsData::trusted()
 }
 
 /// Loads one element at `addr + offset` into its computation domain.
@@ -65,8 +65,8 @@ pub fn to_domain(b: &mut FunctionBuilder, d: DType, raw: Value) -> Value {
         DType::F16 => f16_bits_to_f32(b, raw),
         DType::BF16 => {
             let w = b.ins().uextend(types::I32, raw);
-            let w = b.ins().ishl_imm(w, 16);
-            b.ins().bitcast(types::F32, MemFlags::new(), w)
+            let w = b.ins().ishl_imm_u(w, 16);
+            b.ins().bitcast(types::F32, MemFlagsData::new(), w)
         }
         d if d.is_signed_int() => b.ins().sextend(types::I64, raw),
         _ => b.ins().uextend(types::I64, raw),
@@ -85,7 +85,7 @@ pub fn from_domain(b: &mut FunctionBuilder, d: DType, v: Value) -> Value {
         DType::F16 => f32_to_f16_bits(b, v),
         DType::BF16 => f32_to_bf16_bits(b, v),
         DType::Bool => {
-            let nz = b.ins().icmp_imm(IntCC::NotEqual, v, 0);
+            let nz = b.ins().icmp_imm_s(IntCC::NotEqual, v, 0);
             nz
         }
         _ => b.ins().ireduce(mem_type(d), v),
@@ -97,48 +97,49 @@ pub fn from_domain(b: &mut FunctionBuilder, d: DType, v: Value) -> Value {
 /// also normalizes subnormals), and force the exponent for inf/NaN.
 fn f16_bits_to_f32(b: &mut FunctionBuilder, h: Value) -> Value {
     let h = b.ins().uextend(types::I32, h);
-    let sign = b.ins().band_imm(h, 0x8000);
-    let sign = b.ins().ishl_imm(sign, 16);
-    let mag = b.ins().band_imm(h, 0x7fff);
-    let shifted = b.ins().ishl_imm(mag, 13);
-    let f = b.ins().bitcast(types::F32, MemFlags::new(), shifted);
+    let sign = b.ins().band_imm_u(h, 0x8000);
+    let sign = b.ins().ishl_imm_u(sign, 16);
+    let mag = b.ins().band_imm_u(h, 0x7fff);
+    let shifted = b.ins().ishl_imm_u(mag, 13);
+    let f = b.ins().bitcast(types::F32, MemFlagsData::new(), shifted);
     let scale = b.ins().f32const(f32::from_bits(0x7780_0000)); // 2^112
     let scaled = b.ins().fmul(f, scale);
-    let scaled = b.ins().bitcast(types::I32, MemFlags::new(), scaled);
-    let inf_nan = b.ins().bor_imm(shifted, 0x7f80_0000);
-    let is_special = b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, mag, 0x7c00);
+    let scaled = b.ins().bitcast(types::I32, MemFlagsData::new(), scaled);
+    let inf_nan = b.ins().bor_imm_u(shifted, 0x7f80_0000);
+    let is_special = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, mag, 0x7c00);
     let bits = b.ins().select(is_special, inf_nan, scaled);
     let bits = b.ins().bor(bits, sign);
-    b.ins().bitcast(types::F32, MemFlags::new(), bits)
+    b.ins().bitcast(types::F32, MemFlagsData::new(), bits)
 }
 
 /// Single → IEEE half, round to nearest even, with integer operations only.
 fn f32_to_f16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
-    let x = b.ins().bitcast(types::I32, MemFlags::new(), f);
-    let sign = b.ins().ushr_imm(x, 16);
-    let sign = b.ins().band_imm(sign, 0x8000);
-    let mag = b.ins().band_imm(x, 0x7fff_ffff);
+    let x = b.ins().bitcast(types::I32, MemFlagsData::new(), f);
+    let sign = b.ins().ushr_imm_u(x, 16);
+    let sign = b.ins().band_imm_u(sign, 0x8000);
+    let mag = b.ins().band_imm_u(x, 0x7fff_ffff);
     // Normal range: rebias the exponent (127 → 15) and round the 13 dropped bits.
-    let rebiased = b.ins().iadd_imm(mag, -((127 - 15) << 23));
-    let lsb = b.ins().ushr_imm(rebiased, 13);
-    let lsb = b.ins().band_imm(lsb, 1);
-    let rounded = b.ins().iadd_imm(rebiased, 0xfff);
+    let rebiased = b.ins().iadd_imm_s(mag, -((127 - 15) << 23));
+    let lsb = b.ins().ushr_imm_u(rebiased, 13);
+    let lsb = b.ins().band_imm_u(lsb, 1);
+    let rounded = b.ins().iadd_imm_s(rebiased, 0xfff);
     let rounded = b.ins().iadd(rounded, lsb);
-    let normal = b.ins().ushr_imm(rounded, 13);
+    let normal = b.ins().ushr_imm_u(rounded, 13);
     // Subnormal range (|x| < 2^-14): let the FPU align the mantissa by adding 0.5
     // (2^-1), whose ulp is 2^-24, the f16 subnormal step; round-to-nearest-even for free.
     let half = b.ins().f32const(0.5);
-    let absf = b.ins().bitcast(types::F32, MemFlags::new(), mag);
+    let absf = b.ins().bitcast(types::F32, MemFlagsData::new(), mag);
     let sub = b.ins().fadd(absf, half);
-    let sub = b.ins().bitcast(types::I32, MemFlags::new(), sub);
-    let sub = b.ins().isub(sub, b.ins().iconst(types::I32, 0x3f00_0000));
-    let is_sub = b.ins().icmp_imm(IntCC::UnsignedLessThan, mag, 0x3880_0000);
+    let sub = b.ins().bitcast(types::I32, MemFlagsData::new(), sub);
+    let half_bits = b.ins().iconst(types::I32, 0x3f00_0000);
+    let sub = b.ins().isub(sub, half_bits);
+    let is_sub = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, mag, 0x3880_0000);
     let v = b.ins().select(is_sub, sub, normal);
     // Overflow → inf; NaN → quiet NaN.
-    let is_over = b.ins().icmp_imm(IntCC::UnsignedGreaterThanOrEqual, mag, 0x477f_f000);
+    let is_over = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, mag, 0x477f_f000);
     let inf = b.ins().iconst(types::I32, 0x7c00);
     let v = b.ins().select(is_over, inf, v);
-    let is_nan = b.ins().icmp_imm(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
+    let is_nan = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
     let nan = b.ins().iconst(types::I32, 0x7e00);
     let v = b.ins().select(is_nan, nan, v);
     let v = b.ins().bor(v, sign);
@@ -147,23 +148,23 @@ fn f32_to_f16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
 
 /// Single → bfloat16, round to nearest even (NaN stays NaN).
 fn f32_to_bf16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
-    let x = b.ins().bitcast(types::I32, MemFlags::new(), f);
-    let lsb = b.ins().ushr_imm(x, 16);
-    let lsb = b.ins().band_imm(lsb, 1);
-    let r = b.ins().iadd_imm(x, 0x7fff);
+    let x = b.ins().bitcast(types::I32, MemFlagsData::new(), f);
+    let lsb = b.ins().ushr_imm_u(x, 16);
+    let lsb = b.ins().band_imm_u(lsb, 1);
+    let r = b.ins().iadd_imm_s(x, 0x7fff);
     let r = b.ins().iadd(r, lsb);
-    let r = b.ins().ushr_imm(r, 16);
-    let mag = b.ins().band_imm(x, 0x7fff_ffff);
-    let is_nan = b.ins().icmp_imm(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
-    let q = b.ins().ushr_imm(x, 16);
-    let q = b.ins().bor_imm(q, 0x40);
+    let r = b.ins().ushr_imm_u(r, 16);
+    let mag = b.ins().band_imm_u(x, 0x7fff_ffff);
+    let is_nan = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
+    let q = b.ins().ushr_imm_u(x, 16);
+    let q = b.ins().bor_imm_u(q, 0x40);
     let v = b.ins().select(is_nan, q, r);
     b.ins().ireduce(types::I16, v)
 }
 
 /// `base + index * scale` (index is an i64 value).
 pub fn elem_addr(b: &mut FunctionBuilder, base: Value, index: Value, scale: usize) -> Value {
-    let off = if scale == 1 { index } else { b.ins().imul_imm(index, scale as i64) };
+    let off = if scale == 1 { index } else { b.ins().imul_imm_s(index, scale as i64) };
     b.ins().iadd(base, off)
 }
 
@@ -197,8 +198,8 @@ pub fn counted_loop(
     b.switch_to_block(header);
     let i = b.block_params(header)[0];
     body(b, i);
-    let next = b.ins().iadd_imm(i, step);
-    let more = b.ins().icmp_imm(IntCC::SignedLessThan, next, end);
+    let next = b.ins().iadd_imm_s(i, step);
+    let more = b.ins().icmp_imm_s(IntCC::SignedLessThan, next, end);
     b.ins().brif(more, header, &[BlockArg::Value(next)], exit, &[]);
     b.seal_block(header);
     b.switch_to_block(exit);
@@ -221,7 +222,7 @@ pub fn dynamic_loop(b: &mut FunctionBuilder, end: Value, mut body: impl FnMut(&m
     b.switch_to_block(body_block);
     b.seal_block(body_block);
     body(b, i);
-    let next = b.ins().iadd_imm(i, 1);
+    let next = b.ins().iadd_imm_s(i, 1);
     b.ins().jump(header, &[BlockArg::Value(next)]);
     b.seal_block(header);
     b.switch_to_block(exit);
@@ -256,7 +257,7 @@ pub fn linear_offset(b: &mut FunctionBuilder, idx: &[Value], strides: &[usize]) 
         if s == 0 {
             continue;
         }
-        let t = if s == 1 { i } else { b.ins().imul_imm(i, s as i64) };
+        let t = if s == 1 { i } else { b.ins().imul_imm_s(i, s as i64) };
         acc = Some(match acc {
             None => t,
             Some(a) => b.ins().iadd(a, t),

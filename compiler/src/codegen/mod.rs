@@ -223,7 +223,7 @@ fn define_infer_with_workspace(
             for i in 0..n {
                 // Check the array pointer before loading from it.
                 let ok = b.create_block();
-                let null = b.ins().icmp_imm(IntCC::Equal, arr, 0);
+                let null = b.ins().icmp_imm_s(IntCC::Equal, arr, 0);
                 b.ins().brif(null, fail_null, &[], ok, &[]);
                 b.seal_block(ok);
                 b.switch_to_block(ok);
@@ -236,13 +236,13 @@ fn define_infer_with_workspace(
         }
         for (v, is_ws) in checks {
             let ok = b.create_block();
-            let null = b.ins().icmp_imm(IntCC::Equal, v, 0);
+            let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);
             b.ins().brif(null, if is_ws { fail_align } else { fail_null }, &[], ok, &[]);
             b.seal_block(ok);
             b.switch_to_block(ok);
             if is_ws {
                 let ok2 = b.create_block();
-                let mis = b.ins().band_imm(v, (plan::ALIGN - 1) as i64);
+                let mis = b.ins().band_imm_u(v, (plan::ALIGN - 1) as i64);
                 b.ins().brif(mis, fail_align, &[], ok2, &[]);
                 b.seal_block(ok2);
                 b.switch_to_block(ok2);
@@ -250,13 +250,13 @@ fn define_infer_with_workspace(
         }
 
         let wgv = module.declare_data_in_func(weights, b.func);
-        let wbase = b.ins().global_value(PTR, wgv);
+        let wbase = b.ins().symbol_value(PTR, wgv);
         let addr_of = |b: &mut FunctionBuilder, s: Storage| -> Value {
             match s {
                 Storage::Input(i) => b.ins().load(PTR, flags(), inputs, (i * 8) as i32),
                 Storage::Output(i) => b.ins().load(PTR, flags(), outputs, (i * 8) as i32),
-                Storage::Const(off) => b.ins().iadd_imm(wbase, off as i64),
-                Storage::Arena(off) => b.ins().iadd_imm(ws, off as i64),
+                Storage::Const(off) => b.ins().iadd_imm_s(wbase, off as i64),
+                Storage::Arena(off) => b.ins().iadd_imm_s(ws, off as i64),
             }
         };
         for (k, node) in graph.nodes.iter().enumerate() {
@@ -316,7 +316,7 @@ fn define_infer(
         b.seal_block(entry);
         let p = b.block_params(entry).to_vec();
         let agv = module.declare_data_in_func(arena, b.func);
-        let ws = b.ins().global_value(PTR, agv);
+        let ws = b.ins().symbol_value(PTR, agv);
         let fref = module.declare_func_in_func(infer_ws, b.func);
         let call = b.ins().call(fref, &[p[0], p[1], ws]);
         let r = b.inst_results(call)[0];
@@ -348,7 +348,7 @@ fn define_model_info_fn(
         b.switch_to_block(entry);
         b.seal_block(entry);
         let gv = module.declare_data_in_func(info, b.func);
-        let p = b.ins().global_value(PTR, gv);
+        let p = b.ins().symbol_value(PTR, gv);
         b.ins().return_(&[p]);
         b.finalize(isa.frontend_config());
     }

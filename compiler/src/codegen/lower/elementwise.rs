@@ -3,7 +3,7 @@
 //! operand is float32 and contiguous or broadcast along it.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, MemFlags, Type, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::{LowerCtx, LowerResult, Operand};
@@ -112,7 +112,7 @@ fn map(ctx: &mut LowerCtx, ins: &[Operand], out: &Operand, scalar: &ScalarFn, ve
                 if result.is_err() {
                     return;
                 }
-                let byte = b.ins().imul_imm(i, 4);
+                let byte = b.ins().imul_imm_s(i, 4);
                 let args: Vec<Value> = splats
                     .iter()
                     .zip(&in_bases)
@@ -177,7 +177,7 @@ fn fselect(b: &mut FunctionBuilder, cc: FloatCC, x: Value, y: Value, a: Value, c
     let ty = b.func.dfg.value_type(a);
     let m = b.ins().fcmp(cc, x, y);
     if ty.is_vector() {
-        let m = b.ins().bitcast(ty, MemFlags::new().with_endianness(cranelift_codegen::ir::Endianness::Little), m);
+        let m = b.ins().bitcast(ty, MemFlagsData::new(), m);
         b.ins().bitselect(m, a, c)
     } else {
         b.ins().select(m, a, c)
@@ -219,7 +219,7 @@ pub fn cast(ctx: &mut LowerCtx, to: DType) -> LowerResult {
     let f = move |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
         if to_bool {
             let nz = match from_d {
-                Domain::Int { .. } => b.ins().icmp_imm(IntCC::NotEqual, a[0], 0),
+                Domain::Int { .. } => b.ins().icmp_imm_s(IntCC::NotEqual, a[0], 0),
                 _ => {
                     let z = fconst(b, domain_type(from_d), 0.0);
                     b.ins().fcmp(FloatCC::NotEqual, a[0], z)
@@ -413,7 +413,7 @@ fn unary_int(b: &mut FunctionBuilder, op: UnaryOp, signed: bool, x: Value) -> Re
             }
             v
         }
-        UnaryOp::Not => b.ins().bxor_imm(x, 1),
+        UnaryOp::Not => b.ins().bxor_imm_u(x, 1),
         UnaryOp::BitwiseNot => b.ins().bnot(x),
         UnaryOp::IsNaN | UnaryOp::IsInf { .. } => kernel::iconst(b, 0),
         other => return Err(format!("{other:?} is not defined on integers")),
@@ -488,7 +488,7 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
     // Division by zero is undefined in ONNX; divide by 1 instead of trapping.
     let safe_divisor = |b: &mut FunctionBuilder| {
         let one = kernel::iconst(b, 1);
-        let z = b.ins().icmp_imm(IntCC::Equal, y, 0);
+        let z = b.ins().icmp_imm_s(IntCC::Equal, y, 0);
         b.ins().select(z, one, y)
     };
     Ok(match op {
@@ -506,8 +506,8 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
                 r
             } else {
                 let rd = b.ins().bxor(r, d);
-                let signs_differ = b.ins().icmp_imm(IntCC::SignedLessThan, rd, 0);
-                let nz = b.ins().icmp_imm(IntCC::NotEqual, r, 0);
+                let signs_differ = b.ins().icmp_imm_s(IntCC::SignedLessThan, rd, 0);
+                let nz = b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
                 let fix = b.ins().band(signs_differ, nz);
                 let adj = b.ins().iadd(r, d);
                 b.ins().select(fix, adj, r)
@@ -520,9 +520,9 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
             let mut result = one;
             let mut base = x;
             for bit in 0..63 {
-                let set = b.ins().ushr_imm(y, bit);
-                let set = b.ins().band_imm(set, 1);
-                let is = b.ins().icmp_imm(IntCC::NotEqual, set, 0);
+                let set = b.ins().ushr_imm_u(y, bit);
+                let set = b.ins().band_imm_u(set, 1);
+                let is = b.ins().icmp_imm_s(IntCC::NotEqual, set, 0);
                 let m = b.ins().imul(result, base);
                 result = b.ins().select(is, m, result);
                 base = b.ins().imul(base, base);
@@ -537,7 +537,7 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
         }
         BinaryOp::PRelu => {
             let xs = b.ins().imul(x, y);
-            let neg = b.ins().icmp_imm(IntCC::SignedLessThan, x, 0);
+            let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
             b.ins().select(neg, xs, x)
         }
         BinaryOp::Equal => cmp(b, IntCC::Equal, IntCC::Equal),
@@ -557,7 +557,7 @@ pub fn where_op(ctx: &mut LowerCtx) -> LowerResult {
     let (c, x, y) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
     let out = ctx.output(0);
     let f = |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
-        let t = b.ins().icmp_imm(IntCC::NotEqual, a[0], 0);
+        let t = b.ins().icmp_imm_s(IntCC::NotEqual, a[0], 0);
         Ok(b.ins().select(t, a[1], a[2]))
     };
     map(ctx, &[c, x, y], &out, &f, None)

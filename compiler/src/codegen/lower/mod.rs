@@ -62,7 +62,7 @@ impl LowerCtx<'_, '_> {
         d.set_align(super::plan::ALIGN as u64);
         self.module.define_data(id, &d).map_err(|e| e.to_string())?;
         let gv = self.module.declare_data_in_func(id, self.b.func);
-        Ok(cranelift_codegen::ir::InstBuilder::global_value(self.b.ins(), PTR, gv))
+        Ok(cranelift_codegen::ir::InstBuilder::symbol_value(self.b.ins(), PTR, gv))
     }
 }
 

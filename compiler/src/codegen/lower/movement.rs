@@ -49,7 +49,7 @@ fn signed_offset(b: &mut FunctionBuilder, idx: &[Value], strides: &[i64], base: 
     let mut acc = kernel::iconst(b, base);
     for (&i, &s) in idx.iter().zip(strides) {
         if s != 0 {
-            let t = b.ins().imul_imm(i, s);
+            let t = b.ins().imul_imm_s(i, s);
             acc = b.ins().iadd(acc, t);
         }
     }
@@ -165,17 +165,17 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
             let i = kernel::load_elem(b, idx_ty, ia, 0);
             // Negative indices count from the end; out-of-range ones are clamped so a
             // bad index can never read outside the tensor.
-            let wrapped = b.ins().iadd_imm(i, dim as i64);
-            let neg = b.ins().icmp_imm(IntCC::SignedLessThan, i, 0);
+            let wrapped = b.ins().iadd_imm_s(i, dim as i64);
+            let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, i, 0);
             let i = b.ins().select(neg, wrapped, i);
             let zero = kernel::iconst(b, 0);
             let i = b.ins().smax(i, zero);
             let maxi = kernel::iconst(b, dim as i64 - 1);
             let i = b.ins().smin(i, maxi);
-            let row = b.ins().imul_imm(o, dim as i64);
+            let row = b.ins().imul_imm_s(o, dim as i64);
             let row = b.ins().iadd(row, i);
             let s = kernel::elem_addr(b, data.ptr, row, inner * elem);
-            let orow = b.ins().imul_imm(o, n_idx as i64);
+            let orow = b.ins().imul_imm_s(o, n_idx as i64);
             let orow = b.ins().iadd(orow, j);
             let d = kernel::elem_addr(b, y.ptr, orow, inner * elem);
             copy_bytes(b, d, s, inner * elem);
@@ -243,10 +243,10 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
         let mut off = kernel::iconst(b, 0);
         let mut any_fill = b.ins().iconst(types::I8, 0);
         for d in 0..r {
-            let a = b.ins().iadd_imm(idx[d], table_at[d] as i64);
+            let a = b.ins().iadd_imm_s(idx[d], table_at[d] as i64);
             let a = kernel::elem_addr(b, table, a, 8);
             let v = b.ins().load(types::I64, flags(), a, 0);
-            let f = b.ins().icmp_imm(IntCC::SignedLessThan, v, 0);
+            let f = b.ins().icmp_imm_s(IntCC::SignedLessThan, v, 0);
             any_fill = b.ins().bor(any_fill, f);
             let z = kernel::iconst(b, 0);
             let v = b.ins().select(f, z, v);
@@ -261,7 +261,7 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
             _ => b.ins().iconst(types::I8, fill[0] as i8 as i64),
         };
         let mem_ty = kernel::mem_type(dtype);
-        let fill_v = if mem_ty.is_float() { b.ins().bitcast(mem_ty, cranelift_codegen::ir::MemFlags::new(), fill_v) } else { fill_v };
+        let fill_v = if mem_ty.is_float() { b.ins().bitcast(mem_ty, cranelift_codegen::ir::MemFlagsData::new(), fill_v) } else { fill_v };
         let v = b.ins().select(any_fill, fill_v, raw);
         let o = kernel::linear_offset(b, idx, &ys);
         let d = kernel::elem_addr(b, y.ptr, o, elem);
