@@ -183,12 +183,6 @@ fn narrow_half(t: Tensor, dtype: DType) -> Tensor {
     }
 }
 
-/// Runs `f` on `t` with f16/bf16 widened to f32, rounding a float result back.
-fn via_f32(t: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor, String>) -> Result<Tensor, String> {
-    let dtype = t.dtype();
-    Ok(narrow_half(f(&widen_half(t))?, dtype))
-}
-
 /// The array inside `t` if its element type is `T`.
 fn array_ref<T: Element>(t: &Tensor) -> Option<&ArrayD<T>> {
     with_tensor!(t, a => (a as &dyn std::any::Any).downcast_ref::<ArrayD<T>>())
