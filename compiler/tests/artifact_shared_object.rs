@@ -1211,3 +1211,74 @@ fn absurd_section_sizes_are_rejected_without_panicking() {
         Err(ArtifactError::TooLarge(_))
     ));
 }
+
+/// A library exporting `count` 8-byte constants `export_<i>` holding `i`.
+fn build_many_exports(triple: &str, count: u64) -> Vec<u8> {
+    let mut module = new_module(triple, false);
+    for i in 0..count {
+        let name = format!("export_{i}");
+        define_data(
+            &mut module,
+            &name,
+            Linkage::Export,
+            false,
+            8,
+            i.to_le_bytes().to_vec(),
+        );
+    }
+    module.finish().emit().unwrap()
+}
+
+#[test]
+fn hash_tables_find_every_export() {
+    use object::read::elf::{SectionHeader as _, VersionTable};
+    const COUNT: u64 = 150;
+    for triple in [X86_64, AARCH64] {
+        let so = link_shared_object(&build_many_exports(triple, COUNT), "libmany.so").unwrap();
+        let data = &*so;
+        let file = ElfFile64::<object::Endianness>::parse(data).unwrap();
+        let endian = file.endian();
+        let sections = file.elf_section_table();
+        let dynsyms = sections.symbols(endian, data, elf::SHT_DYNSYM).unwrap();
+        let versions = VersionTable::default();
+        let section = |sh_type| {
+            sections
+                .iter()
+                .find(|s| s.sh_type(endian) == sh_type)
+                .unwrap()
+        };
+        let (sysv, _) = section(elf::SHT_HASH).hash(endian, data).unwrap().unwrap();
+        let (gnu, _) = section(elf::SHT_GNU_HASH)
+            .gnu_hash(endian, data)
+            .unwrap()
+            .unwrap();
+        let lookup = |name: &str| {
+            let name = name.as_bytes();
+            let by_sysv = sysv.find(endian, name, elf::hash(name), None, &dynsyms, &versions);
+            let by_gnu = gnu.find(endian, name, elf::gnu_hash(name), None, &dynsyms, &versions);
+            assert_eq!(by_sysv.map(|s| s.0), by_gnu.map(|s| s.0), "{triple}");
+            by_gnu.map(|(_, sym)| sym.st_value.get(endian))
+        };
+        for i in 0..COUNT {
+            assert!(
+                lookup(&format!("export_{i}")).is_some(),
+                "{triple}: export_{i}"
+            );
+        }
+        assert_eq!(lookup("not_exported"), None);
+    }
+
+    if cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        let dir = tempfile::tempdir().unwrap();
+        let so = link_shared_object(&build_many_exports(X86_64, COUNT), "libmany.so").unwrap();
+        let path = write_library(dir.path(), "libmany.so", &so);
+        unsafe {
+            let lib = libloading::Library::new(&path).unwrap();
+            for i in 0..COUNT {
+                let name = format!("export_{i}");
+                let value: libloading::Symbol<*const u64> = lib.get(name.as_bytes()).unwrap();
+                assert_eq!(**value, i);
+            }
+        }
+    }
+}

@@ -72,10 +72,6 @@ struct Region {
 }
 
 impl Region {
-    fn end_offset(&self) -> u64 {
-        self.offset + self.size
-    }
-
     fn end_vaddr(&self) -> u64 {
         self.vaddr + self.size
     }
@@ -144,12 +140,13 @@ impl HashParams {
     }
 }
 
-fn too_large(what: &str) -> ArtifactError {
-    ArtifactError::TooLarge(format!("{what} exceeds the address space"))
+fn to_usize(value: u64, what: &str) -> Result<usize, ArtifactError> {
+    usize::try_from(value)
+        .map_err(|_| ArtifactError::TooLarge(format!("{what} exceeds the address space")))
 }
 
-fn to_usize(value: u64, what: &str) -> Result<usize, ArtifactError> {
-    usize::try_from(value).map_err(|_| too_large(what))
+fn internal_error(message: impl Into<String>) -> ArtifactError {
+    ArtifactError::Write(message.into())
 }
 
 fn emit(input: &InputObject<'_>, plan: &Plan<'_>, soname: &str) -> Result<Vec<u8>, ArtifactError> {
@@ -157,26 +154,30 @@ fn emit(input: &InputObject<'_>, plan: &Plan<'_>, soname: &str) -> Result<Vec<u8
     let mut out = Vec::new();
     let mut w = Writer::new(Endianness::Little, true, &mut out);
 
+    // Phase 1: strings, indices and file ranges; then everything that depends
+    // on final addresses.
     let soname_id = w.add_dynamic_string(soname.as_bytes());
     let export_names: Vec<StringId> = plan
         .exports
         .iter()
         .map(|e| w.add_dynamic_string(e.name))
         .collect();
-
-    let mut layout = reserve(&mut w, input, plan, &hash)?;
+    let layout = reserve(&mut w, input, plan, &hash)?;
+    let dynsyms = dynamic_symbols(input, plan, &layout, &export_names)?;
     let mut contents = OutputContents::new(input, plan, &layout)?;
     let relatives = contents.apply_relocations(input, plan, &layout)?;
     let dynamic = dynamic_entries(&layout, soname_id, relatives.len());
-    debug_assert_eq!(dynamic.len(), dynamic_entry_count(plan.dynamic_reloc_count));
-    if relatives.len() != plan.dynamic_reloc_count {
-        return Err(ArtifactError::Write(format!(
+    if relatives.len() != plan.dynamic_reloc_count
+        || dynamic.len() != dynamic_entry_count(plan.dynamic_reloc_count)
+    {
+        return Err(internal_error(format!(
             "planned {} dynamic relocations but produced {}",
             plan.dynamic_reloc_count,
             relatives.len()
         )));
     }
 
+    // Phase 2: write in exactly the order of reservation.
     w.write_file_header(&FileHeader {
         os_abi: input.os_abi,
         abi_version: 0,
@@ -186,10 +187,10 @@ fn emit(input: &InputObject<'_>, plan: &Plan<'_>, soname: &str) -> Result<Vec<u8
         e_flags: input.e_flags,
     })?;
     w.write_align_program_headers();
-    for segment in layout.segments.drain(..) {
-        w.write_program_header(&segment);
+    for segment in &layout.segments {
+        w.write_program_header(segment);
     }
-    write_dynamic_symbols(&mut w, input, plan, &layout, &hash, &export_names);
+    write_symbol_tables(&mut w, plan, &hash, &dynsyms);
     write_relocations(&mut w, &layout, &relatives, input.arch.relative_reloc())?;
     write_contents(&mut w, &layout, &contents, &dynamic)?;
     write_section_headers(&mut w, &layout);
@@ -209,12 +210,72 @@ fn reserve(
     let has_text = plan.has(OutKind::Text);
     let has_data = plan.has(OutKind::Data) || plan.has(OutKind::Bss);
     // LOAD R, [LOAD RX], LOAD RELRO, [LOAD RW], DYNAMIC, GNU_RELRO, GNU_STACK
-    let segment_count = 5 + u32::from(has_text) + u32::from(has_data);
+    let segment_count = 5 + usize::from(has_text) + usize::from(has_data);
 
     w.reserve_file_header();
-    w.reserve_program_headers(segment_count);
+    w.reserve_program_headers(segment_count as u32);
+    let mut layout = reserve_section_indices(w, plan);
+    w.reserve_null_dynamic_symbol_index();
+    for _ in &plan.exports {
+        w.reserve_dynamic_symbol_index();
+    }
 
-    // Section indices, in the order their headers are written (address order).
+    // Each segment starts `segment_align` further on in memory than in the
+    // file (see the module documentation); `delta` is vaddr - file offset.
+    let mut delta = 0;
+    let readonly = reserve_readonly_segment(w, plan, hash, &mut layout)?;
+    layout
+        .segments
+        .push(load_region(elf::PF_R, readonly, segment_align));
+    if has_text {
+        delta += segment_align;
+        let text = reserve_output_range(w, plan, &mut layout, OutKind::Text, delta)?;
+        layout
+            .segments
+            .push(load_region(elf::PF_R | elf::PF_X, text, segment_align));
+    }
+    delta += segment_align;
+    let relro = reserve_relro_segment(w, plan, &mut layout, delta)?;
+    // Extend the segment in memory to a page boundary so that PT_GNU_RELRO
+    // protects all of it at every page size (the loader rounds its end down).
+    let relro_memsz = relro.end_vaddr().next_multiple_of(page) - relro.vaddr;
+    layout.segments.push(ProgramHeader {
+        p_memsz: relro_memsz,
+        ..load_region(elf::PF_R | elf::PF_W, relro, segment_align)
+    });
+    if has_data {
+        delta += segment_align;
+        let segment = reserve_data_segment(w, plan, &mut layout, delta, segment_align)?;
+        layout.segments.push(segment);
+    }
+
+    layout.segments.extend([
+        ProgramHeader {
+            p_type: elf::PT_DYNAMIC,
+            ..load_region(elf::PF_R | elf::PF_W, layout.dynamic, 8)
+        },
+        ProgramHeader {
+            p_type: elf::PT_GNU_RELRO,
+            p_memsz: relro_memsz,
+            ..load_region(elf::PF_R, relro, 1)
+        },
+        ProgramHeader {
+            p_type: elf::PT_GNU_STACK,
+            ..load_region(elf::PF_R | elf::PF_W, Region::default(), 16)
+        },
+    ]);
+    if layout.segments.len() != segment_count {
+        return Err(internal_error("program header count mismatch"));
+    }
+
+    w.reserve_shstrtab();
+    w.reserve_section_headers();
+    Ok(layout)
+}
+
+/// Reserves section header indices in address order, which is also the
+/// order `write_section_headers` writes them in.
+fn reserve_section_indices(w: &mut Writer<'_>, plan: &Plan<'_>) -> Layout {
     w.reserve_hash_section_index();
     w.reserve_gnu_hash_section_index();
     let dynsym_index = w.reserve_dynsym_section_index();
@@ -249,95 +310,59 @@ fn reserve(
     reserve_output(w, OutKind::Data);
     reserve_output(w, OutKind::Bss);
     w.reserve_shstrtab_section_index();
+    layout
+}
 
-    w.reserve_null_dynamic_symbol_index();
-    for _ in &plan.exports {
-        w.reserve_dynamic_symbol_index();
-    }
-
-    // Segment 1 (R): starts at file offset 0 and address 0.
-    let mut delta = 0u64; // vaddr - file offset within the current segment
-    let region = |w: &mut Writer<'_>, offset: usize, delta: u64| Region {
+/// The region of the file reserved since `offset`.
+fn reserved_since(w: &Writer<'_>, offset: usize, delta: u64) -> Region {
+    Region {
         offset: offset as u64,
         vaddr: offset as u64 + delta,
         size: (w.reserved_len() - offset) as u64,
-    };
-    let offset = w.reserve_hash(hash.sysv_buckets, hash.sysv_chains);
-    layout.hash = region(w, offset, delta);
-    let offset = w.reserve_gnu_hash(hash.bloom_count, hash.gnu_buckets, hash.exported);
-    layout.gnu_hash = region(w, offset, delta);
-    let offset = w.reserve_dynsym();
-    layout.dynsym = region(w, offset, delta);
-    let offset = w.reserve_dynstr();
-    layout.dynstr = region(w, offset, delta);
-    let offset = w.reserve_relocations(plan.dynamic_reloc_count, true);
-    layout.rela = region(w, offset, delta);
-    reserve_output_range(w, plan, &mut layout, OutKind::Rodata, delta)?;
-    let ro_end = w.reserved_len() as u64;
-    layout
-        .segments
-        .push(load(elf::PF_R, 0, 0, ro_end, ro_end, segment_align));
-
-    // Segment 2 (R+X).
-    if has_text {
-        delta += segment_align;
-        let text = reserve_output_range(w, plan, &mut layout, OutKind::Text, delta)?;
-        layout
-            .segments
-            .push(load_region(elf::PF_R | elf::PF_X, text, segment_align));
     }
+}
 
-    // Segment 3 (RW, read-only after relocation).
-    delta += segment_align;
-    let relro_start = w.reserved_len().next_multiple_of(8) as u64;
-    reserve_output_range(w, plan, &mut layout, OutKind::RelRo, delta)?;
+/// Segment 1: headers, dynamic linking tables and `.rodata`, mapped at
+/// address 0 from file offset 0.
+fn reserve_readonly_segment(
+    w: &mut Writer<'_>,
+    plan: &Plan<'_>,
+    hash: &HashParams,
+    layout: &mut Layout,
+) -> Result<Region, ArtifactError> {
+    let offset = w.reserve_hash(hash.sysv_buckets, hash.sysv_chains);
+    layout.hash = reserved_since(w, offset, 0);
+    let offset = w.reserve_gnu_hash(hash.bloom_count, hash.gnu_buckets, hash.exported);
+    layout.gnu_hash = reserved_since(w, offset, 0);
+    let offset = w.reserve_dynsym();
+    layout.dynsym = reserved_since(w, offset, 0);
+    let offset = w.reserve_dynstr();
+    layout.dynstr = reserved_since(w, offset, 0);
+    let offset = w.reserve_relocations(plan.dynamic_reloc_count, true);
+    layout.rela = reserved_since(w, offset, 0);
+    reserve_output_range(w, plan, layout, OutKind::Rodata, 0)?;
+    Ok(reserved_since(w, 0, 0))
+}
+
+/// Segment 3: data written only by the loader (`.data.rel.ro`, the GOT,
+/// `.dynamic`), read-only afterwards.
+fn reserve_relro_segment(
+    w: &mut Writer<'_>,
+    plan: &Plan<'_>,
+    layout: &mut Layout,
+    delta: u64,
+) -> Result<Region, ArtifactError> {
+    // Everything in this segment is 8-byte aligned at least.
+    let start = w.reserve(0, 8);
+    reserve_output_range(w, plan, layout, OutKind::RelRo, delta)?;
     if let Some((got, _, _)) = &mut layout.got {
         let size = plan.got.len() as u64 * GOT_ENTRY_SIZE;
         let offset = w.reserve(to_usize(size, ".got")?, GOT_ENTRY_SIZE as usize);
-        *got = region(w, offset, delta);
+        *got = reserved_since(w, offset, delta);
     }
     let offset = w.reserve_dynamic(dynamic_entry_count(plan.dynamic_reloc_count));
-    layout.dynamic = region(w, offset, delta);
-    let relro = Region {
-        offset: relro_start,
-        vaddr: relro_start + delta,
-        size: layout.dynamic.end_offset() - relro_start,
-    };
-    // Extend the segment in memory to a page boundary so that PT_GNU_RELRO
-    // protects all of it at every page size (the loader rounds its end down).
-    let relro_memsz = relro.end_vaddr().next_multiple_of(page) - relro.vaddr;
-    let mut relro_load = load_region(elf::PF_R | elf::PF_W, relro, segment_align);
-    relro_load.p_memsz = relro_memsz;
-    layout.segments.push(relro_load);
-
-    // Segment 4 (RW).
-    if has_data {
-        delta += segment_align;
-        let segment = reserve_data_segment(w, plan, &mut layout, delta, segment_align)?;
-        layout.segments.push(segment);
-    }
-
-    layout.segments.push(ProgramHeader {
-        p_type: elf::PT_DYNAMIC,
-        p_flags: elf::PF_R | elf::PF_W,
-        ..load_region(0, layout.dynamic, 8)
-    });
-    layout.segments.push(ProgramHeader {
-        p_type: elf::PT_GNU_RELRO,
-        p_flags: elf::PF_R,
-        p_memsz: relro_memsz,
-        ..load_region(0, relro, 1)
-    });
-    layout.segments.push(ProgramHeader {
-        p_type: elf::PT_GNU_STACK,
-        p_flags: elf::PF_R | elf::PF_W,
-        ..load_region(0, Region::default(), 16)
-    });
-    debug_assert_eq!(layout.segments.len(), segment_count as usize);
-
-    w.reserve_shstrtab();
-    w.reserve_section_headers();
-    Ok(layout)
+    layout.dynamic = reserved_since(w, offset, delta);
+    Ok(reserved_since(w, start, delta))
 }
 
 /// Reserves `.data` in the file and places `.bss` after it in memory.
@@ -364,7 +389,7 @@ fn reserve_data_segment(
     };
     let bss_vaddr = data.end_vaddr().max(start).next_multiple_of(bss_spec.align);
     bss.region = Region {
-        offset: (w.reserved_len() as u64).max(offset),
+        offset: w.reserved_len() as u64,
         vaddr: bss_vaddr,
         size: bss_spec.size,
     };
@@ -408,28 +433,18 @@ fn reserve_output_range(
     Ok(placed.region)
 }
 
-fn load(flags: u32, offset: u64, vaddr: u64, filesz: u64, memsz: u64, align: u64) -> ProgramHeader {
+/// A `PT_LOAD` header mapping exactly `region`.
+fn load_region(flags: u32, region: Region, align: u64) -> ProgramHeader {
     ProgramHeader {
         p_type: elf::PT_LOAD,
         p_flags: flags,
-        p_offset: offset,
-        p_vaddr: vaddr,
-        p_paddr: vaddr,
-        p_filesz: filesz,
-        p_memsz: memsz,
+        p_offset: region.offset,
+        p_vaddr: region.vaddr,
+        p_paddr: region.vaddr,
+        p_filesz: region.size,
+        p_memsz: region.size,
         p_align: align,
     }
-}
-
-fn load_region(flags: u32, region: Region, align: u64) -> ProgramHeader {
-    load(
-        flags,
-        region.offset,
-        region.vaddr,
-        region.size,
-        region.size,
-        align,
-    )
 }
 
 /// One `R_*_RELATIVE` dynamic relocation: `*(base + offset) = base + addend`.
@@ -484,17 +499,12 @@ impl OutputContents {
         self.fill_got(input, plan, layout, &mut relatives)?;
         for planned in &plan.relocs {
             let r = &planned.input;
-            let (kind, base) = plan.placement[r.section].ok_or_else(|| {
-                ArtifactError::Write(format!("relocated section #{} was not placed", r.section))
-            })?;
-            let out = layout.output(kind).ok_or_else(|| {
-                ArtifactError::Write(format!("output section {kind:?} was not laid out"))
-            })?;
-            let offset_in_out = base + r.offset;
+            let (kind, offset_in_out, section_vaddr) = placed_input(plan, layout, r.section)?;
+            let offset_in_out = offset_in_out + r.offset;
             let inputs = RelocInputs {
                 symbol: symbol_address(input, plan, layout, r.symbol)?,
                 addend: r.addend,
-                place: out.region.vaddr + offset_in_out,
+                place: section_vaddr + r.offset,
                 got_entry: planned
                     .got_slot
                     .and_then(|slot| Some(layout.got?.0.vaddr + slot as u64 * GOT_ENTRY_SIZE)),
@@ -561,6 +571,25 @@ fn reloc_error(
     }
 }
 
+/// Where input section `index` went: its output section, its offset in
+/// there, and its address.
+fn placed_input(
+    plan: &Plan<'_>,
+    layout: &Layout,
+    index: usize,
+) -> Result<(OutKind, u64, u64), ArtifactError> {
+    let (kind, offset) = plan
+        .placement
+        .get(index)
+        .copied()
+        .flatten()
+        .ok_or_else(|| internal_error(format!("input section #{index} was not placed")))?;
+    let out = layout
+        .output(kind)
+        .ok_or_else(|| internal_error(format!("output section {kind:?} was not laid out")))?;
+    Ok((kind, offset, out.region.vaddr + offset))
+}
+
 /// The address of a symbol in the image (relative to the load base).
 fn symbol_address(
     input: &InputObject<'_>,
@@ -574,21 +603,8 @@ fn symbol_address(
     match sym.def {
         SymbolDef::Absolute => Ok(sym.value),
         SymbolDef::Section(section) => {
-            let (kind, base) = plan
-                .placement
-                .get(section)
-                .copied()
-                .flatten()
-                .ok_or_else(|| {
-                    ArtifactError::Write(format!(
-                        "section of `{}` was not placed",
-                        sym.display_name()
-                    ))
-                })?;
-            let out = layout.output(kind).ok_or_else(|| {
-                ArtifactError::Write(format!("output section {kind:?} was not laid out"))
-            })?;
-            Ok(out.region.vaddr + base + sym.value)
+            let (_, _, section_vaddr) = placed_input(plan, layout, section)?;
+            Ok(section_vaddr + sym.value)
         }
         // Plan::new rejects relocations and exports against anything else.
         _ => Err(ArtifactError::UndefinedSymbol(sym.display_name())),
@@ -633,16 +649,44 @@ fn dynamic_entries(
     entries
 }
 
-fn write_dynamic_symbols(
-    w: &mut Writer<'_>,
+/// The `.dynsym` entries after the null symbol, in `plan.exports` order.
+fn dynamic_symbols(
     input: &InputObject<'_>,
     plan: &Plan<'_>,
     layout: &Layout,
-    hash: &HashParams,
     names: &[StringId],
-) {
+) -> Result<Vec<Sym>, ArtifactError> {
+    let mut symbols = Vec::with_capacity(plan.exports.len());
+    for (export, name) in plan.exports.iter().zip(names) {
+        let sym = &input.symbols[export.symbol];
+        let (section, st_shndx) = match sym.def {
+            SymbolDef::Section(index) => {
+                let section = plan.placement[index]
+                    .and_then(|(kind, _)| layout.output(kind))
+                    .map(|out| out.index)
+                    .ok_or_else(|| internal_error("exported symbol's section was not placed"))?;
+                (Some(section), elf::SHN_UNDEF)
+            }
+            _ => (None, elf::SHN_ABS),
+        };
+        symbols.push(Sym {
+            name: Some(*name),
+            section,
+            st_info: sym.st_info,
+            st_other: sym.st_other,
+            st_shndx,
+            st_value: symbol_address(input, plan, layout, export.symbol)?,
+            st_size: sym.size,
+        });
+    }
+    Ok(symbols)
+}
+
+/// Writes `.hash`, `.gnu.hash`, `.dynsym` and `.dynstr`.
+fn write_symbol_tables(w: &mut Writer<'_>, plan: &Plan<'_>, hash: &HashParams, dynsyms: &[Sym]) {
     let exports = &plan.exports;
     w.write_hash(hash.sysv_buckets, hash.sysv_chains, |index| {
+        // Index 0 is the null symbol, which is not hashed.
         let export = exports.get((index as usize).checked_sub(1)?)?;
         Some(elf::hash(export.name))
     });
@@ -655,26 +699,8 @@ fn write_dynamic_symbols(
         |index| exports[index as usize].gnu_hash,
     );
     w.write_null_dynamic_symbol();
-    for (export, name) in exports.iter().zip(names) {
-        let sym = &input.symbols[export.symbol];
-        let (section, st_shndx) = match sym.def {
-            SymbolDef::Section(index) => {
-                let section = plan.placement[index]
-                    .and_then(|(kind, _)| layout.output(kind))
-                    .map(|out| out.index);
-                (section, elf::SHN_UNDEF)
-            }
-            _ => (None, elf::SHN_ABS),
-        };
-        w.write_dynamic_symbol(&Sym {
-            name: Some(*name),
-            section,
-            st_info: sym.st_info,
-            st_other: sym.st_other,
-            st_shndx,
-            st_value: symbol_address(input, plan, layout, export.symbol).unwrap_or(0),
-            st_size: sym.size,
-        });
+    for sym in dynsyms {
+        w.write_dynamic_symbol(sym);
     }
     w.write_dynstr();
 }
@@ -687,7 +713,7 @@ fn write_relocations(
 ) -> Result<(), ArtifactError> {
     w.write_align_relocation();
     if w.len() as u64 != layout.rela.offset {
-        return Err(ArtifactError::Write(".rela.dyn is misplaced".into()));
+        return Err(internal_error(".rela.dyn is misplaced"));
     }
     for rel in relatives {
         w.write_relocation(
