@@ -27,14 +27,6 @@ pub(crate) enum OutKind {
 }
 
 impl OutKind {
-    pub const ALL: [OutKind; 5] = [
-        OutKind::Rodata,
-        OutKind::Text,
-        OutKind::RelRo,
-        OutKind::Data,
-        OutKind::Bss,
-    ];
-
     pub fn index(self) -> usize {
         self as usize
     }

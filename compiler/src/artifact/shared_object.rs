@@ -24,6 +24,25 @@
 //! definitions (like `-Bsymbolic`); the only dynamic relocations are
 //! `R_*_RELATIVE`. Consequently the library has no `DT_NEEDED`, no PLT and
 //! needs no symbol lookup when loaded.
+//!
+//! # Limitations
+//!
+//! * Only what cranelift-object emits is supported: no TLS, no
+//!   constructors (`.init_array`), no COMMON symbols, no `SHT_REL`, no symbol
+//!   versioning, no branch veneers (aarch64 calls must stay within ±128 MiB,
+//!   x86-64 PC-relative references within ±2 GiB; violations are reported
+//!   as [`ArtifactError::RelocationOutOfRange`]).
+//! * Absolute relocations in code (non-PIC, non-colocated references) are
+//!   rejected rather than turned into text relocations.
+//! * Undefined symbols are an error only when something references them.
+//! * Exported symbols are bound internally (`-Bsymbolic`). If an executable
+//!   takes a copy relocation of an exported *writable* object, it and the
+//!   library see different copies; exported read-only data is unaffected.
+//! * `.eh_frame`, if present, is loaded as plain read-only data; no
+//!   `PT_GNU_EH_FRAME` is emitted, so unwinders cannot find it.
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
 
 use object::elf;
 use object::write::elf::{
@@ -72,6 +91,10 @@ struct Region {
 }
 
 impl Region {
+    fn end_offset(&self) -> u64 {
+        self.offset + self.size
+    }
+
     fn end_vaddr(&self) -> u64 {
         self.vaddr + self.size
     }
@@ -164,7 +187,7 @@ fn emit(input: &InputObject<'_>, plan: &Plan<'_>, soname: &str) -> Result<Vec<u8
         .collect();
     let layout = reserve(&mut w, input, plan, &hash)?;
     let dynsyms = dynamic_symbols(input, plan, &layout, &export_names)?;
-    let mut contents = OutputContents::new(input, plan, &layout)?;
+    let mut contents = OutputContents::new(input, plan)?;
     let relatives = contents.apply_relocations(input, plan, &layout)?;
     let dynamic = dynamic_entries(&layout, soname_id, relatives.len());
     if relatives.len() != plan.dynamic_reloc_count
@@ -192,7 +215,7 @@ fn emit(input: &InputObject<'_>, plan: &Plan<'_>, soname: &str) -> Result<Vec<u8
     }
     write_symbol_tables(&mut w, plan, &hash, &dynsyms);
     write_relocations(&mut w, &layout, &relatives, input.arch.relative_reloc())?;
-    write_contents(&mut w, &layout, &contents, &dynamic)?;
+    write_contents(&mut w, input, plan, &layout, &contents, &dynamic)?;
     write_section_headers(&mut w, &layout);
     Ok(out)
 }
@@ -454,37 +477,34 @@ struct Relative {
     addend: i64,
 }
 
-/// The bytes of the loaded output sections, relocated.
+/// Relocated section contents. Only input sections that have relocations
+/// are copied (and patched); everything else — notably the weights, which
+/// dominate model size — is written straight from the input buffer.
 struct OutputContents {
-    /// Indexed by `OutKind::index()`; `.bss` stays empty.
-    sections: [Vec<u8>; 5],
+    /// Patched copies, by input section index.
+    patched: BTreeMap<usize, Vec<u8>>,
     got: Vec<u8>,
 }
 
 impl OutputContents {
-    fn new(
-        input: &InputObject<'_>,
-        plan: &Plan<'_>,
-        layout: &Layout,
-    ) -> Result<Self, ArtifactError> {
-        let mut sections: [Vec<u8>; 5] = Default::default();
-        for kind in OutKind::ALL {
-            if kind != OutKind::Bss && layout.output(kind).is_some() {
-                let size = plan.outputs[kind.index()].size;
-                sections[kind.index()] = vec![0; to_usize(size, "output section")?];
-            }
-        }
-        for (section, place) in input.sections.iter().zip(&plan.placement) {
-            if let (Some(section), Some((kind, offset))) = (section, place) {
-                if *kind != OutKind::Bss {
-                    let start = *offset as usize;
-                    sections[kind.index()][start..start + section.data.len()]
-                        .copy_from_slice(section.data);
-                }
+    fn new(input: &InputObject<'_>, plan: &Plan<'_>) -> Result<Self, ArtifactError> {
+        let mut patched = BTreeMap::new();
+        for planned in &plan.relocs {
+            let index = planned.input.section;
+            if let Entry::Vacant(entry) = patched.entry(index) {
+                entry.insert(input.section(index)?.data.to_vec());
             }
         }
         let got = vec![0; plan.got.len() * GOT_ENTRY_SIZE as usize];
-        Ok(OutputContents { sections, got })
+        Ok(OutputContents { patched, got })
+    }
+
+    /// The final bytes of input section `index`.
+    fn section_bytes<'a>(&'a self, input: &'a InputObject<'_>, index: usize) -> &'a [u8] {
+        match self.patched.get(&index) {
+            Some(bytes) => bytes,
+            None => input.sections[index].as_ref().map_or(&[], |s| s.data),
+        }
     }
 
     /// Applies all static relocations, fills the GOT, and returns the dynamic
@@ -499,8 +519,7 @@ impl OutputContents {
         self.fill_got(input, plan, layout, &mut relatives)?;
         for planned in &plan.relocs {
             let r = &planned.input;
-            let (kind, offset_in_out, section_vaddr) = placed_input(plan, layout, r.section)?;
-            let offset_in_out = offset_in_out + r.offset;
+            let (_, _, section_vaddr) = placed_input(plan, layout, r.section)?;
             let inputs = RelocInputs {
                 symbol: symbol_address(input, plan, layout, r.symbol)?,
                 addend: r.addend,
@@ -511,8 +530,12 @@ impl OutputContents {
             };
             let value = reloc::compute(planned.calc, inputs)
                 .map_err(|reason| reloc_error(input, r, 0, reason))?;
-            let start = to_usize(offset_in_out, "relocation offset")?;
-            let place = &mut self.sections[kind.index()][start..start + planned.field.width()];
+            let start = to_usize(r.offset, "relocation offset")?;
+            let section = self
+                .patched
+                .get_mut(&r.section)
+                .ok_or_else(|| internal_error(format!("section #{} was not copied", r.section)))?;
+            let place = &mut section[start..start + planned.field.width()];
             reloc::encode(planned.field, place, value)
                 .map_err(|reason| reloc_error(input, r, value, reason))?;
             if planned.calc == reloc::Calc::Abs && !is_absolute(input, r.symbol) {
@@ -731,21 +754,18 @@ fn write_relocations(
 
 fn write_contents(
     w: &mut Writer<'_>,
+    input: &InputObject<'_>,
+    plan: &Plan<'_>,
     layout: &Layout,
     contents: &OutputContents,
     dynamic: &[(i64, DynValue)],
 ) -> Result<(), ArtifactError> {
-    let write_at = |w: &mut Writer<'_>, region: Region, bytes: &[u8]| {
-        w.pad_until(region.offset as usize);
-        w.write(bytes);
-    };
     for kind in [OutKind::Rodata, OutKind::Text, OutKind::RelRo] {
-        if let Some(out) = layout.output(kind) {
-            write_at(w, out.region, &contents.sections[kind.index()]);
-        }
+        write_output_section(w, input, plan, layout, contents, kind);
     }
     if let Some((got, _, _)) = layout.got {
-        write_at(w, got, &contents.got);
+        w.pad_until(got.offset as usize);
+        w.write(&contents.got);
     }
     w.write_align_dynamic();
     for (tag, value) in dynamic {
@@ -754,11 +774,35 @@ fn write_contents(
             DynValue::String(id) => w.write_dynamic_string(*tag, *id)?,
         }
     }
-    if let Some(out) = layout.output(OutKind::Data) {
-        write_at(w, out.region, &contents.sections[OutKind::Data.index()]);
-    }
+    write_output_section(w, input, plan, layout, contents, OutKind::Data);
     w.write_shstrtab();
     Ok(())
+}
+
+/// Writes the input sections placed in output section `kind`, in order,
+/// with zero padding between them.
+fn write_output_section(
+    w: &mut Writer<'_>,
+    input: &InputObject<'_>,
+    plan: &Plan<'_>,
+    layout: &Layout,
+    contents: &OutputContents,
+    kind: OutKind,
+) {
+    let Some(out) = layout.output(kind) else {
+        return;
+    };
+    // Placement offsets grow with the input section index (see
+    // `place_sections`), so input order is file order.
+    for (index, place) in plan.placement.iter().enumerate() {
+        if let Some((placed_kind, offset)) = place {
+            if *placed_kind == kind {
+                w.pad_until((out.region.offset + offset) as usize);
+                w.write(contents.section_bytes(input, index));
+            }
+        }
+    }
+    w.pad_until(out.region.end_offset() as usize);
 }
 
 fn write_section_headers(w: &mut Writer<'_>, layout: &Layout) {
