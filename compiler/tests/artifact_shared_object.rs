@@ -122,13 +122,51 @@ fn isa(triple: &str, pic: bool) -> OwnedTargetIsa {
         .unwrap()
 }
 
+/// How the test object is generated.
+#[derive(Clone, Copy, Debug)]
+struct Build {
+    /// Address symbols through the GOT (Cranelift's `is_pic`).
+    pic: bool,
+    /// One section per function and per data object, as with
+    /// `-ffunction-sections -fdata-sections`.
+    split_sections: bool,
+}
+
+impl Build {
+    const DEFAULT: Build = Build {
+        pic: false,
+        split_sections: false,
+    };
+    const PIC: Build = Build {
+        pic: true,
+        split_sections: false,
+    };
+    const SPLIT: Build = Build {
+        pic: false,
+        split_sections: true,
+    };
+}
+
 fn new_module(triple: &str, pic: bool) -> ObjectModule {
-    let builder = ObjectBuilder::new(
-        isa(triple, pic),
+    new_module_with(
+        triple,
+        Build {
+            pic,
+            ..Build::DEFAULT
+        },
+    )
+}
+
+fn new_module_with(triple: &str, build: Build) -> ObjectModule {
+    let mut builder = ObjectBuilder::new(
+        isa(triple, build.pic),
         "nnc_test",
         cranelift_module::default_libcall_names(),
     )
     .unwrap();
+    builder
+        .per_function_section(build.split_sections)
+        .per_data_object_section(build.split_sections);
     ObjectModule::new(builder)
 }
 
@@ -199,8 +237,8 @@ fn define_function(
 /// * `nnc_test_call_count()`, `nnc_test_last_result()` (exported getters)
 /// * `nnc_test_info` (exported, read-only): {&model_name, &scale_table, 16, &nnc_test_compute}
 /// * `nnc_test_state_ptr` (exported, writable): &call_count
-fn build_test_object(triple: &str, pic: bool) -> Vec<u8> {
-    let mut module = new_module(triple, pic);
+fn build_test_object(triple: &str, build: Build) -> Vec<u8> {
+    let mut module = new_module_with(triple, build);
     let ptr = module.target_config().pointer_type();
 
     let table_bytes = (0..TABLE_LEN)
@@ -562,8 +600,8 @@ fn mapping_permissions(address: usize) -> String {
     panic!("{address:#x} is not mapped");
 }
 
-fn link_and_check_x86_64(pic: bool) {
-    let object = build_test_object(X86_64, pic);
+fn link_and_check_x86_64(build: Build) {
+    let object = build_test_object(X86_64, build);
     let so = link_shared_object(&object, "libnnctest.so").expect("link");
     check_structure(&so, "libnnctest.so", elf::EM_X86_64);
     let dir = tempfile::tempdir().unwrap();
@@ -576,19 +614,35 @@ fn link_and_check_x86_64(pic: bool) {
 
 #[test]
 fn x86_64_links_loads_and_runs() {
-    link_and_check_x86_64(false);
+    link_and_check_x86_64(Build::DEFAULT);
 }
 
 #[test]
 fn x86_64_got_relocations_are_supported() {
-    let object = build_test_object(X86_64, true);
+    let object = build_test_object(X86_64, Build::PIC);
     assert!(
         relocation_types(&object)
             .iter()
             .any(|&t| t == elf::R_X86_64_GOTPCREL || t == elf::R_X86_64_REX_GOTPCRELX),
         "the PIC build should reference data through the GOT"
     );
-    link_and_check_x86_64(true);
+    link_and_check_x86_64(Build::PIC);
+}
+
+#[test]
+fn x86_64_per_symbol_sections_are_merged() {
+    let object = build_test_object(X86_64, Build::SPLIT);
+    assert!(section_count(&object, ".text") > 1, "expected split .text");
+    link_and_check_x86_64(Build::SPLIT);
+}
+
+/// Number of sections named `prefix` or `prefix.*`.
+fn section_count(object: &[u8], prefix: &str) -> usize {
+    let file = object::File::parse(object).unwrap();
+    file.sections()
+        .filter_map(|s| s.name().ok().map(str::to_owned))
+        .filter(|name| name == prefix || name.starts_with(&format!("{prefix}.")))
+        .count()
 }
 
 #[test]
@@ -597,7 +651,8 @@ fn x86_64_gcc_links_against_shared_object() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let so = link_shared_object(&build_test_object(X86_64, false), "libnnctest.so").unwrap();
+    let so =
+        link_shared_object(&build_test_object(X86_64, Build::DEFAULT), "libnnctest.so").unwrap();
     write_library(dir.path(), "libnnctest.so", &so);
     let main = write_c_program(dir.path());
     let exe = dir.path().join("prog");
@@ -634,8 +689,11 @@ fn x86_64_gcc_links_against_static_archive() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let archive =
-        write_static_archive("nnc_test_model.o", &build_test_object(X86_64, false)).unwrap();
+    let archive = write_static_archive(
+        "nnc_test_model.o",
+        &build_test_object(X86_64, Build::DEFAULT),
+    )
+    .unwrap();
     std::fs::write(dir.path().join("libnnctest.a"), archive).unwrap();
     let main = write_c_program(dir.path());
     let exe = dir.path().join("prog_static");
@@ -655,8 +713,8 @@ fn x86_64_gcc_links_against_static_archive() {
 // aarch64
 // ---------------------------------------------------------------------------
 
-fn link_and_check_aarch64(pic: bool) {
-    let object = build_test_object(AARCH64, pic);
+fn link_and_check_aarch64(build: Build) {
+    let object = build_test_object(AARCH64, build);
     let so = link_shared_object(&object, "libnnctest.so").expect("link");
     check_structure(&so, "libnnctest.so", elf::EM_AARCH64);
     let dir = tempfile::tempdir().unwrap();
@@ -698,16 +756,23 @@ fn link_and_check_aarch64(pic: bool) {
 
 #[test]
 fn aarch64_links_loads_and_runs() {
-    link_and_check_aarch64(false);
+    link_and_check_aarch64(Build::DEFAULT);
 }
 
 #[test]
 fn aarch64_got_relocations_are_supported() {
-    let object = build_test_object(AARCH64, true);
+    let object = build_test_object(AARCH64, Build::PIC);
     let types = relocation_types(&object);
     assert!(types.contains(&elf::R_AARCH64_ADR_GOT_PAGE));
     assert!(types.contains(&elf::R_AARCH64_LD64_GOT_LO12_NC));
-    link_and_check_aarch64(true);
+    link_and_check_aarch64(Build::PIC);
+}
+
+#[test]
+fn aarch64_per_symbol_sections_are_merged() {
+    let object = build_test_object(AARCH64, Build::SPLIT);
+    assert!(section_count(&object, ".text") > 1, "expected split .text");
+    link_and_check_aarch64(Build::SPLIT);
 }
 
 #[test]
@@ -716,8 +781,11 @@ fn aarch64_gcc_links_against_static_archive() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let archive =
-        write_static_archive("nnc_test_model.o", &build_test_object(AARCH64, false)).unwrap();
+    let archive = write_static_archive(
+        "nnc_test_model.o",
+        &build_test_object(AARCH64, Build::DEFAULT),
+    )
+    .unwrap();
     std::fs::write(dir.path().join("libnnctest.a"), archive).unwrap();
     let main = write_c_program(dir.path());
     let exe = dir.path().join("prog_static");
@@ -890,7 +958,7 @@ fn malformed_input_is_an_error_not_a_panic() {
         Err(ArtifactError::InvalidObject(_))
     ));
     assert!(link_shared_object(&[], "libx.so").is_err());
-    let object = build_test_object(X86_64, false);
+    let object = build_test_object(X86_64, Build::DEFAULT);
     // A linked library is not a relocatable object.
     let so = link_shared_object(&object, "libx.so").unwrap();
     assert!(matches!(
@@ -924,7 +992,7 @@ fn unsupported_machine_is_an_error() {
 
 #[test]
 fn output_is_deterministic() {
-    let object = build_test_object(AARCH64, false);
+    let object = build_test_object(AARCH64, Build::DEFAULT);
     assert_eq!(
         link_shared_object(&object, "liba.so").unwrap(),
         link_shared_object(&object, "liba.so").unwrap()
@@ -1148,8 +1216,11 @@ fn rustc_links_against_static_archive() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let archive =
-        write_static_archive("nnc_test_model.o", &build_test_object(X86_64, false)).unwrap();
+    let archive = write_static_archive(
+        "nnc_test_model.o",
+        &build_test_object(X86_64, Build::DEFAULT),
+    )
+    .unwrap();
     std::fs::write(dir.path().join("libnnctest.a"), archive).unwrap();
     let main = dir.path().join("main.rs");
     std::fs::write(
