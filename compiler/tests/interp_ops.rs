@@ -798,6 +798,10 @@ fn gather_with_negative_and_multidimensional_indices() {
     assert_close(&y, &[2, 2, 2], &[1., 2., 5., 6., 3., 4., 5., 6.], 0.0);
     let idx = t(&[1], &[-2i32]);
     assert_close(&run1(&Op::Gather { axis: 1 }, &[&x, &idx]), &[3, 1], &[1., 3., 5.], 0.0);
+    let grid = t(&[2, 3], &[1i32, 2, 3, 4, 5, 6]);
+    let idx = t(&[2, 2], &[-1i64, 0, 1, 1]);
+    let y = run1(&Op::Gather { axis: 1 }, &[&grid, &idx]);
+    assert_eq!(y, t(&[2, 2, 2], &[3i32, 1, 2, 2, 6, 4, 5, 5]));
     let scalar_idx = scalar(1i64);
     assert_close(&run1(&Op::Gather { axis: 0 }, &[&x, &scalar_idx]), &[2], &[3., 4.], 0.0);
     assert!(eval_op(&Op::Gather { axis: 0 }, &[Some(&x), Some(&t(&[1], &[3i64]))]).is_err());

@@ -122,8 +122,11 @@ pub(super) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Ten
     let mut shape = dims[..axis].to_vec();
     shape.extend(indices.shape());
     shape.extend(&dims[axis + 1..]);
+    // `select` may return a non-standard layout (axis > 0); reshape needs row-major.
     Ok(map_tensor!(data, a => a
         .select(Axis(axis), &positions)
+        .as_standard_layout()
+        .into_owned()
         .into_shape_with_order(IxDyn(&shape))
         .map_err(|e| e.to_string())?))
 }
