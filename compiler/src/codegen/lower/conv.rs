@@ -1,0 +1,999 @@
+//! Conv and ConvTranspose.
+//!
+//! Conv picks one of four code shapes per node (see [`ConvPath`]):
+//! * pointwise (1×…×1 kernel, stride 1, no padding, float32): per batch and group,
+//!   `Y_g[Mg, P] = W_g[Mg, Cg] · X_g[Cg, P]` — one GEMM reading X in place;
+//! * depthwise (one input channel per group, float32, 1-D or 2-D): a direct loop
+//!   vectorized along the output width over a zero-padded copy of one input plane;
+//! * im2col (every other float32 conv, any rank): a zero-padded copy of the group's
+//!   input, then, a chunk of output positions at a time, the im2col matrix written
+//!   straight into the GEMM's packed-panel layout and multiplied by the weights (packed
+//!   at compile time when constant), bias fused into the GEMM epilogue;
+//! * scalar (float64, float16, bfloat16): a direct loop nest with bounds checks.
+//!
+//! ConvTranspose scatters: every (input channel, output channel, kernel tap) adds
+//! `w · x` into a strided window of the output. The window's bounds are static per tap,
+//! so the inner loops have no checks, and with stride 1 along the last axis they run on
+//! f32x4.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::gemm::{self, AOperand, Addend, BOperand, Gemm, LANES, NR};
+use super::linalg::{domain_add, domain_mul, domain_zero};
+use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::kernel::{self, domain, flags};
+use crate::ir::{DType, Tensor, TensorType};
+use crate::ops::{ConvAttrs, ConvTransposeAttrs};
+
+const F32: usize = 4;
+/// Bytes of im2col panels produced and consumed at a time: small enough to stay in L2
+/// between being written and being read by the GEMM.
+const IM2COL_CHUNK_BYTES: usize = 256 * 1024;
+/// Scratch sub-buffers start on this many bytes (a cache line).
+const SCRATCH_ALIGN: usize = 64;
+
+/// Everything about a convolution's shapes, spatial vectors having one entry per axis.
+#[derive(Clone, Debug)]
+struct ConvGeometry {
+    batch: usize,
+    channels: usize,
+    maps: usize,
+    group: usize,
+    /// Input channels and output maps per group.
+    cg: usize,
+    mg: usize,
+    input: Vec<usize>,
+    output: Vec<usize>,
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    pad_begin: Vec<usize>,
+    pad_end: Vec<usize>,
+}
+
+impl ConvGeometry {
+    fn new(c: &ConvAttrs, x: &TensorType, w: &TensorType, y: &TensorType) -> Result<ConvGeometry, String> {
+        let sp = x.rank().checked_sub(2).filter(|&s| s > 0).ok_or("Conv input must have rank ≥ 3")?;
+        let attrs_ok = c.kernel.len() == sp && c.strides.len() == sp && c.dilations.len() == sp && c.pads.len() == 2 * sp;
+        if !attrs_ok || w.rank() != sp + 2 || y.rank() != sp + 2 || c.group == 0 {
+            return Err(format!("Conv attributes do not match input {x} and weight {w}"));
+        }
+        if c.kernel.contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
+            return Err("Conv kernel, strides and dilations must be positive".into());
+        }
+        let (channels, maps) = (x.shape[1], w.shape[0]);
+        if channels != w.shape[1] * c.group || maps % c.group != 0 || w.shape[2..] != c.kernel[..] || y.shape[1] != maps {
+            return Err(format!("Conv channels do not match: input {x}, weight {w}, group {}", c.group));
+        }
+        Ok(ConvGeometry {
+            batch: x.shape[0],
+            channels,
+            maps,
+            group: c.group,
+            cg: channels / c.group,
+            mg: maps / c.group,
+            input: x.shape[2..].to_vec(),
+            output: y.shape[2..].to_vec(),
+            kernel: c.kernel.clone(),
+            strides: c.strides.clone(),
+            dilations: c.dilations.clone(),
+            pad_begin: c.pads[..sp].to_vec(),
+            pad_end: c.pads[sp..].to_vec(),
+        })
+    }
+
+    fn in_size(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    fn out_size(&self) -> usize {
+        self.output.iter().product()
+    }
+
+    fn taps(&self) -> usize {
+        self.kernel.iter().product()
+    }
+
+    /// The GEMM's K: one row per (input channel, kernel tap).
+    fn gemm_k(&self) -> usize {
+        self.cg * self.taps()
+    }
+
+    fn padded(&self) -> Vec<usize> {
+        (0..self.input.len()).map(|d| self.input[d] + self.pad_begin[d] + self.pad_end[d]).collect()
+    }
+
+    fn has_padding(&self) -> bool {
+        self.pad_begin.iter().chain(&self.pad_end).any(|&p| p > 0)
+    }
+}
+
+/// The code shape used for one Conv node (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConvPath {
+    Pointwise,
+    Depthwise,
+    Im2col,
+    Scalar,
+}
+
+fn choose_path(g: &ConvGeometry, dtype: DType) -> ConvPath {
+    if dtype != DType::F32 {
+        return ConvPath::Scalar;
+    }
+    let unit = |v: &[usize]| v.iter().all(|&x| x == 1);
+    if unit(&g.kernel) && unit(&g.strides) && !g.has_padding() {
+        ConvPath::Pointwise
+    } else if g.cg == 1 && g.input.len() <= 2 {
+        ConvPath::Depthwise
+    } else {
+        ConvPath::Im2col
+    }
+}
+
+fn align_up(bytes: usize) -> usize {
+    bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN
+}
+
+/// Arena scratch a convolution needs: the padded input and im2col panels, or the
+/// padded plane of a depthwise conv.
+pub fn scratch_bytes(c: &ConvAttrs, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
+    let (Some(Some(x)), Some(Some(w)), Some(y)) = (inputs.first(), inputs.get(1), outputs.first()) else {
+        return 0;
+    };
+    let Ok(g) = ConvGeometry::new(c, x, w, y) else {
+        return 0;
+    };
+    match choose_path(&g, x.dtype) {
+        ConvPath::Im2col => Im2colLayout::new(&g).bytes(),
+        ConvPath::Depthwise => PlaneLayout::new(&g).bytes(),
+        ConvPath::Pointwise | ConvPath::Scalar => 0,
+    }
+}
+
+pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
+    let (x, w, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let bias = ctx.inputs.get(2).cloned().flatten();
+    if w.ty.dtype != x.ty.dtype || bias.as_ref().is_some_and(|b| b.ty.dtype != x.ty.dtype || b.ty.numel() != w.ty.shape[0]) {
+        return Err(format!("Conv operand types do not match input {}", x.ty));
+    }
+    if !x.ty.dtype.is_float() {
+        return Err(format!("Conv does not support {}", x.ty.dtype));
+    }
+    let g = ConvGeometry::new(c, &x.ty, &w.ty, &y.ty)?;
+    if y.ty.numel() == 0 {
+        return Ok(());
+    }
+    let ops = ConvOperands { x, w, bias, y };
+    match choose_path(&g, ops.x.ty.dtype) {
+        ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
+        ConvPath::Depthwise => conv_depthwise(ctx, &g, &ops),
+        ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
+        ConvPath::Scalar => {
+            conv_scalar(ctx.b, &g, &ops);
+            Ok(())
+        }
+    }
+}
+
+struct ConvOperands {
+    x: Operand,
+    w: Operand,
+    bias: Option<Operand>,
+    y: Operand,
+}
+
+fn scratch(ctx: &LowerCtx) -> Result<Value, String> {
+    ctx.scratch.ok_or_else(|| "Conv needs a scratch buffer but none was planned".to_string())
+}
+
+/// The weights as the GEMM's A, all groups stacked: packed at compile time when
+/// constant, read in place (`[M, K]` row-major) otherwise.
+fn weights_operand(ctx: &mut LowerCtx, g: &ConvGeometry, w: &Operand) -> Result<WeightsA, String> {
+    let k = g.gemm_k();
+    if let Some(Tensor::F32(values)) = &w.constant {
+        let values: Vec<f32> = values.iter().copied().collect();
+        let mut packed = Vec::with_capacity(values.len());
+        for grp in 0..g.group {
+            let rows = &values[grp * g.mg * k..(grp + 1) * g.mg * k];
+            packed.extend(gemm::pack_a(g.mg, k, |i, kk| rows[i * k + kk]));
+        }
+        return Ok(WeightsA { ptr: ctx.rodata(gemm::f32_bytes(&packed))?, packed: true });
+    }
+    Ok(WeightsA { ptr: w.ptr, packed: false })
+}
+
+/// Stacked per-group A matrices; group `grp` starts `grp·Mg·K` floats in, either way.
+#[derive(Clone, Copy)]
+struct WeightsA {
+    ptr: Value,
+    packed: bool,
+}
+
+impl WeightsA {
+    fn group(&self, b: &mut FunctionBuilder, grp: Value, g: &ConvGeometry) -> AOperand {
+        let k = g.gemm_k();
+        let ptr = kernel::elem_addr(b, self.ptr, grp, g.mg * k * F32);
+        if self.packed {
+            AOperand::Packed { ptr }
+        } else {
+            AOperand::Strided { ptr, row_stride: k, col_stride: 1 }
+        }
+    }
+}
+
+/// `Y[n, grp·Mg.., cols]` as the GEMM's C, and the bias as a per-row addend.
+fn output_and_bias(b: &mut FunctionBuilder, g: &ConvGeometry, ops: &ConvOperands, n: Value, grp: Value) -> (Value, Vec<Addend>) {
+    let p = g.out_size();
+    let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * p * F32);
+    let y_g = kernel::elem_addr(b, y_n, grp, g.mg * p * F32);
+    let addends = ops
+        .bias
+        .as_ref()
+        .map(|bias| {
+            let ptr = kernel::elem_addr(b, bias.ptr, grp, g.mg * F32);
+            Addend { ptr, row_stride: 1, col_stride: 0, scale: 1.0 }
+        })
+        .into_iter()
+        .collect();
+    (y_g, addends)
+}
+
+/// Address of `X[n, grp·Cg]` for elements of `size` bytes.
+fn input_group(b: &mut FunctionBuilder, g: &ConvGeometry, x: Value, n: Value, grp: Value, size: usize) -> Value {
+    let x_n = kernel::elem_addr(b, x, n, g.channels * g.in_size() * size);
+    kernel::elem_addr(b, x_n, grp, g.cg * g.in_size() * size)
+}
+
+fn conv_pointwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
+    let weights = weights_operand(ctx, g, &ops.w)?;
+    let (target, b) = (ctx.target, &mut *ctx.b);
+    let p = g.out_size();
+    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
+        let (c, addends) = output_and_bias(b, g, ops, n, grp);
+        let a = weights.group(b, grp, g);
+        let call = Gemm {
+            m: g.mg,
+            n: p,
+            k: g.cg,
+            a,
+            b: BOperand::Rows { ptr: x_g, row_stride: p },
+            c,
+            ldc: p,
+            alpha: 1.0,
+            addends,
+            b_is_stable: true,
+        };
+        gemm::emit(b, target, &call);
+    });
+    Ok(())
+}
+
+// ---- im2col ----
+
+/// Scratch layout and tables of the im2col path. Output positions are grouped into
+/// GEMM column panels of NR; panels are processed `chunk_panels` at a time.
+struct Im2colLayout {
+    /// Bytes of the zero-padded copy of one group's input (0 without padding).
+    padded_bytes: usize,
+    chunk_panels: usize,
+    /// Bytes of one chunk of packed panels.
+    col_bytes: usize,
+}
+
+impl Im2colLayout {
+    fn new(g: &ConvGeometry) -> Im2colLayout {
+        let k = g.gemm_k();
+        let p = g.out_size();
+        let padded_bytes = if g.has_padding() { align_up(g.cg * g.padded().iter().product::<usize>() * F32) } else { 0 };
+        let panel_bytes = k * NR * F32;
+        let chunk_panels = (IM2COL_CHUNK_BYTES / panel_bytes.max(1)).clamp(1, p.div_ceil(NR).max(1));
+        let col_bytes = gemm::packed_b_len(k, p.min(chunk_panels * NR)) * F32;
+        Im2colLayout { padded_bytes, chunk_panels, col_bytes }
+    }
+
+    fn bytes(&self) -> usize {
+        self.padded_bytes + align_up(self.col_bytes)
+    }
+}
+
+/// Compile-time im2col tables, in bytes relative to the (padded) group input:
+/// `lane[q]` is where output position q's window starts, `tap[k]` how far K row
+/// `k = (channel, tap)` moves it; `contiguous[panel]` says the panel's NR positions are
+/// consecutive in memory (one output row, stride 1), so rows can be copied as vectors.
+struct Im2colTables {
+    lane: Vec<i32>,
+    tap: Vec<i32>,
+    contiguous: Vec<i32>,
+}
+
+fn im2col_tables(g: &ConvGeometry) -> Result<Im2colTables, String> {
+    let padded = g.padded();
+    let pstrides = kernel::strides_of(&padded);
+    let plane: usize = padded.iter().product();
+    let p = g.out_size();
+    let too_big = || "Conv input too large for 32-bit im2col offsets".to_string();
+    if g.cg * plane * F32 > i32::MAX as usize {
+        return Err(too_big());
+    }
+    let lane_of = |q: usize| -> i32 {
+        let o = unravel(q, &g.output);
+        let off: usize = (0..o.len()).map(|d| o[d] * g.strides[d] * pstrides[d]).sum();
+        (off * F32) as i32
+    };
+    let panels = p.div_ceil(NR);
+    // Positions past the end repeat the last valid one: always in bounds, results unused.
+    let lane: Vec<i32> = (0..panels * NR).map(|q| lane_of(q.min(p - 1))).collect();
+    let contiguous = (0..panels)
+        .map(|t| {
+            let full = (t + 1) * NR <= p;
+            i32::from(full && (1..NR).all(|l| lane[t * NR + l] == lane[t * NR] + (l * F32) as i32))
+        })
+        .collect();
+    let mut tap = Vec::with_capacity(g.gemm_k());
+    for c in 0..g.cg {
+        for t in 0..g.taps() {
+            let kidx = unravel(t, &g.kernel);
+            let off: usize = c * plane + (0..kidx.len()).map(|d| kidx[d] * g.dilations[d] * pstrides[d]).sum::<usize>();
+            tap.push((off * F32) as i32);
+        }
+    }
+    Ok(Im2colTables { lane, tap, contiguous })
+}
+
+/// Row-major multi-index of `flat` in `shape`.
+fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        idx[d] = flat % shape[d];
+        flat /= shape[d];
+    }
+    idx
+}
+
+fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Run-time addresses of the im2col tables.
+#[derive(Clone, Copy)]
+struct TablePtrs {
+    lane: Value,
+    tap: Value,
+    contiguous: Value,
+}
+
+fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
+    let layout = Im2colLayout::new(g);
+    let tables = im2col_tables(g)?;
+    let scratch = scratch(ctx)?;
+    let weights = weights_operand(ctx, g, &ops.w)?;
+    let ptrs = TablePtrs {
+        lane: ctx.rodata(i32_bytes(&tables.lane))?,
+        tap: ctx.rodata(i32_bytes(&tables.tap))?,
+        contiguous: ctx.rodata(i32_bytes(&tables.contiguous))?,
+    };
+    let (target, b) = (ctx.target, &mut *ctx.b);
+    let p = g.out_size();
+    let chunk_cols = layout.chunk_panels * NR;
+    let col = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
+    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
+        let src = if g.has_padding() {
+            copy_padded(b, x_g, &g.input, g.cg, scratch, &g.padded(), &g.pad_begin);
+            scratch
+        } else {
+            x_g
+        };
+        let (c, addends) = output_and_bias(b, g, ops, n, grp);
+        let a = weights.group(b, grp, g);
+        let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize| {
+            im2col_panels(b, g, ptrs, src, col, col0, cols);
+            let c0 = kernel::elem_addr(b, c, col0, F32);
+            let call = Gemm {
+                m: g.mg,
+                n: cols,
+                k: g.gemm_k(),
+                a,
+                b: BOperand::Packed { ptr: col },
+                c: c0,
+                ldc: p,
+                alpha: 1.0,
+                addends: addends.clone(),
+                b_is_stable: false,
+            };
+            gemm::emit(b, target, &call);
+        };
+        let full = p / chunk_cols;
+        kernel::counted_loop(b, 0, (full * chunk_cols) as i64, chunk_cols as i64, |b, col0| chunk(b, col0, chunk_cols));
+        if full * chunk_cols < p {
+            let col0 = kernel::iconst(b, (full * chunk_cols) as i64);
+            chunk(b, col0, p - full * chunk_cols);
+        }
+    });
+    Ok(())
+}
+
+/// Writes the im2col columns `col0 .. col0+cols` (col0 a multiple of NR) into `col` in
+/// [`gemm::pack_b`]'s panel layout, reading the (padded) group input at `src`.
+fn im2col_panels(b: &mut FunctionBuilder, g: &ConvGeometry, t: TablePtrs, src: Value, col: Value, col0: Value, cols: usize) {
+    let k = g.gemm_k();
+    let full = cols / NR;
+    kernel::counted_loop(b, 0, full as i64, 1, |b, i| {
+        let panel = b.ins().udiv_imm_u(col0, NR as i64);
+        let panel = b.ins().iadd(panel, i);
+        let dst = kernel::elem_addr(b, col, i, k * NR * F32);
+        im2col_panel(b, k, t, src, dst, panel, NR, true);
+    });
+    let rem = cols - full * NR;
+    if rem > 0 {
+        let panel = b.ins().udiv_imm_u(col0, NR as i64);
+        let panel = b.ins().iadd_imm_s(panel, full as i64);
+        let dst = b.ins().iadd_imm_s(col, (full * k * NR * F32) as i64);
+        im2col_panel(b, k, t, src, dst, panel, gemm::tail_panel_width(rem), false);
+    }
+}
+
+/// One panel of `width` lanes: K rows of `width` floats at `dst`. Contiguous panels
+/// (when `may_be_contiguous` and the table says so) copy each row as vectors; others
+/// gather lane by lane.
+#[allow(clippy::too_many_arguments)]
+fn im2col_panel(b: &mut FunctionBuilder, k: usize, t: TablePtrs, src: Value, dst: Value, panel: Value, width: usize, may_be_contiguous: bool) {
+    let lanes = kernel::elem_addr(b, t.lane, panel, NR * 4);
+    let lane_ptrs: Vec<Value> = (0..width)
+        .map(|l| {
+            let off = b.ins().sload32(flags(), lanes, (l * 4) as i32);
+            b.ins().iadd(src, off)
+        })
+        .collect();
+    let gather = |b: &mut FunctionBuilder| {
+        kernel::counted_loop(b, 0, k as i64, 1, |b, kk| {
+            let tap = tap_offset(b, t, kk);
+            let row = kernel::elem_addr(b, dst, kk, width * F32);
+            for (l, &p) in lane_ptrs.iter().enumerate() {
+                let a = b.ins().iadd(p, tap);
+                let v = b.ins().load(types::F32, flags(), a, 0);
+                b.ins().store(flags(), v, row, (l * F32) as i32);
+            }
+        });
+    };
+    if !may_be_contiguous {
+        gather(b);
+        return;
+    }
+    let flag_addr = kernel::elem_addr(b, t.contiguous, panel, 4);
+    let flag = b.ins().load(types::I32, flags(), flag_addr, 0);
+    let (vector_block, gather_block, done) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().brif(flag, vector_block, &[], gather_block, &[]);
+    b.seal_block(vector_block);
+    b.seal_block(gather_block);
+    b.switch_to_block(vector_block);
+    kernel::counted_loop(b, 0, k as i64, 1, |b, kk| {
+        let tap = tap_offset(b, t, kk);
+        let a = b.ins().iadd(lane_ptrs[0], tap);
+        let row = kernel::elem_addr(b, dst, kk, width * F32);
+        for v in 0..width / LANES {
+            let x = b.ins().load(types::F32X4, flags(), a, (v * LANES * F32) as i32);
+            b.ins().store(flags(), x, row, (v * LANES * F32) as i32);
+        }
+    });
+    b.ins().jump(done, &[]);
+    b.switch_to_block(gather_block);
+    gather(b);
+    b.ins().jump(done, &[]);
+    b.switch_to_block(done);
+    b.seal_block(done);
+}
+
+fn tap_offset(b: &mut FunctionBuilder, t: TablePtrs, kk: Value) -> Value {
+    let a = kernel::elem_addr(b, t.tap, kk, 4);
+    b.ins().sload32(gemm::stable_flags(), a, 0)
+}
+
+// ---- padded copies ----
+
+/// Stores `count` zero floats at `dst`.
+fn zero_f32(b: &mut FunctionBuilder, dst: Value, count: usize) {
+    let z = b.ins().f32const(0.0);
+    let zv = b.ins().splat(types::F32X4, z);
+    let vecs = count / LANES;
+    kernel::counted_loop(b, 0, vecs as i64, 1, |b, i| {
+        let a = kernel::elem_addr(b, dst, i, LANES * F32);
+        b.ins().store(flags(), zv, a, 0);
+    });
+    for e in vecs * LANES..count {
+        b.ins().store(flags(), z, dst, (e * F32) as i32);
+    }
+}
+
+/// Copies `channels` planes of shape `src_shape` at `src` into zeroed planes of shape
+/// `dst_shape` at `dst`, each element moved by `offset` along every axis.
+fn copy_padded(b: &mut FunctionBuilder, src: Value, src_shape: &[usize], channels: usize, dst: Value, dst_shape: &[usize], offset: &[usize]) {
+    let dst_plane: usize = dst_shape.iter().product();
+    zero_f32(b, dst, channels * dst_plane);
+    let rank = src_shape.len();
+    let row = src_shape[rank - 1];
+    let mut rows_shape = vec![channels];
+    rows_shape.extend(&src_shape[..rank - 1]);
+    let src_strides = kernel::strides_of(&rows_shape.iter().copied().chain([row]).collect::<Vec<_>>());
+    let mut dst_full = vec![channels];
+    dst_full.extend(dst_shape);
+    let dst_strides = kernel::strides_of(&dst_full);
+    let base_off: usize = (0..rank).map(|d| offset[d] * dst_strides[d + 1]).sum();
+    let dst0 = b.ins().iadd_imm_s(dst, (base_off * F32) as i64);
+    kernel::nested_loop(b, &rows_shape, &mut |b, idx| {
+        let s = kernel::linear_offset(b, idx, &src_strides[..rank]);
+        let s = kernel::elem_addr(b, src, s, F32);
+        let d = kernel::linear_offset(b, idx, &dst_strides[..rank]);
+        let d = kernel::elem_addr(b, dst0, d, F32);
+        super::movement::copy_bytes(b, d, s, row * F32);
+    });
+}
+
+// ---- depthwise ----
+
+/// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
+struct Plane2d {
+    in_h: usize,
+    in_w: usize,
+    out_h: usize,
+    out_w: usize,
+    k: [usize; 2],
+    stride: [usize; 2],
+    dil: [usize; 2],
+    pad: [usize; 2],
+}
+
+impl Plane2d {
+    fn new(g: &ConvGeometry) -> Plane2d {
+        let two = |v: &[usize], unit: usize| if v.len() == 1 { [unit, v[0]] } else { [v[0], v[1]] };
+        let (input, output) = (two(&g.input, 1), two(&g.output, 1));
+        Plane2d {
+            in_h: input[0],
+            in_w: input[1],
+            out_h: output[0],
+            out_w: output[1],
+            k: two(&g.kernel, 1),
+            stride: two(&g.strides, 1),
+            dil: two(&g.dilations, 1),
+            pad: two(&g.pad_begin, 0),
+        }
+    }
+}
+
+/// The zero-padded input plane of the depthwise path: tall enough for every window and
+/// wide enough that the last, partial output vector reads only inside it.
+struct PlaneLayout {
+    height: usize,
+    width: usize,
+}
+
+impl PlaneLayout {
+    fn new(g: &ConvGeometry) -> PlaneLayout {
+        let p = Plane2d::new(g);
+        let reach = |out: usize, axis: usize| (out - 1) * p.stride[axis] + (p.k[axis] - 1) * p.dil[axis] + 1;
+        let out_w_vectors = p.out_w.div_ceil(LANES) * LANES;
+        PlaneLayout {
+            height: reach(p.out_h, 0).max(p.in_h + p.pad[0]),
+            width: reach(out_w_vectors, 1).max(p.in_w + p.pad[1]),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        align_up(self.height * self.width * F32)
+    }
+}
+
+fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
+    let plane = scratch(ctx)?;
+    let fma = gemm::has_fma(ctx.target);
+    let b = &mut *ctx.b;
+    let p = Plane2d::new(g);
+    let layout = PlaneLayout::new(g);
+    let taps = g.taps();
+    kernel::nested_loop(b, &[g.batch, g.channels], &mut |b, idx| {
+        let (n, ch) = (idx[0], idx[1]);
+        let x_c = input_group(b, g, ops.x.ptr, n, ch, F32);
+        copy_padded(b, x_c, &[p.in_h, p.in_w], 1, plane, &[layout.height, layout.width], &p.pad);
+        kernel::counted_loop(b, 0, g.mg as i64, 1, |b, j| {
+            // Output map m = ch·Mg + j reads input channel ch.
+            let m = b.ins().imul_imm_s(ch, g.mg as i64);
+            let m = b.ins().iadd(m, j);
+            let w_m = kernel::elem_addr(b, ops.w.ptr, m, taps * F32);
+            let weights: Vec<Value> = (0..taps)
+                .map(|t| {
+                    let w = b.ins().load(types::F32, gemm::stable_flags(), w_m, (t * F32) as i32);
+                    b.ins().splat(types::F32X4, w)
+                })
+                .collect();
+            let init = match &ops.bias {
+                Some(bias) => {
+                    let a = kernel::elem_addr(b, bias.ptr, m, F32);
+                    let v = b.ins().load(types::F32, gemm::stable_flags(), a, 0);
+                    b.ins().splat(types::F32X4, v)
+                }
+                None => {
+                    let z = b.ins().f32const(0.0);
+                    b.ins().splat(types::F32X4, z)
+                }
+            };
+            let y_nm = {
+                let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * g.out_size() * F32);
+                kernel::elem_addr(b, y_n, m, g.out_size() * F32)
+            };
+            let row = DepthwiseRow { p: &p, width: layout.width, weights: &weights, init, fma };
+            kernel::counted_loop(b, 0, p.out_h as i64, 1, |b, oh| {
+                let y_row = kernel::elem_addr(b, y_nm, oh, p.out_w * F32);
+                let x_row = kernel::elem_addr(b, plane, oh, p.stride[0] * layout.width * F32);
+                row.emit(b, x_row, y_row);
+            });
+        });
+    });
+    Ok(())
+}
+
+/// One output row of a depthwise conv.
+struct DepthwiseRow<'a> {
+    p: &'a Plane2d,
+    /// Row pitch of the padded plane, in floats.
+    width: usize,
+    /// The kernel taps, each splat to a vector.
+    weights: &'a [Value],
+    /// Bias (or zero) splat.
+    init: Value,
+    fma: bool,
+}
+
+/// Output vectors computed together: four independent accumulator chains hide the FMA
+/// latency (one chain would wait on each add).
+const DEPTHWISE_VECS: usize = 4;
+
+impl DepthwiseRow<'_> {
+    /// `x_row`: the padded plane at the first input row of this output row's windows.
+    fn emit(&self, b: &mut FunctionBuilder, x_row: Value, y_row: Value) {
+        let out_w = self.p.out_w;
+        let block = DEPTHWISE_VECS * LANES;
+        let blocks = out_w / block;
+        kernel::counted_loop(b, 0, (blocks * block) as i64, block as i64, |b, ow| self.vectors(b, x_row, y_row, ow, DEPTHWISE_VECS, LANES));
+        let mut ow = blocks * block;
+        while ow < out_w {
+            let lanes = (out_w - ow).min(LANES);
+            let at = kernel::iconst(b, ow as i64);
+            self.vectors(b, x_row, y_row, at, 1, lanes);
+            ow += LANES;
+        }
+    }
+
+    /// `vecs` output vectors starting at column `ow`; the last has `last_lanes` valid lanes.
+    fn vectors(&self, b: &mut FunctionBuilder, x_row: Value, y_row: Value, ow: Value, vecs: usize, last_lanes: usize) {
+        let p = self.p;
+        let x0 = kernel::elem_addr(b, x_row, ow, p.stride[1] * F32);
+        let mut acc = vec![self.init; vecs];
+        for kh in 0..p.k[0] {
+            for kw in 0..p.k[1] {
+                let tap_off = (kh * p.dil[0] * self.width + kw * p.dil[1]) * F32;
+                let w = self.weights[kh * p.k[1] + kw];
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    let off = tap_off + v * LANES * p.stride[1] * F32;
+                    let x = self.load_window(b, x0, off);
+                    *acc = gemm::mul_add(b, self.fma, w, x, *acc);
+                }
+            }
+        }
+        let y0 = kernel::elem_addr(b, y_row, ow, F32);
+        for (v, &acc) in acc.iter().enumerate() {
+            let lanes = if v + 1 == vecs { last_lanes } else { LANES };
+            store_lanes(b, acc, y0, (v * LANES * F32) as i32, lanes);
+        }
+    }
+
+    /// Four inputs `stride` apart starting `off` bytes after `x0`.
+    fn load_window(&self, b: &mut FunctionBuilder, x0: Value, off: usize) -> Value {
+        let s = self.p.stride[1];
+        if s == 1 {
+            return b.ins().load(types::F32X4, flags(), x0, off as i32);
+        }
+        let first = b.ins().load(types::F32, flags(), x0, off as i32);
+        let mut v = b.ins().scalar_to_vector(types::F32X4, first);
+        for l in 1..LANES {
+            let x = b.ins().load(types::F32, flags(), x0, (off + l * s * F32) as i32);
+            v = b.ins().insertlane(v, x, l as u8);
+        }
+        v
+    }
+}
+
+/// Stores the first `lanes` lanes of `v` at `addr + off`.
+fn store_lanes(b: &mut FunctionBuilder, v: Value, addr: Value, off: i32, lanes: usize) {
+    if lanes == LANES {
+        b.ins().store(flags(), v, addr, off);
+        return;
+    }
+    for l in 0..lanes {
+        let x = b.ins().extractlane(v, l as u8);
+        b.ins().store(flags(), x, addr, off + (l * F32) as i32);
+    }
+}
+
+// ---- scalar fallback ----
+
+/// Direct convolution in the dtype's computation domain, with a bounds check per tap:
+/// correct for every float dtype and shape, used where speed matters less (float64,
+/// float16, bfloat16).
+fn conv_scalar(b: &mut FunctionBuilder, g: &ConvGeometry, ops: &ConvOperands) {
+    let dtype = ops.x.ty.dtype;
+    let d = domain(dtype);
+    let size = dtype.size();
+    let sp = g.input.len();
+    let in_strides = kernel::strides_of(&g.input);
+    let mut loop_shape = vec![g.batch, g.group, g.mg];
+    loop_shape.extend(&g.output);
+    let taps = g.taps();
+    kernel::nested_loop(b, &loop_shape, &mut |b, idx| {
+        let (n, grp, j) = (idx[0], idx[1], idx[2]);
+        let out_pos = &idx[3..];
+        let m = b.ins().imul_imm_s(grp, g.mg as i64);
+        let m = b.ins().iadd(m, j);
+        let acc = b.declare_var(kernel::domain_type(d));
+        let init = match &ops.bias {
+            Some(bias) => {
+                let a = kernel::elem_addr(b, bias.ptr, m, size);
+                kernel::load_elem(b, dtype, a, 0)
+            }
+            None => domain_zero(b, d),
+        };
+        b.def_var(acc, init);
+        let x_g = input_group(b, g, ops.x.ptr, n, grp, size);
+        let w_m = kernel::elem_addr(b, ops.w.ptr, m, g.cg * taps * size);
+        let mut shape = vec![g.cg];
+        shape.extend(&g.kernel);
+        kernel::nested_loop(b, &shape, &mut |b, kidx| {
+            let (c, k) = (kidx[0], &kidx[1..]);
+            let zero = kernel::iconst(b, 0);
+            let mut valid: Option<Value> = None;
+            let mut offset = zero;
+            for dim in 0..sp {
+                // i = o·s + k·d − pad, valid when 0 ≤ i < size (one unsigned compare).
+                let i = b.ins().imul_imm_s(out_pos[dim], g.strides[dim] as i64);
+                let kd = b.ins().imul_imm_s(k[dim], g.dilations[dim] as i64);
+                let i = b.ins().iadd(i, kd);
+                let i = b.ins().iadd_imm_s(i, -(g.pad_begin[dim] as i64));
+                let ok = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, i, g.input[dim] as i64);
+                valid = Some(match valid {
+                    None => ok,
+                    Some(v) => b.ins().band(v, ok),
+                });
+                let t = b.ins().imul_imm_s(i, in_strides[dim] as i64);
+                offset = b.ins().iadd(offset, t);
+            }
+            let valid = valid.expect("at least one spatial axis");
+            let offset = b.ins().select(valid, offset, zero);
+            let x_c = kernel::elem_addr(b, x_g, c, g.in_size() * size);
+            let xa = kernel::elem_addr(b, x_c, offset, size);
+            let xv = kernel::load_elem(b, dtype, xa, 0);
+            let z = domain_zero(b, d);
+            let xv = b.ins().select(valid, xv, z);
+            let tap = kernel::linear_offset(b, kidx, &kernel::strides_of(&shape));
+            let wa = kernel::elem_addr(b, w_m, tap, size);
+            let wv = kernel::load_elem(b, dtype, wa, 0);
+            let prod = domain_mul(b, d, xv, wv);
+            let sum = b.use_var(acc);
+            let sum = domain_add(b, d, sum, prod);
+            b.def_var(acc, sum);
+        });
+        let mut y_idx = vec![n, m];
+        y_idx.extend(out_pos);
+        let mut y_shape = vec![g.batch, g.maps];
+        y_shape.extend(&g.output);
+        let off = kernel::linear_offset(b, &y_idx, &kernel::strides_of(&y_shape));
+        let ya = kernel::elem_addr(b, ops.y.ptr, off, size);
+        let v = b.use_var(acc);
+        kernel::store_elem(b, dtype, v, ya, 0);
+    });
+}
+
+// ---- ConvTranspose ----
+
+/// ConvTranspose shapes: X `[N, C, in...]`, W `[C, Mg, k...]`, Y `[N, Mg·group, out...]`.
+struct TransposeGeometry {
+    batch: usize,
+    group: usize,
+    cg: usize,
+    mg: usize,
+    input: Vec<usize>,
+    output: Vec<usize>,
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    pad_begin: Vec<usize>,
+}
+
+impl TransposeGeometry {
+    fn new(c: &ConvTransposeAttrs, x: &TensorType, w: &TensorType, y: &TensorType) -> Result<TransposeGeometry, String> {
+        let sp = x.rank().checked_sub(2).filter(|&s| s > 0).ok_or("ConvTranspose input must have rank ≥ 3")?;
+        let attrs_ok = c.kernel.len() == sp && c.strides.len() == sp && c.dilations.len() == sp && c.pads.len() == 2 * sp;
+        if !attrs_ok || w.rank() != sp + 2 || y.rank() != sp + 2 || c.group == 0 || x.shape[1] % c.group != 0 {
+            return Err(format!("ConvTranspose attributes do not match input {x} and weight {w}"));
+        }
+        if c.kernel.contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
+            return Err("ConvTranspose kernel, strides and dilations must be positive".into());
+        }
+        if w.shape[0] != x.shape[1] || w.shape[2..] != c.kernel[..] || y.shape[1] != w.shape[1] * c.group || y.shape[2..] != c.output_spatial[..] {
+            return Err(format!("ConvTranspose shapes do not match: input {x}, weight {w}, output {y}"));
+        }
+        Ok(TransposeGeometry {
+            batch: x.shape[0],
+            group: c.group,
+            cg: x.shape[1] / c.group,
+            mg: w.shape[1],
+            input: x.shape[2..].to_vec(),
+            output: y.shape[2..].to_vec(),
+            kernel: c.kernel.clone(),
+            strides: c.strides.clone(),
+            dilations: c.dilations.clone(),
+            pad_begin: c.pads[..sp].to_vec(),
+        })
+    }
+
+    /// For kernel offset `k` along `axis`, the input range whose outputs
+    /// `i·s − pad + k·d` land inside the output: empty when none do.
+    fn valid_inputs(&self, axis: usize, k: usize) -> std::ops::Range<usize> {
+        let (s, shift) = (self.strides[axis] as i64, (k * self.dilations[axis]) as i64 - self.pad_begin[axis] as i64);
+        // i·s + shift ∈ [0, out)  ⇔  i ∈ [ceil(−shift / s), floor((out − 1 − shift) / s)].
+        let lo = ((-shift).max(0) as usize).div_ceil(s as usize) as i64;
+        let hi_incl = (self.output[axis] as i64 - 1 - shift).div_euclid(s);
+        let hi = (hi_incl + 1).clamp(0, self.input[axis] as i64);
+        (lo.min(hi)) as usize..hi as usize
+    }
+}
+
+pub fn conv_transpose(ctx: &mut LowerCtx, c: &ConvTransposeAttrs) -> LowerResult {
+    let (x, w, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let bias = ctx.inputs.get(2).cloned().flatten();
+    if !x.ty.dtype.is_float() || w.ty.dtype != x.ty.dtype || bias.as_ref().is_some_and(|b| b.ty.dtype != x.ty.dtype || b.ty.numel() != y.ty.shape[1]) {
+        return Err(format!("ConvTranspose operand types do not match input {}", x.ty));
+    }
+    let g = TransposeGeometry::new(c, &x.ty, &w.ty, &y.ty)?;
+    if y.ty.numel() == 0 {
+        return Ok(());
+    }
+    let fma = gemm::has_fma(ctx.target);
+    let ops = ConvOperands { x, w, bias, y };
+    let b = &mut *ctx.b;
+    init_output(b, &g, &ops);
+    scatter_taps(b, &g, &ops, fma);
+    Ok(())
+}
+
+/// Fills `Y[n, m]` with `bias[m]` (or zero).
+fn init_output(b: &mut FunctionBuilder, g: &TransposeGeometry, ops: &ConvOperands) {
+    let dtype = ops.y.ty.dtype;
+    let d = domain(dtype);
+    let size = dtype.size();
+    let maps = g.mg * g.group;
+    let plane: usize = g.output.iter().product();
+    kernel::nested_loop(b, &[g.batch, maps], &mut |b, idx| {
+        let m = idx[1];
+        let v = match &ops.bias {
+            Some(bias) => {
+                let a = kernel::elem_addr(b, bias.ptr, m, size);
+                kernel::load_elem(b, dtype, a, 0)
+            }
+            None => domain_zero(b, d),
+        };
+        let off = kernel::linear_offset(b, idx, &[maps * plane, plane]);
+        let dst = kernel::elem_addr(b, ops.y.ptr, off, size);
+        let vecs = if dtype == DType::F32 { plane / LANES } else { 0 };
+        if vecs > 0 {
+            let vv = b.ins().splat(types::F32X4, v);
+            kernel::counted_loop(b, 0, vecs as i64, 1, |b, i| {
+                let a = kernel::elem_addr(b, dst, i, LANES * F32);
+                b.ins().store(flags(), vv, a, 0);
+            });
+        }
+        kernel::counted_loop(b, (vecs * LANES) as i64, plane as i64, 1, |b, i| {
+            let a = kernel::elem_addr(b, dst, i, size);
+            kernel::store_elem(b, dtype, v, a, 0);
+        });
+    });
+}
+
+/// `Y[n, g·Mg+m, i·s − p + k·d] += X[n, g·Cg+c, i] · W[g·Cg+c, m, k]` for every tap k,
+/// over the static range of inputs i whose output lands inside Y.
+fn scatter_taps(b: &mut FunctionBuilder, g: &TransposeGeometry, ops: &ConvOperands, fma: bool) {
+    let dtype = ops.x.ty.dtype;
+    let size = dtype.size();
+    let sp = g.input.len();
+    let in_plane: usize = g.input.iter().product();
+    let out_plane: usize = g.output.iter().product();
+    let (in_strides, out_strides) = (kernel::strides_of(&g.input), kernel::strides_of(&g.output));
+    let taps: usize = g.kernel.iter().product();
+    let channels = g.cg * g.group;
+    let maps = g.mg * g.group;
+    kernel::nested_loop(b, &[g.batch, g.group, g.cg, g.mg], &mut |b, idx| {
+        let (n, grp, c, m) = (idx[0], idx[1], idx[2], idx[3]);
+        let ci = b.ins().imul_imm_s(grp, g.cg as i64);
+        let ci = b.ins().iadd(ci, c);
+        let mo = b.ins().imul_imm_s(grp, g.mg as i64);
+        let mo = b.ins().iadd(mo, m);
+        let x_nc = kernel::linear_offset(b, &[n, ci], &[channels * in_plane, in_plane]);
+        let x_nc = kernel::elem_addr(b, ops.x.ptr, x_nc, size);
+        let y_nm = kernel::linear_offset(b, &[n, mo], &[maps * out_plane, out_plane]);
+        let y_nm = kernel::elem_addr(b, ops.y.ptr, y_nm, size);
+        let w_cm = kernel::linear_offset(b, &[ci, m], &[g.mg * taps, taps]);
+        let w_cm = kernel::elem_addr(b, ops.w.ptr, w_cm, size);
+        for t in 0..taps {
+            let k = unravel(t, &g.kernel);
+            let ranges: Vec<std::ops::Range<usize>> = (0..sp).map(|d| g.valid_inputs(d, k[d])).collect();
+            if ranges.iter().any(|r| r.is_empty()) {
+                continue;
+            }
+            let wv = kernel::load_elem(b, dtype, w_cm, (t * size) as i32);
+            // First input and output element of the window, and their steps per axis.
+            let x_start: usize = (0..sp).map(|d| ranges[d].start * in_strides[d]).sum();
+            let y_start: i64 = (0..sp)
+                .map(|d| ((ranges[d].start * g.strides[d] + k[d] * g.dilations[d]) as i64 - g.pad_begin[d] as i64) * out_strides[d] as i64)
+                .sum();
+            let y_steps: Vec<usize> = (0..sp).map(|d| g.strides[d] * out_strides[d]).collect();
+            let x0 = b.ins().iadd_imm_s(x_nc, (x_start * size) as i64);
+            let y0 = b.ins().iadd_imm_s(y_nm, y_start * size as i64);
+            let lens: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
+            let axpy = Axpy { dtype, fma, x_steps: &in_strides, y_steps: &y_steps, lens: &lens };
+            axpy.emit(b, wv, x0, y0);
+        }
+    });
+}
+
+/// `y[Σ t·y_steps] += w · x[Σ t·x_steps]` over the box `lens`; f32x4 along the last axis
+/// when both sides are contiguous there.
+struct Axpy<'a> {
+    dtype: DType,
+    fma: bool,
+    x_steps: &'a [usize],
+    y_steps: &'a [usize],
+    lens: &'a [usize],
+}
+
+impl Axpy<'_> {
+    fn emit(&self, b: &mut FunctionBuilder, w: Value, x0: Value, y0: Value) {
+        let sp = self.lens.len();
+        let size = self.dtype.size();
+        let inner = self.lens[sp - 1];
+        let vector = self.dtype == DType::F32 && self.y_steps[sp - 1] == 1 && self.x_steps[sp - 1] == 1 && inner >= LANES;
+        let wv = if vector { Some(b.ins().splat(types::F32X4, w)) } else { None };
+        let d = domain(self.dtype);
+        kernel::nested_loop(b, &self.lens[..sp - 1], &mut |b, idx| {
+            let xo = kernel::linear_offset(b, idx, &self.x_steps[..sp - 1]);
+            let xr = kernel::elem_addr(b, x0, xo, size);
+            let yo = kernel::linear_offset(b, idx, &self.y_steps[..sp - 1]);
+            let yr = kernel::elem_addr(b, y0, yo, size);
+            let mut done = 0;
+            if let Some(wv) = wv {
+                let vecs = inner / LANES;
+                kernel::counted_loop(b, 0, vecs as i64, 1, |b, i| {
+                    let xa = kernel::elem_addr(b, xr, i, LANES * F32);
+                    let ya = kernel::elem_addr(b, yr, i, LANES * F32);
+                    let xv = b.ins().load(types::F32X4, flags(), xa, 0);
+                    let yv = b.ins().load(types::F32X4, flags(), ya, 0);
+                    let r = gemm::mul_add(b, self.fma, wv, xv, yv);
+                    b.ins().store(flags(), r, ya, 0);
+                });
+                done = vecs * LANES;
+            }
+            kernel::counted_loop(b, done as i64, inner as i64, 1, |b, i| {
+                let xa = kernel::elem_addr(b, xr, i, self.x_steps[sp - 1] * size);
+                let ya = kernel::elem_addr(b, yr, i, self.y_steps[sp - 1] * size);
+                let xv = kernel::load_elem(b, self.dtype, xa, 0);
+                let yv = kernel::load_elem(b, self.dtype, ya, 0);
+                let p = domain_mul(b, d, w, xv);
+                let r = domain_add(b, d, yv, p);
+                kernel::store_elem(b, self.dtype, r, ya, 0);
+            });
+        });
+    }
+}

@@ -1,0 +1,373 @@
+//! MatMul and Gemm.
+//!
+//! float32 goes through the register-tiled GEMM emitter ([`super::gemm`]), with constant
+//! B packed at compile time; every other dtype (float64, float16/bfloat16 computed in
+//! f32, the integers wrapping in i64) through a plain scalar dot-product loop.
+
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::gemm::{self, AOperand, Addend, BOperand, Gemm};
+use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::kernel::{self, domain, Domain};
+use crate::ir::{DType, Tensor};
+use crate::ops::infer::broadcast_shapes;
+use crate::ops::GemmAttrs;
+
+/// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
+struct MatMulShape {
+    m: usize,
+    k: usize,
+    n: usize,
+    /// The output's batch axes.
+    batch: Vec<usize>,
+    /// Per output batch axis, how many matrices to step in A and B (0 when broadcast).
+    a_batch_strides: Vec<usize>,
+    b_batch_strides: Vec<usize>,
+    /// Matrices stored in B (the product of its own batch axes).
+    b_matrices: usize,
+}
+
+impl MatMulShape {
+    fn new(a: &[usize], b: &[usize]) -> Result<MatMulShape, String> {
+        if a.is_empty() || b.is_empty() {
+            return Err("MatMul operands must have rank ≥ 1".into());
+        }
+        let a2 = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+        let b2 = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+        let (a_batch, a_mat) = a2.split_at(a2.len() - 2);
+        let (b_batch, b_mat) = b2.split_at(b2.len() - 2);
+        if a_mat[1] != b_mat[0] {
+            return Err(format!("inner dimensions differ: {a:?} @ {b:?}"));
+        }
+        let batch = broadcast_shapes(&[a_batch, b_batch])?;
+        Ok(MatMulShape {
+            m: a_mat[0],
+            k: a_mat[1],
+            n: b_mat[1],
+            a_batch_strides: kernel::broadcast_strides(a_batch, &batch),
+            b_batch_strides: kernel::broadcast_strides(b_batch, &batch),
+            b_matrices: b_batch.iter().product(),
+            batch,
+        })
+    }
+
+    /// True when B is one matrix shared by every batch and A's batches are all distinct
+    /// and contiguous: the batches then stack into one GEMM with `batch·M` rows.
+    fn folds_into_rows(&self) -> bool {
+        self.b_batch_strides.iter().all(|&s| s == 0) && self.a_batch_strides == kernel::strides_of(&self.batch)
+    }
+}
+
+/// The elements of a constant float32 tensor, row-major.
+fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
+    match t {
+        Tensor::F32(a) => Some(a.iter().copied().collect()),
+        _ => None,
+    }
+}
+
+pub fn matmul(ctx: &mut LowerCtx) -> LowerResult {
+    let (a, b, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    if a.ty.dtype != b.ty.dtype {
+        return Err(format!("MatMul input types differ: {} and {}", a.ty.dtype, b.ty.dtype));
+    }
+    let shape = MatMulShape::new(&a.ty.shape, &b.ty.shape)?;
+    match a.ty.dtype {
+        DType::F32 => matmul_f32(ctx, &shape, &a, &b, &y),
+        DType::Bool => Err("MatMul does not support bool".into()),
+        dtype => {
+            matmul_scalar(ctx.b, dtype, &shape, &a, &b, &y);
+            Ok(())
+        }
+    }
+}
+
+fn matmul_f32(ctx: &mut LowerCtx, s: &MatMulShape, a: &Operand, b: &Operand, y: &Operand) -> LowerResult {
+    // Constant B: every matrix packed once, back to back.
+    let packed = match b.constant.as_ref().and_then(f32_values) {
+        Some(values) => {
+            let mat = s.k * s.n;
+            let mut all = Vec::with_capacity(s.b_matrices * gemm::packed_b_len(s.k, s.n));
+            for t in 0..s.b_matrices {
+                all.extend(gemm::pack_b(s.k, s.n, |kk, j| values[t * mat + kk * s.n + j]));
+            }
+            Some(ctx.rodata(gemm::f32_bytes(&all))?)
+        }
+        None => None,
+    };
+    let b_operand = |ptr: Value| match packed {
+        Some(_) => BOperand::Packed { ptr },
+        None => BOperand::Rows { ptr, row_stride: s.n },
+    };
+    let (b_base, b_mat_elems) = match packed {
+        Some(p) => (p, gemm::packed_b_len(s.k, s.n)),
+        None => (b.ptr, s.k * s.n),
+    };
+    let target = ctx.target;
+    let bld = &mut *ctx.b;
+    let call = |m: usize, a_ptr: Value, b_ptr: Value, c: Value| Gemm {
+        m,
+        n: s.n,
+        k: s.k,
+        a: AOperand::Strided { ptr: a_ptr, row_stride: s.k, col_stride: 1 },
+        b: b_operand(b_ptr),
+        c,
+        ldc: s.n,
+        alpha: 1.0,
+        addends: vec![],
+        b_is_stable: true,
+    };
+    if s.folds_into_rows() {
+        let rows = s.batch.iter().product::<usize>() * s.m;
+        gemm::emit(bld, target, &call(rows, a.ptr, b_base, y.ptr));
+        return Ok(());
+    }
+    let y_strides = kernel::strides_of(&s.batch);
+    kernel::nested_loop(bld, &s.batch, &mut |bld, idx| {
+        let a_ptr = batch_ptr(bld, a.ptr, idx, &s.a_batch_strides, s.m * s.k);
+        let b_ptr = batch_ptr(bld, b_base, idx, &s.b_batch_strides, b_mat_elems);
+        let c_ptr = batch_ptr(bld, y.ptr, idx, &y_strides, s.m * s.n);
+        gemm::emit(bld, target, &call(s.m, a_ptr, b_ptr, c_ptr));
+    });
+    Ok(())
+}
+
+/// Address of the matrix at batch index `idx`: `base + Σ idx·strides · matrix` floats.
+fn batch_ptr(b: &mut FunctionBuilder, base: Value, idx: &[Value], strides: &[usize], matrix_elems: usize) -> Value {
+    let scaled: Vec<usize> = strides.iter().map(|s| s * matrix_elems * 4).collect();
+    let off = kernel::linear_offset(b, idx, &scaled);
+    b.ins().iadd(base, off)
+}
+
+fn matmul_scalar(bld: &mut FunctionBuilder, dtype: DType, s: &MatMulShape, a: &Operand, b: &Operand, y: &Operand) {
+    let size = dtype.size();
+    let mut shape = s.batch.clone();
+    shape.extend([s.m, s.n]);
+    let a_strides: Vec<usize> = s.a_batch_strides.iter().map(|x| x * s.m * s.k).chain([s.k, 0]).collect();
+    let b_strides: Vec<usize> = s.b_batch_strides.iter().map(|x| x * s.k * s.n).chain([0, 1]).collect();
+    kernel::nested_loop(bld, &shape, &mut |bld, idx| {
+        let a_row = kernel::linear_offset(bld, idx, &a_strides);
+        let a_row = kernel::elem_addr(bld, a.ptr, a_row, size);
+        let b_col = kernel::linear_offset(bld, idx, &b_strides);
+        let b_col = kernel::elem_addr(bld, b.ptr, b_col, size);
+        let acc = scalar_dot(bld, dtype, a_row, 1, b_col, s.n, s.k);
+        let out = kernel::linear_offset(bld, idx, &kernel::strides_of(&shape));
+        let out = kernel::elem_addr(bld, y.ptr, out, size);
+        kernel::store_elem(bld, dtype, acc, out, 0);
+    });
+}
+
+/// `Σ_k A[k·a_step] · B[k·b_step]` (steps in elements) in `dtype`'s computation domain.
+fn scalar_dot(b: &mut FunctionBuilder, dtype: DType, a: Value, a_step: usize, bp: Value, b_step: usize, k: usize) -> Value {
+    let d = domain(dtype);
+    let acc = b.declare_var(kernel::domain_type(d));
+    let zero = domain_zero(b, d);
+    b.def_var(acc, zero);
+    kernel::counted_loop(b, 0, k as i64, 1, |b, kk| {
+        let x = kernel::elem_addr(b, a, kk, a_step * dtype.size());
+        let x = kernel::load_elem(b, dtype, x, 0);
+        let w = kernel::elem_addr(b, bp, kk, b_step * dtype.size());
+        let w = kernel::load_elem(b, dtype, w, 0);
+        let p = domain_mul(b, d, x, w);
+        let sum = b.use_var(acc);
+        let sum = domain_add(b, d, sum, p);
+        b.def_var(acc, sum);
+    });
+    b.use_var(acc)
+}
+
+pub(super) fn domain_zero(b: &mut FunctionBuilder, d: Domain) -> Value {
+    match d {
+        Domain::F32 => b.ins().f32const(0.0),
+        Domain::F64 => b.ins().f64const(0.0),
+        Domain::Int { .. } => b.ins().iconst(types::I64, 0),
+    }
+}
+
+pub(super) fn domain_mul(b: &mut FunctionBuilder, d: Domain, x: Value, y: Value) -> Value {
+    match d {
+        Domain::Int { .. } => b.ins().imul(x, y),
+        _ => b.ins().fmul(x, y),
+    }
+}
+
+pub(super) fn domain_add(b: &mut FunctionBuilder, d: Domain, x: Value, y: Value) -> Value {
+    match d {
+        Domain::Int { .. } => b.ins().iadd(x, y),
+        _ => b.ins().fadd(x, y),
+    }
+}
+
+/// `v · factor` for a float domain (f32 or f64).
+fn scale_float(b: &mut FunctionBuilder, d: Domain, v: Value, factor: f32) -> Value {
+    let f = match d {
+        Domain::F64 => b.ins().f64const(f64::from(factor)),
+        _ => b.ins().f32const(factor),
+    };
+    b.ins().fmul(v, f)
+}
+
+/// Gemm's operands as strided matrices.
+struct GemmShape {
+    m: usize,
+    k: usize,
+    n: usize,
+    /// Element strides of op(A) along (row, k) and of op(B) along (k, column).
+    a_strides: (usize, usize),
+    b_strides: (usize, usize),
+}
+
+impl GemmShape {
+    fn new(g: &GemmAttrs, a: &[usize], b: &[usize]) -> Result<GemmShape, String> {
+        let (&[a0, a1], &[b0, b1]) = (a, b) else {
+            return Err("Gemm operands must be 2-D".into());
+        };
+        let (m, k, a_strides) = if g.trans_a { (a1, a0, (1, a1)) } else { (a0, a1, (a1, 1)) };
+        let (k2, n, b_strides) = if g.trans_b { (b1, b0, (1, b1)) } else { (b0, b1, (b1, 1)) };
+        if k != k2 {
+            return Err(format!("Gemm inner dimensions differ: {k} vs {k2}"));
+        }
+        Ok(GemmShape { m, k, n, a_strides, b_strides })
+    }
+}
+
+pub fn gemm(ctx: &mut LowerCtx, g: &GemmAttrs) -> LowerResult {
+    let (a, b, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let s = GemmShape::new(g, &a.ty.shape, &b.ty.shape)?;
+    // C is ignored when beta = 0, as in the reference (so NaN/inf in C do not leak).
+    let c = ctx.inputs.get(2).cloned().flatten().filter(|_| g.beta != 0.0);
+    if let Some(c) = &c {
+        if c.ty.dtype != a.ty.dtype || c.ty.rank() > 2 {
+            return Err(format!("Gemm C {} does not match A {}", c.ty, a.ty));
+        }
+    }
+    if a.ty.dtype != b.ty.dtype {
+        return Err(format!("Gemm input types differ: {} and {}", a.ty.dtype, b.ty.dtype));
+    }
+    match a.ty.dtype {
+        DType::F32 => gemm_f32(ctx, g, &s, &a, &b, c.as_ref(), &y),
+        DType::Bool => Err("Gemm does not support bool".into()),
+        dtype => {
+            gemm_scalar(ctx.b, g, dtype, &s, &a, &b, c.as_ref(), &y);
+            Ok(())
+        }
+    }
+}
+
+/// Strides (row, column) in elements that broadcast C to `[m, n]`.
+fn c_strides(c: &Operand, m: usize, n: usize) -> (usize, usize) {
+    let s = kernel::broadcast_strides(&c.ty.shape, &[m, n]);
+    (s[0], s[1])
+}
+
+fn gemm_f32(ctx: &mut LowerCtx, g: &GemmAttrs, s: &GemmShape, a: &Operand, b: &Operand, c: Option<&Operand>, y: &Operand) -> LowerResult {
+    let b_operand = match b.constant.as_ref().and_then(f32_values) {
+        Some(v) => {
+            let (ks, ns) = s.b_strides;
+            let packed = gemm::pack_b(s.k, s.n, |kk, j| v[kk * ks + j * ns]);
+            BOperand::Packed { ptr: ctx.rodata(gemm::f32_bytes(&packed))? }
+        }
+        None if s.b_strides.1 == 1 => BOperand::Rows { ptr: b.ptr, row_stride: s.b_strides.0 },
+        None => BOperand::Gather { ptr: b.ptr, k_stride: s.b_strides.0, n_stride: s.b_strides.1 },
+    };
+    let addends = c
+        .map(|c| {
+            let (row_stride, col_stride) = c_strides(c, s.m, s.n);
+            Addend { ptr: c.ptr, row_stride, col_stride, scale: g.beta }
+        })
+        .into_iter()
+        .collect();
+    let call = Gemm {
+        m: s.m,
+        n: s.n,
+        k: s.k,
+        a: AOperand::Strided { ptr: a.ptr, row_stride: s.a_strides.0, col_stride: s.a_strides.1 },
+        b: b_operand,
+        c: y.ptr,
+        ldc: s.n,
+        alpha: g.alpha,
+        addends,
+        b_is_stable: true,
+    };
+    gemm::emit(ctx.b, ctx.target, &call);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_scalar(bld: &mut FunctionBuilder, g: &GemmAttrs, dtype: DType, s: &GemmShape, a: &Operand, b: &Operand, c: Option<&Operand>, y: &Operand) {
+    let size = dtype.size();
+    let d = domain(dtype);
+    // Integers stay exact (wrapping) unless alpha or beta actually scale; then the
+    // reference goes through float64 and truncates back, saturating.
+    let int_scaled = matches!(d, Domain::Int { .. }) && (g.alpha != 1.0 || (c.is_some() && g.beta != 1.0));
+    let c_strides = c.map(|c| c_strides(c, s.m, s.n));
+    kernel::nested_loop(bld, &[s.m, s.n], &mut |bld, idx| {
+        let a_row = kernel::linear_offset(bld, &idx[..1], &[s.a_strides.0]);
+        let a_row = kernel::elem_addr(bld, a.ptr, a_row, size);
+        let b_col = kernel::linear_offset(bld, &idx[1..], &[s.b_strides.1]);
+        let b_col = kernel::elem_addr(bld, b.ptr, b_col, size);
+        let ab = scalar_dot(bld, dtype, a_row, s.a_strides.1, b_col, s.b_strides.0, s.k);
+        let c_val = c.zip(c_strides).map(|(c, (rs, cs))| {
+            let off = kernel::linear_offset(bld, idx, &[rs, cs]);
+            let addr = kernel::elem_addr(bld, c.ptr, off, size);
+            kernel::load_elem(bld, dtype, addr, 0)
+        });
+        let out = if int_scaled {
+            int_gemm_via_f64(bld, dtype, ab, c_val, g)
+        } else if let Domain::Int { .. } = d {
+            c_val.map_or(ab, |cv| bld.ins().iadd(ab, cv))
+        } else {
+            let mut v = if g.alpha != 1.0 { scale_float(bld, d, ab, g.alpha) } else { ab };
+            if let Some(cv) = c_val {
+                let cv = if g.beta != 1.0 { scale_float(bld, d, cv, g.beta) } else { cv };
+                v = bld.ins().fadd(v, cv);
+            }
+            v
+        };
+        let off = kernel::linear_offset(bld, idx, &[s.n, 1]);
+        let addr = kernel::elem_addr(bld, y.ptr, off, size);
+        kernel::store_elem(bld, dtype, out, addr, 0);
+    });
+}
+
+/// numpy's integer Gemm with a real alpha/beta: `T(f64(wrap_T(ab))·alpha + f64(c)·beta)`
+/// with the final conversion saturating to T's range (NaN → 0), like Rust's `as`.
+fn int_gemm_via_f64(b: &mut FunctionBuilder, dtype: DType, ab: Value, c: Option<Value>, g: &GemmAttrs) -> Value {
+    let signed = dtype.is_signed_int();
+    // Wrap the i64 product to T first: store/load semantics without the memory.
+    let raw = kernel::from_domain(b, dtype, ab);
+    let ab = kernel::to_domain(b, dtype, raw);
+    let to_f64 = |b: &mut FunctionBuilder, v: Value| if signed { b.ins().fcvt_from_sint(types::F64, v) } else { b.ins().fcvt_from_uint(types::F64, v) };
+    let abf = to_f64(b, ab);
+    let alpha = b.ins().f64const(f64::from(g.alpha));
+    let mut v = b.ins().fmul(abf, alpha);
+    if let Some(c) = c {
+        let cf = to_f64(b, c);
+        let beta = b.ins().f64const(f64::from(g.beta));
+        let cf = b.ins().fmul(cf, beta);
+        v = b.ins().fadd(v, cf);
+    }
+    if dtype.size() < 8 {
+        let (lo, hi) = int_range(dtype);
+        let lo = b.ins().f64const(lo);
+        let hi = b.ins().f64const(hi);
+        v = b.ins().fmax(v, lo);
+        v = b.ins().fmin(v, hi);
+    }
+    if signed {
+        b.ins().fcvt_to_sint_sat(types::I64, v)
+    } else {
+        b.ins().fcvt_to_uint_sat(types::I64, v)
+    }
+}
+
+/// The range of a narrow integer type, as f64 (exact for ≤ 32 bits).
+fn int_range(dtype: DType) -> (f64, f64) {
+    let bits = dtype.size() as i32 * 8;
+    if dtype.is_signed_int() {
+        (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
+    } else {
+        (0.0, 2f64.powi(bits) - 1.0)
+    }
+}
