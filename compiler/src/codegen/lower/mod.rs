@@ -3,6 +3,7 @@
 
 mod conv;
 mod elementwise;
+mod gemm;
 mod linalg;
 mod movement;
 mod norm;
