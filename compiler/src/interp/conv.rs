@@ -98,7 +98,11 @@ fn same_float_type(x: &Tensor, others: &[Option<&Tensor>]) -> Result<(), String>
     }
     for t in others.iter().flatten() {
         if t.dtype() != x.dtype() {
-            return Err(format!("input types differ: {} and {}", x.dtype(), t.dtype()));
+            return Err(format!(
+                "input types differ: {} and {}",
+                x.dtype(),
+                t.dtype()
+            ));
         }
     }
     Ok(())
@@ -113,7 +117,12 @@ pub(super) fn spatial_rank(shape: &[usize]) -> Result<usize, String> {
         .ok_or_else(|| "input must have rank ≥ 3 (N, C, spatial...)".to_string())
 }
 
-pub(super) fn conv(c: &ConvAttrs, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, String> {
+pub(super) fn conv(
+    c: &ConvAttrs,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Tensor, String> {
     same_float_type(x, &[Some(w), bias])?;
     let (wx, ww, wb) = (widen_half(x), widen_half(w), bias.map(widen_half));
     let wb = wb.as_deref();
@@ -123,18 +132,28 @@ pub(super) fn conv(c: &ConvAttrs, x: &Tensor, w: &Tensor, bias: Option<&Tensor>)
 }
 
 /// The output length of a sliding window along one axis.
-fn window_output(size: usize, kernel: usize, stride: usize, pad_total: usize, dilation: usize) -> Result<usize, String> {
+fn window_output(
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    pad_total: usize,
+    dilation: usize,
+) -> Result<usize, String> {
     let extent = dilation * (kernel - 1) + 1;
     let padded = size + pad_total;
     if padded < extent {
-        return Err(format!("kernel extent {extent} exceeds padded input size {padded}"));
+        return Err(format!(
+            "kernel extent {extent} exceeds padded input size {padded}"
+        ));
     }
     Ok((padded - extent) / stride + 1)
 }
 
 fn check_bias<T>(bias: Option<&ArrayD<T>>, channels: usize) -> Result<(), String> {
     match bias {
-        Some(b) if b.shape() != [channels] => Err(format!("bias shape {:?} is not [{channels}]", b.shape())),
+        Some(b) if b.shape() != [channels] => {
+            Err(format!("bias shape {:?} is not [{channels}]", b.shape()))
+        }
         _ => Ok(()),
     }
 }
@@ -150,11 +169,20 @@ fn add_bias<T: Float>(out: &mut Array3<T>, bias: Option<&ArrayD<T>>) {
     }
 }
 
-fn conv_float<T: Float>(c: &ConvAttrs, x: &ArrayD<T>, w: &ArrayD<T>, bias: Option<&ArrayD<T>>) -> Result<ArrayD<T>, String> {
+fn conv_float<T: Float>(
+    c: &ConvAttrs,
+    x: &ArrayD<T>,
+    w: &ArrayD<T>,
+    bias: Option<&ArrayD<T>>,
+) -> Result<ArrayD<T>, String> {
     let spatial = spatial_rank(x.shape())?;
     check_window_attrs(spatial, &c.kernel, &c.strides, &c.dilations, &c.pads)?;
     if w.ndim() != x.ndim() || w.shape()[2..] != c.kernel[..] {
-        return Err(format!("weight shape {:?} does not match kernel {:?}", w.shape(), c.kernel));
+        return Err(format!(
+            "weight shape {:?} does not match kernel {:?}",
+            w.shape(),
+            c.kernel
+        ));
     }
     let (batch, channels, in_spatial) = (x.shape()[0], x.shape()[1], &x.shape()[2..]);
     let (out_channels, group_channels) = (w.shape()[0], w.shape()[1]);
@@ -166,7 +194,15 @@ fn conv_float<T: Float>(c: &ConvAttrs, x: &ArrayD<T>, w: &ArrayD<T>, bias: Optio
     }
     check_bias(bias, out_channels)?;
     let out_spatial = (0..spatial)
-        .map(|i| window_output(in_spatial[i], c.kernel[i], c.strides[i], c.pads[i] + c.pads[spatial + i], c.dilations[i]))
+        .map(|i| {
+            window_output(
+                in_spatial[i],
+                c.kernel[i],
+                c.strides[i],
+                c.pads[i] + c.pads[spatial + i],
+                c.dilations[i],
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
 
     let taps = tap_table(&out_spatial, in_spatial, &c.kernel, |axis, o, k| {
@@ -199,16 +235,28 @@ fn conv_float<T: Float>(c: &ConvAttrs, x: &ArrayD<T>, w: &ArrayD<T>, bias: Optio
                 }
             }
             let mut y = out.slice_mut(s![n, g * group_out..(g + 1) * group_out, ..]);
-            general_mat_mul(T::ONE, &w_groups.index_axis(Axis(0), g), &columns, T::ZERO, &mut y);
+            general_mat_mul(
+                T::ONE,
+                &w_groups.index_axis(Axis(0), g),
+                &columns,
+                T::ZERO,
+                &mut y,
+            );
         }
     }
     add_bias(&mut out, bias);
     let mut shape = vec![batch, out_channels];
     shape.extend(&out_spatial);
-    out.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())
+    out.into_shape_with_order(IxDyn(&shape))
+        .map_err(|e| e.to_string())
 }
 
-pub(super) fn conv_transpose(c: &ConvTransposeAttrs, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, String> {
+pub(super) fn conv_transpose(
+    c: &ConvTransposeAttrs,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Tensor, String> {
     same_float_type(x, &[Some(w), bias])?;
     let (wx, ww, wb) = (widen_half(x), widen_half(w), bias.map(widen_half));
     let wb = wb.as_deref();
@@ -228,10 +276,17 @@ fn conv_transpose_float<T: Float>(
     let spatial = spatial_rank(x.shape())?;
     check_window_attrs(spatial, &c.kernel, &c.strides, &c.dilations, &c.pads)?;
     if c.output_spatial.len() != spatial {
-        return Err(format!("output_spatial {:?} does not have {spatial} axes", c.output_spatial));
+        return Err(format!(
+            "output_spatial {:?} does not have {spatial} axes",
+            c.output_spatial
+        ));
     }
     if w.ndim() != x.ndim() || w.shape()[2..] != c.kernel[..] {
-        return Err(format!("weight shape {:?} does not match kernel {:?}", w.shape(), c.kernel));
+        return Err(format!(
+            "weight shape {:?} does not match kernel {:?}",
+            w.shape(),
+            c.kernel
+        ));
     }
     let (batch, channels, in_spatial) = (x.shape()[0], x.shape()[1], &x.shape()[2..]);
     let group = c.group;
@@ -268,7 +323,13 @@ fn conv_transpose_float<T: Float>(
         for g in 0..group {
             let x_g = x3.slice(s![n, g * group_in..(g + 1) * group_in, ..]);
             // columns[(m, k), i] = Σ_c w[c, m, k] · x[c, i]
-            general_mat_mul(T::ONE, &w_groups.index_axis(Axis(0), g).t(), &x_g, T::ZERO, &mut columns);
+            general_mat_mul(
+                T::ONE,
+                &w_groups.index_axis(Axis(0), g).t(),
+                &x_g,
+                T::ZERO,
+                &mut columns,
+            );
             // col2im: scatter-add every column entry to its output position.
             for (row, column) in columns.outer_iter().enumerate() {
                 let (m, k) = (row / kernel_size, row % kernel_size);
@@ -286,5 +347,6 @@ fn conv_transpose_float<T: Float>(
     add_bias(&mut out, bias);
     let mut shape = vec![batch, out_channels];
     shape.extend(out_spatial);
-    out.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())
+    out.into_shape_with_order(IxDyn(&shape))
+        .map_err(|e| e.to_string())
 }

@@ -12,12 +12,20 @@ use crate::with_tensor;
 /// numpy broadcasting of two shapes.
 pub(super) fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let rank = a.len().max(b.len());
-    let dim = |s: &[usize], i: usize| if i + s.len() < rank { 1 } else { s[i + s.len() - rank] };
+    let dim = |s: &[usize], i: usize| {
+        if i + s.len() < rank {
+            1
+        } else {
+            s[i + s.len() - rank]
+        }
+    };
     (0..rank)
         .map(|i| match (dim(a, i), dim(b, i)) {
             (x, y) if x == y || y == 1 => Ok(x),
             (1, y) => Ok(y),
-            _ => Err(format!("shapes {a:?} and {b:?} cannot be broadcast together")),
+            _ => Err(format!(
+                "shapes {a:?} and {b:?} cannot be broadcast together"
+            )),
         })
         .collect()
 }
@@ -126,11 +134,23 @@ fn float_fn(op: UnaryOp) -> Option<Box<dyn Fn(f64) -> f64>> {
         }
         U::Selu { alpha, gamma } => {
             let (alpha, gamma) = (f64::from(alpha), f64::from(gamma));
-            Box::new(move |x| if x > 0.0 { gamma * x } else { gamma * alpha * x.exp_m1() })
+            Box::new(move |x| {
+                if x > 0.0 {
+                    gamma * x
+                } else {
+                    gamma * alpha * x.exp_m1()
+                }
+            })
         }
         U::Celu { alpha } => {
             let alpha = f64::from(alpha);
-            Box::new(move |x| if x > 0.0 { x } else { alpha * (x / alpha).exp_m1() })
+            Box::new(move |x| {
+                if x > 0.0 {
+                    x
+                } else {
+                    alpha * (x / alpha).exp_m1()
+                }
+            })
         }
         U::ThresholdedRelu { alpha } => {
             let alpha = f64::from(alpha);
@@ -180,7 +200,11 @@ fn softplus(x: f64) -> f64 {
 pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
     let shape = broadcast_shape(a.shape(), b.shape())?;
     if op == BinaryOp::PRelu && shape != a.shape() {
-        return Err(format!("slope {:?} does not broadcast to {:?}", b.shape(), a.shape()));
+        return Err(format!(
+            "slope {:?} does not broadcast to {:?}",
+            b.shape(),
+            a.shape()
+        ));
     }
     match op {
         BinaryOp::Pow => return pow(a, b, &shape),
@@ -188,7 +212,11 @@ pub(super) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, Str
         _ => {}
     }
     if a.dtype() != b.dtype() {
-        return Err(format!("input types differ: {} and {}", a.dtype(), b.dtype()));
+        return Err(format!(
+            "input types differ: {} and {}",
+            a.dtype(),
+            b.dtype()
+        ));
     }
     match op {
         BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => logical(op, a, b, &shape),
@@ -214,7 +242,12 @@ fn arithmetic(op: BinaryOp, a: &Tensor, b: &Tensor, shape: &[usize]) -> Result<T
     }
 }
 
-fn num_binary<T: Num>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize]) -> Result<Tensor, String> {
+fn num_binary<T: Num>(
+    op: BinaryOp,
+    x: &ArrayD<T>,
+    y: &ArrayD<T>,
+    shape: &[usize],
+) -> Result<Tensor, String> {
     let apply = |f: fn(T, T) -> T| zip_map(x, y, shape, f).map(T::wrap);
     match op {
         BinaryOp::Add => apply(T::add),
@@ -245,7 +278,12 @@ fn check_int_divisor<T: Num>(y: &ArrayD<T>, shape: &[usize]) -> Result<(), Strin
     Ok(())
 }
 
-fn compare<T: Element>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize]) -> Result<Tensor, String> {
+fn compare<T: Element>(
+    op: BinaryOp,
+    x: &ArrayD<T>,
+    y: &ArrayD<T>,
+    shape: &[usize],
+) -> Result<Tensor, String> {
     let f: fn(T, T) -> bool = match op {
         BinaryOp::Equal => |a, b| a == b,
         BinaryOp::Less => |a, b| a < b,
@@ -270,7 +308,12 @@ fn logical(op: BinaryOp, a: &Tensor, b: &Tensor, shape: &[usize]) -> Result<Tens
 }
 
 fn bitwise(op: BinaryOp, a: &Tensor, b: &Tensor, shape: &[usize]) -> Result<Tensor, String> {
-    fn go<T: Int>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize]) -> Result<Tensor, String> {
+    fn go<T: Int>(
+        op: BinaryOp,
+        x: &ArrayD<T>,
+        y: &ArrayD<T>,
+        shape: &[usize],
+    ) -> Result<Tensor, String> {
         let f: fn(T, T) -> T = match op {
             BinaryOp::BitwiseAnd => T::bit_and,
             BinaryOp::BitwiseOr => T::bit_or,
@@ -312,13 +355,20 @@ fn pow(a: &Tensor, b: &Tensor, shape: &[usize]) -> Result<Tensor, String> {
         return with_int!(a, x => int_pow_float(x, &exponent, shape), _ => Err(unsupported(dtype)));
     }
     if !b.dtype().is_int() {
-        return Err(format!("Pow exponent of type {} is not supported", b.dtype()));
+        return Err(format!(
+            "Pow exponent of type {} is not supported",
+            b.dtype()
+        ));
     }
     let exponent: ArrayD<i64> = with_tensor!(b, v => v.mapv(|n| n.to_i64()));
     with_int!(a, x => int_pow(x, &exponent, shape), _ => Err(unsupported(dtype)))
 }
 
-fn int_pow_float<T: Int>(x: &ArrayD<T>, e: &ArrayD<f64>, shape: &[usize]) -> Result<Tensor, String> {
+fn int_pow_float<T: Int>(
+    x: &ArrayD<T>,
+    e: &ArrayD<f64>,
+    shape: &[usize],
+) -> Result<Tensor, String> {
     zip_map(x, e, shape, |v, e| T::from_f64(v.to_f64().powf(e))).map(T::wrap)
 }
 
@@ -363,7 +413,12 @@ pub(super) fn where_(cond: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, St
         return Err(format!("condition must be bool, got {}", cond.dtype()));
     };
     let shape = broadcast_shape(&broadcast_shape(c.shape(), x.shape())?, y.shape())?;
-    fn select<T: Element>(c: &ArrayD<bool>, x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize]) -> Result<Tensor, String> {
+    fn select<T: Element>(
+        c: &ArrayD<bool>,
+        x: &ArrayD<T>,
+        y: &ArrayD<T>,
+        shape: &[usize],
+    ) -> Result<Tensor, String> {
         let dim = IxDyn(shape);
         let cannot = || format!("cannot broadcast to {shape:?}");
         let (cv, xv, yv) = (
@@ -371,7 +426,10 @@ pub(super) fn where_(cond: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, St
             x.broadcast(dim.clone()).ok_or_else(cannot)?,
             y.broadcast(dim).ok_or_else(cannot)?,
         );
-        let out = Zip::from(&cv).and(&xv).and(&yv).map_collect(|&c, &a, &b| if c { a } else { b });
+        let out = Zip::from(&cv)
+            .and(&xv)
+            .and(&yv)
+            .map_collect(|&c, &a, &b| if c { a } else { b });
         Ok(T::wrap(out))
     }
     with_pair!(x, y, a, b => select(c, a, b, &shape),

@@ -44,7 +44,11 @@ matmul_element!(mat_mul_add_int: i8, i16, i32, i64, u8, u16, u32, u64);
 
 pub(super) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
     if a.dtype() != b.dtype() {
-        return Err(format!("input types differ: {} and {}", a.dtype(), b.dtype()));
+        return Err(format!(
+            "input types differ: {} and {}",
+            a.dtype(),
+            b.dtype()
+        ));
     }
     let (wa, wb) = (widen_half(a), widen_half(b));
     let out = with_pair!(&*wa, &*wb, x, y => batched_matmul(x, y).map(Element::wrap),
@@ -59,13 +63,25 @@ fn batched_matmul<T: MatMulElement>(a: &ArrayD<T>, b: &ArrayD<T>) -> Result<Arra
     }
     // numpy: a 1-D left operand is a row vector, a 1-D right operand a column vector;
     // the added axis is removed from the result.
-    let a_shape = if a.ndim() == 1 { vec![1, a.len()] } else { a.shape().to_vec() };
-    let b_shape = if b.ndim() == 1 { vec![b.len(), 1] } else { b.shape().to_vec() };
+    let a_shape = if a.ndim() == 1 {
+        vec![1, a.len()]
+    } else {
+        a.shape().to_vec()
+    };
+    let b_shape = if b.ndim() == 1 {
+        vec![b.len(), 1]
+    } else {
+        b.shape().to_vec()
+    };
     let (a_batch, a_mat) = a_shape.split_at(a_shape.len() - 2);
     let (b_batch, b_mat) = b_shape.split_at(b_shape.len() - 2);
     let (m, k, n) = (a_mat[0], a_mat[1], b_mat[1]);
     if b_mat[0] != k {
-        return Err(format!("inner dimensions differ: {:?} @ {:?}", a.shape(), b.shape()));
+        return Err(format!(
+            "inner dimensions differ: {:?} @ {:?}",
+            a.shape(),
+            b.shape()
+        ));
     }
     let batch = broadcast_shape(a_batch, b_batch)?;
     let count: usize = batch.iter().product();
@@ -84,11 +100,17 @@ fn batched_matmul<T: MatMulElement>(a: &ArrayD<T>, b: &ArrayD<T>) -> Result<Arra
     if b.ndim() > 1 {
         shape.push(n);
     }
-    out.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())
+    out.into_shape_with_order(IxDyn(&shape))
+        .map_err(|e| e.to_string())
 }
 
 /// `a` as a contiguous `[batches, rows, cols]` array.
-fn as_batches<T: Num>(a: &ArrayD<T>, batch: &[usize], rows: usize, cols: usize) -> Result<Array3<T>, String> {
+fn as_batches<T: Num>(
+    a: &ArrayD<T>,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+) -> Result<Array3<T>, String> {
     let count: usize = batch.iter().product();
     a.as_standard_layout()
         .into_owned()
@@ -116,7 +138,12 @@ fn broadcast_source(mut flat: usize, out: &[usize], source: &[usize]) -> usize {
 }
 
 /// `alpha · op(A) · op(B) + beta · C`, C broadcast to the result.
-pub(super) fn gemm(g: &GemmAttrs, a: &Tensor, b: &Tensor, c: Option<&Tensor>) -> Result<Tensor, String> {
+pub(super) fn gemm(
+    g: &GemmAttrs,
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+) -> Result<Tensor, String> {
     if a.dtype() != b.dtype() || c.is_some_and(|c| c.dtype() != a.dtype()) {
         return Err("Gemm inputs must share one type".into());
     }
@@ -124,10 +151,16 @@ pub(super) fn gemm(g: &GemmAttrs, a: &Tensor, b: &Tensor, c: Option<&Tensor>) ->
     let wc = c.map(widen_half);
     let wc = wc.as_deref();
     let out = match (&*wa, &*wb) {
-        (Tensor::F32(x), Tensor::F32(y)) => Tensor::F32(float_gemm(g, x, y, wc.and_then(array_ref))?),
-        (Tensor::F64(x), Tensor::F64(y)) => Tensor::F64(float_gemm(g, x, y, wc.and_then(array_ref))?),
-        _ => with_pair!(&*wa, &*wb, x, y => int_gemm(g, x, y, wc.and_then(array_ref)).map(Element::wrap),
-            [I8, I16, I32, I64, U8, U16, U32, U64], _ => Err(unsupported(a.dtype())))?,
+        (Tensor::F32(x), Tensor::F32(y)) => {
+            Tensor::F32(float_gemm(g, x, y, wc.and_then(array_ref))?)
+        }
+        (Tensor::F64(x), Tensor::F64(y)) => {
+            Tensor::F64(float_gemm(g, x, y, wc.and_then(array_ref))?)
+        }
+        _ => {
+            with_pair!(&*wa, &*wb, x, y => int_gemm(g, x, y, wc.and_then(array_ref)).map(Element::wrap),
+            [I8, I16, I32, I64, U8, U16, U32, U64], _ => Err(unsupported(a.dtype())))?
+        }
     };
     Ok(narrow_half(out, a.dtype()))
 }
@@ -139,7 +172,9 @@ fn gemm_operands<'a, T>(
     b: &'a ArrayD<T>,
 ) -> Result<(ArrayView2<'a, T>, ArrayView2<'a, T>), String> {
     let two_d = |t: &'a ArrayD<T>| {
-        t.view().into_dimensionality::<Ix2>().map_err(|_| "Gemm operands must be 2-D".to_string())
+        t.view()
+            .into_dimensionality::<Ix2>()
+            .map_err(|_| "Gemm operands must be 2-D".to_string())
     };
     let (mut a2, mut b2) = (two_d(a)?, two_d(b)?);
     if g.trans_a {
@@ -149,12 +184,21 @@ fn gemm_operands<'a, T>(
         b2 = b2.reversed_axes();
     }
     if a2.ncols() != b2.nrows() {
-        return Err(format!("inner dimensions differ: {} vs {}", a2.ncols(), b2.nrows()));
+        return Err(format!(
+            "inner dimensions differ: {} vs {}",
+            a2.ncols(),
+            b2.nrows()
+        ));
     }
     Ok((a2, b2))
 }
 
-fn float_gemm<T: Float>(g: &GemmAttrs, a: &ArrayD<T>, b: &ArrayD<T>, c: Option<&ArrayD<T>>) -> Result<ArrayD<T>, String> {
+fn float_gemm<T: Float>(
+    g: &GemmAttrs,
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    c: Option<&ArrayD<T>>,
+) -> Result<ArrayD<T>, String> {
     let (a2, b2) = gemm_operands(g, a, b)?;
     let (m, n) = (a2.nrows(), b2.ncols());
     let (alpha, beta) = (T::of(f64::from(g.alpha)), T::of(f64::from(g.beta)));
@@ -175,7 +219,12 @@ fn float_gemm<T: Float>(g: &GemmAttrs, a: &ArrayD<T>, b: &ArrayD<T>, c: Option<&
 
 /// Integer Gemm: exact wrapping arithmetic when alpha and beta are 1 (or beta unused);
 /// otherwise numpy's path — float64 scaling, then truncation to the integer type.
-fn int_gemm<T: MatMulElement>(g: &GemmAttrs, a: &ArrayD<T>, b: &ArrayD<T>, c: Option<&ArrayD<T>>) -> Result<ArrayD<T>, String> {
+fn int_gemm<T: MatMulElement>(
+    g: &GemmAttrs,
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    c: Option<&ArrayD<T>>,
+) -> Result<ArrayD<T>, String> {
     let (a2, b2) = gemm_operands(g, a, b)?;
     let (m, n) = (a2.nrows(), b2.ncols());
     let mut ab = Array2::from_elem((m, n), T::ZERO);

@@ -139,7 +139,11 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
                 .collect::<Result<Vec<_>, _>>()?;
             shape::concat(&parts, *axis)?
         }
-        Op::Slice { starts, steps, shape } => shape::slice(x()?, starts, steps, shape)?,
+        Op::Slice {
+            starts,
+            steps,
+            shape,
+        } => shape::slice(x()?, starts, steps, shape)?,
         Op::Gather { axis } => shape::gather(x()?, required(inputs, 1)?, *axis)?,
         Op::Expand { shape } => shape::expand(x()?, shape)?,
         Op::Pad(p) => shape::pad(p, x()?)?,
@@ -284,7 +288,11 @@ fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Sl
             .map(|input| match input {
                 None => Ok(None),
                 Some(id) => slots[id.0].get().map(Some).ok_or_else(|| {
-                    format!("{}: input {} is not available", context(), graph.value(*id).name)
+                    format!(
+                        "{}: input {} is not available",
+                        context(),
+                        graph.value(*id).name
+                    )
                 }),
             })
             .collect::<Result<Vec<_>, _>>()?;

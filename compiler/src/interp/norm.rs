@@ -11,7 +11,10 @@ use crate::ir::Tensor;
 /// `x − max − ln Σ exp(x − max)`, which stays finite where ln(softmax) would underflow.
 pub(super) fn softmax(x: &Tensor, axis: usize, log: bool) -> Result<Tensor, String> {
     if axis >= x.shape().len() {
-        return Err(format!("axis {axis} is out of range for rank {}", x.shape().len()));
+        return Err(format!(
+            "axis {axis} is out of range for rank {}",
+            x.shape().len()
+        ));
     }
     let mut a = float_to_f64(x).ok_or_else(|| unsupported(x.dtype()))?;
     for mut lane in a.lanes_mut(Axis(axis)) {
@@ -39,7 +42,10 @@ pub(super) fn layer_norm(
 ) -> Result<Tensor, String> {
     let shape = x.shape().to_vec();
     if axis >= shape.len() {
-        return Err(format!("axis {axis} is out of range for rank {}", shape.len()));
+        return Err(format!(
+            "axis {axis} is out of range for rank {}",
+            shape.len()
+        ));
     }
     let as_f64 = |t: &Tensor| float_to_f64(t).ok_or_else(|| unsupported(t.dtype()));
     let (a, s) = (as_f64(x)?, as_f64(scale)?);
@@ -59,15 +65,21 @@ pub(super) fn layer_norm(
         let inv_std = 1.0 / (variance + epsilon).sqrt();
         row.mapv_inplace(|v| (v - mean) * inv_std);
     }
-    let normalized = rows.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())?;
+    let normalized = rows
+        .into_shape_with_order(IxDyn(&shape))
+        .map_err(|e| e.to_string())?;
     let mut y = normalized * &broadcast_to(&s, &shape, "scale")?;
     if let Some(b) = b {
-        y = y + &broadcast_to(&b, &shape, "bias")?;
+        y += &broadcast_to(&b, &shape, "bias")?;
     }
     f64_to_float(y, x.dtype())
 }
 
-fn broadcast_to<'a>(a: &'a ArrayD<f64>, shape: &[usize], what: &str) -> Result<ArrayViewD<'a, f64>, String> {
+fn broadcast_to<'a>(
+    a: &'a ArrayD<f64>,
+    shape: &[usize],
+    what: &str,
+) -> Result<ArrayViewD<'a, f64>, String> {
     a.broadcast(IxDyn(shape))
         .ok_or_else(|| format!("{what} {:?} does not broadcast to {shape:?}", a.shape()))
 }

@@ -19,7 +19,10 @@ pub(super) fn pool(p: &PoolAttrs, x: &Tensor) -> Result<Tensor, String> {
     let spatial = spatial_rank(x.shape())?;
     check_window_attrs(spatial, &p.kernel, &p.strides, &p.dilations, &p.pads)?;
     if p.output_spatial.len() != spatial {
-        return Err(format!("output_spatial {:?} does not have {spatial} axes", p.output_spatial));
+        return Err(format!(
+            "output_spatial {:?} does not have {spatial} axes",
+            p.output_spatial
+        ));
     }
     let in_spatial = &x.shape()[2..];
     let windows = Windows::new(p, in_spatial);
@@ -43,7 +46,11 @@ pub(super) fn pool(p: &PoolAttrs, x: &Tensor) -> Result<Tensor, String> {
             let a = float_to_f64(x).ok_or_else(|| unsupported(x.dtype()))?;
             let power = f64::from(power);
             let y = reduce_windows(&a, &windows, |values, _| {
-                values.iter().map(|v| v.abs().powf(power)).sum::<f64>().powf(1.0 / power)
+                values
+                    .iter()
+                    .map(|v| v.abs().powf(power))
+                    .sum::<f64>()
+                    .powf(1.0 / power)
             })?;
             f64_to_float(y, x.dtype())
         }
@@ -100,7 +107,9 @@ impl Windows {
         (0..self.out_size)
             .map(|o| {
                 let index = unravel(o, &self.out_spatial);
-                (0..spatial).map(|axis| per_axis[axis][index[axis]]).product()
+                (0..spatial)
+                    .map(|axis| per_axis[axis][index[axis]])
+                    .product()
             })
             .collect()
     }
@@ -108,7 +117,11 @@ impl Windows {
 
 /// Maximum over each window. NaN inputs never win (as in onnxruntime, and the ONNX
 /// reference drops them); a window entirely in padding gives `lowest`.
-fn max_pool<T: Copy + PartialOrd>(a: &ArrayD<T>, w: &Windows, lowest: T) -> Result<ArrayD<T>, String> {
+fn max_pool<T: Copy + PartialOrd>(
+    a: &ArrayD<T>,
+    w: &Windows,
+    lowest: T,
+) -> Result<ArrayD<T>, String> {
     map_planes(a, w, |plane, o| {
         w.taps_of(o)
             .map(|t| plane[t])
@@ -117,7 +130,11 @@ fn max_pool<T: Copy + PartialOrd>(a: &ArrayD<T>, w: &Windows, lowest: T) -> Resu
 }
 
 /// Applies `f(values, window)` to the real input values of every window.
-fn reduce_windows(a: &ArrayD<f64>, w: &Windows, f: impl Fn(&[f64], usize) -> f64) -> Result<ArrayD<f64>, String> {
+fn reduce_windows(
+    a: &ArrayD<f64>,
+    w: &Windows,
+    f: impl Fn(&[f64], usize) -> f64,
+) -> Result<ArrayD<f64>, String> {
     let mut values = Vec::with_capacity(w.kernel_size);
     map_planes(a, w, move |plane, o| {
         values.clear();
@@ -127,7 +144,11 @@ fn reduce_windows(a: &ArrayD<f64>, w: &Windows, f: impl Fn(&[f64], usize) -> f64
 }
 
 /// Builds the output by evaluating `f(plane, window)` for every (N, C) plane and window.
-fn map_planes<T: Copy, R>(a: &ArrayD<T>, w: &Windows, mut f: impl FnMut(&[T], usize) -> R) -> Result<ArrayD<R>, String> {
+fn map_planes<T: Copy, R>(
+    a: &ArrayD<T>,
+    w: &Windows,
+    mut f: impl FnMut(&[T], usize) -> R,
+) -> Result<ArrayD<R>, String> {
     let shape = a.shape();
     let mut out_shape = shape[..2].to_vec();
     out_shape.extend(&w.out_spatial);

@@ -19,7 +19,10 @@ use crate::with_tensor;
 pub(super) fn reduce(r: &ReduceAttrs, x: &Tensor) -> Result<Tensor, String> {
     let rank = x.shape().len();
     if r.axes.iter().any(|&a| a >= rank) || r.axes.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(format!("axes {:?} must be sorted, unique and below rank {rank}", r.axes));
+        return Err(format!(
+            "axes {:?} must be sorted, unique and below rank {rank}",
+            r.axes
+        ));
     }
     let out_shape = reduced_shape(x.shape(), &r.axes, r.keepdims);
     match x {
@@ -74,7 +77,9 @@ fn chunks<T: Copy, R>(
     order.extend(axes);
     let permuted = a.view().permuted_axes(IxDyn(&order));
     let standard = permuted.as_standard_layout();
-    let flat = standard.as_slice().ok_or("reduction input is not contiguous")?;
+    let flat = standard
+        .as_slice()
+        .ok_or("reduction input is not contiguous")?;
     flat.chunks_exact(chunk).map(f).collect()
 }
 
@@ -147,7 +152,12 @@ fn int_reduce<T: Int>(kind: ReduceKind, c: &[T]) -> Result<T, String> {
         ReduceKind::L1 => wrapping_sum(T::abs),
         ReduceKind::SumSquare => wrapping_sum(|v| v.mul(v)),
         // numpy: the square root of the sum of squares in float64, truncated back.
-        ReduceKind::L2 => T::from_f64(c.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>().sqrt()),
+        ReduceKind::L2 => T::from_f64(
+            c.iter()
+                .map(|v| v.to_f64() * v.to_f64())
+                .sum::<f64>()
+                .sqrt(),
+        ),
         ReduceKind::LogSum | ReduceKind::LogSumExp => {
             return Err(format!("{kind:?} is not defined for integer types"));
         }

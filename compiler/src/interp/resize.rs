@@ -13,8 +13,8 @@ use ndarray::{ArrayD, Axis};
 
 use super::{f64_to_float, float_to_f64, unsupported};
 use crate::ir::{Element, Tensor};
-use crate::{map_tensor, with_dtype, with_tensor};
 use crate::ops::{CoordinateTransform, NearestMode, ResizeAttrs, ResizeMode};
+use crate::{map_tensor, with_dtype, with_tensor};
 
 pub(super) fn resize(r: &ResizeAttrs, x: &Tensor) -> Result<Tensor, String> {
     let rank = x.shape().len();
@@ -71,7 +71,8 @@ impl AxisPlan {
         let rank = r.scales.len();
         let roi = (!r.roi.is_empty()).then(|| (r.roi[axis], r.roi[rank + axis]));
         let scale = axis_scale(r.scales[axis], input, output);
-        let trivial_roi = roi.is_none_or(|(start, end)| is_close(start.into(), 0.0) && is_close(end.into(), 1.0));
+        let trivial_roi =
+            roi.is_none_or(|(start, end)| is_close(start.into(), 0.0) && is_close(end.into(), 1.0));
         if is_close(scale, 1.0) && output == input && trivial_roi {
             return Ok(AxisPlan { taps: None });
         }
@@ -82,9 +83,15 @@ impl AxisPlan {
             ResizeMode::Nearest | ResizeMode::Linear => 2,
             ResizeMode::Cubic => 4,
         };
-        let mut taps = Taps { n, indices: Vec::with_capacity(output * n), weights: Vec::with_capacity(output * n), replaced: Vec::with_capacity(output) };
+        let mut taps = Taps {
+            n,
+            indices: Vec::with_capacity(output * n),
+            weights: Vec::with_capacity(output * n),
+            replaced: Vec::with_capacity(output),
+        };
         for y in 0..output {
-            let (x, extrapolated) = source_coordinate(r.coordinate_transform, y, scale, input, output, roi);
+            let (x, extrapolated) =
+                source_coordinate(r.coordinate_transform, y, scale, input, output, roi);
             let weights = tap_weights(r, x);
             let first = first_neighbour(x, n);
             let mut excluded_all = false;
@@ -103,7 +110,8 @@ impl AxisPlan {
                 w.iter_mut().for_each(|wj| *wj /= total);
             }
             for (j, &wj) in w.iter().enumerate() {
-                taps.indices.push(first.saturating_add(j as i64).clamp(0, input as i64 - 1) as usize);
+                taps.indices
+                    .push(first.saturating_add(j as i64).clamp(0, input as i64 - 1) as usize);
                 taps.weights.push(wj);
             }
             taps.replaced.push(if extrapolated {
@@ -154,7 +162,9 @@ fn source_coordinate(
         CoordinateTransform::AlignCorners => y * last / (width - 1.0),
         CoordinateTransform::Asymmetric => y / scale,
         CoordinateTransform::PytorchHalfPixel if width == 1.0 => -0.5,
-        CoordinateTransform::PytorchHalfPixel | CoordinateTransform::HalfPixel => (y + 0.5) / scale - 0.5,
+        CoordinateTransform::PytorchHalfPixel | CoordinateTransform::HalfPixel => {
+            (y + 0.5) / scale - 0.5
+        }
         CoordinateTransform::HalfPixelSymmetric => {
             let adjustment = output as f64 / width;
             let offset = input as f64 / 2.0 * (1.0 - adjustment);
@@ -193,7 +203,11 @@ fn tap_weights(r: &ResizeAttrs, x: f64) -> Vec<f64> {
                     NearestMode::Ceil => true,
                 }
             };
-            if right { vec![0.0, 1.0] } else { vec![1.0, 0.0] }
+            if right {
+                vec![0.0, 1.0]
+            } else {
+                vec![1.0, 0.0]
+            }
         }
         ResizeMode::Linear => vec![1.0 - ratio, ratio],
         ResizeMode::Cubic => cubic_weights(ratio, f64::from(r.cubic_coeff_a)),
@@ -227,12 +241,20 @@ fn nearest<T: Element>(a: &ArrayD<T>, plans: &[AxisPlan], extrapolation: f32) ->
             .map(|o| {
                 let row = o * taps.n;
                 // The one-hot weight picks the neighbour.
-                let j = (0..taps.n).find(|&j| taps.weights[row + j] == 1.0).unwrap_or(0);
+                let j = (0..taps.n)
+                    .find(|&j| taps.weights[row + j] == 1.0)
+                    .unwrap_or(0);
                 taps.indices[row + j]
             })
             .collect();
         out = out.select(Axis(axis), &chosen);
-        fill_replaced(&mut out, axis, taps, f64::from(extrapolation), element_of::<T>);
+        fill_replaced(
+            &mut out,
+            axis,
+            taps,
+            f64::from(extrapolation),
+            element_of::<T>,
+        );
     }
     out
 }
@@ -247,10 +269,17 @@ fn element_of<T: Element>(v: f64) -> T {
 }
 
 /// Sets the replaced output indices along `axis` to their constant.
-fn fill_replaced<T: Clone>(out: &mut ArrayD<T>, axis: usize, taps: &Taps, extrapolation: f64, convert: impl Fn(f64) -> T) {
+fn fill_replaced<T: Clone>(
+    out: &mut ArrayD<T>,
+    axis: usize,
+    taps: &Taps,
+    extrapolation: f64,
+    convert: impl Fn(f64) -> T,
+) {
     for (o, replaced) in taps.replaced.iter().enumerate() {
         if let Some(value) = replaced {
-            out.index_axis_mut(Axis(axis), o).fill(convert(value.unwrap_or(extrapolation)));
+            out.index_axis_mut(Axis(axis), o)
+                .fill(convert(value.unwrap_or(extrapolation)));
         }
     }
 }

@@ -23,7 +23,9 @@ pub(super) fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor, String> {
     let rank = x.shape().len();
     let mut seen = vec![false; rank];
     let is_permutation = perm.len() == rank
-        && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+        && perm
+            .iter()
+            .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
     if !is_permutation {
         return Err(format!("{perm:?} is not a permutation of {rank} axes"));
     }
@@ -44,10 +46,18 @@ pub(super) fn concat(parts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
         }
     }
     /// `_first` only fixes the element type.
-    fn join<T: Element>(_first: &ArrayD<T>, parts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
+    fn join<T: Element>(
+        _first: &ArrayD<T>,
+        parts: &[&Tensor],
+        axis: usize,
+    ) -> Result<Tensor, String> {
         let views: Vec<ArrayViewD<T>> = parts
             .iter()
-            .map(|p| array_ref::<T>(p).map(|a| a.view()).ok_or("mixed input types"))
+            .map(|p| {
+                array_ref::<T>(p)
+                    .map(|a| a.view())
+                    .ok_or("mixed input types")
+            })
             .collect::<Result<_, _>>()?;
         let joined = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
         Ok(T::wrap(joined))
@@ -56,7 +66,12 @@ pub(super) fn concat(parts: &[&Tensor], axis: usize) -> Result<Tensor, String> {
 }
 
 /// Output element `j` along axis `i` reads input index `starts[i] + j · steps[i]`.
-pub(super) fn slice(x: &Tensor, starts: &[usize], steps: &[i64], shape: &[usize]) -> Result<Tensor, String> {
+pub(super) fn slice(
+    x: &Tensor,
+    starts: &[usize],
+    steps: &[i64],
+    shape: &[usize],
+) -> Result<Tensor, String> {
     let dims = x.shape();
     let rank = dims.len();
     if starts.len() != rank || steps.len() != rank || shape.len() != rank {
@@ -79,7 +94,8 @@ fn axis_slice(dim: usize, start: usize, step: i64, len: usize) -> Result<Slice, 
     if len == 0 {
         return Ok(Slice::new(0, Some(0), 1));
     }
-    let out_of_range = || format!("slice start {start}, step {step}, length {len} leaves an axis of {dim}");
+    let out_of_range =
+        || format!("slice start {start}, step {step}, length {len} leaves an axis of {dim}");
     let start_i = i64::try_from(start).map_err(|_| out_of_range())?;
     let last = i64::try_from(len - 1)
         .ok()
@@ -102,7 +118,10 @@ fn axis_slice(dim: usize, start: usize, step: i64, len: usize) -> Result<Slice, 
 pub(super) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, String> {
     let dims = data.shape();
     if axis >= dims.len() {
-        return Err(format!("axis {axis} is out of range for rank {}", dims.len()));
+        return Err(format!(
+            "axis {axis} is out of range for rank {}",
+            dims.len()
+        ));
     }
     if !indices.dtype().is_int() {
         return Err(format!("indices must be integers, got {}", indices.dtype()));
@@ -159,11 +178,16 @@ fn pad_array<T: Element>(p: &PadAttrs, a: &ArrayD<T>) -> Result<ArrayD<T>, Strin
         if cut_begin.saturating_add(cut_end) > dim {
             return Err(format!("pads crop axis {axis} below zero"));
         }
-        cropped.slice_axis_inplace(Axis(axis), Slice::from(cut_begin as isize..(dim - cut_end) as isize));
+        cropped.slice_axis_inplace(
+            Axis(axis),
+            Slice::from(cut_begin as isize..(dim - cut_end) as isize),
+        );
     }
     let grow = |axis: usize| (begin[axis].max(0) as usize, end[axis].max(0) as usize);
     if p.mode == PadMode::Constant {
-        let shape: Vec<usize> = (0..rank).map(|i| grow(i).0 + cropped.shape()[i] + grow(i).1).collect();
+        let shape: Vec<usize> = (0..rank)
+            .map(|i| grow(i).0 + cropped.shape()[i] + grow(i).1)
+            .collect();
         let mut out = ArrayD::from_elem(IxDyn(&shape), T::from_f64(p.value));
         out.slice_each_axis_mut(|ax| {
             let i = ax.axis.index();
@@ -181,7 +205,10 @@ fn pad_array<T: Element>(p: &PadAttrs, a: &ArrayD<T>) -> Result<ArrayD<T>, Strin
         }
         let n = out.shape()[axis];
         if n == 0 {
-            return Err(format!("cannot pad an empty axis {axis} in {:?} mode", p.mode));
+            return Err(format!(
+                "cannot pad an empty axis {axis} in {:?} mode",
+                p.mode
+            ));
         }
         let sources: Vec<usize> = (0..b + n + e)
             .map(|j| source_index(p.mode, j as i64 - b as i64, n))
