@@ -5,6 +5,8 @@
 
 pub mod artifact;
 pub mod codegen;
+pub mod conformance;
+pub mod conformance_cli;
 pub mod driver;
 pub mod error;
 pub mod header;

@@ -57,6 +57,33 @@ enum Command {
         #[arg(long)]
         dump_ir: bool,
     },
+    /// Runs an ONNX backend-test suite (directories holding model.onnx and
+    /// test_data_set_*) end to end: compile, run, compare at rtol 1e-3, atol 1e-4.
+    Conformance {
+        /// A suite directory, e.g. the `node` folder made by scripts/gen_onnx_suite.py.
+        suite: PathBuf,
+        /// Only cases whose path contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Writes `case<TAB>pass|fail<TAB>reason` per case.
+        #[arg(long)]
+        results: Option<PathBuf>,
+        /// Fails if any case listed in this file (one name per line) no longer passes.
+        #[arg(long)]
+        expect_passing: Option<PathBuf>,
+        /// Writes the names of the passing cases.
+        #[arg(long)]
+        write_passing: Option<PathBuf>,
+        /// Cases run in parallel.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+        /// Seconds before a case is killed.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Runs one conformance case (used by `nnc conformance`, one process per case).
+    #[command(hide = true)]
+    ConformanceCase { case: PathBuf },
     /// Describes a model: inputs, outputs, op histogram, parameters, arena size, and
     /// every unsupported op.
     Inspect {
@@ -121,6 +148,28 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Inspect { model, shapes } => inspect(&model, &parse_bindings(&shapes)?),
+        Command::Conformance { suite, filter, results, expect_passing, write_passing, jobs, timeout } => {
+            let opts = nnc::conformance_cli::SuiteOptions {
+                suite_dir: suite,
+                filter,
+                results,
+                expect_passing,
+                write_passing,
+                jobs,
+                timeout: std::time::Duration::from_secs(timeout),
+            };
+            match nnc::conformance_cli::run_suite(&opts).map_err(NncError::Model)? {
+                true => Ok(()),
+                false => Err(NncError::Model("conformance regressions (see REGRESSION lines)".into())),
+            }
+        }
+        Command::ConformanceCase { case } => {
+            if nnc::conformance_cli::run_one(&case) {
+                Ok(())
+            } else {
+                std::process::exit(1)
+            }
+        }
     }
 }
 

@@ -48,8 +48,10 @@ pub fn mem_type(d: DType) -> Type {
     }
 }
 
+/// Non-trapping, but not `aligned`: callers' buffers need only their element alignment,
+/// and legacy-SSE memory operands would fault on unaligned vectors.
 pub fn flags() -> MemFlagsData {
-    MemFlagsData::trusted()
+    MemFlagsData::new().with_notrap()
 }
 
 /// Loads one element at `addr + offset` into its computation domain.

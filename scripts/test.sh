@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The project's test command: builds everything and runs every test, including the
+# ONNX node suite (generated from the onnx pip package) and the aarch64 tests under
+# qemu. Tools a machine may lack make their tests print SKIP; with
+# NNC_TEST_REQUIRE_TOOLS=1 (as CI sets) a missing tool fails instead.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --workspace || exit 1
+cargo test --release --workspace 2>&1 | tee target/test-output.txt
+exit "${PIPESTATUS[0]}"
