@@ -76,6 +76,11 @@ fn int_unary<T: Int>(op: UnaryOp, a: &ArrayD<T>) -> Result<Tensor, String> {
 }
 
 fn float_unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, String> {
+    if let Tensor::F32(a) = x {
+        if let Some(y) = exact_in_f32(op, a) {
+            return Ok(Tensor::F32(y));
+        }
+    }
     let a = float_to_f64(x).ok_or_else(|| unsupported(x.dtype()))?;
     match op {
         UnaryOp::IsNaN => return Ok(Tensor::Bool(a.mapv(f64::is_nan))),
@@ -89,6 +94,18 @@ fn float_unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, String> {
     }
     let f = float_fn(op).ok_or_else(|| format!("{op:?} is not defined for {}", x.dtype()))?;
     f64_to_float(a.mapv(f), x.dtype())
+}
+
+/// The hot CNN activations whose f32 result needs no rounding, or exactly one (the
+/// product of two f32s), so native f32 gives the same bits as the f64 path, faster.
+fn exact_in_f32(op: UnaryOp, a: &ArrayD<f32>) -> Option<ArrayD<f32>> {
+    Some(match op {
+        UnaryOp::Relu => a.mapv(|x| if x < 0.0 { 0.0 } else { x }),
+        UnaryOp::LeakyRelu { alpha } => a.mapv(|x| if x < 0.0 { alpha * x } else { x }),
+        UnaryOp::Neg => a.mapv(|x| -x),
+        UnaryOp::Abs => a.mapv(f32::abs),
+        _ => return None,
+    })
 }
 
 /// The real function of a float unary op, evaluated in f64 so that rounding the result

@@ -316,11 +316,17 @@ fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Sl
                     declared
                 ));
             }
-            slots[id.0] = Slot::Owned(value);
+            // With freeing on, a value nothing reads is dropped at once.
+            let unread = free && last_use[id.0] == Lifetime::Unread;
+            slots[id.0] = if unread {
+                Slot::Empty
+            } else {
+                Slot::Owned(value)
+            };
         }
         if free {
             for id in node.inputs.iter().flatten() {
-                if last_use[id.0] == Some(index) {
+                if last_use[id.0] == Lifetime::LastReadBy(index) {
                     if let Slot::Owned(_) = slots[id.0] {
                         slots[id.0] = Slot::Empty;
                     }
@@ -354,17 +360,26 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
     Ok(())
 }
 
-/// For every value, the index of the last node reading it; `None` for values nothing
-/// reads and for graph outputs (which must survive to the end).
-fn last_uses(graph: &Graph) -> Vec<Option<usize>> {
-    let mut last = vec![None; graph.values.len()];
+/// How long a value must live while a graph runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lifetime {
+    /// No node reads it and it is not a graph output.
+    Unread,
+    /// Free it after this node ran.
+    LastReadBy(usize),
+    /// A graph output: kept to the end.
+    Output,
+}
+
+fn last_uses(graph: &Graph) -> Vec<Lifetime> {
+    let mut last = vec![Lifetime::Unread; graph.values.len()];
     for (index, node) in graph.nodes.iter().enumerate() {
         for id in node.inputs.iter().flatten() {
-            last[id.0] = Some(index);
+            last[id.0] = Lifetime::LastReadBy(index);
         }
     }
     for ValueId(i) in &graph.outputs {
-        last[*i] = None;
+        last[*i] = Lifetime::Output;
     }
     last
 }
