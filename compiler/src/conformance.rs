@@ -4,6 +4,7 @@
 //! Each case runs in its own process (`nnc conformance-case`), so a crash or hang in
 //! generated code fails that case only.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -83,16 +84,7 @@ type InferFn = unsafe extern "C" fn(*const *const std::ffi::c_void, *const *mut 
 /// Compiles one case into `work_dir` and checks every data set. `Err` carries the
 /// first reason the case fails.
 pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
-    let graph = load_model(&case.join("model.onnx"), &ImportOptions::default()).map_err(|e| format!("import: {e}"))?;
-    let opts = CompileOptions { target: Target::host(), prefix: String::new() };
-    let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
-    let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, "libcase.so").map_err(|e| format!("link: {e}"))?;
-    let so_path = work_dir.join("libcase.so");
-    std::fs::write(&so_path, so).map_err(|e| e.to_string())?;
-    // SAFETY: the library is one nnc just produced; it has no initializers.
-    let lib = unsafe { libloading::Library::new(&so_path) }.map_err(|e| format!("dlopen: {e}"))?;
-    let infer: libloading::Symbol<InferFn> = unsafe { lib.get(b"infer\0") }.map_err(|e| format!("dlsym: {e}"))?;
-
+    let model = case.join("model.onnx");
     let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map_err(|e| e.to_string())?
         .flatten()
@@ -100,8 +92,69 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
         .collect();
     sets.sort();
-    for set in &sets {
-        let inputs = numbered(set, "input")?;
+    match load_model(&model, &ImportOptions::default()) {
+        Ok(graph) => {
+            let lib = CompiledCase::new(graph, work_dir, "libcase.so")?;
+            for set in &sets {
+                lib.check(set, &numbered(set, "input")?)?;
+            }
+        }
+        // A model that takes its axes, pads or target shape as inputs: freeze those
+        // inputs to each data set's values (`--freeze-input`), compile, run.
+        Err(e) if e.to_string().contains("computed at run time") => {
+            let names = input_names(&model)?;
+            for (k, set) in sets.iter().enumerate() {
+                let inputs = numbered(set, "input")?;
+                let mut frozen = HashMap::new();
+                for (name, t) in names.iter().zip(&inputs) {
+                    if !t.dtype().is_float() {
+                        frozen.insert(name.clone(), t.clone());
+                    }
+                }
+                let opts = ImportOptions { frozen_inputs: frozen.clone(), ..Default::default() };
+                let graph = load_model(&model, &opts).map_err(|e| format!("import: {e}"))?;
+                let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
+                let keep: Vec<Tensor> = names.iter().zip(inputs).filter(|(n, _)| !frozen.contains_key(*n)).map(|(_, t)| t).collect();
+                lib.check(set, &keep)?;
+            }
+        }
+        Err(e) => return Err(format!("import: {e}")),
+    }
+    Ok(sets.len())
+}
+
+/// Names of the graph inputs that are not initializers, in order.
+fn input_names(model: &Path) -> Result<Vec<String>, String> {
+    let bytes = std::fs::read(model).map_err(|e| e.to_string())?;
+    let m = crate::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+    let g = m.graph.unwrap_or_default();
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    Ok(g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
+}
+
+/// A case's model compiled, linked and loaded.
+struct CompiledCase {
+    graph: crate::ir::Graph,
+    // Field order matters: the symbol must drop before the library.
+    infer: InferFn,
+    _lib: libloading::Library,
+}
+
+impl CompiledCase {
+    fn new(graph: crate::ir::Graph, work_dir: &Path, file: &str) -> Result<CompiledCase, String> {
+        let opts = CompileOptions { target: Target::host(), prefix: String::new() };
+        let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
+        let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file).map_err(|e| format!("link: {e}"))?;
+        let so_path = work_dir.join(file);
+        std::fs::write(&so_path, so).map_err(|e| e.to_string())?;
+        // SAFETY: the library is one nnc just produced; it has no initializers.
+        let lib = unsafe { libloading::Library::new(&so_path) }.map_err(|e| format!("dlopen: {e}"))?;
+        let infer: InferFn = *unsafe { lib.get::<InferFn>(b"infer\0") }.map_err(|e| format!("dlsym: {e}"))?;
+        Ok(CompiledCase { graph, infer, _lib: lib })
+    }
+
+    fn check(&self, set: &Path, inputs: &[Tensor]) -> Result<(), String> {
+        let graph = &self.graph;
         let expected = numbered(set, "output")?;
         if inputs.len() != graph.inputs.len() {
             return Err(format!("{} inputs in {}, the model has {}", inputs.len(), set.display(), graph.inputs.len()));
@@ -116,7 +169,7 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
         let in_ptrs: Vec<*const std::ffi::c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
         let out_ptrs: Vec<*mut std::ffi::c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
         // SAFETY: buffers match the model's input/output sizes checked above.
-        let rc = unsafe { infer(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+        let rc = unsafe { (self.infer)(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
         if rc != 0 {
             return Err(format!("infer returned {rc}"));
         }
@@ -128,8 +181,8 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
             let actual = Tensor::from_le_bytes(ty, &out_bytes[k][..ty.byte_size()]).ok_or("output size mismatch")?;
             compare(e, &actual).map_err(|m| format!("{}: output {k}: {m}", set.file_name().unwrap_or_default().to_string_lossy()))?;
         }
+        Ok(())
     }
-    Ok(sets.len())
 }
 
 /// The family a case counts under in the summary table: the op of a one-node model,

@@ -12,5 +12,6 @@ pub mod error;
 pub mod header;
 pub mod interp;
 pub mod ir;
+pub mod npy;
 pub mod onnx;
 pub mod ops;

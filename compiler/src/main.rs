@@ -27,6 +27,11 @@ struct ShapeArgs {
     /// Repeatable.
     #[arg(long = "dim", value_name = "PARAM=VALUE")]
     dims: Vec<String>,
+    /// Replaces an input by a constant read from a .npy or TensorProto .pb file (e.g. the
+    /// axes or target shape a model takes as an input), removing it from infer().
+    /// Repeatable.
+    #[arg(long = "freeze-input", value_name = "NAME=FILE")]
+    frozen: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -106,7 +111,24 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         let (name, v) = s.split_once('=').ok_or_else(|| bad("dim", s, "expected PARAM=VALUE"))?;
         dims.insert(name.to_string(), v.trim().parse::<usize>().map_err(|_| bad("dim", s, "the value must be a non-negative integer"))?);
     }
-    Ok(ImportOptions { input_shapes, dims })
+    let mut frozen_inputs = HashMap::new();
+    for s in &shapes.frozen {
+        let (name, file) = s.split_once('=').ok_or_else(|| bad("freeze-input", s, "expected NAME=FILE"))?;
+        let t = read_tensor_file(std::path::Path::new(file)).map_err(|e| bad("freeze-input", s, &e))?;
+        frozen_inputs.insert(name.to_string(), t);
+    }
+    Ok(ImportOptions { input_shapes, dims, frozen_inputs })
+}
+
+/// A tensor from a .npy file or a serialized ONNX TensorProto (.pb).
+fn read_tensor_file(path: &std::path::Path) -> std::result::Result<nnc::ir::Tensor, String> {
+    if path.extension().is_some_and(|e| e == "pb") {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let t = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice()).map_err(|e| format!("{}: {e}", path.display()))?;
+        nnc::onnx::tensor_proto::tensor_from_proto(&t, None)
+    } else {
+        nnc::npy::read(path)
+    }
 }
 
 fn default_output(model: &std::path::Path) -> PathBuf {

@@ -22,6 +22,9 @@ pub struct ImportOptions {
     pub input_shapes: HashMap<String, Vec<usize>>,
     /// `--dim PARAM=VALUE`
     pub dims: HashMap<String, usize>,
+    /// `--freeze-input NAME=FILE`: graph inputs replaced by constants, e.g. the axes,
+    /// pads or target shape a model takes as an input but the user never varies.
+    pub frozen_inputs: HashMap<String, Tensor>,
 }
 
 /// What import produced: the graph, and every node that could not be imported.
@@ -105,14 +108,19 @@ impl GraphBuilder {
             if self.names.contains_key(&vi.name) {
                 continue; // an initializer listed as input (IR < 4): a constant
             }
+            if let Some(t) = opts.frozen_inputs.get(&vi.name) {
+                let id = self.graph.add_value(vi.name.clone(), t.ty(), Some(t.clone()));
+                self.names.insert(vi.name.clone(), id);
+                continue;
+            }
             let ty = input_type(vi, opts)?;
             let id = self.graph.add_value(vi.name.clone(), ty, None);
             self.names.insert(vi.name.clone(), id);
             self.graph.inputs.push(id);
         }
-        for name in opts.input_shapes.keys() {
+        for name in opts.input_shapes.keys().chain(opts.frozen_inputs.keys()) {
             if !g.input.iter().any(|i| &i.name == name) {
-                return Err(NncError::Model(format!("--input-shape names '{name}', which is not an input of the model")));
+                return Err(NncError::Model(format!("'{name}' is not an input of the model (--input-shape / --freeze-input)")));
             }
         }
         Ok(())

@@ -33,6 +33,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "MatMul" => nn::matmul,
         "BatchNormalization" => nn::batch_norm,
         "LayerNormalization" => nn::layer_norm,
+        "RMSNormalization" => nn::rms_norm,
         "Softmax" | "LogSoftmax" => nn::softmax,
         "Dropout" => nn::dropout,
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"

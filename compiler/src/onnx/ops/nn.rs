@@ -1,11 +1,11 @@
 //! Neural-network ONNX ops: Conv, ConvTranspose, pooling, Gemm/MatMul, normalizations
 //! and Softmax.
 
-use crate::ir::Tensor;
+use crate::ir::{DType, Tensor};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::infer::window_output;
-use crate::ops::{BinaryOp, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op, PoolAttrs, PoolKind, UnaryOp};
+use crate::ops::{BinaryOp, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op, PoolAttrs, PoolKind, ReduceAttrs, ReduceKind, UnaryOp};
 
 use super::elementwise::scalar_of;
 
@@ -231,15 +231,64 @@ pub fn batch_norm(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn layer_norm(ctx: &mut NodeCtx) -> ImportResult {
-    if ctx.node.output.iter().skip(1).any(|o| !o.is_empty()) {
-        return Err(ImportError::Unsupported("LayerNormalization's Mean/InvStdDev outputs".into()));
-    }
     let x = ctx.input_ty(0)?;
     let axis = normalize_axis(ctx.attrs.int("axis", -1)?, x.rank())?;
     let epsilon = ctx.attrs.float("epsilon", 1e-5)?;
-    let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
-    let y = ctx.emit1(Op::LayerNorm { axis, epsilon }, ins)?;
+    let wants_stats = ctx.node.output.iter().skip(1).any(|o| !o.is_empty());
+    if !wants_stats && x.dtype == DType::F32 {
+        let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
+        let y = ctx.emit1(Op::LayerNorm { axis, epsilon }, ins)?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
+    normalize_decomposed(ctx, axis, epsilon, true)
+}
+
+/// RMSNormalization (opset 23): `x / sqrt(mean(x²) + eps) * scale`.
+pub fn rms_norm(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let axis = normalize_axis(ctx.attrs.int("axis", -1)?, x.rank())?;
+    let epsilon = ctx.attrs.float("epsilon", 1e-5)?;
+    normalize_decomposed(ctx, axis, epsilon, false)
+}
+
+/// Layer/RMS normalization from elementwise ops and reductions, computed in the
+/// `stash_type` precision (float32 by default) as the ONNX function bodies do. Also
+/// yields LayerNormalization's optional Mean and InvStdDev outputs.
+fn normalize_decomposed(ctx: &mut NodeCtx, axis: usize, epsilon: f32, center: bool) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let stash = DType::from_onnx(ctx.attrs.int("stash_type", 1)? as i32).ok_or("bad stash_type")?;
+    let axes: Vec<usize> = (axis..x.rank()).collect();
+    let mut v = ctx.required(0)?;
+    if x.dtype != stash {
+        v = ctx.emit1(Op::Cast { to: stash }, vec![Some(v)])?;
+    }
+    let mean_of = |ctx: &mut NodeCtx, t| ctx.emit1(Op::Reduce(ReduceAttrs { kind: ReduceKind::Mean, axes: axes.clone(), keepdims: true }), vec![Some(t)]);
+    let (d, mean) = if center {
+        let mean = mean_of(ctx, v)?;
+        (ctx.emit1(Op::Binary(BinaryOp::Sub), vec![Some(v), Some(mean)])?, Some(mean))
+    } else {
+        (v, None)
+    };
+    let sq = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(d), Some(d)])?;
+    let var = mean_of(ctx, sq)?;
+    let eps = ctx.constant_value("epsilon", scalar_of(stash, epsilon as f64));
+    let var = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(var), Some(eps)])?;
+    let sd = ctx.emit1(Op::Unary(UnaryOp::Sqrt), vec![Some(var)])?;
+    let inv = ctx.emit1(Op::Unary(UnaryOp::Reciprocal), vec![Some(sd)])?;
+    let mut y = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(d), Some(inv)])?;
+    if x.dtype != stash {
+        y = ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(y)])?;
+    }
+    y = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(y), Some(ctx.required(1)?)])?;
+    if let Some(bias) = ctx.input(2) {
+        y = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(y), Some(bias)])?;
+    }
     ctx.bind_output(0, y);
+    if let Some(mean) = mean {
+        ctx.bind_output(1, mean);
+        ctx.bind_output(2, inv);
+    }
     Ok(())
 }
 
