@@ -174,7 +174,10 @@ fn pad_array<T: Element>(p: &PadAttrs, a: &ArrayD<T>) -> Result<ArrayD<T>, Strin
     let mut cropped = a.view();
     for axis in 0..rank {
         let dim = cropped.shape()[axis] as i64;
-        let (cut_begin, cut_end) = ((-begin[axis]).max(0), (-end[axis]).max(0));
+        let (cut_begin, cut_end) = (
+            begin[axis].saturating_neg().max(0),
+            end[axis].saturating_neg().max(0),
+        );
         if cut_begin.saturating_add(cut_end) > dim {
             return Err(format!("pads crop axis {axis} below zero"));
         }
