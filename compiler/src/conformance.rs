@@ -38,7 +38,8 @@ pub fn find_cases(root: &Path) -> Vec<PathBuf> {
 
 fn read_pb(path: &Path) -> Result<Tensor, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let t = TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let t =
+        TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: {e}", path.display()))?;
     tensor_from_proto(&t, None).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -58,10 +59,18 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
 /// equal to NaN; everything else exactly.
 pub fn compare(expected: &Tensor, actual: &Tensor) -> Result<(), String> {
     if expected.dtype() != actual.dtype() {
-        return Err(format!("dtype {} but expected {}", actual.dtype(), expected.dtype()));
+        return Err(format!(
+            "dtype {} but expected {}",
+            actual.dtype(),
+            expected.dtype()
+        ));
     }
     if expected.shape() != actual.shape() {
-        return Err(format!("shape {:?} but expected {:?}", actual.shape(), expected.shape()));
+        return Err(format!(
+            "shape {:?} but expected {:?}",
+            actual.shape(),
+            expected.shape()
+        ));
     }
     if expected.dtype().is_float() {
         let (e, a) = (expected.to_f64_vec(), actual.to_f64_vec());
@@ -74,12 +83,17 @@ pub fn compare(expected: &Tensor, actual: &Tensor) -> Result<(), String> {
     } else if expected.to_le_bytes() != actual.to_le_bytes() {
         let (e, a) = (expected.to_i64_vec(), actual.to_i64_vec());
         let i = e.iter().zip(&a).position(|(x, y)| x != y).unwrap_or(0);
-        return Err(format!("element {i}: {} but expected {}", a.get(i).copied().unwrap_or(0), e.get(i).copied().unwrap_or(0)));
+        return Err(format!(
+            "element {i}: {} but expected {}",
+            a.get(i).copied().unwrap_or(0),
+            e.get(i).copied().unwrap_or(0)
+        ));
     }
     Ok(())
 }
 
-type InferFn = unsafe extern "C" fn(*const *const std::ffi::c_void, *const *mut std::ffi::c_void) -> i32;
+type InferFn =
+    unsafe extern "C" fn(*const *const std::ffi::c_void, *const *mut std::ffi::c_void) -> i32;
 
 /// Compiles one case into `work_dir` and checks every data set. `Err` carries the
 /// first reason the case fails.
@@ -89,7 +103,10 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
         .map_err(|e| e.to_string())?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
+        })
         .collect();
     sets.sort();
     match load_model(&model, &ImportOptions::default()) {
@@ -111,10 +128,18 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
                         frozen.insert(name.clone(), t.clone());
                     }
                 }
-                let opts = ImportOptions { frozen_inputs: frozen.clone(), ..Default::default() };
+                let opts = ImportOptions {
+                    frozen_inputs: frozen.clone(),
+                    ..Default::default()
+                };
                 let graph = load_model(&model, &opts).map_err(|e| format!("import: {e}"))?;
                 let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
-                let keep: Vec<Tensor> = names.iter().zip(inputs).filter(|(n, _)| !frozen.contains_key(*n)).map(|(_, t)| t).collect();
+                let keep: Vec<Tensor> = names
+                    .iter()
+                    .zip(inputs)
+                    .filter(|(n, _)| !frozen.contains_key(*n))
+                    .map(|(_, t)| t)
+                    .collect();
                 lib.check(set, &keep)?;
             }
         }
@@ -128,8 +153,13 @@ fn input_names(model: &Path) -> Result<Vec<String>, String> {
     let bytes = std::fs::read(model).map_err(|e| e.to_string())?;
     let m = crate::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
     let g = m.graph.unwrap_or_default();
-    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
-    Ok(g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect())
+    let inits: std::collections::HashSet<&str> =
+        g.initializer.iter().map(|t| t.name.as_str()).collect();
+    Ok(g.input
+        .iter()
+        .filter(|i| !inits.contains(i.name.as_str()))
+        .map(|i| i.name.clone())
+        .collect())
 }
 
 /// A case's model compiled, linked and loaded.
@@ -142,44 +172,81 @@ struct CompiledCase {
 
 impl CompiledCase {
     fn new(graph: crate::ir::Graph, work_dir: &Path, file: &str) -> Result<CompiledCase, String> {
-        let opts = CompileOptions { target: Target::host(), prefix: String::new() };
+        let opts = CompileOptions {
+            target: Target::host(),
+            prefix: String::new(),
+        };
         let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
-        let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file).map_err(|e| format!("link: {e}"))?;
+        let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file)
+            .map_err(|e| format!("link: {e}"))?;
         let so_path = work_dir.join(file);
         std::fs::write(&so_path, so).map_err(|e| e.to_string())?;
         // SAFETY: the library is one nnc just produced; it has no initializers.
-        let lib = unsafe { libloading::Library::new(&so_path) }.map_err(|e| format!("dlopen: {e}"))?;
-        let infer: InferFn = *unsafe { lib.get::<InferFn>(b"infer\0") }.map_err(|e| format!("dlsym: {e}"))?;
-        Ok(CompiledCase { graph, infer, _lib: lib })
+        let lib =
+            unsafe { libloading::Library::new(&so_path) }.map_err(|e| format!("dlopen: {e}"))?;
+        let infer: InferFn =
+            *unsafe { lib.get::<InferFn>(b"infer\0") }.map_err(|e| format!("dlsym: {e}"))?;
+        Ok(CompiledCase {
+            graph,
+            infer,
+            _lib: lib,
+        })
     }
 
     fn check(&self, set: &Path, inputs: &[Tensor]) -> Result<(), String> {
         let graph = &self.graph;
         let expected = numbered(set, "output")?;
         if inputs.len() != graph.inputs.len() {
-            return Err(format!("{} inputs in {}, the model has {}", inputs.len(), set.display(), graph.inputs.len()));
+            return Err(format!(
+                "{} inputs in {}, the model has {}",
+                inputs.len(),
+                set.display(),
+                graph.inputs.len()
+            ));
         }
         for (k, (t, v)) in inputs.iter().zip(&graph.inputs).enumerate() {
             if t.ty() != *graph.ty(*v) {
-                return Err(format!("input {k} is {} but the model takes {}", t.ty(), graph.ty(*v)));
+                return Err(format!(
+                    "input {k} is {} but the model takes {}",
+                    t.ty(),
+                    graph.ty(*v)
+                ));
             }
         }
         let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_le_bytes()).collect();
-        let mut out_bytes: Vec<Vec<u8>> = graph.outputs.iter().map(|o| vec![0u8; graph.ty(*o).byte_size().max(1) + 64]).collect();
-        let in_ptrs: Vec<*const std::ffi::c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let out_ptrs: Vec<*mut std::ffi::c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let mut out_bytes: Vec<Vec<u8>> = graph
+            .outputs
+            .iter()
+            .map(|o| vec![0u8; graph.ty(*o).byte_size().max(1) + 64])
+            .collect();
+        let in_ptrs: Vec<*const std::ffi::c_void> =
+            in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
+        let out_ptrs: Vec<*mut std::ffi::c_void> = out_bytes
+            .iter_mut()
+            .map(|b| b.as_mut_ptr().cast())
+            .collect();
         // SAFETY: buffers match the model's input/output sizes checked above.
         let rc = unsafe { (self.infer)(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
         if rc != 0 {
             return Err(format!("infer returned {rc}"));
         }
         if expected.len() != graph.outputs.len() {
-            return Err(format!("{} expected outputs, the model has {}", expected.len(), graph.outputs.len()));
+            return Err(format!(
+                "{} expected outputs, the model has {}",
+                expected.len(),
+                graph.outputs.len()
+            ));
         }
         for (k, (e, o)) in expected.iter().zip(&graph.outputs).enumerate() {
             let ty = graph.ty(*o);
-            let actual = Tensor::from_le_bytes(ty, &out_bytes[k][..ty.byte_size()]).ok_or("output size mismatch")?;
-            compare(e, &actual).map_err(|m| format!("{}: output {k}: {m}", set.file_name().unwrap_or_default().to_string_lossy()))?;
+            let actual = Tensor::from_le_bytes(ty, &out_bytes[k][..ty.byte_size()])
+                .ok_or("output size mismatch")?;
+            compare(e, &actual).map_err(|m| {
+                format!(
+                    "{}: output {k}: {m}",
+                    set.file_name().unwrap_or_default().to_string_lossy()
+                )
+            })?;
         }
         Ok(())
     }
@@ -188,7 +255,12 @@ impl CompiledCase {
 /// The family a case counts under in the summary table: the op of a one-node model,
 /// else the case name's first word.
 pub fn family(case: &Path) -> String {
-    let name = case.file_name().unwrap_or_default().to_string_lossy().trim_start_matches("test_").to_string();
+    let name = case
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .trim_start_matches("test_")
+        .to_string();
     let bytes = std::fs::read(case.join("model.onnx")).unwrap_or_default();
     if let Ok(m) = crate::onnx::proto::ModelProto::decode(bytes.as_slice()) {
         if let Some(g) = m.graph {

@@ -28,10 +28,20 @@ pub struct CaseOutcome {
 /// Runs one case in a child process (`exe conformance-case DIR`), killing it after
 /// `timeout`.
 fn spawn_case(exe: &Path, case: &Path) -> std::io::Result<std::process::Child> {
-    Command::new(exe).arg("conformance-case").arg(case).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()
+    Command::new(exe)
+        .arg("conformance-case")
+        .arg(case)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
 }
 
-fn poll(child: &mut std::process::Child, name: String, started: Instant, timeout: Duration) -> Option<CaseOutcome> {
+fn poll(
+    child: &mut std::process::Child,
+    name: String,
+    started: Instant,
+    timeout: Duration,
+) -> Option<CaseOutcome> {
     match child.try_wait() {
         Ok(Some(status)) => {
             let mut out = String::new();
@@ -47,15 +57,27 @@ fn poll(child: &mut std::process::Child, name: String, started: Instant, timeout
             } else {
                 line.trim_start_matches("fail\t").to_string()
             };
-            Some(CaseOutcome { name, passed, message })
+            Some(CaseOutcome {
+                name,
+                passed,
+                message,
+            })
         }
         Ok(None) if started.elapsed() > timeout => {
             let _ = child.kill();
             let _ = child.wait();
-            Some(CaseOutcome { name, passed: false, message: format!("timed out after {} s", timeout.as_secs()) })
+            Some(CaseOutcome {
+                name,
+                passed: false,
+                message: format!("timed out after {} s", timeout.as_secs()),
+            })
         }
         Ok(None) => None,
-        Err(e) => Some(CaseOutcome { name, passed: false, message: format!("wait failed: {e}") }),
+        Err(e) => Some(CaseOutcome {
+            name,
+            passed: false,
+            message: format!("wait failed: {e}"),
+        }),
     }
 }
 
@@ -63,12 +85,24 @@ pub fn run_suite(opts: &SuiteOptions) -> Result<bool, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let cases: Vec<PathBuf> = find_cases(&opts.suite_dir)
         .into_iter()
-        .filter(|c| opts.filter.as_ref().is_none_or(|f| c.to_string_lossy().contains(f.as_str())))
+        .filter(|c| {
+            opts.filter
+                .as_ref()
+                .is_none_or(|f| c.to_string_lossy().contains(f.as_str()))
+        })
         .collect();
     if cases.is_empty() {
-        return Err(format!("no cases (directories with model.onnx) under {}", opts.suite_dir.display()));
+        return Err(format!(
+            "no cases (directories with model.onnx) under {}",
+            opts.suite_dir.display()
+        ));
     }
-    let suite_name = opts.suite_dir.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let suite_name = opts
+        .suite_dir
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
     let mut outcomes: Vec<(PathBuf, CaseOutcome)> = vec![];
     let mut running: Vec<(PathBuf, std::process::Child, Instant)> = vec![];
     let mut queue = cases.iter();
@@ -87,7 +121,11 @@ pub fn run_suite(opts: &SuiteOptions) -> Result<bool, String> {
         let mut i = 0;
         while i < running.len() {
             let (case, child, started) = &mut running[i];
-            let name = case.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = case
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             match poll(child, name, *started, opts.timeout) {
                 Some(outcome) => {
                     let (case, _, _) = running.remove(i);
@@ -106,7 +144,11 @@ pub fn run_suite(opts: &SuiteOptions) -> Result<bool, String> {
     report(&suite_name, &outcomes, opts)
 }
 
-fn report(suite: &str, outcomes: &[(PathBuf, CaseOutcome)], opts: &SuiteOptions) -> Result<bool, String> {
+fn report(
+    suite: &str,
+    outcomes: &[(PathBuf, CaseOutcome)],
+    opts: &SuiteOptions,
+) -> Result<bool, String> {
     let mut families: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for (case, o) in outcomes {
         let e = families.entry(family(case)).or_default();
@@ -123,28 +165,52 @@ fn report(suite: &str, outcomes: &[(PathBuf, CaseOutcome)], opts: &SuiteOptions)
     if let Some(path) = &opts.results {
         let mut f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         for (_, o) in outcomes {
-            let _ = writeln!(f, "{}\t{}\t{}", o.name, if o.passed { "pass" } else { "fail" }, o.message.replace(['\n', '\t'], " "));
+            let _ = writeln!(
+                f,
+                "{}\t{}\t{}",
+                o.name,
+                if o.passed { "pass" } else { "fail" },
+                o.message.replace(['\n', '\t'], " ")
+            );
         }
     }
-    let mut passing: Vec<&str> = outcomes.iter().filter(|(_, o)| o.passed).map(|(_, o)| o.name.as_str()).collect();
+    let mut passing: Vec<&str> = outcomes
+        .iter()
+        .filter(|(_, o)| o.passed)
+        .map(|(_, o)| o.name.as_str())
+        .collect();
     passing.sort_unstable();
     if let Some(path) = &opts.write_passing {
-        std::fs::write(path, passing.join("\n") + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, passing.join("\n") + "\n")
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     let mut ok = true;
     if let Some(path) = &opts.expect_passing {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let ran: std::collections::HashSet<&str> = outcomes.iter().map(|(_, o)| o.name.as_str()).collect();
+        let ran: std::collections::HashSet<&str> =
+            outcomes.iter().map(|(_, o)| o.name.as_str()).collect();
         let now: std::collections::HashSet<&str> = passing.iter().copied().collect();
-        let regressions: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && ran.contains(l) && !now.contains(l)).collect();
+        let regressions: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && ran.contains(l) && !now.contains(l))
+            .collect();
         for r in &regressions {
-            let msg = outcomes.iter().find(|(_, o)| o.name == *r).map(|(_, o)| o.message.as_str()).unwrap_or("");
+            let msg = outcomes
+                .iter()
+                .find(|(_, o)| o.name == *r)
+                .map(|(_, o)| o.message.as_str())
+                .unwrap_or("");
             println!("REGRESSION {r}: {msg}");
         }
         ok = regressions.is_empty();
     }
     let passed = passing.len();
-    println!("{suite}: {} passed, {} failed", passed, outcomes.len() - passed);
+    println!(
+        "{suite}: {} passed, {} failed",
+        passed,
+        outcomes.len() - passed
+    );
     Ok(ok)
 }
 

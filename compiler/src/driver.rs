@@ -23,7 +23,10 @@ impl ArtifactKind {
             Some("so") => Ok(ArtifactKind::SharedObject),
             Some("o") => Ok(ArtifactKind::Object),
             Some("a") => Ok(ArtifactKind::StaticArchive),
-            _ => Err(NncError::Model(format!("{}: the output must end in .so, .o or .a", path.display()))),
+            _ => Err(NncError::Model(format!(
+                "{}: the output must end in .so, .o or .a",
+                path.display()
+            ))),
         }
     }
 }
@@ -34,7 +37,11 @@ pub struct Compiled {
 }
 
 /// Imports and compiles a model in memory.
-pub fn compile_model(path: &Path, import: &ImportOptions, opts: &CompileOptions) -> Result<Compiled> {
+pub fn compile_model(
+    path: &Path,
+    import: &ImportOptions,
+    opts: &CompileOptions,
+) -> Result<Compiled> {
     let graph = onnx::load_model(path, import)?;
     let model = codegen::compile_graph(&graph, opts).map_err(|e| e.in_file(path))?;
     Ok(Compiled { graph, model })
@@ -42,7 +49,10 @@ pub fn compile_model(path: &Path, import: &ImportOptions, opts: &CompileOptions)
 
 /// The artifact bytes for one kind.
 pub fn artifact_bytes(kind: ArtifactKind, object: &[u8], file_name: &str) -> Result<Vec<u8>> {
-    let err = |e: artifact::ArtifactError| NncError::Artifact { kind: file_name.to_string(), message: e.to_string() };
+    let err = |e: artifact::ArtifactError| NncError::Artifact {
+        kind: file_name.to_string(),
+        message: e.to_string(),
+    };
     match kind {
         ArtifactKind::Object => Ok(object.to_vec()),
         ArtifactKind::SharedObject => artifact::link_shared_object(object, file_name).map_err(err),
@@ -61,13 +71,26 @@ pub fn header_path(output: &Path) -> PathBuf {
 /// Writes the artifact and its header; nothing is left behind on failure.
 pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result<PathBuf> {
     let kind = ArtifactKind::from_path(output)?;
-    let file_name = output.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let file_name = output
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let bytes = artifact_bytes(kind, &compiled.model.object, &file_name)?;
     let header = header_path(output);
-    let stem = output.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = output
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let text = crate::header::generate(&compiled.graph, name, &stem, compiled.model.arena_size);
-    let io = |p: &Path, e: std::io::Error| NncError::Io { path: p.to_path_buf(), source: e };
-    let mode = if kind == ArtifactKind::SharedObject { 0o755 } else { 0o644 };
+    let io = |p: &Path, e: std::io::Error| NncError::Io {
+        path: p.to_path_buf(),
+        source: e,
+    };
+    let mode = if kind == ArtifactKind::SharedObject {
+        0o755
+    } else {
+        0o644
+    };
     artifact::write_atomically_with_mode(output, &bytes, mode).map_err(|e| io(output, e))?;
     if let Err(e) = artifact::write_atomically(&header, text.as_bytes()) {
         let _ = std::fs::remove_file(output);

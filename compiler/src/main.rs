@@ -12,7 +12,11 @@ use nnc::error::{NncError, Result};
 use nnc::onnx::{self, ImportOptions};
 
 #[derive(Parser)]
-#[command(name = "nnc", version, about = "Compiles ONNX models into standalone native libraries with a C ABI.")]
+#[command(
+    name = "nnc",
+    version,
+    about = "Compiles ONNX models into standalone native libraries with a C ABI."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -102,29 +106,53 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
     let bad = |flag: &str, v: &str, why: &str| NncError::Model(format!("--{flag} {v}: {why}"));
     let mut input_shapes = HashMap::new();
     for s in &shapes.input_shapes {
-        let (name, dims) = s.split_once('=').ok_or_else(|| bad("input-shape", s, "expected NAME=D0,D1,..."))?;
-        let dims: std::result::Result<Vec<usize>, _> = if dims.is_empty() { Ok(vec![]) } else { dims.split(',').map(|d| d.trim().parse::<usize>()).collect() };
-        input_shapes.insert(name.to_string(), dims.map_err(|_| bad("input-shape", s, "dimensions must be non-negative integers"))?);
+        let (name, dims) = s
+            .split_once('=')
+            .ok_or_else(|| bad("input-shape", s, "expected NAME=D0,D1,..."))?;
+        let dims: std::result::Result<Vec<usize>, _> = if dims.is_empty() {
+            Ok(vec![])
+        } else {
+            dims.split(',').map(|d| d.trim().parse::<usize>()).collect()
+        };
+        input_shapes.insert(
+            name.to_string(),
+            dims.map_err(|_| bad("input-shape", s, "dimensions must be non-negative integers"))?,
+        );
     }
     let mut dims = HashMap::new();
     for s in &shapes.dims {
-        let (name, v) = s.split_once('=').ok_or_else(|| bad("dim", s, "expected PARAM=VALUE"))?;
-        dims.insert(name.to_string(), v.trim().parse::<usize>().map_err(|_| bad("dim", s, "the value must be a non-negative integer"))?);
+        let (name, v) = s
+            .split_once('=')
+            .ok_or_else(|| bad("dim", s, "expected PARAM=VALUE"))?;
+        dims.insert(
+            name.to_string(),
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| bad("dim", s, "the value must be a non-negative integer"))?,
+        );
     }
     let mut frozen_inputs = HashMap::new();
     for s in &shapes.frozen {
-        let (name, file) = s.split_once('=').ok_or_else(|| bad("freeze-input", s, "expected NAME=FILE"))?;
-        let t = read_tensor_file(std::path::Path::new(file)).map_err(|e| bad("freeze-input", s, &e))?;
+        let (name, file) = s
+            .split_once('=')
+            .ok_or_else(|| bad("freeze-input", s, "expected NAME=FILE"))?;
+        let t =
+            read_tensor_file(std::path::Path::new(file)).map_err(|e| bad("freeze-input", s, &e))?;
         frozen_inputs.insert(name.to_string(), t);
     }
-    Ok(ImportOptions { input_shapes, dims, frozen_inputs })
+    Ok(ImportOptions {
+        input_shapes,
+        dims,
+        frozen_inputs,
+    })
 }
 
 /// A tensor from a .npy file or a serialized ONNX TensorProto (.pb).
 fn read_tensor_file(path: &std::path::Path) -> std::result::Result<nnc::ir::Tensor, String> {
     if path.extension().is_some_and(|e| e == "pb") {
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let t = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice()).map_err(|e| format!("{}: {e}", path.display()))?;
+        let t = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         nnc::onnx::tensor_proto::tensor_from_proto(&t, None)
     } else {
         nnc::npy::read(path)
@@ -132,15 +160,28 @@ fn read_tensor_file(path: &std::path::Path) -> std::result::Result<nnc::ir::Tens
 }
 
 fn default_output(model: &std::path::Path) -> PathBuf {
-    let stem = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
     model.with_file_name(format!("lib{stem}.so"))
 }
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Compile { model, output, target, cpu, name, shapes, dump_ir } => {
+        Command::Compile {
+            model,
+            output,
+            target,
+            cpu,
+            name,
+            shapes,
+            dump_ir,
+        } => {
             if !name.is_empty() && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(NncError::Model(format!("--name '{name}' must be a C identifier (letters, digits, _)")));
+                return Err(NncError::Model(format!(
+                    "--name '{name}' must be a C identifier (letters, digits, _)"
+                )));
             }
             let arch = match target {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
@@ -151,7 +192,10 @@ fn run(cli: Cli) -> Result<()> {
             let output = output.unwrap_or_else(|| default_output(&model));
             driver::ArtifactKind::from_path(&output)?;
             let started = std::time::Instant::now();
-            let opts = CompileOptions { target: target.clone(), prefix: nnc::codegen::symbol_prefix(&name) };
+            let opts = CompileOptions {
+                target: target.clone(),
+                prefix: nnc::codegen::symbol_prefix(&name),
+            };
             let compiled = driver::compile_model(&model, &import, &opts)?;
             if dump_ir {
                 println!("{}", compiled.graph);
@@ -170,7 +214,15 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Inspect { model, shapes } => inspect(&model, &parse_bindings(&shapes)?),
-        Command::Conformance { suite, filter, results, expect_passing, write_passing, jobs, timeout } => {
+        Command::Conformance {
+            suite,
+            filter,
+            results,
+            expect_passing,
+            write_passing,
+            jobs,
+            timeout,
+        } => {
             let opts = nnc::conformance_cli::SuiteOptions {
                 suite_dir: suite,
                 filter,
@@ -182,7 +234,9 @@ fn run(cli: Cli) -> Result<()> {
             };
             match nnc::conformance_cli::run_suite(&opts).map_err(NncError::Model)? {
                 true => Ok(()),
-                false => Err(NncError::Model("conformance regressions (see REGRESSION lines)".into())),
+                false => Err(NncError::Model(
+                    "conformance regressions (see REGRESSION lines)".into(),
+                )),
             }
         }
         Command::ConformanceCase { case } => {
@@ -213,7 +267,10 @@ fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
     if imported.unsupported.is_empty() {
         let plan = nnc::codegen::plan_graph_memory(g);
         println!("weights: {} bytes", plan.weights.len());
-        println!("arena: {} bytes (lower bound {} bytes)", plan.arena_size, plan.lower_bound);
+        println!(
+            "arena: {} bytes (lower bound {} bytes)",
+            plan.arena_size, plan.lower_bound
+        );
         println!("unsupported: none");
     } else {
         println!("unsupported ({}):", imported.unsupported.len());

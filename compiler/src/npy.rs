@@ -43,7 +43,11 @@ fn descr_of(d: DType) -> Option<&'static str> {
 fn header_field<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     let start = header.find(&format!("'{key}'"))? + key.len() + 2;
     let rest = header[start..].trim_start().strip_prefix(':')?.trim_start();
-    let end = if rest.starts_with('(') { rest.find(')')? + 1 } else { rest.find([',', '}'])? };
+    let end = if rest.starts_with('(') {
+        rest.find(')')? + 1
+    } else {
+        rest.find([',', '}'])?
+    };
     Some(rest[..end].trim())
 }
 
@@ -53,18 +57,31 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, String> {
     }
     let (header_len, header_start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
         v => return Err(format!("unsupported .npy version {v}")),
     };
-    let data_start = header_start.checked_add(header_len).filter(|&e| e <= bytes.len()).ok_or("truncated .npy header")?;
-    let header = std::str::from_utf8(&bytes[header_start..data_start]).map_err(|_| "bad .npy header")?;
-    let descr = header_field(header, "descr").ok_or("no 'descr' in .npy header")?.trim_matches(['\'', '"']);
-    let dtype = dtype_of(descr).ok_or_else(|| format!("unsupported .npy dtype '{descr}' (big-endian or object arrays are not read)"))?;
+    let data_start = header_start
+        .checked_add(header_len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or("truncated .npy header")?;
+    let header =
+        std::str::from_utf8(&bytes[header_start..data_start]).map_err(|_| "bad .npy header")?;
+    let descr = header_field(header, "descr")
+        .ok_or("no 'descr' in .npy header")?
+        .trim_matches(['\'', '"']);
+    let dtype = dtype_of(descr).ok_or_else(|| {
+        format!("unsupported .npy dtype '{descr}' (big-endian or object arrays are not read)")
+    })?;
     if descr.starts_with('>') {
         return Err("big-endian .npy files are not supported".into());
     }
     if header_field(header, "fortran_order") == Some("True") {
-        return Err("Fortran-order .npy files are not supported; save with np.ascontiguousarray".into());
+        return Err(
+            "Fortran-order .npy files are not supported; save with np.ascontiguousarray".into(),
+        );
     }
     let shape_text = header_field(header, "shape").ok_or("no 'shape' in .npy header")?;
     let shape: Vec<usize> = shape_text
@@ -72,11 +89,20 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| format!("bad .npy shape {shape_text}")))
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| format!("bad .npy shape {shape_text}"))
+        })
         .collect::<Result<_, _>>()?;
     let ty = TensorType::new(dtype, shape);
-    Tensor::from_le_bytes(&ty, &bytes[data_start..])
-        .ok_or_else(|| format!(".npy data holds {} bytes, {} needs {}", bytes.len() - data_start, ty, ty.byte_size()))
+    Tensor::from_le_bytes(&ty, &bytes[data_start..]).ok_or_else(|| {
+        format!(
+            ".npy data holds {} bytes, {} needs {}",
+            bytes.len() - data_start,
+            ty,
+            ty.byte_size()
+        )
+    })
 }
 
 pub fn read(path: &std::path::Path) -> Result<Tensor, String> {
@@ -85,9 +111,14 @@ pub fn read(path: &std::path::Path) -> Result<Tensor, String> {
 }
 
 pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>, String> {
-    let descr = descr_of(t.dtype()).ok_or_else(|| format!("{} cannot be stored in .npy", t.dtype()))?;
+    let descr =
+        descr_of(t.dtype()).ok_or_else(|| format!("{} cannot be stored in .npy", t.dtype()))?;
     let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
-    let shape = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     // Pad so the data starts 64-byte aligned, as numpy does.
     while (10 + header.len() + 1) % 64 != 0 {

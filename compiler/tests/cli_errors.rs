@@ -10,24 +10,42 @@ use std::process::{Command, Output};
 use models::{Attr, ModelBuilder};
 
 fn nnc(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nnc")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_nnc"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// Compiles `model` and expects failure with every `needles` in stderr and no output.
 fn expect_compile_error(model: &Path, needles: &[&str]) {
     let out_path = model.with_file_name("libout.so");
-    let out = nnc(&["compile".as_ref(), model.as_os_str(), "-o".as_ref(), out_path.as_os_str()]);
+    let out = nnc(&[
+        "compile".as_ref(),
+        model.as_os_str(),
+        "-o".as_ref(),
+        out_path.as_os_str(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "compile unexpectedly succeeded");
     assert_eq!(out.status.code(), Some(1), "exit code; stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
-    assert!(stderr.starts_with("error: "), "one error line expected: {stderr}");
+    assert!(
+        stderr.starts_with("error: "),
+        "one error line expected: {stderr}"
+    );
     for n in needles {
         assert!(stderr.contains(n), "'{n}' missing from: {stderr}");
     }
     assert!(!out_path.exists(), "a partial artifact was left behind");
-    assert!(!out_path.with_extension("h").exists(), "a partial header was left behind");
-    let leftovers: Vec<_> = std::fs::read_dir(model.parent().unwrap()).unwrap().flatten().filter(|e| e.path() != model).collect();
+    assert!(
+        !out_path.with_extension("h").exists(),
+        "a partial header was left behind"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(model.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path() != model)
+        .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
 
@@ -49,9 +67,20 @@ fn truncated_protobuf_is_a_clear_error() {
 #[test]
 fn garbage_bytes_are_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let m = write_model(dir.path(), "garbage.onnx", (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect());
+    let m = write_model(
+        dir.path(),
+        "garbage.onnx",
+        (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect(),
+    );
     let out_path = dir.path().join("libout.so");
-    let out = nnc(&["compile".as_ref(), m.as_os_str(), "-o".as_ref(), out_path.as_os_str()]);
+    let out = nnc(&[
+        "compile".as_ref(),
+        m.as_os_str(),
+        "-o".as_ref(),
+        out_path.as_os_str(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
     assert!(!out_path.exists());
@@ -68,7 +97,16 @@ fn every_unknown_op_is_listed_with_its_node() {
     let s = b.node("Add", &[&z, &w], vec![]);
     b.output(&s);
     let m = write_model(dir.path(), "unknown.onnx", b.encode());
-    expect_compile_error(&m, &["unknown.onnx", "FancyOp_1", "(FancyOp)", "OtherFancyOp_3", "(OtherFancyOp)"]);
+    expect_compile_error(
+        &m,
+        &[
+            "unknown.onnx",
+            "FancyOp_1",
+            "(FancyOp)",
+            "OtherFancyOp_3",
+            "(OtherFancyOp)",
+        ],
+    );
 }
 
 #[test]
@@ -92,7 +130,10 @@ fn an_impossible_shape_names_node_and_op() {
     let y = b.node("MatMul", &[&x, &w], vec![]);
     b.output(&y);
     let m = write_model(dir.path(), "shape.onnx", b.encode());
-    expect_compile_error(&m, &["shape.onnx", "MatMul_", "(MatMul)", "inner dimensions"]);
+    expect_compile_error(
+        &m,
+        &["shape.onnx", "MatMul_", "(MatMul)", "inner dimensions"],
+    );
 }
 
 #[test]
@@ -109,7 +150,10 @@ fn inspect_lists_every_unsupported_op_in_one_run() {
     let out = nnc(&["inspect".as_ref(), m.as_os_str()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("unsupported (2)"), "{stdout}");
-    assert!(stdout.contains("FancyOp") && stdout.contains("OtherFancyOp"), "{stdout}");
+    assert!(
+        stdout.contains("FancyOp") && stdout.contains("OtherFancyOp"),
+        "{stdout}"
+    );
     assert!(stdout.contains("input: x float32[2,3]"), "{stdout}");
 }
 
@@ -121,13 +165,28 @@ fn unbound_symbolic_dimension_names_the_flag() {
     let x = b.input("x", &[1, 3]);
     let y = b.node("Relu", &[&x], vec![]);
     b.output(&y);
-    if let Some(type_proto::Value::TensorType(t)) = b.graph.input[0].r#type.as_mut().and_then(|t| t.value.as_mut()) {
+    if let Some(type_proto::Value::TensorType(t)) = b.graph.input[0]
+        .r#type
+        .as_mut()
+        .and_then(|t| t.value.as_mut())
+    {
         t.shape.as_mut().unwrap().dim[0].value = Some(Value::DimParam("batch".into()));
     }
     let m = write_model(dir.path(), "sym.onnx", b.encode());
     expect_compile_error(&m, &["sym.onnx", "'x'", "--dim batch=VALUE"]);
     let out_path = dir.path().join("libok.so");
-    let ok = nnc(&["compile".as_ref(), m.as_os_str(), "--dim".as_ref(), "batch=4".as_ref(), "-o".as_ref(), out_path.as_os_str()]);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let ok = nnc(&[
+        "compile".as_ref(),
+        m.as_os_str(),
+        "--dim".as_ref(),
+        "batch=4".as_ref(),
+        "-o".as_ref(),
+        out_path.as_os_str(),
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert!(out_path.exists() && out_path.with_extension("h").exists());
 }

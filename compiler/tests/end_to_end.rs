@@ -16,8 +16,15 @@ type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) ->
 
 /// max |a - b| / max |b|: the error measure the acceptance uses.
 pub fn rel_err(actual: &[f64], reference: &[f64]) -> f64 {
-    let scale = reference.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
-    actual.iter().zip(reference).fold(0f64, |m, (a, b)| m.max((a - b).abs())) / scale
+    let scale = reference
+        .iter()
+        .fold(0f64, |m, v| m.max(v.abs()))
+        .max(1e-30);
+    actual
+        .iter()
+        .zip(reference)
+        .fold(0f64, |m, (a, b)| m.max((a - b).abs()))
+        / scale
 }
 
 fn random_input(ty: &TensorType, seed: u64) -> Tensor {
@@ -29,28 +36,48 @@ fn check_model(name: &str, bytes: Vec<u8>, seed: u64) {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join(format!("{name}.onnx"));
     std::fs::write(&model, bytes).unwrap();
-    let opts = CompileOptions { target: Target::host(), prefix: String::new() };
-    let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let opts = CompileOptions {
+        target: Target::host(),
+        prefix: String::new(),
+    };
+    let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     let so = dir.path().join(format!("lib{name}.so"));
     driver::write_artifacts(&compiled, &so, "").unwrap();
     assert!(Path::new(&so.with_extension("h")).exists());
 
     let g = &compiled.graph;
-    let inputs: Vec<Tensor> = g.inputs.iter().enumerate().map(|(i, v)| random_input(g.ty(*v), seed + i as u64)).collect();
-    let expected = nnc::interp::run_graph(g, &inputs).unwrap_or_else(|e| panic!("{name}: interpreter: {e}"));
+    let inputs: Vec<Tensor> = g
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| random_input(g.ty(*v), seed + i as u64))
+        .collect();
+    let expected =
+        nnc::interp::run_graph(g, &inputs).unwrap_or_else(|e| panic!("{name}: interpreter: {e}"));
 
     let lib = unsafe { libloading::Library::new(&so) }.unwrap();
     let infer: libloading::Symbol<InferFn> = unsafe { lib.get(b"infer\0") }.unwrap();
     let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_le_bytes()).collect();
-    let mut out_bytes: Vec<Vec<u8>> = g.outputs.iter().map(|o| vec![0u8; g.ty(*o).byte_size()]).collect();
+    let mut out_bytes: Vec<Vec<u8>> = g
+        .outputs
+        .iter()
+        .map(|o| vec![0u8; g.ty(*o).byte_size()])
+        .collect();
     let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-    let outs: Vec<*mut c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+    let outs: Vec<*mut c_void> = out_bytes
+        .iter_mut()
+        .map(|b| b.as_mut_ptr().cast())
+        .collect();
     assert_eq!(unsafe { infer(ins.as_ptr(), outs.as_ptr()) }, 0);
     for (k, o) in g.outputs.iter().enumerate() {
         let actual = Tensor::from_le_bytes(g.ty(*o), &out_bytes[k]).unwrap();
         let err = rel_err(&actual.to_f64_vec(), &expected[k].to_f64_vec());
         println!("{name} output {k}: rel err {err:.2e}");
-        assert!(err <= 1e-4, "{name} output {k}: relative error {err:.3e} > 1e-4");
+        assert!(
+            err <= 1e-4,
+            "{name} output {k}: relative error {err:.3e} > 1e-4"
+        );
     }
 }
 
@@ -84,29 +111,48 @@ fn null_pointers_and_misaligned_workspace_are_rejected() {
     let (bytes, _) = models::elementwise(7);
     let model = dir.path().join("m.onnx");
     std::fs::write(&model, bytes).unwrap();
-    let opts = CompileOptions { target: Target::host(), prefix: nnc::codegen::symbol_prefix("m") };
+    let opts = CompileOptions {
+        target: Target::host(),
+        prefix: nnc::codegen::symbol_prefix("m"),
+    };
     let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts).unwrap();
     let so = dir.path().join("libm.so");
     driver::write_artifacts(&compiled, &so, "m").unwrap();
     type WsFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void, *mut c_void) -> i32;
     let lib = unsafe { libloading::Library::new(&so) }.unwrap();
     let infer: libloading::Symbol<InferFn> = unsafe { lib.get(b"m_infer\0") }.unwrap();
-    let infer_ws: libloading::Symbol<WsFn> = unsafe { lib.get(b"m_infer_with_workspace\0") }.unwrap();
+    let infer_ws: libloading::Symbol<WsFn> =
+        unsafe { lib.get(b"m_infer_with_workspace\0") }.unwrap();
     let g = &compiled.graph;
     let input = vec![0u8; g.ty(g.inputs[0]).byte_size()];
     let mut output = vec![0u8; g.ty(g.outputs[0]).byte_size()];
     let ins = [input.as_ptr() as *const c_void];
     let outs = [output.as_mut_ptr() as *mut c_void];
-    assert_eq!(unsafe { infer(std::ptr::null(), outs.as_ptr()) }, nnc_runtime_abi::NNC_ERR_NULL_POINTER);
-    assert_eq!(unsafe { infer(ins.as_ptr(), std::ptr::null()) }, nnc_runtime_abi::NNC_ERR_NULL_POINTER);
+    assert_eq!(
+        unsafe { infer(std::ptr::null(), outs.as_ptr()) },
+        nnc_runtime_abi::NNC_ERR_NULL_POINTER
+    );
+    assert_eq!(
+        unsafe { infer(ins.as_ptr(), std::ptr::null()) },
+        nnc_runtime_abi::NNC_ERR_NULL_POINTER
+    );
     let null_out = [std::ptr::null_mut::<c_void>()];
-    assert_eq!(unsafe { infer(ins.as_ptr(), null_out.as_ptr()) }, nnc_runtime_abi::NNC_ERR_NULL_POINTER);
+    assert_eq!(
+        unsafe { infer(ins.as_ptr(), null_out.as_ptr()) },
+        nnc_runtime_abi::NNC_ERR_NULL_POINTER
+    );
     if compiled.model.arena_size > 0 {
         let mut ws = vec![0u8; compiled.model.arena_size + 128];
         let base = ws.as_mut_ptr() as usize;
         let aligned = (base + 63) & !63;
         let mis = (aligned + 4) as *mut c_void;
-        assert_eq!(unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), mis) }, nnc_runtime_abi::NNC_ERR_MISALIGNED_WORKSPACE);
-        assert_eq!(unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), aligned as *mut c_void) }, nnc_runtime_abi::NNC_OK);
+        assert_eq!(
+            unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), mis) },
+            nnc_runtime_abi::NNC_ERR_MISALIGNED_WORKSPACE
+        );
+        assert_eq!(
+            unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), aligned as *mut c_void) },
+            nnc_runtime_abi::NNC_OK
+        );
     }
 }

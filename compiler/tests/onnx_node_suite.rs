@@ -9,22 +9,40 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("compiler/ has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("compiler/ has a parent")
+        .to_path_buf()
 }
 
 /// Generates the suites once per target dir (the generator is deterministic).
 fn suite_dir() -> Option<PathBuf> {
     let root = workspace_root();
     let out = root.join("target").join("onnx-suite");
-    if out.join("node").join("test_abs").join("model.onnx").exists() {
+    if out
+        .join("node")
+        .join("test_abs")
+        .join("model.onnx")
+        .exists()
+    {
         return Some(out);
     }
-    let onnx_ok = Command::new("python3").args(["-c", "import onnx, numpy; assert onnx.__version__ == '1.23.2'"]).status().is_ok_and(|s| s.success());
+    let onnx_ok = Command::new("python3")
+        .args([
+            "-c",
+            "import onnx, numpy; assert onnx.__version__ == '1.23.2'",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
     if !onnx_ok {
         tools::skip("python3 with onnx==1.23.2 and numpy is needed to generate the node suite (pip install onnx==1.23.2 numpy)");
         return None;
     }
-    let status = Command::new("python3").arg(root.join("scripts/gen_onnx_suite.py")).arg(&out).status().expect("python3 runs");
+    let status = Command::new("python3")
+        .arg(root.join("scripts/gen_onnx_suite.py"))
+        .arg(&out)
+        .status()
+        .expect("python3 runs");
     assert!(status.success(), "scripts/gen_onnx_suite.py failed");
     Some(out)
 }
@@ -32,7 +50,9 @@ fn suite_dir() -> Option<PathBuf> {
 fn run_suite(suite: &str, passing_list: &str) {
     let Some(dir) = suite_dir() else { return };
     let root = workspace_root();
-    let results = root.join("target").join(format!("onnx-{suite}-results.tsv"));
+    let results = root
+        .join("target")
+        .join(format!("onnx-{suite}-results.tsv"));
     let output = Command::new(env!("CARGO_BIN_EXE_nnc"))
         .arg("conformance")
         .arg(dir.join(suite))
@@ -44,7 +64,16 @@ fn run_suite(suite: &str, passing_list: &str) {
         .expect("nnc runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
-    assert!(output.status.success(), "regressions in the {suite} suite:\n{}\n{}", stdout.lines().filter(|l| l.starts_with("REGRESSION")).collect::<Vec<_>>().join("\n"), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "regressions in the {suite} suite:\n{}\n{}",
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("REGRESSION"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]

@@ -56,15 +56,36 @@ pub struct Target {
     pub features: Vec<&'static str>,
 }
 
-const X86_V3: &[&str] = &["has_sse3", "has_ssse3", "has_sse41", "has_sse42", "has_popcnt", "has_avx", "has_avx2", "has_fma", "has_bmi1", "has_bmi2", "has_lzcnt"];
+const X86_V3: &[&str] = &[
+    "has_sse3",
+    "has_ssse3",
+    "has_sse41",
+    "has_sse42",
+    "has_popcnt",
+    "has_avx",
+    "has_avx2",
+    "has_fma",
+    "has_bmi1",
+    "has_bmi2",
+    "has_lzcnt",
+];
 const X86_BASELINE: &[&str] = &["has_sse3", "has_ssse3", "has_sse41"];
 
 impl Target {
     /// Resolves `--target` / `--cpu`. `cpu = None` means `native` on the host architecture
     /// and the architecture's baseline otherwise.
     pub fn new(arch: Arch, cpu: Option<&str>) -> Result<Target> {
-        let cpu = cpu.unwrap_or(if arch == Arch::host() { "native" } else { "baseline" });
-        let bad = || NncError::Model(format!("unknown --cpu '{cpu}' for {} (see nnc compile --help)", arch.triple()));
+        let cpu = cpu.unwrap_or(if arch == Arch::host() {
+            "native"
+        } else {
+            "baseline"
+        });
+        let bad = || {
+            NncError::Model(format!(
+                "unknown --cpu '{cpu}' for {} (see nnc compile --help)",
+                arch.triple()
+            ))
+        };
         let features: Vec<&'static str> = match (arch, cpu) {
             (Arch::X86_64, "baseline") => X86_BASELINE.to_vec(),
             (Arch::X86_64, "x86-64-v3") => X86_V3.to_vec(),
@@ -80,8 +101,16 @@ impl Target {
             (Arch::Aarch64, "native") if Arch::host() == Arch::Aarch64 => vec![],
             _ => return Err(bad()),
         };
-        let cpu = if cpu == "baseline" && arch == Arch::Aarch64 { "armv8" } else { cpu };
-        Ok(Target { arch, cpu: cpu.to_string(), features })
+        let cpu = if cpu == "baseline" && arch == Arch::Aarch64 {
+            "armv8"
+        } else {
+            cpu
+        };
+        Ok(Target {
+            arch,
+            cpu: cpu.to_string(),
+            features,
+        })
     }
 
     pub fn host() -> Target {
@@ -96,9 +125,17 @@ impl Target {
     /// kernels want "none" (the e-graph otherwise moves splats next to their uses and
     /// unrolled register tiles spill), the rest wants "speed".
     pub fn isa(&self, opt_level: &str) -> Result<Arc<dyn TargetIsa>> {
-        let err = |m: String| NncError::Codegen { context: "ISA setup".into(), message: m };
+        let err = |m: String| NncError::Codegen {
+            context: "ISA setup".into(),
+            message: m,
+        };
         let mut shared = settings::builder();
-        for (k, v) in [("opt_level", opt_level), ("is_pic", "false"), ("enable_verifier", "false"), ("preserve_frame_pointers", "false")] {
+        for (k, v) in [
+            ("opt_level", opt_level),
+            ("is_pic", "false"),
+            ("enable_verifier", "false"),
+            ("preserve_frame_pointers", "false"),
+        ] {
             shared.set(k, v).map_err(|e| err(format!("{k}: {e}")))?;
         }
         let triple = Triple::from_str(self.arch.triple()).map_err(|e| err(e.to_string()))?;
@@ -106,7 +143,9 @@ impl Target {
         for f in &self.features {
             builder.enable(f).map_err(|e| err(format!("{f}: {e}")))?;
         }
-        builder.finish(settings::Flags::new(shared)).map_err(|e| err(e.to_string()))
+        builder
+            .finish(settings::Flags::new(shared))
+            .map_err(|e| err(e.to_string()))
     }
 }
 
@@ -121,13 +160,26 @@ fn host_x86_features() -> Vec<&'static str> {
             ("has_popcnt", std::arch::is_x86_feature_detected!("popcnt")),
             ("has_avx", std::arch::is_x86_feature_detected!("avx")),
             ("has_avx2", std::arch::is_x86_feature_detected!("avx2")),
-            ("has_fma", std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx")),
+            (
+                "has_fma",
+                std::arch::is_x86_feature_detected!("fma")
+                    && std::arch::is_x86_feature_detected!("avx"),
+            ),
             ("has_bmi1", std::arch::is_x86_feature_detected!("bmi1")),
             ("has_bmi2", std::arch::is_x86_feature_detected!("bmi2")),
             ("has_lzcnt", std::arch::is_x86_feature_detected!("lzcnt")),
-            ("has_avx512f", std::arch::is_x86_feature_detected!("avx512f")),
-            ("has_avx512vl", std::arch::is_x86_feature_detected!("avx512vl")),
-            ("has_avx512dq", std::arch::is_x86_feature_detected!("avx512dq")),
+            (
+                "has_avx512f",
+                std::arch::is_x86_feature_detected!("avx512f"),
+            ),
+            (
+                "has_avx512vl",
+                std::arch::is_x86_feature_detected!("avx512vl"),
+            ),
+            (
+                "has_avx512dq",
+                std::arch::is_x86_feature_detected!("avx512dq"),
+            ),
         ];
         f.extend(checks.iter().filter(|(_, on)| *on).map(|(n, _)| *n));
     }

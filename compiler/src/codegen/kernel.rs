@@ -1,8 +1,8 @@
 //! Building blocks for writing kernels in CLIF: element loads and stores per dtype, the
 //! arithmetic domain each dtype computes in, counted loops and address arithmetic.
 
-use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use crate::ir::DType;
@@ -24,7 +24,9 @@ pub fn domain(d: DType) -> Domain {
     match d {
         DType::F32 | DType::F16 | DType::BF16 => Domain::F32,
         DType::F64 => Domain::F64,
-        d => Domain::Int { signed: d.is_signed_int() },
+        d => Domain::Int {
+            signed: d.is_signed_int(),
+        },
     }
 }
 
@@ -108,7 +110,9 @@ fn f16_bits_to_f32(b: &mut FunctionBuilder, h: Value) -> Value {
     let scaled = b.ins().fmul(f, scale);
     let scaled = b.ins().bitcast(types::I32, MemFlagsData::new(), scaled);
     let inf_nan = b.ins().bor_imm_u(shifted, 0x7f80_0000);
-    let is_special = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, mag, 0x7c00);
+    let is_special = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, mag, 0x7c00);
     let bits = b.ins().select(is_special, inf_nan, scaled);
     let bits = b.ins().bor(bits, sign);
     b.ins().bitcast(types::F32, MemFlagsData::new(), bits)
@@ -135,13 +139,19 @@ fn f32_to_f16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
     let sub = b.ins().bitcast(types::I32, MemFlagsData::new(), sub);
     let half_bits = b.ins().iconst(types::I32, 0x3f00_0000);
     let sub = b.ins().isub(sub, half_bits);
-    let is_sub = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, mag, 0x3880_0000);
+    let is_sub = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedLessThan, mag, 0x3880_0000);
     let v = b.ins().select(is_sub, sub, normal);
     // Overflow → inf; NaN → quiet NaN.
-    let is_over = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, mag, 0x477f_f000);
+    let is_over = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, mag, 0x477f_f000);
     let inf = b.ins().iconst(types::I32, 0x7c00);
     let v = b.ins().select(is_over, inf, v);
-    let is_nan = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
+    let is_nan = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
     let nan = b.ins().iconst(types::I32, 0x7e00);
     let v = b.ins().select(is_nan, nan, v);
     let v = b.ins().bor(v, sign);
@@ -157,7 +167,9 @@ fn f32_to_bf16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
     let r = b.ins().iadd(r, lsb);
     let r = b.ins().ushr_imm_u(r, 16);
     let mag = b.ins().band_imm_u(x, 0x7fff_ffff);
-    let is_nan = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
+    let is_nan = b
+        .ins()
+        .icmp_imm_s(IntCC::UnsignedGreaterThan, mag, 0x7f80_0000);
     let q = b.ins().ushr_imm_u(x, 16);
     let q = b.ins().bor_imm_u(q, 0x40);
     let v = b.ins().select(is_nan, q, r);
@@ -166,7 +178,11 @@ fn f32_to_bf16_bits(b: &mut FunctionBuilder, f: Value) -> Value {
 
 /// `base + index * scale` (index is an i64 value).
 pub fn elem_addr(b: &mut FunctionBuilder, base: Value, index: Value, scale: usize) -> Value {
-    let off = if scale == 1 { index } else { b.ins().imul_imm_s(index, scale as i64) };
+    let off = if scale == 1 {
+        index
+    } else {
+        b.ins().imul_imm_s(index, scale as i64)
+    };
     b.ins().iadd(base, off)
 }
 
@@ -202,7 +218,8 @@ pub fn counted_loop(
     body(b, i);
     let next = b.ins().iadd_imm_s(i, step);
     let more = b.ins().icmp_imm_s(IntCC::SignedLessThan, next, end);
-    b.ins().brif(more, header, &[BlockArg::Value(next)], exit, &[]);
+    b.ins()
+        .brif(more, header, &[BlockArg::Value(next)], exit, &[]);
     b.seal_block(header);
     b.switch_to_block(exit);
     b.seal_block(exit);
@@ -210,7 +227,11 @@ pub fn counted_loop(
 
 /// Like [`counted_loop`] but with a runtime (i64 value) end bound and start 0; runs the
 /// body zero times when `end <= 0`.
-pub fn dynamic_loop(b: &mut FunctionBuilder, end: Value, mut body: impl FnMut(&mut FunctionBuilder, Value)) {
+pub fn dynamic_loop(
+    b: &mut FunctionBuilder,
+    end: Value,
+    mut body: impl FnMut(&mut FunctionBuilder, Value),
+) {
     let header = b.create_block();
     b.append_block_param(header, types::I64);
     let body_block = b.create_block();
@@ -233,8 +254,17 @@ pub fn dynamic_loop(b: &mut FunctionBuilder, end: Value, mut body: impl FnMut(&m
 
 /// Emits a nested loop over `shape` (row-major), calling `body` with the flat element
 /// index and the per-axis indices. Loops over size-1 axes are elided.
-pub fn nested_loop(b: &mut FunctionBuilder, shape: &[usize], body: &mut dyn FnMut(&mut FunctionBuilder, &[Value])) {
-    fn rec(b: &mut FunctionBuilder, shape: &[usize], idx: &mut Vec<Value>, body: &mut dyn FnMut(&mut FunctionBuilder, &[Value])) {
+pub fn nested_loop(
+    b: &mut FunctionBuilder,
+    shape: &[usize],
+    body: &mut dyn FnMut(&mut FunctionBuilder, &[Value]),
+) {
+    fn rec(
+        b: &mut FunctionBuilder,
+        shape: &[usize],
+        idx: &mut Vec<Value>,
+        body: &mut dyn FnMut(&mut FunctionBuilder, &[Value]),
+    ) {
         let depth = idx.len();
         if depth == shape.len() {
             body(b, idx);
@@ -259,7 +289,11 @@ pub fn linear_offset(b: &mut FunctionBuilder, idx: &[Value], strides: &[usize]) 
         if s == 0 {
             continue;
         }
-        let t = if s == 1 { i } else { b.ins().imul_imm_s(i, s as i64) };
+        let t = if s == 1 {
+            i
+        } else {
+            b.ins().imul_imm_s(i, s as i64)
+        };
         acc = Some(match acc {
             None => t,
             Some(a) => b.ins().iadd(a, t),
@@ -283,6 +317,12 @@ pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
     let own = strides_of(shape);
     let off = out_shape.len() - shape.len();
     (0..out_shape.len())
-        .map(|d| if d < off || shape[d - off] == 1 { 0 } else { own[d - off] })
+        .map(|d| {
+            if d < off || shape[d - off] == 1 {
+                0
+            } else {
+                own[d - off]
+            }
+        })
         .collect()
 }

@@ -9,8 +9,10 @@ pub mod math;
 mod model_info;
 pub mod plan;
 
-use cranelift_codegen::ir::{types, AbiParam, Function, InstBuilder, Signature, UserFuncName, Value};
 use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    types, AbiParam, Function, InstBuilder, Signature, UserFuncName, Value,
+};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module};
@@ -49,14 +51,21 @@ pub fn symbol_prefix(name: &str) -> String {
 }
 
 fn codegen_err(context: impl Into<String>, e: impl std::fmt::Display) -> NncError {
-    NncError::Codegen { context: context.into(), message: e.to_string() }
+    NncError::Codegen {
+        context: context.into(),
+        message: e.to_string(),
+    }
 }
 
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     let isa = opts.target.isa("speed")?;
-    let builder = ObjectBuilder::new(isa.clone(), "nnc_model", cranelift_module::default_libcall_names())
-        .map_err(|e| codegen_err("object setup", e))?;
+    let builder = ObjectBuilder::new(
+        isa.clone(),
+        "nnc_model",
+        cranelift_module::default_libcall_names(),
+    )
+    .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
     let plan = plan_graph_memory(graph);
@@ -72,9 +81,13 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         if plan.is_view[k] {
             continue;
         }
-        let n_args = node.inputs.iter().flatten().count() + node.outputs.len() + usize::from(plan.scratch[k].is_some());
+        let n_args = node.inputs.iter().flatten().count()
+            + node.outputs.len()
+            + usize::from(plan.scratch[k].is_some());
         let sig = ptr_signature(&module, n_args, false);
-        let id = module.declare_function(&format!("nnc_node_{k}"), Linkage::Local, &sig).map_err(|e| codegen_err(&node.name, e))?;
+        let id = module
+            .declare_function(&format!("nnc_node_{k}"), Linkage::Local, &sig)
+            .map_err(|e| codegen_err(&node.name, e))?;
         ctx.func = Function::with_name_signature(UserFuncName::user(0, k as u32), sig);
         {
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
@@ -87,29 +100,79 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
             let inputs: Vec<Option<Operand>> = node
                 .inputs
                 .iter()
-                .map(|i| i.map(|v| Operand { ptr: next.next().expect("one param per input"), ty: graph.ty(v).clone(), constant: graph.constant(v).cloned() }))
+                .map(|i| {
+                    i.map(|v| Operand {
+                        ptr: next.next().expect("one param per input"),
+                        ty: graph.ty(v).clone(),
+                        constant: graph.constant(v).cloned(),
+                    })
+                })
                 .collect();
-            let outputs: Vec<Operand> =
-                node.outputs.iter().map(|o| Operand { ptr: next.next().expect("one param per output"), ty: graph.ty(*o).clone(), constant: None }).collect();
+            let outputs: Vec<Operand> = node
+                .outputs
+                .iter()
+                .map(|o| Operand {
+                    ptr: next.next().expect("one param per output"),
+                    ty: graph.ty(*o).clone(),
+                    constant: None,
+                })
+                .collect();
             let scratch = next.next();
-            let mut lctx = LowerCtx { b: &mut b, target: &opts.target, module: &mut module, inputs, outputs, scratch };
-            lower::lower_node(&mut lctx, &node.op).map_err(|m| NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}")))?;
+            let mut lctx = LowerCtx {
+                b: &mut b,
+                target: &opts.target,
+                module: &mut module,
+                inputs,
+                outputs,
+                scratch,
+            };
+            lower::lower_node(&mut lctx, &node.op).map_err(|m| {
+                NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
+            })?;
             b.ins().return_(&[]);
             b.finalize(isa.frontend_config());
         }
-        module.define_function(id, &mut ctx).map_err(|e| codegen_err(format!("node '{}'", node.name), format!("{e:?}")))?;
+        module
+            .define_function(id, &mut ctx)
+            .map_err(|e| codegen_err(format!("node '{}'", node.name), format!("{e:?}")))?;
         module.clear_context(&mut ctx);
         node_fns[k] = Some(id);
     }
 
     let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
-    let infer_ws = define_infer_with_workspace(&mut module, &mut ctx, &mut fctx, &isa, graph, &plan, &node_fns, weights, copy_fn, &opts.prefix)?;
-    define_infer(&mut module, &mut ctx, &mut fctx, &isa, infer_ws, arena, &opts.prefix)?;
+    let infer_ws = define_infer_with_workspace(
+        &mut module,
+        &mut ctx,
+        &mut fctx,
+        &isa,
+        graph,
+        &plan,
+        &node_fns,
+        weights,
+        copy_fn,
+        &opts.prefix,
+    )?;
+    define_infer(
+        &mut module,
+        &mut ctx,
+        &mut fctx,
+        &isa,
+        infer_ws,
+        arena,
+        &opts.prefix,
+    )?;
     define_model_info_fn(&mut module, &mut ctx, &mut fctx, &isa, info, &opts.prefix)?;
 
     let product = module.finish();
-    let object = product.emit().map_err(|e| codegen_err("object emission", e))?;
-    Ok(CompiledModel { object, arena_size: plan.arena_size, arena_lower_bound: plan.lower_bound, weights_size: plan.weights.len() })
+    let object = product
+        .emit()
+        .map_err(|e| codegen_err("object emission", e))?;
+    Ok(CompiledModel {
+        object,
+        arena_size: plan.arena_size,
+        arena_lower_bound: plan.lower_bound,
+        weights_size: plan.weights.len(),
+    })
 }
 
 /// The memory plan `compile_graph` uses, including each node's scratch.
@@ -118,7 +181,11 @@ pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
         .nodes
         .iter()
         .map(|n| {
-            let ins: Vec<_> = n.inputs.iter().map(|i| i.map(|v| graph.ty(v).clone())).collect();
+            let ins: Vec<_> = n
+                .inputs
+                .iter()
+                .map(|i| i.map(|v| graph.ty(v).clone()))
+                .collect();
             let outs: Vec<_> = n.outputs.iter().map(|o| graph.ty(*o).clone()).collect();
             lower::scratch_bytes(&n.op, &ins, &outs)
         })
@@ -135,30 +202,58 @@ fn ptr_signature(module: &ObjectModule, n_args: usize, returns_i32: bool) -> Sig
     sig
 }
 
-fn define_data(module: &mut ObjectModule, name: &str, bytes: &[u8], writable: bool) -> Result<cranelift_module::DataId> {
-    let id = module.declare_data(name, Linkage::Local, writable, false).map_err(|e| codegen_err(name, e))?;
+fn define_data(
+    module: &mut ObjectModule,
+    name: &str,
+    bytes: &[u8],
+    writable: bool,
+) -> Result<cranelift_module::DataId> {
+    let id = module
+        .declare_data(name, Linkage::Local, writable, false)
+        .map_err(|e| codegen_err(name, e))?;
     let mut d = DataDescription::new();
     // An empty blob still needs an address; one byte keeps every symbol distinct.
-    d.define(if bytes.is_empty() { vec![0u8].into_boxed_slice() } else { bytes.to_vec().into_boxed_slice() });
+    d.define(if bytes.is_empty() {
+        vec![0u8].into_boxed_slice()
+    } else {
+        bytes.to_vec().into_boxed_slice()
+    });
     d.set_align(plan::ALIGN as u64);
-    module.define_data(id, &d).map_err(|e| codegen_err(name, e))?;
+    module
+        .define_data(id, &d)
+        .map_err(|e| codegen_err(name, e))?;
     Ok(id)
 }
 
-fn define_zeroed(module: &mut ObjectModule, name: &str, size: usize) -> Result<cranelift_module::DataId> {
-    let id = module.declare_data(name, Linkage::Local, true, false).map_err(|e| codegen_err(name, e))?;
+fn define_zeroed(
+    module: &mut ObjectModule,
+    name: &str,
+    size: usize,
+) -> Result<cranelift_module::DataId> {
+    let id = module
+        .declare_data(name, Linkage::Local, true, false)
+        .map_err(|e| codegen_err(name, e))?;
     let mut d = DataDescription::new();
     d.define_zeroinit(size);
     d.set_align(plan::ALIGN as u64);
-    module.define_data(id, &d).map_err(|e| codegen_err(name, e))?;
+    module
+        .define_data(id, &d)
+        .map_err(|e| codegen_err(name, e))?;
     Ok(id)
 }
 
 /// `nnc_copy(dst, src, nbytes)`: used for graph outputs that no node writes (constants,
 /// pass-through inputs, duplicates).
-fn define_copy(module: &mut ObjectModule, ctx: &mut Context, fctx: &mut FunctionBuilderContext, isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>) -> Result<FuncId> {
+fn define_copy(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+) -> Result<FuncId> {
     let sig = ptr_signature(module, 3, false);
-    let id = module.declare_function("nnc_copy", Linkage::Local, &sig).map_err(|e| codegen_err("nnc_copy", e))?;
+    let id = module
+        .declare_function("nnc_copy", Linkage::Local, &sig)
+        .map_err(|e| codegen_err("nnc_copy", e))?;
     ctx.func = Function::with_name_signature(UserFuncName::user(1, 0), sig);
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
@@ -177,7 +272,9 @@ fn define_copy(module: &mut ObjectModule, ctx: &mut Context, fctx: &mut Function
         b.ins().return_(&[]);
         b.finalize(isa.frontend_config());
     }
-    module.define_function(id, ctx).map_err(|e| codegen_err("nnc_copy", format!("{e:?}")))?;
+    module
+        .define_function(id, ctx)
+        .map_err(|e| codegen_err("nnc_copy", format!("{e:?}")))?;
     module.clear_context(ctx);
     Ok(id)
 }
@@ -197,7 +294,9 @@ fn define_infer_with_workspace(
 ) -> Result<FuncId> {
     let name = format!("{prefix}infer_with_workspace");
     let sig = ptr_signature(module, 3, true);
-    let id = module.declare_function(&name, Linkage::Export, &sig).map_err(|e| codegen_err(&name, e))?;
+    let id = module
+        .declare_function(&name, Linkage::Export, &sig)
+        .map_err(|e| codegen_err(&name, e))?;
     ctx.func = Function::with_name_signature(UserFuncName::user(1, 1), sig);
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
@@ -237,7 +336,13 @@ fn define_infer_with_workspace(
         for (v, is_ws) in checks {
             let ok = b.create_block();
             let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);
-            b.ins().brif(null, if is_ws { fail_align } else { fail_null }, &[], ok, &[]);
+            b.ins().brif(
+                null,
+                if is_ws { fail_align } else { fail_null },
+                &[],
+                ok,
+                &[],
+            );
             b.seal_block(ok);
             b.switch_to_block(ok);
             if is_ws {
@@ -274,7 +379,10 @@ fn define_infer_with_workspace(
         }
         let cref = module.declare_func_in_func(copy_fn, b.func);
         for (v, i) in &plan.final_copies {
-            let src = addr_of(&mut b, plan.storage[v.0].expect("copied outputs have storage"));
+            let src = addr_of(
+                &mut b,
+                plan.storage[v.0].expect("copied outputs have storage"),
+            );
             let dst = addr_of(&mut b, Storage::Output(*i));
             let n = kernel::iconst(&mut b, graph.ty(*v).byte_size() as i64);
             b.ins().call(cref, &[dst, src, n]);
@@ -282,7 +390,10 @@ fn define_infer_with_workspace(
         let ok = b.ins().iconst(types::I32, NNC_OK as i64);
         b.ins().return_(&[ok]);
 
-        for (blk, code) in [(fail_null, NNC_ERR_NULL_POINTER), (fail_align, NNC_ERR_MISALIGNED_WORKSPACE)] {
+        for (blk, code) in [
+            (fail_null, NNC_ERR_NULL_POINTER),
+            (fail_align, NNC_ERR_MISALIGNED_WORKSPACE),
+        ] {
             b.switch_to_block(blk);
             b.seal_block(blk);
             let c = b.ins().iconst(types::I32, code as i64);
@@ -290,7 +401,9 @@ fn define_infer_with_workspace(
         }
         b.finalize(isa.frontend_config());
     }
-    module.define_function(id, ctx).map_err(|e| codegen_err(&name, format!("{e:?}")))?;
+    module
+        .define_function(id, ctx)
+        .map_err(|e| codegen_err(&name, format!("{e:?}")))?;
     module.clear_context(ctx);
     Ok(id)
 }
@@ -306,7 +419,9 @@ fn define_infer(
 ) -> Result<()> {
     let name = format!("{prefix}infer");
     let sig = ptr_signature(module, 2, true);
-    let id = module.declare_function(&name, Linkage::Export, &sig).map_err(|e| codegen_err(&name, e))?;
+    let id = module
+        .declare_function(&name, Linkage::Export, &sig)
+        .map_err(|e| codegen_err(&name, e))?;
     ctx.func = Function::with_name_signature(UserFuncName::user(1, 2), sig);
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
@@ -323,7 +438,9 @@ fn define_infer(
         b.ins().return_(&[r]);
         b.finalize(isa.frontend_config());
     }
-    module.define_function(id, ctx).map_err(|e| codegen_err(&name, format!("{e:?}")))?;
+    module
+        .define_function(id, ctx)
+        .map_err(|e| codegen_err(&name, format!("{e:?}")))?;
     module.clear_context(ctx);
     Ok(())
 }
@@ -340,7 +457,9 @@ fn define_model_info_fn(
     let sig = ptr_signature(module, 0, false);
     let mut sig = sig;
     sig.returns.push(AbiParam::new(PTR));
-    let id = module.declare_function(&name, Linkage::Export, &sig).map_err(|e| codegen_err(&name, e))?;
+    let id = module
+        .declare_function(&name, Linkage::Export, &sig)
+        .map_err(|e| codegen_err(&name, e))?;
     ctx.func = Function::with_name_signature(UserFuncName::user(1, 3), sig);
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
@@ -352,7 +471,9 @@ fn define_model_info_fn(
         b.ins().return_(&[p]);
         b.finalize(isa.frontend_config());
     }
-    module.define_function(id, ctx).map_err(|e| codegen_err(&name, format!("{e:?}")))?;
+    module
+        .define_function(id, ctx)
+        .map_err(|e| codegen_err(&name, format!("{e:?}")))?;
     module.clear_context(ctx);
     Ok(())
 }

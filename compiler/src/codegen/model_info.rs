@@ -15,12 +15,20 @@ const TENSOR_INFO_SIZE: usize = 24;
 
 /// Defines one data object holding the struct, its tensor-info arrays, dims and names;
 /// pointers inside it are relocations against itself.
-pub fn define(module: &mut ObjectModule, graph: &Graph, plan: &MemoryPlan, prefix: &str) -> Result<DataId> {
+pub fn define(
+    module: &mut ObjectModule,
+    graph: &Graph,
+    plan: &MemoryPlan,
+    prefix: &str,
+) -> Result<DataId> {
     let name = format!("{prefix}nnc_model_info_data");
     // Writable because its pointers are fixed up by the loader (RELATIVE relocations).
     let id = module
         .declare_data(&name, Linkage::Local, true, false)
-        .map_err(|e| NncError::Codegen { context: "model info".into(), message: e.to_string() })?;
+        .map_err(|e| NncError::Codegen {
+            context: "model info".into(),
+            message: e.to_string(),
+        })?;
     let tensors: Vec<ValueId> = graph.inputs.iter().chain(&graph.outputs).copied().collect();
     let infos_at = MODEL_INFO_SIZE;
     let dims_at = infos_at + TENSOR_INFO_SIZE * tensors.len();
@@ -29,8 +37,10 @@ pub fn define(module: &mut ObjectModule, graph: &Graph, plan: &MemoryPlan, prefi
 
     let mut bytes = vec![0u8; strings_at];
     let mut relocs: Vec<(usize, usize)> = vec![]; // (where, target offset in this blob)
-    let put32 = |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-    let put64 = |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    let put32 =
+        |b: &mut Vec<u8>, at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 =
+        |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 
     put32(&mut bytes, 0, NNC_ABI_VERSION);
     put32(&mut bytes, 4, graph.inputs.len() as u32);
@@ -66,6 +76,9 @@ pub fn define(module: &mut ObjectModule, graph: &Graph, plan: &MemoryPlan, prefi
     }
     module
         .define_data(id, &desc)
-        .map_err(|e| NncError::Codegen { context: "model info".into(), message: e.to_string() })?;
+        .map_err(|e| NncError::Codegen {
+            context: "model info".into(),
+            message: e.to_string(),
+        })?;
     Ok(id)
 }

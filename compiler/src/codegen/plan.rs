@@ -60,7 +60,12 @@ struct Interval {
 pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     let nv = graph.values.len();
     let nn = graph.nodes.len();
-    let mut plan = MemoryPlan { storage: vec![None; nv], scratch: vec![None; nn], is_view: vec![false; nn], ..Default::default() };
+    let mut plan = MemoryPlan {
+        storage: vec![None; nv],
+        scratch: vec![None; nn],
+        is_view: vec![false; nn],
+        ..Default::default()
+    };
 
     // Caller-owned storage first.
     for (i, v) in graph.inputs.iter().enumerate() {
@@ -83,7 +88,9 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     // Views share their input's root; `root[v]` is the value that owns the storage.
     let mut root: Vec<usize> = (0..nv).collect();
     for (k, n) in graph.nodes.iter().enumerate() {
-        let (Some(Some(inp)), Some(out)) = (n.inputs.first(), n.outputs.first()) else { continue };
+        let (Some(Some(inp)), Some(out)) = (n.inputs.first(), n.outputs.first()) else {
+            continue;
+        };
         if is_view_op(&n.op) && plan.storage[out.0].is_none() {
             root[out.0] = root[inp.0];
             plan.is_view[k] = true;
@@ -126,12 +133,30 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     for v in 0..nv {
         if root[v] == v && produced[v] && plan.storage[v].is_none() && first[v] != usize::MAX {
             let size = align(graph.values[v].ty.byte_size().max(1));
-            buffers.push((Some(v), None, Interval { size, start: first[v], end: last[v].max(first[v]), offset: 0 }));
+            buffers.push((
+                Some(v),
+                None,
+                Interval {
+                    size,
+                    start: first[v],
+                    end: last[v].max(first[v]),
+                    offset: 0,
+                },
+            ));
         }
     }
     for (k, &bytes) in scratch_bytes.iter().enumerate() {
         if bytes > 0 {
-            buffers.push((None, Some(k), Interval { size: align(bytes), start: k, end: k, offset: 0 }));
+            buffers.push((
+                None,
+                Some(k),
+                Interval {
+                    size: align(bytes),
+                    start: k,
+                    end: k,
+                    offset: 0,
+                },
+            ));
         }
     }
     place(&mut buffers.iter_mut().map(|(_, _, i)| i).collect::<Vec<_>>());
@@ -145,14 +170,20 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
         }
     }
     plan.lower_bound = (0..nn.max(1))
-        .map(|t| buffers.iter().filter(|(_, _, i)| i.start <= t && t <= i.end).map(|(_, _, i)| i.size).sum())
+        .map(|t| {
+            buffers
+                .iter()
+                .filter(|(_, _, i)| i.start <= t && t <= i.end)
+                .map(|(_, _, i)| i.size)
+                .sum()
+        })
         .max()
         .unwrap_or(0);
 
     // Views take their root's storage.
-    for v in 0..nv {
-        if root[v] != v {
-            plan.storage[v] = plan.storage[root[v]];
+    for (v, &r) in root.iter().enumerate() {
+        if r != v {
+            plan.storage[v] = plan.storage[r];
         }
     }
     plan

@@ -180,19 +180,58 @@ impl Element for bool {
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            $crate::ir::DType::F32 => { type $T = f32; $body }
-            $crate::ir::DType::F64 => { type $T = f64; $body }
-            $crate::ir::DType::F16 => { type $T = half::f16; $body }
-            $crate::ir::DType::BF16 => { type $T = half::bf16; $body }
-            $crate::ir::DType::I8 => { type $T = i8; $body }
-            $crate::ir::DType::I16 => { type $T = i16; $body }
-            $crate::ir::DType::I32 => { type $T = i32; $body }
-            $crate::ir::DType::I64 => { type $T = i64; $body }
-            $crate::ir::DType::U8 => { type $T = u8; $body }
-            $crate::ir::DType::U16 => { type $T = u16; $body }
-            $crate::ir::DType::U32 => { type $T = u32; $body }
-            $crate::ir::DType::U64 => { type $T = u64; $body }
-            $crate::ir::DType::Bool => { type $T = bool; $body }
+            $crate::ir::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::ir::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::ir::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            $crate::ir::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            $crate::ir::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::ir::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::ir::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::ir::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::ir::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::ir::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::ir::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::ir::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            $crate::ir::DType::Bool => {
+                type $T = bool;
+                $body
+            }
         }
     };
 }

@@ -26,7 +26,10 @@ impl<'a> Attributes<'a> {
             None => Ok(None),
             // Files from old exporters leave `type` unset; trust the field then.
             Some(a) if a.r#type == ty || a.r#type == 0 => Ok(Some(a)),
-            Some(a) => Err(format!("attribute '{name}' must be {what} (found type {})", a.r#type)),
+            Some(a) => Err(format!(
+                "attribute '{name}' must be {what} (found type {})",
+                a.r#type
+            )),
         }
     }
 
@@ -48,34 +51,52 @@ impl<'a> Attributes<'a> {
 
     pub fn string_opt(&self, name: &str) -> AttrResult<Option<String>> {
         self.typed(name, at::STRING, "a string")?
-            .map(|a| String::from_utf8(a.s.clone()).map_err(|_| format!("attribute '{name}' is not UTF-8")))
+            .map(|a| {
+                String::from_utf8(a.s.clone())
+                    .map_err(|_| format!("attribute '{name}' is not UTF-8"))
+            })
             .transpose()
     }
 
     pub fn string(&self, name: &str, default: &str) -> AttrResult<String> {
-        Ok(self.string_opt(name)?.unwrap_or_else(|| default.to_string()))
+        Ok(self
+            .string_opt(name)?
+            .unwrap_or_else(|| default.to_string()))
     }
 
     pub fn ints_opt(&self, name: &str) -> AttrResult<Option<Vec<i64>>> {
-        Ok(self.typed(name, at::INTS, "a list of ints")?.map(|a| a.ints.clone()))
+        Ok(self
+            .typed(name, at::INTS, "a list of ints")?
+            .map(|a| a.ints.clone()))
     }
 
     pub fn floats_opt(&self, name: &str) -> AttrResult<Option<Vec<f32>>> {
-        Ok(self.typed(name, at::FLOATS, "a list of floats")?.map(|a| a.floats.clone()))
+        Ok(self
+            .typed(name, at::FLOATS, "a list of floats")?
+            .map(|a| a.floats.clone()))
     }
 
     pub fn strings_opt(&self, name: &str) -> AttrResult<Option<Vec<String>>> {
         Ok(self
             .typed(name, at::STRINGS, "a list of strings")?
-            .map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()))
+            .map(|a| {
+                a.strings
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect()
+            }))
     }
 
     pub fn tensor_opt(&self, name: &str) -> AttrResult<Option<&'a TensorProto>> {
-        Ok(self.typed(name, at::TENSOR, "a tensor")?.and_then(|a| a.t.as_ref()))
+        Ok(self
+            .typed(name, at::TENSOR, "a tensor")?
+            .and_then(|a| a.t.as_ref()))
     }
 
     pub fn graph_opt(&self, name: &str) -> AttrResult<Option<&'a GraphProto>> {
-        Ok(self.typed(name, at::GRAPH, "a graph")?.and_then(|a| a.g.as_deref()))
+        Ok(self
+            .typed(name, at::GRAPH, "a graph")?
+            .and_then(|a| a.g.as_deref()))
     }
 
     /// A non-negative usize list, e.g. strides and kernel shapes.
@@ -83,7 +104,10 @@ impl<'a> Attributes<'a> {
         self.ints_opt(name)?
             .map(|v| {
                 v.iter()
-                    .map(|&x| usize::try_from(x).map_err(|_| format!("attribute '{name}' has a negative entry {x}")))
+                    .map(|&x| {
+                        usize::try_from(x)
+                            .map_err(|_| format!("attribute '{name}' has a negative entry {x}"))
+                    })
                     .collect()
             })
             .transpose()
@@ -96,5 +120,9 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
     if axis < -r || axis >= r.max(1) {
         return Err(format!("axis {axis} is out of range for rank {rank}"));
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }

@@ -8,7 +8,9 @@ use std::path::Path;
 use prost::Message;
 
 use super::attributes::Attributes;
-use super::proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use super::proto::{
+    tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
+};
 use super::tensor_proto::tensor_from_proto;
 use crate::error::{NncError, Result, UnsupportedOp};
 use crate::interp;
@@ -48,13 +50,26 @@ pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Graph> {
 /// Like [`load_model`] but returns unsupported ops instead of failing on them
 /// (for `nnc inspect`).
 pub fn load_model_partial(path: &Path, opts: &ImportOptions) -> Result<Imported> {
-    let bytes = std::fs::read(path).map_err(|source| NncError::Io { path: path.to_path_buf(), source })?;
-    let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| NncError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode {
+        path: path.to_path_buf(),
+        source,
+    })?;
     import_model(&model, path.parent(), opts).map_err(|e| e.in_file(path))
 }
 
-pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOptions) -> Result<Imported> {
-    let graph = model.graph.as_ref().ok_or_else(|| NncError::Model("the model has no graph".into()))?;
+pub fn import_model(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported> {
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| NncError::Model("the model has no graph".into()))?;
     let opset = model
         .opset_import
         .iter()
@@ -62,7 +77,13 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
         .map(|o| o.version)
         // IR version 3+ models must declare it; very old ones default to opset 1.
         .unwrap_or(1);
-    let mut b = GraphBuilder { graph: Graph::default(), names: HashMap::new(), unsupported: vec![], opset, base_dir: base_dir.map(Path::to_path_buf) };
+    let mut b = GraphBuilder {
+        graph: Graph::default(),
+        names: HashMap::new(),
+        unsupported: vec![],
+        opset,
+        base_dir: base_dir.map(Path::to_path_buf),
+    };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
     let mut hist: Vec<(String, usize)> = vec![];
@@ -74,7 +95,12 @@ pub fn import_model(model: &ModelProto, base_dir: Option<&Path>, opts: &ImportOp
         b.import_node(node, i)?;
     }
     b.import_outputs(graph)?;
-    Ok(Imported { graph: b.graph, unsupported: b.unsupported, opset, onnx_ops: hist })
+    Ok(Imported {
+        graph: b.graph,
+        unsupported: b.unsupported,
+        opset,
+        onnx_ops: hist,
+    })
 }
 
 /// Marks a value whose producer could not be imported: its consumers are skipped
@@ -92,13 +118,22 @@ pub struct GraphBuilder {
 impl GraphBuilder {
     fn import_initializers(&mut self, g: &GraphProto, base_dir: Option<&Path>) -> Result<()> {
         for t in &g.initializer {
-            let tensor = tensor_from_proto(t, base_dir).map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
-            let id = self.graph.add_value(t.name.clone(), tensor.ty(), Some(tensor));
+            let tensor = tensor_from_proto(t, base_dir)
+                .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
+            let id = self
+                .graph
+                .add_value(t.name.clone(), tensor.ty(), Some(tensor));
             self.names.insert(t.name.clone(), id);
         }
         if let Some(s) = g.sparse_initializer.first() {
-            let name = s.values.as_ref().map(|v| v.name.clone()).unwrap_or_default();
-            return Err(NncError::Model(format!("sparse initializer '{name}' is not supported")));
+            let name = s
+                .values
+                .as_ref()
+                .map(|v| v.name.clone())
+                .unwrap_or_default();
+            return Err(NncError::Model(format!(
+                "sparse initializer '{name}' is not supported"
+            )));
         }
         Ok(())
     }
@@ -109,7 +144,9 @@ impl GraphBuilder {
                 continue; // an initializer listed as input (IR < 4): a constant
             }
             if let Some(t) = opts.frozen_inputs.get(&vi.name) {
-                let id = self.graph.add_value(vi.name.clone(), t.ty(), Some(t.clone()));
+                let id = self
+                    .graph
+                    .add_value(vi.name.clone(), t.ty(), Some(t.clone()));
                 self.names.insert(vi.name.clone(), id);
                 continue;
             }
@@ -120,7 +157,9 @@ impl GraphBuilder {
         }
         for name in opts.input_shapes.keys().chain(opts.frozen_inputs.keys()) {
             if !g.input.iter().any(|i| &i.name == name) {
-                return Err(NncError::Model(format!("'{name}' is not an input of the model (--input-shape / --freeze-input)")));
+                return Err(NncError::Model(format!(
+                    "'{name}' is not an input of the model (--input-shape / --freeze-input)"
+                )));
             }
         }
         Ok(())
@@ -128,7 +167,9 @@ impl GraphBuilder {
 
     fn import_outputs(&mut self, g: &GraphProto) -> Result<()> {
         for vi in &g.output {
-            let id = *self.names.get(&vi.name).ok_or_else(|| NncError::Model(format!("graph output '{}' is never produced", vi.name)))?;
+            let id = *self.names.get(&vi.name).ok_or_else(|| {
+                NncError::Model(format!("graph output '{}' is never produced", vi.name))
+            })?;
             if id == POISON {
                 continue;
             }
@@ -140,7 +181,11 @@ impl GraphBuilder {
     }
 
     fn import_node(&mut self, node: &NodeProto, index: usize) -> Result<()> {
-        let name = if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() };
+        let name = if node.name.is_empty() {
+            format!("{}_{index}", node.op_type)
+        } else {
+            node.name.clone()
+        };
         let mut inputs = Vec::with_capacity(node.input.len());
         for i in &node.input {
             if i.is_empty() {
@@ -153,32 +198,58 @@ impl GraphBuilder {
                     return Ok(());
                 }
                 Some(&id) => inputs.push(Some(id)),
-                None => return Err(NncError::node(&name, &node.op_type, format!("input '{i}' is not produced by any earlier node"))),
+                None => {
+                    return Err(NncError::node(
+                        &name,
+                        &node.op_type,
+                        format!("input '{i}' is not produced by any earlier node"),
+                    ))
+                }
             }
         }
         if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            return self.unsupported(node, &name, format!("domain '{}' is not supported", node.domain));
+            return self.unsupported(
+                node,
+                &name,
+                format!("domain '{}' is not supported", node.domain),
+            );
         }
         let Some(import) = super::ops::importer(&node.op_type) else {
             return self.unsupported(node, &name, "no such operator in nnc".to_string());
         };
         let attrs = Attributes::new(&node.attribute);
-        let mut ctx = NodeCtx { b: self, node, name: &name, attrs, inputs };
+        let mut ctx = NodeCtx {
+            b: self,
+            node,
+            name: &name,
+            attrs,
+            inputs,
+        };
         match import(&mut ctx) {
             Ok(()) => {}
             Err(ImportError::Unsupported(reason)) => return self.unsupported(node, &name, reason),
-            Err(ImportError::Invalid(message)) => return Err(NncError::node(&name, &node.op_type, message)),
+            Err(ImportError::Invalid(message)) => {
+                return Err(NncError::node(&name, &node.op_type, message))
+            }
         }
         for o in node.output.iter().filter(|o| !o.is_empty()) {
             if !self.names.contains_key(o) {
-                return Err(NncError::node(&name, &node.op_type, format!("output '{o}' was not produced")));
+                return Err(NncError::node(
+                    &name,
+                    &node.op_type,
+                    format!("output '{o}' was not produced"),
+                ));
             }
         }
         Ok(())
     }
 
     fn unsupported(&mut self, node: &NodeProto, name: &str, reason: String) -> Result<()> {
-        self.unsupported.push(UnsupportedOp { node: name.to_string(), op: node.op_type.clone(), reason });
+        self.unsupported.push(UnsupportedOp {
+            node: name.to_string(),
+            op: node.op_type.clone(),
+            reason,
+        });
         self.poison(node);
         Ok(())
     }
@@ -192,16 +263,25 @@ impl GraphBuilder {
 
 fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<TensorType> {
     let err = |m: String| NncError::Model(format!("input '{}': {m}", vi.name));
-    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
         return Err(err("only tensor inputs are supported".into()));
     };
-    let dtype = DType::from_onnx(t.elem_type).ok_or_else(|| err(format!("unsupported element type {}", t.elem_type)))?;
+    let dtype = DType::from_onnx(t.elem_type)
+        .ok_or_else(|| err(format!("unsupported element type {}", t.elem_type)))?;
     if let Some(shape) = opts.input_shapes.get(&vi.name) {
         return Ok(TensorType::new(dtype, shape.clone()));
     }
-    let dims = t.shape.as_ref().map(|s| s.dim.as_slice()).unwrap_or_default();
+    let dims = t
+        .shape
+        .as_ref()
+        .map(|s| s.dim.as_slice())
+        .unwrap_or_default();
     if t.shape.is_none() {
-        return Err(err(format!("the shape is unknown; bind it with --input-shape {}=D0,D1,...", vi.name)));
+        return Err(err(format!(
+            "the shape is unknown; bind it with --input-shape {}=D0,D1,...",
+            vi.name
+        )));
     }
     let mut shape = Vec::with_capacity(dims.len());
     for (axis, d) in dims.iter().enumerate() {
@@ -267,7 +347,8 @@ impl NodeCtx<'_> {
     }
 
     pub fn required(&self, i: usize) -> ImportResult<ValueId> {
-        self.input(i).ok_or_else(|| ImportError::Invalid(format!("required input {i} is missing")))
+        self.input(i)
+            .ok_or_else(|| ImportError::Invalid(format!("required input {i} is missing")))
     }
 
     pub fn ty(&self, v: ValueId) -> &TensorType {
@@ -301,18 +382,41 @@ impl NodeCtx<'_> {
     }
 
     /// Adds an IR node (or folds it when every input is constant) and returns its outputs.
-    pub fn emit(&mut self, op: Op, inputs: Vec<Option<ValueId>>, n_outputs: usize) -> ImportResult<Vec<ValueId>> {
-        let types: Vec<Option<TensorType>> = inputs.iter().map(|i| i.map(|v| self.ty(v).clone())).collect();
+    pub fn emit(
+        &mut self,
+        op: Op,
+        inputs: Vec<Option<ValueId>>,
+        n_outputs: usize,
+    ) -> ImportResult<Vec<ValueId>> {
+        let types: Vec<Option<TensorType>> = inputs
+            .iter()
+            .map(|i| i.map(|v| self.ty(v).clone()))
+            .collect();
         let out_types = infer_types(&op, &types)?;
         if out_types.len() < n_outputs {
-            return Err(ImportError::Invalid(format!("{} produces {} outputs, {n_outputs} expected", op.name(), out_types.len())));
+            return Err(ImportError::Invalid(format!(
+                "{} produces {} outputs, {n_outputs} expected",
+                op.name(),
+                out_types.len()
+            )));
         }
         let all_const = inputs.iter().flatten().all(|v| self.constant(*v).is_some());
         if all_const {
-            let args: Vec<Option<&Tensor>> = inputs.iter().map(|i| i.and_then(|v| self.b.graph.constant(v))).collect();
+            let args: Vec<Option<&Tensor>> = inputs
+                .iter()
+                .map(|i| i.and_then(|v| self.b.graph.constant(v)))
+                .collect();
             if let Ok(results) = interp::eval_op(&op, &args) {
                 let base = self.name.to_string();
-                return Ok(results.into_iter().enumerate().map(|(k, t)| self.b.graph.add_value(format!("{base}:{k}"), t.ty(), Some(t))).collect());
+                return Ok(results
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, t)| {
+                        self.b
+                            .graph
+                            .add_value(format!("{base}:{k}"), t.ty(), Some(t))
+                    })
+                    .collect());
             }
         }
         let outputs: Vec<ValueId> = out_types
@@ -326,7 +430,13 @@ impl NodeCtx<'_> {
                 self.b.graph.add_value(name, ty, None)
             })
             .collect();
-        self.b.graph.nodes.push(Node { name: self.name.to_string(), onnx_op: self.node.op_type.clone(), op, inputs, outputs: outputs.clone() });
+        self.b.graph.nodes.push(Node {
+            name: self.name.to_string(),
+            onnx_op: self.node.op_type.clone(),
+            op,
+            inputs,
+            outputs: outputs.clone(),
+        });
         Ok(outputs)
     }
 

@@ -10,11 +10,18 @@ use crate::ir::{DType, Tensor, TensorType};
 /// Decodes a tensor. `base_dir` is the model's folder, for external data; `None` forbids
 /// external data (e.g. a tensor embedded in a test-data file).
 pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
-    let dtype = DType::from_onnx(t.data_type)
-        .ok_or_else(|| format!("tensor '{}' has unsupported data type {}", t.name, t.data_type))?;
+    let dtype = DType::from_onnx(t.data_type).ok_or_else(|| {
+        format!(
+            "tensor '{}' has unsupported data type {}",
+            t.name, t.data_type
+        )
+    })?;
     let mut shape = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
-        shape.push(usize::try_from(d).map_err(|_| format!("tensor '{}' has negative dimension {d}", t.name))?);
+        shape.push(
+            usize::try_from(d)
+                .map_err(|_| format!("tensor '{}' has negative dimension {d}", t.name))?,
+        );
     }
     let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let ty = TensorType::new(dtype, shape);
@@ -39,13 +46,26 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
             )
         });
     }
-    let wrong = |have: usize| format!("tensor '{}' holds {have} values, its shape {:?} needs {numel}", t.name, ty.shape);
+    let wrong = |have: usize| {
+        format!(
+            "tensor '{}' holds {have} values, its shape {:?} needs {numel}",
+            t.name, ty.shape
+        )
+    };
     // Typed fields: see onnx.proto3 for which field carries which type.
     let tensor = match dtype {
-        DType::F32 => check(&t.float_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?,
-        DType::F64 => check(&t.double_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?,
-        DType::I64 => check(&t.int64_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?,
-        DType::U64 => check(&t.uint64_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?,
+        DType::F32 => {
+            check(&t.float_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?
+        }
+        DType::F64 => {
+            check(&t.double_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?
+        }
+        DType::I64 => {
+            check(&t.int64_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?
+        }
+        DType::U64 => {
+            check(&t.uint64_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?
+        }
         DType::U32 => check(&t.uint64_data, numel, wrong)
             .map(|v| Tensor::from_vec(&ty.shape, v.iter().map(|&x| x as u32).collect()))?,
         // The 32-bit-or-smaller types live in int32_data; f16/bf16 as their bit patterns.
@@ -58,8 +78,14 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
                 DType::U16 => Tensor::from_vec(&ty.shape, v.iter().map(|&x| x as u16).collect()),
                 DType::U8 => Tensor::from_vec(&ty.shape, v.iter().map(|&x| x as u8).collect()),
                 DType::Bool => Tensor::from_vec(&ty.shape, v.iter().map(|&x| x != 0).collect()),
-                DType::F16 => Tensor::from_vec(&ty.shape, v.iter().map(|&x| f16::from_bits(x as u16)).collect()),
-                DType::BF16 => Tensor::from_vec(&ty.shape, v.iter().map(|&x| bf16::from_bits(x as u16)).collect()),
+                DType::F16 => Tensor::from_vec(
+                    &ty.shape,
+                    v.iter().map(|&x| f16::from_bits(x as u16)).collect(),
+                ),
+                DType::BF16 => Tensor::from_vec(
+                    &ty.shape,
+                    v.iter().map(|&x| bf16::from_bits(x as u16)).collect(),
+                ),
                 _ => unreachable!("wide types handled above"),
             }
         }
@@ -77,12 +103,30 @@ fn check<T>(v: &[T], numel: usize, wrong: impl Fn(usize) -> String) -> Result<&[
 
 /// Reads `location` (+ `offset`, `length`) relative to the model's folder. Absolute paths
 /// and `..` are refused: a model file must not make the compiler read arbitrary files.
-fn read_external(t: &TensorProto, base_dir: Option<&Path>, expected: usize) -> Result<Vec<u8>, String> {
-    let base = base_dir.ok_or_else(|| format!("tensor '{}' uses external data, which is not allowed here", t.name))?;
-    let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
-    let location = get("location").ok_or_else(|| format!("tensor '{}': external data without a location", t.name))?;
+fn read_external(
+    t: &TensorProto,
+    base_dir: Option<&Path>,
+    expected: usize,
+) -> Result<Vec<u8>, String> {
+    let base = base_dir.ok_or_else(|| {
+        format!(
+            "tensor '{}' uses external data, which is not allowed here",
+            t.name
+        )
+    })?;
+    let get = |k: &str| {
+        t.external_data
+            .iter()
+            .find(|e| e.key == k)
+            .map(|e| e.value.as_str())
+    };
+    let location = get("location")
+        .ok_or_else(|| format!("tensor '{}': external data without a location", t.name))?;
     let rel = Path::new(location);
-    if rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+    if rel
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
         return Err(format!(
             "tensor '{}': external data path '{location}' must be relative and stay inside the model's folder",
             t.name
@@ -90,20 +134,33 @@ fn read_external(t: &TensorProto, base_dir: Option<&Path>, expected: usize) -> R
     }
     let parse = |k: &str| -> Result<Option<u64>, String> {
         get(k)
-            .map(|v| v.parse::<u64>().map_err(|_| format!("tensor '{}': bad external data {k} '{v}'", t.name)))
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("tensor '{}': bad external data {k} '{v}'", t.name))
+            })
             .transpose()
     };
     let offset = parse("offset")?.unwrap_or(0);
     let length = parse("length")?.unwrap_or(expected as u64);
     if length != expected as u64 {
-        return Err(format!("tensor '{}': external data length {length} but the tensor needs {expected} bytes", t.name));
+        return Err(format!(
+            "tensor '{}': external data length {length} but the tensor needs {expected} bytes",
+            t.name
+        ));
     }
     let path = base.join(rel);
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(&path).map_err(|e| format!("tensor '{}': cannot open {}: {e}", t.name, path.display()))?;
-    f.seek(SeekFrom::Start(offset)).map_err(|e| format!("tensor '{}': {}: {e}", t.name, path.display()))?;
+    let mut f = std::fs::File::open(&path)
+        .map_err(|e| format!("tensor '{}': cannot open {}: {e}", t.name, path.display()))?;
+    f.seek(SeekFrom::Start(offset))
+        .map_err(|e| format!("tensor '{}': {}: {e}", t.name, path.display()))?;
     let mut buf = vec![0u8; expected];
-    f.read_exact(&mut buf)
-        .map_err(|e| format!("tensor '{}': {} is too short for offset {offset} + {expected} bytes: {e}", t.name, path.display()))?;
+    f.read_exact(&mut buf).map_err(|e| {
+        format!(
+            "tensor '{}': {} is too short for offset {offset} + {expected} bytes: {e}",
+            t.name,
+            path.display()
+        )
+    })?;
     Ok(buf)
 }

@@ -6,11 +6,19 @@ use crate::ir::DType;
 pub enum UnaryOp {
     Identity,
     Relu,
-    LeakyRelu { alpha: f32 },
+    LeakyRelu {
+        alpha: f32,
+    },
     /// Bounds already resolved from attributes (opset < 11) or constant inputs.
-    Clip { min: f64, max: f64 },
+    Clip {
+        min: f64,
+        max: f64,
+    },
     Sigmoid,
-    HardSigmoid { alpha: f32, beta: f32 },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
     HardSwish,
     Tanh,
     Exp,
@@ -21,13 +29,24 @@ pub enum UnaryOp {
     Abs,
     Erf,
     /// `approximate = "tanh"` selects the tanh form.
-    Gelu { tanh: bool },
+    Gelu {
+        tanh: bool,
+    },
     Softplus,
     Softsign,
-    Elu { alpha: f32 },
-    Selu { alpha: f32, gamma: f32 },
-    Celu { alpha: f32 },
-    ThresholdedRelu { alpha: f32 },
+    Elu {
+        alpha: f32,
+    },
+    Selu {
+        alpha: f32,
+        gamma: f32,
+    },
+    Celu {
+        alpha: f32,
+    },
+    ThresholdedRelu {
+        alpha: f32,
+    },
     Mish,
     Floor,
     Ceil,
@@ -51,7 +70,10 @@ pub enum UnaryOp {
     /// Output bool.
     IsNaN,
     /// Output bool.
-    IsInf { positive: bool, negative: bool },
+    IsInf {
+        positive: bool,
+        negative: bool,
+    },
 }
 
 impl UnaryOp {
@@ -74,7 +96,9 @@ pub enum BinaryOp {
     Max,
     Min,
     /// `fmod = false`: sign of the divisor (Python); `true`: sign of the dividend (C).
-    Mod { fmod: bool },
+    Mod {
+        fmod: bool,
+    },
     /// PRelu: `x < 0 ? x * slope : x`, slope broadcast to x.
     PRelu,
     Equal,
@@ -250,4 +274,15 @@ pub struct ResizeAttrs {
     /// Region of interest `[start..., end...]` per axis, for tf_crop_and_resize.
     pub roi: Vec<f32>,
     pub output_shape: Vec<usize>,
+}
+
+/// How ScatterElements / ScatterND combine an update with the element it lands on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScatterReduction {
+    /// Replace (the last update wins with duplicate indices).
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
 }

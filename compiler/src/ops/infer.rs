@@ -24,7 +24,7 @@ pub fn broadcast_shapes(shapes: &[&[usize]]) -> Result<Vec<usize>, String> {
     Ok(out)
 }
 
-fn input<'a>(inputs: &'a [Option<TensorType>], i: usize) -> Result<&'a TensorType, String> {
+fn input(inputs: &[Option<TensorType>], i: usize) -> Result<&TensorType, String> {
     inputs
         .get(i)
         .and_then(|t| t.as_ref())
@@ -48,7 +48,11 @@ pub fn window_output(
         ));
     }
     let span = padded - eff;
-    Ok(if ceil { span.div_ceil(stride) } else { span / stride } + 1)
+    Ok(if ceil {
+        span.div_ceil(stride)
+    } else {
+        span / stride
+    } + 1)
 }
 
 pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
@@ -56,7 +60,10 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
     match op {
         Op::Unary(u) => {
             let x = x()?;
-            Ok(vec![TensorType::new(u.output_dtype(x.dtype), x.shape.clone())])
+            Ok(vec![TensorType::new(
+                u.output_dtype(x.dtype),
+                x.shape.clone(),
+            )])
         }
         Op::Binary(b) => {
             let (a, c) = (x()?, input(inputs, 1)?);
@@ -64,13 +71,21 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 // PRelu broadcasts the slope to X (unidirectional).
                 let s = broadcast_shapes(&[&a.shape, &c.shape])?;
                 if s != a.shape {
-                    return Err(format!("slope {:?} does not broadcast to {:?}", c.shape, a.shape));
+                    return Err(format!(
+                        "slope {:?} does not broadcast to {:?}",
+                        c.shape, a.shape
+                    ));
                 }
                 s
             } else {
                 broadcast_shapes(&[&a.shape, &c.shape])?
             };
-            if a.dtype != c.dtype && !matches!(b, BinaryOp::Pow | BinaryOp::BitShiftLeft | BinaryOp::BitShiftRight) {
+            if a.dtype != c.dtype
+                && !matches!(
+                    b,
+                    BinaryOp::Pow | BinaryOp::BitShiftLeft | BinaryOp::BitShiftRight
+                )
+            {
                 return Err(format!("input types differ: {} and {}", a.dtype, c.dtype));
             }
             Ok(vec![TensorType::new(b.output_dtype(a.dtype), shape)])
@@ -87,8 +102,16 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             if a.rank() != 2 || b.rank() != 2 {
                 return Err("Gemm operands must be 2-D".into());
             }
-            let (m, k) = if g.trans_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
-            let (k2, n) = if g.trans_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+            let (m, k) = if g.trans_a {
+                (a.shape[1], a.shape[0])
+            } else {
+                (a.shape[0], a.shape[1])
+            };
+            let (k2, n) = if g.trans_b {
+                (b.shape[1], b.shape[0])
+            } else {
+                (b.shape[0], b.shape[1])
+            };
             if k != k2 {
                 return Err(format!("inner dimensions differ: {k} vs {k2}"));
             }
@@ -102,9 +125,17 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         }
         Op::Conv(c) => {
             let (xt, w) = (x()?, input(inputs, 1)?);
-            let sp = xt.rank().checked_sub(2).filter(|s| *s > 0).ok_or("input must have rank ≥ 3 (N, C, spatial...)")?;
+            let sp = xt
+                .rank()
+                .checked_sub(2)
+                .filter(|s| *s > 0)
+                .ok_or("input must have rank ≥ 3 (N, C, spatial...)")?;
             if w.rank() != sp + 2 {
-                return Err(format!("weight rank {} does not match input rank {}", w.rank(), xt.rank()));
+                return Err(format!(
+                    "weight rank {} does not match input rank {}",
+                    w.rank(),
+                    xt.rank()
+                ));
             }
             if c.group == 0 || xt.shape[1] != w.shape[1] * c.group || w.shape[0] % c.group != 0 {
                 return Err(format!(
@@ -114,7 +145,14 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             let mut shape = vec![xt.shape[0], w.shape[0]];
             for i in 0..sp {
-                shape.push(window_output(xt.shape[2 + i], c.kernel[i], c.strides[i], c.pads[i] + c.pads[sp + i], c.dilations[i], false)?);
+                shape.push(window_output(
+                    xt.shape[2 + i],
+                    c.kernel[i],
+                    c.strides[i],
+                    c.pads[i] + c.pads[sp + i],
+                    c.dilations[i],
+                    false,
+                )?);
             }
             Ok(vec![TensorType::new(xt.dtype, shape)])
         }
@@ -154,7 +192,10 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         }
         Op::Transpose { perm } => {
             let xt = x()?;
-            Ok(vec![TensorType::new(xt.dtype, perm.iter().map(|&p| xt.shape[p]).collect())])
+            Ok(vec![TensorType::new(
+                xt.dtype,
+                perm.iter().map(|&p| xt.shape[p]).collect(),
+            )])
         }
         Op::Concat { axis } => {
             let first = x()?;
@@ -164,7 +205,10 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 if t.rank() != first.rank()
                     || (0..t.rank()).any(|i| i != *axis && t.shape[i] != first.shape[i])
                 {
-                    return Err(format!("cannot concatenate {:?} with {:?}", first.shape, t.shape));
+                    return Err(format!(
+                        "cannot concatenate {:?} with {:?}",
+                        first.shape, t.shape
+                    ));
                 }
                 shape[*axis] += t.shape[*axis];
             }
@@ -193,6 +237,37 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             Ok(vec![TensorType::new(xt.dtype, shape)])
         }
         Op::Resize(r) => Ok(vec![TensorType::new(x()?.dtype, r.output_shape.clone())]),
+        Op::GatherElements { axis } => {
+            let (d, i) = (x()?, input(inputs, 1)?);
+            if d.rank() != i.rank() || *axis >= d.rank() {
+                return Err(format!("indices {i} must have the rank of data {d}"));
+            }
+            Ok(vec![TensorType::new(d.dtype, i.shape.clone())])
+        }
+        Op::ScatterElements { .. } | Op::ScatterND { .. } | Op::CumSum { .. } => {
+            Ok(vec![x()?.clone()])
+        }
+        Op::GatherND { batch_dims } => {
+            let (d, i) = (x()?, input(inputs, 1)?);
+            let k = *i.shape.last().ok_or("indices must have rank ≥ 1")?;
+            if *batch_dims >= i.rank() || batch_dims + k > d.rank() {
+                return Err(format!(
+                    "cannot gather {d} by {i} with {batch_dims} batch axes"
+                ));
+            }
+            let mut shape = i.shape[..i.rank() - 1].to_vec();
+            shape.extend(&d.shape[batch_dims + k..]);
+            Ok(vec![TensorType::new(d.dtype, shape)])
+        }
+        Op::TopK { axis, k, .. } => {
+            let xt = x()?;
+            let mut shape = xt.shape.clone();
+            *shape.get_mut(*axis).ok_or("axis is out of range")? = *k;
+            Ok(vec![
+                TensorType::new(xt.dtype, shape.clone()),
+                TensorType::new(DType::I64, shape),
+            ])
+        }
     }
 }
 
@@ -214,12 +289,23 @@ fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {
     if a.rank() == 0 || b.rank() == 0 {
         return Err("MatMul operands must have rank ≥ 1".into());
     }
-    let a2 = if a.rank() == 1 { vec![1, a.shape[0]] } else { a.shape.clone() };
-    let b2 = if b.rank() == 1 { vec![b.shape[0], 1] } else { b.shape.clone() };
+    let a2 = if a.rank() == 1 {
+        vec![1, a.shape[0]]
+    } else {
+        a.shape.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        vec![b.shape[0], 1]
+    } else {
+        b.shape.clone()
+    };
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != k2 {
-        return Err(format!("inner dimensions differ: {:?} @ {:?}", a.shape, b.shape));
+        return Err(format!(
+            "inner dimensions differ: {:?} @ {:?}",
+            a.shape, b.shape
+        ));
     }
     let mut shape = broadcast_shapes(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])?;
     if a.rank() > 1 {

@@ -76,6 +76,40 @@ pub enum Op {
     },
     Pad(PadAttrs),
     Resize(ResizeAttrs),
+    /// `GatherElements(data, indices)`: output (shaped like indices) element `i` reads
+    /// data at `i` with `i[axis]` replaced by `indices[i]`; negative indices wrap.
+    GatherElements {
+        axis: usize,
+    },
+    /// `ScatterElements(data, indices, updates)`: data with `updates[i]` combined into
+    /// the element GatherElements would read for `i`, in row-major order of `i`.
+    ScatterElements {
+        axis: usize,
+        reduction: ScatterReduction,
+    },
+    /// `ScatterND(data, indices, updates)`: each index tuple (the last axis of indices)
+    /// addresses a slice of data that the matching slice of updates is combined into.
+    ScatterND {
+        reduction: ScatterReduction,
+    },
+    /// `GatherND(data, indices)`: the slices of data the index tuples address, with
+    /// `batch_dims` leading axes shared by data and indices.
+    GatherND {
+        batch_dims: usize,
+    },
+    /// Inclusive (or exclusive) running sum along `axis`, optionally from the end.
+    CumSum {
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// The `k` largest (or smallest) elements along `axis`, sorted, ties to the lower
+    /// index; two outputs: values and int64 indices.
+    TopK {
+        axis: usize,
+        k: usize,
+        largest: bool,
+    },
 }
 
 impl Op {

@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use nnc::onnx::proto::{
-    attribute_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
+    attribute_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto,
+    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use prost::Message;
 
@@ -49,7 +49,14 @@ pub enum Attr {
 
 impl ModelBuilder {
     pub fn new(seed: u64) -> ModelBuilder {
-        ModelBuilder { graph: GraphProto { name: "test".into(), ..Default::default() }, counter: 0, rng: Rng::new(seed) }
+        ModelBuilder {
+            graph: GraphProto {
+                name: "test".into(),
+                ..Default::default()
+            },
+            counter: 0,
+            rng: Rng::new(seed),
+        }
     }
 
     fn fresh(&mut self, prefix: &str) -> String {
@@ -63,7 +70,10 @@ impl ModelBuilder {
     }
 
     pub fn output(&mut self, name: &str) {
-        self.graph.output.push(ValueInfoProto { name: name.to_string(), r#type: None });
+        self.graph.output.push(ValueInfoProto {
+            name: name.to_string(),
+            r#type: None,
+        });
     }
 
     pub fn weight(&mut self, shape: &[usize], scale: f32) -> String {
@@ -86,7 +96,13 @@ impl ModelBuilder {
 
     pub fn int_init(&mut self, data: &[i64]) -> String {
         let name = self.fresh("i");
-        self.graph.initializer.push(TensorProto { name: name.clone(), dims: vec![data.len() as i64], data_type: 7, int64_data: data.to_vec(), ..Default::default() });
+        self.graph.initializer.push(TensorProto {
+            name: name.clone(),
+            dims: vec![data.len() as i64],
+            data_type: 7,
+            int64_data: data.to_vec(),
+            ..Default::default()
+        });
         name
     }
 
@@ -95,7 +111,10 @@ impl ModelBuilder {
         let attribute = attrs
             .into_iter()
             .map(|(n, a)| {
-                let mut p = AttributeProto { name: n.to_string(), ..Default::default() };
+                let mut p = AttributeProto {
+                    name: n.to_string(),
+                    ..Default::default()
+                };
                 match a {
                     Attr::I(i) => {
                         p.r#type = attribute_type::INT;
@@ -131,7 +150,10 @@ impl ModelBuilder {
     pub fn encode(self) -> Vec<u8> {
         ModelProto {
             ir_version: 8,
-            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
             producer_name: "nnc-tests".into(),
             graph: Some(self.graph),
             ..Default::default()
@@ -143,11 +165,18 @@ impl ModelBuilder {
 fn value_info(name: &str, elem_type: i32, shape: &[usize]) -> ValueInfoProto {
     let dim = shape
         .iter()
-        .map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)) })
+        .map(|&d| tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)),
+        })
         .collect();
     ValueInfoProto {
         name: name.to_string(),
-        r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type, shape: Some(TensorShapeProto { dim }) })) }),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type,
+                shape: Some(TensorShapeProto { dim }),
+            })),
+        }),
     }
 }
 
@@ -161,15 +190,41 @@ pub fn cnn(seed: u64) -> (Vec<u8>, Vec<usize>) {
     let x = m.input("image", &shape);
     let w1 = m.weight(&[c, 3, 3, 3], 0.5);
     let b1 = m.weight(&[c], 0.1);
-    let y = m.node("Conv", &[&x, &w1, &b1], vec![("pads", Attr::Ints(vec![1, 1, 1, 1])), ("strides", Attr::Ints(vec![1, 1]))]);
-    let (s, bb, mean) = (m.weight(&[c], 1.0), m.weight(&[c], 0.2), m.weight(&[c], 0.2));
+    let y = m.node(
+        "Conv",
+        &[&x, &w1, &b1],
+        vec![
+            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+            ("strides", Attr::Ints(vec![1, 1])),
+        ],
+    );
+    let (s, bb, mean) = (
+        m.weight(&[c], 1.0),
+        m.weight(&[c], 0.2),
+        m.weight(&[c], 0.2),
+    );
     let var: Vec<f32> = (0..c).map(|i| 0.5 + 0.1 * i as f32).collect();
     let var = m.float_init(&[c], var);
     let y = m.node("BatchNormalization", &[&y, &s, &bb, &mean, &var], vec![]);
     let y = m.node("Relu", &[&y], vec![]);
-    let p = m.node("MaxPool", &[&y], vec![("kernel_shape", Attr::Ints(vec![3, 3])), ("strides", Attr::Ints(vec![2, 2])), ("pads", Attr::Ints(vec![1, 1, 1, 1]))]);
+    let p = m.node(
+        "MaxPool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ("strides", Attr::Ints(vec![2, 2])),
+            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+        ],
+    );
     let wd = m.weight(&[c, 1, 3, 3], 0.5);
-    let d = m.node("Conv", &[&p, &wd], vec![("pads", Attr::Ints(vec![1, 1, 1, 1])), ("group", Attr::I(c as i64))]);
+    let d = m.node(
+        "Conv",
+        &[&p, &wd],
+        vec![
+            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+            ("group", Attr::I(c as i64)),
+        ],
+    );
     let d = m.node("Clip", &[&d], vec![]);
     let r = m.node("Add", &[&d, &p], vec![]);
     let w2 = m.weight(&[2 * c, c, 1, 1], 0.5);
@@ -196,14 +251,22 @@ pub fn transformer(seed: u64) -> (Vec<u8>, Vec<usize>) {
     let wk = m.weight(&[d, d], 0.3);
     let q = m.node("MatMul", &[&x, &wq], vec![]);
     let k = m.node("MatMul", &[&x, &wk], vec![]);
-    let kt = m.node("Transpose", &[&k], vec![("perm", Attr::Ints(vec![0, 2, 1]))]);
+    let kt = m.node(
+        "Transpose",
+        &[&k],
+        vec![("perm", Attr::Ints(vec![0, 2, 1]))],
+    );
     let s = m.node("MatMul", &[&q, &kt], vec![]);
     let a = m.node("Softmax", &[&s], vec![("axis", Attr::I(-1))]);
     let v = m.node("MatMul", &[&a, &x], vec![]);
     let r = m.node("Add", &[&v, &x], vec![]);
     let g = m.weight(&[d], 1.0);
     let bt = m.weight(&[d], 0.1);
-    let n = m.node("LayerNormalization", &[&r, &g, &bt], vec![("axis", Attr::I(-1))]);
+    let n = m.node(
+        "LayerNormalization",
+        &[&r, &g, &bt],
+        vec![("axis", Attr::I(-1))],
+    );
     let w1 = m.weight(&[d, 2 * d], 0.3);
     let b1 = m.weight(&[2 * d], 0.1);
     let h = m.node("MatMul", &[&n, &w1], vec![]);
@@ -233,7 +296,12 @@ pub fn elementwise(seed: u64) -> (Vec<u8>, Vec<usize>) {
     let y = m.node("LeakyRelu", &[&y], vec![("alpha", Attr::F(0.1))]);
     let pads = m.int_init(&[0, 1, 2, 0, 1, 1]);
     let p = m.node("Pad", &[&y, &pads], vec![("mode", Attr::S("reflect"))]);
-    let (starts, ends, axes, steps) = (m.int_init(&[-1]), m.int_init(&[-1000]), m.int_init(&[2]), m.int_init(&[-2]));
+    let (starts, ends, axes, steps) = (
+        m.int_init(&[-1]),
+        m.int_init(&[-1000]),
+        m.int_init(&[2]),
+        m.int_init(&[-2]),
+    );
     let s = m.node("Slice", &[&p, &starts, &ends, &axes, &steps], vec![]);
     let c = m.node("Concat", &[&s, &s], vec![("axis", Attr::I(1))]);
     m.output(&c);

@@ -10,8 +10,6 @@
 //! `common/mod.rs` containing `pub mod tools;`).
 #![allow(dead_code)] // each test crate uses a different subset
 
-#![allow(dead_code)]
-
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

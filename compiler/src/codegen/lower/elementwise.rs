@@ -31,7 +31,10 @@ fn collapse(out_shape: &[usize], in_strides: &[Vec<usize>]) -> LoopNest {
             continue;
         }
         if let Some(&last) = shape.last() {
-            let mergeable = in_strides.iter().enumerate().all(|(k, s)| strides[k].last() == Some(&(s[d] * out_shape[d])) || (strides[k].last() == Some(&0) && s[d] == 0));
+            let mergeable = in_strides.iter().enumerate().all(|(k, s)| {
+                strides[k].last() == Some(&(s[d] * out_shape[d]))
+                    || (strides[k].last() == Some(&0) && s[d] == 0)
+            });
             let _ = last;
             if mergeable && out_acc.last() == Some(&(out_strides[d] * out_shape[d])) {
                 *shape.last_mut().expect("nonempty") *= out_shape[d];
@@ -59,8 +62,17 @@ fn collapse(out_shape: &[usize], in_strides: &[Vec<usize>]) -> LoopNest {
 
 /// `out[i] = f(in_0[..], in_1[..], ...)` with broadcasting. `vector` (when given) is the
 /// same function on f32x4 lanes.
-fn map(ctx: &mut LowerCtx, ins: &[Operand], out: &Operand, scalar: &ScalarFn, vector: Option<&ScalarFn>) -> LowerResult {
-    let in_strides: Vec<Vec<usize>> = ins.iter().map(|o| kernel::broadcast_strides(&o.ty.shape, &out.ty.shape)).collect();
+fn map(
+    ctx: &mut LowerCtx,
+    ins: &[Operand],
+    out: &Operand,
+    scalar: &ScalarFn,
+    vector: Option<&ScalarFn>,
+) -> LowerResult {
+    let in_strides: Vec<Vec<usize>> = ins
+        .iter()
+        .map(|o| kernel::broadcast_strides(&o.ty.shape, &out.ty.shape))
+        .collect();
     let nest = collapse(&out.ty.shape, &in_strides);
     if out.ty.numel() == 0 {
         return Ok(());
@@ -142,7 +154,11 @@ fn map(ctx: &mut LowerCtx, ins: &[Operand], out: &Operand, scalar: &ScalarFn, ve
                 .zip(&nest.strides)
                 .zip(&in_bases)
                 .map(|((o, s), &base)| {
-                    let a = if s[rank - 1] == 0 { base } else { kernel::elem_addr(b, base, i, s[rank - 1] * o.ty.dtype.size()) };
+                    let a = if s[rank - 1] == 0 {
+                        base
+                    } else {
+                        kernel::elem_addr(b, base, i, s[rank - 1] * o.ty.dtype.size())
+                    };
                     kernel::load_elem(b, o.ty.dtype, a, 0)
                 })
                 .collect();
@@ -195,8 +211,12 @@ pub fn convert(b: &mut FunctionBuilder, from: Domain, to: Domain, v: Value) -> V
         (a, c) if a == c => v,
         (Domain::F32, Domain::F64) => b.ins().fpromote(types::F64, v),
         (Domain::F64, Domain::F32) => b.ins().fdemote(types::F32, v),
-        (Domain::F32 | Domain::F64, Domain::Int { signed: true }) => b.ins().fcvt_to_sint_sat(types::I64, v),
-        (Domain::F32 | Domain::F64, Domain::Int { signed: false }) => b.ins().fcvt_to_uint_sat(types::I64, v),
+        (Domain::F32 | Domain::F64, Domain::Int { signed: true }) => {
+            b.ins().fcvt_to_sint_sat(types::I64, v)
+        }
+        (Domain::F32 | Domain::F64, Domain::Int { signed: false }) => {
+            b.ins().fcvt_to_uint_sat(types::I64, v)
+        }
         (Domain::Int { signed }, f) => {
             let t = domain_type(f);
             if t == types::I64 {
@@ -243,8 +263,17 @@ pub fn unary(ctx: &mut LowerCtx, op: UnaryOp) -> LowerResult {
         }
     };
     let vector = move |b: &mut FunctionBuilder, a: &[Value]| unary_float(b, op, a[0]);
-    let vec_ok = !matches!(op, UnaryOp::IsNaN | UnaryOp::IsInf { .. } | UnaryOp::Not | UnaryOp::BitwiseNot | UnaryOp::Sign);
-    map(ctx, &[x], &out, &scalar, vec_ok.then_some(&vector as &ScalarFn))
+    let vec_ok = !matches!(
+        op,
+        UnaryOp::IsNaN | UnaryOp::IsInf { .. } | UnaryOp::Not | UnaryOp::BitwiseNot | UnaryOp::Sign
+    );
+    map(
+        ctx,
+        &[x],
+        &out,
+        &scalar,
+        vec_ok.then_some(&vector as &ScalarFn),
+    )
 }
 
 fn unary_float(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Result<Value, String> {
@@ -367,7 +396,9 @@ fn unary_float(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Result<Value, 
             let c = b.ins().bor(p, n);
             bool_to_i64(b, c)
         }
-        UnaryOp::Not | UnaryOp::BitwiseNot => return Err(format!("{op:?} is not defined on floats")),
+        UnaryOp::Not | UnaryOp::BitwiseNot => {
+            return Err(format!("{op:?} is not defined on floats"))
+        }
     })
 }
 
@@ -382,34 +413,63 @@ fn clamp01(b: &mut FunctionBuilder, v: Value, zero: Value, one: Value) -> Value 
     fselect(b, FloatCC::GreaterThan, v, one, one, v)
 }
 
-fn unary_int(b: &mut FunctionBuilder, op: UnaryOp, signed: bool, x: Value) -> Result<Value, String> {
+fn unary_int(
+    b: &mut FunctionBuilder,
+    op: UnaryOp,
+    signed: bool,
+    x: Value,
+) -> Result<Value, String> {
     Ok(match op {
         UnaryOp::Identity | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
         UnaryOp::Relu => {
             let z = kernel::iconst(b, 0);
-            if signed { b.ins().smax(x, z) } else { x }
+            if signed {
+                b.ins().smax(x, z)
+            } else {
+                x
+            }
         }
         UnaryOp::Neg => b.ins().ineg(x),
         UnaryOp::Abs => {
-            if signed { b.ins().iabs(x) } else { x }
+            if signed {
+                b.ins().iabs(x)
+            } else {
+                x
+            }
         }
         UnaryOp::Sign => {
             let z = kernel::iconst(b, 0);
-            let gt = if signed { b.ins().icmp(IntCC::SignedGreaterThan, x, z) } else { b.ins().icmp(IntCC::UnsignedGreaterThan, x, z) };
+            let gt = if signed {
+                b.ins().icmp(IntCC::SignedGreaterThan, x, z)
+            } else {
+                b.ins().icmp(IntCC::UnsignedGreaterThan, x, z)
+            };
             let lt = b.ins().icmp(IntCC::SignedLessThan, x, z);
             let gt = b.ins().uextend(types::I64, gt);
             let lt = b.ins().uextend(types::I64, lt);
-            if signed { b.ins().isub(gt, lt) } else { gt }
+            if signed {
+                b.ins().isub(gt, lt)
+            } else {
+                gt
+            }
         }
         UnaryOp::Clip { min, max } => {
             let mut v = x;
             if min > f64::NEG_INFINITY {
                 let lo = kernel::iconst(b, min as i64);
-                v = if signed { b.ins().smax(v, lo) } else { b.ins().umax(v, lo) };
+                v = if signed {
+                    b.ins().smax(v, lo)
+                } else {
+                    b.ins().umax(v, lo)
+                };
             }
             if max < f64::INFINITY {
                 let hi = kernel::iconst(b, max as i64);
-                v = if signed { b.ins().smin(v, hi) } else { b.ins().umin(v, hi) };
+                v = if signed {
+                    b.ins().smin(v, hi)
+                } else {
+                    b.ins().umin(v, hi)
+                };
             }
             v
         }
@@ -425,18 +485,43 @@ pub fn binary(ctx: &mut LowerCtx, op: BinaryOp) -> LowerResult {
     let out = ctx.output(0);
     let (dx, dy) = (domain(x.ty.dtype), domain(y.ty.dtype));
     let scalar = move |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
-        let rhs = if dy != dx { convert(b, dy, dx, a[1]) } else { a[1] };
+        let rhs = if dy != dx {
+            convert(b, dy, dx, a[1])
+        } else {
+            a[1]
+        };
         match dx {
             Domain::Int { signed } => binary_int(b, op, signed, a[0], rhs),
             _ => binary_float(b, op, a[0], rhs),
         }
     };
     let vector = move |b: &mut FunctionBuilder, a: &[Value]| binary_float(b, op, a[0], a[1]);
-    let vec_ok = matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min | BinaryOp::PRelu | BinaryOp::Pow);
-    map(ctx, &[x, y], &out, &scalar, vec_ok.then_some(&vector as &ScalarFn))
+    let vec_ok = matches!(
+        op,
+        BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::PRelu
+            | BinaryOp::Pow
+    );
+    map(
+        ctx,
+        &[x, y],
+        &out,
+        &scalar,
+        vec_ok.then_some(&vector as &ScalarFn),
+    )
 }
 
-fn binary_float(b: &mut FunctionBuilder, op: BinaryOp, x: Value, y: Value) -> Result<Value, String> {
+fn binary_float(
+    b: &mut FunctionBuilder,
+    op: BinaryOp,
+    x: Value,
+    y: Value,
+) -> Result<Value, String> {
     let cmp = |b: &mut FunctionBuilder, cc: FloatCC| {
         let c = b.ins().fcmp(cc, x, y);
         bool_to_i64(b, c)
@@ -480,7 +565,13 @@ fn binary_float(b: &mut FunctionBuilder, op: BinaryOp, x: Value, y: Value) -> Re
     })
 }
 
-fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: Value) -> Result<Value, String> {
+fn binary_int(
+    b: &mut FunctionBuilder,
+    op: BinaryOp,
+    signed: bool,
+    x: Value,
+    y: Value,
+) -> Result<Value, String> {
     let cmp = |b: &mut FunctionBuilder, s: IntCC, u: IntCC| {
         let c = b.ins().icmp(if signed { s } else { u }, x, y);
         bool_to_i64(b, c)
@@ -497,11 +588,19 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
         BinaryOp::Mul => b.ins().imul(x, y),
         BinaryOp::Div => {
             let d = safe_divisor(b);
-            if signed { b.ins().sdiv(x, d) } else { b.ins().udiv(x, d) }
+            if signed {
+                b.ins().sdiv(x, d)
+            } else {
+                b.ins().udiv(x, d)
+            }
         }
         BinaryOp::Mod { fmod } => {
             let d = safe_divisor(b);
-            let r = if signed { b.ins().srem(x, d) } else { b.ins().urem(x, d) };
+            let r = if signed {
+                b.ins().srem(x, d)
+            } else {
+                b.ins().urem(x, d)
+            };
             if fmod || !signed {
                 r
             } else {
@@ -530,10 +629,18 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
             result
         }
         BinaryOp::Max => {
-            if signed { b.ins().smax(x, y) } else { b.ins().umax(x, y) }
+            if signed {
+                b.ins().smax(x, y)
+            } else {
+                b.ins().umax(x, y)
+            }
         }
         BinaryOp::Min => {
-            if signed { b.ins().smin(x, y) } else { b.ins().umin(x, y) }
+            if signed {
+                b.ins().smin(x, y)
+            } else {
+                b.ins().umin(x, y)
+            }
         }
         BinaryOp::PRelu => {
             let xs = b.ins().imul(x, y);
@@ -542,9 +649,17 @@ fn binary_int(b: &mut FunctionBuilder, op: BinaryOp, signed: bool, x: Value, y: 
         }
         BinaryOp::Equal => cmp(b, IntCC::Equal, IntCC::Equal),
         BinaryOp::Less => cmp(b, IntCC::SignedLessThan, IntCC::UnsignedLessThan),
-        BinaryOp::LessOrEqual => cmp(b, IntCC::SignedLessThanOrEqual, IntCC::UnsignedLessThanOrEqual),
+        BinaryOp::LessOrEqual => cmp(
+            b,
+            IntCC::SignedLessThanOrEqual,
+            IntCC::UnsignedLessThanOrEqual,
+        ),
         BinaryOp::Greater => cmp(b, IntCC::SignedGreaterThan, IntCC::UnsignedGreaterThan),
-        BinaryOp::GreaterOrEqual => cmp(b, IntCC::SignedGreaterThanOrEqual, IntCC::UnsignedGreaterThanOrEqual),
+        BinaryOp::GreaterOrEqual => cmp(
+            b,
+            IntCC::SignedGreaterThanOrEqual,
+            IntCC::UnsignedGreaterThanOrEqual,
+        ),
         BinaryOp::And | BinaryOp::BitwiseAnd => b.ins().band(x, y),
         BinaryOp::Or | BinaryOp::BitwiseOr => b.ins().bor(x, y),
         BinaryOp::Xor | BinaryOp::BitwiseXor => b.ins().bxor(x, y),

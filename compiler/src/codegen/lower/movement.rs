@@ -21,19 +21,21 @@ struct View {
 fn collapse(shape: &[usize], views: &mut [&mut View]) -> Vec<usize> {
     let mut out_shape: Vec<usize> = vec![];
     let mut out_strides: Vec<Vec<i64>> = vec![vec![]; views.len()];
-    for d in 0..shape.len() {
-        if shape[d] == 1 {
+    for (d, &size) in shape.iter().enumerate() {
+        if size == 1 {
             continue;
         }
         let merge = !out_shape.is_empty()
-            && views.iter().enumerate().all(|(k, v)| *out_strides[k].last().expect("nonempty") == v.strides[d] * shape[d] as i64);
+            && views.iter().enumerate().all(|(k, v)| {
+                *out_strides[k].last().expect("nonempty") == v.strides[d] * size as i64
+            });
         if merge {
-            *out_shape.last_mut().expect("nonempty") *= shape[d];
+            *out_shape.last_mut().expect("nonempty") *= size;
             for (k, v) in views.iter().enumerate() {
                 *out_strides[k].last_mut().expect("nonempty") = v.strides[d];
             }
         } else {
-            out_shape.push(shape[d]);
+            out_shape.push(size);
             for (k, v) in views.iter().enumerate() {
                 out_strides[k].push(v.strides[d]);
             }
@@ -58,7 +60,15 @@ fn signed_offset(b: &mut FunctionBuilder, idx: &[Value], strides: &[i64], base: 
 
 /// Copies `shape` elements of `elem` bytes from the `src` view to the `dst` view. Runs
 /// that are contiguous on both sides move 16 bytes at a time.
-fn strided_copy(b: &mut FunctionBuilder, shape: &[usize], elem: usize, src_ptr: Value, mut src: View, dst_ptr: Value, mut dst: View) {
+fn strided_copy(
+    b: &mut FunctionBuilder,
+    shape: &[usize],
+    elem: usize,
+    src_ptr: Value,
+    mut src: View,
+    dst_ptr: Value,
+    mut dst: View,
+) {
     if shape.contains(&0) {
         return;
     }
@@ -81,7 +91,13 @@ fn strided_copy(b: &mut FunctionBuilder, shape: &[usize], elem: usize, src_ptr: 
 
 /// Copies a run of `n` bytes known at compile time.
 pub fn copy_bytes(b: &mut FunctionBuilder, dst: Value, src: Value, n: usize) {
-    let chunks = [(16usize, types::I8X16), (8, types::I64), (4, types::I32), (2, types::I16), (1, types::I8)];
+    let chunks = [
+        (16usize, types::I8X16),
+        (8, types::I64),
+        (4, types::I32),
+        (2, types::I16),
+        (1, types::I8),
+    ];
     let n16 = n / 16 * 16;
     if n16 >= 64 {
         kernel::counted_loop(b, 0, n16 as i64, 16, |b, i| {
@@ -102,7 +118,13 @@ pub fn copy_bytes(b: &mut FunctionBuilder, dst: Value, src: Value, n: usize) {
 }
 
 fn contiguous(shape: &[usize]) -> View {
-    View { base: 0, strides: kernel::strides_of(shape).iter().map(|&s| s as i64).collect() }
+    View {
+        base: 0,
+        strides: kernel::strides_of(shape)
+            .iter()
+            .map(|&s| s as i64)
+            .collect(),
+    }
 }
 
 pub fn copy(ctx: &mut LowerCtx) -> LowerResult {
@@ -114,24 +136,68 @@ pub fn copy(ctx: &mut LowerCtx) -> LowerResult {
 pub fn transpose(ctx: &mut LowerCtx, perm: &[usize]) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let xs = kernel::strides_of(&x.ty.shape);
-    let src = View { base: 0, strides: perm.iter().map(|&p| xs[p] as i64).collect() };
-    strided_copy(ctx.b, &y.ty.shape, y.ty.dtype.size(), x.ptr, src, y.ptr, contiguous(&y.ty.shape));
+    let src = View {
+        base: 0,
+        strides: perm.iter().map(|&p| xs[p] as i64).collect(),
+    };
+    strided_copy(
+        ctx.b,
+        &y.ty.shape,
+        y.ty.dtype.size(),
+        x.ptr,
+        src,
+        y.ptr,
+        contiguous(&y.ty.shape),
+    );
     Ok(())
 }
 
 pub fn slice(ctx: &mut LowerCtx, starts: &[usize], steps: &[i64]) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let xs = kernel::strides_of(&x.ty.shape);
-    let base = starts.iter().zip(&xs).map(|(&s, &st)| (s * st) as i64).sum();
-    let src = View { base, strides: steps.iter().zip(&xs).map(|(&k, &st)| k * st as i64).collect() };
-    strided_copy(ctx.b, &y.ty.shape, y.ty.dtype.size(), x.ptr, src, y.ptr, contiguous(&y.ty.shape));
+    let base = starts
+        .iter()
+        .zip(&xs)
+        .map(|(&s, &st)| (s * st) as i64)
+        .sum();
+    let src = View {
+        base,
+        strides: steps
+            .iter()
+            .zip(&xs)
+            .map(|(&k, &st)| k * st as i64)
+            .collect(),
+    };
+    strided_copy(
+        ctx.b,
+        &y.ty.shape,
+        y.ty.dtype.size(),
+        x.ptr,
+        src,
+        y.ptr,
+        contiguous(&y.ty.shape),
+    );
     Ok(())
 }
 
 pub fn expand(ctx: &mut LowerCtx) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.output(0));
-    let src = View { base: 0, strides: kernel::broadcast_strides(&x.ty.shape, &y.ty.shape).iter().map(|&s| s as i64).collect() };
-    strided_copy(ctx.b, &y.ty.shape, y.ty.dtype.size(), x.ptr, src, y.ptr, contiguous(&y.ty.shape));
+    let src = View {
+        base: 0,
+        strides: kernel::broadcast_strides(&x.ty.shape, &y.ty.shape)
+            .iter()
+            .map(|&s| s as i64)
+            .collect(),
+    };
+    strided_copy(
+        ctx.b,
+        &y.ty.shape,
+        y.ty.dtype.size(),
+        x.ptr,
+        src,
+        y.ptr,
+        contiguous(&y.ty.shape),
+    );
     Ok(())
 }
 
@@ -140,8 +206,19 @@ pub fn concat(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     let ys = kernel::strides_of(&y.ty.shape);
     let mut at = 0usize;
     for x in ctx.inputs.clone().into_iter().flatten() {
-        let dst = View { base: (at * ys[axis]) as i64, strides: ys.iter().map(|&s| s as i64).collect() };
-        strided_copy(ctx.b, &x.ty.shape, y.ty.dtype.size(), x.ptr, contiguous(&x.ty.shape), y.ptr, dst);
+        let dst = View {
+            base: (at * ys[axis]) as i64,
+            strides: ys.iter().map(|&s| s as i64).collect(),
+        };
+        strided_copy(
+            ctx.b,
+            &x.ty.shape,
+            y.ty.dtype.size(),
+            x.ptr,
+            contiguous(&x.ty.shape),
+            y.ptr,
+            dst,
+        );
         at += x.ty.shape[axis];
     }
     Ok(())
@@ -203,7 +280,11 @@ fn pad_axis_table(mode: PadMode, size: usize, before: i64, out: usize) -> Vec<i6
                     }
                     let period = 2 * (n - 1);
                     let m = i.rem_euclid(period);
-                    if m < n { m } else { period - m }
+                    if m < n {
+                        m
+                    } else {
+                        period - m
+                    }
                 }
             }
         })
@@ -224,10 +305,10 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
     let xs = kernel::strides_of(&x.ty.shape);
     let mut table_bytes = vec![];
     let mut table_at = vec![];
-    for d in 0..r {
+    for (d, &stride) in xs.iter().enumerate() {
         table_at.push(table_bytes.len() / 8);
         for v in pad_axis_table(p.mode, x.ty.shape[d], p.pads[d], y.ty.shape[d]) {
-            let e = if v < 0 { i64::MIN } else { v * xs[d] as i64 };
+            let e = if v < 0 { i64::MIN } else { v * stride as i64 };
             table_bytes.extend(e.to_le_bytes());
         }
     }
@@ -255,13 +336,27 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
         let src = kernel::elem_addr(b, x.ptr, off, elem);
         let raw = b.ins().load(kernel::mem_type(dtype), flags(), src, 0);
         let fill_v = match elem {
-            8 => b.ins().iconst(types::I64, i64::from_le_bytes(fill[..8].try_into().expect("8 bytes"))),
-            4 => b.ins().iconst(types::I32, i32::from_le_bytes(fill[..4].try_into().expect("4 bytes")) as i64),
-            2 => b.ins().iconst(types::I16, i16::from_le_bytes(fill[..2].try_into().expect("2 bytes")) as i64),
+            8 => b.ins().iconst(
+                types::I64,
+                i64::from_le_bytes(fill[..8].try_into().expect("8 bytes")),
+            ),
+            4 => b.ins().iconst(
+                types::I32,
+                i32::from_le_bytes(fill[..4].try_into().expect("4 bytes")) as i64,
+            ),
+            2 => b.ins().iconst(
+                types::I16,
+                i16::from_le_bytes(fill[..2].try_into().expect("2 bytes")) as i64,
+            ),
             _ => b.ins().iconst(types::I8, fill[0] as i8 as i64),
         };
         let mem_ty = kernel::mem_type(dtype);
-        let fill_v = if mem_ty.is_float() { b.ins().bitcast(mem_ty, cranelift_codegen::ir::MemFlagsData::new(), fill_v) } else { fill_v };
+        let fill_v = if mem_ty.is_float() {
+            b.ins()
+                .bitcast(mem_ty, cranelift_codegen::ir::MemFlagsData::new(), fill_v)
+        } else {
+            fill_v
+        };
         let v = b.ins().select(any_fill, fill_v, raw);
         let o = kernel::linear_offset(b, idx, &ys);
         let d = kernel::elem_addr(b, y.ptr, o, elem);

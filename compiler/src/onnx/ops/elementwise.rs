@@ -10,9 +10,14 @@ pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
     let op = match ctx.node.op_type.as_str() {
         "Identity" => UnaryOp::Identity,
         "Relu" => UnaryOp::Relu,
-        "LeakyRelu" => UnaryOp::LeakyRelu { alpha: a.float("alpha", 0.01)? },
+        "LeakyRelu" => UnaryOp::LeakyRelu {
+            alpha: a.float("alpha", 0.01)?,
+        },
         "Sigmoid" => UnaryOp::Sigmoid,
-        "HardSigmoid" => UnaryOp::HardSigmoid { alpha: a.float("alpha", 0.2)?, beta: a.float("beta", 0.5)? },
+        "HardSigmoid" => UnaryOp::HardSigmoid {
+            alpha: a.float("alpha", 0.2)?,
+            beta: a.float("beta", 0.5)?,
+        },
         "HardSwish" => UnaryOp::HardSwish,
         "Tanh" => UnaryOp::Tanh,
         "Exp" => UnaryOp::Exp,
@@ -26,18 +31,29 @@ pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
             tanh: match a.string("approximate", "none")?.as_str() {
                 "none" => false,
                 "tanh" => true,
-                other => return Err(format!("attribute 'approximate' must be 'none' or 'tanh', not '{other}'").into()),
+                other => {
+                    return Err(format!(
+                        "attribute 'approximate' must be 'none' or 'tanh', not '{other}'"
+                    )
+                    .into())
+                }
             },
         },
         "Softplus" => UnaryOp::Softplus,
         "Softsign" => UnaryOp::Softsign,
-        "Elu" => UnaryOp::Elu { alpha: a.float("alpha", 1.0)? },
+        "Elu" => UnaryOp::Elu {
+            alpha: a.float("alpha", 1.0)?,
+        },
         "Selu" => UnaryOp::Selu {
             alpha: a.float("alpha", 1.673_263_2)?,
             gamma: a.float("gamma", 1.050_701)?,
         },
-        "Celu" => UnaryOp::Celu { alpha: a.float("alpha", 1.0)? },
-        "ThresholdedRelu" => UnaryOp::ThresholdedRelu { alpha: a.float("alpha", 1.0)? },
+        "Celu" => UnaryOp::Celu {
+            alpha: a.float("alpha", 1.0)?,
+        },
+        "ThresholdedRelu" => UnaryOp::ThresholdedRelu {
+            alpha: a.float("alpha", 1.0)?,
+        },
         "Mish" => UnaryOp::Mish,
         "Floor" => UnaryOp::Floor,
         "Ceil" => UnaryOp::Ceil,
@@ -62,7 +78,11 @@ pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
             negative: a.int("detect_negative", 1)? != 0,
         },
         "Clip" => clip_bounds(ctx)?,
-        other => return Err(ImportError::Unsupported(format!("no unary mapping for {other}"))),
+        other => {
+            return Err(ImportError::Unsupported(format!(
+                "no unary mapping for {other}"
+            )))
+        }
     };
     let x = ctx.required(0)?;
     let y = ctx.emit1(Op::Unary(op), vec![Some(x)])?;
@@ -84,7 +104,10 @@ fn clip_bounds(ctx: &NodeCtx) -> ImportResult<UnaryOp> {
             None => default,
         })
     };
-    Ok(UnaryOp::Clip { min: bound(1, f64::NEG_INFINITY)?, max: bound(2, f64::INFINITY)? })
+    Ok(UnaryOp::Clip {
+        min: bound(1, f64::NEG_INFINITY)?,
+        max: bound(2, f64::INFINITY)?,
+    })
 }
 
 pub fn binary_op(op_type: &str, ctx: &NodeCtx) -> ImportResult<BinaryOp> {
@@ -96,7 +119,9 @@ pub fn binary_op(op_type: &str, ctx: &NodeCtx) -> ImportResult<BinaryOp> {
         "Pow" => BinaryOp::Pow,
         "Max" => BinaryOp::Max,
         "Min" => BinaryOp::Min,
-        "Mod" => BinaryOp::Mod { fmod: ctx.attrs.int("fmod", 0)? != 0 },
+        "Mod" => BinaryOp::Mod {
+            fmod: ctx.attrs.int("fmod", 0)? != 0,
+        },
         "PRelu" => BinaryOp::PRelu,
         "Equal" => BinaryOp::Equal,
         "Less" => BinaryOp::Less,
@@ -109,18 +134,28 @@ pub fn binary_op(op_type: &str, ctx: &NodeCtx) -> ImportResult<BinaryOp> {
         "BitShift" => match ctx.attrs.string("direction", "")?.as_str() {
             "LEFT" => BinaryOp::BitShiftLeft,
             "RIGHT" => BinaryOp::BitShiftRight,
-            d => return Err(format!("attribute 'direction' must be LEFT or RIGHT, not '{d}'").into()),
+            d => {
+                return Err(
+                    format!("attribute 'direction' must be LEFT or RIGHT, not '{d}'").into(),
+                )
+            }
         },
         "BitwiseAnd" => BinaryOp::BitwiseAnd,
         "BitwiseOr" => BinaryOp::BitwiseOr,
         "BitwiseXor" => BinaryOp::BitwiseXor,
-        other => return Err(ImportError::Unsupported(format!("no binary mapping for {other}"))),
+        other => {
+            return Err(ImportError::Unsupported(format!(
+                "no binary mapping for {other}"
+            )))
+        }
     })
 }
 
 pub fn binary(ctx: &mut NodeCtx) -> ImportResult {
     if ctx.opset() < 7 && ctx.attrs.has("broadcast") {
-        return Err(ImportError::Unsupported("legacy (opset < 7) broadcast attribute".into()));
+        return Err(ImportError::Unsupported(
+            "legacy (opset < 7) broadcast attribute".into(),
+        ));
     }
     let op = binary_op(&ctx.node.op_type.clone(), ctx)?;
     let (a, b) = (ctx.required(0)?, ctx.required(1)?);
@@ -165,7 +200,11 @@ pub fn scalar_of(dtype: DType, v: f64) -> Tensor {
 }
 
 pub fn where_op(ctx: &mut NodeCtx) -> ImportResult {
-    let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), Some(ctx.required(2)?)];
+    let ins = vec![
+        Some(ctx.required(0)?),
+        Some(ctx.required(1)?),
+        Some(ctx.required(2)?),
+    ];
     let y = ctx.emit1(Op::Where, ins)?;
     ctx.bind_output(0, y);
     Ok(())
@@ -175,8 +214,12 @@ pub fn cast(ctx: &mut NodeCtx) -> ImportResult {
     let to = if ctx.node.op_type == "CastLike" {
         ctx.input_ty(1)?.dtype
     } else {
-        let code = ctx.attrs.int_opt("to")?.ok_or("attribute 'to' is required")?;
-        DType::from_onnx(code as i32).ok_or_else(|| ImportError::Unsupported(format!("cast to data type {code}")))?
+        let code = ctx
+            .attrs
+            .int_opt("to")?
+            .ok_or("attribute 'to' is required")?;
+        DType::from_onnx(code as i32)
+            .ok_or_else(|| ImportError::Unsupported(format!("cast to data type {code}")))?
     };
     let x = ctx.required(0)?;
     let y = ctx.emit1(Op::Cast { to }, vec![Some(x)])?;

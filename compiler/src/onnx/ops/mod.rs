@@ -1,6 +1,10 @@
 //! One importer per ONNX op family, and the registry that maps op types onto them.
 
+mod attention;
+mod composite;
 mod elementwise;
+mod indexing;
+mod loss;
 mod nn;
 mod reduce;
 mod resize;
@@ -13,31 +17,33 @@ pub type Importer = fn(&mut NodeCtx) -> ImportResult;
 /// The importer for an ONNX op type of the default domain, if nnc supports it.
 pub fn importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
-        "Identity" | "Relu" | "LeakyRelu" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "Exp" | "Log" | "Sqrt"
-        | "Reciprocal" | "Neg" | "Abs" | "Erf" | "Gelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu"
-        | "ThresholdedRelu" | "Mish" | "Floor" | "Ceil" | "Round" | "Sign" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos"
-        | "Atan" | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "Not" | "BitwiseNot" | "IsNaN" | "IsInf" | "Clip" => {
+        "Identity" | "Relu" | "LeakyRelu" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh"
+        | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "Erf" | "Gelu" | "Softplus"
+        | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu" | "Mish" | "Floor" | "Ceil"
+        | "Round" | "Sign" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh"
+        | "Asinh" | "Acosh" | "Atanh" | "Not" | "BitwiseNot" | "IsNaN" | "IsInf" | "Clip" => {
             elementwise::unary
         }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" | "Equal" | "Less" | "LessOrEqual" | "Greater"
-        | "GreaterOrEqual" | "And" | "Or" | "Xor" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
-            elementwise::binary
-        }
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" | "Equal" | "Less"
+        | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "BitShift"
+        | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => elementwise::binary,
         "Sum" | "Mean" | "Max" | "Min" => elementwise::variadic,
         "Where" => elementwise::where_op,
         "Cast" | "CastLike" => elementwise::cast,
         "Conv" => nn::conv,
         "ConvTranspose" => nn::conv_transpose,
-        "MaxPool" | "AveragePool" | "LpPool" | "GlobalMaxPool" | "GlobalAveragePool" | "GlobalLpPool" => nn::pool,
+        "MaxPool" | "AveragePool" | "LpPool" | "GlobalMaxPool" | "GlobalAveragePool"
+        | "GlobalLpPool" => nn::pool,
         "Gemm" => nn::gemm,
         "MatMul" => nn::matmul,
         "BatchNormalization" => nn::batch_norm,
         "LayerNormalization" => nn::layer_norm,
         "RMSNormalization" => nn::rms_norm,
         "Softmax" | "LogSoftmax" => nn::softmax,
+        "Attention" => attention::attention,
         "Dropout" => nn::dropout,
-        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
-        | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => reduce::reduce,
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+        | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => reduce::reduce,
         "ArgMax" | "ArgMin" => reduce::arg_reduce,
         "Reshape" => shape::reshape,
         "Flatten" => shape::flatten,
@@ -58,6 +64,21 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "Range" => shape::range,
         "Constant" => shape::constant,
         "Resize" | "Upsample" => resize::resize,
+        "GatherElements" => indexing::gather_elements,
+        "ScatterElements" | "Scatter" => indexing::scatter_elements,
+        "ScatterND" => indexing::scatter_nd,
+        "GatherND" => indexing::gather_nd,
+        "CumSum" => indexing::cumsum,
+        "TopK" => indexing::top_k,
+        "NegativeLogLikelihoodLoss" => loss::nll_loss,
+        "SoftmaxCrossEntropyLoss" => loss::softmax_cross_entropy,
+        "Trilu" => composite::trilu,
+        "Hardmax" => composite::hardmax,
+        "OneHot" => composite::one_hot,
+        "LpNormalization" => composite::lp_normalization,
+        "Swish" => composite::swish,
+        "EyeLike" => composite::eye_like,
+        "CenterCropPad" => composite::center_crop_pad,
         _ => return None,
     };
     Some(f)

@@ -5,7 +5,10 @@ use crate::ir::{DType, Tensor};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::infer::window_output;
-use crate::ops::{BinaryOp, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op, PoolAttrs, PoolKind, ReduceAttrs, ReduceKind, UnaryOp};
+use crate::ops::{
+    BinaryOp, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op, PoolAttrs, PoolKind, ReduceAttrs,
+    ReduceKind, UnaryOp,
+};
 
 use super::elementwise::scalar_of;
 
@@ -18,14 +21,22 @@ struct Window {
     output: Vec<usize>,
 }
 
-fn window(ctx: &NodeCtx, spatial_in: &[usize], kernel: Vec<usize>, ceil_mode: bool) -> ImportResult<Window> {
+fn window(
+    ctx: &NodeCtx,
+    spatial_in: &[usize],
+    kernel: Vec<usize>,
+    ceil_mode: bool,
+) -> ImportResult<Window> {
     let n = spatial_in.len();
     let a = &ctx.attrs;
     let ones = vec![1usize; n];
     let strides = a.usizes_opt("strides")?.unwrap_or_else(|| ones.clone());
     let dilations = a.usizes_opt("dilations")?.unwrap_or_else(|| ones.clone());
     if kernel.len() != n || strides.len() != n || dilations.len() != n {
-        return Err(format!("kernel_shape, strides and dilations need {n} entries, one per spatial axis").into());
+        return Err(format!(
+            "kernel_shape, strides and dilations need {n} entries, one per spatial axis"
+        )
+        .into());
     }
     if strides.contains(&0) || dilations.contains(&0) || kernel.contains(&0) {
         return Err("strides, dilations and kernel sizes must be positive".into());
@@ -41,7 +52,14 @@ fn window(ctx: &NodeCtx, spatial_in: &[usize], kernel: Vec<usize>, ceil_mode: bo
         let eff = dilations[i] * (kernel[i] - 1) + 1;
         match auto_pad.as_str() {
             "NOTSET" => {
-                let mut o = window_output(spatial_in[i], kernel[i], strides[i], pads[i] + pads[n + i], dilations[i], ceil_mode)?;
+                let mut o = window_output(
+                    spatial_in[i],
+                    kernel[i],
+                    strides[i],
+                    pads[i] + pads[n + i],
+                    dilations[i],
+                    ceil_mode,
+                )?;
                 // With ceil_mode the last window must start inside the input or left pad.
                 if ceil_mode && (o - 1) * strides[i] >= spatial_in[i] + pads[i] {
                     o -= 1;
@@ -51,13 +69,24 @@ fn window(ctx: &NodeCtx, spatial_in: &[usize], kernel: Vec<usize>, ceil_mode: bo
             "VALID" => {
                 pads[i] = 0;
                 pads[n + i] = 0;
-                output.push(window_output(spatial_in[i], kernel[i], strides[i], 0, dilations[i], ceil_mode)?);
+                output.push(window_output(
+                    spatial_in[i],
+                    kernel[i],
+                    strides[i],
+                    0,
+                    dilations[i],
+                    ceil_mode,
+                )?);
             }
             "SAME_UPPER" | "SAME_LOWER" => {
                 let o = spatial_in[i].div_ceil(strides[i]);
                 let total = ((o - 1) * strides[i] + eff).saturating_sub(spatial_in[i]);
                 let small = total / 2;
-                let (b, e) = if auto_pad == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                let (b, e) = if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
                 pads[i] = b;
                 pads[n + i] = e;
                 output.push(o);
@@ -65,23 +94,49 @@ fn window(ctx: &NodeCtx, spatial_in: &[usize], kernel: Vec<usize>, ceil_mode: bo
             other => return Err(format!("unknown auto_pad '{other}'").into()),
         }
     }
-    Ok(Window { kernel, strides, pads, dilations, output })
+    Ok(Window {
+        kernel,
+        strides,
+        pads,
+        dilations,
+        output,
+    })
 }
 
 pub fn conv(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let w = ctx.input_ty(1)?;
     if x.rank() < 3 || w.rank() != x.rank() {
-        return Err(format!("input {} and weight {} must both be N-d images of the same rank", x, w).into());
+        return Err(format!(
+            "input {} and weight {} must both be N-d images of the same rank",
+            x, w
+        )
+        .into());
     }
-    let kernel = ctx.attrs.usizes_opt("kernel_shape")?.unwrap_or_else(|| w.shape[2..].to_vec());
+    let kernel = ctx
+        .attrs
+        .usizes_opt("kernel_shape")?
+        .unwrap_or_else(|| w.shape[2..].to_vec());
     if kernel != w.shape[2..] {
-        return Err(format!("kernel_shape {:?} does not match the weight {:?}", kernel, w.shape).into());
+        return Err(format!(
+            "kernel_shape {:?} does not match the weight {:?}",
+            kernel, w.shape
+        )
+        .into());
     }
     let win = window(ctx, &x.shape[2..], kernel, false)?;
     let group = ctx.attrs.int("group", 1)?;
-    let group = usize::try_from(group).ok().filter(|g| *g > 0).ok_or("group must be positive")?;
-    let op = Op::Conv(ConvAttrs { kernel: win.kernel, strides: win.strides, pads: win.pads, dilations: win.dilations, group });
+    let group = usize::try_from(group)
+        .ok()
+        .filter(|g| *g > 0)
+        .ok_or("group must be positive")?;
+    let op = Op::Conv(ConvAttrs {
+        kernel: win.kernel,
+        strides: win.strides,
+        pads: win.pads,
+        dilations: win.dilations,
+        group,
+    });
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
     let y = ctx.emit1(op, ins)?;
     ctx.bind_output(0, y);
@@ -96,11 +151,18 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
     }
     let n = x.rank() - 2;
     let a = &ctx.attrs;
-    let kernel = a.usizes_opt("kernel_shape")?.unwrap_or_else(|| w.shape[2..].to_vec());
+    let kernel = a
+        .usizes_opt("kernel_shape")?
+        .unwrap_or_else(|| w.shape[2..].to_vec());
     let strides = a.usizes_opt("strides")?.unwrap_or_else(|| vec![1; n]);
     let dilations = a.usizes_opt("dilations")?.unwrap_or_else(|| vec![1; n]);
-    let out_pad = a.usizes_opt("output_padding")?.unwrap_or_else(|| vec![0; n]);
-    let group = usize::try_from(a.int("group", 1)?).ok().filter(|g| *g > 0).ok_or("group must be positive")?;
+    let out_pad = a
+        .usizes_opt("output_padding")?
+        .unwrap_or_else(|| vec![0; n]);
+    let group = usize::try_from(a.int("group", 1)?)
+        .ok()
+        .filter(|g| *g > 0)
+        .ok_or("group must be positive")?;
     if kernel.len() != n || strides.len() != n || dilations.len() != n || out_pad.len() != n {
         return Err(format!("spatial attributes need {n} entries").into());
     }
@@ -109,32 +171,53 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
     if pads.len() != 2 * n {
         return Err(format!("pads needs {} entries", 2 * n).into());
     }
-    let full = |i: usize| strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1;
+    let full = |i: usize| {
+        strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1
+    };
     let output_shape = a.usizes_opt("output_shape")?;
     let mut output_spatial = Vec::with_capacity(n);
     for i in 0..n {
         let target = match (&output_shape, auto_pad.as_str()) {
-            (Some(s), _) => Some(*s.get(s.len().wrapping_sub(n) + i).ok_or("output_shape has too few entries")?),
+            (Some(s), _) => Some(
+                *s.get(s.len().wrapping_sub(n) + i)
+                    .ok_or("output_shape has too few entries")?,
+            ),
             (None, "SAME_UPPER" | "SAME_LOWER") => Some(x.shape[2 + i] * strides[i]),
             _ => None,
         };
         match target {
             Some(t) => {
-                let total = full(i).checked_sub(t).ok_or("output_shape is larger than the full transposed convolution")?;
+                let total = full(i)
+                    .checked_sub(t)
+                    .ok_or("output_shape is larger than the full transposed convolution")?;
                 let small = total / 2;
                 // onnxruntime: SAME_UPPER puts the extra pad at the start for ConvTranspose.
-                let (b, e) = if auto_pad == "SAME_UPPER" { (total - small, small) } else { (small, total - small) };
+                let (b, e) = if auto_pad == "SAME_UPPER" {
+                    (total - small, small)
+                } else {
+                    (small, total - small)
+                };
                 pads[i] = b;
                 pads[n + i] = e;
                 output_spatial.push(t);
             }
             None => {
-                let o = full(i).checked_sub(pads[i] + pads[n + i]).filter(|o| *o > 0).ok_or("pads remove the whole output")?;
+                let o = full(i)
+                    .checked_sub(pads[i] + pads[n + i])
+                    .filter(|o| *o > 0)
+                    .ok_or("pads remove the whole output")?;
                 output_spatial.push(o);
             }
         }
     }
-    let op = Op::ConvTranspose(ConvTransposeAttrs { kernel, strides, pads, dilations, group, output_spatial });
+    let op = Op::ConvTranspose(ConvTransposeAttrs {
+        kernel,
+        strides,
+        pads,
+        dilations,
+        group,
+        output_spatial,
+    });
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
     let y = ctx.emit1(op, ins)?;
     ctx.bind_output(0, y);
@@ -150,8 +233,12 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
     let global = op_type.starts_with("Global");
     let kind = match op_type.trim_start_matches("Global") {
         "MaxPool" => PoolKind::Max,
-        "AveragePool" => PoolKind::Average { count_include_pad: ctx.attrs.int("count_include_pad", 0)? != 0 },
-        "LpPool" => PoolKind::Lp { p: ctx.attrs.int("p", 2)? as f32 },
+        "AveragePool" => PoolKind::Average {
+            count_include_pad: ctx.attrs.int("count_include_pad", 0)? != 0,
+        },
+        "LpPool" => PoolKind::Lp {
+            p: ctx.attrs.int("p", 2)? as f32,
+        },
         other => return Err(ImportError::Unsupported(format!("pool kind {other}"))),
     };
     if op_type == "MaxPool" && ctx.node.output.get(1).is_some_and(|o| !o.is_empty()) {
@@ -160,11 +247,28 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
     let spatial = &x.shape[2..];
     let attrs = if global {
         let n = spatial.len();
-        PoolAttrs { kind, kernel: spatial.to_vec(), strides: vec![1; n], pads: vec![0; 2 * n], dilations: vec![1; n], output_spatial: vec![1; n] }
+        PoolAttrs {
+            kind,
+            kernel: spatial.to_vec(),
+            strides: vec![1; n],
+            pads: vec![0; 2 * n],
+            dilations: vec![1; n],
+            output_spatial: vec![1; n],
+        }
     } else {
-        let kernel = ctx.attrs.usizes_opt("kernel_shape")?.ok_or("attribute 'kernel_shape' is required")?;
+        let kernel = ctx
+            .attrs
+            .usizes_opt("kernel_shape")?
+            .ok_or("attribute 'kernel_shape' is required")?;
         let win = window(ctx, spatial, kernel, ctx.attrs.int("ceil_mode", 0)? != 0)?;
-        PoolAttrs { kind, kernel: win.kernel, strides: win.strides, pads: win.pads, dilations: win.dilations, output_spatial: win.output }
+        PoolAttrs {
+            kind,
+            kernel: win.kernel,
+            strides: win.strides,
+            pads: win.pads,
+            dilations: win.dilations,
+            output_spatial: win.output,
+        }
     };
     let xv = ctx.required(0)?;
     let y = ctx.emit1(Op::Pool(attrs), vec![Some(xv)])?;
@@ -194,7 +298,11 @@ pub fn matmul(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 /// Reshapes a per-channel vector `[C]` to `[C, 1, ...]` so it broadcasts over NC[D]HW.
-fn per_channel(ctx: &mut NodeCtx, v: crate::ir::ValueId, rank: usize) -> ImportResult<crate::ir::ValueId> {
+fn per_channel(
+    ctx: &mut NodeCtx,
+    v: crate::ir::ValueId,
+    rank: usize,
+) -> ImportResult<crate::ir::ValueId> {
     let c = ctx.ty(v).numel();
     let mut shape = vec![c];
     shape.resize(rank.saturating_sub(1).max(1), 1);
@@ -204,8 +312,12 @@ fn per_channel(ctx: &mut NodeCtx, v: crate::ir::ValueId, rank: usize) -> ImportR
 /// Inference BatchNormalization as `x * s + t`, `s = scale / sqrt(var + eps)`,
 /// `t = bias - mean * s`; with constant statistics s and t fold at import.
 pub fn batch_norm(ctx: &mut NodeCtx) -> ImportResult {
-    if ctx.attrs.int("training_mode", 0)? != 0 || ctx.node.output.iter().skip(1).any(|o| !o.is_empty()) {
-        return Err(ImportError::Unsupported("training-mode BatchNormalization".into()));
+    if ctx.attrs.int("training_mode", 0)? != 0
+        || ctx.node.output.iter().skip(1).any(|o| !o.is_empty())
+    {
+        return Err(ImportError::Unsupported(
+            "training-mode BatchNormalization".into(),
+        ));
     }
     let eps = ctx.attrs.float("epsilon", 1e-5)?;
     let x = ctx.input_ty(0)?;
@@ -218,13 +330,22 @@ pub fn batch_norm(ctx: &mut NodeCtx) -> ImportResult {
     let s = ctx.emit1(Op::Binary(BinaryOp::Div), vec![Some(scale), Some(sd)])?;
     let ms = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(mean), Some(s)])?;
     let t = ctx.emit1(Op::Binary(BinaryOp::Sub), vec![Some(bias), Some(ms)])?;
-    let (s, t) = (per_channel(ctx, s, x.rank())?, per_channel(ctx, t, x.rank())?);
+    let (s, t) = (
+        per_channel(ctx, s, x.rank())?,
+        per_channel(ctx, t, x.rank())?,
+    );
     let (s, t) = if dtype != x.dtype {
-        (ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(s)])?, ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(t)])?)
+        (
+            ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(s)])?,
+            ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(t)])?,
+        )
     } else {
         (s, t)
     };
-    let xs = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(ctx.required(0)?), Some(s)])?;
+    let xs = ctx.emit1(
+        Op::Binary(BinaryOp::Mul),
+        vec![Some(ctx.required(0)?), Some(s)],
+    )?;
     let y = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(xs), Some(t)])?;
     ctx.bind_output(0, y);
     Ok(())
@@ -255,7 +376,12 @@ pub fn rms_norm(ctx: &mut NodeCtx) -> ImportResult {
 /// Layer/RMS normalization from elementwise ops and reductions, computed in the
 /// `stash_type` precision (float32 by default) as the ONNX function bodies do. Also
 /// yields LayerNormalization's optional Mean and InvStdDev outputs.
-fn normalize_decomposed(ctx: &mut NodeCtx, axis: usize, epsilon: f32, center: bool) -> ImportResult {
+fn normalize_decomposed(
+    ctx: &mut NodeCtx,
+    axis: usize,
+    epsilon: f32,
+    center: bool,
+) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let stash = DType::from_onnx(ctx.attrs.int("stash_type", 1)? as i32).ok_or("bad stash_type")?;
     let axes: Vec<usize> = (axis..x.rank()).collect();
@@ -263,10 +389,22 @@ fn normalize_decomposed(ctx: &mut NodeCtx, axis: usize, epsilon: f32, center: bo
     if x.dtype != stash {
         v = ctx.emit1(Op::Cast { to: stash }, vec![Some(v)])?;
     }
-    let mean_of = |ctx: &mut NodeCtx, t| ctx.emit1(Op::Reduce(ReduceAttrs { kind: ReduceKind::Mean, axes: axes.clone(), keepdims: true }), vec![Some(t)]);
+    let mean_of = |ctx: &mut NodeCtx, t| {
+        ctx.emit1(
+            Op::Reduce(ReduceAttrs {
+                kind: ReduceKind::Mean,
+                axes: axes.clone(),
+                keepdims: true,
+            }),
+            vec![Some(t)],
+        )
+    };
     let (d, mean) = if center {
         let mean = mean_of(ctx, v)?;
-        (ctx.emit1(Op::Binary(BinaryOp::Sub), vec![Some(v), Some(mean)])?, Some(mean))
+        (
+            ctx.emit1(Op::Binary(BinaryOp::Sub), vec![Some(v), Some(mean)])?,
+            Some(mean),
+        )
     } else {
         (v, None)
     };
@@ -280,7 +418,10 @@ fn normalize_decomposed(ctx: &mut NodeCtx, axis: usize, epsilon: f32, center: bo
     if x.dtype != stash {
         y = ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(y)])?;
     }
-    y = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(y), Some(ctx.required(1)?)])?;
+    y = ctx.emit1(
+        Op::Binary(BinaryOp::Mul),
+        vec![Some(y), Some(ctx.required(1)?)],
+    )?;
     if let Some(bias) = ctx.input(2) {
         y = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(y), Some(bias)])?;
     }
@@ -307,9 +448,19 @@ pub fn softmax(ctx: &mut NodeCtx) -> ImportResult {
     let axis = normalize_axis(ctx.attrs.int("axis", 1)?, x.rank())?;
     let rows: usize = x.shape[..axis].iter().product();
     let cols: usize = x.shape[axis..].iter().product();
-    let flat = ctx.emit1(Op::Reshape { shape: vec![rows, cols] }, vec![Some(xv)])?;
+    let flat = ctx.emit1(
+        Op::Reshape {
+            shape: vec![rows, cols],
+        },
+        vec![Some(xv)],
+    )?;
     let sm = ctx.emit1(Op::Softmax { axis: 1, log }, vec![Some(flat)])?;
-    let y = ctx.emit1(Op::Reshape { shape: x.shape.clone() }, vec![Some(sm)])?;
+    let y = ctx.emit1(
+        Op::Reshape {
+            shape: x.shape.clone(),
+        },
+        vec![Some(sm)],
+    )?;
     ctx.bind_output(0, y);
     Ok(())
 }

@@ -20,7 +20,11 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
         other => unreachable!("registered for reductions only, got {other}"),
     };
     // ReduceSum took axes as an input from opset 13, the others from opset 18.
-    let axes_from_input = if kind == ReduceKind::Sum { ctx.opset() >= 13 } else { ctx.opset() >= 18 };
+    let axes_from_input = if kind == ReduceKind::Sum {
+        ctx.opset() >= 13
+    } else {
+        ctx.opset() >= 18
+    };
     let axes = if axes_from_input {
         ctx.const_input(1, "axes")?.map(|t| t.to_i64_vec())
     } else {
@@ -30,7 +34,10 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
     let noop = ctx.attrs.int("noop_with_empty_axes", 0)? != 0;
     let xv = ctx.required(0)?;
     let mut axes: Vec<usize> = match axes {
-        Some(a) if !a.is_empty() => a.iter().map(|&a| normalize_axis(a, x.rank())).collect::<Result<_, _>>()?,
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .map(|&a| normalize_axis(a, x.rank()))
+            .collect::<Result<_, _>>()?,
         _ if noop => {
             let y = ctx.emit1(Op::Unary(UnaryOp::Identity), vec![Some(xv)])?;
             ctx.bind_output(0, y);
@@ -40,7 +47,14 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
     };
     axes.sort_unstable();
     axes.dedup();
-    let y = ctx.emit1(Op::Reduce(ReduceAttrs { kind, axes, keepdims }), vec![Some(xv)])?;
+    let y = ctx.emit1(
+        Op::Reduce(ReduceAttrs {
+            kind,
+            axes,
+            keepdims,
+        }),
+        vec![Some(xv)],
+    )?;
     ctx.bind_output(0, y);
     Ok(())
 }

@@ -16,8 +16,15 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         m => return Err(format!("unknown mode '{m}'").into()),
     };
     // Upsample and opset-10 Resize have no coordinate mode; they behave as asymmetric.
-    let default_ct = if upsample || ctx.opset() < 11 { "asymmetric" } else { "half_pixel" };
-    let coordinate_transform = match a.string("coordinate_transformation_mode", default_ct)?.as_str() {
+    let default_ct = if upsample || ctx.opset() < 11 {
+        "asymmetric"
+    } else {
+        "half_pixel"
+    };
+    let coordinate_transform = match a
+        .string("coordinate_transformation_mode", default_ct)?
+        .as_str()
+    {
         "half_pixel" => CoordinateTransform::HalfPixel,
         "half_pixel_symmetric" => CoordinateTransform::HalfPixelSymmetric,
         "pytorch_half_pixel" => CoordinateTransform::PytorchHalfPixel,
@@ -26,7 +33,11 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         "tf_crop_and_resize" => CoordinateTransform::TfCropAndResize,
         m => return Err(format!("unknown coordinate_transformation_mode '{m}'").into()),
     };
-    let default_nearest = if upsample || ctx.opset() < 11 { "floor" } else { "round_prefer_floor" };
+    let default_nearest = if upsample || ctx.opset() < 11 {
+        "floor"
+    } else {
+        "round_prefer_floor"
+    };
     let nearest_mode = match a.string("nearest_mode", default_nearest)?.as_str() {
         "round_prefer_floor" => NearestMode::RoundPreferFloor,
         "round_prefer_ceil" => NearestMode::RoundPreferCeil,
@@ -38,20 +49,34 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         return Err(ImportError::Unsupported("antialiased Resize".into()));
     }
     let axes: Vec<usize> = match a.ints_opt("axes")? {
-        Some(v) => v.iter().map(|&ax| normalize_axis(ax, r)).collect::<Result<_, _>>()?,
+        Some(v) => v
+            .iter()
+            .map(|&ax| normalize_axis(ax, r))
+            .collect::<Result<_, _>>()?,
         None => (0..r).collect(),
     };
     let policy = a.string("keep_aspect_ratio_policy", "stretch")?;
 
     let (roi_in, scales_in, sizes_in) = if upsample {
-        let s = if ctx.opset() < 9 { a.floats_opt("scales")? } else { ctx.const_input(1, "scales")?.map(|t| t.to_f64_vec().iter().map(|&v| v as f32).collect()) };
+        let s = if ctx.opset() < 9 {
+            a.floats_opt("scales")?
+        } else {
+            ctx.const_input(1, "scales")?
+                .map(|t| t.to_f64_vec().iter().map(|&v| v as f32).collect())
+        };
         (None, s, None)
     } else if ctx.opset() < 11 {
         (None, ctx.const_input(1, "scales")?.map(|t| f32s(&t)), None)
     } else {
         let roi = ctx.const_input(1, "roi")?.map(|t| f32s(&t));
-        let scales = ctx.const_input(2, "scales")?.map(|t| f32s(&t)).filter(|s| !s.is_empty());
-        let sizes = ctx.const_input(3, "sizes")?.map(|t| t.to_i64_vec()).filter(|s| !s.is_empty());
+        let scales = ctx
+            .const_input(2, "scales")?
+            .map(|t| f32s(&t))
+            .filter(|s| !s.is_empty());
+        let sizes = ctx
+            .const_input(3, "sizes")?
+            .map(|t| t.to_i64_vec())
+            .filter(|s| !s.is_empty());
         (roi, scales, sizes)
     };
     let mut scales = vec![1f32; r];
@@ -59,7 +84,9 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
     match (scales_in, sizes_in) {
         (Some(s), None) => {
             if s.len() != axes.len() {
-                return Err(format!("scales has {} entries, {} expected", s.len(), axes.len()).into());
+                return Err(
+                    format!("scales has {} entries, {} expected", s.len(), axes.len()).into(),
+                );
             }
             for (k, &ax) in axes.iter().enumerate() {
                 if s[k] <= 0.0 {
@@ -71,13 +98,25 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         }
         (None, Some(sz)) => {
             if sz.len() != axes.len() {
-                return Err(format!("sizes has {} entries, {} expected", sz.len(), axes.len()).into());
+                return Err(
+                    format!("sizes has {} entries, {} expected", sz.len(), axes.len()).into(),
+                );
             }
             let ratio = |k: usize, ax: usize| sz[k] as f32 / x.shape[ax] as f32;
             let pick = match policy.as_str() {
                 "stretch" => None,
-                "not_larger" => Some(axes.iter().enumerate().map(|(k, &ax)| ratio(k, ax)).fold(f32::INFINITY, f32::min)),
-                "not_smaller" => Some(axes.iter().enumerate().map(|(k, &ax)| ratio(k, ax)).fold(0.0, f32::max)),
+                "not_larger" => Some(
+                    axes.iter()
+                        .enumerate()
+                        .map(|(k, &ax)| ratio(k, ax))
+                        .fold(f32::INFINITY, f32::min),
+                ),
+                "not_smaller" => Some(
+                    axes.iter()
+                        .enumerate()
+                        .map(|(k, &ax)| ratio(k, ax))
+                        .fold(0.0, f32::max),
+                ),
                 p => return Err(format!("unknown keep_aspect_ratio_policy '{p}'").into()),
             };
             for (k, &ax) in axes.iter().enumerate() {
@@ -96,7 +135,10 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         (Some(_), Some(_)) => return Err("only one of scales and sizes may be given".into()),
         (None, None) => return Err("one of scales and sizes is required".into()),
     }
-    let mut roi = vec![0f32; r].into_iter().chain(vec![1f32; r]).collect::<Vec<_>>();
+    let mut roi = vec![0f32; r]
+        .into_iter()
+        .chain(vec![1f32; r])
+        .collect::<Vec<_>>();
     if let Some(given) = roi_in.filter(|v| !v.is_empty()) {
         if given.len() != 2 * axes.len() {
             return Err("roi must have two entries per axis".into());

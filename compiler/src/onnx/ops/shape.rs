@@ -13,7 +13,11 @@ fn emit_reshape(ctx: &mut NodeCtx, x: ValueId, shape: Vec<usize>) -> ImportResul
 }
 
 /// Axes from the attribute (old opsets) or a constant input (newer ones).
-fn axes_list(ctx: &NodeCtx, input: usize, attr_before_opset: i64) -> ImportResult<Option<Vec<i64>>> {
+fn axes_list(
+    ctx: &NodeCtx,
+    input: usize,
+    attr_before_opset: i64,
+) -> ImportResult<Option<Vec<i64>>> {
     if ctx.opset() < attr_before_opset {
         Ok(ctx.attrs.ints_opt("axes")?)
     } else {
@@ -24,9 +28,13 @@ fn axes_list(ctx: &NodeCtx, input: usize, attr_before_opset: i64) -> ImportResul
 pub fn reshape(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let target = if ctx.opset() < 5 {
-        ctx.attrs.ints_opt("shape")?.ok_or("attribute 'shape' is required")?
+        ctx.attrs
+            .ints_opt("shape")?
+            .ok_or("attribute 'shape' is required")?
     } else {
-        ctx.const_input(1, "shape")?.ok_or("input 'shape' is required")?.to_i64_vec()
+        ctx.const_input(1, "shape")?
+            .ok_or("input 'shape' is required")?
+            .to_i64_vec()
     };
     let allow_zero = ctx.attrs.int("allowzero", 0)? != 0;
     let mut shape = Vec::with_capacity(target.len());
@@ -37,7 +45,11 @@ pub fn reshape(ctx: &mut NodeCtx) -> ImportResult {
                 infer_at = Some(i);
                 shape.push(1);
             }
-            0 if !allow_zero => shape.push(*x.shape.get(i).ok_or("shape copies a dimension the input lacks")?),
+            0 if !allow_zero => shape.push(
+                *x.shape
+                    .get(i)
+                    .ok_or("shape copies a dimension the input lacks")?,
+            ),
             d if d >= 0 => shape.push(d as usize),
             d => return Err(format!("invalid target dimension {d} in {target:?}").into()),
         }
@@ -57,8 +69,15 @@ pub fn reshape(ctx: &mut NodeCtx) -> ImportResult {
 pub fn flatten(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let axis = ctx.attrs.int("axis", 1)?;
-    let axis = if axis == x.rank() as i64 { x.rank() } else { normalize_axis(axis, x.rank())? };
-    let shape = vec![x.shape[..axis].iter().product(), x.shape[axis..].iter().product()];
+    let axis = if axis == x.rank() as i64 {
+        x.rank()
+    } else {
+        normalize_axis(axis, x.rank())?
+    };
+    let shape = vec![
+        x.shape[..axis].iter().product(),
+        x.shape[axis..].iter().product(),
+    ];
     let y = emit_reshape(ctx, ctx.required(0)?, shape)?;
     ctx.bind_output(0, y);
     Ok(())
@@ -67,13 +86,19 @@ pub fn flatten(ctx: &mut NodeCtx) -> ImportResult {
 pub fn squeeze(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let axes = match axes_list(ctx, 1, 13)? {
-        Some(a) => a.iter().map(|&a| normalize_axis(a, x.rank())).collect::<Result<Vec<_>, _>>()?,
+        Some(a) => a
+            .iter()
+            .map(|&a| normalize_axis(a, x.rank()))
+            .collect::<Result<Vec<_>, _>>()?,
         None => (0..x.rank()).filter(|&i| x.shape[i] == 1).collect(),
     };
     if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
         return Err(format!("cannot squeeze axis {a} of size {}", x.shape[a]).into());
     }
-    let shape = (0..x.rank()).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect();
+    let shape = (0..x.rank())
+        .filter(|i| !axes.contains(i))
+        .map(|i| x.shape[i])
+        .collect();
     let y = emit_reshape(ctx, ctx.required(0)?, shape)?;
     ctx.bind_output(0, y);
     Ok(())
@@ -83,13 +108,24 @@ pub fn unsqueeze(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let axes = axes_list(ctx, 1, 13)?.ok_or("axes are required")?;
     let out_rank = x.rank() + axes.len();
-    let mut axes = axes.iter().map(|&a| normalize_axis(a, out_rank)).collect::<Result<Vec<_>, _>>()?;
+    let mut axes = axes
+        .iter()
+        .map(|&a| normalize_axis(a, out_rank))
+        .collect::<Result<Vec<_>, _>>()?;
     axes.sort_unstable();
     if axes.windows(2).any(|w| w[0] == w[1]) {
         return Err("axes contain duplicates".into());
     }
     let mut dims = x.shape.iter();
-    let shape = (0..out_rank).map(|i| if axes.contains(&i) { 1 } else { *dims.next().unwrap_or(&1) }).collect();
+    let shape = (0..out_rank)
+        .map(|i| {
+            if axes.contains(&i) {
+                1
+            } else {
+                *dims.next().unwrap_or(&1)
+            }
+        })
+        .collect();
     let y = emit_reshape(ctx, ctx.required(0)?, shape)?;
     ctx.bind_output(0, y);
     Ok(())
@@ -98,13 +134,20 @@ pub fn unsqueeze(ctx: &mut NodeCtx) -> ImportResult {
 pub fn transpose(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let perm = match ctx.attrs.ints_opt("perm")? {
-        Some(p) => p.iter().map(|&a| normalize_axis(a, x.rank())).collect::<Result<Vec<_>, _>>()?,
+        Some(p) => p
+            .iter()
+            .map(|&a| normalize_axis(a, x.rank()))
+            .collect::<Result<Vec<_>, _>>()?,
         None => (0..x.rank()).rev().collect(),
     };
     let mut seen = perm.clone();
     seen.sort_unstable();
     if seen != (0..x.rank()).collect::<Vec<_>>() {
-        return Err(format!("perm {perm:?} is not a permutation of the {} axes", x.rank()).into());
+        return Err(format!(
+            "perm {perm:?} is not a permutation of the {} axes",
+            x.rank()
+        )
+        .into());
     }
     let y = ctx.emit1(Op::Transpose { perm }, vec![Some(ctx.required(0)?)])?;
     ctx.bind_output(0, y);
@@ -113,7 +156,12 @@ pub fn transpose(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn concat(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
-    let axis = normalize_axis(ctx.attrs.int_opt("axis")?.ok_or("attribute 'axis' is required")?, x.rank())?;
+    let axis = normalize_axis(
+        ctx.attrs
+            .int_opt("axis")?
+            .ok_or("attribute 'axis' is required")?,
+        x.rank(),
+    )?;
     let ins: Vec<_> = ctx.inputs.iter().flatten().map(|v| Some(*v)).collect();
     let y = ctx.emit1(Op::Concat { axis }, ins)?;
     ctx.bind_output(0, y);
@@ -126,17 +174,28 @@ fn axis_slice(shape: &[usize], axis: usize, start: usize, len: usize) -> Op {
     starts[axis] = start;
     let mut out = shape.to_vec();
     out[axis] = len;
-    Op::Slice { starts, steps: vec![1; shape.len()], shape: out }
+    Op::Slice {
+        starts,
+        steps: vec![1; shape.len()],
+        shape: out,
+    }
 }
 
 pub fn split(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?;
     let n_out = ctx.node.output.len();
-    let explicit = if ctx.opset() < 13 { ctx.attrs.ints_opt("split")? } else { ctx.const_input(1, "split")?.map(|t| t.to_i64_vec()) };
+    let explicit = if ctx.opset() < 13 {
+        ctx.attrs.ints_opt("split")?
+    } else {
+        ctx.const_input(1, "split")?.map(|t| t.to_i64_vec())
+    };
     let dim = x.shape[axis];
     let sizes: Vec<usize> = match explicit {
-        Some(s) => s.iter().map(|&v| usize::try_from(v).map_err(|_| format!("negative split size {v}"))).collect::<Result<_, _>>()?,
+        Some(s) => s
+            .iter()
+            .map(|&v| usize::try_from(v).map_err(|_| format!("negative split size {v}")))
+            .collect::<Result<_, _>>()?,
         None => {
             let n = ctx.attrs.int("num_outputs", n_out as i64)? as usize;
             if n == 0 {
@@ -144,11 +203,16 @@ pub fn split(ctx: &mut NodeCtx) -> ImportResult {
             }
             // opset 18: the last chunk is smaller when the axis does not divide evenly.
             let chunk = dim.div_ceil(n);
-            (0..n).map(|i| chunk.min(dim.saturating_sub(i * chunk))).collect()
+            (0..n)
+                .map(|i| chunk.min(dim.saturating_sub(i * chunk)))
+                .collect()
         }
     };
     if sizes.iter().sum::<usize>() != dim || sizes.len() != n_out {
-        return Err(format!("split sizes {sizes:?} do not cover axis {axis} of size {dim} with {n_out} outputs").into());
+        return Err(format!(
+            "split sizes {sizes:?} do not cover axis {axis} of size {dim} with {n_out} outputs"
+        )
+        .into());
     }
     let xv = ctx.required(0)?;
     let mut start = 0;
@@ -164,10 +228,22 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let (starts, ends, axes, steps) = if ctx.opset() < 10 {
         let a = &ctx.attrs;
-        (a.ints_opt("starts")?.ok_or("starts required")?, a.ints_opt("ends")?.ok_or("ends required")?, a.ints_opt("axes")?, None)
+        (
+            a.ints_opt("starts")?.ok_or("starts required")?,
+            a.ints_opt("ends")?.ok_or("ends required")?,
+            a.ints_opt("axes")?,
+            None,
+        )
     } else {
-        let get = |i, what| -> ImportResult<Option<Vec<i64>>> { Ok(ctx.const_input(i, what)?.map(|t| t.to_i64_vec())) };
-        (get(1, "starts")?.ok_or("starts required")?, get(2, "ends")?.ok_or("ends required")?, get(3, "axes")?, get(4, "steps")?)
+        let get = |i, what| -> ImportResult<Option<Vec<i64>>> {
+            Ok(ctx.const_input(i, what)?.map(|t| t.to_i64_vec()))
+        };
+        (
+            get(1, "starts")?.ok_or("starts required")?,
+            get(2, "ends")?.ok_or("ends required")?,
+            get(3, "axes")?,
+            get(4, "steps")?,
+        )
     };
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
@@ -188,16 +264,31 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
         // numpy clamping: positive steps clamp to [0, dim], negative to [-1, dim-1].
         let clamp = |v: i64| {
             let v = if v < 0 { v + dim } else { v };
-            if step > 0 { v.clamp(0, dim) } else { v.clamp(-1, dim - 1) }
+            if step > 0 {
+                v.clamp(0, dim)
+            } else {
+                v.clamp(-1, dim - 1)
+            }
         };
         let (s, e) = (clamp(starts[i]), clamp(ends[i]));
-        let (span, stride) = if step > 0 { ((e - s).max(0), step) } else { ((s - e).max(0), -step) };
+        let (span, stride) = if step > 0 {
+            ((e - s).max(0), step)
+        } else {
+            ((s - e).max(0), -step)
+        };
         let len = (span + stride - 1) / stride;
         out_starts[axis] = if len > 0 { s as usize } else { 0 };
         out_steps[axis] = step;
         shape[axis] = len as usize;
     }
-    let y = ctx.emit1(Op::Slice { starts: out_starts, steps: out_steps, shape }, vec![Some(ctx.required(0)?)])?;
+    let y = ctx.emit1(
+        Op::Slice {
+            starts: out_starts,
+            steps: out_steps,
+            shape,
+        },
+        vec![Some(ctx.required(0)?)],
+    )?;
     ctx.bind_output(0, y);
     Ok(())
 }
@@ -213,8 +304,14 @@ pub fn gather(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn expand(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
-    let target = ctx.const_input(1, "shape")?.ok_or("input 'shape' is required")?.to_i64_vec();
-    let target: Vec<usize> = target.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}"))).collect::<Result<_, _>>()?;
+    let target = ctx
+        .const_input(1, "shape")?
+        .ok_or("input 'shape' is required")?
+        .to_i64_vec();
+    let target: Vec<usize> = target
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+        .collect::<Result<_, _>>()?;
     let shape = broadcast_shapes(&[&x.shape, &target])?;
     let y = ctx.emit1(Op::Expand { shape }, vec![Some(ctx.required(0)?)])?;
     ctx.bind_output(0, y);
@@ -224,13 +321,26 @@ pub fn expand(ctx: &mut NodeCtx) -> ImportResult {
 /// Tile as reshape → expand → reshape: `[d0, d1]` → `[1, d0, 1, d1]` → `[r0, d0, r1, d1]`.
 pub fn tile(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
-    let reps = ctx.const_input(1, "repeats")?.ok_or("input 'repeats' is required")?.to_i64_vec();
+    let reps = ctx
+        .const_input(1, "repeats")?
+        .ok_or("input 'repeats' is required")?
+        .to_i64_vec();
     if reps.len() != x.rank() || reps.iter().any(|&r| r < 0) {
         return Err(format!("repeats {reps:?} must have one non-negative entry per axis").into());
     }
     let spread: Vec<usize> = x.shape.iter().flat_map(|&d| [1, d]).collect();
-    let expanded: Vec<usize> = x.shape.iter().zip(&reps).flat_map(|(&d, &r)| [r as usize, d]).collect();
-    let out: Vec<usize> = x.shape.iter().zip(&reps).map(|(&d, &r)| r as usize * d).collect();
+    let expanded: Vec<usize> = x
+        .shape
+        .iter()
+        .zip(&reps)
+        .flat_map(|(&d, &r)| [r as usize, d])
+        .collect();
+    let out: Vec<usize> = x
+        .shape
+        .iter()
+        .zip(&reps)
+        .map(|(&d, &r)| r as usize * d)
+        .collect();
     let v = emit_reshape(ctx, ctx.required(0)?, spread)?;
     let v = ctx.emit1(Op::Expand { shape: expanded }, vec![Some(v)])?;
     let y = emit_reshape(ctx, v, out)?;
@@ -244,7 +354,12 @@ pub fn depth_space(ctx: &mut NodeCtx) -> ImportResult {
     let [n, c, h, w] = x.shape[..] else {
         return Err("input must be 4-D".into());
     };
-    let b = usize::try_from(ctx.attrs.int_opt("blocksize")?.ok_or("attribute 'blocksize' is required")?).map_err(|_| "negative blocksize")?;
+    let b = usize::try_from(
+        ctx.attrs
+            .int_opt("blocksize")?
+            .ok_or("attribute 'blocksize' is required")?,
+    )
+    .map_err(|_| "negative blocksize")?;
     if b == 0 {
         return Err("blocksize must be positive".into());
     }
@@ -254,15 +369,27 @@ pub fn depth_space(ctx: &mut NodeCtx) -> ImportResult {
         }
         let c2 = c / (b * b);
         if ctx.attrs.string("mode", "DCR")? == "CRD" {
-            (vec![n, c2, b, b, h, w], vec![0, 1, 4, 2, 5, 3], vec![n, c2, h * b, w * b])
+            (
+                vec![n, c2, b, b, h, w],
+                vec![0, 1, 4, 2, 5, 3],
+                vec![n, c2, h * b, w * b],
+            )
         } else {
-            (vec![n, b, b, c2, h, w], vec![0, 3, 4, 1, 5, 2], vec![n, c2, h * b, w * b])
+            (
+                vec![n, b, b, c2, h, w],
+                vec![0, 3, 4, 1, 5, 2],
+                vec![n, c2, h * b, w * b],
+            )
         }
     } else {
         if h % b != 0 || w % b != 0 {
             return Err("height and width must be divisible by blocksize".into());
         }
-        (vec![n, c, h / b, b, w / b, b], vec![0, 3, 5, 1, 2, 4], vec![n, c * b * b, h / b, w / b])
+        (
+            vec![n, c, h / b, b, w / b, b],
+            vec![0, 3, 5, 1, 2, 4],
+            vec![n, c * b * b, h / b, w / b],
+        )
     };
     let v = emit_reshape(ctx, ctx.required(0)?, tmp)?;
     let v = ctx.emit1(Op::Transpose { perm }, vec![Some(v)])?;
@@ -282,11 +409,21 @@ pub fn pad(ctx: &mut NodeCtx) -> ImportResult {
         m => return Err(format!("unknown pad mode '{m}'").into()),
     };
     let (pads, value) = if ctx.opset() < 11 {
-        let p = ctx.attrs.ints_opt("pads")?.or(ctx.attrs.ints_opt("paddings")?).ok_or("attribute 'pads' is required")?;
+        let p = ctx
+            .attrs
+            .ints_opt("pads")?
+            .or(ctx.attrs.ints_opt("paddings")?)
+            .ok_or("attribute 'pads' is required")?;
         (p, ctx.attrs.float("value", 0.0)? as f64)
     } else {
-        let p = ctx.const_input(1, "pads")?.ok_or("input 'pads' is required")?.to_i64_vec();
-        let v = ctx.const_input(2, "constant_value")?.map(|t| t.to_f64_vec().first().copied().unwrap_or(0.0)).unwrap_or(0.0);
+        let p = ctx
+            .const_input(1, "pads")?
+            .ok_or("input 'pads' is required")?
+            .to_i64_vec();
+        let v = ctx
+            .const_input(2, "constant_value")?
+            .map(|t| t.to_f64_vec().first().copied().unwrap_or(0.0))
+            .unwrap_or(0.0);
         (p, v)
     };
     // opset 18: `axes` selects which axes the pads apply to.
@@ -307,7 +444,14 @@ pub fn pad(ctx: &mut NodeCtx) -> ImportResult {
             full
         }
     };
-    let y = ctx.emit1(Op::Pad(PadAttrs { mode, pads: full, value }), vec![Some(ctx.required(0)?)])?;
+    let y = ctx.emit1(
+        Op::Pad(PadAttrs {
+            mode,
+            pads: full,
+            value,
+        }),
+        vec![Some(ctx.required(0)?)],
+    )?;
     ctx.bind_output(0, y);
     Ok(())
 }
@@ -318,23 +462,32 @@ pub fn shape_of(ctx: &mut NodeCtx) -> ImportResult {
     let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
     let start = clamp(ctx.attrs.int("start", 0)?);
     let end = clamp(ctx.attrs.int("end", r)?);
-    let dims: Vec<i64> = x.shape[start..end.max(start)].iter().map(|&d| d as i64).collect();
+    let dims: Vec<i64> = x.shape[start..end.max(start)]
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
     let t = Tensor::from_vec(&[dims.len()], dims);
-    let v = ctx.constant_value(&ctx.name.to_string(), t);
+    let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);
     Ok(())
 }
 
 pub fn size_of(ctx: &mut NodeCtx) -> ImportResult {
     let n = ctx.input_ty(0)?.numel() as i64;
-    let v = ctx.constant_value(&ctx.name.to_string(), Tensor::scalar(n));
+    let v = ctx.constant_value(ctx.name, Tensor::scalar(n));
     ctx.bind_output(0, v);
     Ok(())
 }
 
 pub fn constant_of_shape(ctx: &mut NodeCtx) -> ImportResult {
-    let dims = ctx.const_input(0, "shape")?.ok_or("input 'shape' is required")?.to_i64_vec();
-    let shape: Vec<usize> = dims.iter().map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}"))).collect::<Result<_, _>>()?;
+    let dims = ctx
+        .const_input(0, "shape")?
+        .ok_or("input 'shape' is required")?
+        .to_i64_vec();
+    let shape: Vec<usize> = dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+        .collect::<Result<_, _>>()?;
     let fill = match ctx.attrs.tensor_opt("value")? {
         Some(t) => tensor_from_proto(t, None)?,
         None => Tensor::scalar(0f32),
@@ -344,16 +497,23 @@ pub fn constant_of_shape(ctx: &mut NodeCtx) -> ImportResult {
     }
     let one = fill.reshape(&[]);
     let filled = crate::map_tensor!(&one, a => a.broadcast(ndarray::IxDyn(&shape)).ok_or("bad shape")?.to_owned());
-    let v = ctx.constant_value(&ctx.name.to_string(), filled);
+    let v = ctx.constant_value(ctx.name, filled);
     ctx.bind_output(0, v);
     Ok(())
 }
 
 pub fn range(ctx: &mut NodeCtx) -> ImportResult {
-    let get = |i, what| -> ImportResult<Tensor> { ctx.const_input(i, what)?.ok_or_else(|| ImportError::Invalid(format!("input '{what}' is required"))) };
+    let get = |i, what| -> ImportResult<Tensor> {
+        ctx.const_input(i, what)?
+            .ok_or_else(|| ImportError::Invalid(format!("input '{what}' is required")))
+    };
     let (start, limit, delta) = (get(0, "start")?, get(1, "limit")?, get(2, "delta")?);
     let dtype = start.dtype();
-    let (s, l, d) = (start.to_f64_vec()[0], limit.to_f64_vec()[0], delta.to_f64_vec()[0]);
+    let (s, l, d) = (
+        start.to_f64_vec()[0],
+        limit.to_f64_vec()[0],
+        delta.to_f64_vec()[0],
+    );
     if d == 0.0 {
         return Err("delta cannot be 0".into());
     }
@@ -364,7 +524,7 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
         let (s, d) = (start.to_i64_vec()[0], delta.to_i64_vec()[0]);
         Tensor::from_vec(&[n], (0..n as i64).map(|i| s + i * d).collect::<Vec<i64>>()).cast(dtype)
     };
-    let v = ctx.constant_value(&ctx.name.to_string(), t);
+    let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);
     Ok(())
 }
@@ -388,7 +548,7 @@ pub fn constant(ctx: &mut NodeCtx) -> ImportResult {
     } else {
         return Err("Constant needs a value attribute".into());
     };
-    let v = ctx.constant_value(&ctx.name.to_string(), t);
+    let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);
     Ok(())
 }
