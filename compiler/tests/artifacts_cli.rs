@@ -1,0 +1,235 @@
+//! Artifacts from the CLI: a .so made with no C toolchain on PATH (no DT_NEEDED, loads
+//! with dlopen), a relocatable .o linked by a C compiler, and models whose weights live
+//! in external data files.
+
+#[path = "common/models.rs"]
+mod models;
+#[path = "common/tools.rs"]
+mod tools;
+
+use std::path::Path;
+use std::process::Command;
+
+use object::read::elf::{Dyn, ElfFile64, FileHeader};
+use object::{elf, Endianness};
+
+fn nnc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nnc"))
+}
+
+fn dynamic_tags(so: &[u8]) -> Vec<i64> {
+    let file = ElfFile64::<Endianness>::parse(so).expect("valid ELF");
+    let endian = file.endian();
+    let sections = file.elf_header().sections(endian, so).unwrap();
+    let (dynamic, _) = sections
+        .dynamic(endian, so)
+        .unwrap()
+        .expect("a dynamic section");
+    dynamic.iter().map(|d| d.d_tag(endian) as i64).collect()
+}
+
+#[test]
+fn shared_object_needs_no_toolchain_and_has_no_dt_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("cnn.onnx");
+    std::fs::write(&model, models::cnn(3).0).unwrap();
+    let empty_path = dir.path().join("empty-bin");
+    std::fs::create_dir(&empty_path).unwrap();
+    let so = dir.path().join("libcnn.so");
+    let out = nnc()
+        .env("PATH", &empty_path)
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&so).unwrap();
+    let tags = dynamic_tags(&bytes);
+    assert!(
+        !tags.contains(&elf::DT_NEEDED),
+        "the .so has DT_NEEDED entries"
+    );
+    assert!(tags.contains(&elf::DT_SONAME));
+    let lib = unsafe { libloading::Library::new(&so) }.expect("dlopen");
+    for sym in [&b"infer\0"[..], b"infer_with_workspace\0", b"model_info\0"] {
+        assert!(
+            unsafe { lib.get::<*const u8>(sym) }.is_ok(),
+            "missing {}",
+            String::from_utf8_lossy(sym)
+        );
+    }
+    // The aarch64 library is made the same way.
+    let so_a64 = dir.path().join("libcnn_a64.so");
+    let out = nnc()
+        .env("PATH", &empty_path)
+        .args(["compile", "--target", "aarch64"])
+        .arg(&model)
+        .arg("-o")
+        .arg(&so_a64)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&so_a64).unwrap();
+    assert!(!dynamic_tags(&bytes).contains(&elf::DT_NEEDED));
+    assert_eq!(u16::from_le_bytes([bytes[18], bytes[19]]), elf::EM_AARCH64);
+}
+
+#[test]
+fn object_file_links_with_a_c_compiler() {
+    if !tools::require_tool("cc") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.onnx");
+    std::fs::write(&model, models::elementwise(5).0).unwrap();
+    let obj = dir.path().join("m.o");
+    let out = nnc()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&obj)
+        .args(["--name", "elt"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let main = dir.path().join("main.c");
+    std::fs::write(
+        &main,
+        "#include \"m.h\"\n#include <stdio.h>\nint main(void){ const nnc_model_info *i = elt_model_info();\n\
+         static float in[NNC_ELT_INPUT_0_NUMEL], out[NNC_ELT_OUTPUT_0_NUMEL]; const void *ins[]={in}; void *outs[]={out};\n\
+         int rc = elt_infer(ins, outs); printf(\"%u %u %d\\n\", i->num_inputs, i->num_outputs, rc); return rc; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("main");
+    let cc = Command::new("cc")
+        .arg("-std=c11")
+        .arg("-Wall")
+        .arg("-Werror")
+        .arg(&main)
+        .arg(&obj)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "1 1 0");
+}
+
+/// Moves every initializer's bytes into `weights.bin` beside the model.
+fn externalize(model_bytes: Vec<u8>, dir: &Path, location: &str) -> Vec<u8> {
+    use nnc::onnx::proto::{ModelProto, StringStringEntryProto, DATA_LOCATION_EXTERNAL};
+    use prost::Message;
+    let mut m = ModelProto::decode(model_bytes.as_slice()).unwrap();
+    let mut blob = vec![];
+    for t in &mut m.graph.as_mut().unwrap().initializer {
+        if t.raw_data.is_empty() {
+            continue;
+        }
+        let offset = blob.len();
+        blob.extend(std::mem::take(&mut t.raw_data));
+        t.data_location = DATA_LOCATION_EXTERNAL;
+        let kv = |k: &str, v: String| StringStringEntryProto {
+            key: k.into(),
+            value: v,
+        };
+        t.external_data = vec![
+            kv("location", location.into()),
+            kv("offset", offset.to_string()),
+            kv("length", (blob.len() - offset).to_string()),
+        ];
+    }
+    std::fs::write(dir.join("weights.bin"), blob).unwrap();
+    m.encode_to_vec()
+}
+
+#[test]
+fn external_data_is_read_from_the_model_folder_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, shape) = models::cnn(2);
+    let model = dir.path().join("ext.onnx");
+    std::fs::write(
+        &model,
+        externalize(bytes.clone(), dir.path(), "weights.bin"),
+    )
+    .unwrap();
+    let so = dir.path().join("libext.so");
+    let out = nnc()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The same weights as the embedded model: the two libraries' outputs agree exactly.
+    let embedded = dir.path().join("emb.onnx");
+    std::fs::write(&embedded, bytes).unwrap();
+    let so2 = dir.path().join("libemb.so");
+    assert!(nnc()
+        .arg("compile")
+        .arg(&embedded)
+        .arg("-o")
+        .arg(&so2)
+        .status()
+        .unwrap()
+        .success());
+    let input: Vec<f32> = models::Rng::new(9).vec(shape.iter().product(), 1.0);
+    let run = |path: &Path| -> Vec<f32> {
+        type InferFn = unsafe extern "C" fn(
+            *const *const std::ffi::c_void,
+            *const *mut std::ffi::c_void,
+        ) -> i32;
+        let lib = unsafe { libloading::Library::new(path) }.unwrap();
+        let infer = unsafe { lib.get::<InferFn>(b"infer\0") }.unwrap();
+        let mut out = vec![0f32; 10];
+        let ins = [input.as_ptr().cast()];
+        let outs = [out.as_mut_ptr().cast()];
+        assert_eq!(unsafe { infer(ins.as_ptr(), outs.as_ptr()) }, 0);
+        out
+    };
+    assert_eq!(run(&so), run(&so2));
+
+    for bad in ["/etc/passwd", "../weights.bin"] {
+        let (bytes, _) = models::cnn(2);
+        let evil = dir.path().join("evil.onnx");
+        std::fs::write(&evil, externalize(bytes, dir.path(), bad)).unwrap();
+        let out = nnc()
+            .arg("compile")
+            .arg(&evil)
+            .arg("-o")
+            .arg(dir.path().join("libevil.so"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("must be relative and stay inside the model's folder"),
+            "{stderr}"
+        );
+    }
+}
