@@ -72,6 +72,7 @@ macro_rules! with_pair {
 
 mod conv;
 mod elementwise;
+mod indexing;
 mod linalg;
 mod norm;
 mod pool;
@@ -148,6 +149,28 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         Op::Expand { shape } => shape::expand(x()?, shape)?,
         Op::Pad(p) => shape::pad(p, x()?)?,
         Op::Resize(r) => resize::resize(r, x()?)?,
+        Op::GatherElements { axis } => {
+            indexing::gather_elements(x()?, required(inputs, 1)?, *axis)?
+        }
+        Op::ScatterElements { axis, reduction } => indexing::scatter_elements(
+            x()?,
+            required(inputs, 1)?,
+            required(inputs, 2)?,
+            *axis,
+            *reduction,
+        )?,
+        Op::ScatterND { reduction } => {
+            indexing::scatter_nd(x()?, required(inputs, 1)?, required(inputs, 2)?, *reduction)?
+        }
+        Op::GatherND { batch_dims } => {
+            indexing::gather_nd(x()?, required(inputs, 1)?, *batch_dims)?
+        }
+        Op::CumSum {
+            axis,
+            exclusive,
+            reverse,
+        } => indexing::cumsum(x()?, *axis, *exclusive, *reverse)?,
+        Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
     };
     Ok(vec![out])
 }

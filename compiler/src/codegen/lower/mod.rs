@@ -4,6 +4,7 @@
 mod conv;
 mod elementwise;
 mod gemm;
+mod indexing;
 mod linalg;
 mod movement;
 mod norm;
@@ -98,5 +99,17 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Reduce(r) => reduce::reduce(ctx, r),
         Op::ArgReduce(a) => reduce::arg_reduce(ctx, a),
         Op::Resize(r) => resize::resize(ctx, r),
+        Op::GatherElements { axis } => indexing::gather_elements(ctx, *axis),
+        Op::ScatterElements { axis, reduction } => {
+            indexing::scatter_elements(ctx, *axis, *reduction)
+        }
+        Op::ScatterND { reduction } => indexing::scatter_nd(ctx, *reduction),
+        Op::GatherND { batch_dims } => indexing::gather_nd(ctx, *batch_dims),
+        Op::CumSum {
+            axis,
+            exclusive,
+            reverse,
+        } => indexing::cumsum(ctx, *axis, *exclusive, *reverse),
+        Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, *k, *largest),
     }
 }

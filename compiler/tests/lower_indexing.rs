@@ -1,0 +1,506 @@
+//! GatherElements, ScatterElements, ScatterND, GatherND, CumSum and TopK code
+//! generation: one-node graphs compiled for the host, linked into a shared object, run,
+//! and compared with the reference interpreter over several dtypes, axes, reductions
+//! and duplicate / negative indices; every graph is also compiled for aarch64.
+//!
+//! Out-of-range indices must never make the generated code touch memory outside a
+//! buffer: they are clamped into their axis, which these tests compare with the
+//! interpreter run on indices clamped beforehand.
+
+use std::ffi::c_void;
+
+use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
+use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
+use nnc::ops::{infer_types, Op, ScatterReduction};
+
+type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
+
+/// Deterministic xorshift generator.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in `[lo, hi)`.
+    fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % (hi - lo) as u64) as i64
+    }
+
+    /// Small values of `dtype` (many ties): integers in [-4, 4] (unsigned [0, 8]),
+    /// floats on a 1/4 grid in [-2, 2].
+    fn data(&mut self, dtype: DType, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        let v: Vec<f64> = (0..n).map(|_| self.range(-8, 9) as f64).collect();
+        match dtype {
+            DType::Bool => Tensor::from_vec(shape, v.iter().map(|x| *x > 0.0).collect()),
+            d if d.is_signed_int() => {
+                Tensor::from_vec(shape, v.iter().map(|x| (x / 2.0).round() as i64).collect())
+                    .cast(d)
+            }
+            d if d.is_int() => Tensor::from_vec(
+                shape,
+                v.iter().map(|x| (x / 2.0).round() as i64 + 4).collect(),
+            )
+            .cast(d),
+            d => Tensor::from_vec(shape, v.iter().map(|x| x / 4.0).collect::<Vec<f64>>()).cast(d),
+        }
+    }
+
+    /// Indices into an axis of `dim`, in `[-dim, dim)`.
+    fn indices(&mut self, dtype: DType, shape: &[usize], dim: usize) -> Tensor {
+        let n = shape.iter().product();
+        let v: Vec<i64> = (0..n)
+            .map(|_| self.range(-(dim as i64), dim as i64))
+            .collect();
+        Tensor::from_vec(shape, v).cast(dtype)
+    }
+}
+
+/// A graph of one node whose inputs are all graph inputs.
+fn one_node(op: Op, inputs: &[&Tensor]) -> Graph {
+    let mut g = Graph::default();
+    let mut ids = vec![];
+    for (i, t) in inputs.iter().enumerate() {
+        let id = g.add_value(format!("in{i}"), t.ty(), None);
+        g.inputs.push(id);
+        ids.push(Some(id));
+    }
+    let types: Vec<Option<TensorType>> = inputs.iter().map(|t| Some(t.ty())).collect();
+    let outs: Vec<_> = infer_types(&op, &types)
+        .expect("shape inference")
+        .into_iter()
+        .enumerate()
+        .map(|(k, ty)| g.add_value(format!("out{k}"), ty, None))
+        .collect();
+    g.outputs.extend(&outs);
+    g.nodes.push(Node {
+        name: "node".into(),
+        onnx_op: op.name(),
+        op,
+        inputs: ids,
+        outputs: outs,
+    });
+    g
+}
+
+fn run_compiled(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let opts = CompileOptions {
+        target: Target::host(),
+        prefix: String::new(),
+    };
+    let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
+    let so =
+        nnc::artifact::link_shared_object(&obj.object, "libt.so").map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("libt.so");
+    std::fs::write(&path, so).map_err(|e| e.to_string())?;
+    let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
+    let infer: libloading::Symbol<'_, InferFn> =
+        unsafe { lib.get(b"infer\0") }.map_err(|e| e.to_string())?;
+    let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+    let mut out_bytes: Vec<Vec<u8>> = g
+        .outputs
+        .iter()
+        .map(|o| vec![0u8; g.ty(*o).byte_size()])
+        .collect();
+    let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
+    let outs: Vec<*mut c_void> = out_bytes
+        .iter_mut()
+        .map(|b| b.as_mut_ptr().cast())
+        .collect();
+    let status = unsafe { infer(ins.as_ptr(), outs.as_ptr()) };
+    if status != 0 {
+        return Err(format!("infer returned {status}"));
+    }
+    g.outputs
+        .iter()
+        .zip(&out_bytes)
+        .map(|(o, b)| Tensor::from_le_bytes(g.ty(*o), b).ok_or_else(|| "output size".to_string()))
+        .collect()
+}
+
+/// Integers exactly; floats within a relative tolerance floored at 1% of the largest
+/// magnitude (running sums accumulate float32 in float32, the interpreter in f64).
+fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
+    if actual.ty() != expected.ty() {
+        return Err(format!(
+            "type {} vs expected {}",
+            actual.ty(),
+            expected.ty()
+        ));
+    }
+    let tol = match expected.dtype() {
+        DType::F32 => 1e-5,
+        DType::F64 => 1e-12,
+        DType::F16 | DType::BF16 => 1e-2,
+        _ => 0.0,
+    };
+    let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
+    let scale = e
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f64, |m, v| m.max(v.abs()));
+    for (i, (&x, &y)) in a.iter().zip(&e).enumerate() {
+        let ok = if x.is_nan() || y.is_nan() {
+            x.is_nan() && y.is_nan()
+        } else if tol == 0.0 || x.is_infinite() || y.is_infinite() {
+            x == y
+        } else {
+            (x - y).abs() <= tol * y.abs().max(1e-2 * scale)
+        };
+        if !ok {
+            return Err(format!("element {i}: {x} vs expected {y}"));
+        }
+    }
+    Ok(())
+}
+
+/// Compiles and runs `op` on `inputs`, compares every output with the interpreter run
+/// on `reference_inputs` (the same unless indices were clamped), and compiles for
+/// aarch64.
+fn check_with(
+    name: &str,
+    op: Op,
+    inputs: &[Tensor],
+    reference_inputs: &[Tensor],
+) -> Result<(), String> {
+    let g = one_node(op, &inputs.iter().collect::<Vec<_>>());
+    let expected = nnc::interp::run_graph(&g, reference_inputs)
+        .map_err(|e| format!("{name}: interpreter: {e}"))?;
+    let actual = run_compiled(&g, inputs).map_err(|e| format!("{name}: {e}"))?;
+    for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        compare(a, e).map_err(|m| format!("{name}: output {k}: {m}"))?;
+    }
+    let arm = CompileOptions {
+        target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
+        prefix: String::new(),
+    };
+    compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
+    Ok(())
+}
+
+fn check(name: &str, op: Op, inputs: &[Tensor]) -> Result<(), String> {
+    check_with(name, op, inputs, inputs)
+}
+
+fn report(failures: Vec<String>, total: usize) {
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {total} cases failed",
+        failures.len()
+    );
+}
+
+const DTYPES: [DType; 8] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I64,
+    DType::I32,
+    DType::U8,
+    DType::Bool,
+];
+const REDUCTIONS: [ScatterReduction; 5] = [
+    ScatterReduction::None,
+    ScatterReduction::Add,
+    ScatterReduction::Mul,
+    ScatterReduction::Max,
+    ScatterReduction::Min,
+];
+
+/// `shape` with `axis` resized to `n` and every other axis shrunk by `shrink` (≥ 1).
+fn index_shape(shape: &[usize], axis: usize, n: usize, shrink: usize) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .map(|(d, &s)| if d == axis { n } else { (s - shrink).max(1) })
+        .collect()
+}
+
+#[test]
+fn gather_elements_dtypes_and_axes() {
+    let mut rng = Rng::new(1);
+    let mut failures = vec![];
+    let mut total = 0;
+    let shape = [3, 4, 5];
+    for dtype in DTYPES {
+        for axis in 0..3 {
+            for (shrink, idx_dtype) in [(0, DType::I64), (1, DType::I32)] {
+                let data = rng.data(dtype, &shape);
+                let is = index_shape(&shape, axis, 6, shrink);
+                let idx = rng.indices(idx_dtype, &is, shape[axis]);
+                total += 1;
+                let name = format!("GatherElements {dtype} axis {axis} indices {is:?}");
+                failures.extend(check(&name, Op::GatherElements { axis }, &[data, idx]).err());
+            }
+        }
+    }
+    report(failures, total);
+}
+
+#[test]
+fn scatter_elements_every_reduction() {
+    let mut rng = Rng::new(2);
+    let mut failures = vec![];
+    let mut total = 0;
+    let shape = [3, 4, 5];
+    for dtype in DTYPES {
+        for reduction in REDUCTIONS {
+            if dtype == DType::Bool && reduction != ScatterReduction::None {
+                continue;
+            }
+            for axis in 0..3 {
+                let data = rng.data(dtype, &shape);
+                // More updates than the axis holds: duplicates are certain.
+                let is = index_shape(&shape, axis, 7, 1);
+                let idx = rng.indices(DType::I64, &is, shape[axis]);
+                let upd = rng.data(dtype, &is);
+                total += 1;
+                let name = format!("ScatterElements {dtype} {reduction:?} axis {axis}");
+                failures.extend(
+                    check(
+                        &name,
+                        Op::ScatterElements { axis, reduction },
+                        &[data, idx, upd],
+                    )
+                    .err(),
+                );
+            }
+        }
+    }
+    report(failures, total);
+}
+
+#[test]
+fn scatter_nd_and_gather_nd() {
+    let mut rng = Rng::new(3);
+    let mut failures = vec![];
+    let mut total = 0;
+    let shape = [4, 3, 5];
+    for dtype in [DType::F32, DType::F16, DType::I64, DType::U8] {
+        for k in 1..=3 {
+            // Index tuples [6, 2, k]: axis d of the tuple indexes data axis d.
+            let tuples = 12;
+            let comps: Vec<i64> = (0..tuples * k)
+                .map(|j| {
+                    let dim = shape[j % k] as i64;
+                    rng.range(-dim, dim)
+                })
+                .collect();
+            let idx = Tensor::from_vec(&[6, 2, k], comps);
+            let mut us = vec![6, 2];
+            us.extend(&shape[k..]);
+            for reduction in REDUCTIONS {
+                let data = rng.data(dtype, &shape);
+                let upd = rng.data(dtype, &us);
+                total += 1;
+                let name = format!("ScatterND {dtype} {reduction:?} k {k}");
+                failures.extend(
+                    check(
+                        &name,
+                        Op::ScatterND { reduction },
+                        &[data, idx.clone(), upd],
+                    )
+                    .err(),
+                );
+            }
+            total += 1;
+            let data = rng.data(dtype, &shape);
+            failures.extend(
+                check(
+                    &format!("GatherND {dtype} k {k}"),
+                    Op::GatherND { batch_dims: 0 },
+                    &[data, idx],
+                )
+                .err(),
+            );
+        }
+        // Batch axes: data [4, 3, 5], indices [4, 2, k] over the axes after the first.
+        for (batch_dims, k) in [(1, 1), (1, 2), (2, 1)] {
+            let mut is = shape[..batch_dims].to_vec();
+            is.extend([2, k]);
+            let n: usize = is.iter().product();
+            let comps: Vec<i64> = (0..n)
+                .map(|j| {
+                    let dim = shape[batch_dims + j % k] as i64;
+                    rng.range(-dim, dim)
+                })
+                .collect();
+            let idx = Tensor::from_vec(&is, comps);
+            let data = rng.data(dtype, &shape);
+            total += 1;
+            let name = format!("GatherND {dtype} batch_dims {batch_dims} k {k}");
+            failures.extend(check(&name, Op::GatherND { batch_dims }, &[data, idx]).err());
+        }
+    }
+    report(failures, total);
+}
+
+#[test]
+fn out_of_range_indices_are_clamped() {
+    let mut failures = vec![];
+    let data = Tensor::from_vec(&[2, 3], (0..6).map(|v| v as f32).collect::<Vec<f32>>());
+    let wild = Tensor::from_vec(&[2, 3], vec![100i64, -100, 3, -4, i64::MAX, i64::MIN]);
+    let clamped = Tensor::from_vec(&[2, 3], vec![2i64, 0, 2, 0, 2, 0]);
+    let upd = Tensor::from_vec(&[2, 3], vec![10f32, 11., 12., 13., 14., 15.]);
+    failures.extend(
+        check_with(
+            "GatherElements",
+            Op::GatherElements { axis: 1 },
+            &[data.clone(), wild.clone()],
+            &[data.clone(), clamped.clone()],
+        )
+        .err(),
+    );
+    for reduction in REDUCTIONS {
+        let op = Op::ScatterElements { axis: 1, reduction };
+        let name = format!("ScatterElements {reduction:?}");
+        failures.extend(
+            check_with(
+                &name,
+                op,
+                &[data.clone(), wild.clone(), upd.clone()],
+                &[data.clone(), clamped.clone(), upd.clone()],
+            )
+            .err(),
+        );
+    }
+    let wild = Tensor::from_vec(&[3, 2], vec![7i64, -9, 2, 3, -1, 100]);
+    let clamped = Tensor::from_vec(&[3, 2], vec![1i64, 0, 1, 2, 1, 2]);
+    let upd = Tensor::from_vec(&[3], vec![20f32, 21., 22.]);
+    let op = Op::ScatterND {
+        reduction: ScatterReduction::Add,
+    };
+    failures.extend(
+        check_with(
+            "ScatterND",
+            op,
+            &[data.clone(), wild.clone(), upd.clone()],
+            &[data.clone(), clamped.clone(), upd],
+        )
+        .err(),
+    );
+    failures.extend(
+        check_with(
+            "GatherND",
+            Op::GatherND { batch_dims: 0 },
+            &[data.clone(), wild],
+            &[data, clamped],
+        )
+        .err(),
+    );
+    report(failures, 8);
+}
+
+#[test]
+fn cumsum_directions_axes_and_dtypes() {
+    let mut rng = Rng::new(4);
+    let mut failures = vec![];
+    let mut total = 0;
+    let shape = [3, 4, 5];
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::I64,
+        DType::I32,
+        DType::U8,
+        DType::I8,
+    ] {
+        for axis in 0..3 {
+            for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let x = rng.data(dtype, &shape);
+                total += 1;
+                let name =
+                    format!("CumSum {dtype} axis {axis} exclusive {exclusive} reverse {reverse}");
+                failures.extend(
+                    check(
+                        &name,
+                        Op::CumSum {
+                            axis,
+                            exclusive,
+                            reverse,
+                        },
+                        &[x],
+                    )
+                    .err(),
+                );
+            }
+        }
+    }
+    report(failures, total);
+}
+
+#[test]
+fn top_k_ties_special_values_and_dtypes() {
+    let mut rng = Rng::new(5);
+    let mut failures = vec![];
+    let mut total = 0;
+    let shape = [3, 6, 4];
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::U64,
+        DType::I8,
+        DType::U8,
+    ] {
+        for axis in 0..3 {
+            for largest in [true, false] {
+                for k in [1, shape[axis] / 2, shape[axis]] {
+                    let x = rng.data(dtype, &shape);
+                    total += 1;
+                    let name = format!("TopK {dtype} axis {axis} k {k} largest {largest}");
+                    failures.extend(check(&name, Op::TopK { axis, k, largest }, &[x]).err());
+                }
+            }
+        }
+    }
+    let special = [
+        f32::NAN,
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1.0,
+        -f32::NAN,
+        1.0,
+        -0.0,
+    ];
+    for dtype in [DType::F32, DType::F64, DType::F16] {
+        let x = Tensor::from_vec(&[special.len()], special.to_vec()).cast(dtype);
+        for largest in [true, false] {
+            total += 1;
+            let name = format!("TopK {dtype} special values largest {largest}");
+            failures.extend(
+                check(
+                    &name,
+                    Op::TopK {
+                        axis: 0,
+                        k: special.len(),
+                        largest,
+                    },
+                    std::slice::from_ref(&x),
+                )
+                .err(),
+            );
+        }
+    }
+    report(failures, total);
+}
