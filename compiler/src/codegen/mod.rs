@@ -68,9 +68,13 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
-    let plan = plan_graph_memory(graph);
+    let mut plan = plan_graph_memory(graph);
+    // Constants the generated code reads (filled in as nodes are lowered).
+    let mut const_read = vec![false; graph.values.len()];
+    for (v, _) in &plan.final_copies {
+        const_read[plan.root[v.0]] = true;
+    }
 
-    let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
     let arena = define_zeroed(&mut module, "nnc_arena", plan.arena_size.max(1))?;
     let info = model_info::define(&mut module, graph, &plan, &opts.prefix)?;
 
@@ -135,10 +139,21 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         module
             .define_function(id, &mut ctx)
             .map_err(|e| codegen_err(format!("node '{}'", node.name), format!("{e:?}")))?;
+        // Before the context is cleared: which constant operands the code reads.
+        let entry = ctx.func.layout.entry_block().expect("node functions have a body");
+        let params = ctx.func.dfg.block_params(entry).to_vec();
+        for (v, p) in node.inputs.iter().flatten().zip(&params) {
+            let root = plan.root[v.0];
+            if graph.values[root].constant.is_some() && value_is_used(&ctx.func, *p) {
+                const_read[root] = true;
+            }
+        }
         module.clear_context(&mut ctx);
         node_fns[k] = Some(id);
     }
 
+    plan::place_constants(&mut plan, graph, &const_read);
+    let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
     let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
     let infer_ws = define_infer_with_workspace(
         &mut module,
@@ -191,6 +206,11 @@ pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
         })
         .collect();
     plan::plan_memory(graph, &scratch)
+}
+
+/// Whether any instruction of `func` reads `v`.
+fn value_is_used(func: &Function, v: Value) -> bool {
+    func.layout.blocks().any(|block| func.layout.block_insts(block).any(|inst| func.dfg.inst_values(inst).any(|u| u == v)))
 }
 
 fn ptr_signature(module: &ObjectModule, n_args: usize, returns_i32: bool) -> Signature {
@@ -368,8 +388,11 @@ fn define_infer_with_workspace(
             let Some(fid) = node_fns[k] else { continue };
             let mut args = vec![];
             for v in node.inputs.iter().flatten().chain(node.outputs.iter()) {
-                let s = plan.storage[v.0].expect("every node operand has storage");
-                args.push(addr_of(&mut b, s));
+                // A constant the kernel repacked has no storage: its parameter is unused.
+                match plan.storage[v.0] {
+                    Some(s) => args.push(addr_of(&mut b, s)),
+                    None => args.push(b.ins().iconst(PTR, 0)),
+                }
             }
             if let Some(off) = plan.scratch[k] {
                 args.push(addr_of(&mut b, Storage::Arena(off)));

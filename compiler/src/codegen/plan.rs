@@ -38,6 +38,8 @@ pub struct MemoryPlan {
     pub final_copies: Vec<(ValueId, usize)>,
     /// Nodes whose output is a view of their input: no code is emitted for them.
     pub is_view: Vec<bool>,
+    /// For each value, the value that owns its storage (itself unless it is a view).
+    pub root: Vec<usize>,
 }
 
 fn align(n: usize) -> usize {
@@ -118,15 +120,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
         last[root[v.0]] = nn;
     }
 
-    // Constants: one blob, each 64-byte aligned.
-    for (v, info) in graph.values.iter().enumerate() {
-        if let (Some(t), true) = (&info.constant, used[v]) {
-            let off = align(plan.weights.len());
-            plan.weights.resize(off, 0);
-            plan.weights.extend(t.to_le_bytes());
-            plan.storage[v] = Some(Storage::Const(off));
-        }
-    }
+    place_constants(&mut plan, graph, &used);
 
     // Arena buffers: every produced root without caller storage, plus node scratch.
     let mut buffers: Vec<(Option<usize>, Option<usize>, Interval)> = vec![];
@@ -181,12 +175,40 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
         .unwrap_or(0);
 
     // Views take their root's storage.
-    for (v, &r) in root.iter().enumerate() {
+    plan.root = root;
+    propagate_views(&mut plan);
+    plan
+}
+
+fn propagate_views(plan: &mut MemoryPlan) {
+    for v in 0..plan.root.len() {
+        let r = plan.root[v];
         if r != v {
             plan.storage[v] = plan.storage[r];
         }
     }
-    plan
+}
+
+/// Lays out the weights blob: every constant with `read[v]` set, 64-byte aligned. The
+/// others get no storage. Called again after code generation with the constants the
+/// generated code really reads: kernels that repack weights into their own layout
+/// leave the original unread, and storing it twice would double the artifact.
+pub fn place_constants(plan: &mut MemoryPlan, graph: &Graph, read: &[bool]) {
+    plan.weights.clear();
+    for (v, info) in graph.values.iter().enumerate() {
+        let Some(t) = &info.constant else { continue };
+        if !read[v] {
+            plan.storage[v] = None;
+            continue;
+        }
+        let off = align(plan.weights.len());
+        plan.weights.resize(off, 0);
+        plan.weights.extend(t.to_le_bytes());
+        plan.storage[v] = Some(Storage::Const(off));
+    }
+    if !plan.root.is_empty() {
+        propagate_views(plan);
+    }
 }
 
 /// Greedy-by-size placement: largest buffers first, each at the lowest offset that does
