@@ -1,9 +1,11 @@
 //! Index-driven ONNX ops: GatherElements, GatherND, ScatterElements (and the legacy
-//! Scatter), ScatterND, CumSum and TopK, each one core op.
+//! Scatter), ScatterND, CumSum and TopK, each one core op; TensorScatter as
+//! ScatterElements.
 
+use crate::ir::{DType, Tensor};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
-use crate::ops::{Op, ScatterReduction};
+use crate::ops::{BinaryOp, Op, ScatterReduction};
 
 fn reduction(ctx: &NodeCtx) -> ImportResult<ScatterReduction> {
     Ok(match ctx.attrs.string("reduction", "none")?.as_str() {
@@ -115,5 +117,75 @@ pub fn top_k(ctx: &mut NodeCtx) -> ImportResult {
         2,
     )?;
     ctx.bind_outputs(&outs);
+    Ok(())
+}
+
+/// TensorScatter (opset 24, KV-cache updates): `update` is written into `past_cache`
+/// along `axis` starting at `write_indices[b]` for batch `b` (modulo the axis length in
+/// circular mode). That is ScatterElements with indices `write_indices[b] + s`.
+pub fn tensor_scatter(ctx: &mut NodeCtx) -> ImportResult {
+    let cache = ctx.input_ty(0)?;
+    let update = ctx.input_ty(1)?;
+    let r = cache.rank();
+    let axis = normalize_axis(ctx.attrs.int("axis", -2)?, r)?;
+    let circular = match ctx.attrs.string("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return Err(format!("unknown mode '{m}'").into()),
+    };
+    let compatible = update.rank() == r
+        && (0..r).all(|d| {
+            if d == axis {
+                update.shape[d] <= cache.shape[d]
+            } else {
+                update.shape[d] == cache.shape[d]
+            }
+        });
+    if axis == 0 || !compatible {
+        return Err(format!("cannot scatter {update} into {cache} along axis {axis}").into());
+    }
+    let batch = cache.shape[0];
+    let starts = match ctx.input(2) {
+        Some(w) => w,
+        None => ctx.constant_value(
+            "write_indices",
+            Tensor::from_vec(&[batch], vec![0i64; batch]),
+        ),
+    };
+    let starts = ctx.emit1(Op::Cast { to: DType::I64 }, vec![Some(starts)])?;
+    let mut per_batch = vec![1; r];
+    per_batch[0] = batch;
+    let starts = ctx.emit1(Op::Reshape { shape: per_batch }, vec![Some(starts)])?;
+    let len = update.shape[axis];
+    let mut along = vec![len];
+    along.resize(r - axis, 1);
+    let offsets = Tensor::from_vec(&along, (0..len as i64).collect::<Vec<i64>>());
+    let offsets = ctx.constant_value("offsets", offsets);
+    let mut pos = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(starts), Some(offsets)])?;
+    if circular {
+        let max = ctx.constant_value(
+            "max_sequence_length",
+            Tensor::scalar(cache.shape[axis] as i64),
+        );
+        pos = ctx.emit1(
+            Op::Binary(BinaryOp::Mod { fmod: false }),
+            vec![Some(pos), Some(max)],
+        )?;
+    }
+    let idx = ctx.emit1(
+        Op::Expand {
+            shape: update.shape.clone(),
+        },
+        vec![Some(pos)],
+    )?;
+    let op = Op::ScatterElements {
+        axis,
+        reduction: ScatterReduction::None,
+    };
+    let y = ctx.emit1(
+        op,
+        vec![Some(ctx.required(0)?), Some(idx), Some(ctx.required(1)?)],
+    )?;
+    ctx.bind_output(0, y);
     Ok(())
 }

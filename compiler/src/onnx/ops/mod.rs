@@ -70,6 +70,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "GatherND" => indexing::gather_nd,
         "CumSum" => indexing::cumsum,
         "TopK" => indexing::top_k,
+        "TensorScatter" => indexing::tensor_scatter,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,
         "SoftmaxCrossEntropyLoss" => loss::softmax_cross_entropy,
         "Trilu" => composite::trilu,
