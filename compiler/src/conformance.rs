@@ -122,17 +122,37 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
             let names = input_names(&model)?;
             for (k, set) in sets.iter().enumerate() {
                 let inputs = numbered(set, "input")?;
-                let mut frozen = HashMap::new();
-                for (name, t) in names.iter().zip(&inputs) {
-                    if !t.dtype().is_float() {
-                        frozen.insert(name.clone(), t.clone());
-                    }
-                }
-                let opts = ImportOptions {
-                    frozen_inputs: frozen.clone(),
-                    ..Default::default()
+                // Integer inputs first (axes, pads, shapes); then also small float
+                // vectors (Resize scales, Range bounds) if that is not enough.
+                let freeze = |small_floats: bool| -> HashMap<String, Tensor> {
+                    names
+                        .iter()
+                        .zip(&inputs)
+                        .filter(|(_, t)| {
+                            !t.dtype().is_float()
+                                || (small_floats && t.shape().len() <= 1 && t.len() <= 8)
+                        })
+                        .map(|(n, t)| (n.clone(), t.clone()))
+                        .collect()
                 };
-                let graph = load_model(&model, &opts).map_err(|e| format!("import: {e}"))?;
+                let import = |frozen: &HashMap<String, Tensor>| {
+                    load_model(
+                        &model,
+                        &ImportOptions {
+                            frozen_inputs: frozen.clone(),
+                            ..Default::default()
+                        },
+                    )
+                };
+                let mut frozen = freeze(false);
+                let graph = match import(&frozen) {
+                    Err(e) if e.to_string().contains("computed at run time") => {
+                        frozen = freeze(true);
+                        import(&frozen)
+                    }
+                    other => other,
+                }
+                .map_err(|e| format!("import: {e}"))?;
                 let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
                 let keep: Vec<Tensor> = names
                     .iter()

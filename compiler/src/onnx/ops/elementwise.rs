@@ -6,6 +6,9 @@ use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, UnaryOp};
 
 pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
+    if ctx.node.op_type == "Clip" && ctx.opset() >= 11 && runtime_clip_bounds(ctx) {
+        return clip_with_runtime_bounds(ctx);
+    }
     let a = &ctx.attrs;
     let op = match ctx.node.op_type.as_str() {
         "Identity" => UnaryOp::Identity,
@@ -91,6 +94,27 @@ pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 /// Clip's bounds: attributes before opset 11, optional constant inputs after.
+/// True when a Clip bound is an input computed at run time.
+fn runtime_clip_bounds(ctx: &NodeCtx) -> bool {
+    [1, 2]
+        .iter()
+        .any(|&i| ctx.input(i).is_some_and(|v| ctx.constant(v).is_none()))
+}
+
+/// Clip with bounds known only at run time: `min(max(x, lo), hi)`, as the spec
+/// defines it (so min > max yields max).
+fn clip_with_runtime_bounds(ctx: &mut NodeCtx) -> ImportResult {
+    let mut y = ctx.required(0)?;
+    if let Some(lo) = ctx.input(1) {
+        y = ctx.emit1(Op::Binary(BinaryOp::Max), vec![Some(y), Some(lo)])?;
+    }
+    if let Some(hi) = ctx.input(2) {
+        y = ctx.emit1(Op::Binary(BinaryOp::Min), vec![Some(y), Some(hi)])?;
+    }
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
 fn clip_bounds(ctx: &NodeCtx) -> ImportResult<UnaryOp> {
     if ctx.opset() < 11 {
         let min = ctx.attrs.float("min", f32::NEG_INFINITY)? as f64;

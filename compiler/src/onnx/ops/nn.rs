@@ -187,18 +187,17 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
         };
         match target {
             Some(t) => {
-                let total = full(i)
-                    .checked_sub(t)
-                    .ok_or("output_shape is larger than the full transposed convolution")?;
-                let small = total / 2;
-                // onnxruntime: SAME_UPPER puts the extra pad at the start for ConvTranspose.
+                // The spec's rule (and onnx.reference's): a negative total pads the
+                // end, i.e. the output extends past the full convolution with bias only.
+                let total = full(i) as i64 - t as i64;
                 let (b, e) = if auto_pad == "SAME_UPPER" {
-                    (total - small, small)
+                    (total.div_euclid(2), total - total.div_euclid(2))
                 } else {
-                    (small, total - small)
+                    (total - total.div_euclid(2), total.div_euclid(2))
                 };
-                pads[i] = b;
-                pads[n + i] = e;
+                pads[i] =
+                    usize::try_from(b).map_err(|_| "output_shape needs a negative leading pad")?;
+                pads[n + i] = e.max(0) as usize;
                 output_spatial.push(t);
             }
             None => {
