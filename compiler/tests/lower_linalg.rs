@@ -15,6 +15,13 @@ use nnc::ops::{infer_types, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op};
 
 type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
 
+/// Tests take turns (the harness runs them on parallel threads), so the timings of
+/// `performance_report` are not shared with other tests' compilations.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Deterministic xorshift values in [-1, 1).
 struct Rng(u64);
 
@@ -189,6 +196,7 @@ fn report(failures: Vec<String>, total: usize) {
 
 /// Runs every case, then reports all failures together.
 fn check_all(cases: Vec<(String, Op, Vec<In>)>) {
+    let _turn = one_at_a_time();
     let total = cases.len();
     let failures = cases.into_iter().enumerate().filter_map(|(i, (name, op, ins))| check(&name, op, ins, i as u64).err()).collect();
     report(failures, total);
@@ -422,16 +430,22 @@ fn conv_transpose_all_attributes() {
 fn measure(name: &str, op: Op, ins: Vec<In>, flops: f64) {
     let (g, inputs) = one_node(op, ins, 1);
     let lib = Compiled::new(&g).unwrap_or_else(|e| panic!("{name}: {e}"));
+    // For looking at the generated code: NNC_TEST_KEEP_SO=dir keeps each library.
+    if let Ok(dir) = std::env::var("NNC_TEST_KEEP_SO") {
+        let file: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        std::fs::copy(lib._dir.path().join("libtest.so"), std::path::Path::new(&dir).join(format!("{file}.so"))).expect("copy the library");
+    }
     let expected = nnc::interp::run_graph(&g, &inputs).expect("interpreter");
     let actual = lib.run(&g, &inputs);
     let err = rel_err(&actual[0], &expected[0]);
     assert!(err <= 1e-4, "{name}: rel err {err:.3e}");
-    let secs = lib.time(&g, &inputs, 20);
+    let secs = lib.time(&g, &inputs, 100);
     println!("{name}: {:.3} ms, {:.1} GFLOP/s", secs * 1e3, flops / secs / 1e9);
 }
 
 #[test]
 fn performance_report() {
+    let _turn = one_at_a_time();
     let n = 256;
     let flops = 2.0 * (n * n * n) as f64;
     measure("matmul 256x256x256 (both runtime)", Op::MatMul, vec![f32s(&[n, n]), f32s(&[n, n])], flops);

@@ -17,10 +17,10 @@
 //! f32x4.
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, AOperand, Addend, BOperand, Gemm, LANES, NR};
+use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, LANES, NR};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
@@ -54,18 +54,39 @@ struct ConvGeometry {
 }
 
 impl ConvGeometry {
-    fn new(c: &ConvAttrs, x: &TensorType, w: &TensorType, y: &TensorType) -> Result<ConvGeometry, String> {
-        let sp = x.rank().checked_sub(2).filter(|&s| s > 0).ok_or("Conv input must have rank ≥ 3")?;
-        let attrs_ok = c.kernel.len() == sp && c.strides.len() == sp && c.dilations.len() == sp && c.pads.len() == 2 * sp;
+    fn new(
+        c: &ConvAttrs,
+        x: &TensorType,
+        w: &TensorType,
+        y: &TensorType,
+    ) -> Result<ConvGeometry, String> {
+        let sp = x
+            .rank()
+            .checked_sub(2)
+            .filter(|&s| s > 0)
+            .ok_or("Conv input must have rank ≥ 3")?;
+        let attrs_ok = c.kernel.len() == sp
+            && c.strides.len() == sp
+            && c.dilations.len() == sp
+            && c.pads.len() == 2 * sp;
         if !attrs_ok || w.rank() != sp + 2 || y.rank() != sp + 2 || c.group == 0 {
-            return Err(format!("Conv attributes do not match input {x} and weight {w}"));
+            return Err(format!(
+                "Conv attributes do not match input {x} and weight {w}"
+            ));
         }
         if c.kernel.contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
             return Err("Conv kernel, strides and dilations must be positive".into());
         }
         let (channels, maps) = (x.shape[1], w.shape[0]);
-        if channels != w.shape[1] * c.group || maps % c.group != 0 || w.shape[2..] != c.kernel[..] || y.shape[1] != maps {
-            return Err(format!("Conv channels do not match: input {x}, weight {w}, group {}", c.group));
+        if channels != w.shape[1] * c.group
+            || maps % c.group != 0
+            || w.shape[2..] != c.kernel[..]
+            || y.shape[1] != maps
+        {
+            return Err(format!(
+                "Conv channels do not match: input {x}, weight {w}, group {}",
+                c.group
+            ));
         }
         Ok(ConvGeometry {
             batch: x.shape[0],
@@ -102,7 +123,9 @@ impl ConvGeometry {
     }
 
     fn padded(&self) -> Vec<usize> {
-        (0..self.input.len()).map(|d| self.input[d] + self.pad_begin[d] + self.pad_end[d]).collect()
+        (0..self.input.len())
+            .map(|d| self.input[d] + self.pad_begin[d] + self.pad_end[d])
+            .collect()
     }
 
     fn has_padding(&self) -> bool {
@@ -133,14 +156,25 @@ fn choose_path(g: &ConvGeometry, dtype: DType) -> ConvPath {
     }
 }
 
+/// Flags for loads of memory nothing writes while the node runs (inputs, weights,
+/// tables): `readonly` + `can_move` let the optimizer hoist and schedule them freely.
+fn stable_flags() -> MemFlagsData {
+    flags().with_readonly().with_can_move()
+}
+
 fn align_up(bytes: usize) -> usize {
     bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN
 }
 
 /// Arena scratch a convolution needs: the padded input and im2col panels, or the
 /// padded plane of a depthwise conv.
-pub fn scratch_bytes(c: &ConvAttrs, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
-    let (Some(Some(x)), Some(Some(w)), Some(y)) = (inputs.first(), inputs.get(1), outputs.first()) else {
+pub fn scratch_bytes(
+    c: &ConvAttrs,
+    inputs: &[Option<TensorType>],
+    outputs: &[TensorType],
+) -> usize {
+    let (Some(Some(x)), Some(Some(w)), Some(y)) = (inputs.first(), inputs.get(1), outputs.first())
+    else {
         return 0;
     };
     let Ok(g) = ConvGeometry::new(c, x, w, y) else {
@@ -156,7 +190,11 @@ pub fn scratch_bytes(c: &ConvAttrs, inputs: &[Option<TensorType>], outputs: &[Te
 pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
     let (x, w, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let bias = ctx.inputs.get(2).cloned().flatten();
-    if w.ty.dtype != x.ty.dtype || bias.as_ref().is_some_and(|b| b.ty.dtype != x.ty.dtype || b.ty.numel() != w.ty.shape[0]) {
+    if w.ty.dtype != x.ty.dtype
+        || bias
+            .as_ref()
+            .is_some_and(|b| b.ty.dtype != x.ty.dtype || b.ty.numel() != w.ty.shape[0])
+    {
         return Err(format!("Conv operand types do not match input {}", x.ty));
     }
     if !x.ty.dtype.is_float() {
@@ -186,7 +224,8 @@ struct ConvOperands {
 }
 
 fn scratch(ctx: &LowerCtx) -> Result<Value, String> {
-    ctx.scratch.ok_or_else(|| "Conv needs a scratch buffer but none was planned".to_string())
+    ctx.scratch
+        .ok_or_else(|| "Conv needs a scratch buffer but none was planned".to_string())
 }
 
 /// The weights as the GEMM's A, all groups stacked: packed at compile time when
@@ -200,9 +239,15 @@ fn weights_operand(ctx: &mut LowerCtx, g: &ConvGeometry, w: &Operand) -> Result<
             let rows = &values[grp * g.mg * k..(grp + 1) * g.mg * k];
             packed.extend(gemm::pack_a(g.mg, k, |i, kk| rows[i * k + kk]));
         }
-        return Ok(WeightsA { ptr: ctx.rodata(gemm::f32_bytes(&packed))?, packed: true });
+        return Ok(WeightsA {
+            ptr: ctx.rodata(gemm::f32_bytes(&packed))?,
+            packed: true,
+        });
     }
-    Ok(WeightsA { ptr: w.ptr, packed: false })
+    Ok(WeightsA {
+        ptr: w.ptr,
+        packed: false,
+    })
 }
 
 /// Stacked per-group A matrices; group `grp` starts `grp·Mg·K` floats in, either way.
@@ -213,62 +258,103 @@ struct WeightsA {
 }
 
 impl WeightsA {
-    fn group(&self, b: &mut FunctionBuilder, grp: Value, g: &ConvGeometry) -> AOperand {
-        let k = g.gemm_k();
-        let ptr = kernel::elem_addr(b, self.ptr, grp, g.mg * k * F32);
+    fn layout(&self, g: &ConvGeometry) -> ALayout {
         if self.packed {
-            AOperand::Packed { ptr }
+            ALayout::Packed
         } else {
-            AOperand::Strided { ptr, row_stride: k, col_stride: 1 }
+            ALayout::Strided {
+                row_stride: g.gemm_k(),
+                col_stride: 1,
+            }
         }
+    }
+
+    fn group(&self, b: &mut FunctionBuilder, grp: Value, g: &ConvGeometry) -> Value {
+        kernel::elem_addr(b, self.ptr, grp, g.mg * g.gemm_k() * F32)
     }
 }
 
-/// `Y[n, grp·Mg.., cols]` as the GEMM's C, and the bias as a per-row addend.
-fn output_and_bias(b: &mut FunctionBuilder, g: &ConvGeometry, ops: &ConvOperands, n: Value, grp: Value) -> (Value, Vec<Addend>) {
+/// The GEMM of one group: `Y_g[Mg, cols] = W_g[Mg, K] · B[K, cols] (+ bias)`, C rows
+/// `ldc = P` apart.
+fn group_gemm(
+    g: &ConvGeometry,
+    weights: &WeightsA,
+    b: BLayout,
+    cols: usize,
+    k: usize,
+    bias: bool,
+) -> GemmSpec {
+    GemmSpec {
+        m: g.mg,
+        n: cols,
+        k,
+        a: weights.layout(g),
+        b,
+        ldc: g.out_size(),
+        alpha: 1.0,
+        addends: if bias {
+            vec![Addend {
+                row_stride: 1,
+                col_stride: 0,
+                scale: 1.0,
+            }]
+        } else {
+            vec![]
+        },
+    }
+}
+
+/// `Y[n, grp·Mg]`, and the bias of group `grp` (as GEMM addend addresses).
+fn output_and_bias(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    n: Value,
+    grp: Value,
+) -> (Value, Vec<Value>) {
     let p = g.out_size();
     let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * p * F32);
     let y_g = kernel::elem_addr(b, y_n, grp, g.mg * p * F32);
-    let addends = ops
+    let bias = ops
         .bias
         .as_ref()
-        .map(|bias| {
-            let ptr = kernel::elem_addr(b, bias.ptr, grp, g.mg * F32);
-            Addend { ptr, row_stride: 1, col_stride: 0, scale: 1.0 }
-        })
+        .map(|bias| kernel::elem_addr(b, bias.ptr, grp, g.mg * F32))
         .into_iter()
         .collect();
-    (y_g, addends)
+    (y_g, bias)
 }
 
 /// Address of `X[n, grp·Cg]` for elements of `size` bytes.
-fn input_group(b: &mut FunctionBuilder, g: &ConvGeometry, x: Value, n: Value, grp: Value, size: usize) -> Value {
+fn input_group(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    x: Value,
+    n: Value,
+    grp: Value,
+    size: usize,
+) -> Value {
     let x_n = kernel::elem_addr(b, x, n, g.channels * g.in_size() * size);
     kernel::elem_addr(b, x_n, grp, g.cg * g.in_size() * size)
 }
 
 fn conv_pointwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
     let weights = weights_operand(ctx, g, &ops.w)?;
-    let (target, b) = (ctx.target, &mut *ctx.b);
     let p = g.out_size();
-    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+    let spec = group_gemm(
+        g,
+        &weights,
+        BLayout::Rows { row_stride: p },
+        p,
+        g.cg,
+        ops.bias.is_some(),
+    );
+    let kernel = GemmKernel::define(ctx, &spec)?;
+    kernel::nested_loop(ctx.b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
         let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
-        let (c, addends) = output_and_bias(b, g, ops, n, grp);
+        let (c, bias) = output_and_bias(b, g, ops, n, grp);
         let a = weights.group(b, grp, g);
-        let call = Gemm {
-            m: g.mg,
-            n: p,
-            k: g.cg,
-            a,
-            b: BOperand::Rows { ptr: x_g, row_stride: p },
-            c,
-            ldc: p,
-            alpha: 1.0,
-            addends,
-            b_is_stable: true,
-        };
-        gemm::emit(b, target, &call);
+        kernel.call(b, a, x_g, c, &bias);
     });
     Ok(())
 }
@@ -289,11 +375,20 @@ impl Im2colLayout {
     fn new(g: &ConvGeometry) -> Im2colLayout {
         let k = g.gemm_k();
         let p = g.out_size();
-        let padded_bytes = if g.has_padding() { align_up(g.cg * g.padded().iter().product::<usize>() * F32) } else { 0 };
+        let padded_bytes = if g.has_padding() {
+            align_up(g.cg * g.padded().iter().product::<usize>() * F32)
+        } else {
+            0
+        };
         let panel_bytes = k * NR * F32;
-        let chunk_panels = (IM2COL_CHUNK_BYTES / panel_bytes.max(1)).clamp(1, p.div_ceil(NR).max(1));
+        let chunk_panels =
+            (IM2COL_CHUNK_BYTES / panel_bytes.max(1)).clamp(1, p.div_ceil(NR).max(1));
         let col_bytes = gemm::packed_b_len(k, p.min(chunk_panels * NR)) * F32;
-        Im2colLayout { padded_bytes, chunk_panels, col_bytes }
+        Im2colLayout {
+            padded_bytes,
+            chunk_panels,
+            col_bytes,
+        }
     }
 
     fn bytes(&self) -> usize {
@@ -322,7 +417,9 @@ fn im2col_tables(g: &ConvGeometry) -> Result<Im2colTables, String> {
     }
     let lane_of = |q: usize| -> i32 {
         let o = unravel(q, &g.output);
-        let off: usize = (0..o.len()).map(|d| o[d] * g.strides[d] * pstrides[d]).sum();
+        let off: usize = (0..o.len())
+            .map(|d| o[d] * g.strides[d] * pstrides[d])
+            .sum();
         (off * F32) as i32
     };
     let panels = p.div_ceil(NR);
@@ -338,11 +435,18 @@ fn im2col_tables(g: &ConvGeometry) -> Result<Im2colTables, String> {
     for c in 0..g.cg {
         for t in 0..g.taps() {
             let kidx = unravel(t, &g.kernel);
-            let off: usize = c * plane + (0..kidx.len()).map(|d| kidx[d] * g.dilations[d] * pstrides[d]).sum::<usize>();
+            let off: usize = c * plane
+                + (0..kidx.len())
+                    .map(|d| kidx[d] * g.dilations[d] * pstrides[d])
+                    .sum::<usize>();
             tap.push((off * F32) as i32);
         }
     }
-    Ok(Im2colTables { lane, tap, contiguous })
+    Ok(Im2colTables {
+        lane,
+        tap,
+        contiguous,
+    })
 }
 
 /// Row-major multi-index of `flat` in `shape`.
@@ -377,9 +481,28 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
         tap: ctx.rodata(i32_bytes(&tables.tap))?,
         contiguous: ctx.rodata(i32_bytes(&tables.contiguous))?,
     };
-    let (target, b) = (ctx.target, &mut *ctx.b);
     let p = g.out_size();
     let chunk_cols = layout.chunk_panels * NR;
+    let full_chunks = p / chunk_cols;
+    let tail_cols = p - full_chunks * chunk_cols;
+    let bias = ops.bias.is_some();
+    let full_kernel = if full_chunks > 0 {
+        Some(GemmKernel::define(
+            ctx,
+            &group_gemm(g, &weights, BLayout::Packed, chunk_cols, g.gemm_k(), bias),
+        )?)
+    } else {
+        None
+    };
+    let tail_kernel = if tail_cols > 0 {
+        Some(GemmKernel::define(
+            ctx,
+            &group_gemm(g, &weights, BLayout::Packed, tail_cols, g.gemm_k(), bias),
+        )?)
+    } else {
+        None
+    };
+    let b = &mut *ctx.b;
     let col = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
@@ -390,30 +513,25 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
         } else {
             x_g
         };
-        let (c, addends) = output_and_bias(b, g, ops, n, grp);
+        let (c, bias) = output_and_bias(b, g, ops, n, grp);
         let a = weights.group(b, grp, g);
-        let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize| {
+        let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize, kernel: &GemmKernel| {
             im2col_panels(b, g, ptrs, src, col, col0, cols);
             let c0 = kernel::elem_addr(b, c, col0, F32);
-            let call = Gemm {
-                m: g.mg,
-                n: cols,
-                k: g.gemm_k(),
-                a,
-                b: BOperand::Packed { ptr: col },
-                c: c0,
-                ldc: p,
-                alpha: 1.0,
-                addends: addends.clone(),
-                b_is_stable: false,
-            };
-            gemm::emit(b, target, &call);
+            kernel.call(b, a, col, c0, &bias);
         };
-        let full = p / chunk_cols;
-        kernel::counted_loop(b, 0, (full * chunk_cols) as i64, chunk_cols as i64, |b, col0| chunk(b, col0, chunk_cols));
-        if full * chunk_cols < p {
-            let col0 = kernel::iconst(b, (full * chunk_cols) as i64);
-            chunk(b, col0, p - full * chunk_cols);
+        if let Some(k) = &full_kernel {
+            kernel::counted_loop(
+                b,
+                0,
+                (full_chunks * chunk_cols) as i64,
+                chunk_cols as i64,
+                |b, col0| chunk(b, col0, chunk_cols, k),
+            );
+        }
+        if let Some(k) = &tail_kernel {
+            let col0 = kernel::iconst(b, (full_chunks * chunk_cols) as i64);
+            chunk(b, col0, tail_cols, k);
         }
     });
     Ok(())
@@ -421,7 +539,15 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
 
 /// Writes the im2col columns `col0 .. col0+cols` (col0 a multiple of NR) into `col` in
 /// [`gemm::pack_b`]'s panel layout, reading the (padded) group input at `src`.
-fn im2col_panels(b: &mut FunctionBuilder, g: &ConvGeometry, t: TablePtrs, src: Value, col: Value, col0: Value, cols: usize) {
+fn im2col_panels(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    t: TablePtrs,
+    src: Value,
+    col: Value,
+    col0: Value,
+    cols: usize,
+) {
     let k = g.gemm_k();
     let full = cols / NR;
     kernel::counted_loop(b, 0, full as i64, 1, |b, i| {
@@ -443,7 +569,16 @@ fn im2col_panels(b: &mut FunctionBuilder, g: &ConvGeometry, t: TablePtrs, src: V
 /// (when `may_be_contiguous` and the table says so) copy each row as vectors; others
 /// gather lane by lane.
 #[allow(clippy::too_many_arguments)]
-fn im2col_panel(b: &mut FunctionBuilder, k: usize, t: TablePtrs, src: Value, dst: Value, panel: Value, width: usize, may_be_contiguous: bool) {
+fn im2col_panel(
+    b: &mut FunctionBuilder,
+    k: usize,
+    t: TablePtrs,
+    src: Value,
+    dst: Value,
+    panel: Value,
+    width: usize,
+    may_be_contiguous: bool,
+) {
     let lanes = kernel::elem_addr(b, t.lane, panel, NR * 4);
     let lane_ptrs: Vec<Value> = (0..width)
         .map(|l| {
@@ -478,7 +613,9 @@ fn im2col_panel(b: &mut FunctionBuilder, k: usize, t: TablePtrs, src: Value, dst
         let a = b.ins().iadd(lane_ptrs[0], tap);
         let row = kernel::elem_addr(b, dst, kk, width * F32);
         for v in 0..width / LANES {
-            let x = b.ins().load(types::F32X4, flags(), a, (v * LANES * F32) as i32);
+            let x = b
+                .ins()
+                .load(types::F32X4, flags(), a, (v * LANES * F32) as i32);
             b.ins().store(flags(), x, row, (v * LANES * F32) as i32);
         }
     });
@@ -492,7 +629,7 @@ fn im2col_panel(b: &mut FunctionBuilder, k: usize, t: TablePtrs, src: Value, dst
 
 fn tap_offset(b: &mut FunctionBuilder, t: TablePtrs, kk: Value) -> Value {
     let a = kernel::elem_addr(b, t.tap, kk, 4);
-    b.ins().sload32(gemm::stable_flags(), a, 0)
+    b.ins().sload32(stable_flags(), a, 0)
 }
 
 // ---- padded copies ----
@@ -513,14 +650,23 @@ fn zero_f32(b: &mut FunctionBuilder, dst: Value, count: usize) {
 
 /// Copies `channels` planes of shape `src_shape` at `src` into zeroed planes of shape
 /// `dst_shape` at `dst`, each element moved by `offset` along every axis.
-fn copy_padded(b: &mut FunctionBuilder, src: Value, src_shape: &[usize], channels: usize, dst: Value, dst_shape: &[usize], offset: &[usize]) {
+fn copy_padded(
+    b: &mut FunctionBuilder,
+    src: Value,
+    src_shape: &[usize],
+    channels: usize,
+    dst: Value,
+    dst_shape: &[usize],
+    offset: &[usize],
+) {
     let dst_plane: usize = dst_shape.iter().product();
     zero_f32(b, dst, channels * dst_plane);
     let rank = src_shape.len();
     let row = src_shape[rank - 1];
     let mut rows_shape = vec![channels];
     rows_shape.extend(&src_shape[..rank - 1]);
-    let src_strides = kernel::strides_of(&rows_shape.iter().copied().chain([row]).collect::<Vec<_>>());
+    let src_strides =
+        kernel::strides_of(&rows_shape.iter().copied().chain([row]).collect::<Vec<_>>());
     let mut dst_full = vec![channels];
     dst_full.extend(dst_shape);
     let dst_strides = kernel::strides_of(&dst_full);
@@ -551,7 +697,13 @@ struct Plane2d {
 
 impl Plane2d {
     fn new(g: &ConvGeometry) -> Plane2d {
-        let two = |v: &[usize], unit: usize| if v.len() == 1 { [unit, v[0]] } else { [v[0], v[1]] };
+        let two = |v: &[usize], unit: usize| {
+            if v.len() == 1 {
+                [unit, v[0]]
+            } else {
+                [v[0], v[1]]
+            }
+        };
         let (input, output) = (two(&g.input, 1), two(&g.output, 1));
         Plane2d {
             in_h: input[0],
@@ -576,7 +728,9 @@ struct PlaneLayout {
 impl PlaneLayout {
     fn new(g: &ConvGeometry) -> PlaneLayout {
         let p = Plane2d::new(g);
-        let reach = |out: usize, axis: usize| (out - 1) * p.stride[axis] + (p.k[axis] - 1) * p.dil[axis] + 1;
+        let reach = |out: usize, axis: usize| {
+            (out - 1) * p.stride[axis] + (p.k[axis] - 1) * p.dil[axis] + 1
+        };
         let out_w_vectors = p.out_w.div_ceil(LANES) * LANES;
         PlaneLayout {
             height: reach(p.out_h, 0).max(p.in_h + p.pad[0]),
@@ -599,7 +753,15 @@ fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
     kernel::nested_loop(b, &[g.batch, g.channels], &mut |b, idx| {
         let (n, ch) = (idx[0], idx[1]);
         let x_c = input_group(b, g, ops.x.ptr, n, ch, F32);
-        copy_padded(b, x_c, &[p.in_h, p.in_w], 1, plane, &[layout.height, layout.width], &p.pad);
+        copy_padded(
+            b,
+            x_c,
+            &[p.in_h, p.in_w],
+            1,
+            plane,
+            &[layout.height, layout.width],
+            &p.pad,
+        );
         kernel::counted_loop(b, 0, g.mg as i64, 1, |b, j| {
             // Output map m = ch·Mg + j reads input channel ch.
             let m = b.ins().imul_imm_s(ch, g.mg as i64);
@@ -607,14 +769,16 @@ fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
             let w_m = kernel::elem_addr(b, ops.w.ptr, m, taps * F32);
             let weights: Vec<Value> = (0..taps)
                 .map(|t| {
-                    let w = b.ins().load(types::F32, gemm::stable_flags(), w_m, (t * F32) as i32);
+                    let w = b
+                        .ins()
+                        .load(types::F32, stable_flags(), w_m, (t * F32) as i32);
                     b.ins().splat(types::F32X4, w)
                 })
                 .collect();
             let init = match &ops.bias {
                 Some(bias) => {
                     let a = kernel::elem_addr(b, bias.ptr, m, F32);
-                    let v = b.ins().load(types::F32, gemm::stable_flags(), a, 0);
+                    let v = b.ins().load(types::F32, stable_flags(), a, 0);
                     b.ins().splat(types::F32X4, v)
                 }
                 None => {
@@ -626,7 +790,13 @@ fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
                 let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * g.out_size() * F32);
                 kernel::elem_addr(b, y_n, m, g.out_size() * F32)
             };
-            let row = DepthwiseRow { p: &p, width: layout.width, weights: &weights, init, fma };
+            let row = DepthwiseRow {
+                p: &p,
+                width: layout.width,
+                weights: &weights,
+                init,
+                fma,
+            };
             kernel::counted_loop(b, 0, p.out_h as i64, 1, |b, oh| {
                 let y_row = kernel::elem_addr(b, y_nm, oh, p.out_w * F32);
                 let x_row = kernel::elem_addr(b, plane, oh, p.stride[0] * layout.width * F32);
@@ -659,7 +829,9 @@ impl DepthwiseRow<'_> {
         let out_w = self.p.out_w;
         let block = DEPTHWISE_VECS * LANES;
         let blocks = out_w / block;
-        kernel::counted_loop(b, 0, (blocks * block) as i64, block as i64, |b, ow| self.vectors(b, x_row, y_row, ow, DEPTHWISE_VECS, LANES));
+        kernel::counted_loop(b, 0, (blocks * block) as i64, block as i64, |b, ow| {
+            self.vectors(b, x_row, y_row, ow, DEPTHWISE_VECS, LANES)
+        });
         let mut ow = blocks * block;
         while ow < out_w {
             let lanes = (out_w - ow).min(LANES);
@@ -670,7 +842,15 @@ impl DepthwiseRow<'_> {
     }
 
     /// `vecs` output vectors starting at column `ow`; the last has `last_lanes` valid lanes.
-    fn vectors(&self, b: &mut FunctionBuilder, x_row: Value, y_row: Value, ow: Value, vecs: usize, last_lanes: usize) {
+    fn vectors(
+        &self,
+        b: &mut FunctionBuilder,
+        x_row: Value,
+        y_row: Value,
+        ow: Value,
+        vecs: usize,
+        last_lanes: usize,
+    ) {
         let p = self.p;
         let x0 = kernel::elem_addr(b, x_row, ow, p.stride[1] * F32);
         let mut acc = vec![self.init; vecs];
@@ -701,7 +881,9 @@ impl DepthwiseRow<'_> {
         let first = b.ins().load(types::F32, flags(), x0, off as i32);
         let mut v = b.ins().scalar_to_vector(types::F32X4, first);
         for l in 1..LANES {
-            let x = b.ins().load(types::F32, flags(), x0, (off + l * s * F32) as i32);
+            let x = b
+                .ins()
+                .load(types::F32, flags(), x0, (off + l * s * F32) as i32);
             v = b.ins().insertlane(v, x, l as u8);
         }
         v
@@ -763,7 +945,9 @@ fn conv_scalar(b: &mut FunctionBuilder, g: &ConvGeometry, ops: &ConvOperands) {
                 let kd = b.ins().imul_imm_s(k[dim], g.dilations[dim] as i64);
                 let i = b.ins().iadd(i, kd);
                 let i = b.ins().iadd_imm_s(i, -(g.pad_begin[dim] as i64));
-                let ok = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, i, g.input[dim] as i64);
+                let ok = b
+                    .ins()
+                    .icmp_imm_s(IntCC::UnsignedLessThan, i, g.input[dim] as i64);
                 valid = Some(match valid {
                     None => ok,
                     Some(v) => b.ins().band(v, ok),
@@ -814,17 +998,42 @@ struct TransposeGeometry {
 }
 
 impl TransposeGeometry {
-    fn new(c: &ConvTransposeAttrs, x: &TensorType, w: &TensorType, y: &TensorType) -> Result<TransposeGeometry, String> {
-        let sp = x.rank().checked_sub(2).filter(|&s| s > 0).ok_or("ConvTranspose input must have rank ≥ 3")?;
-        let attrs_ok = c.kernel.len() == sp && c.strides.len() == sp && c.dilations.len() == sp && c.pads.len() == 2 * sp;
-        if !attrs_ok || w.rank() != sp + 2 || y.rank() != sp + 2 || c.group == 0 || x.shape[1] % c.group != 0 {
-            return Err(format!("ConvTranspose attributes do not match input {x} and weight {w}"));
+    fn new(
+        c: &ConvTransposeAttrs,
+        x: &TensorType,
+        w: &TensorType,
+        y: &TensorType,
+    ) -> Result<TransposeGeometry, String> {
+        let sp = x
+            .rank()
+            .checked_sub(2)
+            .filter(|&s| s > 0)
+            .ok_or("ConvTranspose input must have rank ≥ 3")?;
+        let attrs_ok = c.kernel.len() == sp
+            && c.strides.len() == sp
+            && c.dilations.len() == sp
+            && c.pads.len() == 2 * sp;
+        if !attrs_ok
+            || w.rank() != sp + 2
+            || y.rank() != sp + 2
+            || c.group == 0
+            || x.shape[1] % c.group != 0
+        {
+            return Err(format!(
+                "ConvTranspose attributes do not match input {x} and weight {w}"
+            ));
         }
         if c.kernel.contains(&0) || c.strides.contains(&0) || c.dilations.contains(&0) {
             return Err("ConvTranspose kernel, strides and dilations must be positive".into());
         }
-        if w.shape[0] != x.shape[1] || w.shape[2..] != c.kernel[..] || y.shape[1] != w.shape[1] * c.group || y.shape[2..] != c.output_spatial[..] {
-            return Err(format!("ConvTranspose shapes do not match: input {x}, weight {w}, output {y}"));
+        if w.shape[0] != x.shape[1]
+            || w.shape[2..] != c.kernel[..]
+            || y.shape[1] != w.shape[1] * c.group
+            || y.shape[2..] != c.output_spatial[..]
+        {
+            return Err(format!(
+                "ConvTranspose shapes do not match: input {x}, weight {w}, output {y}"
+            ));
         }
         Ok(TransposeGeometry {
             batch: x.shape[0],
@@ -843,7 +1052,10 @@ impl TransposeGeometry {
     /// For kernel offset `k` along `axis`, the input range whose outputs
     /// `i·s − pad + k·d` land inside the output: empty when none do.
     fn valid_inputs(&self, axis: usize, k: usize) -> std::ops::Range<usize> {
-        let (s, shift) = (self.strides[axis] as i64, (k * self.dilations[axis]) as i64 - self.pad_begin[axis] as i64);
+        let (s, shift) = (
+            self.strides[axis] as i64,
+            (k * self.dilations[axis]) as i64 - self.pad_begin[axis] as i64,
+        );
         // i·s + shift ∈ [0, out)  ⇔  i ∈ [ceil(−shift / s), floor((out − 1 − shift) / s)].
         let lo = ((-shift).max(0) as usize).div_ceil(s as usize) as i64;
         let hi_incl = (self.output[axis] as i64 - 1 - shift).div_euclid(s);
@@ -855,8 +1067,16 @@ impl TransposeGeometry {
 pub fn conv_transpose(ctx: &mut LowerCtx, c: &ConvTransposeAttrs) -> LowerResult {
     let (x, w, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let bias = ctx.inputs.get(2).cloned().flatten();
-    if !x.ty.dtype.is_float() || w.ty.dtype != x.ty.dtype || bias.as_ref().is_some_and(|b| b.ty.dtype != x.ty.dtype || b.ty.numel() != y.ty.shape[1]) {
-        return Err(format!("ConvTranspose operand types do not match input {}", x.ty));
+    if !x.ty.dtype.is_float()
+        || w.ty.dtype != x.ty.dtype
+        || bias
+            .as_ref()
+            .is_some_and(|b| b.ty.dtype != x.ty.dtype || b.ty.numel() != y.ty.shape[1])
+    {
+        return Err(format!(
+            "ConvTranspose operand types do not match input {}",
+            x.ty
+        ));
     }
     let g = TransposeGeometry::new(c, &x.ty, &w.ty, &y.ty)?;
     if y.ty.numel() == 0 {
@@ -888,7 +1108,11 @@ fn init_output(b: &mut FunctionBuilder, g: &TransposeGeometry, ops: &ConvOperand
         };
         let off = kernel::linear_offset(b, idx, &[maps * plane, plane]);
         let dst = kernel::elem_addr(b, ops.y.ptr, off, size);
-        let vecs = if dtype == DType::F32 { plane / LANES } else { 0 };
+        let vecs = if dtype == DType::F32 {
+            plane / LANES
+        } else {
+            0
+        };
         if vecs > 0 {
             let vv = b.ins().splat(types::F32X4, v);
             kernel::counted_loop(b, 0, vecs as i64, 1, |b, i| {
@@ -929,7 +1153,8 @@ fn scatter_taps(b: &mut FunctionBuilder, g: &TransposeGeometry, ops: &ConvOperan
         let w_cm = kernel::elem_addr(b, ops.w.ptr, w_cm, size);
         for t in 0..taps {
             let k = unravel(t, &g.kernel);
-            let ranges: Vec<std::ops::Range<usize>> = (0..sp).map(|d| g.valid_inputs(d, k[d])).collect();
+            let ranges: Vec<std::ops::Range<usize>> =
+                (0..sp).map(|d| g.valid_inputs(d, k[d])).collect();
             if ranges.iter().any(|r| r.is_empty()) {
                 continue;
             }
@@ -937,13 +1162,23 @@ fn scatter_taps(b: &mut FunctionBuilder, g: &TransposeGeometry, ops: &ConvOperan
             // First input and output element of the window, and their steps per axis.
             let x_start: usize = (0..sp).map(|d| ranges[d].start * in_strides[d]).sum();
             let y_start: i64 = (0..sp)
-                .map(|d| ((ranges[d].start * g.strides[d] + k[d] * g.dilations[d]) as i64 - g.pad_begin[d] as i64) * out_strides[d] as i64)
+                .map(|d| {
+                    ((ranges[d].start * g.strides[d] + k[d] * g.dilations[d]) as i64
+                        - g.pad_begin[d] as i64)
+                        * out_strides[d] as i64
+                })
                 .sum();
             let y_steps: Vec<usize> = (0..sp).map(|d| g.strides[d] * out_strides[d]).collect();
             let x0 = b.ins().iadd_imm_s(x_nc, (x_start * size) as i64);
             let y0 = b.ins().iadd_imm_s(y_nm, y_start * size as i64);
             let lens: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-            let axpy = Axpy { dtype, fma, x_steps: &in_strides, y_steps: &y_steps, lens: &lens };
+            let axpy = Axpy {
+                dtype,
+                fma,
+                x_steps: &in_strides,
+                y_steps: &y_steps,
+                lens: &lens,
+            };
             axpy.emit(b, wv, x0, y0);
         }
     });
@@ -964,8 +1199,15 @@ impl Axpy<'_> {
         let sp = self.lens.len();
         let size = self.dtype.size();
         let inner = self.lens[sp - 1];
-        let vector = self.dtype == DType::F32 && self.y_steps[sp - 1] == 1 && self.x_steps[sp - 1] == 1 && inner >= LANES;
-        let wv = if vector { Some(b.ins().splat(types::F32X4, w)) } else { None };
+        let vector = self.dtype == DType::F32
+            && self.y_steps[sp - 1] == 1
+            && self.x_steps[sp - 1] == 1
+            && inner >= LANES;
+        let wv = if vector {
+            Some(b.ins().splat(types::F32X4, w))
+        } else {
+            None
+        };
         let d = domain(self.dtype);
         kernel::nested_loop(b, &self.lens[..sp - 1], &mut |b, idx| {
             let xo = kernel::linear_offset(b, idx, &self.x_steps[..sp - 1]);

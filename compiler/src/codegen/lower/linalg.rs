@@ -7,7 +7,7 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, AOperand, Addend, BOperand, Gemm};
+use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
@@ -33,8 +33,16 @@ impl MatMulShape {
         if a.is_empty() || b.is_empty() {
             return Err("MatMul operands must have rank ≥ 1".into());
         }
-        let a2 = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
-        let b2 = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+        let a2 = if a.len() == 1 {
+            vec![1, a[0]]
+        } else {
+            a.to_vec()
+        };
+        let b2 = if b.len() == 1 {
+            vec![b[0], 1]
+        } else {
+            b.to_vec()
+        };
         let (a_batch, a_mat) = a2.split_at(a2.len() - 2);
         let (b_batch, b_mat) = b2.split_at(b2.len() - 2);
         if a_mat[1] != b_mat[0] {
@@ -55,7 +63,8 @@ impl MatMulShape {
     /// True when B is one matrix shared by every batch and A's batches are all distinct
     /// and contiguous: the batches then stack into one GEMM with `batch·M` rows.
     fn folds_into_rows(&self) -> bool {
-        self.b_batch_strides.iter().all(|&s| s == 0) && self.a_batch_strides == kernel::strides_of(&self.batch)
+        self.b_batch_strides.iter().all(|&s| s == 0)
+            && self.a_batch_strides == kernel::strides_of(&self.batch)
     }
 }
 
@@ -70,7 +79,10 @@ fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
 pub fn matmul(ctx: &mut LowerCtx) -> LowerResult {
     let (a, b, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     if a.ty.dtype != b.ty.dtype {
-        return Err(format!("MatMul input types differ: {} and {}", a.ty.dtype, b.ty.dtype));
+        return Err(format!(
+            "MatMul input types differ: {} and {}",
+            a.ty.dtype, b.ty.dtype
+        ));
     }
     let shape = MatMulShape::new(&a.ty.shape, &b.ty.shape)?;
     match a.ty.dtype {
@@ -83,69 +95,101 @@ pub fn matmul(ctx: &mut LowerCtx) -> LowerResult {
     }
 }
 
-fn matmul_f32(ctx: &mut LowerCtx, s: &MatMulShape, a: &Operand, b: &Operand, y: &Operand) -> LowerResult {
+fn matmul_f32(
+    ctx: &mut LowerCtx,
+    s: &MatMulShape,
+    a: &Operand,
+    b: &Operand,
+    y: &Operand,
+) -> LowerResult {
     // Constant B: every matrix packed once, back to back.
     let packed = match b.constant.as_ref().and_then(f32_values) {
         Some(values) => {
             let mat = s.k * s.n;
             let mut all = Vec::with_capacity(s.b_matrices * gemm::packed_b_len(s.k, s.n));
             for t in 0..s.b_matrices {
-                all.extend(gemm::pack_b(s.k, s.n, |kk, j| values[t * mat + kk * s.n + j]));
+                all.extend(gemm::pack_b(s.k, s.n, |kk, j| {
+                    values[t * mat + kk * s.n + j]
+                }));
             }
             Some(ctx.rodata(gemm::f32_bytes(&all))?)
         }
         None => None,
     };
-    let b_operand = |ptr: Value| match packed {
-        Some(_) => BOperand::Packed { ptr },
-        None => BOperand::Rows { ptr, row_stride: s.n },
+    let (b_base, b_layout, b_mat_elems) = match packed {
+        Some(p) => (p, BLayout::Packed, gemm::packed_b_len(s.k, s.n)),
+        None => (b.ptr, BLayout::Rows { row_stride: s.n }, s.k * s.n),
     };
-    let (b_base, b_mat_elems) = match packed {
-        Some(p) => (p, gemm::packed_b_len(s.k, s.n)),
-        None => (b.ptr, s.k * s.n),
+    let folded = s.folds_into_rows();
+    let rows = if folded {
+        s.batch.iter().product::<usize>() * s.m
+    } else {
+        s.m
     };
-    let target = ctx.target;
-    let bld = &mut *ctx.b;
-    let call = |m: usize, a_ptr: Value, b_ptr: Value, c: Value| Gemm {
-        m,
+    let spec = GemmSpec {
+        m: rows,
         n: s.n,
         k: s.k,
-        a: AOperand::Strided { ptr: a_ptr, row_stride: s.k, col_stride: 1 },
-        b: b_operand(b_ptr),
-        c,
+        a: ALayout::Strided {
+            row_stride: s.k,
+            col_stride: 1,
+        },
+        b: b_layout,
         ldc: s.n,
         alpha: 1.0,
         addends: vec![],
-        b_is_stable: true,
     };
-    if s.folds_into_rows() {
-        let rows = s.batch.iter().product::<usize>() * s.m;
-        gemm::emit(bld, target, &call(rows, a.ptr, b_base, y.ptr));
+    let kernel = GemmKernel::define(ctx, &spec)?;
+    if folded {
+        kernel.call(ctx.b, a.ptr, b_base, y.ptr, &[]);
         return Ok(());
     }
     let y_strides = kernel::strides_of(&s.batch);
-    kernel::nested_loop(bld, &s.batch, &mut |bld, idx| {
+    kernel::nested_loop(ctx.b, &s.batch, &mut |bld, idx| {
         let a_ptr = batch_ptr(bld, a.ptr, idx, &s.a_batch_strides, s.m * s.k);
         let b_ptr = batch_ptr(bld, b_base, idx, &s.b_batch_strides, b_mat_elems);
         let c_ptr = batch_ptr(bld, y.ptr, idx, &y_strides, s.m * s.n);
-        gemm::emit(bld, target, &call(s.m, a_ptr, b_ptr, c_ptr));
+        kernel.call(bld, a_ptr, b_ptr, c_ptr, &[]);
     });
     Ok(())
 }
 
 /// Address of the matrix at batch index `idx`: `base + Σ idx·strides · matrix` floats.
-fn batch_ptr(b: &mut FunctionBuilder, base: Value, idx: &[Value], strides: &[usize], matrix_elems: usize) -> Value {
+fn batch_ptr(
+    b: &mut FunctionBuilder,
+    base: Value,
+    idx: &[Value],
+    strides: &[usize],
+    matrix_elems: usize,
+) -> Value {
     let scaled: Vec<usize> = strides.iter().map(|s| s * matrix_elems * 4).collect();
     let off = kernel::linear_offset(b, idx, &scaled);
     b.ins().iadd(base, off)
 }
 
-fn matmul_scalar(bld: &mut FunctionBuilder, dtype: DType, s: &MatMulShape, a: &Operand, b: &Operand, y: &Operand) {
+fn matmul_scalar(
+    bld: &mut FunctionBuilder,
+    dtype: DType,
+    s: &MatMulShape,
+    a: &Operand,
+    b: &Operand,
+    y: &Operand,
+) {
     let size = dtype.size();
     let mut shape = s.batch.clone();
     shape.extend([s.m, s.n]);
-    let a_strides: Vec<usize> = s.a_batch_strides.iter().map(|x| x * s.m * s.k).chain([s.k, 0]).collect();
-    let b_strides: Vec<usize> = s.b_batch_strides.iter().map(|x| x * s.k * s.n).chain([0, 1]).collect();
+    let a_strides: Vec<usize> = s
+        .a_batch_strides
+        .iter()
+        .map(|x| x * s.m * s.k)
+        .chain([s.k, 0])
+        .collect();
+    let b_strides: Vec<usize> = s
+        .b_batch_strides
+        .iter()
+        .map(|x| x * s.k * s.n)
+        .chain([0, 1])
+        .collect();
     kernel::nested_loop(bld, &shape, &mut |bld, idx| {
         let a_row = kernel::linear_offset(bld, idx, &a_strides);
         let a_row = kernel::elem_addr(bld, a.ptr, a_row, size);
@@ -159,7 +203,15 @@ fn matmul_scalar(bld: &mut FunctionBuilder, dtype: DType, s: &MatMulShape, a: &O
 }
 
 /// `Σ_k A[k·a_step] · B[k·b_step]` (steps in elements) in `dtype`'s computation domain.
-fn scalar_dot(b: &mut FunctionBuilder, dtype: DType, a: Value, a_step: usize, bp: Value, b_step: usize, k: usize) -> Value {
+fn scalar_dot(
+    b: &mut FunctionBuilder,
+    dtype: DType,
+    a: Value,
+    a_step: usize,
+    bp: Value,
+    b_step: usize,
+    k: usize,
+) -> Value {
     let d = domain(dtype);
     let acc = b.declare_var(kernel::domain_type(d));
     let zero = domain_zero(b, d);
@@ -223,12 +275,26 @@ impl GemmShape {
         let (&[a0, a1], &[b0, b1]) = (a, b) else {
             return Err("Gemm operands must be 2-D".into());
         };
-        let (m, k, a_strides) = if g.trans_a { (a1, a0, (1, a1)) } else { (a0, a1, (a1, 1)) };
-        let (k2, n, b_strides) = if g.trans_b { (b1, b0, (1, b1)) } else { (b0, b1, (b1, 1)) };
+        let (m, k, a_strides) = if g.trans_a {
+            (a1, a0, (1, a1))
+        } else {
+            (a0, a1, (a1, 1))
+        };
+        let (k2, n, b_strides) = if g.trans_b {
+            (b1, b0, (1, b1))
+        } else {
+            (b0, b1, (b1, 1))
+        };
         if k != k2 {
             return Err(format!("Gemm inner dimensions differ: {k} vs {k2}"));
         }
-        Ok(GemmShape { m, k, n, a_strides, b_strides })
+        Ok(GemmShape {
+            m,
+            k,
+            n,
+            a_strides,
+            b_strides,
+        })
     }
 }
 
@@ -236,14 +302,22 @@ pub fn gemm(ctx: &mut LowerCtx, g: &GemmAttrs) -> LowerResult {
     let (a, b, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let s = GemmShape::new(g, &a.ty.shape, &b.ty.shape)?;
     // C is ignored when beta = 0, as in the reference (so NaN/inf in C do not leak).
-    let c = ctx.inputs.get(2).cloned().flatten().filter(|_| g.beta != 0.0);
+    let c = ctx
+        .inputs
+        .get(2)
+        .cloned()
+        .flatten()
+        .filter(|_| g.beta != 0.0);
     if let Some(c) = &c {
         if c.ty.dtype != a.ty.dtype || c.ty.rank() > 2 {
             return Err(format!("Gemm C {} does not match A {}", c.ty, a.ty));
         }
     }
     if a.ty.dtype != b.ty.dtype {
-        return Err(format!("Gemm input types differ: {} and {}", a.ty.dtype, b.ty.dtype));
+        return Err(format!(
+            "Gemm input types differ: {} and {}",
+            a.ty.dtype, b.ty.dtype
+        ));
     }
     match a.ty.dtype {
         DType::F32 => gemm_f32(ctx, g, &s, &a, &b, c.as_ref(), &y),
@@ -261,46 +335,82 @@ fn c_strides(c: &Operand, m: usize, n: usize) -> (usize, usize) {
     (s[0], s[1])
 }
 
-fn gemm_f32(ctx: &mut LowerCtx, g: &GemmAttrs, s: &GemmShape, a: &Operand, b: &Operand, c: Option<&Operand>, y: &Operand) -> LowerResult {
-    let b_operand = match b.constant.as_ref().and_then(f32_values) {
+fn gemm_f32(
+    ctx: &mut LowerCtx,
+    g: &GemmAttrs,
+    s: &GemmShape,
+    a: &Operand,
+    b: &Operand,
+    c: Option<&Operand>,
+    y: &Operand,
+) -> LowerResult {
+    let (b_ptr, b_layout) = match b.constant.as_ref().and_then(f32_values) {
         Some(v) => {
             let (ks, ns) = s.b_strides;
             let packed = gemm::pack_b(s.k, s.n, |kk, j| v[kk * ks + j * ns]);
-            BOperand::Packed { ptr: ctx.rodata(gemm::f32_bytes(&packed))? }
+            (ctx.rodata(gemm::f32_bytes(&packed))?, BLayout::Packed)
         }
-        None if s.b_strides.1 == 1 => BOperand::Rows { ptr: b.ptr, row_stride: s.b_strides.0 },
-        None => BOperand::Gather { ptr: b.ptr, k_stride: s.b_strides.0, n_stride: s.b_strides.1 },
+        None if s.b_strides.1 == 1 => (
+            b.ptr,
+            BLayout::Rows {
+                row_stride: s.b_strides.0,
+            },
+        ),
+        None => (
+            b.ptr,
+            BLayout::Gather {
+                k_stride: s.b_strides.0,
+                n_stride: s.b_strides.1,
+            },
+        ),
     };
-    let addends = c
+    let addends: Vec<Addend> = c
         .map(|c| {
             let (row_stride, col_stride) = c_strides(c, s.m, s.n);
-            Addend { ptr: c.ptr, row_stride, col_stride, scale: g.beta }
+            Addend {
+                row_stride,
+                col_stride,
+                scale: g.beta,
+            }
         })
         .into_iter()
         .collect();
-    let call = Gemm {
+    let spec = GemmSpec {
         m: s.m,
         n: s.n,
         k: s.k,
-        a: AOperand::Strided { ptr: a.ptr, row_stride: s.a_strides.0, col_stride: s.a_strides.1 },
-        b: b_operand,
-        c: y.ptr,
+        a: ALayout::Strided {
+            row_stride: s.a_strides.0,
+            col_stride: s.a_strides.1,
+        },
+        b: b_layout,
         ldc: s.n,
         alpha: g.alpha,
         addends,
-        b_is_stable: true,
     };
-    gemm::emit(ctx.b, ctx.target, &call);
+    let kernel = GemmKernel::define(ctx, &spec)?;
+    let c_ptrs: Vec<Value> = c.iter().map(|c| c.ptr).collect();
+    kernel.call(ctx.b, a.ptr, b_ptr, y.ptr, &c_ptrs);
     Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
-fn gemm_scalar(bld: &mut FunctionBuilder, g: &GemmAttrs, dtype: DType, s: &GemmShape, a: &Operand, b: &Operand, c: Option<&Operand>, y: &Operand) {
+fn gemm_scalar(
+    bld: &mut FunctionBuilder,
+    g: &GemmAttrs,
+    dtype: DType,
+    s: &GemmShape,
+    a: &Operand,
+    b: &Operand,
+    c: Option<&Operand>,
+    y: &Operand,
+) {
     let size = dtype.size();
     let d = domain(dtype);
     // Integers stay exact (wrapping) unless alpha or beta actually scale; then the
     // reference goes through float64 and truncates back, saturating.
-    let int_scaled = matches!(d, Domain::Int { .. }) && (g.alpha != 1.0 || (c.is_some() && g.beta != 1.0));
+    let int_scaled =
+        matches!(d, Domain::Int { .. }) && (g.alpha != 1.0 || (c.is_some() && g.beta != 1.0));
     let c_strides = c.map(|c| c_strides(c, s.m, s.n));
     kernel::nested_loop(bld, &[s.m, s.n], &mut |bld, idx| {
         let a_row = kernel::linear_offset(bld, &idx[..1], &[s.a_strides.0]);
@@ -318,9 +428,17 @@ fn gemm_scalar(bld: &mut FunctionBuilder, g: &GemmAttrs, dtype: DType, s: &GemmS
         } else if let Domain::Int { .. } = d {
             c_val.map_or(ab, |cv| bld.ins().iadd(ab, cv))
         } else {
-            let mut v = if g.alpha != 1.0 { scale_float(bld, d, ab, g.alpha) } else { ab };
+            let mut v = if g.alpha != 1.0 {
+                scale_float(bld, d, ab, g.alpha)
+            } else {
+                ab
+            };
             if let Some(cv) = c_val {
-                let cv = if g.beta != 1.0 { scale_float(bld, d, cv, g.beta) } else { cv };
+                let cv = if g.beta != 1.0 {
+                    scale_float(bld, d, cv, g.beta)
+                } else {
+                    cv
+                };
                 v = bld.ins().fadd(v, cv);
             }
             v
@@ -333,12 +451,24 @@ fn gemm_scalar(bld: &mut FunctionBuilder, g: &GemmAttrs, dtype: DType, s: &GemmS
 
 /// numpy's integer Gemm with a real alpha/beta: `T(f64(wrap_T(ab))·alpha + f64(c)·beta)`
 /// with the final conversion saturating to T's range (NaN → 0), like Rust's `as`.
-fn int_gemm_via_f64(b: &mut FunctionBuilder, dtype: DType, ab: Value, c: Option<Value>, g: &GemmAttrs) -> Value {
+fn int_gemm_via_f64(
+    b: &mut FunctionBuilder,
+    dtype: DType,
+    ab: Value,
+    c: Option<Value>,
+    g: &GemmAttrs,
+) -> Value {
     let signed = dtype.is_signed_int();
     // Wrap the i64 product to T first: store/load semantics without the memory.
     let raw = kernel::from_domain(b, dtype, ab);
     let ab = kernel::to_domain(b, dtype, raw);
-    let to_f64 = |b: &mut FunctionBuilder, v: Value| if signed { b.ins().fcvt_from_sint(types::F64, v) } else { b.ins().fcvt_from_uint(types::F64, v) };
+    let to_f64 = |b: &mut FunctionBuilder, v: Value| {
+        if signed {
+            b.ins().fcvt_from_sint(types::F64, v)
+        } else {
+            b.ins().fcvt_from_uint(types::F64, v)
+        }
+    };
     let abf = to_f64(b, ab);
     let alpha = b.ins().f64const(f64::from(g.alpha));
     let mut v = b.ins().fmul(abf, alpha);

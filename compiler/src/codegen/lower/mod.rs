@@ -4,6 +4,7 @@
 mod conv;
 mod elementwise;
 mod gemm;
+mod gemm_tile;
 mod indexing;
 mod linalg;
 mod movement;
