@@ -7,4 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace || exit 1
 cargo test --release --workspace 2>&1 | tee target/test-output.txt
-exit "${PIPESTATUS[0]}"
+status=${PIPESTATUS[0]}
+# The C harness that runs compiled models on other targets, natively and under qemu.
+tests/harness/selftest.sh || status=1
+exit "$status"

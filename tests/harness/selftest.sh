@@ -85,8 +85,11 @@ run_suite() {
 run_suite host cc
 if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then
     run_suite aarch64 aarch64-linux-gnu-gcc qemu-aarch64 -L /usr/aarch64-linux-gnu
+elif [[ "${NNC_TEST_REQUIRE_TOOLS:-}" == 1 ]]; then
+    echo "aarch64: aarch64-linux-gnu-gcc and qemu-aarch64 are required (NNC_TEST_REQUIRE_TOOLS=1)"
+    failed=$((failed + 1))
 else
-    echo "aarch64: skipped (needs aarch64-linux-gnu-gcc and qemu-aarch64)"
+    echo "SKIP: aarch64 harness test (install qemu-user gcc-aarch64-linux-gnu)"
 fi
 
 echo "selftest: $passed passed, $failed failed"
