@@ -13,6 +13,7 @@
 //! Run with `cargo test -p nnc --test lower_misc --release`.
 
 use std::ffi::c_void;
+use std::time::Instant;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
@@ -240,11 +241,15 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
         .run(&g, &inputs)
         .map_err(|e| format!("{name}: run: {e}"))?;
     compare(&actual[0], &expected[0]).map_err(|e| format!("{name}: {e}"))?;
-    let arm = CompileOptions {
-        target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
-        prefix: String::new(),
-    };
-    compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
+    // Every case must also lower for aarch64 and for the x86-64 baseline (SSE4.1 only).
+    for (arch, cpu) in [(Arch::Aarch64, None), (Arch::X86_64, Some("baseline"))] {
+        let target = Target::new(arch, cpu).map_err(|e| e.to_string())?;
+        let opts = CompileOptions {
+            target,
+            prefix: String::new(),
+        };
+        compile_graph(&g, &opts).map_err(|e| format!("{name}: {arch:?} {cpu:?}: {e}"))?;
+    }
     Ok(())
 }
 
@@ -1187,4 +1192,149 @@ fn resize_shapes_scales_and_dtypes() {
         }
     }
     check_all(cases);
+}
+
+// ---------------------------------------------------------------------------------------
+// Throughput (informational: `-- --nocapture` prints it).
+
+/// Best wall time of `reps` calls of the compiled `infer`, in seconds (buffers are
+/// prepared once, outside the timing).
+fn best_time(lib: &Compiled, g: &Graph, inputs: &[Tensor], reps: usize) -> f64 {
+    let infer: libloading::Symbol<'_, InferFn> =
+        unsafe { lib.lib.get(b"infer\0") }.expect("infer is exported");
+    let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+    let mut out_bytes: Vec<Vec<u8>> = g
+        .outputs
+        .iter()
+        .map(|o| vec![0u8; g.ty(*o).byte_size()])
+        .collect();
+    let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
+    let outs: Vec<*mut c_void> = out_bytes
+        .iter_mut()
+        .map(|b| b.as_mut_ptr().cast())
+        .collect();
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            assert_eq!(unsafe { infer(ins.as_ptr(), outs.as_ptr()) }, 0);
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[test]
+fn throughput_report() {
+    let cases: Vec<Case> = vec![
+        (
+            "softmax [256, 1000] axis 1".into(),
+            Op::Softmax {
+                axis: 1,
+                log: false,
+            },
+            vec![f32s(&[256, 1000])],
+        ),
+        (
+            "softmax [64, 128, 32] axis 1".into(),
+            Op::Softmax {
+                axis: 1,
+                log: false,
+            },
+            vec![f32s(&[64, 128, 32])],
+        ),
+        (
+            "layernorm [512, 768]".into(),
+            Op::LayerNorm {
+                axis: 1,
+                epsilon: 1e-5,
+            },
+            vec![f32s(&[512, 768]), f32s(&[768]), f32s(&[768])],
+        ),
+        (
+            "reduce mean [512, 1024] axis 1".into(),
+            reduce_op(ReduceKind::Mean, &[1], false),
+            vec![f32s(&[512, 1024])],
+        ),
+        (
+            "reduce sum [1024, 512] axis 0".into(),
+            reduce_op(ReduceKind::Sum, &[0], false),
+            vec![f32s(&[1024, 512])],
+        ),
+        (
+            "global avg pool [1, 512, 14, 14]".into(),
+            pool(
+                PoolKind::Average {
+                    count_include_pad: false,
+                },
+                &[1, 512, 14, 14],
+                &[14, 14],
+                &[1, 1],
+                &[0; 4],
+                &[1, 1],
+                false,
+            ),
+            vec![f32s(&[1, 512, 14, 14])],
+        ),
+        (
+            "max pool 3x3 s1 [1, 64, 56, 56]".into(),
+            pool(
+                PoolKind::Max,
+                &[1, 64, 56, 56],
+                &[3, 3],
+                &[1, 1],
+                &[1; 4],
+                &[1, 1],
+                false,
+            ),
+            vec![f32s(&[1, 64, 56, 56])],
+        ),
+        (
+            "max pool 3x3 s2 [1, 64, 112, 112]".into(),
+            pool(
+                PoolKind::Max,
+                &[1, 64, 112, 112],
+                &[3, 3],
+                &[2, 2],
+                &[1; 4],
+                &[1, 1],
+                false,
+            ),
+            vec![f32s(&[1, 64, 112, 112])],
+        ),
+        (
+            "resize linear [1, 3, 224, 224] x2".into(),
+            resize_op(
+                ResizeMode::Linear,
+                CoordinateTransform::HalfPixel,
+                &[1, 3, 224, 224],
+                &[1, 3, 448, 448],
+            ),
+            vec![f32s(&[1, 3, 224, 224])],
+        ),
+        (
+            "resize nearest [1, 64, 56, 56] x2".into(),
+            resize_op(
+                ResizeMode::Nearest,
+                CoordinateTransform::Asymmetric,
+                &[1, 64, 56, 56],
+                &[1, 64, 112, 112],
+            ),
+            vec![f32s(&[1, 64, 56, 56])],
+        ),
+    ];
+    for (name, op, ins) in cases {
+        let (g, inputs) = one_node(op, ins, 1).expect("graph");
+        let lib = Compiled::new(&g).expect("compiles");
+        let t = best_time(&lib, &g, &inputs, 20);
+        let bytes: usize = inputs.iter().map(|t| t.to_le_bytes().len()).sum::<usize>()
+            + g.ty(g.outputs[0]).byte_size();
+        let start = Instant::now();
+        nnc::interp::run_graph(&g, &inputs).expect("interpreter");
+        let interp = start.elapsed().as_secs_f64();
+        println!(
+            "{name:40} {:8.1} us  {:6.2} GB/s  ({:.0}x the interpreter)",
+            t * 1e6,
+            bytes as f64 / t / 1e9,
+            interp / t
+        );
+    }
 }

@@ -119,8 +119,8 @@ fn recipe(kind: PoolKind, dtype: DType) -> Result<(Step, Elems), String> {
     let step = match kind {
         PoolKind::Max => Step::MaxIgnoreNan,
         PoolKind::Average { .. } => Step::Sum,
-        PoolKind::Lp { p } if p == 1.0 => Step::AbsSum,
-        PoolKind::Lp { p } if p == 2.0 => Step::SquareSum,
+        PoolKind::Lp { p: 1.0 } => Step::AbsSum,
+        PoolKind::Lp { p: 2.0 } => Step::SquareSum,
         PoolKind::Lp { p } => Step::PowAbsSum(p),
     };
     if dtype == DType::Bool || (!dtype.is_float() && kind != PoolKind::Max) {
@@ -180,8 +180,8 @@ fn finish(b: &mut FunctionBuilder, kind: PoolKind, acc: Value, divisor: Option<V
             Some(d) => b.ins().fdiv(acc, d),
             None => acc,
         },
-        PoolKind::Lp { p } if p == 1.0 => acc,
-        PoolKind::Lp { p } if p == 2.0 => b.ins().sqrt(acc),
+        PoolKind::Lp { p: 1.0 } => acc,
+        PoolKind::Lp { p: 2.0 } => b.ins().sqrt(acc),
         PoolKind::Lp { p } => reduce::pow_const(b, acc, 1.0 / p as f64),
     }
 }

@@ -47,9 +47,9 @@ pub fn resize(ctx: &mut LowerCtx, r: &ResizeAttrs) -> LowerResult {
     let elem = dtype.size();
     let in_strides = kernel::strides_of(&x.ty.shape);
     let mut axes = vec![];
-    for a in 0..rank {
+    for (a, &stride) in in_strides.iter().enumerate() {
         let taps = AxisTaps::new(r, a, x.ty.shape[a], r.output_shape[a])?;
-        let stride_bytes = (in_strides[a] * elem) as i64;
+        let stride_bytes = (stride * elem) as i64;
         axes.push(match taps {
             None => Axis::Identity {
                 size: r.output_shape[a],
@@ -526,7 +526,7 @@ impl Gen {
         let fill = b.ins().f64const(self.extrapolation);
         let zero = b.ins().f64const(0.0);
         let v = self.replace(b, leaf, sum, fill, zero);
-        let v = self.from_f64(b, v);
+        let v = self.round_to_domain(b, v);
         kernel::store_elem(b, self.dtype, v, dst, 0);
     }
 
@@ -585,7 +585,7 @@ impl Gen {
     }
 
     /// Rounds an f64 result to the output's computation domain.
-    fn from_f64(&self, b: &mut FunctionBuilder, v: Value) -> Value {
+    fn round_to_domain(&self, b: &mut FunctionBuilder, v: Value) -> Value {
         match domain(self.dtype) {
             Domain::F64 => v,
             Domain::F32 => b.ins().fdemote(types::F32, v),
