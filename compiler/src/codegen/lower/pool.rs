@@ -20,7 +20,7 @@ use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, Inner, Loops, Step};
-use super::{LowerCtx, LowerResult};
+use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
 use crate::ir::DType;
 use crate::ops::{PoolAttrs, PoolKind};
@@ -49,16 +49,7 @@ pub fn pool(ctx: &mut LowerCtx, p: &PoolAttrs) -> LowerResult {
     }
     let planes = shape[0] * shape[1];
     if is_global(p, in_spatial) {
-        return global(
-            ctx.b,
-            p.kind,
-            step,
-            elems,
-            planes,
-            in_spatial.iter().product(),
-            x.ptr,
-            y.ptr,
-        );
+        return global(ctx.b, p.kind, &x, &y);
     }
     let mut axes: Vec<AxisWindows> = (0..spatial)
         .map(|a| AxisWindows::new(p, a, in_spatial[a]))
@@ -141,17 +132,10 @@ fn is_global(p: &PoolAttrs, in_spatial: &[usize]) -> bool {
 }
 
 /// Global pooling: one contiguous reduction per plane.
-#[allow(clippy::too_many_arguments)]
-fn global(
-    b: &mut FunctionBuilder,
-    kind: PoolKind,
-    step: Step,
-    elems: Elems,
-    planes: usize,
-    plane: usize,
-    src: Value,
-    dst: Value,
-) -> LowerResult {
+fn global(b: &mut FunctionBuilder, kind: PoolKind, x: &Operand, y: &Operand) -> LowerResult {
+    let (step, elems) = recipe(kind, x.ty.dtype)?;
+    let planes = x.ty.shape[0] * x.ty.shape[1];
+    let plane: usize = x.ty.shape[2..].iter().product();
     let loops = Loops {
         outer_kept: vec![(planes, plane, 1)],
         outer_reduced: vec![],
@@ -168,7 +152,7 @@ fn global(
         step,
         finish: &finish,
     };
-    reduce::emit(b, &loops, &f, src, dst, elems.dtype);
+    reduce::emit(b, &loops, &f, x.ptr, y.ptr, elems.dtype);
     Ok(())
 }
 

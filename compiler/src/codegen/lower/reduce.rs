@@ -337,47 +337,60 @@ pub(super) enum Inner {
     Columns(usize),
 }
 
+/// Consecutive axes of the same kind, merged.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    size: usize,
+    /// The input stride of the group's innermost axis, in elements.
+    stride: usize,
+    reduced: bool,
+}
+
 impl Loops {
     /// The loops reducing `axes` of a contiguous tensor of `shape` (no size is 0).
     pub(super) fn new(shape: &[usize], axes: &[usize]) -> Loops {
         let strides = kernel::strides_of(shape);
-        // (size, stride, reduced) groups, outermost first.
-        let mut groups: Vec<(usize, usize, bool)> = vec![];
+        let mut groups: Vec<Group> = vec![];
         for (d, (&size, &stride)) in shape.iter().zip(&strides).enumerate() {
             if size == 1 {
                 continue;
             }
             let reduced = axes.contains(&d);
             match groups.last_mut() {
-                Some(g) if g.2 == reduced => {
-                    g.0 *= size;
-                    g.1 = stride;
+                // Adjacent axes of a contiguous tensor merge into one.
+                Some(g) if g.reduced == reduced => {
+                    g.size *= size;
+                    g.stride = stride;
                 }
-                _ => groups.push((size, stride, reduced)),
+                _ => groups.push(Group {
+                    size,
+                    stride,
+                    reduced,
+                }),
             }
         }
-        let inner = match groups.last() {
-            Some(&(size, _, false)) => Inner::Columns(size),
-            Some(&(size, _, true)) => Inner::Run(size),
+        let inner = match groups.pop() {
+            Some(g) if g.reduced => Inner::Run(g.size),
+            Some(g) => Inner::Columns(g.size),
             None => Inner::Run(1),
         };
-        if !groups.is_empty() {
-            groups.pop();
-        }
-        let kept_sizes: Vec<usize> = groups.iter().filter(|g| !g.2).map(|g| g.0).collect();
+        let kept: Vec<Group> = groups.iter().copied().filter(|g| !g.reduced).collect();
         let inner_outputs = match inner {
             Inner::Columns(n) => n,
             Inner::Run(_) => 1,
         };
-        let mut out_strides = kernel::strides_of(&kept_sizes);
-        out_strides.iter_mut().for_each(|s| *s *= inner_outputs);
-        let outer_kept = groups
+        let kept_sizes: Vec<usize> = kept.iter().map(|g| g.size).collect();
+        let out_strides = kernel::strides_of(&kept_sizes);
+        let outer_kept = kept
             .iter()
-            .filter(|g| !g.2)
             .zip(out_strides)
-            .map(|(g, os)| (g.0, g.1, os))
+            .map(|(g, os)| (g.size, g.stride, os * inner_outputs))
             .collect();
-        let outer_reduced = groups.iter().filter(|g| g.2).map(|g| (g.0, g.1)).collect();
+        let outer_reduced = groups
+            .iter()
+            .filter(|g| g.reduced)
+            .map(|g| (g.size, g.stride))
+            .collect();
         Loops {
             outer_kept,
             outer_reduced,
@@ -579,6 +592,15 @@ pub(super) fn for_chunks(
     }
 }
 
+/// `count` accumulators of type `ty`, each covering its lanes of consecutive columns
+/// whose first input element is at `src`.
+#[derive(Clone, Copy)]
+struct Block {
+    src: Value,
+    ty: Type,
+    count: usize,
+}
+
 /// The Columns outputs of one outer kept position, block by block.
 fn columns(
     b: &mut FunctionBuilder,
@@ -591,44 +613,31 @@ fn columns(
 ) {
     let e = f.elems;
     for_blocks(b, len, e, &mut |b, c, ty, count| {
-        let s = kernel::elem_addr(b, src, c, e.size());
+        let src = kernel::elem_addr(b, src, c, e.size());
         let d = kernel::elem_addr(b, dst, c, out.size());
-        column_block(b, f, s, d, out, reduced, ty, count);
+        column_block(b, f, Block { src, ty, count }, reduced, d, out);
     });
 }
 
-/// Folds `count` accumulators of type `ty` (each covering its lanes of consecutive
-/// outputs) over every reduced position and stores the finished results.
-#[allow(clippy::too_many_arguments)]
+/// Folds a block over every reduced position and stores the finished results at `dst`.
 fn column_block(
     b: &mut FunctionBuilder,
     f: &Fold,
-    src: Value,
+    block: Block,
+    reduced: &[(usize, usize)],
     dst: Value,
     out: DType,
-    reduced: &[(usize, usize)],
-    ty: Type,
-    count: usize,
 ) {
     let shifts = f
         .shift_pass
-        .then(|| column_pass(b, f.elems, Step::MaxFinite, src, reduced, ty, count, None));
-    let accs = column_pass(
-        b,
-        f.elems,
-        f.step,
-        src,
-        reduced,
-        ty,
-        count,
-        shifts.as_deref(),
-    );
-    let lanes = ty.lane_count() as usize;
+        .then(|| column_pass(b, f.elems, Step::MaxFinite, block, reduced, None));
+    let accs = column_pass(b, f.elems, f.step, block, reduced, shifts.as_deref());
+    let lanes = block.ty.lane_count() as usize;
     for (k, acc) in accs.into_iter().enumerate() {
         let shift = shifts.as_ref().map(|s| s[k]);
         let v = (f.finish)(b, acc, shift);
         let offset = (k * lanes * out.size()) as i32;
-        if ty.is_vector() {
+        if block.ty.is_vector() {
             b.ins().store(flags(), v, dst, offset);
         } else {
             kernel::store_elem(b, out, v, dst, offset);
@@ -636,29 +645,28 @@ fn column_block(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One fold of a block over the reduced positions; `shifts` are ExpSum's per
+/// accumulator offsets.
 fn column_pass(
     b: &mut FunctionBuilder,
     e: Elems,
     step: Step,
-    src: Value,
+    block: Block,
     reduced: &[(usize, usize)],
-    ty: Type,
-    count: usize,
     shifts: Option<&[Value]>,
 ) -> Vec<Value> {
     let signed = e.signed();
-    let init = identity(b, step, e.dtype, ty);
-    let accs: Vec<Variable> = (0..count).map(|_| var(b, init)).collect();
-    let lanes = ty.lane_count() as usize;
+    let init = identity(b, step, e.dtype, block.ty);
+    let accs: Vec<Variable> = (0..block.count).map(|_| var(b, init)).collect();
+    let lanes = block.ty.lane_count() as usize;
     let sizes: Vec<usize> = reduced.iter().map(|g| g.0).collect();
     let strides: Vec<usize> = reduced.iter().map(|g| g.1).collect();
     kernel::nested_loop(b, &sizes, &mut |b, idx| {
         let off = kernel::linear_offset(b, idx, &strides);
-        let base = kernel::elem_addr(b, src, off, e.size());
+        let base = kernel::elem_addr(b, block.src, off, e.size());
         for (k, acc) in accs.iter().enumerate() {
             let offset = (k * lanes * e.size()) as i64;
-            let x = if ty.is_vector() {
+            let x = if block.ty.is_vector() {
                 load_vec(b, base, offset)
             } else {
                 e.load(b, base, offset)

@@ -67,33 +67,27 @@ pub fn resize(ctx: &mut LowerCtx, r: &ResizeAttrs) -> LowerResult {
             }
         });
     }
-    let fill = element_bytes(dtype, r.extrapolation_value as f64);
-    let zero = element_bytes(dtype, 0.0);
+    let run = copy_run(r.mode, &axes, elem);
     let g = Gen {
         dtype,
         mode: r.mode,
+        loop_axes: axes.len() - run.map_or(0, |r| r.0),
+        run: run.map(|r| r.1),
         axes,
-        fill,
-        zero,
+        out_strides: kernel::strides_of(&r.output_shape)
+            .iter()
+            .map(|&s| (s * elem) as i64)
+            .collect(),
+        fill: element_bytes(dtype, r.extrapolation_value as f64),
+        zero: element_bytes(dtype, 0.0),
         extrapolation: r.extrapolation_value as f64,
         src: x.ptr,
     };
-    let out_strides = kernel::strides_of(&r.output_shape);
-    let run = g.copy_run();
-    let loop_axes = g.axes.len() - run.map_or(0, |r| r.0);
-    let out_strides: Vec<i64> = out_strides.iter().map(|&s| (s * elem) as i64).collect();
-    g.level(
-        ctx.b,
-        0,
-        loop_axes,
-        &out_strides,
-        y.ptr,
-        &mut Leaf {
-            base: None,
-            levels: vec![],
-        },
-        run.map(|r| r.1),
-    );
+    let mut leaf = Leaf {
+        base: None,
+        levels: vec![],
+    };
+    g.level(ctx.b, 0, y.ptr, &mut leaf);
     Ok(())
 }
 
@@ -368,6 +362,30 @@ enum Axis {
     },
 }
 
+/// For nearest without replaced outputs: the number of trailing unresized axes and
+/// the bytes they span, copied as one block per output position of the others.
+fn copy_run(mode: ResizeMode, axes: &[Axis], elem: usize) -> Option<(usize, usize)> {
+    if mode != ResizeMode::Nearest
+        || axes
+            .iter()
+            .any(|a| matches!(a, Axis::Resized { replaces: true, .. }))
+    {
+        return None;
+    }
+    let mut count = 0;
+    let mut elems = 1;
+    for a in axes.iter().rev() {
+        match a {
+            Axis::Identity { size, .. } => {
+                count += 1;
+                elems *= size;
+            }
+            Axis::Resized { .. } => break,
+        }
+    }
+    (count > 0).then_some((count, elems * elem))
+}
+
 /// The taps of one resized axis at the current output index.
 struct Level {
     offsets: Vec<Value>,
@@ -386,6 +404,12 @@ struct Gen {
     dtype: DType,
     mode: ResizeMode,
     axes: Vec<Axis>,
+    /// Output strides in bytes.
+    out_strides: Vec<i64>,
+    /// The axes with loops; below them the leaf writes one element, or copies `run`
+    /// bytes (see [`copy_run`]).
+    loop_axes: usize,
+    run: Option<usize>,
     /// The extrapolation value and zero as raw elements (for nearest).
     fill: Vec<u8>,
     zero: Vec<u8>,
@@ -395,46 +419,10 @@ struct Gen {
 }
 
 impl Gen {
-    /// For nearest without replaced outputs: the number of trailing unresized axes and
-    /// the bytes they span, copied as one block per output position of the others.
-    fn copy_run(&self) -> Option<(usize, usize)> {
-        if self.mode != ResizeMode::Nearest
-            || self
-                .axes
-                .iter()
-                .any(|a| matches!(a, Axis::Resized { replaces: true, .. }))
-        {
-            return None;
-        }
-        let mut count = 0;
-        let mut elems = 1;
-        for a in self.axes.iter().rev() {
-            match a {
-                Axis::Identity { size, .. } => {
-                    count += 1;
-                    elems *= size;
-                }
-                Axis::Resized { .. } => break,
-            }
-        }
-        (count > 0).then_some((count, elems * self.dtype.size()))
-    }
-
-    /// Emits the loop of `axis` and everything inside it; below `loop_axes` the leaf
-    /// writes one element, or copies `run` bytes.
-    #[allow(clippy::too_many_arguments)]
-    fn level(
-        &self,
-        b: &mut FunctionBuilder,
-        axis: usize,
-        loop_axes: usize,
-        out_strides: &[i64],
-        dst: Value,
-        leaf: &mut Leaf,
-        run: Option<usize>,
-    ) {
-        if axis == loop_axes {
-            match run {
+    /// Emits the loop of `axis` and everything inside it, writing from `dst` on.
+    fn level(&self, b: &mut FunctionBuilder, axis: usize, dst: Value, leaf: &mut Leaf) {
+        if axis == self.loop_axes {
+            match self.run {
                 Some(bytes) => {
                     let src = self.nearest_addr(b, leaf);
                     copy_bytes(b, dst, src, bytes);
@@ -443,7 +431,7 @@ impl Gen {
             }
             return;
         }
-        let out_stride = out_strides[axis];
+        let out_stride = self.out_strides[axis];
         match self.axes[axis] {
             Axis::Identity { size, stride } => {
                 kernel::counted_loop(b, 0, size as i64, 1, |b, o| {
@@ -455,7 +443,7 @@ impl Gen {
                     });
                     let d = b.ins().imul_imm_s(o, out_stride);
                     let d = b.ins().iadd(dst, d);
-                    self.level(b, axis + 1, loop_axes, out_strides, d, leaf, run);
+                    self.level(b, axis + 1, d, leaf);
                     leaf.base = saved;
                 })
             }
@@ -488,7 +476,7 @@ impl Gen {
                 });
                 let d = b.ins().imul_imm_s(o, out_stride);
                 let d = b.ins().iadd(dst, d);
-                self.level(b, axis + 1, loop_axes, out_strides, d, leaf, run);
+                self.level(b, axis + 1, d, leaf);
                 leaf.levels.pop();
             }),
         }
