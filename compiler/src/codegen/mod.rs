@@ -13,6 +13,9 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, Function, InstBuilder, Signature, UserFuncName, Value,
 };
+use std::sync::Arc;
+
+use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module};
@@ -89,58 +92,59 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
             + node.outputs.len()
             + usize::from(plan.scratch[k].is_some());
         let sig = ptr_signature(&module, n_args, false);
-        let id = module
-            .declare_function(&format!("nnc_node_{k}"), Linkage::Local, &sig)
-            .map_err(|e| codegen_err(&node.name, e))?;
-        ctx.func = Function::with_name_signature(UserFuncName::user(0, k as u32), sig);
-        {
-            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-            let entry = b.create_block();
-            b.append_block_params_for_function_params(entry);
-            b.switch_to_block(entry);
-            b.seal_block(entry);
-            let params = b.block_params(entry).to_vec();
-            let mut next = params.into_iter();
-            let inputs: Vec<Option<Operand>> = node
-                .inputs
-                .iter()
-                .map(|i| {
-                    i.map(|v| Operand {
-                        ptr: next.next().expect("one param per input"),
-                        ty: graph.ty(v).clone(),
-                        constant: graph.constant(v).cloned(),
+        let name = format!("nnc_node_{k}");
+        let id = define_function(
+            &mut module,
+            &mut ctx,
+            &mut fctx,
+            &isa,
+            &name,
+            Linkage::Local,
+            sig,
+            |b, module, params| {
+                let mut next = params.iter().copied();
+                let inputs: Vec<Option<Operand>> = node
+                    .inputs
+                    .iter()
+                    .map(|i| {
+                        i.map(|v| Operand {
+                            ptr: next.next().expect("one param per input"),
+                            ty: graph.ty(v).clone(),
+                            constant: graph.constant(v).cloned(),
+                        })
                     })
-                })
-                .collect();
-            let outputs: Vec<Operand> = node
-                .outputs
-                .iter()
-                .map(|o| Operand {
-                    ptr: next.next().expect("one param per output"),
-                    ty: graph.ty(*o).clone(),
-                    constant: None,
-                })
-                .collect();
-            let scratch = next.next();
-            let mut lctx = LowerCtx {
-                b: &mut b,
-                target: &opts.target,
-                module: &mut module,
-                inputs,
-                outputs,
-                scratch,
-            };
-            lower::lower_node(&mut lctx, &node.op).map_err(|m| {
-                NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
-            })?;
-            b.ins().return_(&[]);
-            b.finalize(isa.frontend_config());
-        }
-        module
-            .define_function(id, &mut ctx)
-            .map_err(|e| codegen_err(format!("node '{}'", node.name), format!("{e:?}")))?;
-        // Before the context is cleared: which constant operands the code reads.
-        let entry = ctx.func.layout.entry_block().expect("node functions have a body");
+                    .collect();
+                let outputs: Vec<Operand> = node
+                    .outputs
+                    .iter()
+                    .map(|o| Operand {
+                        ptr: next.next().expect("one param per output"),
+                        ty: graph.ty(*o).clone(),
+                        constant: None,
+                    })
+                    .collect();
+                let scratch = next.next();
+                let mut lctx = LowerCtx {
+                    b,
+                    target: &opts.target,
+                    module,
+                    inputs,
+                    outputs,
+                    scratch,
+                };
+                lower::lower_node(&mut lctx, &node.op).map_err(|m| {
+                    NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
+                })?;
+                b.ins().return_(&[]);
+                Ok(())
+            },
+        )?;
+        // Which constant operands the code reads (the function is still in `ctx`).
+        let entry = ctx
+            .func
+            .layout
+            .entry_block()
+            .expect("node functions have a body");
         let params = ctx.func.dfg.block_params(entry).to_vec();
         for (v, p) in node.inputs.iter().flatten().zip(&params) {
             let root = plan.root[v.0];
@@ -148,7 +152,6 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
                 const_read[root] = true;
             }
         }
-        module.clear_context(&mut ctx);
         node_fns[k] = Some(id);
     }
 
@@ -208,9 +211,46 @@ pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
     plan::plan_memory(graph, &scratch)
 }
 
+/// Declares `name` and defines it with the body `body(builder, module, params)` writes
+/// into a fresh entry block (the body ends with its own `return`). The finished function
+/// stays in `ctx.func` until the next call, for callers that inspect it.
+#[allow(clippy::too_many_arguments)]
+fn define_function(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &Arc<dyn TargetIsa>,
+    name: &str,
+    linkage: Linkage,
+    sig: Signature,
+    body: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, &[Value]) -> Result<()>,
+) -> Result<FuncId> {
+    module.clear_context(ctx);
+    let id = module
+        .declare_function(name, linkage, &sig)
+        .map_err(|e| codegen_err(name, e))?;
+    ctx.func = Function::with_name_signature(UserFuncName::user(0, id.as_u32()), sig);
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let params = b.block_params(entry).to_vec();
+    body(&mut b, module, &params)?;
+    b.finalize(isa.frontend_config());
+    module
+        .define_function(id, ctx)
+        .map_err(|e| codegen_err(name, format!("{e:?}")))?;
+    Ok(id)
+}
+
 /// Whether any instruction of `func` reads `v`.
 fn value_is_used(func: &Function, v: Value) -> bool {
-    func.layout.blocks().any(|block| func.layout.block_insts(block).any(|inst| func.dfg.inst_values(inst).any(|u| u == v)))
+    func.layout.blocks().any(|block| {
+        func.layout
+            .block_insts(block)
+            .any(|inst| func.dfg.inst_values(inst).any(|u| u == v))
+    })
 }
 
 fn ptr_signature(module: &ObjectModule, n_args: usize, returns_i32: bool) -> Signature {
@@ -268,35 +308,29 @@ fn define_copy(
     module: &mut ObjectModule,
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,
-    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    isa: &Arc<dyn TargetIsa>,
 ) -> Result<FuncId> {
     let sig = ptr_signature(module, 3, false);
-    let id = module
-        .declare_function("nnc_copy", Linkage::Local, &sig)
-        .map_err(|e| codegen_err("nnc_copy", e))?;
-    ctx.func = Function::with_name_signature(UserFuncName::user(1, 0), sig);
-    {
-        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        b.seal_block(entry);
-        let p = b.block_params(entry).to_vec();
-        let (dst, src, n) = (p[0], p[1], p[2]);
-        kernel::dynamic_loop(&mut b, n, |b, i| {
-            let s = b.ins().iadd(src, i);
-            let v = b.ins().load(types::I8, flags(), s, 0);
-            let d = b.ins().iadd(dst, i);
-            b.ins().store(flags(), v, d, 0);
-        });
-        b.ins().return_(&[]);
-        b.finalize(isa.frontend_config());
-    }
-    module
-        .define_function(id, ctx)
-        .map_err(|e| codegen_err("nnc_copy", format!("{e:?}")))?;
-    module.clear_context(ctx);
-    Ok(id)
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        "nnc_copy",
+        Linkage::Local,
+        sig,
+        |b, _, p| {
+            let (dst, src, n) = (p[0], p[1], p[2]);
+            kernel::dynamic_loop(b, n, |b, i| {
+                let s = b.ins().iadd(src, i);
+                let v = b.ins().load(types::I8, flags(), s, 0);
+                let d = b.ins().iadd(dst, i);
+                b.ins().store(flags(), v, d, 0);
+            });
+            b.ins().return_(&[]);
+            Ok(())
+        },
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -304,7 +338,7 @@ fn define_infer_with_workspace(
     module: &mut ObjectModule,
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,
-    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    isa: &Arc<dyn TargetIsa>,
     graph: &Graph,
     plan: &MemoryPlan,
     node_fns: &[Option<FuncId>],
@@ -314,157 +348,143 @@ fn define_infer_with_workspace(
 ) -> Result<FuncId> {
     let name = format!("{prefix}infer_with_workspace");
     let sig = ptr_signature(module, 3, true);
-    let id = module
-        .declare_function(&name, Linkage::Export, &sig)
-        .map_err(|e| codegen_err(&name, e))?;
-    ctx.func = Function::with_name_signature(UserFuncName::user(1, 1), sig);
-    {
-        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        b.seal_block(entry);
-        let p = b.block_params(entry).to_vec();
-        let (inputs, outputs, ws) = (p[0], p[1], p[2]);
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &name,
+        Linkage::Export,
+        sig,
+        |b, module, p| {
+            let (inputs, outputs, ws) = (p[0], p[1], p[2]);
 
-        // Argument checks: every pointer the plan dereferences must be non-null, and the
-        // workspace aligned as model_info promises.
-        let fail_null = b.create_block();
-        let fail_align = b.create_block();
-        let mut checks: Vec<(Value, bool)> = vec![];
-        if !graph.inputs.is_empty() {
-            checks.push((inputs, false));
-        }
-        if !graph.outputs.is_empty() {
-            checks.push((outputs, false));
-        }
-        for (arr, n) in [(inputs, graph.inputs.len()), (outputs, graph.outputs.len())] {
-            for i in 0..n {
-                // Check the array pointer before loading from it.
-                let ok = b.create_block();
-                let null = b.ins().icmp_imm_s(IntCC::Equal, arr, 0);
-                b.ins().brif(null, fail_null, &[], ok, &[]);
-                b.seal_block(ok);
-                b.switch_to_block(ok);
-                let e = b.ins().load(PTR, flags(), arr, (i * 8) as i32);
-                checks.push((e, false));
+            // Argument checks: every pointer the plan dereferences must be non-null, and the
+            // workspace aligned as model_info promises.
+            let fail_null = b.create_block();
+            let fail_align = b.create_block();
+            let mut checks: Vec<(Value, bool)> = vec![];
+            if !graph.inputs.is_empty() {
+                checks.push((inputs, false));
             }
-        }
-        if plan.arena_size > 0 {
-            checks.push((ws, true));
-        }
-        for (v, is_ws) in checks {
-            let ok = b.create_block();
-            let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);
-            b.ins().brif(
-                null,
-                if is_ws { fail_align } else { fail_null },
-                &[],
-                ok,
-                &[],
-            );
-            b.seal_block(ok);
-            b.switch_to_block(ok);
-            if is_ws {
-                let ok2 = b.create_block();
-                let mis = b.ins().band_imm_u(v, (plan::ALIGN - 1) as i64);
-                b.ins().brif(mis, fail_align, &[], ok2, &[]);
-                b.seal_block(ok2);
-                b.switch_to_block(ok2);
+            if !graph.outputs.is_empty() {
+                checks.push((outputs, false));
             }
-        }
-
-        let wgv = module.declare_data_in_func(weights, b.func);
-        let wbase = b.ins().symbol_value(PTR, wgv);
-        let addr_of = |b: &mut FunctionBuilder, s: Storage| -> Value {
-            match s {
-                Storage::Input(i) => b.ins().load(PTR, flags(), inputs, (i * 8) as i32),
-                Storage::Output(i) => b.ins().load(PTR, flags(), outputs, (i * 8) as i32),
-                Storage::Const(off) => b.ins().iadd_imm_s(wbase, off as i64),
-                Storage::Arena(off) => b.ins().iadd_imm_s(ws, off as i64),
-            }
-        };
-        for (k, node) in graph.nodes.iter().enumerate() {
-            let Some(fid) = node_fns[k] else { continue };
-            let mut args = vec![];
-            for v in node.inputs.iter().flatten().chain(node.outputs.iter()) {
-                // A constant the kernel repacked has no storage: its parameter is unused.
-                match plan.storage[v.0] {
-                    Some(s) => args.push(addr_of(&mut b, s)),
-                    None => args.push(b.ins().iconst(PTR, 0)),
+            for (arr, n) in [(inputs, graph.inputs.len()), (outputs, graph.outputs.len())] {
+                for i in 0..n {
+                    // Check the array pointer before loading from it.
+                    let ok = b.create_block();
+                    let null = b.ins().icmp_imm_s(IntCC::Equal, arr, 0);
+                    b.ins().brif(null, fail_null, &[], ok, &[]);
+                    b.seal_block(ok);
+                    b.switch_to_block(ok);
+                    let e = b.ins().load(PTR, flags(), arr, (i * 8) as i32);
+                    checks.push((e, false));
                 }
             }
-            if let Some(off) = plan.scratch[k] {
-                args.push(addr_of(&mut b, Storage::Arena(off)));
+            if plan.arena_size > 0 {
+                checks.push((ws, true));
             }
-            let fref = module.declare_func_in_func(fid, b.func);
-            b.ins().call(fref, &args);
-        }
-        let cref = module.declare_func_in_func(copy_fn, b.func);
-        for (v, i) in &plan.final_copies {
-            let src = addr_of(
-                &mut b,
-                plan.storage[v.0].expect("copied outputs have storage"),
-            );
-            let dst = addr_of(&mut b, Storage::Output(*i));
-            let n = kernel::iconst(&mut b, graph.ty(*v).byte_size() as i64);
-            b.ins().call(cref, &[dst, src, n]);
-        }
-        let ok = b.ins().iconst(types::I32, NNC_OK as i64);
-        b.ins().return_(&[ok]);
+            for (v, is_ws) in checks {
+                let ok = b.create_block();
+                let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);
+                b.ins().brif(
+                    null,
+                    if is_ws { fail_align } else { fail_null },
+                    &[],
+                    ok,
+                    &[],
+                );
+                b.seal_block(ok);
+                b.switch_to_block(ok);
+                if is_ws {
+                    let ok2 = b.create_block();
+                    let mis = b.ins().band_imm_u(v, (plan::ALIGN - 1) as i64);
+                    b.ins().brif(mis, fail_align, &[], ok2, &[]);
+                    b.seal_block(ok2);
+                    b.switch_to_block(ok2);
+                }
+            }
 
-        for (blk, code) in [
-            (fail_null, NNC_ERR_NULL_POINTER),
-            (fail_align, NNC_ERR_MISALIGNED_WORKSPACE),
-        ] {
-            b.switch_to_block(blk);
-            b.seal_block(blk);
-            let c = b.ins().iconst(types::I32, code as i64);
-            b.ins().return_(&[c]);
-        }
-        b.finalize(isa.frontend_config());
-    }
-    module
-        .define_function(id, ctx)
-        .map_err(|e| codegen_err(&name, format!("{e:?}")))?;
-    module.clear_context(ctx);
-    Ok(id)
+            let wgv = module.declare_data_in_func(weights, b.func);
+            let wbase = b.ins().symbol_value(PTR, wgv);
+            let addr_of = |b: &mut FunctionBuilder, s: Storage| -> Value {
+                match s {
+                    Storage::Input(i) => b.ins().load(PTR, flags(), inputs, (i * 8) as i32),
+                    Storage::Output(i) => b.ins().load(PTR, flags(), outputs, (i * 8) as i32),
+                    Storage::Const(off) => b.ins().iadd_imm_s(wbase, off as i64),
+                    Storage::Arena(off) => b.ins().iadd_imm_s(ws, off as i64),
+                }
+            };
+            for (k, node) in graph.nodes.iter().enumerate() {
+                let Some(fid) = node_fns[k] else { continue };
+                let mut args = vec![];
+                for v in node.inputs.iter().flatten().chain(node.outputs.iter()) {
+                    // A constant the kernel repacked has no storage: its parameter is unused.
+                    match plan.storage[v.0] {
+                        Some(s) => args.push(addr_of(b, s)),
+                        None => args.push(b.ins().iconst(PTR, 0)),
+                    }
+                }
+                if let Some(off) = plan.scratch[k] {
+                    args.push(addr_of(b, Storage::Arena(off)));
+                }
+                let fref = module.declare_func_in_func(fid, b.func);
+                b.ins().call(fref, &args);
+            }
+            let cref = module.declare_func_in_func(copy_fn, b.func);
+            for (v, i) in &plan.final_copies {
+                let src = addr_of(b, plan.storage[v.0].expect("copied outputs have storage"));
+                let dst = addr_of(b, Storage::Output(*i));
+                let n = kernel::iconst(b, graph.ty(*v).byte_size() as i64);
+                b.ins().call(cref, &[dst, src, n]);
+            }
+            let ok = b.ins().iconst(types::I32, NNC_OK as i64);
+            b.ins().return_(&[ok]);
+
+            for (blk, code) in [
+                (fail_null, NNC_ERR_NULL_POINTER),
+                (fail_align, NNC_ERR_MISALIGNED_WORKSPACE),
+            ] {
+                b.switch_to_block(blk);
+                b.seal_block(blk);
+                let c = b.ins().iconst(types::I32, code as i64);
+                b.ins().return_(&[c]);
+            }
+            Ok(())
+        },
+    )
 }
 
 fn define_infer(
     module: &mut ObjectModule,
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,
-    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    isa: &Arc<dyn TargetIsa>,
     infer_ws: FuncId,
     arena: cranelift_module::DataId,
     prefix: &str,
 ) -> Result<()> {
-    let name = format!("{prefix}infer");
     let sig = ptr_signature(module, 2, true);
-    let id = module
-        .declare_function(&name, Linkage::Export, &sig)
-        .map_err(|e| codegen_err(&name, e))?;
-    ctx.func = Function::with_name_signature(UserFuncName::user(1, 2), sig);
-    {
-        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        b.seal_block(entry);
-        let p = b.block_params(entry).to_vec();
-        let agv = module.declare_data_in_func(arena, b.func);
-        let ws = b.ins().symbol_value(PTR, agv);
-        let fref = module.declare_func_in_func(infer_ws, b.func);
-        let call = b.ins().call(fref, &[p[0], p[1], ws]);
-        let r = b.inst_results(call)[0];
-        b.ins().return_(&[r]);
-        b.finalize(isa.frontend_config());
-    }
-    module
-        .define_function(id, ctx)
-        .map_err(|e| codegen_err(&name, format!("{e:?}")))?;
-    module.clear_context(ctx);
+    let name = format!("{prefix}infer");
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &name,
+        Linkage::Export,
+        sig,
+        |b, module, p| {
+            let agv = module.declare_data_in_func(arena, b.func);
+            let ws = b.ins().symbol_value(PTR, agv);
+            let fref = module.declare_func_in_func(infer_ws, b.func);
+            let call = b.ins().call(fref, &[p[0], p[1], ws]);
+            let r = b.inst_results(call)[0];
+            b.ins().return_(&[r]);
+            Ok(())
+        },
+    )?;
     Ok(())
 }
 
@@ -472,31 +492,27 @@ fn define_model_info_fn(
     module: &mut ObjectModule,
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,
-    isa: &std::sync::Arc<dyn cranelift_codegen::isa::TargetIsa>,
+    isa: &Arc<dyn TargetIsa>,
     info: cranelift_module::DataId,
     prefix: &str,
 ) -> Result<()> {
-    let name = format!("{prefix}model_info");
-    let sig = ptr_signature(module, 0, false);
-    let mut sig = sig;
+    let mut sig = ptr_signature(module, 0, false);
     sig.returns.push(AbiParam::new(PTR));
-    let id = module
-        .declare_function(&name, Linkage::Export, &sig)
-        .map_err(|e| codegen_err(&name, e))?;
-    ctx.func = Function::with_name_signature(UserFuncName::user(1, 3), sig);
-    {
-        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-        let entry = b.create_block();
-        b.switch_to_block(entry);
-        b.seal_block(entry);
-        let gv = module.declare_data_in_func(info, b.func);
-        let p = b.ins().symbol_value(PTR, gv);
-        b.ins().return_(&[p]);
-        b.finalize(isa.frontend_config());
-    }
-    module
-        .define_function(id, ctx)
-        .map_err(|e| codegen_err(&name, format!("{e:?}")))?;
-    module.clear_context(ctx);
+    let name = format!("{prefix}model_info");
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &name,
+        Linkage::Export,
+        sig,
+        |b, module, _| {
+            let gv = module.declare_data_in_func(info, b.func);
+            let p = b.ins().symbol_value(PTR, gv);
+            b.ins().return_(&[p]);
+            Ok(())
+        },
+    )?;
     Ok(())
 }
