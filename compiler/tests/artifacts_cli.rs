@@ -25,7 +25,7 @@ fn dynamic_tags(so: &[u8]) -> Vec<i64> {
         .dynamic(endian, so)
         .unwrap()
         .expect("a dynamic section");
-    dynamic.iter().map(|d| d.d_tag(endian) as i64).collect()
+    dynamic.iter().map(|d| d.d_tag(endian)).collect()
 }
 
 #[test]
