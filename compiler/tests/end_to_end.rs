@@ -33,11 +33,15 @@ fn random_input(ty: &TensorType, seed: u64) -> Tensor {
 }
 
 fn check_model(name: &str, bytes: Vec<u8>, seed: u64) {
+    check_model_on(name, bytes, seed, Target::host());
+}
+
+fn check_model_on(name: &str, bytes: Vec<u8>, seed: u64, target: Target) {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join(format!("{name}.onnx"));
     std::fs::write(&model, bytes).unwrap();
     let opts = CompileOptions {
-        target: Target::host(),
+        target,
         prefix: String::new(),
     };
     let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts)
@@ -153,6 +157,46 @@ fn null_pointers_and_misaligned_workspace_are_rejected() {
         assert_eq!(
             unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), aligned as *mut c_void) },
             nnc_runtime_abi::NNC_OK
+        );
+    }
+}
+
+/// Every x86-64 `--cpu` level the host can run gives the interpreter's results.
+#[test]
+fn x86_cpu_levels_match_the_interpreter() {
+    if nnc::codegen::Arch::host() != nnc::codegen::Arch::X86_64 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    for (cpu, runnable) in [
+        ("baseline", true),
+        (
+            "x86-64-v3",
+            std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma"),
+        ),
+        ("x86-64-v4", std::arch::is_x86_feature_detected!("avx512f")),
+    ] {
+        let target = Target::new(nnc::codegen::Arch::X86_64, Some(cpu)).unwrap();
+        if !runnable {
+            // Compiling still has to work; running needs the CPU.
+            let dir = tempfile::tempdir().unwrap();
+            let model = dir.path().join("m.onnx");
+            std::fs::write(&model, models::cnn(1).0).unwrap();
+            let opts = CompileOptions {
+                target,
+                prefix: String::new(),
+            };
+            driver::compile_model(&model, &ImportOptions::default(), &opts).unwrap();
+            eprintln!("SKIP: running --cpu {cpu} code (this CPU lacks it); compiled only");
+            continue;
+        }
+        check_model_on(&format!("cnn_{cpu}"), models::cnn(1).0, 1, target.clone());
+        check_model_on(
+            &format!("transformer_{cpu}"),
+            models::transformer(1).0,
+            1,
+            target,
         );
     }
 }
