@@ -1338,3 +1338,186 @@ fn throughput_report() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Random sweeps: shapes and attributes nobody would pick by hand.
+
+/// Uniform integer in `lo..=hi`.
+fn pick(rng: &mut Rng, lo: usize, hi: usize) -> usize {
+    lo + (((rng.next() + 1.0) / 2.0) * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
+}
+
+fn random_shape(rng: &mut Rng, rank: usize, max: usize) -> Vec<usize> {
+    (0..rank).map(|_| pick(rng, 1, max)).collect()
+}
+
+#[test]
+fn random_reductions_and_softmax() {
+    let mut rng = Rng::new(42);
+    let dtypes = [
+        DType::F32,
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::U8,
+        DType::F16,
+    ];
+    let mut cases = vec![];
+    for i in 0..300 {
+        let rank = pick(&mut rng, 1, 5);
+        let shape = random_shape(&mut rng, rank, 9);
+        let mut axes: Vec<usize> = (0..rank).filter(|_| rng.next() > 0.0).collect();
+        if axes.is_empty() {
+            axes.push(pick(&mut rng, 0, rank - 1));
+        }
+        let dtype = dtypes[i % dtypes.len()];
+        let kind = KINDS[pick(&mut rng, 0, KINDS.len() - 1)];
+        let kind =
+            if dtype.is_float() || !matches!(kind, ReduceKind::LogSum | ReduceKind::LogSumExp) {
+                kind
+            } else {
+                ReduceKind::Sum
+            };
+        let keepdims = rng.next() > 0.0;
+        let name =
+            format!("random Reduce{kind:?} {dtype} {shape:?} axes {axes:?} keepdims={keepdims}");
+        cases.push((
+            name,
+            reduce_op(kind, &axes, keepdims),
+            vec![reduce_input(kind, dtype, &shape)],
+        ));
+        let axis = pick(&mut rng, 0, rank - 1);
+        let max = rng.next() > 0.0;
+        let op = Op::ArgReduce(ArgReduceAttrs {
+            max,
+            axis,
+            keepdims,
+            select_last_index: rng.next() > 0.0,
+        });
+        cases.push((
+            format!("random {op:?} {shape:?}"),
+            op,
+            vec![rt(DType::F32, &shape)],
+        ));
+        if dtype.is_float() {
+            let op = Op::Softmax {
+                axis,
+                log: rng.next() > 0.0,
+            };
+            cases.push((
+                format!("random {op:?} {dtype} {shape:?}"),
+                op,
+                vec![rt(dtype, &shape)],
+            ));
+            let op = Op::LayerNorm {
+                axis,
+                epsilon: 1e-5,
+            };
+            let scale = shape[axis..].to_vec();
+            cases.push((
+                format!("random {op:?} {dtype} {shape:?}"),
+                op,
+                vec![rt(dtype, &shape), rt(dtype, &scale), rt(dtype, &scale)],
+            ));
+        }
+    }
+    check_all(cases);
+}
+
+#[test]
+fn random_pools() {
+    let mut rng = Rng::new(7);
+    let kinds = [
+        PoolKind::Max,
+        PoolKind::Average {
+            count_include_pad: false,
+        },
+        PoolKind::Average {
+            count_include_pad: true,
+        },
+        PoolKind::Lp { p: 2.0 },
+    ];
+    let mut cases = vec![];
+    for i in 0..250 {
+        let spatial = pick(&mut rng, 1, 3);
+        let mut input = vec![pick(&mut rng, 1, 2), pick(&mut rng, 1, 3)];
+        input.extend(random_shape(
+            &mut rng,
+            spatial,
+            if spatial == 3 { 6 } else { 13 },
+        ));
+        let kernel: Vec<usize> = input[2..]
+            .iter()
+            .map(|&n| pick(&mut rng, 1, n.min(4)))
+            .collect();
+        let strides: Vec<usize> = (0..spatial).map(|_| pick(&mut rng, 1, 3)).collect();
+        let dilations: Vec<usize> = (0..spatial)
+            .map(|a| {
+                if kernel[a] > 1 && input[2 + a] > 2 * kernel[a] {
+                    pick(&mut rng, 1, 2)
+                } else {
+                    1
+                }
+            })
+            .collect();
+        // Pads stay below the kernel extent, as ONNX requires.
+        let pads: Vec<usize> = (0..2 * spatial)
+            .map(|j| pick(&mut rng, 0, kernel[j % spatial] - 1))
+            .collect();
+        let ceil = rng.next() > 0.0;
+        let kind = kinds[i % kinds.len()];
+        let dtype = if i % 5 == 0 && kind == PoolKind::Max {
+            DType::I8
+        } else {
+            DType::F32
+        };
+        let name = format!("random {kind:?} {dtype} in={input:?} k={kernel:?} s={strides:?} p={pads:?} d={dilations:?} ceil={ceil}");
+        cases.push((
+            name,
+            pool(kind, &input, &kernel, &strides, &pads, &dilations, ceil),
+            vec![rt(dtype, &input)],
+        ));
+    }
+    check_all(cases);
+}
+
+#[test]
+fn random_resizes() {
+    let mut rng = Rng::new(99);
+    let modes = [ResizeMode::Nearest, ResizeMode::Linear, ResizeMode::Cubic];
+    let mut cases = vec![];
+    for i in 0..250 {
+        let rank = pick(&mut rng, 1, 4);
+        let input = random_shape(&mut rng, rank, 7);
+        let output: Vec<usize> = input
+            .iter()
+            .map(|&n| {
+                if rng.next() > 0.0 {
+                    n
+                } else {
+                    pick(&mut rng, 1, 12)
+                }
+            })
+            .collect();
+        let mode = modes[i % modes.len()];
+        let transform = TRANSFORMS[pick(&mut rng, 0, TRANSFORMS.len() - 1)];
+        let nearest_mode = [
+            NearestMode::RoundPreferFloor,
+            NearestMode::RoundPreferCeil,
+            NearestMode::Floor,
+            NearestMode::Ceil,
+        ][pick(&mut rng, 0, 3)];
+        let exclude_outside = rng.next() > 0.5;
+        let op = with(resize_op(mode, transform, &input, &output), |r| {
+            r.nearest_mode = nearest_mode;
+            r.exclude_outside = exclude_outside;
+        });
+        let dtype = if i % 4 == 0 { DType::U8 } else { DType::F32 };
+        cases.push((
+            format!("random resize {op:?} {input:?}"),
+            op,
+            vec![rt(dtype, &input)],
+        ));
+    }
+    check_all(cases);
+}
