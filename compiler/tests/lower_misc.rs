@@ -13,7 +13,12 @@
 //! Run with `cargo test -p nnc --test lower_misc --release`.
 
 use std::ffi::c_void;
+use std::path::Path;
+use std::process::Command;
 use std::time::Instant;
+
+#[path = "common/tools.rs"]
+mod tools;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
@@ -1520,4 +1525,244 @@ fn random_resizes() {
         ));
     }
     check_all(cases);
+}
+
+// ---------------------------------------------------------------------------------------
+// Execution on aarch64 (qemu user mode with the C harness tests/harness/nnc_run.c).
+
+/// Builds the C harness for aarch64 into `dir`.
+fn build_aarch64_harness(dir: &Path) -> Result<std::path::PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("workspace root")?;
+    let exe = dir.join("nnc_run");
+    let out = Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O1", "-std=c11", "-I"])
+        .arg(root.join("runtime-abi/include"))
+        .arg(root.join("tests/harness/nnc_run.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "harness build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(exe)
+}
+
+/// Compiles `g` for aarch64, runs it under qemu on `inputs` and returns its outputs.
+fn run_on_aarch64(harness: &Path, g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let opts = CompileOptions {
+        target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
+        prefix: String::new(),
+    };
+    let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
+    let so =
+        nnc::artifact::link_shared_object(&obj.object, "libt.so").map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (lib, in_dir, out_dir) = (
+        dir.path().join("libt.so"),
+        dir.path().join("in"),
+        dir.path().join("out"),
+    );
+    std::fs::write(&lib, so).map_err(|e| e.to_string())?;
+    for d in [&in_dir, &out_dir] {
+        std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
+    }
+    for (i, t) in inputs.iter().enumerate() {
+        std::fs::write(in_dir.join(format!("input_{i}.bin")), t.to_le_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let out = tools::qemu_aarch64(harness)
+        .arg(&lib)
+        .arg("")
+        .arg(&in_dir)
+        .arg(&out_dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "qemu: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    g.outputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| {
+            let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
+                .map_err(|e| e.to_string())?;
+            Tensor::from_le_bytes(g.ty(*o), &bytes).ok_or_else(|| "output size".to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn runs_on_aarch64_under_qemu() {
+    if !tools::require_aarch64_toolchain() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let harness = build_aarch64_harness(dir.path()).expect("harness");
+    // One case per code path: vector and scalar windows, borders, global pools, row and
+    // column softmax, every layer-norm parameter layout, Run and Columns reductions,
+    // ArgMax with NaN, every Resize mode.
+    let mut cases: Vec<Case> = vec![];
+    cases.extend(pool_cases(PoolKind::Max, DType::F32).into_iter().take(4));
+    cases.extend(
+        pool_cases(
+            PoolKind::Average {
+                count_include_pad: true,
+            },
+            DType::F32,
+        )
+        .into_iter()
+        .skip(3)
+        .take(3),
+    );
+    cases.extend(
+        pool_cases(PoolKind::Lp { p: 3.0 }, DType::F32)
+            .into_iter()
+            .take(1),
+    );
+    cases.extend(pool_cases(PoolKind::Max, DType::I8).into_iter().take(2));
+    let global = Op::Pool(PoolAttrs {
+        kind: PoolKind::Average {
+            count_include_pad: false,
+        },
+        kernel: vec![7, 7],
+        strides: vec![1, 1],
+        pads: vec![0; 4],
+        dilations: vec![1, 1],
+        output_spatial: vec![1, 1],
+    });
+    cases.push(("global average".into(), global, vec![f32s(&[2, 5, 7, 7])]));
+    for (axis, log) in [(0, false), (1, true), (2, false), (2, true)] {
+        cases.push((
+            format!("softmax axis {axis} log={log}"),
+            Op::Softmax { axis, log },
+            vec![f32s(&[3, 9, 17])],
+        ));
+    }
+    cases.push((
+        "softmax f64".into(),
+        Op::Softmax {
+            axis: 1,
+            log: false,
+        },
+        vec![rt(DType::F64, &[3, 6])],
+    ));
+    let ln = |axis| Op::LayerNorm {
+        axis,
+        epsilon: 1e-5,
+    };
+    cases.push((
+        "layernorm row".into(),
+        ln(1),
+        vec![f32s(&[4, 37]), f32s(&[37]), f32s(&[37])],
+    ));
+    cases.push((
+        "layernorm general".into(),
+        ln(1),
+        vec![f32s(&[2, 3, 8]), f32s(&[8]), In::Omitted],
+    ));
+    cases.push((
+        "layernorm f16".into(),
+        ln(1),
+        vec![
+            rt(DType::F16, &[3, 8]),
+            rt(DType::F16, &[8]),
+            rt(DType::F16, &[8]),
+        ],
+    ));
+    for kind in KINDS {
+        for axes in [&[1usize][..], &[0, 2], &[2]] {
+            cases.push((
+                format!("Reduce{kind:?} axes {axes:?}"),
+                reduce_op(kind, axes, false),
+                vec![reduce_input(kind, DType::F32, &[5, 19, 6])],
+            ));
+        }
+    }
+    for dtype in [DType::I32, DType::U8, DType::F64] {
+        cases.push((
+            format!("ReduceMean {dtype}"),
+            reduce_op(ReduceKind::Mean, &[1], true),
+            vec![rt(dtype, &[3, 7, 2])],
+        ));
+    }
+    let with_nan = given(&[3, 4, 5], |i| {
+        if i % 11 == 4 {
+            f32::NAN
+        } else {
+            ((i * 7) % 3) as f32
+        }
+    });
+    for select_last_index in [false, true] {
+        let op = Op::ArgReduce(ArgReduceAttrs {
+            max: true,
+            axis: 1,
+            keepdims: false,
+            select_last_index,
+        });
+        cases.push((
+            format!("ArgMax NaN last={select_last_index}"),
+            op,
+            vec![with_nan.clone()],
+        ));
+    }
+    for mode in [ResizeMode::Nearest, ResizeMode::Linear, ResizeMode::Cubic] {
+        for transform in [
+            CoordinateTransform::HalfPixel,
+            CoordinateTransform::TfCropAndResize,
+        ] {
+            let (input, output) = RESIZES[0];
+            cases.push((
+                format!("resize {mode:?} {transform:?}"),
+                resize_op(mode, transform, input, output),
+                vec![f32s(input)],
+            ));
+        }
+        cases.push((
+            format!("resize {mode:?} uint8"),
+            resize_op(
+                mode,
+                CoordinateTransform::AlignCorners,
+                &[1, 1, 5, 4],
+                &[1, 1, 3, 9],
+            ),
+            vec![rt(DType::U8, &[1, 1, 5, 4])],
+        ));
+    }
+    let total = cases.len();
+    let failures: Vec<String> = cases
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (name, op, ins))| {
+            let check = || -> Result<(), String> {
+                let (g, inputs) = one_node(op, ins, i as u64)?;
+                let expected = nnc::interp::run_graph(&g, &inputs)?;
+                let actual = run_on_aarch64(&harness, &g, &inputs)?;
+                compare(&actual[0], &expected[0])
+            };
+            check().err().map(|e| format!("{name}: {e}"))
+        })
+        .collect();
+    for f in &failures {
+        eprintln!("FAIL (aarch64) {f}");
+    }
+    println!(
+        "{} of {total} cases match on aarch64",
+        total - failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {total} cases failed on aarch64",
+        failures.len()
+    );
 }
