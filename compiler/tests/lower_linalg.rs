@@ -459,4 +459,21 @@ fn performance_report() {
     let dw = conv_op(&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 128);
     let flops = 2.0 * (128 * 9 * 56 * 56) as f64;
     measure("depthwise 3x3 128ch 56x56", dw, vec![f32s(&[1, 128, 56, 56]), cst(DType::F32, &[128, 1, 3, 3]), cst(DType::F32, &[128])], flops);
+    let deep = conv_op(&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1);
+    let flops = 2.0 * (512 * 512 * 9 * 7 * 7) as f64;
+    measure("conv 3x3 512->512 7x7", deep, vec![f32s(&[1, 512, 7, 7]), cst(DType::F32, &[512, 512, 3, 3]), cst(DType::F32, &[512])], flops);
+    let stem = conv_op(&[7, 7], &[2, 2], &[3, 3, 3, 3], &[1, 1], 1);
+    let flops = 2.0 * (64 * 3 * 49 * 112 * 112) as f64;
+    measure("conv 7x7/2 3->64 224x224", stem, vec![f32s(&[1, 3, 224, 224]), cst(DType::F32, &[64, 3, 7, 7]), cst(DType::F32, &[64])], flops);
+    let down = conv_op(&[3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], 1);
+    let flops = 2.0 * (128 * 64 * 9 * 28 * 28) as f64;
+    measure("conv 3x3/2 64->128 56x56", down, vec![f32s(&[1, 64, 56, 56]), cst(DType::F32, &[128, 64, 3, 3]), cst(DType::F32, &[128])], flops);
+    let up = conv_transpose_op(&[1, 64, 28, 28], &[4, 4], &[2, 2], &[1, 1, 1, 1], &[1, 1], &[0, 0], 1);
+    let flops = 2.0 * (64 * 32 * 16 * 28 * 28) as f64;
+    measure("conv_transpose 4x4/2 64->32 28x28", up, vec![f32s(&[1, 64, 28, 28]), cst(DType::F32, &[64, 32, 4, 4]), cst(DType::F32, &[32])], flops);
+    let attn = 2.0 * (8 * 128 * 64 * 128) as f64;
+    measure("matmul batched 8x128x64 @ 8x64x128", Op::MatMul, vec![f32s(&[8, 128, 64]), f32s(&[8, 64, 128])], attn);
+    let fc = Op::Gemm(GemmAttrs { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true });
+    let flops = 2.0 * (2048 * 1000) as f64;
+    measure("gemm fc 1x2048 @ (1000x2048)^T", fc, vec![f32s(&[1, 2048]), cst(DType::F32, &[1000, 2048]), cst(DType::F32, &[1000])], flops);
 }

@@ -291,6 +291,7 @@ fn group_gemm(
         a: weights.layout(g),
         b,
         ldc: g.out_size(),
+        c_col_stride: 1,
         alpha: 1.0,
         addends: if bias {
             vec![Addend {
@@ -648,37 +649,50 @@ fn zero_f32(b: &mut FunctionBuilder, dst: Value, count: usize) {
     }
 }
 
-/// Copies `channels` planes of shape `src_shape` at `src` into zeroed planes of shape
-/// `dst_shape` at `dst`, each element moved by `offset` along every axis.
-fn copy_padded(
-    b: &mut FunctionBuilder,
-    src: Value,
-    src_shape: &[usize],
-    channels: usize,
-    dst: Value,
-    dst_shape: &[usize],
-    offset: &[usize],
-) {
-    let dst_plane: usize = dst_shape.iter().product();
-    zero_f32(b, dst, channels * dst_plane);
-    let rank = src_shape.len();
-    let row = src_shape[rank - 1];
-    let mut rows_shape = vec![channels];
-    rows_shape.extend(&src_shape[..rank - 1]);
-    let src_strides =
-        kernel::strides_of(&rows_shape.iter().copied().chain([row]).collect::<Vec<_>>());
+/// Copies `channels` planes of shape `src_shape` at `src` into planes of shape
+/// `dst_shape` at `dst`, each element moved by `offset` along every axis, and zeroes the
+/// rest of the destination. Only the border is zeroed: below the interior along an
+/// axis, and past it, the destination is one contiguous run per axis level.
+fn copy_padded(b: &mut FunctionBuilder, src: Value, src_shape: &[usize], channels: usize, dst: Value, dst_shape: &[usize], offset: &[usize]) {
+    let mut src_full = vec![channels];
+    src_full.extend(src_shape);
     let mut dst_full = vec![channels];
     dst_full.extend(dst_shape);
-    let dst_strides = kernel::strides_of(&dst_full);
-    let base_off: usize = (0..rank).map(|d| offset[d] * dst_strides[d + 1]).sum();
-    let dst0 = b.ins().iadd_imm_s(dst, (base_off * F32) as i64);
-    kernel::nested_loop(b, &rows_shape, &mut |b, idx| {
-        let s = kernel::linear_offset(b, idx, &src_strides[..rank]);
-        let s = kernel::elem_addr(b, src, s, F32);
-        let d = kernel::linear_offset(b, idx, &dst_strides[..rank]);
-        let d = kernel::elem_addr(b, dst0, d, F32);
-        super::movement::copy_bytes(b, d, s, row * F32);
-    });
+    let mut offset_full = vec![0];
+    offset_full.extend(offset);
+    let boxes = PaddedBoxes { src_strides: kernel::strides_of(&src_full), dst_strides: kernel::strides_of(&dst_full), src: src_full, dst: dst_full, offset: offset_full };
+    boxes.copy(b, src, dst, 0);
+}
+
+/// Shapes, strides and offsets of [`copy_padded`], channels first.
+struct PaddedBoxes {
+    src: Vec<usize>,
+    dst: Vec<usize>,
+    src_strides: Vec<usize>,
+    dst_strides: Vec<usize>,
+    offset: Vec<usize>,
+}
+
+impl PaddedBoxes {
+    /// Fills the destination block of `axis` at `dst` from the source block at `src`.
+    fn copy(&self, b: &mut FunctionBuilder, src: Value, dst: Value, axis: usize) {
+        let (ds, off, inner) = (self.dst_strides[axis], self.offset[axis], self.src[axis]);
+        zero_f32(b, dst, off * ds);
+        let after = (off + inner) * ds;
+        if axis + 1 == self.src.len() {
+            let d = b.ins().iadd_imm_s(dst, (off * F32) as i64);
+            super::movement::copy_bytes(b, d, src, inner * F32);
+        } else {
+            kernel::counted_loop(b, 0, inner as i64, 1, |b, i| {
+                let s = kernel::elem_addr(b, src, i, self.src_strides[axis] * F32);
+                let d = kernel::elem_addr(b, dst, i, ds * F32);
+                let d = b.ins().iadd_imm_s(d, (off * ds * F32) as i64);
+                self.copy(b, s, d, axis + 1);
+            });
+        }
+        let tail = b.ins().iadd_imm_s(dst, (after * F32) as i64);
+        zero_f32(b, tail, self.dst[axis] * ds - after);
+    }
 }
 
 // ---- depthwise ----
@@ -746,65 +760,65 @@ impl PlaneLayout {
 fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
     let plane = scratch(ctx)?;
     let fma = gemm::has_fma(ctx.target);
-    let b = &mut *ctx.b;
     let p = Plane2d::new(g);
     let layout = PlaneLayout::new(g);
     let taps = g.taps();
+    let has_bias = ops.bias.is_some();
+    // One output plane per call, compiled out of line at opt_level "none" like the GEMM:
+    // at "speed" the optimizer hoists every input load of a block above its FMAs and
+    // spills them.
+    let plane_kernel = gemm::define_out_of_line(ctx, 3 + usize::from(has_bias), |b, params| {
+        depthwise_plane(b, &p, &layout, fma, taps, params);
+        Ok(())
+    })?;
+    let b = &mut *ctx.b;
     kernel::nested_loop(b, &[g.batch, g.channels], &mut |b, idx| {
         let (n, ch) = (idx[0], idx[1]);
         let x_c = input_group(b, g, ops.x.ptr, n, ch, F32);
-        copy_padded(
-            b,
-            x_c,
-            &[p.in_h, p.in_w],
-            1,
-            plane,
-            &[layout.height, layout.width],
-            &p.pad,
-        );
+        copy_padded(b, x_c, &[p.in_h, p.in_w], 1, plane, &[layout.height, layout.width], &p.pad);
         kernel::counted_loop(b, 0, g.mg as i64, 1, |b, j| {
             // Output map m = ch·Mg + j reads input channel ch.
             let m = b.ins().imul_imm_s(ch, g.mg as i64);
             let m = b.ins().iadd(m, j);
             let w_m = kernel::elem_addr(b, ops.w.ptr, m, taps * F32);
-            let weights: Vec<Value> = (0..taps)
-                .map(|t| {
-                    let w = b
-                        .ins()
-                        .load(types::F32, stable_flags(), w_m, (t * F32) as i32);
-                    b.ins().splat(types::F32X4, w)
-                })
-                .collect();
-            let init = match &ops.bias {
-                Some(bias) => {
-                    let a = kernel::elem_addr(b, bias.ptr, m, F32);
-                    let v = b.ins().load(types::F32, stable_flags(), a, 0);
-                    b.ins().splat(types::F32X4, v)
-                }
-                None => {
-                    let z = b.ins().f32const(0.0);
-                    b.ins().splat(types::F32X4, z)
-                }
-            };
-            let y_nm = {
-                let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * g.out_size() * F32);
-                kernel::elem_addr(b, y_n, m, g.out_size() * F32)
-            };
-            let row = DepthwiseRow {
-                p: &p,
-                width: layout.width,
-                weights: &weights,
-                init,
-                fma,
-            };
-            kernel::counted_loop(b, 0, p.out_h as i64, 1, |b, oh| {
-                let y_row = kernel::elem_addr(b, y_nm, oh, p.out_w * F32);
-                let x_row = kernel::elem_addr(b, plane, oh, p.stride[0] * layout.width * F32);
-                row.emit(b, x_row, y_row);
-            });
+            let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * g.out_size() * F32);
+            let y_nm = kernel::elem_addr(b, y_n, m, g.out_size() * F32);
+            let mut args = vec![plane, w_m, y_nm];
+            if let Some(bias) = &ops.bias {
+                args.push(kernel::elem_addr(b, bias.ptr, m, F32));
+            }
+            b.ins().call(plane_kernel, &args);
         });
     });
     Ok(())
+}
+
+/// Body of the depthwise kernel: `params` = (padded plane, the map's taps, its output
+/// plane[, its bias]). The taps stay in registers as splats for the whole plane.
+fn depthwise_plane(b: &mut FunctionBuilder, p: &Plane2d, layout: &PlaneLayout, fma: bool, taps: usize, params: &[Value]) {
+    let (plane, w_m, y_nm) = (params[0], params[1], params[2]);
+    let weights: Vec<Value> = (0..taps)
+        .map(|t| {
+            let w = b.ins().load(types::F32, flags(), w_m, (t * F32) as i32);
+            b.ins().splat(types::F32X4, w)
+        })
+        .collect();
+    let init = match params.get(3) {
+        Some(&bias) => {
+            let v = b.ins().load(types::F32, flags(), bias, 0);
+            b.ins().splat(types::F32X4, v)
+        }
+        None => {
+            let z = b.ins().f32const(0.0);
+            b.ins().splat(types::F32X4, z)
+        }
+    };
+    let row = DepthwiseRow { p, width: layout.width, weights: &weights, init, fma };
+    kernel::counted_loop(b, 0, p.out_h as i64, 1, |b, oh| {
+        let y_row = kernel::elem_addr(b, y_nm, oh, p.out_w * F32);
+        let x_row = kernel::elem_addr(b, plane, oh, p.stride[0] * layout.width * F32);
+        row.emit(b, x_row, y_row);
+    });
 }
 
 /// One output row of a depthwise conv.
@@ -1084,9 +1098,107 @@ pub fn conv_transpose(ctx: &mut LowerCtx, c: &ConvTransposeAttrs) -> LowerResult
     }
     let fma = gemm::has_fma(ctx.target);
     let ops = ConvOperands { x, w, bias, y };
-    let b = &mut *ctx.b;
-    init_output(b, &g, &ops);
-    scatter_taps(b, &g, &ops, fma);
+    init_output(ctx.b, &g, &ops);
+    if ops.x.ty.dtype == DType::F32 {
+        return transpose_gemm_taps(ctx, &g, &ops);
+    }
+    scatter_taps(ctx.b, &g, &ops, fma);
+    Ok(())
+}
+
+/// The weights of one (group, tap) as the GEMM's A `[Mg, Cg]`: `W[grp·Cg + c, m, t]`.
+/// Constant weights are packed per (group, tap) at compile time; otherwise A is read in
+/// place with strides.
+struct TapWeights {
+    ptr: Value,
+    layout: ALayout,
+    /// Bytes from one group to the next, and from one tap to the next.
+    group_bytes: usize,
+    tap_bytes: usize,
+}
+
+fn tap_weights(ctx: &mut LowerCtx, g: &TransposeGeometry, w: &Operand) -> Result<TapWeights, String> {
+    let taps: usize = g.kernel.iter().product();
+    let (cg, mg) = (g.cg, g.mg);
+    if let Some(Tensor::F32(values)) = &w.constant {
+        let values: Vec<f32> = values.iter().copied().collect();
+        let mut packed = Vec::with_capacity(values.len());
+        for grp in 0..g.group {
+            for t in 0..taps {
+                packed.extend(gemm::pack_a(mg, cg, |m, c| values[((grp * cg + c) * mg + m) * taps + t]));
+            }
+        }
+        let ptr = ctx.rodata(gemm::f32_bytes(&packed))?;
+        return Ok(TapWeights { ptr, layout: ALayout::Packed, group_bytes: taps * mg * cg * F32, tap_bytes: mg * cg * F32 });
+    }
+    Ok(TapWeights {
+        ptr: w.ptr,
+        layout: ALayout::Strided { row_stride: taps, col_stride: mg * taps },
+        group_bytes: cg * mg * taps * F32,
+        tap_bytes: F32,
+    })
+}
+
+/// float32 ConvTranspose as one GEMM per kernel tap and input row:
+/// `Y[n, grp·Mg + m, out(i, t)] += Σ_c W[grp·Cg + c, m, t] · X[n, grp·Cg + c, i]` over the
+/// static range of i whose outputs land inside Y. Along the last axis consecutive
+/// inputs i land `stride` apart, which the GEMM's C column stride expresses; C is also
+/// its own addend, so the products accumulate onto the bias and the other taps.
+fn transpose_gemm_taps(ctx: &mut LowerCtx, g: &TransposeGeometry, ops: &ConvOperands) -> LowerResult {
+    let sp = g.input.len();
+    let last = sp - 1;
+    let taps: usize = g.kernel.iter().product();
+    let in_plane: usize = g.input.iter().product();
+    let out_plane: usize = g.output.iter().product();
+    let (in_strides, out_strides) = (kernel::strides_of(&g.input), kernel::strides_of(&g.output));
+    let (channels, maps) = (g.cg * g.group, g.mg * g.group);
+    let weights = tap_weights(ctx, g, &ops.w)?;
+    let mut kernels: Vec<(GemmSpec, GemmKernel)> = vec![];
+    for t in 0..taps {
+        let k = unravel(t, &g.kernel);
+        let ranges: Vec<std::ops::Range<usize>> = (0..sp).map(|d| g.valid_inputs(d, k[d])).collect();
+        if ranges.iter().any(|r| r.is_empty()) {
+            continue;
+        }
+        let spec = GemmSpec {
+            m: g.mg,
+            n: ranges[last].len(),
+            k: g.cg,
+            a: weights.layout,
+            b: BLayout::Rows { row_stride: in_plane },
+            ldc: out_plane,
+            c_col_stride: g.strides[last],
+            alpha: 1.0,
+            addends: vec![Addend { row_stride: out_plane, col_stride: g.strides[last], scale: 1.0 }],
+        };
+        let index = match kernels.iter().position(|(s, _)| *s == spec) {
+            Some(i) => i,
+            None => {
+                let kernel = GemmKernel::define(ctx, &spec)?;
+                kernels.push((spec, kernel));
+                kernels.len() - 1
+            }
+        };
+        let gemm = &kernels[index].1;
+        // Window start in X and Y (elements within a plane), and steps per outer axis.
+        let x_start: usize = (0..sp).map(|d| ranges[d].start * in_strides[d]).sum();
+        let y_start: usize = (0..sp).map(|d| ranges[d].start * g.strides[d] + k[d] * g.dilations[d] - g.pad_begin[d]).zip(&out_strides).map(|(o, s)| o * s).sum();
+        let x_steps: Vec<usize> = std::iter::once(channels * in_plane).chain([g.cg * in_plane]).chain(in_strides[..last].iter().copied()).collect();
+        let y_steps: Vec<usize> = std::iter::once(maps * out_plane).chain([g.mg * out_plane]).chain((0..last).map(|d| g.strides[d] * out_strides[d])).collect();
+        let mut shape = vec![g.batch, g.group];
+        shape.extend(ranges[..last].iter().map(|r| r.len()));
+        let b = &mut *ctx.b;
+        let (x0, y0) = (b.ins().iadd_imm_s(ops.x.ptr, (x_start * F32) as i64), b.ins().iadd_imm_s(ops.y.ptr, (y_start * F32) as i64));
+        let a0 = b.ins().iadd_imm_s(weights.ptr, (t * weights.tap_bytes) as i64);
+        kernel::nested_loop(b, &shape, &mut |b, idx| {
+            let xo = kernel::linear_offset(b, idx, &x_steps);
+            let x_row = kernel::elem_addr(b, x0, xo, F32);
+            let yo = kernel::linear_offset(b, idx, &y_steps);
+            let y_row = kernel::elem_addr(b, y0, yo, F32);
+            let a = kernel::elem_addr(b, a0, idx[1], weights.group_bytes);
+            gemm.call(b, a, x_row, y_row, &[y_row]);
+        });
+    }
     Ok(())
 }
 

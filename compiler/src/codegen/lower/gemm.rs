@@ -76,10 +76,19 @@ pub struct GemmSpec {
     pub k: usize,
     pub a: ALayout,
     pub b: BLayout,
-    /// `C[i, j]` at `(i·ldc + j)·4` bytes.
+    /// `C[i, j]` at `(i·ldc + j·c_col_stride)·4` bytes.
     pub ldc: usize,
+    /// 1 but for ConvTranspose, whose stride scatters output columns.
+    pub c_col_stride: usize,
     pub alpha: f32,
     pub addends: Vec<Addend>,
+}
+
+impl GemmSpec {
+    /// Byte offset of `C[r, col]` from `C[0, 0]`.
+    pub(super) fn c_offset(&self, r: usize, col: usize) -> i32 {
+        ((r * self.ldc + col * self.c_col_stride) * 4) as i32
+    }
 }
 
 /// A GEMM function defined in the module, callable from the node being lowered.
@@ -194,8 +203,9 @@ pub fn mul_add(b: &mut FunctionBuilder, fma: bool, x: Value, y: Value, acc: Valu
 
 /// Defines a function of `params` pointer arguments whose body `build` emits, compiled
 /// at opt_level "none" for the node's target, and imports it into the function being
-/// lowered.
-fn define_out_of_line(
+/// lowered. For hand-scheduled kernels (this GEMM, the depthwise conv): the program
+/// order written is the order executed.
+pub(super) fn define_out_of_line(
     ctx: &mut LowerCtx,
     params: usize,
     build: impl FnOnce(&mut FunctionBuilder, &[Value]) -> Result<(), String>,

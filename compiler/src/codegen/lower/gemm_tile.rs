@@ -436,7 +436,7 @@ fn k_loop<const S: usize>(
 }
 
 /// Addresses of one tile's outputs and addends: C row `r`, column `c` of the tile is at
-/// `c_base + (r·ldc + c)·4`; addend `t`'s at `bases[t] + (r·rs + c·cs)·4`.
+/// `c_base + (r·ldc + c·c_col_stride)·4`; addend `t`'s at `bases[t] + (r·rs + c·cs)·4`.
 struct Epilogue {
     c_base: Value,
     addend_bases: Vec<Value>,
@@ -445,7 +445,7 @@ struct Epilogue {
 impl Epilogue {
     fn new(b: &mut FunctionBuilder, e: &Emitter, i0: Value, j0: Value) -> Epilogue {
         let row = offset_ptr(b, e.ptrs.c, i0, e.spec.ldc * F32);
-        let c_base = offset_ptr(b, row, j0, F32);
+        let c_base = offset_ptr(b, row, j0, e.spec.c_col_stride * F32);
         let addend_bases = e
             .spec
             .addends
@@ -472,14 +472,15 @@ impl Epilogue {
         col: usize,
         lanes: usize,
     ) {
-        if lanes < LANES {
+        let spec = e.spec;
+        let contiguous = spec.c_col_stride == 1 && spec.addends.iter().all(|t| t.col_stride <= 1);
+        if lanes < LANES || !contiguous {
             for l in 0..lanes {
                 let x = b.ins().extractlane(acc, l as u8);
                 self.store_scalar(b, e, x, r, col + l);
             }
             return;
         }
-        let spec = e.spec;
         let splat = |b: &mut FunctionBuilder, x: f32| {
             let s = b.ins().f32const(x);
             b.ins().splat(types::F32X4, s)
@@ -504,7 +505,7 @@ impl Epilogue {
             y = b.ins().fadd(y, v);
         }
         b.ins()
-            .store(flags(), y, self.c_base, ((r * spec.ldc + col) * F32) as i32);
+            .store(flags(), y, self.c_base, spec.c_offset(r, col));
     }
 
     /// Finishes and stores the scalar `acc` as tile element `(r, col)`.
@@ -525,6 +526,6 @@ impl Epilogue {
             y = b.ins().fadd(y, v);
         }
         b.ins()
-            .store(flags(), y, self.c_base, ((r * spec.ldc + col) * F32) as i32);
+            .store(flags(), y, self.c_base, spec.c_offset(r, col));
     }
 }

@@ -136,6 +136,7 @@ fn matmul_f32(
         },
         b: b_layout,
         ldc: s.n,
+        c_col_stride: 1,
         alpha: 1.0,
         addends: vec![],
     };
@@ -385,6 +386,7 @@ fn gemm_f32(
         },
         b: b_layout,
         ldc: s.n,
+        c_col_stride: 1,
         alpha: g.alpha,
         addends,
     };
