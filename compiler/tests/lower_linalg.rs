@@ -38,7 +38,11 @@ impl Rng {
         let v: Vec<f64> = (0..n).map(|_| self.next()).collect();
         match ty.dtype {
             // Small integers keep integer products exact and readable.
-            d if d.is_int() => Tensor::from_vec(&ty.shape, v.iter().map(|x| (x * 10.0).round() as i64).collect()).cast(d),
+            d if d.is_int() => Tensor::from_vec(
+                &ty.shape,
+                v.iter().map(|x| (x * 10.0).round() as i64).collect(),
+            )
+            .cast(d),
             d => Tensor::from_vec(&ty.shape, v).cast(d),
         }
     }
@@ -93,10 +97,18 @@ fn one_node(op: Op, ins: Vec<In>, seed: u64) -> (Graph, Vec<Tensor>) {
             }
         }
     }
-    let out_ty = infer_types(&op, &types).unwrap_or_else(|e| panic!("{op:?}: {e}")).remove(0);
+    let out_ty = infer_types(&op, &types)
+        .unwrap_or_else(|e| panic!("{op:?}: {e}"))
+        .remove(0);
     let out = g.add_value("out".into(), out_ty, None);
     g.outputs.push(out);
-    g.nodes.push(Node { name: "node".into(), onnx_op: op.name(), op, inputs: node_inputs, outputs: vec![out] });
+    g.nodes.push(Node {
+        name: "node".into(),
+        onnx_op: op.name(),
+        op,
+        inputs: node_inputs,
+        outputs: vec![out],
+    });
     (g, values)
 }
 
@@ -113,9 +125,13 @@ struct Compiled {
 
 impl Compiled {
     fn new(g: &Graph) -> Result<Compiled, String> {
-        let opts = CompileOptions { target: Target::host(), prefix: String::new() };
+        let opts = CompileOptions {
+            target: Target::host(),
+            prefix: String::new(),
+        };
         let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
-        let so = nnc::artifact::link_shared_object(&obj.object, "libtest.so").map_err(|e| e.to_string())?;
+        let so = nnc::artifact::link_shared_object(&obj.object, "libtest.so")
+            .map_err(|e| e.to_string())?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let path = dir.path().join("libtest.so");
         std::fs::write(&path, so).map_err(|e| e.to_string())?;
@@ -129,19 +145,37 @@ impl Compiled {
 
     fn run(&self, g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
         let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> = g.outputs.iter().map(|o| vec![0u8; g.ty(*o).byte_size()]).collect();
+        let mut out_bytes: Vec<Vec<u8>> = g
+            .outputs
+            .iter()
+            .map(|o| vec![0u8; g.ty(*o).byte_size()])
+            .collect();
         let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let outs: Vec<*mut c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let outs: Vec<*mut c_void> = out_bytes
+            .iter_mut()
+            .map(|b| b.as_mut_ptr().cast())
+            .collect();
         assert_eq!(unsafe { (self.infer())(ins.as_ptr(), outs.as_ptr()) }, 0);
-        g.outputs.iter().zip(&out_bytes).map(|(o, b)| Tensor::from_le_bytes(g.ty(*o), b).expect("output size")).collect()
+        g.outputs
+            .iter()
+            .zip(&out_bytes)
+            .map(|(o, b)| Tensor::from_le_bytes(g.ty(*o), b).expect("output size"))
+            .collect()
     }
 
     /// Best wall time of `reps` runs, in seconds.
     fn time(&self, g: &Graph, inputs: &[Tensor], reps: usize) -> f64 {
         let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> = g.outputs.iter().map(|o| vec![0u8; g.ty(*o).byte_size()]).collect();
+        let mut out_bytes: Vec<Vec<u8>> = g
+            .outputs
+            .iter()
+            .map(|o| vec![0u8; g.ty(*o).byte_size()])
+            .collect();
         let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let outs: Vec<*mut c_void> = out_bytes.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+        let outs: Vec<*mut c_void> = out_bytes
+            .iter_mut()
+            .map(|b| b.as_mut_ptr().cast())
+            .collect();
         let infer = self.infer();
         (0..reps)
             .map(|_| {
@@ -158,7 +192,13 @@ fn rel_err(actual: &Tensor, expected: &Tensor) -> f64 {
     let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
     assert_eq!(a.len(), e.len());
     let scale = e.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
-    a.iter().zip(&e).fold(0f64, |m, (x, y)| m.max((x - y).abs()).max(if x.is_nan() != y.is_nan() { f64::INFINITY } else { 0.0 })) / scale
+    a.iter().zip(&e).fold(0f64, |m, (x, y)| {
+        m.max((x - y).abs()).max(if x.is_nan() != y.is_nan() {
+            f64::INFINITY
+        } else {
+            0.0
+        })
+    }) / scale
 }
 
 fn tolerance(d: DType) -> f64 {
@@ -174,15 +214,23 @@ fn tolerance(d: DType) -> f64 {
 /// description instead of panicking so a test can report every failing case at once.
 fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
     let (g, inputs) = one_node(op, ins, seed);
-    let expected = nnc::interp::run_graph(&g, &inputs).map_err(|e| format!("{name}: interpreter: {e}"))?;
+    let expected =
+        nnc::interp::run_graph(&g, &inputs).map_err(|e| format!("{name}: interpreter: {e}"))?;
     let actual = run_compiled(&g, &inputs).map_err(|e| format!("{name}: compile: {e}"))?;
     let err = rel_err(&actual[0], &expected[0]);
     let tol = tolerance(expected[0].dtype());
     if actual[0].shape() != expected[0].shape() || err > tol {
-        return Err(format!("{name}: shape {:?} vs {:?}, rel err {err:.3e} > {tol:e}", actual[0].shape(), expected[0].shape()));
+        return Err(format!(
+            "{name}: shape {:?} vs {:?}, rel err {err:.3e} > {tol:e}",
+            actual[0].shape(),
+            expected[0].shape()
+        ));
     }
     // Every case must lower for aarch64 too (it runs elsewhere).
-    let arm = CompileOptions { target: Target::new(Arch::Aarch64, None).expect("aarch64 target"), prefix: String::new() };
+    let arm = CompileOptions {
+        target: Target::new(Arch::Aarch64, None).expect("aarch64 target"),
+        prefix: String::new(),
+    };
     compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
     Ok(())
 }
@@ -191,14 +239,22 @@ fn report(failures: Vec<String>, total: usize) {
     for f in &failures {
         eprintln!("FAIL {f}");
     }
-    assert!(failures.is_empty(), "{} of {total} cases failed", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {total} cases failed",
+        failures.len()
+    );
 }
 
 /// Runs every case, then reports all failures together.
 fn check_all(cases: Vec<(String, Op, Vec<In>)>) {
     let _turn = one_at_a_time();
     let total = cases.len();
-    let failures = cases.into_iter().enumerate().filter_map(|(i, (name, op, ins))| check(&name, op, ins, i as u64).err()).collect();
+    let failures = cases
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (name, op, ins))| check(&name, op, ins, i as u64).err())
+        .collect();
     report(failures, total);
 }
 
@@ -225,8 +281,16 @@ fn matmul_float32_shapes() {
     ];
     let mut cases = vec![];
     for (a, b) in shapes {
-        cases.push((format!("matmul {a:?}x{b:?}"), Op::MatMul, vec![f32s(a), f32s(b)]));
-        cases.push((format!("matmul {a:?}x const {b:?}"), Op::MatMul, vec![f32s(a), cst(DType::F32, b)]));
+        cases.push((
+            format!("matmul {a:?}x{b:?}"),
+            Op::MatMul,
+            vec![f32s(a), f32s(b)],
+        ));
+        cases.push((
+            format!("matmul {a:?}x const {b:?}"),
+            Op::MatMul,
+            vec![f32s(a), cst(DType::F32, b)],
+        ));
     }
     check_all(cases);
 }
@@ -234,12 +298,31 @@ fn matmul_float32_shapes() {
 #[test]
 fn matmul_other_dtypes() {
     let mut cases = vec![];
-    for dtype in [DType::F64, DType::I32, DType::I64, DType::U8, DType::U32, DType::F16] {
-        for (a, b) in [(&[3usize, 5][..], &[5usize, 7][..]), (&[2, 1, 4, 3], &[3, 3, 2]), (&[4], &[4, 2])] {
-            cases.push((format!("matmul {dtype} {a:?}x{b:?}"), Op::MatMul, vec![rt(dtype, a), rt(dtype, b)]));
+    for dtype in [
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::F16,
+    ] {
+        for (a, b) in [
+            (&[3usize, 5][..], &[5usize, 7][..]),
+            (&[2, 1, 4, 3], &[3, 3, 2]),
+            (&[4], &[4, 2]),
+        ] {
+            cases.push((
+                format!("matmul {dtype} {a:?}x{b:?}"),
+                Op::MatMul,
+                vec![rt(dtype, a), rt(dtype, b)],
+            ));
         }
     }
-    cases.push(("matmul f64 const".into(), Op::MatMul, vec![rt(DType::F64, &[4, 6]), cst(DType::F64, &[6, 3])]));
+    cases.push((
+        "matmul f64 const".into(),
+        Op::MatMul,
+        vec![rt(DType::F64, &[4, 6]), cst(DType::F64, &[6, 3])],
+    ));
     check_all(cases);
 }
 
@@ -248,7 +331,15 @@ fn matmul_other_dtypes() {
 #[test]
 fn gemm_every_transpose_alpha_beta_and_c_shape() {
     let (m, k, n) = (7, 9, 13);
-    let c_shapes: &[Option<&[usize]>] = &[None, Some(&[]), Some(&[1]), Some(&[n]), Some(&[1, n]), Some(&[m, 1]), Some(&[m, n])];
+    let c_shapes: &[Option<&[usize]>] = &[
+        None,
+        Some(&[]),
+        Some(&[1]),
+        Some(&[n]),
+        Some(&[1, n]),
+        Some(&[m, 1]),
+        Some(&[m, n]),
+    ];
     let mut cases = vec![];
     for trans_a in [false, true] {
         for trans_b in [false, true] {
@@ -257,9 +348,24 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
                     for const_b in [false, true] {
                         let a = if trans_a { [k, m] } else { [m, k] };
                         let b = if trans_b { [n, k] } else { [k, n] };
-                        let op = Op::Gemm(GemmAttrs { alpha, beta, trans_a, trans_b });
-                        let b_in = if const_b { cst(DType::F32, &b) } else { f32s(&b) };
-                        let c_in = c.map_or(In::Omitted, |s| if const_b { cst(DType::F32, s) } else { f32s(s) });
+                        let op = Op::Gemm(GemmAttrs {
+                            alpha,
+                            beta,
+                            trans_a,
+                            trans_b,
+                        });
+                        let b_in = if const_b {
+                            cst(DType::F32, &b)
+                        } else {
+                            f32s(&b)
+                        };
+                        let c_in = c.map_or(In::Omitted, |s| {
+                            if const_b {
+                                cst(DType::F32, s)
+                            } else {
+                                f32s(s)
+                            }
+                        });
                         let name = format!("gemm tA={trans_a} tB={trans_b} alpha={alpha} beta={beta} C={c:?} constB={const_b}");
                         cases.push((name, op, vec![f32s(&a), b_in, c_in]));
                     }
@@ -268,11 +374,31 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
         }
     }
     // Sizes around the register tile: exact tiles, one-vector and scalar tails.
-    for (m, k, n) in [(1, 1, 1), (4, 8, 8), (5, 3, 4), (8, 16, 12), (33, 17, 21), (1, 100, 1)] {
+    for (m, k, n) in [
+        (1, 1, 1),
+        (4, 8, 8),
+        (5, 3, 4),
+        (8, 16, 12),
+        (33, 17, 21),
+        (1, 100, 1),
+    ] {
         for const_b in [false, true] {
-            let op = Op::Gemm(GemmAttrs { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true });
-            let b_in = if const_b { cst(DType::F32, &[n, k]) } else { f32s(&[n, k]) };
-            cases.push((format!("gemm {m}x{k}x{n} constB={const_b}"), op, vec![f32s(&[m, k]), b_in, f32s(&[n])]));
+            let op = Op::Gemm(GemmAttrs {
+                alpha: 1.0,
+                beta: 1.0,
+                trans_a: false,
+                trans_b: true,
+            });
+            let b_in = if const_b {
+                cst(DType::F32, &[n, k])
+            } else {
+                f32s(&[n, k])
+            };
+            cases.push((
+                format!("gemm {m}x{k}x{n} constB={const_b}"),
+                op,
+                vec![f32s(&[m, k]), b_in, f32s(&[n])],
+            ));
         }
     }
     check_all(cases);
@@ -284,9 +410,18 @@ fn gemm_other_dtypes() {
     for dtype in [DType::F64, DType::I32, DType::I64, DType::U32] {
         for (alpha, beta) in [(1.0, 1.0), (2.0, 0.5)] {
             for trans_b in [false, true] {
-                let op = Op::Gemm(GemmAttrs { alpha, beta, trans_a: true, trans_b });
+                let op = Op::Gemm(GemmAttrs {
+                    alpha,
+                    beta,
+                    trans_a: true,
+                    trans_b,
+                });
                 let b = if trans_b { [5, 4] } else { [4, 5] };
-                cases.push((format!("gemm {dtype} alpha={alpha} beta={beta} tB={trans_b}"), op, vec![rt(dtype, &[4, 3]), rt(dtype, &b), rt(dtype, &[3, 1])]));
+                cases.push((
+                    format!("gemm {dtype} alpha={alpha} beta={beta} tB={trans_b}"),
+                    op,
+                    vec![rt(dtype, &[4, 3]), rt(dtype, &b), rt(dtype, &[3, 1])],
+                ));
             }
         }
     }
@@ -295,8 +430,20 @@ fn gemm_other_dtypes() {
 
 // ---- Conv ----
 
-fn conv_op(kernel: &[usize], strides: &[usize], pads: &[usize], dilations: &[usize], group: usize) -> Op {
-    Op::Conv(ConvAttrs { kernel: kernel.to_vec(), strides: strides.to_vec(), pads: pads.to_vec(), dilations: dilations.to_vec(), group })
+fn conv_op(
+    kernel: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+    dilations: &[usize],
+    group: usize,
+) -> Op {
+    Op::Conv(ConvAttrs {
+        kernel: kernel.to_vec(),
+        strides: strides.to_vec(),
+        pads: pads.to_vec(),
+        dilations: dilations.to_vec(),
+        group,
+    })
 }
 
 /// A conv case: input shape, weight shape, strides, pads, dilations, group, bias.
@@ -311,40 +458,243 @@ struct ConvCase {
     bias: bool,
 }
 
-fn conv_case(name: &'static str, x: &[usize], w: &[usize], strides: &[usize], pads: &[usize], dilations: &[usize], group: usize, bias: bool) -> ConvCase {
-    ConvCase { name, x: x.to_vec(), w: w.to_vec(), strides: strides.to_vec(), pads: pads.to_vec(), dilations: dilations.to_vec(), group, bias }
+/// A case with a bias; see [`ConvCase::without_bias`].
+fn conv_case(
+    name: &'static str,
+    x: &[usize],
+    w: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+    dilations: &[usize],
+    group: usize,
+) -> ConvCase {
+    ConvCase {
+        name,
+        x: x.to_vec(),
+        w: w.to_vec(),
+        strides: strides.to_vec(),
+        pads: pads.to_vec(),
+        dilations: dilations.to_vec(),
+        group,
+        bias: true,
+    }
+}
+
+impl ConvCase {
+    fn without_bias(self) -> ConvCase {
+        ConvCase {
+            bias: false,
+            ..self
+        }
+    }
 }
 
 fn conv_cases() -> Vec<ConvCase> {
     vec![
-        conv_case("1x1", &[2, 8, 5, 6], &[12, 8, 1, 1], &[1, 1], &[0, 0, 0, 0], &[1, 1], 1, true),
-        conv_case("1x1 grouped", &[1, 8, 3, 7], &[6, 4, 1, 1], &[1, 1], &[0, 0, 0, 0], &[1, 1], 2, false),
-        conv_case("1x1 stride 2", &[1, 4, 7, 9], &[5, 4, 1, 1], &[2, 2], &[0, 0, 0, 0], &[1, 1], 1, true),
-        conv_case("1x1 padded", &[1, 3, 4, 4], &[2, 3, 1, 1], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1, true),
-        conv_case("3x3 pad 1", &[1, 3, 10, 11], &[8, 3, 3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1, true),
-        conv_case("3x3 pad 1 stride 2", &[2, 5, 11, 10], &[7, 5, 3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], 1, true),
-        conv_case("3x3 no pad", &[1, 4, 9, 12], &[9, 4, 3, 3], &[1, 1], &[0, 0, 0, 0], &[1, 1], 1, false),
-        conv_case("3x3 dilated", &[1, 3, 12, 13], &[4, 3, 3, 3], &[1, 1], &[2, 2, 2, 2], &[2, 2], 1, true),
-        conv_case("5x3 asymmetric pads", &[1, 2, 9, 8], &[3, 2, 5, 3], &[1, 2], &[0, 1, 2, 0], &[1, 1], 1, true),
-        conv_case("grouped 3x3", &[1, 8, 9, 9], &[6, 4, 3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 2, true),
-        conv_case("depthwise 3x3", &[2, 6, 9, 13], &[6, 1, 3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 6, true),
-        conv_case("depthwise 3x3 stride 2", &[1, 5, 14, 17], &[5, 1, 3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], 5, true),
-        conv_case("depthwise multiplier 2", &[1, 3, 8, 21], &[6, 1, 3, 3], &[1, 1], &[0, 1, 2, 1], &[1, 1], 3, false),
-        conv_case("depthwise 5x5 dilated", &[1, 4, 16, 16], &[4, 1, 5, 5], &[1, 1], &[4, 4, 4, 4], &[2, 2], 4, true),
-        conv_case("depthwise 1-D", &[2, 4, 30], &[4, 1, 5], &[1], &[2, 2], &[1], 4, true),
-        conv_case("1-D", &[2, 4, 20], &[5, 4, 3], &[2], &[1, 2], &[1], 1, true),
-        conv_case("1-D pointwise", &[1, 6, 19], &[4, 6, 1], &[1], &[0, 0], &[1], 1, true),
-        conv_case("3-D", &[1, 3, 5, 6, 7], &[4, 3, 3, 3, 3], &[1, 1, 1], &[1, 1, 1, 1, 1, 1], &[1, 1, 1], 1, true),
-        conv_case("3-D strided grouped", &[1, 4, 6, 7, 5], &[4, 2, 2, 3, 1], &[2, 1, 1], &[0, 1, 0, 1, 0, 0], &[1, 1, 1], 2, false),
-        conv_case("3-D depthwise", &[1, 3, 4, 5, 6], &[3, 1, 3, 3, 3], &[1, 1, 1], &[1, 1, 1, 1, 1, 1], &[1, 1, 1], 3, true),
+        conv_case(
+            "1x1",
+            &[2, 8, 5, 6],
+            &[12, 8, 1, 1],
+            &[1, 1],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "1x1 grouped",
+            &[1, 8, 3, 7],
+            &[6, 4, 1, 1],
+            &[1, 1],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            2,
+        )
+        .without_bias(),
+        conv_case(
+            "1x1 stride 2",
+            &[1, 4, 7, 9],
+            &[5, 4, 1, 1],
+            &[2, 2],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "1x1 padded",
+            &[1, 3, 4, 4],
+            &[2, 3, 1, 1],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "3x3 pad 1",
+            &[1, 3, 10, 11],
+            &[8, 3, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "3x3 pad 1 stride 2",
+            &[2, 5, 11, 10],
+            &[7, 5, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "3x3 no pad",
+            &[1, 4, 9, 12],
+            &[9, 4, 3, 3],
+            &[1, 1],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            1,
+        )
+        .without_bias(),
+        conv_case(
+            "3x3 dilated",
+            &[1, 3, 12, 13],
+            &[4, 3, 3, 3],
+            &[1, 1],
+            &[2, 2, 2, 2],
+            &[2, 2],
+            1,
+        ),
+        conv_case(
+            "5x3 asymmetric pads",
+            &[1, 2, 9, 8],
+            &[3, 2, 5, 3],
+            &[1, 2],
+            &[0, 1, 2, 0],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "grouped 3x3",
+            &[1, 8, 9, 9],
+            &[6, 4, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            2,
+        ),
+        conv_case(
+            "depthwise 3x3",
+            &[2, 6, 9, 13],
+            &[6, 1, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            6,
+        ),
+        conv_case(
+            "depthwise 3x3 stride 2",
+            &[1, 5, 14, 17],
+            &[5, 1, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            5,
+        ),
+        conv_case(
+            "depthwise multiplier 2",
+            &[1, 3, 8, 21],
+            &[6, 1, 3, 3],
+            &[1, 1],
+            &[0, 1, 2, 1],
+            &[1, 1],
+            3,
+        )
+        .without_bias(),
+        conv_case(
+            "depthwise 5x5 dilated",
+            &[1, 4, 16, 16],
+            &[4, 1, 5, 5],
+            &[1, 1],
+            &[4, 4, 4, 4],
+            &[2, 2],
+            4,
+        ),
+        conv_case(
+            "depthwise 1-D",
+            &[2, 4, 30],
+            &[4, 1, 5],
+            &[1],
+            &[2, 2],
+            &[1],
+            4,
+        ),
+        conv_case("1-D", &[2, 4, 20], &[5, 4, 3], &[2], &[1, 2], &[1], 1),
+        conv_case(
+            "1-D pointwise",
+            &[1, 6, 19],
+            &[4, 6, 1],
+            &[1],
+            &[0, 0],
+            &[1],
+            1,
+        ),
+        conv_case(
+            "3-D",
+            &[1, 3, 5, 6, 7],
+            &[4, 3, 3, 3, 3],
+            &[1, 1, 1],
+            &[1, 1, 1, 1, 1, 1],
+            &[1, 1, 1],
+            1,
+        ),
+        conv_case(
+            "3-D strided grouped",
+            &[1, 4, 6, 7, 5],
+            &[4, 2, 2, 3, 1],
+            &[2, 1, 1],
+            &[0, 1, 0, 1, 0, 0],
+            &[1, 1, 1],
+            2,
+        )
+        .without_bias(),
+        conv_case(
+            "3-D depthwise",
+            &[1, 3, 4, 5, 6],
+            &[3, 1, 3, 3, 3],
+            &[1, 1, 1],
+            &[1, 1, 1, 1, 1, 1],
+            &[1, 1, 1],
+            3,
+        ),
         // K = 576 makes the im2col chunk smaller than the 400 output positions.
-        conv_case("3x3 many chunks", &[1, 64, 20, 20], &[20, 64, 3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1, true),
-        conv_case("7x7 stride 2", &[1, 3, 23, 23], &[8, 3, 7, 7], &[2, 2], &[3, 3, 3, 3], &[1, 1], 1, true),
+        conv_case(
+            "3x3 many chunks",
+            &[1, 64, 20, 20],
+            &[20, 64, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "7x7 stride 2",
+            &[1, 3, 23, 23],
+            &[8, 3, 7, 7],
+            &[2, 2],
+            &[3, 3, 3, 3],
+            &[1, 1],
+            1,
+        ),
     ]
 }
 
 fn conv_inputs(c: &ConvCase, dtype: DType, const_w: bool) -> Vec<In> {
-    let w = if const_w { cst(dtype, &c.w) } else { rt(dtype, &c.w) };
+    let w = if const_w {
+        cst(dtype, &c.w)
+    } else {
+        rt(dtype, &c.w)
+    };
     let b = if !c.bias {
         In::Omitted
     } else if const_w {
@@ -361,7 +711,11 @@ fn conv_float32() {
     for c in conv_cases() {
         let op = conv_op(&c.w[2..], &c.strides, &c.pads, &c.dilations, c.group);
         for const_w in [true, false] {
-            cases.push((format!("conv {} const_w={const_w}", c.name), op.clone(), conv_inputs(&c, DType::F32, const_w)));
+            cases.push((
+                format!("conv {} const_w={const_w}", c.name),
+                op.clone(),
+                conv_inputs(&c, DType::F32, const_w),
+            ));
         }
     }
     check_all(cases);
@@ -370,10 +724,21 @@ fn conv_float32() {
 #[test]
 fn conv_float64_and_float16() {
     let mut cases = vec![];
-    for c in conv_cases().into_iter().filter(|c| c.x.iter().product::<usize>() < 2000) {
+    for c in conv_cases()
+        .into_iter()
+        .filter(|c| c.x.iter().product::<usize>() < 2000)
+    {
         let op = conv_op(&c.w[2..], &c.strides, &c.pads, &c.dilations, c.group);
-        cases.push((format!("conv f64 {}", c.name), op.clone(), conv_inputs(&c, DType::F64, true)));
-        cases.push((format!("conv f16 {}", c.name), op, conv_inputs(&c, DType::F16, false)));
+        cases.push((
+            format!("conv f64 {}", c.name),
+            op.clone(),
+            conv_inputs(&c, DType::F64, true),
+        ));
+        cases.push((
+            format!("conv f16 {}", c.name),
+            op,
+            conv_inputs(&c, DType::F16, false),
+        ));
     }
     check_all(cases);
 }
@@ -381,10 +746,22 @@ fn conv_float64_and_float16() {
 // ---- ConvTranspose ----
 
 /// ONNX's output size: `s·(in − 1) + output_padding + (k − 1)·d + 1 − pads`.
-fn conv_transpose_op(x: &[usize], kernel: &[usize], strides: &[usize], pads: &[usize], dilations: &[usize], output_padding: &[usize], group: usize) -> Op {
+fn conv_transpose_op(
+    x: &[usize],
+    kernel: &[usize],
+    strides: &[usize],
+    pads: &[usize],
+    dilations: &[usize],
+    output_padding: &[usize],
+    group: usize,
+) -> Op {
     let sp = kernel.len();
     let output_spatial = (0..sp)
-        .map(|d| strides[d] * (x[2 + d] - 1) + output_padding[d] + (kernel[d] - 1) * dilations[d] + 1 - pads[d] - pads[sp + d])
+        .map(|d| {
+            strides[d] * (x[2 + d] - 1) + output_padding[d] + (kernel[d] - 1) * dilations[d] + 1
+                - pads[d]
+                - pads[sp + d]
+        })
         .collect();
     Op::ConvTranspose(ConvTransposeAttrs {
         kernel: kernel.to_vec(),
@@ -399,17 +776,98 @@ fn conv_transpose_op(x: &[usize], kernel: &[usize], strides: &[usize], pads: &[u
 #[test]
 fn conv_transpose_all_attributes() {
     #[allow(clippy::type_complexity)]
-    let cases: &[(&str, &[usize], &[usize], &[usize], &[usize], &[usize], &[usize], usize)] = &[
+    let cases: &[(
+        &str,
+        &[usize],
+        &[usize],
+        &[usize],
+        &[usize],
+        &[usize],
+        &[usize],
+        usize,
+    )] = &[
         // name, x, w, strides, pads, dilations, output_padding, group
-        ("plain", &[1, 3, 4, 5], &[3, 2, 3, 3], &[1, 1], &[0, 0, 0, 0], &[1, 1], &[0, 0], 1),
-        ("stride 2 pad 1", &[2, 3, 4, 5], &[3, 4, 3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], &[0, 0], 1),
-        ("stride 2 output_padding", &[1, 2, 5, 3], &[2, 3, 3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], &[1, 1], 1),
-        ("stride 3 asymmetric", &[1, 2, 4, 4], &[2, 2, 4, 2], &[3, 2], &[0, 1, 2, 0], &[1, 1], &[2, 1], 1),
-        ("grouped", &[1, 4, 3, 3], &[4, 2, 3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], &[0, 0], 2),
-        ("dilated", &[1, 2, 5, 6], &[2, 3, 3, 2], &[1, 2], &[1, 0, 1, 0], &[2, 2], &[0, 0], 1),
-        ("wide rows", &[1, 2, 3, 17], &[2, 2, 3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], &[0, 0], 1),
+        (
+            "plain",
+            &[1, 3, 4, 5],
+            &[3, 2, 3, 3],
+            &[1, 1],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            &[0, 0],
+            1,
+        ),
+        (
+            "stride 2 pad 1",
+            &[2, 3, 4, 5],
+            &[3, 4, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            &[0, 0],
+            1,
+        ),
+        (
+            "stride 2 output_padding",
+            &[1, 2, 5, 3],
+            &[2, 3, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            &[1, 1],
+            1,
+        ),
+        (
+            "stride 3 asymmetric",
+            &[1, 2, 4, 4],
+            &[2, 2, 4, 2],
+            &[3, 2],
+            &[0, 1, 2, 0],
+            &[1, 1],
+            &[2, 1],
+            1,
+        ),
+        (
+            "grouped",
+            &[1, 4, 3, 3],
+            &[4, 2, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            &[0, 0],
+            2,
+        ),
+        (
+            "dilated",
+            &[1, 2, 5, 6],
+            &[2, 3, 3, 2],
+            &[1, 2],
+            &[1, 0, 1, 0],
+            &[2, 2],
+            &[0, 0],
+            1,
+        ),
+        (
+            "wide rows",
+            &[1, 2, 3, 17],
+            &[2, 2, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            &[0, 0],
+            1,
+        ),
         ("1-D", &[2, 3, 7], &[3, 2, 4], &[2], &[1, 2], &[1], &[1], 1),
-        ("3-D", &[1, 2, 3, 4, 3], &[2, 2, 2, 3, 2], &[2, 1, 2], &[0, 1, 1, 1, 0, 0], &[1, 1, 1], &[1, 0, 0], 1),
+        (
+            "3-D",
+            &[1, 2, 3, 4, 3],
+            &[2, 2, 2, 3, 2],
+            &[2, 1, 2],
+            &[0, 1, 1, 1, 0, 0],
+            &[1, 1, 1],
+            &[1, 0, 0],
+            1,
+        ),
     ];
     let mut all = vec![];
     for &(name, x, w, s, p, d, op_pad, group) in cases {
@@ -417,9 +875,17 @@ fn conv_transpose_all_attributes() {
         let maps = w[1] * group;
         for (dtype, const_w) in [(DType::F32, true), (DType::F32, false), (DType::F64, true)] {
             let w_in = if const_w { cst(dtype, w) } else { rt(dtype, w) };
-            all.push((format!("conv_transpose {name} {dtype} const_w={const_w}"), op.clone(), vec![rt(dtype, x), w_in, rt(dtype, &[maps])]));
+            all.push((
+                format!("conv_transpose {name} {dtype} const_w={const_w}"),
+                op.clone(),
+                vec![rt(dtype, x), w_in, rt(dtype, &[maps])],
+            ));
         }
-        all.push((format!("conv_transpose {name} no bias"), op, vec![f32s(x), cst(DType::F32, w), In::Omitted]));
+        all.push((
+            format!("conv_transpose {name} no bias"),
+            op,
+            vec![f32s(x), cst(DType::F32, w), In::Omitted],
+        ));
     }
     check_all(all);
 }
@@ -432,15 +898,26 @@ fn measure(name: &str, op: Op, ins: Vec<In>, flops: f64) {
     let lib = Compiled::new(&g).unwrap_or_else(|e| panic!("{name}: {e}"));
     // For looking at the generated code: NNC_TEST_KEEP_SO=dir keeps each library.
     if let Ok(dir) = std::env::var("NNC_TEST_KEEP_SO") {
-        let file: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        std::fs::copy(lib._dir.path().join("libtest.so"), std::path::Path::new(&dir).join(format!("{file}.so"))).expect("copy the library");
+        let file: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        std::fs::copy(
+            lib._dir.path().join("libtest.so"),
+            std::path::Path::new(&dir).join(format!("{file}.so")),
+        )
+        .expect("copy the library");
     }
     let expected = nnc::interp::run_graph(&g, &inputs).expect("interpreter");
     let actual = lib.run(&g, &inputs);
     let err = rel_err(&actual[0], &expected[0]);
     assert!(err <= 1e-4, "{name}: rel err {err:.3e}");
     let secs = lib.time(&g, &inputs, 100);
-    println!("{name}: {:.3} ms, {:.1} GFLOP/s", secs * 1e3, flops / secs / 1e9);
+    println!(
+        "{name}: {:.3} ms, {:.1} GFLOP/s",
+        secs * 1e3,
+        flops / secs / 1e9
+    );
 }
 
 #[test]
@@ -448,32 +925,132 @@ fn performance_report() {
     let _turn = one_at_a_time();
     let n = 256;
     let flops = 2.0 * (n * n * n) as f64;
-    measure("matmul 256x256x256 (both runtime)", Op::MatMul, vec![f32s(&[n, n]), f32s(&[n, n])], flops);
-    measure("matmul 256x256x256 (constant B)", Op::MatMul, vec![f32s(&[n, n]), cst(DType::F32, &[n, n])], flops);
+    measure(
+        "matmul 256x256x256 (both runtime)",
+        Op::MatMul,
+        vec![f32s(&[n, n]), f32s(&[n, n])],
+        flops,
+    );
+    measure(
+        "matmul 256x256x256 (constant B)",
+        Op::MatMul,
+        vec![f32s(&[n, n]), cst(DType::F32, &[n, n])],
+        flops,
+    );
     let conv = conv_op(&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1);
     let flops = 2.0 * (64 * 64 * 9 * 56 * 56) as f64;
-    measure("conv 3x3 64->64 56x56", conv, vec![f32s(&[1, 64, 56, 56]), cst(DType::F32, &[64, 64, 3, 3]), cst(DType::F32, &[64])], flops);
+    measure(
+        "conv 3x3 64->64 56x56",
+        conv,
+        vec![
+            f32s(&[1, 64, 56, 56]),
+            cst(DType::F32, &[64, 64, 3, 3]),
+            cst(DType::F32, &[64]),
+        ],
+        flops,
+    );
     let pw = conv_op(&[1, 1], &[1, 1], &[0, 0, 0, 0], &[1, 1], 1);
     let flops = 2.0 * (256 * 64 * 56 * 56) as f64;
-    measure("conv 1x1 64->256 56x56", pw, vec![f32s(&[1, 64, 56, 56]), cst(DType::F32, &[256, 64, 1, 1]), cst(DType::F32, &[256])], flops);
+    measure(
+        "conv 1x1 64->256 56x56",
+        pw,
+        vec![
+            f32s(&[1, 64, 56, 56]),
+            cst(DType::F32, &[256, 64, 1, 1]),
+            cst(DType::F32, &[256]),
+        ],
+        flops,
+    );
     let dw = conv_op(&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 128);
     let flops = 2.0 * (128 * 9 * 56 * 56) as f64;
-    measure("depthwise 3x3 128ch 56x56", dw, vec![f32s(&[1, 128, 56, 56]), cst(DType::F32, &[128, 1, 3, 3]), cst(DType::F32, &[128])], flops);
+    measure(
+        "depthwise 3x3 128ch 56x56",
+        dw,
+        vec![
+            f32s(&[1, 128, 56, 56]),
+            cst(DType::F32, &[128, 1, 3, 3]),
+            cst(DType::F32, &[128]),
+        ],
+        flops,
+    );
     let deep = conv_op(&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1);
     let flops = 2.0 * (512 * 512 * 9 * 7 * 7) as f64;
-    measure("conv 3x3 512->512 7x7", deep, vec![f32s(&[1, 512, 7, 7]), cst(DType::F32, &[512, 512, 3, 3]), cst(DType::F32, &[512])], flops);
+    measure(
+        "conv 3x3 512->512 7x7",
+        deep,
+        vec![
+            f32s(&[1, 512, 7, 7]),
+            cst(DType::F32, &[512, 512, 3, 3]),
+            cst(DType::F32, &[512]),
+        ],
+        flops,
+    );
     let stem = conv_op(&[7, 7], &[2, 2], &[3, 3, 3, 3], &[1, 1], 1);
     let flops = 2.0 * (64 * 3 * 49 * 112 * 112) as f64;
-    measure("conv 7x7/2 3->64 224x224", stem, vec![f32s(&[1, 3, 224, 224]), cst(DType::F32, &[64, 3, 7, 7]), cst(DType::F32, &[64])], flops);
+    measure(
+        "conv 7x7/2 3->64 224x224",
+        stem,
+        vec![
+            f32s(&[1, 3, 224, 224]),
+            cst(DType::F32, &[64, 3, 7, 7]),
+            cst(DType::F32, &[64]),
+        ],
+        flops,
+    );
     let down = conv_op(&[3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], 1);
     let flops = 2.0 * (128 * 64 * 9 * 28 * 28) as f64;
-    measure("conv 3x3/2 64->128 56x56", down, vec![f32s(&[1, 64, 56, 56]), cst(DType::F32, &[128, 64, 3, 3]), cst(DType::F32, &[128])], flops);
-    let up = conv_transpose_op(&[1, 64, 28, 28], &[4, 4], &[2, 2], &[1, 1, 1, 1], &[1, 1], &[0, 0], 1);
+    measure(
+        "conv 3x3/2 64->128 56x56",
+        down,
+        vec![
+            f32s(&[1, 64, 56, 56]),
+            cst(DType::F32, &[128, 64, 3, 3]),
+            cst(DType::F32, &[128]),
+        ],
+        flops,
+    );
+    let up = conv_transpose_op(
+        &[1, 64, 28, 28],
+        &[4, 4],
+        &[2, 2],
+        &[1, 1, 1, 1],
+        &[1, 1],
+        &[0, 0],
+        1,
+    );
     let flops = 2.0 * (64 * 32 * 16 * 28 * 28) as f64;
-    measure("conv_transpose 4x4/2 64->32 28x28", up, vec![f32s(&[1, 64, 28, 28]), cst(DType::F32, &[64, 32, 4, 4]), cst(DType::F32, &[32])], flops);
+    measure(
+        "conv_transpose 4x4/2 64->32 28x28",
+        up,
+        vec![
+            f32s(&[1, 64, 28, 28]),
+            cst(DType::F32, &[64, 32, 4, 4]),
+            cst(DType::F32, &[32]),
+        ],
+        flops,
+    );
     let attn = 2.0 * (8 * 128 * 64 * 128) as f64;
-    measure("matmul batched 8x128x64 @ 8x64x128", Op::MatMul, vec![f32s(&[8, 128, 64]), f32s(&[8, 64, 128])], attn);
-    let fc = Op::Gemm(GemmAttrs { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true });
+    measure(
+        "matmul batched 8x128x64 @ 8x64x128",
+        Op::MatMul,
+        vec![f32s(&[8, 128, 64]), f32s(&[8, 64, 128])],
+        attn,
+    );
+    let fc = Op::Gemm(GemmAttrs {
+        alpha: 1.0,
+        beta: 1.0,
+        trans_a: false,
+        trans_b: true,
+    });
     let flops = 2.0 * (2048 * 1000) as f64;
-    measure("gemm fc 1x2048 @ (1000x2048)^T", fc, vec![f32s(&[1, 2048]), cst(DType::F32, &[1000, 2048]), cst(DType::F32, &[1000])], flops);
+    measure(
+        "gemm fc 1x2048 @ (1000x2048)^T",
+        fc,
+        vec![
+            f32s(&[1, 2048]),
+            cst(DType::F32, &[1000, 2048]),
+            cst(DType::F32, &[1000]),
+        ],
+        flops,
+    );
 }

@@ -79,7 +79,7 @@ impl ConvGeometry {
         }
         let (channels, maps) = (x.shape[1], w.shape[0]);
         if channels != w.shape[1] * c.group
-            || maps % c.group != 0
+            || !maps.is_multiple_of(c.group)
             || w.shape[2..] != c.kernel[..]
             || y.shape[1] != maps
         {
@@ -653,14 +653,28 @@ fn zero_f32(b: &mut FunctionBuilder, dst: Value, count: usize) {
 /// `dst_shape` at `dst`, each element moved by `offset` along every axis, and zeroes the
 /// rest of the destination. Only the border is zeroed: below the interior along an
 /// axis, and past it, the destination is one contiguous run per axis level.
-fn copy_padded(b: &mut FunctionBuilder, src: Value, src_shape: &[usize], channels: usize, dst: Value, dst_shape: &[usize], offset: &[usize]) {
+fn copy_padded(
+    b: &mut FunctionBuilder,
+    src: Value,
+    src_shape: &[usize],
+    channels: usize,
+    dst: Value,
+    dst_shape: &[usize],
+    offset: &[usize],
+) {
     let mut src_full = vec![channels];
     src_full.extend(src_shape);
     let mut dst_full = vec![channels];
     dst_full.extend(dst_shape);
     let mut offset_full = vec![0];
     offset_full.extend(offset);
-    let boxes = PaddedBoxes { src_strides: kernel::strides_of(&src_full), dst_strides: kernel::strides_of(&dst_full), src: src_full, dst: dst_full, offset: offset_full };
+    let boxes = PaddedBoxes {
+        src_strides: kernel::strides_of(&src_full),
+        dst_strides: kernel::strides_of(&dst_full),
+        src: src_full,
+        dst: dst_full,
+        offset: offset_full,
+    };
     boxes.copy(b, src, dst, 0);
 }
 
@@ -775,7 +789,15 @@ fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
     kernel::nested_loop(b, &[g.batch, g.channels], &mut |b, idx| {
         let (n, ch) = (idx[0], idx[1]);
         let x_c = input_group(b, g, ops.x.ptr, n, ch, F32);
-        copy_padded(b, x_c, &[p.in_h, p.in_w], 1, plane, &[layout.height, layout.width], &p.pad);
+        copy_padded(
+            b,
+            x_c,
+            &[p.in_h, p.in_w],
+            1,
+            plane,
+            &[layout.height, layout.width],
+            &p.pad,
+        );
         kernel::counted_loop(b, 0, g.mg as i64, 1, |b, j| {
             // Output map m = ch·Mg + j reads input channel ch.
             let m = b.ins().imul_imm_s(ch, g.mg as i64);
@@ -795,7 +817,14 @@ fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
 
 /// Body of the depthwise kernel: `params` = (padded plane, the map's taps, its output
 /// plane[, its bias]). The taps stay in registers as splats for the whole plane.
-fn depthwise_plane(b: &mut FunctionBuilder, p: &Plane2d, layout: &PlaneLayout, fma: bool, taps: usize, params: &[Value]) {
+fn depthwise_plane(
+    b: &mut FunctionBuilder,
+    p: &Plane2d,
+    layout: &PlaneLayout,
+    fma: bool,
+    taps: usize,
+    params: &[Value],
+) {
     let (plane, w_m, y_nm) = (params[0], params[1], params[2]);
     let weights: Vec<Value> = (0..taps)
         .map(|t| {
@@ -813,7 +842,13 @@ fn depthwise_plane(b: &mut FunctionBuilder, p: &Plane2d, layout: &PlaneLayout, f
             b.ins().splat(types::F32X4, z)
         }
     };
-    let row = DepthwiseRow { p, width: layout.width, weights: &weights, init, fma };
+    let row = DepthwiseRow {
+        p,
+        width: layout.width,
+        weights: &weights,
+        init,
+        fma,
+    };
     kernel::counted_loop(b, 0, p.out_h as i64, 1, |b, oh| {
         let y_row = kernel::elem_addr(b, y_nm, oh, p.out_w * F32);
         let x_row = kernel::elem_addr(b, plane, oh, p.stride[0] * layout.width * F32);
@@ -1031,7 +1066,7 @@ impl TransposeGeometry {
             || w.rank() != sp + 2
             || y.rank() != sp + 2
             || c.group == 0
-            || x.shape[1] % c.group != 0
+            || !x.shape[1].is_multiple_of(c.group)
         {
             return Err(format!(
                 "ConvTranspose attributes do not match input {x} and weight {w}"
@@ -1117,7 +1152,11 @@ struct TapWeights {
     tap_bytes: usize,
 }
 
-fn tap_weights(ctx: &mut LowerCtx, g: &TransposeGeometry, w: &Operand) -> Result<TapWeights, String> {
+fn tap_weights(
+    ctx: &mut LowerCtx,
+    g: &TransposeGeometry,
+    w: &Operand,
+) -> Result<TapWeights, String> {
     let taps: usize = g.kernel.iter().product();
     let (cg, mg) = (g.cg, g.mg);
     if let Some(Tensor::F32(values)) = &w.constant {
@@ -1125,15 +1164,25 @@ fn tap_weights(ctx: &mut LowerCtx, g: &TransposeGeometry, w: &Operand) -> Result
         let mut packed = Vec::with_capacity(values.len());
         for grp in 0..g.group {
             for t in 0..taps {
-                packed.extend(gemm::pack_a(mg, cg, |m, c| values[((grp * cg + c) * mg + m) * taps + t]));
+                packed.extend(gemm::pack_a(mg, cg, |m, c| {
+                    values[((grp * cg + c) * mg + m) * taps + t]
+                }));
             }
         }
         let ptr = ctx.rodata(gemm::f32_bytes(&packed))?;
-        return Ok(TapWeights { ptr, layout: ALayout::Packed, group_bytes: taps * mg * cg * F32, tap_bytes: mg * cg * F32 });
+        return Ok(TapWeights {
+            ptr,
+            layout: ALayout::Packed,
+            group_bytes: taps * mg * cg * F32,
+            tap_bytes: mg * cg * F32,
+        });
     }
     Ok(TapWeights {
         ptr: w.ptr,
-        layout: ALayout::Strided { row_stride: taps, col_stride: mg * taps },
+        layout: ALayout::Strided {
+            row_stride: taps,
+            col_stride: mg * taps,
+        },
         group_bytes: cg * mg * taps * F32,
         tap_bytes: F32,
     })
@@ -1144,7 +1193,11 @@ fn tap_weights(ctx: &mut LowerCtx, g: &TransposeGeometry, w: &Operand) -> Result
 /// static range of i whose outputs land inside Y. Along the last axis consecutive
 /// inputs i land `stride` apart, which the GEMM's C column stride expresses; C is also
 /// its own addend, so the products accumulate onto the bias and the other taps.
-fn transpose_gemm_taps(ctx: &mut LowerCtx, g: &TransposeGeometry, ops: &ConvOperands) -> LowerResult {
+fn transpose_gemm_taps(
+    ctx: &mut LowerCtx,
+    g: &TransposeGeometry,
+    ops: &ConvOperands,
+) -> LowerResult {
     let sp = g.input.len();
     let last = sp - 1;
     let taps: usize = g.kernel.iter().product();
@@ -1156,7 +1209,8 @@ fn transpose_gemm_taps(ctx: &mut LowerCtx, g: &TransposeGeometry, ops: &ConvOper
     let mut kernels: Vec<(GemmSpec, GemmKernel)> = vec![];
     for t in 0..taps {
         let k = unravel(t, &g.kernel);
-        let ranges: Vec<std::ops::Range<usize>> = (0..sp).map(|d| g.valid_inputs(d, k[d])).collect();
+        let ranges: Vec<std::ops::Range<usize>> =
+            (0..sp).map(|d| g.valid_inputs(d, k[d])).collect();
         if ranges.iter().any(|r| r.is_empty()) {
             continue;
         }
@@ -1165,11 +1219,17 @@ fn transpose_gemm_taps(ctx: &mut LowerCtx, g: &TransposeGeometry, ops: &ConvOper
             n: ranges[last].len(),
             k: g.cg,
             a: weights.layout,
-            b: BLayout::Rows { row_stride: in_plane },
+            b: BLayout::Rows {
+                row_stride: in_plane,
+            },
             ldc: out_plane,
             c_col_stride: g.strides[last],
             alpha: 1.0,
-            addends: vec![Addend { row_stride: out_plane, col_stride: g.strides[last], scale: 1.0 }],
+            addends: vec![Addend {
+                row_stride: out_plane,
+                col_stride: g.strides[last],
+                scale: 1.0,
+            }],
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,
@@ -1182,14 +1242,29 @@ fn transpose_gemm_taps(ctx: &mut LowerCtx, g: &TransposeGeometry, ops: &ConvOper
         let gemm = &kernels[index].1;
         // Window start in X and Y (elements within a plane), and steps per outer axis.
         let x_start: usize = (0..sp).map(|d| ranges[d].start * in_strides[d]).sum();
-        let y_start: usize = (0..sp).map(|d| ranges[d].start * g.strides[d] + k[d] * g.dilations[d] - g.pad_begin[d]).zip(&out_strides).map(|(o, s)| o * s).sum();
-        let x_steps: Vec<usize> = std::iter::once(channels * in_plane).chain([g.cg * in_plane]).chain(in_strides[..last].iter().copied()).collect();
-        let y_steps: Vec<usize> = std::iter::once(maps * out_plane).chain([g.mg * out_plane]).chain((0..last).map(|d| g.strides[d] * out_strides[d])).collect();
+        let y_start: usize = (0..sp)
+            .map(|d| ranges[d].start * g.strides[d] + k[d] * g.dilations[d] - g.pad_begin[d])
+            .zip(&out_strides)
+            .map(|(o, s)| o * s)
+            .sum();
+        let x_steps: Vec<usize> = std::iter::once(channels * in_plane)
+            .chain([g.cg * in_plane])
+            .chain(in_strides[..last].iter().copied())
+            .collect();
+        let y_steps: Vec<usize> = std::iter::once(maps * out_plane)
+            .chain([g.mg * out_plane])
+            .chain((0..last).map(|d| g.strides[d] * out_strides[d]))
+            .collect();
         let mut shape = vec![g.batch, g.group];
         shape.extend(ranges[..last].iter().map(|r| r.len()));
         let b = &mut *ctx.b;
-        let (x0, y0) = (b.ins().iadd_imm_s(ops.x.ptr, (x_start * F32) as i64), b.ins().iadd_imm_s(ops.y.ptr, (y_start * F32) as i64));
-        let a0 = b.ins().iadd_imm_s(weights.ptr, (t * weights.tap_bytes) as i64);
+        let (x0, y0) = (
+            b.ins().iadd_imm_s(ops.x.ptr, (x_start * F32) as i64),
+            b.ins().iadd_imm_s(ops.y.ptr, (y_start * F32) as i64),
+        );
+        let a0 = b
+            .ins()
+            .iadd_imm_s(weights.ptr, (t * weights.tap_bytes) as i64);
         kernel::nested_loop(b, &shape, &mut |b, idx| {
             let xo = kernel::linear_offset(b, idx, &x_steps);
             let x_row = kernel::elem_addr(b, x0, xo, F32);

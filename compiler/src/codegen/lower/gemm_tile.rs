@@ -167,6 +167,11 @@ pub(super) fn emit(
     if spec.m == 0 || spec.n == 0 {
         return Ok(());
     }
+    if largest_offset(spec) > i32::MAX as usize {
+        return Err(format!(
+            "GEMM operands too large for 32-bit address offsets: {spec:?}"
+        ));
+    }
     let e = Emitter {
         spec,
         fma,
@@ -190,6 +195,37 @@ pub(super) fn emit(
         });
     }
     Ok(())
+}
+
+/// The largest immediate byte offset the kernel emits (loads and stores address a tile
+/// from its base with constant offsets, which must fit in 32 bits).
+fn largest_offset(spec: &GemmSpec) -> usize {
+    let (a_row, a_k) = match spec.a {
+        ALayout::Strided {
+            row_stride,
+            col_stride,
+        } => (row_stride, col_stride),
+        ALayout::Packed => (1, MR),
+    };
+    let (b_k, b_col) = match spec.b {
+        BLayout::Packed => (NR, 1),
+        BLayout::Rows { row_stride } => (row_stride, 1),
+        BLayout::Gather { k_stride, n_stride } => (k_stride, n_stride),
+    };
+    let block = |rows: usize, cols: usize| (MR * rows + NR * cols) * F32;
+    let addends = spec
+        .addends
+        .iter()
+        .map(|t| block(t.row_stride, t.col_stride));
+    [
+        block(a_row, 0) + K_UNROLL * a_k * F32,
+        block(0, b_col) + K_UNROLL * b_k * F32,
+        block(spec.ldc, spec.c_col_stride),
+    ]
+    .into_iter()
+    .chain(addends)
+    .max()
+    .unwrap_or(0)
 }
 
 impl Emitter<'_> {
@@ -429,7 +465,7 @@ fn k_loop<const S: usize>(
         acc = acc_params;
         bases = base_params;
     }
-    if k % K_UNROLL > 0 {
+    if !k.is_multiple_of(K_UNROLL) {
         acc = run_steps(b, k % K_UNROLL, acc, &bases).0;
     }
     acc
