@@ -49,7 +49,11 @@ pub struct LowerCtx<'a, 'f> {
 
 impl LowerCtx<'_, '_> {
     pub fn input(&self, i: usize) -> Result<Operand, String> {
-        self.inputs.get(i).cloned().flatten().ok_or_else(|| format!("input {i} is missing"))
+        self.inputs
+            .get(i)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| format!("input {i} is missing"))
     }
 
     pub fn output(&self, i: usize) -> Operand {
@@ -59,13 +63,20 @@ impl LowerCtx<'_, '_> {
     /// Places `bytes` (e.g. weights repacked for a kernel) in read-only data, 64-byte
     /// aligned, and returns its address inside the current function.
     pub fn rodata(&mut self, bytes: Vec<u8>) -> Result<Value, String> {
-        let id = self.module.declare_anonymous_data(false, false).map_err(|e| e.to_string())?;
+        let id = self
+            .module
+            .declare_anonymous_data(false, false)
+            .map_err(|e| e.to_string())?;
         let mut d = DataDescription::new();
         d.define(bytes.into_boxed_slice());
         d.set_align(super::plan::ALIGN as u64);
         self.module.define_data(id, &d).map_err(|e| e.to_string())?;
         let gv = self.module.declare_data_in_func(id, self.b.func);
-        Ok(cranelift_codegen::ir::InstBuilder::symbol_value(self.b.ins(), PTR, gv))
+        Ok(cranelift_codegen::ir::InstBuilder::symbol_value(
+            self.b.ins(),
+            PTR,
+            gv,
+        ))
     }
 }
 
