@@ -113,8 +113,8 @@ fn one_node(op: Op, ins: Vec<In>, seed: u64) -> (Graph, Vec<Tensor>) {
 }
 
 /// Compiles `g` for the host, links and loads it, runs it once on `inputs`.
-fn run_compiled(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let lib = Compiled::new(g)?;
+fn run_compiled(g: &Graph, inputs: &[Tensor], target: Target) -> Result<Vec<Tensor>, String> {
+    let lib = Compiled::for_target(g, target)?;
     Ok(lib.run(g, inputs))
 }
 
@@ -125,8 +125,12 @@ struct Compiled {
 
 impl Compiled {
     fn new(g: &Graph) -> Result<Compiled, String> {
+        Compiled::for_target(g, Target::host())
+    }
+
+    fn for_target(g: &Graph, target: Target) -> Result<Compiled, String> {
         let opts = CompileOptions {
-            target: Target::host(),
+            target,
             prefix: String::new(),
         };
         let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
@@ -216,15 +220,27 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
     let (g, inputs) = one_node(op, ins, seed);
     let expected =
         nnc::interp::run_graph(&g, &inputs).map_err(|e| format!("{name}: interpreter: {e}"))?;
-    let actual = run_compiled(&g, &inputs).map_err(|e| format!("{name}: compile: {e}"))?;
-    let err = rel_err(&actual[0], &expected[0]);
-    let tol = tolerance(expected[0].dtype());
-    if actual[0].shape() != expected[0].shape() || err > tol {
-        return Err(format!(
-            "{name}: shape {:?} vs {:?}, rel err {err:.3e} > {tol:e}",
-            actual[0].shape(),
-            expected[0].shape()
+    // The host's own features, and on x86-64 also the baseline CPU (no FMA: the
+    // kernels' multiply-add falls back to separate instructions).
+    let mut targets = vec![("host", Target::host())];
+    if Arch::host() == Arch::X86_64 {
+        targets.push((
+            "x86-64 baseline",
+            Target::new(Arch::X86_64, Some("baseline")).expect("baseline target"),
         ));
+    }
+    for (target_name, target) in targets {
+        let actual = run_compiled(&g, &inputs, target)
+            .map_err(|e| format!("{name} ({target_name}): compile: {e}"))?;
+        let err = rel_err(&actual[0], &expected[0]);
+        let tol = tolerance(expected[0].dtype());
+        if actual[0].shape() != expected[0].shape() || err > tol {
+            return Err(format!(
+                "{name} ({target_name}): shape {:?} vs {:?}, rel err {err:.3e} > {tol:e}",
+                actual[0].shape(),
+                expected[0].shape()
+            ));
+        }
     }
     // Every case must lower for aarch64 too (it runs elsewhere).
     let arm = CompileOptions {
