@@ -6,7 +6,8 @@
 //! opt_level "none" and called from the node's function: the register tile in
 //! [`super::gemm_tile`] is scheduled by hand, and at "speed" the e-graph re-elaborates
 //! an unrolled K step accumulator by accumulator, which keeps every broadcast of the
-//! step alive at once and spills (measured: 94% of peak at "none", 55–70% at "speed").
+//! step alive at once and spills (256³ GEMM on this Xeon: ~25 GFLOP/s inside the node
+//! function at "speed", ~37 out of line at "none"; the 128-bit FMA peak is ~46).
 //!
 //! Constant B (weights) is packed at compile time by [`pack_b`] into column panels, each
 //! `[k][NR]` contiguous, so the K loop walks memory linearly; im2col writes the same
@@ -58,8 +59,8 @@ pub enum BLayout {
     Gather { k_stride: usize, n_stride: usize },
 }
 
-/// `scale · T[i·row_stride + j·col_stride]` is added to `C[i, j]`; `col_stride` is 0
-/// or 1.
+/// `scale · T[i·row_stride + j·col_stride]` is added to `C[i, j]`. A `col_stride` of 0
+/// (broadcast) or 1 keeps the epilogue on vectors; others go lane by lane.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Addend {
     pub row_stride: usize,
@@ -216,6 +217,7 @@ pub(super) fn define_out_of_line(
         .module
         .declare_anonymous_function(&sig)
         .map_err(|e| e.to_string())?;
+    // Namespace 2: node functions use 0 and the exported entry points 1.
     let mut func = Function::with_name_signature(UserFuncName::user(2, id.as_u32()), sig);
     let isa = ctx.target.isa("none").map_err(|e| e.to_string())?;
     let mut fctx = FunctionBuilderContext::new();
@@ -234,7 +236,9 @@ pub(super) fn define_out_of_line(
     let mut cctx = Context::for_function(func);
     cctx.compile(&*isa, &mut ControlPlane::default())
         .map_err(|e| format!("{:?}", e.inner))?;
-    let compiled = cctx.compiled_code().ok_or("GEMM kernel did not compile")?;
+    let compiled = cctx
+        .compiled_code()
+        .ok_or("out-of-line kernel did not compile")?;
     let alignment = u64::from(compiled.buffer.alignment).max(64);
     let relocs: Vec<ModuleReloc> = compiled
         .buffer
