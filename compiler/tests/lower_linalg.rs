@@ -6,7 +6,12 @@
 //! Run with `cargo test -p nnc --test lower_linalg --release -- --nocapture` to see the
 //! measurements.
 
+#[path = "common/tools.rs"]
+mod tools;
+
 use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
@@ -242,13 +247,103 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
             ));
         }
     }
-    // Every case must lower for aarch64 too (it runs elsewhere).
-    let arm = CompileOptions {
+    // Every case must lower for aarch64 too, and runs there under qemu when the cross
+    // toolchain is installed.
+    match aarch64_harness() {
+        Some(harness) => {
+            let actual = run_on_aarch64(harness, &g, &inputs)
+                .map_err(|e| format!("{name} (aarch64): {e}"))?;
+            let err = rel_err(&actual[0], &expected[0]);
+            let tol = tolerance(expected[0].dtype());
+            if err > tol {
+                return Err(format!("{name} (aarch64): rel err {err:.3e} > {tol:e}"));
+            }
+        }
+        None => {
+            compile_graph(&g, &aarch64_options()).map_err(|e| format!("{name}: aarch64: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn aarch64_options() -> CompileOptions {
+    CompileOptions {
         target: Target::new(Arch::Aarch64, None).expect("aarch64 target"),
         prefix: String::new(),
-    };
-    compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
-    Ok(())
+    }
+}
+
+/// `tests/harness/nnc_run.c` built for aarch64 once, or `None` (after a SKIP line)
+/// without the cross toolchain and qemu.
+fn aarch64_harness() -> Option<&'static Path> {
+    static HARNESS: OnceLock<Option<(tempfile::TempDir, PathBuf)>> = OnceLock::new();
+    HARNESS
+        .get_or_init(|| {
+            if !tools::require_aarch64_toolchain() {
+                return None;
+            }
+            let dir = tempfile::tempdir().expect("temp dir");
+            let exe = dir.path().join("nnc_run");
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("workspace root");
+            tools::run(
+                std::process::Command::new("aarch64-linux-gnu-gcc")
+                    .args(["-O1", "-std=c11", "-Wall", "-I"])
+                    .arg(root.join("runtime-abi/include"))
+                    .arg(root.join("tests/harness/nnc_run.c"))
+                    .arg("-o")
+                    .arg(&exe)
+                    .arg("-ldl"),
+            );
+            Some((dir, exe))
+        })
+        .as_ref()
+        .map(|(_, exe)| exe.as_path())
+}
+
+/// Compiles `g` for aarch64 and runs it on `inputs` under qemu with the C harness.
+fn run_on_aarch64(harness: &Path, g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    let obj = compile_graph(g, &aarch64_options()).map_err(|e| e.to_string())?;
+    let so =
+        nnc::artifact::link_shared_object(&obj.object, "libtest.so").map_err(|e| e.to_string())?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (lib, in_dir, out_dir) = (
+        dir.path().join("libtest.so"),
+        dir.path().join("in"),
+        dir.path().join("out"),
+    );
+    std::fs::write(&lib, so).map_err(|e| e.to_string())?;
+    for d in [&in_dir, &out_dir] {
+        std::fs::create_dir(d).map_err(|e| e.to_string())?;
+    }
+    for (i, t) in inputs.iter().enumerate() {
+        std::fs::write(in_dir.join(format!("input_{i}.bin")), t.to_le_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    let out = tools::qemu_aarch64(harness)
+        .arg(&lib)
+        .arg("")
+        .arg(&in_dir)
+        .arg(&out_dir)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "qemu run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    g.outputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| {
+            let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
+                .map_err(|e| e.to_string())?;
+            Tensor::from_le_bytes(g.ty(*o), &bytes)
+                .ok_or_else(|| format!("output {k} has the wrong size"))
+        })
+        .collect()
 }
 
 fn report(failures: Vec<String>, total: usize) {
