@@ -1023,7 +1023,9 @@ fn measure(name: &str, op: Op, ins: Vec<In>, flops: f64) {
     let actual = lib.run(&g, &inputs);
     let err = rel_err(&actual[0], &expected[0]);
     assert!(err <= 1e-4, "{name}: rel err {err:.3e}");
-    let secs = lib.time(&g, &inputs, 100);
+    // About half a second of runs, between 5 and 100.
+    let reps = ((2e10 / flops) as usize).clamp(5, 100);
+    let secs = lib.time(&g, &inputs, reps);
     println!(
         "{name}: {:.3} ms, {:.1} GFLOP/s",
         secs * 1e3,
@@ -1047,6 +1049,13 @@ fn performance_report() {
         Op::MatMul,
         vec![f32s(&[n, n]), cst(DType::F32, &[n, n])],
         flops,
+    );
+    let big = 1024;
+    measure(
+        "matmul 1024x1024x1024 (constant B)",
+        Op::MatMul,
+        vec![f32s(&[big, big]), cst(DType::F32, &[big, big])],
+        2.0 * (big * big * big) as f64,
     );
     let conv = conv_op(&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 1);
     let flops = 2.0 * (64 * 64 * 9 * 56 * 56) as f64;
