@@ -11,10 +11,10 @@
 //!   at compile time when constant), bias fused into the GEMM epilogue;
 //! * scalar (float64, float16, bfloat16): a direct loop nest with bounds checks.
 //!
-//! ConvTranspose scatters: every (input channel, output channel, kernel tap) adds
-//! `w · x` into a strided window of the output. The window's bounds are static per tap,
-//! so the inner loops have no checks, and with stride 1 along the last axis they run on
-//! f32x4.
+//! ConvTranspose scatters: every kernel tap adds `W_tap^T · X` into a strided window of
+//! the output, whose bounds are static per tap, so no loop checks them. float32 does it
+//! as one GEMM per (tap, input row) accumulating into the output; other dtypes with a
+//! scalar loop per (input channel, output channel, tap).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
@@ -87,6 +87,21 @@ impl ConvGeometry {
                 "Conv channels do not match: input {x}, weight {w}, group {}",
                 c.group
             ));
+        }
+        for d in 0..sp {
+            let expected = crate::ops::infer::window_output(
+                x.shape[2 + d],
+                c.kernel[d],
+                c.strides[d],
+                c.pads[d] + c.pads[sp + d],
+                c.dilations[d],
+                false,
+            )?;
+            if y.shape[2 + d] != expected {
+                return Err(format!(
+                    "Conv output {y} does not match its input {x} and attributes"
+                ));
+            }
         }
         Ok(ConvGeometry {
             batch: x.shape[0],
