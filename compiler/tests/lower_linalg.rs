@@ -389,6 +389,7 @@ fn matmul_float32_shapes() {
         (&[7], &[2, 7, 5]),
         (&[2, 3, 8], &[8]),
         (&[1, 13, 0], &[0, 6]),
+        (&[6, 777], &[777, 10]),
     ];
     let mut cases = vec![];
     for (a, b) in shapes {
@@ -484,7 +485,8 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
             }
         }
     }
-    // Sizes around the register tile: exact tiles, one-vector and scalar tails.
+    // Sizes around the register tile (exact tiles, one-vector and scalar tails) and K
+    // long enough to be split into blocks (alpha and C must then apply once).
     for (m, k, n) in [
         (1, 1, 1),
         (4, 8, 8),
@@ -492,11 +494,13 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
         (8, 16, 12),
         (33, 17, 21),
         (1, 100, 1),
+        (7, 1003, 13),
+        (11, 700, 6),
     ] {
         for const_b in [false, true] {
             let op = Op::Gemm(GemmAttrs {
-                alpha: 1.0,
-                beta: 1.0,
+                alpha: 0.75,
+                beta: 1.5,
                 trans_a: false,
                 trans_b: true,
             });
@@ -969,6 +973,17 @@ fn conv_transpose_all_attributes() {
             1,
         ),
         ("1-D", &[2, 3, 7], &[3, 2, 4], &[2], &[1, 2], &[1], &[1], 1),
+        // 400 input channels: the per-tap GEMMs split K, and C is also their addend.
+        (
+            "deep",
+            &[1, 400, 3, 4],
+            &[400, 3, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            &[1, 0],
+            1,
+        ),
         (
             "3-D",
             &[1, 2, 3, 4, 3],
