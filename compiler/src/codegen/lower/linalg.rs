@@ -63,8 +63,10 @@ impl MatMulShape {
     /// True when B is one matrix shared by every batch and A's batches are all distinct
     /// and contiguous: the batches then stack into one GEMM with `batch·M` rows.
     fn folds_into_rows(&self) -> bool {
+        let dense = kernel::strides_of(&self.batch);
         self.b_batch_strides.iter().all(|&s| s == 0)
-            && self.a_batch_strides == kernel::strides_of(&self.batch)
+            && (0..self.batch.len())
+                .all(|d| self.batch[d] == 1 || self.a_batch_strides[d] == dense[d])
     }
 }
 
