@@ -11,8 +11,9 @@
 //! needed. The K loop is unrolled [`K_UNROLL`] times to amortize the loop's own
 //! instructions and the accumulator moves on its back edge.
 //!
-//! The epilogue scales by alpha, adds the addends and stores, lane by lane where a tile
-//! sticks out of C.
+//! Long K is split into blocks ([`K_BLOCK`]); the epilogue of the first block scales by
+//! alpha, adds the addends and stores, later blocks add their scaled sums to C; lane by
+//! lane where a tile sticks out of C or C's columns are strided.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Type, Value};
