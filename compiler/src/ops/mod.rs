@@ -8,6 +8,7 @@
 
 pub mod attrs;
 pub mod infer;
+pub mod resize_sampling;
 
 pub use attrs::*;
 pub use infer::infer_types;
