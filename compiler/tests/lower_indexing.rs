@@ -7,13 +7,15 @@
 //! buffer: they are clamped into their axis, which these tests compare with the
 //! interpreter run on indices clamped beforehand.
 
-use std::ffi::c_void;
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
 use nnc::ops::{infer_types, Op, ScatterReduction};
-
-type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
+use runner::run_compiled;
 
 /// Deterministic xorshift generator.
 struct Rng(u64);
@@ -92,42 +94,6 @@ fn one_node(op: Op, inputs: &[&Tensor]) -> Graph {
     g
 }
 
-fn run_compiled(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let opts = CompileOptions {
-        target: Target::host(),
-        prefix: String::new(),
-    };
-    let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
-    let so =
-        nnc::artifact::link_shared_object(&obj.object, "libt.so").map_err(|e| e.to_string())?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let path = dir.path().join("libt.so");
-    std::fs::write(&path, so).map_err(|e| e.to_string())?;
-    let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
-    let infer: libloading::Symbol<'_, InferFn> =
-        unsafe { lib.get(b"infer\0") }.map_err(|e| e.to_string())?;
-    let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-    let mut out_bytes: Vec<Vec<u8>> = g
-        .outputs
-        .iter()
-        .map(|o| vec![0u8; g.ty(*o).byte_size()])
-        .collect();
-    let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-    let outs: Vec<*mut c_void> = out_bytes
-        .iter_mut()
-        .map(|b| b.as_mut_ptr().cast())
-        .collect();
-    let status = unsafe { infer(ins.as_ptr(), outs.as_ptr()) };
-    if status != 0 {
-        return Err(format!("infer returned {status}"));
-    }
-    g.outputs
-        .iter()
-        .zip(&out_bytes)
-        .map(|(o, b)| Tensor::from_le_bytes(g.ty(*o), b).ok_or_else(|| "output size".to_string()))
-        .collect()
-}
-
 /// Integers exactly; floats within a relative tolerance floored at 1% of the largest
 /// magnitude (running sums accumulate float32 in float32, the interpreter in f64).
 fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
@@ -176,7 +142,7 @@ fn check_with(
     let g = one_node(op, &inputs.iter().collect::<Vec<_>>());
     let expected = nnc::interp::run_graph(&g, reference_inputs)
         .map_err(|e| format!("{name}: interpreter: {e}"))?;
-    let actual = run_compiled(&g, inputs).map_err(|e| format!("{name}: {e}"))?;
+    let actual = run_compiled(&g, inputs, Target::host()).map_err(|e| format!("{name}: {e}"))?;
     for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {
         compare(a, e).map_err(|m| format!("{name}: output {k}: {m}"))?;
     }

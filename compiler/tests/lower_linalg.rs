@@ -6,19 +6,15 @@
 //! Run with `cargo test -p nnc --test lower_linalg --release -- --nocapture` to see the
 //! measurements.
 
+#[path = "common/runner.rs"]
+mod runner;
 #[path = "common/tools.rs"]
 mod tools;
-
-use std::ffi::c_void;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Instant;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
 use nnc::ops::{infer_types, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op};
-
-type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
+use runner::{aarch64_harness, run_compiled, run_on_aarch64, Compiled};
 
 /// Tests take turns (the harness runs them on parallel threads), so the timings of
 /// `performance_report` are not shared with other tests' compilations.
@@ -117,85 +113,6 @@ fn one_node(op: Op, ins: Vec<In>, seed: u64) -> (Graph, Vec<Tensor>) {
     (g, values)
 }
 
-/// Compiles `g` for the host, links and loads it, runs it once on `inputs`.
-fn run_compiled(g: &Graph, inputs: &[Tensor], target: Target) -> Result<Vec<Tensor>, String> {
-    let lib = Compiled::for_target(g, target)?;
-    Ok(lib.run(g, inputs))
-}
-
-struct Compiled {
-    _dir: tempfile::TempDir,
-    lib: libloading::Library,
-}
-
-impl Compiled {
-    fn new(g: &Graph) -> Result<Compiled, String> {
-        Compiled::for_target(g, Target::host())
-    }
-
-    fn for_target(g: &Graph, target: Target) -> Result<Compiled, String> {
-        let opts = CompileOptions {
-            target,
-            prefix: String::new(),
-        };
-        let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
-        let so = nnc::artifact::link_shared_object(&obj.object, "libtest.so")
-            .map_err(|e| e.to_string())?;
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let path = dir.path().join("libtest.so");
-        std::fs::write(&path, so).map_err(|e| e.to_string())?;
-        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
-        Ok(Compiled { _dir: dir, lib })
-    }
-
-    fn infer(&self) -> libloading::Symbol<'_, InferFn> {
-        unsafe { self.lib.get(b"infer\0") }.expect("infer is exported")
-    }
-
-    fn run(&self, g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> = g
-            .outputs
-            .iter()
-            .map(|o| vec![0u8; g.ty(*o).byte_size()])
-            .collect();
-        let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let outs: Vec<*mut c_void> = out_bytes
-            .iter_mut()
-            .map(|b| b.as_mut_ptr().cast())
-            .collect();
-        assert_eq!(unsafe { (self.infer())(ins.as_ptr(), outs.as_ptr()) }, 0);
-        g.outputs
-            .iter()
-            .zip(&out_bytes)
-            .map(|(o, b)| Tensor::from_le_bytes(g.ty(*o), b).expect("output size"))
-            .collect()
-    }
-
-    /// Best wall time of `reps` runs, in seconds.
-    fn time(&self, g: &Graph, inputs: &[Tensor], reps: usize) -> f64 {
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> = g
-            .outputs
-            .iter()
-            .map(|o| vec![0u8; g.ty(*o).byte_size()])
-            .collect();
-        let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let outs: Vec<*mut c_void> = out_bytes
-            .iter_mut()
-            .map(|b| b.as_mut_ptr().cast())
-            .collect();
-        let infer = self.infer();
-        (0..reps)
-            .map(|_| {
-                let t = Instant::now();
-                assert_eq!(unsafe { infer(ins.as_ptr(), outs.as_ptr()) }, 0);
-                t.elapsed().as_secs_f64()
-            })
-            .fold(f64::INFINITY, f64::min)
-    }
-}
-
 /// Max |actual − expected| relative to max |expected|.
 fn rel_err(actual: &Tensor, expected: &Tensor) -> f64 {
     let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
@@ -251,7 +168,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
     // toolchain is installed.
     match aarch64_harness() {
         Some(harness) => {
-            let actual = run_on_aarch64(harness, &g, &inputs)
+            let actual = run_on_aarch64(harness, &g, &inputs, None)
                 .map_err(|e| format!("{name} (aarch64): {e}"))?;
             let err = rel_err(&actual[0], &expected[0]);
             let tol = tolerance(expected[0].dtype());
@@ -271,79 +188,6 @@ fn aarch64_options() -> CompileOptions {
         target: Target::new(Arch::Aarch64, None).expect("aarch64 target"),
         prefix: String::new(),
     }
-}
-
-/// `tests/harness/nnc_run.c` built for aarch64 once, or `None` (after a SKIP line)
-/// without the cross toolchain and qemu.
-fn aarch64_harness() -> Option<&'static Path> {
-    static HARNESS: OnceLock<Option<(tempfile::TempDir, PathBuf)>> = OnceLock::new();
-    HARNESS
-        .get_or_init(|| {
-            if !tools::require_aarch64_toolchain() {
-                return None;
-            }
-            let dir = tempfile::tempdir().expect("temp dir");
-            let exe = dir.path().join("nnc_run");
-            let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .expect("workspace root");
-            tools::run(
-                std::process::Command::new("aarch64-linux-gnu-gcc")
-                    .args(["-O1", "-std=c11", "-Wall", "-I"])
-                    .arg(root.join("runtime-abi/include"))
-                    .arg(root.join("tests/harness/nnc_run.c"))
-                    .arg("-o")
-                    .arg(&exe)
-                    .arg("-ldl"),
-            );
-            Some((dir, exe))
-        })
-        .as_ref()
-        .map(|(_, exe)| exe.as_path())
-}
-
-/// Compiles `g` for aarch64 and runs it on `inputs` under qemu with the C harness.
-fn run_on_aarch64(harness: &Path, g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let obj = compile_graph(g, &aarch64_options()).map_err(|e| e.to_string())?;
-    let so =
-        nnc::artifact::link_shared_object(&obj.object, "libtest.so").map_err(|e| e.to_string())?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (lib, in_dir, out_dir) = (
-        dir.path().join("libtest.so"),
-        dir.path().join("in"),
-        dir.path().join("out"),
-    );
-    std::fs::write(&lib, so).map_err(|e| e.to_string())?;
-    for d in [&in_dir, &out_dir] {
-        std::fs::create_dir(d).map_err(|e| e.to_string())?;
-    }
-    for (i, t) in inputs.iter().enumerate() {
-        std::fs::write(in_dir.join(format!("input_{i}.bin")), t.to_le_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    let out = tools::qemu_aarch64(harness)
-        .arg(&lib)
-        .arg("")
-        .arg(&in_dir)
-        .arg(&out_dir)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "qemu run failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    g.outputs
-        .iter()
-        .enumerate()
-        .map(|(k, o)| {
-            let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
-                .map_err(|e| e.to_string())?;
-            Tensor::from_le_bytes(g.ty(*o), &bytes)
-                .ok_or_else(|| format!("output {k} has the wrong size"))
-        })
-        .collect()
 }
 
 fn report(failures: Vec<String>, total: usize) {
@@ -1030,18 +874,20 @@ fn measure(name: &str, op: Op, ins: Vec<In>, flops: f64) {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
         std::fs::copy(
-            lib._dir.path().join("libtest.so"),
+            lib.library_path(),
             std::path::Path::new(&dir).join(format!("{file}.so")),
         )
         .expect("copy the library");
     }
     let expected = nnc::interp::run_graph(&g, &inputs).expect("interpreter");
-    let actual = lib.run(&g, &inputs);
+    let actual = lib
+        .run(&g, &inputs)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     let err = rel_err(&actual[0], &expected[0]);
     assert!(err <= 1e-4, "{name}: rel err {err:.3e}");
     // About half a second of runs, between 5 and 100.
     let reps = ((2e10 / flops) as usize).clamp(5, 100);
-    let secs = lib.time(&g, &inputs, reps);
+    let secs = lib.best_time(&g, &inputs, reps);
     println!(
         "{name}: {:.3} ms, {:.1} GFLOP/s",
         secs * 1e3,

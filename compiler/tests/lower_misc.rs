@@ -12,11 +12,10 @@
 //!
 //! Run with `cargo test -p nnc --test lower_misc --release`.
 
-use std::ffi::c_void;
-use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
+#[path = "common/runner.rs"]
+mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
@@ -27,8 +26,7 @@ use nnc::ops::{
     infer_types, ArgReduceAttrs, CoordinateTransform, NearestMode, Op, PoolAttrs, PoolKind,
     ReduceAttrs, ReduceKind, ResizeAttrs, ResizeMode,
 };
-
-type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
+use runner::{aarch64_harness, run_on_aarch64, Compiled};
 
 // ---------------------------------------------------------------------------------------
 // Harness.
@@ -144,56 +142,6 @@ fn one_node(op: Op, ins: Vec<In>, seed: u64) -> Result<(Graph, Vec<Tensor>), Str
         outputs: vec![out],
     });
     Ok((g, values))
-}
-
-/// A compiled graph, linked and loaded from a temporary directory.
-struct Compiled {
-    _dir: tempfile::TempDir,
-    lib: libloading::Library,
-}
-
-impl Compiled {
-    fn new(g: &Graph) -> Result<Compiled, String> {
-        let opts = CompileOptions {
-            target: Target::host(),
-            prefix: String::new(),
-        };
-        let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
-        let so =
-            nnc::artifact::link_shared_object(&obj.object, "libt.so").map_err(|e| e.to_string())?;
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let path = dir.path().join("libt.so");
-        std::fs::write(&path, so).map_err(|e| e.to_string())?;
-        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
-        Ok(Compiled { _dir: dir, lib })
-    }
-
-    fn run(&self, g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        let infer: libloading::Symbol<'_, InferFn> =
-            unsafe { self.lib.get(b"infer\0") }.map_err(|e| e.to_string())?;
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> = g
-            .outputs
-            .iter()
-            .map(|o| vec![0u8; g.ty(*o).byte_size()])
-            .collect();
-        let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let outs: Vec<*mut c_void> = out_bytes
-            .iter_mut()
-            .map(|b| b.as_mut_ptr().cast())
-            .collect();
-        let status = unsafe { infer(ins.as_ptr(), outs.as_ptr()) };
-        if status != 0 {
-            return Err(format!("infer returned {status}"));
-        }
-        g.outputs
-            .iter()
-            .zip(&out_bytes)
-            .map(|(o, b)| {
-                Tensor::from_le_bytes(g.ty(*o), b).ok_or_else(|| "output size".to_string())
-            })
-            .collect()
-    }
 }
 
 fn tolerance(d: DType) -> f64 {
@@ -1202,31 +1150,6 @@ fn resize_shapes_scales_and_dtypes() {
 // ---------------------------------------------------------------------------------------
 // Throughput (informational: `-- --nocapture` prints it).
 
-/// Best wall time of `reps` calls of the compiled `infer`, in seconds (buffers are
-/// prepared once, outside the timing).
-fn best_time(lib: &Compiled, g: &Graph, inputs: &[Tensor], reps: usize) -> f64 {
-    let infer: libloading::Symbol<'_, InferFn> =
-        unsafe { lib.lib.get(b"infer\0") }.expect("infer is exported");
-    let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-    let mut out_bytes: Vec<Vec<u8>> = g
-        .outputs
-        .iter()
-        .map(|o| vec![0u8; g.ty(*o).byte_size()])
-        .collect();
-    let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-    let outs: Vec<*mut c_void> = out_bytes
-        .iter_mut()
-        .map(|b| b.as_mut_ptr().cast())
-        .collect();
-    (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            assert_eq!(unsafe { infer(ins.as_ptr(), outs.as_ptr()) }, 0);
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
 #[test]
 fn throughput_report() {
     let cases: Vec<Case> = vec![
@@ -1329,7 +1252,7 @@ fn throughput_report() {
     for (name, op, ins) in cases {
         let (g, inputs) = one_node(op, ins, 1).expect("graph");
         let lib = Compiled::new(&g).expect("compiles");
-        let t = best_time(&lib, &g, &inputs, 20);
+        let t = lib.best_time(&g, &inputs, 20);
         let bytes: usize = inputs.iter().map(|t| t.to_le_bytes().len()).sum::<usize>()
             + g.ty(g.outputs[0]).byte_size();
         let start = Instant::now();
@@ -1530,85 +1453,11 @@ fn random_resizes() {
 // ---------------------------------------------------------------------------------------
 // Execution on aarch64 (qemu user mode with the C harness tests/harness/nnc_run.c).
 
-/// Builds the C harness for aarch64 into `dir`.
-fn build_aarch64_harness(dir: &Path) -> Result<std::path::PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("workspace root")?;
-    let exe = dir.join("nnc_run");
-    let out = Command::new("aarch64-linux-gnu-gcc")
-        .args(["-O1", "-std=c11", "-I"])
-        .arg(root.join("runtime-abi/include"))
-        .arg(root.join("tests/harness/nnc_run.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl")
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "harness build failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(exe)
-}
-
-/// Compiles `g` for aarch64, runs it under qemu on `inputs` and returns its outputs.
-fn run_on_aarch64(harness: &Path, g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-    let opts = CompileOptions {
-        target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
-        prefix: String::new(),
-    };
-    let obj = compile_graph(g, &opts).map_err(|e| e.to_string())?;
-    let so =
-        nnc::artifact::link_shared_object(&obj.object, "libt.so").map_err(|e| e.to_string())?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (lib, in_dir, out_dir) = (
-        dir.path().join("libt.so"),
-        dir.path().join("in"),
-        dir.path().join("out"),
-    );
-    std::fs::write(&lib, so).map_err(|e| e.to_string())?;
-    for d in [&in_dir, &out_dir] {
-        std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
-    }
-    for (i, t) in inputs.iter().enumerate() {
-        std::fs::write(in_dir.join(format!("input_{i}.bin")), t.to_le_bytes())
-            .map_err(|e| e.to_string())?;
-    }
-    let out = tools::qemu_aarch64(harness)
-        .arg(&lib)
-        .arg("")
-        .arg(&in_dir)
-        .arg(&out_dir)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "qemu: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    g.outputs
-        .iter()
-        .enumerate()
-        .map(|(k, o)| {
-            let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
-                .map_err(|e| e.to_string())?;
-            Tensor::from_le_bytes(g.ty(*o), &bytes).ok_or_else(|| "output size".to_string())
-        })
-        .collect()
-}
-
 #[test]
 fn runs_on_aarch64_under_qemu() {
-    if !tools::require_aarch64_toolchain() {
+    let Some(harness) = aarch64_harness() else {
         return;
-    }
-    let dir = tempfile::tempdir().expect("temp dir");
-    let harness = build_aarch64_harness(dir.path()).expect("harness");
+    };
     // One case per code path: vector and scalar windows, borders, global pools, row and
     // column softmax, every layer-norm parameter layout, Run and Columns reductions,
     // ArgMax with NaN, every Resize mode.
@@ -1747,7 +1596,7 @@ fn runs_on_aarch64_under_qemu() {
             let check = || -> Result<(), String> {
                 let (g, inputs) = one_node(op, ins, i as u64)?;
                 let expected = nnc::interp::run_graph(&g, &inputs)?;
-                let actual = run_on_aarch64(&harness, &g, &inputs)?;
+                let actual = run_on_aarch64(harness, &g, &inputs, None)?;
                 compare(&actual[0], &expected[0])
             };
             check().err().map(|e| format!("{name}: {e}"))
