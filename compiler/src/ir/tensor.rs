@@ -302,20 +302,10 @@ impl Tensor {
         with_tensor!(self, a => a.iter().map(|v| v.to_f64()).collect())
     }
 
-    /// Numeric conversion following ONNX Cast (float→int truncates toward zero).
+    /// Numeric conversion following ONNX Cast: the interpreter's conversion, so
+    /// constants folded at import and values computed at run time agree bit for bit.
     pub fn cast(&self, to: DType) -> Tensor {
-        if self.dtype() == to {
-            return self.clone();
-        }
-        fn conv<S: Element, D: Element>(a: &ArrayD<S>) -> ArrayD<D> {
-            if S::DTYPE.is_float() || D::DTYPE.is_float() || D::DTYPE == DType::Bool {
-                a.mapv(|v| D::from_f64(v.to_f64()))
-            } else {
-                // Integer→integer goes through i64 bits so u64 and i64 keep every bit.
-                a.mapv(|v| D::from_i64(v.to_i64()))
-            }
-        }
-        with_dtype!(to, D => with_tensor!(self, a => D::wrap(conv::<_, D>(a))))
+        crate::interp::cast(self, to)
     }
 
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
