@@ -286,3 +286,35 @@ pub enum ScatterReduction {
     Max,
     Min,
 }
+
+/// An elementwise function applied to a GEMM or convolution result in its epilogue,
+/// while the output tile is still in registers (epilogue fusion).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    /// Clip (Relu6 is `Clip { min: 0, max: 6 }`).
+    Clip {
+        min: f32,
+        max: f32,
+    },
+    LeakyRelu {
+        alpha: f32,
+    },
+    /// `max(0, min(1, alpha·x + beta))`.
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
+    /// `x · HardSigmoid(x; 1/6, 1/2)`.
+    HardSwish,
+    Sigmoid,
+    /// `x · sigmoid(x)`.
+    Silu,
+    /// `approximate = "tanh"` selects the tanh form.
+    Gelu {
+        tanh: bool,
+    },
+    Tanh,
+}

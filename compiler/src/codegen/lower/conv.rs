@@ -20,6 +20,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use crate::ops::Activation;
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, LANES, NR};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
@@ -317,6 +318,7 @@ fn group_gemm(
         } else {
             vec![]
         },
+        activation: Activation::None,
     }
 }
 
@@ -1274,6 +1276,7 @@ fn transpose_gemm_taps(
                 col_stride: g.strides[last],
                 scale: 1.0,
             }],
+            activation: Activation::None,
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

@@ -23,6 +23,7 @@ use cranelift_module::{Module, ModuleReloc};
 use super::LowerCtx;
 use crate::codegen::kernel::PTR;
 use crate::codegen::{Arch, Target};
+use crate::ops::Activation;
 
 /// f32 lanes in a vector register (Cranelift lowers 128-bit vectors only).
 pub const LANES: usize = 4;
@@ -83,6 +84,8 @@ pub struct GemmSpec {
     pub c_col_stride: usize,
     pub alpha: f32,
     pub addends: Vec<Addend>,
+    /// Applied last, after alpha and the addends (epilogue fusion).
+    pub activation: Activation,
 }
 
 impl GemmSpec {

@@ -204,6 +204,9 @@ pub(super) fn emit(
     if spec.m == 0 || spec.n == 0 {
         return Ok(());
     }
+    if spec.activation != crate::ops::Activation::None {
+        return Err(format!("fused {:?} is not implemented", spec.activation));
+    }
     if largest_offset(spec) > i32::MAX as usize {
         return Err(format!(
             "GEMM operands too large for 32-bit address offsets: {spec:?}"

@@ -7,6 +7,7 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use crate::ops::Activation;
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
@@ -141,6 +142,7 @@ fn matmul_f32(
         c_col_stride: 1,
         alpha: 1.0,
         addends: vec![],
+        activation: Activation::None,
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     if folded {
@@ -391,6 +393,7 @@ fn gemm_f32(
         c_col_stride: 1,
         alpha: g.alpha,
         addends,
+        activation: Activation::None,
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     let c_ptrs: Vec<Value> = c.iter().map(|c| c.ptr).collect();

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Times nnc-compiled models against onnxruntime (1 intra-op thread) in one process,
+alternating between the engines, and prints medians and nnc/onnxruntime ratios.
+
+usage: benches/bench_models.py MODELS_DIR [--models a,b] [--rounds N] [--cpu CPU] [--json FILE]
+
+Each model is compiled with target/release/nnc (build it first: cargo build --release),
+loaded with ctypes, and run on the model's saved inputs (MODEL.input.NAME.npy) or on
+random inputs of the declared shapes. One round times a batch of calls of each engine in
+turn; the median over rounds of the per-call time is reported, so drift on the machine
+hits both engines alike. tract is timed in-process by `cargo bench --bench models`.
+"""
+import argparse, ctypes, glob, json, os, statistics, subprocess, sys, tempfile, time
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+NNC = os.path.join(ROOT, "target", "release", "nnc")
+DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32), ("dims", ctypes.POINTER(ctypes.c_int64))]
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [("abi_version", ctypes.c_uint32), ("num_inputs", ctypes.c_uint32), ("num_outputs", ctypes.c_uint32),
+                ("inputs", ctypes.POINTER(TensorInfo)), ("outputs", ctypes.POINTER(TensorInfo)),
+                ("workspace_size", ctypes.c_uint64), ("workspace_align", ctypes.c_uint64)]
+
+
+def tensors(n, arr):
+    return [(arr[i].name.decode(), DTYPES[arr[i].dtype], tuple(arr[i].dims[k] for k in range(arr[i].rank))) for i in range(n)]
+
+
+def model_inputs(models_dir, name, specs):
+    saved = {os.path.basename(p)[len(name) + 7:-4]: np.load(p) for p in glob.glob(os.path.join(models_dir, f"{name}.input.*.npy"))}
+    rng = np.random.default_rng(0)
+    out = {}
+    for n, dt, shape in specs:
+        if n in saved:
+            out[n] = np.ascontiguousarray(saved[n].astype(dt).reshape(shape))
+        elif np.issubdtype(dt, np.floating):
+            out[n] = rng.standard_normal(shape).astype(dt)
+        else:
+            out[n] = np.ones(shape, dtype=dt)
+    return out
+
+
+class NncModel:
+    def __init__(self, lib_path):
+        self.lib = ctypes.CDLL(lib_path)
+        self.lib.model_info.restype = ctypes.POINTER(ModelInfo)
+        info = self.lib.model_info().contents
+        self.inputs = tensors(info.num_inputs, info.inputs)
+        self.outputs = tensors(info.num_outputs, info.outputs)
+
+    def bind(self, feeds):
+        self.arrays = [feeds[n] for n, _, _ in self.inputs]
+        self.results = [np.zeros(s, dtype=d) for _, d, s in self.outputs]
+        self.in_ptrs = (ctypes.c_void_p * len(self.arrays))(*[a.ctypes.data for a in self.arrays])
+        self.out_ptrs = (ctypes.c_void_p * len(self.results))(*[r.ctypes.data for r in self.results])
+
+    def run(self):
+        rc = self.lib.infer(self.in_ptrs, self.out_ptrs)
+        if rc != 0:
+            raise RuntimeError(f"infer returned {rc}")
+
+
+def time_calls(fn, calls):
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models_dir")
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_1,vit_tiny_l4_d256,minibert_l4_d256,digits_cnn")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--budget-ms", type=float, default=150.0, help="target time per engine per round")
+    ap.add_argument("--cpu", default="native")
+    ap.add_argument("--json", help="write the results as JSON to this file")
+    args = ap.parse_args()
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    rows = []
+    print(f"{'model':<20} {'nnc ms':>9} {'ort ms':>9} {'nnc/ort':>8}  (median of {args.rounds} rounds, 1 thread, cpu {args.cpu})")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            onnx_path = os.path.join(args.models_dir, name + ".onnx")
+            lib = os.path.join(tmp, f"lib{name}.so")
+            r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib], capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"{name}: compile failed: {r.stderr.strip()}")
+                continue
+            model = NncModel(lib)
+            feeds = model_inputs(args.models_dir, name, model.inputs)
+            model.bind(feeds)
+            sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+            ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
+            run_ort = lambda: sess.run(None, ort_feeds)
+            # Warm up and size the batch of calls per round from one timed call.
+            for fn in (model.run, run_ort):
+                fn()
+            once = max(time_calls(model.run, 2), time_calls(run_ort, 2))
+            calls = max(1, int(args.budget_ms / max(once, 1e-3)))
+            nnc_t, ort_t = [], []
+            for _ in range(args.rounds):
+                nnc_t.append(time_calls(model.run, calls))
+                ort_t.append(time_calls(run_ort, calls))
+            n, o = statistics.median(nnc_t), statistics.median(ort_t)
+            rows.append({"model": name, "nnc_ms": n, "onnxruntime_ms": o, "nnc_over_onnxruntime": n / o})
+            print(f"{name:<20} {n:9.3f} {o:9.3f} {n / o:8.2f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d"), "cpu": args.cpu, "rows": rows}, f, indent=1)
+
+
+main()
