@@ -20,12 +20,14 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use crate::ops::Activation;
-use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, LANES, NR};
+use super::gemm::{
+    self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES, PANEL_QUANTUM,
+};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
 use crate::ir::{DType, Tensor, TensorType};
+use crate::ops::Activation;
 use crate::ops::{ConvAttrs, ConvTransposeAttrs};
 
 const F32: usize = 4;
@@ -248,21 +250,24 @@ fn scratch(ctx: &LowerCtx) -> Result<Value, String> {
 /// constant, read in place (`[M, K]` row-major) otherwise.
 fn weights_operand(ctx: &mut LowerCtx, g: &ConvGeometry, w: &Operand) -> Result<WeightsA, String> {
     let k = g.gemm_k();
+    let geom = Geometry::for_target(ctx.target);
     if let Some(Tensor::F32(values)) = &w.constant {
         let values: Vec<f32> = values.iter().copied().collect();
         let mut packed = Vec::with_capacity(values.len());
         for grp in 0..g.group {
             let rows = &values[grp * g.mg * k..(grp + 1) * g.mg * k];
-            packed.extend(gemm::pack_a(g.mg, k, |i, kk| rows[i * k + kk]));
+            packed.extend(gemm::pack_a(&geom, g.mg, k, |i, kk| rows[i * k + kk]));
         }
         return Ok(WeightsA {
             ptr: ctx.rodata(gemm::f32_bytes(&packed))?,
             packed: true,
+            geom,
         });
     }
     Ok(WeightsA {
         ptr: w.ptr,
         packed: false,
+        geom,
     })
 }
 
@@ -271,6 +276,8 @@ fn weights_operand(ctx: &mut LowerCtx, g: &ConvGeometry, w: &Operand) -> Result<
 struct WeightsA {
     ptr: Value,
     packed: bool,
+    /// The GEMM kernel family, which fixes the packed layouts.
+    geom: Geometry,
 }
 
 impl WeightsA {
@@ -319,6 +326,7 @@ fn group_gemm(
             vec![]
         },
         activation: Activation::None,
+        geometry: weights.geom,
     }
 }
 
@@ -380,12 +388,12 @@ fn conv_pointwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
 // ---- im2col ----
 
 /// Scratch layout and tables of the im2col path. Output positions are grouped into
-/// GEMM column panels of NR; panels are processed `chunk_panels` at a time.
+/// chunks of `chunk_cols` (whole panels of any kernel family, see [`PANEL_QUANTUM`]).
 struct Im2colLayout {
     /// Bytes of the zero-padded copy of one group's input (0 without padding).
     padded_bytes: usize,
-    chunk_panels: usize,
-    /// Bytes of one chunk of packed panels.
+    chunk_cols: usize,
+    /// Bytes of one chunk of packed panels (for the widest panels of any family).
     col_bytes: usize,
 }
 
@@ -398,13 +406,14 @@ impl Im2colLayout {
         } else {
             0
         };
-        let panel_bytes = k * NR * F32;
-        let chunk_panels =
-            (IM2COL_CHUNK_BYTES / panel_bytes.max(1)).clamp(1, p.div_ceil(NR).max(1));
-        let col_bytes = gemm::packed_b_len(k, p.min(chunk_panels * NR)) * F32;
+        let quantum_bytes = k * PANEL_QUANTUM * F32;
+        let chunk_cols = PANEL_QUANTUM
+            * (IM2COL_CHUNK_BYTES / quantum_bytes.max(1))
+                .clamp(1, p.div_ceil(PANEL_QUANTUM).max(1));
+        let col_bytes = k * p.min(chunk_cols).div_ceil(PANEL_QUANTUM) * PANEL_QUANTUM * F32;
         Im2colLayout {
             padded_bytes,
-            chunk_panels,
+            chunk_cols,
             col_bytes,
         }
     }
@@ -424,7 +433,7 @@ struct Im2colTables {
     contiguous: Vec<i32>,
 }
 
-fn im2col_tables(g: &ConvGeometry) -> Result<Im2colTables, String> {
+fn im2col_tables(g: &ConvGeometry, nr: usize) -> Result<Im2colTables, String> {
     let padded = g.padded();
     let pstrides = kernel::strides_of(&padded);
     let plane: usize = padded.iter().product();
@@ -440,13 +449,13 @@ fn im2col_tables(g: &ConvGeometry) -> Result<Im2colTables, String> {
             .sum();
         (off * F32) as i32
     };
-    let panels = p.div_ceil(NR);
+    let panels = p.div_ceil(nr);
     // Positions past the end repeat the last valid one: always in bounds, results unused.
-    let lane: Vec<i32> = (0..panels * NR).map(|q| lane_of(q.min(p - 1))).collect();
+    let lane: Vec<i32> = (0..panels * nr).map(|q| lane_of(q.min(p - 1))).collect();
     let contiguous = (0..panels)
         .map(|t| {
-            let full = (t + 1) * NR <= p;
-            i32::from(full && (1..NR).all(|l| lane[t * NR + l] == lane[t * NR] + (l * F32) as i32))
+            let full = (t + 1) * nr <= p;
+            i32::from(full && (1..nr).all(|l| lane[t * nr + l] == lane[t * nr] + (l * F32) as i32))
         })
         .collect();
     let mut tap = Vec::with_capacity(g.gemm_k());
@@ -491,16 +500,17 @@ struct TablePtrs {
 
 fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
     let layout = Im2colLayout::new(g);
-    let tables = im2col_tables(g)?;
     let scratch = scratch(ctx)?;
     let weights = weights_operand(ctx, g, &ops.w)?;
+    let geom = weights.geom;
+    let tables = im2col_tables(g, geom.nr)?;
     let ptrs = TablePtrs {
         lane: ctx.rodata(i32_bytes(&tables.lane))?,
         tap: ctx.rodata(i32_bytes(&tables.tap))?,
         contiguous: ctx.rodata(i32_bytes(&tables.contiguous))?,
     };
     let p = g.out_size();
-    let chunk_cols = layout.chunk_panels * NR;
+    let chunk_cols = layout.chunk_cols;
     let full_chunks = p / chunk_cols;
     let tail_cols = p - full_chunks * chunk_cols;
     let bias = ops.bias.is_some();
@@ -534,7 +544,7 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
         let (c, bias) = output_and_bias(b, g, ops, n, grp);
         let a = weights.group(b, grp, g);
         let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize, kernel: &GemmKernel| {
-            im2col_panels(b, g, ptrs, src, col, col0, cols);
+            im2col_panels(b, g, &geom, ptrs, src, col, col0, cols);
             let c0 = kernel::elem_addr(b, c, col0, F32);
             kernel.call(b, a, col, c0, &bias);
         };
@@ -555,11 +565,14 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     Ok(())
 }
 
-/// Writes the im2col columns `col0 .. col0+cols` (col0 a multiple of NR) into `col` in
-/// [`gemm::pack_b`]'s panel layout, reading the (padded) group input at `src`.
+/// Writes the im2col columns `col0 .. col0+cols` (col0 a multiple of the panel width)
+/// into `col` in [`gemm::pack_b`]'s panel layout, reading the (padded) group input at
+/// `src`.
+#[allow(clippy::too_many_arguments)]
 fn im2col_panels(
     b: &mut FunctionBuilder,
     g: &ConvGeometry,
+    geom: &Geometry,
     t: TablePtrs,
     src: Value,
     col: Value,
@@ -567,19 +580,30 @@ fn im2col_panels(
     cols: usize,
 ) {
     let k = g.gemm_k();
-    let full = cols / NR;
+    let nr = geom.nr;
+    let full = cols / nr;
     kernel::counted_loop(b, 0, full as i64, 1, |b, i| {
-        let panel = b.ins().udiv_imm_u(col0, NR as i64);
+        let panel = b.ins().udiv_imm_u(col0, nr as i64);
         let panel = b.ins().iadd(panel, i);
-        let dst = kernel::elem_addr(b, col, i, k * NR * F32);
-        im2col_panel(b, k, t, src, dst, panel, NR, true);
+        let dst = kernel::elem_addr(b, col, i, k * nr * F32);
+        im2col_panel(b, k, t, src, dst, panel, nr, nr, true);
     });
-    let rem = cols - full * NR;
+    let rem = cols - full * nr;
     if rem > 0 {
-        let panel = b.ins().udiv_imm_u(col0, NR as i64);
+        let panel = b.ins().udiv_imm_u(col0, nr as i64);
         let panel = b.ins().iadd_imm_s(panel, full as i64);
-        let dst = b.ins().iadd_imm_s(col, (full * k * NR * F32) as i64);
-        im2col_panel(b, k, t, src, dst, panel, gemm::tail_panel_width(rem), false);
+        let dst = b.ins().iadd_imm_s(col, (full * k * nr * F32) as i64);
+        im2col_panel(
+            b,
+            k,
+            t,
+            src,
+            dst,
+            panel,
+            nr,
+            geom.tail_panel_width(rem),
+            false,
+        );
     }
 }
 
@@ -594,10 +618,11 @@ fn im2col_panel(
     src: Value,
     dst: Value,
     panel: Value,
+    nr: usize,
     width: usize,
     may_be_contiguous: bool,
 ) {
-    let lanes = kernel::elem_addr(b, t.lane, panel, NR * 4);
+    let lanes = kernel::elem_addr(b, t.lane, panel, nr * 4);
     let lane_ptrs: Vec<Value> = (0..width)
         .map(|l| {
             let off = b.ins().sload32(flags(), lanes, (l * 4) as i32);
@@ -1210,7 +1235,7 @@ fn tap_weights(
         let mut packed = Vec::with_capacity(values.len());
         for grp in 0..g.group {
             for t in 0..taps {
-                packed.extend(gemm::pack_a(mg, cg, |m, c| {
+                packed.extend(gemm::pack_a(&Geometry::CLIF, mg, cg, |m, c| {
                     values[((grp * cg + c) * mg + m) * taps + t]
                 }));
             }
@@ -1277,6 +1302,8 @@ fn transpose_gemm_taps(
                 scale: 1.0,
             }],
             activation: Activation::None,
+            // Columns scatter with the stride: only the Cranelift kernel stores that way.
+            geometry: Geometry::CLIF,
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

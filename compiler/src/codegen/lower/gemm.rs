@@ -20,6 +20,7 @@ use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{Module, ModuleReloc};
 
+use super::gemm_x86::{self, X86Isa};
 use super::LowerCtx;
 use crate::codegen::kernel::PTR;
 use crate::codegen::{Arch, Target};
@@ -86,7 +87,76 @@ pub struct GemmSpec {
     pub addends: Vec<Addend>,
     /// Applied last, after alpha and the addends (epilogue fusion).
     pub activation: Activation,
+    /// The kernel family, which also fixes the layout of packed A and B.
+    pub geometry: Geometry,
 }
+
+/// Which kernel family computes a GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    /// Cranelift code on f32x4 ([`super::gemm_tile`]); every target.
+    Clif,
+    /// Machine code for AVX2 or AVX-512 ([`super::gemm_x86`]).
+    X86(X86Isa),
+}
+
+/// A kernel family's register tile, which is also the layout of packed operands:
+/// packed A comes in tiles of `mr` rows, packed B in panels of `nr` columns, the last
+/// one `lanes`-rounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub kernel: KernelKind,
+    pub mr: usize,
+    pub nr: usize,
+    pub lanes: usize,
+}
+
+impl Geometry {
+    pub const CLIF: Geometry = Geometry {
+        kernel: KernelKind::Clif,
+        mr: MR,
+        nr: NR,
+        lanes: LANES,
+    };
+
+    fn x86(isa: X86Isa) -> Geometry {
+        let (mr, vecs) = isa.tile();
+        Geometry {
+            kernel: KernelKind::X86(isa),
+            mr,
+            nr: vecs * isa.lanes(),
+            lanes: isa.lanes(),
+        }
+    }
+
+    /// The fastest family `target` can run: AVX-512 (`--cpu x86-64-v4`), AVX2 + FMA
+    /// (`x86-64-v3`), else Cranelift's 128-bit code (and always on aarch64, where NEON
+    /// is 128-bit anyway). `NNC_GEMM_KERNEL=clif` forces the Cranelift kernels, for
+    /// comparisons.
+    pub fn for_target(target: &Target) -> Geometry {
+        if target.arch != Arch::X86_64 || std::env::var("NNC_GEMM_KERNEL").as_deref() == Ok("clif")
+        {
+            return Geometry::CLIF;
+        }
+        if target.has("has_avx512f") && has_fma(target) {
+            Geometry::x86(X86Isa::Avx512)
+        } else if target.has("has_avx2") && has_fma(target) {
+            Geometry::x86(X86Isa::Avx2)
+        } else {
+            Geometry::CLIF
+        }
+    }
+
+    /// Width of the last, partial column panel of packed B: the leftover columns
+    /// rounded up to whole vectors, so narrow outputs don't compute empty vectors.
+    pub fn tail_panel_width(&self, rem: usize) -> usize {
+        rem.div_ceil(self.lanes) * self.lanes
+    }
+}
+
+/// Columns every family's panel width divides (8, 16, 48): im2col chunks of a multiple
+/// of this are whole panels for any kernel, so scratch sizes do not depend on the CPU.
+pub const PANEL_QUANTUM: usize = 48;
 
 impl GemmSpec {
     /// Byte offset of `C[r, col]` from `C[0, 0]`.
@@ -105,8 +175,25 @@ impl GemmKernel {
     /// Defines the out-of-line function computing `spec`.
     pub fn define(ctx: &mut LowerCtx, spec: &GemmSpec) -> Result<GemmKernel, String> {
         let params = 3 + spec.addends.len();
-        let fma = has_fma(ctx.target);
-        let func = define_out_of_line(ctx, params, |b, p| super::gemm_tile::emit(b, fma, spec, p))?;
+        let packed = spec.a == ALayout::Packed || spec.b == BLayout::Packed;
+        let func = match spec.geometry.kernel {
+            KernelKind::X86(isa) if gemm_x86::supports(spec) => {
+                define_machine_code(ctx, params, &gemm_x86::emit(spec, isa)?)?
+            }
+            KernelKind::X86(_) if packed => {
+                return Err(format!(
+                    "packed GEMM the x86 kernel cannot compute: {spec:?}"
+                ))
+            }
+            _ => {
+                let fma = has_fma(ctx.target);
+                let spec = GemmSpec {
+                    geometry: Geometry::CLIF,
+                    ..spec.clone()
+                };
+                define_out_of_line(ctx, params, |b, p| super::gemm_tile::emit(b, fma, &spec, p))?
+            }
+        };
         Ok(GemmKernel {
             func,
             addends: spec.addends.len(),
@@ -131,37 +218,27 @@ impl GemmKernel {
 }
 
 /// Float elements in B packed by [`pack_b`].
-pub fn packed_b_len(k: usize, n: usize) -> usize {
-    let rem = n % NR;
-    n / NR * NR * k
+pub fn packed_b_len(g: &Geometry, k: usize, n: usize) -> usize {
+    let rem = n % g.nr;
+    n / g.nr * g.nr * k
         + if rem == 0 {
             0
         } else {
-            tail_panel_width(rem) * k
+            g.tail_panel_width(rem) * k
         }
 }
 
-/// Width of the last, partial column panel: one vector when the leftover columns fit in
-/// one, so narrow outputs don't compute a second, empty vector.
-pub fn tail_panel_width(rem: usize) -> usize {
-    if rem <= LANES {
-        LANES
-    } else {
-        NR
-    }
-}
-
 /// Packs `B[k, j] = get(k, j)` into column panels: panel `p` holds columns
-/// `p·NR .. p·NR+NR` as `[k][NR]`, starting at element `p·NR·K`; the last partial panel
-/// is [`tail_panel_width`] wide and zero-padded.
-pub fn pack_b(k: usize, n: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
-    let mut out = Vec::with_capacity(packed_b_len(k, n));
+/// `p·nr .. p·nr+nr` as `[k][nr]`, starting at element `p·nr·K`; the last partial panel
+/// is [`Geometry::tail_panel_width`] wide and zero-padded.
+pub fn pack_b(g: &Geometry, k: usize, n: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+    let mut out = Vec::with_capacity(packed_b_len(g, k, n));
     let mut j0 = 0;
     while j0 < n {
-        let width = if n - j0 >= NR {
-            NR
+        let width = if n - j0 >= g.nr {
+            g.nr
         } else {
-            tail_panel_width(n - j0)
+            g.tail_panel_width(n - j0)
         };
         for kk in 0..k {
             out.extend((j0..j0 + width).map(|j| if j < n { get(kk, j) } else { 0.0 }));
@@ -171,12 +248,12 @@ pub fn pack_b(k: usize, n: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32>
     out
 }
 
-/// Packs `A[i, k] = get(i, k)` into row tiles: tile `t` holds rows `t·MR ..` (fewer in
-/// the last tile) as `[k][rows]`, starting at element `t·MR·K`. Same size as A.
-pub fn pack_a(m: usize, k: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+/// Packs `A[i, k] = get(i, k)` into row tiles: tile `t` holds rows `t·mr ..` (fewer in
+/// the last tile) as `[k][rows]`, starting at element `t·mr·K`. Same size as A.
+pub fn pack_a(g: &Geometry, m: usize, k: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
     let mut out = Vec::with_capacity(m * k);
-    for i0 in (0..m).step_by(MR) {
-        let rows = MR.min(m - i0);
+    for i0 in (0..m).step_by(g.mr) {
+        let rows = g.mr.min(m - i0);
         for kk in 0..k {
             out.extend((i0..i0 + rows).map(|i| get(i, kk)));
         }
@@ -252,6 +329,21 @@ pub(super) fn define_out_of_line(
     let bytes = compiled.buffer.data().to_vec();
     ctx.module
         .define_function_bytes(id, alignment, &bytes, &relocs)
+        .map_err(|e| e.to_string())?;
+    Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
+}
+
+/// Defines a function of `params` pointer arguments from machine code without
+/// relocations, and imports it into the function being lowered.
+fn define_machine_code(ctx: &mut LowerCtx, params: usize, code: &[u8]) -> Result<FuncRef, String> {
+    let mut sig = ctx.module.make_signature();
+    sig.params.extend((0..params).map(|_| AbiParam::new(PTR)));
+    let id = ctx
+        .module
+        .declare_anonymous_function(&sig)
+        .map_err(|e| e.to_string())?;
+    ctx.module
+        .define_function_bytes(id, 64, code, &[])
         .map_err(|e| e.to_string())?;
     Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
 }

@@ -72,7 +72,7 @@ fn column_runs(n: usize, b: BLayout) -> Vec<ColRun> {
         return runs;
     }
     if b == BLayout::Packed {
-        let width = super::gemm::tail_panel_width(rem);
+        let width = super::gemm::Geometry::CLIF.tail_panel_width(rem);
         runs.push(ColRun {
             start,
             count: 1,

@@ -7,12 +7,12 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use crate::ops::Activation;
-use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec};
+use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
 use crate::ops::infer::broadcast_shapes;
+use crate::ops::Activation;
 use crate::ops::GemmAttrs;
 
 /// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
@@ -106,12 +106,13 @@ fn matmul_f32(
     y: &Operand,
 ) -> LowerResult {
     // Constant B: every matrix packed once, back to back.
+    let geom = Geometry::for_target(ctx.target);
     let packed = match b.constant.as_ref().and_then(f32_values) {
         Some(values) => {
             let mat = s.k * s.n;
-            let mut all = Vec::with_capacity(s.b_matrices * gemm::packed_b_len(s.k, s.n));
+            let mut all = Vec::with_capacity(s.b_matrices * gemm::packed_b_len(&geom, s.k, s.n));
             for t in 0..s.b_matrices {
-                all.extend(gemm::pack_b(s.k, s.n, |kk, j| {
+                all.extend(gemm::pack_b(&geom, s.k, s.n, |kk, j| {
                     values[t * mat + kk * s.n + j]
                 }));
             }
@@ -120,7 +121,7 @@ fn matmul_f32(
         None => None,
     };
     let (b_base, b_layout, b_mat_elems) = match packed {
-        Some(p) => (p, BLayout::Packed, gemm::packed_b_len(s.k, s.n)),
+        Some(p) => (p, BLayout::Packed, gemm::packed_b_len(&geom, s.k, s.n)),
         None => (b.ptr, BLayout::Rows { row_stride: s.n }, s.k * s.n),
     };
     let folded = s.folds_into_rows();
@@ -143,6 +144,7 @@ fn matmul_f32(
         alpha: 1.0,
         addends: vec![],
         activation: Activation::None,
+        geometry: geom,
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     if folded {
@@ -349,10 +351,11 @@ fn gemm_f32(
     c: Option<&Operand>,
     y: &Operand,
 ) -> LowerResult {
+    let geom = Geometry::for_target(ctx.target);
     let (b_ptr, b_layout) = match b.constant.as_ref().and_then(f32_values) {
         Some(v) => {
             let (ks, ns) = s.b_strides;
-            let packed = gemm::pack_b(s.k, s.n, |kk, j| v[kk * ks + j * ns]);
+            let packed = gemm::pack_b(&geom, s.k, s.n, |kk, j| v[kk * ks + j * ns]);
             (ctx.rodata(gemm::f32_bytes(&packed))?, BLayout::Packed)
         }
         None if s.b_strides.1 == 1 => (
@@ -394,6 +397,7 @@ fn gemm_f32(
         alpha: g.alpha,
         addends,
         activation: Activation::None,
+        geometry: geom,
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     let c_ptrs: Vec<Value> = c.iter().map(|c| c.ptr).collect();

@@ -5,6 +5,7 @@ mod conv;
 mod elementwise;
 mod gemm;
 mod gemm_tile;
+mod gemm_x86;
 mod indexing;
 mod linalg;
 mod movement;
