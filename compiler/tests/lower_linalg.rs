@@ -142,14 +142,23 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
     let (g, inputs) = one_node(op, ins, seed);
     let expected =
         nnc::interp::run_graph(&g, &inputs).map_err(|e| format!("{name}: interpreter: {e}"))?;
-    // The host's own features, and on x86-64 also the baseline CPU (no FMA: the
-    // kernels' multiply-add falls back to separate instructions).
+    // The host's own features, and on x86-64 every kernel family: the baseline CPU
+    // (Cranelift's 128-bit kernels without FMA), x86-64-v3 (AVX2 machine-code kernels)
+    // and x86-64-v4 (AVX-512). A family the host cannot run is still compiled.
     let mut targets = vec![("host", Target::host())];
     if Arch::host() == Arch::X86_64 {
-        targets.push((
-            "x86-64 baseline",
-            Target::new(Arch::X86_64, Some("baseline")).expect("baseline target"),
-        ));
+        for cpu in ["baseline", "x86-64-v3", "x86-64-v4"] {
+            let target = Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target");
+            if host_runs(cpu) {
+                targets.push((cpu, target));
+            } else {
+                let options = CompileOptions {
+                    target,
+                    prefix: String::new(),
+                };
+                compile_graph(&g, &options).map_err(|e| format!("{name} ({cpu}): compile: {e}"))?;
+            }
+        }
     }
     for (target_name, target) in targets {
         let actual = run_compiled(&g, &inputs, target)
@@ -181,6 +190,29 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether this machine can run code built for x86-64 `cpu`.
+fn host_runs(cpu: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v3 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        match cpu {
+            "x86-64-v3" => v3,
+            "x86-64-v4" => {
+                v3 && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+            }
+            _ => true,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = cpu;
+        false
+    }
 }
 
 fn aarch64_options() -> CompileOptions {
@@ -235,6 +267,12 @@ fn matmul_float32_shapes() {
         (&[1, 13, 0], &[0, 6]),
         (&[6, 777], &[777, 10]),
         (&[2, 1, 3, 4], &[4, 5]),
+        // Register-tile edges of every kernel family: rows 8k+r and 6k+r, columns past
+        // whole 48/16/8-wide panels ending inside a vector, K not a multiple of 4.
+        (&[13, 37], &[37, 50]),
+        (&[19, 100], &[100, 113]),
+        (&[1, 97, 45], &[45, 200]),
+        (&[49, 64], &[64, 96]),
     ];
     let mut cases = vec![];
     for (a, b) in shapes {
@@ -451,6 +489,17 @@ impl ConvCase {
 
 fn conv_cases() -> Vec<ConvCase> {
     vec![
+        // Wide enough for several 48-column panels that cross output rows, and
+        // output channels that leave partial row tiles in every kernel family.
+        conv_case(
+            "3x3 panels across rows",
+            &[1, 16, 20, 21],
+            &[20, 16, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
         conv_case(
             "1x1",
             &[2, 8, 5, 6],
