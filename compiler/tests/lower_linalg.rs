@@ -491,6 +491,25 @@ fn conv_cases() -> Vec<ConvCase> {
     vec![
         // Wide enough for several 48-column panels that cross output rows, and
         // output channels that leave partial row tiles in every kernel family.
+        // Stride 1 with output rows of ≥ 24: the implicit-GEMM path on x86 kernels.
+        conv_case(
+            "3x3 implicit GEMM",
+            &[1, 8, 10, 30],
+            &[12, 8, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "3x3 dilated implicit GEMM, no padding, grouped",
+            &[2, 8, 12, 32],
+            &[6, 4, 3, 3],
+            &[1, 1],
+            &[0, 0, 0, 0],
+            &[2, 2],
+            2,
+        ),
         conv_case(
             "3x3 panels across rows",
             &[1, 16, 20, 21],

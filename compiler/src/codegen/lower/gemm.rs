@@ -59,6 +59,16 @@ pub enum BLayout {
     /// `B[k, j]` at `(k·k_stride + j·n_stride)·4` bytes with `n_stride ≠ 1` (a
     /// transposed B only known at run time): each vector is gathered lane by lane.
     Gather { k_stride: usize, n_stride: usize },
+    /// Implicit GEMM over a (padded) NCHW conv input, stride 1, x86 kernels only:
+    /// `B[k, q]` for output position `q = oh·out_w + ow` is at byte
+    /// `GemmSpec::b_taps[k] + (oh·row_step + ow)·4`, so each K row of a panel inside one
+    /// output row is a contiguous run of the input and no im2col copy is made.
+    Taps {
+        out_w: usize,
+        out_h: usize,
+        /// Elements from one output row's inputs to the next (the padded row width).
+        row_step: usize,
+    },
 }
 
 /// `scale · T[i·row_stride + j·col_stride]` is added to `C[i, j]`. A `col_stride` of 0
@@ -89,6 +99,8 @@ pub struct GemmSpec {
     pub activation: Activation,
     /// The kernel family, which also fixes the layout of packed A and B.
     pub geometry: Geometry,
+    /// Byte offset of each K row for [`BLayout::Taps`]; empty otherwise.
+    pub b_taps: Vec<i32>,
 }
 
 /// Which kernel family computes a GEMM.
@@ -175,7 +187,8 @@ impl GemmKernel {
     /// Defines the out-of-line function computing `spec`.
     pub fn define(ctx: &mut LowerCtx, spec: &GemmSpec) -> Result<GemmKernel, String> {
         let params = 3 + spec.addends.len();
-        let packed = spec.a == ALayout::Packed || spec.b == BLayout::Packed;
+        let packed =
+            spec.a == ALayout::Packed || matches!(spec.b, BLayout::Packed | BLayout::Taps { .. });
         let func = match spec.geometry.kernel {
             KernelKind::X86(isa) if gemm_x86::supports(spec) => {
                 define_machine_code(ctx, params, &gemm_x86::emit(spec, isa)?)?

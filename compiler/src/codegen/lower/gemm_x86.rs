@@ -53,6 +53,14 @@ impl X86Isa {
 pub fn supports(spec: &GemmSpec) -> bool {
     spec.c_col_stride == 1
         && !matches!(spec.b, BLayout::Gather { .. })
+        && match spec.b {
+            BLayout::Taps {
+                out_w,
+                out_h,
+                row_step,
+            } => spec.b_taps.len() == spec.k && out_w * out_h == spec.n && row_step >= out_w,
+            _ => true,
+        }
         && spec.addends.iter().all(|a| a.col_stride <= 1)
         && supports_activation(spec.activation)
 }
@@ -94,8 +102,13 @@ const YMM: [AsmRegisterYmm; 16] = [
     ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
     ymm15,
 ];
-/// Addend base addresses: the first three arrive in registers, the rest on the stack.
+/// Addend base addresses: the first three arrive in registers and are saved to the
+/// frame (freeing rcx, r8 and r9 for the loops), the rest are on the stack.
 const ADDEND_REGS: [AsmRegister64; 3] = [rcx, r8, r9];
+/// Frame bytes below the saved registers: the three addend registers, then the end
+/// column of the current output row's full panels (implicit-GEMM conv).
+const FRAME: usize = 32;
+const PANEL_END_SLOT: i32 = 24;
 /// Callee-saved registers the kernel uses, pushed in this order.
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
@@ -308,6 +321,8 @@ struct Emitter<'s> {
     /// AVX2 tail-mask table: 8 × -1 then 8 × 0; the mask for `n` lanes starts `8 - n`
     /// elements in.
     mask_table: Option<CodeLabel>,
+    /// `GemmSpec::b_taps`, for [`BLayout::Taps`].
+    taps_table: Option<CodeLabel>,
 }
 
 /// Encodes the kernel for `spec`. `spec` must satisfy [`supports`]; packed operands are
@@ -324,6 +339,7 @@ pub fn emit(spec: &GemmSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
         nr: vecs * isa.lanes(),
         consts: Consts { values: vec![] },
         mask_table: None,
+        taps_table: None,
     };
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     e.function(&mut a)
@@ -340,6 +356,10 @@ impl Emitter<'_> {
         let s = self.spec;
         for r in SAVED {
             a.push(r)?;
+        }
+        a.sub(rsp, FRAME as i32)?;
+        for (n, r) in ADDEND_REGS.iter().enumerate() {
+            a.mov(qword_ptr(rsp + (n * 8) as i32), *r)?;
         }
         if s.m > 0 && s.n > 0 {
             // r15 = first K step of the block being computed.
@@ -364,6 +384,7 @@ impl Emitter<'_> {
                 self.pass(a, Pass::Last, if rem == 0 { kc } else { rem })?;
             }
         }
+        a.add(rsp, FRAME as i32)?;
         for r in SAVED.iter().rev() {
             a.pop(*r)?;
         }
@@ -386,6 +407,14 @@ impl Emitter<'_> {
 
     /// All tiles of C for the K steps `r15 .. r15 + steps`.
     fn pass(&mut self, a: &mut CodeAssembler, pass: Pass, steps: usize) -> AsmResult<()> {
+        if let BLayout::Taps {
+            out_w,
+            out_h,
+            row_step,
+        } = self.spec.b
+        {
+            return self.conv_pass(a, Block { pass, steps }, out_w, out_h, row_step);
+        }
         let s = self.spec;
         let lanes = self.v.isa.lanes();
         let full_panels = s.n / self.nr;
@@ -409,6 +438,52 @@ impl Emitter<'_> {
             }
             self.row_tiles(a, Block { pass, steps }, vecs, tail_lanes, vecs * lanes)?;
         }
+        Ok(())
+    }
+
+    /// [`Pass`] over an implicit-GEMM conv: output row by output row (rcx counts them,
+    /// r8 = B column − C column in elements), panels within each row, so that a
+    /// panel's K rows are contiguous runs of the input.
+    fn conv_pass(
+        &mut self,
+        a: &mut CodeAssembler,
+        block: Block,
+        out_w: usize,
+        out_h: usize,
+        row_step: usize,
+    ) -> AsmResult<()> {
+        let lanes = self.v.isa.lanes();
+        let full_panels = out_w / self.nr;
+        let rem = out_w % self.nr;
+        a.xor(ebp, ebp)?;
+        a.xor(r8d, r8d)?;
+        a.mov(rcx, out_h as u64)?;
+        let mut row_top = a.create_label();
+        a.set_label(&mut row_top)?;
+        if full_panels > 0 {
+            a.lea(rax, rbp + imm(full_panels * self.nr)?)?;
+            a.mov(qword_ptr(rsp + PANEL_END_SLOT), rax)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            let (_, vecs) = self.v.isa.tile();
+            self.row_tiles(a, block, vecs, None, self.nr)?;
+            a.add(rbp, imm(self.nr)?)?;
+            a.cmp(rbp, qword_ptr(rsp + PANEL_END_SLOT))?;
+            a.jb(top)?;
+        }
+        if rem > 0 {
+            let vecs = rem.div_ceil(lanes);
+            let tail = rem % lanes;
+            let tail_lanes = (tail != 0).then_some(tail);
+            if let Some(n) = tail_lanes {
+                self.set_mask(a, n)?;
+            }
+            self.row_tiles(a, block, vecs, tail_lanes, vecs * lanes)?;
+            a.add(rbp, imm(rem)?)?;
+        }
+        a.add(r8, imm(row_step - out_w)?)?;
+        a.dec(rcx)?;
+        a.jnz(row_top)?;
         Ok(())
     }
 
@@ -506,21 +581,34 @@ impl Emitter<'_> {
             // Tile of `rows` rows at element i0·K, laid out [k][rows].
             ALayout::Packed => (F32, s.k * F32, t.rows * F32),
         };
+        let taps = matches!(s.b, BLayout::Taps { .. });
         let (b_panel_stride, b_k_bytes, b_masked) = match s.b {
             BLayout::Packed => (s.k * F32, t.packed_b_width * F32, false),
             BLayout::Rows { row_stride } => (F32, row_stride * F32, t.tail_lanes.is_some()),
+            // Per-step offsets come from the table (r9); a tail may end past the input.
+            BLayout::Taps { .. } => (F32, 0, t.tail_lanes.is_some()),
             BLayout::Gather { .. } => unreachable!("excluded by supports()"),
         };
         a.imul_3(r10, rbx, imm(a_tile_stride)?)?;
         a.add(r10, rdi)?;
-        a.imul_3(r11, rbp, imm(b_panel_stride)?)?;
-        a.add(r11, rsi)?;
+        if taps {
+            a.lea(r11, rbp + r8)?;
+            a.lea(r11, rsi + r11 * 4)?;
+            let table = *self.taps_table.get_or_insert_with(|| a.create_label());
+            a.lea(r9, ptr(table))?;
+            a.lea(r9, r9 + r15 * 4)?;
+        } else {
+            a.imul_3(r11, rbp, imm(b_panel_stride)?)?;
+            a.add(r11, rsi)?;
+        }
         if t.block.pass != Pass::Only {
             // Move both to the block's first K step (r15).
             a.imul_3(r14, r15, imm(a_k_bytes)?)?;
             a.add(r10, r14)?;
-            a.imul_3(r14, r15, imm(b_k_bytes)?)?;
-            a.add(r11, r14)?;
+            if !taps {
+                a.imul_3(r14, r15, imm(b_k_bytes)?)?;
+                a.add(r11, r14)?;
+            }
         }
         for i in 0..t.rows {
             for v in 0..t.vecs {
@@ -528,10 +616,14 @@ impl Emitter<'_> {
             }
         }
         let step = |e: &mut Self, a: &mut CodeAssembler, u: usize| -> AsmResult<()> {
+            if taps {
+                a.movsxd(r14, dword_ptr(r9 + imm(u * 4)?))?;
+            }
             for v in 0..t.vecs {
                 let masked = b_masked && v + 1 == t.vecs;
                 let off = imm(u * b_k_bytes + v * e.v.bytes() as usize)?;
-                e.v.load(a, e.b_reg(v), r11 + off, masked)?;
+                let at = if taps { r11 + r14 + off } else { r11 + off };
+                e.v.load(a, e.b_reg(v), at, masked)?;
             }
             for i in 0..t.rows {
                 let off = imm(i * a_row_bytes + u * a_k_bytes)?;
@@ -553,7 +645,11 @@ impl Emitter<'_> {
                 step(self, a, u)?;
             }
             a.add(r10, imm(K_UNROLL * a_k_bytes)?)?;
-            a.add(r11, imm(K_UNROLL * b_k_bytes)?)?;
+            if taps {
+                a.add(r9, imm(K_UNROLL * 4)?)?;
+            } else {
+                a.add(r11, imm(K_UNROLL * b_k_bytes)?)?;
+            }
             a.dec(rax)?;
             a.jnz(top)?;
         }
@@ -628,11 +724,11 @@ impl Emitter<'_> {
     ) -> AsmResult<()> {
         let vb = self.v.bytes() as usize;
         match ADDEND_REGS.get(n) {
-            Some(r) => a.mov(r13, *r)?,
+            Some(_) => a.mov(r13, qword_ptr(rsp + (n * 8) as i32))?,
             // Stack arguments sit above the return address and the saved registers.
             None => a.mov(
                 r13,
-                qword_ptr(rsp + imm((SAVED.len() + 1 + n - ADDEND_REGS.len()) * 8)?),
+                qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + n - ADDEND_REGS.len()) * 8)?),
             )?,
         }
         a.imul_3(r14, rbx, imm(ad.row_stride * F32)?)?;
@@ -732,6 +828,11 @@ impl Emitter<'_> {
         for (bits, mut l) in std::mem::take(&mut self.consts.values) {
             a.set_label(&mut l)?;
             a.dd(&vec![bits; lanes])?;
+        }
+        if let Some(mut l) = self.taps_table.take() {
+            a.set_label(&mut l)?;
+            let t: Vec<u32> = self.spec.b_taps.iter().map(|&x| x as u32).collect();
+            a.dd(&t)?;
         }
         if let Some(mut l) = self.mask_table.take() {
             a.set_label(&mut l)?;

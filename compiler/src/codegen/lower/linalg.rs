@@ -145,6 +145,7 @@ fn matmul_f32(
         addends: vec![],
         activation: Activation::None,
         geometry: geom,
+        b_taps: vec![],
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     if folded {
@@ -398,6 +399,7 @@ fn gemm_f32(
         addends,
         activation: Activation::None,
         geometry: geom,
+        b_taps: vec![],
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     let c_ptrs: Vec<Value> = c.iter().map(|c| c.ptr).collect();
