@@ -610,13 +610,10 @@ fn wide_columns(g: &ConvGeometry) -> Option<usize> {
 /// cost 14%), and no addend but a per-channel bias (a residual would need the wide
 /// layout too).
 fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry, spec: &GemmSpec) -> bool {
-    let min_w = std::env::var("NNC_CONV_DIRECT_MIN_W")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
+    const MIN_OUT_W: usize = 24;
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
-        && g.output[1] >= min_w
+        && g.output[1] >= MIN_OUT_W
         && spec.addends.iter().all(|a| a.col_stride == 0)
 }
 

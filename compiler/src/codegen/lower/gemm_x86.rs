@@ -398,10 +398,7 @@ impl Emitter<'_> {
     /// (`M · kc`) in L2. Unblocked, a panel of a long-K GEMM (conv 3×3×256: K = 2304)
     /// spilled to L2 and A streamed from L3 once per panel: ~60 vs ~120 GFLOP/s.
     fn k_block(&self) -> usize {
-        let kc = std::env::var("NNC_GEMM_KC")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(24 * 1024 / (self.nr * F32));
+        let kc = 24 * 1024 / (self.nr * F32);
         kc / K_UNROLL * K_UNROLL
     }
 
