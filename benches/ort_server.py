@@ -7,7 +7,9 @@ Fields are separated by tabs, so paths may hold spaces.
 
   hello                              -> ok <onnxruntime version>
   load <model.onnx> <NAME=FILE.npy>* -> ok            (loads the model and its inputs)
-  run <N>                            -> ok <seconds>  (N calls of session.run, timed here)
+  run <N>                            -> ok <wall s> <cpu s>  (N calls of session.run, timed
+                                        here: perf_counter and this thread's CPU time;
+                                        with 1 intra-op thread onnxruntime runs on it)
   quit                               -> (exits)
 
 Any failure answers `err <message>` and the server keeps serving.
@@ -52,10 +54,10 @@ def main():
                 reply = "ok"
             elif f[0] == "run":
                 n = int(f[1])
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 for _ in range(n):
                     sess.run(None, feeds)
-                reply = f"ok {time.perf_counter() - t0:.9f}"
+                reply = f"ok {time.perf_counter() - t0:.9f} {time.thread_time() - c0:.9f}"
             elif f[0] == "quit":
                 return
             else:

@@ -1,7 +1,7 @@
 //! Helpers shared by the bench targets: argument parsing, paths, timing, tables, JSON.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `--flag value` arguments after `cargo bench ... --`. Cargo itself appends `--bench`,
 /// which is ignored, as is anything cargo's libtest filter syntax might add.
@@ -113,13 +113,59 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+static CPU_CLOCK: AtomicBool = AtomicBool::new(true);
+
+/// Picks the clock from `--clock cpu|wall` (default cpu) and returns its name.
+///
+/// `cpu` is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): on a machine shared
+/// with other work it leaves out the time the thread was not running, and on an idle
+/// machine it equals wall time for these single-threaded engines. `wall` is the
+/// monotonic clock.
+pub fn set_clock(args: &Args) -> &'static str {
+    let cpu = match args.get("clock").unwrap_or("cpu") {
+        "cpu" => true,
+        "wall" => false,
+        c => die(&format!("--clock {c}: expected cpu or wall")),
+    };
+    CPU_CLOCK.store(cpu, Ordering::Relaxed);
+    clock_name()
+}
+
+pub fn cpu_clock() -> bool {
+    CPU_CLOCK.load(Ordering::Relaxed)
+}
+
+pub fn clock_name() -> &'static str {
+    if cpu_clock() {
+        "thread CPU time"
+    } else {
+        "wall time"
+    }
+}
+
+/// Seconds on the chosen clock.
+pub fn seconds() -> f64 {
+    let clock = if cpu_clock() {
+        libc::CLOCK_THREAD_CPUTIME_ID
+    } else {
+        libc::CLOCK_MONOTONIC
+    };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
 /// Milliseconds per call over `calls` calls of `f`.
 pub fn time_calls(calls: usize, mut f: impl FnMut()) -> f64 {
-    let t0 = Instant::now();
+    let t0 = seconds();
     for _ in 0..calls {
         f();
     }
-    t0.elapsed().as_secs_f64() * 1e3 / calls as f64
+    (seconds() - t0) * 1e3 / calls as f64
 }
 
 /// How many calls of `once_ms` fill `budget_ms` (at least one).

@@ -14,7 +14,6 @@ mod common;
 
 use std::ffi::c_void;
 use std::path::Path;
-use std::time::Instant;
 
 use common::{
     calls_for, die, json_num, json_str, markdown_table, median, resolve_output, time_calls, Args,
@@ -37,6 +36,7 @@ usage: cargo bench -p nnc-benches --bench gemm -- [options]
                       those the host can run)
   --rounds N          timed rounds per shape and variant (default 7)
   --budget-ms X       time per round (default 100)
+  --clock cpu|wall    thread CPU time (default; robust on a shared machine) or wall time
   --json FILE         also write the results as JSON
   --md FILE           also write the markdown tables";
 
@@ -132,7 +132,7 @@ mod peak {
         16
     );
 
-    /// Best of 5 runs of ~50 ms each; `None` if the host lacks the instructions.
+    /// Best of 15 runs of ~20 ms each; `None` if the host lacks the instructions.
     pub fn gflops(width: u32) -> Option<f64> {
         let run: unsafe fn(u64) -> f32 = match width {
             128 if is_x86_feature_detected!("fma") => fma128,
@@ -145,20 +145,20 @@ mod peak {
         // Calibrate the iteration count to ~50 ms.
         let mut iters = 1u64 << 16;
         loop {
-            let t0 = std::time::Instant::now();
+            let t0 = super::common::seconds();
             black_box(unsafe { run(black_box(iters)) });
-            let dt = t0.elapsed().as_secs_f64();
-            if dt > 0.01 {
-                iters = ((iters as f64) * 0.05 / dt) as u64 + 1;
+            let dt = super::common::seconds() - t0;
+            if dt > 0.005 {
+                iters = ((iters as f64) * 0.02 / dt) as u64 + 1;
                 break;
             }
             iters *= 4;
         }
         let mut best = 0f64;
-        for _ in 0..5 {
-            let t0 = std::time::Instant::now();
+        for _ in 0..15 {
+            let t0 = super::common::seconds();
             black_box(unsafe { run(black_box(iters)) });
-            let dt = t0.elapsed().as_secs_f64();
+            let dt = super::common::seconds() - t0;
             best = best.max(iters as f64 * flops_per_iter / dt / 1e9);
         }
         Some(best)
@@ -265,9 +265,18 @@ struct Cell {
 
 fn main() {
     let args = Args::parse(
-        &["shapes", "cpus", "rounds", "budget-ms", "json", "md"],
+        &[
+            "shapes",
+            "cpus",
+            "rounds",
+            "budget-ms",
+            "clock",
+            "json",
+            "md",
+        ],
         USAGE,
     );
+    let clock = common::set_clock(&args);
     let shapes: Vec<(usize, usize, usize)> = args
         .get("shapes")
         .unwrap_or(DEFAULT_SHAPES)
@@ -360,9 +369,7 @@ fn main() {
             run();
             let once = time_calls(1, &mut run);
             let calls = calls_for(budget, once);
-            let t0 = Instant::now();
             let times: Vec<f64> = (0..rounds).map(|_| time_calls(calls, &mut run)).collect();
-            let _ = t0;
             let ms = median(&times);
             let rel_err = samples
                 .iter()
@@ -437,7 +444,7 @@ fn main() {
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
     let table = markdown_table(&header_refs, &rows);
     let intro = format!(
-        "nnc MatMul (A[M,K] input × B[K,N] constant), median of {rounds} rounds, 1 thread; \
+        "nnc MatMul (A[M,K] input × B[K,N] constant), median of {rounds} rounds, 1 thread, {clock}; \
          % of the measured FMA peak at the width each --cpu targets \
          (baseline 128-bit, x86-64-v3 256-bit, x86-64-v4 512-bit); {}, {}.\n\n",
         common::cpu_model(),
@@ -472,8 +479,9 @@ fn main() {
             })
             .collect();
         let json = format!(
-            "{{\"date\": {}, \"cpu_model\": {}, \"rounds\": {rounds}, \"peak_gflops\": {{{}}}, \"rows\": [\n{}\n]}}\n",
+            "{{\"date\": {}, \"cpu_model\": {}, \"clock\": {}, \"rounds\": {rounds}, \"peak_gflops\": {{{}}}, \"rows\": [\n{}\n]}}\n",
             json_str(&common::today_utc()),
+            json_str(clock),
             json_str(&common::cpu_model()),
             peaks_json.join(", "),
             items.join(",\n")

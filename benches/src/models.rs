@@ -40,6 +40,7 @@ usage: cargo bench -p nnc-benches --bench models -- --models-dir DIR [options]
   --rounds N         alternating rounds (default 15)
   --budget-ms X      time per engine per round (default 150)
   --cpu CPU          nnc --cpu: native (default), baseline, x86-64-v3, x86-64-v4
+  --clock cpu|wall   thread CPU time (default; robust on a shared machine) or wall time
   --json FILE        also write the results as JSON
   --md FILE          also write the markdown table
   --python EXE       Python with onnxruntime and numpy (default: $NNC_PYTHON or python3)";
@@ -324,12 +325,15 @@ impl Ort {
         }
     }
 
-    /// Milliseconds per call over `calls` calls, timed in the server.
+    /// Milliseconds per call over `calls` calls, timed in the server on the chosen clock.
     fn time(&mut self, calls: usize) -> Result<f64, String> {
-        let secs: f64 = self
-            .ask(&["run", &calls.to_string()])?
+        let reply = self.ask(&["run", &calls.to_string()])?;
+        let mut f = reply.split_whitespace();
+        let (wall, cpu) = (f.next(), f.next());
+        let secs: f64 = if common::cpu_clock() { cpu } else { wall }
+            .ok_or_else(|| format!("bad reply '{reply}'"))?
             .parse()
-            .map_err(|e| format!("bad reply: {e}"))?;
+            .map_err(|e| format!("bad reply '{reply}': {e}"))?;
         Ok(secs * 1e3 / calls as f64)
     }
 }
@@ -423,12 +427,14 @@ fn main() {
             "rounds",
             "budget-ms",
             "cpu",
+            "clock",
             "json",
             "md",
             "python",
         ],
         USAGE,
     );
+    let clock = common::set_clock(&args);
     let dir = match args
         .get("models-dir")
         .map(str::to_string)
@@ -442,6 +448,7 @@ fn main() {
     if !dir.is_dir() {
         die(&format!("--models-dir {}: not a directory", dir.display()));
     }
+    let dir = dir.canonicalize().unwrap_or(dir);
     let models: Vec<String> = match args.get("models") {
         Some(m) => m.split(',').map(str::to_string).collect(),
         None => {
@@ -490,7 +497,7 @@ fn main() {
         .map(|o| format!("onnxruntime {}", o.version))
         .unwrap_or_else(|| "onnxruntime (skipped)".into());
     eprintln!(
-        "models from {}; cpu {cpu}; {rounds} rounds of ~{budget} ms per engine; medians",
+        "models from {}; cpu {cpu}; {rounds} rounds of ~{budget} ms per engine; medians of {clock}",
         dir.display()
     );
     let tmp = tempfile::tempdir().unwrap_or_else(|e| die(&format!("temp dir: {e}")));
@@ -647,7 +654,7 @@ fn main() {
         &table_rows,
     );
     let header = format!(
-        "Median ms per inference over {rounds} alternating rounds, 1 thread, nnc --cpu {cpu}, \
+        "Median ms per inference over {rounds} alternating rounds, 1 thread, {clock}, nnc --cpu {cpu}, \
          {ort_label}, tract-onnx 0.23; {} ({}), {}.\n\n",
         common::cpu_model(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -681,8 +688,9 @@ fn main() {
             })
             .collect();
         let json = format!(
-            "{{\"date\": {}, \"cpu_model\": {}, \"nnc_cpu\": {}, \"rounds\": {rounds}, \"onnxruntime\": {}, \"rows\": [\n{}\n]}}\n",
+            "{{\"date\": {}, \"cpu_model\": {}, \"clock\": {}, \"nnc_cpu\": {}, \"rounds\": {rounds}, \"onnxruntime\": {}, \"rows\": [\n{}\n]}}\n",
             json_str(&common::today_utc()),
+            json_str(clock),
             json_str(&common::cpu_model()),
             json_str(&cpu),
             json_str(&ort_label),
