@@ -206,15 +206,17 @@ pub fn today_utc() -> String {
 
 /// A markdown table: a header row and rows of cells, columns padded for reading.
 pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    let width = |s: &str| s.chars().count();
+    let mut w: Vec<usize> = header.iter().map(|h| width(h)).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.len());
+            w[i] = w[i].max(width(c));
         }
     }
     let line = |cells: Vec<String>| {
         let mut s = String::from("|");
         for (i, c) in cells.iter().enumerate() {
+            // `format!` pads by chars, which is what the columns are measured in.
             if i == 0 {
                 s += &format!(" {c:<width$} |", width = w[i]);
             } else {

@@ -655,7 +655,7 @@ fn main() {
     );
     let header = format!(
         "Median ms per inference over {rounds} alternating rounds, 1 thread, {clock}, nnc --cpu {cpu}, \
-         {ort_label}, tract-onnx 0.23; {} ({}), {}.\n\n",
+         {ort_label}, tract-onnx 0.23; {} ({} cores), {}.\n\n",
         common::cpu_model(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         common::today_utc()
