@@ -264,3 +264,45 @@ pub fn json_num(x: f64) -> String {
         "null".into()
     }
 }
+
+/// Compiles `onnx` into the shared library `so` for `--cpu cpu`: in this process with the
+/// workspace's `nnc` crate, or with an `nnc` executable when `nnc_bin` is given (to
+/// measure another build, e.g. another checkout's `target/release/nnc`).
+pub fn compile_so(onnx: &Path, cpu: &str, so: &Path, nnc_bin: Option<&Path>) -> Result<(), String> {
+    if let Some(bin) = nnc_bin {
+        let out = std::process::Command::new(bin)
+            .arg("compile")
+            .arg(onnx)
+            .arg("--cpu")
+            .arg(cpu)
+            .arg("-o")
+            .arg(so)
+            .output()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        return Ok(());
+    }
+    let target = nnc::codegen::Target::new(nnc::codegen::Arch::host(), Some(cpu))
+        .map_err(|e| e.to_string())?;
+    let opts = nnc::codegen::CompileOptions {
+        target,
+        prefix: String::new(),
+    };
+    let compiled =
+        nnc::driver::compile_model(onnx, &Default::default(), &opts).map_err(|e| e.to_string())?;
+    nnc::driver::write_artifacts(&compiled, so, "").map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// `--nnc-bin PATH`, resolved like other input paths.
+pub fn nnc_bin(args: &Args) -> Option<PathBuf> {
+    args.get("nnc-bin").map(|p| {
+        let p = resolve_input(p);
+        if !p.is_file() {
+            die(&format!("--nnc-bin {}: no such file", p.display()));
+        }
+        p
+    })
+}

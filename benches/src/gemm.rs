@@ -13,12 +13,10 @@
 mod common;
 
 use std::ffi::c_void;
-use std::path::Path;
 
 use common::{
     calls_for, die, json_num, json_str, markdown_table, median, resolve_output, time_calls, Args,
 };
-use nnc::codegen::{Arch, CompileOptions, Target};
 use nnc::onnx::proto::{
     tensor_shape_proto::{dimension, Dimension},
     type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
@@ -38,7 +36,8 @@ usage: cargo bench -p nnc-benches --bench gemm -- [options]
   --budget-ms X       time per round (default 100)
   --clock cpu|wall    thread CPU time (default; robust on a shared machine) or wall time
   --json FILE         also write the results as JSON
-  --md FILE           also write the markdown tables";
+  --md FILE           also write the markdown tables
+  --nnc-bin PATH      compile with this nnc executable instead of the workspace's nnc crate";
 
 const DEFAULT_SHAPES: &str = "256x256x256,512x512x512,1024x1024x1024,196x256x1024,3136x576x64";
 
@@ -243,18 +242,6 @@ fn matmul_model(m: usize, k: usize, n: usize, b: &[f32]) -> Vec<u8> {
     .encode_to_vec()
 }
 
-fn compile(onnx: &Path, cpu: &str, so: &Path) -> Result<(), String> {
-    let target = Target::new(Arch::host(), Some(cpu)).map_err(|e| e.to_string())?;
-    let opts = CompileOptions {
-        target,
-        prefix: String::new(),
-    };
-    let compiled =
-        nnc::driver::compile_model(onnx, &Default::default(), &opts).map_err(|e| e.to_string())?;
-    nnc::driver::write_artifacts(&compiled, so, "").map_err(|e| e.to_string())?;
-    Ok(())
-}
-
 struct Cell {
     shape: (usize, usize, usize),
     cpu: String,
@@ -273,10 +260,12 @@ fn main() {
             "clock",
             "json",
             "md",
+            "nnc-bin",
         ],
         USAGE,
     );
     let clock = common::set_clock(&args);
+    let nnc_bin = common::nnc_bin(&args);
     let shapes: Vec<(usize, usize, usize)> = args
         .get("shapes")
         .unwrap_or(DEFAULT_SHAPES)
@@ -349,7 +338,7 @@ fn main() {
         let scale = reference.iter().fold(1e-12f64, |s, r| s.max(r.abs()));
         for cpu in &cpus {
             let so = tmp.path().join(format!("libgemm_{m}x{k}x{n}_{cpu}.so"));
-            if let Err(e) = compile(&onnx, cpu, &so) {
+            if let Err(e) = common::compile_so(&onnx, cpu, &so, nnc_bin.as_deref()) {
                 eprintln!("{m}x{k}x{n} --cpu {cpu}: compile failed: {e}");
                 continue;
             }
@@ -444,9 +433,12 @@ fn main() {
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
     let table = markdown_table(&header_refs, &rows);
     let intro = format!(
-        "nnc MatMul (A[M,K] input × B[K,N] constant), median of {rounds} rounds, 1 thread, {clock}; \
+        "nnc{} MatMul (A[M,K] input × B[K,N] constant), median of {rounds} rounds, 1 thread, {clock}; \
          % of the measured FMA peak at the width each --cpu targets \
          (baseline 128-bit, x86-64-v3 256-bit, x86-64-v4 512-bit); {}, {}.\n\n",
+        nnc_bin
+            .as_ref()
+            .map_or(String::new(), |b| format!(" ({})", b.display())),
         common::cpu_model(),
         common::today_utc()
     );

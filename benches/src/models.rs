@@ -23,7 +23,6 @@ use common::{
     calls_for, die, json_num, json_str, markdown_table, median, resolve_input, resolve_output,
     time_calls, Args,
 };
-use nnc::codegen::{Arch, CompileOptions, Target};
 use nnc::ir::{DType, Tensor, TensorType};
 use nnc_runtime_abi::{InferFn, ModelInfoFn, NncModelInfo};
 use tract_onnx::prelude::{
@@ -43,7 +42,8 @@ usage: cargo bench -p nnc-benches --bench models -- --models-dir DIR [options]
   --clock cpu|wall   thread CPU time (default; robust on a shared machine) or wall time
   --json FILE        also write the results as JSON
   --md FILE          also write the markdown table
-  --python EXE       Python with onnxruntime and numpy (default: $NNC_PYTHON or python3)";
+  --python EXE       Python with onnxruntime and numpy (default: $NNC_PYTHON or python3)
+  --nnc-bin PATH     compile with this nnc executable instead of the workspace's nnc crate";
 
 /// Relative error above which nnc's output is flagged as wrong.
 const MAX_REL_ERR: f64 = 1e-3;
@@ -399,19 +399,6 @@ struct Row {
     note: String,
 }
 
-fn compile(onnx: &Path, cpu: &str, so: &Path) -> Result<f64, String> {
-    let t0 = std::time::Instant::now();
-    let target = Target::new(Arch::host(), Some(cpu)).map_err(|e| e.to_string())?;
-    let opts = CompileOptions {
-        target,
-        prefix: String::new(),
-    };
-    let compiled =
-        nnc::driver::compile_model(onnx, &Default::default(), &opts).map_err(|e| e.to_string())?;
-    nnc::driver::write_artifacts(&compiled, so, "").map_err(|e| e.to_string())?;
-    Ok(t0.elapsed().as_secs_f64())
-}
-
 fn write_npy(dir: &Path, name: &str, t: &Tensor) -> PathBuf {
     let p = dir.join(format!("{name}.npy"));
     let bytes = nnc::npy::to_bytes(t).unwrap_or_else(|e| die(&format!("npy {name}: {e}")));
@@ -431,10 +418,12 @@ fn main() {
             "json",
             "md",
             "python",
+            "nnc-bin",
         ],
         USAGE,
     );
     let clock = common::set_clock(&args);
+    let nnc_bin = common::nnc_bin(&args);
     let dir = match args
         .get("models-dir")
         .map(str::to_string)
@@ -505,8 +494,9 @@ fn main() {
     for name in &models {
         let onnx = dir.join(format!("{name}.onnx"));
         let so = tmp.path().join(format!("lib{name}.so"));
-        let secs = match compile(&onnx, &cpu, &so) {
-            Ok(s) => s,
+        let t0 = std::time::Instant::now();
+        let secs = match common::compile_so(&onnx, &cpu, &so, nnc_bin.as_deref()) {
+            Ok(()) => t0.elapsed().as_secs_f64(),
             Err(e) => {
                 eprintln!("{name}: nnc compile failed: {e}");
                 continue;
@@ -654,8 +644,11 @@ fn main() {
         &table_rows,
     );
     let header = format!(
-        "Median ms per inference over {rounds} alternating rounds, 1 thread, {clock}, nnc --cpu {cpu}, \
+        "Median ms per inference over {rounds} alternating rounds, 1 thread, {clock}, nnc{} --cpu {cpu}, \
          {ort_label}, tract-onnx 0.23; {} ({} cores), {}.\n\n",
+        nnc_bin
+            .as_ref()
+            .map_or(String::new(), |b| format!(" ({})", b.display())),
         common::cpu_model(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         common::today_utc()
