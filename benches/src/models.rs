@@ -43,7 +43,8 @@ usage: cargo bench -p nnc-benches --bench models -- --models-dir DIR [options]
   --json FILE        also write the results as JSON
   --md FILE          also write the markdown table
   --python EXE       Python with onnxruntime and numpy (default: $NNC_PYTHON or python3)
-  --nnc-bin PATH     compile with this nnc executable instead of the workspace's nnc crate";
+  --nnc-bin PATH     compile with this nnc executable instead of the workspace's nnc crate
+  --vzeroupper 0|1   clean the upper AVX state before each nnc call (default 1)";
 
 /// Relative error above which nnc's output is flagged as wrong.
 const MAX_REL_ERR: f64 = 1e-3;
@@ -163,6 +164,9 @@ impl NncModel {
     }
 }
 
+/// `--vzeroupper 0` turns the clean-up off, to see how nnc fares after tract as it is.
+static VZEROUPPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 /// `vzeroupper`, as compiled code does before calling out. tract's kernels return with
 /// the upper halves of the AVX registers dirty; on this kind of CPU every legacy-SSE
 /// instruction then pays a merge with the upper bits, which made nnc's SSE code up to
@@ -171,7 +175,9 @@ impl NncModel {
 /// cycles). Running nnc alone is not affected.
 fn clean_upper_vector_state() {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
+    if VZEROUPPER.load(std::sync::atomic::Ordering::Relaxed)
+        && std::arch::is_x86_feature_detected!("avx")
+    {
         // SAFETY: the host has AVX.
         unsafe { zeroupper() };
     }
@@ -419,8 +425,13 @@ fn main() {
             "md",
             "python",
             "nnc-bin",
+            "vzeroupper",
         ],
         USAGE,
+    );
+    VZEROUPPER.store(
+        args.num::<u8>("vzeroupper", 1) != 0,
+        std::sync::atomic::Ordering::Relaxed,
     );
     let clock = common::set_clock(&args);
     let nnc_bin = common::nnc_bin(&args);
