@@ -3,6 +3,23 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Every option of either bench.
+const ALL_OPTIONS: &[&str] = &[
+    "models-dir",
+    "models",
+    "shapes",
+    "cpus",
+    "cpu",
+    "rounds",
+    "budget-ms",
+    "clock",
+    "json",
+    "md",
+    "python",
+    "nnc-bin",
+    "vzeroupper",
+];
+
 /// `--flag value` arguments after `cargo bench ... --`. Cargo itself appends `--bench`,
 /// which is ignored, as is anything cargo's libtest filter syntax might add.
 pub struct Args {
@@ -35,6 +52,11 @@ impl Args {
                 }
             };
             if !known.contains(&name.as_str()) {
+                // `cargo bench -p nnc-benches -- OPTIONS` hands the same options to
+                // both benches: one meant for the other bench is skipped.
+                if ALL_OPTIONS.contains(&name.as_str()) {
+                    continue;
+                }
                 die(&format!("unknown option --{name}\n{usage}"));
             }
             pairs.push((name, value));
