@@ -276,6 +276,23 @@ pub fn unary(ctx: &mut LowerCtx, op: UnaryOp) -> LowerResult {
     )
 }
 
+/// A fused activation (see [`crate::ops::Activation`]) of a float scalar or vector.
+pub(super) fn activation(
+    b: &mut FunctionBuilder,
+    act: crate::ops::Activation,
+    x: Value,
+) -> Result<Value, String> {
+    use crate::ops::Activation;
+    match act {
+        Activation::None => Ok(x),
+        Activation::Silu => {
+            let s = math::sigmoid(b, x);
+            Ok(b.ins().fmul(x, s))
+        }
+        a => unary_float(b, a.as_unary().expect("a unary activation"), x),
+    }
+}
+
 fn unary_float(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Result<Value, String> {
     let ty = b.func.dfg.value_type(x);
     let zero = fconst(b, ty, 0.0);
