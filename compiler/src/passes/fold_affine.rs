@@ -66,7 +66,7 @@ fn channel_axis(g: &Graph, i: usize) -> Option<usize> {
     match &n.op {
         Op::Conv(_) => Some(1),
         Op::Gemm(_) => Some(1),
-        Op::MatMul(_) if g.ty(n.inputs[1]?).rank() == 2 && rank >= 1 => Some(rank - 1),
+        Op::MatMul(_) if g.ty(n.inputs[1]?).rank() >= 2 && rank >= 1 => Some(rank - 1),
         _ => None,
     }
 }
