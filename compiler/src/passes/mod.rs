@@ -13,6 +13,8 @@
 //!   reference interpreter (shape arithmetic chains included);
 //! * [`cse`]: identical constants deduplicated by content, then nodes with the same
 //!   op, attributes and inputs merged;
+//! * [`views`]: Transposes that only move unit axes become Reshapes (views); 2-D ones
+//!   read by a Gemm become its transA / transB;
 //! * [`fold_affine`]: per-channel `Mul`/`Add` after a Conv (BatchNormalization after
 //!   import) and per-column ones after a Gemm/MatMul folded into weights and bias,
 //!   which turns `MatMul + Add(bias)` into one biased MatMul;
@@ -29,6 +31,7 @@ pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
 pub mod util;
+pub mod views;
 
 use crate::ir::Graph;
 
@@ -39,6 +42,7 @@ pub type PassFn = fn(&mut Graph) -> Result<(), String>;
 pub const PASSES: &[(&str, PassFn)] = &[
     ("const_fold", const_fold::run),
     ("cse", cse::run),
+    ("views", views::run),
     ("fold_affine", fold_affine::run),
     ("gelu", gelu::run),
     ("fuse_epilogue", fuse_epilogue::run),
