@@ -12,9 +12,10 @@ use crate::ir::{Graph, ValueId};
 pub fn run(g: &mut Graph) -> Result<(), String> {
     dedup_constants(g);
     let mut seen: HashMap<(String, Vec<Option<ValueId>>), Vec<ValueId>> = HashMap::new();
-    let mut dropped = vec![false; g.nodes.len()];
+    let mut dropped = Vec::with_capacity(g.nodes.len());
     for i in 0..g.nodes.len() {
         let n = &g.nodes[i];
+        dropped.push(false);
         // Op's Debug form spells out its attributes; f32 attributes print exactly.
         let key = (format!("{:?}", n.op), n.inputs.clone());
         match seen.get(&key) {
@@ -28,7 +29,7 @@ pub fn run(g: &mut Graph) -> Result<(), String> {
                 for (from, to) in pairs {
                     util::replace_uses(g, from, to);
                 }
-                dropped[i] = true;
+                *dropped.last_mut().expect("pushed above") = true;
             }
             Some(_) => {}
             None => {

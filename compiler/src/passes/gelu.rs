@@ -4,6 +4,11 @@
 //! products in any association: `(x·p)·0.5`, `(x·0.5)·p`, `x·(p·0.5)`, where
 //! `p = 1 + Erf(..)`, operands of each Mul in either order. Every intermediate must
 //! have no other reader.
+//!
+//! Only where the Gelu will fuse: `x` comes from a float32 Conv/Gemm/MatMul without an
+//! activation and the pattern is all that reads it. A standalone `Gelu` would cost
+//! more than the pattern: its lowering (`math::gelu_erf`) also evaluates erfc for an
+//! accurate negative tail, while the fused epilogue computes the pattern's formula.
 
 use super::{dce, util};
 use crate::ir::{Graph, ValueId};
@@ -52,6 +57,16 @@ fn mul_with(g: &Graph, i: usize, x: ValueId) -> Option<ValueId> {
     }
 }
 
+/// `x` comes from an op the Gelu can fuse into, and only the pattern's two nodes read it.
+fn fuses(g: &Graph, prod: &[Option<usize>], uses: &[usize], x: ValueId) -> bool {
+    let Some(i) = prod[x.0] else { return false };
+    let n = &g.nodes[i];
+    matches!(n.op, Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_))
+        && n.op.activation() == crate::ops::Activation::None
+        && g.ty(x).dtype == crate::ir::DType::F32
+        && uses[x.0] == 2
+}
+
 fn rewrite_one(g: &mut Graph) -> bool {
     let uses = util::use_counts(g);
     let cons = util::consumers(g);
@@ -76,7 +91,7 @@ fn rewrite_one(g: &mut Graph) -> bool {
             (_, Some((x, c))) if near(c, std::f32::consts::FRAC_1_SQRT_2) => x,
             _ => continue,
         };
-        if only(d) != Some(e) {
+        if only(d) != Some(e) || !fuses(g, &prod, &uses, x) {
             continue;
         }
         let erf = g.nodes[e].outputs[0];
