@@ -191,7 +191,15 @@ struct CompiledCase {
 }
 
 impl CompiledCase {
-    fn new(graph: crate::ir::Graph, work_dir: &Path, file: &str) -> Result<CompiledCase, String> {
+    fn new(
+        mut graph: crate::ir::Graph,
+        work_dir: &Path,
+        file: &str,
+    ) -> Result<CompiledCase, String> {
+        // The graph passes as `nnc compile` runs them (NNC_PASSES selects them).
+        crate::passes::PassManager::from_env()
+            .and_then(|pm| pm.run(&mut graph))
+            .map_err(|e| format!("passes: {e}"))?;
         let opts = CompileOptions {
             target: Target::host(),
             prefix: String::new(),

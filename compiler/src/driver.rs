@@ -1,5 +1,6 @@
 //! The compile pipeline behind `nnc compile` and the build-script helper: import →
-//! code generation → artifact (.so / .o / .a) plus its C header, written atomically.
+//! graph passes ([`crate::passes`]) → code generation → artifact (.so / .o / .a) plus
+//! its C header, written atomically.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,7 @@ use crate::codegen::{self, CompileOptions, CompiledModel};
 use crate::error::{NncError, Result};
 use crate::ir::Graph;
 use crate::onnx::{self, ImportOptions};
+use crate::passes::PassManager;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArtifactKind {
@@ -36,13 +38,28 @@ pub struct Compiled {
     pub model: CompiledModel,
 }
 
-/// Imports and compiles a model in memory.
+/// Imports and compiles a model in memory, running the passes `NNC_PASSES` selects
+/// (the default pipeline unless set; see [`PassManager::from_env`]).
 pub fn compile_model(
     path: &Path,
     import: &ImportOptions,
     opts: &CompileOptions,
 ) -> Result<Compiled> {
-    let graph = onnx::load_model(path, import)?;
+    let passes = PassManager::from_env().map_err(NncError::Model)?;
+    compile_model_with(path, import, opts, &passes)
+}
+
+/// Imports a model, runs `passes` over its graph and compiles it in memory.
+pub fn compile_model_with(
+    path: &Path,
+    import: &ImportOptions,
+    opts: &CompileOptions,
+    passes: &PassManager,
+) -> Result<Compiled> {
+    let mut graph = onnx::load_model(path, import)?;
+    passes
+        .run(&mut graph)
+        .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
     let model = codegen::compile_graph(&graph, opts).map_err(|e| e.in_file(path))?;
     Ok(Compiled { graph, model })
 }

@@ -15,3 +15,4 @@ pub mod ir;
 pub mod npy;
 pub mod onnx;
 pub mod ops;
+pub mod passes;

@@ -62,9 +62,17 @@ enum Command {
         name: String,
         #[command(flatten)]
         shapes: ShapeArgs,
-        /// Prints nnc's IR after import.
+        /// Prints nnc's IR after the graph passes.
         #[arg(long)]
         dump_ir: bool,
+        /// Prints the IR before the first graph pass and after each one, to stderr.
+        #[arg(long)]
+        dump_passes: bool,
+        /// The graph passes to run, comma-separated, in order: `default`, `none`, or
+        /// names from const_fold, cse, views, fold_affine, gelu, fuse_epilogue, dce
+        /// (default: $NNC_PASSES, else `default`).
+        #[arg(long)]
+        passes: Option<String>,
     },
     /// Runs an ONNX backend-test suite (directories holding model.onnx and
     /// test_data_set_*) end to end: compile, run, compare at rtol 1e-3, atol 1e-4.
@@ -177,6 +185,8 @@ fn run(cli: Cli) -> Result<()> {
             name,
             shapes,
             dump_ir,
+            dump_passes,
+            passes,
         } => {
             if !name.is_empty() && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(NncError::Model(format!(
@@ -196,7 +206,15 @@ fn run(cli: Cli) -> Result<()> {
                 target: target.clone(),
                 prefix: nnc::codegen::symbol_prefix(&name),
             };
-            let compiled = driver::compile_model(&model, &import, &opts)?;
+            let mut pm = match passes {
+                Some(list) => nnc::passes::PassManager::from_list(&list),
+                None => nnc::passes::PassManager::from_env(),
+            }
+            .map_err(NncError::Model)?;
+            if dump_passes {
+                pm.dump = nnc::passes::Dump::Stderr;
+            }
+            let compiled = driver::compile_model_with(&model, &import, &opts, &pm)?;
             if dump_ir {
                 println!("{}", compiled.graph);
             }

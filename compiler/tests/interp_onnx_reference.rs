@@ -410,7 +410,7 @@ fn linalg_cases(cases: &mut Vec<Case>) {
             "MatMul batch",
             "MatMul",
             "{}",
-            Op::MatMul,
+            Op::matmul(),
             vec![Some(a), Some(b)],
         )
         .tol(1e-5),
@@ -421,7 +421,7 @@ fn linalg_cases(cases: &mut Vec<Case>) {
             "MatMul vector",
             "MatMul",
             "{}",
-            Op::MatMul,
+            Op::matmul(),
             vec![Some(v), Some(f32s(&[3, 5, 2], 11, 1.0))],
         )
         .tol(1e-5),
@@ -432,7 +432,7 @@ fn linalg_cases(cases: &mut Vec<Case>) {
         "MatMul int32",
         "MatMul",
         "{}",
-        Op::MatMul,
+        Op::matmul(),
         vec![Some(ai), Some(bi)],
     ));
     let g = GemmAttrs {
@@ -440,6 +440,7 @@ fn linalg_cases(cases: &mut Vec<Case>) {
         beta: 2.0,
         trans_a: true,
         trans_b: true,
+        activation: nnc::ops::Activation::None,
     };
     let inputs = vec![
         Some(f32s(&[4, 3], 12, 1.0)),
@@ -468,6 +469,7 @@ fn conv_cases(cases: &mut Vec<Case>) {
         pads: vec![1, 0, 2, 1],
         dilations: vec![2, 3],
         group: 2,
+        activation: nnc::ops::Activation::None,
     };
     let attrs = "{'kernel_shape': [3, 2], 'strides': [2, 1], 'pads': [1, 0, 2, 1], 'dilations': [2, 3], 'group': 2}";
     cases.push(
@@ -488,6 +490,7 @@ fn conv_cases(cases: &mut Vec<Case>) {
         pads: vec![2, 1],
         dilations: vec![1],
         group: 1,
+        activation: nnc::ops::Activation::None,
     };
     let attrs = "{'kernel_shape': [4], 'strides': [3], 'pads': [2, 1]}";
     cases.push(

@@ -636,21 +636,21 @@ fn matmul_two_d_and_vector_promotion() {
     let a = t(&[2, 3], &[1f32, 2., 3., 4., 5., 6.]);
     let b = t(&[3, 2], &[7f32, 8., 9., 10., 11., 12.]);
     assert_close(
-        &run1(&Op::MatMul, &[&a, &b]),
+        &run1(&Op::matmul(), &[&a, &b]),
         &[2, 2],
         &[58., 64., 139., 154.],
         0.0,
     );
     let v = t(&[3], &[1f32, 0., -1.]);
-    assert_close(&run1(&Op::MatMul, &[&v, &b]), &[2], &[-4., -4.], 0.0);
-    assert_close(&run1(&Op::MatMul, &[&a, &v]), &[2], &[-2., -2.], 0.0);
-    assert_close(&run1(&Op::MatMul, &[&v, &v]), &[], &[2.], 0.0);
+    assert_close(&run1(&Op::matmul(), &[&v, &b]), &[2], &[-4., -4.], 0.0);
+    assert_close(&run1(&Op::matmul(), &[&a, &v]), &[2], &[-2., -2.], 0.0);
+    assert_close(&run1(&Op::matmul(), &[&v, &v]), &[], &[2.], 0.0);
     let ai = t(&[2, 2], &[1i64, 2, 3, 4]);
     assert_eq!(
-        run1(&Op::MatMul, &[&ai, &ai]),
+        run1(&Op::matmul(), &[&ai, &ai]),
         t(&[2, 2], &[7i64, 10, 15, 22])
     );
-    assert!(eval_op(&Op::MatMul, &[Some(&a), Some(&a)]).is_err());
+    assert!(eval_op(&Op::matmul(), &[Some(&a), Some(&a)]).is_err());
 }
 
 #[test]
@@ -659,7 +659,7 @@ fn matmul_broadcasts_batches() {
     let (a_data, b_data) = (data(12, 1), data(36, 2));
     let a = t(&[2, 1, 2, 3], &a_data);
     let b = t(&[3, 3, 4], &b_data);
-    let got = run1(&Op::MatMul, &[&a, &b]);
+    let got = run1(&Op::matmul(), &[&a, &b]);
     let mut a3 = Vec::new();
     let mut b3 = Vec::new();
     for i in 0..2 {
@@ -674,7 +674,10 @@ fn matmul_broadcasts_batches() {
         &naive_matmul(&a3, &b3, 6, 2, 3, 4),
         1e-6,
     );
-    let f64s = run1(&Op::MatMul, &[&cast(&a, DType::F64), &cast(&b, DType::F64)]);
+    let f64s = run1(
+        &Op::matmul(),
+        &[&cast(&a, DType::F64), &cast(&b, DType::F64)],
+    );
     assert_close(
         &f64s,
         &[2, 3, 2, 4],
@@ -693,6 +696,7 @@ fn gemm_transposes_scales_and_broadcasts_c() {
         beta: 0.5,
         trans_a: true,
         trans_b: true,
+        activation: nnc::ops::Activation::None,
     };
     let y = run(&Op::Gemm(g.clone()), &[Some(&a), Some(&b), Some(&c)]).remove(0);
     assert_close(&y, &[2, 2], &[116.5, 127.5, 278.5, 307.5], 0.0);
@@ -706,6 +710,7 @@ fn gemm_transposes_scales_and_broadcasts_c() {
         beta: 1.0,
         trans_a: false,
         trans_b: false,
+        activation: nnc::ops::Activation::None,
     };
     assert_eq!(
         run(&Op::Gemm(plain), &[Some(&ai), Some(&bi), Some(&ci)]).remove(0),
@@ -775,6 +780,7 @@ fn conv_hand_computed() {
         pads: vec![0; 4],
         dilations: vec![1, 1],
         group: 1,
+        activation: nnc::ops::Activation::None,
     };
     assert_close(
         &run1(&Op::Conv(c.clone()), &[&x, &w]),
@@ -844,6 +850,7 @@ fn conv_grouped_dilated_strided_matches_naive_loops() {
             pads,
             dilations,
             group,
+            activation: nnc::ops::Activation::None,
         };
         let (shape, want) = naive_conv(&x, &w, Some(&b), &c);
         assert_close(
@@ -1817,7 +1824,10 @@ fn run_graph_rejects_bad_inputs() {
 #[test]
 fn eval_op_reports_errors_instead_of_panicking() {
     let x = t(&[2], &[1f32, 2.]);
-    assert!(eval_op(&Op::MatMul, &[Some(&x)]).is_err(), "missing input");
+    assert!(
+        eval_op(&Op::matmul(), &[Some(&x)]).is_err(),
+        "missing input"
+    );
     assert!(eval_op(&Op::Concat { axis: 3 }, &[Some(&x)]).is_err());
     assert!(eval_op(&Op::Gather { axis: 2 }, &[Some(&x), Some(&x)]).is_err());
     assert!(eval_op(
@@ -1839,6 +1849,7 @@ fn eval_op_reports_errors_instead_of_panicking() {
         pads: vec![0, 0],
         dilations: vec![1],
         group: 1,
+        activation: nnc::ops::Activation::None,
     };
     let xi = t(&[1, 1, 2], &[1f32, 2.]);
     let w = t(&[1, 1, 3], &[1f32, 1., 1.]);

@@ -278,12 +278,12 @@ fn matmul_float32_shapes() {
     for (a, b) in shapes {
         cases.push((
             format!("matmul {a:?}x{b:?}"),
-            Op::MatMul,
+            Op::matmul(),
             vec![f32s(a), f32s(b)],
         ));
         cases.push((
             format!("matmul {a:?}x const {b:?}"),
-            Op::MatMul,
+            Op::matmul(),
             vec![f32s(a), cst(DType::F32, b)],
         ));
     }
@@ -308,14 +308,14 @@ fn matmul_other_dtypes() {
         ] {
             cases.push((
                 format!("matmul {dtype} {a:?}x{b:?}"),
-                Op::MatMul,
+                Op::matmul(),
                 vec![rt(dtype, a), rt(dtype, b)],
             ));
         }
     }
     cases.push((
         "matmul f64 const".into(),
-        Op::MatMul,
+        Op::matmul(),
         vec![rt(DType::F64, &[4, 6]), cst(DType::F64, &[6, 3])],
     ));
     check_all(cases);
@@ -348,6 +348,7 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
                             beta,
                             trans_a,
                             trans_b,
+                            activation: nnc::ops::Activation::None,
                         });
                         let b_in = if const_b {
                             cst(DType::F32, &b)
@@ -386,6 +387,7 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
                 beta: 1.5,
                 trans_a: false,
                 trans_b: true,
+                activation: nnc::ops::Activation::None,
             });
             let b_in = if const_b {
                 cst(DType::F32, &[n, k])
@@ -413,6 +415,7 @@ fn gemm_other_dtypes() {
                     beta,
                     trans_a: true,
                     trans_b,
+                    activation: nnc::ops::Activation::None,
                 });
                 let b = if trans_b { [5, 4] } else { [4, 5] };
                 cases.push((
@@ -441,6 +444,7 @@ fn conv_op(
         pads: pads.to_vec(),
         dilations: dilations.to_vec(),
         group,
+        activation: nnc::ops::Activation::None,
     })
 }
 
@@ -970,20 +974,20 @@ fn performance_report() {
     let flops = 2.0 * (n * n * n) as f64;
     measure(
         "matmul 256x256x256 (both runtime)",
-        Op::MatMul,
+        Op::matmul(),
         vec![f32s(&[n, n]), f32s(&[n, n])],
         flops,
     );
     measure(
         "matmul 256x256x256 (constant B)",
-        Op::MatMul,
+        Op::matmul(),
         vec![f32s(&[n, n]), cst(DType::F32, &[n, n])],
         flops,
     );
     let big = 1024;
     measure(
         "matmul 1024x1024x1024 (constant B)",
-        Op::MatMul,
+        Op::matmul(),
         vec![f32s(&[big, big]), cst(DType::F32, &[big, big])],
         2.0 * (big * big * big) as f64,
     );
@@ -1082,7 +1086,7 @@ fn performance_report() {
     let attn = 2.0 * (8 * 128 * 64 * 128) as f64;
     measure(
         "matmul batched 8x128x64 @ 8x64x128",
-        Op::MatMul,
+        Op::matmul(),
         vec![f32s(&[8, 128, 64]), f32s(&[8, 64, 128])],
         attn,
     );
@@ -1091,6 +1095,7 @@ fn performance_report() {
         beta: 1.0,
         trans_a: false,
         trans_b: true,
+        activation: nnc::ops::Activation::None,
     });
     let flops = 2.0 * (2048 * 1000) as f64;
     measure(

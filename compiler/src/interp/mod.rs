@@ -115,7 +115,7 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         Op::Binary(b) => elementwise::binary(*b, x()?, required(inputs, 1)?)?,
         Op::Where => elementwise::where_(x()?, required(inputs, 1)?, required(inputs, 2)?)?,
         Op::Cast { to } => cast(x()?, *to),
-        Op::MatMul => linalg::matmul(x()?, required(inputs, 1)?)?,
+        Op::MatMul(_) => linalg::matmul(x()?, required(inputs, 1)?)?,
         Op::Gemm(g) => linalg::gemm(g, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::Conv(c) => conv::conv(c, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::ConvTranspose(c) => {
@@ -172,7 +172,31 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         } => indexing::cumsum(x()?, *axis, *exclusive, *reverse)?,
         Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
     };
+    let out = match op {
+        Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_) => epilogue(op, out, inputs)?,
+        _ => out,
+    };
     Ok(vec![out])
+}
+
+/// The fused epilogue of Conv, Gemm and MatMul: MatMul's bias (input 2), the residual
+/// (input 3), then the activation.
+fn epilogue(op: &Op, mut out: Tensor, inputs: &[Option<&Tensor>]) -> Result<Tensor, String> {
+    use crate::ops::{Activation, BinaryOp, UnaryOp};
+    if let (Op::MatMul(_), Some(bias)) = (op, optional(inputs, 2)) {
+        out = elementwise::binary(BinaryOp::Add, &out, bias)?;
+    }
+    if let Some(r) = optional(inputs, 3) {
+        out = elementwise::binary(BinaryOp::Add, &out, r)?;
+    }
+    Ok(match op.activation() {
+        Activation::None => out,
+        Activation::Silu => {
+            let s = elementwise::unary(UnaryOp::Sigmoid, &out)?;
+            elementwise::binary(BinaryOp::Mul, &out, &s)?
+        }
+        a => elementwise::unary(a.as_unary().expect("a unary activation"), &out)?,
+    })
 }
 
 fn required<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor, String> {

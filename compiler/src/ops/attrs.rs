@@ -143,6 +143,8 @@ pub struct GemmAttrs {
     pub beta: f32,
     pub trans_a: bool,
     pub trans_b: bool,
+    /// Fused epilogue: applied to `alpha·AB + beta·C (+ R)`.
+    pub activation: Activation,
 }
 
 /// Shared by Conv, ConvTranspose and pooling. Spatial vectors have one entry per spatial
@@ -154,6 +156,16 @@ pub struct ConvAttrs {
     pub pads: Vec<usize>,
     pub dilations: Vec<usize>,
     pub group: usize,
+    /// Fused epilogue: applied to the convolution plus bias (plus the residual input).
+    pub activation: Activation,
+}
+
+/// MatMul's fused epilogue: inputs are A, B, then an optional bias (`[N]`, broadcast
+/// over the rows) and an optional residual `R` shaped like the output;
+/// `Y = activation(A·B + bias + R)`.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct MatMulAttrs {
+    pub activation: Activation,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -317,4 +329,43 @@ pub enum Activation {
         tanh: bool,
     },
     Tanh,
+}
+
+impl Activation {
+    /// The elementwise op this activation computes, `None` for `None` and `Silu` (which
+    /// is `x · Sigmoid(x)`).
+    pub fn as_unary(self) -> Option<UnaryOp> {
+        Some(match self {
+            Activation::None | Activation::Silu => return None,
+            Activation::Relu => UnaryOp::Relu,
+            Activation::Clip { min, max } => UnaryOp::Clip {
+                min: f64::from(min),
+                max: f64::from(max),
+            },
+            Activation::LeakyRelu { alpha } => UnaryOp::LeakyRelu { alpha },
+            Activation::HardSigmoid { alpha, beta } => UnaryOp::HardSigmoid { alpha, beta },
+            Activation::HardSwish => UnaryOp::HardSwish,
+            Activation::Sigmoid => UnaryOp::Sigmoid,
+            Activation::Gelu { tanh } => UnaryOp::Gelu { tanh },
+            Activation::Tanh => UnaryOp::Tanh,
+        })
+    }
+
+    /// The activation computing a unary op, if it is one.
+    pub fn from_unary(u: UnaryOp) -> Option<Activation> {
+        Some(match u {
+            UnaryOp::Relu => Activation::Relu,
+            UnaryOp::Clip { min, max } => Activation::Clip {
+                min: min as f32,
+                max: max as f32,
+            },
+            UnaryOp::LeakyRelu { alpha } => Activation::LeakyRelu { alpha },
+            UnaryOp::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
+            UnaryOp::HardSwish => Activation::HardSwish,
+            UnaryOp::Sigmoid => Activation::Sigmoid,
+            UnaryOp::Gelu { tanh } => Activation::Gelu { tanh },
+            UnaryOp::Tanh => Activation::Tanh,
+            _ => return None,
+        })
+    }
 }

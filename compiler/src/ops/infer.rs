@@ -56,6 +56,46 @@ pub fn window_output(
 }
 
 pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
+    let out = infer_core(op, inputs)?;
+    check_epilogue(op, inputs, &out)?;
+    Ok(out)
+}
+
+/// The fused epilogue's operands of Conv, Gemm and MatMul: MatMul's bias has N
+/// elements; a residual (input 3) has the output's type.
+fn check_epilogue(
+    op: &Op,
+    inputs: &[Option<TensorType>],
+    out: &[TensorType],
+) -> Result<(), String> {
+    if !matches!(op, Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_)) {
+        return Ok(());
+    }
+    if inputs.len() > 4 {
+        return Err(format!("{} takes at most 4 inputs", op.name()));
+    }
+    if let (Op::MatMul(_), Some(Some(bias))) = (op, inputs.get(2)) {
+        let n = out[0].shape.last().copied().unwrap_or(1);
+        let ok = bias.numel() == n
+            && bias.shape.iter().rev().skip(1).all(|&d| d == 1)
+            && bias.rank() <= out[0].rank()
+            && bias.dtype == out[0].dtype;
+        if !ok {
+            return Err(format!(
+                "MatMul bias {bias} does not match output {}",
+                out[0]
+            ));
+        }
+    }
+    if let Some(Some(r)) = inputs.get(3) {
+        if *r != out[0] {
+            return Err(format!("residual {r} does not match output {}", out[0]));
+        }
+    }
+    Ok(())
+}
+
+fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
     let x = || input(inputs, 0);
     match op {
         Op::Unary(u) => {
@@ -96,7 +136,7 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             Ok(vec![TensorType::new(a.dtype, shape)])
         }
         Op::Cast { to } => Ok(vec![TensorType::new(*to, x()?.shape.clone())]),
-        Op::MatMul => infer_matmul(x()?, input(inputs, 1)?),
+        Op::MatMul(_) => infer_matmul(x()?, input(inputs, 1)?),
         Op::Gemm(g) => {
             let (a, b) = (x()?, input(inputs, 1)?);
             if a.rank() != 2 || b.rank() != 2 {

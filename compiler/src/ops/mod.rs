@@ -27,10 +27,14 @@ pub enum Op {
         to: DType,
     },
     /// numpy `matmul`: batched, batch dims broadcast, 1-D operands promoted then squeezed.
-    MatMul,
+    /// Optional inputs 2 (bias) and 3 (residual) and the activation: see [`MatMulAttrs`].
+    MatMul(MatMulAttrs),
     /// `alpha * op(A) @ op(B) + beta * C`; C optional and unidirectionally broadcast.
+    /// Optional input 3: a residual `R` shaped like the output, added before the
+    /// activation.
     Gemm(GemmAttrs),
-    /// N-d convolution, NC[D]HW, inputs X, W, optional bias B.
+    /// N-d convolution, NC[D]HW, inputs X, W, optional bias B, optional residual R
+    /// (shaped like the output, added before the activation).
     Conv(ConvAttrs),
     /// N-d transposed convolution, inputs X, W ([C_in, C_out/group, k...]), optional B.
     ConvTranspose(ConvTransposeAttrs),
@@ -114,6 +118,21 @@ pub enum Op {
 }
 
 impl Op {
+    /// A plain MatMul (no fused epilogue).
+    pub fn matmul() -> Op {
+        Op::MatMul(MatMulAttrs::default())
+    }
+
+    /// The fused activation of a Conv, Gemm or MatMul (`None` for other ops).
+    pub fn activation(&self) -> Activation {
+        match self {
+            Op::Conv(c) => c.activation,
+            Op::Gemm(g) => g.activation,
+            Op::MatMul(m) => m.activation,
+            _ => Activation::None,
+        }
+    }
+
     /// Short name for messages and the op histogram.
     pub fn name(&self) -> String {
         match self {

@@ -27,8 +27,7 @@ use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
 use crate::ir::{DType, Tensor, TensorType};
-use crate::ops::Activation;
-use crate::ops::{ConvAttrs, ConvTransposeAttrs};
+use crate::ops::{Activation, ConvAttrs, ConvTransposeAttrs};
 
 const F32: usize = 4;
 /// Bytes of im2col panels produced and consumed at a time: small enough to stay in L2
@@ -222,16 +221,63 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
     if y.ty.numel() == 0 {
         return Ok(());
     }
-    let ops = ConvOperands { x, w, bias, y };
+    let residual = ctx.inputs.get(3).cloned().flatten();
+    let fused = residual.is_some() || c.activation != Activation::None;
+    if fused && x.ty.dtype != DType::F32 {
+        return Err(format!(
+            "a fused Conv epilogue needs float32, not {}",
+            x.ty.dtype
+        ));
+    }
+    let ops = ConvOperands {
+        x,
+        w,
+        bias,
+        y,
+        residual,
+        activation: c.activation,
+    };
     match choose_path(&g, ops.x.ty.dtype) {
         ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
-        ConvPath::Depthwise => conv_depthwise(ctx, &g, &ops),
+        ConvPath::Depthwise => {
+            conv_depthwise(ctx, &g, &ops)?;
+            apply_epilogue(ctx.b, &ops)
+        }
         ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
         ConvPath::Scalar => {
             conv_scalar(ctx.b, &g, &ops);
-            Ok(())
+            apply_epilogue(ctx.b, &ops)
         }
     }
+}
+
+/// The fused epilogue as a pass over the finished float32 output, for the paths that
+/// do not go through the GEMM: `Y = activation(Y + R)`, four lanes at a time.
+fn apply_epilogue(b: &mut FunctionBuilder, ops: &ConvOperands) -> LowerResult {
+    if ops.residual.is_none() && ops.activation == Activation::None {
+        return Ok(());
+    }
+    let total = ops.y.ty.numel();
+    let vec_end = total / LANES * LANES;
+    let step = |b: &mut FunctionBuilder, i: Value, ty: types::Type| {
+        let y = kernel::elem_addr(b, ops.y.ptr, i, F32);
+        let mut v = b.ins().load(ty, flags(), y, 0);
+        if let Some(r) = &ops.residual {
+            let ra = kernel::elem_addr(b, r.ptr, i, F32);
+            let rv = b.ins().load(ty, flags(), ra, 0);
+            v = b.ins().fadd(v, rv);
+        }
+        let v =
+            super::elementwise::activation(b, ops.activation, v).expect("activations lower on f32");
+        b.ins().store(flags(), v, y, 0);
+    };
+    kernel::counted_loop(b, 0, vec_end as i64, LANES as i64, |b, i| {
+        step(b, i, types::F32X4)
+    });
+    kernel::counted_loop(b, vec_end as i64, total as i64, 1, |b, i| {
+        step(b, i, types::F32)
+    });
+    Ok(())
 }
 
 struct ConvOperands {
@@ -239,6 +285,9 @@ struct ConvOperands {
     w: Operand,
     bias: Option<Operand>,
     y: Operand,
+    /// Fused epilogue: `Y = activation(conv + bias + R)`.
+    residual: Option<Operand>,
+    activation: Activation,
 }
 
 fn scratch(ctx: &LowerCtx) -> Result<Value, String> {
@@ -297,16 +346,31 @@ impl WeightsA {
     }
 }
 
-/// The GEMM of one group: `Y_g[Mg, cols] = W_g[Mg, K] · B[K, cols] (+ bias)`, C rows
-/// `ldc = P` apart.
+/// The GEMM of one group: `Y_g[Mg, cols] = act(W_g[Mg, K] · B[K, cols] + bias + R)`,
+/// C (and R) rows `ldc = P` apart.
 fn group_gemm(
     g: &ConvGeometry,
     weights: &WeightsA,
     b: BLayout,
     cols: usize,
     k: usize,
-    bias: bool,
+    ops: &ConvOperands,
 ) -> GemmSpec {
+    let mut addends = vec![];
+    if ops.bias.is_some() {
+        addends.push(Addend {
+            row_stride: 1,
+            col_stride: 0,
+            scale: 1.0,
+        });
+    }
+    if ops.residual.is_some() {
+        addends.push(Addend {
+            row_stride: g.out_size(),
+            col_stride: 1,
+            scale: 1.0,
+        });
+    }
     GemmSpec {
         m: g.mg,
         n: cols,
@@ -316,22 +380,15 @@ fn group_gemm(
         ldc: g.out_size(),
         c_col_stride: 1,
         alpha: 1.0,
-        addends: if bias {
-            vec![Addend {
-                row_stride: 1,
-                col_stride: 0,
-                scale: 1.0,
-            }]
-        } else {
-            vec![]
-        },
-        activation: Activation::None,
+        addends,
+        activation: ops.activation,
         geometry: weights.geom,
         b_taps: vec![],
     }
 }
 
-/// `Y[n, grp·Mg]`, and the bias of group `grp` (as GEMM addend addresses).
+/// `Y[n, grp·Mg]`, the bias of group `grp` and `R[n, grp·Mg]` (as GEMM addend
+/// addresses; the residual's, last, must move with C's columns).
 fn output_and_bias(
     b: &mut FunctionBuilder,
     g: &ConvGeometry,
@@ -340,15 +397,21 @@ fn output_and_bias(
     grp: Value,
 ) -> (Value, Vec<Value>) {
     let p = g.out_size();
-    let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * p * F32);
-    let y_g = kernel::elem_addr(b, y_n, grp, g.mg * p * F32);
-    let bias = ops
+    let plane = |b: &mut FunctionBuilder, base: Value| {
+        let at_n = kernel::elem_addr(b, base, n, g.maps * p * F32);
+        kernel::elem_addr(b, at_n, grp, g.mg * p * F32)
+    };
+    let y_g = plane(b, ops.y.ptr);
+    let mut addends: Vec<Value> = ops
         .bias
         .as_ref()
         .map(|bias| kernel::elem_addr(b, bias.ptr, grp, g.mg * F32))
         .into_iter()
         .collect();
-    (y_g, bias)
+    if let Some(r) = &ops.residual {
+        addends.push(plane(b, r.ptr));
+    }
+    (y_g, addends)
 }
 
 /// Address of `X[n, grp·Cg]` for elements of `size` bytes.
@@ -367,14 +430,7 @@ fn input_group(
 fn conv_pointwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
     let weights = weights_operand(ctx, g, &ops.w)?;
     let p = g.out_size();
-    let spec = group_gemm(
-        g,
-        &weights,
-        BLayout::Rows { row_stride: p },
-        p,
-        g.cg,
-        ops.bias.is_some(),
-    );
+    let spec = group_gemm(g, &weights, BLayout::Rows { row_stride: p }, p, g.cg, ops);
     let kernel = GemmKernel::define(ctx, &spec)?;
     kernel::nested_loop(ctx.b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
@@ -510,14 +566,7 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     let weights = weights_operand(ctx, g, &ops.w)?;
     let geom = weights.geom;
     let tables = im2col_tables(g, geom.nr)?;
-    let whole = group_gemm(
-        g,
-        &weights,
-        BLayout::Packed,
-        g.out_size(),
-        g.gemm_k(),
-        ops.bias.is_some(),
-    );
+    let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);
     if implicit_gemm_fits(g, &geom, &whole) {
         let wide_offset = layout.padded_bytes;
         return conv_implicit_gemm(
@@ -540,11 +589,10 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     let chunk_cols = layout.chunk_cols;
     let full_chunks = p / chunk_cols;
     let tail_cols = p - full_chunks * chunk_cols;
-    let bias = ops.bias.is_some();
     let full_kernel = if full_chunks > 0 {
         Some(GemmKernel::define(
             ctx,
-            &group_gemm(g, &weights, BLayout::Packed, chunk_cols, g.gemm_k(), bias),
+            &group_gemm(g, &weights, BLayout::Packed, chunk_cols, g.gemm_k(), ops),
         )?)
     } else {
         None
@@ -552,7 +600,7 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     let tail_kernel = if tail_cols > 0 {
         Some(GemmKernel::define(
             ctx,
-            &group_gemm(g, &weights, BLayout::Packed, tail_cols, g.gemm_k(), bias),
+            &group_gemm(g, &weights, BLayout::Packed, tail_cols, g.gemm_k(), ops),
         )?)
     } else {
         None
@@ -573,7 +621,12 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
         let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize, kernel: &GemmKernel| {
             im2col_panels(b, g, &geom, ptrs, src, col, col0, cols);
             let c0 = kernel::elem_addr(b, c, col0, F32);
-            kernel.call(b, a, col, c0, &bias);
+            let mut addends = bias.clone();
+            if ops.residual.is_some() {
+                let r = addends.pop().expect("the residual addend");
+                addends.push(kernel::elem_addr(b, r, col0, F32));
+            }
+            kernel.call(b, a, col, c0, &addends);
         };
         if let Some(k) = &full_kernel {
             kernel::counted_loop(
@@ -1295,7 +1348,14 @@ pub fn conv_transpose(ctx: &mut LowerCtx, c: &ConvTransposeAttrs) -> LowerResult
         return Ok(());
     }
     let fma = gemm::has_fma(ctx.target);
-    let ops = ConvOperands { x, w, bias, y };
+    let ops = ConvOperands {
+        x,
+        w,
+        bias,
+        y,
+        residual: None,
+        activation: Activation::None,
+    };
     init_output(ctx.b, &g, &ops);
     if ops.x.ty.dtype == DType::F32 {
         return transpose_gemm_taps(ctx, &g, &ops);

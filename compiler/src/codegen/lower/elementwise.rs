@@ -276,6 +276,37 @@ pub fn unary(ctx: &mut LowerCtx, op: UnaryOp) -> LowerResult {
     )
 }
 
+/// A fused activation (see [`crate::ops::Activation`]) of a float scalar or vector.
+pub(super) fn activation(
+    b: &mut FunctionBuilder,
+    act: crate::ops::Activation,
+    x: Value,
+) -> Result<Value, String> {
+    use crate::ops::Activation;
+    match act {
+        Activation::None => Ok(x),
+        Activation::Silu => {
+            let s = math::sigmoid(b, x);
+            Ok(b.ins().fmul(x, s))
+        }
+        // The formula exporters write, `x·0.5·(1 + erf(x/√2))`, which the fused pattern
+        // computed: half the work of `math::gelu_erf`, whose accurate negative tail
+        // also evaluates erfc.
+        Activation::Gelu { tanh: false } => {
+            let ty = b.func.dfg.value_type(x);
+            let r = fconst(b, ty, std::f64::consts::FRAC_1_SQRT_2);
+            let z = b.ins().fmul(x, r);
+            let e = math::erf(b, z);
+            let one = fconst(b, ty, 1.0);
+            let p = b.ins().fadd(e, one);
+            let half = fconst(b, ty, 0.5);
+            let h = b.ins().fmul(x, half);
+            Ok(b.ins().fmul(h, p))
+        }
+        a => unary_float(b, a.as_unary().expect("a unary activation"), x),
+    }
+}
+
 fn unary_float(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Result<Value, String> {
     let ty = b.func.dfg.value_type(x);
     let zero = fconst(b, ty, 0.0);

@@ -181,6 +181,9 @@ impl GemmSpec {
 pub struct GemmKernel {
     func: FuncRef,
     addends: usize,
+    /// Applies an activation the machine-code epilogue lacks (transcendental ones) to
+    /// C after the kernel: one pass over C while it is still in cache.
+    post: Option<FuncRef>,
 }
 
 impl GemmKernel {
@@ -189,9 +192,22 @@ impl GemmKernel {
         let params = 3 + spec.addends.len();
         let packed =
             spec.a == ALayout::Packed || matches!(spec.b, BLayout::Packed | BLayout::Taps { .. });
+        let mut post = None;
+        let without_activation = GemmSpec {
+            activation: Activation::None,
+            ..spec.clone()
+        };
         let func = match spec.geometry.kernel {
             KernelKind::X86(isa) if gemm_x86::supports(spec) => {
                 define_machine_code(ctx, params, &gemm_x86::emit(spec, isa)?)?
+            }
+            KernelKind::X86(isa) if gemm_x86::supports(&without_activation) => {
+                let act = spec.activation;
+                let (m, n, ldc) = (spec.m, spec.n, spec.ldc);
+                post = Some(define_out_of_line(ctx, 1, |b, p| {
+                    apply_activation(b, act, p[0], m, n, ldc)
+                })?);
+                define_machine_code(ctx, params, &gemm_x86::emit(&without_activation, isa)?)?
             }
             KernelKind::X86(_) if packed => {
                 return Err(format!(
@@ -210,6 +226,7 @@ impl GemmKernel {
         Ok(GemmKernel {
             func,
             addends: spec.addends.len(),
+            post,
         })
     }
 
@@ -227,7 +244,49 @@ impl GemmKernel {
         let mut args = vec![a, b_ptr, c];
         args.extend_from_slice(addends);
         b.ins().call(self.func, &args);
+        if let Some(post) = self.post {
+            b.ins().call(post, &[c]);
+        }
     }
+}
+
+/// `C[i, j] = act(C[i, j])` over `m × n` with rows `ldc` floats apart: f32x4 vectors,
+/// then the last columns one by one.
+fn apply_activation(
+    b: &mut FunctionBuilder,
+    act: Activation,
+    c: Value,
+    m: usize,
+    n: usize,
+    ldc: usize,
+) -> Result<(), String> {
+    use cranelift_codegen::ir::types;
+    let flags = crate::codegen::kernel::flags();
+    let vecs = n / LANES;
+    let mut failure = None;
+    crate::codegen::kernel::counted_loop(b, 0, m as i64, 1, |b, i| {
+        let row = crate::codegen::kernel::elem_addr(b, c, i, ldc * 4);
+        crate::codegen::kernel::counted_loop(b, 0, vecs as i64, 1, |b, v| {
+            let at = crate::codegen::kernel::elem_addr(b, row, v, LANES * 4);
+            let x = b.ins().load(types::F32X4, flags, at, 0);
+            match super::elementwise::activation(b, act, x) {
+                Ok(y) => {
+                    b.ins().store(flags, y, at, 0);
+                }
+                Err(e) => failure = Some(e),
+            }
+        });
+        for j in vecs * LANES..n {
+            let x = b.ins().load(types::F32, flags, row, (j * 4) as i32);
+            match super::elementwise::activation(b, act, x) {
+                Ok(y) => {
+                    b.ins().store(flags, y, row, (j * 4) as i32);
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+    });
+    failure.map_or(Ok(()), Err)
 }
 
 /// Float elements in B packed by [`pack_b`].

@@ -13,12 +13,15 @@
 //!
 //! Long K is split into blocks ([`K_BLOCK`]); the epilogue of the first block scales by
 //! alpha, adds the addends and stores, later blocks add their scaled sums to C; lane by
-//! lane where a tile sticks out of C or C's columns are strided.
+//! lane where a tile sticks out of C or C's columns are strided. The fused activation
+//! ([`GemmSpec::activation`]) is applied by the last block, after alpha and the addends,
+//! to the accumulator vectors just before they are stored.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use super::elementwise::activation;
 use super::gemm::{mul_add, ALayout, BLayout, GemmSpec, LANES, MR, NR};
 use crate::codegen::kernel::{self, flags};
 
@@ -168,6 +171,8 @@ struct KBlock {
     len: usize,
     /// The first block writes `alpha·AB + addends`; later ones add `alpha·AB` to C.
     first: bool,
+    /// The activation is applied by the last block only.
+    last: bool,
 }
 
 /// K split into blocks of similar length, each a multiple of [`K_UNROLL`] but the last.
@@ -177,6 +182,7 @@ fn k_blocks(k: usize) -> Vec<KBlock> {
             start: 0,
             len: k,
             first: true,
+            last: true,
         }];
     }
     let count = k.div_ceil(K_BLOCK);
@@ -187,6 +193,7 @@ fn k_blocks(k: usize) -> Vec<KBlock> {
             start,
             len: len.min(k - start),
             first: start == 0,
+            last: start + len >= k,
         })
         .collect()
 }
@@ -206,9 +213,6 @@ pub(super) fn emit(
     }
     if matches!(spec.b, BLayout::Taps { .. }) {
         return Err("implicit-GEMM conv layout needs an x86 kernel".into());
-    }
-    if spec.activation != crate::ops::Activation::None {
-        return Err(format!("fused {:?} is not implemented", spec.activation));
     }
     if largest_offset(spec) > i32::MAX as usize {
         return Err(format!(
@@ -427,7 +431,7 @@ impl Emitter<'_> {
         for r in 0..rows {
             for v in 0..vecs {
                 let lanes = valid.saturating_sub(v * LANES).min(LANES);
-                out.store_vector(b, self, accs[r * vecs + v], r, v * LANES, lanes, kb.first);
+                out.store_vector(b, self, accs[r * vecs + v], r, v * LANES, lanes, kb);
             }
         }
     }
@@ -459,7 +463,7 @@ impl Emitter<'_> {
         );
         let out = Epilogue::new(b, self, i0, j0);
         for (r, &acc) in accs.iter().enumerate() {
-            out.store_scalar(b, self, acc, r, 0, kb.first);
+            out.store_scalar(b, self, acc, r, 0, kb);
         }
     }
 }
@@ -587,14 +591,15 @@ impl Epilogue {
         r: usize,
         col: usize,
         lanes: usize,
-        first: bool,
+        kb: KBlock,
     ) {
+        let first = kb.first;
         let spec = e.spec;
         let contiguous = spec.c_col_stride == 1 && spec.addends.iter().all(|t| t.col_stride <= 1);
         if lanes < LANES || !contiguous {
             for l in 0..lanes {
                 let x = b.ins().extractlane(acc, l as u8);
-                self.store_scalar(b, e, x, r, col + l, first);
+                self.store_scalar(b, e, x, r, col + l, kb);
             }
             return;
         }
@@ -631,6 +636,9 @@ impl Epilogue {
             }
             y = b.ins().fadd(y, v);
         }
+        if kb.last {
+            y = activation(b, spec.activation, y).expect("activations lower on f32");
+        }
         b.ins().store(flags(), y, self.c_base, c_off);
     }
 
@@ -644,8 +652,9 @@ impl Epilogue {
         acc: Value,
         r: usize,
         col: usize,
-        first: bool,
+        kb: KBlock,
     ) {
+        let first = kb.first;
         let spec = e.spec;
         let mut y = acc;
         if spec.alpha != 1.0 {
@@ -670,6 +679,9 @@ impl Epilogue {
                 v = b.ins().fmul(v, s);
             }
             y = b.ins().fadd(y, v);
+        }
+        if kb.last {
+            y = activation(b, spec.activation, y).expect("activations lower on f32");
         }
         b.ins().store(flags(), y, self.c_base, c_off);
     }

@@ -12,8 +12,7 @@ use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
 use crate::ops::infer::broadcast_shapes;
-use crate::ops::Activation;
-use crate::ops::GemmAttrs;
+use crate::ops::{Activation, GemmAttrs, MatMulAttrs};
 
 /// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
 struct MatMulShape {
@@ -79,8 +78,24 @@ fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
     }
 }
 
-pub fn matmul(ctx: &mut LowerCtx) -> LowerResult {
+/// Inputs 2 (bias) and 3 (residual) of a fused MatMul, Gemm or Conv; f32 only.
+fn epilogue_inputs(ctx: &LowerCtx, first: usize) -> (Vec<Option<Operand>>, bool) {
+    let extra: Vec<Option<Operand>> = (first..4)
+        .map(|i| ctx.inputs.get(i).cloned().flatten())
+        .collect();
+    let fused = extra.iter().any(Option::is_some);
+    (extra, fused)
+}
+
+pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
     let (a, b, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let (extra, fused) = epilogue_inputs(ctx, 2);
+    if (fused || attrs.activation != Activation::None) && a.ty.dtype != DType::F32 {
+        return Err(format!(
+            "a fused MatMul epilogue needs float32, not {}",
+            a.ty.dtype
+        ));
+    }
     if a.ty.dtype != b.ty.dtype {
         return Err(format!(
             "MatMul input types differ: {} and {}",
@@ -89,7 +104,7 @@ pub fn matmul(ctx: &mut LowerCtx) -> LowerResult {
     }
     let shape = MatMulShape::new(&a.ty.shape, &b.ty.shape)?;
     match a.ty.dtype {
-        DType::F32 => matmul_f32(ctx, &shape, &a, &b, &y),
+        DType::F32 => matmul_f32(ctx, &shape, &a, &b, &y, attrs, &extra),
         DType::Bool => Err("MatMul does not support bool".into()),
         dtype => {
             matmul_scalar(ctx.b, dtype, &shape, &a, &b, &y);
@@ -104,7 +119,10 @@ fn matmul_f32(
     a: &Operand,
     b: &Operand,
     y: &Operand,
+    attrs: &MatMulAttrs,
+    extra: &[Option<Operand>],
 ) -> LowerResult {
+    let (bias, residual) = (extra[0].as_ref(), extra[1].as_ref());
     // Constant B: every matrix packed once, back to back.
     let geom = Geometry::for_target(ctx.target);
     let packed = match b.constant.as_ref().and_then(f32_values) {
@@ -142,14 +160,27 @@ fn matmul_f32(
         ldc: s.n,
         c_col_stride: 1,
         alpha: 1.0,
-        addends: vec![],
-        activation: Activation::None,
+        addends: bias
+            .map(|_| Addend {
+                row_stride: 0,
+                col_stride: 1,
+                scale: 1.0,
+            })
+            .into_iter()
+            .chain(residual.map(|_| Addend {
+                row_stride: s.n,
+                col_stride: 1,
+                scale: 1.0,
+            }))
+            .collect(),
+        activation: attrs.activation,
         geometry: geom,
         b_taps: vec![],
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
     if folded {
-        kernel.call(ctx.b, a.ptr, b_base, y.ptr, &[]);
+        let addends: Vec<Value> = bias.into_iter().chain(residual).map(|t| t.ptr).collect();
+        kernel.call(ctx.b, a.ptr, b_base, y.ptr, &addends);
         return Ok(());
     }
     let y_strides = kernel::strides_of(&s.batch);
@@ -157,7 +188,11 @@ fn matmul_f32(
         let a_ptr = batch_ptr(bld, a.ptr, idx, &s.a_batch_strides, s.m * s.k);
         let b_ptr = batch_ptr(bld, b_base, idx, &s.b_batch_strides, b_mat_elems);
         let c_ptr = batch_ptr(bld, y.ptr, idx, &y_strides, s.m * s.n);
-        kernel.call(bld, a_ptr, b_ptr, c_ptr, &[]);
+        let mut addends: Vec<Value> = bias.iter().map(|t| t.ptr).collect();
+        if let Some(r) = residual {
+            addends.push(batch_ptr(bld, r.ptr, idx, &y_strides, s.m * s.n));
+        }
+        kernel.call(bld, a_ptr, b_ptr, c_ptr, &addends);
     });
     Ok(())
 }
@@ -327,8 +362,15 @@ pub fn gemm(ctx: &mut LowerCtx, g: &GemmAttrs) -> LowerResult {
             a.ty.dtype, b.ty.dtype
         ));
     }
+    let residual = ctx.inputs.get(3).cloned().flatten();
+    if (residual.is_some() || g.activation != Activation::None) && a.ty.dtype != DType::F32 {
+        return Err(format!(
+            "a fused Gemm epilogue needs float32, not {}",
+            a.ty.dtype
+        ));
+    }
     match a.ty.dtype {
-        DType::F32 => gemm_f32(ctx, g, &s, &a, &b, c.as_ref(), &y),
+        DType::F32 => gemm_f32(ctx, g, &s, &a, &b, c.as_ref(), residual.as_ref(), &y),
         DType::Bool => Err("Gemm does not support bool".into()),
         dtype => {
             gemm_scalar(ctx.b, g, dtype, &s, &a, &b, c.as_ref(), &y);
@@ -343,6 +385,7 @@ fn c_strides(c: &Operand, m: usize, n: usize) -> (usize, usize) {
     (s[0], s[1])
 }
 
+#[allow(clippy::too_many_arguments)]
 fn gemm_f32(
     ctx: &mut LowerCtx,
     g: &GemmAttrs,
@@ -350,6 +393,7 @@ fn gemm_f32(
     a: &Operand,
     b: &Operand,
     c: Option<&Operand>,
+    residual: Option<&Operand>,
     y: &Operand,
 ) -> LowerResult {
     let geom = Geometry::for_target(ctx.target);
@@ -383,6 +427,11 @@ fn gemm_f32(
             }
         })
         .into_iter()
+        .chain(residual.map(|_| Addend {
+            row_stride: s.n,
+            col_stride: 1,
+            scale: 1.0,
+        }))
         .collect();
     let spec = GemmSpec {
         m: s.m,
@@ -397,12 +446,12 @@ fn gemm_f32(
         c_col_stride: 1,
         alpha: g.alpha,
         addends,
-        activation: Activation::None,
+        activation: g.activation,
         geometry: geom,
         b_taps: vec![],
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
-    let c_ptrs: Vec<Value> = c.iter().map(|c| c.ptr).collect();
+    let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
     kernel.call(ctx.b, a.ptr, b_ptr, y.ptr, &c_ptrs);
     Ok(())
 }

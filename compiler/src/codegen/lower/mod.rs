@@ -102,7 +102,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Concat { axis } => movement::concat(ctx, *axis),
         Op::Gather { axis } => movement::gather(ctx, *axis),
         Op::Pad(p) => movement::pad(ctx, p),
-        Op::MatMul => linalg::matmul(ctx),
+        Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm(ctx, g),
         Op::Conv(c) => conv::conv(ctx, c),
         Op::ConvTranspose(c) => conv::conv_transpose(ctx, c),

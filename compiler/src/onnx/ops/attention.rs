@@ -261,7 +261,7 @@ pub fn attention(ctx: &mut NodeCtx) -> ImportResult {
         vec![Some(k)],
     )?;
     let q = reshape(ctx, q, vec![batch, kv_heads, group * q_len, head_size])?;
-    let qk = ctx.emit1(Op::MatMul, vec![Some(q), Some(kt)])?;
+    let qk = ctx.emit1(Op::matmul(), vec![Some(q), Some(kt)])?;
     let mut qk = reshape(ctx, qk, vec![batch, q_heads, q_len, kv_len])?;
     if softcap > 0.0 {
         let c = scalar(ctx, "attention_softcap", dtype, softcap as f64);
@@ -437,7 +437,7 @@ pub fn attention(ctx: &mut NodeCtx) -> ImportResult {
     // Y = p @ V.
     let dv = ctx.ty(v).shape[3];
     let p = reshape(ctx, p, vec![batch, kv_heads, group * q_len, kv_len])?;
-    let y = ctx.emit1(Op::MatMul, vec![Some(p), Some(v)])?;
+    let y = ctx.emit1(Op::matmul(), vec![Some(p), Some(v)])?;
     let mut y = reshape(ctx, y, vec![batch, q_heads, q_len, dv])?;
     if rank == 3 {
         y = ctx.emit1(

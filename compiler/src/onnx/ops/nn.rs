@@ -136,6 +136,7 @@ pub fn conv(ctx: &mut NodeCtx) -> ImportResult {
         pads: win.pads,
         dilations: win.dilations,
         group,
+        activation: crate::ops::Activation::None,
     });
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
     let y = ctx.emit1(op, ins)?;
@@ -282,6 +283,7 @@ pub fn gemm(ctx: &mut NodeCtx) -> ImportResult {
         beta: a.float("beta", 1.0)?,
         trans_a: a.int("transA", 0)? != 0,
         trans_b: a.int("transB", 0)? != 0,
+        activation: crate::ops::Activation::None,
     };
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
     let y = ctx.emit1(Op::Gemm(attrs), ins)?;
@@ -291,7 +293,7 @@ pub fn gemm(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn matmul(ctx: &mut NodeCtx) -> ImportResult {
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?)];
-    let y = ctx.emit1(Op::MatMul, ins)?;
+    let y = ctx.emit1(Op::matmul(), ins)?;
     ctx.bind_output(0, y);
     Ok(())
 }

@@ -1,0 +1,145 @@
+//! Graph passes run between import and code generation (see [`crate::driver`]).
+//!
+//! A [`PassManager`] runs an ordered pipeline of named passes over the [`Graph`], each
+//! a function rewriting it in place, and can dump the IR (the graph's `Display`) before
+//! and after each pass. Every pass keeps the graph's invariants: nodes topologically
+//! ordered, graph inputs and outputs (and so the ABI's tensor names) unchanged, and
+//! types consistent with [`crate::ops::infer_types`]. A rewrite that replaces a chain
+//! of nodes makes the new node produce the chain's last value, so a graph output never
+//! changes identity; the dead remainder is removed by [`dce`].
+//!
+//! The default pipeline:
+//! * [`const_fold`]: nodes whose inputs are all constant are evaluated with the
+//!   reference interpreter (shape arithmetic chains included);
+//! * [`cse`]: identical constants deduplicated by content, then nodes with the same
+//!   op, attributes and inputs merged;
+//! * [`views`]: Transposes that only move unit axes become Reshapes (views); 2-D ones
+//!   read by a Gemm become its transA / transB;
+//! * [`fold_affine`]: per-channel `Mul`/`Add` after a Conv (BatchNormalization after
+//!   import) and per-column ones after a Gemm/MatMul folded into weights and bias,
+//!   which turns `MatMul + Add(bias)` into one biased MatMul;
+//! * [`gelu`]: the erf form of GELU as exported (`x·0.5·(1+Erf(x/√2))` and its
+//!   variants) recognized as one `Gelu`;
+//! * [`fuse_epilogue`]: residual `Add`s and activations folded into the preceding
+//!   Conv/Gemm/MatMul, computed in its epilogue;
+//! * [`dce`]: nodes whose outputs nothing reads removed (also run after each rewrite).
+
+pub mod const_fold;
+pub mod cse;
+pub mod dce;
+pub mod fold_affine;
+pub mod fuse_epilogue;
+pub mod gelu;
+pub mod util;
+pub mod views;
+
+use crate::ir::Graph;
+
+/// One graph pass: rewrites the graph in place; errors are messages.
+pub type PassFn = fn(&mut Graph) -> Result<(), String>;
+
+/// Every pass by name, in the default pipeline's order.
+pub const PASSES: &[(&str, PassFn)] = &[
+    ("const_fold", const_fold::run),
+    ("cse", cse::run),
+    ("views", views::run),
+    ("fold_affine", fold_affine::run),
+    ("gelu", gelu::run),
+    ("fuse_epilogue", fuse_epilogue::run),
+    ("dce", dce::run),
+];
+
+/// Looks a pass up by name.
+pub fn pass(name: &str) -> Option<PassFn> {
+    PASSES.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+}
+
+/// Where [`PassManager`] dumps the IR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Dump {
+    #[default]
+    Off,
+    /// Before the first pass and after each one, to stderr.
+    Stderr,
+}
+
+pub struct PassManager {
+    pub pipeline: Vec<(String, PassFn)>,
+    pub dump: Dump,
+}
+
+impl Default for PassManager {
+    fn default() -> Self {
+        PassManager {
+            pipeline: PASSES.iter().map(|(n, f)| (n.to_string(), *f)).collect(),
+            dump: Dump::Off,
+        }
+    }
+}
+
+impl PassManager {
+    /// A pipeline of the named passes, in order; `"none"` (or empty) is no pass and
+    /// `"default"` the default pipeline.
+    pub fn from_list(list: &str) -> Result<PassManager, String> {
+        let list = list.trim();
+        if list == "default" {
+            return Ok(PassManager::default());
+        }
+        let mut pipeline = vec![];
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if name == "none" {
+                continue;
+            }
+            let f = pass(name).ok_or_else(|| {
+                let known: Vec<&str> = PASSES.iter().map(|(n, _)| *n).collect();
+                format!("unknown pass '{name}' (known: {})", known.join(", "))
+            })?;
+            pipeline.push((name.to_string(), f));
+        }
+        Ok(PassManager {
+            pipeline,
+            dump: Dump::Off,
+        })
+    }
+
+    /// The pipeline the driver runs: `NNC_PASSES` (a comma-separated list, `none` or
+    /// `default`) overrides the default; `NNC_DUMP_PASSES=1` dumps the IR to stderr.
+    pub fn from_env() -> Result<PassManager, String> {
+        let mut pm = match std::env::var("NNC_PASSES") {
+            Ok(list) => PassManager::from_list(&list)?,
+            Err(_) => PassManager::default(),
+        };
+        if std::env::var("NNC_DUMP_PASSES").is_ok_and(|v| !v.is_empty() && v != "0") {
+            pm.dump = Dump::Stderr;
+        }
+        Ok(pm)
+    }
+
+    /// Runs the pipeline; `after` is called with each pass's name and the graph it left.
+    pub fn run_with(
+        &self,
+        graph: &mut Graph,
+        mut after: impl FnMut(&str, &Graph),
+    ) -> Result<(), String> {
+        if self.dump == Dump::Stderr {
+            eprintln!("; IR before passes ({} nodes)\n{graph}", graph.nodes.len());
+        }
+        for (name, f) in &self.pipeline {
+            f(graph).map_err(|e| format!("pass {name}: {e}"))?;
+            if self.dump == Dump::Stderr {
+                eprintln!("; IR after {name} ({} nodes)\n{graph}", graph.nodes.len());
+            }
+            after(name, graph);
+        }
+        Ok(())
+    }
+
+    pub fn run(&self, graph: &mut Graph) -> Result<(), String> {
+        self.run_with(graph, |_, _| {})
+    }
+}
+
+/// Runs the default pipeline.
+pub fn optimize(graph: &mut Graph) -> Result<(), String> {
+    PassManager::default().run(graph)
+}

@@ -1,0 +1,376 @@
+//! File tests for the graph passes, in the style of Cranelift's filetests: each
+//! `tests/passes/*.nir` file holds a small model in a compact text form, the passes to
+//! run, and the IR dump expected after them (`Graph`'s `Display`).
+//!
+//! ```text
+//! ; passes: fold_affine, fuse_epilogue     (comma-separated, run in order)
+//! ; free text after ';' is a comment
+//! input x [1,3,8,8]                      (a float32 graph input)
+//! input k [4] const                      (an input made a random constant after import:
+//!                                          import folds constants itself, so this is
+//!                                          how constant-input nodes reach a pass)
+//! init w [4,3,3,3]                       (float32 initializer, seeded random values)
+//! init s [4,1,1] = 1,2,3,4               (explicit values; one value fills the shape)
+//! init k:i64 [2] = 1,-1                  (an int64 initializer)
+//! c = Conv(x, w) pads=[1,1,1,1] group=1  (an ONNX node; `_` skips an input;
+//!                                          [..] ints, 1 int, 0.5 float, else string)
+//! y = Relu(c)
+//! output y
+//! ---
+//! graph(%x: float32[1,3,8,8]) {          (the expected dump)
+//! ...
+//! ```
+//!
+//! Every test also runs the reference interpreter on the graph before and after the
+//! passes, on seeded random inputs, and requires the same outputs (within 1e-4
+//! relative): a pass may only rewrite, not change, what the model computes.
+//!
+//! `NNC_BLESS=1 cargo test --test passes_filetests` rewrites the expected dumps.
+
+use std::path::{Path, PathBuf};
+
+use nnc::interp::run_graph;
+use nnc::ir::{Graph, Tensor};
+use nnc::onnx::proto::{
+    attribute_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto,
+    NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use nnc::onnx::{import_model, ImportOptions};
+use nnc::passes::PassManager;
+
+/// xorshift64*, seeded per file.
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+struct FileTest {
+    passes: String,
+    /// Inputs turned into constants after import.
+    const_inputs: Vec<String>,
+    model: ModelProto,
+    expected: Option<String>,
+}
+
+fn value_info(name: &str, shape: &[i64]) -> ValueInfoProto {
+    let dim = shape
+        .iter()
+        .map(|&d| tensor_shape_proto::Dimension {
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+        })
+        .collect();
+    ValueInfoProto {
+        name: name.to_string(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: 1,
+                shape: Some(TensorShapeProto { dim }),
+            })),
+        }),
+    }
+}
+
+fn parse_ints(s: &str) -> Result<Vec<i64>, String> {
+    let s = s.trim().trim_start_matches('[').trim_end_matches(']');
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<i64>().map_err(|e| format!("'{t}': {e}")))
+        .collect()
+}
+
+fn parse_attr(name: &str, v: &str) -> AttributeProto {
+    let mut p = AttributeProto {
+        name: name.to_string(),
+        ..Default::default()
+    };
+    if v.starts_with('[') {
+        p.r#type = attribute_type::INTS;
+        p.ints = parse_ints(v).expect("an int list");
+    } else if let Ok(i) = v.parse::<i64>() {
+        p.r#type = attribute_type::INT;
+        p.i = i;
+    } else if let Ok(f) = v.parse::<f32>() {
+        p.r#type = attribute_type::FLOAT;
+        p.f = f;
+    } else {
+        p.r#type = attribute_type::STRING;
+        p.s = v.as_bytes().to_vec();
+    }
+    p
+}
+
+/// Splits `a=1 b=[1, 2]` into pairs, brackets kept together.
+fn split_attrs(s: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    let mut cur = String::new();
+    let mut depth = 0;
+    for ch in s.chars() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ => {}
+        }
+        if ch.is_whitespace() && depth == 0 {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+        } else {
+            cur.push(ch);
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out.into_iter()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("attributes are name=value");
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
+    let (body, expected) = match text.split_once("\n---\n") {
+        Some((b, e)) => (b, Some(e.trim_end().to_string())),
+        None => (text, None),
+    };
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut graph = GraphProto {
+        name: "filetest".into(),
+        ..Default::default()
+    };
+    let mut passes = None;
+    let mut const_inputs = vec![];
+    for (ln, raw) in body.lines().enumerate() {
+        let err = |m: String| format!("line {}: {m}: {raw}", ln + 1);
+        let line = raw.trim();
+        if let Some(c) = line.strip_prefix(';') {
+            if let Some(p) = c
+                .trim()
+                .strip_prefix("passes:")
+                .or(c.trim().strip_prefix("pass:"))
+            {
+                passes = Some(p.trim().to_string());
+            }
+            continue;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("input ") {
+            let (name, shape) = rest
+                .split_once(' ')
+                .ok_or_else(|| err("input NAME [dims]".into()))?;
+            let shape = match shape.trim().strip_suffix("const") {
+                Some(s) => {
+                    const_inputs.push(name.to_string());
+                    s
+                }
+                None => shape,
+            };
+            graph
+                .input
+                .push(value_info(name, &parse_ints(shape).map_err(err)?));
+        } else if let Some(rest) = line.strip_prefix("output ") {
+            graph.output.push(ValueInfoProto {
+                name: rest.trim().to_string(),
+                r#type: None,
+            });
+        } else if let Some(rest) = line.strip_prefix("init ") {
+            let (decl, values) = match rest.split_once('=') {
+                Some((d, v)) => (d.trim(), Some(v.trim())),
+                None => (rest.trim(), None),
+            };
+            let (name, shape) = decl
+                .split_once(' ')
+                .ok_or_else(|| err("init NAME [dims]".into()))?;
+            let dims = parse_ints(shape).map_err(err)?;
+            let n: i64 = dims.iter().product();
+            let (name, int) = match name.strip_suffix(":i64") {
+                Some(nm) => (nm, true),
+                None => (name, false),
+            };
+            let mut t = TensorProto {
+                name: name.to_string(),
+                dims,
+                ..Default::default()
+            };
+            if int {
+                t.data_type = 7;
+                let v = parse_ints(values.unwrap_or("")).map_err(err)?;
+                t.int64_data = if v.len() == 1 {
+                    vec![v[0]; n as usize]
+                } else {
+                    v
+                };
+            } else {
+                t.data_type = 1;
+                let v: Vec<f32> = match values {
+                    Some(vs) => {
+                        let v: Vec<f32> = vs
+                            .split(',')
+                            .map(|x| x.trim().parse::<f32>().map_err(|e| err(e.to_string())))
+                            .collect::<Result<_, _>>()?;
+                        if v.len() == 1 {
+                            vec![v[0]; n as usize]
+                        } else {
+                            v
+                        }
+                    }
+                    None => (0..n).map(|_| rng.uniform()).collect(),
+                };
+                t.raw_data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            }
+            graph.initializer.push(t);
+        } else {
+            // outs = Op(ins) attrs
+            let (outs, rhs) = line
+                .split_once('=')
+                .ok_or_else(|| err("expected OUT = Op(...)".into()))?;
+            let (op, rest) = rhs
+                .trim()
+                .split_once('(')
+                .ok_or_else(|| err("expected Op(".into()))?;
+            let (args, attrs) = rest
+                .split_once(')')
+                .ok_or_else(|| err("expected )".into()))?;
+            let names = |s: &str| -> Vec<String> {
+                s.split(',')
+                    .map(|t| t.trim())
+                    .filter(|t| !t.is_empty())
+                    .map(|t| {
+                        if t == "_" {
+                            String::new()
+                        } else {
+                            t.to_string()
+                        }
+                    })
+                    .collect()
+            };
+            graph.node.push(NodeProto {
+                input: names(args),
+                output: names(outs),
+                name: names(outs).join("_"),
+                op_type: op.trim().to_string(),
+                attribute: split_attrs(attrs)
+                    .iter()
+                    .map(|(k, v)| parse_attr(k, v))
+                    .collect(),
+                ..Default::default()
+            });
+        }
+    }
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        producer_name: "nnc-filetests".into(),
+        graph: Some(graph),
+        ..Default::default()
+    };
+    Ok(FileTest {
+        passes: passes.ok_or("no '; passes:' line")?,
+        const_inputs,
+        model,
+        expected,
+    })
+}
+
+fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
+    let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+    g.inputs
+        .iter()
+        .map(|v| {
+            let shape = g.ty(*v).shape.clone();
+            let n: usize = shape.iter().product();
+            Tensor::from_vec(
+                &shape,
+                (0..n).map(|_| 2.0 * rng.uniform()).collect::<Vec<f32>>(),
+            )
+        })
+        .collect()
+}
+
+fn check_same(before: &[Tensor], after: &[Tensor]) -> Result<(), String> {
+    for (i, (a, b)) in before.iter().zip(after).enumerate() {
+        if a.ty() != b.ty() {
+            return Err(format!("output {i}: {} became {}", a.ty(), b.ty()));
+        }
+        let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
+        let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+        let err = x
+            .iter()
+            .zip(&y)
+            .fold(0f64, |m, (p, q)| m.max((p - q).abs()));
+        if err / scale > 1e-4 || err.is_nan() {
+            return Err(format!("output {i}: max error {err} (scale {scale})"));
+        }
+    }
+    Ok(())
+}
+
+fn run_file(path: &Path, seed: u64) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let test = parse(&text, seed)?;
+    let mut before = import_model(&test.model, None, &ImportOptions::default())
+        .map_err(|e| e.to_string())?
+        .graph;
+    let constants = random_inputs(&before, seed + 1000);
+    for (v, t) in before.inputs.clone().into_iter().zip(constants) {
+        if test.const_inputs.contains(&before.value(v).name) {
+            before.values[v.0].constant = Some(t);
+            before.inputs.retain(|i| *i != v);
+        }
+    }
+    let mut after = before.clone();
+    let pm = PassManager::from_list(&test.passes)?;
+    pm.run(&mut after)?;
+    let inputs = random_inputs(&before, seed);
+    let want = run_graph(&before, &inputs)?;
+    let got = run_graph(&after, &inputs).map_err(|e| format!("after the passes: {e}"))?;
+    check_same(&want, &got)?;
+    let actual = after.to_string();
+    if std::env::var("NNC_BLESS").is_ok_and(|v| v == "1") {
+        let body = text.split("\n---\n").next().unwrap_or(&text).trim_end();
+        std::fs::write(path, format!("{body}\n---\n{actual}\n")).map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    match test.expected {
+        Some(e) if e == actual => Ok(()),
+        Some(e) => Err(format!(
+            "dump differs.\n--- expected\n{e}\n--- actual\n{actual}"
+        )),
+        None => Err(format!(
+            "no expected dump ('---' section); actual:\n{actual}"
+        )),
+    }
+}
+
+#[test]
+fn pass_filetests() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/passes exists")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "nir"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .nir files in {}", dir.display());
+    let mut failures = vec![];
+    for (i, f) in files.iter().enumerate() {
+        if let Err(e) = run_file(f, 1 + i as u64) {
+            failures.push(format!("{}: {e}", f.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
