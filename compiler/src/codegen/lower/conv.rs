@@ -30,9 +30,12 @@ use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvAttrs, ConvTransposeAttrs};
 
 const F32: usize = 4;
-/// Bytes of im2col panels produced and consumed at a time: small enough to stay in L2
-/// between being written and being read by the GEMM.
-const IM2COL_CHUNK_BYTES: usize = 256 * 1024;
+/// Bytes of im2col panels produced and consumed at a time: about L2, so they mostly
+/// stay there between being written and being read by the GEMM. Every chunk's GEMM
+/// streams all of A (the weights) once, so chunks must not be small: at 256 KB a
+/// 3×3×512 conv (K = 4608, 49 outputs) ran as chunks of 48 and 1 columns, reading its
+/// 9.4 MB of weights from L3 twice.
+const IM2COL_CHUNK_BYTES: usize = 2 * 1024 * 1024;
 /// Scratch sub-buffers start on this many bytes (a cache line).
 const SCRATCH_ALIGN: usize = 64;
 
@@ -464,9 +467,11 @@ impl Im2colLayout {
             0
         };
         let quantum_bytes = k * PANEL_QUANTUM * F32;
-        let chunk_cols = PANEL_QUANTUM
-            * (IM2COL_CHUNK_BYTES / quantum_bytes.max(1))
-                .clamp(1, p.div_ceil(PANEL_QUANTUM).max(1));
+        // As many chunks as the byte budget needs, then equal chunk widths, so the
+        // last chunk is not a sliver.
+        let quanta = p.div_ceil(PANEL_QUANTUM).max(1);
+        let per_chunk = (IM2COL_CHUNK_BYTES / quantum_bytes.max(1)).clamp(1, quanta);
+        let chunk_cols = PANEL_QUANTUM * quanta.div_ceil(quanta.div_ceil(per_chunk));
         let mut col_bytes = k * p.min(chunk_cols).div_ceil(PANEL_QUANTUM) * PANEL_QUANTUM * F32;
         if let Some(cols) = wide_columns(g) {
             // The implicit GEMM's wide output shares the region (see conv_implicit_gemm).
