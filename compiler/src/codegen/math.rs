@@ -339,7 +339,7 @@ fn swap_halves(b: &mut FunctionBuilder, v: Value) -> Value {
 }
 
 /// Byte shuffle of two `F32X4` values (Cranelift's `shuffle` works on `I8X16`).
-fn shuffle_f32x4(b: &mut FunctionBuilder, x: Value, y: Value, bytes: [u8; 16]) -> Value {
+pub fn shuffle_f32x4(b: &mut FunctionBuilder, x: Value, y: Value, bytes: [u8; 16]) -> Value {
     let le = MemFlagsData::new().with_endianness(Endianness::Little);
     let xb = b.ins().bitcast(I8X16, le, x);
     let yb = b.ins().bitcast(I8X16, le, y);

@@ -9,6 +9,7 @@ use cranelift_frontend::FunctionBuilder;
 use super::gemm::{self, LANES};
 use super::{align_up, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::math;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
@@ -60,9 +61,12 @@ impl PlaneLayout {
             (out - 1) * p.stride[axis] + (p.k[axis] - 1) * p.dil[axis] + 1
         };
         let out_w_vectors = p.out_w.div_ceil(LANES) * LANES;
+        // Stride 2 loads two whole vectors per window and keeps the even lanes: one
+        // float past the last window's last input.
+        let deinterleave_slack = usize::from(p.stride[1] == 2);
         PlaneLayout {
             height: reach(p.out_h, 0).max(p.in_h + p.pad[0]),
-            width: reach(out_w_vectors, 1).max(p.in_w + p.pad[1]),
+            width: (reach(out_w_vectors, 1) + deinterleave_slack).max(p.in_w + p.pad[1]),
         }
     }
 
@@ -232,6 +236,16 @@ impl DepthwiseRow<'_> {
         let s = self.p.stride[1];
         if s == 1 {
             return b.ins().load(types::F32X4, flags(), x0, off as i32);
+        }
+        if s == 2 {
+            // The even lanes of eight consecutive inputs: two loads and one shuffle
+            // (shufps / uzp1) instead of four scalar loads and lane inserts.
+            let lo = b.ins().load(types::F32X4, flags(), x0, off as i32);
+            let hi = b
+                .ins()
+                .load(types::F32X4, flags(), x0, (off + LANES * F32) as i32);
+            let evens = core::array::from_fn(|i| ((i / 4) * 8 + i % 4) as u8);
+            return math::shuffle_f32x4(b, lo, hi, evens);
         }
         let first = b.ins().load(types::F32, flags(), x0, off as i32);
         let mut v = b.ins().scalar_to_vector(types::F32X4, first);
