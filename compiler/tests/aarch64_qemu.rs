@@ -80,12 +80,13 @@ fn random_models_match_the_interpreter_on_aarch64_under_qemu() {
 }
 
 /// A stride-2 depthwise conv (the even-lane shuffle) feeding a squeezenet-style fire
-/// module whose Concat is planned in place, plus in-place elementwise chains.
+/// module whose Concat is planned in place, in-place elementwise chains, and stride-2
+/// max and average pooling.
 fn fire(seed: u64) -> Vec<u8> {
     use models::{Attr, ModelBuilder};
     let mut m = ModelBuilder::new(seed);
     let c = 4 + m.rng.below(4);
-    let hw = 11 + m.rng.below(9);
+    let hw = 23 + m.rng.below(9);
     let x = m.input("image", &[1, c, hw, hw]);
     let wd = m.weight(&[c, 1, 3, 3], 0.5);
     let bd = m.weight(&[c], 0.1);
@@ -111,6 +112,24 @@ fn fire(seed: u64) -> Vec<u8> {
     let e3 = m.node("Sigmoid", &[&e3], vec![]);
     let cat = m.node("Concat", &[&e1, &e3], vec![("axis", Attr::I(1))]);
     let y = m.node("Tanh", &[&cat], vec![]);
+    // Stride-2 pooling on a plane wide enough for the vector (even-lane) path.
+    let y = m.node(
+        "MaxPool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ("strides", Attr::Ints(vec![2, 2])),
+            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+        ],
+    );
+    let y = m.node(
+        "AveragePool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
     m.output(&y);
     m.encode()
 }
