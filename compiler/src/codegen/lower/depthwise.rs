@@ -9,8 +9,8 @@ use cranelift_frontend::FunctionBuilder;
 use super::gemm::{self, LANES};
 use super::{align_up, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32};
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::math;
 use crate::codegen::lower::{LowerCtx, LowerResult};
+use crate::codegen::math;
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
 struct Plane2d {
