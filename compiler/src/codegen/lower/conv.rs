@@ -20,12 +20,12 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use crate::ops::Activation;
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, LANES, NR};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
 use crate::ir::{DType, Tensor, TensorType};
+use crate::ops::Activation;
 use crate::ops::{ConvAttrs, ConvTransposeAttrs};
 
 /// The depthwise path, in its own file (a child module: it shares this file's private

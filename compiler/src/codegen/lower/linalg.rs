@@ -7,12 +7,12 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use crate::ops::Activation;
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
 use crate::ops::infer::broadcast_shapes;
+use crate::ops::Activation;
 use crate::ops::GemmAttrs;
 
 /// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
