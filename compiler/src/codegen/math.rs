@@ -59,6 +59,19 @@ pub fn exp(b: &mut FunctionBuilder, x: Value) -> Value {
     Emitter::of(b, x).exp(x)
 }
 
+/// e^x for x <= 0 or NaN (Softmax's x − max), cheaper than [`exp`]: no upper clamp,
+/// and one power-of-two scaling instead of two. Results below 2^-126 (x < -87.3) are
+/// flushed toward zero (exactly 0 from x <= -88, so -inf gives 0); the error there is
+/// below 1.2e-38, nothing next to a softmax denominator of at least 1. Double-precision
+/// lanes use [`exp`].
+pub fn exp_nonpositive(b: &mut FunctionBuilder, x: Value) -> Value {
+    let mut e = Emitter::of(b, x);
+    if e.double {
+        return e.exp(x);
+    }
+    e.exp_nonpositive_f32(x)
+}
+
 /// Natural logarithm.
 pub fn log(b: &mut FunctionBuilder, x: Value) -> Value {
     Emitter::of(b, x).log(x)
@@ -339,7 +352,7 @@ fn swap_halves(b: &mut FunctionBuilder, v: Value) -> Value {
 }
 
 /// Byte shuffle of two `F32X4` values (Cranelift's `shuffle` works on `I8X16`).
-fn shuffle_f32x4(b: &mut FunctionBuilder, x: Value, y: Value, bytes: [u8; 16]) -> Value {
+pub fn shuffle_f32x4(b: &mut FunctionBuilder, x: Value, y: Value, bytes: [u8; 16]) -> Value {
     let le = MemFlagsData::new().with_endianness(Endianness::Little);
     let xb = b.ins().bitcast(I8X16, le, x);
     let yb = b.ins().bitcast(I8X16, le, y);
@@ -697,6 +710,34 @@ impl<'a, 'f> Emitter<'a, 'f> {
             self.add_const(t, 1.0)
         };
         self.scale_by_pow2(e_r, n_int)
+    }
+
+    /// See [`exp_nonpositive`]: the single-precision `exp` with x clamped to [-88, ∞)
+    /// only, so n = round(x·log2 e) is in [-127, 0] and 2^n one exponent field (zero,
+    /// i.e. the float 0, for n = -127).
+    fn exp_nonpositive_f32(&mut self, x: Value) -> Value {
+        let lo = self.f(-88.0);
+        let x = self.b.ins().fmax(x, lo);
+        let t = self.mul_const(x, LOG2_E);
+        let (n, n_int) = self.round_to_int(t);
+        let r = self.cody_waite(x, n, &[0.693_359_375, -2.121_944_40E-4]);
+        let r2 = self.mul(r, r);
+        let p = self.horner(
+            r,
+            &[
+                1.987_569_150_0E-4,
+                1.398_199_950_7E-3,
+                8.333_451_907_3E-3,
+                4.166_579_589_4E-2,
+                1.666_666_545_9E-1,
+                5.000_000_120_1E-1,
+            ],
+        );
+        let t = self.mul(p, r2);
+        let t = self.add(t, r);
+        let e_r = self.add_const(t, 1.0);
+        let scale = self.pow2(n_int);
+        self.mul(e_r, scale)
     }
 
     /// x - n·(c[0] + c[1] + ...) with the constant split so that the leading products are

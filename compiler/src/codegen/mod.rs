@@ -416,13 +416,23 @@ fn define_infer_with_workspace(
                     Storage::Arena(off) => b.ins().iadd_imm_s(ws, off as i64),
                 }
             };
+            let offset_by = |b: &mut FunctionBuilder, a: Value, off: usize| -> Value {
+                if off == 0 {
+                    a
+                } else {
+                    b.ins().iadd_imm_s(a, off as i64)
+                }
+            };
             for (k, node) in graph.nodes.iter().enumerate() {
                 let Some(fid) = node_fns[k] else { continue };
                 let mut args = vec![];
                 for v in node.inputs.iter().flatten().chain(node.outputs.iter()) {
                     // A constant the kernel repacked has no storage: its parameter is unused.
                     match plan.storage[v.0] {
-                        Some(s) => args.push(addr_of(b, s)),
+                        Some(s) => {
+                            let a = addr_of(b, s);
+                            args.push(offset_by(b, a, plan.offset[v.0]));
+                        }
                         None => args.push(b.ins().iconst(PTR, 0)),
                     }
                 }
@@ -435,6 +445,7 @@ fn define_infer_with_workspace(
             let cref = module.declare_func_in_func(copy_fn, b.func);
             for (v, i) in &plan.final_copies {
                 let src = addr_of(b, plan.storage[v.0].expect("copied outputs have storage"));
+                let src = offset_by(b, src, plan.offset[v.0]);
                 let dst = addr_of(b, Storage::Output(*i));
                 let n = kernel::iconst(b, graph.ty(*v).byte_size() as i64);
                 b.ins().call(cref, &[dst, src, n]);

@@ -2,7 +2,10 @@
 //!
 //! Graph inputs and outputs live in the caller's buffers, constants in one read-only
 //! blob, everything else in one arena whose offsets are reused by liveness. Reshape-like
-//! nodes are views: their output shares the input's storage.
+//! nodes are views: their output shares the input's storage. Elementwise nodes write in
+//! place over an input of their output's shape that dies with them, and a Concat whose
+//! inputs are contiguous runs of its output (every axis before the concat axis has size
+//! 1) has its inputs' producers write straight into their slices.
 
 use crate::ir::{Graph, ValueId};
 use crate::ops::{Op, UnaryOp};
@@ -36,10 +39,15 @@ pub struct MemoryPlan {
     /// Graph outputs that are not written by a node (constants, inputs, duplicates):
     /// copied into `outputs[i]` at the end of `infer`.
     pub final_copies: Vec<(ValueId, usize)>,
-    /// Nodes whose output is a view of their input: no code is emitted for them.
+    /// Nodes whose output is already in place (a view of its input, or a Concat whose
+    /// inputs were all written into its output): no code is emitted for them.
     pub is_view: Vec<bool>,
-    /// For each value, the value that owns its storage (itself unless it is a view).
+    /// For each value, the value that owns its storage: itself, unless it is a view
+    /// (Reshape), an in-place elementwise output, or a slice of an in-place Concat.
     pub root: Vec<usize>,
+    /// Byte offset of each value inside its root's storage (nonzero only for values
+    /// that producers write straight into their slice of a Concat output).
+    pub offset: Vec<usize>,
 }
 
 fn align(n: usize) -> usize {
@@ -64,6 +72,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     let nn = graph.nodes.len();
     let mut plan = MemoryPlan {
         storage: vec![None; nv],
+        offset: vec![0; nv],
         scratch: vec![None; nn],
         is_view: vec![false; nn],
         ..Default::default()
@@ -73,51 +82,134 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     for (i, v) in graph.inputs.iter().enumerate() {
         plan.storage[v.0] = Some(Storage::Input(i));
     }
-    let mut produced = vec![false; nv];
-    for n in &graph.nodes {
+    let mut producer = vec![usize::MAX; nv];
+    for (k, n) in graph.nodes.iter().enumerate() {
         for o in &n.outputs {
-            produced[o.0] = true;
+            producer[o.0] = k;
         }
     }
+    let produced = |v: usize| producer[v] != usize::MAX;
     for (i, v) in graph.outputs.iter().enumerate() {
-        if produced[v.0] && plan.storage[v.0].is_none() {
+        if produced(v.0) && plan.storage[v.0].is_none() {
             plan.storage[v.0] = Some(Storage::Output(i));
         } else {
             plan.final_copies.push((*v, i));
         }
     }
 
-    // Views share their input's root; `root[v]` is the value that owns the storage.
-    let mut root: Vec<usize> = (0..nv).collect();
+    // Last read of each value (`nn` when `infer` copies it out at the end); a value
+    // nothing reads dies where it is produced.
+    let mut last_use: Vec<usize> = (0..nv)
+        .map(|v| if produced(v) { producer[v] } else { 0 })
+        .collect();
     for (k, n) in graph.nodes.iter().enumerate() {
-        let (Some(Some(inp)), Some(out)) = (n.inputs.first(), n.outputs.first()) else {
-            continue;
-        };
-        if is_view_op(&n.op) && plan.storage[out.0].is_none() {
-            root[out.0] = root[inp.0];
-            plan.is_view[k] = true;
+        for i in n.inputs.iter().flatten() {
+            last_use[i.0] = last_use[i.0].max(k);
         }
     }
+    for (v, _) in &plan.final_copies {
+        last_use[v.0] = nn;
+    }
 
-    // Liveness of each root over node indices.
+    // Storage groups: `root[v]` owns the storage of every value aliasing it, `v` sits
+    // `offset[v]` bytes into it. Built in schedule order, so when node `k` is reached a
+    // group's members are all produced and their last uses known.
+    let mut g = Groups {
+        root: (0..nv).collect(),
+        members: (0..nv).map(|v| vec![v]).collect(),
+        last: last_use.clone(),
+    };
+    // A group whose storage this plan owns (not the caller's, not a constant's).
+    let plannable = |plan: &MemoryPlan, r: usize| {
+        produced(r) && plan.storage[r].is_none() && graph.values[r].constant.is_none()
+    };
+    for (k, n) in graph.nodes.iter().enumerate() {
+        let (Some(&out), [Some(first), ..]) = (n.outputs.first(), n.inputs.as_slice()) else {
+            continue;
+        };
+        if n.outputs.len() != 1 || plan.storage[out.0].is_some() {
+            continue;
+        }
+        if is_view_op(&n.op) {
+            // Views may alias anything, even the caller's buffers or a constant.
+            g.join(out.0, first.0, plan.offset[first.0], &mut plan.offset);
+            plan.is_view[k] = true;
+        } else if is_elementwise(&n.op) {
+            // In place: the output overwrites an input of its own shape and element
+            // size whose whole group dies here.
+            let out_ty = graph.ty(out);
+            // Of several candidates, the longest-lived group (a residual stream) keeps
+            // its buffer rather than handing over to a fresh one: fewer, longer buffers
+            // fragment the arena less.
+            let victim = n
+                .inputs
+                .iter()
+                .flatten()
+                .filter(|x| {
+                    let ty = graph.ty(**x);
+                    let r = g.root[x.0];
+                    ty.shape == out_ty.shape
+                        && ty.dtype.size() == out_ty.dtype.size()
+                        && plannable(&plan, r)
+                        && g.last[r] <= k
+                })
+                .min_by_key(|x| {
+                    let r = g.root[x.0];
+                    g.members[r].iter().map(|&m| producer[m]).min()
+                });
+            if let Some(x) = victim {
+                g.join(out.0, x.0, plan.offset[x.0], &mut plan.offset);
+            }
+        } else if let Op::Concat { axis } = n.op {
+            // Concat in place: with every axis before `axis` of size 1 each input is one
+            // contiguous run of the output, so its producers can write there directly.
+            let shape = &graph.ty(out).shape;
+            if shape[..axis].iter().any(|&d| d != 1) {
+                continue;
+            }
+            let inner: usize = shape[axis + 1..].iter().product();
+            let elem = graph.ty(out).dtype.size();
+            let mut at = 0usize;
+            let mut all = true;
+            for x in n.inputs.iter().flatten() {
+                let ty = graph.ty(*x);
+                let bytes = ty.byte_size();
+                let r = g.root[x.0];
+                let once = n.inputs.iter().flatten().filter(|y| *y == x).count() == 1;
+                // The input's whole group moves, so it must be exactly the input's bytes
+                // (in-place chains and views are; slices of another concat are not).
+                let whole = plan.offset[x.0] == 0 && graph.ty(ValueId(r)).byte_size() == bytes;
+                if once && whole && plannable(&plan, r) && g.last[r] <= k && ty.dtype.size() == elem
+                {
+                    g.join_group(r, out.0, at * elem, &mut plan.offset);
+                } else {
+                    all = false;
+                }
+                at += ty.shape.get(axis).copied().unwrap_or(1) * inner;
+            }
+            plan.is_view[k] = all;
+        }
+    }
+    let root = g.root;
+
+    // Liveness of each group: from its first member's production to its last read.
     let mut first = vec![usize::MAX; nv];
     let mut last = vec![0usize; nv];
     let mut used = vec![false; nv];
-    for (k, n) in graph.nodes.iter().enumerate() {
-        for o in &n.outputs {
-            let r = root[o.0];
-            first[r] = first[r].min(k);
-            last[r] = last[r].max(k);
+    for v in 0..nv {
+        let r = root[v];
+        if produced(v) {
+            first[r] = first[r].min(producer[v]);
         }
+        last[r] = last[r].max(last_use[v]);
+    }
+    for n in &graph.nodes {
         for i in n.inputs.iter().flatten() {
-            let r = root[i.0];
-            used[r] = true;
-            last[r] = last[r].max(k);
+            used[root[i.0]] = true;
         }
     }
     for (v, _) in &plan.final_copies {
         used[root[v.0]] = true;
-        last[root[v.0]] = nn;
     }
 
     place_constants(&mut plan, graph, &used);
@@ -125,7 +217,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     // Arena buffers: every produced root without caller storage, plus node scratch.
     let mut buffers: Vec<(Option<usize>, Option<usize>, Interval)> = vec![];
     for v in 0..nv {
-        if root[v] == v && produced[v] && plan.storage[v].is_none() && first[v] != usize::MAX {
+        if root[v] == v && produced(v) && plan.storage[v].is_none() && first[v] != usize::MAX {
             let size = align(graph.values[v].ty.byte_size().max(1));
             buffers.push((
                 Some(v),
@@ -163,6 +255,9 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
             plan.scratch[*k] = Some(iv.offset);
         }
     }
+    // The live bytes while node `t` runs: every buffer whose interval contains `t` (a
+    // node's inputs, outputs and scratch are all live during it; in-place outputs and
+    // views are in their group's single buffer).
     plan.lower_bound = (0..nn.max(1))
         .map(|t| {
             buffers
@@ -174,10 +269,51 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
         .max()
         .unwrap_or(0);
 
-    // Views take their root's storage.
+    // Group members take their root's storage.
     plan.root = root;
     propagate_views(&mut plan);
     plan
+}
+
+/// Union of storage groups while planning.
+struct Groups {
+    root: Vec<usize>,
+    members: Vec<Vec<usize>>,
+    /// Per root: the last read of any member.
+    last: Vec<usize>,
+}
+
+impl Groups {
+    /// Adds the fresh value `v` to the group of `of`, `offset` bytes into it.
+    fn join(&mut self, v: usize, of: usize, offset: usize, offsets: &mut [usize]) {
+        let r = self.root[of];
+        self.root[v] = r;
+        offsets[v] = offset;
+        self.members[r].push(v);
+        self.last[r] = self.last[r].max(self.last[v]);
+        self.members[v].clear();
+    }
+
+    /// Moves the whole group rooted at `r` into the group of `into`, `offset` bytes in.
+    fn join_group(&mut self, r: usize, into: usize, offset: usize, offsets: &mut [usize]) {
+        let dst = self.root[into];
+        let moved = std::mem::take(&mut self.members[r]);
+        for &m in &moved {
+            self.root[m] = dst;
+            offsets[m] += offset;
+        }
+        self.members[dst].extend(moved);
+        self.last[dst] = self.last[dst].max(self.last[r]);
+    }
+}
+
+/// Elementwise ops whose kernel reads each input element at the output element's index
+/// before writing it: an input of the output's shape may share its buffer.
+fn is_elementwise(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. }
+    )
 }
 
 fn propagate_views(plan: &mut MemoryPlan) {
@@ -211,28 +347,70 @@ pub fn place_constants(plan: &mut MemoryPlan, graph: &Graph, read: &[bool]) {
     }
 }
 
-/// Greedy-by-size placement: largest buffers first, each at the lowest offset that does
-/// not overlap a placed buffer whose lifetime intersects its own. Near-optimal in
-/// practice for inference graphs (chains with short skip connections).
+/// Greedy placement: buffers in some priority order, each at the lowest offset that does
+/// not overlap a placed buffer whose lifetime intersects its own. Several orders are
+/// tried (largest first; largest size × lifetime first; longest-lived first; earliest
+/// first) and the smallest arena kept: each alone is near-optimal for most inference
+/// graphs but not for all.
 fn place(buffers: &mut [&mut Interval]) {
-    let mut order: Vec<usize> = (0..buffers.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(buffers[i].size), buffers[i].start));
+    type Key = fn(&Interval) -> (std::cmp::Reverse<usize>, usize);
+    let orders: [Key; 4] = [
+        |b| (std::cmp::Reverse(b.size), b.start),
+        |b| (std::cmp::Reverse(b.size * (b.end - b.start + 1)), b.start),
+        |b| (std::cmp::Reverse(b.end - b.start), b.start),
+        |b| (std::cmp::Reverse(0), b.start),
+    ];
+    let mut best: Option<(usize, Vec<usize>)> = None;
+    for (key, best_fit) in orders.iter().flat_map(|k| [(k, false), (k, true)]) {
+        let mut order: Vec<usize> = (0..buffers.len()).collect();
+        order.sort_by_key(|&i| (key(buffers[i]), std::cmp::Reverse(buffers[i].size)));
+        let offsets = place_in_order(buffers, &order, best_fit);
+        let size = (0..buffers.len())
+            .map(|i| offsets[i] + buffers[i].size)
+            .max()
+            .unwrap_or(0);
+        if best.as_ref().is_none_or(|(s, _)| size < *s) {
+            best = Some((size, offsets));
+        }
+    }
+    if let Some((_, offsets)) = best {
+        for (b, o) in buffers.iter_mut().zip(offsets) {
+            b.offset = o;
+        }
+    }
+}
+
+/// Offsets for `buffers` placed in `order`, each in the lowest gap between the placed
+/// buffers it overlaps in time that fits it (`best_fit`: the smallest such gap; either
+/// way past all of them when none fits).
+fn place_in_order(buffers: &[&mut Interval], order: &[usize], best_fit: bool) -> Vec<usize> {
+    let mut offsets = vec![0usize; buffers.len()];
     let mut placed: Vec<usize> = vec![];
-    for &i in &order {
+    for &i in order {
         let mut conflicts: Vec<(usize, usize)> = placed
             .iter()
             .filter(|&&j| buffers[j].start <= buffers[i].end && buffers[i].start <= buffers[j].end)
-            .map(|&j| (buffers[j].offset, buffers[j].offset + buffers[j].size))
+            .map(|&j| (offsets[j], offsets[j] + buffers[j].size))
             .collect();
         conflicts.sort_unstable();
-        let mut offset = 0;
+        let size = buffers[i].size;
+        // (gap size, offset) of every gap that fits; the space past the last conflict
+        // counts as an unbounded gap.
+        let mut best: Option<(usize, usize)> = None;
+        let mut free_from = 0;
         for (s, e) in conflicts {
-            if offset + buffers[i].size <= s {
-                break;
+            if s >= free_from + size {
+                let gap = (s - free_from, free_from);
+                if !best_fit {
+                    best = Some(gap);
+                    break;
+                }
+                best = Some(best.map_or(gap, |b| b.min(gap)));
             }
-            offset = offset.max(e);
+            free_from = free_from.max(e);
         }
-        buffers[i].offset = offset;
+        offsets[i] = best.map_or(free_from, |(_, o)| o);
         placed.push(i);
     }
+    offsets
 }

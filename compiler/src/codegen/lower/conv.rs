@@ -29,6 +29,11 @@ use crate::codegen::kernel::{self, domain, flags};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvAttrs, ConvTransposeAttrs};
 
+/// The depthwise path, in its own file (a child module: it shares this file's private
+/// geometry and copy helpers).
+#[path = "depthwise.rs"]
+mod depthwise;
+
 const F32: usize = 4;
 /// Bytes of im2col panels produced and consumed at a time: about L2, so they mostly
 /// stay there between being written and being read by the GEMM. Every chunk's GEMM
@@ -202,7 +207,7 @@ pub fn scratch_bytes(
     };
     match choose_path(&g, x.dtype) {
         ConvPath::Im2col => Im2colLayout::new(&g).bytes(),
-        ConvPath::Depthwise => PlaneLayout::new(&g).bytes(),
+        ConvPath::Depthwise => depthwise::PlaneLayout::new(&g).bytes(),
         ConvPath::Pointwise | ConvPath::Scalar => 0,
     }
 }
@@ -243,7 +248,7 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
     match choose_path(&g, ops.x.ty.dtype) {
         ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
         ConvPath::Depthwise => {
-            conv_depthwise(ctx, &g, &ops)?;
+            depthwise::conv_depthwise(ctx, &g, &ops)?;
             apply_epilogue(ctx.b, &ops)
         }
         ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
@@ -925,250 +930,6 @@ impl PaddedBoxes {
         }
         let tail = b.ins().iadd_imm_s(dst, (after * F32) as i64);
         zero_f32(b, tail, self.dst[axis] * ds - after);
-    }
-}
-
-// ---- depthwise ----
-
-/// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
-struct Plane2d {
-    in_h: usize,
-    in_w: usize,
-    out_h: usize,
-    out_w: usize,
-    k: [usize; 2],
-    stride: [usize; 2],
-    dil: [usize; 2],
-    pad: [usize; 2],
-}
-
-impl Plane2d {
-    fn new(g: &ConvGeometry) -> Plane2d {
-        let two = |v: &[usize], unit: usize| {
-            if v.len() == 1 {
-                [unit, v[0]]
-            } else {
-                [v[0], v[1]]
-            }
-        };
-        let (input, output) = (two(&g.input, 1), two(&g.output, 1));
-        Plane2d {
-            in_h: input[0],
-            in_w: input[1],
-            out_h: output[0],
-            out_w: output[1],
-            k: two(&g.kernel, 1),
-            stride: two(&g.strides, 1),
-            dil: two(&g.dilations, 1),
-            pad: two(&g.pad_begin, 0),
-        }
-    }
-}
-
-/// The zero-padded input plane of the depthwise path: tall enough for every window and
-/// wide enough that the last, partial output vector reads only inside it.
-struct PlaneLayout {
-    height: usize,
-    width: usize,
-}
-
-impl PlaneLayout {
-    fn new(g: &ConvGeometry) -> PlaneLayout {
-        let p = Plane2d::new(g);
-        let reach = |out: usize, axis: usize| {
-            (out - 1) * p.stride[axis] + (p.k[axis] - 1) * p.dil[axis] + 1
-        };
-        let out_w_vectors = p.out_w.div_ceil(LANES) * LANES;
-        PlaneLayout {
-            height: reach(p.out_h, 0).max(p.in_h + p.pad[0]),
-            width: reach(out_w_vectors, 1).max(p.in_w + p.pad[1]),
-        }
-    }
-
-    fn bytes(&self) -> usize {
-        align_up(self.height * self.width * F32)
-    }
-}
-
-fn conv_depthwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
-    let plane = scratch(ctx)?;
-    let fma = gemm::has_fma(ctx.target);
-    let p = Plane2d::new(g);
-    let layout = PlaneLayout::new(g);
-    let taps = g.taps();
-    let has_bias = ops.bias.is_some();
-    // One output plane per call, compiled out of line at opt_level "none" like the GEMM:
-    // at "speed" the optimizer hoists every input load of a block above its FMAs and
-    // spills them.
-    let plane_kernel = gemm::define_out_of_line(ctx, 3 + usize::from(has_bias), |b, params| {
-        depthwise_plane(b, &p, &layout, fma, taps, params);
-        Ok(())
-    })?;
-    let b = &mut *ctx.b;
-    kernel::nested_loop(b, &[g.batch, g.channels], &mut |b, idx| {
-        let (n, ch) = (idx[0], idx[1]);
-        let x_c = input_group(b, g, ops.x.ptr, n, ch, F32);
-        copy_padded(
-            b,
-            x_c,
-            &[p.in_h, p.in_w],
-            1,
-            plane,
-            &[layout.height, layout.width],
-            &p.pad,
-        );
-        kernel::counted_loop(b, 0, g.mg as i64, 1, |b, j| {
-            // Output map m = ch·Mg + j reads input channel ch.
-            let m = b.ins().imul_imm_s(ch, g.mg as i64);
-            let m = b.ins().iadd(m, j);
-            let w_m = kernel::elem_addr(b, ops.w.ptr, m, taps * F32);
-            let y_n = kernel::elem_addr(b, ops.y.ptr, n, g.maps * g.out_size() * F32);
-            let y_nm = kernel::elem_addr(b, y_n, m, g.out_size() * F32);
-            let mut args = vec![plane, w_m, y_nm];
-            if let Some(bias) = &ops.bias {
-                args.push(kernel::elem_addr(b, bias.ptr, m, F32));
-            }
-            b.ins().call(plane_kernel, &args);
-        });
-    });
-    Ok(())
-}
-
-/// Body of the depthwise kernel: `params` = (padded plane, the map's taps, its output
-/// plane[, its bias]). The taps stay in registers as splats for the whole plane.
-fn depthwise_plane(
-    b: &mut FunctionBuilder,
-    p: &Plane2d,
-    layout: &PlaneLayout,
-    fma: bool,
-    taps: usize,
-    params: &[Value],
-) {
-    let (plane, w_m, y_nm) = (params[0], params[1], params[2]);
-    let weights: Vec<Value> = (0..taps)
-        .map(|t| {
-            let w = b.ins().load(types::F32, flags(), w_m, (t * F32) as i32);
-            b.ins().splat(types::F32X4, w)
-        })
-        .collect();
-    let init = match params.get(3) {
-        Some(&bias) => {
-            let v = b.ins().load(types::F32, flags(), bias, 0);
-            b.ins().splat(types::F32X4, v)
-        }
-        None => {
-            let z = b.ins().f32const(0.0);
-            b.ins().splat(types::F32X4, z)
-        }
-    };
-    let row = DepthwiseRow {
-        p,
-        width: layout.width,
-        weights: &weights,
-        init,
-        fma,
-    };
-    kernel::counted_loop(b, 0, p.out_h as i64, 1, |b, oh| {
-        let y_row = kernel::elem_addr(b, y_nm, oh, p.out_w * F32);
-        let x_row = kernel::elem_addr(b, plane, oh, p.stride[0] * layout.width * F32);
-        row.emit(b, x_row, y_row);
-    });
-}
-
-/// One output row of a depthwise conv.
-struct DepthwiseRow<'a> {
-    p: &'a Plane2d,
-    /// Row pitch of the padded plane, in floats.
-    width: usize,
-    /// The kernel taps, each splat to a vector.
-    weights: &'a [Value],
-    /// Bias (or zero) splat.
-    init: Value,
-    fma: bool,
-}
-
-/// Output vectors computed together: four independent accumulator chains hide the FMA
-/// latency (one chain would wait on each add).
-const DEPTHWISE_VECS: usize = 4;
-
-impl DepthwiseRow<'_> {
-    /// `x_row`: the padded plane at the first input row of this output row's windows.
-    fn emit(&self, b: &mut FunctionBuilder, x_row: Value, y_row: Value) {
-        let out_w = self.p.out_w;
-        let block = DEPTHWISE_VECS * LANES;
-        let blocks = out_w / block;
-        kernel::counted_loop(b, 0, (blocks * block) as i64, block as i64, |b, ow| {
-            self.vectors(b, x_row, y_row, ow, DEPTHWISE_VECS, LANES)
-        });
-        // The leftover columns as one group of independent chains: one at a time, each
-        // would wait out the latency of its taps' dependent FMAs.
-        let done = blocks * block;
-        if done < out_w {
-            let rest = out_w - done;
-            let at = kernel::iconst(b, done as i64);
-            let last_lanes = rest - (rest - 1) / LANES * LANES;
-            self.vectors(b, x_row, y_row, at, rest.div_ceil(LANES), last_lanes);
-        }
-    }
-
-    /// `vecs` output vectors starting at column `ow`; the last has `last_lanes` valid lanes.
-    fn vectors(
-        &self,
-        b: &mut FunctionBuilder,
-        x_row: Value,
-        y_row: Value,
-        ow: Value,
-        vecs: usize,
-        last_lanes: usize,
-    ) {
-        let p = self.p;
-        let x0 = kernel::elem_addr(b, x_row, ow, p.stride[1] * F32);
-        let mut acc = vec![self.init; vecs];
-        for kh in 0..p.k[0] {
-            for kw in 0..p.k[1] {
-                let tap_off = (kh * p.dil[0] * self.width + kw * p.dil[1]) * F32;
-                let w = self.weights[kh * p.k[1] + kw];
-                for (v, acc) in acc.iter_mut().enumerate() {
-                    let off = tap_off + v * LANES * p.stride[1] * F32;
-                    let x = self.load_window(b, x0, off);
-                    *acc = gemm::mul_add(b, self.fma, w, x, *acc);
-                }
-            }
-        }
-        let y0 = kernel::elem_addr(b, y_row, ow, F32);
-        for (v, &acc) in acc.iter().enumerate() {
-            let lanes = if v + 1 == vecs { last_lanes } else { LANES };
-            store_lanes(b, acc, y0, (v * LANES * F32) as i32, lanes);
-        }
-    }
-
-    /// Four inputs `stride` apart starting `off` bytes after `x0`.
-    fn load_window(&self, b: &mut FunctionBuilder, x0: Value, off: usize) -> Value {
-        let s = self.p.stride[1];
-        if s == 1 {
-            return b.ins().load(types::F32X4, flags(), x0, off as i32);
-        }
-        let first = b.ins().load(types::F32, flags(), x0, off as i32);
-        let mut v = b.ins().scalar_to_vector(types::F32X4, first);
-        for l in 1..LANES {
-            let x = b
-                .ins()
-                .load(types::F32, flags(), x0, (off + l * s * F32) as i32);
-            v = b.ins().insertlane(v, x, l as u8);
-        }
-        v
-    }
-}
-
-/// Stores the first `lanes` lanes of `v` at `addr + off`.
-fn store_lanes(b: &mut FunctionBuilder, v: Value, addr: Value, off: i32, lanes: usize) {
-    if lanes == LANES {
-        b.ins().store(flags(), v, addr, off);
-        return;
-    }
-    for l in 0..lanes {
-        let x = b.ins().extractlane(v, l as u8);
-        b.ins().store(flags(), x, addr, off + (l * F32) as i32);
     }
 }
 

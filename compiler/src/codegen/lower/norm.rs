@@ -164,7 +164,7 @@ impl Softmax {
             let (s, d) = (b.ins().iadd(src, off), b.ins().iadd(dst, off));
             let v = load(b, e, ty, s, 0);
             let shifted = b.ins().fsub(v, pick(ty));
-            let ex = math::exp(b, shifted);
+            let ex = math::exp_nonpositive(b, shifted);
             if self.keep_exp && !self.log {
                 store(b, e.dtype, ex, d, 0);
             }
@@ -219,7 +219,7 @@ impl Softmax {
         along(b, &mut |b, s, d, k| {
             let v = load(b, e, ty, s, offset(k));
             let shifted = b.ins().fsub(v, max[k]);
-            let ex = math::exp(b, shifted);
+            let ex = math::exp_nonpositive(b, shifted);
             if self.keep_exp && !self.log {
                 store(b, e.dtype, ex, d, offset(k));
             }
@@ -273,7 +273,7 @@ impl Softmax {
         if self.log {
             b.ins().fsub(shifted, factor)
         } else {
-            let ex = math::exp(b, shifted);
+            let ex = math::exp_nonpositive(b, shifted);
             b.ins().fmul(ex, factor)
         }
     }

@@ -13,7 +13,8 @@
 //! from one window address); border axes read, per output, the first valid tap, the
 //! number of valid taps and the padded count from a read-only table. float32 windows
 //! along an interior innermost axis with stride 1 are computed four outputs at a time in
-//! F32X4. Global pooling (a window covering the whole plane) is a contiguous reduction
+//! F32X4; with stride 2 too, each tap's four inputs being the even lanes of two vector
+//! loads. Global pooling (a window covering the whole plane) is a contiguous reduction
 //! and goes through the reduction kernels (`super::reduce`).
 
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
@@ -22,6 +23,7 @@ use cranelift_frontend::FunctionBuilder;
 use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, Inner, Loops, Step};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
+use crate::codegen::math;
 use crate::ir::DType;
 use crate::ops::{PoolAttrs, PoolKind};
 
@@ -189,6 +191,8 @@ struct AxisWindows {
     stride: usize,
     dilation: usize,
     pad_begin: usize,
+    /// The input's length along the axis.
+    size: usize,
     /// Outputs whose window lies entirely inside the input.
     interior: std::ops::Range<usize>,
     border: Vec<BorderOut>,
@@ -227,6 +231,7 @@ impl AxisWindows {
             stride: s,
             dilation: d,
             pad_begin: pb,
+            size,
             interior: interior.unwrap_or(0..0),
             border,
             table_row: 0,
@@ -386,7 +391,7 @@ impl Gen {
     /// Emits the loops of axis `axis` onwards for one region.
     fn region(&self, b: &mut FunctionBuilder, choice: &[Choice], axis: usize, w: Window) {
         if axis == self.axes.len() {
-            self.element(b, self.elems.acc, &w);
+            self.element(b, self.elems.acc, &w, false);
             return;
         }
         let a = &self.axes[axis];
@@ -418,12 +423,28 @@ impl Gen {
                     }
                 };
                 let mut done = lo;
-                if innermost && self.elems.vector && a.stride == 1 && hi - lo >= 4 {
-                    // Four consecutive outputs read four consecutive inputs at every tap.
-                    done = lo + (hi - lo) / 4 * 4;
+                // Four consecutive outputs read four consecutive inputs at every tap
+                // (stride 1), or the even lanes of eight (stride 2).
+                let groups = match a.stride {
+                    1 => (hi - lo) / 4,
+                    2 => {
+                        // Stride 2 loads inputs 2o − pad + t·d .. +7 for the group at o:
+                        // they must stay inside the row (the last row ends the buffer).
+                        let reach = 8 + (a.kernel - 1) * a.dilation;
+                        let last_start = (a.size + a.pad_begin).checked_sub(reach).map(|l| l / 2);
+                        match last_start {
+                            Some(l) if l >= lo => ((l - lo) / 4 + 1).min((hi - lo) / 4),
+                            _ => 0,
+                        }
+                    }
+                    _ => 0,
+                };
+                if innermost && self.elems.vector && groups > 0 {
+                    done = lo + groups * 4;
+                    let deinterleave = a.stride == 2;
                     kernel::counted_loop(b, lo as i64, done as i64, 4, |b, o| {
                         let inner = at(b, &w, o);
-                        self.element(b, types::F32X4, &inner);
+                        self.element(b, types::F32X4, &inner, deinterleave);
                     });
                 }
                 kernel::counted_loop(b, done as i64, hi as i64, 1, |b, o| {
@@ -468,8 +489,9 @@ impl Gen {
     }
 
     /// One output (or four along the innermost axis when `ty` is F32X4): fold the
-    /// window's taps, finish and store.
-    fn element(&self, b: &mut FunctionBuilder, ty: Type, w: &Window) {
+    /// window's taps, finish and store. `deinterleave`: the four outputs' inputs are the
+    /// even lanes of eight consecutive floats (stride 2).
+    fn element(&self, b: &mut FunctionBuilder, ty: Type, w: &Window, deinterleave: bool) {
         let e = self.elems;
         let signed = matches!(domain(e.dtype), Domain::Int { signed: true });
         let init = identity(b, self.step, e.dtype, ty);
@@ -477,7 +499,12 @@ impl Gen {
         let step = self.step;
         let unrolled = unroll_depth(&w.taps);
         visit_taps(b, &w.taps, unrolled, w.src, 0, &mut |b, addr, offset| {
-            let x = if ty.is_vector() {
+            let x = if ty.is_vector() && deinterleave {
+                let lo = load_vec(b, addr, offset);
+                let hi = load_vec(b, addr, offset + 16);
+                let evens = core::array::from_fn(|i| ((i / 4) * 8 + i % 4) as u8);
+                math::shuffle_f32x4(b, lo, hi, evens)
+            } else if ty.is_vector() {
                 load_vec(b, addr, offset)
             } else {
                 e.load(b, addr, offset)

@@ -1,0 +1,388 @@
+//! The memory plan: no two buffers live at the same time overlap, in-place elementwise
+//! outputs and in-place Concat slices are planned where (and only where) they are safe,
+//! and graphs planned that way compute what the reference interpreter computes. On the
+//! reference models (when /work/shared/models or $NNC_MODELS has them) the arena must be
+//! within 1.10× of the lower bound.
+//!
+//! Run with `cargo test -p nnc --test plan_memory --release`.
+
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
+
+use nnc::codegen::{plan_graph_memory, MemoryPlan, Storage};
+use nnc::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
+use nnc::ops::{infer_types, BinaryOp, Op, UnaryOp};
+use runner::Compiled;
+
+/// Builds graphs node by node with inferred types.
+struct G {
+    g: Graph,
+    inputs: Vec<Tensor>,
+    seed: u64,
+}
+
+impl G {
+    fn new() -> G {
+        G {
+            g: Graph::default(),
+            inputs: vec![],
+            seed: 1,
+        }
+    }
+
+    fn input(&mut self, shape: &[usize]) -> ValueId {
+        let ty = TensorType::new(DType::F32, shape.to_vec());
+        let id = self
+            .g
+            .add_value(format!("in{}", self.inputs.len()), ty.clone(), None);
+        self.g.inputs.push(id);
+        let n = ty.numel();
+        let data: Vec<f32> = (0..n)
+            .map(|_| {
+                self.seed = self
+                    .seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((self.seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect();
+        self.inputs.push(Tensor::from_vec(shape, data));
+        id
+    }
+
+    fn constant(&mut self, shape: &[usize], v: f32) -> ValueId {
+        let n: usize = shape.iter().product();
+        let t = Tensor::from_vec(shape, vec![v; n]);
+        self.g
+            .add_value(format!("c{}", self.g.values.len()), t.ty(), Some(t))
+    }
+
+    fn node(&mut self, op: Op, ins: &[ValueId]) -> ValueId {
+        let types: Vec<Option<TensorType>> =
+            ins.iter().map(|v| Some(self.g.ty(*v).clone())).collect();
+        let ty = infer_types(&op, &types).expect("types").remove(0);
+        let out = self
+            .g
+            .add_value(format!("v{}", self.g.values.len()), ty, None);
+        self.g.nodes.push(Node {
+            name: format!("n{}", self.g.nodes.len()),
+            onnx_op: op.name(),
+            op,
+            inputs: ins.iter().map(|v| Some(*v)).collect(),
+            outputs: vec![out],
+        });
+        out
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: ValueId) -> ValueId {
+        self.node(Op::Unary(u), &[x])
+    }
+
+    fn binary(&mut self, b: BinaryOp, x: ValueId, y: ValueId) -> ValueId {
+        self.node(Op::Binary(b), &[x, y])
+    }
+
+    fn concat(&mut self, axis: usize, ins: &[ValueId]) -> ValueId {
+        self.node(Op::Concat { axis }, ins)
+    }
+
+    fn output(&mut self, v: ValueId) {
+        self.g.outputs.push(v);
+    }
+}
+
+/// Checks the plan's invariants; returns it for further checks.
+fn verify(g: &Graph, plan: &MemoryPlan) -> Result<(), String> {
+    let nv = g.values.len();
+    let nn = g.nodes.len();
+    let mut producer = vec![usize::MAX; nv];
+    for (k, n) in g.nodes.iter().enumerate() {
+        for o in &n.outputs {
+            producer[o.0] = k;
+        }
+    }
+    let mut last = vec![0usize; nv];
+    for v in 0..nv {
+        if producer[v] != usize::MAX {
+            last[v] = producer[v];
+        }
+    }
+    for (k, n) in g.nodes.iter().enumerate() {
+        for i in n.inputs.iter().flatten() {
+            last[i.0] = last[i.0].max(k);
+        }
+    }
+    for o in &g.outputs {
+        last[o.0] = nn;
+    }
+    // Every value lies inside its root.
+    for v in 0..nv {
+        let r = plan.root[v];
+        let end = plan.offset[v] + g.values[v].ty.byte_size();
+        if end > g.values[r].ty.byte_size() {
+            return Err(format!("value {v} ends at {end}, past its root {r}"));
+        }
+    }
+    // Group liveness.
+    let mut start = vec![usize::MAX; nv];
+    let mut stop = vec![0usize; nv];
+    for v in 0..nv {
+        let r = plan.root[v];
+        if producer[v] != usize::MAX {
+            start[r] = start[r].min(producer[v]);
+            stop[r] = stop[r].max(last[v]);
+        }
+    }
+    // Arena roots: live at the same time means disjoint.
+    let arena: Vec<(usize, usize, usize)> = (0..nv)
+        .filter(|&v| plan.root[v] == v && start[v] != usize::MAX)
+        .filter_map(|v| match plan.storage[v] {
+            Some(Storage::Arena(off)) => Some((v, off, off + g.values[v].ty.byte_size())),
+            _ => None,
+        })
+        .collect();
+    for (i, &(a, a0, a1)) in arena.iter().enumerate() {
+        if a1 > plan.arena_size {
+            return Err(format!("buffer {a} ends past the arena"));
+        }
+        for &(b, b0, b1) in &arena[i + 1..] {
+            let live_together = start[a] <= stop[b] && start[b] <= stop[a];
+            if live_together && a0 < b1 && b0 < a1 {
+                return Err(format!("buffers {a} and {b} overlap while both live"));
+            }
+        }
+    }
+    // Two values of one group never both need their contents at once: whenever a node
+    // writes a value, every other value of its group overlapping it is dead (read last
+    // at that node at the latest) or is the same node's input read elementwise.
+    for (k, n) in g.nodes.iter().enumerate() {
+        if plan.is_view[k] {
+            continue;
+        }
+        for o in &n.outputs {
+            let (o0, o1) = (plan.offset[o.0], plan.offset[o.0] + g.ty(*o).byte_size());
+            for v in 0..nv {
+                if v == o.0 || plan.root[v] != plan.root[o.0] || producer[v] == usize::MAX {
+                    continue;
+                }
+                let (v0, v1) = (plan.offset[v], plan.offset[v] + g.values[v].ty.byte_size());
+                let overlaps = v0 < o1 && o0 < v1;
+                // Values of the group produced later are not written yet.
+                if !overlaps || producer[v] > k {
+                    continue;
+                }
+                // Views of the output or of what the output is a view of are the same bytes.
+                if producer[v] == k {
+                    continue;
+                }
+                if last[v] > k {
+                    return Err(format!(
+                        "node {k} overwrites value {v}, which is read later (node {})",
+                        last[v]
+                    ));
+                }
+            }
+        }
+    }
+    if plan.lower_bound > plan.arena_size {
+        return Err("lower bound above the arena".into());
+    }
+    Ok(())
+}
+
+/// Plans, verifies, compiles, runs and compares with the interpreter.
+fn check_run(t: &G) -> MemoryPlan {
+    let plan = plan_graph_memory(&t.g);
+    verify(&t.g, &plan).expect("plan invariants");
+    let expected = nnc::interp::run_graph(&t.g, &t.inputs).expect("interpreter");
+    let lib = Compiled::new(&t.g).expect("compile");
+    let actual = lib.run(&t.g, &t.inputs).expect("run");
+    for (a, e) in actual.iter().zip(&expected) {
+        let (a, e) = (a.to_f64_vec(), e.to_f64_vec());
+        for (i, (x, y)) in a.iter().zip(&e).enumerate() {
+            let ok = (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-5 * y.abs().max(1.0);
+            assert!(ok, "element {i}: {x} vs {y}");
+        }
+    }
+    plan
+}
+
+#[test]
+fn elementwise_chains_run_in_place() {
+    let mut t = G::new();
+    let x = t.input(&[2, 3, 8]);
+    let y = t.input(&[8]);
+    let a = t.unary(UnaryOp::Relu, x); // x is the caller's: not overwritten
+    let b = t.unary(UnaryOp::Sigmoid, a); // over a
+    let c = t.binary(BinaryOp::Add, b, y); // over b (y is broadcast)
+    let d = t.unary(UnaryOp::Exp, c); // over c
+    let e = t.binary(BinaryOp::Mul, d, x); // over d
+    t.output(e); // the caller's buffer: computed out of place
+    let plan = check_run(&t);
+    assert_ne!(plan.root[a.0], plan.root[x.0]);
+    for v in [b, c, d] {
+        assert_eq!(plan.root[v.0], plan.root[a.0], "value {v:?} in place");
+    }
+    assert!(matches!(plan.storage[e.0], Some(Storage::Output(0))));
+    // One buffer for the whole chain.
+    assert_eq!(plan.arena_size, 192);
+    assert_eq!(plan.lower_bound, plan.arena_size);
+}
+
+#[test]
+fn inputs_read_later_are_not_overwritten() {
+    let mut t = G::new();
+    let x = t.input(&[4, 16]);
+    let a = t.unary(UnaryOp::Tanh, x);
+    let b = t.unary(UnaryOp::Exp, a); // a is read again below: not in place
+    let c = t.binary(BinaryOp::Sub, b, a); // in place over a or b
+    let w = t.constant(&[4, 16], 0.5);
+    let d = t.binary(BinaryOp::Mul, w, c); // the constant is never overwritten
+    let cast = t.node(Op::Cast { to: DType::F64 }, &[d]); // wider: not in place
+    let back = t.node(Op::Cast { to: DType::F32 }, &[cast]); // narrower: not in place
+    let s = t.unary(UnaryOp::Neg, back);
+    t.output(s);
+    let plan = check_run(&t);
+    assert_ne!(plan.root[b.0], plan.root[a.0]);
+    assert!(plan.root[c.0] == plan.root[a.0] || plan.root[c.0] == plan.root[b.0]);
+    assert_eq!(plan.root[d.0], plan.root[c.0]);
+    assert_ne!(plan.root[cast.0], plan.root[d.0]);
+    assert_ne!(plan.root[back.0], plan.root[cast.0]);
+    // Broadcast inputs (smaller than the output) never host it.
+    let mut t = G::new();
+    let x = t.input(&[8]);
+    let a = t.unary(UnaryOp::Relu, x);
+    let y = t.input(&[3, 8]);
+    let b = t.binary(BinaryOp::Add, a, y);
+    let c = t.unary(UnaryOp::Relu, b);
+    t.output(c);
+    let plan = check_run(&t);
+    assert_ne!(plan.root[b.0], plan.root[a.0]);
+}
+
+#[test]
+fn concat_inputs_are_written_into_their_slices() {
+    // The squeezenet fire module: two branches concatenated along channels at batch 1.
+    let mut t = G::new();
+    let x = t.input(&[1, 4, 5, 5]);
+    let a = t.unary(UnaryOp::Tanh, x);
+    let a = t.unary(UnaryOp::Relu, a); // in place, and the group moves into the concat
+    let b = t.unary(UnaryOp::Sigmoid, x);
+    let c = t.concat(1, &[a, b]);
+    let d = t.unary(UnaryOp::Exp, c); // in place over the concat
+    let e = t.binary(BinaryOp::Mul, d, d);
+    t.output(e);
+    let plan = check_run(&t);
+    let k =
+        t.g.nodes
+            .iter()
+            .position(|n| matches!(n.op, Op::Concat { .. }))
+            .unwrap();
+    assert!(plan.is_view[k], "every input in place: no code");
+    assert_eq!(plan.root[a.0], plan.root[c.0]);
+    assert_eq!(plan.root[b.0], plan.root[c.0]);
+    assert_eq!(plan.offset[a.0], 0);
+    assert_eq!(plan.offset[b.0], 4 * 25 * 4);
+    assert_eq!(plan.root[d.0], plan.root[c.0]);
+
+    // Nested: a concat output concatenated again, inner slices composing offsets.
+    let mut t = G::new();
+    let x = t.input(&[1, 2, 3]);
+    let a = t.unary(UnaryOp::Neg, x);
+    let b = t.unary(UnaryOp::Abs, x);
+    let ab = t.concat(1, &[a, b]);
+    let c = t.unary(UnaryOp::Exp, x);
+    let abc = t.concat(1, &[c, ab]);
+    let out = t.unary(UnaryOp::Sqrt, abc);
+    t.output(out);
+    let plan = check_run(&t);
+    assert_eq!(plan.root[a.0], plan.root[abc.0]);
+    assert_eq!(plan.offset[a.0], 2 * 3 * 4);
+    assert_eq!(plan.offset[b.0], 4 * 3 * 4);
+}
+
+#[test]
+fn concat_falls_back_to_copying_when_unsafe() {
+    let mut t = G::new();
+    let x = t.input(&[1, 2, 4]);
+    let w = t.constant(&[1, 3, 4], 2.0);
+    let a = t.unary(UnaryOp::Exp, x);
+    let b = t.unary(UnaryOp::Neg, x);
+    let r = t.node(
+        Op::Reshape {
+            shape: vec![1, 2, 4],
+        },
+        &[b],
+    );
+    // x: the caller's; w: a constant; a: used twice; r: read again after the concat.
+    let c = t.concat(1, &[x, w, a, a, r]);
+    let s = t.binary(BinaryOp::Add, r, r);
+    let c2 = t.unary(UnaryOp::Relu, c);
+    t.output(c2);
+    t.output(s);
+    let plan = check_run(&t);
+    let k =
+        t.g.nodes
+            .iter()
+            .position(|n| matches!(n.op, Op::Concat { .. }))
+            .unwrap();
+    assert!(!plan.is_view[k]);
+    for v in [x, w, a, r, b] {
+        assert_ne!(plan.root[v.0], plan.root[c.0], "value {v:?}");
+    }
+    // Batch 2: the inputs are not contiguous runs of the output.
+    let mut t = G::new();
+    let x = t.input(&[2, 2, 4]);
+    let a = t.unary(UnaryOp::Exp, x);
+    let b = t.unary(UnaryOp::Neg, x);
+    let c = t.concat(1, &[a, b]);
+    let d = t.unary(UnaryOp::Relu, c);
+    t.output(d);
+    let plan = check_run(&t);
+    assert_ne!(plan.root[a.0], plan.root[c.0]);
+    // Partly in place: the slice that can be is, the other is copied.
+    let mut t = G::new();
+    let x = t.input(&[1, 2, 4]);
+    let a = t.unary(UnaryOp::Exp, x);
+    let c = t.concat(1, &[a, x]);
+    let d = t.unary(UnaryOp::Relu, c);
+    t.output(d);
+    let plan = check_run(&t);
+    assert_eq!(plan.root[a.0], plan.root[c.0]);
+}
+
+/// The reference models: plan invariants and arena ≤ 1.10 × lower bound.
+#[test]
+fn reference_models_stay_near_the_lower_bound() {
+    let dir = std::env::var("NNC_MODELS").unwrap_or_else(|_| "/work/shared/models".into());
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        tools::skip(&format!("no reference models in {dir}"));
+        return;
+    };
+    let mut paths: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        let g = nnc::onnx::load_model(&p, &Default::default()).expect("import");
+        let plan = plan_graph_memory(&g);
+        verify(&g, &plan).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let ratio = plan.arena_size as f64 / plan.lower_bound.max(1) as f64;
+        let concats: Vec<usize> = (0..g.nodes.len())
+            .filter(|&k| matches!(g.nodes[k].op, Op::Concat { .. }))
+            .collect();
+        let in_place = concats.iter().filter(|&&k| plan.is_view[k]).count();
+        println!(
+            "{}: arena {} lower bound {} ratio {ratio:.3}; concats in place {in_place}/{}",
+            p.display(),
+            plan.arena_size,
+            plan.lower_bound,
+            concats.len()
+        );
+        assert!(ratio <= 1.10, "{}: ratio {ratio}", p.display());
+    }
+}
