@@ -497,7 +497,8 @@ impl Im2colLayout {
 /// Compile-time im2col tables, in bytes relative to the (padded) group input:
 /// `lane[q]` is where output position q's window starts, `tap[k]` how far K row
 /// `k = (channel, tap)` moves it; `contiguous[q / 4]` says output positions `q..q+4` are
-/// consecutive in memory (one output row, stride 1), so rows can be copied as vectors.
+/// consecutive in memory (1: one output row, stride 1) or every other float (2: stride
+/// 2), so rows can be copied as vectors, or as the even lanes of two.
 struct Im2colTables {
     lane: Vec<i32>,
     tap: Vec<i32>,
@@ -523,11 +524,27 @@ fn im2col_tables(g: &ConvGeometry, nr: usize) -> Result<Im2colTables, String> {
     let panels = p.div_ceil(nr);
     // Positions past the end repeat the last valid one: always in bounds, results unused.
     let lane: Vec<i32> = (0..panels * nr).map(|q| lane_of(q.min(p - 1))).collect();
+    // 1: four consecutive floats; 2: every other float of eight (stride 2), when the
+    // eighth, loaded but unused, is still inside the input for every tap.
+    let max_tap = tap_offsets_max(g, plane, &pstrides);
+    let input_bytes = (g.cg * plane * F32) as i64;
     let contiguous = (0..panels * nr / LANES)
         .map(|v| {
             let q = v * LANES;
-            let full = q + LANES <= p;
-            i32::from(full && (1..LANES).all(|l| lane[q + l] == lane[q] + (l * F32) as i32))
+            if q + LANES > p {
+                return 0;
+            }
+            let spaced =
+                |step: usize| (1..LANES).all(|l| lane[q + l] == lane[q] + (l * step * F32) as i32);
+            if spaced(1) {
+                1
+            } else if spaced(2)
+                && lane[q] as i64 + max_tap + (2 * LANES * F32) as i64 <= input_bytes
+            {
+                2
+            } else {
+                0
+            }
         })
         .collect();
     let mut tap = Vec::with_capacity(g.gemm_k());
@@ -546,6 +563,14 @@ fn im2col_tables(g: &ConvGeometry, nr: usize) -> Result<Im2colTables, String> {
         tap,
         contiguous,
     })
+}
+
+/// The largest byte offset a kernel tap adds to a window start.
+fn tap_offsets_max(g: &ConvGeometry, plane: usize, pstrides: &[usize]) -> i64 {
+    let last: usize = (0..g.kernel.len())
+        .map(|d| (g.kernel[d] - 1) * g.dilations[d] * pstrides[d])
+        .sum();
+    (((g.cg - 1) * plane + last) * F32) as i64
 }
 
 /// Row-major multi-index of `flat` in `shape`.
@@ -796,20 +821,44 @@ fn im2col_panel(
         })
         .collect();
     let flag_base = kernel::elem_addr(b, t.contiguous, panel, nr / LANES * 4);
-    let vec_flags: Vec<Value> = (0..width / LANES)
-        .map(|v| b.ins().load(types::I32, flags(), flag_base, (v * 4) as i32))
+    let vec_flags: Vec<(Value, Value)> = (0..width / LANES)
+        .map(|v| {
+            let f = b.ins().load(types::I32, flags(), flag_base, (v * 4) as i32);
+            let unit = b.ins().icmp_imm_s(IntCC::Equal, f, 1);
+            let every_other = b.ins().icmp_imm_s(IntCC::Equal, f, 2);
+            (unit, every_other)
+        })
         .collect();
     kernel::counted_loop(b, 0, k as i64, 1, |b, kk| {
         let tap = tap_offset(b, t, kk);
         let row = kernel::elem_addr(b, dst, kk, width * F32);
-        for (v, &flag) in vec_flags.iter().enumerate() {
-            let (vector, lanewise, next) = (b.create_block(), b.create_block(), b.create_block());
-            b.ins().brif(flag, vector, &[], lanewise, &[]);
+        for (v, &(unit, every_other)) in vec_flags.iter().enumerate() {
+            let (vector, not_vector, evens, lanewise, next) = (
+                b.create_block(),
+                b.create_block(),
+                b.create_block(),
+                b.create_block(),
+                b.create_block(),
+            );
+            b.ins().brif(unit, vector, &[], not_vector, &[]);
             b.seal_block(vector);
-            b.seal_block(lanewise);
+            b.seal_block(not_vector);
             b.switch_to_block(vector);
             let a = b.ins().iadd(lane_ptrs[v * LANES], tap);
             let x = b.ins().load(types::F32X4, flags(), a, 0);
+            b.ins().store(flags(), x, row, (v * LANES * F32) as i32);
+            b.ins().jump(next, &[]);
+            b.switch_to_block(not_vector);
+            b.ins().brif(every_other, evens, &[], lanewise, &[]);
+            b.seal_block(evens);
+            b.seal_block(lanewise);
+            b.switch_to_block(evens);
+            // The even lanes of eight consecutive floats: two loads and one shuffle.
+            let a = b.ins().iadd(lane_ptrs[v * LANES], tap);
+            let lo = b.ins().load(types::F32X4, flags(), a, 0);
+            let hi = b.ins().load(types::F32X4, flags(), a, (LANES * F32) as i32);
+            let pick = core::array::from_fn(|i| ((i / 4) * 8 + i % 4) as u8);
+            let x = crate::codegen::math::shuffle_f32x4(b, lo, hi, pick);
             b.ins().store(flags(), x, row, (v * LANES * F32) as i32);
             b.ins().jump(next, &[]);
             b.switch_to_block(lanewise);
