@@ -184,6 +184,30 @@ fn conv_add_relu_residual() {
 }
 
 #[test]
+fn conv_residual_on_wide_rows() {
+    // Output rows of 26 take the x86 implicit-GEMM conv path, whose copy out of the
+    // wide output adds the residual and then applies the activation (Relu, then one
+    // the machine-code epilogue lacks).
+    let mut m = ModelBuilder::new(5);
+    let x = m.input("x", &[1, 16, 6, 26]);
+    let c = conv(&mut m, &x, 16, 16, 3, 1);
+    let b = batch_norm(&mut m, &c, 16);
+    let s = m.node("Add", &[&b, &x], vec![]);
+    let y = m.node("Relu", &[&s], vec![]);
+    let c = conv(&mut m, &y, 16, 16, 3, 1);
+    let s = m.node("Add", &[&y, &c], vec![]);
+    let z = m.node("Sigmoid", &[&s], vec![]);
+    m.output(&z);
+    let g = check(m, 13);
+    assert_eq!(residuals(&g), 2, "{g}");
+    assert_eq!(
+        activations(&g),
+        [Activation::Relu, Activation::Sigmoid],
+        "{g}"
+    );
+}
+
+#[test]
 fn matmul_bias_gelu_residual() {
     // A transformer MLP: MatMul + Add(bias first) + erf-GELU (Div form, 0.5 last),
     // MatMul + bias + residual; then Mul-by-0.7071 GELU (0.5 first) after a Gemm.

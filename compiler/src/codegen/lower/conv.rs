@@ -601,8 +601,8 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     let weights = weights_operand(ctx, g, &ops.w)?;
     let geom = weights.geom;
     let tables = im2col_tables(g, geom.nr)?;
-    let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);
-    if implicit_gemm_fits(g, &geom, &whole) {
+    if implicit_gemm_fits(g, &geom) {
+        let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);
         let wide_offset = layout.padded_bytes;
         return conv_implicit_gemm(
             ctx,
@@ -695,21 +695,20 @@ fn wide_columns(g: &ConvGeometry) -> Option<usize> {
 /// (only those read B through a K-row table), output rows wide enough that the garbage
 /// columns cost less than im2col would (measured on this Xeon, 3×3 convs: im2col was
 /// ~30% of the time at 56×56 and ~10% at 14×14, where the 2 garbage columns of 16
-/// cost 14%), and no addend but a per-channel bias (a residual would need the wide
-/// layout too).
-fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry, spec: &GemmSpec) -> bool {
+/// cost 14%).
+fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     const MIN_OUT_W: usize = 24;
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
         && g.output[1] >= MIN_OUT_W
-        && spec.addends.iter().all(|a| a.col_stride == 0)
 }
 
 /// Stride-1 2-D conv as one implicit GEMM per batch and group: B is the zero-padded
 /// input read in place through [`BLayout::Taps`] (no im2col matrix): output column
 /// `q` of the GEMM reads padded-input offset `q + tap[k]`, so the GEMM's columns run
 /// over whole padded rows ("wide" output, written to scratch), and a copy keeps the
-/// `out` valid columns of each row.
+/// `out` valid columns of each row. A residual (compact layout) is added by that copy,
+/// followed by the activation; otherwise the GEMM's epilogue applies the activation.
 #[allow(clippy::too_many_arguments)]
 fn conv_implicit_gemm(
     ctx: &mut LowerCtx,
@@ -724,6 +723,13 @@ fn conv_implicit_gemm(
     let padded = g.padded();
     let wide = wide_columns(g).ok_or("implicit GEMM needs a 2-D stride-1 conv")?;
     let (out_h, out_w, row) = (g.output[0], g.output[1], padded[1]);
+    let residual = ops.residual.is_some();
+    let mut spec = spec;
+    if residual {
+        // The residual's addend is the last (see group_gemm); the copy applies it.
+        spec.addends.pop();
+        spec.activation = Activation::None;
+    }
     let spec = GemmSpec {
         n: wide,
         b: BLayout::Taps {
@@ -738,6 +744,7 @@ fn conv_implicit_gemm(
     let kernel = GemmKernel::define(ctx, &spec)?;
     let b = &mut *ctx.b;
     let c_wide = b.ins().iadd_imm_s(scratch, wide_offset as i64);
+    let mut failure = None;
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
         let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
@@ -747,9 +754,10 @@ fn conv_implicit_gemm(
         } else {
             x_g
         };
-        let (y_g, bias) = output_and_bias(b, g, ops, n, grp);
+        let (y_g, mut addends) = output_and_bias(b, g, ops, n, grp);
+        let r_g = if residual { addends.pop() } else { None };
         let a = weights.group(b, grp, g);
-        kernel.call(b, a, src, c_wide, &bias);
+        kernel.call(b, a, src, c_wide, &addends);
         // Keep the valid columns: row `oh` of channel `m` is `out_w` floats at
         // column `oh·row` of the wide output.
         kernel::counted_loop(b, 0, (g.mg * out_h) as i64, 1, |b, r| {
@@ -758,10 +766,59 @@ fn conv_implicit_gemm(
             let src_row = kernel::elem_addr(b, c_wide, m, wide * F32);
             let src_row = kernel::elem_addr(b, src_row, oh, row * F32);
             let dst_row = kernel::elem_addr(b, y_g, r, out_w * F32);
-            copy_f32(b, dst_row, src_row, out_w);
+            match r_g {
+                None => copy_f32(b, dst_row, src_row, out_w),
+                Some(r_g) => {
+                    let res_row = kernel::elem_addr(b, r_g, r, out_w * F32);
+                    if let Err(e) =
+                        add_activate_row(b, dst_row, src_row, res_row, out_w, ops.activation)
+                    {
+                        failure = Some(e);
+                    }
+                }
+            }
         });
     });
-    Ok(())
+    failure.map_or(Ok(()), Err)
+}
+
+/// `dst[i] = act(src[i] + res[i])` for `count` floats: f32x4 vectors, then scalars.
+fn add_activate_row(
+    b: &mut FunctionBuilder,
+    dst: Value,
+    src: Value,
+    res: Value,
+    count: usize,
+    act: Activation,
+) -> LowerResult {
+    let vecs = count / LANES;
+    let mut failure = None;
+    kernel::counted_loop(b, 0, vecs as i64, 1, |b, i| {
+        let off = b.ins().imul_imm_s(i, (LANES * F32) as i64);
+        let (s, r, d) = (
+            b.ins().iadd(src, off),
+            b.ins().iadd(res, off),
+            b.ins().iadd(dst, off),
+        );
+        let x = b.ins().load(types::F32X4, flags(), s, 0);
+        let y = b.ins().load(types::F32X4, flags(), r, 0);
+        let sum = b.ins().fadd(x, y);
+        match super::elementwise::activation(b, act, sum) {
+            Ok(v) => {
+                b.ins().store(flags(), v, d, 0);
+            }
+            Err(e) => failure = Some(e),
+        }
+    });
+    for e in vecs * LANES..count {
+        let off = (e * F32) as i32;
+        let x = b.ins().load(types::F32, flags(), src, off);
+        let y = b.ins().load(types::F32, flags(), res, off);
+        let sum = b.ins().fadd(x, y);
+        let v = super::elementwise::activation(b, act, sum)?;
+        b.ins().store(flags(), v, dst, off);
+    }
+    failure.map_or(Ok(()), Err)
 }
 
 /// Writes the im2col columns `col0 .. col0+cols` (col0 a multiple of the panel width)
