@@ -692,15 +692,17 @@ fn wide_columns(g: &ConvGeometry) -> Option<usize> {
 }
 
 /// Whether [`conv_implicit_gemm`] computes this conv: 2-D, stride 1, on an x86 kernel
-/// (only those read B through a K-row table), output rows wide enough that the garbage
-/// columns cost less than im2col would (measured on this Xeon, 3×3 convs: im2col was
-/// ~30% of the time at 56×56 and ~10% at 14×14, where the 2 garbage columns of 16
-/// cost 14%).
+/// (only those read B through a K-row table), when the garbage columns of the wide
+/// output cost less than im2col would. im2col copies K·P floats for 2·M·K·P flops, so
+/// its share shrinks with M; measured on this Xeon (3×3 convs): ~30% of the time at
+/// 56×56 and M = 64, ~10% at 14×14 and M = 256 (where the 2 garbage columns of 16 cost
+/// 14%), and ~45% for digits_cnn's 8×8, M = 32 conv (25% garbage).
 fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     const MIN_OUT_W: usize = 24;
+    const SMALL_M: usize = 64;
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
-        && g.output[1] >= MIN_OUT_W
+        && (g.output[1] >= MIN_OUT_W || (g.output[1] >= 8 && g.mg <= SMALL_M))
 }
 
 /// Stride-1 2-D conv as one implicit GEMM per batch and group: B is the zero-padded
@@ -919,8 +921,8 @@ fn im2col_panel(
             b.ins().store(flags(), x, row, (v * LANES * F32) as i32);
             b.ins().jump(next, &[]);
             b.switch_to_block(lanewise);
-            for l in v * LANES..(v + 1) * LANES {
-                let a = b.ins().iadd(lane_ptrs[l], tap);
+            for (l, &lane) in lane_ptrs.iter().enumerate().skip(v * LANES).take(LANES) {
+                let a = b.ins().iadd(lane, tap);
                 let x = b.ins().load(types::F32, flags(), a, 0);
                 b.ins().store(flags(), x, row, (l * F32) as i32);
             }
