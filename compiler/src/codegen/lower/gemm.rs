@@ -204,7 +204,9 @@ impl GemmKernel {
             KernelKind::X86(isa) if gemm_x86::supports(&without_activation) => {
                 let act = spec.activation;
                 let (m, n, ldc) = (spec.m, spec.n, spec.ldc);
-                post = Some(define_out_of_line(ctx, 1, |b, p| {
+                // At "speed": the activation's polynomial math is ordinary code, and
+                // at "none" every intermediate went through the stack.
+                post = Some(define_out_of_line_at(ctx, 1, "speed", |b, p| {
                     apply_activation(b, act, p[0], m, n, ldc)
                 })?);
                 define_machine_code(ctx, params, &gemm_x86::emit(&without_activation, isa)?)?
@@ -363,6 +365,16 @@ pub(super) fn define_out_of_line(
     params: usize,
     build: impl FnOnce(&mut FunctionBuilder, &[Value]) -> Result<(), String>,
 ) -> Result<FuncRef, String> {
+    define_out_of_line_at(ctx, params, "none", build)
+}
+
+/// [`define_out_of_line`] at Cranelift opt_level `opt` ("none" or "speed").
+fn define_out_of_line_at(
+    ctx: &mut LowerCtx,
+    params: usize,
+    opt: &str,
+    build: impl FnOnce(&mut FunctionBuilder, &[Value]) -> Result<(), String>,
+) -> Result<FuncRef, String> {
     let mut sig = ctx.module.make_signature();
     sig.params.extend((0..params).map(|_| AbiParam::new(PTR)));
     let id = ctx
@@ -371,7 +383,7 @@ pub(super) fn define_out_of_line(
         .map_err(|e| e.to_string())?;
     // Namespace 2: node functions use 0 and the exported entry points 1.
     let mut func = Function::with_name_signature(UserFuncName::user(2, id.as_u32()), sig);
-    let isa = ctx.target.isa("none").map_err(|e| e.to_string())?;
+    let isa = ctx.target.isa(opt).map_err(|e| e.to_string())?;
     let mut fctx = FunctionBuilderContext::new();
     {
         let mut b = FunctionBuilder::new(&mut func, &mut fctx);
