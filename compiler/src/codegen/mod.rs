@@ -158,6 +158,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     plan::place_constants(&mut plan, graph, &const_read);
     let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
     let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
+    let clear_upper = define_clear_upper_vector_state(&mut module, &opts.target)?;
     let infer_ws = define_infer_with_workspace(
         &mut module,
         &mut ctx,
@@ -168,6 +169,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         &node_fns,
         weights,
         copy_fn,
+        clear_upper,
         &opts.prefix,
     )?;
     define_infer(
@@ -302,6 +304,28 @@ fn define_zeroed(
     Ok(id)
 }
 
+/// On x86-64 with AVX: a function that executes `vzeroupper`, called first by `infer`.
+/// A caller whose own code left the upper halves of the vector registers dirty (tract
+/// does) otherwise makes every legacy-SSE instruction in the model pay a merge with
+/// them: measured 5–35× slower inference until something cleared the state.
+fn define_clear_upper_vector_state(
+    module: &mut ObjectModule,
+    target: &Target,
+) -> Result<Option<FuncId>> {
+    if target.arch != Arch::X86_64 || !target.has("has_avx") {
+        return Ok(None);
+    }
+    let sig = ptr_signature(module, 0, false);
+    let id = module
+        .declare_function("nnc_clear_upper_vector_state", Linkage::Local, &sig)
+        .map_err(|e| codegen_err("vzeroupper", e))?;
+    // vzeroupper; ret
+    module
+        .define_function_bytes(id, 16, &[0xC5, 0xF8, 0x77, 0xC3], &[])
+        .map_err(|e| codegen_err("vzeroupper", e))?;
+    Ok(Some(id))
+}
+
 /// `nnc_copy(dst, src, nbytes)`: used for graph outputs that no node writes (constants,
 /// pass-through inputs, duplicates).
 fn define_copy(
@@ -344,6 +368,7 @@ fn define_infer_with_workspace(
     node_fns: &[Option<FuncId>],
     weights: cranelift_module::DataId,
     copy_fn: FuncId,
+    clear_upper: Option<FuncId>,
     prefix: &str,
 ) -> Result<FuncId> {
     let name = format!("{prefix}infer_with_workspace");
@@ -358,6 +383,10 @@ fn define_infer_with_workspace(
         sig,
         |b, module, p| {
             let (inputs, outputs, ws) = (p[0], p[1], p[2]);
+            if let Some(f) = clear_upper {
+                let fref = module.declare_func_in_func(f, b.func);
+                b.ins().call(fref, &[]);
+            }
 
             // Argument checks: every pointer the plan dereferences must be non-null, and the
             // workspace aligned as model_info promises.
