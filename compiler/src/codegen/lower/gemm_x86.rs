@@ -81,6 +81,15 @@ const F32: usize = 4;
 /// K steps per loop iteration.
 const K_UNROLL: usize = 4;
 
+/// K steps per block for panels of `nr` columns: the block of a B panel (`kc · nr`
+/// floats) then stays in L1 (24 KB of the 48 KB here) while every row tile sweeps it,
+/// and the blocks of A (`M · kc`) in L2. Unblocked, a panel of a long-K GEMM (conv
+/// 3×3×256: K = 2304) spilled to L2 and A streamed from L3 once per panel.
+pub fn k_block(nr: usize) -> usize {
+    let kc = 24 * 1024 / (nr * F32);
+    kc / K_UNROLL * K_UNROLL
+}
+
 /// An encoding failure or a spec the kernel cannot express.
 #[derive(Debug)]
 struct AsmError(String);
@@ -398,8 +407,7 @@ impl Emitter<'_> {
     /// (`M · kc`) in L2. Unblocked, a panel of a long-K GEMM (conv 3×3×256: K = 2304)
     /// spilled to L2 and A streamed from L3 once per panel: ~60 vs ~120 GFLOP/s.
     fn k_block(&self) -> usize {
-        let kc = 24 * 1024 / (self.nr * F32);
-        kc / K_UNROLL * K_UNROLL
+        k_block(self.nr)
     }
 
     /// All tiles of C for the K steps `r15 .. r15 + steps`.
@@ -575,8 +583,10 @@ impl Emitter<'_> {
                 row_stride,
                 col_stride,
             } => (row_stride * F32, row_stride * F32, col_stride * F32),
-            // Tile of `rows` rows at element i0·K, laid out [k][rows].
-            ALayout::Packed => (F32, s.k * F32, t.rows * F32),
+            // K block by K block (see `gemm::pack_a`): the tile of `rows` rows of the
+            // block starting at step kb, `len` steps long, is at element kb·M + i0·len,
+            // laid out [k][rows].
+            ALayout::Packed => (F32, t.block.steps * F32, t.rows * F32),
         };
         let taps = matches!(s.b, BLayout::Taps { .. });
         let (b_panel_stride, b_k_bytes, b_masked) = match s.b {
@@ -600,7 +610,11 @@ impl Emitter<'_> {
         }
         if t.block.pass != Pass::Only {
             // Move both to the block's first K step (r15).
-            a.imul_3(r14, r15, imm(a_k_bytes)?)?;
+            let a_block_bytes = match s.a {
+                ALayout::Packed => s.m * F32,
+                ALayout::Strided { .. } => a_k_bytes,
+            };
+            a.imul_3(r14, r15, imm(a_block_bytes)?)?;
             a.add(r10, r14)?;
             if !taps {
                 a.imul_3(r14, r15, imm(b_k_bytes)?)?;
