@@ -16,21 +16,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 NNC = os.path.join(ROOT, "target", "release", "nnc")
-DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
 
-
-class TensorInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32), ("dims", ctypes.POINTER(ctypes.c_int64))]
-
-
-class ModelInfo(ctypes.Structure):
-    _fields_ = [("abi_version", ctypes.c_uint32), ("num_inputs", ctypes.c_uint32), ("num_outputs", ctypes.c_uint32),
-                ("inputs", ctypes.POINTER(TensorInfo)), ("outputs", ctypes.POINTER(TensorInfo)),
-                ("workspace_size", ctypes.c_uint64), ("workspace_align", ctypes.c_uint64)]
-
-
-def tensors(n, arr):
-    return [(arr[i].name.decode(), DTYPES[arr[i].dtype], tuple(arr[i].dims[k] for k in range(arr[i].rank))) for i in range(n)]
+from nnc_ctypes import model_info  # noqa: E402 (scripts/ is put on the path above)
 
 
 def model_inputs(models_dir, name, specs):
@@ -50,10 +37,7 @@ def model_inputs(models_dir, name, specs):
 class NncModel:
     def __init__(self, lib_path):
         self.lib = ctypes.CDLL(lib_path)
-        self.lib.model_info.restype = ctypes.POINTER(ModelInfo)
-        info = self.lib.model_info().contents
-        self.inputs = tensors(info.num_inputs, info.inputs)
-        self.outputs = tensors(info.num_outputs, info.outputs)
+        self.inputs, self.outputs = model_info(self.lib)
 
     def bind(self, feeds):
         self.arrays = [feeds[n] for n, _, _ in self.inputs]

@@ -11,27 +11,10 @@ through tests/harness/nnc_run.c built with aarch64-linux-gnu-gcc.
 import argparse, ctypes, glob, os, subprocess, sys, tempfile, time
 import numpy as np
 
+from nnc_ctypes import DTYPES, model_info
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NNC = os.path.join(ROOT, "target", "release", "nnc")
-DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
-
-
-class TensorInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int32), ("rank", ctypes.c_int32), ("dims", ctypes.POINTER(ctypes.c_int64))]
-
-
-class ModelInfo(ctypes.Structure):
-    _fields_ = [("abi_version", ctypes.c_uint32), ("num_inputs", ctypes.c_uint32), ("num_outputs", ctypes.c_uint32),
-                ("inputs", ctypes.POINTER(TensorInfo)), ("outputs", ctypes.POINTER(TensorInfo)),
-                ("workspace_size", ctypes.c_uint64), ("workspace_align", ctypes.c_uint64)]
-
-
-def tensors(info, n, arr):
-    out = []
-    for i in range(n):
-        t = arr[i]
-        out.append((t.name.decode(), DTYPES[t.dtype], tuple(t.dims[k] for k in range(t.rank))))
-    return out
 
 
 def rel_err(actual, ref):
@@ -41,10 +24,7 @@ def rel_err(actual, ref):
 
 def run_x86(lib_path, inputs_by_name):
     lib = ctypes.CDLL(lib_path)
-    lib.model_info.restype = ctypes.POINTER(ModelInfo)
-    info = lib.model_info().contents
-    ins = tensors(info, info.num_inputs, info.inputs)
-    outs = tensors(info, info.num_outputs, info.outputs)
+    ins, outs = model_info(lib)
     arrays = [np.ascontiguousarray(inputs_by_name[n].astype(d).reshape(s)) for n, d, s in ins]
     results = [np.zeros(s, dtype=d) for _, d, s in outs]
     in_ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])

@@ -691,35 +691,13 @@ impl<'a, 'f> Emitter<'a, 'f> {
             let frac = self.div(rp, den);
             self.mul_add_const(frac, 2.0, 1.0)
         } else {
-            // Cephes expf.c: e^r = 1 + r + r²·P(r).
-            let r = self.cody_waite(x, n, &[0.693_359_375, -2.121_944_40E-4]);
-            let r2 = self.mul(r, r);
-            let p = self.horner(
-                r,
-                &[
-                    1.987_569_150_0E-4,
-                    1.398_199_950_7E-3,
-                    8.333_451_907_3E-3,
-                    4.166_579_589_4E-2,
-                    1.666_666_545_9E-1,
-                    5.000_000_120_1E-1,
-                ],
-            );
-            let t = self.mul(p, r2);
-            let t = self.add(t, r);
-            self.add_const(t, 1.0)
+            self.exp_reduced_f32(x, n)
         };
         self.scale_by_pow2(e_r, n_int)
     }
 
-    /// See [`exp_nonpositive`]: the single-precision `exp` with x clamped to [-88, ∞)
-    /// only, so n = round(x·log2 e) is in [-127, 0] and 2^n one exponent field (zero,
-    /// i.e. the float 0, for n = -127).
-    fn exp_nonpositive_f32(&mut self, x: Value) -> Value {
-        let lo = self.f(-88.0);
-        let x = self.b.ins().fmax(x, lo);
-        let t = self.mul_const(x, LOG2_E);
-        let (n, n_int) = self.round_to_int(t);
+    /// `e^r` for `r = x − n·ln 2` (Cephes expf.c: `1 + r + r²·P(r)`), single precision.
+    fn exp_reduced_f32(&mut self, x: Value, n: Value) -> Value {
         let r = self.cody_waite(x, n, &[0.693_359_375, -2.121_944_40E-4]);
         let r2 = self.mul(r, r);
         let p = self.horner(
@@ -735,7 +713,18 @@ impl<'a, 'f> Emitter<'a, 'f> {
         );
         let t = self.mul(p, r2);
         let t = self.add(t, r);
-        let e_r = self.add_const(t, 1.0);
+        self.add_const(t, 1.0)
+    }
+
+    /// See [`exp_nonpositive`]: the single-precision `exp` with x clamped to [-88, ∞)
+    /// only, so n = round(x·log2 e) is in [-127, 0] and 2^n one exponent field (zero,
+    /// i.e. the float 0, for n = -127).
+    fn exp_nonpositive_f32(&mut self, x: Value) -> Value {
+        let lo = self.f(-88.0);
+        let x = self.b.ins().fmax(x, lo);
+        let t = self.mul_const(x, LOG2_E);
+        let (n, n_int) = self.round_to_int(t);
+        let e_r = self.exp_reduced_f32(x, n);
         let scale = self.pow2(n_int);
         self.mul(e_r, scale)
     }

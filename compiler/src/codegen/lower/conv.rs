@@ -265,27 +265,9 @@ fn apply_epilogue(b: &mut FunctionBuilder, ops: &ConvOperands) -> LowerResult {
     if ops.residual.is_none() && ops.activation == Activation::None {
         return Ok(());
     }
-    let total = ops.y.ty.numel();
-    let vec_end = total / LANES * LANES;
-    let step = |b: &mut FunctionBuilder, i: Value, ty: types::Type| {
-        let y = kernel::elem_addr(b, ops.y.ptr, i, F32);
-        let mut v = b.ins().load(ty, flags(), y, 0);
-        if let Some(r) = &ops.residual {
-            let ra = kernel::elem_addr(b, r.ptr, i, F32);
-            let rv = b.ins().load(ty, flags(), ra, 0);
-            v = b.ins().fadd(v, rv);
-        }
-        let v =
-            super::elementwise::activation(b, ops.activation, v).expect("activations lower on f32");
-        b.ins().store(flags(), v, y, 0);
-    };
-    kernel::counted_loop(b, 0, vec_end as i64, LANES as i64, |b, i| {
-        step(b, i, types::F32X4)
-    });
-    kernel::counted_loop(b, vec_end as i64, total as i64, 1, |b, i| {
-        step(b, i, types::F32)
-    });
-    Ok(())
+    let res = ops.residual.as_ref().map(|r| r.ptr);
+    let y = ops.y.ptr;
+    super::elementwise::activate_run(b, y, y, res, ops.y.ty.numel(), ops.activation)
 }
 
 struct ConvOperands {
@@ -505,15 +487,34 @@ struct Im2colTables {
     contiguous: Vec<i32>,
 }
 
-fn im2col_tables(g: &ConvGeometry, nr: usize) -> Result<Im2colTables, String> {
+/// Byte offset of each K row `k = (channel, tap)` from a window start in the (padded)
+/// group input: the im2col `tap` table, and the implicit GEMM's K-row table.
+fn tap_offsets(g: &ConvGeometry) -> Result<Vec<i32>, String> {
+    let padded = g.padded();
+    let pstrides = kernel::strides_of(&padded);
+    let plane: usize = padded.iter().product();
+    if g.cg * plane * F32 > i32::MAX as usize {
+        return Err("Conv input too large for 32-bit im2col offsets".to_string());
+    }
+    let mut tap = Vec::with_capacity(g.gemm_k());
+    for c in 0..g.cg {
+        for t in 0..g.taps() {
+            let kidx = unravel(t, &g.kernel);
+            let off: usize = c * plane
+                + (0..kidx.len())
+                    .map(|d| kidx[d] * g.dilations[d] * pstrides[d])
+                    .sum::<usize>();
+            tap.push((off * F32) as i32);
+        }
+    }
+    Ok(tap)
+}
+
+fn im2col_tables(g: &ConvGeometry, nr: usize, tap: Vec<i32>) -> Im2colTables {
     let padded = g.padded();
     let pstrides = kernel::strides_of(&padded);
     let plane: usize = padded.iter().product();
     let p = g.out_size();
-    let too_big = || "Conv input too large for 32-bit im2col offsets".to_string();
-    if g.cg * plane * F32 > i32::MAX as usize {
-        return Err(too_big());
-    }
     let lane_of = |q: usize| -> i32 {
         let o = unravel(q, &g.output);
         let off: usize = (0..o.len())
@@ -526,7 +527,7 @@ fn im2col_tables(g: &ConvGeometry, nr: usize) -> Result<Im2colTables, String> {
     let lane: Vec<i32> = (0..panels * nr).map(|q| lane_of(q.min(p - 1))).collect();
     // 1: four consecutive floats; 2: every other float of eight (stride 2), when the
     // eighth, loaded but unused, is still inside the input for every tap.
-    let max_tap = tap_offsets_max(g, plane, &pstrides);
+    let max_tap = tap.iter().copied().max().unwrap_or(0) as i64;
     let input_bytes = (g.cg * plane * F32) as i64;
     let contiguous = (0..panels * nr / LANES)
         .map(|v| {
@@ -547,30 +548,11 @@ fn im2col_tables(g: &ConvGeometry, nr: usize) -> Result<Im2colTables, String> {
             }
         })
         .collect();
-    let mut tap = Vec::with_capacity(g.gemm_k());
-    for c in 0..g.cg {
-        for t in 0..g.taps() {
-            let kidx = unravel(t, &g.kernel);
-            let off: usize = c * plane
-                + (0..kidx.len())
-                    .map(|d| kidx[d] * g.dilations[d] * pstrides[d])
-                    .sum::<usize>();
-            tap.push((off * F32) as i32);
-        }
-    }
-    Ok(Im2colTables {
+    Im2colTables {
         lane,
         tap,
         contiguous,
-    })
-}
-
-/// The largest byte offset a kernel tap adds to a window start.
-fn tap_offsets_max(g: &ConvGeometry, plane: usize, pstrides: &[usize]) -> i64 {
-    let last: usize = (0..g.kernel.len())
-        .map(|d| (g.kernel[d] - 1) * g.dilations[d] * pstrides[d])
-        .sum();
-    (((g.cg - 1) * plane + last) * F32) as i64
+    }
 }
 
 /// Row-major multi-index of `flat` in `shape`.
@@ -600,21 +582,13 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     let scratch = scratch(ctx)?;
     let weights = weights_operand(ctx, g, &ops.w)?;
     let geom = weights.geom;
-    let tables = im2col_tables(g, geom.nr)?;
+    let tap = tap_offsets(g)?;
     if implicit_gemm_fits(g, &geom) {
         let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);
         let wide_offset = layout.padded_bytes;
-        return conv_implicit_gemm(
-            ctx,
-            g,
-            ops,
-            &weights,
-            whole,
-            tables.tap,
-            scratch,
-            wide_offset,
-        );
+        return conv_implicit_gemm(ctx, g, ops, &weights, whole, tap, scratch, wide_offset);
     }
+    let tables = im2col_tables(g, geom.nr, tap);
     let ptrs = TablePtrs {
         lane: ctx.rodata(i32_bytes(&tables.lane))?,
         tap: ctx.rodata(i32_bytes(&tables.tap))?,
@@ -772,54 +746,20 @@ fn conv_implicit_gemm(
                 None => copy_f32(b, dst_row, src_row, out_w),
                 Some(r_g) => {
                     let res_row = kernel::elem_addr(b, r_g, r, out_w * F32);
-                    if let Err(e) =
-                        add_activate_row(b, dst_row, src_row, res_row, out_w, ops.activation)
-                    {
+                    if let Err(e) = super::elementwise::activate_run(
+                        b,
+                        dst_row,
+                        src_row,
+                        Some(res_row),
+                        out_w,
+                        ops.activation,
+                    ) {
                         failure = Some(e);
                     }
                 }
             }
         });
     });
-    failure.map_or(Ok(()), Err)
-}
-
-/// `dst[i] = act(src[i] + res[i])` for `count` floats: f32x4 vectors, then scalars.
-fn add_activate_row(
-    b: &mut FunctionBuilder,
-    dst: Value,
-    src: Value,
-    res: Value,
-    count: usize,
-    act: Activation,
-) -> LowerResult {
-    let vecs = count / LANES;
-    let mut failure = None;
-    kernel::counted_loop(b, 0, vecs as i64, 1, |b, i| {
-        let off = b.ins().imul_imm_s(i, (LANES * F32) as i64);
-        let (s, r, d) = (
-            b.ins().iadd(src, off),
-            b.ins().iadd(res, off),
-            b.ins().iadd(dst, off),
-        );
-        let x = b.ins().load(types::F32X4, flags(), s, 0);
-        let y = b.ins().load(types::F32X4, flags(), r, 0);
-        let sum = b.ins().fadd(x, y);
-        match super::elementwise::activation(b, act, sum) {
-            Ok(v) => {
-                b.ins().store(flags(), v, d, 0);
-            }
-            Err(e) => failure = Some(e),
-        }
-    });
-    for e in vecs * LANES..count {
-        let off = (e * F32) as i32;
-        let x = b.ins().load(types::F32, flags(), src, off);
-        let y = b.ins().load(types::F32, flags(), res, off);
-        let sum = b.ins().fadd(x, y);
-        let v = super::elementwise::activation(b, act, sum)?;
-        b.ins().store(flags(), v, dst, off);
-    }
     failure.map_or(Ok(()), Err)
 }
 

@@ -6,6 +6,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use super::gemm::LANES;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, domain_type, flags, Domain};
 use crate::codegen::math;
@@ -305,6 +306,46 @@ pub(super) fn activation(
         }
         a => unary_float(b, a.as_unary().expect("a unary activation"), x),
     }
+}
+
+/// `dst[i] = act(src[i] + res[i])` (without `res`: `act(src[i])`) for `count` float32s
+/// at the given addresses, f32x4 vectors then the last ones one by one: the epilogue
+/// pass of a GEMM or convolution whose activation (or residual) was not applied in
+/// registers. `dst` may be `src`.
+pub(super) fn activate_run(
+    b: &mut FunctionBuilder,
+    dst: Value,
+    src: Value,
+    res: Option<Value>,
+    count: usize,
+    act: crate::ops::Activation,
+) -> LowerResult {
+    let vec_end = count / LANES * LANES;
+    let mut failure = None;
+    let mut step = |b: &mut FunctionBuilder, i: Value, ty: Type| {
+        let off = b.ins().imul_imm_s(i, 4);
+        let s = b.ins().iadd(src, off);
+        let mut v = b.ins().load(ty, flags(), s, 0);
+        if let Some(res) = res {
+            let r = b.ins().iadd(res, off);
+            let rv = b.ins().load(ty, flags(), r, 0);
+            v = b.ins().fadd(v, rv);
+        }
+        match activation(b, act, v) {
+            Ok(v) => {
+                let d = b.ins().iadd(dst, off);
+                b.ins().store(flags(), v, d, 0);
+            }
+            Err(e) => failure = Some(e),
+        }
+    };
+    kernel::counted_loop(b, 0, vec_end as i64, LANES as i64, |b, i| {
+        step(b, i, types::F32X4)
+    });
+    kernel::counted_loop(b, vec_end as i64, count as i64, 1, |b, i| {
+        step(b, i, types::F32)
+    });
+    failure.map_or(Ok(()), Err)
 }
 
 fn unary_float(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Result<Value, String> {

@@ -15,10 +15,12 @@
 //! `[k][MR]`, so the MR broadcasts of a K step come from one cache line.
 
 use cranelift_codegen::control::ControlPlane;
-use cranelift_codegen::ir::{AbiParam, FuncRef, Function, InstBuilder, UserFuncName, Value};
+use cranelift_codegen::ir::{
+    AbiParam, FuncRef, Function, InstBuilder, Signature, UserFuncName, Value,
+};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_module::{Module, ModuleReloc};
+use cranelift_module::{FuncId, Module, ModuleReloc};
 
 use super::gemm_x86::{self, X86Isa};
 use super::LowerCtx;
@@ -259,8 +261,7 @@ impl GemmKernel {
     }
 }
 
-/// `C[i, j] = act(C[i, j])` over `m × n` with rows `ldc` floats apart: f32x4 vectors,
-/// then the last columns one by one.
+/// `C[i, j] = act(C[i, j])` over `m × n` with rows `ldc` floats apart.
 fn apply_activation(
     b: &mut FunctionBuilder,
     act: Activation,
@@ -269,30 +270,11 @@ fn apply_activation(
     n: usize,
     ldc: usize,
 ) -> Result<(), String> {
-    use cranelift_codegen::ir::types;
-    let flags = crate::codegen::kernel::flags();
-    let vecs = n / LANES;
     let mut failure = None;
     crate::codegen::kernel::counted_loop(b, 0, m as i64, 1, |b, i| {
         let row = crate::codegen::kernel::elem_addr(b, c, i, ldc * 4);
-        crate::codegen::kernel::counted_loop(b, 0, vecs as i64, 1, |b, v| {
-            let at = crate::codegen::kernel::elem_addr(b, row, v, LANES * 4);
-            let x = b.ins().load(types::F32X4, flags, at, 0);
-            match super::elementwise::activation(b, act, x) {
-                Ok(y) => {
-                    b.ins().store(flags, y, at, 0);
-                }
-                Err(e) => failure = Some(e),
-            }
-        });
-        for j in vecs * LANES..n {
-            let x = b.ins().load(types::F32, flags, row, (j * 4) as i32);
-            match super::elementwise::activation(b, act, x) {
-                Ok(y) => {
-                    b.ins().store(flags, y, row, (j * 4) as i32);
-                }
-                Err(e) => failure = Some(e),
-            }
+        if let Err(e) = super::elementwise::activate_run(b, row, row, None, n, act) {
+            failure = Some(e);
         }
     });
     failure.map_or(Ok(()), Err)
@@ -388,12 +370,7 @@ fn define_out_of_line_at(
     opt: &str,
     build: impl FnOnce(&mut FunctionBuilder, &[Value]) -> Result<(), String>,
 ) -> Result<FuncRef, String> {
-    let mut sig = ctx.module.make_signature();
-    sig.params.extend((0..params).map(|_| AbiParam::new(PTR)));
-    let id = ctx
-        .module
-        .declare_anonymous_function(&sig)
-        .map_err(|e| e.to_string())?;
+    let (id, sig) = declare_kernel(ctx, params)?;
     // Namespace 2: node functions use 0 and the exported entry points 1.
     let mut func = Function::with_name_signature(UserFuncName::user(2, id.as_u32()), sig);
     let isa = ctx.target.isa(opt).map_err(|e| e.to_string())?;
@@ -430,15 +407,21 @@ fn define_out_of_line_at(
     Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
 }
 
-/// Defines a function of `params` pointer arguments from machine code without
-/// relocations, and imports it into the function being lowered.
-fn define_machine_code(ctx: &mut LowerCtx, params: usize, code: &[u8]) -> Result<FuncRef, String> {
+/// Declares an anonymous function of `params` pointer arguments.
+fn declare_kernel(ctx: &mut LowerCtx, params: usize) -> Result<(FuncId, Signature), String> {
     let mut sig = ctx.module.make_signature();
     sig.params.extend((0..params).map(|_| AbiParam::new(PTR)));
     let id = ctx
         .module
         .declare_anonymous_function(&sig)
         .map_err(|e| e.to_string())?;
+    Ok((id, sig))
+}
+
+/// Defines a function of `params` pointer arguments from machine code without
+/// relocations, and imports it into the function being lowered.
+fn define_machine_code(ctx: &mut LowerCtx, params: usize, code: &[u8]) -> Result<FuncRef, String> {
+    let (id, _) = declare_kernel(ctx, params)?;
     ctx.module
         .define_function_bytes(id, 64, code, &[])
         .map_err(|e| e.to_string())?;
