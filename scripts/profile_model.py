@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Where a compiled model spends its time: samples `infer` with `perf record` and
+attributes each sample to the graph node whose code (node function or the GEMM /
+out-of-line kernels it defined) was running.
+
+usage: profile_model.py MODEL.onnx [--seconds S] [--cpu CPU] [--top N]
+
+Needs perf and gcc. The model is compiled to an object (`nnc compile -o X.o`, which
+keeps the local symbols `nnc_node_K` and `.LfnID`) and linked with gcc into a .so
+perf can symbolize. Kernels are anonymous functions declared right after the node
+that defines them, so `.LfnID` belongs to the last `nnc_node_K` declared before ID.
+Inputs are random (or MODEL.input.NAME.npy beside the model). Prints the share of
+samples per node (top N) and per op kind; shares are of all samples of the process,
+so the remainder is Python's loop and library code.
+"""
+import argparse, collections, os, re, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NNC = os.path.join(ROOT, "target", "release", "nnc")
+
+LOOP = r'''
+import sys, time, os
+sys.path.insert(0, os.path.join(sys.argv[4], "benches"))
+import importlib.util
+spec = importlib.util.spec_from_file_location("bench_models", os.path.join(sys.argv[4], "benches", "bench_models.py"))
+src = open(spec.origin).read().replace("\nmain()\n", "\n")
+ns = {"__file__": spec.origin}
+exec(compile(src, spec.origin, "exec"), ns)
+model = ns["NncModel"](sys.argv[1])
+model.bind(ns["model_inputs"](os.path.dirname(sys.argv[2]), os.path.basename(sys.argv[2])[:-5], model.inputs))
+end = time.time() + float(sys.argv[3])
+while time.time() < end:
+    model.run()
+'''
+
+
+def node_kinds(ir_dump):
+    """Op kind per node index, from `--dump-ir` (one `%out: type = Op...` line per node)."""
+    kinds = []
+    for line in ir_dump.splitlines():
+        m = re.match(r"\s*%.*? = (\w+)(\((\w+)\))?", line)
+        if not m:
+            continue
+        kind = m.group(1) + (f"({m.group(3)})" if m.group(3) else "")
+        if kind == "Conv":
+            k = re.search(r"kernel: \[([\d, ]+)\]", line).group(1).replace(", ", "x")
+            s = re.search(r"strides: \[(\d+)", line).group(1)
+            g = re.search(r"group: (\d+)", line).group(1)
+            kind = f"Conv {k} s{s}" + (" grouped" if g != "1" else "")
+        kinds.append((kind, line.split(" = ")[0].strip()))
+    return kinds
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--cpu", default="native")
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        obj, lib, data = (os.path.join(tmp, n) for n in ("m.o", "libm.so", "perf.data"))
+        r = subprocess.run([NNC, "compile", args.model, "--cpu", args.cpu, "-o", obj, "--dump-ir"],
+                           capture_output=True, text=True, check=True)
+        kinds = node_kinds(r.stdout + r.stderr)
+        subprocess.run(["gcc", "-shared", "-o", lib, obj], check=True)
+        subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", data, sys.executable, "-c", LOOP,
+                        lib, os.path.abspath(args.model), str(args.seconds), ROOT],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        nm = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
+        report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym", "--stdio"],
+                                capture_output=True, text=True, check=True).stdout
+    kernels = {int(l.split()[2][4:], 16) for l in nm.splitlines() if " .Lfn" in l and l.split()[1] in "tT"}
+    nodes = sorted(int(l.split()[2][9:]) for l in nm.splitlines() if l.split()[-1].startswith("nnc_node_"))
+    # Walk the function ids: ids that are not kernels are the node functions, in order.
+    owner, node_iter, current = {}, iter(nodes), None
+    for fid in range(max(kernels, default=0) + 1):
+        if fid in kernels:
+            owner[fid] = current
+        else:
+            current = next(node_iter, current)
+    per_node = collections.Counter()
+    for line in report.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)
+        if not m:
+            continue
+        share, sym = float(m.group(1)), m.group(2)
+        if sym.startswith(".Lfn"):
+            per_node[owner.get(int(sym[4:], 16))] += share
+        elif sym.startswith("nnc_node_"):
+            per_node[int(sym[9:])] += share
+    per_kind = collections.Counter()
+    print(f"{'share':>7}  node")
+    for k, share in per_node.most_common():
+        kind, out = kinds[k] if k is not None and k < len(kinds) else ("?", "?")
+        per_kind[kind] += share
+    for k, share in per_node.most_common(args.top):
+        kind, out = kinds[k] if k is not None and k < len(kinds) else ("?", "?")
+        print(f"{share:6.1f}%  {k}: {kind} -> {out}")
+    print(f"\n{'share':>7}  op kind (all nodes; {sum(per_node.values()):.1f}% of samples in model code)")
+    for kind, share in per_kind.most_common():
+        print(f"{share:6.1f}%  {kind}")
+
+
+main()
