@@ -29,8 +29,12 @@ exec(compile(src, spec.origin, "exec"), ns)
 model = ns["NncModel"](sys.argv[1])
 model.bind(ns["model_inputs"](os.path.dirname(sys.argv[2]), os.path.basename(sys.argv[2])[:-5], model.inputs))
 end = time.time() + float(sys.argv[3])
+runs, cpu = 0, time.thread_time()
 while time.time() < end:
     model.run()
+    runs += 1
+with open(sys.argv[5], "w") as f:
+    f.write(str((time.thread_time() - cpu) / runs * 1e3))
 '''
 
 
@@ -57,19 +61,22 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--cpu", default="native")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--symbols", action="store_true",
+                    help="also print the top symbols (a node's own code vs the kernels it calls)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        obj, lib, data = (os.path.join(tmp, n) for n in ("m.o", "libm.so", "perf.data"))
+        obj, lib, data, per_run = (os.path.join(tmp, n) for n in ("m.o", "libm.so", "perf.data", "ms"))
         r = subprocess.run([NNC, "compile", args.model, "--cpu", args.cpu, "-o", obj, "--dump-ir"],
                            capture_output=True, text=True, check=True)
         kinds = node_kinds(r.stdout + r.stderr)
         subprocess.run(["gcc", "-shared", "-o", lib, obj], check=True)
         subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", data, sys.executable, "-c", LOOP,
-                        lib, os.path.abspath(args.model), str(args.seconds), ROOT],
+                        lib, os.path.abspath(args.model), str(args.seconds), ROOT, per_run],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         nm = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
         report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym", "--stdio"],
                                 capture_output=True, text=True, check=True).stdout
+        ms = float(open(per_run).read())
     kernels = {int(l.split()[2][4:], 16) for l in nm.splitlines() if " .Lfn" in l and l.split()[1] in "tT"}
     nodes = sorted(int(l.split()[2][9:]) for l in nm.splitlines() if l.split()[-1].startswith("nnc_node_"))
     # Walk the function ids: ids that are not kernels are the node functions, in order.
@@ -89,17 +96,29 @@ def main():
             per_node[owner.get(int(sym[4:], 16))] += share
         elif sym.startswith("nnc_node_"):
             per_node[int(sym[9:])] += share
+    if args.symbols:
+        print(f"{'share':>7}  symbol (owning node)")
+        shown = 0
+        for line in report.splitlines():
+            m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)
+            if m and shown < args.top:
+                sym = m.group(2)
+                node = owner.get(int(sym[4:], 16)) if sym.startswith(".Lfn") else None
+                print(f"{float(m.group(1)):6.1f}%  {sym}" + (f" (node {node})" if node is not None else ""))
+                shown += 1
+        print()
     per_kind = collections.Counter()
-    print(f"{'share':>7}  node")
+    print(f"{ms:.2f} ms per run (thread CPU time, while sampled); ms column = share × that")
+    print(f"{'share':>7} {'ms':>6}  node")
     for k, share in per_node.most_common():
         kind, out = kinds[k] if k is not None and k < len(kinds) else ("?", "?")
         per_kind[kind] += share
     for k, share in per_node.most_common(args.top):
         kind, out = kinds[k] if k is not None and k < len(kinds) else ("?", "?")
-        print(f"{share:6.1f}%  {k}: {kind} -> {out}")
-    print(f"\n{'share':>7}  op kind (all nodes; {sum(per_node.values()):.1f}% of samples in model code)")
+        print(f"{share:6.1f}% {share * ms / 100:6.2f}  {k}: {kind} -> {out}")
+    print(f"\n{'share':>7} {'ms':>6}  op kind (all nodes; {sum(per_node.values()):.1f}% of samples in model code)")
     for kind, share in per_kind.most_common():
-        print(f"{share:6.1f}%  {kind}")
+        print(f"{share:6.1f}% {share * ms / 100:6.2f}  {kind}")
 
 
 main()

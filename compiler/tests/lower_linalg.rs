@@ -753,6 +753,106 @@ fn conv_float32() {
     check_all(cases);
 }
 
+/// 3×3 stride-1 convs with constant weights take the Winograd path: F(4×4) from 16×16
+/// outputs, F(2×2) from 8×8 (see `lower/winograd.rs`). Partial tiles on both axes,
+/// batches, asymmetric padding, chunks of tile rows, and the fused epilogue (bias,
+/// residual, activation) applied by the output transform.
+#[test]
+fn conv_winograd() {
+    use nnc::ops::Activation;
+    let conv = |pads: &[usize], activation| {
+        Op::Conv(ConvAttrs {
+            kernel: vec![3, 3],
+            strides: vec![1, 1],
+            pads: pads.to_vec(),
+            dilations: vec![1, 1],
+            group: 1,
+            activation,
+        })
+    };
+    let relu6 = Activation::Clip { min: 0.0, max: 6.0 };
+    // (name, input, maps, pads, activation, bias, residual)
+    #[allow(clippy::type_complexity)]
+    let shapes: Vec<(&str, [usize; 4], usize, [usize; 4], Activation, bool, bool)> = vec![
+        (
+            "F4 partial tiles, batch 2",
+            [2, 5, 17, 19],
+            7,
+            [1, 1, 1, 1],
+            Activation::None,
+            true,
+            false,
+        ),
+        (
+            "F4 asymmetric pads",
+            [1, 4, 18, 33],
+            9,
+            [0, 1, 2, 0],
+            Activation::Relu,
+            false,
+            false,
+        ),
+        (
+            "F4 no padding, residual",
+            [1, 3, 18, 20],
+            4,
+            [0, 0, 0, 0],
+            Activation::Relu,
+            true,
+            true,
+        ),
+        // 64 × 64 channels on 60 × 60: several chunks of tile rows and a partial
+        // last chunk.
+        (
+            "F4 chunks",
+            [1, 64, 60, 60],
+            64,
+            [1, 1, 1, 1],
+            relu6,
+            true,
+            true,
+        ),
+        (
+            "F2 partial tiles",
+            [1, 6, 9, 11],
+            5,
+            [1, 1, 1, 1],
+            Activation::None,
+            true,
+            false,
+        ),
+        (
+            "F2 residual, clip",
+            [2, 8, 12, 8],
+            16,
+            [1, 1, 1, 1],
+            relu6,
+            false,
+            true,
+        ),
+    ];
+    let mut cases = vec![];
+    for (name, x, maps, pads, act, bias, residual) in shapes {
+        let out = [
+            x[0],
+            maps,
+            x[2] + pads[0] + pads[2] - 2,
+            x[3] + pads[1] + pads[3] - 2,
+        ];
+        let mut ins = vec![f32s(&x), cst(DType::F32, &[maps, x[1], 3, 3])];
+        ins.push(if bias {
+            cst(DType::F32, &[maps])
+        } else {
+            In::Omitted
+        });
+        if residual {
+            ins.push(f32s(&out));
+        }
+        cases.push((format!("winograd {name}"), conv(&pads, act), ins));
+    }
+    check_all(cases);
+}
+
 #[test]
 fn conv_float64_and_float16() {
     let mut cases = vec![];

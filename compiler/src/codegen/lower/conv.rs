@@ -33,6 +33,9 @@ use crate::ops::{Activation, ConvAttrs, ConvTransposeAttrs};
 /// geometry and copy helpers).
 #[path = "depthwise.rs"]
 mod depthwise;
+/// The Winograd path of 3×3 stride-1 convs, likewise a child module.
+#[path = "winograd.rs"]
+mod winograd;
 
 const F32: usize = 4;
 /// Bytes of im2col panels produced and consumed at a time: about L2, so they mostly
@@ -206,7 +209,10 @@ pub fn scratch_bytes(
         return 0;
     };
     match choose_path(&g, x.dtype) {
-        ConvPath::Im2col => Im2colLayout::new(&g).bytes(),
+        // Weights that are not constant fall back from Winograd to im2col.
+        ConvPath::Im2col => Im2colLayout::new(&g)
+            .bytes()
+            .max(winograd::scratch_bytes(&g).unwrap_or(0)),
         ConvPath::Depthwise => depthwise::PlaneLayout::new(&g).bytes(),
         ConvPath::Pointwise | ConvPath::Scalar => 0,
     }
@@ -251,6 +257,7 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
             depthwise::conv_depthwise(ctx, &g, &ops)?;
             apply_epilogue(ctx.b, &ops)
         }
+        ConvPath::Im2col if winograd::applies(&g, &ops) => winograd::conv_winograd(ctx, &g, &ops),
         ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
         ConvPath::Scalar => {
             conv_scalar(ctx.b, &g, &ops);

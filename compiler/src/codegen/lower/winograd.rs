@@ -1,0 +1,730 @@
+//! The Winograd path of Conv: 3×3, stride 1, dilation 1, 2-D, float32, one group,
+//! constant weights, computed as F(m×m, 3×3) (Lavin & Gray, "Fast Algorithms for
+//! Convolutional Neural Networks", 2015): every m×m block of outputs ("tile") comes
+//! from an (m+2)×(m+2) block of the padded input `d` as `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`.
+//! Summed over input channels, the element-wise products become (m+2)² independent
+//! GEMMs `M_ξν[maps, tiles] = U_ξν[maps, channels] · V_ξν[channels, tiles]`, with
+//! `U = G g Gᵀ` transformed and packed at compile time. F(4×4, 3×3) does 36 products
+//! per 16 outputs where the direct conv does 144: 4× fewer multiplications, which is
+//! why ResNet's 3×3 convs (70% of its time as implicit GEMM) go through here.
+//!
+//! Code shape, per batch:
+//! 1. the input is copied zero-padded (as for im2col) to `hp × m·lp` floats per channel,
+//!    then split into its m column phases, `X[c][row][p][j] = P[c][row][j·m + p]`, so
+//!    the inputs of four horizontally adjacent tiles at column offset `s` are four
+//!    consecutive floats (phase `s mod m`, from `j = s div m`);
+//! 2. the input transform writes `V_ξν[c][t]` four tiles (one f32x4) at a time, tiles
+//!    numbered row-major, each V row `ts` floats long;
+//! 3. (m+2)² calls of one GEMM kernel (the x86 machine-code kernel where the target
+//!    has one) compute `M_ξν = U_ξν · V_ξν`;
+//! 4. the output transform reads four tiles of `M`, applies `Aᵀ · A`, transposes the
+//!    result into rows of output, adds bias and residual, applies the activation and
+//!    stores into the NCHW output.
+//!
+//! Vectors always run across four consecutive tiles of one tile row; a group at the end
+//! of a tile row spills into the next row's tiles. Writes to V go in increasing tile
+//! order, so the next row's real values overwrite that spill, and V rows have 3 floats
+//! of slack for the last one; the output transform computes the spilled lanes and does
+//! not store them.
+//!
+//! Accuracy (numpy, float32 vs float64 direct conv, max |err| / max |ref|, ReLU inputs,
+//! He-scaled weights): F(2×2) 2–4e-7, F(4×4) 2–6e-6 for 64–512 channels; the direct
+//! conv is ~1e-7.
+
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::{align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, F32};
+use crate::codegen::kernel::{self, flags};
+use crate::codegen::lower::{LowerCtx, LowerResult};
+use crate::codegen::math;
+use crate::ir::Tensor;
+use crate::ops::Activation;
+
+const LANES: usize = 4;
+/// The transforms go through memory between their two 1-D passes: a 6×6 tile of f32x4
+/// is 36 vectors, and kept in registers (16 on x86-64) it spilled badly. Staged, each
+/// pass keeps ~12 vectors live. Two stages of 36 vectors.
+const STAGE_BYTES: usize = 2 * 36 * LANES * F32;
+/// Bytes of V and M for one chunk of tile rows. Whole, they were 3.6 MB for ResNet's
+/// 64-channel 56×56 convs: written and read back through L3, the transforms ran at
+/// ~0.7 instructions per cycle and the conv was no faster than the implicit GEMM. A
+/// chunk stays in L2 (2 MB here) from its input transform through its GEMMs to its
+/// output transform.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// One F(m×m, 3×3) algorithm: the weight transform `G` (rows); the input and output
+/// transforms `Bᵀ` and `Aᵀ` are [`input_1d`] and [`output_1d`].
+struct Algorithm {
+    m: usize,
+    g: &'static [[f64; 3]],
+}
+
+/// F(2×2, 3×3): points 0, 1, −1.
+const F2: Algorithm = Algorithm {
+    m: 2,
+    g: &[
+        [1.0, 0.0, 0.0],
+        [0.5, 0.5, 0.5],
+        [0.5, -0.5, 0.5],
+        [0.0, 0.0, 1.0],
+    ],
+};
+
+/// F(4×4, 3×3): points 0, ±1, ±2.
+const F4: Algorithm = Algorithm {
+    m: 4,
+    g: &[
+        [1.0 / 4.0, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ],
+};
+
+impl Algorithm {
+    /// Input tile side, m + 2.
+    fn a(&self) -> usize {
+        self.m + 2
+    }
+}
+
+/// Which F(m×m, 3×3) a conv uses, if any. The choice depends on shapes only (not on the
+/// target), so the scratch size the memory plan reserves does too.
+///
+/// `NNC_WINOGRAD=off|2|4` overrides it, for measurements.
+fn algorithm(g: &ConvGeometry) -> Option<&'static Algorithm> {
+    let eligible = g.output.len() == 2
+        && g.kernel == [3, 3]
+        && g.strides == [1, 1]
+        && g.dilations == [1, 1]
+        && g.group == 1;
+    if !eligible {
+        return None;
+    }
+    match std::env::var("NNC_WINOGRAD").as_deref() {
+        Ok("off") => return None,
+        Ok("2") => return Some(&F2),
+        Ok("4") => return Some(&F4),
+        _ => {}
+    }
+    // U holds (m+2)²/9 times the weights' bytes (4× for F4, 1.8× for F2), streamed
+    // once per chunk from L2, L3 or memory: with big weights and few tiles that
+    // outweighs the saved multiplications. Measured on ResNet-18 (Xeon, AVX-512, ms per
+    // conv, direct / F2 / F4): 64 ch 56×56 2.4 / 2.0 / 1.4, 128 ch 28×28 2.4 / 2.0 / 1.5,
+    // 256 ch 14×14 2.4 / 2.2 / 3.3, 512 ch 7×7 3.1 / 3.1 / 6.4.
+    let (h, w) = (g.output[0], g.output[1]);
+    let weights = g.mg * g.cg * 9 * F32;
+    if h >= 16 && w >= 16 && weights <= 1 << 20 {
+        Some(&F4)
+    } else if h >= 8 && w >= 8 && weights <= 4 << 20 {
+        Some(&F2)
+    } else {
+        None
+    }
+}
+
+/// Sizes of one batch item's buffers (in floats unless noted).
+struct Plan {
+    alg: &'static Algorithm,
+    channels: usize,
+    maps: usize,
+    /// Tile rows and columns, and four-tile groups per tile row.
+    th: usize,
+    tw: usize,
+    groups: usize,
+    /// Padded input height; phase row length (the padded width is `m·lp`).
+    hp: usize,
+    lp: usize,
+    /// Tile rows per chunk: V and M hold one chunk at a time (see [`CHUNK_BYTES`]).
+    chunk_rows: usize,
+    /// Row length of V and M: a chunk's tiles plus slack for the last group's spill.
+    ts: usize,
+}
+
+impl Plan {
+    fn new(g: &ConvGeometry, alg: &'static Algorithm) -> Plan {
+        let m = alg.m;
+        let (th, tw) = (g.output[0].div_ceil(m), g.output[1].div_ceil(m));
+        let groups = tw.div_ceil(LANES);
+        let a = alg.a();
+        let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
+        let chunk_rows = (CHUNK_BYTES / row_bytes).clamp(1, th);
+        Plan {
+            alg,
+            channels: g.cg,
+            maps: g.mg,
+            th,
+            tw,
+            groups,
+            // Rows read: tile row ti reads rows ti·m .. ti·m + m + 2; columns: group gi
+            // reads phase columns 4·gi .. 4·gi + 4 + (m+1) div m.
+            hp: th * m + 2,
+            lp: LANES * groups + LANES,
+            chunk_rows,
+            ts: (chunk_rows * tw + LANES - 1).next_multiple_of(LANES),
+        }
+    }
+
+    fn wp(&self) -> usize {
+        self.alg.m * self.lp
+    }
+
+    fn plane_bytes(&self) -> usize {
+        align_up(self.channels * self.hp * self.wp() * F32)
+    }
+
+    fn v_bytes(&self) -> usize {
+        let a = self.alg.a();
+        align_up(a * a * self.channels * self.ts * F32)
+    }
+
+    fn m_bytes(&self) -> usize {
+        let a = self.alg.a();
+        align_up(a * a * self.maps * self.ts * F32)
+    }
+
+    /// Scratch: padded plane, phase planes, V, M, then [`STAGE_BYTES`] for the
+    /// transforms' intermediate vectors.
+    fn bytes(&self) -> usize {
+        2 * self.plane_bytes() + self.v_bytes() + self.m_bytes() + STAGE_BYTES
+    }
+}
+
+/// Scratch the Winograd path needs for this conv, or None when it does not apply.
+pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
+    algorithm(g).map(|alg| Plan::new(g, alg).bytes())
+}
+
+/// Whether this conv takes the Winograd path (it also needs constant weights).
+pub(super) fn applies(g: &ConvGeometry, ops: &ConvOperands) -> bool {
+    algorithm(g).is_some() && matches!(ops.w.constant, Some(Tensor::F32(_)))
+}
+
+/// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
+fn transformed_weights(g: &ConvGeometry, alg: &Algorithm, w: &[f32], geom: &Geometry) -> Vec<f32> {
+    let a = alg.a();
+    let (maps, channels) = (g.mg, g.cg);
+    // u[ξν][map][channel], computed in f64.
+    let mut u = vec![0f32; a * a * maps * channels];
+    for mm in 0..maps {
+        for c in 0..channels {
+            let k = &w[(mm * channels + c) * 9..][..9];
+            for xi in 0..a {
+                for nu in 0..a {
+                    let mut s = 0f64;
+                    for i in 0..3 {
+                        for j in 0..3 {
+                            s += alg.g[xi][i] * k[i * 3 + j] as f64 * alg.g[nu][j];
+                        }
+                    }
+                    u[((xi * a + nu) * maps + mm) * channels + c] = s as f32;
+                }
+            }
+        }
+    }
+    let mut packed = Vec::with_capacity(u.len());
+    for ab in 0..a * a {
+        let mat = &u[ab * maps * channels..][..maps * channels];
+        packed.extend(gemm::pack_a(geom, maps, channels, |i, k| {
+            mat[i * channels + k]
+        }));
+    }
+    packed
+}
+
+pub(super) fn conv_winograd(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+) -> LowerResult {
+    let alg = algorithm(g).ok_or("Winograd does not apply to this conv")?;
+    let plan = Plan::new(g, alg);
+    let Some(Tensor::F32(w)) = &ops.w.constant else {
+        return Err("the Winograd path needs constant weights".into());
+    };
+    let w: Vec<f32> = w.iter().copied().collect();
+    let geom = Geometry::for_target(ctx.target);
+    let u = transformed_weights(g, alg, &w, &geom);
+    let u_ptr = ctx.rodata(gemm::f32_bytes(&u))?;
+    let scratch = super::scratch(ctx)?;
+    let spec = |n: usize| GemmSpec {
+        m: plan.maps,
+        n,
+        k: plan.channels,
+        a: ALayout::Packed,
+        b: BLayout::Rows {
+            row_stride: plan.ts,
+        },
+        ldc: plan.ts,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: vec![],
+        activation: Activation::None,
+        geometry: geom,
+        b_taps: vec![],
+    };
+    // Chunks of `chunk_rows` tile rows, the last one (which holds the last, maybe
+    // partial, tile row) emitted on its own.
+    let last_rows = match plan.th % plan.chunk_rows {
+        0 => plan.chunk_rows,
+        r => r,
+    };
+    let loop_chunks = (plan.th - last_rows) / plan.chunk_rows;
+    let full_kernel = match loop_chunks {
+        0 => None,
+        _ => Some(GemmKernel::define(ctx, &spec(plan.chunk_rows * plan.tw))?),
+    };
+    let last_kernel = GemmKernel::define(ctx, &spec(last_rows * plan.tw))?;
+    let fma = gemm::has_fma(ctx.target);
+    let b = &mut *ctx.b;
+    let at = |b: &mut FunctionBuilder, bytes: usize| b.ins().iadd_imm_s(scratch, bytes as i64);
+    let bufs = Buffers {
+        padded: scratch,
+        phases: at(b, plan.plane_bytes()),
+        v: at(b, 2 * plan.plane_bytes()),
+        mt: at(b, 2 * plan.plane_bytes() + plan.v_bytes()),
+        stage: at(b, 2 * plan.plane_bytes() + plan.v_bytes() + plan.m_bytes()),
+        u: u_ptr,
+    };
+    let mut failure = None;
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        let zero = kernel::iconst(b, 0);
+        let x_n = input_group(b, g, ops.x.ptr, n, zero, F32);
+        copy_padded(
+            b,
+            x_n,
+            &g.input,
+            g.cg,
+            bufs.padded,
+            &[plan.hp, plan.wp()],
+            &g.pad_begin,
+        );
+        split_phases(b, &plan, bufs.padded, bufs.phases);
+        let (y, addends) = output_and_bias(b, g, ops, n, zero);
+        let bias = ops.bias.as_ref().map(|_| addends[0]);
+        let residual = ops.residual.as_ref().map(|_| addends[addends.len() - 1]);
+        let out = OutputPtrs { y, bias, residual };
+        let mut chunk =
+            |b: &mut FunctionBuilder, row0: Value, rows: usize, last: bool, k: &GemmKernel| {
+                let chunk = Chunk { row0, rows, last };
+                if let Err(e) = chunk.emit(b, g, &plan, fma, &bufs, k, out, ops.activation) {
+                    failure = Some(e);
+                }
+            };
+        if let Some(k) = &full_kernel {
+            let end = (loop_chunks * plan.chunk_rows) as i64;
+            kernel::counted_loop(b, 0, end, plan.chunk_rows as i64, |b, row0| {
+                chunk(b, row0, plan.chunk_rows, false, k)
+            });
+        }
+        let row0 = kernel::iconst(b, (plan.th - last_rows) as i64);
+        chunk(b, row0, last_rows, true, &last_kernel);
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// Scratch buffers (see [`Plan::bytes`]) and the transformed weights.
+struct Buffers {
+    padded: Value,
+    phases: Value,
+    v: Value,
+    mt: Value,
+    stage: Value,
+    u: Value,
+}
+
+/// `rows` tile rows from tile row `row0` (a run-time value): the last chunk holds the
+/// conv's last tile row, which may be partial.
+struct Chunk {
+    row0: Value,
+    rows: usize,
+    last: bool,
+}
+
+impl Chunk {
+    /// Input transform, the (m+2)² GEMMs, output transform.
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &self,
+        b: &mut FunctionBuilder,
+        g: &ConvGeometry,
+        plan: &Plan,
+        fma: bool,
+        bufs: &Buffers,
+        kernel: &GemmKernel,
+        out: OutputPtrs,
+        act: Activation,
+    ) -> LowerResult {
+        input_transform(b, plan, fma, bufs, self);
+        let a2 = plan.alg.a() * plan.alg.a();
+        kernel::counted_loop(b, 0, a2 as i64, 1, |b, ab| {
+            let ua = kernel::elem_addr(b, bufs.u, ab, plan.maps * plan.channels * F32);
+            let vb = kernel::elem_addr(b, bufs.v, ab, plan.channels * plan.ts * F32);
+            let mc = kernel::elem_addr(b, bufs.mt, ab, plan.maps * plan.ts * F32);
+            kernel.call(b, ua, vb, mc, &[]);
+        });
+        output_transform(b, g, plan, fma, bufs, self, out, act)
+    }
+}
+
+/// Byte shuffle mask picking f32 lanes `idx` (0–3 from the first vector, 4–7 from the
+/// second).
+fn lanes(idx: [u8; 4]) -> [u8; 16] {
+    core::array::from_fn(|i| idx[i / 4] * 4 + (i % 4) as u8)
+}
+
+/// 4×4 transpose of f32x4 rows.
+fn transpose4(b: &mut FunctionBuilder, r: [Value; 4]) -> [Value; 4] {
+    let lo01 = math::shuffle_f32x4(b, r[0], r[1], lanes([0, 4, 1, 5]));
+    let hi01 = math::shuffle_f32x4(b, r[0], r[1], lanes([2, 6, 3, 7]));
+    let lo23 = math::shuffle_f32x4(b, r[2], r[3], lanes([0, 4, 1, 5]));
+    let hi23 = math::shuffle_f32x4(b, r[2], r[3], lanes([2, 6, 3, 7]));
+    [
+        math::shuffle_f32x4(b, lo01, lo23, lanes([0, 1, 4, 5])),
+        math::shuffle_f32x4(b, lo01, lo23, lanes([2, 3, 6, 7])),
+        math::shuffle_f32x4(b, hi01, hi23, lanes([0, 1, 4, 5])),
+        math::shuffle_f32x4(b, hi01, hi23, lanes([2, 3, 6, 7])),
+    ]
+}
+
+fn load4(b: &mut FunctionBuilder, addr: Value, off: usize) -> Value {
+    b.ins().load(types::F32X4, flags(), addr, off as i32)
+}
+
+fn store4(b: &mut FunctionBuilder, v: Value, addr: Value, off: usize) {
+    b.ins().store(flags(), v, addr, off as i32);
+}
+
+/// `X[c][row][p][j] = P[c][row][j·m + p]`: each run of 4m floats of a padded row
+/// becomes four floats of each of the m phases.
+fn split_phases(b: &mut FunctionBuilder, plan: &Plan, padded: Value, phases: Value) {
+    let m = plan.alg.m;
+    let row_bytes = plan.wp() * F32;
+    kernel::counted_loop(b, 0, (plan.channels * plan.hp) as i64, 1, |b, row| {
+        let src = kernel::elem_addr(b, padded, row, row_bytes);
+        let dst = kernel::elem_addr(b, phases, row, row_bytes);
+        for j0 in (0..plan.lp).step_by(LANES) {
+            let run: Vec<Value> = (0..m)
+                .map(|q| load4(b, src, (j0 * m + q * LANES) * F32))
+                .collect();
+            let split: Vec<Value> = match m {
+                4 => transpose4(b, [run[0], run[1], run[2], run[3]]).to_vec(),
+                _ => vec![
+                    math::shuffle_f32x4(b, run[0], run[1], lanes([0, 2, 4, 6])),
+                    math::shuffle_f32x4(b, run[0], run[1], lanes([1, 3, 5, 7])),
+                ],
+            };
+            for (p, v) in split.into_iter().enumerate() {
+                store4(b, v, dst, (p * plan.lp + j0) * F32);
+            }
+        }
+    });
+}
+
+/// `Bᵀ d` for one column `d` of an input tile, with shared subexpressions factored out
+/// (F4: 14 operations instead of 22). The matrices (Lavin & Gray):
+/// ```text
+/// F2 Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+/// F4 Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
+///          0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+/// ```
+fn input_1d(b: &mut FunctionBuilder, fma: bool, m: usize, d: &[Value]) -> Vec<Value> {
+    let add = |b: &mut FunctionBuilder, x, y| b.ins().fadd(x, y);
+    let sub = |b: &mut FunctionBuilder, x, y| b.ins().fsub(x, y);
+    if m == 2 {
+        return vec![
+            sub(b, d[0], d[2]),
+            add(b, d[1], d[2]),
+            sub(b, d[2], d[1]),
+            sub(b, d[1], d[3]),
+        ];
+    }
+    let r0 = mul_add(b, fma, d[0], 4.0, d[4]);
+    let r0 = mul_add(b, fma, d[2], -5.0, r0);
+    let (s12, s34) = (add(b, d[1], d[2]), add(b, d[3], d[4]));
+    let r1 = mul_add(b, fma, s12, -4.0, s34);
+    let (d12, d43) = (sub(b, d[1], d[2]), sub(b, d[4], d[3]));
+    let r2 = mul_add(b, fma, d12, 4.0, d43);
+    let (d31, d42) = (sub(b, d[3], d[1]), sub(b, d[4], d[2]));
+    let r3 = mul_add(b, fma, d31, 2.0, d42);
+    let r4 = mul_add(b, fma, d31, -2.0, d42);
+    let r5 = mul_add(b, fma, d[1], 4.0, d[5]);
+    let r5 = mul_add(b, fma, d[3], -5.0, r5);
+    vec![r0, r1, r2, r3, r4, r5]
+}
+
+/// `Aᵀ x` for one column `x` of a product tile (F4: 10 operations instead of 17):
+/// ```text
+/// F2 Aᵀ = [1 1 1 0; 0 1 -1 -1]
+/// F4 Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+/// ```
+fn output_1d(b: &mut FunctionBuilder, fma: bool, m: usize, x: &[Value]) -> Vec<Value> {
+    let add = |b: &mut FunctionBuilder, p, q| b.ins().fadd(p, q);
+    let sub = |b: &mut FunctionBuilder, p, q| b.ins().fsub(p, q);
+    if m == 2 {
+        let s = add(b, x[1], x[2]);
+        let d = sub(b, x[1], x[2]);
+        return vec![add(b, x[0], s), sub(b, d, x[3])];
+    }
+    let (p, q) = (add(b, x[1], x[2]), sub(b, x[1], x[2]));
+    let (r, t) = (add(b, x[3], x[4]), sub(b, x[3], x[4]));
+    let o0 = add(b, x[0], p);
+    let o0 = add(b, o0, r);
+    let o1 = mul_add(b, fma, t, 2.0, q);
+    let o2 = mul_add(b, fma, r, 4.0, p);
+    let o3 = mul_add(b, fma, t, 8.0, q);
+    let o3 = add(b, o3, x[5]);
+    vec![o0, o1, o2, o3]
+}
+
+fn splat(b: &mut FunctionBuilder, c: f64) -> Value {
+    let s = b.ins().f32const(c as f32);
+    b.ins().splat(types::F32X4, s)
+}
+
+/// `x·k + y`.
+fn mul_add(b: &mut FunctionBuilder, fma: bool, x: Value, k: f64, y: Value) -> Value {
+    let k = splat(b, k);
+    if fma {
+        b.ins().fma(x, k, y)
+    } else {
+        let p = b.ins().fmul(x, k);
+        b.ins().fadd(p, y)
+    }
+}
+
+/// `V_ξν[c][t..t+4] = (Bᵀ d B)_ξν` for every channel, tile row and four-tile group.
+fn input_transform(b: &mut FunctionBuilder, plan: &Plan, fma: bool, bufs: &Buffers, chunk: &Chunk) {
+    let (m, a) = (plan.alg.m, plan.alg.a());
+    let chan_bytes = plan.hp * plan.wp() * F32;
+    let v_ab_bytes = plan.channels * plan.ts * F32;
+    let stage = bufs.stage;
+    kernel::nested_loop(
+        b,
+        &[plan.channels, chunk.rows, plan.groups],
+        &mut |b, idx| {
+            let (c, ti, gi) = (idx[0], idx[1], idx[2]);
+            let ti_global = b.ins().iadd(chunk.row0, ti);
+            // Phase planes at (channel c, row ti·m, phase 0, column 4·gi).
+            let src = kernel::elem_addr(b, bufs.phases, c, chan_bytes);
+            let src = kernel::elem_addr(b, src, ti_global, m * plan.wp() * F32);
+            let src = kernel::elem_addr(b, src, gi, LANES * F32);
+            // V at (ξν 0, channel c, chunk tile ti·tw + 4·gi).
+            let t0 = b.ins().imul_imm_s(ti, plan.tw as i64);
+            let g4 = b.ins().imul_imm_s(gi, LANES as i64);
+            let t0 = b.ins().iadd(t0, g4);
+            let dst = kernel::elem_addr(b, bufs.v, c, plan.ts * F32);
+            let dst = kernel::elem_addr(b, dst, t0, F32);
+            // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], staged.
+            for s in 0..a {
+                let d: Vec<Value> = (0..a)
+                    .map(|r| load4(b, src, ((r * m + s % m) * plan.lp + s / m) * F32))
+                    .collect();
+                for (xi, t) in input_1d(b, fma, m, &d).into_iter().enumerate() {
+                    store4(b, t, stage, (xi * a + s) * LANES * F32);
+                }
+            }
+            // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
+            for xi in 0..a {
+                let t: Vec<Value> = (0..a)
+                    .map(|s| load4(b, stage, (xi * a + s) * LANES * F32))
+                    .collect();
+                for (nu, val) in input_1d(b, fma, m, &t).into_iter().enumerate() {
+                    store4(b, val, dst, (xi * a + nu) * v_ab_bytes);
+                }
+            }
+        },
+    );
+}
+
+/// Where the output transform writes (batch item's output) and what it adds.
+#[derive(Clone, Copy)]
+struct OutputPtrs {
+    y: Value,
+    bias: Option<Value>,
+    residual: Option<Value>,
+}
+
+/// `Y[map][ti·m + i][tj·m + j] = act((Aᵀ M A)[i][j] + bias + R)` for every map and tile.
+fn output_transform(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    plan: &Plan,
+    fma: bool,
+    bufs: &Buffers,
+    chunk: &Chunk,
+    out: OutputPtrs,
+    act: Activation,
+) -> LowerResult {
+    let m = plan.alg.m;
+    let (out_h, out_w) = (g.output[0], g.output[1]);
+    let partial_row = chunk.last && out_h % m != 0;
+    let full_rows = chunk.rows - usize::from(partial_row);
+    let full_groups = out_w / (LANES * m);
+    let mut failure = None;
+    kernel::counted_loop(b, 0, plan.maps as i64, 1, |b, map| {
+        let bias = out.bias.map(|p| {
+            let at = kernel::elem_addr(b, p, map, F32);
+            let s = b.ins().load(types::F32, flags(), at, 0);
+            b.ins().splat(types::F32X4, s)
+        });
+        let m_map = kernel::elem_addr(b, bufs.mt, map, plan.ts * F32);
+        let plane = out_h * out_w * F32;
+        let y_map = kernel::elem_addr(b, out.y, map, plane);
+        let r_map = out.residual.map(|r| kernel::elem_addr(b, r, map, plane));
+        // (tile rows, valid output rows per tile) × (groups, valid columns per group):
+        // the full ones in loops, the partial last ones once.
+        let mut row_parts = vec![(0, full_rows, m)];
+        if partial_row {
+            row_parts.push((full_rows, full_rows + 1, out_h % m));
+        }
+        let mut col_parts = vec![(0, full_groups, LANES * m)];
+        if out_w % (LANES * m) != 0 {
+            col_parts.push((full_groups, full_groups + 1, out_w % (LANES * m)));
+        }
+        for &(r0, r1, rows) in &row_parts {
+            for &(c0, c1, cols) in &col_parts {
+                let mut body = |b: &mut FunctionBuilder, ti: Value, gi: Value| {
+                    let group = OutputGroup {
+                        plan,
+                        fma,
+                        stage: bufs.stage,
+                        out_w,
+                        rows,
+                        cols,
+                        bias,
+                        act,
+                    };
+                    let ti_global = b.ins().iadd(chunk.row0, ti);
+                    if let Err(e) = group.emit(b, m_map, y_map, r_map, [ti, ti_global], gi) {
+                        failure = Some(e);
+                    }
+                };
+                kernel::counted_loop(b, r0 as i64, r1 as i64, 1, |b, ti| {
+                    kernel::counted_loop(b, c0 as i64, c1 as i64, 1, |b, gi| body(b, ti, gi));
+                });
+            }
+        }
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// One four-tile group of one map's output transform, with its static bounds.
+struct OutputGroup<'p> {
+    plan: &'p Plan,
+    fma: bool,
+    stage: Value,
+    out_w: usize,
+    /// Valid output rows of the tiles (m but in the last tile row) and valid columns
+    /// of the group (4·m but in the last group).
+    rows: usize,
+    cols: usize,
+    bias: Option<Value>,
+    act: Activation,
+}
+
+impl OutputGroup<'_> {
+    fn emit(
+        &self,
+        b: &mut FunctionBuilder,
+        m_map: Value,
+        y_map: Value,
+        r_map: Option<Value>,
+        [ti, ti_global]: [Value; 2],
+        gi: Value,
+    ) -> LowerResult {
+        let plan = self.plan;
+        let (m, a) = (plan.alg.m, plan.alg.a());
+        let t0 = b.ins().imul_imm_s(ti, plan.tw as i64);
+        let g4 = b.ins().imul_imm_s(gi, LANES as i64);
+        let t0 = b.ins().iadd(t0, g4);
+        let src = kernel::elem_addr(b, m_map, t0, F32);
+        let m_ab_bytes = plan.maps * plan.ts * F32;
+        let stage = self.stage;
+        let vec = LANES * F32;
+        // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
+        for xi in 0..a {
+            let row: Vec<Value> = (0..a)
+                .map(|nu| load4(b, src, (xi * a + nu) * m_ab_bytes))
+                .collect();
+            for (j, z) in output_1d(b, self.fma, m, &row).into_iter().enumerate() {
+                store4(b, z, stage, (xi * m + j) * vec);
+            }
+        }
+        // Column pass: o[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j], staged after z at o[i·m + j].
+        let o_at = 36 * vec;
+        for j in 0..m {
+            let col: Vec<Value> = (0..a)
+                .map(|xi| load4(b, stage, (xi * m + j) * vec))
+                .collect();
+            for (i, o) in output_1d(b, self.fma, m, &col).into_iter().enumerate() {
+                store4(b, o, stage, o_at + (i * m + j) * vec);
+            }
+        }
+        // Output (row ti·m, column gi·4·m).
+        let row0 = b.ins().imul_imm_s(ti_global, (m * self.out_w) as i64);
+        let col0 = b.ins().imul_imm_s(gi, (LANES * m) as i64);
+        let pos = b.ins().iadd(row0, col0);
+        let y = kernel::elem_addr(b, y_map, pos, F32);
+        let r = r_map.map(|r| kernel::elem_addr(b, r, pos, F32));
+        for i in 0..self.rows {
+            let o: Vec<Value> = (0..m)
+                .map(|j| load4(b, stage, o_at + (i * m + j) * vec))
+                .collect();
+            // Lanes are tiles; make them runs of output columns: chunk k holds columns
+            // 4k .. 4k+4 of the group.
+            let chunks: Vec<Value> = match m {
+                4 => transpose4(b, [o[0], o[1], o[2], o[3]]).to_vec(),
+                _ => vec![
+                    math::shuffle_f32x4(b, o[0], o[1], lanes([0, 4, 1, 5])),
+                    math::shuffle_f32x4(b, o[0], o[1], lanes([2, 6, 3, 7])),
+                ],
+            };
+            for (k, mut val) in chunks.into_iter().enumerate() {
+                let first = k * LANES;
+                if first >= self.cols {
+                    break;
+                }
+                let valid = (self.cols - first).min(LANES);
+                let off = (i * self.out_w + first) * F32;
+                if let Some(bias) = self.bias {
+                    val = b.ins().fadd(val, bias);
+                }
+                if let Some(r) = r {
+                    let rv = if valid == LANES {
+                        load4(b, r, off)
+                    } else {
+                        load_lanes(b, r, off, valid)
+                    };
+                    val = b.ins().fadd(val, rv);
+                }
+                val = super::super::elementwise::activation(b, self.act, val)?;
+                if valid == LANES {
+                    store4(b, val, y, off);
+                } else {
+                    for l in 0..valid {
+                        let x = b.ins().extractlane(val, l as u8);
+                        b.ins().store(flags(), x, y, (off + l * F32) as i32);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first `n` floats at `addr + off` in the low lanes of a vector (others zero).
+fn load_lanes(b: &mut FunctionBuilder, addr: Value, off: usize, n: usize) -> Value {
+    let mut v = splat(b, 0.0);
+    for l in 0..n {
+        let x = b
+            .ins()
+            .load(types::F32, flags(), addr, (off + l * F32) as i32);
+        v = b.ins().insertlane(v, x, l as u8);
+    }
+    v
+}
