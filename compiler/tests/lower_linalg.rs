@@ -853,6 +853,96 @@ fn conv_winograd() {
     check_all(cases);
 }
 
+/// Few output positions (≤ 64) and many maps (≥ 128), constant weights: the transposed
+/// GEMM `Yᵀ = Xᵀ · Wᵀ` on x86 kernels (see `lower/narrow.rs`), pointwise (input read
+/// in place) and im2col, with bias, residual and activation around the transpose.
+#[test]
+fn conv_transposed_gemm() {
+    use nnc::ops::Activation;
+    // (name, input, maps, kernel, stride, pad, activation, bias, residual)
+    #[allow(clippy::type_complexity)]
+    let shapes: Vec<(
+        &str,
+        [usize; 4],
+        usize,
+        usize,
+        usize,
+        usize,
+        Activation,
+        bool,
+        bool,
+    )> = vec![
+        (
+            "3x3 on 7x7",
+            [1, 64, 7, 7],
+            128,
+            3,
+            1,
+            1,
+            Activation::Relu,
+            true,
+            true,
+        ),
+        (
+            "pointwise 7x7, batch 2",
+            [2, 40, 7, 7],
+            136,
+            1,
+            1,
+            0,
+            Activation::None,
+            true,
+            false,
+        ),
+        (
+            "3x3 stride 2 to 6x5",
+            [1, 24, 12, 10],
+            130,
+            3,
+            2,
+            1,
+            Activation::Relu,
+            false,
+            true,
+        ),
+        (
+            "pointwise 8x8",
+            [1, 17, 8, 8],
+            200,
+            1,
+            1,
+            0,
+            Activation::Clip { min: 0.0, max: 6.0 },
+            true,
+            false,
+        ),
+    ];
+    let mut cases = vec![];
+    for (name, x, maps, k, stride, pad, act, bias, residual) in shapes {
+        let out = |i: usize| (i + 2 * pad - k) / stride + 1;
+        let y = [x[0], maps, out(x[2]), out(x[3])];
+        let op = Op::Conv(ConvAttrs {
+            kernel: vec![k, k],
+            strides: vec![stride, stride],
+            pads: vec![pad; 4],
+            dilations: vec![1, 1],
+            group: 1,
+            activation: act,
+        });
+        let mut ins = vec![f32s(&x), cst(DType::F32, &[maps, x[1], k, k])];
+        ins.push(if bias {
+            cst(DType::F32, &[maps])
+        } else {
+            In::Omitted
+        });
+        if residual {
+            ins.push(f32s(&y));
+        }
+        cases.push((format!("transposed GEMM {name}"), op, ins));
+    }
+    check_all(cases);
+}
+
 #[test]
 fn conv_float64_and_float16() {
     let mut cases = vec![];

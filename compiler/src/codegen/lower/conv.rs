@@ -33,6 +33,9 @@ use crate::ops::{Activation, ConvAttrs, ConvTransposeAttrs};
 /// geometry and copy helpers).
 #[path = "depthwise.rs"]
 mod depthwise;
+/// Few output positions, many maps: the transposed GEMM, likewise a child module.
+#[path = "narrow.rs"]
+mod narrow;
 /// The Winograd path of 3×3 stride-1 convs, likewise a child module.
 #[path = "winograd.rs"]
 mod winograd;
@@ -212,9 +215,11 @@ pub fn scratch_bytes(
         // Weights that are not constant fall back from Winograd to im2col.
         ConvPath::Im2col => Im2colLayout::new(&g)
             .bytes()
-            .max(winograd::scratch_bytes(&g).unwrap_or(0)),
+            .max(winograd::scratch_bytes(&g).unwrap_or(0))
+            .max(narrow::scratch_bytes(&g).unwrap_or(0)),
         ConvPath::Depthwise => depthwise::PlaneLayout::new(&g).bytes(),
-        ConvPath::Pointwise | ConvPath::Scalar => 0,
+        ConvPath::Pointwise => narrow::scratch_bytes(&g).unwrap_or(0),
+        ConvPath::Scalar => 0,
     }
 }
 
@@ -251,7 +256,11 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
         residual,
         activation: c.activation,
     };
-    match choose_path(&g, ops.x.ty.dtype) {
+    let path = choose_path(&g, ops.x.ty.dtype);
+    if matches!(path, ConvPath::Pointwise | ConvPath::Im2col) && narrow::applies(ctx, &g, &ops) {
+        return narrow::conv_transposed_gemm(ctx, &g, &ops);
+    }
+    match path {
         ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
         ConvPath::Depthwise => {
             depthwise::conv_depthwise(ctx, &g, &ops)?;

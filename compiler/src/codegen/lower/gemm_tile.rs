@@ -211,8 +211,8 @@ pub(super) fn emit(
     if spec.m == 0 || spec.n == 0 {
         return Ok(());
     }
-    if matches!(spec.b, BLayout::Taps { .. }) {
-        return Err("implicit-GEMM conv layout needs an x86 kernel".into());
+    if matches!(spec.b, BLayout::Taps { .. } | BLayout::PackedBlocks) {
+        return Err(format!("B layout {:?} needs an x86 kernel", spec.b));
     }
     if largest_offset(spec) > i32::MAX as usize {
         return Err(format!(
@@ -262,7 +262,7 @@ fn largest_offset(spec: &GemmSpec) -> usize {
         BLayout::Packed => (NR, 1),
         BLayout::Rows { row_stride } => (row_stride, 1),
         BLayout::Gather { k_stride, n_stride } => (k_stride, n_stride),
-        BLayout::Taps { .. } => unreachable!("rejected by emit"),
+        BLayout::Taps { .. } | BLayout::PackedBlocks => unreachable!("rejected by emit"),
     };
     let block = |rows: usize, cols: usize| (MR * rows + NR * cols) * F32;
     let addends = spec
@@ -345,7 +345,7 @@ impl Emitter<'_> {
                 k_bytes: row_stride * F32,
                 col_bytes: F32,
             },
-            BLayout::Taps { .. } => unreachable!("rejected by emit"),
+            BLayout::Taps { .. } | BLayout::PackedBlocks => unreachable!("rejected by emit"),
             BLayout::Gather { k_stride, n_stride } => BTile {
                 base: offset_ptr(b, self.ptrs.b, j0, n_stride * F32),
                 k_bytes: k_stride * F32,

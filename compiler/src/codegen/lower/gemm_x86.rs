@@ -591,6 +591,8 @@ impl Emitter<'_> {
         let taps = matches!(s.b, BLayout::Taps { .. });
         let (b_panel_stride, b_k_bytes, b_masked) = match s.b {
             BLayout::Packed => (s.k * F32, t.packed_b_width * F32, false),
+            // Panel p of the current K block: columns p·nr .. at block start + p·nr·steps.
+            BLayout::PackedBlocks => (t.block.steps * F32, t.packed_b_width * F32, false),
             BLayout::Rows { row_stride } => (F32, row_stride * F32, t.tail_lanes.is_some()),
             // Per-step offsets come from the table (r9); a tail may end past the input.
             BLayout::Taps { .. } => (F32, 0, t.tail_lanes.is_some()),
@@ -616,8 +618,14 @@ impl Emitter<'_> {
             };
             a.imul_3(r14, r15, imm(a_block_bytes)?)?;
             a.add(r10, r14)?;
+            // K step r15 starts at row r15 of a whole-K panel, or at the block of all
+            // panels at r15·W.
+            let b_block_bytes = match s.b {
+                BLayout::PackedBlocks => super::gemm::packed_b_len(&s.geometry, 1, s.n) * F32,
+                _ => b_k_bytes,
+            };
             if !taps {
-                a.imul_3(r14, r15, imm(b_k_bytes)?)?;
+                a.imul_3(r14, r15, imm(b_block_bytes)?)?;
                 a.add(r11, r14)?;
             }
         }

@@ -129,17 +129,19 @@ fn matmul_f32(
         Some(values) => {
             let mat = s.k * s.n;
             let mut all = Vec::with_capacity(s.b_matrices * gemm::packed_b_len(&geom, s.k, s.n));
+            let mut layout = BLayout::Packed;
             for t in 0..s.b_matrices {
-                all.extend(gemm::pack_b(&geom, s.k, s.n, |kk, j| {
-                    values[t * mat + kk * s.n + j]
-                }));
+                let (packed, l) =
+                    gemm::pack_constant_b(&geom, s.k, s.n, |kk, j| values[t * mat + kk * s.n + j]);
+                all.extend(packed);
+                layout = l;
             }
-            Some(ctx.rodata(gemm::f32_bytes(&all))?)
+            Some((ctx.rodata(gemm::f32_bytes(&all))?, layout))
         }
         None => None,
     };
     let (b_base, b_layout, b_mat_elems) = match packed {
-        Some(p) => (p, BLayout::Packed, gemm::packed_b_len(&geom, s.k, s.n)),
+        Some((p, layout)) => (p, layout, gemm::packed_b_len(&geom, s.k, s.n)),
         None => (b.ptr, BLayout::Rows { row_stride: s.n }, s.k * s.n),
     };
     let folded = s.folds_into_rows();
@@ -400,8 +402,9 @@ fn gemm_f32(
     let (b_ptr, b_layout) = match b.constant.as_ref().and_then(f32_values) {
         Some(v) => {
             let (ks, ns) = s.b_strides;
-            let packed = gemm::pack_b(&geom, s.k, s.n, |kk, j| v[kk * ks + j * ns]);
-            (ctx.rodata(gemm::f32_bytes(&packed))?, BLayout::Packed)
+            let (packed, layout) =
+                gemm::pack_constant_b(&geom, s.k, s.n, |kk, j| v[kk * ks + j * ns]);
+            (ctx.rodata(gemm::f32_bytes(&packed))?, layout)
         }
         None if s.b_strides.1 == 1 => (
             b.ptr,

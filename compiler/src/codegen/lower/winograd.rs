@@ -550,6 +550,7 @@ struct OutputPtrs {
 }
 
 /// `Y[map][ti·m + i][tj·m + j] = act((Aᵀ M A)[i][j] + bias + R)` for every map and tile.
+#[allow(clippy::too_many_arguments)]
 fn output_transform(
     b: &mut FunctionBuilder,
     g: &ConvGeometry,

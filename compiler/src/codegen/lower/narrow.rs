@@ -1,0 +1,226 @@
+//! Convs with few output positions and many maps (the 7×7 stages of ResNet and
+//! MobileNet: 49 positions, 160–1280 maps) as the transposed GEMM
+//! `Yᵀ[P, M] = Xᵀ[P, K] · Wᵀ[K, M]`, on the x86 machine-code kernels.
+//!
+//! Why: the kernels vectorize along the GEMM's N. As `Y = W · X` that is the positions:
+//! 49 of them fill one 48-column panel and one 16-lane panel holding a single column
+//! (the implicit GEMM's 61 "wide" columns did little better), and the 1-vector tail
+//! panel is bound by its loads. Transposed, N is the maps (512 = 10 panels of 48 and
+//! one of 32) and the 49 positions are the rows of the tiles. Measured on ResNet-18's
+//! 3×3×512 convs on 7×7 (Xeon, AVX-512): 3.1 ms per conv as implicit GEMM.
+//!
+//! Xᵀ is read in place as a strided A: the input itself for a pointwise conv, else an
+//! im2col matrix `[K][P']` (the im2col panel code with one panel as wide as P rounded
+//! to vectors). The weights, constant, are packed at compile time as B. The kernel adds
+//! the bias (one per column now) and applies the activation; a residual cannot follow
+//! the transposed layout through the kernel, so the copy that transposes `Yᵀ` into the
+//! NCHW output adds it and applies the activation after it.
+
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::gemm::{self, ALayout, Addend, GemmKernel, GemmSpec, Geometry, KernelKind};
+use super::{
+    align_up, choose_path, copy_padded, i32_bytes, im2col_panel, im2col_tables, input_group,
+    output_and_bias, tap_offsets, ConvGeometry, ConvOperands, ConvPath, TablePtrs, F32,
+};
+use crate::codegen::kernel::{self, flags};
+use crate::codegen::lower::{LowerCtx, LowerResult};
+use crate::ir::{DType, Tensor};
+use crate::ops::Activation;
+
+/// At most this many output positions (a 7×7 or 8×8 map) ...
+const MAX_POSITIONS: usize = 64;
+/// ... and at least this many maps.
+const MIN_MAPS: usize = 128;
+
+/// Whether the shape suits the transposed GEMM (independent of the target, so the
+/// memory plan's scratch is too).
+fn shape_fits(g: &ConvGeometry) -> bool {
+    g.group == 1 && g.out_size() <= MAX_POSITIONS && g.mg >= MIN_MAPS
+}
+
+/// Whether this conv takes the transposed path: the shape, constant weights, and an
+/// x86 machine-code kernel family. `NNC_NARROW_CONV=off` disables it, for measurements.
+pub(super) fn applies(ctx: &LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> bool {
+    std::env::var("NNC_NARROW_CONV").as_deref() != Ok("off")
+        && shape_fits(g)
+        && matches!(ops.w.constant, Some(Tensor::F32(_)))
+        && matches!(Geometry::for_target(ctx.target).kernel, KernelKind::X86(_))
+}
+
+fn pointwise(g: &ConvGeometry) -> bool {
+    choose_path(g, DType::F32) == ConvPath::Pointwise
+}
+
+/// Scratch layout: the padded input and the im2col matrix (not for pointwise convs),
+/// then `Yᵀ`.
+struct Layout {
+    padded_bytes: usize,
+    /// Row length of the im2col matrix: P rounded up to whole f32x4 vectors.
+    cols_width: usize,
+    cols_bytes: usize,
+    out_bytes: usize,
+}
+
+impl Layout {
+    fn new(g: &ConvGeometry) -> Layout {
+        let p = g.out_size();
+        let cols_width = p.next_multiple_of(super::LANES);
+        let (padded_bytes, cols_bytes) = if pointwise(g) {
+            (0, 0)
+        } else {
+            let padded = if g.has_padding() {
+                align_up(g.cg * g.padded().iter().product::<usize>() * F32)
+            } else {
+                0
+            };
+            (padded, align_up(g.gemm_k() * cols_width * F32))
+        };
+        Layout {
+            padded_bytes,
+            cols_width,
+            cols_bytes,
+            out_bytes: align_up(p * g.mg * F32),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.padded_bytes + self.cols_bytes + self.out_bytes
+    }
+}
+
+/// Scratch the transposed path needs, or None when the shape does not suit it.
+pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
+    shape_fits(g).then(|| Layout::new(g).bytes())
+}
+
+pub(super) fn conv_transposed_gemm(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+) -> LowerResult {
+    let Some(Tensor::F32(w)) = &ops.w.constant else {
+        return Err("the transposed conv GEMM needs constant weights".into());
+    };
+    let geom = Geometry::for_target(ctx.target);
+    let layout = Layout::new(g);
+    let (p, maps, k) = (g.out_size(), g.mg, g.gemm_k());
+    let w: Vec<f32> = w.iter().copied().collect();
+    let (packed, b_layout) = gemm::pack_constant_b(&geom, k, maps, |kk, j| w[j * k + kk]);
+    let w_ptr = ctx.rodata(gemm::f32_bytes(&packed))?;
+    let pointwise = pointwise(g);
+    // Xᵀ[pos, k] is at k·width + pos: the input plane (pointwise) or the im2col matrix.
+    let width = if pointwise { p } else { layout.cols_width };
+    let residual = ops.residual.is_some();
+    let spec = GemmSpec {
+        m: p,
+        n: maps,
+        k,
+        a: ALayout::Strided {
+            row_stride: 1,
+            col_stride: width,
+        },
+        b: b_layout,
+        ldc: maps,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: ops
+            .bias
+            .iter()
+            .map(|_| Addend {
+                row_stride: 0,
+                col_stride: 1,
+                scale: 1.0,
+            })
+            .collect(),
+        activation: if residual {
+            Activation::None
+        } else {
+            ops.activation
+        },
+        geometry: geom,
+        b_taps: vec![],
+    };
+    let kernel = GemmKernel::define(ctx, &spec)?;
+    let tables = if pointwise {
+        None
+    } else {
+        let t = im2col_tables(g, width, tap_offsets(g)?);
+        Some(TablePtrs {
+            lane: ctx.rodata(i32_bytes(&t.lane))?,
+            tap: ctx.rodata(i32_bytes(&t.tap))?,
+            contiguous: ctx.rodata(i32_bytes(&t.contiguous))?,
+        })
+    };
+    let scratch = super::scratch(ctx)?;
+    let b = &mut *ctx.b;
+    let cols = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
+    let yt = b
+        .ins()
+        .iadd_imm_s(scratch, (layout.padded_bytes + layout.cols_bytes) as i64);
+    let mut failure = None;
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        let zero = kernel::iconst(b, 0);
+        let x_n = input_group(b, g, ops.x.ptr, n, zero, F32);
+        let a = match tables {
+            None => x_n,
+            Some(t) => {
+                let src = if g.has_padding() {
+                    copy_padded(b, x_n, &g.input, g.cg, scratch, &g.padded(), &g.pad_begin);
+                    scratch
+                } else {
+                    x_n
+                };
+                im2col_panel(b, k, t, src, cols, zero, width, width);
+                cols
+            }
+        };
+        let (y, addends) = output_and_bias(b, g, ops, n, zero);
+        let bias: Vec<Value> = addends
+            .iter()
+            .take(ops.bias.iter().count())
+            .copied()
+            .collect();
+        kernel.call(b, a, w_ptr, yt, &bias);
+        let r = residual.then(|| addends[addends.len() - 1]);
+        if let Err(e) = transpose_out(b, yt, y, r, p, maps, ops.activation) {
+            failure = Some(e);
+        }
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// `Y[j, i] = Yᵀ[i, j]`, plus `R[j, i]` and then the activation when there is a
+/// residual (else the kernel applied the activation).
+fn transpose_out(
+    b: &mut FunctionBuilder,
+    yt: Value,
+    y: Value,
+    r: Option<Value>,
+    p: usize,
+    maps: usize,
+    act: Activation,
+) -> LowerResult {
+    let mut failure = None;
+    kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
+        let src = kernel::elem_addr(b, yt, j, F32);
+        let dst = kernel::elem_addr(b, y, j, p * F32);
+        let res = r.map(|r| kernel::elem_addr(b, r, j, p * F32));
+        for i in 0..p {
+            let mut v = b
+                .ins()
+                .load(types::F32, flags(), src, (i * maps * F32) as i32);
+            if let Some(res) = res {
+                let rv = b.ins().load(types::F32, flags(), res, (i * F32) as i32);
+                v = b.ins().fadd(v, rv);
+                match super::super::elementwise::activation(b, act, v) {
+                    Ok(a) => v = a,
+                    Err(e) => failure = Some(e),
+                }
+            }
+            b.ins().store(flags(), v, dst, (i * F32) as i32);
+        }
+    });
+    failure.map_or(Ok(()), Err)
+}
