@@ -24,6 +24,12 @@ fn targets() -> Vec<Target> {
     let mut t = vec![Target::host()];
     if Arch::host() == Arch::X86_64 {
         t.push(Target::new(Arch::X86_64, Some("baseline")).expect("baseline target"));
+        // The AVX2 machine-code kernels (the host, when it has AVX-512, runs those).
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            t.push(Target::new(Arch::X86_64, Some("x86-64-v3")).expect("x86-64-v3 target"));
+        }
     }
     t
 }

@@ -74,6 +74,7 @@ pub fn supports_activation(act: Activation) -> bool {
             | Activation::LeakyRelu { .. }
             | Activation::HardSigmoid { .. }
             | Activation::HardSwish
+            | Activation::Gelu { tanh: false }
     )
 }
 
@@ -219,6 +220,7 @@ impl Vecs {
                     VOp::Mul => a.vmulps(d, x, m),
                     VOp::Max => a.vmaxps(d, x, m),
                     VOp::Min => a.vminps(d, x, m),
+                    VOp::Div => a.vdivps(d, x, m),
                 }
             }
             X86Isa::Avx512 => {
@@ -228,6 +230,7 @@ impl Vecs {
                     VOp::Mul => a.vmulps(d, x, m),
                     VOp::Max => a.vmaxps(d, x, m),
                     VOp::Min => a.vminps(d, x, m),
+                    VOp::Div => a.vdivps(d, x, m),
                 }
             }
         }
@@ -249,6 +252,7 @@ impl Vecs {
                     VOp::Mul => a.vmulps(d, x, y),
                     VOp::Max => a.vmaxps(d, x, y),
                     VOp::Min => a.vminps(d, x, y),
+                    VOp::Div => a.vdivps(d, x, y),
                 }
             }
             X86Isa::Avx512 => {
@@ -258,6 +262,7 @@ impl Vecs {
                     VOp::Mul => a.vmulps(d, x, y),
                     VOp::Max => a.vmaxps(d, x, y),
                     VOp::Min => a.vminps(d, x, y),
+                    VOp::Div => a.vdivps(d, x, y),
                 }
             }
         }
@@ -270,6 +275,7 @@ enum VOp {
     Mul,
     Max,
     Min,
+    Div,
 }
 
 /// Constant vectors placed after the code, addressed RIP-relative.
@@ -837,6 +843,50 @@ impl Emitter<'_> {
                     e.v.op(a, VOp::Mul, r, r, tmp)
                 })
             }
+            Activation::Gelu { tanh: false } => {
+                // x·0.5·(1 + erf(x/√2)), erf(z) = z·P(z²)/Q(z²) on z clamped to the
+                // rational's range (|z| ≤ 3.8325, where erf is 1 to 6e-8): the same
+                // polynomials as the Cranelift `math::erf` (so the same results as the
+                // post pass this replaces), with a clamp instead of its select. Three
+                // temporaries: tmp, tmp+1, tmp+2 (B and broadcast registers, free here).
+                let (z, z2, p) = (tmp, tmp + 1, tmp + 2);
+                const P: [f32; 5] = [
+                    2.290_506_6e-4,
+                    3.408_291e-3,
+                    5.095_569_3e-2,
+                    1.852_083_2e-1,
+                    1.128_379_1,
+                ];
+                const Q: [f32; 7] = [
+                    -1.179_160_3e-7,
+                    2.354_796_6e-5,
+                    1.017_962_5e-3,
+                    1.407_047e-2,
+                    1.109_850_5e-1,
+                    4.974_692_6e-1,
+                    1.0,
+                ];
+                let c = |e: &mut Self, a: &mut CodeAssembler, v: f32| e.consts.get(a, v);
+                each(self, a, &mut |e, a, r| {
+                    let k = c(e, a, std::f32::consts::FRAC_1_SQRT_2);
+                    e.v.op_mem(a, VOp::Mul, z, r, k)?;
+                    let lo = c(e, a, -3.832_507);
+                    e.v.op_mem(a, VOp::Max, z, z, lo)?;
+                    let hi = c(e, a, 3.832_507);
+                    e.v.op_mem(a, VOp::Min, z, z, hi)?;
+                    e.v.op(a, VOp::Mul, z2, z, z)?;
+                    horner(e, a, p, z2, &P)?;
+                    e.v.op(a, VOp::Mul, p, p, z)?;
+                    // z is free again: Q(z²) goes there.
+                    horner(e, a, z, z2, &Q)?;
+                    e.v.op(a, VOp::Div, p, p, z)?;
+                    let one = c(e, a, 1.0);
+                    e.v.op_mem(a, VOp::Add, p, p, one)?;
+                    e.v.op(a, VOp::Mul, r, r, p)?;
+                    let half = c(e, a, 0.5);
+                    e.v.op_mem(a, VOp::Mul, r, r, half)
+                })
+            }
             other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
         }
     }
@@ -861,4 +911,24 @@ impl Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// `d = c[0]·xⁿ⁻¹ + … + c[n-1]` by Horner's rule (`d` ≠ `x`), constants from memory.
+fn horner(
+    e: &mut Emitter,
+    a: &mut CodeAssembler,
+    d: usize,
+    x: usize,
+    c: &[f32],
+) -> Result<(), IcedError> {
+    let first = e.consts.get(a, c[0]);
+    e.v.op_mem(a, VOp::Mul, d, x, first)?;
+    for (i, &k) in c.iter().enumerate().skip(1) {
+        let k = e.consts.get(a, k);
+        e.v.op_mem(a, VOp::Add, d, d, k)?;
+        if i + 1 < c.len() {
+            e.v.op(a, VOp::Mul, d, d, x)?;
+        }
+    }
+    Ok(())
 }
