@@ -709,6 +709,56 @@ fn conv_cases() -> Vec<ConvCase> {
             &[1, 1],
             1,
         ),
+        // Stride 2 with outputs of ≥ 24 columns (or ≥ 8 and few maps): the implicit
+        // GEMM over the input's 2×2 phase planes on x86 kernels.
+        conv_case(
+            "3x3 stride 2 phase planes, odd input",
+            &[2, 5, 19, 51],
+            &[10, 5, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "3x3 stride 2 phase planes, asymmetric pads",
+            &[1, 4, 20, 50],
+            &[9, 4, 3, 3],
+            &[2, 2],
+            &[0, 1, 1, 2],
+            &[1, 1],
+            1,
+        )
+        .without_bias(),
+        conv_case(
+            "1x1 stride 2 phase planes",
+            &[1, 16, 16, 16],
+            &[24, 16, 1, 1],
+            &[2, 2],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            1,
+        ),
+        // Wide outputs of more than 512 KB: the implicit GEMM in chunks of rows
+        // (stride 1 with runtime weights; constant ones take Winograd).
+        conv_case(
+            "3x3 implicit GEMM in row chunks",
+            &[1, 4, 40, 128],
+            &[64, 4, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            1,
+        ),
+        conv_case(
+            "7x7 stride 2 phase planes in row chunks",
+            &[1, 3, 64, 160],
+            &[64, 3, 7, 7],
+            &[2, 2],
+            &[3, 3, 3, 3],
+            &[1, 1],
+            1,
+        ),
         conv_case(
             "7x7 stride 2",
             &[1, 3, 23, 23],

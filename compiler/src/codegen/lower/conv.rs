@@ -41,6 +41,8 @@ mod narrow;
 mod winograd;
 
 const F32: usize = 4;
+/// Bytes of C per call of the implicit-GEMM conv kernel (see `conv_implicit_gemm`).
+const IMPLICIT_C_BYTES: usize = 512 * 1024;
 /// Bytes of im2col panels produced and consumed at a time: about L2, so they mostly
 /// stay there between being written and being read by the GEMM. Every chunk's GEMM
 /// streams all of A (the weights) once, so chunks must not be small: at 256 KB a
@@ -455,6 +457,9 @@ fn conv_pointwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> L
 struct Im2colLayout {
     /// Bytes of the zero-padded copy of one group's input (0 without padding).
     padded_bytes: usize,
+    /// Bytes of the stride-2 implicit GEMM's phase planes, after the columns (0 for
+    /// other convs).
+    phase_bytes: usize,
     chunk_cols: usize,
     /// Bytes of one chunk of packed panels (for the widest panels of any family).
     col_bytes: usize,
@@ -482,13 +487,14 @@ impl Im2colLayout {
         }
         Im2colLayout {
             padded_bytes,
+            phase_bytes: PhasePlanes::of(g).map_or(0, |p| align_up(p.floats(g) * F32)),
             chunk_cols,
             col_bytes,
         }
     }
 
     fn bytes(&self) -> usize {
-        self.padded_bytes + align_up(self.col_bytes)
+        self.padded_bytes + align_up(self.col_bytes) + self.phase_bytes
     }
 }
 
@@ -601,8 +607,11 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     let tap = tap_offsets(g)?;
     if implicit_gemm_fits(g, &geom) {
         let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);
-        let wide_offset = layout.padded_bytes;
-        return conv_implicit_gemm(ctx, g, ops, &weights, whole, tap, scratch, wide_offset);
+        let tap = match PhasePlanes::of(g) {
+            Some(p) => p.taps(g)?,
+            None => tap,
+        };
+        return conv_implicit_gemm(ctx, g, ops, &weights, whole, tap, scratch, &layout);
     }
     let tables = im2col_tables(g, geom.nr, tap);
     let ptrs = TablePtrs {
@@ -670,15 +679,124 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
     Ok(())
 }
 
-/// Columns of the "wide" output of [`conv_implicit_gemm`] for a 2-D stride-1 conv:
-/// every padded input row yields `padded width` columns, the last `padded − out` of
-/// each being garbage, except in the last row.
+/// A stride-2 conv's padded input split into its 2×2 phases, `Q[c][ph][pw][i][j] =
+/// P[c][2i + ph][2j + pw]`: output (oh, ow) at tap (kh, kw) reads phase
+/// (kh mod 2, kw mod 2) at (oh + kh div 2, ow + kw div 2), so in phase coordinates the
+/// conv has stride 1 and runs as the implicit GEMM (no im2col copy of the 7×7 stem's
+/// 147 × 12544 matrix; measured on ResNet-18's stem, im2col was ~40% of its time).
+#[derive(Clone, Copy)]
+struct PhasePlanes {
+    /// Rows and columns of one phase plane.
+    h: usize,
+    w: usize,
+}
+
+impl PhasePlanes {
+    fn of(g: &ConvGeometry) -> Option<PhasePlanes> {
+        if g.output.len() != 2 || g.strides != [2, 2] || g.dilations != [1, 1] {
+            return None;
+        }
+        let padded = g.padded();
+        // Whole vectors of 8 padded floats per row (the split reads them in pairs).
+        Some(PhasePlanes {
+            h: padded[0].div_ceil(2),
+            w: padded[1].div_ceil(8) * 4,
+        })
+    }
+
+    fn floats(&self, g: &ConvGeometry) -> usize {
+        g.cg * 4 * self.h * self.w
+    }
+
+    /// Byte offset of each K row `(channel, kh, kw)` in the phase planes.
+    fn taps(&self, g: &ConvGeometry) -> Result<Vec<i32>, String> {
+        if self.floats(g) * F32 > i32::MAX as usize {
+            return Err("Conv input too large for 32-bit offsets".to_string());
+        }
+        let mut tap = Vec::with_capacity(g.gemm_k());
+        for c in 0..g.cg {
+            for kh in 0..g.kernel[0] {
+                for kw in 0..g.kernel[1] {
+                    let plane = c * 4 + (kh % 2) * 2 + kw % 2;
+                    let off = (plane * self.h + kh / 2) * self.w + kw / 2;
+                    tap.push((off * F32) as i32);
+                }
+            }
+        }
+        Ok(tap)
+    }
+
+    /// Splits the padded planes at `src` (rows of `padded[1]` floats) into the phases
+    /// at `dst`, eight floats (four per column phase) at a time.
+    fn split(&self, b: &mut FunctionBuilder, g: &ConvGeometry, src: Value, dst: Value) {
+        let padded = g.padded();
+        let (hp, wp) = (padded[0], padded[1]);
+        let plane = self.h * self.w * F32;
+        let vectors = self.w / LANES;
+        let evens = core::array::from_fn(|i| ((i / 4) * 8 + i % 4) as u8);
+        let odds = core::array::from_fn(|i| ((i / 4) * 8 + 4 + i % 4) as u8);
+        // The phase planes' rows past the padded input stay zero.
+        zero_f32(b, dst, self.floats(g));
+        kernel::nested_loop(b, &[g.cg, hp], &mut |b, idx| {
+            let (c, i) = (idx[0], idx[1]);
+            let row = b.ins().imul_imm_s(c, hp as i64);
+            let row = b.ins().iadd(row, i);
+            let s = kernel::elem_addr(b, src, row, wp * F32);
+            // Phase (i mod 2, ·) of channel c, row i div 2.
+            let ph = b.ins().band_imm_u(i, 1);
+            let half = b.ins().ushr_imm_u(i, 1);
+            let pl = b.ins().imul_imm_s(c, 4);
+            let pl = b.ins().iadd(pl, ph);
+            let pl = b.ins().iadd(pl, ph);
+            let d = kernel::elem_addr(b, dst, pl, plane);
+            let d = kernel::elem_addr(b, d, half, self.w * F32);
+            for v in 0..vectors {
+                // Columns 8v .. 8v + 8 of the padded row; past its end, zeros.
+                let at = |k: usize| 8 * v + 4 * k;
+                let load = |b: &mut FunctionBuilder, k: usize| {
+                    if at(k) + LANES <= wp {
+                        b.ins().load(types::F32X4, flags(), s, (at(k) * F32) as i32)
+                    } else {
+                        let z = b.ins().f32const(0.0);
+                        let mut x = b.ins().splat(types::F32X4, z);
+                        for l in 0..LANES.min(wp.saturating_sub(at(k))) {
+                            let e =
+                                b.ins()
+                                    .load(types::F32, flags(), s, ((at(k) + l) * F32) as i32);
+                            x = b.ins().insertlane(x, e, l as u8);
+                        }
+                        x
+                    }
+                };
+                let (lo, hi) = (load(b, 0), load(b, 1));
+                let even = crate::codegen::math::shuffle_f32x4(b, lo, hi, evens);
+                let odd = crate::codegen::math::shuffle_f32x4(b, lo, hi, odds);
+                b.ins().store(flags(), even, d, (v * LANES * F32) as i32);
+                b.ins()
+                    .store(flags(), odd, d, (plane + v * LANES * F32) as i32);
+            }
+        });
+    }
+}
+
+/// Columns of the "wide" output of [`conv_implicit_gemm`] for a 2-D conv of stride 1
+/// (or 2, over [`PhasePlanes`]): every input row yields `row` columns (the padded width,
+/// or a phase plane's), the last `row − out` of each being garbage, except in the last
+/// row.
 fn wide_columns(g: &ConvGeometry) -> Option<usize> {
-    if g.output.len() != 2 || g.strides.iter().any(|&s| s != 1) {
+    let row = wide_row(g)?;
+    Some((g.output[0] - 1) * row + g.output[1])
+}
+
+/// Row length of the implicit GEMM's input and wide output.
+fn wide_row(g: &ConvGeometry) -> Option<usize> {
+    if g.output.len() != 2 {
         return None;
     }
-    let row = g.padded()[1];
-    Some((g.output[0] - 1) * row + g.output[1])
+    if g.strides.iter().all(|&s| s == 1) {
+        return Some(g.padded()[1]);
+    }
+    PhasePlanes::of(g).map(|p| p.w)
 }
 
 /// Whether [`conv_implicit_gemm`] computes this conv: 2-D, stride 1, on an x86 kernel
@@ -690,8 +808,11 @@ fn wide_columns(g: &ConvGeometry) -> Option<usize> {
 fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     const MIN_OUT_W: usize = 24;
     const SMALL_M: usize = 64;
+    // `NNC_PHASE_PLANES=off` keeps stride-2 convs on im2col, for measurements.
+    let phases_off = std::env::var("NNC_PHASE_PLANES").as_deref() == Ok("off");
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
+        && !(phases_off && PhasePlanes::of(g).is_some())
         && (g.output[1] >= MIN_OUT_W || (g.output[1] >= 8 && g.mg <= SMALL_M))
 }
 
@@ -710,11 +831,13 @@ fn conv_implicit_gemm(
     spec: GemmSpec,
     taps: Vec<i32>,
     scratch: Value,
-    wide_offset: usize,
+    layout: &Im2colLayout,
 ) -> LowerResult {
     let padded = g.padded();
-    let wide = wide_columns(g).ok_or("implicit GEMM needs a 2-D stride-1 conv")?;
-    let (out_h, out_w, row) = (g.output[0], g.output[1], padded[1]);
+    let wide = wide_columns(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
+    let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
+    let (out_h, out_w) = (g.output[0], g.output[1]);
+    let phases = PhasePlanes::of(g);
     let residual = ops.residual.is_some();
     let mut spec = spec;
     if residual {
@@ -722,39 +845,71 @@ fn conv_implicit_gemm(
         spec.addends.pop();
         spec.activation = Activation::None;
     }
-    let spec = GemmSpec {
-        n: wide,
-        b: BLayout::Taps {
-            out_w: wide,
-            out_h: 1,
-            row_step: wide,
-        },
-        ldc: wide,
-        b_taps: taps,
-        ..spec
+    // Output rows per GEMM call: C of one call within IMPLICIT_C_BYTES, so the kernel's
+    // passes over C (one per K block) and the compaction stay in L2. As one call, the
+    // 7×7 stem's 3 MB wide output was swept from L3.
+    let chunk_rows = (IMPLICIT_C_BYTES / (g.mg * row * F32)).clamp(1, out_h);
+    let last_rows = match out_h % chunk_rows {
+        0 => chunk_rows,
+        r => r,
     };
-    let kernel = GemmKernel::define(ctx, &spec)?;
+    let loop_chunks = (out_h - last_rows) / chunk_rows;
+    let chunk_spec = |rows: usize| {
+        let n = (rows - 1) * row + out_w;
+        GemmSpec {
+            n,
+            b: BLayout::Taps {
+                out_w: n,
+                out_h: 1,
+                row_step: n,
+            },
+            ldc: wide,
+            b_taps: taps.clone(),
+            ..spec.clone()
+        }
+    };
+    let full_kernel = match loop_chunks {
+        0 => None,
+        // A full chunk's columns run on to the next row's start: real positions.
+        _ => Some(GemmKernel::define(
+            ctx,
+            &GemmSpec {
+                n: chunk_rows * row,
+                b: BLayout::Taps {
+                    out_w: chunk_rows * row,
+                    out_h: 1,
+                    row_step: chunk_rows * row,
+                },
+                ..chunk_spec(chunk_rows)
+            },
+        )?),
+    };
+    let last_kernel = GemmKernel::define(ctx, &chunk_spec(last_rows))?;
     let b = &mut *ctx.b;
-    let c_wide = b.ins().iadd_imm_s(scratch, wide_offset as i64);
+    let c_wide = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
+    let phase_planes = b.ins().iadd_imm_s(
+        scratch,
+        (layout.padded_bytes + align_up(layout.col_bytes)) as i64,
+    );
     let mut failure = None;
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
         let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
-        let src = if g.has_padding() {
+        let mut src = if g.has_padding() {
             copy_padded(b, x_g, &g.input, g.cg, scratch, &padded, &g.pad_begin);
             scratch
         } else {
             x_g
         };
+        if let Some(p) = phases {
+            p.split(b, g, src, phase_planes);
+            src = phase_planes;
+        }
         let (y_g, mut addends) = output_and_bias(b, g, ops, n, grp);
         let r_g = if residual { addends.pop() } else { None };
         let a = weights.group(b, grp, g);
-        kernel.call(b, a, src, c_wide, &addends);
-        // Keep the valid columns: row `oh` of channel `m` is `out_w` floats at
-        // column `oh·row` of the wide output.
-        kernel::counted_loop(b, 0, (g.mg * out_h) as i64, 1, |b, r| {
-            let m = b.ins().udiv_imm_u(r, out_h as i64);
-            let oh = b.ins().urem_imm_u(r, out_h as i64);
+        // Output row `oh` of map `m` (`r = m·out_h + oh`) from the wide output.
+        let mut compact = |b: &mut FunctionBuilder, m: Value, oh: Value, r: Value| {
             let src_row = kernel::elem_addr(b, c_wide, m, wide * F32);
             let src_row = kernel::elem_addr(b, src_row, oh, row * F32);
             let dst_row = kernel::elem_addr(b, y_g, r, out_w * F32);
@@ -774,7 +929,28 @@ fn conv_implicit_gemm(
                     }
                 }
             }
-        });
+        };
+        // Rows row0 .. row0 + rows: the GEMM, then keep the valid columns (row `oh`
+        // of channel `m` is `out_w` floats at column `oh·row` of the wide output).
+        let mut chunk = |b: &mut FunctionBuilder, row0: Value, rows: usize, k: &GemmKernel| {
+            let at = b.ins().imul_imm_s(row0, (row * F32) as i64);
+            let (src_c, c_c) = (b.ins().iadd(src, at), b.ins().iadd(c_wide, at));
+            k.call(b, a, src_c, c_c, &addends);
+            kernel::nested_loop(b, &[g.mg, rows], &mut |b, idx| {
+                let (m, oh) = (idx[0], b.ins().iadd(row0, idx[1]));
+                let r = b.ins().imul_imm_s(m, out_h as i64);
+                let r = b.ins().iadd(r, oh);
+                compact(b, m, oh, r);
+            });
+        };
+        if let Some(k) = &full_kernel {
+            let end = (loop_chunks * chunk_rows) as i64;
+            kernel::counted_loop(b, 0, end, chunk_rows as i64, |b, row0| {
+                chunk(b, row0, chunk_rows, k)
+            });
+        }
+        let row0 = kernel::iconst(b, (out_h - last_rows) as i64);
+        chunk(b, row0, last_rows, &last_kernel);
     });
     failure.map_or(Ok(()), Err)
 }

@@ -171,6 +171,18 @@ impl Geometry {
         }
     }
 
+    /// K steps per block for a GEMM of depth `k`: `kc`, or all of K when it is at most
+    /// 1.5·kc. Every block after the first reloads C and adds to it, a pass over all of
+    /// C: for ResNet's 7×7 stem (K = 147 = 128 + 19) that was a second sweep over a
+    /// 3 MB output for 19 steps. A block of 1.5·kc keeps B's block within 36 KB of L1.
+    pub fn k_block_len(&self, k: usize) -> usize {
+        if k <= self.kc.saturating_add(self.kc / 2) {
+            k.max(1)
+        } else {
+            self.kc
+        }
+    }
+
     /// Width of the last, partial column panel of packed B: the leftover columns
     /// rounded up to whole vectors, so narrow outputs don't compute empty vectors.
     pub fn tail_panel_width(&self, rem: usize) -> usize {
@@ -344,7 +356,7 @@ pub fn pack_b_blocks(
     get: impl Fn(usize, usize) -> f32,
 ) -> Vec<f32> {
     let mut out = Vec::with_capacity(packed_b_len(g, k, n));
-    let kc = if k <= g.kc { k.max(1) } else { g.kc };
+    let kc = g.k_block_len(k);
     for kb in (0..k).step_by(kc) {
         let len = kc.min(k - kb);
         let mut j0 = 0;
@@ -369,7 +381,7 @@ pub fn pack_b_blocks(
 /// Same size as A.
 pub fn pack_a(g: &Geometry, m: usize, k: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
     let mut out = Vec::with_capacity(m * k);
-    let kc = if k <= g.kc { k.max(1) } else { g.kc };
+    let kc = g.k_block_len(k);
     for kb in (0..k).step_by(kc) {
         let len = kc.min(k - kb);
         for i0 in (0..m).step_by(g.mr) {

@@ -378,7 +378,8 @@ impl Emitter<'_> {
         }
         if s.m > 0 && s.n > 0 {
             // r15 = first K step of the block being computed.
-            let kc = self.k_block();
+            // The same blocks as the packed operands (`Geometry::k_block_len`).
+            let kc = s.geometry.k_block_len(s.k);
             a.xor(r15d, r15d)?;
             if s.k <= kc {
                 self.pass(a, Pass::Only, s.k)?;
@@ -406,14 +407,6 @@ impl Emitter<'_> {
         a.vzeroupper()?;
         a.ret()?;
         self.data(a)
-    }
-
-    /// K steps per block: the block of a B panel (`kc · NR` floats) then stays in L1
-    /// (24 KB of the 48 KB here) while every row tile sweeps it, and the blocks of A
-    /// (`M · kc`) in L2. Unblocked, a panel of a long-K GEMM (conv 3×3×256: K = 2304)
-    /// spilled to L2 and A streamed from L3 once per panel: ~60 vs ~120 GFLOP/s.
-    fn k_block(&self) -> usize {
-        k_block(self.nr)
     }
 
     /// All tiles of C for the K steps `r15 .. r15 + steps`.
