@@ -108,17 +108,17 @@ def main():
                 shown += 1
         print()
     per_kind = collections.Counter()
-    print(f"{ms:.2f} ms per run (thread CPU time, while sampled); ms column = share × that")
+    print(f"{ms:.4g} ms per run (thread CPU time, while sampled); ms column = share × that")
     print(f"{'share':>7} {'ms':>6}  node")
     for k, share in per_node.most_common():
         kind, out = kinds[k] if k is not None and k < len(kinds) else ("?", "?")
         per_kind[kind] += share
     for k, share in per_node.most_common(args.top):
         kind, out = kinds[k] if k is not None and k < len(kinds) else ("?", "?")
-        print(f"{share:6.1f}% {share * ms / 100:6.2f}  {k}: {kind} -> {out}")
+        print(f"{share:6.1f}% {share * ms / 100:6.3g}  {k}: {kind} -> {out}")
     print(f"\n{'share':>7} {'ms':>6}  op kind (all nodes; {sum(per_node.values()):.1f}% of samples in model code)")
     for kind, share in per_kind.most_common():
-        print(f"{share:6.1f}% {share * ms / 100:6.2f}  {kind}")
+        print(f"{share:6.1f}% {share * ms / 100:6.3g}  {kind}")
 
 
 main()
