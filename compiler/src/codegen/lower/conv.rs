@@ -207,7 +207,7 @@ pub fn scratch_bytes(
     };
     match choose_path(&g, x.dtype) {
         ConvPath::Im2col => Im2colLayout::new(&g).bytes(),
-        ConvPath::Depthwise => depthwise::PlaneLayout::new(&g).bytes(),
+        ConvPath::Depthwise => depthwise::scratch_bytes(&g),
         ConvPath::Pointwise | ConvPath::Scalar => 0,
     }
 }
@@ -247,10 +247,7 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
     };
     match choose_path(&g, ops.x.ty.dtype) {
         ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
-        ConvPath::Depthwise => {
-            depthwise::conv_depthwise(ctx, &g, &ops)?;
-            apply_epilogue(ctx.b, &ops)
-        }
+        ConvPath::Depthwise => depthwise::conv_depthwise(ctx, &g, &ops),
         ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
         ConvPath::Scalar => {
             conv_scalar(ctx.b, &g, &ops);

@@ -92,7 +92,7 @@ pub fn k_block(nr: usize) -> usize {
 
 /// An encoding failure or a spec the kernel cannot express.
 #[derive(Debug)]
-struct AsmError(String);
+pub(super) struct AsmError(pub(super) String);
 
 impl From<IcedError> for AsmError {
     fn from(e: IcedError) -> Self {
@@ -100,14 +100,14 @@ impl From<IcedError> for AsmError {
     }
 }
 
-type AsmResult<T> = Result<T, AsmError>;
+pub(super) type AsmResult<T> = Result<T, AsmError>;
 
-const ZMM: [AsmRegisterZmm; 32] = [
+pub(super) const ZMM: [AsmRegisterZmm; 32] = [
     zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14,
     zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27,
     zmm28, zmm29, zmm30, zmm31,
 ];
-const YMM: [AsmRegisterYmm; 16] = [
+pub(super) const YMM: [AsmRegisterYmm; 16] = [
     ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
     ymm15,
 ];
@@ -122,26 +122,26 @@ const PANEL_END_SLOT: i32 = 24;
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
 /// Vector instructions of one ISA on register numbers, so the tile code is written once.
-struct Vecs {
-    isa: X86Isa,
+pub(super) struct Vecs {
+    pub(super) isa: X86Isa,
 }
 
 /// AVX2 register holding the tail mask (all-ones lanes are valid).
-const AVX2_MASK: usize = 15;
+pub(super) const AVX2_MASK: usize = 15;
 
 impl Vecs {
-    fn bytes(&self) -> i32 {
+    pub(super) fn bytes(&self) -> i32 {
         (self.isa.lanes() * F32) as i32
     }
 
-    fn vmem(&self, m: AsmMemoryOperand) -> AsmMemoryOperand {
+    pub(super) fn vmem(&self, m: AsmMemoryOperand) -> AsmMemoryOperand {
         match self.isa {
             X86Isa::Avx2 => ymmword_ptr(m),
             X86Isa::Avx512 => zmmword_ptr(m),
         }
     }
 
-    fn zero(&self, a: &mut CodeAssembler, r: usize) -> Result<(), IcedError> {
+    pub(super) fn zero(&self, a: &mut CodeAssembler, r: usize) -> Result<(), IcedError> {
         match self.isa {
             X86Isa::Avx2 => a.vxorps(YMM[r], YMM[r], YMM[r]),
             // vxorps on zmm needs AVX512DQ; vpxord is AVX512F.
@@ -151,7 +151,7 @@ impl Vecs {
 
     /// `r = [m]`; `masked` loads only the tail lanes (the others become zero), for
     /// memory that may end inside the vector.
-    fn load(
+    pub(super) fn load(
         &self,
         a: &mut CodeAssembler,
         r: usize,
@@ -166,7 +166,7 @@ impl Vecs {
         }
     }
 
-    fn store(
+    pub(super) fn store(
         &self,
         a: &mut CodeAssembler,
         m: AsmMemoryOperand,
@@ -181,7 +181,7 @@ impl Vecs {
         }
     }
 
-    fn broadcast(
+    pub(super) fn broadcast(
         &self,
         a: &mut CodeAssembler,
         r: usize,
@@ -194,7 +194,13 @@ impl Vecs {
     }
 
     /// `acc += x · y`.
-    fn fma(&self, a: &mut CodeAssembler, acc: usize, x: usize, y: usize) -> Result<(), IcedError> {
+    pub(super) fn fma(
+        &self,
+        a: &mut CodeAssembler,
+        acc: usize,
+        x: usize,
+        y: usize,
+    ) -> Result<(), IcedError> {
         match self.isa {
             X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[x], YMM[y]),
             X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[x], ZMM[y]),
@@ -202,7 +208,7 @@ impl Vecs {
     }
 
     /// `d = x op [m]` for a full vector in memory.
-    fn op_mem(
+    pub(super) fn op_mem(
         &self,
         a: &mut CodeAssembler,
         op: VOp,
@@ -233,7 +239,7 @@ impl Vecs {
         }
     }
 
-    fn op(
+    pub(super) fn op(
         &self,
         a: &mut CodeAssembler,
         op: VOp,
@@ -265,7 +271,7 @@ impl Vecs {
 }
 
 #[derive(Clone, Copy)]
-enum VOp {
+pub(super) enum VOp {
     Add,
     Mul,
     Max,
@@ -273,12 +279,12 @@ enum VOp {
 }
 
 /// Constant vectors placed after the code, addressed RIP-relative.
-struct Consts {
-    values: Vec<(u32, CodeLabel)>,
+pub(super) struct Consts {
+    pub(super) values: Vec<(u32, CodeLabel)>,
 }
 
 impl Consts {
-    fn get(&mut self, a: &mut CodeAssembler, v: f32) -> AsmMemoryOperand {
+    pub(super) fn get(&mut self, a: &mut CodeAssembler, v: f32) -> AsmMemoryOperand {
         let bits = v.to_bits();
         if let Some((_, l)) = self.values.iter().find(|(b, _)| *b == bits) {
             return ptr(*l);
@@ -356,7 +362,7 @@ pub fn emit(spec: &GemmSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
     a.assemble(0).map_err(|e| format!("x86 GEMM kernel: {e}"))
 }
 
-fn imm(v: usize) -> AsmResult<i32> {
+pub(super) fn imm(v: usize) -> AsmResult<i32> {
     i32::try_from(v).map_err(|_| AsmError("GEMM operand offset does not fit in 32 bits".into()))
 }
 
@@ -774,72 +780,23 @@ impl Emitter<'_> {
     }
 
     fn activation(&mut self, a: &mut CodeAssembler, t: &TileShape, tmp: usize) -> AsmResult<()> {
-        let each =
-            |e: &mut Self,
-             a: &mut CodeAssembler,
-             f: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize) -> Result<(), IcedError>|
-             -> AsmResult<()> {
-                for i in 0..t.rows {
-                    for v in 0..t.vecs {
-                        f(e, a, e.acc(t, i, v))?;
-                    }
-                }
-                Ok(())
-            };
-        match self.spec.activation {
-            Activation::None => Ok(()),
-            Activation::Relu => {
-                let z = self.consts.get(a, 0.0);
-                each(self, a, &mut |e, a, r| e.v.op_mem(a, VOp::Max, r, r, z))
-            }
-            Activation::Clip { min, max } => {
-                let (lo, hi) = (self.consts.get(a, min), self.consts.get(a, max));
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Max, r, r, lo)?;
-                    e.v.op_mem(a, VOp::Min, r, r, hi)
-                })
-            }
-            Activation::LeakyRelu { alpha } => {
-                // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
-                let c = self.consts.get(a, alpha);
-                let pick = if alpha <= 1.0 { VOp::Max } else { VOp::Min };
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Mul, tmp, r, c)?;
-                    e.v.op(a, pick, r, r, tmp)
-                })
-            }
-            Activation::HardSigmoid { alpha, beta } => {
-                let (ca, cb) = (self.consts.get(a, alpha), self.consts.get(a, beta));
-                let (zero, one) = (self.consts.get(a, 0.0), self.consts.get(a, 1.0));
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Mul, r, r, ca)?;
-                    e.v.op_mem(a, VOp::Add, r, r, cb)?;
-                    e.v.op_mem(a, VOp::Max, r, r, zero)?;
-                    e.v.op_mem(a, VOp::Min, r, r, one)
-                })
-            }
-            Activation::HardSwish => {
-                let (ca, cb) = (self.consts.get(a, 1.0 / 6.0), self.consts.get(a, 0.5));
-                let (zero, one) = (self.consts.get(a, 0.0), self.consts.get(a, 1.0));
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Mul, tmp, r, ca)?;
-                    e.v.op_mem(a, VOp::Add, tmp, tmp, cb)?;
-                    e.v.op_mem(a, VOp::Max, tmp, tmp, zero)?;
-                    e.v.op_mem(a, VOp::Min, tmp, tmp, one)?;
-                    e.v.op(a, VOp::Mul, r, r, tmp)
-                })
-            }
-            other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
-        }
+        let regs: Vec<usize> = (0..t.rows)
+            .flat_map(|i| (0..t.vecs).map(move |v| (i, v)))
+            .map(|(i, v)| self.acc(t, i, v))
+            .collect();
+        activate(
+            a,
+            &self.v,
+            &mut self.consts,
+            self.spec.activation,
+            &regs,
+            tmp,
+        )
     }
 
     /// Constant vectors and the AVX2 mask table, after the code.
     fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
-        let lanes = self.v.isa.lanes();
-        for (bits, mut l) in std::mem::take(&mut self.consts.values) {
-            a.set_label(&mut l)?;
-            a.dd(&vec![bits; lanes])?;
-        }
+        emit_consts(a, &mut self.consts, self.v.isa.lanes())?;
         if let Some(mut l) = self.taps_table.take() {
             a.set_label(&mut l)?;
             let t: Vec<u32> = self.spec.b_taps.iter().map(|&x| x as u32).collect();
@@ -853,4 +810,83 @@ impl Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// Applies `act` (one of [`supports_activation`]) to the vector registers `regs` in
+/// place, `tmp` being a free register; constants go to `consts`. Shared by the GEMM
+/// and the depthwise kernels' epilogues.
+pub(super) fn activate(
+    a: &mut CodeAssembler,
+    v: &Vecs,
+    consts: &mut Consts,
+    act: Activation,
+    regs: &[usize],
+    tmp: usize,
+) -> AsmResult<()> {
+    let each = |a: &mut CodeAssembler,
+                f: &mut dyn FnMut(&mut CodeAssembler, usize) -> Result<(), IcedError>|
+     -> AsmResult<()> {
+        for &r in regs {
+            f(a, r)?;
+        }
+        Ok(())
+    };
+    match act {
+        Activation::None => Ok(()),
+        Activation::Relu => {
+            let z = consts.get(a, 0.0);
+            each(a, &mut |a, r| v.op_mem(a, VOp::Max, r, r, z))
+        }
+        Activation::Clip { min, max } => {
+            let (lo, hi) = (consts.get(a, min), consts.get(a, max));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Max, r, r, lo)?;
+                v.op_mem(a, VOp::Min, r, r, hi)
+            })
+        }
+        Activation::LeakyRelu { alpha } => {
+            // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
+            let c = consts.get(a, alpha);
+            let pick = if alpha <= 1.0 { VOp::Max } else { VOp::Min };
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, tmp, r, c)?;
+                v.op(a, pick, r, r, tmp)
+            })
+        }
+        Activation::HardSigmoid { alpha, beta } => {
+            let (ca, cb) = (consts.get(a, alpha), consts.get(a, beta));
+            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, r, r, ca)?;
+                v.op_mem(a, VOp::Add, r, r, cb)?;
+                v.op_mem(a, VOp::Max, r, r, zero)?;
+                v.op_mem(a, VOp::Min, r, r, one)
+            })
+        }
+        Activation::HardSwish => {
+            let (ca, cb) = (consts.get(a, 1.0 / 6.0), consts.get(a, 0.5));
+            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, tmp, r, ca)?;
+                v.op_mem(a, VOp::Add, tmp, tmp, cb)?;
+                v.op_mem(a, VOp::Max, tmp, tmp, zero)?;
+                v.op_mem(a, VOp::Min, tmp, tmp, one)?;
+                v.op(a, VOp::Mul, r, r, tmp)
+            })
+        }
+        other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
+    }
+}
+
+/// Emits the constant vectors of `consts` (each splat to `lanes` floats), after the code.
+pub(super) fn emit_consts(
+    a: &mut CodeAssembler,
+    consts: &mut Consts,
+    lanes: usize,
+) -> AsmResult<()> {
+    for (bits, mut l) in std::mem::take(&mut consts.values) {
+        a.set_label(&mut l)?;
+        a.dd(&vec![bits; lanes])?;
+    }
+    Ok(())
 }
