@@ -71,6 +71,10 @@ pub(super) struct DwSpec {
 pub(super) struct DwLayout {
     rows: usize,
     phase_w: usize,
+    /// Floats before index 0 of each phase, so that the first input column copied
+    /// into it lands on a 64-byte boundary: the copy's stores are then aligned (a
+    /// split store per vector made the copy of a 14×14 plane ~10% of its kernel).
+    lead: [usize; 2],
 }
 
 impl DwLayout {
@@ -79,10 +83,21 @@ impl DwLayout {
         let vectors = s.out_w.div_ceil(LAYOUT_LANES) * LAYOUT_LANES;
         let reach = vectors + (s.k[1] - 1) * s.dil[1] / sw;
         let copied = (s.in_w + s.pad[1]).div_ceil(sw);
+        // Index of the first copied column in each phase (see copy_row_deinterleaved).
+        let pl = s.pad[1];
+        let mut first = [0; 2];
+        if sw == 1 {
+            first[0] = pl;
+        } else {
+            first[pl % 2] = pl / 2;
+            first[(pl + 1) % 2] = pl.div_ceil(2);
+        }
+        let lead = first.map(|f| (16 - f % 16) % 16);
         DwLayout {
             rows: (s.out_h - 1) * s.stride[0] + (s.k[0] - 1) * s.dil[0] + 1,
             // Whole cache lines, so every row starts 64-byte aligned.
-            phase_w: reach.max(copied).div_ceil(16) * 16,
+            phase_w: (lead[0].max(lead[1]) + reach.max(copied)).div_ceil(16) * 16,
+            lead,
         }
     }
 
@@ -90,8 +105,13 @@ impl DwLayout {
         s.stride[1] * self.phase_w * F32
     }
 
-    pub(super) fn bytes(&self, s: &DwSpec) -> usize {
+    fn plane_bytes(&self, s: &DwSpec) -> usize {
         self.rows * self.row_bytes(s)
+    }
+
+    /// Two planes: the channel being computed and the next one, being copied.
+    pub(super) fn bytes(&self, s: &DwSpec) -> usize {
+        2 * self.plane_bytes(s)
     }
 }
 
@@ -216,31 +236,77 @@ impl<'s> Emitter<'s> {
         for r in SAVED {
             a.push(r)?;
         }
-        // Zero the whole plane: the borders (padding, and the columns the last output
+        // [rsp]: the other scratch plane (the one the next channel is copied into).
+        a.sub(rsp, 8)?;
+        // Zero both planes: the borders (padding, and the columns the last output
         // vector reads past the row) stay zero, the copies only write the interior.
-        let plane_bytes = self.l.bytes(s);
+        let plane_bytes = self.l.plane_bytes(s);
         self.v.zero(a, 0)?;
         a.xor(eax, eax)?;
         let mut zero_top = a.create_label();
         a.set_label(&mut zero_top)?;
         self.store(a, rcx + rax, 0, Mask::Full)?;
         a.add(rax, imm(self.vbytes())?)?;
-        a.cmp(rax, imm(plane_bytes)?)?;
+        a.cmp(rax, imm(2 * plane_bytes)?)?;
         a.jb(zero_top)?;
+        a.lea(rax, rcx + imm(plane_bytes)?)?;
+        a.mov(qword_ptr(rsp), rax)?;
         // The output tail mask, for the whole call (the copy uses other registers).
         let tail = s.out_w % self.lanes;
         if tail != 0 {
             self.set_mask(a, 1, AVX2_MASK, tail)?;
         }
+        let single = std::env::var("NNC_DW_EXP").as_deref() == Ok("single");
+        if !single {
+            self.copy_channel(a, false)?;
+        }
         a.mov(r10, s.channels as u64)?;
         let mut channel_top = a.create_label();
         a.set_label(&mut channel_top)?;
-        self.copy_channel(a)?;
+        if single {
+            self.copy_channel(a, false)?;
+        }
+        // Copy the next channel into the other plane before computing this one: the
+        // two are independent, so the copy's loads overlap the FMAs, and the tiles
+        // never read a plane whose stores are still in flight.
+        let mut no_next = a.create_label();
+        a.cmp(r10, 1)?;
+        a.je(no_next)?;
+        if !single {
+            self.copy_channel(a, true)?;
+        }
+        a.set_label(&mut no_next)?;
         if s.mg > 1 {
             a.mov(r11, s.mg as u64)?;
+            let mut map_top = a.create_label();
+            a.set_label(&mut map_top)?;
+            self.map_and_advance(a)?;
+            a.dec(r11)?;
+            a.jnz(map_top)?;
+        } else {
+            self.map_and_advance(a)?;
         }
-        let mut map_top = a.create_label();
-        a.set_label(&mut map_top)?;
+        a.add(rdi, imm(s.in_h * s.in_w * F32)?)?;
+        // Swap the planes.
+        if !single {
+            a.mov(rax, qword_ptr(rsp))?;
+            a.mov(qword_ptr(rsp), rcx)?;
+            a.mov(rcx, rax)?;
+        }
+        a.dec(r10)?;
+        a.jnz(channel_top)?;
+        a.add(rsp, 8)?;
+        for r in SAVED.iter().rev() {
+            a.pop(*r)?;
+        }
+        a.vzeroupper()?;
+        a.ret()?;
+        self.data(a)
+    }
+
+    /// One output map, then the weights, bias, output and residual of the next.
+    fn map_and_advance(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
         self.map(a)?;
         let taps = s.k[0] * s.k[1];
         let out_plane = s.out_h * s.out_w * F32;
@@ -252,19 +318,7 @@ impl<'s> Emitter<'s> {
         if s.residual {
             a.add(r9, imm(out_plane)?)?;
         }
-        if s.mg > 1 {
-            a.dec(r11)?;
-            a.jnz(map_top)?;
-        }
-        a.add(rdi, imm(s.in_h * s.in_w * F32)?)?;
-        a.dec(r10)?;
-        a.jnz(channel_top)?;
-        for r in SAVED.iter().rev() {
-            a.pop(*r)?;
-        }
-        a.vzeroupper()?;
-        a.ret()?;
-        self.data(a)
+        Ok(())
     }
 
     /// Sets mask `k` (AVX-512) or ymm `y` (AVX2) to the first `lanes` lanes.
@@ -355,17 +409,25 @@ impl<'s> Emitter<'s> {
         Ok(())
     }
 
-    /// Copies input channel `rdi` into the scratch plane `rcx` (rows the outputs read).
-    /// Uses rax, rbx, rbp, r12, r13, r15 and vector registers 0–11.
-    fn copy_channel(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+    /// Copies input channel `rdi` into the scratch plane `rcx` or, for `next`, channel
+    /// `rdi + 1` into the plane at `[rsp]` (the rows the outputs read). Uses rax, rbx,
+    /// rbp, r12, r13, r15, vector registers 0–11 and (AVX-512) k2–k5.
+    fn copy_channel(&mut self, a: &mut CodeAssembler, next: bool) -> AsmResult<()> {
         let s = self.s;
+        let row_bytes = self.l.row_bytes(s);
+        // Always one instruction: a label may precede this.
+        if next {
+            a.lea(r12, rdi + imm(s.in_h * s.in_w * F32)?)?;
+            a.mov(r13, qword_ptr(rsp))?;
+        } else {
+            a.mov(r12, rdi)?;
+            a.mov(r13, rcx)?;
+        }
         let rows = s.in_h.min(self.l.rows.saturating_sub(s.pad[0]));
         if rows == 0 {
             return Ok(());
         }
-        let row_bytes = self.l.row_bytes(s);
-        a.mov(r12, rdi)?;
-        a.lea(r13, rcx + imm(s.pad[0] * row_bytes)?)?;
+        a.add(r13, imm(s.pad[0] * row_bytes)?)?;
         a.mov(r15, rows as u64)?;
         let mut top = a.create_label();
         a.set_label(&mut top)?;
@@ -385,7 +447,7 @@ impl<'s> Emitter<'s> {
     fn copy_row(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         let s = self.s;
         let vb = self.vbytes();
-        let dst = s.pad[1] * F32;
+        let dst = (self.l.lead[0] + s.pad[1]) * F32;
         let full = s.in_w / self.lanes;
         // Four vectors per iteration, then the leftovers unrolled.
         const U: usize = 4;
@@ -430,8 +492,9 @@ impl<'s> Emitter<'s> {
         let (lanes, vb) = (self.lanes, self.vbytes());
         let pl = s.pad[1];
         let phase = self.l.phase_w * F32;
-        let even_dst = (pl % 2) * phase + (pl / 2) * F32;
-        let odd_dst = ((pl + 1) % 2) * phase + pl.div_ceil(2) * F32;
+        let (pe, po) = (pl % 2, (pl + 1) % 2);
+        let even_dst = pe * phase + (self.l.lead[pe] + pl / 2) * F32;
+        let odd_dst = po * phase + (self.l.lead[po] + pl.div_ceil(2)) * F32;
         let full = s.in_w / (2 * lanes);
         if self.v.isa == X86Isa::Avx512 {
             let (evens, odds) = *self
@@ -606,7 +669,7 @@ impl<'s> Emitter<'s> {
                 for r in 0..t.rows {
                     let row = (r * s.stride[0] + kh * s.dil[0]) * row_bytes;
                     for v in 0..t.vecs {
-                        let off = imm(row + phase * phase_bytes + (v * self.lanes + shift) * F32)?;
+                        let off = imm(row + phase * phase_bytes + (self.l.lead[phase] + v * self.lanes + shift) * F32)?;
                         self.fma_mem(a, acc(r, v), w, r13 + rbx + off)?;
                     }
                 }
