@@ -747,6 +747,16 @@ fn conv_cases() -> Vec<ConvCase> {
             &[1, 1],
             2,
         ),
+        // Every row the output reads is top padding: the kernel copies nothing.
+        conv_case(
+            "depthwise output only over padding",
+            &[1, 2, 1, 9],
+            &[2, 1, 1, 3],
+            &[10, 1],
+            &[5, 1, 0, 1],
+            &[1, 1],
+            2,
+        ),
         conv_case(
             "depthwise 1-D",
             &[2, 4, 30],
@@ -866,8 +876,15 @@ fn conv_depthwise_fused_epilogue() {
         Activation::HardSwish,
         Activation::Sigmoid,
     ];
-    // x, w, strides, pads, group
-    let shapes: [(&[usize], &[usize], &[usize], &[usize], usize); 3] = [
+    /// x, w, strides, pads, group.
+    type Shape = (
+        &'static [usize],
+        &'static [usize],
+        &'static [usize],
+        &'static [usize],
+        usize,
+    );
+    let shapes: [Shape; 3] = [
         (&[1, 4, 11, 17], &[4, 1, 3, 3], &[1, 1], &[1, 1, 1, 1], 4),
         (&[2, 3, 14, 33], &[3, 1, 3, 3], &[2, 2], &[1, 1, 1, 1], 3),
         (&[1, 2, 6, 20], &[4, 1, 3, 3], &[1, 1], &[0, 1, 2, 1], 2),

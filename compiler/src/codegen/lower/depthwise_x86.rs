@@ -17,19 +17,32 @@
 //! Rows are as wide as the last, partial output vector reads, and zero there, so only
 //! stores (and residual loads) need the tail mask.
 //!
-//! Why this shape (measured on this Xeon, AVX-512, MobileNetV2's ten depthwise convs):
-//! the Cranelift kernel (128-bit, padded copy, separate Clip pass) took ~34% of the
-//! model's samples; see `scripts/profile_model.py` figures in the commit and the module
-//! constants below for the per-choice measurements.
-//! * Padding through the scratch copy rather than masked border loads: the copy costs
-//!   one load and store per input element at 16 lanes, against ≥ 9 FMAs per output
-//!   element, and keeps the tile code free of per-tap masks.
-//! * Stride 2 deinterleaved once in the copy instead of per tap: per tap, 2 loads and a
-//!   port-5 permute per output vector (9 taps, 18 loads and 9 permutes per 9 FMAs)
-//!   against 4 loads and 2 permutes per 32 input elements once.
+//! Why this shape. Measured on this Xeon (AVX-512, 2 FMA ports, a busy 2-core VM:
+//! thread CPU time, min of 25 rounds, ±10–20% run to run) on MobileNetV2's ten
+//! depthwise convs (3×3, pad 1, + Relu6) as one-node models; sum over the ten:
+//! Cranelift 128-bit path + Clip pass 3.4–4.1 ms, this kernel 1.3–1.6 ms.
+//! * Padding through a scratch copy, not masked border loads: the copy costs one load
+//!   and one store per input element at 16 lanes against ≥ 9 FMAs per output, and keeps
+//!   the tile code free of per-tap masks. It is not free: without it the kernel of
+//!   192ch 28×28 ran 51 instead of 62 µs, and most of that is the input coming from
+//!   L2/L3 (which a border-masking kernel would wait for too).
+//! * Stride 2 deinterleaved once in the copy rather than per tap: per tap that would
+//!   be 2 loads and a port-5 permute per output vector (18 loads, 9 permutes per 9
+//!   FMAs), against 4 loads and 2 permutes per 32 inputs once.
+//! * Each phase's first copied column is 64-byte aligned (so the copy's stores do not
+//!   split cache lines); the taps then load unaligned, 2 of 3 taps of a 3×3 splitting
+//!   a line. Making every tap load aligned (wrong results, timing only) took 192ch
+//!   28×28 from 65 to 53 µs: the ceiling of reusing aligned loads through `valignd`,
+//!   not done here.
+//! * The next channel is copied into a second plane before the current one is
+//!   computed (independent work for the out-of-order core): 1.41 vs 1.44 ms in total,
+//!   mostly on the small planes (960ch 7×7: 38 vs 50 µs).
 //! * Output tiles of `rows × vecs` accumulators (AVX-512: up to 22 with the 9 taps of a
-//!   3×3 kernel held in registers; AVX2: 12, taps broadcast per tile), enough
+//!   3×3 held in registers; AVX2: 12, taps broadcast per tile and tap): enough
 //!   independent FMA chains to cover the FMA latency on both ports.
+//! * A software prefetch of the next channel's input during the tiles (before the
+//!   second plane existed) measured no better: 1.62 vs 1.63 ms, slower on stride 2.
+//! * Output rows of ≤ 8 columns use the 8-lane kernel even on AVX-512 (see [`emit`]).
 
 use iced_x86::code_asm::*;
 
@@ -133,6 +146,10 @@ pub(super) fn emit(s: &DwSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
     if !supports(s) {
         return Err(format!("no x86 depthwise kernel for {s:?}"));
     }
+    // Rows of at most 8 outputs waste half of a 16-lane vector: the 8-lane kernel
+    // (AVX2 + FMA, which every AVX-512 target here has) was faster there (960ch 7×7:
+    // 27 vs 38 µs), the 16-lane one from 14 columns up (384ch 14×14: 49 vs 59 µs).
+    let isa = if s.out_w <= 8 { X86Isa::Avx2 } else { isa };
     let layout = DwLayout::new(s);
     let mut e = Emitter::new(s, isa, layout);
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
@@ -256,25 +273,17 @@ impl<'s> Emitter<'s> {
         if tail != 0 {
             self.set_mask(a, 1, AVX2_MASK, tail)?;
         }
-        let single = std::env::var("NNC_DW_EXP").as_deref() == Ok("single");
-        if !single {
-            self.copy_channel(a, false)?;
-        }
+        self.copy_channel(a, false)?;
         a.mov(r10, s.channels as u64)?;
         let mut channel_top = a.create_label();
         a.set_label(&mut channel_top)?;
-        if single {
-            self.copy_channel(a, false)?;
-        }
         // Copy the next channel into the other plane before computing this one: the
         // two are independent, so the copy's loads overlap the FMAs, and the tiles
         // never read a plane whose stores are still in flight.
         let mut no_next = a.create_label();
         a.cmp(r10, 1)?;
         a.je(no_next)?;
-        if !single {
-            self.copy_channel(a, true)?;
-        }
+        self.copy_channel(a, true)?;
         a.set_label(&mut no_next)?;
         if s.mg > 1 {
             a.mov(r11, s.mg as u64)?;
@@ -288,11 +297,9 @@ impl<'s> Emitter<'s> {
         }
         a.add(rdi, imm(s.in_h * s.in_w * F32)?)?;
         // Swap the planes.
-        if !single {
-            a.mov(rax, qword_ptr(rsp))?;
-            a.mov(qword_ptr(rsp), rcx)?;
-            a.mov(rcx, rax)?;
-        }
+        a.mov(rax, qword_ptr(rsp))?;
+        a.mov(qword_ptr(rsp), rcx)?;
+        a.mov(rcx, rax)?;
         a.dec(r10)?;
         a.jnz(channel_top)?;
         a.add(rsp, 8)?;
@@ -669,7 +676,8 @@ impl<'s> Emitter<'s> {
                 for r in 0..t.rows {
                     let row = (r * s.stride[0] + kh * s.dil[0]) * row_bytes;
                     for v in 0..t.vecs {
-                        let off = imm(row + phase * phase_bytes + (self.l.lead[phase] + v * self.lanes + shift) * F32)?;
+                        let col = self.l.lead[phase] + v * self.lanes + shift;
+                        let off = imm(row + phase * phase_bytes + col * F32)?;
                         self.fma_mem(a, acc(r, v), w, r13 + rbx + off)?;
                     }
                 }
