@@ -17,18 +17,20 @@
 //! Rows are as wide as the last, partial output vector reads, and zero there, so only
 //! stores (and residual loads) need the tail mask.
 //!
-//! Why this shape. Measured on this Xeon (AVX-512, 2 FMA ports, a busy 2-core VM:
-//! thread CPU time, min of 25 rounds, ±10–20% run to run) on MobileNetV2's ten
-//! depthwise convs (3×3, pad 1, + Relu6) as one-node models; sum over the ten:
+//! Why this shape. Measured on this Xeon (AVX-512, GEMM peak 171 GFLOP/s; a busy
+//! 2-core VM: thread CPU time, min of 25 rounds, ±10–20% run to run) on MobileNetV2's
+//! ten depthwise convs (3×3, pad 1, + Relu6) as one-node models; sum over the ten:
 //! Cranelift 128-bit path + Clip pass 3.4–4.1 ms, this kernel 1.3–1.6 ms.
-//! * Padding through a scratch copy, not masked border loads: the copy costs one load
-//!   and one store per input element at 16 lanes against ≥ 9 FMAs per output, and keeps
-//!   the tile code free of per-tap masks. It is not free: without it the kernel of
-//!   192ch 28×28 ran 51 instead of 62 µs, and most of that is the input coming from
-//!   L2/L3 (which a border-masking kernel would wait for too).
-//! * Stride 2 deinterleaved once in the copy rather than per tap: per tap that would
-//!   be 2 loads and a port-5 permute per output vector (18 loads, 9 permutes per 9
-//!   FMAs), against 4 loads and 2 permutes per 32 inputs once.
+//! * Padding through a scratch copy rather than masked border loads in the tiles: the
+//!   copy is one load and one store per input element at 16 lanes against ≥ 9 FMAs
+//!   per output, and keeps the tile code free of per-tap masks. A border-masking
+//!   kernel was not built; the copy's measured cost bounds what it could save: without
+//!   the copy (timing only) the kernel of 192ch 28×28 ran 51 instead of 62 µs, and
+//!   part of that is the input arriving from L2/L3, which the tiles would wait for too.
+//! * Stride 2 deinterleaved once in the copy rather than per tap (not measured
+//!   against each other): per tap it would take 2 loads and a port-5 permute per
+//!   output vector (18 loads and 9 permutes per 9 FMAs for a 3×3), the copy takes 4
+//!   loads/stores and 2 permutes per 32 inputs, once.
 //! * Each phase's first copied column is 64-byte aligned (so the copy's stores do not
 //!   split cache lines); the taps then load unaligned, 2 of 3 taps of a 3×3 splitting
 //!   a line. Making every tap load aligned (wrong results, timing only) took 192ch
