@@ -652,6 +652,111 @@ fn conv_cases() -> Vec<ConvCase> {
             &[2, 2],
             4,
         ),
+        // The machine-code depthwise kernels (x86-64-v3/v4): widths that end inside a
+        // vector of 8 and of 16, several row blocks, stride 2 with both parities of
+        // the left padding, 5×5, asymmetric pads.
+        conv_case(
+            "depthwise 3x3 width 7",
+            &[1, 3, 7, 7],
+            &[3, 1, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            3,
+        ),
+        conv_case(
+            "depthwise 3x3 width 33 no pad",
+            &[2, 2, 9, 35],
+            &[2, 1, 3, 3],
+            &[1, 1],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            2,
+        )
+        .without_bias(),
+        conv_case(
+            "depthwise 3x3 width 17 tall",
+            &[1, 2, 40, 17],
+            &[2, 1, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            2,
+        ),
+        conv_case(
+            "depthwise 3x3 width 130",
+            &[1, 2, 5, 130],
+            &[2, 1, 3, 3],
+            &[1, 1],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            2,
+        ),
+        conv_case(
+            "depthwise 3x3 stride 2 width 13",
+            &[1, 3, 13, 26],
+            &[3, 1, 3, 3],
+            &[2, 2],
+            &[1, 1, 1, 1],
+            &[1, 1],
+            3,
+        ),
+        conv_case(
+            "depthwise 3x3 stride 2 width 33 no pad",
+            &[1, 2, 11, 67],
+            &[2, 1, 3, 3],
+            &[2, 2],
+            &[0, 0, 0, 0],
+            &[1, 1],
+            2,
+        )
+        .without_bias(),
+        conv_case(
+            "depthwise 3x3 stride 2 asymmetric pads",
+            &[1, 3, 12, 34],
+            &[3, 1, 3, 3],
+            &[2, 2],
+            &[0, 0, 1, 1],
+            &[1, 1],
+            3,
+        ),
+        conv_case(
+            "depthwise 5x5 width 17",
+            &[1, 3, 17, 17],
+            &[3, 1, 5, 5],
+            &[1, 1],
+            &[2, 2, 2, 2],
+            &[1, 1],
+            3,
+        ),
+        conv_case(
+            "depthwise 5x5 stride 2 odd left pad",
+            &[1, 2, 15, 37],
+            &[2, 1, 5, 5],
+            &[2, 2],
+            &[2, 1, 1, 3],
+            &[1, 1],
+            2,
+        ),
+        conv_case(
+            "depthwise 3x2 stride 2x1 asymmetric",
+            &[1, 2, 9, 16],
+            &[2, 1, 3, 2],
+            &[2, 1],
+            &[1, 0, 0, 1],
+            &[1, 1],
+            2,
+        ),
+        // Every row the output reads is top padding: the kernel copies nothing.
+        conv_case(
+            "depthwise output only over padding",
+            &[1, 2, 1, 9],
+            &[2, 1, 1, 3],
+            &[10, 1],
+            &[5, 1, 0, 1],
+            &[1, 1],
+            2,
+        ),
         conv_case(
             "depthwise 1-D",
             &[2, 4, 30],
@@ -989,6 +1094,79 @@ fn conv_transposed_gemm() {
             ins.push(f32s(&y));
         }
         cases.push((format!("transposed GEMM {name}"), op, ins));
+    }
+    check_all(cases);
+}
+
+/// Depthwise convs with every activation the machine-code epilogue fuses, one it does
+/// not (Sigmoid: a pass after the kernel), with and without a residual, stride 1 and 2,
+/// widths ending inside a vector.
+#[test]
+fn conv_depthwise_fused_epilogue() {
+    use nnc::ops::Activation;
+    let activations = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Clip { min: 0.0, max: 0.5 },
+        Activation::LeakyRelu { alpha: 0.1 },
+        Activation::HardSigmoid {
+            alpha: 0.3,
+            beta: 0.4,
+        },
+        Activation::HardSwish,
+        Activation::Sigmoid,
+    ];
+    /// x, w, strides, pads, group.
+    type Shape = (
+        &'static [usize],
+        &'static [usize],
+        &'static [usize],
+        &'static [usize],
+        usize,
+    );
+    let shapes: [Shape; 3] = [
+        (&[1, 4, 11, 17], &[4, 1, 3, 3], &[1, 1], &[1, 1, 1, 1], 4),
+        (&[2, 3, 14, 33], &[3, 1, 3, 3], &[2, 2], &[1, 1, 1, 1], 3),
+        (&[1, 2, 6, 20], &[4, 1, 3, 3], &[1, 1], &[0, 1, 2, 1], 2),
+    ];
+    let mut cases = vec![];
+    for (si, (x, w, strides, pads, group)) in shapes.iter().enumerate() {
+        for act in activations {
+            for residual in [false, true] {
+                let op = Op::Conv(ConvAttrs {
+                    kernel: w[2..].to_vec(),
+                    strides: strides.to_vec(),
+                    pads: pads.to_vec(),
+                    dilations: vec![1, 1],
+                    group: *group,
+                    activation: act,
+                });
+                let out_shape = match infer_types(
+                    &op,
+                    &[
+                        Some(TensorType::new(DType::F32, x.to_vec())),
+                        Some(TensorType::new(DType::F32, w.to_vec())),
+                    ],
+                ) {
+                    Ok(mut t) => t.remove(0).shape,
+                    Err(e) => panic!("shape {si}: {e}"),
+                };
+                let bias = if si == 1 {
+                    In::Omitted
+                } else {
+                    cst(DType::F32, &[w[0]])
+                };
+                let mut ins = vec![f32s(x), cst(DType::F32, w), bias];
+                if residual {
+                    ins.push(f32s(&out_shape));
+                }
+                cases.push((
+                    format!("depthwise shape {si} {act:?} residual={residual}"),
+                    op,
+                    ins,
+                ));
+            }
+        }
     }
     check_all(cases);
 }

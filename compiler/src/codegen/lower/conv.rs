@@ -219,7 +219,7 @@ pub fn scratch_bytes(
             .bytes()
             .max(winograd::scratch_bytes(&g).unwrap_or(0))
             .max(narrow::scratch_bytes(&g).unwrap_or(0)),
-        ConvPath::Depthwise => depthwise::PlaneLayout::new(&g).bytes(),
+        ConvPath::Depthwise => depthwise::scratch_bytes(&g),
         ConvPath::Pointwise => narrow::scratch_bytes(&g).unwrap_or(0),
         ConvPath::Scalar => 0,
     }
@@ -264,10 +264,7 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
     }
     match path {
         ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
-        ConvPath::Depthwise => {
-            depthwise::conv_depthwise(ctx, &g, &ops)?;
-            apply_epilogue(ctx.b, &ops)
-        }
+        ConvPath::Depthwise => depthwise::conv_depthwise(ctx, &g, &ops),
         ConvPath::Im2col if winograd::applies(&g, &ops) => winograd::conv_winograd(ctx, &g, &ops),
         ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
         ConvPath::Scalar => {

@@ -1,16 +1,24 @@
-//! The depthwise path of Conv (one input channel per group, float32, 1-D or 2-D): a
-//! direct loop vectorized along the output width over a zero-padded copy of one input
-//! plane. A child module of `conv` (declared there), so it uses conv's geometry and
-//! padded-copy helpers directly.
+//! The depthwise path of Conv (one input channel per group, float32, 1-D or 2-D). On
+//! x86 targets with AVX2 or AVX-512 (the GEMM's [`KernelKind::X86`]), the machine-code
+//! kernel of [`super::super::depthwise_x86`] computes it with the epilogue fused;
+//! elsewhere (aarch64, baseline x86, width strides other than 1 and 2), a Cranelift
+//! loop vectorized along the output width over a zero-padded copy of one input plane,
+//! followed by the epilogue pass. A child module of `conv` (declared there), so it uses
+//! conv's geometry and padded-copy helpers directly.
 
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, LANES};
-use super::{align_up, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32};
-use crate::codegen::kernel::{self, flags};
+use super::gemm::{self, Geometry, KernelKind, LANES};
+use super::{
+    align_up, apply_epilogue, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32,
+};
+use crate::codegen::kernel::{self, flags, PTR};
+use crate::codegen::lower::depthwise_x86::{self, DwLayout, DwSpec};
+use crate::codegen::lower::gemm_x86::{supports_activation, X86Isa};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
+use crate::ops::Activation;
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
 struct Plane2d {
@@ -75,11 +83,104 @@ impl PlaneLayout {
     }
 }
 
+/// The machine-code kernel's description of `g` (without the epilogue).
+fn dw_spec(g: &ConvGeometry) -> DwSpec {
+    let p = Plane2d::new(g);
+    DwSpec {
+        channels: g.channels,
+        mg: g.mg,
+        in_h: p.in_h,
+        in_w: p.in_w,
+        out_h: p.out_h,
+        out_w: p.out_w,
+        k: p.k,
+        stride: p.stride,
+        dil: p.dil,
+        pad: p.pad,
+        bias: false,
+        residual: false,
+        activation: Activation::None,
+    }
+}
+
+/// Scratch bytes of the depthwise path: enough for the Cranelift path's plane and, when
+/// it applies, the machine-code kernel's (whose layout is sized for AVX-512's lanes, so
+/// neither depends on the CPU).
+pub(super) fn scratch_bytes(g: &ConvGeometry) -> usize {
+    let clif = PlaneLayout::new(g).bytes();
+    let spec = dw_spec(g);
+    if depthwise_x86::supports(&spec) {
+        clif.max(align_up(DwLayout::new(&spec).bytes(&spec)))
+    } else {
+        clif
+    }
+}
+
+/// Lowers a depthwise conv, its bias, residual and activation included.
 pub(super) fn conv_depthwise(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
 ) -> LowerResult {
+    // NNC_DWCONV_KERNEL=clif keeps the Cranelift path, for comparisons.
+    let clif_only = std::env::var("NNC_DWCONV_KERNEL").as_deref() == Ok("clif");
+    if let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel {
+        // Activations without a machine-code form (sigmoid, …) leave the residual and
+        // the activation to the epilogue pass.
+        let fused = supports_activation(ops.activation);
+        let spec = DwSpec {
+            bias: ops.bias.is_some(),
+            residual: fused && ops.residual.is_some(),
+            activation: if fused {
+                ops.activation
+            } else {
+                Activation::None
+            },
+            ..dw_spec(g)
+        };
+        if !clif_only && depthwise_x86::supports(&spec) {
+            conv_depthwise_x86(ctx, g, ops, &spec, isa)?;
+            return if fused {
+                Ok(())
+            } else {
+                apply_epilogue(ctx.b, ops)
+            };
+        }
+    }
+    conv_depthwise_clif(ctx, g, ops)?;
+    apply_epilogue(ctx.b, ops)
+}
+
+/// One call of the machine-code kernel per image: `(X_n, W, Y_n, scratch, bias, R_n)`,
+/// null for an absent bias or residual.
+fn conv_depthwise_x86(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    spec: &DwSpec,
+    isa: X86Isa,
+) -> LowerResult {
+    let plane = scratch(ctx)?;
+    let code = depthwise_x86::emit(spec, isa)?;
+    let func = gemm::define_machine_code(ctx, 6, &code)?;
+    let b = &mut *ctx.b;
+    let in_image = g.channels * g.in_size() * F32;
+    let out_image = g.maps * g.out_size() * F32;
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        let x_n = kernel::elem_addr(b, ops.x.ptr, n, in_image);
+        let y_n = kernel::elem_addr(b, ops.y.ptr, n, out_image);
+        let null = b.ins().iconst(PTR, 0);
+        let bias = ops.bias.as_ref().map_or(null, |bias| bias.ptr);
+        let res = match &ops.residual {
+            Some(r) if spec.residual => kernel::elem_addr(b, r.ptr, n, out_image),
+            _ => null,
+        };
+        b.ins().call(func, &[x_n, ops.w.ptr, y_n, plane, bias, res]);
+    });
+    Ok(())
+}
+
+fn conv_depthwise_clif(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
     let plane = scratch(ctx)?;
     let fma = gemm::has_fma(ctx.target);
     let p = Plane2d::new(g);

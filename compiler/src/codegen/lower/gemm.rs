@@ -484,7 +484,11 @@ fn declare_kernel(ctx: &mut LowerCtx, params: usize) -> Result<(FuncId, Signatur
 
 /// Defines a function of `params` pointer arguments from machine code without
 /// relocations, and imports it into the function being lowered.
-fn define_machine_code(ctx: &mut LowerCtx, params: usize, code: &[u8]) -> Result<FuncRef, String> {
+pub(super) fn define_machine_code(
+    ctx: &mut LowerCtx,
+    params: usize,
+    code: &[u8],
+) -> Result<FuncRef, String> {
     let (id, _) = declare_kernel(ctx, params)?;
     ctx.module
         .define_function_bytes(id, 64, code, &[])

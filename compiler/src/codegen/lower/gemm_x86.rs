@@ -62,9 +62,10 @@ pub fn supports(spec: &GemmSpec) -> bool {
             _ => true,
         }
         && spec.addends.iter().all(|a| a.col_stride <= 1)
-        && supports_activation(spec.activation)
+        && gemm_supports_activation(spec.activation)
 }
 
+/// Activations every machine-code epilogue applies in registers.
 pub fn supports_activation(act: Activation) -> bool {
     matches!(
         act,
@@ -74,8 +75,13 @@ pub fn supports_activation(act: Activation) -> bool {
             | Activation::LeakyRelu { .. }
             | Activation::HardSigmoid { .. }
             | Activation::HardSwish
-            | Activation::Gelu { tanh: false }
     )
+}
+
+/// The GEMM epilogue also has erf-GELU (it needs three free registers, which the GEMM
+/// tile has after its K loop).
+fn gemm_supports_activation(act: Activation) -> bool {
+    supports_activation(act) || act == Activation::Gelu { tanh: false }
 }
 
 const F32: usize = 4;
@@ -93,7 +99,7 @@ pub fn k_block(nr: usize) -> usize {
 
 /// An encoding failure or a spec the kernel cannot express.
 #[derive(Debug)]
-struct AsmError(String);
+pub(super) struct AsmError(pub(super) String);
 
 impl From<IcedError> for AsmError {
     fn from(e: IcedError) -> Self {
@@ -101,14 +107,14 @@ impl From<IcedError> for AsmError {
     }
 }
 
-type AsmResult<T> = Result<T, AsmError>;
+pub(super) type AsmResult<T> = Result<T, AsmError>;
 
-const ZMM: [AsmRegisterZmm; 32] = [
+pub(super) const ZMM: [AsmRegisterZmm; 32] = [
     zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14,
     zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27,
     zmm28, zmm29, zmm30, zmm31,
 ];
-const YMM: [AsmRegisterYmm; 16] = [
+pub(super) const YMM: [AsmRegisterYmm; 16] = [
     ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
     ymm15,
 ];
@@ -123,26 +129,26 @@ const PANEL_END_SLOT: i32 = 24;
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
 /// Vector instructions of one ISA on register numbers, so the tile code is written once.
-struct Vecs {
-    isa: X86Isa,
+pub(super) struct Vecs {
+    pub(super) isa: X86Isa,
 }
 
 /// AVX2 register holding the tail mask (all-ones lanes are valid).
-const AVX2_MASK: usize = 15;
+pub(super) const AVX2_MASK: usize = 15;
 
 impl Vecs {
-    fn bytes(&self) -> i32 {
+    pub(super) fn bytes(&self) -> i32 {
         (self.isa.lanes() * F32) as i32
     }
 
-    fn vmem(&self, m: AsmMemoryOperand) -> AsmMemoryOperand {
+    pub(super) fn vmem(&self, m: AsmMemoryOperand) -> AsmMemoryOperand {
         match self.isa {
             X86Isa::Avx2 => ymmword_ptr(m),
             X86Isa::Avx512 => zmmword_ptr(m),
         }
     }
 
-    fn zero(&self, a: &mut CodeAssembler, r: usize) -> Result<(), IcedError> {
+    pub(super) fn zero(&self, a: &mut CodeAssembler, r: usize) -> Result<(), IcedError> {
         match self.isa {
             X86Isa::Avx2 => a.vxorps(YMM[r], YMM[r], YMM[r]),
             // vxorps on zmm needs AVX512DQ; vpxord is AVX512F.
@@ -152,7 +158,7 @@ impl Vecs {
 
     /// `r = [m]`; `masked` loads only the tail lanes (the others become zero), for
     /// memory that may end inside the vector.
-    fn load(
+    pub(super) fn load(
         &self,
         a: &mut CodeAssembler,
         r: usize,
@@ -167,7 +173,7 @@ impl Vecs {
         }
     }
 
-    fn store(
+    pub(super) fn store(
         &self,
         a: &mut CodeAssembler,
         m: AsmMemoryOperand,
@@ -182,7 +188,7 @@ impl Vecs {
         }
     }
 
-    fn broadcast(
+    pub(super) fn broadcast(
         &self,
         a: &mut CodeAssembler,
         r: usize,
@@ -195,7 +201,13 @@ impl Vecs {
     }
 
     /// `acc += x · y`.
-    fn fma(&self, a: &mut CodeAssembler, acc: usize, x: usize, y: usize) -> Result<(), IcedError> {
+    pub(super) fn fma(
+        &self,
+        a: &mut CodeAssembler,
+        acc: usize,
+        x: usize,
+        y: usize,
+    ) -> Result<(), IcedError> {
         match self.isa {
             X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[x], YMM[y]),
             X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[x], ZMM[y]),
@@ -203,7 +215,7 @@ impl Vecs {
     }
 
     /// `d = x op [m]` for a full vector in memory.
-    fn op_mem(
+    pub(super) fn op_mem(
         &self,
         a: &mut CodeAssembler,
         op: VOp,
@@ -236,7 +248,7 @@ impl Vecs {
         }
     }
 
-    fn op(
+    pub(super) fn op(
         &self,
         a: &mut CodeAssembler,
         op: VOp,
@@ -270,7 +282,7 @@ impl Vecs {
 }
 
 #[derive(Clone, Copy)]
-enum VOp {
+pub(super) enum VOp {
     Add,
     Mul,
     Max,
@@ -279,12 +291,12 @@ enum VOp {
 }
 
 /// Constant vectors placed after the code, addressed RIP-relative.
-struct Consts {
-    values: Vec<(u32, CodeLabel)>,
+pub(super) struct Consts {
+    pub(super) values: Vec<(u32, CodeLabel)>,
 }
 
 impl Consts {
-    fn get(&mut self, a: &mut CodeAssembler, v: f32) -> AsmMemoryOperand {
+    pub(super) fn get(&mut self, a: &mut CodeAssembler, v: f32) -> AsmMemoryOperand {
         let bits = v.to_bits();
         if let Some((_, l)) = self.values.iter().find(|(b, _)| *b == bits) {
             return ptr(*l);
@@ -362,7 +374,7 @@ pub fn emit(spec: &GemmSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
     a.assemble(0).map_err(|e| format!("x86 GEMM kernel: {e}"))
 }
 
-fn imm(v: usize) -> AsmResult<i32> {
+pub(super) fn imm(v: usize) -> AsmResult<i32> {
     i32::try_from(v).map_err(|_| AsmError("GEMM operand offset does not fit in 32 bits".into()))
 }
 
@@ -781,116 +793,24 @@ impl Emitter<'_> {
     }
 
     fn activation(&mut self, a: &mut CodeAssembler, t: &TileShape, tmp: usize) -> AsmResult<()> {
-        let each =
-            |e: &mut Self,
-             a: &mut CodeAssembler,
-             f: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize) -> Result<(), IcedError>|
-             -> AsmResult<()> {
-                for i in 0..t.rows {
-                    for v in 0..t.vecs {
-                        f(e, a, e.acc(t, i, v))?;
-                    }
-                }
-                Ok(())
-            };
-        match self.spec.activation {
-            Activation::None => Ok(()),
-            Activation::Relu => {
-                let z = self.consts.get(a, 0.0);
-                each(self, a, &mut |e, a, r| e.v.op_mem(a, VOp::Max, r, r, z))
-            }
-            Activation::Clip { min, max } => {
-                let (lo, hi) = (self.consts.get(a, min), self.consts.get(a, max));
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Max, r, r, lo)?;
-                    e.v.op_mem(a, VOp::Min, r, r, hi)
-                })
-            }
-            Activation::LeakyRelu { alpha } => {
-                // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
-                let c = self.consts.get(a, alpha);
-                let pick = if alpha <= 1.0 { VOp::Max } else { VOp::Min };
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Mul, tmp, r, c)?;
-                    e.v.op(a, pick, r, r, tmp)
-                })
-            }
-            Activation::HardSigmoid { alpha, beta } => {
-                let (ca, cb) = (self.consts.get(a, alpha), self.consts.get(a, beta));
-                let (zero, one) = (self.consts.get(a, 0.0), self.consts.get(a, 1.0));
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Mul, r, r, ca)?;
-                    e.v.op_mem(a, VOp::Add, r, r, cb)?;
-                    e.v.op_mem(a, VOp::Max, r, r, zero)?;
-                    e.v.op_mem(a, VOp::Min, r, r, one)
-                })
-            }
-            Activation::HardSwish => {
-                let (ca, cb) = (self.consts.get(a, 1.0 / 6.0), self.consts.get(a, 0.5));
-                let (zero, one) = (self.consts.get(a, 0.0), self.consts.get(a, 1.0));
-                each(self, a, &mut |e, a, r| {
-                    e.v.op_mem(a, VOp::Mul, tmp, r, ca)?;
-                    e.v.op_mem(a, VOp::Add, tmp, tmp, cb)?;
-                    e.v.op_mem(a, VOp::Max, tmp, tmp, zero)?;
-                    e.v.op_mem(a, VOp::Min, tmp, tmp, one)?;
-                    e.v.op(a, VOp::Mul, r, r, tmp)
-                })
-            }
-            Activation::Gelu { tanh: false } => {
-                // x·0.5·(1 + erf(x/√2)), erf(z) = z·P(z²)/Q(z²) on z clamped to the
-                // rational's range (|z| ≤ 3.8325, where erf is 1 to 6e-8): the same
-                // polynomials as the Cranelift `math::erf` (so the same results as the
-                // post pass this replaces), with a clamp instead of its select. Three
-                // temporaries: tmp, tmp+1, tmp+2 (B and broadcast registers, free here).
-                let (z, z2, p) = (tmp, tmp + 1, tmp + 2);
-                const P: [f32; 5] = [
-                    2.290_506_6e-4,
-                    3.408_291e-3,
-                    5.095_569_3e-2,
-                    1.852_083_2e-1,
-                    std::f32::consts::FRAC_2_SQRT_PI,
-                ];
-                const Q: [f32; 7] = [
-                    -1.179_160_3e-7,
-                    2.354_796_6e-5,
-                    1.017_962_5e-3,
-                    1.407_047e-2,
-                    1.109_850_5e-1,
-                    4.974_692_6e-1,
-                    1.0,
-                ];
-                let c = |e: &mut Self, a: &mut CodeAssembler, v: f32| e.consts.get(a, v);
-                each(self, a, &mut |e, a, r| {
-                    let k = c(e, a, std::f32::consts::FRAC_1_SQRT_2);
-                    e.v.op_mem(a, VOp::Mul, z, r, k)?;
-                    let lo = c(e, a, -3.832_507);
-                    e.v.op_mem(a, VOp::Max, z, z, lo)?;
-                    let hi = c(e, a, 3.832_507);
-                    e.v.op_mem(a, VOp::Min, z, z, hi)?;
-                    e.v.op(a, VOp::Mul, z2, z, z)?;
-                    horner(e, a, p, z2, &P)?;
-                    e.v.op(a, VOp::Mul, p, p, z)?;
-                    // z is free again: Q(z²) goes there.
-                    horner(e, a, z, z2, &Q)?;
-                    e.v.op(a, VOp::Div, p, p, z)?;
-                    let one = c(e, a, 1.0);
-                    e.v.op_mem(a, VOp::Add, p, p, one)?;
-                    e.v.op(a, VOp::Mul, r, r, p)?;
-                    let half = c(e, a, 0.5);
-                    e.v.op_mem(a, VOp::Mul, r, r, half)
-                })
-            }
-            other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
-        }
+        let regs: Vec<usize> = (0..t.rows)
+            .flat_map(|i| (0..t.vecs).map(move |v| (i, v)))
+            .map(|(i, v)| self.acc(t, i, v))
+            .collect();
+        activate(
+            a,
+            &self.v,
+            &mut self.consts,
+            self.spec.activation,
+            &regs,
+            // Free after the K loop: B's registers and the broadcasts'.
+            &[tmp, tmp + 1, tmp + 2],
+        )
     }
 
     /// Constant vectors and the AVX2 mask table, after the code.
     fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
-        let lanes = self.v.isa.lanes();
-        for (bits, mut l) in std::mem::take(&mut self.consts.values) {
-            a.set_label(&mut l)?;
-            a.dd(&vec![bits; lanes])?;
-        }
+        emit_consts(a, &mut self.consts, self.v.isa.lanes())?;
         if let Some(mut l) = self.taps_table.take() {
             a.set_label(&mut l)?;
             let t: Vec<u32> = self.spec.b_taps.iter().map(|&x| x as u32).collect();
@@ -906,22 +826,144 @@ impl Emitter<'_> {
     }
 }
 
-/// `d = c[0]·xⁿ⁻¹ + … + c[n-1]` by Horner's rule (`d` ≠ `x`), constants from memory.
-fn horner(
-    e: &mut Emitter,
+/// Applies `act` (one of [`supports_activation`], or erf-GELU given three free
+/// registers) to the vector registers `regs` in place, `tmps` being free registers;
+/// constants go to `consts`. Shared by the GEMM and the depthwise kernels' epilogues.
+pub(super) fn activate(
     a: &mut CodeAssembler,
+    v: &Vecs,
+    consts: &mut Consts,
+    act: Activation,
+    regs: &[usize],
+    tmps: &[usize],
+) -> AsmResult<()> {
+    let tmp = *tmps
+        .first()
+        .ok_or_else(|| AsmError("an epilogue needs a free register".into()))?;
+    let each = |a: &mut CodeAssembler,
+                f: &mut dyn FnMut(&mut CodeAssembler, usize) -> Result<(), IcedError>|
+     -> AsmResult<()> {
+        for &r in regs {
+            f(a, r)?;
+        }
+        Ok(())
+    };
+    match act {
+        Activation::None => Ok(()),
+        Activation::Relu => {
+            let z = consts.get(a, 0.0);
+            each(a, &mut |a, r| v.op_mem(a, VOp::Max, r, r, z))
+        }
+        Activation::Clip { min, max } => {
+            let (lo, hi) = (consts.get(a, min), consts.get(a, max));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Max, r, r, lo)?;
+                v.op_mem(a, VOp::Min, r, r, hi)
+            })
+        }
+        Activation::LeakyRelu { alpha } => {
+            // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
+            let c = consts.get(a, alpha);
+            let pick = if alpha <= 1.0 { VOp::Max } else { VOp::Min };
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, tmp, r, c)?;
+                v.op(a, pick, r, r, tmp)
+            })
+        }
+        Activation::HardSigmoid { alpha, beta } => {
+            let (ca, cb) = (consts.get(a, alpha), consts.get(a, beta));
+            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, r, r, ca)?;
+                v.op_mem(a, VOp::Add, r, r, cb)?;
+                v.op_mem(a, VOp::Max, r, r, zero)?;
+                v.op_mem(a, VOp::Min, r, r, one)
+            })
+        }
+        Activation::HardSwish => {
+            let (ca, cb) = (consts.get(a, 1.0 / 6.0), consts.get(a, 0.5));
+            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, tmp, r, ca)?;
+                v.op_mem(a, VOp::Add, tmp, tmp, cb)?;
+                v.op_mem(a, VOp::Max, tmp, tmp, zero)?;
+                v.op_mem(a, VOp::Min, tmp, tmp, one)?;
+                v.op(a, VOp::Mul, r, r, tmp)
+            })
+        }
+        Activation::Gelu { tanh: false } if tmps.len() >= 3 => {
+            // x·0.5·(1 + erf(x/√2)), erf(z) = z·P(z²)/Q(z²) on z clamped to the
+            // rational's range (|z| ≤ 3.8325, where erf is 1 to 6e-8): the same
+            // polynomials as the Cranelift `math::erf` (so the same results as the post
+            // pass this replaces), with a clamp instead of its select.
+            let (z, z2, p) = (tmps[0], tmps[1], tmps[2]);
+            const P: [f32; 5] = [
+                2.290_506_6e-4,
+                3.408_291e-3,
+                5.095_569_3e-2,
+                1.852_083_2e-1,
+                std::f32::consts::FRAC_2_SQRT_PI,
+            ];
+            const Q: [f32; 7] = [
+                -1.179_160_3e-7,
+                2.354_796_6e-5,
+                1.017_962_5e-3,
+                1.407_047e-2,
+                1.109_850_5e-1,
+                4.974_692_6e-1,
+                1.0,
+            ];
+            let k = consts.get(a, std::f32::consts::FRAC_1_SQRT_2);
+            let (lo, hi) = (consts.get(a, -3.832_507), consts.get(a, 3.832_507));
+            let (one, half) = (consts.get(a, 1.0), consts.get(a, 0.5));
+            let p_k: Vec<_> = P.iter().map(|&c| consts.get(a, c)).collect();
+            let q_k: Vec<_> = Q.iter().map(|&c| consts.get(a, c)).collect();
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, z, r, k)?;
+                v.op_mem(a, VOp::Max, z, z, lo)?;
+                v.op_mem(a, VOp::Min, z, z, hi)?;
+                v.op(a, VOp::Mul, z2, z, z)?;
+                horner(a, v, p, z2, &p_k)?;
+                v.op(a, VOp::Mul, p, p, z)?;
+                // z is free again: Q(z²) goes there.
+                horner(a, v, z, z2, &q_k)?;
+                v.op(a, VOp::Div, p, p, z)?;
+                v.op_mem(a, VOp::Add, p, p, one)?;
+                v.op(a, VOp::Mul, r, r, p)?;
+                v.op_mem(a, VOp::Mul, r, r, half)
+            })
+        }
+        other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
+    }
+}
+
+/// `d = c[0]·xⁿ⁻¹ + … + c[n-1]` by Horner's rule (`d` ≠ `x`), constants in memory.
+fn horner(
+    a: &mut CodeAssembler,
+    v: &Vecs,
     d: usize,
     x: usize,
-    c: &[f32],
+    c: &[AsmMemoryOperand],
 ) -> Result<(), IcedError> {
-    let first = e.consts.get(a, c[0]);
-    e.v.op_mem(a, VOp::Mul, d, x, first)?;
+    v.op_mem(a, VOp::Mul, d, x, c[0])?;
     for (i, &k) in c.iter().enumerate().skip(1) {
-        let k = e.consts.get(a, k);
-        e.v.op_mem(a, VOp::Add, d, d, k)?;
+        v.op_mem(a, VOp::Add, d, d, k)?;
         if i + 1 < c.len() {
-            e.v.op(a, VOp::Mul, d, d, x)?;
+            v.op(a, VOp::Mul, d, d, x)?;
         }
+    }
+    Ok(())
+}
+
+/// Emits the constant vectors of `consts` (each splat to `lanes` floats), after the code.
+pub(super) fn emit_consts(
+    a: &mut CodeAssembler,
+    consts: &mut Consts,
+    lanes: usize,
+) -> AsmResult<()> {
+    for (bits, mut l) in std::mem::take(&mut consts.values) {
+        a.set_label(&mut l)?;
+        a.dd(&vec![bits; lanes])?;
     }
     Ok(())
 }

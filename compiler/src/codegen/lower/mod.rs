@@ -2,6 +2,7 @@
 //! function whose parameters are the addresses of its inputs, outputs and scratch.
 
 mod conv;
+mod depthwise_x86;
 mod elementwise;
 mod gemm;
 mod gemm_tile;
