@@ -814,12 +814,12 @@ fn conv_cases() -> Vec<ConvCase> {
             &[1, 1],
             1,
         ),
-        // Stride 2 with outputs of ≥ 24 columns (or ≥ 8 and few maps): the implicit
-        // GEMM over the input's 2×2 phase planes on x86 kernels.
+        // Stride 2 with outputs of ≥ 24 columns (or ≥ 8 and few maps) and K ≥ 64: the
+        // implicit GEMM over the input's 2×2 phase planes on x86 kernels.
         conv_case(
             "3x3 stride 2 phase planes, odd input",
-            &[2, 5, 19, 51],
-            &[10, 5, 3, 3],
+            &[2, 8, 19, 51],
+            &[10, 8, 3, 3],
             &[2, 2],
             &[1, 1, 1, 1],
             &[1, 1],
@@ -827,8 +827,8 @@ fn conv_cases() -> Vec<ConvCase> {
         ),
         conv_case(
             "3x3 stride 2 phase planes, asymmetric pads",
-            &[1, 4, 20, 50],
-            &[9, 4, 3, 3],
+            &[1, 8, 20, 50],
+            &[9, 8, 3, 3],
             &[2, 2],
             &[0, 1, 1, 2],
             &[1, 1],
@@ -836,7 +836,7 @@ fn conv_cases() -> Vec<ConvCase> {
         )
         .without_bias(),
         conv_case(
-            "1x1 stride 2 phase planes",
+            "1x1 stride 2 (im2col: phase planes only for K ≥ 64, taps > 1)",
             &[1, 16, 16, 16],
             &[24, 16, 1, 1],
             &[2, 2],

@@ -805,11 +805,18 @@ fn wide_row(g: &ConvGeometry) -> Option<usize> {
 fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     const MIN_OUT_W: usize = 24;
     const SMALL_M: usize = 64;
-    // `NNC_PHASE_PLANES=off` keeps stride-2 convs on im2col, for measurements.
-    let phases_off = std::env::var("NNC_PHASE_PLANES").as_deref() == Ok("off");
+    // Stride 2 over phase planes pays for copying all four phases and for a K loop
+    // that reads B through the tap table with unaligned loads: measured (one conv,
+    // A/B against im2col) 7×7 stem K = 147: 2.0 vs 2.5 ms; 3×3, K = 576: even;
+    // 3×3, K = 27: 1.08 vs 0.85 ms; 1×1, K = 64: 0.33 vs 0.17 ms. So only for long K.
+    // `NNC_PHASE_PLANES=off` keeps every stride-2 conv on im2col, for measurements.
+    const MIN_PHASE_K: usize = 64;
+    let phases_ok = std::env::var("NNC_PHASE_PLANES").as_deref() != Ok("off")
+        && g.gemm_k() >= MIN_PHASE_K
+        && g.taps() > 1;
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
-        && !(phases_off && PhasePlanes::of(g).is_some())
+        && (phases_ok || PhasePlanes::of(g).is_none())
         && (g.output[1] >= MIN_OUT_W || (g.output[1] >= 8 && g.mg <= SMALL_M))
 }
 
