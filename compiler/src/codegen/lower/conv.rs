@@ -161,6 +161,15 @@ impl ConvGeometry {
             .collect()
     }
 
+    /// Scratch for the zero-padded copy of one group's input (0 without padding).
+    fn padded_copy_bytes(&self) -> usize {
+        if self.has_padding() {
+            align_up(self.cg * self.padded().iter().product::<usize>() * F32)
+        } else {
+            0
+        }
+    }
+
     fn has_padding(&self) -> bool {
         self.pad_begin.iter().chain(&self.pad_end).any(|&p| p > 0)
     }
@@ -466,11 +475,7 @@ impl Im2colLayout {
     fn new(g: &ConvGeometry) -> Im2colLayout {
         let k = g.gemm_k();
         let p = g.out_size();
-        let padded_bytes = if g.has_padding() {
-            align_up(g.cg * g.padded().iter().product::<usize>() * F32)
-        } else {
-            0
-        };
+        let padded_bytes = g.padded_copy_bytes();
         let quantum_bytes = k * PANEL_QUANTUM * F32;
         // As many chunks as the byte budget needs, then equal chunk widths, so the
         // last chunk is not a sliver.

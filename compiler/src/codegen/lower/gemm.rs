@@ -314,6 +314,18 @@ pub fn packed_b_len(g: &Geometry, k: usize, n: usize) -> usize {
 /// is [`Geometry::tail_panel_width`] wide and zero-padded.
 pub fn pack_b(g: &Geometry, k: usize, n: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
     let mut out = Vec::with_capacity(packed_b_len(g, k, n));
+    push_panels(g, 0..k, n, &get, &mut out);
+    out
+}
+
+/// Appends the K rows `ks` of every column panel of B, panel after panel.
+fn push_panels(
+    g: &Geometry,
+    ks: std::ops::Range<usize>,
+    n: usize,
+    get: &impl Fn(usize, usize) -> f32,
+    out: &mut Vec<f32>,
+) {
     let mut j0 = 0;
     while j0 < n {
         let width = if n - j0 >= g.nr {
@@ -321,12 +333,11 @@ pub fn pack_b(g: &Geometry, k: usize, n: usize, get: impl Fn(usize, usize) -> f3
         } else {
             g.tail_panel_width(n - j0)
         };
-        for kk in 0..k {
+        for kk in ks.clone() {
             out.extend((j0..j0 + width).map(|j| if j < n { get(kk, j) } else { 0.0 }));
         }
         j0 += width;
     }
-    out
 }
 
 /// Packs constant `B[k, j] = get(k, j)` for the kernel family of `g`: by K blocks
@@ -358,19 +369,7 @@ pub fn pack_b_blocks(
     let mut out = Vec::with_capacity(packed_b_len(g, k, n));
     let kc = g.k_block_len(k);
     for kb in (0..k).step_by(kc) {
-        let len = kc.min(k - kb);
-        let mut j0 = 0;
-        while j0 < n {
-            let width = if n - j0 >= g.nr {
-                g.nr
-            } else {
-                g.tail_panel_width(n - j0)
-            };
-            for kk in kb..kb + len {
-                out.extend((j0..j0 + width).map(|j| if j < n { get(kk, j) } else { 0.0 }));
-            }
-            j0 += width;
-        }
+        push_panels(g, kb..kb + kc.min(k - kb), n, &get, &mut out);
     }
     out
 }

@@ -70,12 +70,10 @@ impl Layout {
         let (padded_bytes, cols_bytes) = if pointwise(g) {
             (0, 0)
         } else {
-            let padded = if g.has_padding() {
-                align_up(g.cg * g.padded().iter().product::<usize>() * F32)
-            } else {
-                0
-            };
-            (padded, align_up(g.gemm_k() * cols_width * F32))
+            (
+                g.padded_copy_bytes(),
+                align_up(g.gemm_k() * cols_width * F32),
+            )
         };
         Layout {
             padded_bytes,
