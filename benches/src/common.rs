@@ -3,21 +3,31 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Every option of either bench.
-const ALL_OPTIONS: &[&str] = &[
+/// The options of `--bench models`.
+pub const MODELS_OPTIONS: &[&str] = &[
     "models-dir",
     "models",
-    "shapes",
-    "cpus",
-    "cpu",
     "rounds",
     "budget-ms",
+    "cpu",
     "clock",
     "json",
     "md",
     "python",
     "nnc-bin",
     "vzeroupper",
+];
+
+/// The options of `--bench gemm`.
+pub const GEMM_OPTIONS: &[&str] = &[
+    "shapes",
+    "cpus",
+    "rounds",
+    "budget-ms",
+    "clock",
+    "json",
+    "md",
+    "nnc-bin",
 ];
 
 /// `--flag value` arguments after `cargo bench ... --`. Cargo itself appends `--bench`,
@@ -54,7 +64,8 @@ impl Args {
             if !known.contains(&name.as_str()) {
                 // `cargo bench -p nnc-benches -- OPTIONS` hands the same options to
                 // both benches: one meant for the other bench is skipped.
-                if ALL_OPTIONS.contains(&name.as_str()) {
+                if MODELS_OPTIONS.contains(&name.as_str()) || GEMM_OPTIONS.contains(&name.as_str())
+                {
                     continue;
                 }
                 die(&format!("unknown option --{name}\n{usage}"));

@@ -251,19 +251,7 @@ struct Cell {
 }
 
 fn main() {
-    let args = Args::parse(
-        &[
-            "shapes",
-            "cpus",
-            "rounds",
-            "budget-ms",
-            "clock",
-            "json",
-            "md",
-            "nnc-bin",
-        ],
-        USAGE,
-    );
+    let args = Args::parse(common::GEMM_OPTIONS, USAGE);
     let clock = common::set_clock(&args);
     let nnc_bin = common::nnc_bin(&args);
     let shapes: Vec<(usize, usize, usize)> = args

@@ -413,22 +413,7 @@ fn write_npy(dir: &Path, name: &str, t: &Tensor) -> PathBuf {
 }
 
 fn main() {
-    let args = Args::parse(
-        &[
-            "models-dir",
-            "models",
-            "rounds",
-            "budget-ms",
-            "cpu",
-            "clock",
-            "json",
-            "md",
-            "python",
-            "nnc-bin",
-            "vzeroupper",
-        ],
-        USAGE,
-    );
+    let args = Args::parse(common::MODELS_OPTIONS, USAGE);
     VZEROUPPER.store(
         args.num::<u8>("vzeroupper", 1) != 0,
         std::sync::atomic::Ordering::Relaxed,

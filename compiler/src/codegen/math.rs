@@ -351,6 +351,16 @@ fn swap_halves(b: &mut FunctionBuilder, v: Value) -> Value {
     shuffle_f32x4(b, v, v, core::array::from_fn(|i| ((i + 8) % 16) as u8))
 }
 
+/// Lanes `idx` of two `F32X4` values side by side (0–3 from `x`, 4–7 from `y`).
+pub fn pick_lanes(b: &mut FunctionBuilder, x: Value, y: Value, idx: [u8; 4]) -> Value {
+    shuffle_f32x4(
+        b,
+        x,
+        y,
+        core::array::from_fn(|i| idx[i / 4] * 4 + (i % 4) as u8),
+    )
+}
+
 /// Byte shuffle of two `F32X4` values (Cranelift's `shuffle` works on `I8X16`).
 pub fn shuffle_f32x4(b: &mut FunctionBuilder, x: Value, y: Value, bytes: [u8; 16]) -> Value {
     let le = MemFlagsData::new().with_endianness(Endianness::Little);

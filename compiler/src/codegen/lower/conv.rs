@@ -735,10 +735,19 @@ impl PhasePlanes {
         let (hp, wp) = (padded[0], padded[1]);
         let plane = self.h * self.w * F32;
         let vectors = self.w / LANES;
-        let evens = core::array::from_fn(|i| ((i / 4) * 8 + i % 4) as u8);
-        let odds = core::array::from_fn(|i| ((i / 4) * 8 + 4 + i % 4) as u8);
-        // The phase planes' rows past the padded input stay zero.
-        zero_f32(b, dst, self.floats(g));
+        // Every phase row is written below but, for an odd padded height, the last row
+        // of the odd-row phases: it stays zero.
+        if hp % 2 == 1 {
+            kernel::counted_loop(b, 0, g.cg as i64, 1, |b, c| {
+                for pw in 0..2 {
+                    let pl = b.ins().imul_imm_s(c, 4);
+                    let pl = b.ins().iadd_imm_s(pl, 2 + pw);
+                    let d = kernel::elem_addr(b, dst, pl, plane);
+                    let d = b.ins().iadd_imm_s(d, ((self.h - 1) * self.w * F32) as i64);
+                    zero_f32(b, d, self.w);
+                }
+            });
+        }
         kernel::nested_loop(b, &[g.cg, hp], &mut |b, idx| {
             let (c, i) = (idx[0], idx[1]);
             let row = b.ins().imul_imm_s(c, hp as i64);
@@ -771,8 +780,8 @@ impl PhasePlanes {
                     }
                 };
                 let (lo, hi) = (load(b, 0), load(b, 1));
-                let even = crate::codegen::math::shuffle_f32x4(b, lo, hi, evens);
-                let odd = crate::codegen::math::shuffle_f32x4(b, lo, hi, odds);
+                let even = crate::codegen::math::pick_lanes(b, lo, hi, [0, 2, 4, 6]);
+                let odd = crate::codegen::math::pick_lanes(b, lo, hi, [1, 3, 5, 7]);
                 b.ins().store(flags(), even, d, (v * LANES * F32) as i32);
                 b.ins()
                     .store(flags(), odd, d, (plane + v * LANES * F32) as i32);
@@ -863,37 +872,24 @@ fn conv_implicit_gemm(
         r => r,
     };
     let loop_chunks = (out_h - last_rows) / chunk_rows;
-    let chunk_spec = |rows: usize| {
-        let n = (rows - 1) * row + out_w;
-        GemmSpec {
-            n,
-            b: BLayout::Taps {
-                out_w: n,
-                out_h: 1,
-                row_step: n,
-            },
-            ldc: wide,
-            b_taps: taps.clone(),
-            ..spec.clone()
-        }
+    // One call computes `n` wide columns from its first row.
+    let spec_of = |n: usize| GemmSpec {
+        n,
+        b: BLayout::Taps {
+            out_w: n,
+            out_h: 1,
+            row_step: n,
+        },
+        ldc: wide,
+        b_taps: taps.clone(),
+        ..spec.clone()
     };
     let full_kernel = match loop_chunks {
         0 => None,
         // A full chunk's columns run on to the next row's start: real positions.
-        _ => Some(GemmKernel::define(
-            ctx,
-            &GemmSpec {
-                n: chunk_rows * row,
-                b: BLayout::Taps {
-                    out_w: chunk_rows * row,
-                    out_h: 1,
-                    row_step: chunk_rows * row,
-                },
-                ..chunk_spec(chunk_rows)
-            },
-        )?),
+        _ => Some(GemmKernel::define(ctx, &spec_of(chunk_rows * row))?),
     };
-    let last_kernel = GemmKernel::define(ctx, &chunk_spec(last_rows))?;
+    let last_kernel = GemmKernel::define(ctx, &spec_of((last_rows - 1) * row + out_w))?;
     let b = &mut *ctx.b;
     let c_wide = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
     let phase_planes = b.ins().iadd_imm_s(

@@ -136,6 +136,19 @@ pub(super) struct Vecs {
 /// AVX2 register holding the tail mask (all-ones lanes are valid).
 pub(super) const AVX2_MASK: usize = 15;
 
+/// `d = x op y` with the instruction of `op`, for any operand kinds iced takes.
+macro_rules! vop {
+    ($a:expr, $op:expr, $d:expr, $x:expr, $y:expr) => {
+        match $op {
+            VOp::Add => $a.vaddps($d, $x, $y),
+            VOp::Mul => $a.vmulps($d, $x, $y),
+            VOp::Max => $a.vmaxps($d, $x, $y),
+            VOp::Min => $a.vminps($d, $x, $y),
+            VOp::Div => $a.vdivps($d, $x, $y),
+        }
+    };
+}
+
 impl Vecs {
     pub(super) fn bytes(&self) -> i32 {
         (self.isa.lanes() * F32) as i32
@@ -225,26 +238,8 @@ impl Vecs {
     ) -> Result<(), IcedError> {
         let m = self.vmem(m);
         match self.isa {
-            X86Isa::Avx2 => {
-                let (d, x) = (YMM[d], YMM[x]);
-                match op {
-                    VOp::Add => a.vaddps(d, x, m),
-                    VOp::Mul => a.vmulps(d, x, m),
-                    VOp::Max => a.vmaxps(d, x, m),
-                    VOp::Min => a.vminps(d, x, m),
-                    VOp::Div => a.vdivps(d, x, m),
-                }
-            }
-            X86Isa::Avx512 => {
-                let (d, x) = (ZMM[d], ZMM[x]);
-                match op {
-                    VOp::Add => a.vaddps(d, x, m),
-                    VOp::Mul => a.vmulps(d, x, m),
-                    VOp::Max => a.vmaxps(d, x, m),
-                    VOp::Min => a.vminps(d, x, m),
-                    VOp::Div => a.vdivps(d, x, m),
-                }
-            }
+            X86Isa::Avx2 => vop!(a, op, YMM[d], YMM[x], m),
+            X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], m),
         }
     }
 
@@ -257,26 +252,8 @@ impl Vecs {
         y: usize,
     ) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => {
-                let (d, x, y) = (YMM[d], YMM[x], YMM[y]);
-                match op {
-                    VOp::Add => a.vaddps(d, x, y),
-                    VOp::Mul => a.vmulps(d, x, y),
-                    VOp::Max => a.vmaxps(d, x, y),
-                    VOp::Min => a.vminps(d, x, y),
-                    VOp::Div => a.vdivps(d, x, y),
-                }
-            }
-            X86Isa::Avx512 => {
-                let (d, x, y) = (ZMM[d], ZMM[x], ZMM[y]);
-                match op {
-                    VOp::Add => a.vaddps(d, x, y),
-                    VOp::Mul => a.vmulps(d, x, y),
-                    VOp::Max => a.vmaxps(d, x, y),
-                    VOp::Min => a.vminps(d, x, y),
-                    VOp::Div => a.vdivps(d, x, y),
-                }
-            }
+            X86Isa::Avx2 => vop!(a, op, YMM[d], YMM[x], YMM[y]),
+            X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], ZMM[y]),
         }
     }
 }

@@ -371,23 +371,17 @@ impl Chunk {
     }
 }
 
-/// Byte shuffle mask picking f32 lanes `idx` (0–3 from the first vector, 4–7 from the
-/// second).
-fn lanes(idx: [u8; 4]) -> [u8; 16] {
-    core::array::from_fn(|i| idx[i / 4] * 4 + (i % 4) as u8)
-}
-
 /// 4×4 transpose of f32x4 rows.
 fn transpose4(b: &mut FunctionBuilder, r: [Value; 4]) -> [Value; 4] {
-    let lo01 = math::shuffle_f32x4(b, r[0], r[1], lanes([0, 4, 1, 5]));
-    let hi01 = math::shuffle_f32x4(b, r[0], r[1], lanes([2, 6, 3, 7]));
-    let lo23 = math::shuffle_f32x4(b, r[2], r[3], lanes([0, 4, 1, 5]));
-    let hi23 = math::shuffle_f32x4(b, r[2], r[3], lanes([2, 6, 3, 7]));
+    let lo01 = math::pick_lanes(b, r[0], r[1], [0, 4, 1, 5]);
+    let hi01 = math::pick_lanes(b, r[0], r[1], [2, 6, 3, 7]);
+    let lo23 = math::pick_lanes(b, r[2], r[3], [0, 4, 1, 5]);
+    let hi23 = math::pick_lanes(b, r[2], r[3], [2, 6, 3, 7]);
     [
-        math::shuffle_f32x4(b, lo01, lo23, lanes([0, 1, 4, 5])),
-        math::shuffle_f32x4(b, lo01, lo23, lanes([2, 3, 6, 7])),
-        math::shuffle_f32x4(b, hi01, hi23, lanes([0, 1, 4, 5])),
-        math::shuffle_f32x4(b, hi01, hi23, lanes([2, 3, 6, 7])),
+        math::pick_lanes(b, lo01, lo23, [0, 1, 4, 5]),
+        math::pick_lanes(b, lo01, lo23, [2, 3, 6, 7]),
+        math::pick_lanes(b, hi01, hi23, [0, 1, 4, 5]),
+        math::pick_lanes(b, hi01, hi23, [2, 3, 6, 7]),
     ]
 }
 
@@ -414,8 +408,8 @@ fn split_phases(b: &mut FunctionBuilder, plan: &Plan, padded: Value, phases: Val
             let split: Vec<Value> = match m {
                 4 => transpose4(b, [run[0], run[1], run[2], run[3]]).to_vec(),
                 _ => vec![
-                    math::shuffle_f32x4(b, run[0], run[1], lanes([0, 2, 4, 6])),
-                    math::shuffle_f32x4(b, run[0], run[1], lanes([1, 3, 5, 7])),
+                    math::pick_lanes(b, run[0], run[1], [0, 2, 4, 6]),
+                    math::pick_lanes(b, run[0], run[1], [1, 3, 5, 7]),
                 ],
             };
             for (p, v) in split.into_iter().enumerate() {
@@ -681,8 +675,8 @@ impl OutputGroup<'_> {
             let chunks: Vec<Value> = match m {
                 4 => transpose4(b, [o[0], o[1], o[2], o[3]]).to_vec(),
                 _ => vec![
-                    math::shuffle_f32x4(b, o[0], o[1], lanes([0, 4, 1, 5])),
-                    math::shuffle_f32x4(b, o[0], o[1], lanes([2, 6, 3, 7])),
+                    math::pick_lanes(b, o[0], o[1], [0, 4, 1, 5]),
+                    math::pick_lanes(b, o[0], o[1], [2, 6, 3, 7]),
                 ],
             };
             for (k, mut val) in chunks.into_iter().enumerate() {
