@@ -2,14 +2,17 @@
 """A/B of one convolution compiled by nnc under different code-generation switches.
 
 usage: bench_conv.py C M H K S [ENV=VALUE ...]
+       bench_conv.py maxpool C H K S [ENV=VALUE ...]
 
 Builds a one-node model (Conv C→M channels, H×H input, K×K kernel, stride S, padding
-K div 2, bias, Relu), compiles it once with the environment as is ("base") and once per
+K div 2, bias, Relu; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with the environment as is ("base") and once per
 ENV=VALUE given (e.g. NNC_WINOGRAD=off, NNC_PHASE_PLANES=off, NNC_NARROW_CONV=off,
 NNC_GEMM_KERNEL=clif, NNC_DWCONV_KERNEL=clif), then times the variants in alternating
 rounds (thread CPU time, best of 15 rounds) and prints ms, GFLOP/s of the direct
-convolution and the largest difference from the base output. nnc-vs-nnc only: ratios
-against onnxruntime and tract come from the model benches.
+convolution and the largest difference from the base output. When onnxruntime is
+installed, the same one-node model run by it (1 thread) is timed in the same rounds as
+a last row, to see which layers lose to it; whole-model ratios come from the model
+benches.
 
 Needs numpy, onnx and target/release/nnc (cargo build --release).
 """
@@ -45,14 +48,51 @@ def conv_model(c, m, h, k, s, path):
     return oh
 
 
+def maxpool_model(c, h, k, s, path):
+    oh = (h - k) // s + 1
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[s, s])
+    graph = helper.make_graph(
+        [pool], "maxpool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, oh, oh])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return oh
+
+
+class OrtRun:
+    """onnxruntime on the same model, shaped like an nnc run for the timing loop."""
+
+    def __init__(self, model, x):
+        import onnxruntime as ort
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        self.feeds = {"x": x}
+        self.out = self.session.run(None, self.feeds)[0]
+
+    def infer(self, _ins, _outs):
+        self.out = self.session.run(None, self.feeds)[0]
+        return 0
+
+
 def main():
-    if len(sys.argv) < 6:
+    pooling = len(sys.argv) > 1 and sys.argv[1] == "maxpool"
+    args = sys.argv[2:] if pooling else sys.argv[1:]
+    if len(args) < (4 if pooling else 5):
         sys.exit(__doc__)
-    c, m, h, k, s = map(int, sys.argv[1:6])
-    variants = [("base", {})] + [(e, dict([e.split("=", 1)])) for e in sys.argv[6:]]
     with tempfile.TemporaryDirectory() as tmp:
-        model = os.path.join(tmp, "conv.onnx")
-        oh = conv_model(c, m, h, k, s, model)
+        model = os.path.join(tmp, "node.onnx")
+        if pooling:
+            c, h, k, s = map(int, args[:4])
+            m, envs = c, args[4:]
+            oh = maxpool_model(c, h, k, s, model)
+            flops = c * k * k * oh * oh
+        else:
+            c, m, h, k, s = map(int, args[:5])
+            envs = args[5:]
+            oh = conv_model(c, m, h, k, s, model)
+            flops = 2 * m * c * k * k * oh * oh
+        variants = [("base", {})] + [(e, dict([e.split("=", 1)])) for e in envs]
         x = np.random.default_rng(1).random((1, c, h, h), dtype=np.float32)
         runs = []
         for i, (name, extra) in enumerate(variants):
@@ -64,6 +104,11 @@ def main():
             ins = (ctypes.c_void_p * 1)(x.ctypes.data)
             outs = (ctypes.c_void_p * 1)(out.ctypes.data)
             runs.append((name, lib, ins, outs, out))
+        try:
+            ort_run = OrtRun(model, x)
+            runs.append(("onnxruntime", ort_run, None, None, None))
+        except ImportError:
+            ort_run = None
         for _, lib, ins, outs, _ in runs:
             if lib.infer(ins, outs) != 0:
                 sys.exit("infer failed")
@@ -74,10 +119,11 @@ def main():
                 for _ in range(CALLS):
                     lib.infer(ins, outs)
                 best[name] = min(best[name], (time.thread_time() - t) / CALLS * 1e3)
-        flops = 2 * m * c * k * k * oh * oh
+        if ort_run is not None:
+            runs[-1] = (*runs[-1][:4], ort_run.out)
         ref = runs[0][4]
         for name, *_, out in runs:
-            print(f"{name:28s} {best[name]:8.3f} ms  {flops / best[name] / 1e6:7.1f} GFLOP/s  "
+            print(f"{name:28s} {best[name]:8.3f} ms  {flops / best[name] / 1e6:7.1f} G{'op' if pooling else 'FLOP'}/s  "
                   f"max diff {np.abs(out - ref).max():.2e}")
 
 

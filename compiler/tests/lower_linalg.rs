@@ -380,6 +380,9 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
         (1, 100, 1),
         (7, 1003, 13),
         (11, 700, 6),
+        // GEMV-like tiles that spread K over several accumulator sets.
+        (1, 517, 70),
+        (2, 37, 50),
     ] {
         for const_b in [false, true] {
             let op = Op::Gemm(GemmAttrs {

@@ -617,12 +617,14 @@ impl Emitter<'_> {
                 a.add(r11, r14)?;
             }
         }
-        for i in 0..t.rows {
-            for v in 0..t.vecs {
-                self.v.zero(a, self.acc(&t, i, v))?;
-            }
+        let splits = self.k_splits(&t);
+        let chains = t.rows * t.vecs;
+        for r in 0..chains * splits {
+            self.v.zero(a, r)?;
         }
         let step = |e: &mut Self, a: &mut CodeAssembler, u: usize| -> AsmResult<()> {
+            // K step u accumulates into set u mod splits (set 0 = the tile's registers).
+            let set = (u % splits) * chains;
             if taps {
                 a.movsxd(r14, dword_ptr(r9 + imm(u * 4)?))?;
             }
@@ -637,7 +639,7 @@ impl Emitter<'_> {
                 let bc = e.bcast_reg(i);
                 e.v.broadcast(a, bc, r10 + off)?;
                 for v in 0..t.vecs {
-                    e.v.fma(a, e.acc(&t, i, v), e.b_reg(v), bc)?;
+                    e.v.fma(a, set + e.acc(&t, i, v), e.b_reg(v), bc)?;
                 }
             }
             Ok(())
@@ -663,7 +665,33 @@ impl Emitter<'_> {
         for u in 0..steps % K_UNROLL {
             step(self, a, u)?;
         }
+        // Fold the sets pairwise into set 0.
+        let mut sets = splits;
+        while sets > 1 {
+            sets /= 2;
+            for r in 0..chains * sets {
+                self.v.op(a, VOp::Add, r, r, r + chains * sets)?;
+            }
+        }
         self.epilogue(a, &t)
+    }
+
+    /// Independent accumulator sets for a tile's K loop. A tile of few accumulators
+    /// (a GEMV row: 1 × 3 vectors) is bound by the FMA latency, one dependent chain
+    /// per accumulator, not by the FMA ports: 2 ports × 4 cycles want 8 chains in
+    /// flight. Such tiles spread their K steps over 2 or 4 sets of accumulators, taken
+    /// from the registers the full tile would use, and add them up after the loop
+    /// (digits_cnn's 512→64 Gemm on one row: see BENCHMARKS.md).
+    fn k_splits(&self, t: &TileShape) -> usize {
+        const FMA_CHAINS: usize = 8;
+        let (mr, vecs) = self.v.isa.tile();
+        let chains = t.rows * t.vecs;
+        let mut splits = 1;
+        while splits < K_UNROLL && chains * splits < FMA_CHAINS && chains * splits * 2 <= mr * vecs
+        {
+            splits *= 2;
+        }
+        splits
     }
 
     fn epilogue(&mut self, a: &mut CodeAssembler, t: &TileShape) -> AsmResult<()> {

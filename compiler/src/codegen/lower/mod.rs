@@ -9,6 +9,7 @@ mod gemm_tile;
 mod gemm_x86;
 mod indexing;
 mod linalg;
+mod maxpool2d;
 mod movement;
 mod norm;
 mod pool;
@@ -86,6 +87,7 @@ impl LowerCtx<'_, '_> {
 pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
     match op {
         Op::Conv(c) => conv::scratch_bytes(c, inputs, outputs),
+        Op::Pool(p) => pool::scratch_bytes(p, inputs),
         _ => 0,
     }
 }

@@ -20,12 +20,23 @@
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use super::maxpool2d;
 use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, Inner, Loops, Step};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
 use crate::codegen::math;
-use crate::ir::DType;
+use crate::ir::{DType, TensorType};
 use crate::ops::{PoolAttrs, PoolKind};
+
+/// Arena scratch bytes of a pooling node (the separable max pool's row buffer).
+pub fn scratch_bytes(p: &PoolAttrs, inputs: &[Option<TensorType>]) -> usize {
+    match inputs.first() {
+        Some(Some(x)) if !is_global(p, x.shape.get(2..).unwrap_or(&[])) => {
+            maxpool2d::scratch_bytes(p, x)
+        }
+        _ => 0,
+    }
+}
 
 /// Static tap loops are unrolled while the unrolled window has at most this many taps.
 const UNROLL_TAPS: usize = 64;
@@ -52,6 +63,9 @@ pub fn pool(ctx: &mut LowerCtx, p: &PoolAttrs) -> LowerResult {
     let planes = shape[0] * shape[1];
     if is_global(p, in_spatial) {
         return global(ctx.b, p.kind, &x, &y);
+    }
+    if maxpool2d::applies(p, &x.ty) {
+        return maxpool2d::max_pool(ctx, p, &x, &y);
     }
     let mut axes: Vec<AxisWindows> = (0..spatial)
         .map(|a| AxisWindows::new(p, a, in_spatial[a]))

@@ -115,7 +115,11 @@ fn algorithm(g: &ConvGeometry) -> Option<&'static Algorithm> {
     // once per chunk from L2, L3 or memory: with big weights and few tiles that
     // outweighs the saved multiplications. Measured on ResNet-18 (Xeon, AVX-512, ms per
     // conv, direct / F2 / F4): 64 ch 56×56 2.4 / 2.0 / 1.4, 128 ch 28×28 2.4 / 2.0 / 1.5,
-    // 256 ch 14×14 2.4 / 2.2 / 3.3, 512 ch 7×7 3.1 / 3.1 / 6.4.
+    // 256 ch 14×14 2.4 / 2.2 / 3.3, 512 ch 7×7 3.1 / 3.1 / 6.4. Alone and repeated
+    // (`benches/bench_conv.py`), F4 also wins on squeezenet's 13×13 convs (48→192 and
+    // 64→256: 0.23 / 0.19 / 0.15 and 0.47 / 0.42 / 0.34 ms), whose weights then stay in
+    // L2; inside the model they come from L3, and F4's 2.4 MB of transformed weights
+    // made the 64→256 convs ~15% slower than F2 (`scripts/profile_model.py`).
     let (h, w) = (g.output[0], g.output[1]);
     let weights = g.mg * g.cg * 9 * F32;
     if h >= 16 && w >= 16 && weights <= 1 << 20 {

@@ -1,0 +1,214 @@
+//! 2-D float32 max pooling as two separable passes per output row: a vertical pass
+//! takes the maximum of the window's input rows column by column into a row buffer
+//! (whole vectors, no shuffles), then a horizontal pass takes the maximum of each
+//! output's window along that buffer. The buffer holds the row in padded coordinates:
+//! −∞ before and after the input columns, so left/right padding and ceil_mode overhang
+//! need no border code, and every output of a row is computed four at a time.
+//!
+//! The generic pooling path (`super::pool`) folds all `kh·kw` taps of every output,
+//! with two loads and a shuffle per tap at stride 2; this path reads each input once
+//! per window row and each buffer float a few times. Measured on squeezenet1_1's
+//! 3×3/2 pool of 64×111×111 (`benches/bench_conv.py maxpool 64 111 3 2`): see
+//! BENCHMARKS.md.
+//!
+//! Semantics are the generic path's: padding never contributes, a NaN input never
+//! wins (`acc < x ? x : acc`, from −∞), a window without inputs gives −∞.
+
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::reduce::{fconst, fold, Step};
+use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::kernel::{self, flags};
+use crate::codegen::math;
+use crate::ir::{DType, TensorType};
+use crate::ops::{PoolAttrs, PoolKind};
+
+const F32: usize = 4;
+const LANES: usize = 4;
+
+/// Whether this path computes the pool: float32 max over two spatial axes, no
+/// dilation, horizontal stride 1 or 2. `NNC_SEPARABLE_POOL=off` keeps every pool on the
+/// generic path, for measurements.
+pub(super) fn applies(p: &PoolAttrs, x: &TensorType) -> bool {
+    std::env::var("NNC_SEPARABLE_POOL").as_deref() != Ok("off")
+        && p.kind == PoolKind::Max
+        && x.dtype == DType::F32
+        && x.shape.len() == 4
+        && p.kernel.len() == 2
+        && p.strides.len() == 2
+        && p.output_spatial.len() == 2
+        && p.pads.len() == 4
+        && p.dilations == [1, 1]
+        && matches!(p.strides[1], 1 | 2)
+}
+
+/// Floats of the row buffer: the padded row, and whatever the last output vector's
+/// window reads past it.
+fn row_floats(p: &PoolAttrs, in_w: usize) -> usize {
+    let out_w = p.output_spatial[1];
+    let vectors = out_w.div_ceil(LANES);
+    let reach = p.strides[1] * LANES * vectors + p.kernel[1] + 2 * LANES;
+    (p.pads[1] + in_w).max(reach).div_ceil(LANES) * LANES
+}
+
+/// Arena scratch: the row buffer.
+pub(super) fn scratch_bytes(p: &PoolAttrs, x: &TensorType) -> usize {
+    if applies(p, x) {
+        row_floats(p, x.shape[3]) * F32
+    } else {
+        0
+    }
+}
+
+/// Input rows `first .. first + count` of output row `oh`'s window.
+fn window_rows(p: &PoolAttrs, in_h: usize, oh: usize) -> (usize, usize) {
+    let start = (oh * p.strides[0]) as i64 - p.pads[0] as i64;
+    let end = (start + p.kernel[0] as i64).min(in_h as i64);
+    let first = start.max(0);
+    (first as usize, (end - first).max(0) as usize)
+}
+
+pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Operand) -> LowerResult {
+    let scratch = ctx
+        .scratch
+        .ok_or("MaxPool needs a scratch row but none was planned")?;
+    let (in_h, in_w) = (x.ty.shape[2], x.ty.shape[3]);
+    let (out_h, out_w) = (p.output_spatial[0], p.output_spatial[1]);
+    let planes = x.ty.shape[0] * x.ty.shape[1];
+    let pass = RowPass {
+        in_w,
+        out_w,
+        pad_left: p.pads[1],
+        kernel_w: p.kernel[1],
+        stride_w: p.strides[1],
+        row: scratch,
+    };
+    // Output rows whose window lies inside the input share one loop; the others (top
+    // and bottom borders) are emitted one by one with their own row count.
+    let full = |oh: usize| window_rows(p, in_h, oh).1 == p.kernel[0];
+    let interior_start = (0..out_h).find(|&oh| full(oh)).unwrap_or(out_h);
+    let interior_end = (interior_start..out_h)
+        .find(|&oh| !full(oh))
+        .unwrap_or(out_h);
+    let b = &mut *ctx.b;
+    let neg_inf = fconst(b, types::F32X4, f64::NEG_INFINITY);
+    for v in 0..row_floats(p, in_w) / LANES {
+        b.ins()
+            .store(flags(), neg_inf, scratch, (v * LANES * F32) as i32);
+    }
+    kernel::counted_loop(b, 0, planes as i64, 1, |b, plane| {
+        let src = kernel::elem_addr(b, x.ptr, plane, in_h * in_w * F32);
+        let dst = kernel::elem_addr(b, y.ptr, plane, out_h * out_w * F32);
+        let border = (0..interior_start).chain(interior_end..out_h);
+        for oh in border {
+            let (first, rows) = window_rows(p, in_h, oh);
+            let s = b.ins().iadd_imm_s(src, (first * in_w * F32) as i64);
+            let d = b.ins().iadd_imm_s(dst, (oh * out_w * F32) as i64);
+            pass.emit(b, s, rows, d);
+        }
+        let (start, end) = (interior_start as i64, interior_end as i64);
+        kernel::counted_loop(b, start, end, 1, |b, oh| {
+            let first = b.ins().imul_imm_s(oh, p.strides[0] as i64);
+            let first = b.ins().iadd_imm_s(first, -(p.pads[0] as i64));
+            let s = kernel::elem_addr(b, src, first, in_w * F32);
+            let d = kernel::elem_addr(b, dst, oh, out_w * F32);
+            pass.emit(b, s, p.kernel[0], d);
+        });
+    });
+    Ok(())
+}
+
+/// One output row from `rows` input rows.
+struct RowPass {
+    in_w: usize,
+    out_w: usize,
+    pad_left: usize,
+    kernel_w: usize,
+    stride_w: usize,
+    /// The row buffer, in padded coordinates, −∞ outside the input columns.
+    row: Value,
+}
+
+fn max_step(b: &mut FunctionBuilder, acc: Value, x: Value) -> Value {
+    fold(b, Step::MaxIgnoreNan, false, acc, x, None)
+}
+
+impl RowPass {
+    fn emit(&self, b: &mut FunctionBuilder, src: Value, rows: usize, dst: Value) {
+        self.vertical(b, src, rows);
+        self.horizontal(b, dst);
+    }
+
+    /// `row[pad_left + c] = max over the window's rows of X[r][c]`.
+    fn vertical(&self, b: &mut FunctionBuilder, src: Value, rows: usize) {
+        let row_bytes = (self.in_w * F32) as i32;
+        let out = b.ins().iadd_imm_s(self.row, (self.pad_left * F32) as i64);
+        let column = |b: &mut FunctionBuilder, ty, c: Value| {
+            let at = kernel::elem_addr(b, src, c, F32);
+            let mut acc = fconst(b, ty, f64::NEG_INFINITY);
+            for r in 0..rows {
+                let v = b.ins().load(ty, flags(), at, r as i32 * row_bytes);
+                acc = max_step(b, acc, v);
+            }
+            let to = kernel::elem_addr(b, out, c, F32);
+            b.ins().store(flags(), acc, to, 0);
+        };
+        let vectors = self.in_w / LANES * LANES;
+        kernel::counted_loop(b, 0, vectors as i64, LANES as i64, |b, c| {
+            column(b, types::F32X4, c)
+        });
+        kernel::counted_loop(b, vectors as i64, self.in_w as i64, 1, |b, c| {
+            column(b, types::F32, c)
+        });
+    }
+
+    /// `Y[j] = max over t < kw of row[j·sw + t]`, four outputs at a time; the last
+    /// vector's valid lanes are stored one by one.
+    fn horizontal(&self, b: &mut FunctionBuilder, dst: Value) {
+        let full = self.out_w / LANES;
+        kernel::counted_loop(b, 0, full as i64, 1, |b, j| {
+            let v = self.outputs(b, j);
+            let to = kernel::elem_addr(b, dst, j, LANES * F32);
+            b.ins().store(flags(), v, to, 0);
+        });
+        let tail = self.out_w % LANES;
+        if tail > 0 {
+            let j = kernel::iconst(b, full as i64);
+            let v = self.outputs(b, j);
+            for l in 0..tail {
+                let e = b.ins().extractlane(v, l as u8);
+                let at = ((full * LANES + l) * F32) as i32;
+                b.ins().store(flags(), e, dst, at);
+            }
+        }
+    }
+
+    /// Outputs `4j .. 4j + 4` of the row.
+    fn outputs(&self, b: &mut FunctionBuilder, j: Value) -> Value {
+        let base = kernel::elem_addr(b, self.row, j, self.stride_w * LANES * F32);
+        let load = |b: &mut FunctionBuilder, at: usize| {
+            b.ins().load(types::F32X4, flags(), base, (at * F32) as i32)
+        };
+        let mut acc = fconst(b, types::F32X4, f64::NEG_INFINITY);
+        if self.stride_w == 1 {
+            for t in 0..self.kernel_w {
+                let v = load(b, t);
+                acc = max_step(b, acc, v);
+            }
+            return acc;
+        }
+        // Stride 2: taps 2u and 2u + 1 are the even and odd lanes of the eight floats
+        // at 2u.
+        for u in 0..self.kernel_w.div_ceil(2) {
+            let (lo, hi) = (load(b, 2 * u), load(b, 2 * u + LANES));
+            let even = math::pick_lanes(b, lo, hi, [0, 2, 4, 6]);
+            acc = max_step(b, acc, even);
+            if 2 * u + 1 < self.kernel_w {
+                let odd = math::pick_lanes(b, lo, hi, [1, 3, 5, 7]);
+                acc = max_step(b, acc, odd);
+            }
+        }
+        acc
+    }
+}
