@@ -149,7 +149,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
     if Arch::host() == Arch::X86_64 {
         for cpu in ["baseline", "x86-64-v3", "x86-64-v4"] {
             let target = Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target");
-            if host_runs(cpu) {
+            if tools::host_runs(cpu) {
                 targets.push((cpu, target));
             } else {
                 let options = CompileOptions {
@@ -190,29 +190,6 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Whether this machine can run code built for x86-64 `cpu`.
-fn host_runs(cpu: &str) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let v3 = std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma");
-        match cpu {
-            "x86-64-v3" => v3,
-            "x86-64-v4" => {
-                v3 && std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512vl")
-                    && std::arch::is_x86_feature_detected!("avx512dq")
-            }
-            _ => true,
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = cpu;
-        false
-    }
 }
 
 fn aarch64_options() -> CompileOptions {

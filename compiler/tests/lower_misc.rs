@@ -610,6 +610,67 @@ fn softmax_every_axis() {
     check_all(cases);
 }
 
+/// The machine-code softmax (x86-64-v3: AVX2, x86-64-v4: AVX-512) on rows that are
+/// all tail, whole vectors, vectors plus a tail and long (attention's 197), with large
+/// logits, -inf and NaN; each CPU the host runs (the host target itself goes through
+/// `softmax_every_axis`).
+#[test]
+fn softmax_machine_code_rows() {
+    if Arch::host() != Arch::X86_64 {
+        eprintln!("skipped: the machine-code softmax is x86-64 only");
+        return;
+    }
+    let mut cases: Vec<Case> = vec![];
+    for n in [1usize, 3, 8, 16, 17, 31, 33, 64, 197] {
+        for scale in [1.0, 60.0] {
+            cases.push((
+                format!("softmax rows of {n}, scale {scale}"),
+                Op::Softmax {
+                    axis: 1,
+                    log: false,
+                },
+                vec![In::Runtime(TensorType::new(DType::F32, vec![5, n]), scale)],
+            ));
+        }
+    }
+    let special = given(&[4, 21], |i| match i {
+        5 => f32::NAN,
+        30 | 31 => f32::NEG_INFINITY,
+        _ => (i as f32 * 0.7).sin() * 3.0,
+    });
+    cases.push((
+        "softmax NaN and -inf rows".into(),
+        Op::Softmax {
+            axis: 1,
+            log: false,
+        },
+        vec![special],
+    ));
+    let mut failures = vec![];
+    for cpu in ["x86-64-v3", "x86-64-v4"] {
+        if !tools::host_runs(cpu) {
+            eprintln!("skipped on {cpu}: this CPU cannot run it");
+            continue;
+        }
+        let target = Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target");
+        for (i, (name, op, ins)) in cases.iter().enumerate() {
+            let result = (|| {
+                let (g, inputs) = one_node(op.clone(), ins.clone(), i as u64)?;
+                let expected = nnc::interp::run_graph(&g, &inputs)?;
+                let lib = Compiled::for_target(&g, target.clone())?;
+                compare(&lib.run(&g, &inputs)?[0], &expected[0])
+            })();
+            if let Err(e) = result {
+                failures.push(format!("{name} ({cpu}): {e}"));
+            }
+        }
+    }
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    assert!(failures.is_empty(), "{} cases failed", failures.len());
+}
+
 #[test]
 fn layer_norm_axes_and_broadcasts() {
     let x = [2usize, 3, 8];

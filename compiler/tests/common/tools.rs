@@ -157,3 +157,26 @@ fn describe(command: &Command) -> String {
     }
     text
 }
+
+/// Whether this machine can run code built for x86-64 `cpu`.
+pub fn host_runs(cpu: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v3 = std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma");
+        match cpu {
+            "x86-64-v3" => v3,
+            "x86-64-v4" => {
+                v3 && std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512vl")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+            }
+            _ => true,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = cpu;
+        false
+    }
+}

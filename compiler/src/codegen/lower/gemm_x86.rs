@@ -141,6 +141,7 @@ macro_rules! vop {
     ($a:expr, $op:expr, $d:expr, $x:expr, $y:expr) => {
         match $op {
             VOp::Add => $a.vaddps($d, $x, $y),
+            VOp::Sub => $a.vsubps($d, $x, $y),
             VOp::Mul => $a.vmulps($d, $x, $y),
             VOp::Max => $a.vmaxps($d, $x, $y),
             VOp::Min => $a.vminps($d, $x, $y),
@@ -261,6 +262,7 @@ impl Vecs {
 #[derive(Clone, Copy)]
 pub(super) enum VOp {
     Add,
+    Sub,
     Mul,
     Max,
     Min,

@@ -18,7 +18,10 @@
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
+use super::gemm;
+use super::gemm_x86::X86Isa;
 use super::reduce::{self, fconst, for_blocks, for_chunks, load_vec, var, Elems, Step};
+use super::softmax_x86;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::math;
@@ -119,6 +122,14 @@ pub fn softmax(ctx: &mut LowerCtx, axis: usize, log: bool) -> LowerResult {
         keep_exp: matches!(y.ty.dtype, DType::F32 | DType::F64),
     };
     let outer: usize = shape[..axis].iter().product();
+    if !log && s.inner == 1 && x.ty.dtype == DType::F32 && y.ty.dtype == DType::F32 {
+        if let Some(isa) = softmax_isa(ctx) {
+            let code = softmax_x86::emit(outer, s.n, isa)?;
+            let func = gemm::define_machine_code(ctx, 2, &code)?;
+            ctx.b.ins().call(func, &[x.ptr, y.ptr]);
+            return Ok(());
+        }
+    }
     let row_bytes = s.n * s.inner * e.dtype.size();
     let b = &mut *ctx.b;
     kernel::counted_loop(b, 0, outer as i64, 1, |b, o| {
@@ -135,6 +146,18 @@ pub fn softmax(ctx: &mut LowerCtx, axis: usize, log: bool) -> LowerResult {
         }
     });
     Ok(())
+}
+
+/// The machine-code softmax's ISA on x86-64 targets with AVX2 or AVX-512 (the GEMM
+/// kernels' family); `NNC_SOFTMAX_KERNEL=clif` keeps the Cranelift rows, for A/B.
+fn softmax_isa(ctx: &LowerCtx) -> Option<X86Isa> {
+    if std::env::var("NNC_SOFTMAX_KERNEL").as_deref() == Ok("clif") {
+        return None;
+    }
+    match gemm::Geometry::for_target(ctx.target).kernel {
+        gemm::KernelKind::X86(isa) => Some(isa),
+        gemm::KernelKind::Clif => None,
+    }
 }
 
 struct Softmax {

@@ -1,0 +1,411 @@
+//! x86-64 Softmax over contiguous float32 rows as machine code: `f32-softmax-avx512f`
+//! and `f32-softmax-avx2-fma`, encoded with iced-x86 like the GEMM kernels of
+//! [`super::gemm_x86`].
+//!
+//! One call computes `rows` rows of `n` floats, `(X, Y)` (System V): per row a pass
+//! for the maximum, a pass that stores `e = exp(x − max)` and sums it, and a pass that
+//! scales the stored row by `1 / Σ`. The exponential is the Cranelift path's
+//! (`math::exp_nonpositive`: Cephes `expf`, x clamped to −88, Cody–Waite reduction,
+//! degree-5 polynomial) with fused multiply-adds, and `2^n` built in the exponent
+//! field, as there.
+//!
+//! Why: attention's softmax rows (vit_tiny: 4 × 197 rows of 197 per layer) ran at
+//! 4 lanes in the Cranelift code, ~10% of vit_tiny's time; 16 lanes with the
+//! polynomial on FMAs is ~4× less (see BENCHMARKS.md).
+//!
+//! NaN: the maximum ignores nothing on purpose: if a row holds a NaN, `x − max` or the
+//! sum is NaN, so the whole row becomes NaN as in the reference; the −88 clamp is
+//! `vmaxps(−88, t)`, which returns its second operand `t` when that is NaN.
+
+// The Cephes coefficients are quoted digit for digit, as in `crate::codegen::math`.
+#![allow(clippy::excessive_precision)]
+
+use iced_x86::code_asm::*;
+
+use super::gemm_x86::{emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, YMM, ZMM};
+
+const F32: usize = 4;
+
+/// Sum (and first max) accumulators, the broadcast maximum, the −88 clamp and the
+/// broadcast `1 / Σ`.
+const SUMS: [usize; 2] = [0, 1];
+const MAX: usize = 2;
+const CLAMP: usize = 3;
+const FACTOR: usize = 12;
+/// Registers of the two exponentials in flight: t (then r), n, p, r².
+const LANE_REGS: [[usize; 4]; 2] = [[4, 5, 6, 7], [8, 9, 10, 11]];
+/// AVX2: the tail mask and a −∞ vector for masked maxima.
+const AVX2_MASK: usize = 15;
+const NEG_INF: usize = 14;
+
+/// Cephes `expf`: ln 2 split so that `n·LN2_HI` is exact, and the polynomial.
+const LN2_HI: f32 = 0.693_359_375;
+const LN2_LO: f32 = -2.121_944_4E-4;
+const EXP_POLY: [f32; 6] = [
+    1.987_569_1E-4,
+    1.398_199_9E-3,
+    8.333_452E-3,
+    4.166_579_6E-2,
+    1.666_666_5E-1,
+    5.000_000_1E-1,
+];
+
+/// The kernel for `rows` rows of `n` floats.
+pub(super) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String> {
+    if rows == 0 || n == 0 {
+        return Err("empty softmax".into());
+    }
+    let mut e = Emitter {
+        v: Vecs { isa },
+        n,
+        consts: Consts { values: vec![] },
+        mask_table: None,
+    };
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    e.function(&mut a, rows)
+        .map_err(|e| format!("x86 softmax kernel: {}", e.0))?;
+    a.assemble(0)
+        .map_err(|e| format!("x86 softmax kernel: {e}"))
+}
+
+/// A vector's address relative to a row base: `base (+ rcx) + disp`.
+#[derive(Clone, Copy)]
+struct At {
+    indexed: bool,
+    disp: usize,
+}
+
+impl At {
+    fn of(self, base: AsmRegister64) -> AsmResult<AsmMemoryOperand> {
+        let disp = imm(self.disp)?;
+        Ok(if self.indexed {
+            base + rcx + disp
+        } else {
+            base + disp
+        })
+    }
+}
+
+struct Emitter {
+    v: Vecs,
+    n: usize,
+    consts: Consts,
+    mask_table: Option<CodeLabel>,
+}
+
+impl Emitter {
+    fn lanes(&self) -> usize {
+        self.v.isa.lanes()
+    }
+
+    /// Whether the row ends inside a vector.
+    fn has_tail(&self) -> bool {
+        !self.n.is_multiple_of(self.lanes())
+    }
+
+    fn avx512(&self) -> bool {
+        self.v.isa == X86Isa::Avx512
+    }
+
+    /// rdi = X row, rsi = Y row, rax = rows left, rcx = byte offset in the row.
+    fn function(&mut self, a: &mut CodeAssembler, rows: usize) -> AsmResult<()> {
+        let tail = self.n % self.lanes();
+        if tail > 0 {
+            self.set_mask(a, tail)?;
+        }
+        let clamp = self.consts.get(a, -88.0);
+        self.v.load(a, CLAMP, clamp, false)?;
+        if !self.avx512() {
+            let neg_inf = self.consts.get(a, f32::NEG_INFINITY);
+            self.v.load(a, NEG_INF, neg_inf, false)?;
+        }
+        a.mov(rax, rows as u64)?;
+        let mut row = a.create_label();
+        a.set_label(&mut row)?;
+        self.max_pass(a)?;
+        self.exp_pass(a)?;
+        self.scale_pass(a)?;
+        let row_bytes = imm(self.n * F32)?;
+        a.add(rdi, row_bytes)?;
+        a.add(rsi, row_bytes)?;
+        a.dec(rax)?;
+        a.jnz(row)?;
+        a.vzeroupper()?;
+        a.ret()?;
+        let lanes = self.lanes();
+        emit_consts(a, &mut self.consts, lanes)?;
+        if let Some(mut l) = self.mask_table.take() {
+            a.set_label(&mut l)?;
+            let mut t = vec![u32::MAX; 8];
+            t.extend([0u32; 8]);
+            a.dd(&t)?;
+        }
+        Ok(())
+    }
+
+    fn set_mask(&mut self, a: &mut CodeAssembler, lanes: usize) -> AsmResult<()> {
+        if self.avx512() {
+            a.mov(edx, ((1u32 << lanes) - 1) as i32)?;
+            a.kmovw(k1, edx)?;
+        } else {
+            let table = *self.mask_table.get_or_insert_with(|| a.create_label());
+            a.lea(rdx, ptr(table))?;
+            a.vmovups(
+                YMM[AVX2_MASK],
+                ymmword_ptr(rdx + ((8 - lanes) * F32) as i32),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Emits `body(u, at)` for the row's full vectors, `unroll` per loop iteration
+    /// (rcx = byte offset of the iteration's first vector; `u` = index within it).
+    fn full_vectors(
+        &mut self,
+        a: &mut CodeAssembler,
+        unroll: usize,
+        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize, At) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        let vb = self.lanes() * F32;
+        let full = self.n / self.lanes();
+        let groups = full / unroll;
+        a.xor(ecx, ecx)?;
+        if groups > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            for u in 0..unroll {
+                body(
+                    self,
+                    a,
+                    u,
+                    At {
+                        indexed: true,
+                        disp: u * vb,
+                    },
+                )?;
+            }
+            a.add(rcx, imm(unroll * vb)?)?;
+            a.cmp(rcx, imm(groups * unroll * vb)?)?;
+            a.jb(top)?;
+        }
+        for u in 0..full % unroll {
+            body(
+                self,
+                a,
+                u,
+                At {
+                    indexed: true,
+                    disp: u * vb,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The tail vector's place: right after the full vectors.
+    fn tail(&self) -> At {
+        At {
+            indexed: false,
+            disp: self.n / self.lanes() * self.lanes() * F32,
+        }
+    }
+
+    /// MAX = the row's maximum, in every lane.
+    fn max_pass(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        const ACCS: [usize; 4] = [0, 1, 4, 5];
+        let neg_inf = self.consts.get(a, f32::NEG_INFINITY);
+        for r in ACCS {
+            self.v.load(a, r, neg_inf, false)?;
+        }
+        self.full_vectors(a, 4, &mut |e, a, u, at| {
+            e.v.op_mem(a, VOp::Max, ACCS[u], ACCS[u], at.of(rdi)?)
+                .map_err(AsmError::from)
+        })?;
+        if self.has_tail() {
+            let m = self.tail().of(rdi)?;
+            if self.avx512() {
+                a.vmaxps(ZMM[0].k1(), ZMM[0], zmmword_ptr(m))?;
+            } else {
+                a.vmaskmovps(YMM[6], YMM[AVX2_MASK], ymmword_ptr(m))?;
+                a.vblendvps(YMM[6], YMM[NEG_INF], YMM[6], YMM[AVX2_MASK])?;
+                a.vmaxps(YMM[0], YMM[0], YMM[6])?;
+            }
+        }
+        self.v.op(a, VOp::Max, 0, 0, 1)?;
+        self.v.op(a, VOp::Max, 4, 4, 5)?;
+        self.v.op(a, VOp::Max, 0, 0, 4)?;
+        self.horizontal(a, VOp::Max)?;
+        if self.avx512() {
+            a.vbroadcastss(ZMM[MAX], xmm0)
+        } else {
+            a.vbroadcastss(YMM[MAX], xmm0)
+        }
+        .map_err(AsmError::from)
+    }
+
+    /// Reduces register 0's lanes with `op` into its lane 0 (register 4 is clobbered).
+    fn horizontal(&mut self, a: &mut CodeAssembler, op: VOp) -> AsmResult<()> {
+        let apply = |a: &mut CodeAssembler, d: AsmRegisterXmm, s: AsmRegisterXmm| match op {
+            VOp::Max => a.vmaxps(d, d, s),
+            _ => a.vaddps(d, d, s),
+        };
+        if self.avx512() {
+            a.vextractf64x4(ymm4, zmm0, 1)?;
+            match op {
+                VOp::Max => a.vmaxps(ymm0, ymm0, ymm4)?,
+                _ => a.vaddps(ymm0, ymm0, ymm4)?,
+            }
+        }
+        a.vextractf128(xmm4, ymm0, 1)?;
+        apply(a, xmm0, xmm4)?;
+        a.vpermilps(xmm4, xmm0, 0x4E)?;
+        apply(a, xmm0, xmm4)?;
+        a.vpermilps(xmm4, xmm0, 0xB1)?;
+        apply(a, xmm0, xmm4)?;
+        Ok(())
+    }
+
+    /// Y = exp(X − MAX), summed into SUMS.
+    fn exp_pass(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        for s in SUMS {
+            self.v.zero(a, s)?;
+        }
+        self.full_vectors(a, 2, &mut |e, a, u, at| e.exp_vector(a, u, at, false))?;
+        if self.has_tail() {
+            let at = self.tail();
+            self.exp_vector(a, 0, at, true)?;
+        }
+        self.v.op(a, VOp::Add, SUMS[0], SUMS[0], SUMS[1])?;
+        Ok(())
+    }
+
+    /// One vector of exponentials from X at `at`, stored at the same place in Y.
+    fn exp_vector(
+        &mut self,
+        a: &mut CodeAssembler,
+        u: usize,
+        at: At,
+        masked: bool,
+    ) -> AsmResult<()> {
+        let [t, n, p, r2] = LANE_REGS[u % 2];
+        let sum = SUMS[u % 2];
+        self.v.load(a, t, at.of(rdi)?, masked)?;
+        self.v.op(a, VOp::Sub, t, t, MAX)?;
+        // Second operand t: a NaN passes through the clamp.
+        self.v.op(a, VOp::Max, t, CLAMP, t)?;
+        let log2e = self.consts.get(a, std::f32::consts::LOG2_E);
+        self.v.op_mem(a, VOp::Mul, n, t, log2e)?;
+        if self.avx512() {
+            a.vrndscaleps(ZMM[n], ZMM[n], 0)?;
+        } else {
+            a.vroundps(YMM[n], YMM[n], 0)?;
+        }
+        for c in [LN2_HI, LN2_LO] {
+            let c = self.consts.get(a, c);
+            self.fnmadd_mem(a, t, n, c)?;
+        }
+        // p(r) by Horner, then e = p·r² + r + 1.
+        let first = self.consts.get(a, EXP_POLY[0]);
+        self.v.load(a, p, first, false)?;
+        for &c in &EXP_POLY[1..] {
+            let c = self.consts.get(a, c);
+            self.fmadd213_mem(a, p, t, c)?;
+        }
+        self.v.op(a, VOp::Mul, r2, t, t)?;
+        self.fmadd213(a, p, r2, t)?;
+        let one = self.consts.get(a, 1.0);
+        self.v.op_mem(a, VOp::Add, p, p, one)?;
+        // 2^n from the exponent field: n ∈ [−127, 0], and n = −127 gives 0, so masked
+        // logits (−1e4, −inf) give exactly 0. `vscalefps` would give 2^−127·p there, a
+        // denormal: minibert's masked rows then ran 2.5× slower (microcode assists).
+        let bias = self.consts.get(a, f32::from_bits(127));
+        if self.avx512() {
+            a.vcvtps2dq(ZMM[n], ZMM[n])?;
+            a.vpaddd(ZMM[n], ZMM[n], zmmword_ptr(bias))?;
+            a.vpslld(ZMM[n], ZMM[n], 23)?;
+        } else {
+            a.vcvtps2dq(YMM[n], YMM[n])?;
+            a.vpaddd(YMM[n], YMM[n], ymmword_ptr(bias))?;
+            a.vpslld(YMM[n], YMM[n], 23)?;
+        }
+        self.v.op(a, VOp::Mul, p, p, n)?;
+        self.v.store(a, at.of(rsi)?, p, masked)?;
+        match (self.avx512(), masked) {
+            (true, true) => a.vaddps(ZMM[sum].k1(), ZMM[sum], ZMM[p])?,
+            (false, true) => {
+                a.vandps(YMM[p], YMM[p], YMM[AVX2_MASK])?;
+                a.vaddps(YMM[sum], YMM[sum], YMM[p])?;
+            }
+            _ => self.v.op(a, VOp::Add, sum, sum, p)?,
+        }
+        Ok(())
+    }
+
+    /// Y *= 1 / Σ.
+    fn scale_pass(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        self.horizontal(a, VOp::Add)?;
+        let one = self.consts.get(a, 1.0);
+        a.vmovss(xmm4, dword_ptr(one))?;
+        a.vdivss(xmm0, xmm4, xmm0)?;
+        if self.avx512() {
+            a.vbroadcastss(ZMM[FACTOR], xmm0)?;
+        } else {
+            a.vbroadcastss(YMM[FACTOR], xmm0)?;
+        }
+        self.full_vectors(a, 4, &mut |e, a, u, at| {
+            let r = LANE_REGS[u / 2][u % 2];
+            let m = at.of(rsi)?;
+            e.v.op_mem(a, VOp::Mul, r, FACTOR, m)?;
+            e.v.store(a, m, r, false).map_err(AsmError::from)
+        })?;
+        if self.has_tail() {
+            let m = self.tail().of(rsi)?;
+            self.v.load(a, 4, m, true)?;
+            self.v.op(a, VOp::Mul, 4, 4, FACTOR)?;
+            self.v.store(a, m, 4, true)?;
+        }
+        Ok(())
+    }
+
+    /// `d -= x · [c]`.
+    fn fnmadd_mem(
+        &self,
+        a: &mut CodeAssembler,
+        d: usize,
+        x: usize,
+        c: AsmMemoryOperand,
+    ) -> AsmResult<()> {
+        if self.avx512() {
+            a.vfnmadd231ps(ZMM[d], ZMM[x], zmmword_ptr(c))?;
+        } else {
+            a.vfnmadd231ps(YMM[d], YMM[x], ymmword_ptr(c))?;
+        }
+        Ok(())
+    }
+
+    /// `d = d · x + [c]`.
+    fn fmadd213_mem(
+        &self,
+        a: &mut CodeAssembler,
+        d: usize,
+        x: usize,
+        c: AsmMemoryOperand,
+    ) -> AsmResult<()> {
+        if self.avx512() {
+            a.vfmadd213ps(ZMM[d], ZMM[x], zmmword_ptr(c))?;
+        } else {
+            a.vfmadd213ps(YMM[d], YMM[x], ymmword_ptr(c))?;
+        }
+        Ok(())
+    }
+
+    /// `d = d · x + y`.
+    fn fmadd213(&self, a: &mut CodeAssembler, d: usize, x: usize, y: usize) -> AsmResult<()> {
+        if self.avx512() {
+            a.vfmadd213ps(ZMM[d], ZMM[x], ZMM[y])?;
+        } else {
+            a.vfmadd213ps(YMM[d], YMM[x], YMM[y])?;
+        }
+        Ok(())
+    }
+}
