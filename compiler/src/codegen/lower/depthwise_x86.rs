@@ -49,7 +49,8 @@
 use iced_x86::code_asm::*;
 
 use super::gemm_x86::{
-    activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
+    activate, emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, Vecs, X86Isa, AVX2_MASK,
+    YMM, ZMM,
 };
 use crate::ops::Activation;
 
@@ -193,8 +194,7 @@ struct Emitter<'s> {
     /// Scratch vector registers.
     tmp: usize,
     wtmp: usize,
-    /// AVX2 tail-mask table: 8 × -1 then 8 × 0.
-    mask_table: Option<CodeLabel>,
+    masks: TailMasks,
     /// AVX-512 deinterleave indices: even lanes, odd lanes.
     perm_table: Option<(CodeLabel, CodeLabel)>,
 }
@@ -230,7 +230,7 @@ impl<'s> Emitter<'s> {
             rows,
             tmp,
             wtmp,
-            mask_table: None,
+            masks: TailMasks::default(),
             perm_table: None,
         }
     }
@@ -338,26 +338,15 @@ impl<'s> Emitter<'s> {
         y: usize,
         lanes: usize,
     ) -> AsmResult<()> {
-        match self.v.isa {
-            X86Isa::Avx512 => {
-                a.mov(eax, ((1u32 << lanes) - 1) as i32)?;
-                let kr = match k {
-                    1 => k1,
-                    2 => k2,
-                    3 => k3,
-                    4 => k4,
-                    5 => k5,
-                    _ => return Err(AsmError(format!("no opmask k{k}"))),
-                };
-                a.kmovw(kr, eax)?;
-            }
-            X86Isa::Avx2 => {
-                let table = *self.mask_table.get_or_insert_with(|| a.create_label());
-                a.lea(rax, ptr(table))?;
-                a.vmovups(YMM[y], ymmword_ptr(rax + imm((8 - lanes) * F32)?))?;
-            }
-        }
-        Ok(())
+        let kr = match k {
+            1 => k1,
+            2 => k2,
+            3 => k3,
+            4 => k4,
+            5 => k5,
+            _ => return Err(AsmError(format!("no opmask k{k}"))),
+        };
+        self.masks.set(a, self.v.isa, kr, y, lanes)
     }
 
     fn mask_of(&self, k: usize, y: usize) -> Mask {
@@ -744,12 +733,6 @@ impl<'s> Emitter<'s> {
             a.set_label(&mut odds)?;
             a.dd(&(0..16).map(|i| 2 * i + 1).collect::<Vec<u32>>())?;
         }
-        if let Some(mut l) = self.mask_table.take() {
-            a.set_label(&mut l)?;
-            let mut t = vec![u32::MAX; 8];
-            t.extend([0u32; 8]);
-            a.dd(&t)?;
-        }
-        Ok(())
+        self.masks.emit_table(a)
     }
 }

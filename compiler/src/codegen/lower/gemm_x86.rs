@@ -150,6 +150,25 @@ macro_rules! vop {
     };
 }
 
+/// `d = fma-form(d, x, y)` with the instruction of `op`, for any operand kinds iced takes.
+macro_rules! vfma {
+    ($a:expr, $op:expr, $d:expr, $x:expr, $y:expr) => {
+        match $op {
+            FmaOp::MulAdd213 => $a.vfmadd213ps($d, $x, $y),
+            FmaOp::NegMulAdd231 => $a.vfnmadd231ps($d, $x, $y),
+        }
+    };
+}
+
+/// Fused multiply-add forms besides the accumulating `acc += x·y` of [`Vecs::fma`].
+#[derive(Clone, Copy)]
+pub(super) enum FmaOp {
+    /// `d = d·x + y` (Horner steps).
+    MulAdd213,
+    /// `d = d − x·y` (Cody–Waite reductions).
+    NegMulAdd231,
+}
+
 impl Vecs {
     pub(super) fn bytes(&self) -> i32 {
         (self.isa.lanes() * F32) as i32
@@ -259,6 +278,83 @@ impl Vecs {
     }
 }
 
+impl Vecs {
+    pub(super) fn fma_op(
+        &self,
+        a: &mut CodeAssembler,
+        op: FmaOp,
+        d: usize,
+        x: usize,
+        y: usize,
+    ) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => vfma!(a, op, YMM[d], YMM[x], YMM[y]),
+            X86Isa::Avx512 => vfma!(a, op, ZMM[d], ZMM[x], ZMM[y]),
+        }
+    }
+
+    /// [`Vecs::fma_op`] with `y` a full vector in memory.
+    pub(super) fn fma_op_mem(
+        &self,
+        a: &mut CodeAssembler,
+        op: FmaOp,
+        d: usize,
+        x: usize,
+        m: AsmMemoryOperand,
+    ) -> Result<(), IcedError> {
+        let m = self.vmem(m);
+        match self.isa {
+            X86Isa::Avx2 => vfma!(a, op, YMM[d], YMM[x], m),
+            X86Isa::Avx512 => vfma!(a, op, ZMM[d], ZMM[x], m),
+        }
+    }
+}
+
+/// Tail masks for vectors that end inside the data: an AVX-512 opmask, or on AVX2 a ymm
+/// register loaded from a table of 8 × −1 then 8 × 0 placed after the code (the mask
+/// for `n` lanes starts `8 − n` elements in).
+#[derive(Default)]
+pub(super) struct TailMasks {
+    table: Option<CodeLabel>,
+}
+
+impl TailMasks {
+    /// Sets opmask `k` (AVX-512) or ymm `y` (AVX2) to the first `lanes` lanes; rax is
+    /// clobbered.
+    pub(super) fn set(
+        &mut self,
+        a: &mut CodeAssembler,
+        isa: X86Isa,
+        k: AsmRegisterK,
+        y: usize,
+        lanes: usize,
+    ) -> AsmResult<()> {
+        match isa {
+            X86Isa::Avx512 => {
+                a.mov(eax, ((1u32 << lanes) - 1) as i32)?;
+                a.kmovw(k, eax)?;
+            }
+            X86Isa::Avx2 => {
+                let table = *self.table.get_or_insert_with(|| a.create_label());
+                a.lea(rax, ptr(table))?;
+                a.vmovups(YMM[y], ymmword_ptr(rax + imm((8 - lanes) * F32)?))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The AVX2 table, when a mask used it; after the code.
+    pub(super) fn emit_table(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        if let Some(mut l) = self.table.take() {
+            a.set_label(&mut l)?;
+            let mut t = vec![u32::MAX; 8];
+            t.extend([0u32; 8]);
+            a.dd(&t)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy)]
 pub(super) enum VOp {
     Add,
@@ -324,9 +420,7 @@ struct Emitter<'s> {
     mr: usize,
     nr: usize,
     consts: Consts,
-    /// AVX2 tail-mask table: 8 × -1 then 8 × 0; the mask for `n` lanes starts `8 - n`
-    /// elements in.
-    mask_table: Option<CodeLabel>,
+    masks: TailMasks,
     /// `GemmSpec::b_taps`, for [`BLayout::Taps`].
     taps_table: Option<CodeLabel>,
 }
@@ -344,7 +438,7 @@ pub fn emit(spec: &GemmSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
         mr,
         nr: vecs * isa.lanes(),
         consts: Consts { values: vec![] },
-        mask_table: None,
+        masks: TailMasks::default(),
         taps_table: None,
     };
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
@@ -483,21 +577,7 @@ impl Emitter<'_> {
     }
 
     fn set_mask(&mut self, a: &mut CodeAssembler, lanes: usize) -> AsmResult<()> {
-        match self.v.isa {
-            X86Isa::Avx512 => {
-                a.mov(eax, ((1u32 << lanes) - 1) as i32)?;
-                a.kmovw(k1, eax)?;
-            }
-            X86Isa::Avx2 => {
-                let table = *self.mask_table.get_or_insert_with(|| a.create_label());
-                a.lea(rax, ptr(table))?;
-                a.vmovups(
-                    YMM[AVX2_MASK],
-                    ymmword_ptr(rax + ((8 - lanes) * F32) as i32),
-                )?;
-            }
-        }
-        Ok(())
+        self.masks.set(a, self.v.isa, k1, AVX2_MASK, lanes)
     }
 
     /// The row tiles of one column panel (`rbp` = its first column).
@@ -823,13 +903,7 @@ impl Emitter<'_> {
             let t: Vec<u32> = self.spec.b_taps.iter().map(|&x| x as u32).collect();
             a.dd(&t)?;
         }
-        if let Some(mut l) = self.mask_table.take() {
-            a.set_label(&mut l)?;
-            let mut t = vec![u32::MAX; 8];
-            t.extend([0u32; 8]);
-            a.dd(&t)?;
-        }
-        Ok(())
+        self.masks.emit_table(a)
     }
 }
 

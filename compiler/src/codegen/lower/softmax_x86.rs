@@ -22,7 +22,10 @@
 
 use iced_x86::code_asm::*;
 
-use super::gemm_x86::{emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, YMM, ZMM};
+use super::gemm_x86::{
+    emit_consts, imm, AsmError, AsmResult, Consts, FmaOp, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
+    YMM, ZMM,
+};
 
 const F32: usize = 4;
 
@@ -34,8 +37,7 @@ const CLAMP: usize = 3;
 const FACTOR: usize = 12;
 /// Registers of the two exponentials in flight: t (then r), n, p, r².
 const LANE_REGS: [[usize; 4]; 2] = [[4, 5, 6, 7], [8, 9, 10, 11]];
-/// AVX2: the tail mask and a −∞ vector for masked maxima.
-const AVX2_MASK: usize = 15;
+/// AVX2: a −∞ vector for masked maxima (the tail mask is in `AVX2_MASK`, 15).
 const NEG_INF: usize = 14;
 
 /// Cephes `expf`: ln 2 split so that `n·LN2_HI` is exact, and the polynomial.
@@ -59,7 +61,7 @@ pub(super) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String
         v: Vecs { isa },
         n,
         consts: Consts { values: vec![] },
-        mask_table: None,
+        masks: TailMasks::default(),
     };
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     e.function(&mut a, rows)
@@ -90,7 +92,7 @@ struct Emitter {
     v: Vecs,
     n: usize,
     consts: Consts,
-    mask_table: Option<CodeLabel>,
+    masks: TailMasks,
 }
 
 impl Emitter {
@@ -111,7 +113,7 @@ impl Emitter {
     fn function(&mut self, a: &mut CodeAssembler, rows: usize) -> AsmResult<()> {
         let tail = self.n % self.lanes();
         if tail > 0 {
-            self.set_mask(a, tail)?;
+            self.masks.set(a, self.v.isa, k1, AVX2_MASK, tail)?;
         }
         let clamp = self.consts.get(a, -88.0);
         self.v.load(a, CLAMP, clamp, false)?;
@@ -134,28 +136,7 @@ impl Emitter {
         a.ret()?;
         let lanes = self.lanes();
         emit_consts(a, &mut self.consts, lanes)?;
-        if let Some(mut l) = self.mask_table.take() {
-            a.set_label(&mut l)?;
-            let mut t = vec![u32::MAX; 8];
-            t.extend([0u32; 8]);
-            a.dd(&t)?;
-        }
-        Ok(())
-    }
-
-    fn set_mask(&mut self, a: &mut CodeAssembler, lanes: usize) -> AsmResult<()> {
-        if self.avx512() {
-            a.mov(edx, ((1u32 << lanes) - 1) as i32)?;
-            a.kmovw(k1, edx)?;
-        } else {
-            let table = *self.mask_table.get_or_insert_with(|| a.create_label());
-            a.lea(rdx, ptr(table))?;
-            a.vmovups(
-                YMM[AVX2_MASK],
-                ymmword_ptr(rdx + ((8 - lanes) * F32) as i32),
-            )?;
-        }
-        Ok(())
+        self.masks.emit_table(a)
     }
 
     /// Emits `body(u, at)` for the row's full vectors, `unroll` per loop iteration
@@ -302,17 +283,17 @@ impl Emitter {
         }
         for c in [LN2_HI, LN2_LO] {
             let c = self.consts.get(a, c);
-            self.fnmadd_mem(a, t, n, c)?;
+            self.v.fma_op_mem(a, FmaOp::NegMulAdd231, t, n, c)?;
         }
         // p(r) by Horner, then e = p·r² + r + 1.
         let first = self.consts.get(a, EXP_POLY[0]);
         self.v.load(a, p, first, false)?;
         for &c in &EXP_POLY[1..] {
             let c = self.consts.get(a, c);
-            self.fmadd213_mem(a, p, t, c)?;
+            self.v.fma_op_mem(a, FmaOp::MulAdd213, p, t, c)?;
         }
         self.v.op(a, VOp::Mul, r2, t, t)?;
-        self.fmadd213(a, p, r2, t)?;
+        self.v.fma_op(a, FmaOp::MulAdd213, p, r2, t)?;
         let one = self.consts.get(a, 1.0);
         self.v.op_mem(a, VOp::Add, p, p, one)?;
         // 2^n from the exponent field: n ∈ [−127, 0], and n = −127 gives 0, so masked
@@ -363,48 +344,6 @@ impl Emitter {
             self.v.load(a, 4, m, true)?;
             self.v.op(a, VOp::Mul, 4, 4, FACTOR)?;
             self.v.store(a, m, 4, true)?;
-        }
-        Ok(())
-    }
-
-    /// `d -= x · [c]`.
-    fn fnmadd_mem(
-        &self,
-        a: &mut CodeAssembler,
-        d: usize,
-        x: usize,
-        c: AsmMemoryOperand,
-    ) -> AsmResult<()> {
-        if self.avx512() {
-            a.vfnmadd231ps(ZMM[d], ZMM[x], zmmword_ptr(c))?;
-        } else {
-            a.vfnmadd231ps(YMM[d], YMM[x], ymmword_ptr(c))?;
-        }
-        Ok(())
-    }
-
-    /// `d = d · x + [c]`.
-    fn fmadd213_mem(
-        &self,
-        a: &mut CodeAssembler,
-        d: usize,
-        x: usize,
-        c: AsmMemoryOperand,
-    ) -> AsmResult<()> {
-        if self.avx512() {
-            a.vfmadd213ps(ZMM[d], ZMM[x], zmmword_ptr(c))?;
-        } else {
-            a.vfmadd213ps(YMM[d], YMM[x], ymmword_ptr(c))?;
-        }
-        Ok(())
-    }
-
-    /// `d = d · x + y`.
-    fn fmadd213(&self, a: &mut CodeAssembler, d: usize, x: usize, y: usize) -> AsmResult<()> {
-        if self.avx512() {
-            a.vfmadd213ps(ZMM[d], ZMM[x], ZMM[y])?;
-        } else {
-            a.vfmadd213ps(YMM[d], YMM[x], YMM[y])?;
         }
         Ok(())
     }
