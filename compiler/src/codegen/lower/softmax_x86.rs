@@ -150,35 +150,23 @@ impl Emitter {
         let vb = self.lanes() * F32;
         let full = self.n / self.lanes();
         let groups = full / unroll;
+        let at = |u: usize| At {
+            indexed: true,
+            disp: u * vb,
+        };
         a.xor(ecx, ecx)?;
         if groups > 0 {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
             for u in 0..unroll {
-                body(
-                    self,
-                    a,
-                    u,
-                    At {
-                        indexed: true,
-                        disp: u * vb,
-                    },
-                )?;
+                body(self, a, u, at(u))?;
             }
             a.add(rcx, imm(unroll * vb)?)?;
             a.cmp(rcx, imm(groups * unroll * vb)?)?;
             a.jb(top)?;
         }
         for u in 0..full % unroll {
-            body(
-                self,
-                a,
-                u,
-                At {
-                    indexed: true,
-                    disp: u * vb,
-                },
-            )?;
+            body(self, a, u, at(u))?;
         }
         Ok(())
     }
