@@ -360,6 +360,8 @@ fn gemm_every_transpose_alpha_beta_and_c_shape() {
         // GEMV-like tiles that spread K over several accumulator sets.
         (1, 517, 70),
         (2, 37, 50),
+        // A of 1.2 MB: K blocks outermost (smaller A runs panel by panel).
+        (300, 1000, 20),
     ] {
         for const_b in [false, true] {
             let op = Op::Gemm(GemmAttrs {

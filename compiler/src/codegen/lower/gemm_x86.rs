@@ -97,6 +97,29 @@ pub fn k_block(nr: usize) -> usize {
     kc / K_UNROLL * K_UNROLL
 }
 
+/// Bytes of A up to which a GEMM of several K blocks runs panel by panel, each through
+/// every K block, instead of K block by K block over all panels. Block by block keeps
+/// A's block in L2 while all of C is swept once per block: right when A is large (a
+/// conv's 2.4 MB of 3×3×256 weights), but when C is the large one, C goes back and
+/// forth to L3 (ViT's MLP, 197×256×1024: C 0.8 MB, A 0.2 MB). Panel by panel, one
+/// panel of C stays in L1/L2 across the blocks, and all of A (≤ this) stays in L2.
+/// Measured (`--bench gemm`, x86-64-v4, three alternating runs, `NNC_GEMM_ORDER`):
+/// 256×256×1024 123–136 vs 79–128 GFLOP/s, 197×256×1024 even; no change measurable on
+/// vit_tiny or minibert, whose GEMMs are bound elsewhere.
+const PANELS_OUTER_MAX_A_BYTES: usize = 1 << 20;
+
+/// Whether the kernel runs panels outermost (see [`PANELS_OUTER_MAX_A_BYTES`]);
+/// `NNC_GEMM_ORDER=blocks|panels` forces one order, for measurements.
+fn panels_outer(s: &GemmSpec) -> bool {
+    let blocks = s.k > s.geometry.k_block_len(s.k);
+    match std::env::var("NNC_GEMM_ORDER").as_deref() {
+        Ok("blocks") => return false,
+        Ok("panels") => return blocks && !matches!(s.b, BLayout::Taps { .. }),
+        _ => {}
+    }
+    blocks && !matches!(s.b, BLayout::Taps { .. }) && s.m * s.k * F32 <= PANELS_OUTER_MAX_A_BYTES
+}
+
 /// An encoding failure or a spec the kernel cannot express.
 #[derive(Debug)]
 pub(super) struct AsmError(pub(super) String);
@@ -462,27 +485,10 @@ impl Emitter<'_> {
             a.mov(qword_ptr(rsp + (n * 8) as i32), *r)?;
         }
         if s.m > 0 && s.n > 0 {
-            // r15 = first K step of the block being computed.
-            // The same blocks as the packed operands (`Geometry::k_block_len`).
-            let kc = s.geometry.k_block_len(s.k);
-            a.xor(r15d, r15d)?;
-            if s.k <= kc {
-                self.pass(a, Pass::Only, s.k)?;
+            if panels_outer(s) {
+                self.panels_outer(a)?;
             } else {
-                let full = s.k / kc;
-                let rem = s.k % kc;
-                let middle = if rem == 0 { full - 2 } else { full - 1 };
-                self.pass(a, Pass::First, kc)?;
-                a.mov(r15, kc as u64)?;
-                if middle > 0 {
-                    let mut top = a.create_label();
-                    a.set_label(&mut top)?;
-                    self.pass(a, Pass::Middle, kc)?;
-                    a.add(r15, imm(kc)?)?;
-                    a.cmp(r15, imm((middle + 1) * kc)?)?;
-                    a.jb(top)?;
-                }
-                self.pass(a, Pass::Last, if rem == 0 { kc } else { rem })?;
+                self.k_blocks(a, &mut |e, a, block| e.pass(a, block))?;
             }
         }
         a.add(rsp, FRAME as i32)?;
@@ -494,15 +500,103 @@ impl Emitter<'_> {
         self.data(a)
     }
 
-    /// All tiles of C for the K steps `r15 .. r15 + steps`.
-    fn pass(&mut self, a: &mut CodeAssembler, pass: Pass, steps: usize) -> AsmResult<()> {
+    /// Emits `body` for each K block in turn, r15 = the block's first K step: the same
+    /// blocks as the packed operands (`Geometry::k_block_len`).
+    fn k_blocks(
+        &mut self,
+        a: &mut CodeAssembler,
+        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, Block) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        let k = self.spec.k;
+        let kc = self.spec.geometry.k_block_len(k);
+        a.xor(r15d, r15d)?;
+        if k <= kc {
+            return body(
+                self,
+                a,
+                Block {
+                    pass: Pass::Only,
+                    steps: k,
+                },
+            );
+        }
+        let full = k / kc;
+        let rem = k % kc;
+        let middle = if rem == 0 { full - 2 } else { full - 1 };
+        body(
+            self,
+            a,
+            Block {
+                pass: Pass::First,
+                steps: kc,
+            },
+        )?;
+        a.mov(r15, kc as u64)?;
+        if middle > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            body(
+                self,
+                a,
+                Block {
+                    pass: Pass::Middle,
+                    steps: kc,
+                },
+            )?;
+            a.add(r15, imm(kc)?)?;
+            a.cmp(r15, imm((middle + 1) * kc)?)?;
+            a.jb(top)?;
+        }
+        let steps = if rem == 0 { kc } else { rem };
+        body(
+            self,
+            a,
+            Block {
+                pass: Pass::Last,
+                steps,
+            },
+        )
+    }
+
+    /// Column panel after column panel, each through every K block (see
+    /// [`panels_outer`]); rbp = the panel's first column.
+    fn panels_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.spec;
+        let lanes = self.v.isa.lanes();
+        let (full_panels, rem) = (s.n / self.nr, s.n % self.nr);
+        let (_, vecs) = self.v.isa.tile();
+        let nr = self.nr;
+        a.xor(ebp, ebp)?;
+        if full_panels > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.k_blocks(a, &mut |e, a, block| e.row_tiles(a, block, vecs, None, nr))?;
+            a.add(rbp, imm(nr)?)?;
+            a.cmp(rbp, imm(full_panels * nr)?)?;
+            a.jb(top)?;
+        }
+        if rem > 0 {
+            let vecs = rem.div_ceil(lanes);
+            let tail_lanes = (rem % lanes != 0).then_some(rem % lanes);
+            if let Some(n) = tail_lanes {
+                self.set_mask(a, n)?;
+            }
+            self.k_blocks(a, &mut |e, a, block| {
+                e.row_tiles(a, block, vecs, tail_lanes, vecs * lanes)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// All tiles of C for the K steps `r15 .. r15 + block.steps`.
+    fn pass(&mut self, a: &mut CodeAssembler, block: Block) -> AsmResult<()> {
         if let BLayout::Taps {
             out_w,
             out_h,
             row_step,
         } = self.spec.b
         {
-            return self.conv_pass(a, Block { pass, steps }, out_w, out_h, row_step);
+            return self.conv_pass(a, block, out_w, out_h, row_step);
         }
         let s = self.spec;
         let lanes = self.v.isa.lanes();
@@ -513,7 +607,7 @@ impl Emitter<'_> {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
             let (_, vecs) = self.v.isa.tile();
-            self.row_tiles(a, Block { pass, steps }, vecs, None, self.nr)?;
+            self.row_tiles(a, block, vecs, None, self.nr)?;
             a.add(rbp, imm(self.nr)?)?;
             a.cmp(rbp, imm(full_panels * self.nr)?)?;
             a.jb(top)?;
@@ -525,7 +619,7 @@ impl Emitter<'_> {
             if let Some(n) = tail_lanes {
                 self.set_mask(a, n)?;
             }
-            self.row_tiles(a, Block { pass, steps }, vecs, tail_lanes, vecs * lanes)?;
+            self.row_tiles(a, block, vecs, tail_lanes, vecs * lanes)?;
         }
         Ok(())
     }
