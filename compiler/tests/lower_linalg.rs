@@ -1080,6 +1080,116 @@ fn conv_transposed_gemm() {
     check_all(cases);
 }
 
+/// Implicit-GEMM convs whose output rows are ≥ 96 wide: the x86 kernel writes C, bias,
+/// residual and activation into the output row by row (`conv_implicit_rows`), stride 2
+/// over phase planes also for short K (a K = 27 stem), odd widths whose last panel ends
+/// inside a vector, asymmetric pads, batches; runtime weights keep stride 1 off Winograd.
+#[test]
+fn conv_rows_in_place() {
+    use nnc::ops::Activation;
+    // (name, input, maps, kernel, stride, pads, activation, const weights, bias, residual)
+    #[allow(clippy::type_complexity)]
+    let shapes: Vec<(
+        &str,
+        [usize; 4],
+        usize,
+        usize,
+        usize,
+        [usize; 4],
+        Activation,
+        bool,
+        bool,
+        bool,
+    )> = vec![
+        (
+            "3x3 stride 2 K = 27 stem, batch 2",
+            [2, 3, 15, 223],
+            16,
+            3,
+            2,
+            [0; 4],
+            Activation::Relu,
+            true,
+            true,
+            true,
+        ),
+        // 64 maps × 111 columns: 18 rows per call, so three calls (residual offsets).
+        (
+            "3x3 stride 2 in row chunks",
+            [1, 3, 43, 223],
+            64,
+            3,
+            2,
+            [0; 4],
+            Activation::Relu,
+            true,
+            true,
+            true,
+        ),
+        (
+            "7x7 stride 2",
+            [1, 3, 9, 200],
+            10,
+            7,
+            2,
+            [3; 4],
+            Activation::Clip { min: 0.0, max: 6.0 },
+            true,
+            false,
+            false,
+        ),
+        (
+            "3x3 stride 1 asymmetric pads",
+            [1, 5, 6, 97],
+            12,
+            3,
+            1,
+            [0, 1, 1, 2],
+            Activation::LeakyRelu { alpha: 0.1 },
+            false,
+            true,
+            true,
+        ),
+    ];
+    let mut cases = vec![];
+    for (name, x, maps, k, stride, pads, act, const_w, bias, residual) in shapes {
+        let out = |i: usize, a: usize| (i + pads[a] + pads[a + 2] - k) / stride + 1;
+        let y = [x[0], maps, out(x[2], 0), out(x[3], 1)];
+        assert!(
+            y[3] >= 96,
+            "{name}: rows of {} do not take the in-place path",
+            y[3]
+        );
+        let op = Op::Conv(ConvAttrs {
+            kernel: vec![k, k],
+            strides: vec![stride, stride],
+            pads: pads.to_vec(),
+            dilations: vec![1, 1],
+            group: 1,
+            activation: act,
+        });
+        let w = [maps, x[1], k, k];
+        let mut ins = vec![
+            f32s(&x),
+            if const_w {
+                cst(DType::F32, &w)
+            } else {
+                f32s(&w)
+            },
+        ];
+        ins.push(if bias {
+            cst(DType::F32, &[maps])
+        } else {
+            In::Omitted
+        });
+        if residual {
+            ins.push(f32s(&y));
+        }
+        cases.push((format!("rows in place {name}"), op, ins));
+    }
+    check_all(cases);
+}
+
 /// Depthwise convs with every activation the machine-code epilogue fuses, one it does
 /// not (Sigmoid: a pass after the kernel), with and without a residual, stride 1 and 2,
 /// widths ending inside a vector.

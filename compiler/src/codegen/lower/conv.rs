@@ -826,7 +826,7 @@ fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     // `NNC_PHASE_PLANES=off` keeps every stride-2 conv on im2col, for measurements.
     const MIN_PHASE_K: usize = 64;
     let phases_ok = std::env::var("NNC_PHASE_PLANES").as_deref() != Ok("off")
-        && g.gemm_k() >= MIN_PHASE_K
+        && (g.gemm_k() >= MIN_PHASE_K || writes_rows_in_place(g))
         && g.taps() > 1;
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
@@ -851,6 +851,9 @@ fn conv_implicit_gemm(
     scratch: Value,
     layout: &Im2colLayout,
 ) -> LowerResult {
+    if writes_rows_in_place(g) {
+        return conv_implicit_rows(ctx, g, ops, weights, spec, taps, scratch, layout);
+    }
     let padded = g.padded();
     let wide = wide_columns(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
     let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
@@ -958,6 +961,106 @@ fn conv_implicit_gemm(
         chunk(b, row0, last_rows, &last_kernel);
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// Output rows at least this wide are written by the implicit GEMM in place, row by row
+/// (panels within each row), instead of as a wide output that a copy compacts: the
+/// copy is a second pass over the whole output (the 7×7 stem: 3.2 MB), and at this
+/// width the row's last, partial panel wastes little. Measured (`benches/bench_conv.py`,
+/// `NNC_CONV_ROWS=wide` for the old path): ResNet's 7×7 stem 2.0–2.1 vs 2.4–2.6 ms,
+/// SqueezeNet's K = 27 stem (now over phase planes) 0.57–1.05 vs 0.71–1.09 ms against
+/// im2col. Narrower rows (56, 28, 14) keep the wide output, whose panels run across
+/// rows.
+const IN_PLACE_MIN_OUT_W: usize = 96;
+
+fn writes_rows_in_place(g: &ConvGeometry) -> bool {
+    std::env::var("NNC_CONV_ROWS").as_deref() != Ok("wide")
+        && g.output.len() == 2
+        && g.output[1] >= IN_PLACE_MIN_OUT_W
+}
+
+/// [`conv_implicit_gemm`] for wide output rows: the kernel walks output rows itself
+/// (`BLayout::Taps` with `out_h` rows of `out_w` columns, B advancing by the padded or
+/// phase-plane row) and writes C, bias, residual and activation straight into Y.
+#[allow(clippy::too_many_arguments)]
+fn conv_implicit_rows(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    weights: &WeightsA,
+    spec: GemmSpec,
+    taps: Vec<i32>,
+    scratch: Value,
+    layout: &Im2colLayout,
+) -> LowerResult {
+    let padded = g.padded();
+    let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
+    let (out_h, out_w) = (g.output[0], g.output[1]);
+    let phases = PhasePlanes::of(g);
+    // Output rows per call: C of one call within IMPLICIT_C_BYTES (L2).
+    let chunk_rows = (IMPLICIT_C_BYTES / (g.mg * out_w * F32)).clamp(1, out_h);
+    let last_rows = match out_h % chunk_rows {
+        0 => chunk_rows,
+        r => r,
+    };
+    let loop_chunks = (out_h - last_rows) / chunk_rows;
+    let spec_of = |rows: usize| GemmSpec {
+        n: rows * out_w,
+        b: BLayout::Taps {
+            out_w,
+            out_h: rows,
+            row_step: row,
+        },
+        ldc: g.out_size(),
+        b_taps: taps.clone(),
+        ..spec.clone()
+    };
+    let full_kernel = match loop_chunks {
+        0 => None,
+        _ => Some(GemmKernel::define(ctx, &spec_of(chunk_rows))?),
+    };
+    let last_kernel = GemmKernel::define(ctx, &spec_of(last_rows))?;
+    let b = &mut *ctx.b;
+    let phase_planes = b.ins().iadd_imm_s(
+        scratch,
+        (layout.padded_bytes + align_up(layout.col_bytes)) as i64,
+    );
+    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
+        let mut src = if g.has_padding() {
+            copy_padded(b, x_g, &g.input, g.cg, scratch, &padded, &g.pad_begin);
+            scratch
+        } else {
+            x_g
+        };
+        if let Some(p) = phases {
+            p.split(b, g, src, phase_planes);
+            src = phase_planes;
+        }
+        let (y_g, addends) = output_and_bias(b, g, ops, n, grp);
+        let a = weights.group(b, grp, g);
+        let chunk = |b: &mut FunctionBuilder, row0: Value, k: &GemmKernel| {
+            let at_in = b.ins().imul_imm_s(row0, (row * F32) as i64);
+            let src_c = b.ins().iadd(src, at_in);
+            let at_out = b.ins().imul_imm_s(row0, (out_w * F32) as i64);
+            let y_c = b.ins().iadd(y_g, at_out);
+            let mut addends = addends.clone();
+            if ops.residual.is_some() {
+                // The residual, last, moves with C.
+                let r = addends.pop().expect("the residual addend");
+                addends.push(b.ins().iadd(r, at_out));
+            }
+            k.call(b, a, src_c, y_c, &addends);
+        };
+        if let Some(k) = &full_kernel {
+            let end = (loop_chunks * chunk_rows) as i64;
+            kernel::counted_loop(b, 0, end, chunk_rows as i64, |b, row0| chunk(b, row0, k));
+        }
+        let row0 = kernel::iconst(b, (out_h - last_rows) as i64);
+        chunk(b, row0, &last_kernel);
+    });
+    Ok(())
 }
 
 /// Writes the im2col columns `col0 .. col0+cols` (col0 a multiple of the panel width)
