@@ -3,12 +3,19 @@
 alternating between the engines, and prints medians and nnc/onnxruntime ratios.
 
 usage: benches/bench_models.py MODELS_DIR [--models a,b] [--rounds N] [--cpu CPU] [--json FILE]
+                                [--clock cpu|wall] [--variant ENV=VALUE ...]
 
 Each model is compiled with target/release/nnc (build it first: cargo build --release),
 loaded with ctypes, and run on the model's saved inputs (MODEL.input.NAME.npy) or on
 random inputs of the declared shapes. One round times a batch of calls of each engine in
 turn; the median over rounds of the per-call time is reported, so drift on the machine
 hits both engines alike. tract is timed in-process by `cargo bench --bench models`.
+
+`--variant NNC_X=VALUE` (repeatable) also compiles the model with that code-generation
+switch in the environment and times it in the same rounds, printing its ms and its ratio
+to the default build: an A/B of one change inside whole models that machine drift
+cannot fake. `--clock cpu` (default) times the calling thread's CPU time, which
+onnxruntime with one intra-op thread also runs on; `wall` times elapsed time.
 """
 import argparse, ctypes, glob, json, os, statistics, subprocess, sys, tempfile, time
 import numpy as np
@@ -51,11 +58,14 @@ class NncModel:
             raise RuntimeError(f"infer returned {rc}")
 
 
+CLOCK = time.thread_time
+
+
 def time_calls(fn, calls):
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - t0) / calls * 1e3
+    return (CLOCK() - t0) / calls * 1e3
 
 
 def main():
@@ -66,7 +76,13 @@ def main():
     ap.add_argument("--budget-ms", type=float, default=150.0, help="target time per engine per round")
     ap.add_argument("--cpu", default="native")
     ap.add_argument("--json", help="write the results as JSON to this file")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    ap.add_argument("--variant", action="append", default=[], metavar="ENV=VALUE",
+                    help="also time a build compiled with this environment variable set")
     args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
+    variants = [dict([v.split("=", 1)]) for v in args.variant]
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -74,36 +90,51 @@ def main():
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     rows = []
-    print(f"{'model':<20} {'nnc ms':>9} {'ort ms':>9} {'nnc/ort':>8}  (median of {args.rounds} rounds, 1 thread, cpu {args.cpu})")
+    extra = "".join(f"  {v:>24} {'/nnc':>6}" for v in args.variant)
+    print(f"{'model':<20} {'nnc ms':>9} {'ort ms':>9} {'nnc/ort':>8}{extra}  "
+          f"(median of {args.rounds} rounds, 1 thread, cpu {args.cpu}, {args.clock} time)")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             onnx_path = os.path.join(args.models_dir, name + ".onnx")
-            lib = os.path.join(tmp, f"lib{name}.so")
-            r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib], capture_output=True, text=True)
-            if r.returncode != 0:
-                print(f"{name}: compile failed: {r.stderr.strip()}")
+            models = []
+            for i, env in enumerate([{}] + variants):
+                lib = os.path.join(tmp, f"lib{name}.{i}.so")
+                r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib],
+                                   capture_output=True, text=True, env={**os.environ, **env})
+                if r.returncode != 0:
+                    print(f"{name}: compile failed: {r.stderr.strip()}")
+                    break
+                models.append(NncModel(lib))
+            if len(models) != 1 + len(variants):
                 continue
-            model = NncModel(lib)
-            feeds = model_inputs(args.models_dir, name, model.inputs)
-            model.bind(feeds)
+            feeds = model_inputs(args.models_dir, name, models[0].inputs)
+            for m in models:
+                m.bind(feeds)
             sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
             ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
             run_ort = lambda: sess.run(None, ort_feeds)
+            engines = [m.run for m in models] + [run_ort]
             # Warm up and size the batch of calls per round from one timed call.
-            for fn in (model.run, run_ort):
+            for fn in engines:
                 fn()
-            once = max(time_calls(model.run, 2), time_calls(run_ort, 2))
+            once = max(time_calls(fn, 2) for fn in engines)
             calls = max(1, int(args.budget_ms / max(once, 1e-3)))
-            nnc_t, ort_t = [], []
+            times = [[] for _ in engines]
             for _ in range(args.rounds):
-                nnc_t.append(time_calls(model.run, calls))
-                ort_t.append(time_calls(run_ort, calls))
-            n, o = statistics.median(nnc_t), statistics.median(ort_t)
-            rows.append({"model": name, "nnc_ms": n, "onnxruntime_ms": o, "nnc_over_onnxruntime": n / o})
-            print(f"{name:<20} {n:9.3f} {o:9.3f} {n / o:8.2f}", flush=True)
+                for t, fn in zip(times, engines):
+                    t.append(time_calls(fn, calls))
+            med = [statistics.median(t) for t in times]
+            n, o = med[0], med[-1]
+            row = {"model": name, "nnc_ms": n, "onnxruntime_ms": o, "nnc_over_onnxruntime": n / o}
+            cols = ""
+            for v, ms in zip(args.variant, med[1:-1]):
+                row.setdefault("variants", {})[v] = ms
+                cols += f"  {ms:24.3f} {ms / n:6.2f}"
+            rows.append(row)
+            print(f"{name:<20} {n:9.3f} {o:9.3f} {n / o:8.2f}{cols}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "cpu": args.cpu, "rows": rows}, f, indent=1)
+            json.dump({"date": time.strftime("%Y-%m-%d"), "cpu": args.cpu, "clock": args.clock, "rows": rows}, f, indent=1)
 
 
 main()
