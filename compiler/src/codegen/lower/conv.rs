@@ -498,6 +498,12 @@ impl Im2colLayout {
     fn bytes(&self) -> usize {
         self.padded_bytes + align_up(self.col_bytes) + self.phase_bytes
     }
+
+    /// Where the phase planes start in the scratch.
+    fn phase_planes(&self, b: &mut FunctionBuilder, scratch: Value) -> Value {
+        let at = self.padded_bytes + align_up(self.col_bytes);
+        b.ins().iadd_imm_s(scratch, at as i64)
+    }
 }
 
 /// Compile-time im2col tables, in bytes relative to the (padded) group input:
@@ -613,7 +619,14 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
             Some(p) => p.taps(g)?,
             None => tap,
         };
-        return conv_implicit_gemm(ctx, g, ops, &weights, whole, tap, scratch, &layout);
+        let im = ImplicitConv {
+            weights: &weights,
+            spec: whole,
+            taps: tap,
+            scratch,
+            layout: &layout,
+        };
+        return conv_implicit_gemm(ctx, g, ops, im);
     }
     let tables = im2col_tables(g, geom.nr, tap);
     let ptrs = TablePtrs {
@@ -840,25 +853,25 @@ fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
 /// over whole padded rows ("wide" output, written to scratch), and a copy keeps the
 /// `out` valid columns of each row. A residual (compact layout) is added by that copy,
 /// followed by the activation; otherwise the GEMM's epilogue applies the activation.
-#[allow(clippy::too_many_arguments)]
 fn conv_implicit_gemm(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
-    weights: &WeightsA,
-    spec: GemmSpec,
-    taps: Vec<i32>,
-    scratch: Value,
-    layout: &Im2colLayout,
+    im: ImplicitConv,
 ) -> LowerResult {
     if writes_rows_in_place(g) {
-        return conv_implicit_rows(ctx, g, ops, weights, spec, taps, scratch, layout);
+        return conv_implicit_rows(ctx, g, ops, im);
     }
-    let padded = g.padded();
+    let ImplicitConv {
+        weights,
+        spec,
+        taps,
+        scratch,
+        layout,
+    } = im;
     let wide = wide_columns(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
     let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
     let (out_h, out_w) = (g.output[0], g.output[1]);
-    let phases = PhasePlanes::of(g);
     let residual = ops.residual.is_some();
     let mut spec = spec;
     if residual {
@@ -869,12 +882,7 @@ fn conv_implicit_gemm(
     // Output rows per GEMM call: C of one call within IMPLICIT_C_BYTES, so the kernel's
     // passes over C (one per K block) and the compaction stay in L2. As one call, the
     // 7×7 stem's 3 MB wide output was swept from L3.
-    let chunk_rows = (IMPLICIT_C_BYTES / (g.mg * row * F32)).clamp(1, out_h);
-    let last_rows = match out_h % chunk_rows {
-        0 => chunk_rows,
-        r => r,
-    };
-    let loop_chunks = (out_h - last_rows) / chunk_rows;
+    let (chunk_rows, loop_chunks, last_rows) = row_chunks(out_h, g.mg * row * F32);
     // One call computes `n` wide columns from its first row.
     let spec_of = |n: usize| GemmSpec {
         n,
@@ -895,24 +903,11 @@ fn conv_implicit_gemm(
     let last_kernel = GemmKernel::define(ctx, &spec_of((last_rows - 1) * row + out_w))?;
     let b = &mut *ctx.b;
     let c_wide = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
-    let phase_planes = b.ins().iadd_imm_s(
-        scratch,
-        (layout.padded_bytes + align_up(layout.col_bytes)) as i64,
-    );
+    let phase_planes = layout.phase_planes(b, scratch);
     let mut failure = None;
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
-        let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
-        let mut src = if g.has_padding() {
-            copy_padded(b, x_g, &g.input, g.cg, scratch, &padded, &g.pad_begin);
-            scratch
-        } else {
-            x_g
-        };
-        if let Some(p) = phases {
-            p.split(b, g, src, phase_planes);
-            src = phase_planes;
-        }
+        let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
         let (y_g, mut addends) = output_and_bias(b, g, ops, n, grp);
         let r_g = if residual { addends.pop() } else { None };
         let a = weights.group(b, grp, g);
@@ -963,6 +958,52 @@ fn conv_implicit_gemm(
     failure.map_or(Ok(()), Err)
 }
 
+/// What the implicit-GEMM paths share: the weights (A), the whole-conv GEMM spec they
+/// specialize per call, B's K-row offsets and the scratch with its layout.
+struct ImplicitConv<'a> {
+    weights: &'a WeightsA,
+    spec: GemmSpec,
+    taps: Vec<i32>,
+    scratch: Value,
+    layout: &'a Im2colLayout,
+}
+
+/// Splits `out_h` output rows of `row_bytes` of C each into calls of `chunk_rows` rows,
+/// C of one call within IMPLICIT_C_BYTES: `(chunk_rows, full chunks, rows of the last)`.
+fn row_chunks(out_h: usize, row_bytes: usize) -> (usize, usize, usize) {
+    let chunk_rows = (IMPLICIT_C_BYTES / row_bytes.max(1)).clamp(1, out_h);
+    let last_rows = match out_h % chunk_rows {
+        0 => chunk_rows,
+        r => r,
+    };
+    (chunk_rows, (out_h - last_rows) / chunk_rows, last_rows)
+}
+
+/// The implicit GEMM's B for image `n`, group `grp`: the group's input, zero-padded
+/// into scratch when the conv pads, then split into phase planes when it has stride 2.
+fn implicit_input(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    n: Value,
+    grp: Value,
+    scratch: Value,
+    phase_planes: Value,
+) -> Value {
+    let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
+    let mut src = if g.has_padding() {
+        copy_padded(b, x_g, &g.input, g.cg, scratch, &g.padded(), &g.pad_begin);
+        scratch
+    } else {
+        x_g
+    };
+    if let Some(p) = PhasePlanes::of(g) {
+        p.split(b, g, src, phase_planes);
+        src = phase_planes;
+    }
+    src
+}
+
 /// Output rows at least this wide are written by the implicit GEMM in place, row by row
 /// (panels within each row), instead of as a wide output that a copy compacts: the
 /// copy is a second pass over the whole output (the 7×7 stem: 3.2 MB), and at this
@@ -982,28 +1023,18 @@ fn writes_rows_in_place(g: &ConvGeometry) -> bool {
 /// [`conv_implicit_gemm`] for wide output rows: the kernel walks output rows itself
 /// (`BLayout::Taps` with `out_h` rows of `out_w` columns, B advancing by the padded or
 /// phase-plane row) and writes C, bias, residual and activation straight into Y.
-#[allow(clippy::too_many_arguments)]
 fn conv_implicit_rows(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
-    weights: &WeightsA,
-    spec: GemmSpec,
-    taps: Vec<i32>,
-    scratch: Value,
-    layout: &Im2colLayout,
+    im: ImplicitConv,
 ) -> LowerResult {
-    let padded = g.padded();
+    let (weights, scratch, layout) = (im.weights, im.scratch, im.layout);
+    let (spec, taps) = (&im.spec, &im.taps);
     let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
     let (out_h, out_w) = (g.output[0], g.output[1]);
-    let phases = PhasePlanes::of(g);
     // Output rows per call: C of one call within IMPLICIT_C_BYTES (L2).
-    let chunk_rows = (IMPLICIT_C_BYTES / (g.mg * out_w * F32)).clamp(1, out_h);
-    let last_rows = match out_h % chunk_rows {
-        0 => chunk_rows,
-        r => r,
-    };
-    let loop_chunks = (out_h - last_rows) / chunk_rows;
+    let (chunk_rows, loop_chunks, last_rows) = row_chunks(out_h, g.mg * out_w * F32);
     let spec_of = |rows: usize| GemmSpec {
         n: rows * out_w,
         b: BLayout::Taps {
@@ -1021,23 +1052,10 @@ fn conv_implicit_rows(
     };
     let last_kernel = GemmKernel::define(ctx, &spec_of(last_rows))?;
     let b = &mut *ctx.b;
-    let phase_planes = b.ins().iadd_imm_s(
-        scratch,
-        (layout.padded_bytes + align_up(layout.col_bytes)) as i64,
-    );
+    let phase_planes = layout.phase_planes(b, scratch);
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
-        let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
-        let mut src = if g.has_padding() {
-            copy_padded(b, x_g, &g.input, g.cg, scratch, &padded, &g.pad_begin);
-            scratch
-        } else {
-            x_g
-        };
-        if let Some(p) = phases {
-            p.split(b, g, src, phase_planes);
-            src = phase_planes;
-        }
+        let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
         let (y_g, addends) = output_and_bias(b, g, ops, n, grp);
         let a = weights.group(b, grp, g);
         let chunk = |b: &mut FunctionBuilder, row0: Value, k: &GemmKernel| {
