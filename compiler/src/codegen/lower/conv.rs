@@ -3,18 +3,46 @@
 //! Conv picks one of four code shapes per node (see [`ConvPath`]):
 //! * pointwise (1×…×1 kernel, stride 1, no padding, float32): per batch and group,
 //!   `Y_g[Mg, P] = W_g[Mg, Cg] · X_g[Cg, P]` — one GEMM reading X in place;
-//! * depthwise (one input channel per group, float32, 1-D or 2-D): a direct loop
-//!   vectorized along the output width over a zero-padded copy of one input plane;
-//! * im2col (every other float32 conv, any rank): a zero-padded copy of the group's
-//!   input, then, a chunk of output positions at a time, the im2col matrix written
-//!   straight into the GEMM's packed-panel layout and multiplied by the weights (packed
-//!   at compile time when constant), bias fused into the GEMM epilogue;
+//! * depthwise (one input channel per group, float32, 1-D or 2-D): machine-code
+//!   kernels on x86 (`depthwise_x86`), else a direct loop vectorized along the output
+//!   width over a zero-padded copy of one input plane;
+//! * im2col (every other float32 conv, any rank), which specializes further: Winograd
+//!   F(4×4)/F(2×2) for 3×3 stride-1 convs with constant weights (`winograd`); the
+//!   transposed GEMM `Yᵀ = Xᵀ·Wᵀ` for few positions and many maps (`narrow`); on x86
+//!   kernels, the implicit GEMM reading the padded input (stride 1) or its phase
+//!   planes (stride 2) in place (`conv_implicit_gemm`, rows ≥ 96 written straight into
+//!   Y); otherwise the im2col matrix written a chunk at a time in the GEMM's panel
+//!   layout. Weights are packed at compile time when constant; bias, residual and
+//!   activation are fused into the GEMM epilogue;
 //! * scalar (float64, float16, bfloat16): a direct loop nest with bounds checks.
 //!
 //! ConvTranspose scatters: every kernel tap adds `W_tap^T · X` into a strided window of
 //! the output, whose bounds are static per tap, so no loop checks them. float32 does it
 //! as one GEMM per (tap, input row) accumulating into the output; other dtypes with a
 //! scalar loop per (input channel, output channel, tap).
+//!
+//! # Activation layout: NCHW
+//!
+//! Every tensor stays in the model's NCHW layout; no pass reorders activations. Why,
+//! and what was measured (one thread, this project's Xeon, session 4):
+//! * NCHW needs no reorder at the graph's edges or around the ops without a blocked
+//!   kernel, makes Reshape/Flatten views and Concat along channels in-place slices
+//!   (onnxruntime, which converts conv chains to NCHWc, spends ~0.45 ms of
+//!   squeezenet1_1's ~7 ms in Concat and ReorderOutput), and lets one GEMM serve Conv,
+//!   Gemm and MatMul.
+//! * Its cost is in the layers where the vector runs along output positions that are
+//!   few or oddly sized, or where outputs are large: onnxruntime's NCHWc kernels beat
+//!   its own NCHW ones by 1.5× on a 3×3 conv on 55×55, 2.2× on SqueezeNet's stride-2
+//!   stem, 3.5× on 3×3/2 max pooling (its profile against `benches/bench_conv.py`'s
+//!   one-node models). nnc's NCHW paths (Winograd, implicit GEMM over phase planes,
+//!   the transposed GEMM for 7×7 maps, the separable max pool) beat onnxruntime's
+//!   NCHW kernels on each of those layers, and are even with its NCHWc ones on ResNet's
+//!   3×3 convs (the Winograd F(4×4) layers 1.55 vs 1.95 ms, the 512-map 7×7 ones
+//!   2.8 vs 2.7), but not on SqueezeNet's stem and first pool, where squeezenet1_1
+//!   still trails onnxruntime (BENCHMARKS.md).
+//! * So NCHW stays the layout until a channel-blocked path for conv chains is built and
+//!   measured against it; a fused Conv+ReLU+MaxPool, which keeps the 3.2 MB stem output
+//!   of SqueezeNet and ResNet in L2, is the cheaper next step.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
