@@ -41,8 +41,9 @@
 //!   2.8 vs 2.7), but not on SqueezeNet's stem and first pool, where squeezenet1_1
 //!   still trails onnxruntime (BENCHMARKS.md).
 //! * So NCHW stays the layout until a channel-blocked path for conv chains is built and
-//!   measured against it; a fused Conv+ReLU+MaxPool, which keeps the 3.2 MB stem output
-//!   of SqueezeNet and ResNet in L2, is the cheaper next step.
+//!   measured against it. A fused Conv+ReLU+MaxPool that pools the stem's output band
+//!   by band from L2 was built and measured (branch `conv-maxpool`): no gain beyond
+//!   noise, as the stem is bound by its conv, not by the 3.2 MB round trip.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
