@@ -108,6 +108,12 @@ pub fn k_block(nr: usize) -> usize {
 /// vit_tiny or minibert, whose GEMMs are bound elsewhere.
 const PANELS_OUTER_MAX_A_BYTES: usize = 1 << 20;
 
+/// ... and K blocks up to which it does: with many blocks, re-reading all of A for every
+/// panel costs more than C's round trips. ResNet's 3×3×512 convs on 7×7 (transposed
+/// GEMM, K = 4608 in 36 blocks, A 0.9 MB): 2.87 ms panel by panel, 2.67 block by block
+/// (`benches/bench_conv.py 512 512 7 3 1 NNC_GEMM_ORDER=blocks`), resnet18 3% slower.
+const PANELS_OUTER_MAX_BLOCKS: usize = 8;
+
 /// Whether the kernel runs panels outermost (see [`PANELS_OUTER_MAX_A_BYTES`]);
 /// `NNC_GEMM_ORDER=blocks|panels` forces one order, for measurements.
 fn panels_outer(s: &GemmSpec) -> bool {
@@ -117,7 +123,11 @@ fn panels_outer(s: &GemmSpec) -> bool {
         Ok("panels") => return blocks && !matches!(s.b, BLayout::Taps { .. }),
         _ => {}
     }
-    blocks && !matches!(s.b, BLayout::Taps { .. }) && s.m * s.k * F32 <= PANELS_OUTER_MAX_A_BYTES
+    let few_blocks = s.k.div_ceil(s.geometry.k_block_len(s.k)) <= PANELS_OUTER_MAX_BLOCKS;
+    blocks
+        && few_blocks
+        && !matches!(s.b, BLayout::Taps { .. })
+        && s.m * s.k * F32 <= PANELS_OUTER_MAX_A_BYTES
 }
 
 /// An encoding failure or a spec the kernel cannot express.
