@@ -54,6 +54,39 @@ use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData,
 use cranelift_frontend::FunctionBuilder;
 use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_PI, FRAC_PI_2, FRAC_PI_4, LN_2, LOG2_E};
 
+/// Cephes `expf.c`: ln 2 split for the Cody–Waite reduction `r = x − n·ln 2` (`n` times
+/// the first part is exact in single precision).
+pub(crate) const EXPF_LN2_PARTS: [f64; 2] = [0.693_359_375, -2.121_944_40E-4];
+/// Cephes `expf.c`: `e^r = 1 + r + r²·P(r)`, P's coefficients highest degree first.
+pub(crate) const EXPF_POLY: [f64; 6] = [
+    1.987_569_150_0E-4,
+    1.398_199_950_7E-3,
+    8.333_451_907_3E-3,
+    4.166_579_589_4E-2,
+    1.666_666_545_9E-1,
+    5.000_000_120_1E-1,
+];
+/// Eigen's `generic_fast_erf_float`: `erf(x) = x·P(x²)/Q(x²)` for |x| below
+/// [`ERF_F32_SATURATION`], ±1 beyond; coefficients highest degree first.
+pub(crate) const ERF_F32_P: [f64; 5] = [
+    2.290_506_586_135_064_6e-4,
+    3.408_291_010_710_950_6e-3,
+    5.095_569_506_238_086_1e-2,
+    1.852_083_223_997_614_5e-1,
+    1.128_379_143_519_084,
+];
+pub(crate) const ERF_F32_Q: [f64; 7] = [
+    -1.179_160_295_436_169_7e-7,
+    2.354_796_647_131_318_5e-5,
+    1.017_962_527_891_488_5e-3,
+    1.407_047_017_116_766_7e-2,
+    1.109_850_517_828_536_2e-1,
+    4.974_692_511_006_753_8e-1,
+    1.0,
+];
+/// erfinv(1 − 2⁻²³): where single-precision erf rounds to ±1.
+pub(crate) const ERF_F32_SATURATION: f64 = 3.832_506_856_900_711;
+
 /// e^x.
 pub fn exp(b: &mut FunctionBuilder, x: Value) -> Value {
     Emitter::of(b, x).exp(x)
@@ -708,19 +741,9 @@ impl<'a, 'f> Emitter<'a, 'f> {
 
     /// `e^r` for `r = x − n·ln 2` (Cephes expf.c: `1 + r + r²·P(r)`), single precision.
     fn exp_reduced_f32(&mut self, x: Value, n: Value) -> Value {
-        let r = self.cody_waite(x, n, &[0.693_359_375, -2.121_944_40E-4]);
+        let r = self.cody_waite(x, n, &EXPF_LN2_PARTS);
         let r2 = self.mul(r, r);
-        let p = self.horner(
-            r,
-            &[
-                1.987_569_150_0E-4,
-                1.398_199_950_7E-3,
-                8.333_451_907_3E-3,
-                4.166_579_589_4E-2,
-                1.666_666_545_9E-1,
-                5.000_000_120_1E-1,
-            ],
-        );
+        let p = self.horner(r, &EXPF_POLY);
         let t = self.mul(p, r2);
         let t = self.add(t, r);
         self.add_const(t, 1.0)
@@ -983,32 +1006,12 @@ impl<'a, 'f> Emitter<'a, 'f> {
     /// erf rounds to ±1.
     fn erf_single(&mut self, x: Value) -> Value {
         let x2 = self.mul(x, x);
-        let p = self.horner(
-            x2,
-            &[
-                2.290_506_586_135_064_6e-4,
-                3.408_291_010_710_950_6e-3,
-                5.095_569_506_238_086_1e-2,
-                1.852_083_223_997_614_5e-1,
-                1.128_379_143_519_084,
-            ],
-        );
+        let p = self.horner(x2, &ERF_F32_P);
         let p = self.mul(x, p);
-        let q = self.horner(
-            x2,
-            &[
-                -1.179_160_295_436_169_7e-7,
-                2.354_796_647_131_318_5e-5,
-                1.017_962_527_891_488_5e-3,
-                1.407_047_017_116_766_7e-2,
-                1.109_850_517_828_536_2e-1,
-                4.974_692_511_006_753_8e-1,
-                1.0,
-            ],
-        );
+        let q = self.horner(x2, &ERF_F32_Q);
         let r = self.div(p, q);
         let a = self.abs(x);
-        let saturated = self.fcmp_const(FloatCC::GreaterThanOrEqual, a, 3.832_506_856_900_711);
+        let saturated = self.fcmp_const(FloatCC::GreaterThanOrEqual, a, ERF_F32_SATURATION);
         let one = self.f(1.0);
         let sign = self.sign_bit(x);
         let unit = self.b.ins().bor(one, sign);

@@ -864,7 +864,9 @@ fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     // Stride 2 over phase planes pays for copying all four phases and for a K loop
     // that reads B through the tap table with unaligned loads: measured (one conv,
     // A/B against im2col) 7×7 stem K = 147: 2.0 vs 2.5 ms; 3×3, K = 576: even;
-    // 3×3, K = 27: 1.08 vs 0.85 ms; 1×1, K = 64: 0.33 vs 0.17 ms. So only for long K.
+    // 3×3, K = 27: 1.08 vs 0.85 ms; 1×1, K = 64: 0.33 vs 0.17 ms. So only for long K,
+    // or when the rows are written in place (no compaction copy): SqueezeNet's K = 27
+    // stem, 0.57–1.05 vs 0.71–1.09 ms against im2col (see IN_PLACE_MIN_OUT_W).
     // `NNC_PHASE_PLANES=off` keeps every stride-2 conv on im2col, for measurements.
     const MIN_PHASE_K: usize = 64;
     let phases_ok = std::env::var("NNC_PHASE_PLANES").as_deref() != Ok("off")

@@ -23,6 +23,7 @@
 use iced_x86::code_asm::*;
 
 use super::gemm::{ALayout, Addend, BLayout, GemmSpec};
+use crate::codegen::math::{ERF_F32_P, ERF_F32_Q, ERF_F32_SATURATION};
 use crate::ops::Activation;
 
 /// Which machine-code kernel family.
@@ -117,17 +118,18 @@ const PANELS_OUTER_MAX_BLOCKS: usize = 8;
 /// Whether the kernel runs panels outermost (see [`PANELS_OUTER_MAX_A_BYTES`]);
 /// `NNC_GEMM_ORDER=blocks|panels` forces one order, for measurements.
 fn panels_outer(s: &GemmSpec) -> bool {
-    let blocks = s.k > s.geometry.k_block_len(s.k);
+    let blocks = s.k.div_ceil(s.geometry.k_block_len(s.k));
+    // Taps convs walk output rows in their own pass (`conv_pass`).
+    let possible = blocks > 1 && !matches!(s.b, BLayout::Taps { .. });
     match std::env::var("NNC_GEMM_ORDER").as_deref() {
-        Ok("blocks") => return false,
-        Ok("panels") => return blocks && !matches!(s.b, BLayout::Taps { .. }),
-        _ => {}
+        Ok("blocks") => false,
+        Ok("panels") => possible,
+        _ => {
+            possible
+                && blocks <= PANELS_OUTER_MAX_BLOCKS
+                && s.m * s.k * F32 <= PANELS_OUTER_MAX_A_BYTES
+        }
     }
-    let few_blocks = s.k.div_ceil(s.geometry.k_block_len(s.k)) <= PANELS_OUTER_MAX_BLOCKS;
-    blocks
-        && few_blocks
-        && !matches!(s.b, BLayout::Taps { .. })
-        && s.m * s.k * F32 <= PANELS_OUTER_MAX_A_BYTES
 }
 
 /// An encoding failure or a spec the kernel cannot express.
@@ -309,9 +311,7 @@ impl Vecs {
             X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], ZMM[y]),
         }
     }
-}
 
-impl Vecs {
     pub(super) fn fma_op(
         &self,
         a: &mut CodeAssembler,
@@ -1082,27 +1082,12 @@ pub(super) fn activate(
             // polynomials as the Cranelift `math::erf` (so the same results as the post
             // pass this replaces), with a clamp instead of its select.
             let (z, z2, p) = (tmps[0], tmps[1], tmps[2]);
-            const P: [f32; 5] = [
-                2.290_506_6e-4,
-                3.408_291e-3,
-                5.095_569_3e-2,
-                1.852_083_2e-1,
-                std::f32::consts::FRAC_2_SQRT_PI,
-            ];
-            const Q: [f32; 7] = [
-                -1.179_160_3e-7,
-                2.354_796_6e-5,
-                1.017_962_5e-3,
-                1.407_047e-2,
-                1.109_850_5e-1,
-                4.974_692_6e-1,
-                1.0,
-            ];
             let k = consts.get(a, std::f32::consts::FRAC_1_SQRT_2);
-            let (lo, hi) = (consts.get(a, -3.832_507), consts.get(a, 3.832_507));
+            let bound = ERF_F32_SATURATION as f32;
+            let (lo, hi) = (consts.get(a, -bound), consts.get(a, bound));
             let (one, half) = (consts.get(a, 1.0), consts.get(a, 0.5));
-            let p_k: Vec<_> = P.iter().map(|&c| consts.get(a, c)).collect();
-            let q_k: Vec<_> = Q.iter().map(|&c| consts.get(a, c)).collect();
+            let p_k: Vec<_> = ERF_F32_P.iter().map(|&c| consts.get(a, c as f32)).collect();
+            let q_k: Vec<_> = ERF_F32_Q.iter().map(|&c| consts.get(a, c as f32)).collect();
             each(a, &mut |a, r| {
                 v.op_mem(a, VOp::Mul, z, r, k)?;
                 v.op_mem(a, VOp::Max, z, z, lo)?;

@@ -18,7 +18,7 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::reduce::{fconst, fold, Step};
-use super::{LowerCtx, LowerResult, Operand};
+use super::{AxisWindows, LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::math;
 use crate::ir::{DType, TensorType};
@@ -61,14 +61,6 @@ pub(super) fn scratch_bytes(p: &PoolAttrs, x: &TensorType) -> usize {
     }
 }
 
-/// Input rows `first .. first + count` of output row `oh`'s window.
-fn window_rows(p: &PoolAttrs, in_h: usize, oh: usize) -> (usize, usize) {
-    let start = (oh * p.strides[0]) as i64 - p.pads[0] as i64;
-    let end = (start + p.kernel[0] as i64).min(in_h as i64);
-    let first = start.max(0);
-    (first as usize, (end - first).max(0) as usize)
-}
-
 pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Operand) -> LowerResult {
     let scratch = ctx
         .scratch
@@ -86,11 +78,7 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
     };
     // Output rows whose window lies inside the input share one loop; the others (top
     // and bottom borders) are emitted one by one with their own row count.
-    let full = |oh: usize| window_rows(p, in_h, oh).1 == p.kernel[0];
-    let interior_start = (0..out_h).find(|&oh| full(oh)).unwrap_or(out_h);
-    let interior_end = (interior_start..out_h)
-        .find(|&oh| !full(oh))
-        .unwrap_or(out_h);
+    let rows = AxisWindows::new(p, 0, in_h);
     let b = &mut *ctx.b;
     let neg_inf = fconst(b, types::F32X4, f64::NEG_INFINITY);
     for v in 0..row_floats(p, in_w) / LANES {
@@ -100,14 +88,12 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
     kernel::counted_loop(b, 0, planes as i64, 1, |b, plane| {
         let src = kernel::elem_addr(b, x.ptr, plane, in_h * in_w * F32);
         let dst = kernel::elem_addr(b, y.ptr, plane, out_h * out_w * F32);
-        let border = (0..interior_start).chain(interior_end..out_h);
-        for oh in border {
-            let (first, rows) = window_rows(p, in_h, oh);
-            let s = b.ins().iadd_imm_s(src, (first * in_w * F32) as i64);
-            let d = b.ins().iadd_imm_s(dst, (oh * out_w * F32) as i64);
-            pass.emit(b, s, rows, d);
+        for r in &rows.border {
+            let s = b.ins().iadd_imm_s(src, (r.first * in_w * F32) as i64);
+            let d = b.ins().iadd_imm_s(dst, (r.o * out_w * F32) as i64);
+            pass.emit(b, s, r.taps, d);
         }
-        let (start, end) = (interior_start as i64, interior_end as i64);
+        let (start, end) = (rows.interior.start as i64, rows.interior.end as i64);
         kernel::counted_loop(b, start, end, 1, |b, oh| {
             let first = b.ins().imul_imm_s(oh, p.strides[0] as i64);
             let first = b.ins().iadd_imm_s(first, -(p.pads[0] as i64));

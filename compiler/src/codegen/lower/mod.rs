@@ -9,7 +9,6 @@ mod gemm_tile;
 mod gemm_x86;
 mod indexing;
 mod linalg;
-mod maxpool2d;
 mod movement;
 mod norm;
 mod pool;

@@ -20,13 +20,16 @@
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::maxpool2d;
 use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, Inner, Loops, Step};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
 use crate::codegen::math;
 use crate::ir::{DType, TensorType};
 use crate::ops::{PoolAttrs, PoolKind};
+
+/// The separable 2-D float32 max pool, a child module: it shares [`AxisWindows`].
+#[path = "maxpool2d.rs"]
+mod maxpool2d;
 
 /// Arena scratch bytes of a pooling node (the separable max pool's row buffer).
 pub fn scratch_bytes(p: &PoolAttrs, inputs: &[Option<TensorType>]) -> usize {

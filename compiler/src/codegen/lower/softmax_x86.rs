@@ -17,10 +17,9 @@
 //! sum is NaN, so the whole row becomes NaN as in the reference; the −88 clamp is
 //! `vmaxps(−88, t)`, which returns its second operand `t` when that is NaN.
 
-// The Cephes coefficients are quoted digit for digit, as in `crate::codegen::math`.
-#![allow(clippy::excessive_precision)]
-
 use iced_x86::code_asm::*;
+
+use crate::codegen::math::{EXPF_LN2_PARTS, EXPF_POLY};
 
 use super::gemm_x86::{
     emit_consts, imm, AsmError, AsmResult, Consts, FmaOp, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
@@ -39,18 +38,6 @@ const FACTOR: usize = 12;
 const LANE_REGS: [[usize; 4]; 2] = [[4, 5, 6, 7], [8, 9, 10, 11]];
 /// AVX2: a −∞ vector for masked maxima (the tail mask is in `AVX2_MASK`, 15).
 const NEG_INF: usize = 14;
-
-/// Cephes `expf`: ln 2 split so that `n·LN2_HI` is exact, and the polynomial.
-const LN2_HI: f32 = 0.693_359_375;
-const LN2_LO: f32 = -2.121_944_4E-4;
-const EXP_POLY: [f32; 6] = [
-    1.987_569_1E-4,
-    1.398_199_9E-3,
-    8.333_452E-3,
-    4.166_579_6E-2,
-    1.666_666_5E-1,
-    5.000_000_1E-1,
-];
 
 /// The kernel for `rows` rows of `n` floats.
 pub(super) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String> {
@@ -269,15 +256,15 @@ impl Emitter {
         } else {
             a.vroundps(YMM[n], YMM[n], 0)?;
         }
-        for c in [LN2_HI, LN2_LO] {
-            let c = self.consts.get(a, c);
+        for c in EXPF_LN2_PARTS {
+            let c = self.consts.get(a, c as f32);
             self.v.fma_op_mem(a, FmaOp::NegMulAdd231, t, n, c)?;
         }
         // p(r) by Horner, then e = p·r² + r + 1.
-        let first = self.consts.get(a, EXP_POLY[0]);
+        let first = self.consts.get(a, EXPF_POLY[0] as f32);
         self.v.load(a, p, first, false)?;
-        for &c in &EXP_POLY[1..] {
-            let c = self.consts.get(a, c);
+        for &c in &EXPF_POLY[1..] {
+            let c = self.consts.get(a, c as f32);
             self.v.fma_op_mem(a, FmaOp::MulAdd213, p, t, c)?;
         }
         self.v.op(a, VOp::Mul, r2, t, t)?;
