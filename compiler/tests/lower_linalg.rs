@@ -211,7 +211,10 @@ fn report(failures: Vec<String>, total: usize) {
 }
 
 /// Runs every case, then reports all failures together.
-fn check_all(cases: Vec<(String, Op, Vec<In>)>) {
+/// A named op with its inputs.
+type Case = (String, Op, Vec<In>);
+
+fn check_all(cases: Vec<Case>) {
     let _turn = one_at_a_time();
     let total = cases.len();
     let failures = cases
@@ -996,88 +999,57 @@ fn conv_winograd() {
 #[test]
 fn conv_transposed_gemm() {
     use nnc::ops::Activation;
-    // (name, input, maps, kernel, stride, pad, activation, bias, residual)
-    #[allow(clippy::type_complexity)]
-    let shapes: Vec<(
-        &str,
-        [usize; 4],
-        usize,
-        usize,
-        usize,
-        usize,
-        Activation,
-        bool,
-        bool,
-    )> = vec![
-        (
-            "3x3 on 7x7",
-            [1, 64, 7, 7],
-            128,
-            3,
-            1,
-            1,
-            Activation::Relu,
-            true,
-            true,
-        ),
-        (
-            "pointwise 7x7, batch 2",
-            [2, 40, 7, 7],
-            136,
-            1,
-            1,
-            0,
-            Activation::None,
-            true,
-            false,
-        ),
-        (
-            "3x3 stride 2 to 6x5",
-            [1, 24, 12, 10],
-            130,
-            3,
-            2,
-            1,
-            Activation::Relu,
-            false,
-            true,
-        ),
-        (
-            "pointwise 8x8",
-            [1, 17, 8, 8],
-            200,
-            1,
-            1,
-            0,
-            Activation::Clip { min: 0.0, max: 6.0 },
-            true,
-            false,
-        ),
+    let convs = [
+        FusedConv {
+            name: "3x3 on 7x7",
+            x: [1, 64, 7, 7],
+            maps: 128,
+            k: 3,
+            stride: 1,
+            pads: [1; 4],
+            activation: Activation::Relu,
+            const_w: true,
+            bias: true,
+            residual: true,
+        },
+        FusedConv {
+            name: "pointwise 7x7, batch 2",
+            x: [2, 40, 7, 7],
+            maps: 136,
+            k: 1,
+            stride: 1,
+            pads: [0; 4],
+            activation: Activation::None,
+            const_w: true,
+            bias: true,
+            residual: false,
+        },
+        FusedConv {
+            name: "3x3 stride 2 to 6x5",
+            x: [1, 24, 12, 10],
+            maps: 130,
+            k: 3,
+            stride: 2,
+            pads: [1; 4],
+            activation: Activation::Relu,
+            const_w: true,
+            bias: false,
+            residual: true,
+        },
+        FusedConv {
+            name: "pointwise 8x8",
+            x: [1, 17, 8, 8],
+            maps: 200,
+            k: 1,
+            stride: 1,
+            pads: [0; 4],
+            activation: Activation::Clip { min: 0.0, max: 6.0 },
+            const_w: true,
+            bias: true,
+            residual: false,
+        },
     ];
-    let mut cases = vec![];
-    for (name, x, maps, k, stride, pad, act, bias, residual) in shapes {
-        let out = |i: usize| (i + 2 * pad - k) / stride + 1;
-        let y = [x[0], maps, out(x[2]), out(x[3])];
-        let op = Op::Conv(ConvAttrs {
-            kernel: vec![k, k],
-            strides: vec![stride, stride],
-            pads: vec![pad; 4],
-            dilations: vec![1, 1],
-            group: 1,
-            activation: act,
-        });
-        let mut ins = vec![f32s(&x), cst(DType::F32, &[maps, x[1], k, k])];
-        ins.push(if bias {
-            cst(DType::F32, &[maps])
-        } else {
-            In::Omitted
-        });
-        if residual {
-            ins.push(f32s(&y));
-        }
-        cases.push((format!("transposed GEMM {name}"), op, ins));
-    }
-    check_all(cases);
+    check_all(convs.iter().map(|c| c.case("transposed GEMM")).collect());
 }
 
 /// Implicit-GEMM convs whose output rows are ≥ 96 wide: the x86 kernel writes C, bias,
@@ -1087,107 +1059,119 @@ fn conv_transposed_gemm() {
 #[test]
 fn conv_rows_in_place() {
     use nnc::ops::Activation;
-    // (name, input, maps, kernel, stride, pads, activation, const weights, bias, residual)
-    #[allow(clippy::type_complexity)]
-    let shapes: Vec<(
-        &str,
-        [usize; 4],
-        usize,
-        usize,
-        usize,
-        [usize; 4],
-        Activation,
-        bool,
-        bool,
-        bool,
-    )> = vec![
-        (
-            "3x3 stride 2 K = 27 stem, batch 2",
-            [2, 3, 15, 223],
-            16,
-            3,
-            2,
-            [0; 4],
-            Activation::Relu,
-            true,
-            true,
-            true,
-        ),
+    let convs = [
+        FusedConv {
+            name: "3x3 stride 2 K = 27 stem, batch 2",
+            x: [2, 3, 15, 223],
+            maps: 16,
+            k: 3,
+            stride: 2,
+            pads: [0; 4],
+            activation: Activation::Relu,
+            const_w: true,
+            bias: true,
+            residual: true,
+        },
         // 64 maps × 111 columns: 18 rows per call, so three calls (residual offsets).
-        (
-            "3x3 stride 2 in row chunks",
-            [1, 3, 43, 223],
-            64,
-            3,
-            2,
-            [0; 4],
-            Activation::Relu,
-            true,
-            true,
-            true,
-        ),
-        (
-            "7x7 stride 2",
-            [1, 3, 9, 200],
-            10,
-            7,
-            2,
-            [3; 4],
-            Activation::Clip { min: 0.0, max: 6.0 },
-            true,
-            false,
-            false,
-        ),
-        (
-            "3x3 stride 1 asymmetric pads",
-            [1, 5, 6, 97],
-            12,
-            3,
-            1,
-            [0, 1, 1, 2],
-            Activation::LeakyRelu { alpha: 0.1 },
-            false,
-            true,
-            true,
-        ),
+        FusedConv {
+            name: "3x3 stride 2 in row chunks",
+            x: [1, 3, 43, 223],
+            maps: 64,
+            k: 3,
+            stride: 2,
+            pads: [0; 4],
+            activation: Activation::Relu,
+            const_w: true,
+            bias: true,
+            residual: true,
+        },
+        FusedConv {
+            name: "7x7 stride 2",
+            x: [1, 3, 9, 200],
+            maps: 10,
+            k: 7,
+            stride: 2,
+            pads: [3; 4],
+            activation: Activation::Clip { min: 0.0, max: 6.0 },
+            const_w: true,
+            bias: false,
+            residual: false,
+        },
+        FusedConv {
+            name: "3x3 stride 1 asymmetric pads",
+            x: [1, 5, 6, 97],
+            maps: 12,
+            k: 3,
+            stride: 1,
+            pads: [0, 1, 1, 2],
+            activation: Activation::LeakyRelu { alpha: 0.1 },
+            const_w: false,
+            bias: true,
+            residual: true,
+        },
     ];
-    let mut cases = vec![];
-    for (name, x, maps, k, stride, pads, act, const_w, bias, residual) in shapes {
-        let out = |i: usize, a: usize| (i + pads[a] + pads[a + 2] - k) / stride + 1;
-        let y = [x[0], maps, out(x[2], 0), out(x[3], 1)];
+    for c in &convs {
+        let rows = c.output()[3];
         assert!(
-            y[3] >= 96,
-            "{name}: rows of {} do not take the in-place path",
-            y[3]
+            rows >= 96,
+            "{}: rows of {rows} do not take the in-place path",
+            c.name
         );
+    }
+    check_all(convs.iter().map(|c| c.case("rows in place")).collect());
+}
+
+/// A 2-D conv with a square kernel and a fused epilogue (bias, residual, activation),
+/// as a test case.
+struct FusedConv {
+    name: &'static str,
+    x: [usize; 4],
+    maps: usize,
+    k: usize,
+    stride: usize,
+    /// `[top, left, bottom, right]`.
+    pads: [usize; 4],
+    activation: nnc::ops::Activation,
+    const_w: bool,
+    bias: bool,
+    residual: bool,
+}
+
+impl FusedConv {
+    fn output(&self) -> [usize; 4] {
+        let out =
+            |i: usize, a: usize| (i + self.pads[a] + self.pads[a + 2] - self.k) / self.stride + 1;
+        [self.x[0], self.maps, out(self.x[2], 0), out(self.x[3], 1)]
+    }
+
+    fn case(&self, prefix: &str) -> Case {
         let op = Op::Conv(ConvAttrs {
-            kernel: vec![k, k],
-            strides: vec![stride, stride],
-            pads: pads.to_vec(),
+            kernel: vec![self.k, self.k],
+            strides: vec![self.stride, self.stride],
+            pads: self.pads.to_vec(),
             dilations: vec![1, 1],
             group: 1,
-            activation: act,
+            activation: self.activation,
         });
-        let w = [maps, x[1], k, k];
+        let w = [self.maps, self.x[1], self.k, self.k];
         let mut ins = vec![
-            f32s(&x),
-            if const_w {
+            f32s(&self.x),
+            if self.const_w {
                 cst(DType::F32, &w)
             } else {
                 f32s(&w)
             },
+            if self.bias {
+                cst(DType::F32, &[self.maps])
+            } else {
+                In::Omitted
+            },
         ];
-        ins.push(if bias {
-            cst(DType::F32, &[maps])
-        } else {
-            In::Omitted
-        });
-        if residual {
-            ins.push(f32s(&y));
+        if self.residual {
+            ins.push(f32s(&self.output()));
         }
-        cases.push((format!("rows in place {name}"), op, ins));
+        (format!("{prefix} {}", self.name), op, ins)
     }
-    check_all(cases);
 }
 
 /// Depthwise convs with every activation the machine-code epilogue fuses, one it does
