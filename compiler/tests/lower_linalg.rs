@@ -896,7 +896,8 @@ fn conv_float32() {
 /// 3×3 stride-1 convs with constant weights take the Winograd path: F(4×4) from 16×16
 /// outputs, F(2×2) from 8×8 (see `lower/winograd.rs`). Partial tiles on both axes,
 /// batches, asymmetric padding, chunks of tile rows, and the fused epilogue (bias,
-/// residual, activation) applied by the output transform.
+/// residual, activation) applied by the output transform; on x86-64-v3/v4 the
+/// machine-code transforms (`lower/winograd_x86.rs`) for rows of more than 4 tiles.
 #[test]
 fn conv_winograd() {
     use nnc::ops::Activation;
@@ -949,6 +950,27 @@ fn conv_winograd() {
             64,
             [1, 1, 1, 1],
             relu6,
+            true,
+            true,
+        ),
+        // Tile rows of 18 (F4) and 20 (F2) tiles: the machine-code transforms' 16-lane
+        // groups on AVX-512, a full and a partial one (8-lane groups on AVX2); the
+        // shapes above have rows of 5–15 tiles.
+        (
+            "F4 two vector groups",
+            [1, 3, 20, 70],
+            5,
+            [1, 1, 1, 1],
+            Activation::Relu,
+            true,
+            true,
+        ),
+        (
+            "F2 wide rows",
+            [1, 8, 10, 40],
+            12,
+            [1, 1, 1, 1],
+            Activation::LeakyRelu { alpha: 0.1 },
             true,
             true,
         ),

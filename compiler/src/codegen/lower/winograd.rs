@@ -34,9 +34,13 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use cranelift_codegen::ir::FuncRef;
+
+use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
 use super::{align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, F32};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::lower::gemm_x86::X86Isa;
+use crate::codegen::lower::winograd_x86::{self, TransformSpec};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::ir::Tensor;
@@ -150,10 +154,11 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(g: &ConvGeometry, alg: &'static Algorithm) -> Plan {
+    /// The plan for transforms of `lanes` tiles per vector: 4 (Cranelift), 8 or 16.
+    fn new(g: &ConvGeometry, alg: &'static Algorithm, lanes: usize) -> Plan {
         let m = alg.m;
         let (th, tw) = (g.output[0].div_ceil(m), g.output[1].div_ceil(m));
-        let groups = tw.div_ceil(LANES);
+        let groups = tw.div_ceil(lanes);
         let a = alg.a();
         let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
         let chunk_rows = (CHUNK_BYTES / row_bytes).clamp(1, th);
@@ -165,11 +170,12 @@ impl Plan {
             tw,
             groups,
             // Rows read: tile row ti reads rows ti·m .. ti·m + m + 2; columns: group gi
-            // reads phase columns 4·gi .. 4·gi + 4 + (m+1) div m.
+            // reads phase columns L·gi .. L·gi + L + (m+1) div m. The phase split
+            // works 4 columns at a time.
             hp: th * m + 2,
-            lp: LANES * groups + LANES,
+            lp: lanes * groups + LANES,
             chunk_rows,
-            ts: (chunk_rows * tw + LANES - 1).next_multiple_of(LANES),
+            ts: (chunk_rows * tw + lanes - 1).next_multiple_of(lanes),
         }
     }
 
@@ -181,14 +187,23 @@ impl Plan {
         align_up(self.channels * self.hp * self.wp() * F32)
     }
 
+    /// Bytes from one V_ξν to the next, and from one M_ξν to the next (see [`skewed`]).
+    fn v_plane(&self) -> usize {
+        skewed(self.channels * self.ts * F32)
+    }
+
+    fn m_plane(&self) -> usize {
+        skewed(self.maps * self.ts * F32)
+    }
+
     fn v_bytes(&self) -> usize {
         let a = self.alg.a();
-        align_up(a * a * self.channels * self.ts * F32)
+        a * a * self.v_plane()
     }
 
     fn m_bytes(&self) -> usize {
         let a = self.alg.a();
-        align_up(a * a * self.maps * self.ts * F32)
+        a * a * self.m_plane()
     }
 
     /// Scratch: padded plane, phase planes, V, M, then [`STAGE_BYTES`] for the
@@ -198,9 +213,53 @@ impl Plan {
     }
 }
 
-/// Scratch the Winograd path needs for this conv, or None when it does not apply.
+/// `bytes` rounded up to an odd number of cache lines. The transforms touch the same
+/// tiles of all (m+2)² planes of V or M at once; with a plane stride of a multiple of
+/// 4 KB (ResNet's 64 channels × 80 floats) those 36 lines fall into one L1 set (12 ways)
+/// and alias each other's loads: the input transform ran ~5× slower than its
+/// instruction count. An odd line count spreads them over 36 sets.
+fn skewed(bytes: usize) -> usize {
+    let lines = bytes.div_ceil(64);
+    (lines | 1) * 64
+}
+
+/// Scratch the Winograd path needs for this conv, or None when it does not apply: the
+/// most any transform width needs, so it does not depend on the CPU.
 pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
-    algorithm(g).map(|alg| Plan::new(g, alg).bytes())
+    algorithm(g).map(|alg| {
+        [LANES, 8, 16]
+            .iter()
+            .map(|&lanes| Plan::new(g, alg, lanes).bytes())
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// The machine-code transforms' vector width for this conv on `target`, if they apply:
+/// 16 tiles per vector on AVX-512 for tile rows of more than 8 tiles, else 8 (ymm, also
+/// on AVX-512); rows of up to 4 tiles keep the Cranelift transforms, whose 4 lanes they
+/// fill. `NNC_WINOGRAD_KERNEL=clif` keeps them always, for measurements.
+fn x86_transforms(
+    ctx: &LowerCtx,
+    g: &ConvGeometry,
+    alg: &Algorithm,
+    act: Activation,
+) -> Option<X86Isa> {
+    let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel else {
+        return None;
+    };
+    let tw = g.output[1].div_ceil(alg.m);
+    if std::env::var("NNC_WINOGRAD_KERNEL").as_deref() == Ok("clif")
+        || tw <= LANES
+        || !winograd_x86::supports(act)
+    {
+        return None;
+    }
+    Some(if isa == X86Isa::Avx512 && tw > 8 {
+        X86Isa::Avx512
+    } else {
+        X86Isa::Avx2
+    })
 }
 
 /// Whether this conv takes the Winograd path (it also needs constant weights).
@@ -246,7 +305,8 @@ pub(super) fn conv_winograd(
     ops: &ConvOperands,
 ) -> LowerResult {
     let alg = algorithm(g).ok_or("Winograd does not apply to this conv")?;
-    let plan = Plan::new(g, alg);
+    let x86 = x86_transforms(ctx, g, alg, ops.activation);
+    let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
     let Some(Tensor::F32(w)) = &ops.w.constant else {
         return Err("the Winograd path needs constant weights".into());
     };
@@ -278,11 +338,46 @@ pub(super) fn conv_winograd(
         r => r,
     };
     let loop_chunks = (plan.th - last_rows) / plan.chunk_rows;
+    let mut kernels = |rows: usize, last: bool| -> Result<ChunkKernels, String> {
+        let gemm = GemmKernel::define(ctx, &spec(rows * plan.tw))?;
+        let transforms = match x86 {
+            Some(isa) => {
+                let t = TransformSpec {
+                    m: alg.m,
+                    isa,
+                    channels: plan.channels,
+                    maps: plan.maps,
+                    rows,
+                    tw: plan.tw,
+                    groups: plan.groups,
+                    lp: plan.lp,
+                    hp: plan.hp,
+                    ts: plan.ts,
+                    v_plane: plan.v_plane(),
+                    m_plane: plan.m_plane(),
+                    out_h: g.output[0],
+                    out_w: g.output[1],
+                    last_rows: match g.output[0] % alg.m {
+                        r if last && r != 0 => r,
+                        _ => alg.m,
+                    },
+                    bias: ops.bias.is_some(),
+                    residual: ops.residual.is_some(),
+                    activation: ops.activation,
+                };
+                let input = gemm::define_machine_code(ctx, 2, &winograd_x86::emit_input(&t)?)?;
+                let output = gemm::define_machine_code(ctx, 4, &winograd_x86::emit_output(&t)?)?;
+                Some([input, output])
+            }
+            None => None,
+        };
+        Ok(ChunkKernels { gemm, transforms })
+    };
     let full_kernel = match loop_chunks {
         0 => None,
-        _ => Some(GemmKernel::define(ctx, &spec(plan.chunk_rows * plan.tw))?),
+        _ => Some(kernels(plan.chunk_rows, false)?),
     };
-    let last_kernel = GemmKernel::define(ctx, &spec(last_rows * plan.tw))?;
+    let last_kernel = kernels(last_rows, true)?;
     let fma = gemm::has_fma(ctx.target);
     let b = &mut *ctx.b;
     let at = |b: &mut FunctionBuilder, bytes: usize| b.ins().iadd_imm_s(scratch, bytes as i64);
@@ -313,7 +408,7 @@ pub(super) fn conv_winograd(
         let residual = ops.residual.as_ref().map(|_| addends[addends.len() - 1]);
         let out = OutputPtrs { y, bias, residual };
         let mut chunk =
-            |b: &mut FunctionBuilder, row0: Value, rows: usize, last: bool, k: &GemmKernel| {
+            |b: &mut FunctionBuilder, row0: Value, rows: usize, last: bool, k: &ChunkKernels| {
                 let chunk = Chunk { row0, rows, last };
                 if let Err(e) = chunk.emit(b, g, &plan, fma, &bufs, k, out, ops.activation) {
                     failure = Some(e);
@@ -341,6 +436,13 @@ struct Buffers {
     u: Value,
 }
 
+/// The functions one kind of chunk calls: its GEMM, and the machine-code input and
+/// output transforms where they apply.
+struct ChunkKernels {
+    gemm: GemmKernel,
+    transforms: Option<[FuncRef; 2]>,
+}
+
 /// `rows` tile rows from tile row `row0` (a run-time value): the last chunk holds the
 /// conv's last tile row, which may be partial.
 struct Chunk {
@@ -359,19 +461,38 @@ impl Chunk {
         plan: &Plan,
         fma: bool,
         bufs: &Buffers,
-        kernel: &GemmKernel,
+        kernels: &ChunkKernels,
         out: OutputPtrs,
         act: Activation,
     ) -> LowerResult {
-        input_transform(b, plan, fma, bufs, self);
+        let m = plan.alg.m;
+        if let Some([input, _]) = kernels.transforms {
+            let src = kernel::elem_addr(b, bufs.phases, self.row0, m * plan.wp() * F32);
+            b.ins().call(input, &[src, bufs.v]);
+        } else {
+            input_transform(b, plan, fma, bufs, self);
+        }
         let a2 = plan.alg.a() * plan.alg.a();
         kernel::counted_loop(b, 0, a2 as i64, 1, |b, ab| {
             let ua = kernel::elem_addr(b, bufs.u, ab, plan.maps * plan.channels * F32);
-            let vb = kernel::elem_addr(b, bufs.v, ab, plan.channels * plan.ts * F32);
-            let mc = kernel::elem_addr(b, bufs.mt, ab, plan.maps * plan.ts * F32);
-            kernel.call(b, ua, vb, mc, &[]);
+            let vb = kernel::elem_addr(b, bufs.v, ab, plan.v_plane());
+            let mc = kernel::elem_addr(b, bufs.mt, ab, plan.m_plane());
+            kernels.gemm.call(b, ua, vb, mc, &[]);
         });
-        output_transform(b, g, plan, fma, bufs, self, out, act)
+        let Some([_, output]) = kernels.transforms else {
+            return output_transform(b, g, plan, fma, bufs, self, out, act);
+        };
+        // Y and R at the chunk's first output row.
+        let row_bytes = m * g.output[1] * F32;
+        let y = kernel::elem_addr(b, out.y, self.row0, row_bytes);
+        let null = b.ins().iconst(types::I64, 0);
+        let r = match out.residual {
+            Some(r) => kernel::elem_addr(b, r, self.row0, row_bytes),
+            None => null,
+        };
+        let bias = out.bias.unwrap_or(null);
+        b.ins().call(output, &[bufs.mt, y, bias, r]);
+        Ok(())
     }
 }
 
@@ -499,7 +620,7 @@ fn mul_add(b: &mut FunctionBuilder, fma: bool, x: Value, k: f64, y: Value) -> Va
 fn input_transform(b: &mut FunctionBuilder, plan: &Plan, fma: bool, bufs: &Buffers, chunk: &Chunk) {
     let (m, a) = (plan.alg.m, plan.alg.a());
     let chan_bytes = plan.hp * plan.wp() * F32;
-    let v_ab_bytes = plan.channels * plan.ts * F32;
+    let v_ab_bytes = plan.v_plane();
     let stage = bufs.stage;
     kernel::nested_loop(
         b,
@@ -642,7 +763,7 @@ impl OutputGroup<'_> {
         let g4 = b.ins().imul_imm_s(gi, LANES as i64);
         let t0 = b.ins().iadd(t0, g4);
         let src = kernel::elem_addr(b, m_map, t0, F32);
-        let m_ab_bytes = plan.maps * plan.ts * F32;
+        let m_ab_bytes = plan.m_plane();
         let stage = self.stage;
         let vec = LANES * F32;
         // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].

@@ -1,0 +1,573 @@
+//! x86-64 Winograd transforms as machine code: `f32-winograd-f4-input-avx512f`,
+//! `f32-winograd-f4-output-avx512f` and their F(2×2) and 8-lane (`avx2-fma`) variants,
+//! encoded with iced-x86 like the GEMM kernels of [`super::gemm_x86`].
+//!
+//! They replace the Cranelift input and output transforms of the Winograd conv path
+//! (`conv/winograd.rs`, whose module docs give the algorithm and the buffer layouts);
+//! the padding copy, the phase split and the (m+2)² GEMMs stay as they are. Vectors
+//! still run across consecutive tiles of one tile row, 16 (zmm) or 8 (ymm) of them
+//! instead of Cranelift's 4, so each instruction transforms 4× (2×) the tiles.
+//!
+//! Why: with 4-lane vectors the transforms took more time than the GEMMs between them
+//! (ResNet-18's 64-channel 56×56 conv alone: 56% of its samples in the node's own code,
+//! 41% in the GEMM kernels; `scripts/profile_model.py --symbols`), and ResNet-18's
+//! Winograd layers spent ~15% of the model's time there.
+//!
+//! Shape of the code, per chunk of tile rows (the chunking of the Cranelift path):
+//! * input: for each channel, tile row and group of `L` tiles, the column pass
+//!   `t = Bᵀ d` (a loads from the phase planes, one per tile row of d) goes to a stage
+//!   on the stack, the row pass `V = t B` reads it back and stores the (m+2)² vectors
+//!   into their V planes. A group at the end of a tile row spills into the next row's
+//!   tiles, overwritten when that row is transformed (the Cranelift path does the same);
+//! * output: for each map, tile row and group, `Aᵀ M A` through the stage, then each
+//!   output row of the tiles is transposed from lanes-are-tiles to lanes-are-columns
+//!   (vpermi2ps on AVX-512, unpack + vperm2f128 on AVX2), gets bias, residual and the
+//!   activation, and is stored with a tail mask where the row ends.
+
+use iced_x86::code_asm::*;
+
+use super::gemm_x86::{
+    activate, emit_consts, imm, supports_activation, AsmError, AsmResult, Consts, TailMasks, VOp,
+    Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
+};
+use crate::ops::Activation;
+
+const F32: usize = 4;
+
+/// One chunk's transforms: sizes in floats as in the Cranelift path's `Plan`.
+#[derive(Clone, Debug)]
+pub(super) struct TransformSpec {
+    /// Output tile side (2 or 4); input tiles are m + 2.
+    pub m: usize,
+    /// zmm (16 tiles per vector) or ymm (8).
+    pub isa: X86Isa,
+    pub channels: usize,
+    pub maps: usize,
+    /// Tile rows in this chunk, tiles per tile row, groups of `lanes` tiles per row.
+    pub rows: usize,
+    pub tw: usize,
+    pub groups: usize,
+    /// Phase row length and padded input height (channel stride of the phase planes).
+    pub lp: usize,
+    pub hp: usize,
+    /// Row length of V and M (floats), bytes from one V_ξν (M_ξν) to the next.
+    pub ts: usize,
+    pub v_plane: usize,
+    pub m_plane: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    /// Valid output rows of the chunk's last tile row (m unless it is the conv's last,
+    /// partial, tile row).
+    pub last_rows: usize,
+    pub bias: bool,
+    pub residual: bool,
+    pub activation: Activation,
+}
+
+/// Whether the machine-code output transform applies `act` (else the Cranelift
+/// transforms run).
+pub(super) fn supports(act: Activation) -> bool {
+    supports_activation(act) && !matches!(act, Activation::Gelu { .. })
+}
+
+impl TransformSpec {
+    fn a(&self) -> usize {
+        self.m + 2
+    }
+
+    fn lanes(&self) -> usize {
+        self.isa.lanes()
+    }
+
+    fn vb(&self) -> usize {
+        self.lanes() * F32
+    }
+}
+
+/// Vector operations the transforms need beyond [`Vecs`].
+struct Ops {
+    v: Vecs,
+}
+
+impl Ops {
+    fn mov(&self, a: &mut CodeAssembler, d: usize, x: usize) -> AsmResult<()> {
+        match self.v.isa {
+            X86Isa::Avx2 => a.vmovaps(YMM[d], YMM[x])?,
+            X86Isa::Avx512 => a.vmovaps(ZMM[d], ZMM[x])?,
+        }
+        Ok(())
+    }
+
+    fn add(&self, a: &mut CodeAssembler, d: usize, x: usize, y: usize) -> AsmResult<()> {
+        Ok(self.v.op(a, VOp::Add, d, x, y)?)
+    }
+
+    fn sub(&self, a: &mut CodeAssembler, d: usize, x: usize, y: usize) -> AsmResult<()> {
+        Ok(self.v.op(a, VOp::Sub, d, x, y)?)
+    }
+
+    /// `d += x · c` with the constant `c` splat in memory.
+    fn fma_const(
+        &self,
+        a: &mut CodeAssembler,
+        consts: &mut Consts,
+        d: usize,
+        x: usize,
+        c: f32,
+    ) -> AsmResult<()> {
+        let m = consts.get(a, c);
+        match self.v.isa {
+            X86Isa::Avx2 => a.vfmadd231ps(YMM[d], YMM[x], ymmword_ptr(m))?,
+            X86Isa::Avx512 => a.vfmadd231ps(ZMM[d], ZMM[x], zmmword_ptr(m))?,
+        }
+        Ok(())
+    }
+
+    /// `o = Bᵀ d` for the (m+2) vectors `d`, into the (m+2) registers `o`, with two
+    /// temporaries (the factored forms of the Cranelift path's `input_1d`).
+    fn input_1d(
+        &self,
+        a: &mut CodeAssembler,
+        consts: &mut Consts,
+        m: usize,
+        d: &[usize],
+        o: &[usize],
+        t: [usize; 2],
+    ) -> AsmResult<()> {
+        if m == 2 {
+            self.sub(a, o[0], d[0], d[2])?;
+            self.add(a, o[1], d[1], d[2])?;
+            self.sub(a, o[2], d[2], d[1])?;
+            return self.sub(a, o[3], d[1], d[3]);
+        }
+        // r0 = 4·d0 − 5·d2 + d4
+        self.mov(a, o[0], d[4])?;
+        self.fma_const(a, consts, o[0], d[0], 4.0)?;
+        self.fma_const(a, consts, o[0], d[2], -5.0)?;
+        // r1 = −4·(d1 + d2) + (d3 + d4)
+        self.add(a, t[0], d[1], d[2])?;
+        self.add(a, o[1], d[3], d[4])?;
+        self.fma_const(a, consts, o[1], t[0], -4.0)?;
+        // r2 = 4·(d1 − d2) + (d4 − d3)
+        self.sub(a, t[0], d[1], d[2])?;
+        self.sub(a, o[2], d[4], d[3])?;
+        self.fma_const(a, consts, o[2], t[0], 4.0)?;
+        // r3, r4 = ±2·(d3 − d1) + (d4 − d2)
+        self.sub(a, t[0], d[3], d[1])?;
+        self.sub(a, t[1], d[4], d[2])?;
+        self.mov(a, o[3], t[1])?;
+        self.fma_const(a, consts, o[3], t[0], 2.0)?;
+        self.mov(a, o[4], t[1])?;
+        self.fma_const(a, consts, o[4], t[0], -2.0)?;
+        // r5 = 4·d1 − 5·d3 + d5
+        self.mov(a, o[5], d[5])?;
+        self.fma_const(a, consts, o[5], d[1], 4.0)?;
+        self.fma_const(a, consts, o[5], d[3], -5.0)
+    }
+
+    /// `o = Aᵀ x` for the (m+2) vectors `x`, into the m registers `o`, with four
+    /// temporaries (the Cranelift path's `output_1d`).
+    fn output_1d(
+        &self,
+        a: &mut CodeAssembler,
+        consts: &mut Consts,
+        m: usize,
+        x: &[usize],
+        o: &[usize],
+        t: [usize; 4],
+    ) -> AsmResult<()> {
+        if m == 2 {
+            self.add(a, t[0], x[1], x[2])?;
+            self.sub(a, t[1], x[1], x[2])?;
+            self.add(a, o[0], x[0], t[0])?;
+            return self.sub(a, o[1], t[1], x[3]);
+        }
+        let [p, q, r, s] = t;
+        self.add(a, p, x[1], x[2])?;
+        self.sub(a, q, x[1], x[2])?;
+        self.add(a, r, x[3], x[4])?;
+        self.sub(a, s, x[3], x[4])?;
+        self.add(a, o[0], x[0], p)?;
+        self.add(a, o[0], o[0], r)?;
+        self.mov(a, o[1], q)?;
+        self.fma_const(a, consts, o[1], s, 2.0)?;
+        self.mov(a, o[2], p)?;
+        self.fma_const(a, consts, o[2], r, 4.0)?;
+        self.mov(a, o[3], q)?;
+        self.fma_const(a, consts, o[3], s, 8.0)?;
+        self.add(a, o[3], o[3], x[5])
+    }
+}
+
+/// Saves rbp and aligns a stage of `bytes` on the stack to 64 bytes (rsp = stage).
+fn enter(a: &mut CodeAssembler, saved: &[AsmRegister64], bytes: usize) -> AsmResult<()> {
+    a.push(rbp)?;
+    a.mov(rbp, rsp)?;
+    for r in saved {
+        a.push(*r)?;
+    }
+    a.and(rsp, -64)?;
+    a.sub(rsp, imm(bytes.next_multiple_of(64))?)?;
+    Ok(())
+}
+
+fn leave(a: &mut CodeAssembler, saved: &[AsmRegister64]) -> AsmResult<()> {
+    a.lea(rsp, rbp - imm(saved.len() * 8)?)?;
+    for r in saved.iter().rev() {
+        a.pop(*r)?;
+    }
+    a.pop(rbp)?;
+    a.vzeroupper()?;
+    a.ret()?;
+    Ok(())
+}
+
+fn assemble(a: &mut CodeAssembler) -> Result<Vec<u8>, String> {
+    a.assemble(0)
+        .map_err(|e| format!("Winograd transform kernel: {e}"))
+}
+
+/// The input transform of one chunk: `(phases, V)`, System V; `phases` at the chunk's
+/// first tile row (channel 0), `V` at (ξν 0, channel 0, tile 0).
+pub(super) fn emit_input(s: &TransformSpec) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    input_code(&mut a, s).map_err(|AsmError(e)| e)?;
+    assemble(&mut a)
+}
+
+fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
+    let ops = Ops {
+        v: Vecs { isa: s.isa },
+    };
+    let mut consts = Consts { values: vec![] };
+    let (m, an, vb, lanes) = (s.m, s.a(), s.vb(), s.lanes());
+    let wp = m * s.lp;
+    let v_ab = s.v_plane;
+    enter(a, &[], an * an * vb)?;
+    let (d, o): (Vec<usize>, Vec<usize>) = ((0..an).collect(), (an..2 * an).collect());
+    let t = [2 * an, 2 * an + 1];
+    a.mov(r8, s.channels as u64)?;
+    let mut chan_top = a.create_label();
+    a.set_label(&mut chan_top)?;
+    a.mov(r10, rdi)?;
+    a.mov(r11, rsi)?;
+    a.mov(r9, s.rows as u64)?;
+    let mut row_top = a.create_label();
+    a.set_label(&mut row_top)?;
+    a.mov(rax, r10)?;
+    a.mov(rdx, r11)?;
+    a.mov(rcx, s.groups as u64)?;
+    let mut group_top = a.create_label();
+    a.set_label(&mut group_top)?;
+    // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], d[r][s] at phase s mod m, column
+    // s div m of padded row r.
+    for col in 0..an {
+        for (r, &dr) in d.iter().enumerate() {
+            let off = ((r * m + col % m) * s.lp + col / m) * F32;
+            ops.v.load(a, dr, rax + imm(off)?, false)?;
+        }
+        ops.input_1d(a, &mut consts, m, &d, &o, t)?;
+        for (xi, &ox) in o.iter().enumerate() {
+            ops.v
+                .store(a, rsp + imm((xi * an + col) * vb)?, ox, false)?;
+        }
+    }
+    // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
+    for xi in 0..an {
+        for (col, &dr) in d.iter().enumerate() {
+            ops.v.load(a, dr, rsp + imm((xi * an + col) * vb)?, false)?;
+        }
+        ops.input_1d(a, &mut consts, m, &d, &o, t)?;
+        for (nu, &on) in o.iter().enumerate() {
+            ops.v
+                .store(a, rdx + imm((xi * an + nu) * v_ab)?, on, false)?;
+        }
+    }
+    a.add(rax, imm(lanes * F32)?)?;
+    a.add(rdx, imm(lanes * F32)?)?;
+    a.dec(rcx)?;
+    a.jnz(group_top)?;
+    a.add(r10, imm(m * wp * F32)?)?;
+    a.add(r11, imm(s.tw * F32)?)?;
+    a.dec(r9)?;
+    a.jnz(row_top)?;
+    a.add(rdi, imm(s.hp * wp * F32)?)?;
+    a.add(rsi, imm(s.ts * F32)?)?;
+    a.dec(r8)?;
+    a.jnz(chan_top)?;
+    leave(a, &[])?;
+    emit_consts(a, &mut consts, lanes)
+}
+
+/// Callee-saved registers the output kernel uses.
+const OUT_SAVED: [AsmRegister64; 5] = [rbx, r12, r13, r14, r15];
+
+/// The output transform of one chunk: `(M, Y, bias, R)`, System V; `M` at (ξν 0, map 0,
+/// tile 0), `Y` and `R` at (map 0, the chunk's first output row); bias and R are
+/// ignored unless the spec has them.
+pub(super) fn emit_output(s: &TransformSpec) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    let mut e = OutputEmitter {
+        s,
+        ops: Ops {
+            v: Vecs { isa: s.isa },
+        },
+        consts: Consts { values: vec![] },
+        masks: TailMasks::default(),
+        indices: vec![],
+    };
+    e.code(&mut a).map_err(|AsmError(e)| e)?;
+    assemble(&mut a)
+}
+
+struct OutputEmitter<'s> {
+    s: &'s TransformSpec,
+    ops: Ops,
+    consts: Consts,
+    masks: TailMasks,
+    /// Permutation index vectors (AVX-512), placed after the code.
+    indices: Vec<([u32; 16], CodeLabel)>,
+}
+
+/// Register of the splat bias (AVX2 keeps its tail mask in ymm15).
+fn bias_reg(isa: X86Isa) -> usize {
+    match isa {
+        X86Isa::Avx2 => 14,
+        X86Isa::Avx512 => 15,
+    }
+}
+
+impl OutputEmitter<'_> {
+    fn code(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let (an, m, vb) = (s.a(), s.m, s.vb());
+        enter(a, &OUT_SAVED, (an * m + m * m) * vb)?;
+        let plane = s.out_h * s.out_w * F32;
+        let partial = s.last_rows < m;
+        let full_rows = s.rows - usize::from(partial);
+        a.mov(r8, s.maps as u64)?;
+        let mut map_top = a.create_label();
+        a.set_label(&mut map_top)?;
+        if s.bias {
+            self.ops.v.broadcast(a, bias_reg(s.isa), rdx + 0)?;
+        }
+        a.mov(r10, rdi)?;
+        a.mov(r11, rsi)?;
+        a.mov(r12, rcx)?;
+        if full_rows > 0 {
+            a.mov(r9, full_rows as u64)?;
+            let mut row_top = a.create_label();
+            a.set_label(&mut row_top)?;
+            self.tile_row(a, m)?;
+            a.dec(r9)?;
+            a.jnz(row_top)?;
+        }
+        if partial {
+            self.tile_row(a, s.last_rows)?;
+        }
+        a.add(rdi, imm(s.ts * F32)?)?;
+        a.add(rsi, imm(plane)?)?;
+        a.add(rcx, imm(plane)?)?;
+        a.add(rdx, F32 as i32)?;
+        a.dec(r8)?;
+        a.jnz(map_top)?;
+        leave(a, &OUT_SAVED)?;
+        emit_consts(a, &mut self.consts, s.lanes())?;
+        self.masks.emit_table(a)?;
+        for (idx, mut l) in std::mem::take(&mut self.indices) {
+            a.set_label(&mut l)?;
+            a.dd(&idx)?;
+        }
+        Ok(())
+    }
+
+    /// One tile row (r10 = M, r11 = Y, r12 = R at its start), `rows` valid output rows;
+    /// advances the three pointers to the next tile row.
+    fn tile_row(&mut self, a: &mut CodeAssembler, rows: usize) -> AsmResult<()> {
+        let s = self.s;
+        let (lanes, m) = (s.lanes(), s.m);
+        let span = lanes * m;
+        let (full_groups, rem_cols) = (s.out_w / span, s.out_w % span);
+        a.mov(r14, r10)?;
+        a.mov(r15, r11)?;
+        a.mov(rbx, r12)?;
+        if full_groups > 0 {
+            a.mov(r13, full_groups as u64)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.group(a, rows, span)?;
+            a.add(r14, imm(lanes * F32)?)?;
+            a.add(r15, imm(span * F32)?)?;
+            a.add(rbx, imm(span * F32)?)?;
+            a.dec(r13)?;
+            a.jnz(top)?;
+        }
+        if rem_cols > 0 {
+            self.group(a, rows, rem_cols)?;
+        }
+        a.add(r10, imm(s.tw * F32)?)?;
+        a.add(r11, imm(m * s.out_w * F32)?)?;
+        a.add(r12, imm(m * s.out_w * F32)?)?;
+        Ok(())
+    }
+
+    /// One group of tiles (r14 = M, r15 = Y, rbx = R), `rows` × `cols` valid outputs.
+    fn group(&mut self, a: &mut CodeAssembler, rows: usize, cols: usize) -> AsmResult<()> {
+        let s = self.s;
+        let (an, m, vb, lanes) = (s.a(), s.m, s.vb(), s.lanes());
+        let m_ab = s.m_plane;
+        let x: Vec<usize> = (0..an).collect();
+        let o: Vec<usize> = (6..6 + m).collect();
+        let t = [10, 11, 12, 13];
+        // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
+        for xi in 0..an {
+            for (nu, &xr) in x.iter().enumerate() {
+                self.ops
+                    .v
+                    .load(a, xr, r14 + imm((xi * an + nu) * m_ab)?, false)?;
+            }
+            self.ops.output_1d(a, &mut self.consts, m, &x, &o, t)?;
+            for (j, &oj) in o.iter().enumerate() {
+                self.ops
+                    .v
+                    .store(a, rsp + imm((xi * m + j) * vb)?, oj, false)?;
+            }
+        }
+        // Column pass: out[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j], staged after z.
+        let o_at = an * m * vb;
+        for j in 0..m {
+            for (xi, &xr) in x.iter().enumerate() {
+                self.ops
+                    .v
+                    .load(a, xr, rsp + imm((xi * m + j) * vb)?, false)?;
+            }
+            self.ops.output_1d(a, &mut self.consts, m, &x, &o, t)?;
+            for (i, &oi) in o.iter().enumerate() {
+                self.ops
+                    .v
+                    .store(a, rsp + imm(o_at + (i * m + j) * vb)?, oi, false)?;
+            }
+        }
+        for i in 0..rows {
+            for j in 0..m {
+                self.ops
+                    .v
+                    .load(a, j, rsp + imm(o_at + (i * m + j) * vb)?, false)?;
+            }
+            let outs = self.to_columns(a)?;
+            for (q, &r) in outs.iter().enumerate() {
+                let first = q * lanes;
+                if first >= cols {
+                    break;
+                }
+                let valid = (cols - first).min(lanes);
+                let masked = valid < lanes;
+                if masked {
+                    self.masks.set(a, s.isa, k1, AVX2_MASK, valid)?;
+                }
+                let off = imm((i * s.out_w + first) * F32)?;
+                if s.bias {
+                    self.ops.add(a, r, r, bias_reg(s.isa))?;
+                }
+                if s.residual {
+                    self.ops.v.load(a, 12, rbx + off, masked)?;
+                    self.ops.add(a, r, r, 12)?;
+                }
+                activate(
+                    a,
+                    &self.ops.v,
+                    &mut self.consts,
+                    s.activation,
+                    &[r],
+                    &[12, 13],
+                )?;
+                self.ops.v.store(a, r15 + off, r, masked)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Transposes registers 0..m (lane t = tile t, register j = column j of each tile)
+    /// into m registers of consecutive output columns; returns their numbers.
+    fn to_columns(&mut self, a: &mut CodeAssembler) -> AsmResult<Vec<usize>> {
+        let m = self.s.m;
+        match self.s.isa {
+            X86Isa::Avx512 => {
+                // P_h[v] = o_{v mod 2}[8h + v div 2]: the pairs (o0, o1) (and (o2, o3))
+                // of tiles 8h .. 8h+8. For m = 2 those are the output vectors.
+                let pair_idx = |h: usize| -> [u32; 16] {
+                    std::array::from_fn(|v| ((v % 2) * 16 + h * 8 + v / 2) as u32)
+                };
+                let pairs = [4, 5, 6, 7];
+                for (k, src) in [(0usize, 0usize), (2, 2)] {
+                    if src >= m {
+                        break;
+                    }
+                    for h in 0..2 {
+                        let p = pairs[k + h];
+                        self.permute(a, p, pair_idx(h), src, src + 1)?;
+                    }
+                }
+                if m == 2 {
+                    return Ok(vec![4, 5]);
+                }
+                // out_q[u] = o_{u mod 4}[4q + u div 4], from P01_{q div 2} (u mod 4 < 2)
+                // and P23_{q div 2}.
+                let quad_idx = |q: usize| -> [u32; 16] {
+                    std::array::from_fn(|u| {
+                        let j = u % 4;
+                        ((if j < 2 { 0 } else { 16 }) + 2 * ((q % 2) * 4 + u / 4) + j % 2) as u32
+                    })
+                };
+                for q in 0..4 {
+                    self.permute(a, 8 + q, quad_idx(q), pairs[q / 2], pairs[2 + q / 2])?;
+                }
+                Ok(vec![8, 9, 10, 11])
+            }
+            X86Isa::Avx2 => {
+                a.vunpcklps(YMM[4], YMM[0], YMM[1])?;
+                a.vunpckhps(YMM[5], YMM[0], YMM[1])?;
+                if m == 2 {
+                    // lo = tiles 0,1 | 4,5; hi = tiles 2,3 | 6,7.
+                    a.vperm2f128(YMM[8], YMM[4], YMM[5], 0x20)?;
+                    a.vperm2f128(YMM[9], YMM[4], YMM[5], 0x31)?;
+                    return Ok(vec![8, 9]);
+                }
+                a.vunpcklps(YMM[6], YMM[2], YMM[3])?;
+                a.vunpckhps(YMM[7], YMM[2], YMM[3])?;
+                // u_k = tile k | tile k + 4, all four columns.
+                a.vunpcklpd(YMM[0], YMM[4], YMM[6])?;
+                a.vunpckhpd(YMM[1], YMM[4], YMM[6])?;
+                a.vunpcklpd(YMM[2], YMM[5], YMM[7])?;
+                a.vunpckhpd(YMM[3], YMM[5], YMM[7])?;
+                a.vperm2f128(YMM[8], YMM[0], YMM[1], 0x20)?;
+                a.vperm2f128(YMM[9], YMM[2], YMM[3], 0x20)?;
+                a.vperm2f128(YMM[10], YMM[0], YMM[1], 0x31)?;
+                a.vperm2f128(YMM[11], YMM[2], YMM[3], 0x31)?;
+                Ok(vec![8, 9, 10, 11])
+            }
+        }
+    }
+
+    /// `d[u] = (x ++ y)[idx[u]]` (AVX-512 vpermi2ps; the index vector is loaded into d).
+    fn permute(
+        &mut self,
+        a: &mut CodeAssembler,
+        d: usize,
+        idx: [u32; 16],
+        x: usize,
+        y: usize,
+    ) -> AsmResult<()> {
+        let label = match self.indices.iter().find(|(i, _)| *i == idx) {
+            Some((_, l)) => *l,
+            None => {
+                let l = a.create_label();
+                self.indices.push((idx, l));
+                l
+            }
+        };
+        a.vmovups(ZMM[d], zmmword_ptr(label))?;
+        a.vpermi2ps(ZMM[d], ZMM[x], ZMM[y])?;
+        Ok(())
+    }
+}
