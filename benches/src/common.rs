@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The options of `--bench models`.
 pub const MODELS_OPTIONS: &[&str] = &[
     "models-dir",
+    "pin",
     "models",
     "rounds",
     "budget-ms",

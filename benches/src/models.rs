@@ -44,7 +44,9 @@ usage: cargo bench -p nnc-benches --bench models -- --models-dir DIR [options]
   --md FILE          also write the markdown table
   --python EXE       Python with onnxruntime and numpy (default: $NNC_PYTHON or python3)
   --nnc-bin PATH     compile with this nnc executable instead of the workspace's nnc crate
-  --vzeroupper 0|1   clean the upper AVX state before each nnc call (default 1)";
+  --vzeroupper 0|1   clean the upper AVX state before each nnc call (default 1)
+  --pin CORE|none    run every engine on this CPU core (default: the first one this
+                     process may use); `none` lets the scheduler place them";
 
 /// Relative error above which nnc's output is flagged as wrong.
 const MAX_REL_ERR: f64 = 1e-3;
@@ -161,6 +163,41 @@ impl NncModel {
         let outs: Vec<*mut c_void> = self.out_bufs.iter().map(|b| b.ptr.cast()).collect();
         let rc = unsafe { (self.infer)(ins.as_ptr(), outs.as_ptr()) };
         assert_eq!(rc, 0, "nnc infer returned {rc}");
+    }
+}
+
+/// Pins this process, and so the onnxruntime child it starts, to one core (`--pin`).
+/// Unpinned, the scheduler tended to run the onnxruntime server on the other core of
+/// this 2-core machine, where its weights and activations stayed in a private L2 while
+/// nnc shared its core's L2 with tract: squeezenet1_1 measured nnc/onnxruntime 1.22
+/// unpinned and 1.04 pinned, minutes apart, onnxruntime taking 6.8 vs 8.3 ms. On one
+/// core every engine finds the caches as the previous engine's round left them.
+/// Returns the core, or None when not pinned.
+fn pin_to_core(arg: Option<&str>) -> Option<usize> {
+    if arg == Some("none") {
+        return None;
+    }
+    // SAFETY: plain libc calls on a zeroed cpu_set_t owned by this frame.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        let core = match arg {
+            Some(c) => c
+                .parse()
+                .unwrap_or_else(|_| die(&format!("--pin {c}: not a core number or none"))),
+            None => (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &set))?,
+        };
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut one);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) != 0 {
+            die(&format!(
+                "--pin {core}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Some(core)
     }
 }
 
@@ -419,6 +456,9 @@ fn main() {
         std::sync::atomic::Ordering::Relaxed,
     );
     let clock = common::set_clock(&args);
+    // The machine's cores, counted before pinning narrows what this process may use.
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let pinned = pin_to_core(args.get("pin"));
     let nnc_bin = common::nnc_bin(&args);
     let dir = match args
         .get("models-dir")
@@ -640,13 +680,14 @@ fn main() {
         &table_rows,
     );
     let header = format!(
-        "Median ms per inference over {rounds} alternating rounds, 1 thread, {clock}, nnc{} --cpu {cpu}, \
+        "Median ms per inference over {rounds} alternating rounds, 1 thread, {clock}, {}, nnc{} --cpu {cpu}, \
          {ort_label}, tract-onnx 0.23; {} ({} cores), {}.\n\n",
+        pinned.map_or("engines not pinned".to_string(), |c| format!("all engines on core {c}")),
         nnc_bin
             .as_ref()
             .map_or(String::new(), |b| format!(" ({})", b.display())),
         common::cpu_model(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cores,
         common::today_utc()
     );
     println!("\n{header}{table}");

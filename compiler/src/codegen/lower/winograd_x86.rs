@@ -454,7 +454,7 @@ impl OutputEmitter<'_> {
                     .v
                     .load(a, j, rsp + imm(o_at + (i * m + j) * vb)?, false)?;
             }
-            let outs = self.to_columns(a)?;
+            let outs = self.tiles_to_columns(a)?;
             for (q, &r) in outs.iter().enumerate() {
                 let first = q * lanes;
                 if first >= cols {
@@ -489,7 +489,7 @@ impl OutputEmitter<'_> {
 
     /// Transposes registers 0..m (lane t = tile t, register j = column j of each tile)
     /// into m registers of consecutive output columns; returns their numbers.
-    fn to_columns(&mut self, a: &mut CodeAssembler) -> AsmResult<Vec<usize>> {
+    fn tiles_to_columns(&mut self, a: &mut CodeAssembler) -> AsmResult<Vec<usize>> {
         let m = self.s.m;
         match self.s.isa {
             X86Isa::Avx512 => {
