@@ -21,10 +21,14 @@
 //!    result into rows of output, adds bias and residual, applies the activation and
 //!    stores into the NCHW output.
 //!
-//! Vectors always run across four consecutive tiles of one tile row; a group at the end
+//! On x86 targets, for tile rows of more than 4 tiles, steps 2 and 4 are machine code
+//! (`lower/winograd_x86.rs`) with 16 (AVX-512) or 8 tiles per vector; the plan's phase
+//! rows and V/M rows are then sized for that width.
+//!
+//! Vectors always run across consecutive tiles of one tile row (4 here); a group at the end
 //! of a tile row spills into the next row's tiles. Writes to V go in increasing tile
-//! order, so the next row's real values overwrite that spill, and V rows have 3 floats
-//! of slack for the last one; the output transform computes the spilled lanes and does
+//! order, so the next row's real values overwrite that spill, and V rows have lanes − 1
+//! floats of slack for the last one; the output transform computes the spilled lanes and does
 //! not store them.
 //!
 //! Accuracy (numpy, float32 vs float64 direct conv, max |err| / max |ref|, ReLU inputs,
