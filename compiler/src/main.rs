@@ -283,7 +283,13 @@ fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
         println!("  {op:<24} {n}");
     }
     if imported.unsupported.is_empty() {
-        let plan = nnc::codegen::plan_graph_memory(g);
+        // The memory plan of the graph `nnc compile` lowers: after the same passes
+        // (fusion and views change which tensors exist and how long they live).
+        let mut optimized = g.clone();
+        nnc::passes::PassManager::from_env()
+            .and_then(|p| p.run(&mut optimized))
+            .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
+        let plan = nnc::codegen::plan_graph_memory(&optimized);
         println!("weights: {} bytes", plan.weights.len());
         println!(
             "arena: {} bytes (lower bound {} bytes)",
