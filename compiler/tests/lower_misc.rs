@@ -337,6 +337,24 @@ const WINDOWS: &[Window] = &[
         &[1, 1],
         false,
     ),
+    // Rows of 35 and 50 outputs: the machine-code max pool's 16-lane vectors (full ones
+    // and a tail) on AVX-512 hosts, with padding and both horizontal strides.
+    (
+        &[1, 3, 7, 70],
+        &[3, 3],
+        &[2, 2],
+        &[1, 1, 1, 1],
+        &[1, 1],
+        false,
+    ),
+    (
+        &[2, 2, 6, 50],
+        &[2, 3],
+        &[1, 1],
+        &[0, 1, 1, 1],
+        &[1, 1],
+        true,
+    ),
     // Dilations and asymmetric pads.
     (
         &[2, 2, 10, 12],

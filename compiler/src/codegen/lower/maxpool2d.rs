@@ -20,6 +20,9 @@ use cranelift_frontend::FunctionBuilder;
 use super::reduce::{fconst, fold, Step};
 use super::{AxisWindows, LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::lower::gemm::{self, Geometry, KernelKind};
+use crate::codegen::lower::gemm_x86::X86Isa;
+use crate::codegen::lower::maxpool2d_x86::{self, BorderRow, MaxPoolSpec};
 use crate::codegen::math;
 use crate::ir::{DType, TensorType};
 use crate::ops::{PoolAttrs, PoolKind};
@@ -44,12 +47,14 @@ pub(super) fn applies(p: &PoolAttrs, x: &TensorType) -> bool {
 }
 
 /// Floats of the row buffer: the padded row, and whatever the last output vector's
-/// window reads past it.
+/// window reads past it, for vectors of up to 16 lanes (the machine-code kernel's), so
+/// the scratch does not depend on the CPU.
 fn row_floats(p: &PoolAttrs, in_w: usize) -> usize {
+    const LAYOUT_LANES: usize = 16;
     let out_w = p.output_spatial[1];
-    let vectors = out_w.div_ceil(LANES);
-    let reach = p.strides[1] * LANES * vectors + p.kernel[1] + 2 * LANES;
-    (p.pads[1] + in_w).max(reach).div_ceil(LANES) * LANES
+    let vectors = out_w.div_ceil(LAYOUT_LANES);
+    let reach = p.strides[1] * LAYOUT_LANES * vectors + p.kernel[1] + 2 * LAYOUT_LANES;
+    (p.pads[1] + in_w).max(reach).div_ceil(LAYOUT_LANES) * LAYOUT_LANES
 }
 
 /// Arena scratch: the row buffer.
@@ -79,6 +84,36 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
     // Output rows whose window lies inside the input share one loop; the others (top
     // and bottom borders) are emitted one by one with their own row count.
     let rows = AxisWindows::new(p, 0, in_h);
+    if let Some(isa) = x86_kernel(ctx, out_w) {
+        let spec = MaxPoolSpec {
+            isa,
+            planes,
+            in_h,
+            in_w,
+            out_h,
+            out_w,
+            kernel_h: p.kernel[0],
+            kernel_w: p.kernel[1],
+            stride_h: p.strides[0],
+            stride_w: p.strides[1],
+            pad_top: p.pads[0],
+            pad_left: p.pads[1],
+            row_floats: row_floats(p, in_w),
+            interior: rows.interior.clone(),
+            border: rows
+                .border
+                .iter()
+                .map(|r| BorderRow {
+                    out_row: r.o,
+                    first: r.first,
+                    taps: r.taps,
+                })
+                .collect(),
+        };
+        let func = gemm::define_machine_code(ctx, 3, &maxpool2d_x86::emit(&spec)?)?;
+        ctx.b.ins().call(func, &[x.ptr, y.ptr, scratch]);
+        return Ok(());
+    }
     let b = &mut *ctx.b;
     let neg_inf = fconst(b, types::F32X4, f64::NEG_INFINITY);
     for v in 0..row_floats(p, in_w) / LANES {
@@ -103,6 +138,23 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
         });
     });
     Ok(())
+}
+
+/// The machine-code kernel's family for this pool on `ctx`'s target, if any: 16 lanes
+/// on AVX-512 for rows of more than 8 outputs, else 8. `NNC_POOL_KERNEL=clif` keeps the
+/// Cranelift passes, for measurements.
+fn x86_kernel(ctx: &LowerCtx, out_w: usize) -> Option<X86Isa> {
+    let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel else {
+        return None;
+    };
+    if std::env::var("NNC_POOL_KERNEL").as_deref() == Ok("clif") {
+        return None;
+    }
+    Some(if isa == X86Isa::Avx512 && out_w > 8 {
+        X86Isa::Avx512
+    } else {
+        X86Isa::Avx2
+    })
 }
 
 /// One output row from `rows` input rows.

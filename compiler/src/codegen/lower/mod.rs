@@ -9,6 +9,7 @@ mod gemm_tile;
 mod gemm_x86;
 mod indexing;
 mod linalg;
+mod maxpool2d_x86;
 mod movement;
 mod norm;
 mod pool;
