@@ -44,8 +44,15 @@ pub struct Compiled {
 /// The caller's buffers for one call: inputs as bytes, zeroed outputs.
 struct Buffers {
     inputs: Vec<Vec<u8>>,
+    /// Each output followed by [`GUARD`] bytes of [`GUARD_BYTE`], so a kernel that
+    /// stores past the end of an output (a missing tail mask) fails the test instead of
+    /// corrupting memory silently.
     outputs: Vec<Vec<u8>>,
+    sizes: Vec<usize>,
 }
+
+const GUARD: usize = 256;
+const GUARD_BYTE: u8 = 0xA5;
 
 impl Buffers {
     fn new(g: &Graph, inputs: &[Tensor]) -> Buffers {
@@ -54,9 +61,25 @@ impl Buffers {
             outputs: g
                 .outputs
                 .iter()
-                .map(|o| vec![0u8; g.ty(*o).byte_size()])
+                .map(|o| {
+                    let mut b = vec![0u8; g.ty(*o).byte_size()];
+                    b.resize(b.len() + GUARD, GUARD_BYTE);
+                    b
+                })
                 .collect(),
+            sizes: g.outputs.iter().map(|o| g.ty(*o).byte_size()).collect(),
         }
+    }
+
+    /// The outputs whose guard bytes were overwritten.
+    fn overruns(&self) -> Vec<usize> {
+        (0..self.outputs.len())
+            .filter(|&i| {
+                self.outputs[i][self.sizes[i]..]
+                    .iter()
+                    .any(|&b| b != GUARD_BYTE)
+            })
+            .collect()
     }
 
     fn call(&mut self, infer: InferFn) -> i32 {
@@ -72,9 +95,9 @@ impl Buffers {
     fn tensors(&self, g: &Graph) -> Result<Vec<Tensor>, String> {
         g.outputs
             .iter()
-            .zip(&self.outputs)
-            .map(|(o, b)| {
-                Tensor::from_le_bytes(g.ty(*o), b).ok_or_else(|| "output size".to_string())
+            .zip(self.outputs.iter().zip(&self.sizes))
+            .map(|(o, (b, &size))| {
+                Tensor::from_le_bytes(g.ty(*o), &b[..size]).ok_or_else(|| "output size".to_string())
             })
             .collect()
     }
@@ -107,7 +130,10 @@ impl Compiled {
     pub fn run(&self, g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
         let mut buffers = Buffers::new(g, inputs);
         match buffers.call(self.infer()?) {
-            0 => buffers.tensors(g),
+            0 => match buffers.overruns().as_slice() {
+                [] => buffers.tensors(g),
+                outs => Err(format!("infer wrote past the end of outputs {outs:?}")),
+            },
             status => Err(format!("infer returned {status}")),
         }
     }
