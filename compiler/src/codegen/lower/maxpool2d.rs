@@ -11,6 +11,10 @@
 //! 3×3/2 pool of 64×111×111 (`benches/bench_conv.py maxpool 64 111 3 2`): see
 //! BENCHMARKS.md.
 //!
+//! On x86 targets the same passes run as machine code (`lower/maxpool2d_x86.rs`, 16 or
+//! 8 lanes, one call per image); this file keeps the plane and row structure and the
+//! Cranelift passes for other targets.
+//!
 //! Semantics are the generic path's: padding never contributes, a NaN input never
 //! wins (`acc < x ? x : acc`, from −∞), a window without inputs gives −∞.
 
