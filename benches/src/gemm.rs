@@ -249,6 +249,8 @@ struct Cell {
     /// Median over rounds of the round's GFLOP/s over the FMA peak measured right
     /// before it.
     fraction: Option<f64>,
+    /// The fastest round's GFLOP/s.
+    best_gflops: f64,
     ms: f64,
     rel_err: f64,
 }
@@ -375,6 +377,8 @@ fn main() {
             }
             let fraction = (!ratios.is_empty()).then(|| median(&ratios));
             let ms = median(&times);
+            let best_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
+            let best_gflops = flop / (best_ms * 1e-3) / 1e9;
             let rel_err = samples
                 .iter()
                 .zip(&reference)
@@ -393,6 +397,7 @@ fn main() {
                 cpu: cpu.clone(),
                 gflops,
                 fraction,
+                best_gflops,
                 ms,
                 rel_err,
             });
@@ -426,36 +431,46 @@ fn main() {
     for c in &cpus {
         header.push(format!("{c} GFLOP/s"));
         header.push(format!("{c} % peak"));
+        header.push(format!("{c} best % peak"));
     }
-    let rows: Vec<Vec<String>> = shapes
-        .iter()
-        .map(|&s| {
-            let mut r = vec![format!("{}×{}×{}", s.0, s.1, s.2)];
-            for c in &cpus {
-                match cells.iter().find(|x| x.shape == s && &x.cpu == c) {
-                    Some(x) => {
-                        let flag = if x.rel_err > 1e-3 { " WRONG" } else { "" };
-                        r.push(format!("{:.1}{flag}", x.gflops));
-                        r.push(
-                            x.fraction
-                                .map_or("-".into(), |f| format!("{:.0}%", 100.0 * f)),
-                        );
-                    }
-                    None => {
-                        r.push("failed".into());
-                        r.push("-".into());
+    let peak_of = |cpu: &str| {
+        width_of(cpu).and_then(|w| peaks.iter().find(|(pw, _)| *pw == w).and_then(|(_, p)| *p))
+    };
+    let rows: Vec<Vec<String>> =
+        shapes
+            .iter()
+            .map(|&s| {
+                let mut r = vec![format!("{}×{}×{}", s.0, s.1, s.2)];
+                for c in &cpus {
+                    match cells.iter().find(|x| x.shape == s && &x.cpu == c) {
+                        Some(x) => {
+                            let flag = if x.rel_err > 1e-3 { " WRONG" } else { "" };
+                            r.push(format!("{:.1}{flag}", x.gflops));
+                            r.push(
+                                x.fraction
+                                    .map_or("-".into(), |f| format!("{:.0}%", 100.0 * f)),
+                            );
+                            r.push(peak_of(c).map_or("-".into(), |p| {
+                                format!("{:.0}%", 100.0 * x.best_gflops / p)
+                            }));
+                        }
+                        None => {
+                            r.push("failed".into());
+                            r.push("-".into());
+                            r.push("-".into());
+                        }
                     }
                 }
-            }
-            r
-        })
-        .collect();
+                r
+            })
+            .collect();
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
     let table = markdown_table(&header_refs, &rows);
     let intro = format!(
         "nnc{} MatMul (A[M,K] input × B[K,N] constant), median of {rounds} rounds, 1 thread, {clock}; \
          % of peak: median over the rounds of each round's GFLOP/s over the FMA peak measured \
-         right before it, at the width each --cpu targets \
+         right before it; best % peak: the fastest round over the best FMA peak seen; \
+         at the width each --cpu targets \
          (baseline 128-bit, x86-64-v3 256-bit, x86-64-v4 512-bit); {}, {}.\n\n",
         nnc_bin
             .as_ref()
@@ -479,7 +494,7 @@ fn main() {
             .iter()
             .map(|c| {
                 format!(
-                    "  {{\"m\": {}, \"k\": {}, \"n\": {}, \"cpu\": {}, \"ms\": {}, \"gflops\": {}, \"fraction_of_peak\": {}, \"max_rel_err\": {}}}",
+                    "  {{\"m\": {}, \"k\": {}, \"n\": {}, \"cpu\": {}, \"ms\": {}, \"gflops\": {}, \"fraction_of_peak\": {}, \"best_gflops\": {}, \"best_fraction_of_peak\": {}, \"max_rel_err\": {}}}",
                     c.shape.0,
                     c.shape.1,
                     c.shape.2,
@@ -487,6 +502,8 @@ fn main() {
                     json_num(c.ms),
                     json_num(c.gflops),
                     c.fraction.map_or("null".into(), json_num),
+                    json_num(c.best_gflops),
+                    peak_of(&c.cpu).map_or("null".into(), |p| json_num(c.best_gflops / p)),
                     json_num(c.rel_err)
                 )
             })
@@ -494,8 +511,8 @@ fn main() {
         let json = format!(
             "{{\"date\": {}, \"cpu_model\": {}, \"clock\": {}, \"rounds\": {rounds}, \"peak_gflops\": {{{}}}, \"rows\": [\n{}\n]}}\n",
             json_str(&common::today_utc()),
-            json_str(clock),
             json_str(&common::cpu_model()),
+            json_str(clock),
             peaks_json.join(", "),
             items.join(",\n")
         );
