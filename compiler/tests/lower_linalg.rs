@@ -57,6 +57,8 @@ enum In {
     Const(TensorType),
     /// An omitted optional input.
     Omitted,
+    /// A graph input with these values.
+    Given(Tensor),
 }
 
 fn rt(dtype: DType, shape: &[usize]) -> In {
@@ -95,6 +97,14 @@ fn one_node(op: Op, ins: Vec<In>, seed: u64) -> (Graph, Vec<Tensor>) {
             In::Omitted => {
                 node_inputs.push(None);
                 types.push(None);
+            }
+            In::Given(t) => {
+                let ty = TensorType::new(t.dtype(), t.shape().to_vec());
+                let id = g.add_value(format!("in{i}"), ty.clone(), None);
+                g.inputs.push(id);
+                values.push(t);
+                node_inputs.push(Some(id));
+                types.push(Some(ty));
             }
         }
     }
@@ -1624,4 +1634,65 @@ fn performance_report() {
         ],
         flops,
     );
+}
+
+/// NaN inputs stay NaN through the activations the machine-code epilogues apply (GEMM
+/// and depthwise): ONNX's Relu, Clip and HardSigmoid propagate NaN, and the epilogues
+/// once turned it into the bound (Relu(NaN) = 0), as x86's vmaxps/vminps return their
+/// second operand when either is NaN. Stride-1 3×3 convs are left out: Winograd spreads
+/// a NaN input over every output of its tiles, not just the windows holding it (see
+/// `lower/winograd.rs`), so they differ from the direct convolution by design.
+#[test]
+fn activations_keep_nan() {
+    use nnc::ops::Activation;
+    let shape = [1, 8, 24, 24];
+    let n: usize = shape.iter().product();
+    let values: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 97 == 0 {
+                f32::NAN
+            } else {
+                (i as f32 * 0.37).sin()
+            }
+        })
+        .collect();
+    let x = Tensor::from_vec(&shape, values);
+    let mut cases = vec![];
+    let acts = [
+        Activation::Relu,
+        Activation::Clip {
+            min: -0.5,
+            max: 0.5,
+        },
+        Activation::HardSigmoid {
+            alpha: 0.2,
+            beta: 0.5,
+        },
+    ];
+    // (name, kernel, stride, pads, group): 1x1 as one GEMM, 3x3 stride 2 as the
+    // implicit GEMM over phase planes, 3x3 depthwise.
+    let convs: [(&str, usize, usize, usize, usize); 3] = [
+        ("1x1", 1, 1, 0, 1),
+        ("3x3 stride 2", 3, 2, 1, 1),
+        ("depthwise 3x3", 3, 1, 1, 8),
+    ];
+    for (name, k, stride, p, group) in convs {
+        for act in acts {
+            let op = Op::Conv(ConvAttrs {
+                kernel: vec![k, k],
+                strides: vec![stride, stride],
+                pads: vec![p; 4],
+                dilations: vec![1, 1],
+                group,
+                activation: act,
+            });
+            let ins = vec![
+                In::Given(x.clone()),
+                cst(DType::F32, &[8, 8 / group, k, k]),
+                cst(DType::F32, &[8]),
+            ];
+            cases.push((format!("{name} conv {act:?} with NaN"), op, ins));
+        }
+    }
+    check_all(cases);
 }

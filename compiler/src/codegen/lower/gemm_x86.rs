@@ -1075,16 +1075,21 @@ pub(super) fn activate(
     };
     match act {
         Activation::None => Ok(()),
+        // The bounds go in `tmp` as the first operand: vmaxps/vminps return their second
+        // operand when either is NaN, so a NaN stays NaN as ONNX (and the Cranelift
+        // epilogues) have it; with the bound second, Relu(NaN) was 0.
         Activation::Relu => {
-            let z = consts.get(a, 0.0);
-            each(a, &mut |a, r| v.op_mem(a, VOp::Max, r, r, z))
+            let c = consts.get(a, 0.0);
+            v.load(a, tmp, c, false)?;
+            each(a, &mut |a, r| v.op(a, VOp::Max, r, tmp, r))
         }
         Activation::Clip { min, max } => {
-            let (lo, hi) = (consts.get(a, min), consts.get(a, max));
-            each(a, &mut |a, r| {
-                v.op_mem(a, VOp::Max, r, r, lo)?;
-                v.op_mem(a, VOp::Min, r, r, hi)
-            })
+            let c = consts.get(a, min);
+            v.load(a, tmp, c, false)?;
+            each(a, &mut |a, r| v.op(a, VOp::Max, r, tmp, r))?;
+            let c = consts.get(a, max);
+            v.load(a, tmp, c, false)?;
+            each(a, &mut |a, r| v.op(a, VOp::Min, r, tmp, r))
         }
         Activation::LeakyRelu { alpha } => {
             // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
@@ -1097,13 +1102,16 @@ pub(super) fn activate(
         }
         Activation::HardSigmoid { alpha, beta } => {
             let (ca, cb) = (consts.get(a, alpha), consts.get(a, beta));
-            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
             each(a, &mut |a, r| {
                 v.op_mem(a, VOp::Mul, r, r, ca)?;
-                v.op_mem(a, VOp::Add, r, r, cb)?;
-                v.op_mem(a, VOp::Max, r, r, zero)?;
-                v.op_mem(a, VOp::Min, r, r, one)
-            })
+                v.op_mem(a, VOp::Add, r, r, cb)
+            })?;
+            let c = consts.get(a, 0.0);
+            v.load(a, tmp, c, false)?;
+            each(a, &mut |a, r| v.op(a, VOp::Max, r, tmp, r))?;
+            let c = consts.get(a, 1.0);
+            v.load(a, tmp, c, false)?;
+            each(a, &mut |a, r| v.op(a, VOp::Min, r, tmp, r))
         }
         Activation::HardSwish => {
             let (ca, cb) = (consts.get(a, 1.0 / 6.0), consts.get(a, 0.5));

@@ -88,7 +88,7 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
     // Output rows whose window lies inside the input share one loop; the others (top
     // and bottom borders) are emitted one by one with their own row count.
     let rows = AxisWindows::new(p, 0, in_h);
-    if let Some(isa) = x86_kernel(ctx, out_w) {
+    if let Some(isa) = x86_kernel(ctx, &x.ty, &y.ty) {
         let spec = MaxPoolSpec {
             isa,
             planes,
@@ -147,13 +147,18 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
 /// The machine-code kernel's family for this pool on `ctx`'s target, if any: 16 lanes
 /// on AVX-512 for rows of more than 8 outputs, else 8. `NNC_POOL_KERNEL=clif` keeps the
 /// Cranelift passes, for measurements.
-fn x86_kernel(ctx: &LowerCtx, out_w: usize) -> Option<X86Isa> {
+fn x86_kernel(ctx: &LowerCtx, x: &TensorType, y: &TensorType) -> Option<X86Isa> {
     let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel else {
         return None;
     };
-    if std::env::var("NNC_POOL_KERNEL").as_deref() == Ok("clif") {
+    // The kernel addresses within a plane by 32-bit displacements.
+    let plane_bytes = |t: &TensorType| t.shape[2] * t.shape[3] * F32;
+    if std::env::var("NNC_POOL_KERNEL").as_deref() == Ok("clif")
+        || plane_bytes(x).max(plane_bytes(y)) > i32::MAX as usize / 2
+    {
         return None;
     }
+    let out_w = y.shape[3];
     Some(if isa == X86Isa::Avx512 && out_w > 8 {
         X86Isa::Avx512
     } else {

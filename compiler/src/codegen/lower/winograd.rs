@@ -31,6 +31,11 @@
 //! floats of slack for the last one; the output transform computes the spilled lanes and does
 //! not store them.
 //!
+//! NaN and infinite inputs: the transforms mix every input of a tile's (m+2)² patch into
+//! every output of the tile, so a NaN (or an ∞, through ∞ − ∞) makes all m² outputs of
+//! each tile whose patch holds it NaN, where the direct convolution makes NaN only the
+//! outputs whose 3×3 window holds it. Finite inputs are unaffected.
+//!
 //! Accuracy (numpy, float32 vs float64 direct conv, max |err| / max |ref|, ReLU inputs,
 //! He-scaled weights): F(2×2) 2–4e-7, F(4×4) 2–6e-6 for 64–512 channels; the direct
 //! conv is ~1e-7.
@@ -246,7 +251,7 @@ pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
 fn x86_transforms(
     ctx: &LowerCtx,
     g: &ConvGeometry,
-    alg: &Algorithm,
+    alg: &'static Algorithm,
     act: Activation,
 ) -> Option<X86Isa> {
     let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel else {
@@ -259,11 +264,21 @@ fn x86_transforms(
     {
         return None;
     }
-    Some(if isa == X86Isa::Avx512 && tw > 8 {
+    let isa = if isa == X86Isa::Avx512 && tw > 8 {
         X86Isa::Avx512
     } else {
         X86Isa::Avx2
-    })
+    };
+    // The kernels address V, M, the phase planes and an output plane by 32-bit
+    // displacements from their bases.
+    let plan = Plan::new(g, alg, isa.lanes());
+    let a2 = alg.a() * alg.a();
+    let reach = [
+        a2 * plan.v_plane().max(plan.m_plane()),
+        plan.hp * plan.wp() * F32,
+        g.output[0] * g.output[1] * F32,
+    ];
+    (reach.iter().max().copied().unwrap_or(0) < i32::MAX as usize / 2).then_some(isa)
 }
 
 /// Whether this conv takes the Winograd path (it also needs constant weights).
