@@ -17,6 +17,17 @@ fn nnc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nnc"))
 }
 
+/// Runs `cmd` and asserts it succeeded, showing its stderr otherwise.
+fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn dynamic_tags(so: &[u8]) -> Vec<i64> {
     let file = ElfFile64::<Endianness>::parse(so).expect("valid ELF");
     let endian = file.endian();
@@ -36,18 +47,13 @@ fn shared_object_needs_no_toolchain_and_has_no_dt_needed() {
     let empty_path = dir.path().join("empty-bin");
     std::fs::create_dir(&empty_path).unwrap();
     let so = dir.path().join("libcnn.so");
-    let out = nnc()
-        .env("PATH", &empty_path)
-        .arg("compile")
-        .arg(&model)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        nnc()
+            .env("PATH", &empty_path)
+            .arg("compile")
+            .arg(&model)
+            .arg("-o")
+            .arg(&so),
     );
     let bytes = std::fs::read(&so).unwrap();
     let tags = dynamic_tags(&bytes);
@@ -66,18 +72,13 @@ fn shared_object_needs_no_toolchain_and_has_no_dt_needed() {
     }
     // The aarch64 library is made the same way.
     let so_a64 = dir.path().join("libcnn_a64.so");
-    let out = nnc()
-        .env("PATH", &empty_path)
-        .args(["compile", "--target", "aarch64"])
-        .arg(&model)
-        .arg("-o")
-        .arg(&so_a64)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        nnc()
+            .env("PATH", &empty_path)
+            .args(["compile", "--target", "aarch64"])
+            .arg(&model)
+            .arg("-o")
+            .arg(&so_a64),
     );
     let bytes = std::fs::read(&so_a64).unwrap();
     assert!(!dynamic_tags(&bytes).contains(&elf::DT_NEEDED));
@@ -93,18 +94,13 @@ fn object_file_links_with_a_c_compiler() {
     let model = dir.path().join("m.onnx");
     std::fs::write(&model, models::elementwise(5).0).unwrap();
     let obj = dir.path().join("m.o");
-    let out = nnc()
-        .arg("compile")
-        .arg(&model)
-        .arg("-o")
-        .arg(&obj)
-        .args(["--name", "elt"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        nnc()
+            .arg("compile")
+            .arg(&model)
+            .arg("-o")
+            .arg(&obj)
+            .args(["--name", "elt"]),
     );
     let main = dir.path().join("main.c");
     std::fs::write(
@@ -173,18 +169,7 @@ fn external_data_is_read_from_the_model_folder_only() {
     )
     .unwrap();
     let so = dir.path().join("libext.so");
-    let out = nnc()
-        .arg("compile")
-        .arg(&model)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(nnc().arg("compile").arg(&model).arg("-o").arg(&so));
 
     // The same weights as the embedded model: the two libraries' outputs agree exactly.
     let embedded = dir.path().join("emb.onnx");
@@ -280,18 +265,7 @@ fn inspect_reports_the_compiled_memory_plan() {
         let path = dir.path().join(format!("cnn{seed}.onnx"));
         std::fs::write(&path, model).unwrap();
         let lib = dir.path().join(format!("libcnn{seed}.so"));
-        let out = nnc()
-            .arg("compile")
-            .arg(&path)
-            .arg("-o")
-            .arg(&lib)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_ok(nnc().arg("compile").arg(&path).arg("-o").arg(&lib));
         let header = std::fs::read_to_string(lib.with_extension("h")).unwrap();
         let workspace: usize = header
             .lines()

@@ -138,9 +138,11 @@ fn panels_outer(s: &GemmSpec) -> bool {
 /// lines and the other tiles, which find them in L1, cannot hide that. Measured
 /// (`bench_models.py --variant NNC_GEMM_PREFETCH=off`, alternating rounds): resnet18,
 /// vit_tiny and minibert 3–4% faster; ResNet's 3×3×512 convs on 7×7 (9.4 MB of
-/// weights) 2.79 → 2.52 ms alone. `NNC_GEMM_PREFETCH=off` turns it off, for measurements.
-fn prefetch_next_panel() -> bool {
-    std::env::var("NNC_GEMM_PREFETCH").as_deref() != Ok("off")
+/// weights) 2.79 → 2.52 ms alone. Only packed B is prefetched (activations read in
+/// place did not gain). `NNC_GEMM_PREFETCH=off` turns it off, for measurements.
+fn prefetch_next_panel(s: &GemmSpec) -> bool {
+    matches!(s.b, BLayout::Packed | BLayout::PackedBlocks)
+        && std::env::var("NNC_GEMM_PREFETCH").as_deref() != Ok("off")
 }
 
 /// An encoding failure or a spec the kernel cannot express.
@@ -709,18 +711,23 @@ impl Emitter<'_> {
         let s = self.spec;
         let full_rows = s.m / self.mr;
         let rem_rows = s.m % self.mr;
+        let full = TileShape {
+            rows: self.mr,
+            vecs,
+            tail_lanes,
+            packed_b_width,
+            block,
+            prefetch_next: false,
+        };
         a.xor(ebx, ebx)?;
-        let peel = full_rows > 1 && prefetch_next_panel();
+        // The first full tile, peeled off the loop, is the one that prefetches.
+        let peel = full_rows > 1 && prefetch_next_panel(s);
         if peel {
             self.tile(
                 a,
                 TileShape {
-                    rows: self.mr,
-                    vecs,
-                    tail_lanes,
-                    packed_b_width,
-                    block,
                     prefetch_next: true,
+                    ..full
                 },
             )?;
             a.add(rbx, imm(self.mr)?)?;
@@ -728,17 +735,7 @@ impl Emitter<'_> {
         if full_rows > usize::from(peel) {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
-            self.tile(
-                a,
-                TileShape {
-                    rows: self.mr,
-                    vecs,
-                    tail_lanes,
-                    packed_b_width,
-                    block,
-                    prefetch_next: false,
-                },
-            )?;
+            self.tile(a, full)?;
             a.add(rbx, imm(self.mr)?)?;
             a.cmp(rbx, imm(full_rows * self.mr)?)?;
             a.jb(top)?;
@@ -748,11 +745,7 @@ impl Emitter<'_> {
                 a,
                 TileShape {
                     rows: rem_rows,
-                    vecs,
-                    tail_lanes,
-                    packed_b_width,
-                    block,
-                    prefetch_next: false,
+                    ..full
                 },
             )?;
         }
@@ -840,8 +833,7 @@ impl Emitter<'_> {
         }
         // The next panel's B starts one panel stride on (a whole-K panel, or the
         // panel's slice of this K block).
-        let prefetch = (t.prefetch_next && matches!(s.b, BLayout::Packed | BLayout::PackedBlocks))
-            .then_some(b_panel_stride * self.nr);
+        let prefetch = t.prefetch_next.then_some(b_panel_stride * self.nr);
         let step = |e: &mut Self, a: &mut CodeAssembler, u: usize| -> AsmResult<()> {
             // K step u accumulates into set u mod splits (set 0 = the tile's registers).
             let set = (u % splits) * chains;
@@ -1075,21 +1067,10 @@ pub(super) fn activate(
     };
     match act {
         Activation::None => Ok(()),
-        // The bounds go in `tmp` as the first operand: vmaxps/vminps return their second
-        // operand when either is NaN, so a NaN stays NaN as ONNX (and the Cranelift
-        // epilogues) have it; with the bound second, Relu(NaN) was 0.
-        Activation::Relu => {
-            let c = consts.get(a, 0.0);
-            v.load(a, tmp, c, false)?;
-            each(a, &mut |a, r| v.op(a, VOp::Max, r, tmp, r))
-        }
+        Activation::Relu => bound(a, v, consts, regs, tmp, VOp::Max, 0.0),
         Activation::Clip { min, max } => {
-            let c = consts.get(a, min);
-            v.load(a, tmp, c, false)?;
-            each(a, &mut |a, r| v.op(a, VOp::Max, r, tmp, r))?;
-            let c = consts.get(a, max);
-            v.load(a, tmp, c, false)?;
-            each(a, &mut |a, r| v.op(a, VOp::Min, r, tmp, r))
+            bound(a, v, consts, regs, tmp, VOp::Max, min)?;
+            bound(a, v, consts, regs, tmp, VOp::Min, max)
         }
         Activation::LeakyRelu { alpha } => {
             // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
@@ -1106,12 +1087,8 @@ pub(super) fn activate(
                 v.op_mem(a, VOp::Mul, r, r, ca)?;
                 v.op_mem(a, VOp::Add, r, r, cb)
             })?;
-            let c = consts.get(a, 0.0);
-            v.load(a, tmp, c, false)?;
-            each(a, &mut |a, r| v.op(a, VOp::Max, r, tmp, r))?;
-            let c = consts.get(a, 1.0);
-            v.load(a, tmp, c, false)?;
-            each(a, &mut |a, r| v.op(a, VOp::Min, r, tmp, r))
+            bound(a, v, consts, regs, tmp, VOp::Max, 0.0)?;
+            bound(a, v, consts, regs, tmp, VOp::Min, 1.0)
         }
         Activation::HardSwish => {
             let (ca, cb) = (consts.get(a, 1.0 / 6.0), consts.get(a, 0.5));
@@ -1153,6 +1130,27 @@ pub(super) fn activate(
         }
         other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
     }
+}
+
+/// `r = op(value, r)` (Max or Min) for every register, with the splat `value` in `tmp`
+/// as the first operand: vmaxps/vminps return their second operand when either is
+/// NaN, so a NaN stays NaN as ONNX (and the Cranelift epilogues) have it; with the
+/// bound second, Relu(NaN) was 0.
+fn bound(
+    a: &mut CodeAssembler,
+    v: &Vecs,
+    consts: &mut Consts,
+    regs: &[usize],
+    tmp: usize,
+    op: VOp,
+    value: f32,
+) -> AsmResult<()> {
+    let c = consts.get(a, value);
+    v.load(a, tmp, c, false)?;
+    for &r in regs {
+        v.op(a, op, r, tmp, r)?;
+    }
+    Ok(())
 }
 
 /// `d = c[0]·xⁿ⁻¹ + … + c[n-1]` by Horner's rule (`d` ≠ `x`), constants in memory.

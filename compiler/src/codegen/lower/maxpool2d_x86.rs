@@ -163,21 +163,35 @@ impl Emitter<'_> {
         // r14 walks the input columns (rax is the tail mask's scratch).
         a.mov(r14, r9)?;
         a.lea(rcx, rdx + imm(s.pad_left * F32)?)?;
-        let full = s.in_w / lanes;
-        if full > 0 {
-            a.mov(r12, full as u64)?;
+        let step = lanes * F32;
+        self.vectors(a, s.in_w, [(r14, step), (rcx, step)], &column)
+    }
+
+    /// `body` once per full vector of a row of `n` elements (r12 counts), advancing each
+    /// pointer by its step, then once with the tail mask set when `n` ends inside a
+    /// vector.
+    fn vectors(
+        &mut self,
+        a: &mut CodeAssembler,
+        n: usize,
+        advance: [(AsmRegister64, usize); 2],
+        body: &dyn Fn(&mut Self, &mut CodeAssembler, bool) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        let lanes = self.lanes();
+        if n >= lanes {
+            a.mov(r12, (n / lanes) as u64)?;
             let mut top = a.create_label();
             a.set_label(&mut top)?;
-            column(self, a, false)?;
-            a.add(r14, imm(lanes * F32)?)?;
-            a.add(rcx, imm(lanes * F32)?)?;
+            body(self, a, false)?;
+            for (reg, bytes) in advance {
+                a.add(reg, imm(bytes)?)?;
+            }
             a.dec(r12)?;
             a.jnz(top)?;
         }
-        let tail = s.in_w % lanes;
-        if tail > 0 {
-            self.set_mask(a, tail)?;
-            column(self, a, true)?;
+        if !n.is_multiple_of(lanes) {
+            self.set_mask(a, n % lanes)?;
+            body(self, a, true)?;
         }
         Ok(())
     }
@@ -209,23 +223,8 @@ impl Emitter<'_> {
         };
         a.mov(rcx, rdx)?;
         a.mov(r13, r10)?;
-        let full = s.out_w / lanes;
-        if full > 0 {
-            a.mov(r12, full as u64)?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            outputs(self, a, false)?;
-            a.add(rcx, imm(s.stride_w * lanes * F32)?)?;
-            a.add(r13, imm(lanes * F32)?)?;
-            a.dec(r12)?;
-            a.jnz(top)?;
-        }
-        let tail = s.out_w % lanes;
-        if tail > 0 {
-            self.set_mask(a, tail)?;
-            outputs(self, a, true)?;
-        }
-        Ok(())
+        let steps = [(rcx, s.stride_w * lanes * F32), (r13, lanes * F32)];
+        self.vectors(a, s.out_w, steps, &outputs)
     }
 
     /// PICK = the even (or odd) floats of LO ++ HI, in order.
