@@ -907,7 +907,8 @@ fn conv_float32() {
 /// outputs, F(2×2) from 8×8 (see `lower/winograd.rs`). Partial tiles on both axes,
 /// batches, asymmetric padding, chunks of tile rows, and the fused epilogue (bias,
 /// residual, activation) applied by the output transform; on x86-64-v3/v4 the
-/// machine-code transforms (`lower/winograd_x86.rs`) for rows of more than 4 tiles.
+/// machine-code transforms (`lower/winograd_x86.rs`) for rows of more than 4 tiles, and
+/// on x86-64-v4 the whole-plane kernels for 8×8 outputs.
 #[test]
 fn conv_winograd() {
     use nnc::ops::Activation;
@@ -999,6 +1000,37 @@ fn conv_winograd() {
             16,
             [1, 1, 1, 1],
             relu6,
+            false,
+            true,
+        ),
+        // 8×8 outputs (16 tiles) on AVX-512: the whole-plane kernels
+        // (`lower/winograd_plane_x86.rs`), with map blocks of 16 plus a remainder,
+        // channel chunks of 12 plus a remainder, planes of 4 to 7 zmm (a lone last
+        // register) and padding on any side.
+        (
+            "F2 whole plane, batch 2",
+            [2, 30, 8, 8],
+            20,
+            [1, 1, 1, 1],
+            relu6,
+            true,
+            true,
+        ),
+        (
+            "F2 whole plane unpadded",
+            [1, 5, 10, 10],
+            16,
+            [0, 0, 0, 0],
+            Activation::Relu,
+            true,
+            false,
+        ),
+        (
+            "F2 whole plane asymmetric pads",
+            [1, 3, 9, 7],
+            7,
+            [0, 1, 1, 2],
+            Activation::LeakyRelu { alpha: 0.1 },
             false,
             true,
         ),

@@ -16,6 +16,7 @@ mod pool;
 mod reduce;
 mod resize;
 mod softmax_x86;
+mod winograd_plane_x86;
 mod winograd_x86;
 
 use cranelift_codegen::ir::Value;

@@ -49,6 +49,7 @@ use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, Kernel
 use super::{align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, F32};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::lower::gemm_x86::X86Isa;
+use crate::codegen::lower::winograd_plane_x86::{self, PlaneSpec};
 use crate::codegen::lower::winograd_x86::{self, TransformSpec};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
@@ -290,6 +291,21 @@ pub(super) fn applies(g: &ConvGeometry, ops: &ConvOperands) -> bool {
 fn transformed_weights(g: &ConvGeometry, alg: &Algorithm, w: &[f32], geom: &Geometry) -> Vec<f32> {
     let a = alg.a();
     let (maps, channels) = (g.mg, g.cg);
+    let u = weight_transform(g, alg, w);
+    let mut packed = Vec::with_capacity(u.len());
+    for ab in 0..a * a {
+        let mat = &u[ab * maps * channels..][..maps * channels];
+        packed.extend(gemm::pack_a(geom, maps, channels, |i, k| {
+            mat[i * channels + k]
+        }));
+    }
+    packed
+}
+
+/// `u[ξν][map][channel]`, computed in f64.
+fn weight_transform(g: &ConvGeometry, alg: &Algorithm, w: &[f32]) -> Vec<f32> {
+    let a = alg.a();
+    let (maps, channels) = (g.mg, g.cg);
     // u[ξν][map][channel], computed in f64.
     let mut u = vec![0f32; a * a * maps * channels];
     for mm in 0..maps {
@@ -308,14 +324,7 @@ fn transformed_weights(g: &ConvGeometry, alg: &Algorithm, w: &[f32], geom: &Geom
             }
         }
     }
-    let mut packed = Vec::with_capacity(u.len());
-    for ab in 0..a * a {
-        let mat = &u[ab * maps * channels..][..maps * channels];
-        packed.extend(gemm::pack_a(geom, maps, channels, |i, k| {
-            mat[i * channels + k]
-        }));
-    }
-    packed
+    u
 }
 
 pub(super) fn conv_winograd(
@@ -324,6 +333,9 @@ pub(super) fn conv_winograd(
     ops: &ConvOperands,
 ) -> LowerResult {
     let alg = algorithm(g).ok_or("Winograd does not apply to this conv")?;
+    if let Some(spec) = plane_transforms(ctx, g, alg, ops) {
+        return conv_winograd_plane(ctx, g, alg, ops, &spec);
+    }
     let x86 = x86_transforms(ctx, g, alg, ops.activation);
     let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
     let Some(Tensor::F32(w)) = &ops.w.constant else {
@@ -443,6 +455,88 @@ pub(super) fn conv_winograd(
         chunk(b, row0, last_rows, true, &last_kernel);
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// The whole-plane transforms (`lower/winograd_plane_x86.rs`) for F(2×2) convs of at
+/// most 16 tiles on AVX-512 targets, if they apply. `NNC_WINOGRAD_KERNEL=clif` keeps
+/// the Cranelift transforms, for measurements.
+fn plane_transforms(
+    ctx: &LowerCtx,
+    g: &ConvGeometry,
+    alg: &'static Algorithm,
+    ops: &ConvOperands,
+) -> Option<PlaneSpec> {
+    let KernelKind::X86(X86Isa::Avx512) = Geometry::for_target(ctx.target).kernel else {
+        return None;
+    };
+    let (in_h, in_w, out_h, out_w) = (g.input[0], g.input[1], g.output[0], g.output[1]);
+    if alg.m != 2
+        || std::env::var("NNC_WINOGRAD_KERNEL").as_deref() == Ok("clif")
+        || !winograd_plane_x86::applies(in_h, in_w, out_h, out_w, ops.activation)
+    {
+        return None;
+    }
+    let plan = Plan::new(g, alg, 16);
+    Some(PlaneSpec {
+        channels: plan.channels,
+        maps: plan.maps,
+        in_h,
+        in_w,
+        pad_top: g.pad_begin[0],
+        pad_left: g.pad_begin[1],
+        out_h,
+        out_w,
+        ts: plan.ts,
+        v_plane: plan.v_plane(),
+        m_plane: plan.m_plane(),
+        bias: ops.bias.is_some(),
+        residual: ops.residual.is_some(),
+        activation: ops.activation,
+    })
+}
+
+/// The Winograd conv with the whole-plane kernels: per batch item, the input
+/// transform reads X in place (no padded copy or phase split), one kernel computes the
+/// 16 products from unpacked U, then the output transform writes Y with the fused epilogue. V and M sit where the
+/// general path's [`Buffers`] put them for 16 lanes.
+fn conv_winograd_plane(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    alg: &'static Algorithm,
+    ops: &ConvOperands,
+    spec: &PlaneSpec,
+) -> LowerResult {
+    let plan = Plan::new(g, alg, 16);
+    let Some(Tensor::F32(w)) = &ops.w.constant else {
+        return Err("the Winograd path needs constant weights".into());
+    };
+    let w: Vec<f32> = w.iter().copied().collect();
+    let u = weight_transform(g, alg, &w);
+    let u_ptr = ctx.rodata(gemm::f32_bytes(&u))?;
+    let scratch = super::scratch(ctx)?;
+    let products = gemm::define_machine_code(ctx, 3, &winograd_plane_x86::emit_products(spec)?)?;
+    let input = gemm::define_machine_code(ctx, 2, &winograd_plane_x86::emit_input(spec)?)?;
+    let output = gemm::define_machine_code(ctx, 4, &winograd_plane_x86::emit_output(spec)?)?;
+    let b = &mut *ctx.b;
+    let v = b.ins().iadd_imm_s(scratch, (2 * plan.plane_bytes()) as i64);
+    let mt = b
+        .ins()
+        .iadd_imm_s(scratch, (2 * plan.plane_bytes() + plan.v_bytes()) as i64);
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        let zero = kernel::iconst(b, 0);
+        let x_n = input_group(b, g, ops.x.ptr, n, zero, F32);
+        b.ins().call(input, &[x_n, v]);
+        b.ins().call(products, &[u_ptr, v, mt]);
+        let (y, addends) = output_and_bias(b, g, ops, n, zero);
+        let null = b.ins().iconst(types::I64, 0);
+        let bias = ops.bias.as_ref().map_or(null, |_| addends[0]);
+        let r = ops
+            .residual
+            .as_ref()
+            .map_or(null, |_| addends[addends.len() - 1]);
+        b.ins().call(output, &[mt, y, bias, r]);
+    });
+    Ok(())
 }
 
 /// Scratch buffers (see [`Plan::bytes`]) and the transformed weights.
