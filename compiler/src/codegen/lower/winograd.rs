@@ -23,7 +23,10 @@
 //!
 //! On x86 targets, for tile rows of more than 4 tiles, steps 2 and 4 are machine code
 //! (`lower/winograd_x86.rs`) with 16 (AVX-512) or 8 tiles per vector; the plan's phase
-//! rows and V/M rows are then sized for that width.
+//! rows and V/M rows are then sized for that width. On AVX-512, F(2×2) convs of at most
+//! 16 tiles (8×8 maps) skip steps 1 and 3's general forms: whole-plane kernels
+//! (`lower/winograd_plane_x86.rs`) transform a channel's 16 tiles as one zmm straight
+//! from the unpadded input and compute the 16 products in one call.
 //!
 //! Vectors always run across consecutive tiles of one tile row (4 here); a group at the end
 //! of a tile row spills into the next row's tiles. Writes to V go in increasing tile

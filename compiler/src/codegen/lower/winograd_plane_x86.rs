@@ -1,5 +1,6 @@
 //! Winograd F(2×2, 3×3) transforms for whole small planes on AVX-512:
-//! `f32-winograd-f2-plane16-input-avx512f` and `f32-winograd-f2-plane16-output-avx512f`.
+//! `f32-winograd-f2-plane16-input-avx512f`, `f32-winograd-f2-plane16-products-avx512f`
+//! and `f32-winograd-f2-plane16-output-avx512f`.
 //!
 //! A conv whose output has at most 16 F(2×2) tiles (an 8×8 map) fits all its tiles in
 //! one zmm, so every vector of the transforms holds a whole channel (map). The input
@@ -407,8 +408,9 @@ fn products_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
 /// `rows` maps of one ξν (r9 = U at the block's first map, rsi = V_ξν, r10 = M_ξν at
 /// the block's first map): accumulators 0..rows, V chunks from register 16.
 fn map_block(a: &mut CodeAssembler, s: &PlaneSpec, rows: usize) -> AsmResult<()> {
-    for r in 0..rows {
-        a.vpxord(ZMM[r], ZMM[r], ZMM[r])?;
+    let acc = &ZMM[..rows];
+    for &r in acc {
+        a.vpxord(r, r, r)?;
     }
     for c0 in (0..s.channels).step_by(CHANNEL_CHUNK) {
         let chunk = CHANNEL_CHUNK.min(s.channels - c0);
@@ -416,14 +418,14 @@ fn map_block(a: &mut CodeAssembler, s: &PlaneSpec, rows: usize) -> AsmResult<()>
             a.vmovups(ZMM[16 + i], zmmword_ptr(rsi + imm((c0 + i) * s.ts * F32)?))?;
         }
         for i in 0..chunk {
-            for r in 0..rows {
+            for (r, &acc_r) in acc.iter().enumerate() {
                 let w = r9 + imm((r * s.channels + c0 + i) * F32)?;
-                a.vfmadd231ps(ZMM[r], ZMM[16 + i], dword_bcst(w))?;
+                a.vfmadd231ps(acc_r, ZMM[16 + i], dword_bcst(w))?;
             }
         }
     }
-    for r in 0..rows {
-        a.vmovups(zmmword_ptr(r10 + imm(r * s.ts * F32)?), ZMM[r])?;
+    for (r, &acc_r) in acc.iter().enumerate() {
+        a.vmovups(zmmword_ptr(r10 + imm(r * s.ts * F32)?), acc_r)?;
     }
     Ok(())
 }
