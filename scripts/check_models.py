@@ -3,6 +3,10 @@
 reference outputs (max |error| / max |reference| per output).
 
 usage: check_models.py MODELS_DIR [--target x86_64|aarch64] [--models a,b,...]
+                       [--quantize fp16] [--tolerance T]
+
+With --quantize the artifact is compiled quantized and its size is also reported as a
+fraction of the float32 artifact's (compiled alongside).
 
 MODELS_DIR holds MODEL.onnx with MODEL.input.NAME.npy / MODEL.output.NAME.npy pairs.
 x86_64 loads each .so in this process (ctypes); aarch64 runs it under qemu-aarch64
@@ -62,6 +66,7 @@ def main():
     ap.add_argument("--target", default="x86_64")
     ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_1,vit_tiny_l4_d256,minibert_l4_d256,digits_cnn")
     ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--quantize", choices=["fp16"], help="compile with nnc --quantize")
     args = ap.parse_args()
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,10 +75,16 @@ def main():
             onnx_path = os.path.join(args.models_dir, name + ".onnx")
             lib = os.path.join(tmp, f"lib{name}.so")
             t0 = time.time()
-            r = subprocess.run([NNC, "compile", onnx_path, "--target", args.target, "-o", lib], capture_output=True, text=True)
+            extra = ["--quantize", args.quantize] if args.quantize else []
+            r = subprocess.run([NNC, "compile", onnx_path, "--target", args.target, "-o", lib] + extra, capture_output=True, text=True)
             secs = time.time() - t0
             if r.returncode != 0:
                 print(f"{name}: compile failed: {r.stderr.strip()}"); failed += 1; continue
+            size = f"{os.path.getsize(lib)} bytes"
+            if args.quantize:
+                ref_lib = os.path.join(tmp, f"lib{name}_f32.so")
+                subprocess.run([NNC, "compile", onnx_path, "--target", args.target, "-o", ref_lib], capture_output=True, check=True)
+                size += f" ({os.path.getsize(lib) / os.path.getsize(ref_lib):.3f} of float32)"
             inputs = {os.path.basename(p)[len(name) + 7:-4]: np.load(p) for p in glob.glob(os.path.join(args.models_dir, f"{name}.input.*.npy"))}
             expected = {os.path.basename(p)[len(name) + 8:-4]: np.load(p) for p in glob.glob(os.path.join(args.models_dir, f"{name}.output.*.npy"))}
             if args.target == "aarch64":
@@ -84,7 +95,7 @@ def main():
                 err = rel_err(got[out_name], ref)
                 ok = err <= args.tolerance
                 failed += not ok
-                print(f"{name}: {args.target} compile {secs:.2f} s, {os.path.getsize(lib)} bytes, output {out_name}: rel err {err:.2e} {'ok' if ok else 'FAIL'}")
+                print(f"{name}: {args.target} compile {secs:.2f} s, {size}, output {out_name}: rel err {err:.2e} {'ok' if ok else 'FAIL'}")
     print(f"models: {failed} failed")
     sys.exit(1 if failed else 0)
 

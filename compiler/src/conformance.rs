@@ -203,6 +203,7 @@ impl CompiledCase {
         let opts = CompileOptions {
             target: Target::host(),
             prefix: String::new(),
+            weights: Default::default(),
         };
         let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
         let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file)

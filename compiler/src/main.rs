@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use nnc::codegen::{Arch, CompileOptions, Target};
+use nnc::codegen::{Arch, CompileOptions, Target, WeightFormat};
 use nnc::driver;
 use nnc::error::{NncError, Result};
 use nnc::onnx::{self, ImportOptions};
@@ -38,6 +38,13 @@ struct ShapeArgs {
     frozen: Vec<String>,
 }
 
+/// `--quantize` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Quantize {
+    Fp16,
+    Int8,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Compiles MODEL.onnx into a shared library (.so), object (.o) or static archive (.a),
@@ -62,6 +69,16 @@ enum Command {
         name: String,
         #[command(flatten)]
         shapes: ShapeArgs,
+        /// Quantizes the weights. fp16: the float32 weights kernels read are stored as
+        /// IEEE half (the artifact is about half the size) and expanded to float32 in the
+        /// workspace as each node runs; computation, inputs and outputs stay as in the
+        /// model. int8: static post-training quantization with --calibration (not built
+        /// yet: refused with an error).
+        #[arg(long, value_enum, value_name = "fp16|int8")]
+        quantize: Option<Quantize>,
+        /// Calibration inputs for --quantize int8.
+        #[arg(long, value_name = "PATH")]
+        calibration: Option<PathBuf>,
         /// Prints nnc's IR after the graph passes.
         #[arg(long)]
         dump_ir: bool,
@@ -184,10 +201,26 @@ fn run(cli: Cli) -> Result<()> {
             cpu,
             name,
             shapes,
+            quantize,
+            calibration,
             dump_ir,
             dump_passes,
             passes,
         } => {
+            let weights = match (quantize, &calibration) {
+                (None, None) => WeightFormat::F32,
+                (Some(Quantize::Fp16), None) => WeightFormat::F16,
+                (Some(Quantize::Fp16), Some(_)) | (None, Some(_)) => {
+                    return Err(NncError::Model(
+                        "--calibration is only for --quantize int8".into(),
+                    ))
+                }
+                (Some(Quantize::Int8), _) => {
+                    return Err(NncError::Model(
+                        "--quantize int8 is not implemented yet; --quantize fp16 is".into(),
+                    ))
+                }
+            };
             if !name.is_empty() && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(NncError::Model(format!(
                     "--name '{name}' must be a C identifier (letters, digits, _)"
@@ -205,6 +238,7 @@ fn run(cli: Cli) -> Result<()> {
             let opts = CompileOptions {
                 target: target.clone(),
                 prefix: nnc::codegen::symbol_prefix(&name),
+                weights,
             };
             let mut pm = match passes {
                 Some(list) => nnc::passes::PassManager::from_list(&list),

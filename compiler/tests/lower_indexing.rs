@@ -149,6 +149,7 @@ fn check_with(
     let arm = CompileOptions {
         target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
         prefix: String::new(),
+        weights: Default::default(),
     };
     compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
     Ok(())

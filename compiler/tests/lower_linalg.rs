@@ -165,6 +165,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
                 let options = CompileOptions {
                     target,
                     prefix: String::new(),
+                    weights: Default::default(),
                 };
                 compile_graph(&g, &options).map_err(|e| format!("{name} ({cpu}): compile: {e}"))?;
             }
@@ -206,6 +207,7 @@ fn aarch64_options() -> CompileOptions {
     CompileOptions {
         target: Target::new(Arch::Aarch64, None).expect("aarch64 target"),
         prefix: String::new(),
+        weights: Default::default(),
     }
 }
 

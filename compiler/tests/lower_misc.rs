@@ -202,6 +202,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
         let opts = CompileOptions {
             target,
             prefix: String::new(),
+            weights: Default::default(),
         };
         compile_graph(&g, &opts).map_err(|e| format!("{name}: {arch:?} {cpu:?}: {e}"))?;
     }
@@ -234,6 +235,7 @@ fn expect_lowering_error(op: Op, ins: Vec<In>) {
     let opts = CompileOptions {
         target: Target::host(),
         prefix: String::new(),
+        weights: Default::default(),
     };
     assert!(compile_graph(&g, &opts).is_err());
 }
@@ -679,6 +681,7 @@ fn softmax_machine_code_rows() {
                     let options = CompileOptions {
                         target: target.clone(),
                         prefix: String::new(),
+                        weights: Default::default(),
                     };
                     return compile_graph(&g, &options)
                         .map(|_| ())

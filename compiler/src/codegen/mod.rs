@@ -35,6 +35,18 @@ pub struct CompileOptions {
     pub target: Target,
     /// Symbol prefix: `--name foo` gives `foo_infer`; empty by default.
     pub prefix: String,
+    /// How the float32 weights kernels repack are stored.
+    pub weights: WeightFormat,
+}
+
+/// Storage of the float32 weights that kernels repack (GEMM panels, Winograd-transformed
+/// and depthwise filters): as they are, or as IEEE half (`--quantize fp16`), expanded
+/// to float32 in the workspace by the node that reads them (`lower::f16_weights`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightFormat {
+    #[default]
+    F32,
+    F16,
 }
 
 /// The compiled object and what the header and `nnc inspect` report about it.
@@ -78,11 +90,22 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         const_read[plan.root[v.0]] = true;
     }
 
-    let arena = define_zeroed(&mut module, "nnc_arena", plan.arena_size.max(1))?;
-    let info = model_info::define(&mut module, graph, &plan, &opts.prefix)?;
-
     let mut fctx = FunctionBuilderContext::new();
     let mut ctx = module.make_context();
+    // FP16 weights expand into an area after the planned arena, as large as the most
+    // any node expands; every node function then also gets the workspace base.
+    let expand = match opts.weights {
+        WeightFormat::F32 => None,
+        WeightFormat::F16 => Some(define_expand_f16(
+            &mut module,
+            &mut ctx,
+            &mut fctx,
+            &isa,
+            &opts.target,
+        )?),
+    };
+    let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
+    let mut half_area = 0usize;
     let mut node_fns = vec![None; graph.nodes.len()];
     for (k, node) in graph.nodes.iter().enumerate() {
         if plan.is_view[k] {
@@ -90,7 +113,9 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         }
         let n_args = node.inputs.iter().flatten().count()
             + node.outputs.len()
-            + usize::from(plan.scratch[k].is_some());
+            + usize::from(plan.scratch[k].is_some())
+            + usize::from(expand.is_some());
+        let mut node_half_bytes = 0;
         let sig = ptr_signature(&module, n_args, false);
         let name = format!("nnc_node_{k}");
         let id = define_function(
@@ -123,7 +148,17 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
                         constant: None,
                     })
                     .collect();
-                let scratch = next.next();
+                let scratch = if plan.scratch[k].is_some() {
+                    next.next()
+                } else {
+                    None
+                };
+                let half = expand.map(|expand| lower::HalfWeights {
+                    workspace: next.next().expect("the workspace parameter"),
+                    region: half_region,
+                    used: 0,
+                    expand,
+                });
                 let mut lctx = LowerCtx {
                     b,
                     target: &opts.target,
@@ -131,10 +166,12 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
                     inputs,
                     outputs,
                     scratch,
+                    half,
                 };
                 lower::lower_node(&mut lctx, &node.op).map_err(|m| {
                     NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
                 })?;
+                node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
                 b.ins().return_(&[]);
                 Ok(())
             },
@@ -153,7 +190,13 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
             }
         }
         node_fns[k] = Some(id);
+        half_area = half_area.max(node_half_bytes);
     }
+    if half_area > 0 {
+        plan.arena_size = half_region + half_area;
+    }
+    let arena = define_zeroed(&mut module, "nnc_arena", plan.arena_size.max(1))?;
+    let info = model_info::define(&mut module, graph, &plan, &opts.prefix)?;
 
     plan::place_constants(&mut plan, graph, &const_read);
     let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
@@ -170,6 +213,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         weights,
         copy_fn,
         clear_upper,
+        expand.is_some(),
         &opts.prefix,
     )?;
     define_infer(
@@ -326,6 +370,34 @@ fn define_clear_upper_vector_state(
     Ok(Some(id))
 }
 
+/// `nnc_expand_f16(dst, src, n)` (see `lower::f16_weights`): machine code where the
+/// target has it, else a Cranelift loop.
+fn define_expand_f16(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &Arc<dyn TargetIsa>,
+    target: &Target,
+) -> Result<FuncId> {
+    let name = "nnc_expand_f16";
+    let sig = ptr_signature(module, 3, false);
+    if let Some(code) = lower::f16_weights::machine_code(target) {
+        let code = code.map_err(|e| codegen_err(name, e))?;
+        let id = module
+            .declare_function(name, Linkage::Local, &sig)
+            .map_err(|e| codegen_err(name, e))?;
+        module
+            .define_function_bytes(id, 64, &code, &[])
+            .map_err(|e| codegen_err(name, e))?;
+        return Ok(id);
+    }
+    define_function(module, ctx, fctx, isa, name, Linkage::Local, sig, |b, _, p| {
+        lower::f16_weights::expand_body(b, p[0], p[1], p[2]);
+        b.ins().return_(&[]);
+        Ok(())
+    })
+}
+
 /// `nnc_copy(dst, src, nbytes)`: used for graph outputs that no node writes (constants,
 /// pass-through inputs, duplicates).
 fn define_copy(
@@ -369,6 +441,7 @@ fn define_infer_with_workspace(
     weights: cranelift_module::DataId,
     copy_fn: FuncId,
     clear_upper: Option<FuncId>,
+    pass_workspace: bool,
     prefix: &str,
 ) -> Result<FuncId> {
     let name = format!("{prefix}infer_with_workspace");
@@ -467,6 +540,9 @@ fn define_infer_with_workspace(
                 }
                 if let Some(off) = plan.scratch[k] {
                     args.push(addr_of(b, Storage::Arena(off)));
+                }
+                if pass_workspace {
+                    args.push(ws);
                 }
                 let fref = module.declare_func_in_func(fid, b.func);
                 b.ins().call(fref, &args);

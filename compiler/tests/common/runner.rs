@@ -22,6 +22,7 @@ fn options(target: Target) -> CompileOptions {
     CompileOptions {
         target,
         prefix: String::new(),
+        weights: Default::default(),
     }
 }
 

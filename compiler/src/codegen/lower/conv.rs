@@ -351,7 +351,7 @@ fn weights_operand(ctx: &mut LowerCtx, g: &ConvGeometry, w: &Operand) -> Result<
             packed.extend(gemm::pack_a(&geom, g.mg, k, |i, kk| rows[i * k + kk]));
         }
         return Ok(WeightsA {
-            ptr: ctx.rodata(gemm::f32_bytes(&packed))?,
+            ptr: ctx.weights_f32(&packed)?,
             packed: true,
             geom,
         });
@@ -1555,7 +1555,7 @@ fn tap_weights(
                 }));
             }
         }
-        let ptr = ctx.rodata(gemm::f32_bytes(&packed))?;
+        let ptr = ctx.weights_f32(&packed)?;
         return Ok(TapWeights {
             ptr,
             layout: ALayout::Packed,

@@ -136,7 +136,7 @@ fn matmul_f32(
                 all.extend(packed);
                 layout = l;
             }
-            Some((ctx.rodata(gemm::f32_bytes(&all))?, layout))
+            Some((ctx.weights_f32(&all)?, layout))
         }
         None => None,
     };
@@ -404,7 +404,7 @@ fn gemm_f32(
             let (ks, ns) = s.b_strides;
             let (packed, layout) =
                 gemm::pack_constant_b(&geom, s.k, s.n, |kk, j| v[kk * ks + j * ns]);
-            (ctx.rodata(gemm::f32_bytes(&packed))?, layout)
+            (ctx.weights_f32(&packed)?, layout)
         }
         None if s.b_strides.1 == 1 => (
             b.ptr,

@@ -4,6 +4,7 @@
 mod conv;
 mod depthwise_x86;
 mod elementwise;
+pub mod f16_weights;
 mod gemm;
 mod gemm_tile;
 mod gemm_x86;
@@ -19,7 +20,7 @@ mod softmax_x86;
 mod winograd_plane_x86;
 mod winograd_x86;
 
-use cranelift_codegen::ir::Value;
+use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::{DataDescription, Module};
 use cranelift_object::ObjectModule;
@@ -51,6 +52,20 @@ pub struct LowerCtx<'a, 'f> {
     pub outputs: Vec<Operand>,
     /// Arena scratch of [`scratch_bytes`] bytes, when the node asked for some.
     pub scratch: Option<Value>,
+    /// Where float32 weights go when they are stored as half (`--quantize fp16`).
+    pub half: Option<HalfWeights>,
+}
+
+/// The expansion area of FP16 weights (see [`f16_weights`]): the node's weights are
+/// expanded one after another from `region` bytes into the workspace.
+pub struct HalfWeights {
+    /// The workspace base (a node function parameter).
+    pub workspace: Value,
+    pub region: usize,
+    /// Bytes of the area this node has used so far.
+    pub used: usize,
+    /// `nnc_expand_f16(dst, src, n)`.
+    pub expand: cranelift_module::FuncId,
 }
 
 impl LowerCtx<'_, '_> {
@@ -64,6 +79,27 @@ impl LowerCtx<'_, '_> {
 
     pub fn output(&self, i: usize) -> Operand {
         self.outputs[i].clone()
+    }
+
+    /// Places float32 weights (repacked for a kernel) in read-only data and returns the
+    /// address the kernel reads them from: the data itself, or with FP16 weights a
+    /// float32 copy the node expands into the workspace first (see [`f16_weights`]).
+    pub fn weights_f32(&mut self, floats: &[f32]) -> Result<Value, String> {
+        let Some(half) = &self.half else {
+            return self.rodata(gemm::f32_bytes(floats));
+        };
+        let (workspace, at, expand) = (half.workspace, half.region + half.used, half.expand);
+        let bytes = f16_weights::f16_bytes(floats);
+        let halves = bytes.len() / 2;
+        let src = self.rodata(bytes)?;
+        let dst = self.b.ins().iadd_imm_s(workspace, at as i64);
+        let n = self.b.ins().iconst(PTR, halves as i64);
+        let f = self.module.declare_func_in_func(expand, self.b.func);
+        self.b.ins().call(f, &[dst, src, n]);
+        if let Some(h) = &mut self.half {
+            h.used += (4 * halves).next_multiple_of(super::plan::ALIGN);
+        }
+        Ok(dst)
     }
 
     /// Places `bytes` (e.g. weights repacked for a kernel) in read-only data, 64-byte

@@ -4,8 +4,9 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
+use cranelift_module::Module;
 
-use super::{LowerCtx, LowerResult};
+use super::{f16_weights, LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags};
 use crate::ir::Tensor;
 use crate::ops::{PadAttrs, PadMode};
@@ -224,6 +225,10 @@ pub fn concat(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     Ok(())
 }
 
+/// Constant Gather tables at least this large are stored as half with FP16 weights;
+/// smaller ones (index tables, shape constants) are not worth an expansion per row.
+const HALF_TABLE_MIN_BYTES: usize = 64 << 10;
+
 pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     let (data, indices, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let elem = data.ty.dtype.size();
@@ -234,6 +239,17 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     if y.ty.numel() == 0 {
         return Ok(());
     }
+    // With FP16 weights a large constant table (an embedding) is stored as half and
+    // its gathered rows are expanded as they are copied.
+    let half_table = match (&ctx.half, &data.constant) {
+        (Some(h), Some(Tensor::F32(t))) if data.ty.byte_size() >= HALF_TABLE_MIN_BYTES => {
+            let floats: Vec<f32> = t.iter().copied().collect();
+            let expand = h.expand;
+            let table = ctx.rodata(f16_weights::f16_bytes(&floats))?;
+            Some((table, ctx.module.declare_func_in_func(expand, ctx.b.func)))
+        }
+        _ => None,
+    };
     let b = &mut *ctx.b;
     let idx_ty = indices.ty.dtype;
     kernel::counted_loop(b, 0, outer as i64, 1, |b, o| {
@@ -251,11 +267,19 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
             let i = b.ins().smin(i, maxi);
             let row = b.ins().imul_imm_s(o, dim as i64);
             let row = b.ins().iadd(row, i);
-            let s = kernel::elem_addr(b, data.ptr, row, inner * elem);
             let orow = b.ins().imul_imm_s(o, n_idx as i64);
             let orow = b.ins().iadd(orow, j);
             let d = kernel::elem_addr(b, y.ptr, orow, inner * elem);
-            copy_bytes(b, d, s, inner * elem);
+            match half_table {
+                Some((table, expand)) => {
+                    let s = kernel::elem_addr(b, table, row, inner * 2);
+                    f16_weights::emit_expand(b, expand, d, s, inner);
+                }
+                None => {
+                    let s = kernel::elem_addr(b, data.ptr, row, inner * elem);
+                    copy_bytes(b, d, s, inner * elem);
+                }
+            }
         });
     });
     Ok(())

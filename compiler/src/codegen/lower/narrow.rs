@@ -106,7 +106,7 @@ pub(super) fn conv_transposed_gemm(
     let (p, maps, k) = (g.out_size(), g.mg, g.gemm_k());
     let w: Vec<f32> = w.iter().copied().collect();
     let (packed, b_layout) = gemm::pack_constant_b(&geom, k, maps, |kk, j| w[j * k + kk]);
-    let w_ptr = ctx.rodata(gemm::f32_bytes(&packed))?;
+    let w_ptr = ctx.weights_f32(&packed)?;
     let pointwise = pointwise(g);
     // Xᵀ[pos, k] is at k·width + pos: the input plane (pointwise) or the im2col matrix.
     let width = if pointwise { p } else { layout.cols_width };

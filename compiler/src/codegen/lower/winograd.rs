@@ -347,7 +347,7 @@ pub(super) fn conv_winograd(
     let w: Vec<f32> = w.iter().copied().collect();
     let geom = Geometry::for_target(ctx.target);
     let u = transformed_weights(g, alg, &w, &geom);
-    let u_ptr = ctx.rodata(gemm::f32_bytes(&u))?;
+    let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;
     let spec = |n: usize| GemmSpec {
         m: plan.maps,
@@ -515,7 +515,7 @@ fn conv_winograd_plane(
     };
     let w: Vec<f32> = w.iter().copied().collect();
     let u = weight_transform(g, alg, &w);
-    let u_ptr = ctx.rodata(gemm::f32_bytes(&u))?;
+    let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;
     let products = gemm::define_machine_code(ctx, 3, &winograd_plane_x86::emit_products(spec)?)?;
     let input = gemm::define_machine_code(ctx, 2, &winograd_plane_x86::emit_input(spec)?)?;
