@@ -26,9 +26,9 @@ fn options(target: Target) -> CompileOptions {
     }
 }
 
-/// `g` compiled into a .so for `target` and written to `dir/libtest.so`.
-fn write_library(g: &Graph, target: Target, dir: &Path) -> Result<PathBuf, String> {
-    let obj = compile_graph(g, &options(target)).map_err(|e| e.to_string())?;
+/// `g` compiled into a .so with `opts` and written to `dir/libtest.so`.
+fn write_library(g: &Graph, opts: &CompileOptions, dir: &Path) -> Result<PathBuf, String> {
+    let obj = compile_graph(g, opts).map_err(|e| e.to_string())?;
     let so =
         nnc::artifact::link_shared_object(&obj.object, "libtest.so").map_err(|e| e.to_string())?;
     let path = dir.join("libtest.so");
@@ -110,8 +110,13 @@ impl Compiled {
     }
 
     pub fn for_target(g: &Graph, target: Target) -> Result<Compiled, String> {
+        Compiled::with_options(g, &options(target))
+    }
+
+    /// Compiled with `opts` (whose target must run here).
+    pub fn with_options(g: &Graph, opts: &CompileOptions) -> Result<Compiled, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let path = write_library(g, target, dir.path())?;
+        let path = write_library(g, opts, dir.path())?;
         let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
         Ok(Compiled { _dir: dir, lib })
     }
@@ -197,8 +202,18 @@ pub fn run_on_aarch64(
     cpu: Option<&str>,
 ) -> Result<Vec<Tensor>, String> {
     let target = Target::new(Arch::Aarch64, cpu).map_err(|e| e.to_string())?;
+    run_on_aarch64_with(harness, g, inputs, &options(target))
+}
+
+/// [`run_on_aarch64`] with any options for an aarch64 target.
+pub fn run_on_aarch64_with(
+    harness: &Path,
+    g: &Graph,
+    inputs: &[Tensor],
+    opts: &CompileOptions,
+) -> Result<Vec<Tensor>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let lib = write_library(g, target, dir.path())?;
+    let lib = write_library(g, opts, dir.path())?;
     let (in_dir, out_dir) = (dir.path().join("in"), dir.path().join("out"));
     for d in [&in_dir, &out_dir] {
         std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
