@@ -14,7 +14,8 @@ hits both engines alike. tract is timed in-process by `cargo bench --bench model
 `--variant NNC_X=VALUE` (repeatable) also compiles the model with that code-generation
 switch in the environment and times it in the same rounds, printing its ms and its ratio
 to the default build: an A/B of one change inside whole models that machine drift
-cannot fake. `--clock cpu` (default) times the calling thread's CPU time, which
+cannot fake. A variant that starts with `--` is an `nnc compile` option instead
+(`--variant=--quantize=fp16`). `--clock cpu` (default) times the calling thread's CPU time, which
 onnxruntime with one intra-op thread also runs on; `wall` times elapsed time.
 """
 import argparse, ctypes, glob, json, os, statistics, subprocess, sys, tempfile, time
@@ -82,7 +83,9 @@ def main():
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
-    variants = [dict([v.split("=", 1)]) for v in args.variant]
+    # (environment, extra nnc compile arguments) per variant.
+    variants = [({}, v.split("=", 1)) if v.startswith("--") else (dict([v.split("=", 1)]), [])
+                for v in args.variant]
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
@@ -97,9 +100,9 @@ def main():
         for name in args.models.split(","):
             onnx_path = os.path.join(args.models_dir, name + ".onnx")
             models = []
-            for i, env in enumerate([{}] + variants):
+            for i, (env, flags) in enumerate([({}, [])] + variants):
                 lib = os.path.join(tmp, f"lib{name}.{i}.so")
-                r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib],
+                r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib] + flags,
                                    capture_output=True, text=True, env={**os.environ, **env})
                 if r.returncode != 0:
                     print(f"{name}: compile failed: {r.stderr.strip()}")

@@ -141,7 +141,8 @@ fn rel_err(actual: &Tensor, expected: &Tensor, exact: bool) -> f64 {
     };
     let scale = e.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-30);
     a.iter().zip(e.iter()).fold(0f64, |m, (&x, &y)| {
-        let bad_zero = exact && x == 0.0 && y == 0.0 && x.is_sign_negative() != y.is_sign_negative();
+        let bad_zero =
+            exact && x == 0.0 && y == 0.0 && x.is_sign_negative() != y.is_sign_negative();
         if x.is_nan() != y.is_nan() || bad_zero {
             f64::INFINITY
         } else {
@@ -288,7 +289,7 @@ fn cases(rng: &mut Rng) -> Vec<Case> {
 /// aarch64 under qemu when the cross toolchain is there.
 #[test]
 fn fp16_weights_match_the_interpreter_on_rounded_weights() {
-    let mut rng = Rng(0x5eed_f16);
+    let mut rng = Rng(0x05ee_df16);
     let mut failures = vec![];
     let mut total = 0;
     for case in cases(&mut rng) {
@@ -314,7 +315,10 @@ fn fp16_weights_match_the_interpreter_on_rounded_weights() {
         match aarch64_harness() {
             Some(h) => {
                 let target = Target::new(Arch::Aarch64, None).expect("aarch64 target");
-                results.push(("aarch64", run_on_aarch64_with(h, &g, &inputs, &options(target))));
+                results.push((
+                    "aarch64",
+                    run_on_aarch64_with(h, &g, &inputs, &options(target)),
+                ));
             }
             None => {
                 let target = Target::new(Arch::Aarch64, None).expect("aarch64 target");
@@ -342,7 +346,11 @@ fn fp16_weights_match_the_interpreter_on_rounded_weights() {
     for f in &failures {
         eprintln!("FAIL {f}");
     }
-    assert!(failures.is_empty(), "{} of {total} runs failed", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {total} runs failed",
+        failures.len()
+    );
 }
 
 /// The artifact of a weight-heavy graph is about half its float32 size, and its
@@ -365,7 +373,10 @@ fn fp16_halves_the_weights_in_the_object() {
     let full = compile_graph(&g, &f32_opts).expect("float32 compile");
     let half = compile_graph(&g, &options(Target::host())).expect("fp16 compile");
     let weights = 256 * 512 * 4;
-    assert!(full.object.len() > weights, "float32 object holds the weights");
+    assert!(
+        full.object.len() > weights,
+        "float32 object holds the weights"
+    );
     assert!(
         half.object.len() < full.object.len() - weights / 2 + weights / 8,
         "fp16 object {} bytes vs float32 {} bytes",

@@ -391,11 +391,20 @@ fn define_expand_f16(
             .map_err(|e| codegen_err(name, e))?;
         return Ok(id);
     }
-    define_function(module, ctx, fctx, isa, name, Linkage::Local, sig, |b, _, p| {
-        lower::f16_weights::expand_body(b, p[0], p[1], p[2]);
-        b.ins().return_(&[]);
-        Ok(())
-    })
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        name,
+        Linkage::Local,
+        sig,
+        |b, _, p| {
+            lower::f16_weights::expand_body(b, p[0], p[1], p[2]);
+            b.ins().return_(&[]);
+            Ok(())
+        },
+    )
 }
 
 /// `nnc_copy(dst, src, nbytes)`: used for graph outputs that no node writes (constants,

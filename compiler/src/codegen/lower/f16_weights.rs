@@ -65,19 +65,19 @@ fn x86_expand(isa: X86Isa) -> Result<Vec<u8>, AsmError> {
     a.set_label(&mut top)?;
     match isa {
         X86Isa::Avx512 => {
-            for q in 0..2 {
-                a.vcvtph2ps(ZMM[q], ymmword_ptr(rsi + 32 * q as i32))?;
+            for (q, &r) in ZMM[..2].iter().enumerate() {
+                a.vcvtph2ps(r, ymmword_ptr(rsi + 32 * q as i32))?;
             }
-            for q in 0..2 {
-                a.vmovups(zmmword_ptr(rdi + 64 * q as i32), ZMM[q])?;
+            for (q, &r) in ZMM[..2].iter().enumerate() {
+                a.vmovups(zmmword_ptr(rdi + 64 * q as i32), r)?;
             }
         }
         X86Isa::Avx2 => {
-            for q in 0..4 {
-                a.vcvtph2ps(YMM[q], xmmword_ptr(rsi + 16 * q as i32))?;
+            for (q, &r) in YMM[..4].iter().enumerate() {
+                a.vcvtph2ps(r, xmmword_ptr(rsi + 16 * q as i32))?;
             }
-            for q in 0..4 {
-                a.vmovups(ymmword_ptr(rdi + 32 * q as i32), YMM[q])?;
+            for (q, &r) in YMM[..4].iter().enumerate() {
+                a.vmovups(ymmword_ptr(rdi + 32 * q as i32), r)?;
             }
         }
     }
