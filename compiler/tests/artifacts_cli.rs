@@ -293,3 +293,45 @@ fn inspect_reports_the_compiled_memory_plan() {
         );
     }
 }
+
+/// `--quantize fp16` makes a smaller library that still loads, and the flag's misuse is
+/// refused with one clear error and no output: `--quantize int8` (not built yet) and
+/// `--calibration` without int8.
+#[test]
+fn quantize_fp16_is_smaller_and_misuse_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("cnn.onnx");
+    std::fs::write(&model, models::cnn(3).0).unwrap();
+    let (full, half) = (dir.path().join("libf32.so"), dir.path().join("libf16.so"));
+    run_ok(nnc().arg("compile").arg(&model).arg("-o").arg(&full));
+    run_ok(
+        nnc()
+            .args(["compile", "--quantize", "fp16"])
+            .arg(&model)
+            .arg("-o")
+            .arg(&half),
+    );
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert!(size(&half) < size(&full), "{} vs {}", size(&half), size(&full));
+    let lib = unsafe { libloading::Library::new(&half) }.expect("dlopen");
+    assert!(unsafe { lib.get::<*const u8>(b"infer\0") }.is_ok());
+    for (args, needle) in [
+        (&["--quantize", "int8"][..], "int8 is not implemented"),
+        (&["--calibration", "x.npy"][..], "--calibration is only for --quantize int8"),
+        (&["--quantize", "int4"][..], "int4"),
+    ] {
+        let out_path = dir.path().join("refused.so");
+        let out = nnc()
+            .arg("compile")
+            .args(args)
+            .arg(&model)
+            .arg("-o")
+            .arg(&out_path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!out_path.exists(), "{args:?} left an output file");
+    }
+}
