@@ -16,3 +16,4 @@ pub mod npy;
 pub mod onnx;
 pub mod ops;
 pub mod passes;
+pub mod quant;

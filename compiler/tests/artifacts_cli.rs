@@ -312,12 +312,20 @@ fn quantize_fp16_is_smaller_and_misuse_is_refused() {
             .arg(&half),
     );
     let size = |p: &Path| std::fs::metadata(p).unwrap().len();
-    assert!(size(&half) < size(&full), "{} vs {}", size(&half), size(&full));
+    assert!(
+        size(&half) < size(&full),
+        "{} vs {}",
+        size(&half),
+        size(&full)
+    );
     let lib = unsafe { libloading::Library::new(&half) }.expect("dlopen");
     assert!(unsafe { lib.get::<*const u8>(b"infer\0") }.is_ok());
     for (args, needle) in [
         (&["--quantize", "int8"][..], "int8 is not implemented"),
-        (&["--calibration", "x.npy"][..], "--calibration is only for --quantize int8"),
+        (
+            &["--calibration", "x.npy"][..],
+            "--calibration is only for --quantize int8",
+        ),
         (&["--quantize", "int4"][..], "int4"),
     ] {
         let out_path = dir.path().join("refused.so");
