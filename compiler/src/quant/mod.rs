@@ -3,3 +3,4 @@
 //! INT8 post-training quantization.
 
 pub mod calibration_data;
+pub mod ranges;
