@@ -76,7 +76,12 @@ enum Command {
         /// yet: refused with an error).
         #[arg(long, value_enum, value_name = "fp16|int8")]
         quantize: Option<Quantize>,
-        /// Calibration inputs for --quantize int8.
+        /// Calibration inputs for --quantize int8: a .npy file (one-input models), a
+        /// folder of NAME.npy files named after the inputs, a folder of .npz files keyed
+        /// by input name, or ONNX test_data_set_* folders of input_K.pb files. Each array
+        /// holds N samples for an input of shape [B, ...]: stacked along the batch axis
+        /// ([N·B, ...], e.g. [N, 3, 224, 224] for [1, 3, 224, 224]) or along a new
+        /// leading axis ([N, B, ...]); every input gives the same N, in its own dtype.
         #[arg(long, value_name = "PATH")]
         calibration: Option<PathBuf>,
         /// Prints nnc's IR after the graph passes.
