@@ -159,7 +159,13 @@ fn gather(
     Ok(())
 }
 
-fn assemble(a: &mut CodeAssembler, what: &str) -> Result<Vec<u8>, String> {
+/// One kernel's bytes: `code` emitted into a fresh assembler and assembled.
+fn emit(
+    what: &str,
+    code: impl FnOnce(&mut CodeAssembler) -> AsmResult<()>,
+) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    code(&mut a).map_err(|AsmError(e)| e)?;
     a.assemble(0)
         .map_err(|e| format!("Winograd plane {what} kernel: {e}"))
 }
@@ -174,9 +180,7 @@ fn tail_mask(a: &mut CodeAssembler, n: usize) -> AsmResult<()> {
 /// The input transform: `(X, V)`, System V; X at channel 0 of the batch item, V at
 /// (ξν 0, channel 0, tile 0).
 pub(super) fn emit_input(s: &PlaneSpec) -> Result<Vec<u8>, String> {
-    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-    input_code(&mut a, s).map_err(|AsmError(e)| e)?;
-    assemble(&mut a, "input")
+    emit("input", |a| input_code(a, s))
 }
 
 fn input_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
@@ -262,9 +266,7 @@ fn output_1d(
 /// The output transform: `(M, Y, bias, R)`, System V; M at (ξν 0, map 0, tile 0), Y and
 /// R at map 0 of the batch item; bias and R are ignored unless the spec has them.
 pub(super) fn emit_output(s: &PlaneSpec) -> Result<Vec<u8>, String> {
-    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-    output_code(&mut a, s).map_err(|AsmError(e)| e)?;
-    assemble(&mut a, "output")
+    emit("output", |a| output_code(a, s))
 }
 
 fn output_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
@@ -369,9 +371,7 @@ const CHANNEL_CHUNK: usize = 12;
 /// accumulates at once, each V vector is loaded once per block, and the weights come as
 /// embedded broadcasts (`vfmadd231ps zmm, zmm, [U]{1to16}`), one load per FMA.
 pub(super) fn emit_products(s: &PlaneSpec) -> Result<Vec<u8>, String> {
-    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-    products_code(&mut a, s).map_err(|AsmError(e)| e)?;
-    assemble(&mut a, "products")
+    emit("products", |a| products_code(a, s))
 }
 
 fn products_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
