@@ -76,6 +76,7 @@ mod indexing;
 mod linalg;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod scalar;
@@ -171,6 +172,25 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             reverse,
         } => indexing::cumsum(x()?, *axis, *exclusive, *reverse)?,
         Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
+        Op::QuantizeLinear { axis, to } => {
+            quant::quantize_linear(x()?, required(inputs, 1)?, optional(inputs, 2), *axis, *to)?
+        }
+        Op::DequantizeLinear { axis } => {
+            quant::dequantize_linear(x()?, required(inputs, 1)?, optional(inputs, 2), *axis)?
+        }
+        Op::MatMulInteger => quant::matmul_integer(
+            x()?,
+            required(inputs, 1)?,
+            optional(inputs, 2),
+            optional(inputs, 3),
+        )?,
+        Op::ConvInteger(c) => quant::conv_integer(
+            c,
+            x()?,
+            required(inputs, 1)?,
+            optional(inputs, 2),
+            optional(inputs, 3),
+        )?,
     };
     let out = match op {
         Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_) => epilogue(op, out, inputs)?,

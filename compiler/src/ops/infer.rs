@@ -136,6 +136,45 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             Ok(vec![TensorType::new(a.dtype, shape)])
         }
         Op::Cast { to } => Ok(vec![TensorType::new(*to, x()?.shape.clone())]),
+        Op::QuantizeLinear { axis, to } => {
+            let xt = x()?;
+            check_quant_params(xt, inputs, *axis, "scale")?;
+            if !matches!(to, DType::U8 | DType::I8 | DType::U16 | DType::I16) {
+                return Err(format!("QuantizeLinear to {to} is not supported"));
+            }
+            Ok(vec![TensorType::new(*to, xt.shape.clone())])
+        }
+        Op::DequantizeLinear { axis } => {
+            let xt = x()?;
+            let scale = check_quant_params(xt, inputs, *axis, "scale")?;
+            if !xt.dtype.is_int() {
+                return Err(format!("DequantizeLinear of {} is not supported", xt.dtype));
+            }
+            if let Some(Some(zp)) = inputs.get(2) {
+                if zp.dtype != xt.dtype {
+                    return Err(format!("zero point {} does not match input {}", zp, xt));
+                }
+            }
+            Ok(vec![TensorType::new(scale.dtype, xt.shape.clone())])
+        }
+        Op::MatMulInteger => {
+            let (a, b) = (x()?, input(inputs, 1)?);
+            integer_operands(&[a, b])?;
+            let mut out = infer_matmul(a, b)?;
+            out[0].dtype = DType::I32;
+            Ok(out)
+        }
+        Op::ConvInteger(c) => {
+            let (xt, w) = (x()?, input(inputs, 1)?);
+            integer_operands(&[xt, w])?;
+            let as_float = |t: &TensorType| TensorType::new(DType::F32, t.shape.clone());
+            let mut out = infer_core(
+                &Op::Conv(c.clone()),
+                &[Some(as_float(xt)), Some(as_float(w))],
+            )?;
+            out[0].dtype = DType::I32;
+            Ok(out)
+        }
         Op::MatMul(_) => infer_matmul(x()?, input(inputs, 1)?),
         Op::Gemm(g) => {
             let (a, b) = (x()?, input(inputs, 1)?);
@@ -323,6 +362,50 @@ pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usi
         }
     }
     out
+}
+
+/// Scale (input 1) and zero point (input 2, optional) of QuantizeLinear and
+/// DequantizeLinear: one value, or 1-D with one per index of `axis`. Returns the scale.
+fn check_quant_params<'a>(
+    x: &TensorType,
+    inputs: &'a [Option<TensorType>],
+    axis: usize,
+    what: &str,
+) -> Result<&'a TensorType, String> {
+    let scale = input(inputs, 1)?;
+    if !scale.dtype.is_float() {
+        return Err(format!("{what} must be float, not {}", scale.dtype));
+    }
+    let per_axis = x.shape.get(axis).copied();
+    let fits = |t: &TensorType| {
+        t.numel() == 1 && t.rank() <= 1 || t.rank() == 1 && Some(t.shape[0]) == per_axis
+    };
+    for (name, t) in [
+        ("scale", Some(scale)),
+        ("zero point", inputs.get(2).and_then(|z| z.as_ref())),
+    ] {
+        if let Some(t) = t {
+            if !fits(t) {
+                return Err(format!(
+                    "{name} {t} must hold one value or one per index of axis {axis} of {x}"
+                ));
+            }
+        }
+    }
+    Ok(scale)
+}
+
+/// MatMulInteger's and ConvInteger's data operands are 8-bit integers.
+fn integer_operands(ts: &[&TensorType]) -> Result<(), String> {
+    match ts
+        .iter()
+        .find(|t| !matches!(t.dtype, DType::U8 | DType::I8))
+    {
+        Some(t) => Err(format!(
+            "integer GEMM operands must be uint8 or int8, not {t}"
+        )),
+        None => Ok(()),
+    }
 }
 
 fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {

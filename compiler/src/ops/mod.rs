@@ -115,6 +115,25 @@ pub enum Op {
         k: usize,
         largest: bool,
     },
+    /// QuantizeLinear: inputs x (float32), scale, zero point;
+    /// `y = saturate(round_half_even(x / scale) + zero_point)` in `to` (u8, i8, u16,
+    /// i16). Scale and zero point hold one value, or one per index of `axis` (1-D).
+    QuantizeLinear {
+        axis: usize,
+        to: DType,
+    },
+    /// DequantizeLinear: inputs x (integer), scale, optional zero point;
+    /// `y = (x − zero_point) · scale` in the scale's dtype, per tensor or per `axis`.
+    DequantizeLinear {
+        axis: usize,
+    },
+    /// MatMulInteger: numpy matmul of `(A − a_zp)·(B − b_zp)` accumulated in int32;
+    /// inputs A, B (u8/i8), optional a_zp (one value, or [M]: per row of A) and b_zp
+    /// (one value, or [N]: per column of B).
+    MatMulInteger,
+    /// ConvInteger: the convolution of `(x − x_zp)` and `(w − w_zp)` in int32; inputs x,
+    /// w (u8/i8), optional x_zp (one value) and w_zp (one value, or one per output map).
+    ConvInteger(ConvAttrs),
 }
 
 impl Op {

@@ -6,6 +6,7 @@ mod depthwise_x86;
 mod elementwise;
 pub mod f16_weights;
 mod gemm;
+mod gemm_int;
 mod gemm_tile;
 mod gemm_x86;
 mod indexing;
@@ -14,6 +15,7 @@ mod maxpool2d_x86;
 mod movement;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod softmax_x86;
@@ -127,6 +129,7 @@ pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorTy
     match op {
         Op::Conv(c) => conv::scratch_bytes(c, inputs, outputs),
         Op::Pool(p) => pool::scratch_bytes(p, inputs),
+        Op::MatMulInteger | Op::ConvInteger(_) => quant::scratch_bytes(op, inputs, outputs),
         _ => 0,
     }
 }
@@ -166,5 +169,9 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             reverse,
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, *k, *largest),
+        Op::QuantizeLinear { axis, to } => quant::quantize_linear(ctx, *axis, *to),
+        Op::DequantizeLinear { axis } => quant::dequantize_linear(ctx, *axis),
+        Op::MatMulInteger => quant::matmul_integer(ctx),
+        Op::ConvInteger(c) => quant::conv_integer(ctx, c),
     }
 }

@@ -6,6 +6,7 @@ mod elementwise;
 mod indexing;
 mod loss;
 mod nn;
+mod quant;
 mod reduce;
 mod resize;
 mod shape;
@@ -80,6 +81,12 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "Swish" => composite::swish,
         "EyeLike" => composite::eye_like,
         "CenterCropPad" => composite::center_crop_pad,
+        "QuantizeLinear" => quant::quantize_linear,
+        "DequantizeLinear" => quant::dequantize_linear,
+        "MatMulInteger" => quant::matmul_integer,
+        "ConvInteger" => quant::conv_integer,
+        "QLinearMatMul" => quant::qlinear_matmul,
+        "QLinearConv" => quant::qlinear_conv,
         _ => return None,
     };
     Some(f)

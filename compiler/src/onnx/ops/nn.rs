@@ -103,9 +103,11 @@ fn window(
     })
 }
 
-pub fn conv(ctx: &mut NodeCtx) -> ImportResult {
-    let x = ctx.input_ty(0)?;
-    let w = ctx.input_ty(1)?;
+/// Conv's attributes, checked against the input (input `xi`) and weight (input `wi`):
+/// shared by Conv, ConvInteger and QLinearConv.
+pub(super) fn conv_attrs(ctx: &NodeCtx, xi: usize, wi: usize) -> ImportResult<ConvAttrs> {
+    let x = ctx.input_ty(xi)?;
+    let w = ctx.input_ty(wi)?;
     if x.rank() < 3 || w.rank() != x.rank() {
         return Err(format!(
             "input {} and weight {} must both be N-d images of the same rank",
@@ -130,14 +132,18 @@ pub fn conv(ctx: &mut NodeCtx) -> ImportResult {
         .ok()
         .filter(|g| *g > 0)
         .ok_or("group must be positive")?;
-    let op = Op::Conv(ConvAttrs {
+    Ok(ConvAttrs {
         kernel: win.kernel,
         strides: win.strides,
         pads: win.pads,
         dilations: win.dilations,
         group,
         activation: crate::ops::Activation::None,
-    });
+    })
+}
+
+pub fn conv(ctx: &mut NodeCtx) -> ImportResult {
+    let op = Op::Conv(conv_attrs(ctx, 0, 1)?);
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
     let y = ctx.emit1(op, ins)?;
     ctx.bind_output(0, y);

@@ -1,0 +1,193 @@
+//! The integer GEMM behind MatMulInteger and ConvInteger: `C[m][n] (int32) =
+//! Σ_k A[m][k] · B[k][n]` over operands already widened to int16 with their zero
+//! points subtracted (a u8 or i8 value minus a zero point of the same type fits int16,
+//! and every product fits int32), so the result is exact for any zero points.
+//!
+//! Layouts (built by the callers, at compile time for constant weights):
+//! * A: rows of `k2` int16 (`k2` = K rounded up to even, zero-padded);
+//! * B: "pair-packed" in groups of 4 columns: for group g and K pair q, the 8 int16
+//!   `B[2q][4g], B[2q+1][4g], B[2q][4g+1], B[2q+1][4g+1], …, B[2q+1][4g+3]`, columns
+//!   past N zero.
+//!
+//! One step multiplies a broadcast pair `(A[m][2q], A[m][2q+1])` with a group's 8
+//! values and adds adjacent products: `iadd_pairwise(imul(swiden_low a, swiden_low b),
+//! imul(swiden_high a, swiden_high b))`, which x86-64 lowers to one `pmaddwd` (8
+//! multiply-adds into 4 int32 lanes) and aarch64 to `smull`/`smull2`/`addp`. A tile of
+//! [`MR`] rows × [`NG`] groups keeps 8 int32x4 accumulators in registers.
+//!
+//! Not yet here: the 8-bit dot products (`vpdpbusd` with AVX-VNNI, `sdot`/`usdot` on
+//! aarch64) and machine-code micro-kernels, which need u8 × i8 operands and zero-point
+//! corrections instead of the int16 widening.
+
+use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use crate::codegen::kernel::{self, flags};
+
+/// Rows and 4-column groups per register tile.
+pub const MR: usize = 4;
+pub const NG: usize = 2;
+
+/// Sizes of one integer GEMM.
+#[derive(Clone, Copy, Debug)]
+pub struct IntGemm {
+    pub m: usize,
+    pub n: usize,
+    /// K rounded up to even.
+    pub k2: usize,
+    /// Row stride of C, in elements.
+    pub ldc: usize,
+}
+
+impl IntGemm {
+    pub fn new(m: usize, n: usize, k: usize, ldc: usize) -> IntGemm {
+        IntGemm {
+            m,
+            n,
+            k2: k.next_multiple_of(2),
+            ldc,
+        }
+    }
+
+    pub fn groups(&self) -> usize {
+        self.n.div_ceil(4)
+    }
+
+    /// Bytes of the pair-packed B.
+    pub fn packed_b_bytes(&self) -> usize {
+        self.groups() * self.k2 * 4 * 2
+    }
+
+    /// Element index of `B[k][n]` in the pair-packed layout.
+    pub fn packed_b_index(&self, k: usize, n: usize) -> usize {
+        ((n / 4) * (self.k2 / 2) + k / 2) * 8 + (n % 4) * 2 + k % 2
+    }
+}
+
+/// `B` (`k × n`, element `(k, j)` from `at`) pair-packed, zero-padded.
+pub fn pack_b(g: &IntGemm, k: usize, at: impl Fn(usize, usize) -> i16) -> Vec<i16> {
+    let mut out = vec![0i16; g.packed_b_bytes() / 2];
+    for kk in 0..k {
+        for j in 0..g.n {
+            out[g.packed_b_index(kk, j)] = at(kk, j);
+        }
+    }
+    out
+}
+
+/// Emits `C = A · B` for the layouts above; `a`, `bp`, `c` are addresses.
+pub fn emit(b: &mut FunctionBuilder, g: &IntGemm, a: Value, bp: Value, c: Value) {
+    let full_rows = g.m / MR * MR;
+    if full_rows > 0 {
+        kernel::counted_loop(b, 0, full_rows as i64, MR as i64, |b, m0| {
+            row_block(b, g, a, bp, c, m0, MR);
+        });
+    }
+    if !g.m.is_multiple_of(MR) {
+        let m0 = kernel::iconst(b, full_rows as i64);
+        row_block(b, g, a, bp, c, m0, g.m % MR);
+    }
+}
+
+/// Rows `m0 .. m0 + rows` across all column groups.
+fn row_block(
+    b: &mut FunctionBuilder,
+    g: &IntGemm,
+    a: Value,
+    bp: Value,
+    c: Value,
+    m0: Value,
+    rows: usize,
+) {
+    // The loop covers whole tiles of complete groups; the rest (fewer than NG complete
+    // groups and a partial last one, at most NG groups) is one tile with known columns.
+    let looped = g.n / 4 / NG * NG;
+    let rest = g.groups() - looped;
+    let a_rows = kernel::elem_addr(b, a, m0, g.k2 * 2);
+    let c_rows = kernel::elem_addr(b, c, m0, g.ldc * 4);
+    if looped > 0 {
+        kernel::counted_loop(b, 0, looped as i64, NG as i64, |b, g0| {
+            tile(b, g, a_rows, bp, c_rows, g0, rows, NG, None);
+        });
+    }
+    if rest > 0 {
+        let g0 = kernel::iconst(b, looped as i64);
+        tile(b, g, a_rows, bp, c_rows, g0, rows, rest, Some(looped));
+    }
+}
+
+/// One `rows × ngroups` tile at group `g0` (run time; `static_g0` when known, for the
+/// column tail).
+#[allow(clippy::too_many_arguments)]
+fn tile(
+    b: &mut FunctionBuilder,
+    g: &IntGemm,
+    a_rows: Value,
+    bp: Value,
+    c_rows: Value,
+    g0: Value,
+    rows: usize,
+    ngroups: usize,
+    static_g0: Option<usize>,
+) {
+    let lanes = MemFlagsData::new().with_endianness(Endianness::Little);
+    let zero = b.ins().iconst(types::I32, 0);
+    let zero = b.ins().splat(types::I32X4, zero);
+    let accs: Vec<_> = (0..rows * ngroups)
+        .map(|_| {
+            let v = b.declare_var(types::I32X4);
+            b.def_var(v, zero);
+            v
+        })
+        .collect();
+    let group_bytes = g.k2 * 4 * 2;
+    let b_tile = kernel::elem_addr(b, bp, g0, group_bytes);
+    kernel::counted_loop(b, 0, (g.k2 / 2) as i64, 1, |b, q| {
+        let b_at = kernel::elem_addr(b, b_tile, q, 16);
+        let bv: Vec<Value> = (0..ngroups)
+            .map(|j| {
+                b.ins()
+                    .load(types::I16X8, flags(), b_at, (j * group_bytes) as i32)
+            })
+            .collect();
+        let a_at = kernel::elem_addr(b, a_rows, q, 4);
+        for r in 0..rows {
+            let pair = b
+                .ins()
+                .load(types::I32, flags(), a_at, (r * g.k2 * 2) as i32);
+            let pair = b.ins().splat(types::I32X4, pair);
+            let pair = b.ins().bitcast(types::I16X8, lanes, pair);
+            let (alo, ahi) = (b.ins().swiden_low(pair), b.ins().swiden_high(pair));
+            for (j, &w) in bv.iter().enumerate() {
+                let (wlo, whi) = (b.ins().swiden_low(w), b.ins().swiden_high(w));
+                let lo = b.ins().imul(alo, wlo);
+                let hi = b.ins().imul(ahi, whi);
+                let dot = b.ins().iadd_pairwise(lo, hi);
+                let acc = accs[r * ngroups + j];
+                let sum = b.use_var(acc);
+                let sum = b.ins().iadd(sum, dot);
+                b.def_var(acc, sum);
+            }
+        }
+    });
+    // Store: full groups as vectors, the last group of a tail lane by lane.
+    let c_tile = kernel::elem_addr(b, c_rows, g0, 16);
+    for r in 0..rows {
+        for j in 0..ngroups {
+            let v = b.use_var(accs[r * ngroups + j]);
+            let off = ((r * g.ldc + 4 * j) * 4) as i32;
+            let first_col = static_g0.map(|s| 4 * (s + j));
+            match first_col {
+                Some(col) if col + 4 > g.n => {
+                    for lane in 0..g.n - col {
+                        let x = b.ins().extractlane(v, lane as u8);
+                        b.ins().store(flags(), x, c_tile, off + 4 * lane as i32);
+                    }
+                }
+                _ => {
+                    b.ins().store(flags(), v, c_tile, off);
+                }
+            }
+        }
+    }
+}

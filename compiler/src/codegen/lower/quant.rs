@@ -1,0 +1,502 @@
+//! QuantizeLinear, DequantizeLinear, MatMulInteger and ConvInteger.
+//!
+//! The integer products go through the exact int16 GEMM of [`super::gemm_int`]:
+//! MatMulInteger widens A (minus its zero point) into scratch and packs B at compile
+//! time when it is constant; ConvInteger packs constant weights at compile time and
+//! writes the zero-point-adjusted im2col matrix of each image in the GEMM's pair-packed
+//! layout. QuantizeLinear and DequantizeLinear are element loops.
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::gemm_int::{self, IntGemm};
+use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::kernel::{self, flags};
+use crate::ir::{DType, Tensor, TensorType};
+use crate::ops::{ConvAttrs, Op};
+
+fn range_of(d: DType) -> (i64, i64) {
+    match d {
+        DType::U8 => (0, 255),
+        DType::I8 => (-128, 127),
+        DType::U16 => (0, 65535),
+        _ => (-32768, 32767),
+    }
+}
+
+/// `[outer, dim, inner]` around `axis` when the parameters are per axis, else the whole
+/// tensor as one run; and whether they are.
+fn axis_runs(shape: &[usize], axis: usize, per_axis: bool) -> [usize; 3] {
+    let n: usize = shape.iter().product();
+    if !per_axis {
+        return [1, 1, n];
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    [outer, shape[axis], inner]
+}
+
+/// The zero point at index `k` (a run-time value), or 0 when omitted.
+fn zero_point_at(b: &mut FunctionBuilder, zp: Option<&Operand>, k: Value) -> Value {
+    match zp {
+        None => kernel::iconst(b, 0),
+        Some(z) => {
+            let k = if z.ty.numel() > 1 {
+                k
+            } else {
+                kernel::iconst(b, 0)
+            };
+            let at = kernel::elem_addr(b, z.ptr, k, z.ty.dtype.size());
+            kernel::load_elem(b, z.ty.dtype, at, 0)
+        }
+    }
+}
+
+pub fn quantize_linear(ctx: &mut LowerCtx, axis: usize, to: DType) -> LowerResult {
+    let (x, scale, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let zp = ctx.inputs.get(2).cloned().flatten();
+    if x.ty.dtype != DType::F32 || scale.ty.dtype != DType::F32 {
+        return Err(format!(
+            "QuantizeLinear lowers float32 inputs and scales, not {} / {}",
+            x.ty.dtype, scale.ty.dtype
+        ));
+    }
+    let runs = axis_runs(&x.ty.shape, axis, scale.ty.numel() > 1);
+    let (lo, hi) = range_of(to);
+    let b = &mut *ctx.b;
+    kernel::nested_loop(b, &runs, &mut |b, idx| {
+        let k = idx[1];
+        let s_at = kernel::elem_addr(b, scale.ptr, k, 4);
+        let s = b.ins().load(types::F32, flags(), s_at, 0);
+        let z = zero_point_at(b, zp.as_ref(), k);
+        let flat = kernel::linear_offset(b, idx, &[runs[1] * runs[2], runs[2], 1]);
+        let at = kernel::elem_addr(b, x.ptr, flat, 4);
+        let v = kernel::load_elem(b, DType::F32, at, 0);
+        // round_half_even(x / scale) + zp, saturated; NaN becomes 0 + zp.
+        let q = b.ins().fdiv(v, s);
+        let q = b.ins().nearest(q);
+        let q = b.ins().fcvt_to_sint_sat(types::I64, q);
+        let q = b.ins().iadd(q, z);
+        let (lo, hi) = (kernel::iconst(b, lo), kernel::iconst(b, hi));
+        let q = b.ins().smax(q, lo);
+        let q = b.ins().smin(q, hi);
+        let at = kernel::elem_addr(b, y.ptr, flat, to.size());
+        kernel::store_elem(b, to, q, at, 0);
+    });
+    Ok(())
+}
+
+pub fn dequantize_linear(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
+    let (x, scale, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let zp = ctx.inputs.get(2).cloned().flatten();
+    if scale.ty.dtype != DType::F32
+        || !matches!(
+            x.ty.dtype,
+            DType::U8 | DType::I8 | DType::U16 | DType::I16 | DType::I32
+        )
+    {
+        return Err(format!(
+            "DequantizeLinear lowers 8/16/32-bit integers with float32 scales, not {} / {}",
+            x.ty.dtype, scale.ty.dtype
+        ));
+    }
+    let runs = axis_runs(&x.ty.shape, axis, scale.ty.numel() > 1);
+    let b = &mut *ctx.b;
+    kernel::nested_loop(b, &runs, &mut |b, idx| {
+        let k = idx[1];
+        let s_at = kernel::elem_addr(b, scale.ptr, k, 4);
+        let s = b.ins().load(types::F32, flags(), s_at, 0);
+        let z = zero_point_at(b, zp.as_ref(), k);
+        let flat = kernel::linear_offset(b, idx, &[runs[1] * runs[2], runs[2], 1]);
+        let at = kernel::elem_addr(b, x.ptr, flat, x.ty.dtype.size());
+        let v = kernel::load_elem(b, x.ty.dtype, at, 0);
+        let d = b.ins().isub(v, z);
+        let d = b.ins().fcvt_from_sint(types::F32, d);
+        let r = b.ins().fmul(d, s);
+        let at = kernel::elem_addr(b, y.ptr, flat, 4);
+        b.ins().store(flags(), r, at, 0);
+    });
+    Ok(())
+}
+
+/// Integer values of a constant 8-bit tensor (or of a zero point: `None` is 0).
+fn ints(t: Option<&Operand>) -> Option<Vec<i64>> {
+    match t {
+        None => Some(vec![0]),
+        Some(o) => o.constant.as_ref().map(Tensor::to_i64_vec),
+    }
+}
+
+fn i16_bytes(v: &[i16]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// MatMulInteger's operand sizes.
+struct MatMulInt {
+    batch: Vec<usize>,
+    a_batch: Vec<usize>,
+    b_batch: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+}
+
+fn matmul_int_shape(a: &TensorType, b: &TensorType) -> Result<MatMulInt, String> {
+    let a2 = if a.rank() == 1 {
+        vec![1, a.shape[0]]
+    } else {
+        a.shape.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        vec![b.shape[0], 1]
+    } else {
+        b.shape.clone()
+    };
+    let (ab, am) = a2.split_at(a2.len() - 2);
+    let (bb, bm) = b2.split_at(b2.len() - 2);
+    let batch = crate::ops::infer::broadcast_shapes(&[ab, bb])?;
+    Ok(MatMulInt {
+        a_batch: kernel::broadcast_strides(ab, &batch),
+        b_batch: kernel::broadcast_strides(bb, &batch),
+        batch,
+        m: am[0],
+        k: am[1],
+        n: bm[1],
+    })
+}
+
+/// Scratch of MatMulInteger and ConvInteger: the widened A and the packed B.
+pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
+    let (Some(Some(a)), Some(Some(b))) = (inputs.first(), inputs.get(1)) else {
+        return 0;
+    };
+    match op {
+        Op::MatMulInteger => match matmul_int_shape(a, b) {
+            Ok(s) => {
+                let g = IntGemm::new(s.m, s.n, s.k, s.n);
+                align(s.m * g.k2 * 2) + align(g.packed_b_bytes())
+            }
+            Err(_) => 0,
+        },
+        Op::ConvInteger(c) => match ConvInt::new(c, a, b, &outputs[0]) {
+            Ok(v) => {
+                let g = v.gemm();
+                align(v.mg * g.k2 * 2) * v.group + align(g.packed_b_bytes())
+            }
+            Err(_) => 0,
+        },
+        _ => 0,
+    }
+}
+
+fn align(bytes: usize) -> usize {
+    bytes.next_multiple_of(64)
+}
+
+pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
+    let (a, bt, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let (a_zp, b_zp) = (
+        ctx.inputs.get(2).cloned().flatten(),
+        ctx.inputs.get(3).cloned().flatten(),
+    );
+    let s = matmul_int_shape(&a.ty, &bt.ty)?;
+    let g = IntGemm::new(s.m, s.n, s.k, s.n);
+    let scratch = ctx.scratch.ok_or("MatMulInteger needs scratch")?;
+    // Constant B (and zero point): every B matrix pair-packed at compile time.
+    let packed = match (&bt.constant, ints(b_zp.as_ref())) {
+        (Some(t), Some(zp)) => {
+            let v = t.to_i64_vec();
+            let mats = v.len() / (s.k * s.n).max(1);
+            let mut all = vec![];
+            for t in 0..mats {
+                all.extend(gemm_int::pack_b(&g, s.k, |kk, j| {
+                    let z = zp[if zp.len() > 1 { j } else { 0 }];
+                    (v[t * s.k * s.n + kk * s.n + j] - z) as i16
+                }));
+            }
+            Some(ctx.rodata(i16_bytes(&all))?)
+        }
+        _ => None,
+    };
+    let b = &mut *ctx.b;
+    let a16 = scratch;
+    let bp_scratch = b.ins().iadd_imm_s(scratch, align(s.m * g.k2 * 2) as i64);
+    let mat_a = s.m * s.k;
+    let mat_b = s.k * s.n;
+    let out_strides = kernel::strides_of(&s.batch);
+    kernel::nested_loop(
+        b,
+        &s.batch.iter().map(|&d| d.max(1)).collect::<Vec<_>>(),
+        &mut |b, idx| {
+            let ai = kernel::linear_offset(b, idx, &s.a_batch);
+            let a_mat = kernel::elem_addr(b, a.ptr, ai, mat_a * a.ty.dtype.size());
+            let bi = kernel::linear_offset(b, idx, &s.b_batch);
+            let yi = kernel::linear_offset(b, idx, &out_strides);
+            let y_mat = kernel::elem_addr(b, y.ptr, yi, s.m * s.n * 4);
+            // A16[r][kk] = A[r][kk] − a_zp[r], zero past K.
+            widen_rows(b, a_mat, a.ty.dtype, a_zp.as_ref(), 0, a16, s.m, s.k, g.k2);
+            let bp = match packed {
+                Some(p) => kernel::elem_addr(b, p, bi, g.packed_b_bytes()),
+                None => {
+                    let b_mat = kernel::elem_addr(b, bt.ptr, bi, mat_b * bt.ty.dtype.size());
+                    pack_b_runtime(b, &g, b_mat, bt.ty.dtype, b_zp.as_ref(), s.k, bp_scratch);
+                    bp_scratch
+                }
+            };
+            gemm_int::emit(b, &g, a16, bp, y_mat);
+        },
+    );
+    Ok(())
+}
+
+/// Zeroes `bytes` (a multiple of 16) at `dst`.
+fn zero_fill(b: &mut FunctionBuilder, dst: Value, bytes: usize) {
+    let zero = b.ins().iconst(types::I32, 0);
+    let zero = b.ins().splat(types::I32X4, zero);
+    kernel::counted_loop(b, 0, (bytes / 16) as i64, 1, |b, i| {
+        let at = kernel::elem_addr(b, dst, i, 16);
+        b.ins().store(flags(), zero, at, 0);
+    });
+}
+
+/// A runtime `k × n` matrix minus its per-column zero point, pair-packed into `dst`.
+fn pack_b_runtime(
+    b: &mut FunctionBuilder,
+    g: &IntGemm,
+    src: Value,
+    dtype: DType,
+    zp: Option<&Operand>,
+    k: usize,
+    dst: Value,
+) {
+    zero_fill(b, dst, g.packed_b_bytes());
+    kernel::nested_loop(b, &[k, g.n], &mut |b, idx| {
+        let (kk, j) = (idx[0], idx[1]);
+        let z = zero_point_at(b, zp, j);
+        let flat = kernel::linear_offset(b, idx, &[g.n, 1]);
+        let at = kernel::elem_addr(b, src, flat, dtype.size());
+        let v = kernel::load_elem(b, dtype, at, 0);
+        let v = b.ins().isub(v, z);
+        let v = b.ins().ireduce(types::I16, v);
+        let at = packed_index(b, g, kk, j);
+        let at = kernel::elem_addr(b, dst, at, 2);
+        b.ins().store(flags(), v, at, 0);
+    });
+}
+
+/// [`IntGemm::packed_b_index`] of run-time `(kk, j)`.
+fn packed_index(b: &mut FunctionBuilder, g: &IntGemm, kk: Value, j: Value) -> Value {
+    let grp = b.ins().ushr_imm_u(j, 2);
+    let q = b.ins().ushr_imm_u(kk, 1);
+    let base = b.ins().imul_imm_s(grp, (g.k2 / 2) as i64);
+    let base = b.ins().iadd(base, q);
+    let base = b.ins().imul_imm_s(base, 8);
+    let lane = b.ins().band_imm_u(j, 3);
+    let lane = b.ins().imul_imm_s(lane, 2);
+    let odd = b.ins().band_imm_u(kk, 1);
+    let off = b.ins().iadd(lane, odd);
+    b.ins().iadd(base, off)
+}
+
+/// ConvInteger's geometry (2-D).
+struct ConvInt {
+    batch: usize,
+    h: usize,
+    w: usize,
+    maps: usize,
+    group: usize,
+    cg: usize,
+    mg: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    pad: [usize; 2],
+}
+
+impl ConvInt {
+    fn new(
+        c: &ConvAttrs,
+        x: &TensorType,
+        w: &TensorType,
+        y: &TensorType,
+    ) -> Result<ConvInt, String> {
+        if x.rank() != 4 {
+            return Err(format!("ConvInteger lowers 2-D convolutions, not {x}"));
+        }
+        Ok(ConvInt {
+            batch: x.shape[0],
+            h: x.shape[2],
+            w: x.shape[3],
+            maps: w.shape[0],
+            group: c.group,
+            cg: w.shape[1],
+            mg: w.shape[0] / c.group,
+            kh: c.kernel[0],
+            kw: c.kernel[1],
+            oh: y.shape[2],
+            ow: y.shape[3],
+            stride: [c.strides[0], c.strides[1]],
+            dilation: [c.dilations[0], c.dilations[1]],
+            pad: [c.pads[0], c.pads[1]],
+        })
+    }
+
+    fn k(&self) -> usize {
+        self.cg * self.kh * self.kw
+    }
+
+    fn gemm(&self) -> IntGemm {
+        let p = self.oh * self.ow;
+        IntGemm::new(self.mg, p, self.k(), p)
+    }
+}
+
+pub fn conv_integer(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
+    let (x, w, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
+    let (x_zp, w_zp) = (
+        ctx.inputs.get(2).cloned().flatten(),
+        ctx.inputs.get(3).cloned().flatten(),
+    );
+    let v = ConvInt::new(c, &x.ty, &w.ty, &y.ty)?;
+    let g = v.gemm();
+    let k = v.k();
+    let scratch = ctx.scratch.ok_or("ConvInteger needs scratch")?;
+    let a_group = align(v.mg * g.k2 * 2);
+    // Weights minus their per-map zero point as int16 rows, packed once when constant.
+    let weights = match (&w.constant, ints(w_zp.as_ref())) {
+        (Some(t), Some(zp)) => {
+            let vals = t.to_i64_vec();
+            let mut rows = vec![0i16; a_group / 2 * v.group];
+            for m in 0..v.maps {
+                let z = zp[if zp.len() > 1 { m } else { 0 }];
+                let (grp, r) = (m / v.mg, m % v.mg);
+                for kk in 0..k {
+                    rows[grp * a_group / 2 + r * g.k2 + kk] = (vals[m * k + kk] - z) as i16;
+                }
+            }
+            Some(ctx.rodata(i16_bytes(&rows))?)
+        }
+        _ => None,
+    };
+    let b = &mut *ctx.b;
+    let a_rows = match weights {
+        Some(p) => p,
+        None => {
+            // Runtime weights: widened once per call into the first part of scratch.
+            let rows_ptr = scratch;
+            for grp in 0..v.group {
+                let src = b
+                    .ins()
+                    .iadd_imm_s(w.ptr, (grp * v.mg * k * w.ty.dtype.size()) as i64);
+                let dst = b.ins().iadd_imm_s(rows_ptr, (grp * a_group) as i64);
+                let zp = w_zp.clone();
+                widen_rows(
+                    b,
+                    src,
+                    w.ty.dtype,
+                    zp.as_ref(),
+                    grp * v.mg,
+                    dst,
+                    v.mg,
+                    k,
+                    g.k2,
+                );
+            }
+            rows_ptr
+        }
+    };
+    let bp = b.ins().iadd_imm_s(scratch, (a_group * v.group) as i64);
+    let p = v.oh * v.ow;
+    kernel::nested_loop(b, &[v.batch, v.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let img = b.ins().imul_imm_s(n, v.group as i64);
+        let img = b.ins().iadd(img, grp);
+        let x_g = kernel::elem_addr(b, x.ptr, img, v.cg * v.h * v.w * x.ty.dtype.size());
+        im2col(b, &v, &g, x_g, x.ty.dtype, x_zp.as_ref(), bp);
+        let a_g = kernel::elem_addr(b, a_rows, grp, a_group);
+        let y_g = kernel::elem_addr(b, y.ptr, img, v.mg * p * 4);
+        gemm_int::emit(b, &g, a_g, bp, y_g);
+    });
+    Ok(())
+}
+
+/// `dst[r][kk] = src[r][kk] − zp[first + r]` as int16 rows of `k2`, zero for `kk ≥ k`.
+#[allow(clippy::too_many_arguments)]
+fn widen_rows(
+    b: &mut FunctionBuilder,
+    src: Value,
+    dtype: DType,
+    zp: Option<&Operand>,
+    first: usize,
+    dst: Value,
+    rows: usize,
+    k: usize,
+    k2: usize,
+) {
+    kernel::counted_loop(b, 0, rows as i64, 1, |b, r| {
+        let zr = b.ins().iadd_imm_s(r, first as i64);
+        let z = zero_point_at(b, zp, zr);
+        let s_row = kernel::elem_addr(b, src, r, k * dtype.size());
+        let d_row = kernel::elem_addr(b, dst, r, k2 * 2);
+        kernel::counted_loop(b, 0, k as i64, 1, |b, kk| {
+            let at = kernel::elem_addr(b, s_row, kk, dtype.size());
+            let v = kernel::load_elem(b, dtype, at, 0);
+            let v = b.ins().isub(v, z);
+            let v = b.ins().ireduce(types::I16, v);
+            let at = kernel::elem_addr(b, d_row, kk, 2);
+            b.ins().store(flags(), v, at, 0);
+        });
+        if k2 > k {
+            let zero = b.ins().iconst(types::I16, 0);
+            b.ins().store(flags(), zero, d_row, (k * 2) as i32);
+        }
+    });
+}
+
+/// The image's im2col matrix (`K × P`, minus the input zero point; padding is 0)
+/// pair-packed into `dst`.
+fn im2col(
+    b: &mut FunctionBuilder,
+    v: &ConvInt,
+    g: &IntGemm,
+    x: Value,
+    dtype: DType,
+    zp: Option<&Operand>,
+    dst: Value,
+) {
+    zero_fill(b, dst, g.packed_b_bytes());
+    let zero_idx = kernel::iconst(b, 0);
+    let z = zero_point_at(b, zp, zero_idx);
+    kernel::nested_loop(b, &[v.cg, v.kh, v.kw, v.oh, v.ow], &mut |b, idx| {
+        let (c, ky, kx, oy, ox) = (idx[0], idx[1], idx[2], idx[3], idx[4]);
+        let coord = |b: &mut FunctionBuilder, o: Value, t: Value, axis: usize| {
+            let a = b.ins().imul_imm_s(o, v.stride[axis] as i64);
+            let t = b.ins().imul_imm_s(t, v.dilation[axis] as i64);
+            let a = b.ins().iadd(a, t);
+            b.ins().iadd_imm_s(a, -(v.pad[axis] as i64))
+        };
+        let iy = coord(b, oy, ky, 0);
+        let ix = coord(b, ox, kx, 1);
+        // Unsigned compares reject negative coordinates too.
+        let in_y = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, iy, v.h as i64);
+        let in_x = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, ix, v.w as i64);
+        let inside = b.ins().band(in_y, in_x);
+        let flat = kernel::linear_offset(b, &[c, iy, ix], &[v.h * v.w, v.w, 1]);
+        let flat = b.ins().select(inside, flat, zero_idx);
+        let at = kernel::elem_addr(b, x, flat, dtype.size());
+        let val = kernel::load_elem(b, dtype, at, 0);
+        let val = b.ins().isub(val, z);
+        let zero = kernel::iconst(b, 0);
+        let val = b.ins().select(inside, val, zero);
+        let val = b.ins().ireduce(types::I16, val);
+        let kk = kernel::linear_offset(b, &[c, ky, kx], &[v.kh * v.kw, v.kw, 1]);
+        let pp = kernel::linear_offset(b, &[oy, ox], &[v.ow, 1]);
+        let at = packed_index(b, g, kk, pp);
+        let at = kernel::elem_addr(b, dst, at, 2);
+        b.ins().store(flags(), val, at, 0);
+    });
+}

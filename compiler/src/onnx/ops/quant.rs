@@ -1,0 +1,168 @@
+//! Quantized ONNX ops. QuantizeLinear, DequantizeLinear, MatMulInteger and ConvInteger
+//! map onto the core ops of the same names; QLinearMatMul and QLinearConv decompose
+//! exactly into them: the integer product (plus QLinearConv's int32 bias), cast to
+//! float32, times `a_scale · b_scale / y_scale`, then QuantizeLinear with scale 1 and
+//! the output zero point, which rounds half to even and saturates as ONNX specifies.
+//! The integer products therefore run on nnc's integer GEMM, never in float.
+
+use super::elementwise::scalar_of;
+use super::nn::conv_attrs;
+use crate::ir::{DType, ValueId};
+use crate::onnx::attributes::normalize_axis;
+use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
+use crate::ops::{BinaryOp, Op};
+
+/// The `axis` attribute (default 1) against input 0, when the scale (input `scale_at`)
+/// has more than one element; 0 otherwise (per-tensor parameters ignore it).
+fn param_axis(ctx: &NodeCtx, scale_at: usize) -> ImportResult<usize> {
+    if ctx.attrs.int("block_size", 0)? != 0 {
+        return Err(ImportError::Unsupported(
+            "blocked quantization (block_size > 0)".into(),
+        ));
+    }
+    let scale = ctx.input_ty(scale_at)?;
+    if scale.numel() <= 1 {
+        return Ok(0);
+    }
+    let rank = ctx.input_ty(0)?.rank();
+    Ok(normalize_axis(ctx.attrs.int("axis", 1)?, rank)?)
+}
+
+pub fn quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
+    let axis = param_axis(ctx, 1)?;
+    let to = match ctx.input(2) {
+        Some(zp) => ctx.ty(zp).dtype,
+        None => match ctx.attrs.int_opt("output_dtype")? {
+            Some(code) if code != 0 => DType::from_onnx(code as i32)
+                .ok_or_else(|| ImportError::Unsupported(format!("output_dtype {code}")))?,
+            _ => DType::U8,
+        },
+    };
+    if !matches!(to, DType::U8 | DType::I8 | DType::U16 | DType::I16) {
+        return Err(ImportError::Unsupported(format!("QuantizeLinear to {to}")));
+    }
+    let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
+    let y = ctx.emit1(Op::QuantizeLinear { axis, to }, ins)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+pub fn dequantize_linear(ctx: &mut NodeCtx) -> ImportResult {
+    let axis = param_axis(ctx, 1)?;
+    let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
+    let y = ctx.emit1(Op::DequantizeLinear { axis }, ins)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+pub fn matmul_integer(ctx: &mut NodeCtx) -> ImportResult {
+    let ins = vec![
+        Some(ctx.required(0)?),
+        Some(ctx.required(1)?),
+        ctx.input(2),
+        ctx.input(3),
+    ];
+    let y = ctx.emit1(Op::MatMulInteger, ins)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+pub fn conv_integer(ctx: &mut NodeCtx) -> ImportResult {
+    let op = Op::ConvInteger(conv_attrs(ctx, 0, 1)?);
+    let ins = vec![
+        Some(ctx.required(0)?),
+        Some(ctx.required(1)?),
+        ctx.input(2),
+        ctx.input(3),
+    ];
+    let y = ctx.emit1(op, ins)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// `QuantizeLinear(float(acc) · a_scale · b_scale / y_scale, 1, y_zp)`; `b_scale`
+/// already shaped to broadcast against `acc`.
+fn requantize(
+    ctx: &mut NodeCtx,
+    acc: ValueId,
+    a_scale: ValueId,
+    b_scale: ValueId,
+    y_scale: ValueId,
+    y_zp: ValueId,
+) -> ImportResult<ValueId> {
+    let f = ctx.emit1(Op::Cast { to: DType::F32 }, vec![Some(acc)])?;
+    let mul = |ctx: &mut NodeCtx, op, a, b| ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)]);
+    let s = mul(ctx, BinaryOp::Mul, a_scale, b_scale)?;
+    let s = mul(ctx, BinaryOp::Div, s, y_scale)?;
+    let scaled = mul(ctx, BinaryOp::Mul, f, s)?;
+    let one = ctx.constant_value("one", scalar_of(DType::F32, 1.0));
+    let to = ctx.ty(y_zp).dtype;
+    ctx.emit1(
+        Op::QuantizeLinear { axis: 0, to },
+        vec![Some(scaled), Some(one), Some(y_zp)],
+    )
+}
+
+/// The float32 scales QLinear ops take (float16 ones are cast).
+fn f32_scale(ctx: &mut NodeCtx, i: usize) -> ImportResult<ValueId> {
+    let v = ctx.required(i)?;
+    if ctx.ty(v).dtype == DType::F32 {
+        return Ok(v);
+    }
+    ctx.emit1(Op::Cast { to: DType::F32 }, vec![Some(v)])
+}
+
+/// QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp).
+pub fn qlinear_matmul(ctx: &mut NodeCtx) -> ImportResult {
+    let (a, a_zp, b, b_zp) = (
+        ctx.required(0)?,
+        ctx.required(2)?,
+        ctx.required(3)?,
+        ctx.required(5)?,
+    );
+    let acc = ctx.emit1(
+        Op::MatMulInteger,
+        vec![Some(a), Some(b), Some(a_zp), Some(b_zp)],
+    )?;
+    let (a_s, b_s, y_s) = (f32_scale(ctx, 1)?, f32_scale(ctx, 4)?, f32_scale(ctx, 6)?);
+    let y_zp = ctx.required(7)?;
+    let y = requantize(ctx, acc, a_s, b_s, y_s, y_zp)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B): the int32 bias
+/// is added to the accumulator, the per-map weight scale reshaped to `[1, M, 1, ...]`.
+pub fn qlinear_conv(ctx: &mut NodeCtx) -> ImportResult {
+    let attrs = conv_attrs(ctx, 0, 3)?;
+    let (x, x_zp, w, w_zp) = (
+        ctx.required(0)?,
+        ctx.required(2)?,
+        ctx.required(3)?,
+        ctx.required(5)?,
+    );
+    let rank = ctx.input_ty(0)?.rank();
+    let maps = ctx.input_ty(3)?.shape[0];
+    let mut acc = ctx.emit1(
+        Op::ConvInteger(attrs),
+        vec![Some(x), Some(w), Some(x_zp), Some(w_zp)],
+    )?;
+    let per_map = |ctx: &mut NodeCtx, v: ValueId| -> ImportResult<ValueId> {
+        if ctx.ty(v).numel() <= 1 {
+            return Ok(v);
+        }
+        let mut shape = vec![1, maps];
+        shape.resize(rank, 1);
+        ctx.emit1(Op::Reshape { shape }, vec![Some(v)])
+    };
+    if let Some(bias) = ctx.input(8) {
+        let bias = per_map(ctx, bias)?;
+        acc = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(acc), Some(bias)])?;
+    }
+    let (x_s, w_s, y_s) = (f32_scale(ctx, 1)?, f32_scale(ctx, 4)?, f32_scale(ctx, 6)?);
+    let w_s = per_map(ctx, w_s)?;
+    let y_zp = ctx.required(7)?;
+    let y = requantize(ctx, acc, x_s, w_s, y_s, y_zp)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
