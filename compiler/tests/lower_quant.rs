@@ -1,0 +1,247 @@
+//! QuantizeLinear, DequantizeLinear, MatMulInteger and ConvInteger code generation:
+//! one-node graphs over values spanning the whole 8-bit ranges (so the int16 widening
+//! and the zero-point arithmetic see their extremes), compiled for the host, every x86-64
+//! kernel family it runs, and aarch64 under qemu, compared with the interpreter exactly
+//! (integers) or to the last float32 bit (dequantized values).
+
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
+
+use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
+use nnc::ir::{DType, Graph, Node, Tensor};
+use nnc::ops::{infer_types, Activation, ConvAttrs, Op};
+use runner::{aarch64_harness, run_on_aarch64_with, Compiled};
+
+/// An operand: a runtime input or a constant, with its values; or omitted.
+enum In {
+    Runtime(Tensor),
+    Const(Tensor),
+    Omitted,
+}
+
+/// `n` values cycling through the whole range of `dtype` (8-bit), scrambled.
+fn full_range(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<i64> = (0..n)
+        .map(|i| ((i * 97 + seed * 31 + 13) % 256) as i64)
+        .map(|u| if dtype == DType::I8 { u - 128 } else { u })
+        .collect();
+    Tensor::from_vec(shape, v).cast(dtype)
+}
+
+fn ints(dtype: DType, shape: &[usize], v: Vec<i64>) -> Tensor {
+    Tensor::from_vec(shape, v).cast(dtype)
+}
+
+fn floats(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_vec(shape, v)
+}
+
+fn build(op: &Op, ins: &[In]) -> (Graph, Vec<Tensor>) {
+    let mut g = Graph::default();
+    let mut inputs = vec![];
+    let mut node_inputs = vec![];
+    let mut types = vec![];
+    for (i, input) in ins.iter().enumerate() {
+        match input {
+            In::Runtime(t) => {
+                let id = g.add_value(format!("in{i}"), t.ty(), None);
+                g.inputs.push(id);
+                inputs.push(t.clone());
+                node_inputs.push(Some(id));
+                types.push(Some(t.ty()));
+            }
+            In::Const(t) => {
+                node_inputs.push(Some(g.add_value(format!("w{i}"), t.ty(), Some(t.clone()))));
+                types.push(Some(t.ty()));
+            }
+            In::Omitted => {
+                node_inputs.push(None);
+                types.push(None);
+            }
+        }
+    }
+    let out_ty = infer_types(op, &types).expect("shape inference").remove(0);
+    let out = g.add_value("out".into(), out_ty, None);
+    g.outputs.push(out);
+    g.nodes.push(Node {
+        name: "node".into(),
+        onnx_op: op.name(),
+        op: op.clone(),
+        inputs: node_inputs,
+        outputs: vec![out],
+    });
+    (g, inputs)
+}
+
+fn options(target: Target) -> CompileOptions {
+    CompileOptions {
+        target,
+        prefix: String::new(),
+        weights: Default::default(),
+    }
+}
+
+fn conv(kernel: usize, stride: usize, pad: usize, dilation: usize, group: usize) -> Op {
+    Op::ConvInteger(ConvAttrs {
+        kernel: vec![kernel; 2],
+        strides: vec![stride; 2],
+        pads: vec![pad; 4],
+        dilations: vec![dilation; 2],
+        group,
+        activation: Activation::None,
+    })
+}
+
+fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
+    use DType::{I8, U8};
+    vec![
+        (
+            "MatMulInteger u8 x const i8, odd K, N = 4·3 + 1, per-column b_zp",
+            Op::MatMulInteger,
+            vec![
+                In::Runtime(full_range(U8, &[5, 37], 0)),
+                In::Const(full_range(I8, &[37, 13], 1)),
+                In::Const(ints(U8, &[], vec![200])),
+                In::Const(full_range(I8, &[13], 2)),
+            ],
+        ),
+        (
+            "MatMulInteger i8 x runtime u8, batched A, per-row a_zp",
+            Op::MatMulInteger,
+            vec![
+                In::Runtime(full_range(I8, &[2, 3, 9, 16], 3)),
+                In::Runtime(full_range(U8, &[16, 8], 4)),
+                In::Runtime(full_range(I8, &[9], 5)),
+                In::Runtime(ints(U8, &[], vec![255])),
+            ],
+        ),
+        (
+            "MatMulInteger batched B broadcast over A, no zero points",
+            Op::MatMulInteger,
+            vec![
+                In::Runtime(full_range(U8, &[4, 6], 6)),
+                In::Runtime(full_range(U8, &[3, 6, 10], 7)),
+                In::Omitted,
+                In::Omitted,
+            ],
+        ),
+        (
+            "ConvInteger u8 x const i8 3x3 stride 2 pad 1, per-map w_zp",
+            conv(3, 2, 1, 1, 1),
+            vec![
+                In::Runtime(full_range(U8, &[1, 3, 9, 11], 8)),
+                In::Const(full_range(I8, &[8, 3, 3, 3], 9)),
+                In::Const(ints(U8, &[], vec![128])),
+                In::Const(full_range(I8, &[8], 10)),
+            ],
+        ),
+        (
+            "ConvInteger grouped, dilated, runtime i8 weights, batch 2",
+            conv(3, 1, 0, 2, 2),
+            vec![
+                In::Runtime(full_range(I8, &[2, 4, 7, 7], 11)),
+                In::Runtime(full_range(I8, &[6, 2, 3, 3], 12)),
+                In::Runtime(ints(I8, &[], vec![-128])),
+                In::Runtime(ints(I8, &[], vec![127])),
+            ],
+        ),
+        (
+            "QuantizeLinear per axis to u8: ties to even, saturation",
+            Op::QuantizeLinear { axis: 1, to: U8 },
+            vec![
+                In::Runtime(floats(
+                    &[2, 3, 4],
+                    vec![
+                        0.5, 1.5, 2.5, -0.5, 300.0, -300.0, 3.49, 7.0, 1e9, -1e9, 0.0, 2.0,
+                        -2.5, 254.5, 255.5, 100.25, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0,
+                    ],
+                )),
+                In::Const(floats(&[3], vec![1.0, 0.5, 2.0])),
+                In::Const(ints(U8, &[3], vec![0, 128, 255])),
+            ],
+        ),
+        (
+            "QuantizeLinear per tensor to i8",
+            Op::QuantizeLinear { axis: 0, to: I8 },
+            vec![
+                In::Runtime(floats(&[7], vec![-1000.0, -0.75, -0.25, 0.25, 0.75, 12.5, 1000.0])),
+                In::Runtime(floats(&[], vec![0.5])),
+                In::Runtime(ints(I8, &[], vec![-3])),
+            ],
+        ),
+        (
+            "DequantizeLinear per axis 0, i8",
+            Op::DequantizeLinear { axis: 0 },
+            vec![
+                In::Runtime(full_range(I8, &[4, 3], 13)),
+                In::Const(floats(&[4], vec![0.1, 0.02, 3.0, 1e-3])),
+                In::Const(ints(I8, &[4], vec![-128, 0, 5, 127])),
+            ],
+        ),
+        (
+            "DequantizeLinear u8 without zero point",
+            Op::DequantizeLinear { axis: 0 },
+            vec![
+                In::Runtime(full_range(U8, &[3, 5], 14)),
+                In::Runtime(floats(&[], vec![0.037])),
+                In::Omitted,
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn quantized_ops_match_the_interpreter_exactly() {
+    let mut failures = vec![];
+    let mut runs = 0;
+    for (name, op, ins) in cases() {
+        let (g, inputs) = build(&op, &ins);
+        let expected = nnc::interp::run_graph(&g, &inputs).expect("interpreter");
+        let mut targets = vec![("host", Target::host())];
+        if Arch::host() == Arch::X86_64 {
+            for cpu in ["baseline", "x86-64-v3", "x86-64-v4"] {
+                let target = Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target");
+                if tools::host_runs(cpu) {
+                    targets.push((cpu, target));
+                } else if let Err(e) = compile_graph(&g, &options(target)) {
+                    failures.push(format!("{name} ({cpu}): compile: {e}"));
+                }
+            }
+        }
+        let mut results: Vec<(&str, Result<Vec<Tensor>, String>)> = targets
+            .into_iter()
+            .map(|(t, target)| {
+                let r = Compiled::with_options(&g, &options(target)).and_then(|c| c.run(&g, &inputs));
+                (t, r)
+            })
+            .collect();
+        let arm = Target::new(Arch::Aarch64, None).expect("aarch64 target");
+        match aarch64_harness() {
+            Some(h) => results.push(("aarch64", run_on_aarch64_with(h, &g, &inputs, &options(arm)))),
+            None => {
+                if let Err(e) = compile_graph(&g, &options(arm)) {
+                    failures.push(format!("{name} (aarch64): compile: {e}"));
+                }
+            }
+        }
+        for (target, got) in results {
+            runs += 1;
+            match got {
+                Err(e) => failures.push(format!("{name} ({target}): {e}")),
+                Ok(got) if got[0] != expected[0] => failures.push(format!(
+                    "{name} ({target}): {:?}\n  expected {:?}",
+                    got[0].to_f64_vec(),
+                    expected[0].to_f64_vec()
+                )),
+                Ok(_) => {}
+            }
+        }
+    }
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    assert!(failures.is_empty(), "{} of {runs} runs failed", failures.len());
+}
