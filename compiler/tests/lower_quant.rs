@@ -155,8 +155,8 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
                 In::Runtime(floats(
                     &[2, 3, 4],
                     vec![
-                        0.5, 1.5, 2.5, -0.5, 300.0, -300.0, 3.49, 7.0, 1e9, -1e9, 0.0, 2.0,
-                        -2.5, 254.5, 255.5, 100.25, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0,
+                        0.5, 1.5, 2.5, -0.5, 300.0, -300.0, 3.49, 7.0, 1e9, -1e9, 0.0, 2.0, -2.5,
+                        254.5, 255.5, 100.25, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 0.0, -1.0,
                     ],
                 )),
                 In::Const(floats(&[3], vec![1.0, 0.5, 2.0])),
@@ -167,7 +167,10 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
             "QuantizeLinear per tensor to i8",
             Op::QuantizeLinear { axis: 0, to: I8 },
             vec![
-                In::Runtime(floats(&[7], vec![-1000.0, -0.75, -0.25, 0.25, 0.75, 12.5, 1000.0])),
+                In::Runtime(floats(
+                    &[7],
+                    vec![-1000.0, -0.75, -0.25, 0.25, 0.75, 12.5, 1000.0],
+                )),
                 In::Runtime(floats(&[], vec![0.5])),
                 In::Runtime(ints(I8, &[], vec![-3])),
             ],
@@ -214,13 +217,17 @@ fn quantized_ops_match_the_interpreter_exactly() {
         let mut results: Vec<(&str, Result<Vec<Tensor>, String>)> = targets
             .into_iter()
             .map(|(t, target)| {
-                let r = Compiled::with_options(&g, &options(target)).and_then(|c| c.run(&g, &inputs));
+                let r =
+                    Compiled::with_options(&g, &options(target)).and_then(|c| c.run(&g, &inputs));
                 (t, r)
             })
             .collect();
         let arm = Target::new(Arch::Aarch64, None).expect("aarch64 target");
         match aarch64_harness() {
-            Some(h) => results.push(("aarch64", run_on_aarch64_with(h, &g, &inputs, &options(arm)))),
+            Some(h) => results.push((
+                "aarch64",
+                run_on_aarch64_with(h, &g, &inputs, &options(arm)),
+            )),
             None => {
                 if let Err(e) = compile_graph(&g, &options(arm)) {
                     failures.push(format!("{name} (aarch64): compile: {e}"));
@@ -243,5 +250,9 @@ fn quantized_ops_match_the_interpreter_exactly() {
     for f in &failures {
         eprintln!("FAIL {f}");
     }
-    assert!(failures.is_empty(), "{} of {runs} runs failed", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed",
+        failures.len()
+    );
 }

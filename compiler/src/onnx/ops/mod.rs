@@ -87,6 +87,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "ConvInteger" => quant::conv_integer,
         "QLinearMatMul" => quant::qlinear_matmul,
         "QLinearConv" => quant::qlinear_conv,
+        "DynamicQuantizeLinear" => quant::dynamic_quantize_linear,
         _ => return None,
     };
     Some(f)

@@ -4,13 +4,14 @@
 //! float32, times `a_scale · b_scale / y_scale`, then QuantizeLinear with scale 1 and
 //! the output zero point, which rounds half to even and saturates as ONNX specifies.
 //! The integer products therefore run on nnc's integer GEMM, never in float.
+//! DynamicQuantizeLinear decomposes into its ONNX function body.
 
 use super::elementwise::scalar_of;
 use super::nn::conv_attrs;
 use crate::ir::{DType, ValueId};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
-use crate::ops::{BinaryOp, Op};
+use crate::ops::{BinaryOp, Op, ReduceAttrs, ReduceKind, UnaryOp};
 
 /// The `axis` attribute (default 1) against input 0, when the scale (input `scale_at`)
 /// has more than one element; 0 otherwise (per-tensor parameters ignore it).
@@ -164,5 +165,59 @@ pub fn qlinear_conv(ctx: &mut NodeCtx) -> ImportResult {
     let y_zp = ctx.required(7)?;
     let y = requantize(ctx, acc, x_s, w_s, y_s, y_zp)?;
     ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// DynamicQuantizeLinear(x) → (y: u8, y_scale, y_zero_point), as ONNX's function body
+/// defines it: the range of x widened to hold 0, scale = range / 255, zero point =
+/// round(clip(−min / scale, 0, 255)), then QuantizeLinear.
+pub fn dynamic_quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.required(0)?;
+    let xt = ctx.input_ty(0)?;
+    if xt.dtype != DType::F32 {
+        return Err(format!("DynamicQuantizeLinear takes float32, not {}", xt.dtype).into());
+    }
+    let all_axes: Vec<usize> = (0..xt.rank()).collect();
+    let zero = ctx.constant_value("q_min", scalar_of(DType::F32, 0.0));
+    let top = ctx.constant_value("q_max", scalar_of(DType::F32, 255.0));
+    let reduce = |ctx: &mut NodeCtx, kind| -> ImportResult<ValueId> {
+        if all_axes.is_empty() {
+            return Ok(x);
+        }
+        ctx.emit1(
+            Op::Reduce(ReduceAttrs {
+                kind,
+                axes: all_axes.clone(),
+                keepdims: false,
+            }),
+            vec![Some(x)],
+        )
+    };
+    let bin = |ctx: &mut NodeCtx, op, a, b| ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)]);
+    let lo = reduce(ctx, ReduceKind::Min)?;
+    let lo = bin(ctx, BinaryOp::Min, lo, zero)?;
+    let hi = reduce(ctx, ReduceKind::Max)?;
+    let hi = bin(ctx, BinaryOp::Max, hi, zero)?;
+    let range = bin(ctx, BinaryOp::Sub, hi, lo)?;
+    let scale = bin(ctx, BinaryOp::Div, range, top)?;
+    let lo_scaled = bin(ctx, BinaryOp::Div, lo, scale)?;
+    let zp = bin(ctx, BinaryOp::Sub, zero, lo_scaled)?;
+    let zp = ctx.emit1(
+        Op::Unary(UnaryOp::Clip {
+            min: 0.0,
+            max: 255.0,
+        }),
+        vec![Some(zp)],
+    )?;
+    let zp = ctx.emit1(Op::Unary(UnaryOp::Round), vec![Some(zp)])?;
+    let zp = ctx.emit1(Op::Cast { to: DType::U8 }, vec![Some(zp)])?;
+    let y = ctx.emit1(
+        Op::QuantizeLinear {
+            axis: 0,
+            to: DType::U8,
+        },
+        vec![Some(x), Some(scale), Some(zp)],
+    )?;
+    ctx.bind_outputs(&[y, scale, zp]);
     Ok(())
 }
