@@ -3,7 +3,8 @@
 over a labelled set, plus how often the two agree and the quantized logits' SQNR and
 cosine similarity against float32's.
 
-usage: accuracy.py MODEL.onnx --images X.npy --labels Y.npy [--quantize fp16]
+usage: accuracy.py MODEL.onnx --images X.npy --labels Y.npy --quantize fp16|int8
+                   [--calibration PATH] [--calibration-method M]
 
 X.npy stacks the samples along the batch axis ([N, ...] for a [1, ...] input); Y.npy
 holds N integer labels. The model must have one input and one output (logits).
@@ -46,12 +47,17 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--images", required=True)
     ap.add_argument("--labels", required=True)
-    ap.add_argument("--quantize", choices=["fp16"], required=True)
+    ap.add_argument("--quantize", choices=["fp16", "int8"], required=True)
+    ap.add_argument("--calibration", help="nnc compile --calibration (int8)")
+    ap.add_argument("--calibration-method", default="minmax")
     args = ap.parse_args()
     images, labels = np.load(args.images), np.load(args.labels)
     with tempfile.TemporaryDirectory() as tmp:
         ref_lib = compile_model(args.model, os.path.join(tmp, "libf32.so"), [])
-        q_lib = compile_model(args.model, os.path.join(tmp, "libq.so"), ["--quantize", args.quantize])
+        extra = ["--quantize", args.quantize]
+        if args.quantize == "int8":
+            extra += ["--calibration", args.calibration, "--calibration-method", args.calibration_method]
+        q_lib = compile_model(args.model, os.path.join(tmp, "libq.so"), extra)
         ref, q = logits(ref_lib, images), logits(q_lib, images)
         sizes = os.path.getsize(ref_lib), os.path.getsize(q_lib)
     acc = lambda z: float((z.argmax(1) == labels).mean())

@@ -64,6 +64,25 @@ pub fn compile_model_with(
     Ok(Compiled { graph, model })
 }
 
+/// [`compile_model_with`] plus static INT8 quantization between the graph passes and
+/// code generation; also returns the quantization report.
+pub fn compile_model_int8(
+    path: &Path,
+    import: &ImportOptions,
+    opts: &CompileOptions,
+    passes: &PassManager,
+    int8: &crate::quant::pipeline::Int8Options,
+) -> Result<(Compiled, crate::quant::pipeline::Int8Report)> {
+    let mut graph = onnx::load_model(path, import)?;
+    passes
+        .run(&mut graph)
+        .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
+    let report = crate::quant::pipeline::quantize_int8(&mut graph, int8)
+        .map_err(|e| NncError::Model(format!("{}: --quantize int8: {e}", path.display())))?;
+    let model = codegen::compile_graph(&graph, opts).map_err(|e| e.in_file(path))?;
+    Ok((Compiled { graph, model }, report))
+}
+
 /// The artifact bytes for one kind.
 pub fn artifact_bytes(kind: ArtifactKind, object: &[u8], file_name: &str) -> Result<Vec<u8>> {
     let err = |e: artifact::ArtifactError| NncError::Artifact {

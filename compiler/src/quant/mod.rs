@@ -2,5 +2,9 @@
 //! `codegen::lower::f16_weights`): the inputs and, as it lands, the passes of static
 //! INT8 post-training quantization.
 
+pub mod calibrate;
 pub mod calibration_data;
+pub mod host_model;
+pub mod int8;
+pub mod pipeline;
 pub mod ranges;

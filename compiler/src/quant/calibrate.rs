@@ -1,0 +1,69 @@
+//! Calibration: the float32 graph runs over every sample with the tensors to be
+//! quantized exposed as outputs, and each tensor's values fold into a
+//! [`RangeObserver`]. The graph is compiled for this machine ([`HostModel`]), so
+//! hundreds of samples of a ResNet take seconds; a progress bar shows on a terminal.
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::host_model::HostModel;
+use super::ranges::RangeObserver;
+use crate::ir::{DType, Graph, Tensor, ValueId};
+
+/// Observers for `values` (float32 tensors of `graph`) over `samples` (each one tensor
+/// per graph input, in order).
+pub fn observe(
+    graph: &Graph,
+    values: &[ValueId],
+    samples: &[Vec<Tensor>],
+) -> Result<Vec<RangeObserver>, String> {
+    let mut observers = vec![RangeObserver::default(); values.len()];
+    // Graph inputs are observed from the samples; everything else is computed.
+    let computed: Vec<(usize, ValueId)> = values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !graph.inputs.contains(v))
+        .map(|(i, v)| (i, *v))
+        .collect();
+    let model = if computed.is_empty() {
+        None
+    } else {
+        let mut g = graph.clone();
+        g.outputs = computed.iter().map(|(_, v)| *v).collect();
+        Some(HostModel::compile(&g).map_err(|e| format!("calibration model: {e}"))?)
+    };
+    let bar = ProgressBar::new(samples.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("calibrating {bar:40} {pos}/{len} samples ({eta} left)")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    for (k, sample) in samples.iter().enumerate() {
+        for (i, v) in values.iter().enumerate() {
+            if let Some(pos) = graph.inputs.iter().position(|x| x == v) {
+                observers[i].observe(&floats(&sample[pos]));
+            }
+        }
+        if let Some(m) = &model {
+            let outs = m
+                .run(sample)
+                .map_err(|e| format!("calibration sample {k}: {e}"))?;
+            for ((i, _), t) in computed.iter().zip(&outs) {
+                observers[*i].observe(&floats(t));
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(observers)
+}
+
+fn floats(t: &Tensor) -> Vec<f32> {
+    match t {
+        Tensor::F32(a) => a.iter().copied().collect(),
+        other => other
+            .cast(DType::F32)
+            .to_f64_vec()
+            .iter()
+            .map(|&x| x as f32)
+            .collect(),
+    }
+}

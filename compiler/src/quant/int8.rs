@@ -1,0 +1,354 @@
+//! Static INT8 quantization of a float32 graph (after the graph passes, so BatchNorm is
+//! already folded into the weights and activations into their producers).
+//!
+//! Every Conv (2-D), Gemm and MatMul with constant float32 weights becomes:
+//! `QuantizeLinear(x) → ConvInteger / MatMulInteger → + int32 bias → float32 ·
+//! (s_x · s_w) → + residual → activation`, writing the node's original output, so the
+//! rest of the graph is untouched and ops without an integer kernel keep running in
+//! float32 between the quantized layers.
+//!
+//! * Weights: per output channel, symmetric int8 in [−127, 127] (`s_w = max|w| / 127`).
+//! * Activations: per tensor, asymmetric uint8 from the calibrated range, widened to
+//!   hold 0 (`s_x = (hi − lo) / 255`, zero point `round(−lo / s_x)`).
+//! * Bias: int32, `round(b / (s_x · s_w))`.
+//!
+//! The integer products are exact; the result is rescaled in float32 (a fixed-point
+//! multiplier and shift, and integer-to-integer requantization between consecutive
+//! quantized layers, come with the fused integer kernels).
+
+use std::collections::HashMap;
+
+use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
+use crate::ops::{Activation, BinaryOp, ConvAttrs, Op};
+
+/// A quantized layer: the node's name and the float32 input it now quantizes.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    pub node: String,
+    pub op: String,
+    pub input: ValueId,
+    pub output: ValueId,
+}
+
+/// The nodes this pass would quantize (their names, ops and activation inputs), minus
+/// those named in `keep_fp32`.
+pub fn candidates(graph: &Graph, keep_fp32: &[String]) -> Vec<Layer> {
+    graph
+        .nodes
+        .iter()
+        .filter(|n| !keep_fp32.contains(&n.name))
+        .filter(|n| weights_of(graph, n).is_some())
+        .map(|n| Layer {
+            node: n.name.clone(),
+            op: n.onnx_op.clone(),
+            input: n.inputs[0].expect("checked by weights_of"),
+            output: n.outputs[0],
+        })
+        .collect()
+}
+
+/// The layer's float32 weights as `[out channels][k]` rows (Conv: `[M][C·kh·kw]`;
+/// Gemm/MatMul: B's columns), if the node is one this pass handles.
+fn weights_of(graph: &Graph, n: &Node) -> Option<Vec<Vec<f32>>> {
+    let x = graph.ty(n.inputs.first().copied().flatten()?);
+    let w_id = n.inputs.get(1).copied().flatten()?;
+    let Some(Tensor::F32(w)) = graph.constant(w_id) else {
+        return None;
+    };
+    if x.dtype != DType::F32 {
+        return None;
+    }
+    let w: Vec<f32> = w.iter().copied().collect();
+    let shape = graph.ty(w_id).shape.clone();
+    match &n.op {
+        Op::Conv(_) if x.rank() == 4 => {
+            let k = w.len() / shape[0];
+            Some(w.chunks(k).map(<[f32]>::to_vec).collect())
+        }
+        Op::Gemm(g) if !g.trans_a && shape.len() == 2 => {
+            let (k, nn) = if g.trans_b {
+                (shape[1], shape[0])
+            } else {
+                (shape[0], shape[1])
+            };
+            Some(
+                (0..nn)
+                    .map(|j| {
+                        (0..k)
+                            .map(|i| {
+                                if g.trans_b {
+                                    w[j * k + i]
+                                } else {
+                                    w[i * nn + j]
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            )
+        }
+        Op::MatMul(_) if shape.len() == 2 && x.rank() >= 2 => {
+            let (k, nn) = (shape[0], shape[1]);
+            Some(
+                (0..nn)
+                    .map(|j| (0..k).map(|i| w[i * nn + j]).collect())
+                    .collect(),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// uint8 scale and zero point of the range `(lo, hi)` (widened to hold 0).
+pub fn activation_params(lo: f32, hi: f32) -> (f32, u8) {
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    let scale = (hi - lo) / 255.0;
+    if !(scale > 0.0 && scale.is_finite()) {
+        return (1.0, 0);
+    }
+    let zp = (-lo / scale).round_ties_even().clamp(0.0, 255.0) as u8;
+    (scale, zp)
+}
+
+/// Per-row symmetric int8 of `rows`: the scales and the quantized rows.
+pub fn weight_params(rows: &[Vec<f32>]) -> (Vec<f32>, Vec<Vec<i8>>) {
+    rows.iter()
+        .map(|r| {
+            let max = r.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let s = if max > 0.0 && max.is_finite() {
+                max / 127.0
+            } else {
+                1.0
+            };
+            let q = r
+                .iter()
+                .map(|v| (v / s).round_ties_even().clamp(-127.0, 127.0) as i8)
+                .collect();
+            (s, q)
+        })
+        .unzip()
+}
+
+/// Builds the replacement nodes of one layer.
+struct Rewriter<'g> {
+    graph: &'g mut Graph,
+    nodes: Vec<Node>,
+    name: String,
+    onnx_op: String,
+}
+
+impl Rewriter<'_> {
+    fn constant(&mut self, what: &str, t: Tensor) -> ValueId {
+        let name = format!("{}/{what}", self.name);
+        self.graph.add_value(name, t.ty(), Some(t))
+    }
+
+    /// Appends `op(inputs)` writing `out` (a new value of type `ty` when None).
+    fn emit(
+        &mut self,
+        op: Op,
+        inputs: Vec<Option<ValueId>>,
+        ty: TensorType,
+        out: Option<ValueId>,
+    ) -> ValueId {
+        let out = out.unwrap_or_else(|| {
+            let name = format!("{}/{}", self.name, op.name());
+            self.graph.add_value(name, ty, None)
+        });
+        self.nodes.push(Node {
+            name: format!("{}/{}", self.name, op.name()),
+            onnx_op: self.onnx_op.clone(),
+            op,
+            inputs,
+            outputs: vec![out],
+        });
+        out
+    }
+}
+
+/// Quantizes every layer of `layers` whose input has a range in `ranges`. Returns the
+/// layers quantized.
+pub fn quantize(
+    graph: &mut Graph,
+    layers: &[Layer],
+    ranges: &HashMap<ValueId, (f32, f32)>,
+) -> Result<Vec<Layer>, String> {
+    let old = std::mem::take(&mut graph.nodes);
+    let mut done = vec![];
+    let mut nodes = Vec::with_capacity(old.len());
+    for n in old {
+        let layer = layers
+            .iter()
+            .find(|l| l.node == n.name && l.output == n.outputs[0]);
+        let (Some(layer), Some(rows)) = (layer, weights_of(graph, &n)) else {
+            nodes.push(n);
+            continue;
+        };
+        let Some(&(lo, hi)) = ranges.get(&layer.input) else {
+            nodes.push(n);
+            continue;
+        };
+        let mut r = Rewriter {
+            graph,
+            nodes: vec![],
+            name: n.name.clone(),
+            onnx_op: n.onnx_op.clone(),
+        };
+        rewrite(&mut r, &n, &rows, lo, hi)
+            .map_err(|e| format!("node '{}' ({}): {e}", n.name, n.onnx_op))?;
+        nodes.extend(r.nodes);
+        done.push(layer.clone());
+    }
+    graph.nodes = nodes;
+    Ok(done)
+}
+
+fn rewrite(r: &mut Rewriter, n: &Node, rows: &[Vec<f32>], lo: f32, hi: f32) -> Result<(), String> {
+    let x = n.inputs[0].ok_or("no input")?;
+    let x_ty = r.graph.ty(x).clone();
+    let out = n.outputs[0];
+    let out_ty = r.graph.ty(out).clone();
+    let (s_x, zp_x) = activation_params(lo, hi);
+    let (s_w, w_q) = weight_params(rows);
+    let maps = rows.len();
+    let k = rows.first().map_or(0, Vec::len);
+    let s_x_v = r.constant("x_scale", Tensor::from_vec(&[], vec![s_x]));
+    let zp_v = r.constant(
+        "x_zero_point",
+        Tensor::from_vec(&[], vec![zp_x as i64]).cast(DType::U8),
+    );
+    let xq = r.emit(
+        Op::QuantizeLinear {
+            axis: 0,
+            to: DType::U8,
+        },
+        vec![Some(x), Some(s_x_v), Some(zp_v)],
+        TensorType::new(DType::U8, x_ty.shape.clone()),
+        None,
+    );
+    let acc_ty = TensorType::new(DType::I32, out_ty.shape.clone());
+    // Per-channel values broadcast along the output's channel axis: axis 1 of a conv's
+    // NCHW output, the last axis of a GEMM's.
+    let channel_shape = match &n.op {
+        Op::Conv(_) => {
+            let mut s = vec![1; out_ty.rank()];
+            s[1] = maps;
+            s
+        }
+        _ => vec![maps],
+    };
+    let flat: Vec<i64> = w_q.iter().flatten().map(|&v| v as i64).collect();
+    let (acc, bias, alpha, beta) = match &n.op {
+        Op::Conv(c) => {
+            let w_shape = r.graph.ty(n.inputs[1].ok_or("no weights")?).shape.clone();
+            let wq = r.constant(
+                "w_quantized",
+                Tensor::from_vec(&w_shape, flat).cast(DType::I8),
+            );
+            let attrs = ConvAttrs {
+                activation: Activation::None,
+                ..c.clone()
+            };
+            let acc = r.emit(
+                Op::ConvInteger(attrs),
+                vec![Some(xq), Some(wq), Some(zp_v), None],
+                acc_ty.clone(),
+                None,
+            );
+            (acc, n.inputs.get(2).copied().flatten(), 1.0, 1.0)
+        }
+        Op::Gemm(_) | Op::MatMul(_) => {
+            // Rows are B's columns: store B as [K, N].
+            let mut kn = vec![0i64; k * maps];
+            for (j, row) in w_q.iter().enumerate() {
+                for (i, &v) in row.iter().enumerate() {
+                    kn[i * maps + j] = v as i64;
+                }
+            }
+            let wq = r.constant(
+                "w_quantized",
+                Tensor::from_vec(&[k, maps], kn).cast(DType::I8),
+            );
+            let acc = r.emit(
+                Op::MatMulInteger,
+                vec![Some(xq), Some(wq), Some(zp_v), None],
+                acc_ty.clone(),
+                None,
+            );
+            let (alpha, beta) = match &n.op {
+                Op::Gemm(g) => (g.alpha, g.beta),
+                _ => (1.0, 1.0),
+            };
+            (acc, n.inputs.get(2).copied().flatten(), alpha, beta)
+        }
+        _ => return Err("not a quantizable layer".into()),
+    };
+    // A bias with one value per channel joins the int32 accumulator; any other C (a
+    // Gemm's full [M, N] C) is added in float32 after rescaling.
+    let mut int_bias = None;
+    let mut float_addend = None;
+    if let Some(b) = bias {
+        match r.graph.constant(b) {
+            Some(t) if t.len() == maps || t.len() == 1 => {
+                let v = t.to_f64_vec();
+                let q: Vec<i64> = (0..maps)
+                    .map(|m| {
+                        let bm = v[if v.len() == 1 { 0 } else { m }] * beta as f64;
+                        (bm / (alpha as f64 * s_x as f64 * s_w[m] as f64)).round() as i64
+                    })
+                    .collect();
+                int_bias = Some(Tensor::from_vec(&channel_shape, q).cast(DType::I32));
+            }
+            _ => float_addend = Some(b),
+        }
+    }
+    let acc = match int_bias {
+        Some(t) => {
+            let bq = r.constant("bias_quantized", t);
+            r.emit(
+                Op::Binary(BinaryOp::Add),
+                vec![Some(acc), Some(bq)],
+                acc_ty.clone(),
+                None,
+            )
+        }
+        None => acc,
+    };
+    let f_ty = TensorType::new(DType::F32, out_ty.shape.clone());
+    let f = r.emit(
+        Op::Cast { to: DType::F32 },
+        vec![Some(acc)],
+        f_ty.clone(),
+        None,
+    );
+    let scale: Vec<f32> = s_w.iter().map(|s| alpha * s_x * s).collect();
+    let scale_v = r.constant("output_scale", Tensor::from_vec(&channel_shape, scale));
+    let act = n.op.activation();
+    let residual = n.inputs.get(3).copied().flatten();
+    let mut steps: Vec<(Op, Option<ValueId>)> = vec![(Op::Binary(BinaryOp::Mul), Some(scale_v))];
+    if let Some(c) = float_addend {
+        if beta != 1.0 {
+            return Err("a Gemm C that is not per column needs beta = 1".into());
+        }
+        steps.push((Op::Binary(BinaryOp::Add), Some(c)));
+    }
+    if let Some(res) = residual {
+        steps.push((Op::Binary(BinaryOp::Add), Some(res)));
+    }
+    match act {
+        Activation::None => {}
+        Activation::Silu => return Err("SiLU epilogues are not quantized yet".into()),
+        a => steps.push((Op::Unary(a.as_unary().ok_or("activation")?), None)),
+    }
+    let last = steps.len() - 1;
+    let mut y = f;
+    for (i, (op, operand)) in steps.into_iter().enumerate() {
+        let mut ins = vec![Some(y)];
+        if let Some(o) = operand {
+            ins.push(Some(o));
+        }
+        let target = (i == last).then_some(out);
+        y = r.emit(op, ins, f_ty.clone(), target);
+    }
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! `--quantize int8`: calibration data → ranges → the INT8 rewrite → the accuracy
+//! report `nnc compile` prints (per output: SQNR and cosine similarity against float32
+//! over the calibration set; the layers whose outputs lose the most).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use super::calibrate;
+use super::calibration_data::{self, InputSpec};
+use super::host_model::HostModel;
+use super::int8::{self, Layer};
+use super::ranges::Method;
+use crate::ir::{Graph, Tensor, ValueId};
+
+#[derive(Clone, Debug)]
+pub struct Int8Options {
+    pub calibration: PathBuf,
+    pub method: Method,
+    /// Node names to leave in float32.
+    pub keep_fp32: Vec<String>,
+}
+
+/// How one tensor of the quantized graph compares with the float32 graph's.
+#[derive(Clone, Debug)]
+pub struct Quality {
+    pub name: String,
+    /// 10·log10(Σ ref² / Σ (q − ref)²) over every sample.
+    pub sqnr_db: f64,
+    /// Mean over samples of the cosine similarity of the flattened tensors.
+    pub cosine: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Int8Report {
+    pub samples: usize,
+    pub quantized: Vec<Layer>,
+    pub candidates: usize,
+    pub outputs: Vec<Quality>,
+    /// Quantized layers by their output's SQNR, lowest first (at most five).
+    pub worst_layers: Vec<Quality>,
+}
+
+/// Quantizes `graph` (after the graph passes) in place and measures the result.
+pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report, String> {
+    let specs: Vec<InputSpec> = graph
+        .inputs
+        .iter()
+        .map(|&v| InputSpec {
+            name: graph.value(v).name.clone(),
+            ty: graph.ty(v).clone(),
+        })
+        .collect();
+    let samples = calibration_data::load(&opts.calibration, &specs)?;
+    let layers = int8::candidates(graph, &opts.keep_fp32);
+    let mut inputs: Vec<ValueId> = layers.iter().map(|l| l.input).collect();
+    inputs.sort();
+    inputs.dedup();
+    let observers = calibrate::observe(graph, &inputs, &samples)?;
+    let ranges: HashMap<ValueId, (f32, f32)> = inputs
+        .iter()
+        .zip(&observers)
+        .filter_map(|(v, o)| o.range(opts.method).map(|r| (*v, r)))
+        .collect();
+    let float_graph = graph.clone();
+    let quantized = int8::quantize(graph, &layers, &ranges)?;
+    let (outputs, layer_quality) = compare(&float_graph, graph, &quantized, &samples)?;
+    let mut worst = layer_quality;
+    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+    worst.truncate(5);
+    Ok(Int8Report {
+        samples: samples.len(),
+        candidates: layers.len(),
+        quantized,
+        outputs,
+        worst_layers: worst,
+    })
+}
+
+/// Energies of one compared tensor, summed over samples.
+#[derive(Default, Clone)]
+struct Tally {
+    signal: f64,
+    noise: f64,
+    cosine: f64,
+}
+
+impl Tally {
+    fn add(&mut self, reference: &Tensor, got: &Tensor) {
+        let (r, q) = (reference.to_f64_vec(), got.to_f64_vec());
+        let (mut dot, mut rr, mut qq, mut nn) = (0f64, 0f64, 0f64, 0f64);
+        for (a, b) in r.iter().zip(&q) {
+            dot += a * b;
+            rr += a * a;
+            qq += b * b;
+            nn += (a - b) * (a - b);
+        }
+        self.signal += rr;
+        self.noise += nn;
+        self.cosine += if rr > 0.0 && qq > 0.0 {
+            dot / (rr.sqrt() * qq.sqrt())
+        } else if rr == qq {
+            1.0
+        } else {
+            0.0
+        };
+    }
+
+    fn quality(&self, name: String, samples: usize) -> Quality {
+        let sqnr_db = if self.noise == 0.0 {
+            f64::INFINITY
+        } else {
+            10.0 * (self.signal / self.noise).log10()
+        };
+        Quality {
+            name,
+            sqnr_db,
+            cosine: self.cosine / samples.max(1) as f64,
+        }
+    }
+}
+
+/// Runs both graphs over the samples with the graph outputs and every quantized
+/// layer's output exposed; returns the outputs' and the layers' quality.
+fn compare(
+    float_graph: &Graph,
+    quant_graph: &Graph,
+    layers: &[Layer],
+    samples: &[Vec<Tensor>],
+) -> Result<(Vec<Quality>, Vec<Quality>), String> {
+    let mut watched: Vec<ValueId> = float_graph.outputs.clone();
+    for l in layers {
+        if !watched.contains(&l.output) {
+            watched.push(l.output);
+        }
+    }
+    let with_outputs = |g: &Graph| {
+        let mut g = g.clone();
+        g.outputs = watched.clone();
+        HostModel::compile(&g)
+    };
+    let (f, q) = (with_outputs(float_graph)?, with_outputs(quant_graph)?);
+    let mut tallies = vec![Tally::default(); watched.len()];
+    for (k, s) in samples.iter().enumerate() {
+        let (a, b) = (f.run(s)?, q.run(s)?);
+        for (i, t) in tallies.iter_mut().enumerate() {
+            t.add(&a[i], &b[i]);
+        }
+        let _ = k;
+    }
+    let n_out = float_graph.outputs.len();
+    let name = |v: ValueId| float_graph.value(v).name.clone();
+    let outputs = (0..n_out)
+        .map(|i| tallies[i].quality(name(watched[i]), samples.len()))
+        .collect();
+    let layer_quality = layers
+        .iter()
+        .map(|l| {
+            let i = watched
+                .iter()
+                .position(|v| *v == l.output)
+                .expect("watched");
+            tallies[i].quality(format!("{} ({})", l.node, l.op), samples.len())
+        })
+        .collect();
+    Ok((outputs, layer_quality))
+}
+
+impl fmt::Display for Int8Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "int8: {} of {} Conv/Gemm/MatMul layers quantized, calibrated on {} samples",
+            self.quantized.len(),
+            self.candidates,
+            self.samples
+        )?;
+        for o in &self.outputs {
+            writeln!(
+                f,
+                "  output {}: SQNR {:.1} dB, cosine similarity {:.6} (vs float32, calibration set)",
+                o.name, o.sqnr_db, o.cosine
+            )?;
+        }
+        if !self.worst_layers.is_empty() {
+            writeln!(
+                f,
+                "  layers losing the most (SQNR of their output vs float32):"
+            )?;
+            for l in &self.worst_layers {
+                writeln!(
+                    f,
+                    "    {:<40} {:>6.1} dB  cosine {:.6}",
+                    l.name, l.sqnr_db, l.cosine
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
