@@ -1,0 +1,224 @@
+//! `--quantize int8` end to end: random CNN and transformer-style models (importer,
+//! graph passes, calibration, the INT8 rewrite, code generation), calibrated on
+//! generated samples and compared with their float32 builds on held-out inputs; plus
+//! the CLI contract (the report on stderr, the errors for missing calibration).
+
+#[path = "common/models.rs"]
+mod models;
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
+
+use std::path::Path;
+use std::process::Command;
+
+use nnc::codegen::{CompileOptions, Target};
+use nnc::driver;
+use nnc::ir::{Graph, Tensor};
+use nnc::onnx::ImportOptions;
+use nnc::ops::Op;
+use nnc::passes::PassManager;
+use nnc::quant::pipeline::Int8Options;
+use nnc::quant::ranges::Method;
+use runner::Compiled;
+
+/// `n` samples of `shape` (batch 1) stacked along the batch axis, uniform in [-1, 1).
+fn samples(rng: &mut models::Rng, n: usize, shape: &[usize]) -> Tensor {
+    let per: usize = shape.iter().product();
+    let mut full = shape.to_vec();
+    full[0] = n;
+    Tensor::from_vec(&full, rng.vec(n * per, 1.0))
+}
+
+fn split(t: &Tensor, shape: &[usize]) -> Vec<Tensor> {
+    let Tensor::F32(a) = t else { unreachable!() };
+    let v: Vec<f32> = a.iter().copied().collect();
+    let per: usize = shape.iter().product();
+    v.chunks(per)
+        .map(|c| Tensor::from_vec(shape, c.to_vec()))
+        .collect()
+}
+
+fn options() -> CompileOptions {
+    CompileOptions {
+        target: Target::host(),
+        prefix: String::new(),
+        weights: Default::default(),
+    }
+}
+
+/// SQNR (dB) and mean cosine similarity of `got` against `reference`, over all samples.
+fn quality(reference: &[Tensor], got: &[Tensor]) -> (f64, f64) {
+    let (mut signal, mut noise, mut cos) = (0f64, 0f64, 0f64);
+    for (r, q) in reference.iter().zip(got) {
+        let (r, q) = (r.to_f64_vec(), q.to_f64_vec());
+        let dot: f64 = r.iter().zip(&q).map(|(a, b)| a * b).sum();
+        let (rr, qq): (f64, f64) = (r.iter().map(|a| a * a).sum(), q.iter().map(|b| b * b).sum());
+        signal += rr;
+        noise += r
+            .iter()
+            .zip(&q)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum::<f64>();
+        cos += dot / (rr.sqrt() * qq.sqrt());
+    }
+    (
+        10.0 * (signal / noise).log10(),
+        cos / reference.len() as f64,
+    )
+}
+
+/// Quantizes `model` calibrated on 32 samples, runs both builds on 8 others.
+fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(format!("{name}.onnx"));
+    std::fs::write(&path, model).unwrap();
+    let mut rng = models::Rng::new(99);
+    let calib = dir.path().join("calibration.npy");
+    std::fs::write(
+        &calib,
+        nnc::npy::to_bytes(&samples(&mut rng, 32, shape)).unwrap(),
+    )
+    .unwrap();
+    let held_out = split(&samples(&mut rng, 8, shape), shape);
+
+    let passes = PassManager::from_list("default").unwrap();
+    let import = ImportOptions::default();
+    let float = driver::compile_model_with(&path, &import, &options(), &passes).unwrap();
+    let int8 = Int8Options {
+        calibration: calib,
+        method: Method::MinMax,
+        keep_fp32: vec![],
+    };
+    let (quant, report) = driver::compile_model_int8(&path, &import, &options(), &passes, &int8)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(report.samples, 32, "{name}");
+    assert!(!report.quantized.is_empty(), "{name}: nothing quantized");
+    assert_eq!(report.quantized.len(), report.candidates, "{name}");
+    // No float layer with constant weights is left: they all became integer ops.
+    let ops = |g: &Graph, pick: fn(&Op) -> bool| g.nodes.iter().filter(|n| pick(&n.op)).count();
+    assert!(
+        ops(&quant.graph, |o| matches!(
+            o,
+            Op::ConvInteger(_) | Op::MatMulInteger
+        )) > 0
+    );
+    assert_eq!(
+        ops(&quant.graph, |o| matches!(o, Op::QuantizeLinear { .. })),
+        report.quantized.len(),
+        "{name}: one QuantizeLinear per layer"
+    );
+
+    let run = |g: &Graph| {
+        let lib = Compiled::new(g).unwrap();
+        held_out
+            .iter()
+            .map(|x| lib.run(g, std::slice::from_ref(x)).unwrap().remove(0))
+            .collect::<Vec<_>>()
+    };
+    let (reference, got) = (run(&float.graph), run(&quant.graph));
+    let (sqnr, cosine) = quality(&reference, &got);
+    eprintln!("{name}: held-out SQNR {sqnr:.1} dB, cosine {cosine:.6}; {report}");
+    assert!(
+        sqnr >= min_sqnr && sqnr.is_finite(),
+        "{name}: SQNR {sqnr:.1} dB"
+    );
+    assert!(cosine >= 0.99, "{name}: cosine {cosine}");
+    // The report's own figures agree in kind with the held-out ones.
+    assert!(
+        report.outputs.iter().all(|o| o.sqnr_db >= min_sqnr),
+        "{name}: {report}"
+    );
+}
+
+#[test]
+fn int8_cnn_stays_close_to_float32() {
+    let (model, shape) = models::cnn(5);
+    check_model("cnn", &model, &shape, 30.0);
+}
+
+#[test]
+fn int8_transformer_block_stays_close_to_float32() {
+    let (model, shape) = models::transformer(3);
+    check_model("transformer", &model, &shape, 30.0);
+}
+
+fn nnc(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_nnc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_prints_the_report_and_refuses_missing_calibration() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, shape) = models::cnn(2);
+    let path = dir.path().join("cnn.onnx");
+    std::fs::write(&path, model).unwrap();
+    let calib = dir.path().join("calib.npy");
+    let mut rng = models::Rng::new(1);
+    std::fs::write(
+        &calib,
+        nnc::npy::to_bytes(&samples(&mut rng, 4, &shape)).unwrap(),
+    )
+    .unwrap();
+    let out = dir.path().join("libq.so");
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let r = nnc(&[
+        &os("compile"),
+        path.as_os_str(),
+        &os("--quantize"),
+        &os("int8"),
+        &os("--calibration"),
+        calib.as_os_str(),
+        &os("--calibration-method"),
+        &os("percentile"),
+        &os("-o"),
+        out.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("calibrated on 4 samples") && stderr.contains("SQNR"),
+        "{stderr}"
+    );
+    assert!(Path::new(&out).exists());
+    let missing = dir.path().join("refused.so");
+    let r = nnc(&[
+        &os("compile"),
+        path.as_os_str(),
+        &os("--quantize"),
+        &os("int8"),
+        &os("-o"),
+        missing.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && stderr.contains("needs --calibration"),
+        "{stderr}"
+    );
+    let wrong = dir.path().join("wrong.npy");
+    std::fs::write(
+        &wrong,
+        nnc::npy::to_bytes(&Tensor::from_vec(&[2, 5], vec![0f32; 10])).unwrap(),
+    )
+    .unwrap();
+    let r = nnc(&[
+        &os("compile"),
+        path.as_os_str(),
+        &os("--quantize"),
+        &os("int8"),
+        &os("--calibration"),
+        wrong.as_os_str(),
+        &os("-o"),
+        missing.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && stderr.contains("wrong.npy") && stderr.contains("'image'"),
+        "{stderr}"
+    );
+    assert!(!missing.exists());
+}
