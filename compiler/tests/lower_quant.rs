@@ -148,6 +148,28 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
                 In::Runtime(ints(I8, &[], vec![127])),
             ],
         ),
+        // Constant weights that fit int8 after their zero point (none, or u8 − 128) are
+        // stored as int8 and widened as they are loaded.
+        (
+            "MatMulInteger const i8 B stored as int8, K = 2·9 + 1",
+            Op::MatMulInteger,
+            vec![
+                In::Runtime(full_range(U8, &[6, 19], 15)),
+                In::Const(full_range(I8, &[19, 11], 16)),
+                In::Runtime(ints(U8, &[], vec![3])),
+                In::Omitted,
+            ],
+        ),
+        (
+            "ConvInteger const u8 weights minus 128 stored as int8",
+            conv(3, 1, 1, 1, 1),
+            vec![
+                In::Runtime(full_range(I8, &[1, 5, 6, 7], 17)),
+                In::Const(full_range(U8, &[9, 5, 3, 3], 18)),
+                In::Omitted,
+                In::Const(ints(U8, &[], vec![128])),
+            ],
+        ),
         (
             "QuantizeLinear per axis to u8: ties to even, saturation",
             Op::QuantizeLinear { axis: 1, to: U8 },

@@ -3,7 +3,8 @@
 //! points subtracted (a u8 or i8 value minus a zero point of the same type fits int16,
 //! and every product fits int32), so the result is exact for any zero points.
 //!
-//! Layouts (built by the callers, at compile time for constant weights):
+//! Layouts (built by the callers, at compile time for constant weights; constant
+//! weights that fit int8 are stored as int8 and sign-extended as they are loaded):
 //! * A: rows of `k2` int16 (`k2` = K rounded up to even, zero-padded);
 //! * B: "pair-packed" in groups of 4 columns: for group g and K pair q, the 8 int16
 //!   `B[2q][4g], B[2q+1][4g], B[2q][4g+1], B[2q+1][4g+1], …, B[2q+1][4g+3]`, columns
@@ -37,6 +38,11 @@ pub struct IntGemm {
     pub k2: usize,
     /// Row stride of C, in elements.
     pub ldc: usize,
+    /// Bytes per element of A and of B: 2 (int16), or 1 for constant weights that fit
+    /// int8 once their zero point is subtracted (stored at half the size, widened as
+    /// they are loaded).
+    pub a_bytes: usize,
+    pub b_bytes: usize,
 }
 
 impl IntGemm {
@@ -46,6 +52,8 @@ impl IntGemm {
             n,
             k2: k.next_multiple_of(2),
             ldc,
+            a_bytes: 2,
+            b_bytes: 2,
         }
     }
 
@@ -55,7 +63,7 @@ impl IntGemm {
 
     /// Bytes of the pair-packed B.
     pub fn packed_b_bytes(&self) -> usize {
-        self.groups() * self.k2 * 4 * 2
+        self.groups() * self.k2 * 4 * self.b_bytes
     }
 
     /// Element index of `B[k][n]` in the pair-packed layout.
@@ -66,13 +74,31 @@ impl IntGemm {
 
 /// `B` (`k × n`, element `(k, j)` from `at`) pair-packed, zero-padded.
 pub fn pack_b(g: &IntGemm, k: usize, at: impl Fn(usize, usize) -> i16) -> Vec<i16> {
-    let mut out = vec![0i16; g.packed_b_bytes() / 2];
+    let mut out = vec![0i16; g.groups() * g.k2 * 4];
     for kk in 0..k {
         for j in 0..g.n {
             out[g.packed_b_index(kk, j)] = at(kk, j);
         }
     }
     out
+}
+
+/// Little-endian bytes of int16 values at `bytes` (2, or 1 when every value fits
+/// int8) per element.
+pub fn element_bytes(values: &[i16], bytes: usize) -> Vec<u8> {
+    match bytes {
+        1 => values.iter().map(|&v| v as i8 as u8).collect(),
+        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// 1 when every value fits int8, else 2.
+pub fn narrowest(values: &[i16]) -> usize {
+    if values.iter().all(|&v| i8::try_from(v).is_ok()) {
+        1
+    } else {
+        2
+    }
 }
 
 /// Emits `C = A · B` for the layouts above; `a`, `bp`, `c` are addresses.
@@ -103,7 +129,7 @@ fn row_block(
     // groups and a partial last one, at most NG groups) is one tile with known columns.
     let looped = g.n / 4 / NG * NG;
     let rest = g.groups() - looped;
-    let a_rows = kernel::elem_addr(b, a, m0, g.k2 * 2);
+    let a_rows = kernel::elem_addr(b, a, m0, g.k2 * g.a_bytes);
     let c_rows = kernel::elem_addr(b, c, m0, g.ldc * 4);
     if looped > 0 {
         kernel::counted_loop(b, 0, looped as i64, NG as i64, |b, g0| {
@@ -140,23 +166,36 @@ fn tile(
             v
         })
         .collect();
-    let group_bytes = g.k2 * 4 * 2;
+    let group_bytes = g.k2 * 4 * g.b_bytes;
     let b_tile = kernel::elem_addr(b, bp, g0, group_bytes);
     kernel::counted_loop(b, 0, (g.k2 / 2) as i64, 1, |b, q| {
-        let b_at = kernel::elem_addr(b, b_tile, q, 16);
+        let b_at = kernel::elem_addr(b, b_tile, q, 8 * g.b_bytes);
         let bv: Vec<Value> = (0..ngroups)
             .map(|j| {
-                b.ins()
-                    .load(types::I16X8, flags(), b_at, (j * group_bytes) as i32)
+                let off = (j * group_bytes) as i32;
+                match g.b_bytes {
+                    1 => b.ins().sload8x8(flags(), b_at, off),
+                    _ => b.ins().load(types::I16X8, flags(), b_at, off),
+                }
             })
             .collect();
-        let a_at = kernel::elem_addr(b, a_rows, q, 4);
+        let a_at = kernel::elem_addr(b, a_rows, q, 2 * g.a_bytes);
         for r in 0..rows {
-            let pair = b
-                .ins()
-                .load(types::I32, flags(), a_at, (r * g.k2 * 2) as i32);
-            let pair = b.ins().splat(types::I32X4, pair);
-            let pair = b.ins().bitcast(types::I16X8, lanes, pair);
+            let off = (r * g.k2 * g.a_bytes) as i32;
+            // The pair (A[m][2q], A[m][2q+1]) in every pair of int16 lanes.
+            let pair = match g.a_bytes {
+                1 => {
+                    let p = b.ins().load(types::I16, flags(), a_at, off);
+                    let p = b.ins().splat(types::I16X8, p);
+                    let p = b.ins().bitcast(types::I8X16, lanes, p);
+                    b.ins().swiden_low(p)
+                }
+                _ => {
+                    let p = b.ins().load(types::I32, flags(), a_at, off);
+                    let p = b.ins().splat(types::I32X4, p);
+                    b.ins().bitcast(types::I16X8, lanes, p)
+                }
+            };
             let (alo, ahi) = (b.ins().swiden_low(pair), b.ins().swiden_high(pair));
             for (j, &w) in bv.iter().enumerate() {
                 let (wlo, whi) = (b.ins().swiden_low(w), b.ins().swiden_high(w));

@@ -128,10 +128,6 @@ fn ints(t: Option<&Operand>) -> Option<Vec<i64>> {
     }
 }
 
-fn i16_bytes(v: &[i16]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 /// MatMulInteger's operand sizes.
 struct MatMulInt {
     batch: Vec<usize>,
@@ -201,9 +197,11 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         ctx.inputs.get(3).cloned().flatten(),
     );
     let s = matmul_int_shape(&a.ty, &bt.ty)?;
-    let g = IntGemm::new(s.m, s.n, s.k, s.n);
+    let runtime_g = IntGemm::new(s.m, s.n, s.k, s.n);
+    let mut g = runtime_g;
     let scratch = ctx.scratch.ok_or("MatMulInteger needs scratch")?;
-    // Constant B (and zero point): every B matrix pair-packed at compile time.
+    // Constant B (and zero point): every B matrix pair-packed at compile time, as int8
+    // when the values minus the zero point fit.
     let packed = match (&bt.constant, ints(b_zp.as_ref())) {
         (Some(t), Some(zp)) => {
             let v = t.to_i64_vec();
@@ -215,7 +213,8 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
                     (v[t * s.k * s.n + kk * s.n + j] - z) as i16
                 }));
             }
-            Some(ctx.rodata(i16_bytes(&all))?)
+            g.b_bytes = gemm_int::narrowest(&all);
+            Some(ctx.rodata(gemm_int::element_bytes(&all, g.b_bytes))?)
         }
         _ => None,
     };
@@ -240,7 +239,15 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
                 Some(p) => kernel::elem_addr(b, p, bi, g.packed_b_bytes()),
                 None => {
                     let b_mat = kernel::elem_addr(b, bt.ptr, bi, mat_b * bt.ty.dtype.size());
-                    pack_b_runtime(b, &g, b_mat, bt.ty.dtype, b_zp.as_ref(), s.k, bp_scratch);
+                    pack_b_runtime(
+                        b,
+                        &runtime_g,
+                        b_mat,
+                        bt.ty.dtype,
+                        b_zp.as_ref(),
+                        s.k,
+                        bp_scratch,
+                    );
                     bp_scratch
                 }
             };
@@ -362,25 +369,28 @@ pub fn conv_integer(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
         ctx.inputs.get(3).cloned().flatten(),
     );
     let v = ConvInt::new(c, &x.ty, &w.ty, &y.ty)?;
-    let g = v.gemm();
+    let mut g = v.gemm();
     let k = v.k();
     let scratch = ctx.scratch.ok_or("ConvInteger needs scratch")?;
-    let a_group = align(v.mg * g.k2 * 2);
-    // Weights minus their per-map zero point as int16 rows, packed once when constant.
-    let weights = match (&w.constant, ints(w_zp.as_ref())) {
+    // Weights minus their per-map zero point as rows, packed once when constant (int8
+    // when they fit, else int16); runtime weights are widened to int16 per call.
+    let (weights, a_group) = match (&w.constant, ints(w_zp.as_ref())) {
         (Some(t), Some(zp)) => {
             let vals = t.to_i64_vec();
-            let mut rows = vec![0i16; a_group / 2 * v.group];
+            let group_len = v.mg * g.k2;
+            let mut rows = vec![0i16; group_len * v.group];
             for m in 0..v.maps {
                 let z = zp[if zp.len() > 1 { m } else { 0 }];
                 let (grp, r) = (m / v.mg, m % v.mg);
                 for kk in 0..k {
-                    rows[grp * a_group / 2 + r * g.k2 + kk] = (vals[m * k + kk] - z) as i16;
+                    rows[grp * group_len + r * g.k2 + kk] = (vals[m * k + kk] - z) as i16;
                 }
             }
-            Some(ctx.rodata(i16_bytes(&rows))?)
+            g.a_bytes = gemm_int::narrowest(&rows);
+            let bytes = gemm_int::element_bytes(&rows, g.a_bytes);
+            (Some(ctx.rodata(bytes)?), group_len * g.a_bytes)
         }
-        _ => None,
+        _ => (None, align(v.mg * g.k2 * 2)),
     };
     let b = &mut *ctx.b;
     let a_rows = match weights {
@@ -409,7 +419,9 @@ pub fn conv_integer(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
             rows_ptr
         }
     };
-    let bp = b.ins().iadd_imm_s(scratch, (a_group * v.group) as i64);
+    let bp = b
+        .ins()
+        .iadd_imm_s(scratch, (align(v.mg * g.k2 * 2) * v.group) as i64);
     let p = v.oh * v.ow;
     kernel::nested_loop(b, &[v.batch, v.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
