@@ -408,20 +408,26 @@ fn integer_operands(ts: &[&TensorType]) -> Result<(), String> {
     }
 }
 
+/// numpy matmul's promotion of 1-D operands: A `[K]` → `[1, K]`, B `[K]` → `[K, 1]`.
+pub fn as_matrices(a: &[usize], b: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let a2 = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2 = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
+    (a2, b2)
+}
+
 fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {
     if a.rank() == 0 || b.rank() == 0 {
         return Err("MatMul operands must have rank ≥ 1".into());
     }
-    let a2 = if a.rank() == 1 {
-        vec![1, a.shape[0]]
-    } else {
-        a.shape.clone()
-    };
-    let b2 = if b.rank() == 1 {
-        vec![b.shape[0], 1]
-    } else {
-        b.shape.clone()
-    };
+    let (a2, b2) = as_matrices(&a.shape, &b.shape);
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != k2 {

@@ -53,6 +53,28 @@ fn zero_point_at(b: &mut FunctionBuilder, zp: Option<&Operand>, k: Value) -> Val
     }
 }
 
+/// Calls `body(flat index, scale, zero point)` for every element of `x`, with the
+/// float32 scale and the zero point (0 when omitted) of its index along `axis`, or the
+/// single ones.
+fn per_axis_elements(
+    b: &mut FunctionBuilder,
+    x: &Operand,
+    scale: &Operand,
+    zp: Option<&Operand>,
+    axis: usize,
+    body: &mut dyn FnMut(&mut FunctionBuilder, Value, Value, Value),
+) {
+    let runs = axis_runs(&x.ty.shape, axis, scale.ty.numel() > 1);
+    kernel::nested_loop(b, &runs, &mut |b, idx| {
+        let k = idx[1];
+        let s_at = kernel::elem_addr(b, scale.ptr, k, 4);
+        let s = b.ins().load(types::F32, flags(), s_at, 0);
+        let z = zero_point_at(b, zp, k);
+        let flat = kernel::linear_offset(b, idx, &[runs[1] * runs[2], runs[2], 1]);
+        body(b, flat, s, z);
+    });
+}
+
 pub fn quantize_linear(ctx: &mut LowerCtx, axis: usize, to: DType) -> LowerResult {
     let (x, scale, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let zp = ctx.inputs.get(2).cloned().flatten();
@@ -62,28 +84,28 @@ pub fn quantize_linear(ctx: &mut LowerCtx, axis: usize, to: DType) -> LowerResul
             x.ty.dtype, scale.ty.dtype
         ));
     }
-    let runs = axis_runs(&x.ty.shape, axis, scale.ty.numel() > 1);
     let (lo, hi) = range_of(to);
-    let b = &mut *ctx.b;
-    kernel::nested_loop(b, &runs, &mut |b, idx| {
-        let k = idx[1];
-        let s_at = kernel::elem_addr(b, scale.ptr, k, 4);
-        let s = b.ins().load(types::F32, flags(), s_at, 0);
-        let z = zero_point_at(b, zp.as_ref(), k);
-        let flat = kernel::linear_offset(b, idx, &[runs[1] * runs[2], runs[2], 1]);
-        let at = kernel::elem_addr(b, x.ptr, flat, 4);
-        let v = kernel::load_elem(b, DType::F32, at, 0);
-        // round_half_even(x / scale) + zp, saturated; NaN becomes 0 + zp.
-        let q = b.ins().fdiv(v, s);
-        let q = b.ins().nearest(q);
-        let q = b.ins().fcvt_to_sint_sat(types::I64, q);
-        let q = b.ins().iadd(q, z);
-        let (lo, hi) = (kernel::iconst(b, lo), kernel::iconst(b, hi));
-        let q = b.ins().smax(q, lo);
-        let q = b.ins().smin(q, hi);
-        let at = kernel::elem_addr(b, y.ptr, flat, to.size());
-        kernel::store_elem(b, to, q, at, 0);
-    });
+    per_axis_elements(
+        ctx.b,
+        &x,
+        &scale,
+        zp.as_ref(),
+        axis,
+        &mut |b, flat, s, z| {
+            let at = kernel::elem_addr(b, x.ptr, flat, 4);
+            let v = kernel::load_elem(b, DType::F32, at, 0);
+            // round_half_even(x / scale) + zp, saturated; NaN becomes 0 + zp.
+            let q = b.ins().fdiv(v, s);
+            let q = b.ins().nearest(q);
+            let q = b.ins().fcvt_to_sint_sat(types::I64, q);
+            let q = b.ins().iadd(q, z);
+            let (lo, hi) = (kernel::iconst(b, lo), kernel::iconst(b, hi));
+            let q = b.ins().smax(q, lo);
+            let q = b.ins().smin(q, hi);
+            let at = kernel::elem_addr(b, y.ptr, flat, to.size());
+            kernel::store_elem(b, to, q, at, 0);
+        },
+    );
     Ok(())
 }
 
@@ -101,22 +123,22 @@ pub fn dequantize_linear(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
             x.ty.dtype, scale.ty.dtype
         ));
     }
-    let runs = axis_runs(&x.ty.shape, axis, scale.ty.numel() > 1);
-    let b = &mut *ctx.b;
-    kernel::nested_loop(b, &runs, &mut |b, idx| {
-        let k = idx[1];
-        let s_at = kernel::elem_addr(b, scale.ptr, k, 4);
-        let s = b.ins().load(types::F32, flags(), s_at, 0);
-        let z = zero_point_at(b, zp.as_ref(), k);
-        let flat = kernel::linear_offset(b, idx, &[runs[1] * runs[2], runs[2], 1]);
-        let at = kernel::elem_addr(b, x.ptr, flat, x.ty.dtype.size());
-        let v = kernel::load_elem(b, x.ty.dtype, at, 0);
-        let d = b.ins().isub(v, z);
-        let d = b.ins().fcvt_from_sint(types::F32, d);
-        let r = b.ins().fmul(d, s);
-        let at = kernel::elem_addr(b, y.ptr, flat, 4);
-        b.ins().store(flags(), r, at, 0);
-    });
+    per_axis_elements(
+        ctx.b,
+        &x,
+        &scale,
+        zp.as_ref(),
+        axis,
+        &mut |b, flat, s, z| {
+            let at = kernel::elem_addr(b, x.ptr, flat, x.ty.dtype.size());
+            let v = kernel::load_elem(b, x.ty.dtype, at, 0);
+            let d = b.ins().isub(v, z);
+            let d = b.ins().fcvt_from_sint(types::F32, d);
+            let r = b.ins().fmul(d, s);
+            let at = kernel::elem_addr(b, y.ptr, flat, 4);
+            b.ins().store(flags(), r, at, 0);
+        },
+    );
     Ok(())
 }
 
@@ -139,16 +161,7 @@ struct MatMulInt {
 }
 
 fn matmul_int_shape(a: &TensorType, b: &TensorType) -> Result<MatMulInt, String> {
-    let a2 = if a.rank() == 1 {
-        vec![1, a.shape[0]]
-    } else {
-        a.shape.clone()
-    };
-    let b2 = if b.rank() == 1 {
-        vec![b.shape[0], 1]
-    } else {
-        b.shape.clone()
-    };
+    let (a2, b2) = crate::ops::infer::as_matrices(&a.shape, &b.shape);
     let (ab, am) = a2.split_at(a2.len() - 2);
     let (bb, bm) = b2.split_at(b2.len() - 2);
     let batch = crate::ops::infer::broadcast_shapes(&[ab, bb])?;
