@@ -113,7 +113,7 @@ enum Command {
         #[arg(long)]
         dump_passes: bool,
         /// The graph passes to run, comma-separated, in order: `default`, `none`, or
-        /// names from const_fold, cse, views, fold_affine, gelu, fuse_epilogue, dce
+        /// names from qdq, const_fold, cse, views, fold_affine, gelu, fuse_epilogue, dce
         /// (default: $NNC_PASSES, else `default`).
         #[arg(long)]
         passes: Option<String>,

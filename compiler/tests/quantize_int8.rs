@@ -222,3 +222,85 @@ fn cli_prints_the_report_and_refuses_missing_calibration() {
     );
     assert!(!missing.exists());
 }
+
+/// A model quantized by onnxruntime's `quantize_static` (QDQ) runs on nnc's integer
+/// ops (no float Conv/Gemm/MatMul left) and gives onnxruntime's outputs. Needs python3
+/// with onnxruntime (skipped otherwise, an error under NNC_TEST_REQUIRE_TOOLS=1).
+#[test]
+fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
+    let has_ort = Command::new("python3")
+        .args(["-c", "import onnxruntime.quantization, onnx, numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_ort {
+        tools::skip("python3 with onnxruntime and onnx is needed to make QDQ models");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (model, shape) = models::cnn(7);
+    let path = dir.path().join("cnn.onnx");
+    std::fs::write(&path, model).unwrap();
+    let mut rng = models::Rng::new(11);
+    let per: Vec<usize> = shape[1..].to_vec();
+    let calib = dir.path().join("calib.npy");
+    let held = dir.path().join("held.npy");
+    let stacked = |rng: &mut models::Rng, n: usize| {
+        let mut s = vec![n];
+        s.extend(&per);
+        Tensor::from_vec(&s, rng.vec(n * per.iter().product::<usize>(), 1.0))
+    };
+    std::fs::write(&calib, nnc::npy::to_bytes(&stacked(&mut rng, 16)).unwrap()).unwrap();
+    let held_t = stacked(&mut rng, 4);
+    std::fs::write(&held, nnc::npy::to_bytes(&held_t).unwrap()).unwrap();
+    let (qdq, ort_out) = (dir.path().join("qdq.onnx"), dir.path().join("ort.npy"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/ort_qdq.py");
+    tools::run(
+        Command::new("python3")
+            .arg(&script)
+            .args([&path, &calib, &held, &qdq, &ort_out]),
+    );
+    let passes = PassManager::from_list("default").unwrap();
+    let compiled =
+        driver::compile_model_with(&qdq, &ImportOptions::default(), &options(), &passes).unwrap();
+    let g = &compiled.graph;
+    let float_layers = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_)))
+        .count();
+    let int_layers = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::ConvInteger(_) | Op::MatMulInteger))
+        .count();
+    assert_eq!(float_layers, 0, "float layers left:\n{g}");
+    assert_eq!(int_layers, 4, "{g}");
+    let expected = nnc::npy::read(&ort_out).unwrap().to_f64_vec();
+    let lib = Compiled::new(g).unwrap();
+    let per_out = expected.len() / 4;
+    for (i, x) in split(&held_t, &shape).iter().enumerate() {
+        let got = lib
+            .run(g, std::slice::from_ref(x))
+            .unwrap()
+            .remove(0)
+            .to_f64_vec();
+        let want = &expected[i * per_out..(i + 1) * per_out];
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+        let err = got
+            .iter()
+            .zip(want)
+            .fold(0f64, |m, (a, b)| m.max((a - b).abs()))
+            / scale;
+        // onnxruntime runs the QDQ graph's other ops quantized too (QLinearAdd,
+        // QLinearGlobalAveragePool...), nnc runs them in float32 between Q and DQ as
+        // the graph states: values may differ by a quantization step, which moves this
+        // softmax output by a few percent, not its top class.
+        let top = |v: &[f64]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b]));
+        eprintln!("sample {i}: max rel diff {err:.3e} vs onnxruntime");
+        assert!(
+            err <= 5e-2,
+            "sample {i}: max rel diff {err:e} vs onnxruntime"
+        );
+        assert_eq!(top(&got), top(want), "sample {i}: top class");
+    }
+}

@@ -400,7 +400,11 @@ impl NodeCtx<'_> {
                 out_types.len()
             )));
         }
-        let all_const = inputs.iter().flatten().all(|v| self.constant(*v).is_some());
+        // DequantizeLinear of constant weights stays a node: the QDQ fusion pass turns
+        // the layer it feeds into an integer one (`passes::qdq`), and constant folding
+        // folds it afterwards where nothing fused.
+        let all_const = inputs.iter().flatten().all(|v| self.constant(*v).is_some())
+            && !matches!(op, Op::DequantizeLinear { .. });
         if all_const {
             let args: Vec<Option<&Tensor>> = inputs
                 .iter()

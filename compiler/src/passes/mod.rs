@@ -30,6 +30,7 @@ pub mod dce;
 pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
+pub mod qdq;
 pub mod util;
 pub mod views;
 
@@ -40,6 +41,7 @@ pub type PassFn = fn(&mut Graph) -> Result<(), String>;
 
 /// Every pass by name, in the default pipeline's order.
 pub const PASSES: &[(&str, PassFn)] = &[
+    ("qdq", qdq::run),
     ("const_fold", const_fold::run),
     ("cse", cse::run),
     ("views", views::run),
