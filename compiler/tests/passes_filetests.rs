@@ -194,23 +194,30 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
                 .ok_or_else(|| err("init NAME [dims]".into()))?;
             let dims = parse_ints(shape).map_err(err)?;
             let n: i64 = dims.iter().product();
-            let (name, int) = match name.strip_suffix(":i64") {
-                Some(nm) => (nm, true),
-                None => (name, false),
-            };
+            // `name:i64` and the 8/32-bit integer types of quantized graphs (ONNX codes).
+            let int_types = [(":i64", 7), (":i8", 3), (":u8", 2), (":i32", 6)];
+            let (name, int) = int_types
+                .iter()
+                .find_map(|(suffix, code)| name.strip_suffix(suffix).map(|nm| (nm, Some(*code))))
+                .unwrap_or((name, None));
             let mut t = TensorProto {
                 name: name.to_string(),
                 dims,
                 ..Default::default()
             };
-            if int {
-                t.data_type = 7;
+            if let Some(code) = int {
+                t.data_type = code;
                 let v = parse_ints(values.unwrap_or("")).map_err(err)?;
-                t.int64_data = if v.len() == 1 {
+                let v = if v.len() == 1 {
                     vec![v[0]; n as usize]
                 } else {
                     v
                 };
+                if code == 7 {
+                    t.int64_data = v;
+                } else {
+                    t.int32_data = v.iter().map(|&x| x as i32).collect();
+                }
             } else {
                 t.data_type = 1;
                 let v: Vec<f32> = match values {
