@@ -106,6 +106,10 @@ enum Command {
         /// Layers (node names, comma-separated) --quantize int8 leaves in float32.
         #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
         keep_fp32: Vec<String>,
+        /// --quantize int8 keeps the most sensitive layers in float32, one at a time,
+        /// until every output's SQNR against float32 reaches DB on the calibration set.
+        #[arg(long, value_name = "DB")]
+        int8_min_sqnr: Option<f64>,
         /// Prints nnc's IR after the graph passes.
         #[arg(long)]
         dump_ir: bool,
@@ -233,6 +237,7 @@ fn run(cli: Cli) -> Result<()> {
             calibration_method,
             percentile,
             keep_fp32,
+            int8_min_sqnr,
             dump_ir,
             dump_passes,
             passes,
@@ -268,6 +273,7 @@ fn run(cli: Cli) -> Result<()> {
                         calibration: path,
                         method,
                         keep_fp32,
+                        min_sqnr_db: int8_min_sqnr,
                     }),
                 ),
             };

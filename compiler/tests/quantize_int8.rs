@@ -90,6 +90,7 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
         calibration: calib,
         method: Method::MinMax,
         keep_fp32: vec![],
+        min_sqnr_db: None,
     };
     let (quant, report) = driver::compile_model_int8(&path, &import, &options(), &passes, &int8)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -303,4 +304,50 @@ fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
         );
         assert_eq!(top(&got), top(want), "sample {i}: top class");
     }
+}
+
+/// `--int8-min-sqnr`: layers go back to float32, worst first, until every output
+/// reaches the target; an unreachable target leaves nothing quantized.
+#[test]
+fn min_sqnr_keeps_the_most_sensitive_layers_in_float32() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, shape) = models::cnn(5);
+    let path = dir.path().join("cnn.onnx");
+    std::fs::write(&path, model).unwrap();
+    let calib = dir.path().join("calib.npy");
+    let mut rng = models::Rng::new(3);
+    std::fs::write(
+        &calib,
+        nnc::npy::to_bytes(&samples(&mut rng, 16, &shape)).unwrap(),
+    )
+    .unwrap();
+    let passes = PassManager::from_list("default").unwrap();
+    let run = |target: f64| {
+        let int8 = Int8Options {
+            calibration: calib.clone(),
+            method: Method::MinMax,
+            keep_fp32: vec![],
+            min_sqnr_db: Some(target),
+        };
+        driver::compile_model_int8(&path, &ImportOptions::default(), &options(), &passes, &int8)
+            .unwrap()
+            .1
+    };
+    let free = run(0.0);
+    assert!(free.kept_for_sqnr.is_empty());
+    let first = free.outputs[0].sqnr_db;
+    // Just above what full quantization reaches: at least one layer goes back.
+    let tighter = run(first + 0.5);
+    assert!(!tighter.kept_for_sqnr.is_empty(), "{tighter}");
+    assert!(
+        tighter.outputs.iter().all(|o| o.sqnr_db >= first + 0.5),
+        "{tighter}"
+    );
+    assert_eq!(
+        tighter.quantized.len() + tighter.kept_for_sqnr.len(),
+        tighter.candidates
+    );
+    let none = run(1e9);
+    assert!(none.quantized.is_empty(), "{none}");
+    assert_eq!(none.kept_for_sqnr.len(), none.candidates);
 }

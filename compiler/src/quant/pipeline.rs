@@ -19,6 +19,9 @@ pub struct Int8Options {
     pub method: Method,
     /// Node names to leave in float32.
     pub keep_fp32: Vec<String>,
+    /// Keep the most sensitive layers in float32, one at a time, until every output's
+    /// SQNR against float32 (over the calibration set) reaches this many dB.
+    pub min_sqnr_db: Option<f64>,
 }
 
 /// How one tensor of the quantized graph compares with the float32 graph's.
@@ -39,6 +42,8 @@ pub struct Int8Report {
     pub outputs: Vec<Quality>,
     /// Quantized layers by their output's SQNR, lowest first (at most five).
     pub worst_layers: Vec<Quality>,
+    /// Layers `min_sqnr_db` kept in float32, in the order they were taken out.
+    pub kept_for_sqnr: Vec<String>,
 }
 
 /// Quantizes `graph` (after the graph passes) in place and measures the result.
@@ -63,18 +68,46 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
         .filter_map(|(v, o)| o.range(opts.method).map(|r| (*v, r)))
         .collect();
     let float_graph = graph.clone();
-    let quantized = int8::quantize(graph, &layers, &ranges)?;
-    let (outputs, layer_quality) = compare(&float_graph, graph, &quantized, &samples)?;
-    let mut worst = layer_quality;
-    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
-    worst.truncate(5);
-    Ok(Int8Report {
-        samples: samples.len(),
-        candidates: layers.len(),
-        quantized,
-        outputs,
-        worst_layers: worst,
-    })
+    // With a SQNR target, the layer whose own output loses the most goes back to
+    // float32 until every output meets it (or nothing is left quantized).
+    let mut kept_for_sqnr = vec![];
+    loop {
+        let mut keep = opts.keep_fp32.clone();
+        keep.extend(kept_for_sqnr.iter().cloned());
+        let now: Vec<Layer> = layers
+            .iter()
+            .filter(|l| !keep.contains(&l.node))
+            .cloned()
+            .collect();
+        let mut candidate = float_graph.clone();
+        let quantized = int8::quantize(&mut candidate, &now, &ranges)?;
+        let (outputs, layer_quality) = compare(&float_graph, &candidate, &quantized, &samples)?;
+        let met = opts
+            .min_sqnr_db
+            .is_none_or(|t| outputs.iter().all(|o| o.sqnr_db >= t));
+        let worst_at = (0..quantized.len()).min_by(|&a, &b| {
+            layer_quality[a]
+                .sqnr_db
+                .total_cmp(&layer_quality[b].sqnr_db)
+        });
+        match worst_at {
+            Some(i) if !met => kept_for_sqnr.push(quantized[i].node.clone()),
+            _ => {
+                *graph = candidate;
+                let mut worst = layer_quality;
+                worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+                worst.truncate(5);
+                return Ok(Int8Report {
+                    samples: samples.len(),
+                    candidates: layers.len(),
+                    quantized,
+                    outputs,
+                    worst_layers: worst,
+                    kept_for_sqnr,
+                });
+            }
+        }
+    }
 }
 
 /// Energies of one compared tensor, summed over samples.
@@ -180,6 +213,13 @@ impl fmt::Display for Int8Report {
                 f,
                 "  output {}: SQNR {:.1} dB, cosine similarity {:.6} (vs float32, calibration set)",
                 o.name, o.sqnr_db, o.cosine
+            )?;
+        }
+        if !self.kept_for_sqnr.is_empty() {
+            writeln!(
+                f,
+                "  kept in float32 to reach --int8-min-sqnr: {}",
+                self.kept_for_sqnr.join(", ")
             )?;
         }
         if !self.worst_layers.is_empty() {
