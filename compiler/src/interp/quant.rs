@@ -13,16 +13,6 @@ fn axis_index(shape: &[usize], axis: usize, per_axis: bool) -> impl Fn(usize) ->
     move |i| if per_axis { i / inner % dim } else { 0 }
 }
 
-fn range_of(d: DType) -> (f64, f64) {
-    match d {
-        DType::U8 => (0.0, 255.0),
-        DType::I8 => (-128.0, 127.0),
-        DType::U16 => (0.0, 65535.0),
-        DType::I16 => (-32768.0, 32767.0),
-        _ => (f64::NEG_INFINITY, f64::INFINITY),
-    }
-}
-
 pub(super) fn quantize_linear(
     x: &Tensor,
     scale: &Tensor,
@@ -33,7 +23,10 @@ pub(super) fn quantize_linear(
     let (xs, s) = (x.to_f64_vec(), scale.to_f64_vec());
     let zp = zero_point.map_or_else(|| vec![0.0], Tensor::to_f64_vec);
     let at = axis_index(x.shape(), axis, s.len() > 1);
-    let (lo, hi) = range_of(to);
+    let (lo, hi) = to
+        .quantized_range()
+        .ok_or_else(|| format!("QuantizeLinear to {to}"))?;
+    let (lo, hi) = (lo as f64, hi as f64);
     let q: Vec<i64> = xs
         .iter()
         .enumerate()

@@ -67,6 +67,17 @@ impl DType {
         matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
 
+    /// The values of a QuantizeLinear target (8- and 16-bit integers), saturation bounds.
+    pub fn quantized_range(self) -> Option<(i64, i64)> {
+        Some(match self {
+            DType::U8 => (0, 255),
+            DType::I8 => (-128, 127),
+            DType::U16 => (0, 65535),
+            DType::I16 => (-32768, 32767),
+            _ => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",

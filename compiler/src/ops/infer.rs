@@ -139,7 +139,7 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         Op::QuantizeLinear { axis, to } => {
             let xt = x()?;
             check_quant_params(xt, inputs, *axis, "scale")?;
-            if !matches!(to, DType::U8 | DType::I8 | DType::U16 | DType::I16) {
+            if to.quantized_range().is_none() {
                 return Err(format!("QuantizeLinear to {to} is not supported"));
             }
             Ok(vec![TensorType::new(*to, xt.shape.clone())])

@@ -18,6 +18,7 @@ use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{Activation, BinaryOp, Op};
 
 use super::util::producers;
+use crate::quant::int8::Rewriter;
 
 /// A `DequantizeLinear` producer of `v`: (quantized input, scale values, zero point,
 /// axis).
@@ -172,55 +173,26 @@ fn fuse(g: &mut Graph, old: &[Node], prod: &[Option<usize>], n: &Node) -> Option
             _ => (None, Some(b)),
         },
     };
-    let name = n.name.clone();
-    let mut out_nodes = vec![];
-    let value = |g: &mut Graph, what: &str, ty: TensorType, c: Option<Tensor>| {
-        g.add_value(format!("{name}/{what}"), ty, c)
-    };
-    let w_v = value(g, "w_quantized", w_int.ty(), Some(w_int));
-    let x_zp = x.zero_point;
+    let mut r = Rewriter::new(g, n);
+    let w_v = r.constant("w_quantized", w_int);
     let w_zp_v = w_zp.map(|t| {
         let t = if is_conv || t.len() == 1 {
             t
         } else {
             t.reshape(&[maps])
         };
-        value(g, "w_zero_point", t.ty(), Some(t))
+        r.constant("w_zero_point", t)
     });
     let acc_ty = TensorType::new(DType::I32, out_ty.shape.clone());
-    let int_op = if is_conv {
-        let Op::Conv(c) = &n.op else { return None };
-        Op::ConvInteger(c.clone())
-    } else {
-        Op::MatMulInteger
+    let int_op = match &n.op {
+        Op::Conv(c) => Op::ConvInteger(c.clone()),
+        _ => Op::MatMulInteger,
     };
-    let mut emit = |g: &mut Graph,
-                    op: Op,
-                    inputs: Vec<Option<ValueId>>,
-                    ty: TensorType,
-                    target: Option<ValueId>| {
-        let o =
-            target.unwrap_or_else(|| g.add_value(format!("{}/{}", n.name, op.name()), ty, None));
-        out_nodes.push(Node {
-            name: format!("{}/{}", n.name, op.name()),
-            onnx_op: n.onnx_op.clone(),
-            op,
-            inputs,
-            outputs: vec![o],
-        });
-        o
-    };
-    let mut acc = emit(
-        g,
-        int_op,
-        vec![Some(x.q), Some(w_v), x_zp, w_zp_v],
-        acc_ty.clone(),
-        None,
-    );
+    let ins = vec![Some(x.q), Some(w_v), x.zero_point, w_zp_v];
+    let mut acc = r.emit(int_op, ins, acc_ty.clone(), None);
     if let Some(t) = int_bias {
-        let b = g.add_value(format!("{}/bias_quantized", n.name), t.ty(), Some(t));
-        acc = emit(
-            g,
+        let b = r.constant("bias_quantized", t);
+        acc = r.emit(
             Op::Binary(BinaryOp::Add),
             vec![Some(acc), Some(b)],
             acc_ty,
@@ -228,38 +200,27 @@ fn fuse(g: &mut Graph, old: &[Node], prod: &[Option<usize>], n: &Node) -> Option
         );
     }
     let f_ty = TensorType::new(DType::F32, out_ty.shape.clone());
-    let f = emit(
-        g,
+    let f = r.emit(
         Op::Cast { to: DType::F32 },
         vec![Some(acc)],
         f_ty.clone(),
         None,
     );
-    let s = g.add_value(
-        format!("{}/output_scale", n.name),
-        TensorType::new(DType::F32, channel_shape.clone()),
-        Some(Tensor::from_vec(&channel_shape, scale)),
-    );
-    let target = if float_bias.is_none() {
-        Some(out)
-    } else {
-        None
-    };
-    let y = emit(
-        g,
+    let s = r.constant("output_scale", Tensor::from_vec(&channel_shape, scale));
+    let target = float_bias.is_none().then_some(out);
+    let y = r.emit(
         Op::Binary(BinaryOp::Mul),
         vec![Some(f), Some(s)],
         f_ty.clone(),
         target,
     );
     if let Some(b) = float_bias {
-        emit(
-            g,
+        r.emit(
             Op::Binary(BinaryOp::Add),
             vec![Some(y), Some(b)],
             f_ty,
             Some(out),
         );
     }
-    Some(out_nodes)
+    Some(r.finish())
 }

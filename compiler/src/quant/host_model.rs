@@ -13,7 +13,9 @@ use crate::ir::{Graph, Tensor, TensorType};
 type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
 
 pub struct HostModel {
-    lib: libloading::Library,
+    /// Kept loaded while `infer` is callable.
+    _lib: libloading::Library,
+    infer: InferFn,
     outputs: Vec<TensorType>,
 }
 
@@ -47,16 +49,18 @@ impl HostModel {
         std::fs::write(&file.0, so).map_err(|e| format!("{}: {e}", file.0.display()))?;
         // SAFETY: the library is nnc's own output, with no initializers.
         let lib = unsafe { libloading::Library::new(&file.0) }.map_err(|e| e.to_string())?;
+        // SAFETY: `infer` has this signature in every nnc artifact; the pointer lives as
+        // long as `lib`, which the model owns.
+        let infer = *unsafe { lib.get::<InferFn>(b"infer\0") }.map_err(|e| e.to_string())?;
         Ok(HostModel {
-            lib,
+            _lib: lib,
+            infer,
             outputs: graph.outputs.iter().map(|o| graph.ty(*o).clone()).collect(),
         })
     }
 
     /// One call of `infer` on `inputs` (in the graph's input order).
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
-        // SAFETY: `infer` has this signature in every nnc artifact.
-        let infer = unsafe { self.lib.get::<InferFn>(b"infer\0") }.map_err(|e| e.to_string())?;
         let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
         let mut out_bytes: Vec<Vec<u8>> = self
             .outputs
@@ -69,7 +73,7 @@ impl HostModel {
             .map(|b| b.as_mut_ptr().cast())
             .collect();
         // SAFETY: one buffer of the declared size per input and output.
-        let status = unsafe { infer(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+        let status = unsafe { (self.infer)(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
         if status != 0 {
             return Err(format!("infer returned {status}"));
         }

@@ -129,22 +129,37 @@ pub fn weight_params(rows: &[Vec<f32>]) -> (Vec<f32>, Vec<Vec<i8>>) {
         .unzip()
 }
 
-/// Builds the replacement nodes of one layer.
-struct Rewriter<'g> {
-    graph: &'g mut Graph,
+/// Builds the replacement nodes of one layer (also used by the QDQ fusion pass):
+/// values and nodes are named after the layer, and keep its ONNX op for diagnostics.
+pub(crate) struct Rewriter<'g> {
+    pub graph: &'g mut Graph,
     nodes: Vec<Node>,
     name: String,
     onnx_op: String,
 }
 
-impl Rewriter<'_> {
-    fn constant(&mut self, what: &str, t: Tensor) -> ValueId {
+impl<'g> Rewriter<'g> {
+    pub fn new(graph: &'g mut Graph, layer: &Node) -> Rewriter<'g> {
+        Rewriter {
+            graph,
+            nodes: vec![],
+            name: layer.name.clone(),
+            onnx_op: layer.onnx_op.clone(),
+        }
+    }
+
+    /// The replacement nodes, in order.
+    pub fn finish(self) -> Vec<Node> {
+        self.nodes
+    }
+
+    pub fn constant(&mut self, what: &str, t: Tensor) -> ValueId {
         let name = format!("{}/{what}", self.name);
         self.graph.add_value(name, t.ty(), Some(t))
     }
 
     /// Appends `op(inputs)` writing `out` (a new value of type `ty` when None).
-    fn emit(
+    pub fn emit(
         &mut self,
         op: Op,
         inputs: Vec<Option<ValueId>>,
@@ -188,15 +203,10 @@ pub fn quantize(
             nodes.push(n);
             continue;
         };
-        let mut r = Rewriter {
-            graph,
-            nodes: vec![],
-            name: n.name.clone(),
-            onnx_op: n.onnx_op.clone(),
-        };
+        let mut r = Rewriter::new(graph, &n);
         rewrite(&mut r, &n, &rows, lo, hi)
             .map_err(|e| format!("node '{}' ({}): {e}", n.name, n.onnx_op))?;
-        nodes.extend(r.nodes);
+        nodes.extend(r.finish());
         done.push(layer.clone());
     }
     graph.nodes = nodes;

@@ -70,6 +70,7 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
     let float_graph = graph.clone();
     // With a SQNR target, the layer whose own output loses the most goes back to
     // float32 until every output meets it (or nothing is left quantized).
+    let reference = Reference::new(&float_graph, &layers)?;
     let mut kept_for_sqnr = vec![];
     loop {
         let mut keep = opts.keep_fp32.clone();
@@ -81,7 +82,7 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
             .collect();
         let mut candidate = float_graph.clone();
         let quantized = int8::quantize(&mut candidate, &now, &ranges)?;
-        let (outputs, layer_quality) = compare(&float_graph, &candidate, &quantized, &samples)?;
+        let (outputs, layer_quality) = reference.compare(&candidate, &quantized, &samples)?;
         let met = opts
             .min_sqnr_db
             .is_none_or(|t| outputs.iter().all(|o| o.sqnr_db >= t));
@@ -153,50 +154,70 @@ impl Tally {
     }
 }
 
-/// Runs both graphs over the samples with the graph outputs and every quantized
-/// layer's output exposed; returns the outputs' and the layers' quality.
-fn compare(
-    float_graph: &Graph,
-    quant_graph: &Graph,
-    layers: &[Layer],
-    samples: &[Vec<Tensor>],
-) -> Result<(Vec<Quality>, Vec<Quality>), String> {
-    let mut watched: Vec<ValueId> = float_graph.outputs.clone();
-    for l in layers {
-        if !watched.contains(&l.output) {
-            watched.push(l.output);
+/// The float32 graph compiled once with its outputs and every candidate layer's output
+/// exposed, for the comparisons of each quantized version.
+struct Reference<'g> {
+    graph: &'g Graph,
+    watched: Vec<ValueId>,
+    model: HostModel,
+}
+
+impl<'g> Reference<'g> {
+    fn new(graph: &'g Graph, layers: &[Layer]) -> Result<Reference<'g>, String> {
+        let mut watched: Vec<ValueId> = graph.outputs.clone();
+        for l in layers {
+            if !watched.contains(&l.output) {
+                watched.push(l.output);
+            }
         }
-    }
-    let with_outputs = |g: &Graph| {
-        let mut g = g.clone();
-        g.outputs = watched.clone();
-        HostModel::compile(&g)
-    };
-    let (f, q) = (with_outputs(float_graph)?, with_outputs(quant_graph)?);
-    let mut tallies = vec![Tally::default(); watched.len()];
-    for (k, s) in samples.iter().enumerate() {
-        let (a, b) = (f.run(s)?, q.run(s)?);
-        for (i, t) in tallies.iter_mut().enumerate() {
-            t.add(&a[i], &b[i]);
-        }
-        let _ = k;
-    }
-    let n_out = float_graph.outputs.len();
-    let name = |v: ValueId| float_graph.value(v).name.clone();
-    let outputs = (0..n_out)
-        .map(|i| tallies[i].quality(name(watched[i]), samples.len()))
-        .collect();
-    let layer_quality = layers
-        .iter()
-        .map(|l| {
-            let i = watched
-                .iter()
-                .position(|v| *v == l.output)
-                .expect("watched");
-            tallies[i].quality(format!("{} ({})", l.node, l.op), samples.len())
+        let model = HostModel::compile(&Graph {
+            outputs: watched.clone(),
+            ..graph.clone()
+        })?;
+        Ok(Reference {
+            graph,
+            watched,
+            model,
         })
-        .collect();
-    Ok((outputs, layer_quality))
+    }
+
+    /// Runs the float32 and the quantized graph over the samples; returns the outputs'
+    /// and the quantized layers' quality.
+    fn compare(
+        &self,
+        quant_graph: &Graph,
+        layers: &[Layer],
+        samples: &[Vec<Tensor>],
+    ) -> Result<(Vec<Quality>, Vec<Quality>), String> {
+        let q = HostModel::compile(&Graph {
+            outputs: self.watched.clone(),
+            ..quant_graph.clone()
+        })?;
+        let mut tallies = vec![Tally::default(); self.watched.len()];
+        for s in samples {
+            let (a, b) = (self.model.run(s)?, q.run(s)?);
+            for (i, t) in tallies.iter_mut().enumerate() {
+                t.add(&a[i], &b[i]);
+            }
+        }
+        let n_out = self.graph.outputs.len();
+        let name = |v: ValueId| self.graph.value(v).name.clone();
+        let outputs = (0..n_out)
+            .map(|i| tallies[i].quality(name(self.watched[i]), samples.len()))
+            .collect();
+        let layer_quality = layers
+            .iter()
+            .map(|l| {
+                let i = self
+                    .watched
+                    .iter()
+                    .position(|v| *v == l.output)
+                    .expect("every candidate layer is watched");
+                tallies[i].quality(format!("{} ({})", l.node, l.op), samples.len())
+            })
+            .collect();
+        Ok((outputs, layer_quality))
+    }
 }
 
 impl fmt::Display for Int8Report {

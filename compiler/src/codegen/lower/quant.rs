@@ -16,15 +16,6 @@ use crate::codegen::kernel::{self, flags};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op};
 
-fn range_of(d: DType) -> (i64, i64) {
-    match d {
-        DType::U8 => (0, 255),
-        DType::I8 => (-128, 127),
-        DType::U16 => (0, 65535),
-        _ => (-32768, 32767),
-    }
-}
-
 /// `[outer, dim, inner]` around `axis` when the parameters are per axis, else the whole
 /// tensor as one run; and whether they are.
 fn axis_runs(shape: &[usize], axis: usize, per_axis: bool) -> [usize; 3] {
@@ -84,7 +75,9 @@ pub fn quantize_linear(ctx: &mut LowerCtx, axis: usize, to: DType) -> LowerResul
             x.ty.dtype, scale.ty.dtype
         ));
     }
-    let (lo, hi) = range_of(to);
+    let (lo, hi) = to
+        .quantized_range()
+        .ok_or_else(|| format!("QuantizeLinear to {to}"))?;
     per_axis_elements(
         ctx.b,
         &x,

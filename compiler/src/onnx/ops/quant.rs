@@ -39,7 +39,7 @@ pub fn quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
             _ => DType::U8,
         },
     };
-    if !matches!(to, DType::U8 | DType::I8 | DType::U16 | DType::I16) {
+    if to.quantized_range().is_none() {
         return Err(ImportError::Unsupported(format!("QuantizeLinear to {to}")));
     }
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
