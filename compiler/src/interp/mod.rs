@@ -191,9 +191,26 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             optional(inputs, 2),
             optional(inputs, 3),
         )?,
+        Op::QuantizeToPlanes(layout) => quant::quantize_to_planes(
+            layout,
+            x()?,
+            required(inputs, 1)?,
+            required(inputs, 2)?,
+        )?,
+        Op::ConvU8S8 { conv, planes } => quant::conv_u8s8(
+            conv,
+            planes,
+            x()?,
+            required(inputs, 1)?,
+            required(inputs, 2)?,
+            required(inputs, 4)?,
+            required(inputs, 5)?,
+        )?,
     };
     let out = match op {
-        Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_) => epilogue(op, out, inputs)?,
+        Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_) | Op::ConvU8S8 { .. } => {
+            epilogue(op, out, inputs)?
+        }
         _ => out,
     };
     Ok(vec![out])

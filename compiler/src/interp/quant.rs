@@ -3,7 +3,7 @@
 //! of 8-bit products nnc can be given stays far below 2⁵³) and cast back to int32.
 
 use crate::ir::{DType, Tensor};
-use crate::ops::{ConvAttrs, Op};
+use crate::ops::{ConvAttrs, Op, PlaneLayout};
 
 /// Index along `axis` of each flat element of `shape`, or 0 everywhere for per-tensor
 /// parameters (`per_axis` false).
@@ -105,4 +105,83 @@ pub(super) fn conv_integer(
     let conv = Op::Conv(c.clone());
     let y = super::eval_op(&conv, &[Some(&x), Some(&w)])?.remove(0);
     Ok(y.cast(DType::I32))
+}
+
+/// One float32 value quantized as [`Op::QuantizeToPlanes`] defines it.
+pub fn quantize_to_plane_value(x: f32, inv_scale: f32, zp: u8) -> u8 {
+    let t = x * inv_scale + zp as f32;
+    // `t > 0` is false for NaN, which becomes 0 like the kernels' max.
+    let t = if t > 0.0 { t } else { 0.0 };
+    t.min(255.0).round_ties_even() as u8
+}
+
+pub(super) fn quantize_to_planes(
+    layout: &PlaneLayout,
+    x: &Tensor,
+    inv_scale: &Tensor,
+    zp: &Tensor,
+) -> Result<Tensor, String> {
+    let (inv, zp) = match (&inv_scale.to_f64_vec()[..], &zp.to_i64_vec()[..]) {
+        (&[s], &[z]) => (s as f32, z as u8),
+        _ => return Err("QuantizeToPlanes takes one scale and one zero point".into()),
+    };
+    let [n, c, h, w] = x.shape().try_into().map_err(|_| "x must be 4-D")?;
+    let xs = x.to_f64_vec();
+    let image = layout.image_bytes();
+    let mut out = vec![zp; n * image];
+    for (i, &v) in xs.iter().enumerate() {
+        let (img, ch, row, col) = (i / (c * h * w), i / (h * w) % c, i / w % h, i % w);
+        let at = layout.byte_offset(ch, row + layout.pad_top, col + layout.pad_left);
+        out[img * image + at] = quantize_to_plane_value(v as f32, inv, zp);
+    }
+    Ok(Tensor::from_vec(&layout.shape(n), out))
+}
+
+/// [`Op::ConvU8S8`] without its residual and activation (the interpreter's shared
+/// epilogue adds those).
+pub(super) fn conv_u8s8(
+    conv: &ConvAttrs,
+    layout: &PlaneLayout,
+    planes: &Tensor,
+    w: &Tensor,
+    bias: &Tensor,
+    scale: &Tensor,
+    zp: &Tensor,
+) -> Result<Tensor, String> {
+    let zp = zp.to_i64_vec()[0];
+    let (q, w, bias, scale) = (
+        planes.to_i64_vec(),
+        w.to_i64_vec(),
+        bias.to_i64_vec(),
+        scale.to_f64_vec(),
+    );
+    let n = planes.shape()[0];
+    let [kh, kw] = [conv.kernel[0], conv.kernel[1]];
+    let [sh, sw] = layout.stride;
+    let maps = bias.len();
+    let out_h = (layout.height + conv.pads[0] + conv.pads[2] - kh) / sh + 1;
+    let out_w = (layout.width + conv.pads[1] + conv.pads[3] - kw) / sw + 1;
+    let image = layout.image_bytes();
+    let mut y = Vec::with_capacity(n * maps * out_h * out_w);
+    for img in 0..n {
+        for m in 0..maps {
+            for oh in 0..out_h {
+                for ow in 0..out_w {
+                    let mut acc = 0i64;
+                    for ch in 0..layout.channels {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let at = layout.byte_offset(ch, oh * sh + i, ow * sw + j);
+                                let wv = w[((m * layout.channels + ch) * kh + i) * kw + j];
+                                acc += (q[img * image + at] - zp) * wv;
+                            }
+                        }
+                    }
+                    let acc = (acc + bias[m]) as i32;
+                    y.push(acc as f32 * scale[m] as f32);
+                }
+            }
+        }
+    }
+    Ok(Tensor::from_vec(&[n, maps, out_h, out_w], y))
 }

@@ -175,6 +175,40 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             out[0].dtype = DType::I32;
             Ok(out)
         }
+        Op::QuantizeToPlanes(layout) => {
+            let xt = x()?;
+            let n = xt.shape.first().copied().unwrap_or(0);
+            let expected = [n, layout.channels, layout.height, layout.width];
+            if xt.dtype != DType::F32 || xt.shape != expected {
+                return Err(format!(
+                    "QuantizeToPlanes expects float32 {expected:?}, not {xt}"
+                ));
+            }
+            Ok(vec![TensorType::new(DType::U8, layout.shape(n))])
+        }
+        Op::ConvU8S8 { conv, planes } => {
+            let (p, w) = (x()?, input(inputs, 1)?);
+            let n = p.shape.first().copied().unwrap_or(0);
+            if p.dtype != DType::U8 || p.shape != planes.shape(n) {
+                return Err(format!("ConvU8S8 planes {p} do not match {planes:?}"));
+            }
+            if w.dtype != DType::I8
+                || w.rank() != 4
+                || w.shape[1] != planes.channels
+                || w.shape[2..] != conv.kernel[..]
+                || conv.group != 1
+            {
+                return Err(format!("ConvU8S8 weights {w} do not match {conv:?}"));
+            }
+            let image = TensorType::new(
+                DType::F32,
+                vec![n, planes.channels, planes.height, planes.width],
+            );
+            infer_core(
+                &Op::Conv(conv.clone()),
+                &[Some(image), Some(TensorType::new(DType::F32, w.shape.clone()))],
+            )
+        }
         Op::MatMul(_) => infer_matmul(x()?, input(inputs, 1)?),
         Op::Gemm(g) => {
             let (a, b) = (x()?, input(inputs, 1)?);

@@ -8,10 +8,12 @@
 
 pub mod attrs;
 pub mod infer;
+pub mod planes;
 pub mod resize_sampling;
 
 pub use attrs::*;
 pub use infer::infer_types;
+pub use planes::PlaneLayout;
 
 use crate::ir::DType;
 
@@ -134,6 +136,21 @@ pub enum Op {
     /// ConvInteger: the convolution of `(x − x_zp)` and `(w − w_zp)` in int32; inputs x,
     /// w (u8/i8), optional x_zp (one value) and w_zp (one value, or one per output map).
     ConvInteger(ConvAttrs),
+    /// nnc's INT8 convolution input: a float32 `[N, C, H, W]` batch quantized to uint8
+    /// in the [`PlaneLayout`] the INT8 convolution kernels read. Inputs x, the
+    /// reciprocal of the scale (float32, one value) and the zero point (uint8, one
+    /// value); `q = round_half_even(min(max(x · inv_scale + zp, 0), 255))` computed in
+    /// float32 (a NaN becomes 0); pad positions hold the zero point.
+    QuantizeToPlanes(PlaneLayout),
+    /// nnc's INT8 convolution (group 1): inputs the planes of `QuantizeToPlanes`, int8
+    /// weights `[M, C, kh, kw]`, int32 bias `[M]`, an optional float32 residual shaped
+    /// like the output, the float32 output scale `[M]` and the planes' zero point
+    /// (uint8, one value). `y = activation(float32(Σ (q − zp)·w + bias) · scale[m]
+    /// + residual)`, float32 `[N, M, Ho, Wo]`.
+    ConvU8S8 {
+        conv: ConvAttrs,
+        planes: PlaneLayout,
+    },
 }
 
 impl Op {
@@ -148,6 +165,7 @@ impl Op {
             Op::Conv(c) => c.activation,
             Op::Gemm(g) => g.activation,
             Op::MatMul(m) => m.activation,
+            Op::ConvU8S8 { conv, .. } => conv.activation,
             _ => Activation::None,
         }
     }

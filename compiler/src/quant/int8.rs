@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
-use crate::ops::{Activation, BinaryOp, ConvAttrs, Op};
+use crate::ops::{Activation, BinaryOp, ConvAttrs, Op, PlaneLayout};
 
 /// A quantized layer: the node's name and the float32 input it now quantizes.
 #[derive(Clone, Debug)]
@@ -191,6 +191,7 @@ pub fn quantize(
     let old = std::mem::take(&mut graph.nodes);
     let mut done = vec![];
     let mut nodes = Vec::with_capacity(old.len());
+    let mut planes = PlanesCache::new();
     for n in old {
         let layer = layers
             .iter()
@@ -204,13 +205,123 @@ pub fn quantize(
             continue;
         };
         let mut r = Rewriter::new(graph, &n);
-        rewrite(&mut r, &n, &rows, lo, hi)
-            .map_err(|e| format!("node '{}' ({}): {e}", n.name, n.onnx_op))?;
+        let fused = match conv_u8s8_layout(r.graph, &n) {
+            Some(layout) => rewrite_conv_u8s8(&mut r, &n, layout, &rows, lo, hi, &mut planes),
+            None => rewrite(&mut r, &n, &rows, lo, hi),
+        };
+        fused.map_err(|e| format!("node '{}' ({}): {e}", n.name, n.onnx_op))?;
         nodes.extend(r.finish());
         done.push(layer.clone());
     }
     graph.nodes = nodes;
     Ok(done)
+}
+
+/// Quantized planes already made, by float32 input, layout and quantization: convs
+/// reading the same input the same way (ResNet's downsampling branch and its main
+/// branch do not: their pads differ) share them.
+type PlanesCache = HashMap<(ValueId, String, u32, u8), ValueId>;
+
+/// The plane layout of a Conv the fused INT8 convolution computes: 2-D, group 1,
+/// dilation 1, a bias with one value per map (or none).
+fn conv_u8s8_layout(graph: &Graph, n: &Node) -> Option<PlaneLayout> {
+    let Op::Conv(c) = &n.op else { return None };
+    let x = graph.ty(n.inputs[0]?);
+    let maps = graph.ty(n.inputs[1]?).shape[0];
+    let bias_ok = match n.inputs.get(2).copied().flatten() {
+        None => true,
+        Some(b) => graph.constant(b).is_some_and(|t| t.len() == maps),
+    };
+    (c.group == 1 && bias_ok && c.activation != Activation::Silu)
+        .then(|| PlaneLayout::for_conv(c, &x.shape))
+        .flatten()
+}
+
+/// A Conv as `QuantizeToPlanes → ConvU8S8`: the quantization, the integer products,
+/// the int32 bias, the rescale, the residual and the activation in two nodes (see
+/// [`Op::ConvU8S8`]), computing what [`rewrite`]'s chain computes except that x is
+/// multiplied by the scale's reciprocal rather than divided by the scale.
+fn rewrite_conv_u8s8(
+    r: &mut Rewriter,
+    n: &Node,
+    layout: PlaneLayout,
+    rows: &[Vec<f32>],
+    lo: f32,
+    hi: f32,
+    planes_cache: &mut PlanesCache,
+) -> Result<(), String> {
+    let Op::Conv(c) = &n.op else {
+        return Err("not a Conv".into());
+    };
+    let x = n.inputs[0].ok_or("no input")?;
+    let (s_x, zp_x) = activation_params(lo, hi);
+    let (s_w, w_q) = weight_params(rows);
+    let maps = rows.len();
+    let inv = 1.0 / s_x;
+    let zp_v = r.constant(
+        "x_zero_point",
+        Tensor::from_vec(&[], vec![zp_x as i64]).cast(DType::U8),
+    );
+    let key = (x, format!("{layout:?}"), inv.to_bits(), zp_x);
+    let planes = match planes_cache.get(&key) {
+        Some(&p) => p,
+        None => {
+            let inv_v = r.constant("x_inverse_scale", Tensor::from_vec(&[], vec![inv]));
+            let batch = r.graph.ty(x).shape[0];
+            let p = r.emit(
+                Op::QuantizeToPlanes(layout.clone()),
+                vec![Some(x), Some(inv_v), Some(zp_v)],
+                TensorType::new(DType::U8, layout.shape(batch)),
+                None,
+            );
+            planes_cache.insert(key, p);
+            p
+        }
+    };
+    let w_shape = r.graph.ty(n.inputs[1].ok_or("no weights")?).shape.clone();
+    let flat: Vec<i64> = w_q.iter().flatten().map(|&v| v as i64).collect();
+    let wq = r.constant(
+        "w_quantized",
+        Tensor::from_vec(&w_shape, flat).cast(DType::I8),
+    );
+    let bias_f = n
+        .inputs
+        .get(2)
+        .copied()
+        .flatten()
+        .and_then(|b| r.graph.constant(b))
+        .map(Tensor::to_f64_vec);
+    let bias: Vec<i64> = (0..maps)
+        .map(|m| {
+            let b = bias_f.as_ref().map_or(0.0, |v| v[m]);
+            (b / (s_x as f64 * s_w[m] as f64)).round() as i64
+        })
+        .collect();
+    let bias_v = r.constant(
+        "bias_quantized",
+        Tensor::from_vec(&[maps], bias).cast(DType::I32),
+    );
+    let scale: Vec<f32> = s_w.iter().map(|s| s_x * s).collect();
+    let scale_v = r.constant("output_scale", Tensor::from_vec(&[maps], scale));
+    let out = n.outputs[0];
+    let out_ty = r.graph.ty(out).clone();
+    r.emit(
+        Op::ConvU8S8 {
+            conv: c.clone(),
+            planes: layout,
+        },
+        vec![
+            Some(planes),
+            Some(wq),
+            Some(bias_v),
+            n.inputs.get(3).copied().flatten(),
+            Some(scale_v),
+            Some(zp_v),
+        ],
+        out_ty,
+        Some(out),
+    );
+    Ok(())
 }
 
 fn rewrite(r: &mut Rewriter, n: &Node, rows: &[Vec<f32>], lo: f32, hi: f32) -> Result<(), String> {

@@ -2,6 +2,8 @@
 //! function whose parameters are the addresses of its inputs, outputs and scratch.
 
 mod conv;
+mod conv_u8s8;
+mod conv_u8s8_x86;
 mod depthwise_x86;
 mod elementwise;
 pub mod f16_weights;
@@ -130,6 +132,7 @@ pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorTy
         Op::Conv(c) => conv::scratch_bytes(c, inputs, outputs),
         Op::Pool(p) => pool::scratch_bytes(p, inputs),
         Op::MatMulInteger | Op::ConvInteger(_) => quant::scratch_bytes(op, inputs, outputs),
+        Op::ConvU8S8 { conv, planes } => conv_u8s8::scratch_bytes(conv, planes, &outputs[0]),
         _ => 0,
     }
 }
@@ -173,5 +176,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::DequantizeLinear { axis } => quant::dequantize_linear(ctx, *axis),
         Op::MatMulInteger => quant::matmul_integer(ctx),
         Op::ConvInteger(c) => quant::conv_integer(ctx, c),
+        Op::QuantizeToPlanes(layout) => conv_u8s8::quantize_to_planes(ctx, layout),
+        Op::ConvU8S8 { conv, planes } => conv_u8s8::conv_u8s8(ctx, conv, planes),
     }
 }

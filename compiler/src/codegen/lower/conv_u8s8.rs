@@ -1,0 +1,551 @@
+//! nnc's INT8 convolution: `QuantizeToPlanes` and `ConvU8S8` (see
+//! [`crate::ops::PlaneLayout`] for the layout they share).
+//!
+//! The convolution is a GEMM `C[m][n'] = Σ_k W[m][k] · B[k][n']` over the wide output
+//! pixels `n'`, K running tap by tap and, within a tap, over channel quads; the four
+//! bytes of one quad at one pixel are one 32-bit lane of the 8-bit dot products. The
+//! zero point of the planes is folded into the bias at compile time
+//! (`Σ (q − zp)·w = Σ q·w − zp·Σ w`), so the kernels multiply raw uint8 by int8.
+//!
+//! Two implementations with identical results (the integer sums are exact and the
+//! float32 epilogue is the same sequence of operations):
+//! * x86-64 with AVX-512 VNNI: the machine-code kernels of [`super::conv_u8s8_x86`];
+//! * everywhere else, Cranelift code whose dot-product tree folds to `vpdpbusd` (AVX
+//!   VNNI), `usdot` (aarch64 +i8mm) or `sdot`-less widening multiplies otherwise. It
+//!   writes the wide rows to scratch and a second pass keeps the `Wo` valid columns of
+//!   each row while adding the residual and applying the activation.
+
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::conv_u8s8_x86;
+use super::elementwise::activate_run;
+use super::{LowerCtx, LowerResult};
+use crate::codegen::isa::Arch;
+use crate::codegen::kernel::{self, flags, PTR};
+use crate::codegen::Target;
+use crate::ir::TensorType;
+use crate::ops::{ConvAttrs, PlaneLayout};
+
+/// The GEMM a `ConvU8S8` computes.
+#[derive(Clone, Debug)]
+pub struct ConvU8Geometry {
+    pub batch: usize,
+    pub maps: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    /// Each tap's phase and pixel offset, in K order.
+    pub taps: Vec<(usize, usize)>,
+    pub quads: usize,
+    pub layout: PlaneLayout,
+}
+
+impl ConvU8Geometry {
+    pub fn new(conv: &ConvAttrs, layout: &PlaneLayout, out: &TensorType) -> ConvU8Geometry {
+        let taps = (0..conv.kernel[0])
+            .flat_map(|i| (0..conv.kernel[1]).map(move |j| (i, j)))
+            .map(|(i, j)| layout.tap(i, j))
+            .collect();
+        ConvU8Geometry {
+            batch: out.shape[0],
+            maps: out.shape[1],
+            out_h: out.shape[2],
+            out_w: out.shape[3],
+            taps,
+            quads: layout.quads(),
+            layout: layout.clone(),
+        }
+    }
+
+    /// Wide output pixels: `out_h` rows of `cols`.
+    pub fn wide(&self) -> usize {
+        self.out_h * self.layout.cols
+    }
+
+    /// Whether the wide pixels are the output pixels (no column to drop).
+    pub fn compact(&self) -> bool {
+        self.layout.cols == self.out_w
+    }
+
+    pub fn plane_bytes(&self) -> usize {
+        self.layout.plane_pixels() * 4
+    }
+
+    /// Byte offset of tap `t`'s run for quad 0 within an image's planes.
+    pub fn tap_offset(&self, t: usize) -> usize {
+        let (phase, pixels) = self.taps[t];
+        phase * self.plane_bytes() + pixels * 4
+    }
+
+    /// Bytes from one quad's planes to the next's.
+    pub fn quad_stride(&self) -> usize {
+        self.layout.phases() * self.plane_bytes()
+    }
+}
+
+/// The weights `[M][C][kh][kw]` (int8 values) as the kernels read them, for tiles of
+/// `mr` maps: `[M/mr][tap][quad][mr][4]`, maps and channels past the ends zero.
+pub fn pack_weights(g: &ConvU8Geometry, w: &[i64], mr: usize) -> Vec<u8> {
+    let channels = g.layout.channels;
+    let taps = g.taps.len();
+    let tiles = g.maps.div_ceil(mr);
+    let mut out = vec![0u8; tiles * taps * g.quads * mr * 4];
+    for m in 0..g.maps {
+        for c in 0..channels {
+            for t in 0..taps {
+                let v = w[(m * channels + c) * taps + t] as i8 as u8;
+                let at = (((m / mr * taps + t) * g.quads + c / 4) * mr + m % mr) * 4 + c % 4;
+                out[at] = v;
+            }
+        }
+    }
+    out
+}
+
+/// The int32 bias with the zero point folded in, `bias − zp · Σ w`, padded with zeros
+/// to `len` maps.
+pub fn folded_bias(g: &ConvU8Geometry, w: &[i64], bias: &[i64], zp: i64, len: usize) -> Vec<i32> {
+    let k = w.len() / g.maps.max(1);
+    (0..len)
+        .map(|m| {
+            if m >= g.maps {
+                return 0;
+            }
+            let sum: i64 = w[m * k..(m + 1) * k].iter().sum();
+            (bias[m] - zp * sum) as i32
+        })
+        .collect()
+}
+
+/// Column tile of the portable kernel: 2 vectors of 4 pixels; map tile: 4.
+const CLIF_NR: usize = 8;
+const CLIF_MR: usize = 4;
+
+/// Scratch of the portable kernel: the wide rows, when columns must be dropped.
+pub fn scratch_bytes(conv: &ConvAttrs, planes: &PlaneLayout, out: &TensorType) -> usize {
+    let g = ConvU8Geometry::new(conv, planes, out);
+    if g.compact() {
+        0
+    } else {
+        g.maps.next_multiple_of(CLIF_MR) * g.wide().next_multiple_of(CLIF_NR) * 4
+    }
+}
+
+/// Whether the AVX-512 VNNI machine code runs on `target`; `NNC_INT8_KERNEL=clif`
+/// forces the Cranelift code, for comparisons.
+pub fn use_x86_vnni(target: &Target) -> bool {
+    target.arch == Arch::X86_64
+        && target.has("has_avx512f")
+        && target.has("has_avx512vl")
+        && target.has("has_avx512vnni")
+        && std::env::var("NNC_INT8_KERNEL").as_deref() != Ok("clif")
+}
+
+fn scalar_params(ctx: &LowerCtx) -> Result<(f32, u8), String> {
+    let inv = ctx
+        .input(1)?
+        .constant
+        .ok_or("QuantizeToPlanes needs a constant scale")?;
+    let zp = ctx
+        .input(2)?
+        .constant
+        .ok_or("QuantizeToPlanes needs a constant zero point")?;
+    match (&inv.to_f64_vec()[..], &zp.to_i64_vec()[..]) {
+        (&[s], &[z]) => Ok((s as f32, z as u8)),
+        _ => Err("QuantizeToPlanes takes one scale and one zero point".into()),
+    }
+}
+
+pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResult {
+    let (inv, zp) = scalar_params(ctx)?;
+    let (x, y) = (ctx.input(0)?, ctx.output(0));
+    let batch = x.ty.shape[0];
+    if use_x86_vnni(ctx.target) && conv_u8s8_x86::quantize_supports(layout) {
+        let code = conv_u8s8_x86::emit_quantize(layout, inv, zp)?;
+        let func = super::gemm::define_machine_code(ctx, 2, &code)?;
+        let in_image = layout.channels * layout.height * layout.width * 4;
+        let b = &mut *ctx.b;
+        kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
+            let x_n = kernel::elem_addr(b, x.ptr, n, in_image);
+            let y_n = kernel::elem_addr(b, y.ptr, n, layout.image_bytes());
+            b.ins().call(func, &[x_n, y_n]);
+        });
+        return Ok(());
+    }
+    let b = &mut *ctx.b;
+    fill_bytes(b, y.ptr, batch * layout.image_bytes(), zp);
+    let [sh, sw] = layout.stride;
+    let shape = [batch, layout.channels, layout.height, layout.width];
+    let strides = kernel::strides_of(&shape);
+    kernel::nested_loop(b, &shape, &mut |b, idx| {
+        let at = kernel::linear_offset(b, idx, &strides);
+        let src = kernel::elem_addr(b, x.ptr, at, 4);
+        let v = b.ins().load(types::F32, flags(), src, 0);
+        let q = quantize_value(b, v, inv, zp);
+        // The byte offset of (c, h + pad_top, w + pad_left), as PlaneLayout::byte_offset.
+        let hp = b.ins().iadd_imm_s(idx[2], layout.pad_top as i64);
+        let wp = b.ins().iadd_imm_s(idx[3], layout.pad_left as i64);
+        let (ph, row) = div_rem(b, hp, sh);
+        let (pw, col) = div_rem(b, wp, sw);
+        let phase = b.ins().imul_imm_s(ph, sw as i64);
+        let phase = b.ins().iadd(phase, pw);
+        let quad = b.ins().ushr_imm_u(idx[1], 2);
+        let plane = b.ins().imul_imm_s(quad, layout.phases() as i64);
+        let plane = b.ins().iadd(plane, phase);
+        let pixel = b.ins().imul_imm_s(row, layout.cols as i64);
+        let pixel = b.ins().iadd(pixel, col);
+        let pixel_base = b.ins().imul_imm_s(plane, layout.plane_pixels() as i64);
+        let pixel = b.ins().iadd(pixel_base, pixel);
+        let lane = b.ins().band_imm_u(idx[1], 3);
+        let byte = b.ins().imul_imm_s(pixel, 4);
+        let byte = b.ins().iadd(byte, lane);
+        let image = b.ins().imul_imm_s(idx[0], layout.image_bytes() as i64);
+        let byte = b.ins().iadd(byte, image);
+        let dst = b.ins().iadd(y.ptr, byte);
+        b.ins().istore8(flags(), q, dst, 0);
+    });
+    Ok(())
+}
+
+/// `(v % d, v / d)` for a constant `d` (no division for 1).
+fn div_rem(b: &mut FunctionBuilder, v: Value, d: usize) -> (Value, Value) {
+    if d == 1 {
+        return (kernel::iconst(b, 0), v);
+    }
+    let q = b.ins().udiv_imm_s(v, d as i64);
+    let back = b.ins().imul_imm_s(q, d as i64);
+    (b.ins().isub(v, back), q)
+}
+
+/// One float32 quantized as `QuantizeToPlanes` defines it, as an i32.
+fn quantize_value(b: &mut FunctionBuilder, v: Value, inv: f32, zp: u8) -> Value {
+    let inv = b.ins().f32const(inv);
+    let zpf = b.ins().f32const(zp as f32);
+    let t = b.ins().fmul(v, inv);
+    let t = b.ins().fadd(t, zpf);
+    let zero = b.ins().f32const(0.0);
+    let positive = b.ins().fcmp(FloatCC::GreaterThan, t, zero);
+    let t = b.ins().select(positive, t, zero);
+    let top = b.ins().f32const(255.0);
+    let t = b.ins().fmin(t, top);
+    let t = b.ins().nearest(t);
+    b.ins().fcvt_to_sint(types::I32, t)
+}
+
+/// `bytes` bytes at `dst` set to `value`: 16 at a time, then 4 at a time (the sizes
+/// here are multiples of 4).
+fn fill_bytes(b: &mut FunctionBuilder, dst: Value, bytes: usize, value: u8) {
+    let word = b.ins().iconst(types::I32, i64::from(u32::from_ne_bytes([value; 4])));
+    let vector = b.ins().splat(types::I32X4, word);
+    let vec_end = bytes / 16 * 16;
+    kernel::counted_loop(b, 0, vec_end as i64, 16, |b, i| {
+        let at = b.ins().iadd(dst, i);
+        b.ins().store(flags(), vector, at, 0);
+    });
+    kernel::counted_loop(b, vec_end as i64, bytes as i64, 4, |b, i| {
+        let at = b.ins().iadd(dst, i);
+        b.ins().store(flags(), word, at, 0);
+    });
+}
+
+/// The constant operands of a `ConvU8S8` node.
+struct Constants {
+    w: Vec<i64>,
+    bias: Vec<i64>,
+    scale: Vec<f32>,
+    zp: i64,
+}
+
+fn constants(ctx: &LowerCtx) -> Result<Constants, String> {
+    let konst = |i: usize, what: &str| {
+        ctx.input(i)?
+            .constant
+            .ok_or_else(|| format!("ConvU8S8 needs constant {what}"))
+    };
+    Ok(Constants {
+        w: konst(1, "weights")?.to_i64_vec(),
+        bias: konst(2, "bias")?.to_i64_vec(),
+        scale: konst(4, "scale")?
+            .to_f64_vec()
+            .iter()
+            .map(|&v| v as f32)
+            .collect(),
+        zp: konst(5, "zero point")?.to_i64_vec()[0],
+    })
+}
+
+pub fn conv_u8s8(ctx: &mut LowerCtx, conv: &ConvAttrs, layout: &PlaneLayout) -> LowerResult {
+    let y = ctx.output(0);
+    let g = ConvU8Geometry::new(conv, layout, &y.ty);
+    let k = constants(ctx)?;
+    if use_x86_vnni(ctx.target) && conv_u8s8_x86::supports(conv.activation) {
+        return conv_x86(ctx, &g, &k, conv);
+    }
+    conv_clif(ctx, &g, &k, conv)
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`.
+fn conv_x86(
+    ctx: &mut LowerCtx,
+    g: &ConvU8Geometry,
+    k: &Constants,
+    conv: &ConvAttrs,
+) -> LowerResult {
+    let spec = conv_u8s8_x86::ConvSpec::new(g, conv.activation, ctx.inputs[3].is_some());
+    let mr = conv_u8s8_x86::MR;
+    let maps = g.maps.next_multiple_of(mr);
+    let w = ctx.rodata(pack_weights(g, &k.w, mr))?;
+    let bias = ctx.rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
+    let mut scale = k.scale.clone();
+    scale.resize(maps, 0.0);
+    let scale = ctx.rodata(f32_bytes(&scale))?;
+    let code = conv_u8s8_x86::emit_conv(&spec)?;
+    let func = super::gemm::define_machine_code(ctx, 6, &code)?;
+    let (planes, y) = (ctx.input(0)?, ctx.output(0));
+    let residual = ctx.inputs[3].clone();
+    let out_image = g.maps * g.out_h * g.out_w * 4;
+    let b = &mut *ctx.b;
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        let p_n = kernel::elem_addr(b, planes.ptr, n, g.layout.image_bytes());
+        let y_n = kernel::elem_addr(b, y.ptr, n, out_image);
+        let r_n = match &residual {
+            Some(r) => kernel::elem_addr(b, r.ptr, n, out_image),
+            None => b.ins().iconst(PTR, 0),
+        };
+        b.ins().call(func, &[p_n, w, y_n, bias, scale, r_n]);
+    });
+    Ok(())
+}
+
+/// The portable kernel (see the module docs).
+fn conv_clif(
+    ctx: &mut LowerCtx,
+    g: &ConvU8Geometry,
+    k: &Constants,
+    conv: &ConvAttrs,
+) -> LowerResult {
+    let maps = g.maps.next_multiple_of(CLIF_MR);
+    let w = ctx.rodata(pack_weights(g, &k.w, CLIF_MR))?;
+    let bias = ctx.rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
+    let mut scale = k.scale.clone();
+    scale.resize(maps, 0.0);
+    let scale = ctx.rodata(f32_bytes(&scale))?;
+    let (planes, y) = (ctx.input(0)?, ctx.output(0));
+    let residual = ctx.inputs[3].clone();
+    let usdot_order = ctx.target.arch == Arch::Aarch64;
+    let wide_cols = if g.compact() {
+        g.wide()
+    } else {
+        g.wide().next_multiple_of(CLIF_NR)
+    };
+    let scratch = if g.compact() { None } else { ctx.scratch };
+    if !g.compact() && scratch.is_none() {
+        return Err("ConvU8S8 needs scratch".into());
+    }
+    let out_image = g.maps * g.out_h * g.out_w * 4;
+    let mut failure = Ok(());
+    let b = &mut *ctx.b;
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        let p_n = kernel::elem_addr(b, planes.ptr, n, g.layout.image_bytes());
+        let y_n = kernel::elem_addr(b, y.ptr, n, out_image);
+        let wide = scratch.unwrap_or(y_n);
+        let tiles = ClifTiles {
+            g,
+            planes: p_n,
+            w,
+            bias,
+            scale,
+            out: wide,
+            ldc: wide_cols,
+            usdot_order,
+        };
+        kernel::counted_loop(b, 0, maps as i64, CLIF_MR as i64, |b, m0| {
+            let full = g.wide() / CLIF_NR * CLIF_NR;
+            kernel::counted_loop(b, 0, full as i64, CLIF_NR as i64, |b, n0| {
+                tiles.tile(b, m0, n0, CLIF_NR / 4, None);
+            });
+            if full < g.wide() {
+                let n0 = kernel::iconst(b, full as i64);
+                let tail = g.wide() - full;
+                tiles.tile(b, m0, n0, tail.div_ceil(4), Some(tail));
+            }
+        });
+        let res_n = residual
+            .as_ref()
+            .map(|r| kernel::elem_addr(b, r.ptr, n, out_image));
+        let valid = |b: &mut FunctionBuilder, m: Value, oh: Value| -> (Value, Value) {
+            let row = b.ins().imul_imm_s(m, g.out_h as i64);
+            let row = b.ins().iadd(row, oh);
+            let dst = kernel::elem_addr(b, y_n, row, g.out_w * 4);
+            let src_row = b.ins().imul_imm_s(m, wide_cols as i64);
+            let col = b.ins().imul_imm_s(oh, g.layout.cols as i64);
+            let src_at = b.ins().iadd(src_row, col);
+            let src = kernel::elem_addr(b, wide, src_at, 4);
+            (dst, src)
+        };
+        if g.compact() && residual.is_none() && conv.activation == crate::ops::Activation::None
+        {
+            return;
+        }
+        kernel::counted_loop(b, 0, g.maps as i64, 1, |b, m| {
+            kernel::counted_loop(b, 0, g.out_h as i64, 1, |b, oh| {
+                let (dst, src) = valid(b, m, oh);
+                let res = res_n.map(|r| {
+                    let off = b.ins().isub(dst, y_n);
+                    b.ins().iadd(r, off)
+                });
+                if let Err(e) = activate_run(b, dst, src, res, g.out_w, conv.activation) {
+                    failure = Err(e);
+                }
+            });
+        });
+    });
+    failure
+}
+
+/// Addresses and sizes of the portable kernel's tiles.
+struct ClifTiles<'g> {
+    g: &'g ConvU8Geometry,
+    planes: Value,
+    w: Value,
+    bias: Value,
+    scale: Value,
+    /// Wide rows out (scratch, or the output itself when compact) and their stride.
+    out: Value,
+    ldc: usize,
+    /// aarch64's usdot wants `imul(uwiden x, swiden w)`, x86's vpdpbusd the reverse.
+    usdot_order: bool,
+}
+
+impl ClifTiles<'_> {
+    /// Maps `m0 .. m0 + 4` × wide pixels `n0 .. n0 + 4·vecs` (`valid` of them when the
+    /// tile ends early: the last vector is stored lane by lane).
+    fn tile(
+        &self,
+        b: &mut FunctionBuilder,
+        m0: Value,
+        n0: Value,
+        vecs: usize,
+        valid: Option<usize>,
+    ) {
+        let g = self.g;
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let zero = b.ins().iconst(types::I32, 0);
+        let zero = b.ins().splat(types::I32X4, zero);
+        let accs: Vec<_> = (0..CLIF_MR * vecs)
+            .map(|_| {
+                let v = b.declare_var(types::I32X4);
+                b.def_var(v, zero);
+                v
+            })
+            .collect();
+        let tile_w = g.taps.len() * g.quads * CLIF_MR * 4;
+        let w_tile = b.ins().imul_imm_s(m0, (tile_w / CLIF_MR) as i64);
+        let w_tile = b.ins().iadd(self.w, w_tile);
+        let pixel = b.ins().imul_imm_s(n0, 4);
+        let b_base = b.ins().iadd(self.planes, pixel);
+        for t in 0..g.taps.len() {
+            let b_tap = b.ins().iadd_imm_s(b_base, g.tap_offset(t) as i64);
+            let w_tap = b.ins().iadd_imm_s(w_tile, (t * g.quads * CLIF_MR * 4) as i64);
+            kernel::counted_loop(b, 0, g.quads as i64, 1, |b, q| {
+                let b_at = kernel::elem_addr(b, b_tap, q, g.quad_stride());
+                let w_at = kernel::elem_addr(b, w_tap, q, CLIF_MR * 4);
+                let xs: Vec<Value> = (0..vecs)
+                    .map(|j| b.ins().load(types::I8X16, flags(), b_at, (16 * j) as i32))
+                    .collect();
+                for r in 0..CLIF_MR {
+                    let wv = b.ins().load(types::I32, flags(), w_at, (4 * r) as i32);
+                    let wv = b.ins().splat(types::I32X4, wv);
+                    let wv = b.ins().bitcast(types::I8X16, little, wv);
+                    for (j, &x) in xs.iter().enumerate() {
+                        let acc = accs[r * vecs + j];
+                        let sum = b.use_var(acc);
+                        let sum = dot_accumulate(b, sum, wv, x, self.usdot_order);
+                        b.def_var(acc, sum);
+                    }
+                }
+            });
+        }
+        let out_tile = b.ins().imul_imm_s(n0, 4);
+        let out_tile = b.ins().iadd(self.out, out_tile);
+        for r in 0..CLIF_MR {
+            let m = b.ins().iadd_imm_s(m0, r as i64);
+            let bias_at = kernel::elem_addr(b, self.bias, m, 4);
+            let bias = b.ins().load(types::I32, flags(), bias_at, 0);
+            let bias = b.ins().splat(types::I32X4, bias);
+            let scale_at = kernel::elem_addr(b, self.scale, m, 4);
+            let scale = b.ins().load(types::F32, flags(), scale_at, 0);
+            let scale = b.ins().splat(types::F32X4, scale);
+            let row = kernel::elem_addr(b, out_tile, m, self.ldc * 4);
+            // Maps past the end (the last tile of a map count not a multiple of 4) are
+            // computed with zero weights and not stored.
+            let store_row = |b: &mut FunctionBuilder, f: &mut dyn FnMut(&mut FunctionBuilder)| {
+                let inside = b
+                    .ins()
+                    .icmp_imm_s(cranelift_codegen::ir::condcodes::IntCC::SignedLessThan, m, g.maps as i64);
+                let yes = b.create_block();
+                let done = b.create_block();
+                b.ins().brif(inside, yes, &[], done, &[]);
+                b.switch_to_block(yes);
+                b.seal_block(yes);
+                f(b);
+                b.ins().jump(done, &[]);
+                b.switch_to_block(done);
+                b.seal_block(done);
+            };
+            let vals: Vec<Value> = (0..vecs)
+                .map(|j| {
+                    let v = b.use_var(accs[r * vecs + j]);
+                    let v = b.ins().iadd(v, bias);
+                    let v = b.ins().fcvt_from_sint(types::F32X4, v);
+                    b.ins().fmul(v, scale)
+                })
+                .collect();
+            store_row(b, &mut |b| {
+                for (j, &v) in vals.iter().enumerate() {
+                    let lanes = valid.map_or(4, |n| (n - 4 * j).min(4));
+                    if lanes == 4 {
+                        b.ins().store(flags(), v, row, (16 * j) as i32);
+                    } else {
+                        for lane in 0..lanes {
+                            let x = b.ins().extractlane(v, lane as u8);
+                            b.ins().store(flags(), x, row, (16 * j + 4 * lane) as i32);
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x`), in the tree Cranelift folds
+/// to one 8-bit dot-product instruction where the target has one.
+fn dot_accumulate(b: &mut FunctionBuilder, acc: Value, w: Value, x: Value, usdot: bool) -> Value {
+    let half = |b: &mut FunctionBuilder, high: bool| {
+        let (sw, ux) = if high {
+            (b.ins().swiden_high(w), b.ins().uwiden_high(x))
+        } else {
+            (b.ins().swiden_low(w), b.ins().uwiden_low(x))
+        };
+        let p = if usdot {
+            b.ins().imul(ux, sw)
+        } else {
+            b.ins().imul(sw, ux)
+        };
+        let (lo, hi) = (b.ins().swiden_low(p), b.ins().swiden_high(p));
+        b.ins().iadd_pairwise(lo, hi)
+    };
+    let lo = half(b, false);
+    let hi = half(b, true);
+    let d = b.ins().iadd_pairwise(lo, hi);
+    b.ins().iadd(d, acc)
+}

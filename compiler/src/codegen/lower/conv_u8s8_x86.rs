@@ -1,0 +1,603 @@
+//! AVX-512 VNNI machine code for nnc's INT8 convolution (see [`super::conv_u8s8`]):
+//! `u8s8-conv-8x48-avx512vnni` and `f32-u8-quantize-planes-avx512`.
+//!
+//! The convolution kernel is the FP32 GEMM kernel's register tile with 8-bit dot
+//! products: 8 maps × 3 zmm of 16 wide pixels = 24 int32 accumulators. One K step (a
+//! tap's channel quad) loads 3 × 64 bytes of planes (16 pixels × 4 channels each, read
+//! in place: no packing) and broadcasts 8 maps' 4 weight bytes, for 24 `vpdpbusd` of 64
+//! multiply-adds each. Column panels are the outer loop, so a panel's planes (a few
+//! rows around 48 pixels, for every quad) stay in L1 while every map tile sweeps them.
+//!
+//! The epilogue adds the folded int32 bias, converts, scales, and then keeps only the
+//! valid output columns: a table after the code gives, per vector of 16 wide pixels,
+//! the mask of valid lanes and where in the output row-major image the first one goes;
+//! `vpcompressd` packs them and a masked store writes them, after the residual (read
+//! with the same mask) and the activation. When no column is dropped the compression
+//! is skipped.
+
+use iced_x86::code_asm::*;
+
+use super::conv_u8s8::ConvU8Geometry;
+use super::gemm_x86::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
+use crate::ops::{Activation, PlaneLayout};
+
+/// Maps per register tile.
+pub const MR: usize = 8;
+/// Vectors of 16 wide pixels per register tile.
+const NR: usize = 3;
+const LANES: usize = 16;
+const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
+
+pub fn supports(act: Activation) -> bool {
+    super::gemm_x86::supports_activation(act)
+}
+
+/// What one convolution kernel computes (one image per call).
+pub struct ConvSpec {
+    maps: usize,
+    /// Output pixels per map (`Ho · Wo`).
+    out_pixels: usize,
+    /// Vectors of 16 wide pixels covering the wide output.
+    vectors: usize,
+    /// Per vector: mask of valid lanes, and the output pixel of the first.
+    columns: Vec<(u16, u32)>,
+    /// Bytes from the planes' base to tap t's quad-0 run.
+    tap_offsets: Vec<usize>,
+    quads: usize,
+    quad_stride: usize,
+    compact: bool,
+    residual: bool,
+    activation: Activation,
+}
+
+impl ConvSpec {
+    pub fn new(g: &ConvU8Geometry, activation: Activation, residual: bool) -> ConvSpec {
+        let cols = g.layout.cols;
+        let wide = g.wide();
+        let vectors = wide.div_ceil(LANES);
+        let columns = (0..vectors)
+            .map(|v| {
+                let mut mask = 0u16;
+                let mut first = None;
+                for lane in 0..LANES {
+                    let n = v * LANES + lane;
+                    if n < wide && n % cols < g.out_w {
+                        mask |= 1 << lane;
+                        first.get_or_insert(n / cols * g.out_w + n % cols);
+                    }
+                }
+                (mask, first.unwrap_or(0) as u32)
+            })
+            .collect();
+        ConvSpec {
+            maps: g.maps,
+            out_pixels: g.out_h * g.out_w,
+            vectors,
+            columns,
+            tap_offsets: (0..g.taps.len()).map(|t| g.tap_offset(t)).collect(),
+            quads: g.quads,
+            quad_stride: g.quad_stride(),
+            compact: g.compact(),
+            residual,
+            activation,
+        }
+    }
+}
+
+/// Accumulator register of tile row `r`, vector `j`.
+fn acc(r: usize, j: usize) -> usize {
+    r * NR + j
+}
+const B_REG: usize = 24;
+const W_REG: usize = 27;
+/// Free in the epilogue: the output vector and the activation's temporaries.
+const OUT_REG: usize = 26;
+const TMP_REGS: [usize; 3] = [27, 28, 29];
+const BIAS_REG: usize = 24;
+const SCALE_REG: usize = 25;
+
+/// Encodes `u8s8-conv-8x48-avx512vnni` for `s`: arguments `(planes, W, Y, bias, scale,
+/// residual)` (System V), W packed by [`super::conv_u8s8::pack_weights`] for [`MR`].
+pub fn emit_conv(s: &ConvSpec) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    let mut e = ConvEmitter {
+        s,
+        consts: Consts { values: vec![] },
+        table: a.create_label(),
+    };
+    e.function(&mut a)
+        .map_err(|err| format!("INT8 conv kernel: {}", err.0))?;
+    a.assemble(0)
+        .map_err(|err| format!("INT8 conv kernel: {err}"))
+}
+
+struct ConvEmitter<'s> {
+    s: &'s ConvSpec,
+    consts: Consts,
+    table: CodeLabel,
+}
+
+impl ConvEmitter<'_> {
+    fn function(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        for r in SAVED {
+            a.push(r)?;
+        }
+        let full_panels = self.s.vectors / NR;
+        let rest = self.s.vectors % NR;
+        // r10: byte offset of the panel's first wide pixel.
+        a.xor(r10d, r10d)?;
+        if full_panels > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.panel(a, NR)?;
+            a.add(r10, imm(NR * LANES * 4)?)?;
+            a.cmp(r10, imm(full_panels * NR * LANES * 4)?)?;
+            a.jb(top)?;
+        }
+        if rest > 0 {
+            self.panel(a, rest)?;
+        }
+        for r in SAVED.iter().rev() {
+            a.pop(*r)?;
+        }
+        a.vzeroupper()?;
+        a.ret()?;
+        self.data(a)
+    }
+
+    /// Every map tile over the panel at r10, `vecs` vectors wide.
+    fn panel(&mut self, a: &mut CodeAssembler, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        let full_tiles = s.maps / MR;
+        let tile_bytes = s.tap_offsets.len() * s.quads * MR * 4;
+        // r12: first map of the tile; r13: its packed weights.
+        a.xor(r12d, r12d)?;
+        a.mov(r13, rsi)?;
+        if full_tiles > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.tile(a, MR, vecs)?;
+            a.add(r12, imm(MR)?)?;
+            a.add(r13, imm(tile_bytes)?)?;
+            a.cmp(r12, imm(full_tiles * MR)?)?;
+            a.jb(top)?;
+        }
+        if s.maps % MR > 0 {
+            self.tile(a, s.maps % MR, vecs)?;
+        }
+        Ok(())
+    }
+
+    fn tile(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        for r in 0..rows {
+            for j in 0..vecs {
+                let z = ZMM[acc(r, j)];
+                a.vpxord(z, z, z)?;
+            }
+        }
+        // rbp walks the tile's weights: [tap][quad][MR][4].
+        a.mov(rbp, r13)?;
+        for &off in &s.tap_offsets {
+            a.lea(rax, qword_ptr(rdi + r10 + imm(off)?))?;
+            a.mov(r11d, imm(s.quads)?)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            for j in 0..vecs {
+                a.vmovdqu32(ZMM[B_REG + j], zmmword_ptr(rax + imm(j * 64)?))?;
+            }
+            for r in 0..rows {
+                let w = ZMM[W_REG + r % 2];
+                a.vpbroadcastd(w, dword_ptr(rbp + imm(4 * r)?))?;
+                for j in 0..vecs {
+                    a.vpdpbusd(ZMM[acc(r, j)], ZMM[B_REG + j], w)?;
+                }
+            }
+            a.add(rax, imm(s.quad_stride)?)?;
+            a.add(rbp, imm(MR * 4)?)?;
+            a.dec(r11d)?;
+            a.jnz(top)?;
+        }
+        self.epilogue(a, rows, vecs)
+    }
+
+    fn epilogue(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        let starts = [r11, rbx, r14];
+        // rax: this panel's entries in the column table (8 bytes per vector, 3 vectors
+        // per panel: r10 / 8).
+        a.mov(rax, r10)?;
+        a.shr(rax, 3)?;
+        a.lea(r15, ptr(self.table))?;
+        a.add(rax, r15)?;
+        for j in 0..vecs {
+            a.kmovw(mask_k(j), word_ptr(rax + imm(8 * j)?))?;
+            a.mov(starts[j].into_32(), dword_ptr(rax + imm(8 * j + 4)?))?;
+            a.shl(starts[j], 2)?;
+        }
+        if !s.compact {
+            // Store masks: the first popcount(mask) lanes.
+            for j in 0..vecs {
+                a.kmovw(eax, mask_k(j))?;
+                a.popcnt(eax, eax)?;
+                a.mov(r15d, 1)?;
+                a.shlx(r15d, r15d, eax)?;
+                a.dec(r15d)?;
+                a.kmovw(store_k(j), r15d)?;
+            }
+        }
+        // rbp: the tile's first output row; r15: its residual row.
+        let row_bytes = s.out_pixels * 4;
+        a.imul_3(rbp, r12, imm(row_bytes)?)?;
+        if s.residual {
+            a.lea(r15, qword_ptr(r9 + rbp))?;
+        }
+        a.add(rbp, rdx)?;
+        let v = Vecs {
+            isa: X86Isa::Avx512,
+        };
+        for r in 0..rows {
+            a.vpbroadcastd(ZMM[BIAS_REG], dword_ptr(rcx + r12 * 4 + imm(4 * r)?))?;
+            a.vbroadcastss(ZMM[SCALE_REG], dword_ptr(r8 + r12 * 4 + imm(4 * r)?))?;
+            for j in 0..vecs {
+                let x = acc(r, j);
+                a.vpaddd(ZMM[x], ZMM[x], ZMM[BIAS_REG])?;
+                a.vcvtdq2ps(ZMM[x], ZMM[x])?;
+                a.vmulps(ZMM[x], ZMM[x], ZMM[SCALE_REG])?;
+                let k = if s.compact {
+                    a.vmovaps(ZMM[OUT_REG], ZMM[x])?;
+                    mask_k(j)
+                } else {
+                    a.vpcompressd(ZMM[OUT_REG].k(mask_k(j)).z(), ZMM[x])?;
+                    store_k(j)
+                };
+                let at = rbp + starts[j] + imm(r * row_bytes)?;
+                if s.residual {
+                    let res = r15 + starts[j] + imm(r * row_bytes)?;
+                    a.vaddps(ZMM[OUT_REG].k(k), ZMM[OUT_REG], zmmword_ptr(res))?;
+                }
+                activate(
+                    a,
+                    &v,
+                    &mut self.consts,
+                    s.activation,
+                    &[OUT_REG],
+                    &TMP_REGS,
+                )?;
+                a.vmovups(zmmword_ptr(at).k(k), ZMM[OUT_REG])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        emit_consts(a, &mut self.consts, LANES)?;
+        a.set_label(&mut self.table)?;
+        let mut words = Vec::with_capacity(self.s.columns.len() * 2);
+        for &(mask, first) in &self.s.columns {
+            words.push(u32::from(mask));
+            words.push(first);
+        }
+        // Whole panels read three entries.
+        words.resize(words.len() + 2 * NR, 0);
+        a.dd(&words)?;
+        Ok(())
+    }
+}
+
+/// Opmask of the valid lanes of vector j (k1..k3) and of its compressed store (k4..k6).
+fn mask_k(j: usize) -> AsmRegisterK {
+    [k1, k2, k3][j]
+}
+fn store_k(j: usize) -> AsmRegisterK {
+    [k4, k5, k6][j]
+}
+
+trait Masked {
+    fn k(self, k: AsmRegisterK) -> Self;
+}
+
+impl Masked for AsmRegisterZmm {
+    fn k(self, k: AsmRegisterK) -> Self {
+        match k {
+            k if k == k1 => self.k1(),
+            k if k == k2 => self.k2(),
+            k if k == k3 => self.k3(),
+            k if k == k4 => self.k4(),
+            k if k == k5 => self.k5(),
+            _ => self.k6(),
+        }
+    }
+}
+
+impl Masked for AsmMemoryOperand {
+    fn k(self, k: AsmRegisterK) -> Self {
+        match k {
+            k if k == k1 => self.k1(),
+            k if k == k2 => self.k2(),
+            k if k == k3 => self.k3(),
+            k if k == k4 => self.k4(),
+            k if k == k5 => self.k5(),
+            _ => self.k6(),
+        }
+    }
+}
+
+trait Low32 {
+    fn into_32(self) -> AsmRegister32;
+}
+
+impl Low32 for AsmRegister64 {
+    fn into_32(self) -> AsmRegister32 {
+        match self {
+            r if r == r11 => r11d,
+            r if r == rbx => ebx,
+            _ => r14d,
+        }
+    }
+}
+
+/// Whether [`emit_quantize`] handles `layout` (strides 1 and 2).
+pub fn quantize_supports(layout: &PlaneLayout) -> bool {
+    layout.stride.iter().all(|&s| s == 1 || s == 2)
+}
+
+/// Encodes `f32-u8-quantize-planes-avx512` for one image: arguments `(x, planes)`.
+/// Fills the image's planes with the zero point, then quantizes 16 pixels × 4 channels
+/// at a time (`vcvtps2dq` rounds half to even, `vpmovusdb` narrows), interleaves the
+/// four channels' bytes pixel by pixel and stores each pixel's 4 bytes to its phase.
+pub fn emit_quantize(layout: &PlaneLayout, inv_scale: f32, zp: u8) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    let mut consts = Consts { values: vec![] };
+    let mut perm = a.create_label();
+    quantize_function(&mut a, layout, inv_scale, zp, &mut consts, perm)
+        .map_err(|e| format!("INT8 quantize kernel: {}", e.0))?;
+    (|| -> AsmResult<()> {
+        emit_consts(&mut a, &mut consts, LANES)?;
+        a.set_label(&mut perm)?;
+        // Even dwords, then odd ones: a stride-2 row's two column phases.
+        let idx: Vec<u32> = (0..8).map(|i| 2 * i).chain((0..8).map(|i| 2 * i + 1)).collect();
+        a.dd(&idx)?;
+        Ok(())
+    })()
+    .map_err(|e| format!("INT8 quantize kernel: {}", e.0))?;
+    a.assemble(0)
+        .map_err(|e| format!("INT8 quantize kernel: {e}"))
+}
+
+const INV: usize = 28;
+const ZP: usize = 29;
+const ZERO: usize = 30;
+const TOP: usize = 31;
+const PERM: usize = 27;
+
+fn quantize_function(
+    a: &mut CodeAssembler,
+    l: &PlaneLayout,
+    inv: f32,
+    zp: u8,
+    consts: &mut Consts,
+    perm: CodeLabel,
+) -> AsmResult<()> {
+    if !quantize_supports(l) {
+        return Err(AsmError(format!("no quantize kernel for strides {:?}", l.stride)));
+    }
+    for r in SAVED {
+        a.push(r)?;
+    }
+    // Fill with the zero point: 64 bytes at a time, the rest (a multiple of 4) masked.
+    let fill = l.image_bytes();
+    a.mov(eax, i32::from_ne_bytes([zp; 4]))?;
+    a.vpbroadcastd(ZMM[0], eax)?;
+    a.mov(rax, rsi)?;
+    let full = fill / 64;
+    if full > 0 {
+        a.lea(rcx, qword_ptr(rsi + imm(full * 64)?))?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        a.vmovdqu32(zmmword_ptr(rax), ZMM[0])?;
+        a.add(rax, 64)?;
+        a.cmp(rax, rcx)?;
+        a.jb(top)?;
+    }
+    if fill % 64 > 0 {
+        a.mov(ecx, ((1u32 << (fill % 64 / 4)) - 1) as i32)?;
+        a.kmovw(k1, ecx)?;
+        a.vmovdqu32(zmmword_ptr(rax).k1(), ZMM[0])?;
+    }
+    let zero_f = consts.get(a, 0.0);
+    let top_f = consts.get(a, 255.0);
+    let inv_f = consts.get(a, inv);
+    let zp_f = consts.get(a, zp as f32);
+    a.vmovups(ZMM[ZERO], zmmword_ptr(zero_f))?;
+    a.vmovups(ZMM[TOP], zmmword_ptr(top_f))?;
+    a.vmovups(ZMM[INV], zmmword_ptr(inv_f))?;
+    a.vmovups(ZMM[ZP], zmmword_ptr(zp_f))?;
+    a.vmovdqu32(ZMM[PERM], zmmword_ptr(perm))?;
+    let q = Quantizer { l };
+    let full_quads = l.channels / 4;
+    // r8: the quad's first float32 channel; r9: its planes.
+    a.mov(r8, rdi)?;
+    a.mov(r9, rsi)?;
+    let plane_in = l.height * l.width * 4;
+    let quad_out = l.phases() * l.plane_pixels() * 4;
+    if full_quads > 0 {
+        a.xor(r12d, r12d)?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        q.quad(a, 4)?;
+        a.add(r8, imm(4 * plane_in)?)?;
+        a.add(r9, imm(quad_out)?)?;
+        a.inc(r12d)?;
+        a.cmp(r12d, imm(full_quads)?)?;
+        a.jb(top)?;
+    }
+    if l.channels % 4 > 0 {
+        q.quad(a, l.channels % 4)?;
+    }
+    for r in SAVED.iter().rev() {
+        a.pop(*r)?;
+    }
+    a.vzeroupper()?;
+    a.ret()?;
+    Ok(())
+}
+
+struct Quantizer<'l> {
+    l: &'l PlaneLayout,
+}
+
+impl Quantizer<'_> {
+    /// All rows of the quad at r8 (float32) / r9 (planes) with `channels` real channels.
+    fn quad(&self, a: &mut CodeAssembler, channels: usize) -> AsmResult<()> {
+        let l = self.l;
+        let sh = l.stride[0];
+        let row_in = l.width * 4;
+        // Rows in groups of sh (each row of a group goes to its own phase row): r13
+        // walks the input rows, r14 the plane row of the group's first row.
+        let groups = l.height / sh;
+        a.mov(r13, r8)?;
+        a.mov(r14, r9)?;
+        if groups > 0 {
+            a.xor(r15d, r15d)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            for i in 0..sh {
+                self.row(a, channels, i, i * row_in)?;
+            }
+            a.add(r13, imm(sh * row_in)?)?;
+            a.add(r14, imm(l.cols * 4)?)?;
+            a.inc(r15d)?;
+            a.cmp(r15d, imm(groups)?)?;
+            a.jb(top)?;
+        }
+        for i in 0..l.height % sh {
+            self.row(a, channels, i, i * row_in)?;
+        }
+        Ok(())
+    }
+
+    /// Input row `r13 + in_off` (row `i` of its group): its chunks of 16 pixels.
+    fn row(&self, a: &mut CodeAssembler, channels: usize, i: usize, in_off: usize) -> AsmResult<()> {
+        let l = self.l;
+        let [sh, sw] = l.stride;
+        let hp = i + l.pad_top; // relative to the group's first padded row
+        let phase_row = hp % sh;
+        let plane_row = hp / sh;
+        let chunks = l.width / LANES;
+        let tail = l.width % LANES;
+        // rax: input chunk; rbx: output of the chunk's first pixel (phase of even lanes).
+        a.lea(rax, qword_ptr(r13 + imm(in_off)?))?;
+        let out_off = (phase_row * sw) * l.plane_pixels() * 4 + plane_row * l.cols * 4;
+        a.lea(rbx, qword_ptr(r14 + imm(out_off)?))?;
+        if chunks > 0 {
+            a.xor(ecx, ecx)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.chunk(a, channels, LANES)?;
+            a.add(rax, imm(LANES * 4)?)?;
+            a.add(rbx, imm(LANES * 4 / sw)?)?;
+            a.inc(ecx)?;
+            a.cmp(ecx, imm(chunks)?)?;
+            a.jb(top)?;
+        }
+        if tail > 0 {
+            self.chunk(a, channels, tail)?;
+        }
+        Ok(())
+    }
+
+    /// `lanes` pixels at rax → planes at rbx (relative to the row's first chunk).
+    fn chunk(&self, a: &mut CodeAssembler, channels: usize, lanes: usize) -> AsmResult<()> {
+        let l = self.l;
+        let plane_in = l.height * l.width * 4;
+        if lanes < LANES {
+            a.mov(edx, ((1u32 << lanes) - 1) as i32)?;
+            a.kmovw(k1, edx)?;
+        }
+        for c in 0..4 {
+            let z = ZMM[c];
+            if c >= channels {
+                a.vmovaps(z, ZMM[ZERO])?;
+            } else if lanes < LANES {
+                a.vmovups(z.k1().z(), zmmword_ptr(rax + imm(c * plane_in)?))?;
+            } else {
+                a.vmovups(z, zmmword_ptr(rax + imm(c * plane_in)?))?;
+            }
+            a.vmulps(z, z, ZMM[INV])?;
+            a.vaddps(z, z, ZMM[ZP])?;
+            // vmaxps returns its second operand when the first is NaN: NaN → 0.
+            a.vmaxps(z, z, ZMM[ZERO])?;
+            a.vminps(z, z, ZMM[TOP])?;
+            a.vcvtps2dq(z, z)?;
+            a.vpmovusdb(XMMS[4 + c], z)?;
+        }
+        // Bytes c0..c3 of 16 pixels → pixel-major: xmm8..11 hold pixels 0-3, 4-7, ...
+        a.vpunpcklbw(XMMS[12], XMMS[4], XMMS[5])?;
+        a.vpunpckhbw(XMMS[13], XMMS[4], XMMS[5])?;
+        a.vpunpcklbw(XMMS[14], XMMS[6], XMMS[7])?;
+        a.vpunpckhbw(XMMS[15], XMMS[6], XMMS[7])?;
+        a.vpunpcklwd(XMMS[8], XMMS[12], XMMS[14])?;
+        a.vpunpckhwd(XMMS[9], XMMS[12], XMMS[14])?;
+        a.vpunpcklwd(XMMS[10], XMMS[13], XMMS[15])?;
+        a.vpunpckhwd(XMMS[11], XMMS[13], XMMS[15])?;
+        let sw = l.stride[1];
+        let col = l.pad_left / sw * 4;
+        if sw == 1 {
+            for p in 0..4 {
+                let valid = lanes.saturating_sub(4 * p).min(4);
+                if valid == 0 {
+                    break;
+                }
+                let at = rbx + imm(col + 16 * p)?;
+                if valid == 4 {
+                    a.vmovdqu32(xmmword_ptr(at), XMMS[8 + p])?;
+                } else {
+                    a.mov(edx, ((1u32 << valid) - 1) as i32)?;
+                    a.kmovw(k2, edx)?;
+                    a.vmovdqu32(xmmword_ptr(at).k2(), XMMS[8 + p])?;
+                }
+            }
+            return Ok(());
+        }
+        // Stride 2: the 16 pixels' dwords in one zmm, even pixels to one column phase
+        // and odd ones to the other.
+        a.vinserti32x4(ZMM[8], ZMM[8], XMMS[9], 1)?;
+        a.vinserti32x4(ZMM[8], ZMM[8], XMMS[10], 2)?;
+        a.vinserti32x4(ZMM[8], ZMM[8], XMMS[11], 3)?;
+        a.vpermd(ZMM[8], ZMM[PERM], ZMM[8])?;
+        a.vextracti32x8(YMMS[9], ZMM[8], 1)?;
+        let even = lanes.div_ceil(2);
+        let odd = lanes / 2;
+        let left_odd = l.pad_left % 2 == 1;
+        // Padded column of lane 0 is pad_left: its phase is pad_left % 2, its plane
+        // column pad_left / 2; lane 1's is the other phase, column (pad_left + 1) / 2.
+        let plane = l.plane_pixels() * 4;
+        let (even_phase, odd_phase) = if left_odd { (1, 0) } else { (0, 1) };
+        let even_at = rbx + imm(even_phase * plane + l.pad_left / 2 * 4)?;
+        let odd_at = rbx + imm(odd_phase * plane + l.pad_left.div_ceil(2) * 4)?;
+        for (count, at, reg) in [(even, even_at, YMMS[8]), (odd, odd_at, YMMS[9])] {
+            if count == 0 {
+                continue;
+            }
+            if count == 8 {
+                a.vmovdqu32(ymmword_ptr(at), reg)?;
+            } else {
+                a.mov(edx, ((1u32 << count) - 1) as i32)?;
+                a.kmovw(k2, edx)?;
+                a.vmovdqu32(ymmword_ptr(at).k2(), reg)?;
+            }
+        }
+        let _ = col;
+        Ok(())
+    }
+}
+
+const XMMS: [AsmRegisterXmm; 16] = [
+    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13,
+    xmm14, xmm15,
+];
+const YMMS: [AsmRegisterYmm; 16] = [
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13,
+    ymm14, ymm15,
+];

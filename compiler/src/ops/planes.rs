@@ -1,0 +1,115 @@
+//! The uint8 activation layout of nnc's INT8 convolutions ("planes"), shared by the op
+//! that writes it ([`super::Op::QuantizeToPlanes`]), the op that reads it
+//! ([`super::Op::ConvU8S8`]), the interpreter and the kernels.
+//!
+//! Per image, channels go in quads and each quad is stored pixel by pixel with its
+//! four channel bytes together: `[C/4][phase][rows][cols][4]`. Four consecutive bytes
+//! are one 4-deep slice of the convolution's K (same tap, four channels), which is
+//! what one 32-bit lane of `vpdpbusd` / `sdot` / `usdot` multiplies, so the kernels
+//! read their B operand straight from here without packing.
+//!
+//! The image is stored padded (pad positions hold the zero point, the value of 0.0)
+//! and, for a stride `s > 1`, split into `s × s` phases (padded row `h` goes to phase
+//! row `h % s`, plane row `h / s`; columns likewise). Then every tap `(kh, kw)` of the
+//! convolution reads one phase at a constant offset, `(kh / s) · cols + kw / s` pixels,
+//! from output pixel `oh · cols + ow`: the whole convolution is a GEMM over
+//! "wide" output pixels `n' = oh · cols + ow` (`ow < cols`, the columns `ow ≥ Wo` being
+//! computed and discarded) whose K rows are contiguous runs of the planes.
+
+use super::ConvAttrs;
+
+/// Pixels past the last wide output pixel that a kernel may read (its column tile is
+/// rounded up to this many pixels); the planes have rows to spare for them.
+pub const READ_AHEAD_PIXELS: usize = 64;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlaneLayout {
+    pub channels: usize,
+    /// The float32 input image's height and width.
+    pub height: usize,
+    pub width: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+    /// Vertical and horizontal stride: the phases.
+    pub stride: [usize; 2],
+    /// Rows and columns of one phase plane (rows include the read-ahead).
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl PlaneLayout {
+    /// The layout a 2-D convolution (dilation 1) of a `[N, C, H, W]` input reads, or
+    /// `None` for a convolution the INT8 kernels do not compute.
+    pub fn for_conv(c: &ConvAttrs, x_shape: &[usize]) -> Option<PlaneLayout> {
+        if x_shape.len() != 4 || c.kernel.len() != 2 || c.dilations.iter().any(|&d| d != 1) {
+            return None;
+        }
+        let [_, channels, height, width] = x_shape.try_into().ok()?;
+        let (kh, kw) = (c.kernel[0], c.kernel[1]);
+        let [sh, sw] = [c.strides[0], c.strides[1]];
+        let padded_h = height + c.pads[0] + c.pads[2];
+        let padded_w = width + c.pads[1] + c.pads[3];
+        if padded_h < kh || padded_w < kw || sh == 0 || sw == 0 {
+            return None;
+        }
+        let out_h = (padded_h - kh) / sh + 1;
+        let cols = padded_w.div_ceil(sw);
+        let max_offset = (kh - 1) / sh * cols + (kw - 1) / sw;
+        let needed = out_h * cols + max_offset + READ_AHEAD_PIXELS;
+        let rows = padded_h.div_ceil(sh).max(needed.div_ceil(cols));
+        Some(PlaneLayout {
+            channels,
+            height,
+            width,
+            pad_top: c.pads[0],
+            pad_left: c.pads[1],
+            stride: [sh, sw],
+            rows,
+            cols,
+        })
+    }
+
+    pub fn quads(&self) -> usize {
+        self.channels.div_ceil(4)
+    }
+
+    pub fn phases(&self) -> usize {
+        self.stride[0] * self.stride[1]
+    }
+
+    /// Pixels of one phase plane.
+    pub fn plane_pixels(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Bytes of one image.
+    pub fn image_bytes(&self) -> usize {
+        self.quads() * self.phases() * self.plane_pixels() * 4
+    }
+
+    /// The tensor shape of a batch of `batch` images.
+    pub fn shape(&self, batch: usize) -> Vec<usize> {
+        vec![
+            batch,
+            self.quads(),
+            self.phases(),
+            self.rows,
+            self.cols,
+            4,
+        ]
+    }
+
+    /// Byte offset, within an image, of channel `c` at padded position `(hp, wp)`.
+    pub fn byte_offset(&self, c: usize, hp: usize, wp: usize) -> usize {
+        let [sh, sw] = self.stride;
+        let phase = hp % sh * sw + wp % sw;
+        let pixel = hp / sh * self.cols + wp / sw;
+        ((c / 4 * self.phases() + phase) * self.plane_pixels() + pixel) * 4 + c % 4
+    }
+
+    /// Tap `(kh, kw)`'s phase and pixel offset (see the module docs).
+    pub fn tap(&self, kh: usize, kw: usize) -> (usize, usize) {
+        let [sh, sw] = self.stride;
+        (kh % sh * sw + kw % sw, kh / sh * self.cols + kw / sw)
+    }
+}
