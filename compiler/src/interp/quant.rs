@@ -168,11 +168,17 @@ pub(super) fn conv_u8s8(
             for oh in 0..out_h {
                 for ow in 0..out_w {
                     let mut acc = 0i64;
-                    for ch in 0..layout.channels {
+                    // Depthwise (group = channels): map m reads channel m alone.
+                    let (first, w_channels) = if conv.group > 1 {
+                        (m, 1)
+                    } else {
+                        (0, layout.channels)
+                    };
+                    for (wc, ch) in (first..first + w_channels).enumerate() {
                         for i in 0..kh {
                             for j in 0..kw {
                                 let at = layout.byte_offset(ch, oh * sh + i, ow * sw + j);
-                                let wv = w[((m * layout.channels + ch) * kh + i) * kw + j];
+                                let wv = w[((m * w_channels + wc) * kh + i) * kw + j];
                                 acc += (q[img * image + at] - zp) * wv;
                             }
                         }

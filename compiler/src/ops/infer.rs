@@ -192,11 +192,14 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             if p.dtype != DType::U8 || p.shape != planes.shape(n) {
                 return Err(format!("ConvU8S8 planes {p} do not match {planes:?}"));
             }
+            let depthwise = conv.group > 1
+                && conv.group == planes.channels
+                && w.shape.first() == Some(&conv.group)
+                && w.shape.get(1) == Some(&1);
             if w.dtype != DType::I8
                 || w.rank() != 4
-                || w.shape[1] != planes.channels
+                || !(depthwise || conv.group == 1 && w.shape[1] == planes.channels)
                 || w.shape[2..] != conv.kernel[..]
-                || conv.group != 1
             {
                 return Err(format!("ConvU8S8 weights {w} do not match {conv:?}"));
             }

@@ -222,8 +222,8 @@ pub fn quantize(
 /// branch do not: their pads differ) share them.
 type PlanesCache = HashMap<(ValueId, String, u32, u8), ValueId>;
 
-/// The plane layout of a Conv the fused INT8 convolution computes: 2-D, group 1,
-/// dilation 1, a bias with one value per map (or none).
+/// The plane layout of a Conv the fused INT8 convolution computes: 2-D, group 1 or
+/// depthwise, dilation 1, a bias with one value per map (or none).
 fn conv_u8s8_layout(graph: &Graph, n: &Node) -> Option<PlaneLayout> {
     let Op::Conv(c) = &n.op else { return None };
     let x = graph.ty(n.inputs[0]?);
@@ -232,7 +232,8 @@ fn conv_u8s8_layout(graph: &Graph, n: &Node) -> Option<PlaneLayout> {
         None => true,
         Some(b) => graph.constant(b).is_some_and(|t| t.len() == maps),
     };
-    (c.group == 1 && bias_ok && c.activation != Activation::Silu)
+    let depthwise = c.group > 1 && c.group == x.shape.get(1).copied()? && c.group == maps;
+    ((c.group == 1 || depthwise) && bias_ok && c.activation != Activation::Silu)
         .then(|| PlaneLayout::for_conv(c, &x.shape))
         .flatten()
 }

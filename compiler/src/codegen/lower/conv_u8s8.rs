@@ -38,6 +38,8 @@ pub struct ConvU8Geometry {
     /// Each tap's phase and pixel offset, in K order.
     pub taps: Vec<(usize, usize)>,
     pub quads: usize,
+    /// Group = channels = maps: map m reads only channel m (its quad, one byte of it).
+    pub depthwise: bool,
     pub layout: PlaneLayout,
 }
 
@@ -54,7 +56,17 @@ impl ConvU8Geometry {
             out_w: out.shape[3],
             taps,
             quads: layout.quads(),
+            depthwise: conv.group > 1,
             layout: layout.clone(),
+        }
+    }
+
+    /// Quads one K step sweeps per tap: all of them, or a depthwise map's own one.
+    pub fn k_quads(&self) -> usize {
+        if self.depthwise {
+            1
+        } else {
+            self.quads
         }
     }
 
@@ -85,17 +97,21 @@ impl ConvU8Geometry {
 }
 
 /// The weights `[M][C][kh][kw]` (int8 values) as the kernels read them, for tiles of
-/// `mr` maps: `[M/mr][tap][quad][mr][4]`, maps and channels past the ends zero.
+/// `mr` maps: `[M/mr][tap][quad][mr][4]`, maps and channels past the ends zero. A
+/// depthwise map has one quad per tap, its own, with its weight in its channel's byte
+/// and zeros in the other three.
 pub fn pack_weights(g: &ConvU8Geometry, w: &[i64], mr: usize) -> Vec<u8> {
-    let channels = g.layout.channels;
+    let channels = if g.depthwise { 1 } else { g.layout.channels };
     let taps = g.taps.len();
+    let quads = g.k_quads();
     let tiles = g.maps.div_ceil(mr);
-    let mut out = vec![0u8; tiles * taps * g.quads * mr * 4];
+    let mut out = vec![0u8; tiles * taps * quads * mr * 4];
     for m in 0..g.maps {
         for c in 0..channels {
             for t in 0..taps {
                 let v = w[(m * channels + c) * taps + t] as i8 as u8;
-                let at = (((m / mr * taps + t) * g.quads + c / 4) * mr + m % mr) * 4 + c % 4;
+                let (quad, byte) = if g.depthwise { (0, m % 4) } else { (c / 4, c % 4) };
+                let at = (((m / mr * taps + t) * quads + quad) * mr + m % mr) * 4 + byte;
                 out[at] = v;
             }
         }
@@ -448,15 +464,22 @@ impl ClifTiles<'_> {
                 v
             })
             .collect();
-        let tile_w = g.taps.len() * g.quads * CLIF_MR * 4;
+        let quads = g.k_quads();
+        let tile_w = g.taps.len() * quads * CLIF_MR * 4;
         let w_tile = b.ins().imul_imm_s(m0, (tile_w / CLIF_MR) as i64);
         let w_tile = b.ins().iadd(self.w, w_tile);
         let pixel = b.ins().imul_imm_s(n0, 4);
-        let b_base = b.ins().iadd(self.planes, pixel);
+        let mut b_base = b.ins().iadd(self.planes, pixel);
+        if g.depthwise {
+            // The tile's 4 maps are one quad, m0 / 4.
+            let quad = b.ins().ushr_imm_u(m0, 2);
+            let at = b.ins().imul_imm_s(quad, g.quad_stride() as i64);
+            b_base = b.ins().iadd(b_base, at);
+        }
         for t in 0..g.taps.len() {
             let b_tap = b.ins().iadd_imm_s(b_base, g.tap_offset(t) as i64);
-            let w_tap = b.ins().iadd_imm_s(w_tile, (t * g.quads * CLIF_MR * 4) as i64);
-            kernel::counted_loop(b, 0, g.quads as i64, 1, |b, q| {
+            let w_tap = b.ins().iadd_imm_s(w_tile, (t * quads * CLIF_MR * 4) as i64);
+            kernel::counted_loop(b, 0, quads as i64, 1, |b, q| {
                 let b_at = kernel::elem_addr(b, b_tap, q, g.quad_stride());
                 let w_at = kernel::elem_addr(b, w_tap, q, CLIF_MR * 4);
                 let xs: Vec<Value> = (0..vecs)

@@ -43,8 +43,10 @@ pub struct ConvSpec {
     columns: Vec<(u16, u32)>,
     /// Bytes from the planes' base to tap t's quad-0 run.
     tap_offsets: Vec<usize>,
+    /// Quads per tap in K (1 for depthwise).
     quads: usize,
     quad_stride: usize,
+    depthwise: bool,
     compact: bool,
     residual: bool,
     activation: Activation,
@@ -75,8 +77,9 @@ impl ConvSpec {
             vectors,
             columns,
             tap_offsets: (0..g.taps.len()).map(|t| g.tap_offset(t)).collect(),
-            quads: g.quads,
+            quads: g.k_quads(),
             quad_stride: g.quad_stride(),
+            depthwise: g.depthwise,
             compact: g.compact(),
             residual,
             activation,
@@ -178,6 +181,9 @@ impl ConvEmitter<'_> {
         }
         // rbp walks the tile's weights: [tap][quad][MR][4].
         a.mov(rbp, r13)?;
+        if s.depthwise {
+            return self.depthwise_taps(a, rows, vecs);
+        }
         for &off in &s.tap_offsets {
             a.lea(rax, qword_ptr(rdi + r10 + imm(off)?))?;
             a.mov(r11d, imm(s.quads)?)?;
@@ -197,6 +203,35 @@ impl ConvEmitter<'_> {
             a.add(rbp, imm(MR * 4)?)?;
             a.dec(r11d)?;
             a.jnz(top)?;
+        }
+        self.epilogue(a, rows, vecs)
+    }
+
+    /// Depthwise K loop: per tap, the tile's maps 0–3 read quad m0/4 and maps 4–7 the
+    /// next one (their weights are zero but in their own channel's byte).
+    fn depthwise_taps(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        // r14: the tile's first quad (m0 / 4 · quad stride) in this panel.
+        a.mov(r14, r12)?;
+        a.shr(r14, 2)?;
+        a.imul_3(r14, r14, imm(s.quad_stride)?)?;
+        a.add(r14, rdi)?;
+        a.add(r14, r10)?;
+        for &off in &s.tap_offsets {
+            for r in 0..rows {
+                if r % 4 == 0 {
+                    for j in 0..vecs {
+                        let at = r14 + imm(off + r / 4 * s.quad_stride + j * 64)?;
+                        a.vmovdqu32(ZMM[B_REG + j], zmmword_ptr(at))?;
+                    }
+                }
+                let w = ZMM[W_REG + r % 2];
+                a.vpbroadcastd(w, dword_ptr(rbp + imm(4 * r)?))?;
+                for j in 0..vecs {
+                    a.vpdpbusd(ZMM[acc(r, j)], ZMM[B_REG + j], w)?;
+                }
+            }
+            a.add(rbp, imm(MR * 4)?)?;
         }
         self.epilogue(a, rows, vecs)
     }
