@@ -11,7 +11,7 @@ mod tools;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Graph, Node, Tensor};
-use nnc::ops::{infer_types, Activation, ConvAttrs, Op};
+use nnc::ops::{infer_types, Activation, ConvAttrs, Op, PlaneLayout};
 use runner::{aarch64_harness, run_on_aarch64_with, Compiled};
 
 /// An operand: a runtime input or a constant, with its values; or omitted.
@@ -95,7 +95,151 @@ fn conv(kernel: usize, stride: usize, pad: usize, dilation: usize, group: usize)
     })
 }
 
+/// nnc's INT8 conv attributes and the plane layout it reads from `[N, C, H, W]`.
+fn conv_u8s8_attrs(
+    x_shape: [usize; 4],
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    group: usize,
+    activation: Activation,
+) -> (ConvAttrs, PlaneLayout) {
+    let conv = ConvAttrs {
+        kernel: vec![kernel; 2],
+        strides: vec![stride; 2],
+        pads: vec![pad; 4],
+        dilations: vec![1; 2],
+        group,
+        activation,
+    };
+    let planes = PlaneLayout::for_conv(&conv, &x_shape).expect("a plane layout");
+    (conv, planes)
+}
+
+/// A `ConvU8S8` case over full-range planes and weights: maps, float32 output scale
+/// and bias per map, and an optional residual.
+#[allow(clippy::too_many_arguments)]
+fn conv_u8s8_case(
+    x_shape: [usize; 4],
+    maps: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    depthwise: bool,
+    activation: Activation,
+    residual: bool,
+    seed: usize,
+) -> (Op, Vec<In>) {
+    let group = if depthwise { x_shape[1] } else { 1 };
+    let (conv, planes) = conv_u8s8_attrs(x_shape, kernel, stride, pad, group, activation);
+    let w_channels = if depthwise { 1 } else { x_shape[1] };
+    let op = Op::ConvU8S8 {
+        conv: conv.clone(),
+        planes: planes.clone(),
+    };
+    let out_h = (x_shape[2] + 2 * pad - kernel) / stride + 1;
+    let out_w = (x_shape[3] + 2 * pad - kernel) / stride + 1;
+    let out = [x_shape[0], maps, out_h, out_w];
+    let bias: Vec<i64> = (0..maps as i64).map(|m| (m * 7919 - 20000) * 3).collect();
+    let scale: Vec<f32> = (0..maps).map(|m| 1e-4 * (m as f32 + 1.5)).collect();
+    let res: Vec<f32> = (0..out.iter().product::<usize>())
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+        .collect();
+    let ins = vec![
+        In::Runtime(full_range(DType::U8, &planes.shape(x_shape[0]), seed)),
+        In::Const(full_range(
+            DType::I8,
+            &[maps, w_channels, kernel, kernel],
+            seed + 1,
+        )),
+        In::Const(ints(DType::I32, &[maps], bias)),
+        if residual {
+            In::Runtime(floats(&out, res))
+        } else {
+            In::Omitted
+        },
+        In::Const(floats(&[maps], scale)),
+        In::Const(ints(DType::U8, &[], vec![(seed * 41 % 256) as i64])),
+    ];
+    (op, ins)
+}
+
+/// A `QuantizeToPlanes` case: values around the 8-bit range with ties, saturation and
+/// a NaN.
+fn quantize_planes_case(
+    x_shape: [usize; 4],
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+) -> (Op, Vec<In>) {
+    let (_, planes) = conv_u8s8_attrs(x_shape, kernel, stride, pad, 1, Activation::None);
+    let n: usize = x_shape.iter().product();
+    let x: Vec<f32> = (0..n)
+        .map(|i| match i % 23 {
+            0 => f32::NAN,
+            1 => 1e9,
+            2 => -1e9,
+            k => (i * 31 % 613) as f32 * 0.25 - 80.0 + k as f32 * 0.5,
+        })
+        .collect();
+    let ins = vec![
+        In::Runtime(floats(&x_shape, x)),
+        In::Const(floats(&[], vec![2.0])),
+        In::Const(ints(DType::U8, &[], vec![77])),
+    ];
+    (Op::QuantizeToPlanes(planes), ins)
+}
+
 fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
+    let relu = Activation::Relu;
+    let clip = Activation::Clip {
+        min: -0.5,
+        max: 2.0,
+    };
+    let none = Activation::None;
+    let u8s8 = [
+        (
+            "ConvU8S8 3x3 s1 p1, 6 channels, 11 maps, residual, relu",
+            conv_u8s8_case([1, 6, 5, 19], 11, 3, 1, 1, false, relu, true, 20),
+        ),
+        (
+            "ConvU8S8 1x1 compact, 8 channels, 9 maps, clip, batch 2",
+            conv_u8s8_case([2, 8, 3, 20], 9, 1, 1, 0, false, clip, false, 21),
+        ),
+        (
+            "ConvU8S8 7x7 s2 p3 on 3 channels",
+            conv_u8s8_case([1, 3, 13, 13], 8, 7, 2, 3, false, none, false, 22),
+        ),
+        (
+            "ConvU8S8 depthwise 3x3 s2 p1, 12 maps",
+            conv_u8s8_case([1, 12, 9, 10], 12, 3, 2, 1, true, relu, false, 23),
+        ),
+        (
+            "ConvU8S8 depthwise 3x3 s1 p1, 5 maps, residual",
+            conv_u8s8_case([1, 5, 6, 17], 5, 3, 1, 1, true, none, true, 24),
+        ),
+        (
+            "QuantizeToPlanes stride 1 pad 1, 6 channels, 19 columns, batch 2",
+            quantize_planes_case([2, 6, 5, 19], 3, 1, 1),
+        ),
+        (
+            "QuantizeToPlanes stride 2 pad 3, 3 channels, odd rows and columns",
+            quantize_planes_case([1, 3, 7, 21], 7, 2, 3),
+        ),
+        (
+            "QuantizeToPlanes stride 2 pad 1 (even), 4 channels",
+            quantize_planes_case([1, 4, 6, 34], 3, 2, 1),
+        ),
+    ];
+    let mut out: Vec<(&'static str, Op, Vec<In>)> = u8s8
+        .into_iter()
+        .map(|(name, (op, ins))| (name, op, ins))
+        .collect();
+    out.extend(legacy_cases());
+    out
+}
+
+fn legacy_cases() -> Vec<(&'static str, Op, Vec<In>)> {
     use DType::{I8, U8};
     vec![
         (
@@ -244,15 +388,17 @@ fn quantized_ops_match_the_interpreter_exactly() {
                 (t, r)
             })
             .collect();
-        let arm = Target::new(Arch::Aarch64, None).expect("aarch64 target");
-        match aarch64_harness() {
-            Some(h) => results.push((
-                "aarch64",
-                run_on_aarch64_with(h, &g, &inputs, &options(arm)),
-            )),
-            None => {
-                if let Err(e) = compile_graph(&g, &options(arm)) {
-                    failures.push(format!("{name} (aarch64): compile: {e}"));
+        // Baseline (widening multiplies) and +i8mm (the dot-product tree folds to usdot).
+        for (label, cpu) in [("aarch64", None), ("aarch64 +i8mm", Some("+i8mm"))] {
+            let arm = Target::new(Arch::Aarch64, cpu).expect("aarch64 target");
+            match aarch64_harness() {
+                Some(h) => {
+                    results.push((label, run_on_aarch64_with(h, &g, &inputs, &options(arm))))
+                }
+                None => {
+                    if let Err(e) = compile_graph(&g, &options(arm)) {
+                        failures.push(format!("{name} ({label}): compile: {e}"));
+                    }
                 }
             }
         }

@@ -184,7 +184,10 @@ fn host_x86_features() -> Vec<&'static str> {
                 "has_avx512vnni",
                 std::arch::is_x86_feature_detected!("avx512vnni"),
             ),
-            ("has_avx_vnni", std::arch::is_x86_feature_detected!("avxvnni")),
+            (
+                "has_avx_vnni",
+                std::arch::is_x86_feature_detected!("avxvnni"),
+            ),
         ];
         f.extend(checks.iter().filter(|(_, on)| *on).map(|(n, _)| *n));
     }

@@ -191,12 +191,9 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             optional(inputs, 2),
             optional(inputs, 3),
         )?,
-        Op::QuantizeToPlanes(layout) => quant::quantize_to_planes(
-            layout,
-            x()?,
-            required(inputs, 1)?,
-            required(inputs, 2)?,
-        )?,
+        Op::QuantizeToPlanes(layout) => {
+            quant::quantize_to_planes(layout, x()?, required(inputs, 1)?, required(inputs, 2)?)?
+        }
         Op::ConvU8S8 { conv, planes } => quant::conv_u8s8(
             conv,
             planes,

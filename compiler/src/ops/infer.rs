@@ -209,7 +209,10 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             );
             infer_core(
                 &Op::Conv(conv.clone()),
-                &[Some(image), Some(TensorType::new(DType::F32, w.shape.clone()))],
+                &[
+                    Some(image),
+                    Some(TensorType::new(DType::F32, w.shape.clone())),
+                ],
             )
         }
         Op::MatMul(_) => infer_matmul(x()?, input(inputs, 1)?),

@@ -89,14 +89,7 @@ impl PlaneLayout {
 
     /// The tensor shape of a batch of `batch` images.
     pub fn shape(&self, batch: usize) -> Vec<usize> {
-        vec![
-            batch,
-            self.quads(),
-            self.phases(),
-            self.rows,
-            self.cols,
-            4,
-        ]
+        vec![batch, self.quads(), self.phases(), self.rows, self.cols, 4]
     }
 
     /// Byte offset, within an image, of channel `c` at padded position `(hp, wp)`.

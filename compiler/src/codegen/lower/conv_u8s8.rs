@@ -110,7 +110,11 @@ pub fn pack_weights(g: &ConvU8Geometry, w: &[i64], mr: usize) -> Vec<u8> {
         for c in 0..channels {
             for t in 0..taps {
                 let v = w[(m * channels + c) * taps + t] as i8 as u8;
-                let (quad, byte) = if g.depthwise { (0, m % 4) } else { (c / 4, c % 4) };
+                let (quad, byte) = if g.depthwise {
+                    (0, m % 4)
+                } else {
+                    (c / 4, c % 4)
+                };
                 let at = (((m / mr * taps + t) * quads + quad) * mr + m % mr) * 4 + byte;
                 out[at] = v;
             }
@@ -252,7 +256,9 @@ fn quantize_value(b: &mut FunctionBuilder, v: Value, inv: f32, zp: u8) -> Value 
 /// `bytes` bytes at `dst` set to `value`: 16 at a time, then 4 at a time (the sizes
 /// here are multiples of 4).
 fn fill_bytes(b: &mut FunctionBuilder, dst: Value, bytes: usize, value: u8) {
-    let word = b.ins().iconst(types::I32, i64::from(u32::from_ne_bytes([value; 4])));
+    let word = b
+        .ins()
+        .iconst(types::I32, i64::from(u32::from_ne_bytes([value; 4])));
     let vector = b.ins().splat(types::I32X4, word);
     let vec_end = bytes / 16 * 16;
     kernel::counted_loop(b, 0, vec_end as i64, 16, |b, i| {
@@ -408,8 +414,7 @@ fn conv_clif(
             let src = kernel::elem_addr(b, wide, src_at, 4);
             (dst, src)
         };
-        if g.compact() && residual.is_none() && conv.activation == crate::ops::Activation::None
-        {
+        if g.compact() && residual.is_none() && conv.activation == crate::ops::Activation::None {
             return;
         }
         kernel::counted_loop(b, 0, g.maps as i64, 1, |b, m| {
@@ -512,9 +517,11 @@ impl ClifTiles<'_> {
             // Maps past the end (the last tile of a map count not a multiple of 4) are
             // computed with zero weights and not stored.
             let store_row = |b: &mut FunctionBuilder, f: &mut dyn FnMut(&mut FunctionBuilder)| {
-                let inside = b
-                    .ins()
-                    .icmp_imm_s(cranelift_codegen::ir::condcodes::IntCC::SignedLessThan, m, g.maps as i64);
+                let inside = b.ins().icmp_imm_s(
+                    cranelift_codegen::ir::condcodes::IntCC::SignedLessThan,
+                    m,
+                    g.maps as i64,
+                );
                 let yes = b.create_block();
                 let done = b.create_block();
                 b.ins().brif(inside, yes, &[], done, &[]);

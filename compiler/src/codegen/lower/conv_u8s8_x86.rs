@@ -291,14 +291,7 @@ impl ConvEmitter<'_> {
                     let res = r15 + starts[j] + imm(r * row_bytes)?;
                     a.vaddps(ZMM[OUT_REG].k(k), ZMM[OUT_REG], zmmword_ptr(res))?;
                 }
-                activate(
-                    a,
-                    &v,
-                    &mut self.consts,
-                    s.activation,
-                    &[OUT_REG],
-                    &TMP_REGS,
-                )?;
+                activate(a, &v, &mut self.consts, s.activation, &[OUT_REG], &TMP_REGS)?;
                 a.vmovups(zmmword_ptr(at).k(k), ZMM[OUT_REG])?;
             }
         }
@@ -391,7 +384,10 @@ pub fn emit_quantize(layout: &PlaneLayout, inv_scale: f32, zp: u8) -> Result<Vec
         emit_consts(&mut a, &mut consts, LANES)?;
         a.set_label(&mut perm)?;
         // Even dwords, then odd ones: a stride-2 row's two column phases.
-        let idx: Vec<u32> = (0..8).map(|i| 2 * i).chain((0..8).map(|i| 2 * i + 1)).collect();
+        let idx: Vec<u32> = (0..8)
+            .map(|i| 2 * i)
+            .chain((0..8).map(|i| 2 * i + 1))
+            .collect();
         a.dd(&idx)?;
         Ok(())
     })()
@@ -415,7 +411,10 @@ fn quantize_function(
     perm: CodeLabel,
 ) -> AsmResult<()> {
     if !quantize_supports(l) {
-        return Err(AsmError(format!("no quantize kernel for strides {:?}", l.stride)));
+        return Err(AsmError(format!(
+            "no quantize kernel for strides {:?}",
+            l.stride
+        )));
     }
     for r in SAVED {
         a.push(r)?;
@@ -513,7 +512,13 @@ impl Quantizer<'_> {
     }
 
     /// Input row `r13 + in_off` (row `i` of its group): its chunks of 16 pixels.
-    fn row(&self, a: &mut CodeAssembler, channels: usize, i: usize, in_off: usize) -> AsmResult<()> {
+    fn row(
+        &self,
+        a: &mut CodeAssembler,
+        channels: usize,
+        i: usize,
+        in_off: usize,
+    ) -> AsmResult<()> {
         let l = self.l;
         let [sh, sw] = l.stride;
         let hp = i + l.pad_top; // relative to the group's first padded row
@@ -629,10 +634,10 @@ impl Quantizer<'_> {
 }
 
 const XMMS: [AsmRegisterXmm; 16] = [
-    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13,
-    xmm14, xmm15,
+    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14,
+    xmm15,
 ];
 const YMMS: [AsmRegisterYmm; 16] = [
-    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13,
-    ymm14, ymm15,
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
+    ymm15,
 ];
