@@ -99,16 +99,24 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
     assert_eq!(report.quantized.len(), report.candidates, "{name}");
     // No float layer with constant weights is left: they all became integer ops.
     let ops = |g: &Graph, pick: fn(&Op) -> bool| g.nodes.iter().filter(|n| pick(&n.op)).count();
-    assert!(
+    assert_eq!(
         ops(&quant.graph, |o| matches!(
             o,
-            Op::ConvInteger(_) | Op::MatMulInteger
-        )) > 0
-    );
-    assert_eq!(
-        ops(&quant.graph, |o| matches!(o, Op::QuantizeLinear { .. })),
+            Op::ConvInteger(_) | Op::MatMulInteger | Op::ConvU8S8 { .. }
+        )),
         report.quantized.len(),
-        "{name}: one QuantizeLinear per layer"
+        "{name}: one integer op per layer"
+    );
+    // Every input is quantized once per way it is read: by a QuantizeLinear (GEMMs)
+    // or a QuantizeToPlanes (convs); 2-D convs take the fused path.
+    let quantizers = ops(&quant.graph, |o| {
+        matches!(o, Op::QuantizeLinear { .. } | Op::QuantizeToPlanes(_))
+    });
+    assert!(quantizers >= 1 && quantizers <= report.quantized.len(), "{name}");
+    assert_eq!(
+        ops(&quant.graph, |o| matches!(o, Op::ConvInteger(_))),
+        0,
+        "{name}: every conv on the fused INT8 kernels"
     );
 
     let run = |g: &Graph| {
