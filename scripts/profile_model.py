@@ -3,7 +3,10 @@
 attributes each sample to the graph node whose code (node function or the GEMM /
 out-of-line kernels it defined) was running.
 
-usage: profile_model.py MODEL.onnx [--seconds S] [--cpu CPU] [--top N]
+usage: profile_model.py MODEL.onnx [--seconds S] [--cpu CPU] [--top N] [--nnc-args "ARGS"]
+
+--nnc-args passes more options to `nnc compile`, e.g.
+`--nnc-args "--quantize int8 --calibration calib.npy"`.
 
 Needs perf and gcc. The model is compiled to an object (`nnc compile -o X.o`, which
 keeps the local symbols `nnc_node_K` and `.LfnID`) and linked with gcc into a .so
@@ -13,7 +16,7 @@ Inputs are random (or MODEL.input.NAME.npy beside the model). Prints the share o
 samples per node (top N) and per op kind; shares are of all samples of the process,
 so the remainder is Python's loop and library code.
 """
-import argparse, collections, os, re, subprocess, sys, tempfile
+import argparse, collections, os, re, shlex, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NNC = os.path.join(ROOT, "target", "release", "nnc")
@@ -61,12 +64,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--cpu", default="native")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--nnc-args", default="", help="more `nnc compile` options (one string)")
     ap.add_argument("--symbols", action="store_true",
                     help="also print the top symbols (a node's own code vs the kernels it calls)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         obj, lib, data, per_run = (os.path.join(tmp, n) for n in ("m.o", "libm.so", "perf.data", "ms"))
-        r = subprocess.run([NNC, "compile", args.model, "--cpu", args.cpu, "-o", obj, "--dump-ir"],
+        r = subprocess.run([NNC, "compile", args.model, "--cpu", args.cpu, "-o", obj, "--dump-ir"]
+                           + shlex.split(args.nnc_args),
                            capture_output=True, text=True, check=True)
         kinds = node_kinds(r.stdout + r.stderr)
         subprocess.run(["gcc", "-shared", "-o", lib, obj], check=True)
