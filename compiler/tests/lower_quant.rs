@@ -11,7 +11,7 @@ mod tools;
 
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Graph, Node, Tensor};
-use nnc::ops::{infer_types, Activation, ConvAttrs, Op, PlaneLayout};
+use nnc::ops::{infer_types, Activation, ConvAttrs, Op, PlaneLayout, Requantize};
 use runner::{aarch64_harness, run_on_aarch64_with, Compiled};
 
 /// An operand: a runtime input or a constant, with its values; or omitted.
@@ -136,6 +136,7 @@ fn conv_u8s8_case(
     let op = Op::ConvU8S8 {
         conv: conv.clone(),
         planes: planes.clone(),
+        requantize: None,
     };
     let out_h = (x_shape[2] + 2 * pad - kernel) / stride + 1;
     let out_w = (x_shape[3] + 2 * pad - kernel) / stride + 1;
@@ -161,6 +162,64 @@ fn conv_u8s8_case(
         In::Const(floats(&[maps], scale)),
         In::Const(ints(DType::U8, &[], vec![(seed * 41 % 256) as i64])),
     ];
+    (op, ins)
+}
+
+/// [`conv_u8s8_case`] requantizing into the planes of a next convolution (`kernel`,
+/// `stride`, `pad`); for stride 1 both plane layouts get the same columns, as the
+/// requantize pass gives them.
+#[allow(clippy::too_many_arguments)]
+fn conv_u8s8_requantize_case(
+    x_shape: [usize; 4],
+    maps: usize,
+    kernel: usize,
+    depthwise: bool,
+    activation: Activation,
+    residual: bool,
+    seed: usize,
+    next: (usize, usize, usize),
+) -> (Op, Vec<In>) {
+    let (op, mut ins) = conv_u8s8_case(
+        x_shape,
+        maps,
+        kernel,
+        1,
+        kernel / 2,
+        depthwise,
+        activation,
+        residual,
+        seed,
+    );
+    let Op::ConvU8S8 { conv, planes, .. } = op else {
+        unreachable!()
+    };
+    let out_h = x_shape[2] + 2 * (kernel / 2) - kernel + 1;
+    let out_w = x_shape[3] + 2 * (kernel / 2) - kernel + 1;
+    let (nk, ns, np) = next;
+    let (_, mut next_planes) = conv_u8s8_attrs(
+        [x_shape[0], maps, out_h, out_w],
+        nk,
+        ns,
+        np,
+        1,
+        Activation::None,
+    );
+    let mut planes = planes;
+    if ns == 1 {
+        let cols = planes.cols.max(next_planes.cols);
+        planes = planes.with_cols(cols);
+        next_planes = next_planes.with_cols(cols);
+    }
+    ins[0] = In::Runtime(full_range(DType::U8, &planes.shape(x_shape[0]), seed));
+    let op = Op::ConvU8S8 {
+        conv,
+        planes,
+        requantize: Some(Requantize {
+            layout: next_planes,
+            inv_scale: 37.0,
+            zero_point: 9,
+        }),
+    };
     (op, ins)
 }
 
@@ -217,6 +276,18 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
         (
             "ConvU8S8 depthwise 3x3 s1 p1, 5 maps, residual",
             conv_u8s8_case([1, 5, 6, 17], 5, 3, 1, 1, true, none, true, 24),
+        ),
+        (
+            "ConvU8S8 3x3 requantized for a 3x3 pad 1, 6 maps, residual, relu",
+            conv_u8s8_requantize_case([1, 5, 7, 19], 6, 3, false, relu, true, 25, (3, 1, 1)),
+        ),
+        (
+            "ConvU8S8 1x1 requantized for a 3x3 stride 2 pad 1 (scattered), 11 maps, batch 2",
+            conv_u8s8_requantize_case([2, 8, 9, 10], 11, 1, false, clip, false, 26, (3, 2, 1)),
+        ),
+        (
+            "ConvU8S8 depthwise requantized for a 1x1, 12 maps, residual",
+            conv_u8s8_requantize_case([1, 12, 6, 21], 12, 3, true, none, true, 27, (1, 1, 0)),
         ),
         (
             "QuantizeToPlanes stride 1 pad 1, 6 channels, 19 columns, batch 2",

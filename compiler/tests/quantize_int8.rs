@@ -112,7 +112,10 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
     let quantizers = ops(&quant.graph, |o| {
         matches!(o, Op::QuantizeLinear { .. } | Op::QuantizeToPlanes(_))
     });
-    assert!(quantizers >= 1 && quantizers <= report.quantized.len(), "{name}");
+    assert!(
+        quantizers >= 1 && quantizers <= report.quantized.len(),
+        "{name}"
+    );
     assert_eq!(
         ops(&quant.graph, |o| matches!(o, Op::ConvInteger(_))),
         0,

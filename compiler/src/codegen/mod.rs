@@ -83,7 +83,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
-    let mut plan = plan_graph_memory(graph);
+    let mut plan = plan_graph_memory_for(graph, &opts.target);
     // Constants the generated code reads (filled in as nodes are lowered).
     let mut const_read = vec![false; graph.values.len()];
     for (v, _) in &plan.final_copies {
@@ -239,8 +239,13 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     })
 }
 
-/// The memory plan `compile_graph` uses, including each node's scratch.
+/// The memory plan `compile_graph` uses for the host, including each node's scratch.
 pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
+    plan_graph_memory_for(graph, &Target::host())
+}
+
+/// The memory plan for `target` (some kernels' scratch depends on it).
+pub fn plan_graph_memory_for(graph: &Graph, target: &Target) -> MemoryPlan {
     let scratch: Vec<usize> = graph
         .nodes
         .iter()
@@ -251,7 +256,7 @@ pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
                 .map(|i| i.map(|v| graph.ty(v).clone()))
                 .collect();
             let outs: Vec<_> = n.outputs.iter().map(|o| graph.ty(*o).clone()).collect();
-            lower::scratch_bytes(&n.op, &ins, &outs)
+            lower::scratch_bytes(&n.op, &ins, &outs, target)
         })
         .collect();
     plan::plan_memory(graph, &scratch)

@@ -194,7 +194,7 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         Op::QuantizeToPlanes(layout) => {
             quant::quantize_to_planes(layout, x()?, required(inputs, 1)?, required(inputs, 2)?)?
         }
-        Op::ConvU8S8 { conv, planes } => quant::conv_u8s8(
+        Op::ConvU8S8 { conv, planes, .. } => quant::conv_u8s8(
             conv,
             planes,
             x()?,
@@ -205,8 +205,18 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         )?,
     };
     let out = match op {
-        Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_) | Op::ConvU8S8 { .. } => {
-            epilogue(op, out, inputs)?
+        Op::Conv(_) | Op::Gemm(_) | Op::MatMul(_) => epilogue(op, out, inputs)?,
+        Op::ConvU8S8 { requantize, .. } => {
+            let y = epilogue(op, out, inputs)?;
+            match requantize {
+                None => y,
+                Some(r) => quant::quantize_to_planes(
+                    &r.layout,
+                    &y,
+                    &Tensor::scalar(r.inv_scale),
+                    &Tensor::scalar(r.zero_point),
+                )?,
+            }
         }
         _ => out,
     };

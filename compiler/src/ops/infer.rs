@@ -186,7 +186,11 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             Ok(vec![TensorType::new(DType::U8, layout.shape(n))])
         }
-        Op::ConvU8S8 { conv, planes } => {
+        Op::ConvU8S8 {
+            conv,
+            planes,
+            requantize,
+        } => {
             let (p, w) = (x()?, input(inputs, 1)?);
             let n = p.shape.first().copied().unwrap_or(0);
             if p.dtype != DType::U8 || p.shape != planes.shape(n) {
@@ -207,13 +211,29 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 DType::F32,
                 vec![n, planes.channels, planes.height, planes.width],
             );
-            infer_core(
+            let out = infer_core(
                 &Op::Conv(conv.clone()),
                 &[
                     Some(image),
                     Some(TensorType::new(DType::F32, w.shape.clone())),
                 ],
-            )
+            )?;
+            match requantize {
+                None => Ok(out),
+                Some(r) => {
+                    let [_, m, h, w] = out[0].shape[..] else {
+                        return Err("ConvU8S8 output is not 4-D".into());
+                    };
+                    let l = &r.layout;
+                    if (l.channels, l.height, l.width) != (m, h, w) {
+                        return Err(format!(
+                            "ConvU8S8 output {} does not fit the planes {l:?}",
+                            out[0]
+                        ));
+                    }
+                    Ok(vec![TensorType::new(DType::U8, l.shape(n))])
+                }
+            }
         }
         Op::MatMul(_) => infer_matmul(x()?, input(inputs, 1)?),
         Op::Gemm(g) => {

@@ -13,7 +13,7 @@ pub mod resize_sampling;
 
 pub use attrs::*;
 pub use infer::infer_types;
-pub use planes::PlaneLayout;
+pub use planes::{PlaneLayout, Requantize};
 
 use crate::ir::DType;
 
@@ -146,10 +146,13 @@ pub enum Op {
     /// weights `[M, C, kh, kw]`, int32 bias `[M]`, an optional float32 residual shaped
     /// like the output, the float32 output scale `[M]` and the planes' zero point
     /// (uint8, one value). `y = activation(float32(Σ (q − zp)·w + bias) · scale[m]
-    /// + residual)`, float32 `[N, M, Ho, Wo]`.
+    /// + residual)`, float32 `[N, M, Ho, Wo]`; with `requantize`, that result
+    /// quantized straight into the next convolution's planes (what `QuantizeToPlanes`
+    /// would make of it), uint8.
     ConvU8S8 {
         conv: ConvAttrs,
         planes: PlaneLayout,
+        requantize: Option<Requantize>,
     },
 }
 

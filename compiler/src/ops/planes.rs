@@ -22,6 +22,15 @@ use super::ConvAttrs;
 /// rounded up to this many pixels); the planes have rows to spare for them.
 pub const READ_AHEAD_PIXELS: usize = 64;
 
+/// A convolution's output quantized into the planes of the next one: the layout and
+/// `QuantizeToPlanes`' parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Requantize {
+    pub layout: PlaneLayout,
+    pub inv_scale: f32,
+    pub zero_point: u8,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlaneLayout {
     pub channels: usize,
@@ -35,6 +44,9 @@ pub struct PlaneLayout {
     /// Rows and columns of one phase plane (rows include the read-ahead).
     pub rows: usize,
     pub cols: usize,
+    /// The convolution's kernel (rows depend on it).
+    pub kernel: [usize; 2],
+    pub pad_bottom: usize,
 }
 
 impl PlaneLayout {
@@ -52,21 +64,35 @@ impl PlaneLayout {
         if padded_h < kh || padded_w < kw || sh == 0 || sw == 0 {
             return None;
         }
-        let out_h = (padded_h - kh) / sh + 1;
-        let cols = padded_w.div_ceil(sw);
-        let max_offset = (kh - 1) / sh * cols + (kw - 1) / sw;
-        let needed = out_h * cols + max_offset + READ_AHEAD_PIXELS;
-        let rows = padded_h.div_ceil(sh).max(needed.div_ceil(cols));
-        Some(PlaneLayout {
+        let layout = PlaneLayout {
             channels,
             height,
             width,
             pad_top: c.pads[0],
             pad_left: c.pads[1],
             stride: [sh, sw],
-            rows,
+            rows: 0,
+            cols: 0,
+            kernel: [kh, kw],
+            pad_bottom: c.pads[2],
+        };
+        Some(layout.with_cols(padded_w.div_ceil(sw)))
+    }
+
+    /// The same layout with `cols` columns per phase plane (at least the padded width's
+    /// share: the extra columns are more right padding), rows to match.
+    pub fn with_cols(&self, cols: usize) -> PlaneLayout {
+        let [kh, kw] = self.kernel;
+        let [sh, sw] = self.stride;
+        let padded_h = self.height + self.pad_top + self.pad_bottom;
+        let out_h = (padded_h - kh) / sh + 1;
+        let max_offset = (kh - 1) / sh * cols + (kw - 1) / sw;
+        let needed = out_h * cols + max_offset + READ_AHEAD_PIXELS;
+        PlaneLayout {
+            rows: padded_h.div_ceil(sh).max(needed.div_ceil(cols)),
             cols,
-        })
+            ..self.clone()
+        }
     }
 
     pub fn quads(&self) -> usize {

@@ -310,6 +310,7 @@ fn rewrite_conv_u8s8(
         Op::ConvU8S8 {
             conv: c.clone(),
             planes: layout,
+            requantize: None,
         },
         vec![
             Some(planes),

@@ -8,3 +8,4 @@ pub mod host_model;
 pub mod int8;
 pub mod pipeline;
 pub mod ranges;
+pub mod requantize;

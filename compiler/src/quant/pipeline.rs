@@ -11,6 +11,7 @@ use super::calibration_data::{self, InputSpec};
 use super::host_model::HostModel;
 use super::int8::{self, Layer};
 use super::ranges::Method;
+use super::requantize;
 use crate::ir::{Graph, Tensor, ValueId};
 
 #[derive(Clone, Debug)]
@@ -94,6 +95,7 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
         match worst_at {
             Some(i) if !met => kept_for_sqnr.push(quantized[i].node.clone()),
             _ => {
+                requantize::fuse(&mut candidate);
                 *graph = candidate;
                 let mut worst = layer_quality;
                 worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));

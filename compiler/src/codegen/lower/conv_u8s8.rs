@@ -26,7 +26,7 @@ use crate::codegen::isa::Arch;
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::Target;
 use crate::ir::TensorType;
-use crate::ops::{ConvAttrs, PlaneLayout};
+use crate::ops::{ConvAttrs, PlaneLayout, Requantize};
 
 /// The GEMM a `ConvU8S8` computes.
 #[derive(Clone, Debug)]
@@ -44,16 +44,32 @@ pub struct ConvU8Geometry {
 }
 
 impl ConvU8Geometry {
-    pub fn new(conv: &ConvAttrs, layout: &PlaneLayout, out: &TensorType) -> ConvU8Geometry {
+    /// `out` is the node's output; with `requantize` it is the next planes, and the
+    /// convolution's own output dims come from their layout.
+    pub fn new(
+        conv: &ConvAttrs,
+        layout: &PlaneLayout,
+        out: &TensorType,
+        requantize: Option<&Requantize>,
+    ) -> ConvU8Geometry {
+        let shape = match requantize {
+            Some(r) => vec![
+                out.shape[0],
+                r.layout.channels,
+                r.layout.height,
+                r.layout.width,
+            ],
+            None => out.shape.clone(),
+        };
         let taps = (0..conv.kernel[0])
             .flat_map(|i| (0..conv.kernel[1]).map(move |j| (i, j)))
             .map(|(i, j)| layout.tap(i, j))
             .collect();
         ConvU8Geometry {
-            batch: out.shape[0],
-            maps: out.shape[1],
-            out_h: out.shape[2],
-            out_w: out.shape[3],
+            batch: shape[0],
+            maps: shape[1],
+            out_h: shape[2],
+            out_w: shape[3],
             taps,
             quads: layout.quads(),
             depthwise: conv.group > 1,
@@ -142,13 +158,28 @@ pub fn folded_bias(g: &ConvU8Geometry, w: &[i64], bias: &[i64], zp: i64, len: us
 const CLIF_NR: usize = 8;
 const CLIF_MR: usize = 4;
 
-/// Scratch of the portable kernel: the wide rows, when columns must be dropped.
-pub fn scratch_bytes(conv: &ConvAttrs, planes: &PlaneLayout, out: &TensorType) -> usize {
-    let g = ConvU8Geometry::new(conv, planes, out);
+/// Scratch of the portable kernel: the wide rows, when columns must be dropped, then
+/// (requantizing) one image's float32 output. The machine code needs none.
+pub fn scratch_bytes(
+    conv: &ConvAttrs,
+    planes: &PlaneLayout,
+    out: &TensorType,
+    requantize: Option<&Requantize>,
+    target: &Target,
+) -> usize {
+    let g = ConvU8Geometry::new(conv, planes, out, requantize);
+    if use_x86_vnni(target) && conv_u8s8_x86::supports(conv.activation) {
+        return 0;
+    }
+    wide_scratch(&g) + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4)
+}
+
+fn wide_scratch(g: &ConvU8Geometry) -> usize {
     if g.compact() {
         0
     } else {
-        g.maps.next_multiple_of(CLIF_MR) * g.wide().next_multiple_of(CLIF_NR) * 4
+        (g.maps.next_multiple_of(CLIF_MR) * g.wide().next_multiple_of(CLIF_NR) * 4)
+            .next_multiple_of(64)
     }
 }
 
@@ -193,14 +224,28 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
         });
         return Ok(());
     }
-    let b = &mut *ctx.b;
-    fill_bytes(b, y.ptr, batch * layout.image_bytes(), zp);
+    quantize_clif(ctx.b, x.ptr, y.ptr, layout, batch, inv, zp);
+    Ok(())
+}
+
+/// The portable `QuantizeToPlanes` of `batch` images from `x` to `y`, element by
+/// element.
+fn quantize_clif(
+    b: &mut FunctionBuilder,
+    x: Value,
+    y: Value,
+    layout: &PlaneLayout,
+    batch: usize,
+    inv: f32,
+    zp: u8,
+) {
+    fill_bytes(b, y, batch * layout.image_bytes(), zp);
     let [sh, sw] = layout.stride;
     let shape = [batch, layout.channels, layout.height, layout.width];
     let strides = kernel::strides_of(&shape);
     kernel::nested_loop(b, &shape, &mut |b, idx| {
         let at = kernel::linear_offset(b, idx, &strides);
-        let src = kernel::elem_addr(b, x.ptr, at, 4);
+        let src = kernel::elem_addr(b, x, at, 4);
         let v = b.ins().load(types::F32, flags(), src, 0);
         let q = quantize_value(b, v, inv, zp);
         // The byte offset of (c, h + pad_top, w + pad_left), as PlaneLayout::byte_offset.
@@ -222,10 +267,9 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
         let byte = b.ins().iadd(byte, lane);
         let image = b.ins().imul_imm_s(idx[0], layout.image_bytes() as i64);
         let byte = b.ins().iadd(byte, image);
-        let dst = b.ins().iadd(y.ptr, byte);
+        let dst = b.ins().iadd(y, byte);
         b.ins().istore8(flags(), q, dst, 0);
     });
-    Ok(())
 }
 
 /// `(v % d, v / d)` for a constant `d` (no division for 1).
@@ -297,14 +341,19 @@ fn constants(ctx: &LowerCtx) -> Result<Constants, String> {
     })
 }
 
-pub fn conv_u8s8(ctx: &mut LowerCtx, conv: &ConvAttrs, layout: &PlaneLayout) -> LowerResult {
+pub fn conv_u8s8(
+    ctx: &mut LowerCtx,
+    conv: &ConvAttrs,
+    layout: &PlaneLayout,
+    requantize: Option<&Requantize>,
+) -> LowerResult {
     let y = ctx.output(0);
-    let g = ConvU8Geometry::new(conv, layout, &y.ty);
+    let g = ConvU8Geometry::new(conv, layout, &y.ty, requantize);
     let k = constants(ctx)?;
     if use_x86_vnni(ctx.target) && conv_u8s8_x86::supports(conv.activation) {
-        return conv_x86(ctx, &g, &k, conv);
+        return conv_x86(ctx, &g, &k, conv, requantize);
     }
-    conv_clif(ctx, &g, &k, conv)
+    conv_clif(ctx, &g, &k, conv, requantize)
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -321,8 +370,10 @@ fn conv_x86(
     g: &ConvU8Geometry,
     k: &Constants,
     conv: &ConvAttrs,
+    requantize: Option<&Requantize>,
 ) -> LowerResult {
-    let spec = conv_u8s8_x86::ConvSpec::new(g, conv.activation, ctx.inputs[3].is_some());
+    let spec =
+        conv_u8s8_x86::ConvSpec::new(g, conv.activation, ctx.inputs[3].is_some(), requantize);
     let mr = conv_u8s8_x86::MR;
     let maps = g.maps.next_multiple_of(mr);
     let w = ctx.rodata(pack_weights(g, &k.w, mr))?;
@@ -335,10 +386,11 @@ fn conv_x86(
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let out_image = g.maps * g.out_h * g.out_w * 4;
+    let y_image = requantize.map_or(out_image, |r| r.layout.image_bytes());
     let b = &mut *ctx.b;
     kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
         let p_n = kernel::elem_addr(b, planes.ptr, n, g.layout.image_bytes());
-        let y_n = kernel::elem_addr(b, y.ptr, n, out_image);
+        let y_n = kernel::elem_addr(b, y.ptr, n, y_image);
         let r_n = match &residual {
             Some(r) => kernel::elem_addr(b, r.ptr, n, out_image),
             None => b.ins().iconst(PTR, 0),
@@ -354,6 +406,7 @@ fn conv_clif(
     g: &ConvU8Geometry,
     k: &Constants,
     conv: &ConvAttrs,
+    requantize: Option<&Requantize>,
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
     let w = ctx.rodata(pack_weights(g, &k.w, CLIF_MR))?;
@@ -369,17 +422,32 @@ fn conv_clif(
     } else {
         g.wide().next_multiple_of(CLIF_NR)
     };
-    let scratch = if g.compact() { None } else { ctx.scratch };
-    if !g.compact() && scratch.is_none() {
-        return Err("ConvU8S8 needs scratch".into());
-    }
+    let needs_scratch = !g.compact() || requantize.is_some();
+    let scratch = match ctx.scratch {
+        Some(s) => Some(s),
+        None if needs_scratch => return Err("ConvU8S8 needs scratch".into()),
+        None => None,
+    };
     let out_image = g.maps * g.out_h * g.out_w * 4;
     let mut failure = Ok(());
     let b = &mut *ctx.b;
+    // Requantizing, the float32 image goes to scratch (after the wide rows) and is
+    // then quantized into the output planes.
+    let float_image = requantize.map(|_| {
+        let s = scratch.expect("checked");
+        b.ins().iadd_imm_s(s, wide_scratch(g) as i64)
+    });
     kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
         let p_n = kernel::elem_addr(b, planes.ptr, n, g.layout.image_bytes());
-        let y_n = kernel::elem_addr(b, y.ptr, n, out_image);
-        let wide = scratch.unwrap_or(y_n);
+        let y_n = match float_image {
+            Some(f) => f,
+            None => kernel::elem_addr(b, y.ptr, n, out_image),
+        };
+        let wide = if g.compact() {
+            y_n
+        } else {
+            scratch.expect("checked")
+        };
         let tiles = ClifTiles {
             g,
             planes: p_n,
@@ -414,7 +482,14 @@ fn conv_clif(
             let src = kernel::elem_addr(b, wide, src_at, 4);
             (dst, src)
         };
+        let requantize_image = |b: &mut FunctionBuilder| {
+            if let Some(r) = requantize {
+                let planes_n = kernel::elem_addr(b, y.ptr, n, r.layout.image_bytes());
+                quantize_clif(b, y_n, planes_n, &r.layout, 1, r.inv_scale, r.zero_point);
+            }
+        };
         if g.compact() && residual.is_none() && conv.activation == crate::ops::Activation::None {
+            requantize_image(b);
             return;
         }
         kernel::counted_loop(b, 0, g.maps as i64, 1, |b, m| {
@@ -429,6 +504,7 @@ fn conv_clif(
                 }
             });
         });
+        requantize_image(b);
     });
     failure
 }

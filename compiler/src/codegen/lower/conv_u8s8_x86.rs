@@ -19,7 +19,7 @@ use iced_x86::code_asm::*;
 
 use super::conv_u8s8::ConvU8Geometry;
 use super::gemm_x86::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
-use crate::ops::{Activation, PlaneLayout};
+use crate::ops::{Activation, PlaneLayout, Requantize};
 
 /// Maps per register tile.
 pub const MR: usize = 8;
@@ -50,10 +50,30 @@ pub struct ConvSpec {
     compact: bool,
     residual: bool,
     activation: Activation,
+    requantize: Option<RequantSpec>,
+}
+
+/// The output planes of a requantizing convolution (see `quant::requantize`).
+struct RequantSpec {
+    inv_scale: f32,
+    zero_point: u8,
+    /// Bytes of one output quad's planes (stride 1: one phase).
+    quad_bytes: usize,
+    /// Pixel of the planes where wide output pixel 0 goes (top and left padding).
+    offset: usize,
+    quads: usize,
+    /// For planes split in phases (a strided next convolution): per wide pixel, the
+    /// dword it goes to in its quad's planes (scattered); else None (stored whole).
+    scatter: Option<Vec<u32>>,
 }
 
 impl ConvSpec {
-    pub fn new(g: &ConvU8Geometry, activation: Activation, residual: bool) -> ConvSpec {
+    pub fn new(
+        g: &ConvU8Geometry,
+        activation: Activation,
+        residual: bool,
+        requantize: Option<&Requantize>,
+    ) -> ConvSpec {
         let cols = g.layout.cols;
         let wide = g.wide();
         let vectors = wide.div_ceil(LANES);
@@ -83,6 +103,28 @@ impl ConvSpec {
             compact: g.compact(),
             residual,
             activation,
+            requantize: requantize.map(|r| {
+                let l = &r.layout;
+                let scatter = (l.stride != [1, 1]).then(|| {
+                    (0..vectors * LANES)
+                        .map(|n| {
+                            let (oh, ow) = (n / cols, n % cols);
+                            if n >= wide || ow >= g.out_w {
+                                return 0;
+                            }
+                            (l.byte_offset(0, oh + l.pad_top, ow + l.pad_left) / 4) as u32
+                        })
+                        .collect()
+                });
+                RequantSpec {
+                    inv_scale: r.inv_scale,
+                    zero_point: r.zero_point,
+                    quad_bytes: l.phases() * l.plane_pixels() * 4,
+                    offset: l.pad_top * l.cols + l.pad_left,
+                    quads: l.quads(),
+                    scatter,
+                }
+            }),
         }
     }
 }
@@ -98,6 +140,10 @@ const OUT_REG: usize = 26;
 const TMP_REGS: [usize; 3] = [27, 28, 29];
 const BIAS_REG: usize = 24;
 const SCALE_REG: usize = 25;
+/// Requantizing epilogue: a shifted map and the zero point in every byte.
+const SHIFT_REG: usize = 27;
+const ZP_WORD_REG: usize = 28;
+const INDEX_REG: usize = 29;
 
 /// Encodes `u8s8-conv-8x48-avx512vnni` for `s`: arguments `(planes, W, Y, bias, scale,
 /// residual)` (System V), W packed by [`super::conv_u8s8::pack_weights`] for [`MR`].
@@ -107,6 +153,7 @@ pub fn emit_conv(s: &ConvSpec) -> Result<Vec<u8>, String> {
         s,
         consts: Consts { values: vec![] },
         table: a.create_label(),
+        scatter_table: a.create_label(),
     };
     e.function(&mut a)
         .map_err(|err| format!("INT8 conv kernel: {}", err.0))?;
@@ -118,12 +165,16 @@ struct ConvEmitter<'s> {
     s: &'s ConvSpec,
     consts: Consts,
     table: CodeLabel,
+    scatter_table: CodeLabel,
 }
 
 impl ConvEmitter<'_> {
     fn function(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         for r in SAVED {
             a.push(r)?;
+        }
+        if self.s.requantize.is_some() {
+            self.fill_padding(a)?;
         }
         let full_panels = self.s.vectors / NR;
         let rest = self.s.vectors % NR;
@@ -236,8 +287,146 @@ impl ConvEmitter<'_> {
         self.epilogue(a, rows, vecs)
     }
 
+    /// Sets what the requantizing stores do not reach to the zero point: each output
+    /// quad's pixels before the first wide pixel and after the last vector.
+    fn fill_padding(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let rq = s.requantize.as_ref().expect("requantizing");
+        // Scattering, only valid pixels are written: fill everything.
+        let (offset, written_end) = match rq.scatter {
+            Some(_) => (0, 0),
+            None => (rq.offset, (rq.offset + s.vectors * LANES) * 4),
+        };
+        if written_end > rq.quad_bytes {
+            return Err(AsmError("requantized output overruns its planes".into()));
+        }
+        let zp = u32::from_ne_bytes([rq.zero_point; 4]);
+        a.mov(eax, zp as i32)?;
+        a.vpbroadcastd(ZMM[0], eax)?;
+        a.mov(rbx, rdx)?;
+        a.xor(r12d, r12d)?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        for (from, to) in [(0, offset * 4), (written_end, rq.quad_bytes)] {
+            fill_range(a, from, to)?;
+        }
+        a.add(rbx, imm(rq.quad_bytes)?)?;
+        a.inc(r12d)?;
+        a.cmp(r12d, imm(rq.quads)?)?;
+        a.jb(top)?;
+        Ok(())
+    }
+
+    /// The requantizing epilogue: the tile's float32 results (as [`Self::epilogue`]
+    /// computes them, residual read expanded into the wide lanes), quantized, packed
+    /// four maps to a pixel, invalid lanes set to the zero point, stored.
+    fn requantize_epilogue(
+        &mut self,
+        a: &mut CodeAssembler,
+        rows: usize,
+        vecs: usize,
+    ) -> AsmResult<()> {
+        let s = self.s;
+        let rq = s.requantize.as_ref().expect("requantizing");
+        let starts = [r11, rbx, r14];
+        a.mov(rax, r10)?;
+        a.shr(rax, 3)?;
+        a.lea(r15, ptr(self.table))?;
+        a.add(rax, r15)?;
+        for j in 0..vecs {
+            a.kmovw(mask_k(j), word_ptr(rax + imm(8 * j)?))?;
+            a.mov(starts[j].into_32(), dword_ptr(rax + imm(8 * j + 4)?))?;
+            a.shl(starts[j], 2)?;
+        }
+        let row_bytes = s.out_pixels * 4;
+        if s.residual {
+            a.imul_3(r15, r12, imm(row_bytes)?)?;
+            a.add(r15, r9)?;
+        }
+        // rbp: the tile's first output quad at this panel's first wide pixel.
+        a.mov(rbp, r12)?;
+        a.shr(rbp, 2)?;
+        a.imul_3(rbp, rbp, imm(rq.quad_bytes)?)?;
+        a.add(rbp, rdx)?;
+        if rq.scatter.is_none() {
+            a.add(rbp, r10)?;
+        }
+        let v = Vecs {
+            isa: X86Isa::Avx512,
+        };
+        let inv = self.consts.get(a, rq.inv_scale);
+        let zp = self.consts.get(a, rq.zero_point as f32);
+        let zero = self.consts.get(a, 0.0);
+        let top = self.consts.get(a, 255.0);
+        for r in 0..rows {
+            a.vpbroadcastd(ZMM[BIAS_REG], dword_ptr(rcx + r12 * 4 + imm(4 * r)?))?;
+            a.vbroadcastss(ZMM[SCALE_REG], dword_ptr(r8 + r12 * 4 + imm(4 * r)?))?;
+            for j in 0..vecs {
+                let x = acc(r, j);
+                a.vpaddd(ZMM[x], ZMM[x], ZMM[BIAS_REG])?;
+                a.vcvtdq2ps(ZMM[x], ZMM[x])?;
+                a.vmulps(ZMM[x], ZMM[x], ZMM[SCALE_REG])?;
+                if s.residual {
+                    let res = r15 + starts[j] + imm(r * row_bytes)?;
+                    a.vpexpandd(ZMM[OUT_REG].k(mask_k(j)).z(), zmmword_ptr(res))?;
+                    a.vaddps(ZMM[x], ZMM[x], ZMM[OUT_REG])?;
+                }
+                activate(a, &v, &mut self.consts, s.activation, &[x], &TMP_REGS)?;
+                a.vmulps(ZMM[x], ZMM[x], zmmword_ptr(inv))?;
+                a.vaddps(ZMM[x], ZMM[x], zmmword_ptr(zp))?;
+                // vmaxps returns its second operand when the first is NaN: NaN → 0.
+                a.vmaxps(ZMM[x], ZMM[x], zmmword_ptr(zero))?;
+                a.vminps(ZMM[x], ZMM[x], zmmword_ptr(top))?;
+                a.vcvtps2dq(ZMM[x], ZMM[x])?;
+            }
+        }
+        if rq.scatter.is_some() {
+            // r14: this panel's scatter indices (the residual is read by now).
+            a.lea(r14, ptr(self.scatter_table))?;
+            a.add(r14, r10)?;
+        }
+        let zp_bytes = u32::from_ne_bytes([rq.zero_point; 4]);
+        let zp_word = self.consts.get(a, f32::from_bits(zp_bytes));
+        a.vmovups(ZMM[ZP_WORD_REG], zmmword_ptr(zp_word))?;
+        for quad in 0..rows.div_ceil(4) {
+            let present = (rows - 4 * quad).min(4);
+            for j in 0..vecs {
+                let out = ZMM[OUT_REG];
+                a.vmovdqa32(out, ZMM[acc(4 * quad, j)])?;
+                for byte in 1..present {
+                    let t = ZMM[SHIFT_REG];
+                    a.vpslld(t, ZMM[acc(4 * quad + byte, j)], (8 * byte) as i32)?;
+                    a.vpord(out, out, t)?;
+                }
+                if present < 4 {
+                    // Channels past the maps hold the zero point, as QuantizeToPlanes
+                    // writes them (their weights are zero either way).
+                    let missing =
+                        (present..4).fold(0u32, |m, b| m | u32::from(rq.zero_point) << (8 * b));
+                    let c = self.consts.get(a, f32::from_bits(missing));
+                    a.vpord(out, out, zmmword_ptr(c))?;
+                }
+                if rq.scatter.is_some() {
+                    // vpscatterdd clears its mask as it goes: a copy.
+                    a.kmovw(k7, mask_k(j))?;
+                    a.vmovdqu32(ZMM[INDEX_REG], zmmword_ptr(r14 + imm(j * 64)?))?;
+                    let at = rbp + ZMM[INDEX_REG] * 4 + imm(quad * rq.quad_bytes)?;
+                    a.vpscatterdd(zmmword_ptr(at).k7(), out)?;
+                    continue;
+                }
+                a.vpblendmd(out.k(mask_k(j)), ZMM[ZP_WORD_REG], out)?;
+                let at = rbp + imm(quad * rq.quad_bytes + j * 64 + rq.offset * 4)?;
+                a.vmovdqu32(zmmword_ptr(at), out)?;
+            }
+        }
+        Ok(())
+    }
+
     fn epilogue(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
         let s = self.s;
+        if s.requantize.is_some() {
+            return self.requantize_epilogue(a, rows, vecs);
+        }
         let starts = [r11, rbx, r14];
         // rax: this panel's entries in the column table (8 bytes per vector, 3 vectors
         // per panel: r10 / 8).
@@ -309,8 +498,39 @@ impl ConvEmitter<'_> {
         // Whole panels read three entries.
         words.resize(words.len() + 2 * NR, 0);
         a.dd(&words)?;
+        if let Some(t) = self.s.requantize.as_ref().and_then(|r| r.scatter.as_ref()) {
+            a.set_label(&mut self.scatter_table)?;
+            a.dd(t)?;
+        }
         Ok(())
     }
+}
+
+/// Stores `zmm0` over bytes `from .. to` of rbx (multiples of 4): whole vectors, then
+/// a masked one. Clobbers rax, r11 and k7.
+fn fill_range(a: &mut CodeAssembler, from: usize, to: usize) -> AsmResult<()> {
+    if to <= from {
+        return Ok(());
+    }
+    let whole = (to - from) / 64;
+    if whole > 0 {
+        a.lea(rax, qword_ptr(rbx + imm(from)?))?;
+        a.lea(r11, qword_ptr(rbx + imm(from + whole * 64)?))?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        a.vmovdqu32(zmmword_ptr(rax), ZMM[0])?;
+        a.add(rax, 64)?;
+        a.cmp(rax, r11)?;
+        a.jb(top)?;
+    }
+    let rest = (to - from) % 64 / 4;
+    if rest > 0 {
+        a.mov(eax, ((1u32 << rest) - 1) as i32)?;
+        a.kmovw(k7, eax)?;
+        let at = rbx + imm(from + whole * 64)?;
+        a.vmovdqu32(zmmword_ptr(at).k7(), ZMM[0])?;
+    }
+    Ok(())
 }
 
 /// Opmask of the valid lanes of vector j (k1..k3) and of its compressed store (k4..k6).

@@ -127,12 +127,21 @@ impl LowerCtx<'_, '_> {
 }
 
 /// Arena scratch bytes a node needs besides its inputs and outputs.
-pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
+pub fn scratch_bytes(
+    op: &Op,
+    inputs: &[Option<TensorType>],
+    outputs: &[TensorType],
+    target: &Target,
+) -> usize {
     match op {
         Op::Conv(c) => conv::scratch_bytes(c, inputs, outputs),
         Op::Pool(p) => pool::scratch_bytes(p, inputs),
         Op::MatMulInteger | Op::ConvInteger(_) => quant::scratch_bytes(op, inputs, outputs),
-        Op::ConvU8S8 { conv, planes } => conv_u8s8::scratch_bytes(conv, planes, &outputs[0]),
+        Op::ConvU8S8 {
+            conv,
+            planes,
+            requantize,
+        } => conv_u8s8::scratch_bytes(conv, planes, &outputs[0], requantize.as_ref(), target),
         _ => 0,
     }
 }
@@ -177,6 +186,10 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::MatMulInteger => quant::matmul_integer(ctx),
         Op::ConvInteger(c) => quant::conv_integer(ctx, c),
         Op::QuantizeToPlanes(layout) => conv_u8s8::quantize_to_planes(ctx, layout),
-        Op::ConvU8S8 { conv, planes } => conv_u8s8::conv_u8s8(ctx, conv, planes),
+        Op::ConvU8S8 {
+            conv,
+            planes,
+            requantize,
+        } => conv_u8s8::conv_u8s8(ctx, conv, planes, requantize.as_ref()),
     }
 }
