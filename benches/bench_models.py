@@ -15,10 +15,10 @@ hits both engines alike. tract is timed in-process by `cargo bench --bench model
 switch in the environment and times it in the same rounds, printing its ms and its ratio
 to the default build: an A/B of one change inside whole models that machine drift
 cannot fake. A variant that starts with `--` is an `nnc compile` option instead
-(`--variant=--quantize=fp16`). `--clock cpu` (default) times the calling thread's CPU time, which
+(`--variant=--quantize=fp16`); `--nnc-args "..."` adds options to every nnc build. `--clock cpu` (default) times the calling thread's CPU time, which
 onnxruntime with one intra-op thread also runs on; `wall` times elapsed time.
 """
-import argparse, ctypes, glob, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, ctypes, glob, json, os, shlex, statistics, subprocess, sys, tempfile, time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,6 +80,9 @@ def main():
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     ap.add_argument("--variant", action="append", default=[], metavar="ENV=VALUE",
                     help="also time a build compiled with this environment variable set")
+    ap.add_argument("--nnc-args", default="",
+                    help="more `nnc compile` options for every nnc build (one string), e.g. "
+                         "\"--quantize int8 --calibration calib.npy\"")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
@@ -102,7 +105,8 @@ def main():
             models = []
             for i, (env, flags) in enumerate([({}, [])] + variants):
                 lib = os.path.join(tmp, f"lib{name}.{i}.so")
-                r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib] + flags,
+                r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib]
+                                   + shlex.split(args.nnc_args) + flags,
                                    capture_output=True, text=True, env={**os.environ, **env})
                 if r.returncode != 0:
                     print(f"{name}: compile failed: {r.stderr.strip()}")

@@ -51,6 +51,13 @@ pub struct ConvSpec {
     residual: bool,
     activation: Activation,
     requantize: Option<RequantSpec>,
+    /// Loop order: map tiles outermost (each tile's weights read once, the planes once
+    /// per tile) or column panels outermost (the planes read once, all the weights
+    /// once per panel). Tiles go outermost when streaming the weights once per panel
+    /// would move more bytes than reading the planes once per tile: ResNet's deep
+    /// layers (2.4 MB of weights, 7×7 outputs in 2 panels). `NNC_INT8_ORDER=tiles|panels`
+    /// forces one, for measurements.
+    tiles_outer: bool,
 }
 
 /// The output planes of a requantizing convolution (see `quant::requantize`).
@@ -103,6 +110,16 @@ impl ConvSpec {
             compact: g.compact(),
             residual,
             activation,
+            tiles_outer: {
+                let weights = g.maps.next_multiple_of(MR) * g.taps.len() * g.k_quads() * 4;
+                let panels = vectors.div_ceil(NR);
+                let tiles = g.maps.div_ceil(MR);
+                match std::env::var("NNC_INT8_ORDER").as_deref() {
+                    Ok("tiles") => true,
+                    Ok("panels") => false,
+                    _ => weights * panels > g.layout.image_bytes() * tiles,
+                }
+            },
             requantize: requantize.map(|r| {
                 let l = &r.layout;
                 let scatter = (l.stride != [1, 1]).then(|| {
@@ -176,20 +193,10 @@ impl ConvEmitter<'_> {
         if self.s.requantize.is_some() {
             self.fill_padding(a)?;
         }
-        let full_panels = self.s.vectors / NR;
-        let rest = self.s.vectors % NR;
-        // r10: byte offset of the panel's first wide pixel.
-        a.xor(r10d, r10d)?;
-        if full_panels > 0 {
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            self.panel(a, NR)?;
-            a.add(r10, imm(NR * LANES * 4)?)?;
-            a.cmp(r10, imm(full_panels * NR * LANES * 4)?)?;
-            a.jb(top)?;
-        }
-        if rest > 0 {
-            self.panel(a, rest)?;
+        if self.s.tiles_outer {
+            self.tiles_outer(a)?;
+        } else {
+            self.panels(a, &mut |e, a, vecs| e.panel(a, vecs))?;
         }
         for r in SAVED.iter().rev() {
             a.pop(*r)?;
@@ -197,6 +204,53 @@ impl ConvEmitter<'_> {
         a.vzeroupper()?;
         a.ret()?;
         self.data(a)
+    }
+
+    /// `body(vecs)` for each column panel, r10 = the byte offset of its first wide pixel.
+    fn panels(
+        &mut self,
+        a: &mut CodeAssembler,
+        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        let full_panels = self.s.vectors / NR;
+        let rest = self.s.vectors % NR;
+        a.xor(r10d, r10d)?;
+        if full_panels > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            body(self, a, NR)?;
+            a.add(r10, imm(NR * LANES * 4)?)?;
+            a.cmp(r10, imm(full_panels * NR * LANES * 4)?)?;
+            a.jb(top)?;
+        }
+        if rest > 0 {
+            body(self, a, rest)?;
+        }
+        Ok(())
+    }
+
+    /// Map tiles outermost, each over every panel: its weights stay in L1 while the
+    /// planes (small here) come from L2 (see [`ConvSpec::tiles_outer`]).
+    fn tiles_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let full_tiles = s.maps / MR;
+        let tile_bytes = s.tap_offsets.len() * s.quads * MR * 4;
+        a.xor(r12d, r12d)?;
+        a.mov(r13, rsi)?;
+        if full_tiles > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.panels(a, &mut |e, a, vecs| e.tile(a, MR, vecs))?;
+            a.add(r12, imm(MR)?)?;
+            a.add(r13, imm(tile_bytes)?)?;
+            a.cmp(r12, imm(full_tiles * MR)?)?;
+            a.jb(top)?;
+        }
+        if s.maps % MR > 0 {
+            let rows = s.maps % MR;
+            self.panels(a, &mut |e, a, vecs| e.tile(a, rows, vecs))?;
+        }
+        Ok(())
     }
 
     /// Every map tile over the panel at r10, `vecs` vectors wide.
