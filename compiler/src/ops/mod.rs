@@ -142,13 +142,13 @@ pub enum Op {
     /// value); `q = round_half_even(min(max(x · inv_scale + zp, 0), 255))` computed in
     /// float32 (a NaN becomes 0); pad positions hold the zero point.
     QuantizeToPlanes(PlaneLayout),
-    /// nnc's INT8 convolution (group 1): inputs the planes of `QuantizeToPlanes`, int8
-    /// weights `[M, C, kh, kw]`, int32 bias `[M]`, an optional float32 residual shaped
-    /// like the output, the float32 output scale `[M]` and the planes' zero point
-    /// (uint8, one value). `y = activation(float32(Σ (q − zp)·w + bias) · scale[m]
-    /// + residual)`, float32 `[N, M, Ho, Wo]`; with `requantize`, that result
-    /// quantized straight into the next convolution's planes (what `QuantizeToPlanes`
-    /// would make of it), uint8.
+    /// nnc's INT8 convolution (group 1, or depthwise with weights `[M, 1, kh, kw]`):
+    /// inputs the planes of `QuantizeToPlanes`, int8 weights `[M, C, kh, kw]`, int32
+    /// bias `[M]`, an optional float32 residual shaped like the output, the float32
+    /// output scale `[M]` and the planes' zero point (uint8, one value). The result,
+    /// `activation(float32(Σ (q − zp)·w + bias) · scale[m] + residual)`, is float32
+    /// `[N, M, Ho, Wo]`; with `requantize`, it is quantized straight into the next
+    /// convolution's planes (what `QuantizeToPlanes` would make of it), uint8.
     ConvU8S8 {
         conv: ConvAttrs,
         planes: PlaneLayout,

@@ -246,7 +246,7 @@ impl ConvEmitter<'_> {
             a.cmp(r12, imm(full_tiles * MR)?)?;
             a.jb(top)?;
         }
-        if s.maps % MR > 0 {
+        if !s.maps.is_multiple_of(MR) {
             let rows = s.maps % MR;
             self.panels(a, &mut |e, a, vecs| e.tile(a, rows, vecs))?;
         }
@@ -270,7 +270,7 @@ impl ConvEmitter<'_> {
             a.cmp(r12, imm(full_tiles * MR)?)?;
             a.jb(top)?;
         }
-        if s.maps % MR > 0 {
+        if !s.maps.is_multiple_of(MR) {
             self.tile(a, s.maps % MR, vecs)?;
         }
         Ok(())
@@ -341,6 +341,27 @@ impl ConvEmitter<'_> {
         self.epilogue(a, rows, vecs)
     }
 
+    /// Loads the column table's entries of this panel's `vecs` vectors: each one's
+    /// valid lanes into k1..k3 and its first output pixel's byte offset into r11, rbx,
+    /// r14 (returned). rax: the entries (8 bytes per vector, 3 per panel: r10 / 8).
+    fn load_columns(
+        &mut self,
+        a: &mut CodeAssembler,
+        vecs: usize,
+    ) -> AsmResult<[AsmRegister64; NR]> {
+        let starts = [r11, rbx, r14];
+        a.mov(rax, r10)?;
+        a.shr(rax, 3)?;
+        a.lea(r15, ptr(self.table))?;
+        a.add(rax, r15)?;
+        for (j, &start) in starts.iter().enumerate().take(vecs) {
+            a.kmovw(mask_k(j), word_ptr(rax + imm(8 * j)?))?;
+            a.mov(start.into_32(), dword_ptr(rax + imm(8 * j + 4)?))?;
+            a.shl(start, 2)?;
+        }
+        Ok(starts)
+    }
+
     /// Sets what the requantizing stores do not reach to the zero point: each output
     /// quad's pixels before the first wide pixel and after the last vector.
     fn fill_padding(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
@@ -382,16 +403,7 @@ impl ConvEmitter<'_> {
     ) -> AsmResult<()> {
         let s = self.s;
         let rq = s.requantize.as_ref().expect("requantizing");
-        let starts = [r11, rbx, r14];
-        a.mov(rax, r10)?;
-        a.shr(rax, 3)?;
-        a.lea(r15, ptr(self.table))?;
-        a.add(rax, r15)?;
-        for j in 0..vecs {
-            a.kmovw(mask_k(j), word_ptr(rax + imm(8 * j)?))?;
-            a.mov(starts[j].into_32(), dword_ptr(rax + imm(8 * j + 4)?))?;
-            a.shl(starts[j], 2)?;
-        }
+        let starts = self.load_columns(a, vecs)?;
         let row_bytes = s.out_pixels * 4;
         if s.residual {
             a.imul_3(r15, r12, imm(row_bytes)?)?;
@@ -415,13 +427,13 @@ impl ConvEmitter<'_> {
         for r in 0..rows {
             a.vpbroadcastd(ZMM[BIAS_REG], dword_ptr(rcx + r12 * 4 + imm(4 * r)?))?;
             a.vbroadcastss(ZMM[SCALE_REG], dword_ptr(r8 + r12 * 4 + imm(4 * r)?))?;
-            for j in 0..vecs {
+            for (j, &start) in starts.iter().enumerate().take(vecs) {
                 let x = acc(r, j);
                 a.vpaddd(ZMM[x], ZMM[x], ZMM[BIAS_REG])?;
                 a.vcvtdq2ps(ZMM[x], ZMM[x])?;
                 a.vmulps(ZMM[x], ZMM[x], ZMM[SCALE_REG])?;
                 if s.residual {
-                    let res = r15 + starts[j] + imm(r * row_bytes)?;
+                    let res = r15 + start + imm(r * row_bytes)?;
                     a.vpexpandd(ZMM[OUT_REG].k(mask_k(j)).z(), zmmword_ptr(res))?;
                     a.vaddps(ZMM[x], ZMM[x], ZMM[OUT_REG])?;
                 }
@@ -481,18 +493,7 @@ impl ConvEmitter<'_> {
         if s.requantize.is_some() {
             return self.requantize_epilogue(a, rows, vecs);
         }
-        let starts = [r11, rbx, r14];
-        // rax: this panel's entries in the column table (8 bytes per vector, 3 vectors
-        // per panel: r10 / 8).
-        a.mov(rax, r10)?;
-        a.shr(rax, 3)?;
-        a.lea(r15, ptr(self.table))?;
-        a.add(rax, r15)?;
-        for j in 0..vecs {
-            a.kmovw(mask_k(j), word_ptr(rax + imm(8 * j)?))?;
-            a.mov(starts[j].into_32(), dword_ptr(rax + imm(8 * j + 4)?))?;
-            a.shl(starts[j], 2)?;
-        }
+        let starts = self.load_columns(a, vecs)?;
         if !s.compact {
             // Store masks: the first popcount(mask) lanes.
             for j in 0..vecs {
@@ -517,7 +518,7 @@ impl ConvEmitter<'_> {
         for r in 0..rows {
             a.vpbroadcastd(ZMM[BIAS_REG], dword_ptr(rcx + r12 * 4 + imm(4 * r)?))?;
             a.vbroadcastss(ZMM[SCALE_REG], dword_ptr(r8 + r12 * 4 + imm(4 * r)?))?;
-            for j in 0..vecs {
+            for (j, &start) in starts.iter().enumerate().take(vecs) {
                 let x = acc(r, j);
                 a.vpaddd(ZMM[x], ZMM[x], ZMM[BIAS_REG])?;
                 a.vcvtdq2ps(ZMM[x], ZMM[x])?;
@@ -529,9 +530,9 @@ impl ConvEmitter<'_> {
                     a.vpcompressd(ZMM[OUT_REG].k(mask_k(j)).z(), ZMM[x])?;
                     store_k(j)
                 };
-                let at = rbp + starts[j] + imm(r * row_bytes)?;
+                let at = rbp + start + imm(r * row_bytes)?;
                 if s.residual {
-                    let res = r15 + starts[j] + imm(r * row_bytes)?;
+                    let res = r15 + start + imm(r * row_bytes)?;
                     a.vaddps(ZMM[OUT_REG].k(k), ZMM[OUT_REG], zmmword_ptr(res))?;
                 }
                 activate(a, &v, &mut self.consts, s.activation, &[OUT_REG], &TMP_REGS)?;
@@ -708,7 +709,7 @@ fn quantize_function(
         a.cmp(rax, rcx)?;
         a.jb(top)?;
     }
-    if fill % 64 > 0 {
+    if !fill.is_multiple_of(64) {
         a.mov(ecx, ((1u32 << (fill % 64 / 4)) - 1) as i32)?;
         a.kmovw(k1, ecx)?;
         a.vmovdqu32(zmmword_ptr(rax).k1(), ZMM[0])?;
@@ -740,7 +741,7 @@ fn quantize_function(
         a.cmp(r12d, imm(full_quads)?)?;
         a.jb(top)?;
     }
-    if l.channels % 4 > 0 {
+    if !l.channels.is_multiple_of(4) {
         q.quad(a, l.channels % 4)?;
     }
     for r in SAVED.iter().rev() {
