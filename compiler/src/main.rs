@@ -394,6 +394,7 @@ fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
             plan.arena_size, plan.lower_bound
         );
         println!("unsupported: none");
+        print_int8_plan(&optimized);
     } else {
         println!("unsupported ({}):", imported.unsupported.len());
         for u in &imported.unsupported {
@@ -401,6 +402,72 @@ fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What runs on integer kernels and what in float32: integer ops the model already has
+/// (pre-quantized QDQ / QLinear models, after the qdq pass), the layers
+/// `--quantize int8` would quantize and on which kernel, and every other computing node,
+/// which runs in float32 between dequantize and quantize steps.
+fn print_int8_plan(g: &nnc::ir::Graph) {
+    use nnc::ops::Op;
+    use std::collections::BTreeMap;
+    let layers = nnc::quant::int8::candidates(g, &[]);
+    let is_integer = |op: &Op| {
+        matches!(
+            op,
+            Op::ConvInteger(_)
+                | Op::MatMulInteger
+                | Op::ConvU8S8 { .. }
+                | Op::QuantizeToPlanes(_)
+                | Op::QuantizeLinear { .. }
+                | Op::DequantizeLinear { .. }
+        )
+    };
+    let mut present: BTreeMap<String, usize> = BTreeMap::new();
+    for n in g.nodes.iter().filter(|n| is_integer(&n.op)) {
+        *present.entry(n.op.name()).or_default() += 1;
+    }
+    let mut planned: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &layers {
+        let n = g
+            .nodes
+            .iter()
+            .find(|n| n.name == l.node && n.outputs[0] == l.output);
+        if let Some(n) = n {
+            let kernel = nnc::quant::int8::integer_op_of(g, n);
+            *planned.entry(format!("{} -> {kernel}", l.op)).or_default() += 1;
+        }
+    }
+    let list = |m: &BTreeMap<String, usize>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("int8:");
+    if !present.is_empty() {
+        println!("  integer ops in the model: {}", list(&present));
+    }
+    println!(
+        "  --quantize int8 puts {} layers on integer kernels{}{}",
+        layers.len(),
+        if planned.is_empty() { "" } else { ": " },
+        list(&planned)
+    );
+    let quantized: Vec<&str> = layers.iter().map(|l| l.node.as_str()).collect();
+    let float: Vec<_> = g
+        .nodes
+        .iter()
+        .filter(|n| !is_integer(&n.op) && !matches!(n.op, Op::Reshape { .. }))
+        .filter(|n| !quantized.contains(&n.name.as_str()))
+        .collect();
+    println!(
+        "  float32 (no integer kernel; between dequantize and quantize steps): {} nodes",
+        float.len()
+    );
+    for n in float {
+        println!("    node '{}' ({})", n.name, n.op.name());
+    }
 }
 
 fn main() -> ExitCode {

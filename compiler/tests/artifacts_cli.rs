@@ -294,6 +294,36 @@ fn inspect_reports_the_compiled_memory_plan() {
     }
 }
 
+/// `nnc inspect` says which layers `--quantize int8` puts on integer kernels and which
+/// nodes stay in float32.
+#[test]
+fn inspect_lists_the_int8_kernels_and_the_float32_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("cnn.onnx");
+    std::fs::write(&model, models::cnn(3).0).unwrap();
+    let out = nnc().arg("inspect").arg(&model).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    // cnn: two dense convs and a depthwise one (fused kernels) and a Gemm.
+    assert!(
+        stdout.contains("--quantize int8 puts 4 layers on integer kernels: Conv -> ConvU8S8 3, Gemm -> MatMulInteger 1"),
+        "{stdout}"
+    );
+    let float_line = stdout
+        .lines()
+        .find(|l| l.contains("float32 (no integer kernel"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    for op in ["Pool", "Softmax"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with("node '") && l.ends_with(&format!("({op})"))),
+            "{op} not listed: {stdout}"
+        );
+    }
+    assert!(!float_line.contains(" 0 nodes"), "{stdout}");
+}
+
 /// `--quantize fp16` makes a smaller library that still loads, and the flag's misuse is
 /// refused with one clear error and no output: `--quantize int8` without
 /// `--calibration`, `--calibration` without int8, an unknown value.

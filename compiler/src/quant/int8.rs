@@ -47,6 +47,15 @@ pub fn candidates(graph: &Graph, keep_fp32: &[String]) -> Vec<Layer> {
         .collect()
 }
 
+/// The integer op `--quantize int8` computes the candidate layer `n` with.
+pub fn integer_op_of(graph: &Graph, n: &Node) -> &'static str {
+    match &n.op {
+        Op::Conv(_) if conv_u8s8_layout(graph, n).is_some() => "ConvU8S8",
+        Op::Conv(_) => "ConvInteger",
+        _ => "MatMulInteger",
+    }
+}
+
 /// The layer's float32 weights as `[out channels][k]` rows (Conv: `[M][C·kh·kw]`;
 /// Gemm/MatMul: B's columns), if the node is one this pass handles.
 fn weights_of(graph: &Graph, n: &Node) -> Option<Vec<Vec<f32>>> {
