@@ -2,11 +2,18 @@
 """Compiles reference models with nnc and compares the artifacts' outputs with saved
 reference outputs (max |error| / max |reference| per output).
 
-usage: check_models.py MODELS_DIR [--target x86_64|aarch64] [--models a,b,...]
-                       [--quantize fp16] [--tolerance T]
+usage: check_models.py MODELS_DIR [--target x86_64|aarch64] [--cpu CPU] [--models a,b,...]
+                       [--quantize fp16|int8 [--calibration PATH]] [--against-x86]
+                       [--tolerance T]
 
 With --quantize the artifact is compiled quantized and its size is also reported as a
-fraction of the float32 artifact's (compiled alongside).
+fraction of the float32 artifact's (compiled alongside). int8 needs --calibration
+(a path; `{model}` in it is replaced by the model's name); its error against the
+float32 reference outputs is reported but not judged.
+
+--against-x86 (with --target aarch64) also compiles the same model for the host
+(x86-64) and compares the two libraries' outputs: the quantized libraries must give
+the same outputs on both (integer paths exactly, float tails within --tolerance).
 
 MODELS_DIR holds MODEL.onnx with MODEL.input.NAME.npy / MODEL.output.NAME.npy pairs.
 x86_64 loads each .so in this process (ctypes); aarch64 runs it under qemu-aarch64
@@ -66,8 +73,14 @@ def main():
     ap.add_argument("--target", default="x86_64")
     ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_1,vit_tiny_l4_d256,minibert_l4_d256,digits_cnn")
     ap.add_argument("--tolerance", type=float, default=1e-4)
-    ap.add_argument("--quantize", choices=["fp16"], help="compile with nnc --quantize")
+    ap.add_argument("--quantize", choices=["fp16", "int8"], help="compile with nnc --quantize")
+    ap.add_argument("--calibration", help="nnc --calibration for int8 ({model} is replaced)")
+    ap.add_argument("--cpu", help="nnc --cpu")
+    ap.add_argument("--against-x86", action="store_true",
+                    help="with --target aarch64: compare with the same model compiled for x86-64")
     args = ap.parse_args()
+    if args.quantize == "int8" and not args.calibration:
+        ap.error("--quantize int8 needs --calibration")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_harness(tmp) if args.target == "aarch64" else None
@@ -76,7 +89,10 @@ def main():
             lib = os.path.join(tmp, f"lib{name}.so")
             t0 = time.time()
             extra = ["--quantize", args.quantize] if args.quantize else []
-            r = subprocess.run([NNC, "compile", onnx_path, "--target", args.target, "-o", lib] + extra, capture_output=True, text=True)
+            if args.quantize == "int8":
+                extra += ["--calibration", args.calibration.replace("{model}", name)]
+            cpu = ["--cpu", args.cpu] if args.cpu else []
+            r = subprocess.run([NNC, "compile", onnx_path, "--target", args.target, "-o", lib] + cpu + extra, capture_output=True, text=True)
             secs = time.time() - t0
             if r.returncode != 0:
                 print(f"{name}: compile failed: {r.stderr.strip()}"); failed += 1; continue
@@ -91,11 +107,25 @@ def main():
                 got = run_aarch64(exe, lib, onnx_path, inputs, os.path.join(tmp, name))
             else:
                 got, _keep = run_x86(lib, inputs)
+            judged = args.quantize != "int8"
             for out_name, ref in sorted(expected.items()):
                 err = rel_err(got[out_name], ref)
-                ok = err <= args.tolerance
+                ok = err <= args.tolerance or not judged
                 failed += not ok
-                print(f"{name}: {args.target} compile {secs:.2f} s, {size}, output {out_name}: rel err {err:.2e} {'ok' if ok else 'FAIL'}")
+                verdict = ("ok" if ok else "FAIL") if judged else "(int8, not judged)"
+                print(f"{name}: {args.target} compile {secs:.2f} s, {size}, output {out_name}: rel err {err:.2e} {verdict}")
+            if args.against_x86 and args.target == "aarch64":
+                host_lib = os.path.join(tmp, f"lib{name}_x86.so")
+                subprocess.run([NNC, "compile", onnx_path, "-o", host_lib] + extra, capture_output=True, check=True)
+                host, _keep = run_x86(host_lib, inputs)
+                for out_name in sorted(expected):
+                    a, b = host[out_name], got[out_name]
+                    same = int((a == b).sum())
+                    err = rel_err(b, a)
+                    ok = err <= args.tolerance
+                    failed += not ok
+                    print(f"{name}: aarch64 vs x86-64 output {out_name}: {same} of {a.size} identical, "
+                          f"max |diff| / max |x86| {err:.2e} {'ok' if ok else 'FAIL'}")
     print(f"models: {failed} failed")
     sys.exit(1 if failed else 0)
 
