@@ -82,7 +82,7 @@ def main():
                     help="also time a build compiled with this environment variable set")
     ap.add_argument("--nnc-args", default="",
                     help="more `nnc compile` options for every nnc build (one string), e.g. "
-                         "\"--quantize int8 --calibration calib.npy\"")
+                         "\"--quantize int8 --calibration calib/{model}.npy\" ({model}: the model's name)")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
@@ -106,7 +106,7 @@ def main():
             for i, (env, flags) in enumerate([({}, [])] + variants):
                 lib = os.path.join(tmp, f"lib{name}.{i}.so")
                 r = subprocess.run([NNC, "compile", onnx_path, "--cpu", args.cpu, "-o", lib]
-                                   + shlex.split(args.nnc_args) + flags,
+                                   + shlex.split(args.nnc_args.replace("{model}", name)) + flags,
                                    capture_output=True, text=True, env={**os.environ, **env})
                 if r.returncode != 0:
                     print(f"{name}: compile failed: {r.stderr.strip()}")
