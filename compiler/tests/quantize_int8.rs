@@ -362,3 +362,53 @@ fn min_sqnr_keeps_the_most_sensitive_layers_in_float32() {
     assert!(none.quantized.is_empty(), "{none}");
     assert_eq!(none.kept_for_sqnr.len(), none.candidates);
 }
+
+/// onnxruntime's com.microsoft QLinearAdd, QLinearMul (broadcast) and
+/// QLinearGlobalAveragePool: nnc's outputs within one quantization step of
+/// onnxruntime's, and mostly identical.
+#[test]
+fn onnxruntime_qlinear_elementwise_ops_match_onnxruntime() {
+    let has_ort = Command::new("python3")
+        .args(["-c", "import onnxruntime, onnx, numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_ort {
+        tools::skip("python3 with onnxruntime and onnx is needed for the QLinear ops' reference");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/ort_qlinear.py");
+    tools::run(Command::new("python3").arg(&script).arg(dir.path()));
+    let passes = PassManager::from_list("default").unwrap();
+    let compiled = driver::compile_model_with(
+        &dir.path().join("model.onnx"),
+        &ImportOptions::default(),
+        &options(),
+        &passes,
+    )
+    .unwrap();
+    let g = &compiled.graph;
+    let load = |n: &str| nnc::npy::read(&dir.path().join(format!("{n}.npy"))).unwrap();
+    let got = Compiled::new(g)
+        .unwrap()
+        .run(g, &[load("a"), load("b")])
+        .unwrap();
+    for (i, name) in ["add", "mul", "gap"].iter().enumerate() {
+        let want = load(name).to_i64_vec();
+        let have = got[i].to_i64_vec();
+        assert_eq!(want.len(), have.len(), "{name}");
+        let off = want.iter().zip(&have).filter(|(a, b)| a != b).count();
+        let worst = want
+            .iter()
+            .zip(&have)
+            .map(|(a, b)| (a - b).abs())
+            .max()
+            .unwrap();
+        assert!(worst <= 1, "{name}: off by up to {worst}");
+        assert!(
+            off * 20 <= want.len(),
+            "{name}: {off} of {} differ",
+            want.len()
+        );
+    }
+}

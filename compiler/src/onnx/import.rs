@@ -207,14 +207,14 @@ impl GraphBuilder {
                 }
             }
         }
-        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
-            return self.unsupported(
-                node,
-                &name,
-                format!("domain '{}' is not supported", node.domain),
-            );
-        }
-        let Some(import) = super::ops::importer(&node.op_type) else {
+        let import = match node.domain.as_str() {
+            "" | "ai.onnx" => super::ops::importer(&node.op_type),
+            "com.microsoft" => super::ops::microsoft_importer(&node.op_type),
+            other => {
+                return self.unsupported(node, &name, format!("domain '{other}' is not supported"));
+            }
+        };
+        let Some(import) = import else {
             return self.unsupported(node, &name, "no such operator in nnc".to_string());
         };
         let attrs = Attributes::new(&node.attribute);

@@ -15,6 +15,18 @@ use super::import::{ImportResult, NodeCtx};
 
 pub type Importer = fn(&mut NodeCtx) -> ImportResult;
 
+/// The importer for an op of onnxruntime's `com.microsoft` domain, if nnc supports it:
+/// the quantized ops of onnxruntime's QOperator format that its quantizer writes
+/// between QLinearConv / QLinearMatMul layers.
+pub fn microsoft_importer(op_type: &str) -> Option<Importer> {
+    let f: Importer = match op_type {
+        "QLinearAdd" | "QLinearMul" => quant::qlinear_binary,
+        "QLinearGlobalAveragePool" => quant::qlinear_global_average_pool,
+        _ => return None,
+    };
+    Some(f)
+}
+
 /// The importer for an ONNX op type of the default domain, if nnc supports it.
 pub fn importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {

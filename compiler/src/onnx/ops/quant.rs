@@ -4,7 +4,9 @@
 //! float32, times `a_scale · b_scale / y_scale`, then QuantizeLinear with scale 1 and
 //! the output zero point, which rounds half to even and saturates as ONNX specifies.
 //! The integer products therefore run on nnc's integer GEMM, never in float.
-//! DynamicQuantizeLinear decomposes into its ONNX function body.
+//! DynamicQuantizeLinear decomposes into its ONNX function body. onnxruntime's
+//! `com.microsoft` QLinearAdd, QLinearMul and QLinearGlobalAveragePool run in float32
+//! between a dequantize and a quantize step, as their definitions read.
 
 use super::elementwise::scalar_of;
 use super::nn::conv_attrs;
@@ -219,5 +221,74 @@ pub fn dynamic_quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
         vec![Some(x), Some(scale), Some(zp)],
     )?;
     ctx.bind_outputs(&[y, scale, zp]);
+    Ok(())
+}
+
+/// `DequantizeLinear(x, scale, zp)` of inputs `x_at`, `x_at + 1`, `x_at + 2` (the zero
+/// point optional), per tensor.
+fn dequantized(ctx: &mut NodeCtx, x_at: usize) -> ImportResult<ValueId> {
+    let ins = vec![
+        Some(ctx.required(x_at)?),
+        Some(f32_scale(ctx, x_at + 1)?),
+        ctx.input(x_at + 2),
+    ];
+    ctx.emit1(Op::DequantizeLinear { axis: 0 }, ins)
+}
+
+/// `QuantizeLinear(y, scale, zp)` of inputs `scale_at`, `scale_at + 1`, to the type of
+/// input `like` (uint8 or int8).
+fn quantized(ctx: &mut NodeCtx, y: ValueId, scale_at: usize, like: usize) -> ImportResult<ValueId> {
+    let to = ctx.input_ty(like)?.dtype;
+    let scale = f32_scale(ctx, scale_at)?;
+    let zp = match ctx.input(scale_at + 1) {
+        Some(zp) => zp,
+        None => ctx.constant_value("zero_point", scalar_of(to, 0.0)),
+    };
+    ctx.emit1(
+        Op::QuantizeLinear { axis: 0, to },
+        vec![Some(y), Some(scale), Some(zp)],
+    )
+}
+
+/// com.microsoft QLinearAdd / QLinearMul(A, A_scale, A_zp, B, B_scale, B_zp, C_scale,
+/// C_zp): `C = quantize((dequantize(A) op dequantize(B)), C_scale, C_zp)`, with
+/// broadcasting, computed in float32 between the dequantize and quantize steps.
+pub fn qlinear_binary(ctx: &mut NodeCtx) -> ImportResult {
+    let op = match ctx.node.op_type.as_str() {
+        "QLinearAdd" => BinaryOp::Add,
+        _ => BinaryOp::Mul,
+    };
+    let a = dequantized(ctx, 0)?;
+    let b = dequantized(ctx, 3)?;
+    let c = ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])?;
+    let y = quantized(ctx, c, 6, 0)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// com.microsoft QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp), NCHW
+/// (`channels_last` 0): the mean over the spatial axes, kept, between dequantize and
+/// quantize.
+pub fn qlinear_global_average_pool(ctx: &mut NodeCtx) -> ImportResult {
+    if ctx.attrs.int("channels_last", 0)? != 0 {
+        return Err(ImportError::Unsupported(
+            "QLinearGlobalAveragePool with channels_last".into(),
+        ));
+    }
+    let rank = ctx.input_ty(0)?.rank();
+    if rank < 3 {
+        return Err(format!("QLinearGlobalAveragePool of a rank-{rank} tensor").into());
+    }
+    let x = dequantized(ctx, 0)?;
+    let mean = ctx.emit1(
+        Op::Reduce(ReduceAttrs {
+            kind: ReduceKind::Mean,
+            axes: (2..rank).collect(),
+            keepdims: true,
+        }),
+        vec![Some(x)],
+    )?;
+    let y = quantized(ctx, mean, 3, 0)?;
+    ctx.bind_output(0, y);
     Ok(())
 }
