@@ -298,6 +298,19 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
             quantize_planes_case([1, 3, 7, 21], 7, 2, 3),
         ),
         (
+            "PackPlanes stride 2 pad 3, 6 channels (a QDQ model's uint8 input)",
+            {
+                let (_, planes) = conv_u8s8_attrs([1, 6, 7, 9], 7, 2, 3, 1, Activation::None);
+                (
+                    Op::PackPlanes(planes),
+                    vec![
+                        In::Runtime(full_range(DType::U8, &[1, 6, 7, 9], 28)),
+                        In::Const(ints(DType::U8, &[], vec![201])),
+                    ],
+                )
+            },
+        ),
+        (
             "QuantizeToPlanes stride 2 pad 1 (even), 4 channels",
             quantize_planes_case([1, 4, 6, 34], 3, 2, 1),
         ),

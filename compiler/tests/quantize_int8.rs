@@ -283,10 +283,22 @@ fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
     let int_layers = g
         .nodes
         .iter()
-        .filter(|n| matches!(n.op, Op::ConvInteger(_) | Op::MatMulInteger))
+        .filter(|n| {
+            matches!(
+                n.op,
+                Op::ConvInteger(_) | Op::MatMulInteger | Op::ConvU8S8 { .. }
+            )
+        })
         .count();
     assert_eq!(float_layers, 0, "float layers left:\n{g}");
     assert_eq!(int_layers, 4, "{g}");
+    // The three convs (one depthwise) on nnc's fused INT8 kernels.
+    let fused = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::ConvU8S8 { .. }))
+        .count();
+    assert_eq!(fused, 3, "{g}");
     let expected = nnc::npy::read(&ort_out).unwrap().to_f64_vec();
     let lib = Compiled::new(g).unwrap();
     let per_out = expected.len() / 4;

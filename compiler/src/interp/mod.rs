@@ -194,6 +194,7 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         Op::QuantizeToPlanes(layout) => {
             quant::quantize_to_planes(layout, x()?, required(inputs, 1)?, required(inputs, 2)?)?
         }
+        Op::PackPlanes(layout) => quant::pack_planes(layout, x()?, required(inputs, 1)?)?,
         Op::ConvU8S8 { conv, planes, .. } => quant::conv_u8s8(
             conv,
             planes,

@@ -137,6 +137,22 @@ pub(super) fn quantize_to_planes(
     Ok(Tensor::from_vec(&layout.shape(n), out))
 }
 
+pub(super) fn pack_planes(layout: &PlaneLayout, x: &Tensor, zp: &Tensor) -> Result<Tensor, String> {
+    let zp = match &zp.to_i64_vec()[..] {
+        &[z] => z as u8,
+        _ => return Err("PackPlanes takes one zero point".into()),
+    };
+    let [n, c, h, w] = x.shape().try_into().map_err(|_| "x must be 4-D")?;
+    let image = layout.image_bytes();
+    let mut out = vec![zp; n * image];
+    for (i, v) in x.to_i64_vec().into_iter().enumerate() {
+        let (img, ch, row, col) = (i / (c * h * w), i / (h * w) % c, i / w % h, i % w);
+        let at = layout.byte_offset(ch, row + layout.pad_top, col + layout.pad_left);
+        out[img * image + at] = v as u8;
+    }
+    Ok(Tensor::from_vec(&layout.shape(n), out))
+}
+
 /// [`Op::ConvU8S8`] without its residual and activation (the interpreter's shared
 /// epilogue adds those).
 pub(super) fn conv_u8s8(

@@ -186,6 +186,15 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             Ok(vec![TensorType::new(DType::U8, layout.shape(n))])
         }
+        Op::PackPlanes(layout) => {
+            let xt = x()?;
+            let n = xt.shape.first().copied().unwrap_or(0);
+            let expected = [n, layout.channels, layout.height, layout.width];
+            if xt.dtype != DType::U8 || xt.shape != expected {
+                return Err(format!("PackPlanes expects uint8 {expected:?}, not {xt}"));
+            }
+            Ok(vec![TensorType::new(DType::U8, layout.shape(n))])
+        }
         Op::ConvU8S8 {
             conv,
             planes,

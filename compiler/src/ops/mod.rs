@@ -142,6 +142,10 @@ pub enum Op {
     /// value); `q = round_half_even(min(max(x · inv_scale + zp, 0), 255))` computed in
     /// float32 (a NaN becomes 0); pad positions hold the zero point.
     QuantizeToPlanes(PlaneLayout),
+    /// uint8 `[N, C, H, W]` already quantized (a QDQ model's QuantizeLinear output) laid
+    /// out as [`PlaneLayout`] planes; inputs x and its zero point (uint8, one value),
+    /// which fills the padding.
+    PackPlanes(PlaneLayout),
     /// nnc's INT8 convolution (group 1, or depthwise with weights `[M, 1, kh, kw]`):
     /// inputs the planes of `QuantizeToPlanes`, int8 weights `[M, C, kh, kw]`, int32
     /// bias `[M]`, an optional float32 residual shaped like the output, the float32

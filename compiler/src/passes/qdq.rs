@@ -7,7 +7,9 @@
 //! `Conv(DQ(x_q, s_x, z_x), DQ(w_q, s_w, z_w), DQ(b_q, s_x·s_w))` →
 //! `float32(ConvInteger(x_q, w_q, z_x, z_w) + b_q) · (s_x · s_w)`
 //!
-//! (MatMul / Gemm: MatMulInteger with B as `[K, N]`), writing the layer's original
+//! (MatMul / Gemm: MatMulInteger with B as `[K, N]`; a 2-D conv of uint8 activations
+//! and symmetric int8 weights, dense or depthwise: `PackPlanes → ConvU8S8`, nnc's fused
+//! INT8 convolution, the same sums and rescale), writing the layer's original
 //! output. Both sides compute the same sums of products; the fused one exactly in
 //! integers. It runs first: constant folding would otherwise turn `DQ(w_q)` into float
 //! weights and lose the integer form. Layers whose operands do not all have this shape
@@ -15,7 +17,7 @@
 //! float32 bias) are left as they are.
 
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
-use crate::ops::{Activation, BinaryOp, Op};
+use crate::ops::{Activation, BinaryOp, Op, PlaneLayout};
 
 use super::util::producers;
 use crate::quant::int8::Rewriter;
@@ -173,6 +175,18 @@ fn fuse(g: &mut Graph, old: &[Node], prod: &[Option<usize>], n: &Node) -> Option
             _ => (None, Some(b)),
         },
     };
+    if let Some(nodes) = fused_conv(
+        g,
+        n,
+        &x,
+        &w_int,
+        w_zp.as_ref(),
+        &int_bias,
+        &float_bias,
+        &scale,
+    ) {
+        return Some(nodes);
+    }
     let mut r = Rewriter::new(g, n);
     let w_v = r.constant("w_quantized", w_int);
     let w_zp_v = w_zp.map(|t| {
@@ -222,5 +236,81 @@ fn fuse(g: &mut Graph, old: &[Node], prod: &[Option<usize>], n: &Node) -> Option
             Some(out),
         );
     }
+    Some(r.finish())
+}
+
+/// A QDQ conv nnc's fused INT8 convolution computes (uint8 activations, symmetric int8
+/// weights, an int32 bias or none; 2-D, group 1 or depthwise) as `PackPlanes →
+/// ConvU8S8`: the same integer sums and the same float32 rescale as the ConvInteger
+/// chain, on the VNNI / dot-product kernels.
+#[allow(clippy::too_many_arguments)]
+fn fused_conv(
+    g: &mut Graph,
+    n: &Node,
+    x: &Dq,
+    w_int: &Tensor,
+    w_zp: Option<&Tensor>,
+    int_bias: &Option<Tensor>,
+    float_bias: &Option<ValueId>,
+    scale: &[f32],
+) -> Option<Vec<Node>> {
+    let Op::Conv(c) = &n.op else { return None };
+    let x_ty = g.ty(x.q).clone();
+    let maps = w_int.shape()[0];
+    let channels = x_ty.shape[1];
+    let depthwise = c.group > 1 && c.group == channels && c.group == maps;
+    let zp_ok = x
+        .zero_point
+        .is_none_or(|z| g.constant(z).is_some_and(|t| t.len() == 1));
+    if x_ty.dtype != DType::U8
+        || w_int.dtype() != DType::I8
+        || w_zp.is_some()
+        || float_bias.is_some()
+        || !(c.group == 1 || depthwise)
+        || !zp_ok
+    {
+        return None;
+    }
+    let layout = PlaneLayout::for_conv(c, &x_ty.shape)?;
+    let out = n.outputs[0];
+    let out_ty = g.ty(out).clone();
+    let mut r = Rewriter::new(g, n);
+    let zp = match x.zero_point {
+        Some(z) => z,
+        None => r.constant(
+            "x_zero_point",
+            Tensor::from_vec(&[], vec![0i64]).cast(DType::U8),
+        ),
+    };
+    let planes = r.emit(
+        Op::PackPlanes(layout.clone()),
+        vec![Some(x.q), Some(zp)],
+        TensorType::new(DType::U8, layout.shape(x_ty.shape[0])),
+        None,
+    );
+    let w_v = r.constant("w_quantized", w_int.clone());
+    let bias = match int_bias {
+        Some(t) => t.reshape(&[maps]),
+        None => Tensor::from_vec(&[maps], vec![0i64; maps]).cast(DType::I32),
+    };
+    let bias_v = r.constant("bias_quantized", bias);
+    let scale_v = r.constant("output_scale", Tensor::from_vec(&[maps], scale.to_vec()));
+    r.emit(
+        Op::ConvU8S8 {
+            conv: c.clone(),
+            planes: layout,
+            requantize: None,
+        },
+        vec![
+            Some(planes),
+            Some(w_v),
+            Some(bias_v),
+            None,
+            Some(scale_v),
+            Some(zp),
+        ],
+        out_ty,
+        Some(out),
+    );
     Some(r.finish())
 }

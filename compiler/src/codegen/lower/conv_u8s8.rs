@@ -240,7 +240,6 @@ fn quantize_clif(
     zp: u8,
 ) {
     fill_bytes(b, y, batch * layout.image_bytes(), zp);
-    let [sh, sw] = layout.stride;
     let shape = [batch, layout.channels, layout.height, layout.width];
     let strides = kernel::strides_of(&shape);
     kernel::nested_loop(b, &shape, &mut |b, idx| {
@@ -248,28 +247,62 @@ fn quantize_clif(
         let src = kernel::elem_addr(b, x, at, 4);
         let v = b.ins().load(types::F32, flags(), src, 0);
         let q = quantize_value(b, v, inv, zp);
-        // The byte offset of (c, h + pad_top, w + pad_left), as PlaneLayout::byte_offset.
-        let hp = b.ins().iadd_imm_s(idx[2], layout.pad_top as i64);
-        let wp = b.ins().iadd_imm_s(idx[3], layout.pad_left as i64);
-        let (ph, row) = div_rem(b, hp, sh);
-        let (pw, col) = div_rem(b, wp, sw);
-        let phase = b.ins().imul_imm_s(ph, sw as i64);
-        let phase = b.ins().iadd(phase, pw);
-        let quad = b.ins().ushr_imm_u(idx[1], 2);
-        let plane = b.ins().imul_imm_s(quad, layout.phases() as i64);
-        let plane = b.ins().iadd(plane, phase);
-        let pixel = b.ins().imul_imm_s(row, layout.cols as i64);
-        let pixel = b.ins().iadd(pixel, col);
-        let pixel_base = b.ins().imul_imm_s(plane, layout.plane_pixels() as i64);
-        let pixel = b.ins().iadd(pixel_base, pixel);
-        let lane = b.ins().band_imm_u(idx[1], 3);
-        let byte = b.ins().imul_imm_s(pixel, 4);
-        let byte = b.ins().iadd(byte, lane);
-        let image = b.ins().imul_imm_s(idx[0], layout.image_bytes() as i64);
-        let byte = b.ins().iadd(byte, image);
-        let dst = b.ins().iadd(y, byte);
+        let dst = plane_byte_address(b, y, layout, idx);
         b.ins().istore8(flags(), q, dst, 0);
     });
+}
+
+/// `PackPlanes`: the zero point everywhere, then each byte to its place.
+pub fn pack_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResult {
+    let zp = ctx
+        .input(1)?
+        .constant
+        .ok_or("PackPlanes needs a constant zero point")?
+        .to_i64_vec()[0] as u8;
+    let (x, y) = (ctx.input(0)?, ctx.output(0));
+    let batch = x.ty.shape[0];
+    let b = &mut *ctx.b;
+    fill_bytes(b, y.ptr, batch * layout.image_bytes(), zp);
+    let shape = [batch, layout.channels, layout.height, layout.width];
+    let strides = kernel::strides_of(&shape);
+    kernel::nested_loop(b, &shape, &mut |b, idx| {
+        let at = kernel::linear_offset(b, idx, &strides);
+        let src = b.ins().iadd(x.ptr, at);
+        let v = b.ins().uload8(types::I32, flags(), src, 0);
+        let dst = plane_byte_address(b, y.ptr, layout, idx);
+        b.ins().istore8(flags(), v, dst, 0);
+    });
+    Ok(())
+}
+
+/// The address of element `idx` (`[n, c, h, w]`) in planes at `y`, as
+/// `PlaneLayout::byte_offset` places it.
+fn plane_byte_address(
+    b: &mut FunctionBuilder,
+    y: Value,
+    layout: &PlaneLayout,
+    idx: &[Value],
+) -> Value {
+    let [sh, sw] = layout.stride;
+    let hp = b.ins().iadd_imm_s(idx[2], layout.pad_top as i64);
+    let wp = b.ins().iadd_imm_s(idx[3], layout.pad_left as i64);
+    let (ph, row) = div_rem(b, hp, sh);
+    let (pw, col) = div_rem(b, wp, sw);
+    let phase = b.ins().imul_imm_s(ph, sw as i64);
+    let phase = b.ins().iadd(phase, pw);
+    let quad = b.ins().ushr_imm_u(idx[1], 2);
+    let plane = b.ins().imul_imm_s(quad, layout.phases() as i64);
+    let plane = b.ins().iadd(plane, phase);
+    let pixel = b.ins().imul_imm_s(row, layout.cols as i64);
+    let pixel = b.ins().iadd(pixel, col);
+    let pixel_base = b.ins().imul_imm_s(plane, layout.plane_pixels() as i64);
+    let pixel = b.ins().iadd(pixel_base, pixel);
+    let lane = b.ins().band_imm_u(idx[1], 3);
+    let byte = b.ins().imul_imm_s(pixel, 4);
+    let byte = b.ins().iadd(byte, lane);
+    let image = b.ins().imul_imm_s(idx[0], layout.image_bytes() as i64);
+    let byte = b.ins().iadd(byte, image);
+    b.ins().iadd(y, byte)
 }
 
 /// `(v % d, v / d)` for a constant `d` (no division for 1).

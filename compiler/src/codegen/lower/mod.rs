@@ -186,6 +186,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::MatMulInteger => quant::matmul_integer(ctx),
         Op::ConvInteger(c) => quant::conv_integer(ctx, c),
         Op::QuantizeToPlanes(layout) => conv_u8s8::quantize_to_planes(ctx, layout),
+        Op::PackPlanes(layout) => conv_u8s8::pack_planes(ctx, layout),
         Op::ConvU8S8 {
             conv,
             planes,
