@@ -6,13 +6,14 @@ float32 and onnxruntime QDQ, timed in this process in alternating rounds.
 
 usage: benches/quant_vs_ort.py MODEL.onnx --calibration CALIB.npy --held-out X.npy
                                [--rounds N] [--method minmax|percentile|entropy]
+                               [--nnc-args "--int8-min-sqnr 20"]
 
 CALIB.npy and X.npy stack samples along the batch axis of the model's single input.
 onnxruntime is quantized as its docs recommend for x86: QDQ, uint8 activations, int8
 weights, per-channel, MinMax calibration (or the same method as nnc's), on the
 calibration samples nnc gets.
 """
-import argparse, ctypes, os, statistics, subprocess, sys, tempfile, time
+import argparse, ctypes, os, shlex, statistics, subprocess, sys, tempfile, time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--held-out", required=True)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--method", default="minmax", choices=["minmax", "percentile", "entropy"])
+    ap.add_argument("--nnc-args", default="", help="more options for the nnc int8 build (one string)")
     args = ap.parse_args()
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
                                           QuantType, quantize_static)
@@ -73,7 +75,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         libs = {}
         for tag, extra in [("f32", []), ("int8", ["--quantize", "int8", "--calibration", args.calibration,
-                                                  "--calibration-method", args.method])]:
+                                                  "--calibration-method", args.method]
+                                                 + shlex.split(args.nnc_args))]:
             libs[tag] = os.path.join(tmp, f"lib{tag}.so")
             t = time.time()
             r = subprocess.run([NNC, "compile", args.model, "-o", libs[tag]] + extra, capture_output=True, text=True)
