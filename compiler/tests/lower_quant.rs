@@ -258,8 +258,8 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
     let none = Activation::None;
     let u8s8 = [
         (
-            "ConvU8S8 3x3 s1 p1, 6 channels, 11 maps, residual, relu",
-            conv_u8s8_case([1, 6, 5, 19], 11, 3, 1, 1, false, relu, true, 20),
+            "ConvU8S8 3x3 s1 p1, 10 channels (3 quads), 11 maps, residual, relu",
+            conv_u8s8_case([1, 10, 5, 19], 11, 3, 1, 1, false, relu, true, 20),
         ),
         (
             "ConvU8S8 1x1 compact, 8 channels, 9 maps, clip, batch 2",
