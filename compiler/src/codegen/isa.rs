@@ -94,6 +94,16 @@ impl Target {
                 f.extend(["has_avx512f", "has_avx512vl", "has_avx512dq"]);
                 f
             }
+            (Arch::X86_64, "x86-64-v4+vnni") => {
+                let mut f = X86_V3.to_vec();
+                f.extend([
+                    "has_avx512f",
+                    "has_avx512vl",
+                    "has_avx512dq",
+                    "has_avx512vnni",
+                ]);
+                f
+            }
             (Arch::X86_64, "native") if Arch::host() == Arch::X86_64 => host_x86_features(),
             (Arch::Aarch64, "baseline" | "armv8") => vec![],
             (Arch::Aarch64, "+dotprod") => vec!["has_dotprod"],

@@ -166,10 +166,11 @@ pub fn host_runs(cpu: &str) -> bool {
             && std::arch::is_x86_feature_detected!("fma");
         match cpu {
             "x86-64-v3" => v3,
-            "x86-64-v4" => {
+            "x86-64-v4" | "x86-64-v4+vnni" => {
                 v3 && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512vl")
                     && std::arch::is_x86_feature_detected!("avx512dq")
+                    && (cpu == "x86-64-v4" || std::arch::is_x86_feature_detected!("avx512vnni"))
             }
             _ => true,
         }
