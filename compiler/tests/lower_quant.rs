@@ -337,6 +337,26 @@ fn legacy_cases() -> Vec<(&'static str, Op, Vec<In>)> {
             ],
         ),
         (
+            "MatMulInteger dot-product GEMM: u8 x const i8, K = 19 (A copied), const a_zp",
+            Op::MatMulInteger,
+            vec![
+                In::Runtime(full_range(U8, &[6, 19], 30)),
+                In::Const(full_range(I8, &[19, 13], 31)),
+                In::Const(ints(U8, &[], vec![173])),
+                In::Const(ints(I8, &[], vec![0])),
+            ],
+        ),
+        (
+            "MatMulInteger dot-product GEMM: batched A, K = 16 (read in place), N = 9",
+            Op::MatMulInteger,
+            vec![
+                In::Runtime(full_range(U8, &[2, 3, 5, 16], 32)),
+                In::Const(full_range(I8, &[16, 9], 33)),
+                In::Omitted,
+                In::Omitted,
+            ],
+        ),
+        (
             "MatMulInteger i8 x runtime u8, batched A, per-row a_zp",
             Op::MatMulInteger,
             vec![

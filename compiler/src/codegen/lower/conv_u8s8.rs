@@ -668,7 +668,13 @@ impl ClifTiles<'_> {
 
 /// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x`), in the tree Cranelift folds
 /// to one 8-bit dot-product instruction where the target has one.
-fn dot_accumulate(b: &mut FunctionBuilder, acc: Value, w: Value, x: Value, usdot: bool) -> Value {
+pub(super) fn dot_accumulate(
+    b: &mut FunctionBuilder,
+    acc: Value,
+    w: Value,
+    x: Value,
+    usdot: bool,
+) -> Value {
     let half = |b: &mut FunctionBuilder, high: bool| {
         let (sw, ux) = if high {
             (b.ins().swiden_high(w), b.ins().uwiden_high(x))

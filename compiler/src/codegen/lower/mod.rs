@@ -8,6 +8,7 @@ mod depthwise_x86;
 mod elementwise;
 pub mod f16_weights;
 mod gemm;
+mod gemm_dot;
 mod gemm_int;
 mod gemm_tile;
 mod gemm_x86;

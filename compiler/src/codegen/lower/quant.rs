@@ -10,6 +10,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use super::gemm_dot::{self, DotGemm};
 use super::gemm_int::{self, IntGemm};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
@@ -203,6 +204,9 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         ctx.inputs.get(3).cloned().flatten(),
     );
     let s = matmul_int_shape(&a.ty, &bt.ty)?;
+    if matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref())? {
+        return Ok(());
+    }
     let runtime_g = IntGemm::new(s.m, s.n, s.k, s.n);
     let mut g = runtime_g;
     let scratch = ctx.scratch.ok_or("MatMulInteger needs scratch")?;
@@ -261,6 +265,100 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         },
     );
     Ok(())
+}
+
+/// MatMulInteger of uint8 A and constant int8 B without a zero point on the 8-bit
+/// dot-product GEMM ([`super::gemm_dot`]); false (nothing emitted) for other operands.
+fn matmul_dot(
+    ctx: &mut LowerCtx,
+    s: &MatMulInt,
+    a: &Operand,
+    bt: &Operand,
+    y: &Operand,
+    a_zp: Option<&Operand>,
+    b_zp: Option<&Operand>,
+) -> Result<bool, String> {
+    let Some(b_const) = &bt.constant else {
+        return Ok(false);
+    };
+    let b_zero = match b_zp {
+        None => true,
+        Some(z) => z
+            .constant
+            .as_ref()
+            .is_some_and(|t| t.to_i64_vec().iter().all(|&v| v == 0)),
+    };
+    let a_zero_point = match a_zp {
+        None => Some(0),
+        Some(z) => match z.constant.as_ref().map(|t| t.to_i64_vec()) {
+            Some(v) if v.len() == 1 => Some(v[0]),
+            _ => None,
+        },
+    };
+    let (Some(za), true, DType::U8, DType::I8) =
+        (a_zero_point, b_zero, a.ty.dtype, b_const.dtype())
+    else {
+        return Ok(false);
+    };
+    let g = DotGemm {
+        m: s.m,
+        n: s.n,
+        k4: s.k.next_multiple_of(4),
+        usdot_order: ctx.target.arch == crate::codegen::Arch::Aarch64,
+    };
+    let v = b_const.to_i64_vec();
+    let mats = v.len() / (s.k * s.n).max(1);
+    let mut packed = vec![];
+    let mut corr: Vec<u8> = vec![];
+    for t in 0..mats {
+        let at = |kk: usize, j: usize| v[t * s.k * s.n + kk * s.n + j];
+        packed.extend(gemm_dot::pack_b(&g, s.k, |kk, j| at(kk, j) as i8));
+        for j in 0..g.groups() * 4 {
+            let sum: i64 = if j < s.n {
+                (0..s.k).map(|kk| at(kk, j)).sum()
+            } else {
+                0
+            };
+            corr.extend(((-za * sum) as i32).to_le_bytes());
+        }
+    }
+    let packed = ctx.rodata(packed)?;
+    let corr = ctx.rodata(corr)?;
+    let scratch = ctx.scratch.ok_or("MatMulInteger needs scratch")?;
+    let b = &mut *ctx.b;
+    let mat_a = s.m * s.k;
+    let out_strides = kernel::strides_of(&s.batch);
+    kernel::nested_loop(
+        b,
+        &s.batch.iter().map(|&d| d.max(1)).collect::<Vec<_>>(),
+        &mut |b, idx| {
+            let ai = kernel::linear_offset(b, idx, &s.a_batch);
+            let a_mat = kernel::elem_addr(b, a.ptr, ai, mat_a);
+            let bi = kernel::linear_offset(b, idx, &s.b_batch);
+            let yi = kernel::linear_offset(b, idx, &out_strides);
+            let y_mat = kernel::elem_addr(b, y.ptr, yi, s.m * s.n * 4);
+            // Rows of K bytes are read in place when K is a multiple of 4; else copied
+            // into rows of k4, zero padded.
+            let rows = if s.k == g.k4 {
+                a_mat
+            } else {
+                zero_fill(b, scratch, (s.m * g.k4).next_multiple_of(16));
+                kernel::nested_loop(b, &[s.m, s.k], &mut |b, i| {
+                    let from = kernel::linear_offset(b, i, &[s.k, 1]);
+                    let from = b.ins().iadd(a_mat, from);
+                    let to = kernel::linear_offset(b, i, &[g.k4, 1]);
+                    let to = b.ins().iadd(scratch, to);
+                    let x = b.ins().load(types::I8, flags(), from, 0);
+                    b.ins().store(flags(), x, to, 0);
+                });
+                scratch
+            };
+            let bp = kernel::elem_addr(b, packed, bi, g.packed_b_bytes());
+            let cp = kernel::elem_addr(b, corr, bi, g.groups() * 16);
+            gemm_dot::emit(b, &g, rows, bp, cp, y_mat);
+        },
+    );
+    Ok(true)
 }
 
 /// Zeroes `bytes` (a multiple of 16) at `dst`.
