@@ -121,6 +121,21 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
         0,
         "{name}: every conv on the fused INT8 kernels"
     );
+    // In the conv chain every conv but the last feeds only the next one: each writes
+    // the next one's planes itself (the requantize pass), scattered into the strided
+    // conv's phases, stored whole into the 1×1's.
+    if name == "conv chain" {
+        let requantizing = ops(&quant.graph, |o| {
+            matches!(
+                o,
+                Op::ConvU8S8 {
+                    requantize: Some(_),
+                    ..
+                }
+            )
+        });
+        assert_eq!(requantizing, 2, "{name}:\n{}", quant.graph);
+    }
 
     let run = |g: &Graph| {
         let lib = Compiled::new(g).unwrap();
@@ -148,6 +163,31 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
 fn int8_cnn_stays_close_to_float32() {
     let (model, shape) = models::cnn(5);
     check_model("cnn", &model, &shape, 30.0);
+}
+
+/// conv 3×3 → relu → conv 3×3 stride 2 → relu → conv 1×1.
+#[test]
+fn int8_conv_chain_requantizes_into_the_next_planes() {
+    use models::{Attr, ModelBuilder};
+    let mut m = ModelBuilder::new(21);
+    let shape = vec![1, 8, 12, 12];
+    let x = m.input("image", &shape);
+    let w1 = m.weight(&[16, 8, 3, 3], 0.3);
+    let b1 = m.weight(&[16], 0.1);
+    let pads = || ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let y = m.node("Conv", &[&x, &w1, &b1], vec![pads()]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let w2 = m.weight(&[16, 16, 3, 3], 0.2);
+    let y = m.node(
+        "Conv",
+        &[&y, &w2],
+        vec![pads(), ("strides", Attr::Ints(vec![2, 2]))],
+    );
+    let y = m.node("Relu", &[&y], vec![]);
+    let w3 = m.weight(&[10, 16, 1, 1], 0.3);
+    let y = m.node("Conv", &[&y, &w3], vec![]);
+    m.output(&y);
+    check_model("conv chain", &m.encode(), &shape, 30.0);
 }
 
 #[test]
