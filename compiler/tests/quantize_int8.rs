@@ -196,6 +196,14 @@ fn int8_transformer_block_stays_close_to_float32() {
     check_model("transformer", &model, &shape, 30.0);
 }
 
+/// Whether `python3 -c "import MODULES"` succeeds.
+fn python_imports(modules: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 fn nnc(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_nnc"))
         .args(args)
@@ -280,11 +288,7 @@ fn cli_prints_the_report_and_refuses_missing_calibration() {
 /// with onnxruntime (skipped otherwise, an error under NNC_TEST_REQUIRE_TOOLS=1).
 #[test]
 fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
-    let has_ort = Command::new("python3")
-        .args(["-c", "import onnxruntime.quantization, onnx, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_ort {
+    if !python_imports("onnxruntime.quantization, onnx, numpy") {
         tools::skip("python3 with onnxruntime and onnx is needed to make QDQ models");
         return;
     }
@@ -420,11 +424,7 @@ fn min_sqnr_keeps_the_most_sensitive_layers_in_float32() {
 /// onnxruntime's, and mostly identical.
 #[test]
 fn onnxruntime_qlinear_elementwise_ops_match_onnxruntime() {
-    let has_ort = Command::new("python3")
-        .args(["-c", "import onnxruntime, onnx, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_ort {
+    if !python_imports("onnxruntime, onnx, numpy") {
         tools::skip("python3 with onnxruntime and onnx is needed for the QLinear ops' reference");
         return;
     }

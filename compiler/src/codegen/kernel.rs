@@ -326,3 +326,34 @@ pub fn broadcast_strides(shape: &[usize], out_shape: &[usize]) -> Vec<usize> {
         })
         .collect()
 }
+
+/// `count` vector variables of type `ty` (an integer vector), each set to zero: a
+/// register tile's accumulators.
+pub fn zeroed_vector_vars(
+    b: &mut FunctionBuilder,
+    ty: Type,
+    count: usize,
+) -> Vec<cranelift_frontend::Variable> {
+    let zero = b.ins().iconst(ty.lane_type(), 0);
+    let zero = b.ins().splat(ty, zero);
+    (0..count)
+        .map(|_| {
+            let v = b.declare_var(ty);
+            b.def_var(v, zero);
+            v
+        })
+        .collect()
+}
+
+/// Stores the first `lanes` 32-bit lanes of the 4-lane vector `v` at `base + offset`:
+/// the whole vector when all four are wanted, else lane by lane (a tile's last columns).
+pub fn store_lanes(b: &mut FunctionBuilder, v: Value, base: Value, offset: i32, lanes: usize) {
+    if lanes == 4 {
+        b.ins().store(flags(), v, base, offset);
+        return;
+    }
+    for lane in 0..lanes {
+        let x = b.ins().extractlane(v, lane as u8);
+        b.ins().store(flags(), x, base, offset + 4 * lane as i32);
+    }
+}

@@ -273,7 +273,6 @@ fn fused_conv(
     }
     let layout = PlaneLayout::for_conv(c, &x_ty.shape)?;
     let out = n.outputs[0];
-    let out_ty = g.ty(out).clone();
     let mut r = Rewriter::new(g, n);
     let zp = match x.zero_point {
         Some(z) => z,
@@ -288,29 +287,19 @@ fn fused_conv(
         TensorType::new(DType::U8, layout.shape(x_ty.shape[0])),
         None,
     );
-    let w_v = r.constant("w_quantized", w_int.clone());
     let bias = match int_bias {
         Some(t) => t.reshape(&[maps]),
         None => Tensor::from_vec(&[maps], vec![0i64; maps]).cast(DType::I32),
     };
-    let bias_v = r.constant("bias_quantized", bias);
-    let scale_v = r.constant("output_scale", Tensor::from_vec(&[maps], scale.to_vec()));
-    r.emit(
-        Op::ConvU8S8 {
-            conv: c.clone(),
-            planes: layout,
-            requantize: None,
-        },
-        vec![
-            Some(planes),
-            Some(w_v),
-            Some(bias_v),
-            None,
-            Some(scale_v),
-            Some(zp),
-        ],
-        out_ty,
-        Some(out),
+    r.conv_u8s8(
+        c,
+        layout,
+        [planes, zp],
+        w_int.clone(),
+        bias,
+        scale.to_vec(),
+        None,
+        out,
     );
     Some(r.finish())
 }

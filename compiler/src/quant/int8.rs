@@ -167,6 +167,44 @@ impl<'g> Rewriter<'g> {
         self.graph.add_value(name, t.ty(), Some(t))
     }
 
+    /// Appends `ConvU8S8` over `[planes, zero point]` writing `out`, with its constants:
+    /// int8 weights, int32 bias and float32 output scale (one per map).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_u8s8(
+        &mut self,
+        conv: &ConvAttrs,
+        layout: PlaneLayout,
+        [planes, zero_point]: [ValueId; 2],
+        weights: Tensor,
+        bias: Tensor,
+        scale: Vec<f32>,
+        residual: Option<ValueId>,
+        out: ValueId,
+    ) {
+        let maps = scale.len();
+        let w = self.constant("w_quantized", weights);
+        let b = self.constant("bias_quantized", bias);
+        let s = self.constant("output_scale", Tensor::from_vec(&[maps], scale));
+        let ty = self.graph.ty(out).clone();
+        self.emit(
+            Op::ConvU8S8 {
+                conv: conv.clone(),
+                planes: layout,
+                requantize: None,
+            },
+            vec![
+                Some(planes),
+                Some(w),
+                Some(b),
+                residual,
+                Some(s),
+                Some(zero_point),
+            ],
+            ty,
+            Some(out),
+        );
+    }
+
     /// Appends `op(inputs)` writing `out` (a new value of type `ty` when None).
     pub fn emit(
         &mut self,
@@ -290,10 +328,7 @@ fn rewrite_conv_u8s8(
     };
     let w_shape = r.graph.ty(n.inputs[1].ok_or("no weights")?).shape.clone();
     let flat: Vec<i64> = w_q.iter().flatten().map(|&v| v as i64).collect();
-    let wq = r.constant(
-        "w_quantized",
-        Tensor::from_vec(&w_shape, flat).cast(DType::I8),
-    );
+    let wq = Tensor::from_vec(&w_shape, flat).cast(DType::I8);
     let bias_f = n
         .inputs
         .get(2)
@@ -307,30 +342,15 @@ fn rewrite_conv_u8s8(
             (b / (s_x as f64 * s_w[m] as f64)).round() as i64
         })
         .collect();
-    let bias_v = r.constant(
-        "bias_quantized",
+    r.conv_u8s8(
+        c,
+        layout,
+        [planes, zp_v],
+        wq,
         Tensor::from_vec(&[maps], bias).cast(DType::I32),
-    );
-    let scale: Vec<f32> = s_w.iter().map(|s| s_x * s).collect();
-    let scale_v = r.constant("output_scale", Tensor::from_vec(&[maps], scale));
-    let out = n.outputs[0];
-    let out_ty = r.graph.ty(out).clone();
-    r.emit(
-        Op::ConvU8S8 {
-            conv: c.clone(),
-            planes: layout,
-            requantize: None,
-        },
-        vec![
-            Some(planes),
-            Some(wq),
-            Some(bias_v),
-            n.inputs.get(3).copied().flatten(),
-            Some(scale_v),
-            Some(zp_v),
-        ],
-        out_ty,
-        Some(out),
+        s_w.iter().map(|s| s_x * s).collect(),
+        n.inputs.get(3).copied().flatten(),
+        n.outputs[0],
     );
     Ok(())
 }

@@ -397,6 +397,23 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// The packed weights, folded bias and output scale of a kernel with map tiles of
+/// `mr`, in read-only data (bias and scale padded to whole tiles).
+fn tile_constants(
+    ctx: &mut LowerCtx,
+    g: &ConvU8Geometry,
+    k: &Constants,
+    mr: usize,
+) -> Result<(Value, Value, Value), String> {
+    let maps = g.maps.next_multiple_of(mr);
+    let w = ctx.rodata(pack_weights(g, &k.w, mr))?;
+    let bias = ctx.rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
+    let mut scale = k.scale.clone();
+    scale.resize(maps, 0.0);
+    let scale = ctx.rodata(f32_bytes(&scale))?;
+    Ok((w, bias, scale))
+}
+
 /// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`.
 fn conv_x86(
     ctx: &mut LowerCtx,
@@ -407,13 +424,7 @@ fn conv_x86(
 ) -> LowerResult {
     let spec =
         conv_u8s8_x86::ConvSpec::new(g, conv.activation, ctx.inputs[3].is_some(), requantize);
-    let mr = conv_u8s8_x86::MR;
-    let maps = g.maps.next_multiple_of(mr);
-    let w = ctx.rodata(pack_weights(g, &k.w, mr))?;
-    let bias = ctx.rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
-    let mut scale = k.scale.clone();
-    scale.resize(maps, 0.0);
-    let scale = ctx.rodata(f32_bytes(&scale))?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, conv_u8s8_x86::MR)?;
     let code = conv_u8s8_x86::emit_conv(&spec)?;
     let func = super::gemm::define_machine_code(ctx, 6, &code)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
@@ -442,11 +453,7 @@ fn conv_clif(
     requantize: Option<&Requantize>,
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
-    let w = ctx.rodata(pack_weights(g, &k.w, CLIF_MR))?;
-    let bias = ctx.rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
-    let mut scale = k.scale.clone();
-    scale.resize(maps, 0.0);
-    let scale = ctx.rodata(f32_bytes(&scale))?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, CLIF_MR)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let usdot_order = ctx.target.arch == Arch::Aarch64;
@@ -569,15 +576,7 @@ impl ClifTiles<'_> {
     ) {
         let g = self.g;
         let little = MemFlagsData::new().with_endianness(Endianness::Little);
-        let zero = b.ins().iconst(types::I32, 0);
-        let zero = b.ins().splat(types::I32X4, zero);
-        let accs: Vec<_> = (0..CLIF_MR * vecs)
-            .map(|_| {
-                let v = b.declare_var(types::I32X4);
-                b.def_var(v, zero);
-                v
-            })
-            .collect();
+        let accs = kernel::zeroed_vector_vars(b, types::I32X4, CLIF_MR * vecs);
         let quads = g.k_quads();
         let tile_w = g.taps.len() * quads * CLIF_MR * 4;
         let w_tile = b.ins().imul_imm_s(m0, (tile_w / CLIF_MR) as i64);
@@ -652,14 +651,7 @@ impl ClifTiles<'_> {
             store_row(b, &mut |b| {
                 for (j, &v) in vals.iter().enumerate() {
                     let lanes = valid.map_or(4, |n| (n - 4 * j).min(4));
-                    if lanes == 4 {
-                        b.ins().store(flags(), v, row, (16 * j) as i32);
-                    } else {
-                        for lane in 0..lanes {
-                            let x = b.ins().extractlane(v, lane as u8);
-                            b.ins().store(flags(), x, row, (16 * j + 4 * lane) as i32);
-                        }
-                    }
+                    kernel::store_lanes(b, v, row, (16 * j) as i32, lanes);
                 }
             });
         }

@@ -21,6 +21,22 @@ use super::conv_u8s8::ConvU8Geometry;
 use super::gemm_x86::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
 use crate::ops::{Activation, PlaneLayout, Requantize};
 
+/// `x{k}` for the opmask `k` (k1..k6) of a register or memory operand: iced has one
+/// method per opmask.
+macro_rules! masked {
+    ($x:expr, $k:expr) => {{
+        let (x, k) = ($x, $k);
+        match k {
+            k if k == k1 => x.k1(),
+            k if k == k2 => x.k2(),
+            k if k == k3 => x.k3(),
+            k if k == k4 => x.k4(),
+            k if k == k5 => x.k5(),
+            _ => x.k6(),
+        }
+    }};
+}
+
 /// Maps per register tile.
 pub const MR: usize = 8;
 /// Vectors of 16 wide pixels per register tile.
@@ -456,7 +472,7 @@ impl ConvEmitter<'_> {
                 a.vmulps(ZMM[x], ZMM[x], ZMM[SCALE_REG])?;
                 if s.residual {
                     let res = r15 + start + imm(r * row_bytes)?;
-                    a.vpexpandd(ZMM[OUT_REG].k(mask_k(j)).z(), zmmword_ptr(res))?;
+                    a.vpexpandd(masked!(ZMM[OUT_REG], mask_k(j)).z(), zmmword_ptr(res))?;
                     a.vaddps(ZMM[x], ZMM[x], ZMM[OUT_REG])?;
                 }
                 activate(a, &v, &mut self.consts, s.activation, &[x], &TMP_REGS)?;
@@ -502,7 +518,7 @@ impl ConvEmitter<'_> {
                     a.vpscatterdd(zmmword_ptr(at).k7(), out)?;
                     continue;
                 }
-                a.vpblendmd(out.k(mask_k(j)), ZMM[ZP_WORD_REG], out)?;
+                a.vpblendmd(masked!(out, mask_k(j)), ZMM[ZP_WORD_REG], out)?;
                 let at = rbp + imm(quad * rq.quad_bytes + j * 64 + rq.offset * 4)?;
                 a.vmovdqu32(zmmword_ptr(at), out)?;
             }
@@ -549,16 +565,16 @@ impl ConvEmitter<'_> {
                     a.vmovaps(ZMM[OUT_REG], ZMM[x])?;
                     mask_k(j)
                 } else {
-                    a.vpcompressd(ZMM[OUT_REG].k(mask_k(j)).z(), ZMM[x])?;
+                    a.vpcompressd(masked!(ZMM[OUT_REG], mask_k(j)).z(), ZMM[x])?;
                     store_k(j)
                 };
                 let at = rbp + start + imm(r * row_bytes)?;
                 if s.residual {
                     let res = r15 + start + imm(r * row_bytes)?;
-                    a.vaddps(ZMM[OUT_REG].k(k), ZMM[OUT_REG], zmmword_ptr(res))?;
+                    a.vaddps(masked!(ZMM[OUT_REG], k), ZMM[OUT_REG], zmmword_ptr(res))?;
                 }
                 activate(a, &v, &mut self.consts, s.activation, &[OUT_REG], &TMP_REGS)?;
-                a.vmovups(zmmword_ptr(at).k(k), ZMM[OUT_REG])?;
+                a.vmovups(masked!(zmmword_ptr(at), k), ZMM[OUT_REG])?;
             }
         }
         Ok(())
@@ -619,36 +635,6 @@ fn mask_k(j: usize) -> AsmRegisterK {
 }
 fn store_k(j: usize) -> AsmRegisterK {
     [k4, k5, k6][j]
-}
-
-trait Masked {
-    fn k(self, k: AsmRegisterK) -> Self;
-}
-
-impl Masked for AsmRegisterZmm {
-    fn k(self, k: AsmRegisterK) -> Self {
-        match k {
-            k if k == k1 => self.k1(),
-            k if k == k2 => self.k2(),
-            k if k == k3 => self.k3(),
-            k if k == k4 => self.k4(),
-            k if k == k5 => self.k5(),
-            _ => self.k6(),
-        }
-    }
-}
-
-impl Masked for AsmMemoryOperand {
-    fn k(self, k: AsmRegisterK) -> Self {
-        match k {
-            k if k == k1 => self.k1(),
-            k if k == k2 => self.k2(),
-            k if k == k3 => self.k3(),
-            k if k == k4 => self.k4(),
-            k if k == k5 => self.k5(),
-            _ => self.k6(),
-        }
-    }
 }
 
 trait Low32 {

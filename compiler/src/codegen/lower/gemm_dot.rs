@@ -112,15 +112,7 @@ fn tile(
     static_g0: Option<usize>,
 ) {
     let little = MemFlagsData::new().with_endianness(Endianness::Little);
-    let zero = b.ins().iconst(types::I32, 0);
-    let zero = b.ins().splat(types::I32X4, zero);
-    let accs: Vec<_> = (0..rows * ngroups)
-        .map(|_| {
-            let v = b.declare_var(types::I32X4);
-            b.def_var(v, zero);
-            v
-        })
-        .collect();
+    let accs = kernel::zeroed_vector_vars(b, types::I32X4, rows * ngroups);
     let group_bytes = g.k4 * 4;
     let b_tile = kernel::elem_addr(b, bp, g0, group_bytes);
     kernel::counted_loop(b, 0, (g.k4 / 4) as i64, 1, |b, q| {
@@ -157,17 +149,8 @@ fn tile(
             let v = b.use_var(accs[r * ngroups + j]);
             let v = b.ins().iadd(v, cv);
             let off = ((r * g.n + 4 * j) * 4) as i32;
-            match static_g0.map(|s| 4 * (s + j)) {
-                Some(col) if col + 4 > g.n => {
-                    for lane in 0..g.n - col {
-                        let x = b.ins().extractlane(v, lane as u8);
-                        b.ins().store(flags(), x, c_tile, off + 4 * lane as i32);
-                    }
-                }
-                _ => {
-                    b.ins().store(flags(), v, c_tile, off);
-                }
-            }
+            let lanes = static_g0.map_or(4, |s| g.n.saturating_sub(4 * (s + j)).min(4));
+            kernel::store_lanes(b, v, c_tile, off, lanes);
         }
     }
 }

@@ -157,15 +157,7 @@ fn tile(
     static_g0: Option<usize>,
 ) {
     let lanes = MemFlagsData::new().with_endianness(Endianness::Little);
-    let zero = b.ins().iconst(types::I32, 0);
-    let zero = b.ins().splat(types::I32X4, zero);
-    let accs: Vec<_> = (0..rows * ngroups)
-        .map(|_| {
-            let v = b.declare_var(types::I32X4);
-            b.def_var(v, zero);
-            v
-        })
-        .collect();
+    let accs = kernel::zeroed_vector_vars(b, types::I32X4, rows * ngroups);
     let group_bytes = g.k2 * 4 * g.b_bytes;
     let b_tile = kernel::elem_addr(b, bp, g0, group_bytes);
     kernel::counted_loop(b, 0, (g.k2 / 2) as i64, 1, |b, q| {
@@ -215,18 +207,9 @@ fn tile(
         for j in 0..ngroups {
             let v = b.use_var(accs[r * ngroups + j]);
             let off = ((r * g.ldc + 4 * j) * 4) as i32;
-            let first_col = static_g0.map(|s| 4 * (s + j));
-            match first_col {
-                Some(col) if col + 4 > g.n => {
-                    for lane in 0..g.n - col {
-                        let x = b.ins().extractlane(v, lane as u8);
-                        b.ins().store(flags(), x, c_tile, off + 4 * lane as i32);
-                    }
-                }
-                _ => {
-                    b.ins().store(flags(), v, c_tile, off);
-                }
-            }
+            // The last group of a tail is stored lane by lane.
+            let lanes = static_g0.map_or(4, |s| g.n.saturating_sub(4 * (s + j)).min(4));
+            kernel::store_lanes(b, v, c_tile, off, lanes);
         }
     }
 }
