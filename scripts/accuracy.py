@@ -5,11 +5,12 @@ cosine similarity against float32's.
 
 usage: accuracy.py MODEL.onnx --images X.npy --labels Y.npy --quantize fp16|int8
                    [--calibration PATH] [--calibration-method M]
+                   [--nnc-args "--int8-bias-correction off"]
 
 X.npy stacks the samples along the batch axis ([N, ...] for a [1, ...] input); Y.npy
 holds N integer labels. The model must have one input and one output (logits).
 """
-import argparse, ctypes, os, subprocess, sys, tempfile
+import argparse, ctypes, os, shlex, subprocess, sys, tempfile
 import numpy as np
 
 from nnc_ctypes import model_info
@@ -50,6 +51,7 @@ def main():
     ap.add_argument("--quantize", choices=["fp16", "int8"], required=True)
     ap.add_argument("--calibration", help="nnc compile --calibration (int8)")
     ap.add_argument("--calibration-method", default="minmax")
+    ap.add_argument("--nnc-args", default="", help="more nnc compile arguments")
     args = ap.parse_args()
     images, labels = np.load(args.images), np.load(args.labels)
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,6 +59,7 @@ def main():
         extra = ["--quantize", args.quantize]
         if args.quantize == "int8":
             extra += ["--calibration", args.calibration, "--calibration-method", args.calibration_method]
+        extra += shlex.split(args.nnc_args)
         q_lib = compile_model(args.model, os.path.join(tmp, "libq.so"), extra)
         ref, q = logits(ref_lib, images), logits(q_lib, images)
         sizes = os.path.getsize(ref_lib), os.path.getsize(q_lib)

@@ -111,6 +111,11 @@ enum Command {
         /// until every output's SQNR against float32 reaches DB on the calibration set.
         #[arg(long, value_name = "DB")]
         int8_min_sqnr: Option<f64>,
+        /// Whether --quantize int8 folds each layer's expected weight-rounding error
+        /// (the rounding error times the calibration mean of the input it multiplies)
+        /// into the int32 bias, so the outputs stay unbiased.
+        #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+        int8_bias_correction: String,
         /// Prints nnc's IR after the graph passes.
         #[arg(long)]
         dump_ir: bool,
@@ -239,6 +244,7 @@ fn run(cli: Cli) -> Result<()> {
             percentile,
             keep_fp32,
             int8_min_sqnr,
+            int8_bias_correction,
             dump_ir,
             dump_passes,
             passes,
@@ -275,6 +281,7 @@ fn run(cli: Cli) -> Result<()> {
                         method,
                         keep_fp32,
                         min_sqnr_db: int8_min_sqnr,
+                        bias_correction: int8_bias_correction == "on",
                     }),
                 ),
             };

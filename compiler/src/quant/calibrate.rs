@@ -1,28 +1,45 @@
 //! Calibration: the float32 graph runs over every sample with the tensors to be
 //! quantized exposed as outputs, and each tensor's values fold into a
-//! [`RangeObserver`]. The graph is compiled for this machine ([`HostModel`]), so
+//! [`RangeObserver`] and, along the axis its layer reads as channels, into
+//! [`ChannelMeans`] (for bias correction). The graph is compiled for this machine ([`HostModel`]), so
 //! hundreds of samples of a ResNet take seconds; a progress bar shows on a terminal.
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::bias_correction::ChannelMeans;
 use super::host_model::HostModel;
 use super::ranges::RangeObserver;
 use crate::ir::{DType, Graph, Tensor, ValueId};
 
-/// Observers for `values` (float32 tensors of `graph`) over `samples` (each one tensor
-/// per graph input, in order).
+/// What calibration learnt about one tensor.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub range: RangeObserver,
+    pub means: ChannelMeans,
+}
+
+impl Observed {
+    fn observe(&mut self, t: &Tensor, channel_axis: usize) {
+        let values = floats(t);
+        self.range.observe(&values);
+        self.means.observe(&values, t.shape(), channel_axis);
+    }
+}
+
+/// Observers for `values` (float32 tensors of `graph`, with the axis of each that holds
+/// its channels) over `samples` (each one tensor per graph input, in order).
 pub fn observe(
     graph: &Graph,
-    values: &[ValueId],
+    values: &[(ValueId, usize)],
     samples: &[Vec<Tensor>],
-) -> Result<Vec<RangeObserver>, String> {
-    let mut observers = vec![RangeObserver::default(); values.len()];
+) -> Result<Vec<Observed>, String> {
+    let mut observers = vec![Observed::default(); values.len()];
     // Graph inputs are observed from the samples; everything else is computed.
     let computed: Vec<(usize, ValueId)> = values
         .iter()
         .enumerate()
-        .filter(|(_, v)| !graph.inputs.contains(v))
-        .map(|(i, v)| (i, *v))
+        .filter(|(_, (v, _))| !graph.inputs.contains(v))
+        .map(|(i, (v, _))| (i, *v))
         .collect();
     let model = if computed.is_empty() {
         None
@@ -37,9 +54,9 @@ pub fn observe(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     for (k, sample) in samples.iter().enumerate() {
-        for (i, v) in values.iter().enumerate() {
+        for (i, (v, axis)) in values.iter().enumerate() {
             if let Some(pos) = graph.inputs.iter().position(|x| x == v) {
-                observers[i].observe(&floats(&sample[pos]));
+                observers[i].observe(&sample[pos], *axis);
             }
         }
         if let Some(m) = &model {
@@ -47,7 +64,7 @@ pub fn observe(
                 .run(sample)
                 .map_err(|e| format!("calibration sample {k}: {e}"))?;
             for ((i, _), t) in computed.iter().zip(&outs) {
-                observers[*i].observe(&floats(t));
+                observers[*i].observe(t, values[*i].1);
             }
         }
         bar.inc(1);

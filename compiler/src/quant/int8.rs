@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 
+use super::bias_correction;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{Activation, BinaryOp, ConvAttrs, Op, PlaneLayout};
 
@@ -27,7 +28,20 @@ pub struct Layer {
     pub node: String,
     pub op: String,
     pub input: ValueId,
+    /// The axis of `input` whose index each weight row's elements run over by
+    /// channel: 1 for a conv's NCHW input, the last axis for a GEMM's.
+    pub channel_axis: usize,
     pub output: ValueId,
+}
+
+/// What calibration measured about a layer's float32 input.
+#[derive(Clone, Debug)]
+pub struct InputStats {
+    /// The range quantized to uint8, `lo ≤ 0 ≤ hi`.
+    pub range: (f32, f32),
+    /// Each channel's mean (along the layer's channel axis), for bias correction;
+    /// `None` leaves the bias uncorrected.
+    pub means: Option<Vec<f64>>,
 }
 
 /// The nodes this pass would quantize (their names, ops and activation inputs), minus
@@ -42,6 +56,13 @@ pub fn candidates(graph: &Graph, keep_fp32: &[String]) -> Vec<Layer> {
             node: n.name.clone(),
             op: n.onnx_op.clone(),
             input: n.inputs[0].expect("checked by weights_of"),
+            channel_axis: match n.op {
+                Op::Conv(_) => 1,
+                _ => graph
+                    .ty(n.inputs[0].expect("checked"))
+                    .rank()
+                    .saturating_sub(1),
+            },
             output: n.outputs[0],
         })
         .collect()
@@ -228,12 +249,12 @@ impl<'g> Rewriter<'g> {
     }
 }
 
-/// Quantizes every layer of `layers` whose input has a range in `ranges`. Returns the
+/// Quantizes every layer of `layers` whose input has statistics in `stats`. Returns the
 /// layers quantized.
 pub fn quantize(
     graph: &mut Graph,
     layers: &[Layer],
-    ranges: &HashMap<ValueId, (f32, f32)>,
+    stats: &HashMap<ValueId, InputStats>,
 ) -> Result<Vec<Layer>, String> {
     let old = std::mem::take(&mut graph.nodes);
     let mut done = vec![];
@@ -247,14 +268,25 @@ pub fn quantize(
             nodes.push(n);
             continue;
         };
-        let Some(&(lo, hi)) = ranges.get(&layer.input) else {
+        let Some(input) = stats.get(&layer.input) else {
             nodes.push(n);
             continue;
         };
+        let (lo, hi) = input.range;
+        let (s_w, w_q) = weight_params(&rows);
+        let shift = input
+            .means
+            .as_ref()
+            .map(|means| weight_rounding_shift(&n, &rows, &s_w, &w_q, means));
+        let q = QuantizedWeights {
+            scales: s_w,
+            rows: w_q,
+            bias_shift: shift.unwrap_or_else(|| vec![0.0; rows.len()]),
+        };
         let mut r = Rewriter::new(graph, &n);
         let fused = match conv_u8s8_layout(r.graph, &n) {
-            Some(layout) => rewrite_conv_u8s8(&mut r, &n, layout, &rows, lo, hi, &mut planes),
-            None => rewrite(&mut r, &n, &rows, lo, hi),
+            Some(layout) => rewrite_conv_u8s8(&mut r, &n, layout, &q, lo, hi, &mut planes),
+            None => rewrite(&mut r, &n, &q, lo, hi),
         };
         fused.map_err(|e| format!("node '{}' ({}): {e}", n.name, n.onnx_op))?;
         nodes.extend(r.finish());
@@ -262,6 +294,42 @@ pub fn quantize(
     }
     graph.nodes = nodes;
     Ok(done)
+}
+
+/// A layer's int8 weights: per-map scales, the rows, and the expected output shift
+/// their rounding causes (in float32 output units), which the int32 bias takes out.
+struct QuantizedWeights {
+    scales: Vec<f32>,
+    rows: Vec<Vec<i8>>,
+    bias_shift: Vec<f64>,
+}
+
+/// [`bias_correction::expected_shift`] for layer `n`, whose weight rows read the input
+/// channels `means` describes: a conv row is `[C/group][kh·kw]` of its group's channels,
+/// a GEMM row (one of B's columns) runs over K.
+fn weight_rounding_shift(
+    n: &Node,
+    rows: &[Vec<f32>],
+    scales: &[f32],
+    quantized: &[Vec<i8>],
+    means: &[f64],
+) -> Vec<f64> {
+    let (maps, k) = (rows.len(), rows.first().map_or(0, Vec::len));
+    let (groups, taps) = match &n.op {
+        Op::Conv(c) => {
+            let c_per_group = means.len() / c.group.max(1);
+            (c.group.max(1), k / c_per_group.max(1))
+        }
+        _ => (1, 1),
+    };
+    let maps_per_group = (maps / groups).max(1);
+    let c_per_group = k / taps.max(1);
+    if means.len() != groups * c_per_group {
+        return vec![0.0; maps];
+    }
+    bias_correction::expected_shift(rows, scales, quantized, |m, i| {
+        means[(m / maps_per_group) * c_per_group + i / taps]
+    })
 }
 
 /// Quantized planes already made, by float32 input, layout and quantization: convs
@@ -293,7 +361,7 @@ fn rewrite_conv_u8s8(
     r: &mut Rewriter,
     n: &Node,
     layout: PlaneLayout,
-    rows: &[Vec<f32>],
+    q: &QuantizedWeights,
     lo: f32,
     hi: f32,
     planes_cache: &mut PlanesCache,
@@ -303,8 +371,8 @@ fn rewrite_conv_u8s8(
     };
     let x = n.inputs[0].ok_or("no input")?;
     let (s_x, zp_x) = activation_params(lo, hi);
-    let (s_w, w_q) = weight_params(rows);
-    let maps = rows.len();
+    let (s_w, w_q) = (&q.scales, &q.rows);
+    let maps = w_q.len();
     let inv = 1.0 / s_x;
     let zp_v = r.constant(
         "x_zero_point",
@@ -338,7 +406,7 @@ fn rewrite_conv_u8s8(
         .map(Tensor::to_f64_vec);
     let bias: Vec<i64> = (0..maps)
         .map(|m| {
-            let b = bias_f.as_ref().map_or(0.0, |v| v[m]);
+            let b = bias_f.as_ref().map_or(0.0, |v| v[m]) - q.bias_shift[m];
             (b / (s_x as f64 * s_w[m] as f64)).round() as i64
         })
         .collect();
@@ -355,15 +423,21 @@ fn rewrite_conv_u8s8(
     Ok(())
 }
 
-fn rewrite(r: &mut Rewriter, n: &Node, rows: &[Vec<f32>], lo: f32, hi: f32) -> Result<(), String> {
+fn rewrite(
+    r: &mut Rewriter,
+    n: &Node,
+    q: &QuantizedWeights,
+    lo: f32,
+    hi: f32,
+) -> Result<(), String> {
     let x = n.inputs[0].ok_or("no input")?;
     let x_ty = r.graph.ty(x).clone();
     let out = n.outputs[0];
     let out_ty = r.graph.ty(out).clone();
     let (s_x, zp_x) = activation_params(lo, hi);
-    let (s_w, w_q) = weight_params(rows);
-    let maps = rows.len();
-    let k = rows.first().map_or(0, Vec::len);
+    let (s_w, w_q) = (&q.scales, &q.rows);
+    let maps = w_q.len();
+    let k = w_q.first().map_or(0, Vec::len);
     let s_x_v = r.constant("x_scale", Tensor::from_vec(&[], vec![s_x]));
     let zp_v = r.constant(
         "x_zero_point",
@@ -435,25 +509,31 @@ fn rewrite(r: &mut Rewriter, n: &Node, rows: &[Vec<f32>], lo: f32, hi: f32) -> R
         }
         _ => return Err("not a quantizable layer".into()),
     };
-    // A bias with one value per channel joins the int32 accumulator; any other C (a
-    // Gemm's full [M, N] C) is added in float32 after rescaling.
-    let mut int_bias = None;
+    // A bias with one value per channel joins the int32 accumulator, with the weight
+    // rounding's expected shift taken out; any other C (a Gemm's full [M, N] C) is
+    // added in float32 after rescaling.
+    let mut per_map = vec![0f64; maps];
     let mut float_addend = None;
     if let Some(b) = bias {
         match r.graph.constant(b) {
             Some(t) if t.len() == maps || t.len() == 1 => {
                 let v = t.to_f64_vec();
-                let q: Vec<i64> = (0..maps)
-                    .map(|m| {
-                        let bm = v[if v.len() == 1 { 0 } else { m }] * beta as f64;
-                        (bm / (alpha as f64 * s_x as f64 * s_w[m] as f64)).round() as i64
-                    })
-                    .collect();
-                int_bias = Some(Tensor::from_vec(&channel_shape, q).cast(DType::I32));
+                for (m, p) in per_map.iter_mut().enumerate() {
+                    *p = v[if v.len() == 1 { 0 } else { m }] * beta as f64;
+                }
             }
             _ => float_addend = Some(b),
         }
     }
+    let int_bias = (bias.is_some() || q.bias_shift.iter().any(|&d| d != 0.0)).then(|| {
+        let q: Vec<i64> = (0..maps)
+            .map(|m| {
+                let bm = per_map[m] - alpha as f64 * q.bias_shift[m];
+                (bm / (alpha as f64 * s_x as f64 * s_w[m] as f64)).round() as i64
+            })
+            .collect();
+        Tensor::from_vec(&channel_shape, q).cast(DType::I32)
+    });
     let acc = match int_bias {
         Some(t) => {
             let bq = r.constant("bias_quantized", t);

@@ -2,6 +2,7 @@
 //! `codegen::lower::f16_weights`): the inputs and, as it lands, the passes of static
 //! INT8 post-training quantization.
 
+pub mod bias_correction;
 pub mod calibrate;
 pub mod calibration_data;
 pub mod host_model;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::calibrate;
 use super::calibration_data::{self, InputSpec};
 use super::host_model::HostModel;
-use super::int8::{self, Layer};
+use super::int8::{self, InputStats, Layer};
 use super::ranges::Method;
 use super::requantize;
 use crate::ir::{Graph, Tensor, ValueId};
@@ -23,6 +23,9 @@ pub struct Int8Options {
     /// Keep the most sensitive layers in float32, one at a time, until every output's
     /// SQNR against float32 (over the calibration set) reaches this many dB.
     pub min_sqnr_db: Option<f64>,
+    /// Fold each layer's expected weight-rounding shift into its bias
+    /// ([`super::bias_correction`]).
+    pub bias_correction: bool,
 }
 
 /// How one tensor of the quantized graph compares with the float32 graph's.
@@ -59,14 +62,25 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
         .collect();
     let samples = calibration_data::load(&opts.calibration, &specs)?;
     let layers = int8::candidates(graph, &opts.keep_fp32);
-    let mut inputs: Vec<ValueId> = layers.iter().map(|l| l.input).collect();
+    // One observer per input; a tensor two layers read along different axes (rare)
+    // gets the first one's channel means, and the other's bias goes uncorrected.
+    let mut inputs: Vec<(ValueId, usize)> =
+        layers.iter().map(|l| (l.input, l.channel_axis)).collect();
     inputs.sort();
-    inputs.dedup();
-    let observers = calibrate::observe(graph, &inputs, &samples)?;
-    let ranges: HashMap<ValueId, (f32, f32)> = inputs
+    inputs.dedup_by_key(|(v, _)| *v);
+    let observed = calibrate::observe(graph, &inputs, &samples)?;
+    let stats: HashMap<ValueId, InputStats> = inputs
         .iter()
-        .zip(&observers)
-        .filter_map(|(v, o)| o.range(opts.method).map(|r| (*v, r)))
+        .zip(&observed)
+        .filter_map(|((v, _), o)| {
+            let range = o.range.range(opts.method)?;
+            let means = if opts.bias_correction {
+                o.means.means()
+            } else {
+                None
+            };
+            Some((*v, InputStats { range, means }))
+        })
         .collect();
     let float_graph = graph.clone();
     // With a SQNR target, the layer whose own output loses the most goes back to
@@ -82,7 +96,7 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
             .cloned()
             .collect();
         let mut candidate = float_graph.clone();
-        let quantized = int8::quantize(&mut candidate, &now, &ranges)?;
+        let quantized = int8::quantize(&mut candidate, &now, &stats)?;
         let (outputs, layer_quality) = reference.compare(&candidate, &quantized, &samples)?;
         let met = opts
             .min_sqnr_db
