@@ -502,9 +502,68 @@ fn min_sqnr_keeps_the_most_sensitive_layers_in_float32() {
         tighter.quantized.len() + tighter.kept_for_sqnr.len(),
         tighter.candidates
     );
+    assert!(!tighter.quantized.is_empty(), "{tighter}");
     let none = run(1e9);
     assert!(none.quantized.is_empty(), "{none}");
     assert_eq!(none.kept_for_sqnr.len(), none.candidates);
+}
+
+/// conv → (+ an outlier) → conv → conv: the middle conv's input range is stretched
+/// by one huge value (in a channel the middle conv ignores, so it does not swamp the
+/// output), so its uint8 steps are coarse and it costs the output most.
+/// `--int8-min-sqnr` must keep exactly the middle one.
+#[test]
+fn min_sqnr_keeps_the_layer_that_costs_the_outputs_most() {
+    use models::{Attr, ModelBuilder};
+    let mut m = ModelBuilder::new(8);
+    let shape = vec![1, 8, 8, 8];
+    let x = m.input("image", &shape);
+    let pads = || ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let w1 = m.weight(&[8, 8, 3, 3], 0.3);
+    let y = m.node("Conv", &[&x, &w1], vec![pads()]);
+    let mut outlier = vec![0f32; 8 * 8 * 8];
+    outlier[5] = 300.0;
+    let outlier = m.float_init(&[1, 8, 8, 8], outlier);
+    let y = m.node("Add", &[&y, &outlier], vec![]);
+    let mut w2 = models::Rng::new(9).vec(8 * 8 * 9, 0.3);
+    for map in w2.chunks_mut(8 * 9) {
+        map[..9].iter_mut().for_each(|w| *w = 0.0);
+    }
+    let w2 = m.float_init(&[8, 8, 3, 3], w2);
+    let y = m.node("Conv", &[&y, &w2], vec![pads()]);
+    let w3 = m.weight(&[8, 8, 3, 3], 0.3);
+    let y = m.node("Conv", &[&y, &w3], vec![pads()]);
+    m.output(&y);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outlier.onnx");
+    std::fs::write(&path, m.encode()).unwrap();
+    let calib = dir.path().join("calib.npy");
+    let mut rng = models::Rng::new(4);
+    std::fs::write(
+        &calib,
+        nnc::npy::to_bytes(&samples(&mut rng, 16, &shape)).unwrap(),
+    )
+    .unwrap();
+    let passes = PassManager::from_list("default").unwrap();
+    let run = |target: Option<f64>| {
+        let int8 = Int8Options {
+            calibration: calib.clone(),
+            method: Method::MinMax,
+            keep_fp32: vec![],
+            min_sqnr_db: target,
+            bias_correction: true,
+        };
+        driver::compile_model_int8(&path, &ImportOptions::default(), &options(), &passes, &int8)
+            .unwrap()
+            .1
+    };
+    let all = run(None);
+    let convs: Vec<String> = all.quantized.iter().map(|l| l.node.clone()).collect();
+    assert_eq!(convs.len(), 3, "{all}");
+    let target = all.outputs[0].sqnr_db + 10.0;
+    let kept = run(Some(target));
+    assert_eq!(kept.kept_for_sqnr, vec![convs[1].clone()], "{all}\n{kept}");
+    assert!(kept.outputs[0].sqnr_db >= target, "{kept}");
 }
 
 /// onnxruntime's com.microsoft QLinearAdd, QLinearMul (broadcast) and

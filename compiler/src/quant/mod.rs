@@ -10,3 +10,4 @@ pub mod int8;
 pub mod pipeline;
 pub mod ranges;
 pub mod requantize;
+pub mod sensitivity;

@@ -12,6 +12,7 @@ use super::host_model::HostModel;
 use super::int8::{self, InputStats, Layer};
 use super::ranges::Method;
 use super::requantize;
+use super::sensitivity;
 use crate::ir::{Graph, Tensor, ValueId};
 
 #[derive(Clone, Debug)]
@@ -20,8 +21,8 @@ pub struct Int8Options {
     pub method: Method,
     /// Node names to leave in float32.
     pub keep_fp32: Vec<String>,
-    /// Keep the most sensitive layers in float32, one at a time, until every output's
-    /// SQNR against float32 (over the calibration set) reaches this many dB.
+    /// Keep the layers whose float32 build helps the outputs most in float32 until every
+    /// output's SQNR against float32 (over the calibration set) reaches this many dB.
     pub min_sqnr_db: Option<f64>,
     /// Fold each layer's expected weight-rounding shift into its bias
     /// ([`super::bias_correction`]).
@@ -46,7 +47,7 @@ pub struct Int8Report {
     pub outputs: Vec<Quality>,
     /// Quantized layers by their output's SQNR, lowest first (at most five).
     pub worst_layers: Vec<Quality>,
-    /// Layers `min_sqnr_db` kept in float32, in the order they were taken out.
+    /// Layers `min_sqnr_db` kept in float32, most helpful first.
     pub kept_for_sqnr: Vec<String>,
 }
 
@@ -83,48 +84,69 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
         })
         .collect();
     let float_graph = graph.clone();
-    // With a SQNR target, the layer whose own output loses the most goes back to
-    // float32 until every output meets it (or nothing is left quantized).
     let reference = Reference::new(&float_graph, &layers)?;
-    let mut kept_for_sqnr = vec![];
-    loop {
-        let mut keep = opts.keep_fp32.clone();
-        keep.extend(kept_for_sqnr.iter().cloned());
+    // One quantized build, compared with float32 over the samples.
+    let attempt = |kept: &[String]| -> Result<Attempt, String> {
         let now: Vec<Layer> = layers
             .iter()
-            .filter(|l| !keep.contains(&l.node))
+            .filter(|l| !kept.contains(&l.node))
             .cloned()
             .collect();
-        let mut candidate = float_graph.clone();
-        let quantized = int8::quantize(&mut candidate, &now, &stats)?;
-        let (outputs, layer_quality) = reference.compare(&candidate, &quantized, &samples)?;
-        let met = opts
-            .min_sqnr_db
-            .is_none_or(|t| outputs.iter().all(|o| o.sqnr_db >= t));
-        let worst_at = (0..quantized.len()).min_by(|&a, &b| {
-            layer_quality[a]
-                .sqnr_db
-                .total_cmp(&layer_quality[b].sqnr_db)
-        });
-        match worst_at {
-            Some(i) if !met => kept_for_sqnr.push(quantized[i].node.clone()),
-            _ => {
-                requantize::fuse(&mut candidate);
-                *graph = candidate;
-                let mut worst = layer_quality;
-                worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
-                worst.truncate(5);
-                return Ok(Int8Report {
-                    samples: samples.len(),
-                    candidates: layers.len(),
-                    quantized,
-                    outputs,
-                    worst_layers: worst,
-                    kept_for_sqnr,
-                });
-            }
+        let mut graph = float_graph.clone();
+        let quantized = int8::quantize(&mut graph, &now, &stats)?;
+        let (outputs, layer_quality) = reference.compare(&graph, &quantized, &samples)?;
+        Ok(Attempt {
+            graph,
+            quantized,
+            outputs,
+            layer_quality,
+        })
+    };
+    let meets = |a: &Attempt| {
+        opts.min_sqnr_db
+            .is_none_or(|t| a.outputs.iter().all(|o| o.sqnr_db >= t))
+    };
+    let mut kept_for_sqnr: Vec<String> = vec![];
+    let mut best = attempt(&kept_for_sqnr)?;
+    if let (false, Some(target)) = (meets(&best), opts.min_sqnr_db) {
+        // The trials rank the layers and say how many go back; the real builds confirm
+        // (and take more back, in the same order, should the trials be optimistic).
+        let (order, needed) =
+            sensitivity::plan(&float_graph, &best.quantized, &stats, &samples, target)?;
+        kept_for_sqnr = order[..needed].to_vec();
+        best = attempt(&kept_for_sqnr)?;
+        while !meets(&best) && kept_for_sqnr.len() < order.len() {
+            kept_for_sqnr.push(order[kept_for_sqnr.len()].clone());
+            best = attempt(&kept_for_sqnr)?;
         }
     }
+    let Attempt {
+        graph: mut candidate,
+        quantized,
+        outputs,
+        layer_quality,
+    } = best;
+    requantize::fuse(&mut candidate);
+    *graph = candidate;
+    let mut worst = layer_quality;
+    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+    worst.truncate(5);
+    Ok(Int8Report {
+        samples: samples.len(),
+        candidates: layers.len(),
+        quantized,
+        outputs,
+        worst_layers: worst,
+        kept_for_sqnr,
+    })
+}
+
+/// One quantized build of the model and how it compares with float32.
+struct Attempt {
+    graph: Graph,
+    quantized: Vec<Layer>,
+    outputs: Vec<Quality>,
+    layer_quality: Vec<Quality>,
 }
 
 /// Energies of one compared tensor, summed over samples.
