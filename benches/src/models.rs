@@ -275,7 +275,7 @@ fn tract_dt(d: DType) -> DatumType {
         DType::U32 => DatumType::U32,
         DType::U64 => DatumType::U64,
         DType::Bool => DatumType::Bool,
-        DType::BF16 => die("tract has no bfloat16 inputs"),
+        other => die(&format!("tract has no {other} inputs")),
     }
 }
 

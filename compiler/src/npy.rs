@@ -35,7 +35,9 @@ fn descr_of(d: DType) -> Option<&'static str> {
         DType::U32 => "<u4",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
-        DType::BF16 => return None,
+        // numpy has no bfloat16 or low-precision types (ml_dtypes adds them, without a
+        // standard descr).
+        _ => return None,
     })
 }
 

@@ -168,6 +168,7 @@ fn cumsum_directions_and_types() {
         axis: 0,
         exclusive,
         reverse,
+        product: false,
     };
     assert_values(
         &run1(&op(false, false), &[&x]),
@@ -188,6 +189,7 @@ fn cumsum_directions_and_types() {
             axis: 0,
             exclusive: false,
             reverse: false,
+            product: false,
         },
         &[&x],
     );
@@ -198,10 +200,22 @@ fn cumsum_directions_and_types() {
             axis: 1,
             exclusive: false,
             reverse: false,
+            product: false,
         },
         &[&x],
     );
     assert_values(&y, &[2, 3], &[1., 3., 6., 4., 9., 15.]);
+    // CumProd, exclusive and reversed.
+    let y = run1(
+        &Op::CumSum {
+            axis: 1,
+            exclusive: true,
+            reverse: true,
+            product: true,
+        },
+        &[&x],
+    );
+    assert_values(&y, &[2, 3], &[6., 3., 1., 30., 6., 1.]);
 
     let x = t(&[2], &[200u8, 100]);
     assert_values(&run1(&op(false, false), &[&x]), &[2], &[200., 44.]);

@@ -82,7 +82,22 @@ static size_t dtype_size(int32_t dtype) {
  * the ABI does not allow (negative dims, non-dense dtypes, overflow). */
 static size_t tensor_bytes(const char *role, uint32_t index, const nnc_tensor_info *t) {
     const char *name = t->name ? t->name : "?";
-    size_t bytes = dtype_size(t->dtype);
+    /* 4- and 2-bit types are packed: count elements, then round up to bytes. */
+    unsigned per_byte = 1;
+    switch (t->dtype) {
+    case NNC_DTYPE_UINT4:
+    case NNC_DTYPE_INT4:
+    case NNC_DTYPE_FLOAT4E2M1:
+        per_byte = 2;
+        break;
+    case NNC_DTYPE_UINT2:
+    case NNC_DTYPE_INT2:
+        per_byte = 4;
+        break;
+    default:
+        break;
+    }
+    size_t bytes = per_byte > 1 ? 1 : dtype_size(t->dtype);
     if (bytes == 0)
         fail("%s %u '%s': dtype %d has no dense byte size", role, index, name, t->dtype);
     if (t->rank < 0 || (t->rank > 0 && t->dims == NULL))
@@ -95,7 +110,7 @@ static size_t tensor_bytes(const char *role, uint32_t index, const nnc_tensor_in
             fail("%s %u '%s': size overflows", role, index, name);
         bytes *= (size_t)dim;
     }
-    return bytes;
+    return per_byte > 1 ? (bytes + per_byte - 1) / per_byte : bytes;
 }
 
 /* Aligned buffer of `bytes` (never NULL, even for 0 bytes, because the

@@ -5,6 +5,7 @@ use ndarray::{ArrayD, IxDyn, Zip};
 
 use super::scalar::{self, Exact, Int, Num, ToExact};
 use super::{f64_to_float, float_to_f64, narrow_half, unsupported, widen_half};
+use crate::ir::low_precision::E8m0Rounding;
 use crate::ir::{DType, Element, Tensor};
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::with_tensor;
@@ -499,5 +500,24 @@ pub fn cast(t: &Tensor, to: DType) -> Tensor {
         DType::U16 => Tensor::U16(int(t)),
         DType::U32 => Tensor::U32(int(t)),
         DType::U64 => Tensor::U64(int(t)),
+        d => cast_codes(t, d, true, E8m0Rounding::default()),
     }
+}
+
+/// ONNX Cast to or from a low-precision type, with Cast's `saturate` and `round_mode`
+/// (see [`crate::ir::low_precision`]): through float32, which holds every value of
+/// every low-precision type exactly.
+pub fn cast_codes(t: &Tensor, to: DType, saturate: bool, rounding: E8m0Rounding) -> Tensor {
+    let Some(format) = to.low_precision() else {
+        return cast(t, to);
+    };
+    let values = match t.dtype() {
+        DType::F32 => t.clone(),
+        _ => cast(t, DType::F32),
+    };
+    let Tensor::F32(a) = values else {
+        unreachable!("cast to float32")
+    };
+    let codes = Tensor::U8(a.mapv(|x| format.encode(x, saturate, rounding)));
+    codes.with_codes_as(to)
 }

@@ -280,6 +280,7 @@ pub(super) fn cumsum(
     axis: usize,
     exclusive: bool,
     reverse: bool,
+    product: bool,
 ) -> Result<Tensor, String> {
     let shape = x.shape().to_vec();
     if axis >= shape.len() {
@@ -321,7 +322,21 @@ pub(super) fn cumsum(
             let a = float_to_f64(t).ok_or_else(|| unsupported(t.dtype()))?;
             let v: Vec<f64> = a.iter().copied().collect();
             let mut out = vec![0.0; v.len()];
-            scan(&v, &mut out, 0.0, |p, q| p + q, dims, exclusive, reverse);
+            if product {
+                // Multiplied in the element type's precision when it is float32 or
+                // narrower, as the compiled kernel and onnx's reference do.
+                let narrow = t.dtype() != DType::F64;
+                let mul = move |p: f64, q: f64| {
+                    if narrow {
+                        (p as f32 * q as f32) as f64
+                    } else {
+                        p * q
+                    }
+                };
+                scan(&v, &mut out, 1.0, mul, dims, exclusive, reverse);
+            } else {
+                scan(&v, &mut out, 0.0, |p, q| p + q, dims, exclusive, reverse);
+            }
             f64_to_float(
                 ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(|e| e.to_string())?,
                 t.dtype(),
@@ -330,7 +345,11 @@ pub(super) fn cumsum(
         t if t.dtype().is_int() => {
             let v = t.to_i64_vec();
             let mut out = vec![0i64; v.len()];
-            scan(&v, &mut out, 0, i64::wrapping_add, dims, exclusive, reverse);
+            if product {
+                scan(&v, &mut out, 1, i64::wrapping_mul, dims, exclusive, reverse);
+            } else {
+                scan(&v, &mut out, 0, i64::wrapping_add, dims, exclusive, reverse);
+            }
             Ok(Tensor::from_vec(&shape, out).cast(t.dtype()))
         }
         t => Err(unsupported(t.dtype())),

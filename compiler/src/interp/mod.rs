@@ -82,7 +82,7 @@ mod resize;
 mod scalar;
 mod shape;
 
-pub use elementwise::cast;
+pub use elementwise::{cast, cast_codes};
 
 /// Evaluates one op. `inputs` has `None` for omitted optional inputs.
 ///
@@ -116,6 +116,11 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         Op::Binary(b) => elementwise::binary(*b, x()?, required(inputs, 1)?)?,
         Op::Where => elementwise::where_(x()?, required(inputs, 1)?, required(inputs, 2)?)?,
         Op::Cast { to } => cast(x()?, *to),
+        Op::CastCodes {
+            to,
+            saturate,
+            rounding,
+        } => cast_codes(x()?, *to, *saturate, *rounding),
         Op::MatMul(_) => linalg::matmul(x()?, required(inputs, 1)?)?,
         Op::Gemm(g) => linalg::gemm(g, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::Conv(c) => conv::conv(c, x()?, required(inputs, 1)?, optional(inputs, 2))?,
@@ -170,7 +175,8 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             axis,
             exclusive,
             reverse,
-        } => indexing::cumsum(x()?, *axis, *exclusive, *reverse)?,
+            product,
+        } => indexing::cumsum(x()?, *axis, *exclusive, *reverse, *product)?,
         Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
         Op::QuantizeLinear { axis, to } => {
             quant::quantize_linear(x()?, required(inputs, 1)?, optional(inputs, 2), *axis, *to)?

@@ -305,6 +305,23 @@ macro_rules! exact_via {
 exact_via!(Int, i128::from, i8, i16, i32, i64, u8, u16, u32, u64, bool);
 exact_via!(Float, f64::from, f32, f64, f16, bf16);
 
+macro_rules! exact_code {
+    ($($t:ident),*) => {
+        $(impl ToExact for crate::ir::code_elements::$t {
+            fn exact(self) -> Exact {
+                use crate::ir::Element;
+                let v = self.to_f64();
+                if crate::ir::DType::$t.is_float() {
+                    Exact::Float(v)
+                } else {
+                    Exact::Int(v as i128)
+                }
+            }
+        })*
+    };
+}
+exact_code!(F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, U4, I4, F4E2M1, F8E8M0, U2, I2);
+
 /// f64 → f32 rounding to odd: a result that was inexact gets an odd last bit, so a
 /// second rounding to a type with at least two fewer significand bits (f16, bf16) is
 /// correctly rounded. Rounding f64 → f32 → f16 to nearest twice is not.

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::low_precision::{packed_len, Format};
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub enum DType {
     F32 = 1,
@@ -18,10 +20,23 @@ pub enum DType {
     U32 = 12,
     U64 = 13,
     BF16 = 16,
+    // The low-precision formats (`super::low_precision`): each element is a code of 8,
+    // 4 or 2 bits; 4- and 2-bit tensors are packed (ONNX's layout) wherever they are
+    // stored, so only the few ops that convert them ever touch one.
+    F8E4M3FN = 17,
+    F8E4M3FNUZ = 18,
+    F8E5M2 = 19,
+    F8E5M2FNUZ = 20,
+    U4 = 21,
+    I4 = 22,
+    F4E2M1 = 23,
+    F8E8M0 = 24,
+    U2 = 25,
+    I2 = 26,
 }
 
 impl DType {
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 23] = [
         DType::F32,
         DType::U8,
         DType::I8,
@@ -35,6 +50,16 @@ impl DType {
         DType::U32,
         DType::U64,
         DType::BF16,
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::U4,
+        DType::I4,
+        DType::F4E2M1,
+        DType::F8E8M0,
+        DType::U2,
+        DType::I2,
     ];
 
     pub fn from_onnx(code: i32) -> Option<DType> {
@@ -49,14 +74,35 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::U8 | DType::I8 | DType::Bool => 1,
+            // Packed 4- and 2-bit types: see `TensorType::byte_size`.
+            d if d.low_precision().is_some() => 1,
             DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
+            _ => unreachable!("every low-precision type is handled above"),
         }
+    }
+
+    /// The low-precision format of a float8 / 4-bit / 2-bit type.
+    pub fn low_precision(self) -> Option<Format> {
+        Some(match self {
+            DType::F8E4M3FN => Format::F8E4M3FN,
+            DType::F8E4M3FNUZ => Format::F8E4M3FNUZ,
+            DType::F8E5M2 => Format::F8E5M2,
+            DType::F8E5M2FNUZ => Format::F8E5M2FNUZ,
+            DType::U4 => Format::U4,
+            DType::I4 => Format::I4,
+            DType::F4E2M1 => Format::F4E2M1,
+            DType::F8E8M0 => Format::F8E8M0,
+            DType::U2 => Format::U2,
+            DType::I2 => Format::I2,
+            _ => return None,
+        })
     }
 
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+            || self.low_precision().is_some_and(Format::is_float)
     }
 
     pub fn is_int(self) -> bool {
@@ -64,7 +110,10 @@ impl DType {
     }
 
     pub fn is_signed_int(self) -> bool {
-        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+        matches!(
+            self,
+            DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::I4 | DType::I2
+        )
     }
 
     /// The values of a QuantizeLinear target (8- and 16-bit integers), saturation bounds.
@@ -93,6 +142,16 @@ impl DType {
             DType::U32 => "uint32",
             DType::U64 => "uint64",
             DType::BF16 => "bfloat16",
+            DType::F8E4M3FN => "float8e4m3fn",
+            DType::F8E4M3FNUZ => "float8e4m3fnuz",
+            DType::F8E5M2 => "float8e5m2",
+            DType::F8E5M2FNUZ => "float8e5m2fnuz",
+            DType::U4 => "uint4",
+            DType::I4 => "int4",
+            DType::F4E2M1 => "float4e2m1",
+            DType::F8E8M0 => "float8e8m0",
+            DType::U2 => "uint2",
+            DType::I2 => "int2",
         }
     }
 
@@ -109,6 +168,8 @@ impl DType {
             DType::U32 => "uint32_t",
             DType::I64 => "int64_t",
             DType::U64 => "uint64_t",
+            // The low-precision types: codes, packed for the 4- and 2-bit ones.
+            _ => "uint8_t",
         }
     }
 }
@@ -136,6 +197,9 @@ impl TensorType {
     }
 
     pub fn byte_size(&self) -> usize {
+        if let Some(f) = self.dtype.low_precision() {
+            return packed_len(f, self.numel());
+        }
         self.numel() * self.dtype.size()
     }
 

@@ -1,7 +1,9 @@
 //! nnc's graph IR: static-shaped tensors, constants, and nodes holding parsed ops.
 
+pub mod code_elements;
 pub mod dtype;
 pub mod graph;
+pub mod low_precision;
 pub mod tensor;
 
 pub use dtype::{DType, TensorType};

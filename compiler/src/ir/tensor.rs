@@ -20,6 +20,16 @@ pub enum Tensor {
     U32(ArrayD<u32>),
     U64(ArrayD<u64>),
     Bool(ArrayD<bool>),
+    F8E4M3FN(ArrayD<super::code_elements::F8E4M3FN>),
+    F8E4M3FNUZ(ArrayD<super::code_elements::F8E4M3FNUZ>),
+    F8E5M2(ArrayD<super::code_elements::F8E5M2>),
+    F8E5M2FNUZ(ArrayD<super::code_elements::F8E5M2FNUZ>),
+    U4(ArrayD<super::code_elements::U4>),
+    I4(ArrayD<super::code_elements::I4>),
+    F4E2M1(ArrayD<super::code_elements::F4E2M1>),
+    F8E8M0(ArrayD<super::code_elements::F8E8M0>),
+    U2(ArrayD<super::code_elements::U2>),
+    I2(ArrayD<super::code_elements::I2>),
 }
 
 /// Runs `$body` with `$a` bound to the inner array, whatever its element type.
@@ -40,6 +50,16 @@ macro_rules! with_tensor {
             $crate::ir::Tensor::U32($a) => $body,
             $crate::ir::Tensor::U64($a) => $body,
             $crate::ir::Tensor::Bool($a) => $body,
+            $crate::ir::Tensor::F8E4M3FN($a) => $body,
+            $crate::ir::Tensor::F8E4M3FNUZ($a) => $body,
+            $crate::ir::Tensor::F8E5M2($a) => $body,
+            $crate::ir::Tensor::F8E5M2FNUZ($a) => $body,
+            $crate::ir::Tensor::U4($a) => $body,
+            $crate::ir::Tensor::I4($a) => $body,
+            $crate::ir::Tensor::F4E2M1($a) => $body,
+            $crate::ir::Tensor::F8E8M0($a) => $body,
+            $crate::ir::Tensor::U2($a) => $body,
+            $crate::ir::Tensor::I2($a) => $body,
         }
     };
 }
@@ -62,6 +82,16 @@ macro_rules! map_tensor {
             $crate::ir::Tensor::U32($a) => $crate::ir::Tensor::U32($body),
             $crate::ir::Tensor::U64($a) => $crate::ir::Tensor::U64($body),
             $crate::ir::Tensor::Bool($a) => $crate::ir::Tensor::Bool($body),
+            $crate::ir::Tensor::F8E4M3FN($a) => $crate::ir::Tensor::F8E4M3FN($body),
+            $crate::ir::Tensor::F8E4M3FNUZ($a) => $crate::ir::Tensor::F8E4M3FNUZ($body),
+            $crate::ir::Tensor::F8E5M2($a) => $crate::ir::Tensor::F8E5M2($body),
+            $crate::ir::Tensor::F8E5M2FNUZ($a) => $crate::ir::Tensor::F8E5M2FNUZ($body),
+            $crate::ir::Tensor::U4($a) => $crate::ir::Tensor::U4($body),
+            $crate::ir::Tensor::I4($a) => $crate::ir::Tensor::I4($body),
+            $crate::ir::Tensor::F4E2M1($a) => $crate::ir::Tensor::F4E2M1($body),
+            $crate::ir::Tensor::F8E8M0($a) => $crate::ir::Tensor::F8E8M0($body),
+            $crate::ir::Tensor::U2($a) => $crate::ir::Tensor::U2($body),
+            $crate::ir::Tensor::I2($a) => $crate::ir::Tensor::I2($body),
         }
     };
 }
@@ -232,6 +262,46 @@ macro_rules! with_dtype {
                 type $T = bool;
                 $body
             }
+            $crate::ir::DType::F8E4M3FN => {
+                type $T = $crate::ir::code_elements::F8E4M3FN;
+                $body
+            }
+            $crate::ir::DType::F8E4M3FNUZ => {
+                type $T = $crate::ir::code_elements::F8E4M3FNUZ;
+                $body
+            }
+            $crate::ir::DType::F8E5M2 => {
+                type $T = $crate::ir::code_elements::F8E5M2;
+                $body
+            }
+            $crate::ir::DType::F8E5M2FNUZ => {
+                type $T = $crate::ir::code_elements::F8E5M2FNUZ;
+                $body
+            }
+            $crate::ir::DType::U4 => {
+                type $T = $crate::ir::code_elements::U4;
+                $body
+            }
+            $crate::ir::DType::I4 => {
+                type $T = $crate::ir::code_elements::I4;
+                $body
+            }
+            $crate::ir::DType::F4E2M1 => {
+                type $T = $crate::ir::code_elements::F4E2M1;
+                $body
+            }
+            $crate::ir::DType::F8E8M0 => {
+                type $T = $crate::ir::code_elements::F8E8M0;
+                $body
+            }
+            $crate::ir::DType::U2 => {
+                type $T = $crate::ir::code_elements::U2;
+                $body
+            }
+            $crate::ir::DType::I2 => {
+                type $T = $crate::ir::code_elements::I2;
+                $body
+            }
         }
     };
 }
@@ -269,6 +339,11 @@ impl Tensor {
         if bytes.len() != ty.byte_size() {
             return None;
         }
+        if let Some(f) = ty.dtype.low_precision() {
+            let codes = super::low_precision::unpack(f, bytes, ty.numel());
+            return Tensor::from_le_bytes(&TensorType::new(DType::U8, ty.shape.clone()), &codes)
+                .map(|t| t.with_codes_as(ty.dtype));
+        }
         let size = ty.dtype.size();
         Some(with_dtype!(ty.dtype, T => {
             let v: Vec<T> = bytes.chunks_exact(size).map(T::read_le).collect();
@@ -281,7 +356,19 @@ impl Tensor {
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len() * self.dtype().size());
         with_tensor!(self, a => a.iter().for_each(|v| v.write_le(&mut out)));
-        out
+        match self.dtype().low_precision() {
+            Some(f) => super::low_precision::pack(f, &out),
+            None => out,
+        }
+    }
+
+    /// A uint8 tensor's values taken as the codes of the low-precision type `to` (the
+    /// bits are kept, not the values).
+    pub fn with_codes_as(&self, to: DType) -> Tensor {
+        let Tensor::U8(a) = self else {
+            panic!("codes come from a uint8 tensor")
+        };
+        with_dtype!(to, T => T::wrap(a.mapv(|c| T::read_le(&[c]))))
     }
 
     pub fn from_vec<T: Element>(shape: &[usize], data: Vec<T>) -> Tensor {

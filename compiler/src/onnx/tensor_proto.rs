@@ -53,6 +53,26 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         )
     };
     // Typed fields: see onnx.proto3 for which field carries which type.
+    if dtype.low_precision().is_some() {
+        // int32_data: one code per entry for the 8-bit formats, one packed byte per
+        // entry for the 4- and 2-bit ones (onnx's numpy_helper reads it so).
+        let bytes: Vec<u8> = t.int32_data.iter().map(|&v| v as u8).collect();
+        let bytes = if dtype.size() == 1 && ty.byte_size() == numel {
+            check(&bytes, numel, wrong)?.to_vec()
+        } else {
+            check(&bytes, ty.byte_size(), |have| {
+                format!(
+                    "tensor '{}' holds {have} packed bytes, its shape {:?} needs {}",
+                    t.name,
+                    ty.shape,
+                    ty.byte_size()
+                )
+            })?
+            .to_vec()
+        };
+        return Tensor::from_le_bytes(&ty, &bytes)
+            .ok_or_else(|| format!("tensor '{}': bad packed data", t.name));
+    }
     let tensor = match dtype {
         DType::F32 => {
             check(&t.float_data, numel, wrong).map(|v| Tensor::from_vec(&ty.shape, v.to_vec()))?

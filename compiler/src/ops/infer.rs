@@ -58,11 +58,46 @@ pub fn window_output(
 pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
     let out = infer_core(op, inputs)?;
     check_epilogue(op, inputs, &out)?;
+    check_low_precision(op, inputs, &out)?;
     Ok(out)
 }
 
 /// The fused epilogue's operands of Conv, Gemm and MatMul: MatMul's bias has N
 /// elements; a residual (input 3) has the output's type.
+/// Low-precision tensors (float8, 4- and 2-bit) are only converted, by CastCodes:
+/// the importer decomposes QuantizeLinear, DequantizeLinear and Cast around them into
+/// float32 arithmetic, and no other kernel reads or writes their packed codes.
+fn check_low_precision(
+    op: &Op,
+    inputs: &[Option<TensorType>],
+    outputs: &[TensorType],
+) -> Result<(), String> {
+    let narrow = inputs
+        .iter()
+        .flatten()
+        .chain(outputs)
+        .map(|t| t.dtype)
+        .find(|d| d.low_precision().is_some());
+    match (op, narrow) {
+        (_, None) => Ok(()),
+        (Op::CastCodes { to, .. }, Some(_)) => {
+            let from = input(inputs, 0)?.dtype;
+            let pair_ok = (from == DType::F32 && to.low_precision().is_some())
+                || (from.low_precision().is_some() && *to == DType::F32);
+            if pair_ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "CastCodes converts between float32 and a low-precision type, not {from} to {to}"
+                ))
+            }
+        }
+        (_, Some(d)) => Err(format!(
+            "{d} tensors are only supported by Cast, CastLike, QuantizeLinear and DequantizeLinear"
+        )),
+    }
+}
+
 fn check_epilogue(
     op: &Op,
     inputs: &[Option<TensorType>],
@@ -135,7 +170,9 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             let shape = broadcast_shapes(&[&c.shape, &a.shape, &b.shape])?;
             Ok(vec![TensorType::new(a.dtype, shape)])
         }
-        Op::Cast { to } => Ok(vec![TensorType::new(*to, x()?.shape.clone())]),
+        Op::Cast { to } | Op::CastCodes { to, .. } => {
+            Ok(vec![TensorType::new(*to, x()?.shape.clone())])
+        }
         Op::QuantizeLinear { axis, to } => {
             let xt = x()?;
             check_quant_params(xt, inputs, *axis, "scale")?;

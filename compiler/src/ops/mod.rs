@@ -15,6 +15,7 @@ pub use attrs::*;
 pub use infer::infer_types;
 pub use planes::{PlaneLayout, Requantize};
 
+use crate::ir::low_precision::E8m0Rounding;
 use crate::ir::DType;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +28,15 @@ pub enum Op {
     Where,
     Cast {
         to: DType,
+    },
+    /// Cast between float32 and a low-precision type (float8, 4- and 2-bit: see
+    /// [`crate::ir::low_precision`]), either way, with ONNX Cast's `saturate` (float8
+    /// and float4 targets) and `round_mode` (float8e8m0 targets). The importer routes
+    /// every other type through float32, which holds all their values exactly.
+    CastCodes {
+        to: DType,
+        saturate: bool,
+        rounding: E8m0Rounding,
     },
     /// numpy `matmul`: batched, batch dims broadcast, 1-D operands promoted then squeezed.
     /// Optional inputs 2 (bias) and 3 (residual) and the activation: see [`MatMulAttrs`].
@@ -104,11 +114,13 @@ pub enum Op {
     GatherND {
         batch_dims: usize,
     },
-    /// Inclusive (or exclusive) running sum along `axis`, optionally from the end.
+    /// Inclusive (or exclusive) running sum (CumSum) or product (CumProd) along
+    /// `axis`, optionally from the end.
     CumSum {
         axis: usize,
         exclusive: bool,
         reverse: bool,
+        product: bool,
     },
     /// The `k` largest (or smallest) elements along `axis`, sorted, ties to the lower
     /// index; two outputs: values and int64 indices.

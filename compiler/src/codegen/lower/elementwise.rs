@@ -556,12 +556,24 @@ pub fn binary(ctx: &mut LowerCtx, op: BinaryOp) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.input(1)?);
     let out = ctx.output(0);
     let (dx, dy) = (domain(x.ty.dtype), domain(y.ty.dtype));
+    let width = 8 * x.ty.dtype.size() as i64;
     let scalar = move |b: &mut FunctionBuilder, a: &[Value]| -> Result<Value, String> {
         let rhs = if dy != dx {
             convert(b, dy, dx, a[1])
         } else {
             a[1]
         };
+        if let (BinaryOp::BitShiftLeft | BinaryOp::BitShiftRight, Domain::Int { signed }) = (op, dx)
+        {
+            return Ok(bit_shift(
+                b,
+                op == BinaryOp::BitShiftLeft,
+                signed,
+                width,
+                a[0],
+                rhs,
+            ));
+        }
         match dx {
             Domain::Int { signed } => binary_int(b, op, signed, a[0], rhs),
             _ => binary_float(b, op, a[0], rhs),
@@ -611,15 +623,26 @@ fn binary_float(
             let q = b.ins().trunc(q);
             let p = b.ins().fmul(q, y);
             let r = b.ins().fsub(x, p);
+            // C fmod: a finite x over an infinite y is x (the quotient truncates to 0,
+            // and 0·∞ would make it NaN).
+            let ty = b.func.dfg.value_type(x);
+            let inf = fconst(b, ty, f64::INFINITY);
+            let ay = b.ins().fabs(y);
+            let ax = b.ins().fabs(x);
+            let y_inf = b.ins().fcmp(FloatCC::Equal, ay, inf);
+            let x_finite = b.ins().fcmp(FloatCC::LessThan, ax, inf);
+            let keep_x = b.ins().band(y_inf, x_finite);
+            let r = b.ins().select(keep_x, x, r);
             if fmod {
                 r
             } else {
-                // Python semantics: the result takes the divisor's sign.
-                let ty = b.func.dfg.value_type(x);
+                // Python semantics: the result takes the divisor's sign, a zero too.
                 let zero = fconst(b, ty, 0.0);
                 let ry = b.ins().fmul(r, y);
                 let adj = b.ins().fadd(r, y);
-                fselect(b, FloatCC::LessThan, ry, zero, adj, r)
+                let r = fselect(b, FloatCC::LessThan, ry, zero, adj, r);
+                let signed_zero = b.ins().fcopysign(zero, y);
+                fselect(b, FloatCC::Equal, r, zero, signed_zero, r)
             }
         }
         BinaryOp::PRelu => {
@@ -635,6 +658,28 @@ fn binary_float(
         BinaryOp::GreaterOrEqual => cmp(b, FloatCC::GreaterThanOrEqual),
         other => return Err(format!("{other:?} is not defined on floats")),
     })
+}
+
+/// BitShift of an element of `width` bits (held sign- or zero-extended in an i64) by
+/// `n`: amounts outside `0..width` shift everything out, leaving 0, or the sign for
+/// an arithmetic right shift (onnx's reference; Cranelift would take them mod 64).
+fn bit_shift(
+    b: &mut FunctionBuilder,
+    left: bool,
+    signed: bool,
+    width: i64,
+    x: Value,
+    n: Value,
+) -> Value {
+    let in_range = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, n, width);
+    let (shifted, out_of_range) = if left {
+        (b.ins().ishl(x, n), kernel::iconst(b, 0))
+    } else if signed {
+        (b.ins().sshr(x, n), b.ins().sshr_imm_u(x, 63))
+    } else {
+        (b.ins().ushr(x, n), kernel::iconst(b, 0))
+    };
+    b.ins().select(in_range, shifted, out_of_range)
 }
 
 fn binary_int(

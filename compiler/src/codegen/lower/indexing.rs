@@ -278,9 +278,15 @@ fn zero_of(b: &mut FunctionBuilder, d: Domain) -> Value {
     }
 }
 
-/// Cumulative sum along `axis`, accumulated in the computation domain (f32 for the
-/// 32- and 16-bit floats, f64, wrapping i64).
-pub fn cumsum(ctx: &mut LowerCtx, axis: usize, exclusive: bool, reverse: bool) -> LowerResult {
+/// Cumulative sum (or product) along `axis`, accumulated in the computation domain
+/// (f32 for the 32- and 16-bit floats, f64, wrapping i64).
+pub fn cumsum(
+    ctx: &mut LowerCtx,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+    product: bool,
+) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let dtype = x.ty.dtype;
     if dtype == DType::Bool {
@@ -299,8 +305,13 @@ pub fn cumsum(ctx: &mut LowerCtx, axis: usize, exclusive: bool, reverse: bool) -
     let b = &mut *ctx.b;
     kernel::nested_loop(b, &[outer, inner], &mut |b, idx| {
         let (o, i) = (idx[0], idx[1]);
-        let zero = zero_of(b, d);
-        let acc = var(b, zero);
+        let start = match (product, d) {
+            (false, _) => zero_of(b, d),
+            (true, Domain::F32) => b.ins().f32const(1.0),
+            (true, Domain::F64) => b.ins().f64const(1.0),
+            (true, Domain::Int { .. }) => kernel::iconst(b, 1),
+        };
+        let acc = var(b, start);
         let lane = b.ins().imul_imm_s(o, (dim * inner) as i64);
         let lane = b.ins().iadd(lane, i);
         kernel::counted_loop(b, 0, dim as i64, 1, |b, t| {
@@ -316,10 +327,11 @@ pub fn cumsum(ctx: &mut LowerCtx, axis: usize, exclusive: bool, reverse: bool) -
             let dst = kernel::elem_addr(b, y.ptr, at, elem);
             let v = kernel::load_elem(b, dtype, src, 0);
             let cur = b.use_var(acc);
-            let next = if float {
-                b.ins().fadd(cur, v)
-            } else {
-                b.ins().iadd(cur, v)
+            let next = match (float, product) {
+                (true, false) => b.ins().fadd(cur, v),
+                (true, true) => b.ins().fmul(cur, v),
+                (false, false) => b.ins().iadd(cur, v),
+                (false, true) => b.ins().imul(cur, v),
             };
             kernel::store_elem(b, dtype, if exclusive { cur } else { next }, dst, 0);
             b.def_var(acc, next);

@@ -14,6 +14,7 @@ mod gemm_tile;
 mod gemm_x86;
 mod indexing;
 mod linalg;
+mod low_precision;
 mod maxpool2d_x86;
 mod movement;
 mod norm;
@@ -153,6 +154,11 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Binary(b) => elementwise::binary(ctx, *b),
         Op::Where => elementwise::where_op(ctx),
         Op::Cast { to } => elementwise::cast(ctx, *to),
+        Op::CastCodes {
+            to,
+            saturate,
+            rounding,
+        } => low_precision::cast_codes(ctx, *to, *saturate, *rounding),
         Op::Reshape { .. } => movement::copy(ctx),
         Op::Transpose { perm } => movement::transpose(ctx, perm),
         Op::Slice { starts, steps, .. } => movement::slice(ctx, starts, steps),
@@ -180,7 +186,8 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             axis,
             exclusive,
             reverse,
-        } => indexing::cumsum(ctx, *axis, *exclusive, *reverse),
+            product,
+        } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, *k, *largest),
         Op::QuantizeLinear { axis, to } => quant::quantize_linear(ctx, *axis, *to),
         Op::DequantizeLinear { axis } => quant::dequantize_linear(ctx, *axis),

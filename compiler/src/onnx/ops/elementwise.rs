@@ -246,7 +246,11 @@ pub fn cast(ctx: &mut NodeCtx) -> ImportResult {
             .ok_or_else(|| ImportError::Unsupported(format!("cast to data type {code}")))?
     };
     let x = ctx.required(0)?;
-    let y = ctx.emit1(Op::Cast { to }, vec![Some(x)])?;
+    let y = if super::low_precision::involves(&[ctx.ty(x).dtype, to]) {
+        super::low_precision::cast(ctx, x, to)?
+    } else {
+        ctx.emit1(Op::Cast { to }, vec![Some(x)])?
+    };
     ctx.bind_output(0, y);
     Ok(())
 }

@@ -81,6 +81,7 @@ pub fn cumsum(ctx: &mut NodeCtx) -> ImportResult {
         axis: normalize_axis(axis, x.rank())?,
         exclusive: ctx.attrs.int("exclusive", 0)? != 0,
         reverse: ctx.attrs.int("reverse", 0)? != 0,
+        product: ctx.node.op_type == "CumProd",
     };
     let y = ctx.emit1(op, vec![Some(ctx.required(0)?)])?;
     ctx.bind_output(0, y);

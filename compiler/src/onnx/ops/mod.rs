@@ -5,6 +5,7 @@ mod composite;
 mod elementwise;
 mod indexing;
 mod loss;
+mod low_precision;
 mod nn;
 mod quant;
 mod reduce;
@@ -81,7 +82,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "ScatterElements" | "Scatter" => indexing::scatter_elements,
         "ScatterND" => indexing::scatter_nd,
         "GatherND" => indexing::gather_nd,
-        "CumSum" => indexing::cumsum,
+        "CumSum" | "CumProd" => indexing::cumsum,
         "TopK" => indexing::top_k,
         "TensorScatter" => indexing::tensor_scatter,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,

@@ -41,6 +41,11 @@ pub fn quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
             _ => DType::U8,
         },
     };
+    if to.low_precision().is_some() {
+        let y = super::low_precision::quantize(ctx, axis, to)?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
     if to.quantized_range().is_none() {
         return Err(ImportError::Unsupported(format!("QuantizeLinear to {to}")));
     }
@@ -52,6 +57,11 @@ pub fn quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn dequantize_linear(ctx: &mut NodeCtx) -> ImportResult {
     let axis = param_axis(ctx, 1)?;
+    if ctx.input_ty(0)?.dtype.low_precision().is_some() {
+        let y = super::low_precision::dequantize(ctx, axis)?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
     let y = ctx.emit1(Op::DequantizeLinear { axis }, ins)?;
     ctx.bind_output(0, y);

@@ -385,9 +385,14 @@ pub fn depth_space(ctx: &mut NodeCtx) -> ImportResult {
         if h % b != 0 || w % b != 0 {
             return Err("height and width must be divisible by blocksize".into());
         }
+        let perm = match ctx.attrs.string("mode", "DCR")?.as_str() {
+            "DCR" => vec![0, 3, 5, 1, 2, 4],
+            "CRD" => vec![0, 1, 3, 5, 2, 4],
+            m => return Err(format!("unknown mode '{m}': expected DCR or CRD").into()),
+        };
         (
             vec![n, c, h / b, b, w / b, b],
-            vec![0, 3, 5, 1, 2, 4],
+            perm,
             vec![n, c * b * b, h / b, w / b],
         )
     };
