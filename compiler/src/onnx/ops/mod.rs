@@ -11,6 +11,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod shape;
+mod spectral;
 
 use super::import::{ImportResult, NodeCtx};
 
@@ -83,6 +84,9 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "ScatterND" => indexing::scatter_nd,
         "GatherND" => indexing::gather_nd,
         "CumSum" | "CumProd" => indexing::cumsum,
+        "DFT" => spectral::dft,
+        "STFT" => spectral::stft,
+        "MelWeightMatrix" => spectral::mel_weight_matrix,
         "TopK" => indexing::top_k,
         "TensorScatter" => indexing::tensor_scatter,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,
