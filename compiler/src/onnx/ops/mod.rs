@@ -12,6 +12,7 @@ mod reduce;
 mod resize;
 mod shape;
 mod spectral;
+mod stateful;
 
 use super::import::{ImportResult, NodeCtx};
 
@@ -85,6 +86,8 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "GatherND" => indexing::gather_nd,
         "CumSum" | "CumProd" => indexing::cumsum,
         "DFT" => spectral::dft,
+        "CausalConvWithState" => stateful::causal_conv_with_state,
+        "LinearAttention" => stateful::linear_attention,
         "STFT" => spectral::stft,
         "MelWeightMatrix" => spectral::mel_weight_matrix,
         "TopK" => indexing::top_k,
