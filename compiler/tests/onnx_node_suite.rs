@@ -1,6 +1,8 @@
-//! The ONNX backend node suite, end to end: cases generated from the pinned `onnx` pip
-//! package's own definitions, each compiled, run and compared (rtol 1e-3, atol 1e-4).
-//! Any case listed in `tests/onnx_node_passing.txt` that fails is a regression.
+//! The ONNX backend suites, end to end: the node suite (generated from the pinned
+//! `onnx` pip package's own definitions) and the `simple`, `pytorch-converted` and
+//! `pytorch-operator` model suites, each case compiled, run and compared (rtol 1e-3,
+//! atol 1e-4). Any case listed in `tests/onnx_<suite>_passing.txt` that fails is a
+//! regression.
 
 #[path = "common/tools.rs"]
 mod tools;
@@ -79,4 +81,19 @@ fn run_suite(suite: &str, passing_list: &str) {
 #[test]
 fn onnx_node_suite_has_no_regressions() {
     run_suite("node", "onnx_node_passing.txt");
+}
+
+#[test]
+fn onnx_simple_suite_has_no_regressions() {
+    run_suite("simple", "onnx_simple_passing.txt");
+}
+
+#[test]
+fn onnx_pytorch_converted_suite_has_no_regressions() {
+    run_suite("pytorch-converted", "onnx_pytorch-converted_passing.txt");
+}
+
+#[test]
+fn onnx_pytorch_operator_suite_has_no_regressions() {
+    run_suite("pytorch-operator", "onnx_pytorch-operator_passing.txt");
 }

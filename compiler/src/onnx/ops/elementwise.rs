@@ -1,7 +1,8 @@
 //! Elementwise ONNX ops: activations and math (unary), arithmetic, comparison and logic
 //! (binary), the variadic Sum/Mean/Max/Min, Where and Cast.
 
-use crate::ir::{DType, Tensor};
+use crate::ir::{DType, Tensor, ValueId};
+use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, UnaryOp};
 
@@ -176,16 +177,52 @@ pub fn binary_op(op_type: &str, ctx: &NodeCtx) -> ImportResult<BinaryOp> {
 }
 
 pub fn binary(ctx: &mut NodeCtx) -> ImportResult {
-    if ctx.opset() < 7 && ctx.attrs.has("broadcast") {
-        return Err(ImportError::Unsupported(
-            "legacy (opset < 7) broadcast attribute".into(),
-        ));
-    }
     let op = binary_op(&ctx.node.op_type.clone(), ctx)?;
-    let (a, b) = (ctx.required(0)?, ctx.required(1)?);
+    let (a, mut b) = (ctx.required(0)?, ctx.required(1)?);
+    if ctx.opset() < 7 {
+        b = legacy_broadcast(ctx, op, a, b)?;
+    }
     let y = ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])?;
     ctx.bind_output(0, y);
     Ok(())
+}
+
+/// B reshaped so numpy broadcasting gives what opset < 7 meant. Arithmetic with
+/// `broadcast = 1` aligns B with A's axes from `axis` on (by default, A's trailing
+/// axes: numpy's rule already); PRelu's slope applies per channel (axis 1) unless it
+/// has one element.
+fn legacy_broadcast(
+    ctx: &mut NodeCtx,
+    op: BinaryOp,
+    a: ValueId,
+    b: ValueId,
+) -> ImportResult<ValueId> {
+    let (ra, bt) = (ctx.ty(a).rank(), ctx.ty(b).clone());
+    let start = if op == BinaryOp::PRelu {
+        (bt.numel() > 1 && bt.rank() == 1 && ra >= 2 && bt.shape != ctx.ty(a).shape[ra - 1..])
+            .then_some(1)
+    } else if ctx.attrs.int("broadcast", 0)? != 0 {
+        match ctx.attrs.int_opt("axis")? {
+            Some(axis) => Some(normalize_axis(axis, ra)?),
+            None => None,
+        }
+    } else {
+        None
+    };
+    let Some(start) = start else {
+        return Ok(b);
+    };
+    if start + bt.rank() > ra {
+        return Err(format!(
+            "B {:?} does not fit A's rank {ra} from axis {start}",
+            bt.shape
+        )
+        .into());
+    }
+    let mut shape = vec![1; start];
+    shape.extend(&bt.shape);
+    shape.resize(ra, 1);
+    ctx.emit1(Op::Reshape { shape }, vec![Some(b)])
 }
 
 /// Sum, Mean, Max, Min over any number of inputs: a left fold of binary ops.
