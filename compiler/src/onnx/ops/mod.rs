@@ -3,6 +3,7 @@
 mod attention;
 mod composite;
 mod elementwise;
+mod grid_sample;
 mod indexing;
 mod loss;
 mod low_precision;
@@ -86,6 +87,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "GatherND" => indexing::gather_nd,
         "CumSum" | "CumProd" => indexing::cumsum,
         "DFT" => spectral::dft,
+        "GridSample" => grid_sample::grid_sample,
         "CausalConvWithState" => stateful::causal_conv_with_state,
         "LinearAttention" => stateful::linear_attention,
         "STFT" => spectral::stft,
