@@ -3,6 +3,7 @@
 mod attention;
 mod composite;
 mod elementwise;
+mod fold;
 mod grid_sample;
 mod indexing;
 mod loss;
@@ -87,6 +88,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "GatherND" => indexing::gather_nd,
         "CumSum" | "CumProd" => indexing::cumsum,
         "DFT" => spectral::dft,
+        "Col2Im" => fold::col2im,
         "GridSample" => grid_sample::grid_sample,
         "CausalConvWithState" => stateful::causal_conv_with_state,
         "LinearAttention" => stateful::linear_attention,
