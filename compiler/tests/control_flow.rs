@@ -439,6 +439,30 @@ fn loop_with_data_dependent_condition_is_unsupported() {
 }
 
 #[test]
+fn loop_without_condition_input_ignores_the_body_condition() {
+    // The same data-dependent condition, but no condition input: ONNX ignores the
+    // body's condition output then, and the loop runs its trip count.
+    let cond = vec![
+        node(
+            "ReduceSum",
+            &["acc_out"],
+            &["total"],
+            vec![("keepdims", A::I(0))],
+        ),
+        node("Less", &["total", "three_f"], &["cond_out"], vec![]),
+    ];
+    let mut graph = loop_graph(Some(4), cond);
+    graph.initializer.push(floats("three_f", &[], &[3.0]));
+    graph.node[0].input[1] = String::new();
+    let g = import_ok(graph);
+    let (x, rows) = loop_input();
+    let out = run(&g, &[x]);
+    let (acc, scanned) = loop_expected(&rows, 4);
+    assert_close(&out[0], &[2], &acc);
+    assert_close(&out[1], &[4, 2], &scanned);
+}
+
+#[test]
 fn scan_stacks_outputs_along_the_requested_axes_and_directions() {
     // States: a running sum s [2]. Scan inputs: x [3, 2] forward along axis 0, and
     // r [2, 3] backward along axis 1. Body: s' = s + x_t * k + r_t (k a subgraph-local

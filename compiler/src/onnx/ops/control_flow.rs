@@ -9,8 +9,9 @@ use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::onnx::proto::GraphProto;
 use crate::ops::Op;
 
-/// A Loop without trip count whose condition is still true after this many iterations
-/// is not unrolled: it would grow the program without bound.
+/// A Loop that would run more iterations than this is not unrolled: the program would
+/// grow without bound (an "infinite" loop has no trip count and a condition that stays
+/// true).
 const MAX_UNROLL: usize = 4096;
 
 fn graph_attr<'a>(ctx: &NodeCtx<'a>, name: &str) -> ImportResult<&'a GraphProto> {
@@ -122,6 +123,9 @@ pub fn loop_op(ctx: &mut NodeCtx) -> ImportResult {
             }
         },
     };
+    // Without a condition input the body's condition output is ignored (ONNX: the
+    // loop runs `M` times, or forever).
+    let cond_given = ctx.input(1).is_some();
     let mut cond = match ctx.input(1) {
         None => true,
         Some(c) => match ctx.constant(c) {
@@ -142,8 +146,8 @@ pub fn loop_op(ctx: &mut NodeCtx) -> ImportResult {
     while cond && more(i) {
         if i == MAX_UNROLL {
             return Err(ImportError::Unsupported(format!(
-                "the loop has no trip count and its condition is still true after \
-                 {MAX_UNROLL} iterations; nnc unrolls loops at compile time"
+                "the loop would run more than {MAX_UNROLL} iterations; nnc unrolls \
+                 loops at compile time"
             )));
         }
         let iteration = ctx.constant_value("iteration_num", Tensor::scalar(i as i64));
@@ -157,7 +161,7 @@ pub fn loop_op(ctx: &mut NodeCtx) -> ImportResult {
             s.push(outputs[1 + n_carried + k]);
         }
         i += 1;
-        if more(i) {
+        if cond_given && more(i) {
             cond = match ctx.constant(outputs[0]) {
                 Some(t) => truth(t)?,
                 None => {
