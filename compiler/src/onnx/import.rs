@@ -83,6 +83,7 @@ pub fn import_model(
         unsupported: vec![],
         opset,
         base_dir: base_dir.map(Path::to_path_buf),
+        scope: String::new(),
     };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
@@ -113,6 +114,9 @@ pub struct GraphBuilder {
     unsupported: Vec<UnsupportedOp>,
     pub opset: i64,
     pub base_dir: Option<std::path::PathBuf>,
+    /// Prefix of the names of nodes imported from a subgraph (`Loop_3/iter2/`), so
+    /// messages tell an unrolled body's nodes apart.
+    scope: String,
 }
 
 impl GraphBuilder {
@@ -182,9 +186,9 @@ impl GraphBuilder {
 
     fn import_node(&mut self, node: &NodeProto, index: usize) -> Result<()> {
         let name = if node.name.is_empty() {
-            format!("{}_{index}", node.op_type)
+            format!("{}{}_{index}", self.scope, node.op_type)
         } else {
-            node.name.clone()
+            format!("{}{}", self.scope, node.name)
         };
         let mut inputs = Vec::with_capacity(node.input.len());
         for i in &node.input {
@@ -242,6 +246,61 @@ impl GraphBuilder {
             }
         }
         Ok(())
+    }
+
+    /// Imports a subgraph (an If branch, a Loop or Scan body) inline: `inputs` bind its
+    /// formal inputs in order, its nodes see every enclosing value by name (ONNX lexical
+    /// scoping), and the names it defines are forgotten afterwards. `None` when one of
+    /// its nodes could not be imported (reported as unsupported already).
+    fn import_subgraph(
+        &mut self,
+        g: &GraphProto,
+        scope: String,
+        inputs: &[ValueId],
+    ) -> Result<Option<Vec<ValueId>>> {
+        if g.input.len() != inputs.len() {
+            return Err(NncError::Model(format!(
+                "subgraph '{}' declares {} inputs, {} are bound",
+                g.name,
+                g.input.len(),
+                inputs.len()
+            )));
+        }
+        let outer_names = self.names.clone();
+        let outer_scope = std::mem::replace(&mut self.scope, scope);
+        let result = self.import_subgraph_body(g, inputs);
+        self.names = outer_names;
+        self.scope = outer_scope;
+        result
+    }
+
+    fn import_subgraph_body(
+        &mut self,
+        g: &GraphProto,
+        inputs: &[ValueId],
+    ) -> Result<Option<Vec<ValueId>>> {
+        let base_dir = self.base_dir.clone();
+        self.import_initializers(g, base_dir.as_deref())?;
+        for (vi, &v) in g.input.iter().zip(inputs) {
+            self.names.insert(vi.name.clone(), v);
+        }
+        for (i, node) in g.node.iter().enumerate() {
+            self.import_node(node, i)?;
+        }
+        let mut outputs = Vec::with_capacity(g.output.len());
+        for vi in &g.output {
+            match self.names.get(&vi.name) {
+                Some(&POISON) => return Ok(None),
+                Some(&v) => outputs.push(v),
+                None => {
+                    return Err(NncError::Model(format!(
+                        "subgraph output '{}' is never produced",
+                        vi.name
+                    )))
+                }
+            }
+        }
+        Ok(Some(outputs))
     }
 
     fn unsupported(&mut self, node: &NodeProto, name: &str, reason: String) -> Result<()> {
@@ -447,6 +506,27 @@ impl NodeCtx<'_> {
     /// Emits a single-output op.
     pub fn emit1(&mut self, op: Op, inputs: Vec<Option<ValueId>>) -> ImportResult<ValueId> {
         Ok(self.emit(op, inputs, 1)?[0])
+    }
+
+    /// Imports the subgraph `g` inline (see [`GraphBuilder::import_subgraph`]), its
+    /// node names prefixed with this node's and `scope` (`If_0/then/`). A node inside
+    /// that nnc cannot import makes this node unsupported too; a broken subgraph is
+    /// invalid.
+    pub fn import_subgraph(
+        &mut self,
+        g: &GraphProto,
+        scope: &str,
+        inputs: &[ValueId],
+    ) -> ImportResult<Vec<ValueId>> {
+        let scope = format!("{}/{scope}/", self.name);
+        match self.b.import_subgraph(g, scope, inputs) {
+            Ok(Some(outputs)) => Ok(outputs),
+            Ok(None) => Err(ImportError::Unsupported(format!(
+                "its subgraph '{}' holds a node nnc cannot import (listed separately)",
+                g.name
+            ))),
+            Err(e) => Err(ImportError::Invalid(e.to_string())),
+        }
     }
 
     /// Binds the node's ONNX output `k` to an IR value.

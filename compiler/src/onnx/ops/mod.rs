@@ -2,6 +2,7 @@
 
 mod attention;
 mod composite;
+mod control_flow;
 mod elementwise;
 mod fold;
 mod grid_sample;
@@ -112,6 +113,9 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "QLinearMatMul" => quant::qlinear_matmul,
         "QLinearConv" => quant::qlinear_conv,
         "DynamicQuantizeLinear" => quant::dynamic_quantize_linear,
+        "If" => control_flow::if_op,
+        "Loop" => control_flow::loop_op,
+        "Scan" => control_flow::scan,
         _ => return None,
     };
     Some(f)
