@@ -214,6 +214,7 @@ impl GraphBuilder {
         let import = match node.domain.as_str() {
             "" | "ai.onnx" => super::ops::importer(&node.op_type),
             "com.microsoft" => super::ops::microsoft_importer(&node.op_type),
+            "ai.onnx.preview" => super::ops::preview_importer(&node.op_type),
             other => {
                 return self.unsupported(node, &name, format!("domain '{other}' is not supported"));
             }

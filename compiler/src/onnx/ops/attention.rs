@@ -451,3 +451,107 @@ pub fn attention(ctx: &mut NodeCtx) -> ImportResult {
     ctx.bind_output(0, y);
     Ok(())
 }
+
+/// FlexAttention (`ai.onnx.preview`): scaled dot-product attention whose scores and
+/// probabilities pass through optional subgraphs (`score_mod`, `prob_mod`), imported
+/// inline on the `[B, Hq, Sq, Skv]` tensors. Computed in float32 (float64 inputs in
+/// float64, the `softmax_precision` default); grouped K/V heads are repeated.
+pub fn flex_attention(ctx: &mut NodeCtx) -> ImportResult {
+    let (q, k, v) = (ctx.required(0)?, ctx.required(1)?, ctx.required(2)?);
+    let (qt, kt, vt) = (ctx.ty(q).clone(), ctx.ty(k).clone(), ctx.ty(v).clone());
+    let (&[b, hq, _, d], &[kb, hkv, skv, kd], &[vb, vh, vs, dv]) =
+        (&qt.shape[..], &kt.shape[..], &vt.shape[..])
+    else {
+        return Err("Q, K and V must be rank 4".into());
+    };
+    if (kb, vb, vh, vs, kd) != (b, b, hkv, skv, d) || hkv == 0 || hq % hkv != 0 {
+        return Err(format!(
+            "Q {:?}, K {:?}, V {:?} do not fit (batch, heads, sequence, size) with q heads a multiple of kv heads",
+            qt.shape, kt.shape, vt.shape
+        )
+        .into());
+    }
+    let work = match ctx.attrs.int_opt("softmax_precision")? {
+        Some(code) => DType::from_onnx(code as i32)
+            .filter(|d| d.is_float())
+            .ok_or_else(|| format!("softmax_precision {code} is not a float type"))?,
+        None if qt.dtype == DType::F64 => DType::F64,
+        None => DType::F32,
+    };
+    let to_work = |ctx: &mut NodeCtx, x: ValueId| -> ImportResult<ValueId> {
+        if ctx.ty(x).dtype == work {
+            Ok(x)
+        } else {
+            ctx.emit1(Op::Cast { to: work }, vec![Some(x)])
+        }
+    };
+    let group = hq / hkv;
+    let repeat_heads =
+        |ctx: &mut NodeCtx, x: ValueId, s: usize, size: usize| -> ImportResult<ValueId> {
+            if group == 1 {
+                return Ok(x);
+            }
+            let x = ctx.emit1(
+                Op::Reshape {
+                    shape: vec![b, hkv, 1, s, size],
+                },
+                vec![Some(x)],
+            )?;
+            let x = ctx.emit1(
+                Op::Expand {
+                    shape: vec![b, hkv, group, s, size],
+                },
+                vec![Some(x)],
+            )?;
+            ctx.emit1(
+                Op::Reshape {
+                    shape: vec![b, hq, s, size],
+                },
+                vec![Some(x)],
+            )
+        };
+    let qw = to_work(ctx, q)?;
+    let kw = to_work(ctx, k)?;
+    let kw = repeat_heads(ctx, kw, skv, d)?;
+    let vw = to_work(ctx, v)?;
+    let vw = repeat_heads(ctx, vw, skv, dv)?;
+    let kt_ = ctx.emit1(
+        Op::Transpose {
+            perm: vec![0, 1, 3, 2],
+        },
+        vec![Some(kw)],
+    )?;
+    let mut scores = ctx.emit1(Op::matmul(), vec![Some(qw), Some(kt_)])?;
+    let scale = match ctx.attrs.float_opt("scale")? {
+        Some(s) => s as f64,
+        None => 1.0 / (d as f64).sqrt(),
+    };
+    let scale = ctx.constant_value("scale", Tensor::scalar(scale).cast(work));
+    scores = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(scores), Some(scale)])?;
+    if let Some(g) = ctx.attrs.graph_opt("score_mod")? {
+        scores = single_output(ctx.import_subgraph(g, "score_mod", &[scores])?, "score_mod")?;
+    }
+    let mut probs = ctx.emit1(
+        Op::Softmax {
+            axis: 3,
+            log: false,
+        },
+        vec![Some(scores)],
+    )?;
+    if let Some(g) = ctx.attrs.graph_opt("prob_mod")? {
+        probs = single_output(ctx.import_subgraph(g, "prob_mod", &[probs])?, "prob_mod")?;
+    }
+    let mut y = ctx.emit1(Op::matmul(), vec![Some(probs), Some(vw)])?;
+    if qt.dtype != work {
+        y = ctx.emit1(Op::Cast { to: qt.dtype }, vec![Some(y)])?;
+    }
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+fn single_output(outputs: Vec<ValueId>, what: &str) -> ImportResult<ValueId> {
+    match outputs[..] {
+        [v] => Ok(v),
+        _ => Err(format!("{what} must have one output, has {}", outputs.len()).into()),
+    }
+}

@@ -33,6 +33,15 @@ pub fn microsoft_importer(op_type: &str) -> Option<Importer> {
     Some(f)
 }
 
+/// The importer for an op of the `ai.onnx.preview` domain, if nnc supports it.
+pub fn preview_importer(op_type: &str) -> Option<Importer> {
+    let f: Importer = match op_type {
+        "FlexAttention" => attention::flex_attention,
+        _ => return None,
+    };
+    Some(f)
+}
+
 /// The importer for an ONNX op type of the default domain, if nnc supports it.
 pub fn importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
