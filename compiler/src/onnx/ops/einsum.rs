@@ -311,13 +311,15 @@ pub fn einsum(ctx: &mut NodeCtx) -> ImportResult {
             out
         }
         None => {
-            let mut once: Vec<Label> = terms
+            // Implicit output: the letters written exactly once, alphabetically.
+            let mut written: Vec<Label> = terms
                 .iter()
                 .flat_map(|t| t.letters.iter().copied())
                 .collect();
-            once.sort_unstable();
-            let counts = |l: Label| once.iter().filter(|&&k| k == l).count();
-            let mut single: Vec<Label> = once.iter().copied().filter(|&l| counts(l) == 1).collect();
+            written.sort_unstable();
+            let count = |l: Label| written.iter().filter(|&&k| k == l).count();
+            let mut single: Vec<Label> =
+                written.iter().copied().filter(|&l| count(l) == 1).collect();
             single.dedup();
             [ellipsis_labels, single].concat()
         }
