@@ -1,8 +1,10 @@
 //! One importer per ONNX op family, and the registry that maps op types onto them.
 
 mod attention;
+mod build;
 mod composite;
 mod control_flow;
+mod einsum;
 mod elementwise;
 mod fold;
 mod grid_sample;
@@ -11,6 +13,7 @@ mod loss;
 mod low_precision;
 mod nn;
 mod quant;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -69,6 +72,10 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "RMSNormalization" => nn::rms_norm,
         "Softmax" | "LogSoftmax" => nn::softmax,
         "Attention" => attention::attention,
+        "RNN" => recurrent::rnn,
+        "GRU" => recurrent::gru,
+        "LSTM" => recurrent::lstm,
+        "Einsum" => einsum::einsum,
         "Dropout" => nn::dropout,
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
         | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => reduce::reduce,

@@ -1,0 +1,61 @@
+//! Small emitters shared by the importers that decompose one ONNX node into many core
+//! ops (recurrent cells, Einsum): each adds one op, skipping it when it would be a no-op.
+
+use super::elementwise::scalar_of;
+use crate::ir::{DType, ValueId};
+use crate::onnx::import::{ImportResult, NodeCtx};
+use crate::ops::{BinaryOp, Op, UnaryOp};
+
+pub fn reshape(ctx: &mut NodeCtx, v: ValueId, shape: Vec<usize>) -> ImportResult<ValueId> {
+    if ctx.ty(v).shape == shape {
+        return Ok(v);
+    }
+    ctx.emit1(Op::Reshape { shape }, vec![Some(v)])
+}
+
+pub fn transpose(ctx: &mut NodeCtx, v: ValueId, perm: Vec<usize>) -> ImportResult<ValueId> {
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(v);
+    }
+    ctx.emit1(Op::Transpose { perm }, vec![Some(v)])
+}
+
+/// The block of `v` starting at `starts` with extent `shape` (step 1 on every axis).
+pub fn slice(
+    ctx: &mut NodeCtx,
+    v: ValueId,
+    starts: Vec<usize>,
+    shape: Vec<usize>,
+) -> ImportResult<ValueId> {
+    if ctx.ty(v).shape == shape {
+        return Ok(v);
+    }
+    let steps = vec![1; shape.len()];
+    ctx.emit1(
+        Op::Slice {
+            starts,
+            steps,
+            shape,
+        },
+        vec![Some(v)],
+    )
+}
+
+pub fn binary(ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId) -> ImportResult<ValueId> {
+    ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])
+}
+
+pub fn unary(ctx: &mut NodeCtx, op: UnaryOp, a: ValueId) -> ImportResult<ValueId> {
+    ctx.emit1(Op::Unary(op), vec![Some(a)])
+}
+
+pub fn scalar(ctx: &mut NodeCtx, name: &str, dtype: DType, v: f64) -> ValueId {
+    ctx.constant_value(name, scalar_of(dtype, v))
+}
+
+pub fn concat(ctx: &mut NodeCtx, parts: Vec<ValueId>, axis: usize) -> ImportResult<ValueId> {
+    if parts.len() == 1 {
+        return Ok(parts[0]);
+    }
+    ctx.emit1(Op::Concat { axis }, parts.into_iter().map(Some).collect())
+}
