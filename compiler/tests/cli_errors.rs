@@ -136,6 +136,22 @@ fn an_impossible_shape_names_node_and_op() {
     );
 }
 
+/// NonZero's output length is the number of nonzero inputs: refused by name, with the
+/// reason, never compiled with a guessed size.
+#[test]
+fn a_value_dependent_shape_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(1);
+    let x = b.input("x", &[2, 3]);
+    let y = b.node("NonZero", &[&x], vec![]);
+    b.output(&y);
+    let m = write_model(dir.path(), "nonzero.onnx", b.encode());
+    expect_compile_error(
+        &m,
+        &["nonzero.onnx", "NonZero", "depends on the input values"],
+    );
+}
+
 #[test]
 fn inspect_lists_every_unsupported_op_in_one_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -220,7 +220,12 @@ impl GraphBuilder {
             }
         };
         let Some(import) = import else {
-            return self.unsupported(node, &name, "no such operator in nnc".to_string());
+            let reason = if super::ops::has_value_dependent_shape(&node.op_type) {
+                "its output shape depends on the input values; nnc compiles static shapes only"
+            } else {
+                "no such operator in nnc"
+            };
+            return self.unsupported(node, &name, reason.to_string());
         };
         let attrs = Attributes::new(&node.attribute);
         let mut ctx = NodeCtx {

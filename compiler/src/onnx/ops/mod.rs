@@ -36,6 +36,16 @@ pub fn microsoft_importer(op_type: &str) -> Option<Importer> {
     Some(f)
 }
 
+/// Ops whose output shape depends on the values of their inputs (not only on their
+/// shapes): nnc plans every buffer at compile time, so it refuses them by name rather
+/// than guess a size.
+pub fn has_value_dependent_shape(op_type: &str) -> bool {
+    matches!(
+        op_type,
+        "NonZero" | "Unique" | "Compress" | "NonMaxSuppression" | "StringSplit"
+    )
+}
+
 /// The importer for an op of the `ai.onnx.preview` domain, if nnc supports it.
 pub fn preview_importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
