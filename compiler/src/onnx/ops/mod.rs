@@ -10,12 +10,14 @@ mod indexing;
 mod loss;
 mod low_precision;
 mod nn;
+mod normalization;
 mod quant;
 mod reduce;
 mod resize;
 mod shape;
 mod spectral;
 mod stateful;
+mod window;
 
 use super::import::{ImportResult, NodeCtx};
 
@@ -49,6 +51,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "Sum" | "Mean" | "Max" | "Min" => elementwise::variadic,
         "Where" => elementwise::where_op,
         "Cast" | "CastLike" => elementwise::cast,
+        "BitCast" => elementwise::bit_cast,
         "Conv" => nn::conv,
         "ConvTranspose" => nn::conv_transpose,
         "MaxPool" | "AveragePool" | "LpPool" | "GlobalMaxPool" | "GlobalAveragePool"
@@ -58,6 +61,10 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "BatchNormalization" => nn::batch_norm,
         "LayerNormalization" => nn::layer_norm,
         "RMSNormalization" => nn::rms_norm,
+        "InstanceNormalization" => normalization::instance_norm,
+        "GroupNormalization" => normalization::group_norm,
+        "MeanVarianceNormalization" => normalization::mean_variance_norm,
+        "LRN" => normalization::lrn,
         "Softmax" | "LogSoftmax" => nn::softmax,
         "Attention" => attention::attention,
         "Dropout" => nn::dropout,
@@ -104,8 +111,11 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "OneHot" => composite::one_hot,
         "LpNormalization" => composite::lp_normalization,
         "Swish" => composite::swish,
+        "SwiGLU" => composite::swiglu,
+        "Shrink" => composite::shrink,
         "EyeLike" => composite::eye_like,
         "CenterCropPad" => composite::center_crop_pad,
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => window::window,
         "QuantizeLinear" => quant::quantize_linear,
         "DequantizeLinear" => quant::dequantize_linear,
         "MatMulInteger" => quant::matmul_integer,
