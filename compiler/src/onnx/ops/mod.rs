@@ -1,5 +1,6 @@
 //! One importer per ONNX op family, and the registry that maps op types onto them.
 
+mod affine_grid;
 mod attention;
 mod composite;
 mod control_flow;
@@ -7,6 +8,7 @@ mod elementwise;
 mod fold;
 mod grid_sample;
 mod indexing;
+mod linalg;
 mod loss;
 mod low_precision;
 mod nn;
@@ -14,6 +16,7 @@ mod normalization;
 mod quant;
 mod reduce;
 mod resize;
+mod rotary;
 mod shape;
 mod spectral;
 mod stateful;
@@ -104,6 +107,11 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "MelWeightMatrix" => spectral::mel_weight_matrix,
         "TopK" => indexing::top_k,
         "TensorScatter" => indexing::tensor_scatter,
+        "ReverseSequence" => indexing::reverse_sequence,
+        "MaxUnpool" => indexing::max_unpool,
+        "AffineGrid" => affine_grid::affine_grid,
+        "Det" => linalg::det,
+        "RotaryEmbedding" => rotary::rotary_embedding,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,
         "SoftmaxCrossEntropyLoss" => loss::softmax_cross_entropy,
         "Trilu" => composite::trilu,
