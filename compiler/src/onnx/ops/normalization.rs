@@ -36,7 +36,29 @@ fn per_channel(ctx: &mut NodeCtx, i: usize, channels: usize, rank: usize) -> Imp
     reshape(ctx, ctx.required(i)?, shape)
 }
 
-/// `(v − mean) / sqrt(var + epsilon)` over the trailing axes `axis..`, the core LayerNorm
+/// The core LayerNorm over the trailing axes `axis..` of `v` with `scale` and optional
+/// `bias` (broadcast to `v`), computed in float32 (other float types are cast there and
+/// back, as the LayerNormalization importer only gives the core op float32).
+fn layer_norm_f32(
+    ctx: &mut NodeCtx,
+    v: ValueId,
+    scale: ValueId,
+    bias: Option<ValueId>,
+    axis: usize,
+    epsilon: f32,
+) -> ImportResult<ValueId> {
+    let dtype = ctx.ty(v).dtype;
+    let v = cast(ctx, v, DType::F32)?;
+    let scale = cast(ctx, scale, DType::F32)?;
+    let bias = bias.map(|b| cast(ctx, b, DType::F32)).transpose()?;
+    let y = ctx.emit1(
+        Op::LayerNorm { axis, epsilon },
+        vec![Some(v), Some(scale), bias],
+    )?;
+    cast(ctx, y, dtype)
+}
+
+/// `(v − mean) / sqrt(var + epsilon)` over the trailing axes `axis..`: the core LayerNorm
 /// with a unit scale.
 fn standardize_trailing(
     ctx: &mut NodeCtx,
@@ -44,11 +66,8 @@ fn standardize_trailing(
     axis: usize,
     epsilon: f32,
 ) -> ImportResult<ValueId> {
-    let one = ctx.constant_value(
-        "one",
-        Tensor::from_vec(&[1], vec![1.0f64]).cast(ctx.ty(v).dtype),
-    );
-    ctx.emit1(Op::LayerNorm { axis, epsilon }, vec![Some(v), Some(one)])
+    let one = ctx.constant_value("one", Tensor::from_vec(&[1], vec![1.0f32]));
+    layer_norm_f32(ctx, v, one, None, axis, epsilon)
 }
 
 fn check_image(ctx: &NodeCtx) -> ImportResult<crate::ir::TensorType> {
@@ -66,16 +85,13 @@ pub fn instance_norm(ctx: &mut NodeCtx) -> ImportResult {
     let epsilon = ctx.attrs.float("epsilon", 1e-5)?;
     let scale = per_channel(ctx, 1, x.shape[1], x.rank())?;
     let bias = per_channel(ctx, 2, x.shape[1], x.rank())?;
-    let y = ctx.emit1(
-        Op::LayerNorm { axis: 2, epsilon },
-        vec![Some(ctx.required(0)?), Some(scale), Some(bias)],
-    )?;
+    let y = layer_norm_f32(ctx, ctx.required(0)?, scale, Some(bias), 2, epsilon)?;
     ctx.bind_output(0, y);
     Ok(())
 }
 
 /// GroupNormalization: X viewed as `[N, G, C/G · spatial]` is standardized along its last
-/// axis in the `stash_type` precision, then scaled and shifted per channel (opset 21)
+/// axis, then scaled and shifted per channel (opset 21)
 /// or per group (opset 18, whose scale and bias have one value per group).
 pub fn group_norm(ctx: &mut NodeCtx) -> ImportResult {
     let x = check_image(ctx)?;
@@ -86,14 +102,11 @@ pub fn group_norm(ctx: &mut NodeCtx) -> ImportResult {
         .ok()
         .filter(|g| *g > 0 && c % g == 0)
         .ok_or_else(|| format!("num_groups {groups} must divide the {c} channels"))?;
-    let stash = DType::from_onnx(ctx.attrs.int("stash_type", 1)? as i32)
-        .filter(|d| d.is_float())
-        .ok_or("bad stash_type")?;
+    // The first stage runs in float32, stash_type's default (a float64 stash_type is
+    // computed in float32 too).
     let grouped = vec![n, groups, x.numel() / (n * groups).max(1)];
-    let v = reshape(ctx, ctx.required(0)?, grouped.clone())?;
-    let v = cast(ctx, v, stash)?;
+    let v = reshape(ctx, ctx.required(0)?, grouped)?;
     let v = standardize_trailing(ctx, v, 2, epsilon)?;
-    let v = cast(ctx, v, x.dtype)?;
     let per_group = ctx.opset() < 21;
     let y = if per_group {
         let mut y = v;
@@ -177,7 +190,9 @@ pub fn lrn(ctx: &mut NodeCtx) -> ImportResult {
         .ok_or("size must be positive")?;
     let (n, c) = (x.shape[0], x.shape[1]);
     let spatial = x.numel() / (n * c).max(1);
+    // Computed in float32 whatever the input's float type.
     let xv = ctx.required(0)?;
+    let xv = cast(ctx, xv, DType::F32)?;
     let sq = emit_bin(ctx, BinaryOp::Mul, xv, xv)?;
     let sq = reshape(ctx, sq, vec![n, 1, c, spatial])?;
     let pool = Op::Pool(PoolAttrs {
@@ -192,7 +207,8 @@ pub fn lrn(ctx: &mut NodeCtx) -> ImportResult {
     });
     let avg = ctx.emit1(pool, vec![Some(sq)])?;
     let avg = reshape(ctx, avg, x.shape.clone())?;
-    let k = |ctx: &mut NodeCtx, name: &str, v: f64| ctx.constant_value(name, scalar_of(x.dtype, v));
+    let k =
+        |ctx: &mut NodeCtx, name: &str, v: f64| ctx.constant_value(name, scalar_of(DType::F32, v));
     let (alpha, bias, beta) = (
         k(ctx, "alpha", alpha),
         k(ctx, "bias", bias),
@@ -202,6 +218,7 @@ pub fn lrn(ctx: &mut NodeCtx) -> ImportResult {
     let base = emit_bin(ctx, BinaryOp::Add, scaled, bias)?;
     let denom = emit_bin(ctx, BinaryOp::Pow, base, beta)?;
     let y = emit_bin(ctx, BinaryOp::Div, xv, denom)?;
+    let y = cast(ctx, y, x.dtype)?;
     ctx.bind_output(0, y);
     Ok(())
 }
