@@ -54,9 +54,12 @@ fn align(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
-/// True for nodes that only reinterpret their input's shape.
+/// True for nodes that only reinterpret their input's shape (or, BitCast, its bits).
 fn is_view_op(op: &Op) -> bool {
-    matches!(op, Op::Reshape { .. } | Op::Unary(UnaryOp::Identity))
+    matches!(
+        op,
+        Op::Reshape { .. } | Op::Unary(UnaryOp::Identity) | Op::BitCast { .. }
+    )
 }
 
 /// A buffer to place: its size and the interval of node indices during which it lives.

@@ -6,7 +6,7 @@ use ndarray::{ArrayD, IxDyn, Zip};
 use super::scalar::{self, Exact, Int, Num, ToExact};
 use super::{f64_to_float, float_to_f64, narrow_half, unsupported, widen_half};
 use crate::ir::low_precision::E8m0Rounding;
-use crate::ir::{DType, Element, Tensor};
+use crate::ir::{DType, Element, Tensor, TensorType};
 use crate::ops::{BinaryOp, UnaryOp};
 use crate::with_tensor;
 
@@ -507,6 +507,13 @@ pub fn cast(t: &Tensor, to: DType) -> Tensor {
 /// ONNX Cast to or from a low-precision type, with Cast's `saturate` and `round_mode`
 /// (see [`crate::ir::low_precision`]): through float32, which holds every value of
 /// every low-precision type exactly.
+/// BitCast: the input's little-endian bytes read as `to` (a type of the same width).
+pub fn bit_cast(t: &Tensor, to: DType) -> Result<Tensor, String> {
+    let ty = TensorType::new(to, t.shape().to_vec());
+    Tensor::from_le_bytes(&ty, &t.to_le_bytes())
+        .ok_or_else(|| format!("BitCast from {} to {to}: the widths differ", t.dtype()))
+}
+
 pub fn cast_codes(t: &Tensor, to: DType, saturate: bool, rounding: E8m0Rounding) -> Tensor {
     let Some(format) = to.low_precision() else {
         return cast(t, to);

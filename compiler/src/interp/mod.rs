@@ -82,7 +82,7 @@ mod resize;
 mod scalar;
 mod shape;
 
-pub use elementwise::{cast, cast_codes};
+pub use elementwise::{bit_cast, cast, cast_codes};
 
 /// Evaluates one op. `inputs` has `None` for omitted optional inputs.
 ///
@@ -116,6 +116,7 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
         Op::Binary(b) => elementwise::binary(*b, x()?, required(inputs, 1)?)?,
         Op::Where => elementwise::where_(x()?, required(inputs, 1)?, required(inputs, 2)?)?,
         Op::Cast { to } => cast(x()?, *to),
+        Op::BitCast { to } => bit_cast(x()?, *to)?,
         Op::CastCodes {
             to,
             saturate,

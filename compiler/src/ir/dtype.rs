@@ -83,6 +83,14 @@ impl DType {
         }
     }
 
+    /// Bits per element (the packed width of the 4- and 2-bit types).
+    pub fn bits(self) -> u32 {
+        match self.low_precision() {
+            Some(f) => f.bits(),
+            None => 8 * self.size() as u32,
+        }
+    }
+
     /// The low-precision format of a float8 / 4-bit / 2-bit type.
     pub fn low_precision(self) -> Option<Format> {
         Some(match self {

@@ -173,6 +173,18 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         Op::Cast { to } | Op::CastCodes { to, .. } => {
             Ok(vec![TensorType::new(*to, x()?.shape.clone())])
         }
+        Op::BitCast { to } => {
+            let xt = x()?;
+            if xt.dtype.bits() != to.bits() {
+                return Err(format!(
+                    "BitCast from {} ({} bits) to {to} ({} bits): the widths differ",
+                    xt.dtype,
+                    xt.dtype.bits(),
+                    to.bits()
+                ));
+            }
+            Ok(vec![TensorType::new(*to, xt.shape.clone())])
+        }
         Op::QuantizeLinear { axis, to } => {
             let xt = x()?;
             check_quant_params(xt, inputs, *axis, "scale")?;

@@ -29,6 +29,11 @@ pub enum Op {
     Cast {
         to: DType,
     },
+    /// BitCast: the same bits read as `to`, a type of the input's bit width (little
+    /// endian, so every dtype's bytes are kept as they are: a view of the input).
+    BitCast {
+        to: DType,
+    },
     /// Cast between float32 and a low-precision type (float8, 4- and 2-bit: see
     /// [`crate::ir::low_precision`]), either way, with ONNX Cast's `saturate` (float8
     /// and float4 targets) and `round_mode` (float8e8m0 targets). The importer routes

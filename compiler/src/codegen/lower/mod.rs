@@ -159,7 +159,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             saturate,
             rounding,
         } => low_precision::cast_codes(ctx, *to, *saturate, *rounding),
-        Op::Reshape { .. } => movement::copy(ctx),
+        Op::Reshape { .. } | Op::BitCast { .. } => movement::copy(ctx),
         Op::Transpose { perm } => movement::transpose(ctx, perm),
         Op::Slice { starts, steps, .. } => movement::slice(ctx, starts, steps),
         Op::Expand { .. } => movement::expand(ctx),

@@ -1,8 +1,8 @@
 //! ONNX ops that decompose exactly into a few core ops: Trilu (constant mask + Where),
 //! Hardmax (ArgMax + compare with a constant range), OneHot (compare with a constant
 //! range + Where), LpNormalization (ReduceL1/L2 + Div, 0 where the norm is 0), Swish
-//! (x · sigmoid(αx)), EyeLike (a constant) and CenterCropPad (one Pad whose negative
-//! pads crop).
+//! (x · sigmoid(αx)), SwiGLU (Swish(A) · B), Shrink (two compares + Where), EyeLike (a
+//! constant) and CenterCropPad (one Pad whose negative pads crop).
 
 use super::elementwise::scalar_of;
 use crate::ir::{DType, Tensor, ValueId};
@@ -180,19 +180,75 @@ pub fn lp_normalization(ctx: &mut NodeCtx) -> ImportResult {
     Ok(())
 }
 
-/// Swish (opset 24): `x · sigmoid(alpha · x)`.
-pub fn swish(ctx: &mut NodeCtx) -> ImportResult {
-    let x = ctx.input_ty(0)?;
-    let alpha = ctx.attrs.float("alpha", 1.0)?;
-    let xv = ctx.required(0)?;
+/// `x · sigmoid(alpha · x)`.
+fn swish_of(ctx: &mut NodeCtx, xv: ValueId, alpha: f32) -> ImportResult<ValueId> {
+    let dtype = ctx.ty(xv).dtype;
     let scaled = if alpha == 1.0 {
         xv
     } else {
-        let a = ctx.constant_value("alpha", scalar_of(x.dtype, alpha as f64));
+        let a = ctx.constant_value("alpha", scalar_of(dtype, alpha as f64));
         ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(xv), Some(a)])?
     };
     let s = ctx.emit1(Op::Unary(UnaryOp::Sigmoid), vec![Some(scaled)])?;
-    let y = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(xv), Some(s)])?;
+    ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(xv), Some(s)])
+}
+
+/// Swish (opset 24): `x · sigmoid(alpha · x)`.
+pub fn swish(ctx: &mut NodeCtx) -> ImportResult {
+    let alpha = ctx.attrs.float("alpha", 1.0)?;
+    let y = swish_of(ctx, ctx.required(0)?, alpha)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// SwiGLU (opset 28): `Swish_alpha(A) · B`, A and B of one shape (no broadcasting).
+pub fn swiglu(ctx: &mut NodeCtx) -> ImportResult {
+    let (a, b) = (ctx.input_ty(0)?, ctx.input_ty(1)?);
+    if a.shape != b.shape {
+        return Err(format!("A {a} and B {b} must have the same shape").into());
+    }
+    let alpha = ctx.attrs.float("alpha", 1.0)?;
+    let gate = swish_of(ctx, ctx.required(0)?, alpha)?;
+    let y = ctx.emit1(
+        Op::Binary(BinaryOp::Mul),
+        vec![Some(gate), Some(ctx.required(1)?)],
+    )?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// Shrink: `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between. Integer
+/// inputs are computed in float64 and truncated back, as the float attributes demand.
+pub fn shrink(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let lambd = ctx.attrs.float("lambd", 0.5)? as f64;
+    let bias = ctx.attrs.float("bias", 0.0)? as f64;
+    let work = if x.dtype.is_float() {
+        x.dtype
+    } else {
+        DType::F64
+    };
+    let mut xv = ctx.required(0)?;
+    if work != x.dtype {
+        xv = ctx.emit1(Op::Cast { to: work }, vec![Some(xv)])?;
+    }
+    let mut c = |name: &str, v: f64| ctx.constant_value(name, scalar_of(work, v));
+    let (neg_l, pos_l, b, zero) = (
+        c("-lambd", -lambd),
+        c("lambd", lambd),
+        c("bias", bias),
+        c("zero", 0.0),
+    );
+    let bin = |op| Op::Binary(op);
+    let below = ctx.emit1(bin(BinaryOp::Less), vec![Some(xv), Some(neg_l)])?;
+    let above = ctx.emit1(bin(BinaryOp::Greater), vec![Some(xv), Some(pos_l)])?;
+    let plus = ctx.emit1(bin(BinaryOp::Add), vec![Some(xv), Some(b)])?;
+    let minus = ctx.emit1(bin(BinaryOp::Sub), vec![Some(xv), Some(b)])?;
+    let hi = ctx.emit1(Op::Where, vec![Some(above), Some(minus), Some(zero)])?;
+    let mut y = ctx.emit1(Op::Where, vec![Some(below), Some(plus), Some(hi)])?;
+    if work != x.dtype {
+        y = ctx.emit1(Op::Cast { to: x.dtype }, vec![Some(y)])?;
+    }
     ctx.bind_output(0, y);
     Ok(())
 }

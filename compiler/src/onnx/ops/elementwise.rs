@@ -256,6 +256,19 @@ pub fn variadic(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 /// A rank-0 constant of `dtype` holding `v`.
+/// BitCast (opset 26): the bits of each element read as `to`, a type of the same width.
+pub fn bit_cast(ctx: &mut NodeCtx) -> ImportResult {
+    let code = ctx
+        .attrs
+        .int_opt("to")?
+        .ok_or("attribute 'to' is required")?;
+    let to = DType::from_onnx(code as i32)
+        .ok_or_else(|| ImportError::Unsupported(format!("BitCast to data type {code}")))?;
+    let y = ctx.emit1(Op::BitCast { to }, vec![Some(ctx.required(0)?)])?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
 pub fn scalar_of(dtype: DType, v: f64) -> Tensor {
     Tensor::scalar(v).cast(dtype)
 }

@@ -1,6 +1,6 @@
 //! Index-driven ONNX ops: GatherElements, GatherND, ScatterElements (and the legacy
 //! Scatter), ScatterND, CumSum and TopK, each one core op; TensorScatter as
-//! ScatterElements.
+//! ScatterElements; ReverseSequence as GatherElements and MaxUnpool as ScatterElements.
 
 use crate::ir::{DType, Tensor};
 use crate::onnx::attributes::normalize_axis;
@@ -187,6 +187,155 @@ pub fn tensor_scatter(ctx: &mut NodeCtx) -> ImportResult {
         op,
         vec![Some(ctx.required(0)?), Some(idx), Some(ctx.required(1)?)],
     )?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// ReverseSequence: along `time_axis`, row `b` of `batch_axis` has its first
+/// `sequence_lens[b]` elements reversed, the rest kept. A GatherElements along the time
+/// axis whose index is `t < len ? len − 1 − t : t`, computed at run time from the
+/// lengths (clamped to the time axis's size, as onnxruntime does).
+pub fn reverse_sequence(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let lens = ctx.input_ty(1)?;
+    if x.rank() < 2 {
+        return Err(format!("input must have rank ≥ 2, got {x}").into());
+    }
+    let batch_axis = normalize_axis(ctx.attrs.int("batch_axis", 1)?, x.rank())?;
+    let time_axis = normalize_axis(ctx.attrs.int("time_axis", 0)?, x.rank())?;
+    if batch_axis > 1 || time_axis > 1 || batch_axis == time_axis {
+        return Err("batch_axis and time_axis must be 0 and 1, one each".into());
+    }
+    let (batch, time) = (x.shape[batch_axis], x.shape[time_axis]);
+    if lens.shape != [batch] || !lens.dtype.is_int() {
+        return Err(format!("sequence_lens {lens} must be an integer [{batch}]").into());
+    }
+    // Both operands laid out [time or batch on its axis, 1 elsewhere] so they meet in a
+    // [.., batch, .., time, ..] index that Expand widens to X.
+    let along = |axis: usize, n: usize| {
+        let mut shape = vec![1; x.rank()];
+        shape[axis] = n;
+        shape
+    };
+    let mut len = ctx.required(1)?;
+    if lens.dtype != DType::I64 {
+        len = ctx.emit1(Op::Cast { to: DType::I64 }, vec![Some(len)])?;
+    }
+    let len = ctx.emit1(
+        Op::Reshape {
+            shape: along(batch_axis, batch),
+        },
+        vec![Some(len)],
+    )?;
+    let bounds = Op::Unary(crate::ops::UnaryOp::Clip {
+        min: 0.0,
+        max: time as f64,
+    });
+    let len = ctx.emit1(bounds, vec![Some(len)])?;
+    let t: Vec<i64> = (0..time as i64).collect();
+    let t = ctx.constant_value("time_index", Tensor::from_vec(&along(time_axis, time), t));
+    let one = ctx.constant_value("one", Tensor::scalar(1i64));
+    let bin = |op| Op::Binary(op);
+    let inside = ctx.emit1(bin(BinaryOp::Less), vec![Some(t), Some(len)])?;
+    let last = ctx.emit1(bin(BinaryOp::Sub), vec![Some(len), Some(one)])?;
+    let mirrored = ctx.emit1(bin(BinaryOp::Sub), vec![Some(last), Some(t)])?;
+    let index = ctx.emit1(Op::Where, vec![Some(inside), Some(mirrored), Some(t)])?;
+    let index = ctx.emit1(
+        Op::Expand {
+            shape: x.shape.clone(),
+        },
+        vec![Some(index)],
+    )?;
+    let y = ctx.emit1(
+        Op::GatherElements { axis: time_axis },
+        vec![Some(ctx.required(0)?), Some(index)],
+    )?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// MaxUnpool: zeros of the shape MaxPool's attributes infer, `X[i]` written at the flat
+/// position `I[i]` (one ScatterElements over the flattened tensor), then padded (or
+/// cropped) at the end of each spatial axis to `output_shape` if given, as the
+/// reference implementation does.
+pub fn max_unpool(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let ind = ctx.input_ty(1)?;
+    if x.rank() < 3 || ind.shape != x.shape || !ind.dtype.is_int() {
+        return Err(format!(
+            "X {x} must be [N, C, D...] with integer indices of its shape, got {ind}"
+        )
+        .into());
+    }
+    let n = x.rank() - 2;
+    let a = &ctx.attrs;
+    let kernel = a
+        .usizes_opt("kernel_shape")?
+        .ok_or("attribute 'kernel_shape' is required")?;
+    let strides = a.usizes_opt("strides")?.unwrap_or_else(|| vec![1; n]);
+    let pads = a.usizes_opt("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
+    if kernel.len() != n || strides.len() != n || pads.len() != 2 * n {
+        return Err(format!(
+            "kernel_shape, strides and pads need {n}, {n} and {} entries",
+            2 * n
+        )
+        .into());
+    }
+    let mut inferred = x.shape[..2].to_vec();
+    for i in 0..n {
+        let full = (x.shape[2 + i].max(1) - 1) * strides[i] + kernel[i];
+        let d = full
+            .checked_sub(pads[i] + pads[n + i])
+            .ok_or("pads remove the whole output")?;
+        inferred.push(d);
+    }
+    let total: usize = inferred.iter().product();
+    let zeros = ctx.constant_value(
+        "zeros",
+        Tensor::zeros(&crate::ir::TensorType::new(x.dtype, vec![total])),
+    );
+    let flat = |ctx: &mut NodeCtx, i: usize| -> ImportResult<crate::ir::ValueId> {
+        let v = ctx.required(i)?;
+        ctx.emit1(
+            Op::Reshape {
+                shape: vec![x.numel()],
+            },
+            vec![Some(v)],
+        )
+    };
+    let (xf, mut indf) = (flat(ctx, 0)?, flat(ctx, 1)?);
+    if ind.dtype != DType::I64 {
+        indf = ctx.emit1(Op::Cast { to: DType::I64 }, vec![Some(indf)])?;
+    }
+    let scatter = Op::ScatterElements {
+        axis: 0,
+        reduction: ScatterReduction::None,
+    };
+    let y = ctx.emit1(scatter, vec![Some(zeros), Some(indf), Some(xf)])?;
+    let mut y = ctx.emit1(
+        Op::Reshape {
+            shape: inferred.clone(),
+        },
+        vec![Some(y)],
+    )?;
+    if let Some(shape) = ctx.const_input(2, "output_shape")? {
+        let shape = shape.to_i64_vec();
+        if shape.len() != x.rank() || shape[..2] != [x.shape[0] as i64, x.shape[1] as i64] {
+            return Err(format!("output_shape {shape:?} must be [N, C, D...] of X {x}").into());
+        }
+        let mut pads = vec![0i64; 2 * x.rank()];
+        for (k, (&want, &have)) in shape.iter().zip(&inferred).enumerate() {
+            pads[x.rank() + k] = want - have as i64;
+        }
+        if pads.iter().any(|&p| p != 0) {
+            let op = Op::Pad(crate::ops::PadAttrs {
+                mode: crate::ops::PadMode::Constant,
+                pads,
+                value: 0.0,
+            });
+            y = ctx.emit1(op, vec![Some(y)])?;
+        }
+    }
     ctx.bind_output(0, y);
     Ok(())
 }

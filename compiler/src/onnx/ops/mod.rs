@@ -1,5 +1,6 @@
 //! One importer per ONNX op family, and the registry that maps op types onto them.
 
+mod affine_grid;
 mod attention;
 mod build;
 mod composite;
@@ -9,16 +10,20 @@ mod elementwise;
 mod fold;
 mod grid_sample;
 mod indexing;
+mod linalg;
 mod loss;
 mod low_precision;
 mod nn;
+mod normalization;
 mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod rotary;
 mod shape;
 mod spectral;
 mod stateful;
+mod window;
 
 use super::import::{ImportResult, NodeCtx};
 
@@ -71,6 +76,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "Sum" | "Mean" | "Max" | "Min" => elementwise::variadic,
         "Where" => elementwise::where_op,
         "Cast" | "CastLike" => elementwise::cast,
+        "BitCast" => elementwise::bit_cast,
         "Conv" => nn::conv,
         "ConvTranspose" => nn::conv_transpose,
         "MaxPool" | "AveragePool" | "LpPool" | "GlobalMaxPool" | "GlobalAveragePool"
@@ -80,6 +86,10 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "BatchNormalization" => nn::batch_norm,
         "LayerNormalization" => nn::layer_norm,
         "RMSNormalization" => nn::rms_norm,
+        "InstanceNormalization" => normalization::instance_norm,
+        "GroupNormalization" => normalization::group_norm,
+        "MeanVarianceNormalization" => normalization::mean_variance_norm,
+        "LRN" => normalization::lrn,
         "Softmax" | "LogSoftmax" => nn::softmax,
         "Attention" => attention::attention,
         "RNN" => recurrent::rnn,
@@ -123,6 +133,11 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "MelWeightMatrix" => spectral::mel_weight_matrix,
         "TopK" => indexing::top_k,
         "TensorScatter" => indexing::tensor_scatter,
+        "ReverseSequence" => indexing::reverse_sequence,
+        "MaxUnpool" => indexing::max_unpool,
+        "AffineGrid" => affine_grid::affine_grid,
+        "Det" => linalg::det,
+        "RotaryEmbedding" => rotary::rotary_embedding,
         "NegativeLogLikelihoodLoss" => loss::nll_loss,
         "SoftmaxCrossEntropyLoss" => loss::softmax_cross_entropy,
         "Trilu" => composite::trilu,
@@ -130,8 +145,11 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "OneHot" => composite::one_hot,
         "LpNormalization" => composite::lp_normalization,
         "Swish" => composite::swish,
+        "SwiGLU" => composite::swiglu,
+        "Shrink" => composite::shrink,
         "EyeLike" => composite::eye_like,
         "CenterCropPad" => composite::center_crop_pad,
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => window::window,
         "QuantizeLinear" => quant::quantize_linear,
         "DequantizeLinear" => quant::dequantize_linear,
         "MatMulInteger" => quant::matmul_integer,
