@@ -18,11 +18,6 @@ use crate::ops::{BinaryOp, Op, ReduceAttrs, ReduceKind, UnaryOp};
 /// The `axis` attribute (default 1) against input 0, when the scale (input `scale_at`)
 /// has more than one element; 0 otherwise (per-tensor parameters ignore it).
 fn param_axis(ctx: &NodeCtx, scale_at: usize) -> ImportResult<usize> {
-    if ctx.attrs.int("block_size", 0)? != 0 {
-        return Err(ImportError::Unsupported(
-            "blocked quantization (block_size > 0)".into(),
-        ));
-    }
     let scale = ctx.input_ty(scale_at)?;
     if scale.numel() <= 1 {
         return Ok(0);
@@ -32,6 +27,11 @@ fn param_axis(ctx: &NodeCtx, scale_at: usize) -> ImportResult<usize> {
 }
 
 pub fn quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
+    if ctx.attrs.int("block_size", 0)? != 0 {
+        let y = blocked(ctx, true)?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
     let axis = param_axis(ctx, 1)?;
     let to = match ctx.input(2) {
         Some(zp) => ctx.ty(zp).dtype,
@@ -56,6 +56,11 @@ pub fn quantize_linear(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn dequantize_linear(ctx: &mut NodeCtx) -> ImportResult {
+    if ctx.attrs.int("block_size", 0)? != 0 {
+        let y = blocked(ctx, false)?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
     let axis = param_axis(ctx, 1)?;
     if ctx.input_ty(0)?.dtype.low_precision().is_some() {
         let y = super::low_precision::dequantize(ctx, axis)?;
@@ -301,4 +306,112 @@ pub fn qlinear_global_average_pool(ctx: &mut NodeCtx) -> ImportResult {
     let y = quantized(ctx, mean, 3, 0)?;
     ctx.bind_output(0, y);
     Ok(())
+}
+
+/// Blocked QuantizeLinear / DequantizeLinear: the scale (and zero point) hold one value
+/// per `block_size` consecutive elements along `axis`. Each is repeated to the input's
+/// shape, then the arithmetic runs elementwise in float32: `saturate(round(x / s) +
+/// zp)` to quantize, `(x − zp) · s` to dequantize.
+fn blocked(ctx: &mut NodeCtx, quantize: bool) -> ImportResult<ValueId> {
+    let x = ctx.required(0)?;
+    let xt = ctx.ty(x).clone();
+    let rank = xt.rank();
+    let axis = normalize_axis(ctx.attrs.int("axis", 1)?, rank)?;
+    let block = usize::try_from(ctx.attrs.int("block_size", 0)?)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or("block_size must be positive")?;
+    let len = xt.shape[axis];
+    let blocks = len.div_ceil(block);
+    let repeat = |ctx: &mut NodeCtx, p: ValueId, what: &str| -> ImportResult<ValueId> {
+        let pt = ctx.ty(p).clone();
+        let mut want = xt.shape.clone();
+        want[axis] = blocks;
+        if pt.shape != want {
+            return Err(format!(
+                "{what} has shape {:?}; blocks of {block} along axis {axis} of {:?} need {want:?}",
+                pt.shape, xt.shape
+            )
+            .into());
+        }
+        let p = super::low_precision::to_f32(ctx, p)?;
+        let mut split = want.clone();
+        split.insert(axis + 1, 1);
+        let p = ctx.emit1(
+            Op::Reshape {
+                shape: split.clone(),
+            },
+            vec![Some(p)],
+        )?;
+        split[axis + 1] = block;
+        let p = ctx.emit1(Op::Expand { shape: split }, vec![Some(p)])?;
+        let mut whole = want.clone();
+        whole[axis] = blocks * block;
+        let p = ctx.emit1(
+            Op::Reshape {
+                shape: whole.clone(),
+            },
+            vec![Some(p)],
+        )?;
+        if blocks * block == len {
+            return Ok(p);
+        }
+        ctx.emit1(
+            Op::Slice {
+                starts: vec![0; rank],
+                steps: vec![1; rank],
+                shape: xt.shape.clone(),
+            },
+            vec![Some(p)],
+        )
+    };
+    let scale_id = ctx.required(1)?;
+    let scale_type = ctx.ty(scale_id).dtype;
+    let scale = repeat(ctx, scale_id, "scale")?;
+    let zp = match ctx.input(2) {
+        Some(z) => Some(repeat(ctx, z, "zero point")?),
+        None => None,
+    };
+    let xf = super::low_precision::to_f32(ctx, x)?;
+    let bin = |ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId| {
+        ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])
+    };
+    if !quantize {
+        let mut y = xf;
+        if let Some(z) = zp {
+            y = bin(ctx, BinaryOp::Sub, y, z)?;
+        }
+        y = bin(ctx, BinaryOp::Mul, y, scale)?;
+        return if scale_type == DType::F32 {
+            Ok(y)
+        } else {
+            ctx.emit1(Op::Cast { to: scale_type }, vec![Some(y)])
+        };
+    }
+    let to = match ctx.input(2) {
+        Some(z) => ctx.ty(z).dtype,
+        None => match ctx.attrs.int_opt("output_dtype")? {
+            Some(code) if code != 0 => DType::from_onnx(code as i32)
+                .ok_or_else(|| ImportError::Unsupported(format!("output_dtype {code}")))?,
+            _ => DType::U8,
+        },
+    };
+    let Some((lo, hi)) = to.quantized_range() else {
+        return Err(ImportError::Unsupported(format!(
+            "blocked QuantizeLinear to {to}"
+        )));
+    };
+    let mut y = bin(ctx, BinaryOp::Div, xf, scale)?;
+    y = ctx.emit1(Op::Unary(UnaryOp::Round), vec![Some(y)])?;
+    if let Some(z) = zp {
+        y = bin(ctx, BinaryOp::Add, y, z)?;
+    }
+    y = ctx.emit1(
+        Op::Unary(UnaryOp::Clip {
+            min: lo as f64,
+            max: hi as f64,
+        }),
+        vec![Some(y)],
+    )?;
+    ctx.emit1(Op::Cast { to }, vec![Some(y)])
 }
