@@ -1,7 +1,7 @@
 //! Neural-network ONNX ops: Conv, ConvTranspose, pooling, Gemm/MatMul, normalizations
 //! and Softmax.
 
-use crate::ir::{DType, Tensor};
+use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::infer::window_output;
@@ -319,11 +319,13 @@ fn per_channel(
 /// Inference BatchNormalization as `x * s + t`, `s = scale / sqrt(var + eps)`,
 /// `t = bias - mean * s`; with constant statistics s and t fold at import.
 pub fn batch_norm(ctx: &mut NodeCtx) -> ImportResult {
-    if ctx.attrs.int("training_mode", 0)? != 0
-        || ctx.node.output.iter().skip(1).any(|o| !o.is_empty())
-    {
+    let wants_running = ctx.node.output.iter().skip(1).any(|o| !o.is_empty());
+    if ctx.attrs.int("training_mode", 0)? != 0 || (wants_running && ctx.opset() >= 14) {
+        return batch_norm_training(ctx);
+    }
+    if wants_running {
         return Err(ImportError::Unsupported(
-            "training-mode BatchNormalization".into(),
+            "the saved statistics outputs of BatchNormalization before opset 14".into(),
         ));
     }
     let eps = ctx.attrs.float("epsilon", 1e-5)?;
@@ -355,6 +357,73 @@ pub fn batch_norm(ctx: &mut NodeCtx) -> ImportResult {
     )?;
     let y = ctx.emit1(Op::Binary(BinaryOp::Add), vec![Some(xs), Some(t)])?;
     ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// Training-mode BatchNormalization (opset 14+): normalized with the batch's own
+/// statistics over every axis but the channels (population variance), and the running
+/// statistics updated as `running · momentum + batch · (1 − momentum)`.
+fn batch_norm_training(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.required(0)?;
+    let xt = ctx.ty(x).clone();
+    if xt.rank() < 2 {
+        return Err("input must have a channel axis".into());
+    }
+    let eps = ctx.attrs.float("epsilon", 1e-5)? as f64;
+    let momentum = ctx.attrs.float("momentum", 0.9)? as f64;
+    let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| ctx.required(i));
+    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+    let axes: Vec<usize> = (0..xt.rank()).filter(|&a| a != 1).collect();
+    let reduce_mean = |ctx: &mut NodeCtx, v: ValueId| {
+        ctx.emit1(
+            Op::Reduce(ReduceAttrs {
+                kind: ReduceKind::Mean,
+                axes: axes.clone(),
+                keepdims: true,
+            }),
+            vec![Some(v)],
+        )
+    };
+    let bin = |ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId| {
+        ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])
+    };
+    let batch_mean = reduce_mean(ctx, x)?;
+    let centered = bin(ctx, BinaryOp::Sub, x, batch_mean)?;
+    let sq = bin(ctx, BinaryOp::Mul, centered, centered)?;
+    let batch_var = reduce_mean(ctx, sq)?;
+    let eps_v = ctx.constant_value("epsilon", scalar_of(xt.dtype, eps));
+    let v = bin(ctx, BinaryOp::Add, batch_var, eps_v)?;
+    let sd = ctx.emit1(Op::Unary(UnaryOp::Sqrt), vec![Some(v)])?;
+    let normalized = bin(ctx, BinaryOp::Div, centered, sd)?;
+    let (s, b) = (
+        per_channel(ctx, scale, xt.rank())?,
+        per_channel(ctx, bias, xt.rank())?,
+    );
+    let y = bin(ctx, BinaryOp::Mul, normalized, s)?;
+    let y = bin(ctx, BinaryOp::Add, y, b)?;
+    let channels = xt.shape[1];
+    let running = |ctx: &mut NodeCtx, old: ValueId, batch: ValueId| -> ImportResult<ValueId> {
+        let dtype = ctx.ty(old).dtype;
+        let batch = ctx.emit1(
+            Op::Reshape {
+                shape: vec![channels],
+            },
+            vec![Some(batch)],
+        )?;
+        let batch = if dtype == xt.dtype {
+            batch
+        } else {
+            ctx.emit1(Op::Cast { to: dtype }, vec![Some(batch)])?
+        };
+        let m = ctx.constant_value("momentum", scalar_of(dtype, momentum));
+        let rest = ctx.constant_value("one_minus_momentum", scalar_of(dtype, 1.0 - momentum));
+        let kept = bin(ctx, BinaryOp::Mul, old, m)?;
+        let added = bin(ctx, BinaryOp::Mul, batch, rest)?;
+        bin(ctx, BinaryOp::Add, kept, added)
+    };
+    let running_mean = running(ctx, mean, batch_mean)?;
+    let running_var = running(ctx, var, batch_var)?;
+    ctx.bind_outputs(&[y, running_mean, running_var]);
     Ok(())
 }
 
