@@ -215,6 +215,7 @@ impl GraphBuilder {
             "" | "ai.onnx" => super::ops::importer(&node.op_type),
             "com.microsoft" => super::ops::microsoft_importer(&node.op_type),
             "ai.onnx.preview" => super::ops::preview_importer(&node.op_type),
+            "ai.onnx.preview.training" => super::ops::training_importer(&node.op_type),
             other => {
                 return self.unsupported(node, &name, format!("domain '{other}' is not supported"));
             }

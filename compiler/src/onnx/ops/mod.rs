@@ -23,6 +23,7 @@ mod rotary;
 mod shape;
 mod spectral;
 mod stateful;
+mod training;
 mod window;
 
 use super::import::{ImportResult, NodeCtx};
@@ -55,6 +56,18 @@ pub fn has_value_dependent_shape(op_type: &str) -> bool {
 pub fn preview_importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
         "FlexAttention" => attention::flex_attention,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// The importer for an op of the `ai.onnx.preview.training` domain, if nnc supports
+/// it: the optimizer update rules (inference-style graphs that apply one step).
+pub fn training_importer(op_type: &str) -> Option<Importer> {
+    let f: Importer = match op_type {
+        "Adagrad" => training::adagrad,
+        "Adam" => training::adam,
+        "Momentum" => training::momentum,
         _ => return None,
     };
     Some(f)
