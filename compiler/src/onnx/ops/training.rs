@@ -48,7 +48,7 @@ impl Arith<'_, '_> {
 /// each.
 fn common(ctx: &mut NodeCtx, per: usize) -> ImportResult<(ValueId, ValueId, usize)> {
     let inputs = ctx.node.input.len();
-    if inputs < 2 + per || (inputs - 2) % per != 0 {
+    if inputs < 2 + per || !(inputs - 2).is_multiple_of(per) {
         return Err(format!(
             "expected R, T and {per} inputs per optimized tensor, got {inputs} inputs"
         )
