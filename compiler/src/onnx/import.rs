@@ -216,6 +216,7 @@ impl GraphBuilder {
             "com.microsoft" => super::ops::microsoft_importer(&node.op_type),
             "ai.onnx.preview" => super::ops::preview_importer(&node.op_type),
             "ai.onnx.preview.training" => super::ops::training_importer(&node.op_type),
+            "ai.onnx.ml" => super::ops::ml_importer(&node.op_type),
             other => {
                 return self.unsupported(node, &name, format!("domain '{other}' is not supported"));
             }

@@ -13,6 +13,7 @@ mod indexing;
 mod linalg;
 mod loss;
 mod low_precision;
+mod ml;
 mod nn;
 mod normalization;
 mod quant;
@@ -68,6 +69,16 @@ pub fn training_importer(op_type: &str) -> Option<Importer> {
         "Adagrad" => training::adagrad,
         "Adam" => training::adam,
         "Momentum" => training::momentum,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// The importer for an op of the `ai.onnx.ml` domain, if nnc supports it.
+pub fn ml_importer(op_type: &str) -> Option<Importer> {
+    let f: Importer = match op_type {
+        "Binarizer" => ml::binarizer,
+        "ArrayFeatureExtractor" => ml::array_feature_extractor,
         _ => return None,
     };
     Some(f)
