@@ -17,3 +17,4 @@ pub mod onnx;
 pub mod ops;
 pub mod passes;
 pub mod quant;
+pub mod suite_status;

@@ -406,7 +406,13 @@ fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
     } else {
         println!("unsupported ({}):", imported.unsupported.len());
         for u in &imported.unsupported {
-            println!("  node '{}' ({}): {}", u.node, u.op, u.reason);
+            println!(
+                "  node '{}' ({}): {} [{}]",
+                u.node,
+                u.op,
+                u.reason,
+                nnc::suite_status::describe(&u.op)
+            );
         }
     }
     Ok(())

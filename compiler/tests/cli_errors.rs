@@ -171,6 +171,27 @@ fn inspect_lists_every_unsupported_op_in_one_run() {
         "{stdout}"
     );
     assert!(stdout.contains("input: x float32[2,3]"), "{stdout}");
+    assert!(stdout.contains("not in the ONNX node suite"), "{stdout}");
+}
+
+/// An op the suite has cases for: inspect says how many of them nnc passes.
+#[test]
+fn inspect_gives_the_suite_status_of_an_unsupported_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(1);
+    let x = b.input("x", &[2, 3]);
+    let y = b.node("Unique", &[&x], vec![]);
+    b.output(&y);
+    let m = write_model(dir.path(), "unique.onnx", b.encode());
+    let out = nnc(&["inspect".as_ref(), m.as_os_str()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let status = nnc::suite_status::op_status("Unique");
+    assert!(status.cases > 0);
+    let want = format!(
+        "ONNX node suite: {} of {} cases using Unique pass",
+        status.passing, status.cases
+    );
+    assert!(stdout.contains(&want), "{want} missing: {stdout}");
 }
 
 #[test]
