@@ -163,6 +163,53 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
                 lib.check(set, &keep)?;
             }
         }
+        // Symbolic dimensions: bound to each data set's input shapes, as a user does
+        // with `--input-shape`.
+        Err(e) if e.to_string().contains("is symbolic") => {
+            let names = input_names(&model)?;
+            for (k, set) in sets.iter().enumerate() {
+                let inputs = numbered(set, "input")?;
+                let input_shapes: HashMap<String, Vec<usize>> = names
+                    .iter()
+                    .zip(&inputs)
+                    .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+                    .collect();
+                let import = |frozen: &HashMap<String, Tensor>| {
+                    load_model(
+                        &model,
+                        &ImportOptions {
+                            input_shapes: input_shapes.clone(),
+                            frozen_inputs: frozen.clone(),
+                            ..Default::default()
+                        },
+                    )
+                };
+                // And integer inputs that set shapes (split sizes, axes) frozen too,
+                // when the model needs them constant.
+                let mut frozen = HashMap::new();
+                let graph = match import(&frozen) {
+                    Err(e) if e.to_string().contains("computed at run time") => {
+                        frozen = names
+                            .iter()
+                            .zip(&inputs)
+                            .filter(|(_, t)| !t.dtype().is_float())
+                            .map(|(n, t)| (n.clone(), t.clone()))
+                            .collect();
+                        import(&frozen)
+                    }
+                    other => other,
+                }
+                .map_err(|e| format!("import: {e}"))?;
+                let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
+                let keep: Vec<Tensor> = names
+                    .iter()
+                    .zip(inputs)
+                    .filter(|(n, _)| !frozen.contains_key(*n))
+                    .map(|(_, t)| t)
+                    .collect();
+                lib.check(set, &keep)?;
+            }
+        }
         Err(e) => return Err(format!("import: {e}")),
     }
     Ok(sets.len())

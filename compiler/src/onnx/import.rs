@@ -84,6 +84,7 @@ pub fn import_model(
         opset,
         base_dir: base_dir.map(Path::to_path_buf),
         scope: String::new(),
+        sequences: HashMap::new(),
     };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
@@ -117,6 +118,9 @@ pub struct GraphBuilder {
     /// Prefix of the names of nodes imported from a subgraph (`Loop_3/iter2/`), so
     /// messages tell an unrolled body's nodes apart.
     scope: String,
+    /// Sequence values (static: their length and elements are known at import), by the
+    /// placeholder value their name is bound to.
+    sequences: HashMap<ValueId, Vec<ValueId>>,
 }
 
 impl GraphBuilder {
@@ -175,6 +179,14 @@ impl GraphBuilder {
                 NncError::Model(format!("graph output '{}' is never produced", vi.name))
             })?;
             if id == POISON {
+                continue;
+            }
+            if self.sequences.contains_key(&id) {
+                self.unsupported.push(UnsupportedOp {
+                    node: vi.name.clone(),
+                    op: "graph output".into(),
+                    reason: "a sequence graph output (the C ABI passes tensors only)".into(),
+                });
                 continue;
             }
             // The ABI reports outputs by their graph names, whatever produced them.
@@ -548,5 +560,19 @@ impl NodeCtx<'_> {
         for (k, v) in vs.iter().enumerate() {
             self.bind_output(k, *v);
         }
+    }
+
+    /// Binds output `k` to a sequence of tensors (a placeholder value stands for it).
+    pub fn bind_sequence(&mut self, k: usize, elements: Vec<ValueId>) {
+        let placeholder =
+            self.constant_value("sequence", Tensor::from_vec(&[0], Vec::<i64>::new()));
+        self.b.sequences.insert(placeholder, elements);
+        self.bind_output(k, placeholder);
+    }
+
+    /// The elements of input `i` when it is a sequence.
+    pub fn sequence_input(&self, i: usize) -> Option<Vec<ValueId>> {
+        self.input(i)
+            .and_then(|v| self.b.sequences.get(&v).cloned())
     }
 }

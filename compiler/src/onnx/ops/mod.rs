@@ -21,6 +21,7 @@ mod recurrent;
 mod reduce;
 mod resize;
 mod rotary;
+mod sequence;
 mod shape;
 mod spectral;
 mod stateful;
@@ -149,6 +150,14 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "GatherND" => indexing::gather_nd,
         "CumSum" | "CumProd" => indexing::cumsum,
         "DFT" => spectral::dft,
+        "SequenceEmpty" => sequence::sequence_empty,
+        "SequenceConstruct" => sequence::sequence_construct,
+        "SequenceInsert" => sequence::sequence_insert,
+        "SequenceErase" => sequence::sequence_erase,
+        "SequenceAt" => sequence::sequence_at,
+        "SequenceLength" => sequence::sequence_length,
+        "ConcatFromSequence" => sequence::concat_from_sequence,
+        "SplitToSequence" => sequence::split_to_sequence,
         "Col2Im" => fold::col2im,
         "GridSample" => grid_sample::grid_sample,
         "CausalConvWithState" => stateful::causal_conv_with_state,
