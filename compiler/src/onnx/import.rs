@@ -562,6 +562,16 @@ impl NodeCtx<'_> {
         }
     }
 
+    /// The graph imported so far.
+    pub fn graph(&self) -> &Graph {
+        &self.b.graph
+    }
+
+    /// The value an ONNX name is bound to in the current scope.
+    pub fn value_named(&self, name: &str) -> Option<ValueId> {
+        self.b.names.get(name).copied().filter(|&v| v != POISON)
+    }
+
     /// Binds output `k` to a sequence of tensors (a placeholder value stands for it).
     pub fn bind_sequence(&mut self, k: usize, elements: Vec<ValueId>) {
         let placeholder =

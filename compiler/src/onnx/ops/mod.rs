@@ -8,6 +8,7 @@ mod control_flow;
 mod einsum;
 mod elementwise;
 mod fold;
+mod gradient;
 mod grid_sample;
 mod indexing;
 mod linalg;
@@ -70,6 +71,7 @@ pub fn training_importer(op_type: &str) -> Option<Importer> {
         "Adagrad" => training::adagrad,
         "Adam" => training::adam,
         "Momentum" => training::momentum,
+        "Gradient" => gradient::gradient,
         _ => return None,
     };
     Some(f)
