@@ -105,9 +105,10 @@ fn reduce_to(ctx: &mut NodeCtx, g: ValueId, shape: &[usize]) -> ImportResult<Val
     if gs == shape {
         return Ok(g);
     }
-    let extra = gs.len().checked_sub(shape.len()).ok_or_else(|| {
-        format!("a gradient of shape {gs:?} cannot reduce to {shape:?}")
-    })?;
+    let extra = gs
+        .len()
+        .checked_sub(shape.len())
+        .ok_or_else(|| format!("a gradient of shape {gs:?} cannot reduce to {shape:?}"))?;
     let axes: Vec<usize> = (0..gs.len())
         .filter(|&a| a < extra || (shape[a - extra] == 1 && gs[a] != 1))
         .collect();

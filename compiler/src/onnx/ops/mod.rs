@@ -26,6 +26,7 @@ mod sequence;
 mod shape;
 mod spectral;
 mod stateful;
+mod tfidf;
 mod training;
 mod window;
 
@@ -152,6 +153,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "GatherND" => indexing::gather_nd,
         "CumSum" | "CumProd" => indexing::cumsum,
         "DFT" => spectral::dft,
+        "TfIdfVectorizer" => tfidf::tfidf_vectorizer,
         "SequenceEmpty" => sequence::sequence_empty,
         "SequenceConstruct" => sequence::sequence_construct,
         "SequenceInsert" => sequence::sequence_insert,
