@@ -154,13 +154,7 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
                 }
                 .map_err(|e| format!("import: {e}"))?;
                 let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
-                let keep: Vec<Tensor> = names
-                    .iter()
-                    .zip(inputs)
-                    .filter(|(n, _)| !frozen.contains_key(*n))
-                    .map(|(_, t)| t)
-                    .collect();
-                lib.check(set, &keep)?;
+                lib.check(set, &unfrozen(&names, inputs, &frozen))?;
             }
         }
         // Symbolic dimensions: bound to each data set's input shapes, as a user does
@@ -201,18 +195,26 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
                 }
                 .map_err(|e| format!("import: {e}"))?;
                 let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
-                let keep: Vec<Tensor> = names
-                    .iter()
-                    .zip(inputs)
-                    .filter(|(n, _)| !frozen.contains_key(*n))
-                    .map(|(_, t)| t)
-                    .collect();
-                lib.check(set, &keep)?;
+                lib.check(set, &unfrozen(&names, inputs, &frozen))?;
             }
         }
         Err(e) => return Err(format!("import: {e}")),
     }
     Ok(sets.len())
+}
+
+/// The data set's inputs that stay graph inputs (those not frozen into constants).
+fn unfrozen(
+    names: &[String],
+    inputs: Vec<Tensor>,
+    frozen: &HashMap<String, Tensor>,
+) -> Vec<Tensor> {
+    names
+        .iter()
+        .zip(inputs)
+        .filter(|(n, _)| !frozen.contains_key(*n))
+        .map(|(_, t)| t)
+        .collect()
 }
 
 /// Names of the graph inputs that are not initializers, in order.

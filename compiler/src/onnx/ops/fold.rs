@@ -3,7 +3,8 @@
 //! with add reduction over constant indices; contributions that land in the padding
 //! go to a spare position that is sliced off.
 
-use crate::ir::{Tensor, ValueId};
+use super::build::reshape;
+use crate::ir::Tensor;
 use crate::onnx::import::{ImportResult, NodeCtx};
 use crate::ops::{Op, ScatterReduction};
 
@@ -106,7 +107,7 @@ pub fn col2im(ctx: &mut NodeCtx) -> ImportResult {
         },
         vec![Some(indices)],
     )?;
-    let updates = emit_reshape(ctx, x, vec![n, c, block_size * l])?;
+    let updates = reshape(ctx, x, vec![n, c, block_size * l])?;
     let zeros = ctx.constant_value(
         "col2im_zeros",
         Tensor::from_vec(&[n, c, pixels + 1], vec![0f64; n * c * (pixels + 1)]).cast(xt.dtype),
@@ -128,11 +129,7 @@ pub fn col2im(ctx: &mut NodeCtx) -> ImportResult {
     )?;
     let mut shape = vec![n, c];
     shape.extend(&image);
-    let y = emit_reshape(ctx, sums, shape)?;
+    let y = reshape(ctx, sums, shape)?;
     ctx.bind_output(0, y);
     Ok(())
-}
-
-fn emit_reshape(ctx: &mut NodeCtx, v: ValueId, shape: Vec<usize>) -> ImportResult<ValueId> {
-    ctx.emit1(Op::Reshape { shape }, vec![Some(v)])
 }

@@ -4,6 +4,7 @@
 //! gradients summed back to their shapes. Covers the arithmetic ops; any other op on
 //! a path from the inputs to `y` makes the node unsupported, naming it.
 
+use super::build::binary;
 use std::collections::HashMap;
 
 use crate::ir::{Tensor, ValueId};
@@ -41,23 +42,20 @@ pub fn gradient(ctx: &mut NodeCtx) -> ImportResult {
             continue;
         };
         let ins: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
-        let bin = |ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId| {
-            ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])
-        };
         let neg = |ctx: &mut NodeCtx, a: ValueId| ctx.emit1(Op::Unary(UnaryOp::Neg), vec![Some(a)]);
         let parts: Vec<(ValueId, ValueId)> = match (&node.op, &ins[..]) {
             (Op::Binary(BinaryOp::Add), &[a, b]) => vec![(a, g), (b, g)],
             (Op::Binary(BinaryOp::Sub), &[a, b]) => vec![(a, g), (b, neg(ctx, g)?)],
             (Op::Binary(BinaryOp::Mul), &[a, b]) => {
                 vec![
-                    (a, bin(ctx, BinaryOp::Mul, g, b)?),
-                    (b, bin(ctx, BinaryOp::Mul, g, a)?),
+                    (a, binary(ctx, BinaryOp::Mul, g, b)?),
+                    (b, binary(ctx, BinaryOp::Mul, g, a)?),
                 ]
             }
             (Op::Binary(BinaryOp::Div), &[a, b]) => {
-                let ga = bin(ctx, BinaryOp::Div, g, b)?;
-                let q = bin(ctx, BinaryOp::Div, ga, b)?;
-                let q = bin(ctx, BinaryOp::Mul, q, a)?;
+                let ga = binary(ctx, BinaryOp::Div, g, b)?;
+                let q = binary(ctx, BinaryOp::Div, ga, b)?;
+                let q = binary(ctx, BinaryOp::Mul, q, a)?;
                 vec![(a, ga), (b, neg(ctx, q)?)]
             }
             (Op::Unary(UnaryOp::Neg), &[a]) => vec![(a, neg(ctx, g)?)],

@@ -4,6 +4,7 @@
 //! Gather (caches by position_ids), strided Slices, elementwise ops and Concat, on a
 //! rank-4 view of the input in which the caches broadcast over the heads.
 
+use super::build::binary;
 use crate::ir::ValueId;
 use crate::onnx::import::{ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op};
@@ -31,10 +32,6 @@ fn slice_last(
         },
         vec![Some(v)],
     )
-}
-
-fn bin(ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId) -> ImportResult<ValueId> {
-    ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])
 }
 
 pub fn rotary_embedding(ctx: &mut NodeCtx) -> ImportResult {
@@ -109,15 +106,15 @@ pub fn rotary_embedding(ctx: &mut NodeCtx) -> ImportResult {
         )
     };
     let (c1, s2) = (
-        bin(ctx, BinaryOp::Mul, cos, x1)?,
-        bin(ctx, BinaryOp::Mul, sin, x2)?,
+        binary(ctx, BinaryOp::Mul, cos, x1)?,
+        binary(ctx, BinaryOp::Mul, sin, x2)?,
     );
-    let real = bin(ctx, BinaryOp::Sub, c1, s2)?;
+    let real = binary(ctx, BinaryOp::Sub, c1, s2)?;
     let (s1, c2) = (
-        bin(ctx, BinaryOp::Mul, sin, x1)?,
-        bin(ctx, BinaryOp::Mul, cos, x2)?,
+        binary(ctx, BinaryOp::Mul, sin, x1)?,
+        binary(ctx, BinaryOp::Mul, cos, x2)?,
     );
-    let imag = bin(ctx, BinaryOp::Add, s1, c2)?;
+    let imag = binary(ctx, BinaryOp::Add, s1, c2)?;
     let mut rotated = if interleaved {
         // [.., d/2, 2] pairs (real, imag) flattened back into even/odd features.
         let mut pair = ctx.ty(real).shape.clone();

@@ -6,6 +6,7 @@
 //! Complex tensors are ONNX's: a trailing axis of 2 (real, imaginary), or of 1 for a
 //! real signal.
 
+use super::build::binary;
 use std::f64::consts::PI;
 
 use crate::ir::{DType, Tensor, ValueId};
@@ -312,16 +313,13 @@ fn transform_axis(
     let (wr, wi) = (constant(ctx, "dft_cos", cos), constant(ctx, "dft_sin", sin));
     let mm =
         |ctx: &mut NodeCtx, a: ValueId, w: ValueId| ctx.emit1(Op::matmul(), vec![Some(a), Some(w)]);
-    let bin = |ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId| {
-        ctx.emit1(Op::Binary(op), vec![Some(a), Some(b)])
-    };
     // (re + i·im)(wr + i·wi); the real inverse keeps re·wr + im·wi (wi holds −sin).
     let parts = match transform {
         Transform::InverseOneSided => {
             let mut y = mm(ctx, re, wr)?;
             if let Some(im) = im {
                 let t = mm(ctx, im, wi)?;
-                y = bin(ctx, BinaryOp::Add, y, t)?;
+                y = binary(ctx, BinaryOp::Add, y, t)?;
             }
             vec![y]
         }
@@ -330,9 +328,9 @@ fn transform_axis(
             let mut yi = mm(ctx, re, wi)?;
             if let Some(im) = im {
                 let a = mm(ctx, im, wi)?;
-                yr = bin(ctx, BinaryOp::Sub, yr, a)?;
+                yr = binary(ctx, BinaryOp::Sub, yr, a)?;
                 let b = mm(ctx, im, wr)?;
-                yi = bin(ctx, BinaryOp::Add, yi, b)?;
+                yi = binary(ctx, BinaryOp::Add, yi, b)?;
             }
             vec![yr, yi]
         }

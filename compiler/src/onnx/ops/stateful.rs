@@ -4,6 +4,8 @@
 //! static, so they decompose into core ops, LinearAttention's recurrence unrolled
 //! step by step.
 
+use super::build::binary;
+use super::low_precision::to_f32;
 use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{Activation, BinaryOp, ConvAttrs, Op, PadAttrs, PadMode, UnaryOp};
@@ -161,17 +163,10 @@ pub fn linear_attention(ctx: &mut NodeCtx) -> ImportResult {
         Some(s) if s != 0.0 => s as f64,
         _ => 1.0 / (dk as f64).sqrt(),
     };
-    let f32_of = |ctx: &mut NodeCtx, x: ValueId| -> ImportResult<ValueId> {
-        if ctx.ty(x).dtype == DType::F32 {
-            Ok(x)
-        } else {
-            ctx.emit1(Op::Cast { to: DType::F32 }, vec![Some(x)])
-        }
-    };
     // (B, T, H·D) → (B, H, T, D), in float32.
     let heads_first =
         |ctx: &mut NodeCtx, x: ValueId, h: usize, d: usize| -> ImportResult<ValueId> {
-            let x = f32_of(ctx, x)?;
+            let x = to_f32(ctx, x)?;
             let x = ctx.emit1(
                 Op::Reshape {
                     shape: vec![b, t, h, d],
@@ -234,7 +229,7 @@ pub fn linear_attention(ctx: &mut NodeCtx) -> ImportResult {
                 )
                 .into());
             }
-            f32_of(ctx, p)?
+            to_f32(ctx, p)?
         }
         None => ctx.constant_value(
             "zero_state",
@@ -264,9 +259,6 @@ pub fn linear_attention(ctx: &mut NodeCtx) -> ImportResult {
             vec![Some(x)],
         )
     };
-    let bin = |ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, c: ValueId| {
-        ctx.emit1(Op::Binary(op), vec![Some(a), Some(c)])
-    };
     let scale_v = ctx.constant_value("scale", Tensor::from_vec(&[], vec![scale as f32]));
     let group = hq / hkv;
     let mut outputs = vec![];
@@ -274,15 +266,15 @@ pub fn linear_attention(ctx: &mut NodeCtx) -> ImportResult {
         if let Some(e) = decay_factor {
             let per = ctx.ty(e).shape[3];
             let e_t = step(ctx, e, i, per, 1)?;
-            state = bin(ctx, BinaryOp::Mul, state, e_t)?;
+            state = binary(ctx, BinaryOp::Mul, state, e_t)?;
         }
         let k_row = step(ctx, k4, i, 1, dk)?;
         let mut v_row = step(ctx, v4, i, 1, dv)?;
         if let Some(be) = beta4 {
             let retrieved = ctx.emit1(Op::matmul(), vec![Some(k_row), Some(state)])?;
-            let diff = bin(ctx, BinaryOp::Sub, v_row, retrieved)?;
+            let diff = binary(ctx, BinaryOp::Sub, v_row, retrieved)?;
             let beta_t = step(ctx, be, i, 1, 1)?;
-            v_row = bin(ctx, BinaryOp::Mul, beta_t, diff)?;
+            v_row = binary(ctx, BinaryOp::Mul, beta_t, diff)?;
         }
         let k_col = ctx.emit1(
             Op::Reshape {
@@ -291,7 +283,7 @@ pub fn linear_attention(ctx: &mut NodeCtx) -> ImportResult {
             vec![Some(k_row)],
         )?;
         let outer = ctx.emit1(Op::matmul(), vec![Some(k_col), Some(v_row)])?;
-        state = bin(ctx, BinaryOp::Add, state, outer)?;
+        state = binary(ctx, BinaryOp::Add, state, outer)?;
         let read = if group == 1 {
             state
         } else {
@@ -316,7 +308,7 @@ pub fn linear_attention(ctx: &mut NodeCtx) -> ImportResult {
         };
         let q_row = step(ctx, q4, i, 1, dk)?;
         let o = ctx.emit1(Op::matmul(), vec![Some(q_row), Some(read)])?;
-        outputs.push(bin(ctx, BinaryOp::Mul, o, scale_v)?);
+        outputs.push(binary(ctx, BinaryOp::Mul, o, scale_v)?);
     }
     // (B, H_q, T, d_v) → (B, T, H_q·d_v).
     let o = if outputs.len() == 1 {
