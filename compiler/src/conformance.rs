@@ -4,7 +4,6 @@
 //! Each case runs in its own process (`nnc conformance-case`), so a crash or hang in
 //! generated code fails that case only.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
@@ -12,7 +11,7 @@ use prost::Message;
 use crate::codegen::{compile_graph, CompileOptions, Target};
 use crate::driver::{artifact_bytes, ArtifactKind};
 use crate::ir::Tensor;
-use crate::onnx::proto::TensorProto;
+use crate::onnx::proto::{type_proto, OptionalProto, SequenceProto, TensorProto};
 use crate::onnx::tensor_proto::tensor_from_proto;
 use crate::onnx::{load_model, ImportOptions};
 
@@ -36,23 +35,139 @@ pub fn find_cases(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn read_pb(path: &Path) -> Result<Tensor, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let t =
-        TensorProto::decode(bytes.as_slice()).map_err(|e| format!("{}: {e}", path.display()))?;
-    tensor_from_proto(&t, None).map_err(|e| format!("{}: {e}", path.display()))
+/// A value in a test data set as the graph declares it: a tensor, a sequence of
+/// tensors, or an empty optional (a full optional is its element).
+enum DataValue {
+    Tensor(Tensor),
+    Sequence(Vec<Tensor>),
+    Absent,
 }
 
-/// The numbered `prefix_K.pb` files of a data set, in order.
-fn numbered(dir: &Path, prefix: &str) -> Result<Vec<Tensor>, String> {
-    let mut out = vec![];
-    loop {
-        let p = dir.join(format!("{prefix}_{}.pb", out.len()));
-        if !p.exists() {
-            return Ok(out);
+impl DataValue {
+    /// The tensors it passes through the C ABI, in order.
+    fn flatten(self) -> Vec<Tensor> {
+        match self {
+            DataValue::Tensor(t) => vec![t],
+            DataValue::Sequence(ts) => ts,
+            DataValue::Absent => vec![],
         }
-        out.push(read_pb(&p)?);
     }
+}
+
+fn tensor(t: &TensorProto, path: &Path) -> Result<Tensor, String> {
+    tensor_from_proto(t, None).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn sequence(s: &SequenceProto, path: &Path) -> Result<Vec<Tensor>, String> {
+    if !s.sequence_values.is_empty() || !s.optional_values.is_empty() {
+        return Err(format!(
+            "{}: sequences of sequences or optionals are not supported",
+            path.display()
+        ));
+    }
+    s.tensor_values.iter().map(|t| tensor(t, path)).collect()
+}
+
+/// Reads `path` as the serialized form `ty` implies (TensorProto, SequenceProto or
+/// OptionalProto).
+fn read_value(path: &Path, ty: Option<&type_proto::Value>) -> Result<DataValue, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let decode_err = |e: prost::DecodeError| format!("{}: {e}", path.display());
+    match ty {
+        Some(type_proto::Value::SequenceType(_)) => {
+            let s = SequenceProto::decode(bytes.as_slice()).map_err(decode_err)?;
+            Ok(DataValue::Sequence(sequence(&s, path)?))
+        }
+        Some(type_proto::Value::OptionalType(_)) => {
+            let o = OptionalProto::decode(bytes.as_slice()).map_err(decode_err)?;
+            match (&o.tensor_value, &o.sequence_value) {
+                (Some(t), _) => Ok(DataValue::Tensor(tensor(t, path)?)),
+                (None, Some(s)) => Ok(DataValue::Sequence(sequence(s, path)?)),
+                (None, None) => Ok(DataValue::Absent),
+            }
+        }
+        _ => {
+            let t = TensorProto::decode(bytes.as_slice()).map_err(decode_err)?;
+            Ok(DataValue::Tensor(tensor(&t, path)?))
+        }
+    }
+}
+
+/// The graph's runtime inputs and its outputs, with their declared types.
+struct ModelIo {
+    inputs: Vec<(String, Option<type_proto::Value>)>,
+    outputs: Vec<Option<type_proto::Value>>,
+}
+
+impl ModelIo {
+    fn read(model: &Path) -> Result<ModelIo, String> {
+        let bytes = std::fs::read(model).map_err(|e| e.to_string())?;
+        let m =
+            crate::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+        let g = m.graph.unwrap_or_default();
+        let inits: std::collections::HashSet<&str> =
+            g.initializer.iter().map(|t| t.name.as_str()).collect();
+        let ty = |vi: &crate::onnx::proto::ValueInfoProto| {
+            vi.r#type.as_ref().and_then(|t| t.value.clone())
+        };
+        Ok(ModelIo {
+            inputs: g
+                .input
+                .iter()
+                .filter(|i| !inits.contains(i.name.as_str()))
+                .map(|i| (i.name.clone(), ty(i)))
+                .collect(),
+            outputs: g.output.iter().map(ty).collect(),
+        })
+    }
+
+    /// Whether some input is a sequence or an optional: its ABI depends on the data.
+    fn data_dependent_abi(&self) -> bool {
+        self.inputs
+            .iter()
+            .any(|(_, t)| !matches!(t, Some(type_proto::Value::TensorType(_))))
+    }
+
+    /// A data set's inputs, one value per graph input.
+    fn read_inputs(&self, set: &Path) -> Result<Vec<DataValue>, String> {
+        let n = count_numbered(set, "input");
+        if n != self.inputs.len() {
+            return Err(format!(
+                "{n} inputs in {}, the model has {}",
+                set.display(),
+                self.inputs.len()
+            ));
+        }
+        self.inputs
+            .iter()
+            .enumerate()
+            .map(|(k, (_, ty))| read_value(&set.join(format!("input_{k}.pb")), ty.as_ref()))
+            .collect()
+    }
+
+    /// A data set's expected outputs, flattened as infer() writes them.
+    fn read_outputs(&self, set: &Path) -> Result<Vec<Tensor>, String> {
+        let n = count_numbered(set, "output");
+        if n != self.outputs.len() {
+            return Err(format!(
+                "{n} expected outputs in {}, the model has {}",
+                set.display(),
+                self.outputs.len()
+            ));
+        }
+        let mut out = vec![];
+        for (k, ty) in self.outputs.iter().enumerate() {
+            out.extend(read_value(&set.join(format!("output_{k}.pb")), ty.as_ref())?.flatten());
+        }
+        Ok(out)
+    }
+}
+
+/// How many `prefix_K.pb` files a data set numbers from 0.
+fn count_numbered(dir: &Path, prefix: &str) -> usize {
+    (0..)
+        .take_while(|k| dir.join(format!("{prefix}_{k}.pb")).exists())
+        .count()
 }
 
 /// onnx's backend comparison: same dtype and shape; floats within rtol/atol with NaN
@@ -109,126 +224,102 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
         })
         .collect();
     sets.sort();
-    match load_model(&model, &ImportOptions::default()) {
-        Ok(graph) => {
-            let lib = CompiledCase::new(graph, work_dir, "libcase.so")?;
-            for set in &sets {
-                lib.check(set, &numbered(set, "input")?)?;
-            }
-        }
-        // A model that takes its axes, pads or target shape as inputs: freeze those
-        // inputs to each data set's values (`--freeze-input`), compile, run.
-        Err(e) if e.to_string().contains("computed at run time") => {
-            let names = input_names(&model)?;
-            for (k, set) in sets.iter().enumerate() {
-                let inputs = numbered(set, "input")?;
-                // Integer inputs first (axes, pads, shapes); then also small float
-                // vectors (Resize scales, Range bounds) if that is not enough.
-                let freeze = |small_floats: bool| -> HashMap<String, Tensor> {
-                    names
-                        .iter()
-                        .zip(&inputs)
-                        .filter(|(_, t)| {
-                            !t.dtype().is_float()
-                                || (small_floats && t.shape().len() <= 1 && t.len() <= 8)
-                        })
-                        .map(|(n, t)| (n.clone(), t.clone()))
-                        .collect()
-                };
-                let import = |frozen: &HashMap<String, Tensor>| {
-                    load_model(
-                        &model,
-                        &ImportOptions {
-                            frozen_inputs: frozen.clone(),
-                            ..Default::default()
-                        },
-                    )
-                };
-                let mut frozen = freeze(false);
-                let graph = match import(&frozen) {
-                    Err(e) if e.to_string().contains("computed at run time") => {
-                        frozen = freeze(true);
-                        import(&frozen)
-                    }
-                    other => other,
+    let io = ModelIo::read(&model)?;
+    // One compile serves every data set, unless the model needs bindings a data set
+    // decides: sequence lengths, empty optionals, symbolic dims, frozen inputs.
+    if !io.data_dependent_abi() {
+        match load_model(&model, &ImportOptions::default()) {
+            Ok(graph) => {
+                let lib = CompiledCase::new(graph, work_dir, "libcase.so")?;
+                for set in &sets {
+                    let inputs = io.read_inputs(set)?;
+                    let inputs: Vec<Tensor> =
+                        inputs.into_iter().flat_map(DataValue::flatten).collect();
+                    lib.check(set, &inputs, &io.read_outputs(set)?)?;
                 }
-                .map_err(|e| format!("import: {e}"))?;
-                let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
-                lib.check(set, &unfrozen(&names, inputs, &frozen))?;
+                return Ok(sets.len());
             }
+            Err(e) if needs_bindings(&e.to_string()) => {}
+            Err(e) => return Err(format!("import: {e}")),
         }
-        // Symbolic dimensions: bound to each data set's input shapes, as a user does
-        // with `--input-shape`.
-        Err(e) if e.to_string().contains("is symbolic") => {
-            let names = input_names(&model)?;
-            for (k, set) in sets.iter().enumerate() {
-                let inputs = numbered(set, "input")?;
-                let input_shapes: HashMap<String, Vec<usize>> = names
-                    .iter()
-                    .zip(&inputs)
-                    .map(|(n, t)| (n.clone(), t.shape().to_vec()))
-                    .collect();
-                let import = |frozen: &HashMap<String, Tensor>| {
-                    load_model(
-                        &model,
-                        &ImportOptions {
-                            input_shapes: input_shapes.clone(),
-                            frozen_inputs: frozen.clone(),
-                            ..Default::default()
-                        },
-                    )
-                };
-                // And integer inputs that set shapes (split sizes, axes) frozen too,
-                // when the model needs them constant.
-                let mut frozen = HashMap::new();
-                let graph = match import(&frozen) {
-                    Err(e) if e.to_string().contains("computed at run time") => {
-                        frozen = names
-                            .iter()
-                            .zip(&inputs)
-                            .filter(|(_, t)| !t.dtype().is_float())
-                            .map(|(n, t)| (n.clone(), t.clone()))
-                            .collect();
-                        import(&frozen)
-                    }
-                    other => other,
-                }
-                .map_err(|e| format!("import: {e}"))?;
-                let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
-                lib.check(set, &unfrozen(&names, inputs, &frozen))?;
-            }
-        }
-        Err(e) => return Err(format!("import: {e}")),
+    }
+    for (k, set) in sets.iter().enumerate() {
+        let inputs = io.read_inputs(set)?;
+        let (graph, frozen) = import_bound_to(&model, &io, &inputs)?;
+        let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
+        let unfrozen: Vec<Tensor> = io
+            .inputs
+            .iter()
+            .zip(inputs)
+            .filter(|((n, _), _)| !frozen.contains(n))
+            .flat_map(|(_, v)| v.flatten())
+            .collect();
+        lib.check(set, &unfrozen, &io.read_outputs(set)?)?;
     }
     Ok(sets.len())
 }
 
-/// The data set's inputs that stay graph inputs (those not frozen into constants).
-fn unfrozen(
-    names: &[String],
-    inputs: Vec<Tensor>,
-    frozen: &HashMap<String, Tensor>,
-) -> Vec<Tensor> {
-    names
-        .iter()
-        .zip(inputs)
-        .filter(|(n, _)| !frozen.contains_key(*n))
-        .map(|(_, t)| t)
-        .collect()
+/// Import errors that bindings from a data set can cure.
+fn needs_bindings(message: &str) -> bool {
+    message.contains("computed at run time")
+        || message.contains("is symbolic")
+        || message.contains("--sequence-input")
 }
 
-/// Names of the graph inputs that are not initializers, in order.
-fn input_names(model: &Path) -> Result<Vec<String>, String> {
-    let bytes = std::fs::read(model).map_err(|e| e.to_string())?;
-    let m = crate::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
-    let g = m.graph.unwrap_or_default();
-    let inits: std::collections::HashSet<&str> =
-        g.initializer.iter().map(|t| t.name.as_str()).collect();
-    Ok(g.input
-        .iter()
-        .filter(|i| !inits.contains(i.name.as_str()))
-        .map(|i| i.name.clone())
-        .collect())
+/// Imports the model bound to one data set's inputs, as a user would with the CLI:
+/// sequence lengths and empty optionals always (`--sequence-input`, `--absent-input`);
+/// then, as the import asks for them, tensor shapes for symbolic dims
+/// (`--input-shape`), and integer inputs (axes, pads, shapes), then also small float
+/// vectors (Resize scales, Range bounds), frozen into constants (`--freeze-input`).
+/// Returns the graph and the names of the frozen inputs.
+fn import_bound_to(
+    model: &Path,
+    io: &ModelIo,
+    inputs: &[DataValue],
+) -> Result<(crate::ir::Graph, Vec<String>), String> {
+    let mut opts = ImportOptions::default();
+    for ((name, _), v) in io.inputs.iter().zip(inputs) {
+        match v {
+            DataValue::Sequence(ts) => {
+                let shapes = ts.iter().map(|t| t.shape().to_vec()).collect();
+                opts.sequence_inputs.insert(name.clone(), shapes);
+            }
+            DataValue::Absent => {
+                opts.absent_inputs.insert(name.clone());
+            }
+            DataValue::Tensor(_) => {}
+        }
+    }
+    let tensors = || {
+        io.inputs
+            .iter()
+            .zip(inputs)
+            .filter_map(|((n, _), v)| match v {
+                DataValue::Tensor(t) => Some((n.clone(), t)),
+                _ => None,
+            })
+    };
+    let mut freeze_stage = 0;
+    loop {
+        let message = match load_model(model, &opts) {
+            Ok(graph) => return Ok((graph, opts.frozen_inputs.into_keys().collect())),
+            Err(e) => e.to_string(),
+        };
+        if message.contains("is symbolic") && opts.input_shapes.is_empty() {
+            opts.input_shapes = tensors().map(|(n, t)| (n, t.shape().to_vec())).collect();
+        } else if message.contains("computed at run time") && freeze_stage < 2 {
+            freeze_stage += 1;
+            let small_floats = freeze_stage == 2;
+            opts.frozen_inputs = tensors()
+                .filter(|(_, t)| {
+                    !t.dtype().is_float() || (small_floats && t.shape().len() <= 1 && t.len() <= 8)
+                })
+                .map(|(n, t)| (n, t.clone()))
+                .collect();
+        } else {
+            return Err(format!("import: {message}"));
+        }
+    }
 }
 
 /// A case's model compiled, linked and loaded.
@@ -271,9 +362,8 @@ impl CompiledCase {
         })
     }
 
-    fn check(&self, set: &Path, inputs: &[Tensor]) -> Result<(), String> {
+    fn check(&self, set: &Path, inputs: &[Tensor], expected: &[Tensor]) -> Result<(), String> {
         let graph = &self.graph;
-        let expected = numbered(set, "output")?;
         if inputs.len() != graph.inputs.len() {
             return Err(format!(
                 "{} inputs in {}, the model has {}",

@@ -38,6 +38,16 @@ struct ShapeArgs {
     /// Repeatable.
     #[arg(long = "freeze-input", value_name = "NAME=FILE")]
     frozen: Vec<String>,
+    /// Binds a sequence input's length and element shapes, elements separated by `;`
+    /// (`--sequence-input xs='2,3;4,3'`; `()` is a scalar element, nothing after `=` an
+    /// empty sequence). Element k becomes the tensor input `NAME[k]` of infer().
+    /// Repeatable.
+    #[arg(long = "sequence-input", value_name = "NAME=SHAPE;SHAPE;...")]
+    sequence_inputs: Vec<String>,
+    /// Compiles an optional input as empty: it is then not an input of infer() (an
+    /// optional input not named here is compiled as holding its element). Repeatable.
+    #[arg(long = "absent-input", value_name = "NAME")]
+    absent_inputs: Vec<String>,
 }
 
 /// `--calibration-method` values.
@@ -78,8 +88,9 @@ enum Command {
         /// foo_model_info, so several models link into one program.
         #[arg(long, default_value = "")]
         name: String,
+        // Boxed: the Compile variant would otherwise dwarf the others.
         #[command(flatten)]
-        shapes: ShapeArgs,
+        shapes: Box<ShapeArgs>,
         /// Quantizes the weights. fp16: the float32 weights kernels read are stored as
         /// IEEE half (the artifact is about half the size) and expanded to float32 in the
         /// workspace as each node runs; computation, inputs and outputs stay as in the
@@ -171,14 +182,34 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         let (name, dims) = s
             .split_once('=')
             .ok_or_else(|| bad("input-shape", s, "expected NAME=D0,D1,..."))?;
-        let dims: std::result::Result<Vec<usize>, _> = if dims.is_empty() {
-            Ok(vec![])
-        } else {
-            dims.split(',').map(|d| d.trim().parse::<usize>()).collect()
-        };
         input_shapes.insert(
             name.to_string(),
-            dims.map_err(|_| bad("input-shape", s, "dimensions must be non-negative integers"))?,
+            parse_dims(dims)
+                .map_err(|_| bad("input-shape", s, "dimensions must be non-negative integers"))?,
+        );
+    }
+    let mut sequence_inputs = HashMap::new();
+    for s in &shapes.sequence_inputs {
+        let (name, elements) = s
+            .split_once('=')
+            .ok_or_else(|| bad("sequence-input", s, "expected NAME=SHAPE;SHAPE;..."))?;
+        let shapes: std::result::Result<Vec<Vec<usize>>, _> = if elements.trim().is_empty() {
+            Ok(vec![])
+        } else {
+            elements
+                .split(';')
+                .map(|e| parse_dims(e.trim().trim_start_matches('(').trim_end_matches(')')))
+                .collect()
+        };
+        sequence_inputs.insert(
+            name.to_string(),
+            shapes.map_err(|_| {
+                bad(
+                    "sequence-input",
+                    s,
+                    "each element's dimensions must be non-negative integers",
+                )
+            })?,
         );
     }
     let mut dims = HashMap::new();
@@ -206,7 +237,17 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         input_shapes,
         dims,
         frozen_inputs,
+        sequence_inputs,
+        absent_inputs: shapes.absent_inputs.iter().cloned().collect(),
     })
+}
+
+/// `D0,D1,...` (empty: a scalar).
+fn parse_dims(dims: &str) -> std::result::Result<Vec<usize>, std::num::ParseIntError> {
+    if dims.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    dims.split(',').map(|d| d.trim().parse::<usize>()).collect()
 }
 
 /// A tensor from a .npy file or a serialized ONNX TensorProto (.pb).

@@ -2,7 +2,7 @@
 //! (so `Shape → Gather → Concat → Reshape` chains become plain attributes), and collects
 //! every unsupported op in one pass.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use prost::Message;
@@ -27,6 +27,12 @@ pub struct ImportOptions {
     /// `--freeze-input NAME=FILE`: graph inputs replaced by constants, e.g. the axes,
     /// pads or target shape a model takes as an input but the user never varies.
     pub frozen_inputs: HashMap<String, Tensor>,
+    /// `--sequence-input NAME=SHAPE;SHAPE;...`: a sequence input's length and element
+    /// shapes. Element k crosses the C ABI as the tensor input `NAME[k]`.
+    pub sequence_inputs: HashMap<String, Vec<Vec<usize>>>,
+    /// `--absent-input NAME`: an optional input compiled as empty (it is then not an
+    /// input of infer()). An optional input not named here is compiled as present.
+    pub absent_inputs: HashSet<String>,
 }
 
 /// What import produced: the graph, and every node that could not be imported.
@@ -85,6 +91,7 @@ pub fn import_model(
         base_dir: base_dir.map(Path::to_path_buf),
         scope: String::new(),
         sequences: HashMap::new(),
+        absent: HashSet::new(),
     };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
@@ -121,6 +128,9 @@ pub struct GraphBuilder {
     /// Sequence values (static: their length and elements are known at import), by the
     /// placeholder value their name is bound to.
     sequences: HashMap<ValueId, Vec<ValueId>>,
+    /// Empty optional values (an `Optional` without input, an --absent-input), by the
+    /// placeholder value their name is bound to.
+    absent: HashSet<ValueId>,
 }
 
 impl GraphBuilder {
@@ -147,6 +157,21 @@ impl GraphBuilder {
     }
 
     fn import_inputs(&mut self, g: &GraphProto, opts: &ImportOptions) -> Result<()> {
+        // A misspelt name first: it is why the input it meant looks unbound.
+        let bound = opts
+            .input_shapes
+            .keys()
+            .map(|n| (n, "--input-shape"))
+            .chain(opts.frozen_inputs.keys().map(|n| (n, "--freeze-input")))
+            .chain(opts.sequence_inputs.keys().map(|n| (n, "--sequence-input")))
+            .chain(opts.absent_inputs.iter().map(|n| (n, "--absent-input")));
+        for (name, flag) in bound {
+            if !g.input.iter().any(|i| &i.name == name) {
+                return Err(NncError::Model(format!(
+                    "'{name}' is not an input of the model ({flag})"
+                )));
+            }
+        }
         for vi in &g.input {
             if self.names.contains_key(&vi.name) {
                 continue; // an initializer listed as input (IR < 4): a constant
@@ -158,35 +183,103 @@ impl GraphBuilder {
                 self.names.insert(vi.name.clone(), id);
                 continue;
             }
-            let ty = input_type(vi, opts)?;
-            let id = self.graph.add_value(vi.name.clone(), ty, None);
+            let ty = vi.r#type.as_ref().and_then(|t| t.value.as_ref());
+            let id = self.import_input(vi, ty, opts)?;
             self.names.insert(vi.name.clone(), id);
-            self.graph.inputs.push(id);
-        }
-        for name in opts.input_shapes.keys().chain(opts.frozen_inputs.keys()) {
-            if !g.input.iter().any(|i| &i.name == name) {
-                return Err(NncError::Model(format!(
-                    "'{name}' is not an input of the model (--input-shape / --freeze-input)"
-                )));
-            }
         }
         Ok(())
     }
 
+    /// Binds one graph input of type `ty`: a tensor becomes an input of infer(), a
+    /// sequence one input per element (`NAME[k]`, as --sequence-input shapes it), an
+    /// optional its element, or nothing at all when --absent-input empties it.
+    fn import_input(
+        &mut self,
+        vi: &ValueInfoProto,
+        ty: Option<&type_proto::Value>,
+        opts: &ImportOptions,
+    ) -> Result<ValueId> {
+        let err = |m: String| NncError::Model(format!("input '{}': {m}", vi.name));
+        match ty {
+            Some(type_proto::Value::OptionalType(o)) => {
+                if opts.absent_inputs.contains(&vi.name) {
+                    return Ok(self.new_absent());
+                }
+                let inner = o.elem_type.as_ref().and_then(|t| t.value.as_ref());
+                self.import_input(vi, inner, opts)
+            }
+            Some(type_proto::Value::SequenceType(s)) => {
+                let Some(type_proto::Value::TensorType(t)) =
+                    s.elem_type.as_ref().and_then(|t| t.value.as_ref())
+                else {
+                    return Err(err("only sequences of tensors are supported".into()));
+                };
+                let shapes = opts.sequence_inputs.get(&vi.name).ok_or_else(|| {
+                    err(format!(
+                        "a sequence; bind its length and element shapes with --sequence-input {}=D0,D1;D0,D1;...",
+                        vi.name
+                    ))
+                })?;
+                let mut elements = Vec::with_capacity(shapes.len());
+                for (k, shape) in shapes.iter().enumerate() {
+                    let name = format!("{}[{k}]", vi.name);
+                    let ty = tensor_input_type(&name, t, Some(shape), opts)?;
+                    let id = self.graph.add_value(name, ty, None);
+                    self.graph.inputs.push(id);
+                    elements.push(id);
+                }
+                Ok(self.new_sequence(elements))
+            }
+            Some(type_proto::Value::TensorType(t)) => {
+                let ty = tensor_input_type(&vi.name, t, opts.input_shapes.get(&vi.name), opts)?;
+                let id = self.graph.add_value(vi.name.clone(), ty, None);
+                self.graph.inputs.push(id);
+                Ok(id)
+            }
+            _ => Err(err(
+                "only tensor, sequence and optional inputs are supported".into(),
+            )),
+        }
+    }
+
+    /// A placeholder value standing for the sequence `elements`.
+    fn new_sequence(&mut self, elements: Vec<ValueId>) -> ValueId {
+        let placeholder = self.graph.add_value(
+            "sequence".into(),
+            TensorType::new(DType::I64, vec![0]),
+            Some(Tensor::from_vec(&[0], Vec::<i64>::new())),
+        );
+        self.sequences.insert(placeholder, elements);
+        placeholder
+    }
+
+    /// A placeholder value standing for an empty optional.
+    fn new_absent(&mut self) -> ValueId {
+        let placeholder = self.graph.add_value(
+            "empty optional".into(),
+            TensorType::new(DType::I64, vec![0]),
+            Some(Tensor::from_vec(&[0], Vec::<i64>::new())),
+        );
+        self.absent.insert(placeholder);
+        placeholder
+    }
+
+    /// Graph outputs become outputs of infer(): a tensor as itself, a sequence as one
+    /// output per element (`NAME[k]`), an empty optional as none.
     fn import_outputs(&mut self, g: &GraphProto) -> Result<()> {
         for vi in &g.output {
             let id = *self.names.get(&vi.name).ok_or_else(|| {
                 NncError::Model(format!("graph output '{}' is never produced", vi.name))
             })?;
-            if id == POISON {
+            if id == POISON || self.absent.contains(&id) {
                 continue;
             }
-            if self.sequences.contains_key(&id) {
-                self.unsupported.push(UnsupportedOp {
-                    node: vi.name.clone(),
-                    op: "graph output".into(),
-                    reason: "a sequence graph output (the C ABI passes tensors only)".into(),
-                });
+            if let Some(elements) = self.sequences.get(&id).cloned() {
+                for (k, v) in elements.into_iter().enumerate() {
+                    let v = self.distinct_output(v, &vi.name);
+                    self.graph.values[v.0].name = format!("{}[{k}]", vi.name);
+                    self.graph.outputs.push(v);
+                }
                 continue;
             }
             // The ABI reports outputs by their graph names, whatever produced them.
@@ -194,6 +287,25 @@ impl GraphBuilder {
             self.graph.outputs.push(id);
         }
         Ok(())
+    }
+
+    /// `v`, or a copy of it when renaming `v` after an output would rename a graph
+    /// input or an earlier output (a sequence that repeats an element or passes an
+    /// input through).
+    fn distinct_output(&mut self, v: ValueId, output: &str) -> ValueId {
+        if !self.graph.inputs.contains(&v) && !self.graph.outputs.contains(&v) {
+            return v;
+        }
+        let ty = self.graph.ty(v).clone();
+        let copy = self.graph.add_value(String::new(), ty.clone(), None);
+        self.graph.nodes.push(Node {
+            name: format!("{output}/copy"),
+            onnx_op: "Identity".into(),
+            op: Op::Reshape { shape: ty.shape },
+            inputs: vec![Some(v)],
+            outputs: vec![copy],
+        });
+        copy
     }
 
     fn import_node(&mut self, node: &NodeProto, index: usize) -> Result<()> {
@@ -340,15 +452,19 @@ impl GraphBuilder {
     }
 }
 
-fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<TensorType> {
-    let err = |m: String| NncError::Model(format!("input '{}': {m}", vi.name));
-    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref())
-    else {
-        return Err(err("only tensor inputs are supported".into()));
-    };
+/// The type of a tensor input named `name`: the model's, with `shape` (from
+/// --input-shape or --sequence-input) or --dim bindings filling what it leaves open.
+fn tensor_input_type(
+    name: &str,
+    t: &type_proto::Tensor,
+    shape: Option<&Vec<usize>>,
+    opts: &ImportOptions,
+) -> Result<TensorType> {
+    let err = |m: String| NncError::Model(format!("input '{name}': {m}"));
     let dtype = DType::from_onnx(t.elem_type)
         .ok_or_else(|| err(format!("unsupported element type {}", t.elem_type)))?;
-    if let Some(shape) = opts.input_shapes.get(&vi.name) {
+    if let Some(shape) = shape {
+        check_declared_shape(t, shape).map_err(err)?;
         return Ok(TensorType::new(dtype, shape.clone()));
     }
     let dims = t
@@ -359,7 +475,7 @@ fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<TensorType> {
     if t.shape.is_none() {
         return Err(err(format!(
             "the shape is unknown; bind it with --input-shape {}=D0,D1,...",
-            vi.name
+            name
         )));
     }
     let mut shape = Vec::with_capacity(dims.len());
@@ -370,14 +486,42 @@ fn input_type(vi: &ValueInfoProto, opts: &ImportOptions) -> Result<TensorType> {
             Some(dimension::Value::DimParam(p)) => {
                 return Err(err(format!(
                     "dimension {axis} is symbolic ('{p}'); bind it with --dim {p}=VALUE or --input-shape {}=D0,D1,...",
-                    vi.name
+                    name
                 )))
             }
-            _ => return Err(err(format!("dimension {axis} is unknown; bind it with --input-shape {}=D0,D1,...", vi.name))),
+            _ => return Err(err(format!("dimension {axis} is unknown; bind it with --input-shape {}=D0,D1,...", name))),
         };
         shape.push(v);
     }
     Ok(TensorType::new(dtype, shape))
+}
+
+/// A bound shape must agree with what the model declares: the same rank, and the
+/// same size on every axis the model fixes.
+fn check_declared_shape(
+    t: &type_proto::Tensor,
+    shape: &[usize],
+) -> std::result::Result<(), String> {
+    let Some(declared) = &t.shape else {
+        return Ok(());
+    };
+    if declared.dim.len() != shape.len() {
+        return Err(format!(
+            "the bound shape {shape:?} has rank {}, the model declares rank {}",
+            shape.len(),
+            declared.dim.len()
+        ));
+    }
+    for (axis, (d, &n)) in declared.dim.iter().zip(shape).enumerate() {
+        if let Some(dimension::Value::DimValue(v)) = d.value {
+            if v >= 0 && v as usize != n {
+                return Err(format!(
+                    "the bound shape {shape:?} has {n} on axis {axis}, the model fixes {v}"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why a node could not be imported: unsupported (reported with all others, import goes
@@ -574,10 +718,29 @@ impl NodeCtx<'_> {
 
     /// Binds output `k` to a sequence of tensors (a placeholder value stands for it).
     pub fn bind_sequence(&mut self, k: usize, elements: Vec<ValueId>) {
-        let placeholder =
-            self.constant_value("sequence", Tensor::from_vec(&[0], Vec::<i64>::new()));
-        self.b.sequences.insert(placeholder, elements);
+        let placeholder = self.b.new_sequence(elements);
         self.bind_output(k, placeholder);
+    }
+
+    /// Binds output `k` to an empty optional.
+    pub fn bind_absent(&mut self, k: usize) {
+        let placeholder = self.b.new_absent();
+        self.bind_output(k, placeholder);
+    }
+
+    /// Whether input `i` is an empty optional (or not given at all).
+    pub fn is_absent(&self, i: usize) -> bool {
+        self.input(i).is_none_or(|v| self.b.absent.contains(&v))
+    }
+
+    /// The elements of the sequence `v` stands for, if it stands for one.
+    pub fn sequence_value(&self, v: ValueId) -> Option<Vec<ValueId>> {
+        self.b.sequences.get(&v).cloned()
+    }
+
+    /// Whether `v` stands for an empty optional.
+    pub fn absent_value(&self, v: ValueId) -> bool {
+        self.b.absent.contains(&v)
     }
 
     /// The elements of input `i` when it is a sequence.

@@ -262,3 +262,34 @@ pub struct FunctionProto {
     #[prost(string, tag = "10")]
     pub domain: String,
 }
+
+/// A sequence value in a test data set (`input_K.pb` of a sequence input).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SequenceProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// 1 tensor, 2 sparse tensor, 3 sequence, 4 map, 5 optional.
+    #[prost(int32, tag = "2")]
+    pub elem_type: i32,
+    #[prost(message, repeated, tag = "3")]
+    pub tensor_values: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "5")]
+    pub sequence_values: Vec<SequenceProto>,
+    #[prost(message, repeated, tag = "7")]
+    pub optional_values: Vec<OptionalProto>,
+}
+
+/// An optional value in a test data set; empty when no value field is set.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OptionalProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(int32, tag = "2")]
+    pub elem_type: i32,
+    #[prost(message, optional, tag = "3")]
+    pub tensor_value: Option<TensorProto>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub sequence_value: Option<Box<SequenceProto>>,
+    #[prost(message, optional, boxed, tag = "7")]
+    pub optional_value: Option<Box<OptionalProto>>,
+}

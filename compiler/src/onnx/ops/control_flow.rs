@@ -65,15 +65,38 @@ pub fn if_op(ctx: &mut NodeCtx) -> ImportResult {
     }
     let then_out = ctx.import_subgraph(then_branch, "then", &[])?;
     let else_out = ctx.import_subgraph(else_branch, "else", &[])?;
+    // Sequences are selected element by element, so both branches must give the same
+    // number of elements; an optional must be full in both.
+    let mut pairs: Vec<Vec<(ValueId, ValueId)>> = vec![];
     for (k, (&t, &e)) in then_out.iter().zip(&else_out).enumerate() {
-        let (tt, et) = (ctx.ty(t), ctx.ty(e));
-        if tt != et {
-            return Err(ImportError::Unsupported(format!(
+        let differs = |what: String| {
+            ImportError::Unsupported(format!(
                 "the condition is computed at run time and output {k} differs between the \
-                 branches (then {tt}, else {et}); nnc keeps shapes static, so it can only \
-                 select between outputs of one type and shape"
-            )));
+                 branches ({what}); nnc keeps shapes static, so it can only select between \
+                 outputs of one type and shape"
+            ))
+        };
+        if ctx.absent_value(t) || ctx.absent_value(e) {
+            return Err(differs("an empty optional".into()));
         }
+        let list = match (ctx.sequence_value(t), ctx.sequence_value(e)) {
+            (None, None) => vec![(t, e)],
+            (Some(ts), Some(es)) if ts.len() == es.len() => ts.into_iter().zip(es).collect(),
+            (ts, es) => {
+                return Err(differs(format!(
+                    "then {} elements, else {}",
+                    ts.map_or("no sequence".into(), |s| s.len().to_string()),
+                    es.map_or("no sequence".into(), |s| s.len().to_string())
+                )))
+            }
+        };
+        for &(t, e) in &list {
+            let (tt, et) = (ctx.ty(t), ctx.ty(e));
+            if tt != et {
+                return Err(differs(format!("then {tt}, else {et}")));
+            }
+        }
+        pairs.push(list);
     }
     // A scalar condition broadcasts against outputs of any shape, `[1]` would not.
     let cond = if cond_ty.rank() == 0 {
@@ -81,13 +104,20 @@ pub fn if_op(ctx: &mut NodeCtx) -> ImportResult {
     } else {
         ctx.emit1(Op::Reshape { shape: vec![] }, vec![Some(cond)])?
     };
-    for (k, (&t, &e)) in then_out.iter().zip(&else_out).enumerate() {
-        let y = if t == e {
-            t
+    for (k, list) in pairs.into_iter().enumerate() {
+        let mut selected = vec![];
+        for (t, e) in list {
+            selected.push(if t == e {
+                t
+            } else {
+                ctx.emit1(Op::Where, vec![Some(cond), Some(t), Some(e)])?
+            });
+        }
+        if ctx.sequence_value(then_out[k]).is_some() {
+            ctx.bind_sequence(k, selected);
         } else {
-            ctx.emit1(Op::Where, vec![Some(cond), Some(t), Some(e)])?
-        };
-        ctx.bind_output(k, y);
+            ctx.bind_output(k, selected[0]);
+        }
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ mod low_precision;
 mod ml;
 mod nn;
 mod normalization;
+mod optional;
 mod quant;
 mod recurrent;
 mod reduce;
@@ -91,11 +92,16 @@ pub fn ml_importer(op_type: &str) -> Option<Importer> {
 /// The importer for an ONNX op type of the default domain, if nnc supports it.
 pub fn importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
-        "Identity" | "Relu" | "LeakyRelu" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh"
-        | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "Erf" | "Gelu" | "Softplus"
-        | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu" | "Mish" | "Floor" | "Ceil"
-        | "Round" | "Sign" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh"
-        | "Asinh" | "Acosh" | "Atanh" | "Not" | "BitwiseNot" | "IsNaN" | "IsInf" | "Clip" => {
+        "Identity" => optional::identity,
+        "Optional" => optional::optional,
+        "OptionalHasElement" => optional::optional_has_element,
+        "OptionalGetElement" => optional::optional_get_element,
+        "SequenceMap" => sequence::sequence_map,
+        "Relu" | "LeakyRelu" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Tanh" | "Exp" | "Log"
+        | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "Erf" | "Gelu" | "Softplus" | "Softsign"
+        | "Elu" | "Selu" | "Celu" | "ThresholdedRelu" | "Mish" | "Floor" | "Ceil" | "Round"
+        | "Sign" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh" | "Asinh"
+        | "Acosh" | "Atanh" | "Not" | "BitwiseNot" | "IsNaN" | "IsInf" | "Clip" => {
             elementwise::unary
         }
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "PRelu" | "Equal" | "Less"

@@ -1,19 +1,18 @@
 //! Sequence ops whose structure is static: every sequence's length and elements are
 //! known at import, so a sequence is just a list of tensor values (bound to a
 //! placeholder name) and the ops are list edits, Slices and a Concat. Positions and
-//! split sizes must be constants; sequences cannot cross the C ABI.
+//! split sizes must be constants. At the C ABI a sequence is one tensor per element
+//! (`--sequence-input`, and `NAME[k]` outputs).
 
 use crate::ir::{Tensor, ValueId};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
+use crate::onnx::proto::GraphProto;
 use crate::ops::Op;
 
 fn sequence(ctx: &NodeCtx, i: usize) -> ImportResult<Vec<ValueId>> {
-    ctx.sequence_input(i).ok_or_else(|| {
-        ImportError::Unsupported(format!(
-            "input {i} is not a sequence built in the model (sequence graph inputs are not supported)"
-        ))
-    })
+    ctx.sequence_input(i)
+        .ok_or_else(|| ImportError::Unsupported(format!("input {i} is not a sequence")))
 }
 
 /// A constant position input `i` (None when absent), wrapped into `0..=len` for an
@@ -163,5 +162,54 @@ pub fn split_to_sequence(ctx: &mut NodeCtx) -> ImportResult {
         start += size;
     }
     ctx.bind_sequence(0, elements);
+    Ok(())
+}
+
+/// SequenceMap: the body imported once per element, with element `k` of every sequence
+/// input and the tensor inputs as they are; output `j` collects the body's output `j`.
+pub fn sequence_map(ctx: &mut NodeCtx) -> ImportResult {
+    let body: &GraphProto = ctx
+        .attrs
+        .graph_opt("body")?
+        .ok_or("attribute 'body' (a graph) is required")?;
+    let len = sequence(ctx, 0)?.len();
+    let n_in = ctx.node.input.len();
+    let mut per_input = vec![];
+    for i in 0..n_in {
+        let v = ctx.required(i)?;
+        per_input.push(match ctx.sequence_value(v) {
+            Some(s) if s.len() == len => Some(s),
+            Some(s) => {
+                return Err(
+                    format!("input {i} holds {} elements, input 0 holds {len}", s.len()).into(),
+                )
+            }
+            None => None,
+        });
+    }
+    let mut outputs: Vec<Vec<ValueId>> = vec![vec![]; ctx.node.output.len()];
+    for k in 0..len {
+        let args: Vec<ValueId> = (0..n_in)
+            .map(|i| match &per_input[i] {
+                Some(s) => s[k],
+                None => ctx.inputs[i].expect("checked above"),
+            })
+            .collect();
+        let results = ctx.import_subgraph(body, &format!("iter{k}"), &args)?;
+        if results.len() != outputs.len() {
+            return Err(format!(
+                "the body gives {} outputs, the node has {}",
+                results.len(),
+                outputs.len()
+            )
+            .into());
+        }
+        for (out, r) in outputs.iter_mut().zip(results) {
+            out.push(r);
+        }
+    }
+    for (j, elements) in outputs.into_iter().enumerate() {
+        ctx.bind_sequence(j, elements);
+    }
     Ok(())
 }
