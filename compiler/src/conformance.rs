@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use crate::codegen::{compile_graph, CompileOptions, Target};
+use crate::codegen::{compile_graph, Arch, CompileOptions, Target};
 use crate::driver::{artifact_bytes, ArtifactKind};
 use crate::ir::Tensor;
 use crate::onnx::proto::{type_proto, OptionalProto, SequenceProto, TensorProto};
@@ -210,9 +210,24 @@ pub fn compare(expected: &Tensor, actual: &Tensor) -> Result<(), String> {
 type InferFn =
     unsafe extern "C" fn(*const *const std::ffi::c_void, *const *mut std::ffi::c_void) -> i32;
 
-/// Compiles one case into `work_dir` and checks every data set. `Err` carries the
-/// first reason the case fails.
+/// Where a case's compiled code runs.
+#[derive(Clone, Debug)]
+pub enum CaseTarget {
+    /// Compiled for this machine, loaded into this process.
+    Host,
+    /// Compiled for aarch64, run by `harness` (tests/harness/nnc_run.c built for
+    /// aarch64) under `qemu-aarch64 -L sysroot`.
+    Aarch64Qemu { harness: PathBuf, sysroot: PathBuf },
+}
+
+/// Compiles one case into `work_dir` for the host and checks every data set. `Err`
+/// carries the first reason the case fails.
 pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
+    run_case_on(case, work_dir, &CaseTarget::Host)
+}
+
+/// [`run_case`] for any [`CaseTarget`].
+pub fn run_case_on(case: &Path, work_dir: &Path, target: &CaseTarget) -> Result<usize, String> {
     let model = case.join("model.onnx");
     let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map_err(|e| e.to_string())?
@@ -230,7 +245,7 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
     if !io.data_dependent_abi() {
         match load_model(&model, &ImportOptions::default()) {
             Ok(graph) => {
-                let lib = CompiledCase::new(graph, work_dir, "libcase.so")?;
+                let lib = CompiledCase::new(graph, work_dir, "libcase.so", target)?;
                 for set in &sets {
                     let inputs = io.read_inputs(set)?;
                     let inputs: Vec<Tensor> =
@@ -246,7 +261,7 @@ pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
     for (k, set) in sets.iter().enumerate() {
         let inputs = io.read_inputs(set)?;
         let (graph, frozen) = import_bound_to(&model, &io, &inputs)?;
-        let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"))?;
+        let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"), target)?;
         let unfrozen: Vec<Tensor> = io
             .inputs
             .iter()
@@ -322,12 +337,24 @@ fn import_bound_to(
     }
 }
 
-/// A case's model compiled, linked and loaded.
+/// A case's model compiled, linked, and ready to run where its target says.
 struct CompiledCase {
     graph: crate::ir::Graph,
-    // Field order matters: the symbol must drop before the library.
-    infer: InferFn,
-    _lib: libloading::Library,
+    runner: Runner,
+}
+
+enum Runner {
+    Host {
+        // Field order matters: the symbol must drop before the library.
+        infer: InferFn,
+        _lib: libloading::Library,
+    },
+    Qemu {
+        harness: PathBuf,
+        sysroot: PathBuf,
+        library: PathBuf,
+        work_dir: PathBuf,
+    },
 }
 
 impl CompiledCase {
@@ -335,13 +362,20 @@ impl CompiledCase {
         mut graph: crate::ir::Graph,
         work_dir: &Path,
         file: &str,
+        target: &CaseTarget,
     ) -> Result<CompiledCase, String> {
         // The graph passes as `nnc compile` runs them (NNC_PASSES selects them).
         crate::passes::PassManager::from_env()
             .and_then(|pm| pm.run(&mut graph))
             .map_err(|e| format!("passes: {e}"))?;
+        let target_isa = match target {
+            CaseTarget::Host => Target::host(),
+            CaseTarget::Aarch64Qemu { .. } => {
+                Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?
+            }
+        };
         let opts = CompileOptions {
-            target: Target::host(),
+            target: target_isa,
             prefix: String::new(),
             weights: Default::default(),
         };
@@ -350,16 +384,89 @@ impl CompiledCase {
             .map_err(|e| format!("link: {e}"))?;
         let so_path = work_dir.join(file);
         std::fs::write(&so_path, so).map_err(|e| e.to_string())?;
-        // SAFETY: the library is one nnc just produced; it has no initializers.
-        let lib =
-            unsafe { libloading::Library::new(&so_path) }.map_err(|e| format!("dlopen: {e}"))?;
-        let infer: InferFn =
-            *unsafe { lib.get::<InferFn>(b"infer\0") }.map_err(|e| format!("dlsym: {e}"))?;
-        Ok(CompiledCase {
-            graph,
-            infer,
-            _lib: lib,
-        })
+        let runner = match target {
+            CaseTarget::Host => {
+                // SAFETY: the library is one nnc just produced; it has no initializers.
+                let lib = unsafe { libloading::Library::new(&so_path) }
+                    .map_err(|e| format!("dlopen: {e}"))?;
+                let infer: InferFn = *unsafe { lib.get::<InferFn>(b"infer\0") }
+                    .map_err(|e| format!("dlsym: {e}"))?;
+                Runner::Host { infer, _lib: lib }
+            }
+            CaseTarget::Aarch64Qemu { harness, sysroot } => Runner::Qemu {
+                harness: harness.clone(),
+                sysroot: sysroot.clone(),
+                library: so_path,
+                work_dir: work_dir.to_path_buf(),
+            },
+        };
+        Ok(CompiledCase { graph, runner })
+    }
+
+    /// Runs the model on `inputs` and returns each output's bytes.
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Vec<u8>>, String> {
+        let graph = &self.graph;
+        match &self.runner {
+            Runner::Host { infer, .. } => {
+                let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_le_bytes()).collect();
+                let mut out_bytes: Vec<Vec<u8>> = graph
+                    .outputs
+                    .iter()
+                    .map(|o| vec![0u8; graph.ty(*o).byte_size().max(1) + 64])
+                    .collect();
+                let in_ptrs: Vec<*const std::ffi::c_void> =
+                    in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
+                let out_ptrs: Vec<*mut std::ffi::c_void> = out_bytes
+                    .iter_mut()
+                    .map(|b| b.as_mut_ptr().cast())
+                    .collect();
+                // SAFETY: buffers match the model's input/output sizes, which `check`
+                // verified against the inputs' types.
+                let rc = unsafe { infer(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
+                if rc != 0 {
+                    return Err(format!("infer returned {rc}"));
+                }
+                Ok(out_bytes)
+            }
+            Runner::Qemu {
+                harness,
+                sysroot,
+                library,
+                work_dir,
+            } => {
+                let (in_dir, out_dir) = (work_dir.join("in"), work_dir.join("out"));
+                for d in [&in_dir, &out_dir] {
+                    let _ = std::fs::remove_dir_all(d);
+                    std::fs::create_dir_all(d).map_err(|e| e.to_string())?;
+                }
+                for (i, t) in inputs.iter().enumerate() {
+                    std::fs::write(in_dir.join(format!("input_{i}.bin")), t.to_le_bytes())
+                        .map_err(|e| e.to_string())?;
+                }
+                let out = std::process::Command::new("qemu-aarch64")
+                    .arg("-L")
+                    .arg(sysroot)
+                    .arg(harness)
+                    .arg(library)
+                    .arg("")
+                    .arg(&in_dir)
+                    .arg(&out_dir)
+                    .output()
+                    .map_err(|e| format!("qemu-aarch64: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "under qemu: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                (0..graph.outputs.len())
+                    .map(|k| {
+                        std::fs::read(out_dir.join(format!("output_{k}.bin")))
+                            .map_err(|e| format!("output {k}: {e}"))
+                    })
+                    .collect()
+            }
+        }
     }
 
     fn check(&self, set: &Path, inputs: &[Tensor], expected: &[Tensor]) -> Result<(), String> {
@@ -381,23 +488,7 @@ impl CompiledCase {
                 ));
             }
         }
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_le_bytes()).collect();
-        let mut out_bytes: Vec<Vec<u8>> = graph
-            .outputs
-            .iter()
-            .map(|o| vec![0u8; graph.ty(*o).byte_size().max(1) + 64])
-            .collect();
-        let in_ptrs: Vec<*const std::ffi::c_void> =
-            in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-        let out_ptrs: Vec<*mut std::ffi::c_void> = out_bytes
-            .iter_mut()
-            .map(|b| b.as_mut_ptr().cast())
-            .collect();
-        // SAFETY: buffers match the model's input/output sizes checked above.
-        let rc = unsafe { (self.infer)(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
-        if rc != 0 {
-            return Err(format!("infer returned {rc}"));
-        }
+        let out_bytes = self.execute(inputs)?;
         if expected.len() != graph.outputs.len() {
             return Err(format!(
                 "{} expected outputs, the model has {}",
@@ -407,8 +498,10 @@ impl CompiledCase {
         }
         for (k, (e, o)) in expected.iter().zip(&graph.outputs).enumerate() {
             let ty = graph.ty(*o);
-            let actual = Tensor::from_le_bytes(ty, &out_bytes[k][..ty.byte_size()])
-                .ok_or("output size mismatch")?;
+            let actual = out_bytes[k]
+                .get(..ty.byte_size())
+                .and_then(|b| Tensor::from_le_bytes(ty, b))
+                .ok_or_else(|| format!("output {k}: wrong size"))?;
             compare(e, &actual).map_err(|m| {
                 format!(
                     "{}: output {k}: {m}",

@@ -7,11 +7,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::conformance::{family, find_cases};
+use crate::conformance::{family, find_cases, CaseTarget};
+
+/// Debian's aarch64 cross sysroot (`apt-get install qemu-user gcc-aarch64-linux-gnu`).
+const AARCH64_SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// The C harness that runs a compiled model on raw tensor files, built for aarch64.
+const HARNESS_SOURCE: &str = include_str!("../../tests/harness/nnc_run.c");
 
 pub struct SuiteOptions {
     pub suite_dir: PathBuf,
     pub filter: Option<String>,
+    /// Run only this many cases, spread evenly over the (filtered) sorted list.
+    pub sample: Option<usize>,
+    /// Compile for aarch64 and run under qemu instead of on the host.
+    pub aarch64: bool,
     pub results: Option<PathBuf>,
     pub expect_passing: Option<PathBuf>,
     pub write_passing: Option<PathBuf>,
@@ -27,13 +37,73 @@ pub struct CaseOutcome {
 
 /// Runs one case in a child process (`exe conformance-case DIR`), killing it after
 /// `timeout`.
-fn spawn_case(exe: &Path, case: &Path) -> std::io::Result<std::process::Child> {
-    Command::new(exe)
-        .arg("conformance-case")
-        .arg(case)
+fn spawn_case(
+    exe: &Path,
+    case: &Path,
+    harness: Option<&Path>,
+) -> std::io::Result<std::process::Child> {
+    let mut command = Command::new(exe);
+    command.arg("conformance-case").arg(case);
+    if let Some(h) = harness {
+        command.arg("--aarch64-harness").arg(h);
+    }
+    command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
+}
+
+/// `count` of `cases`, evenly spaced, so a sample spans every family.
+fn sample(cases: Vec<PathBuf>, count: usize) -> Vec<PathBuf> {
+    let n = cases.len();
+    if count >= n {
+        return cases;
+    }
+    (0..count).map(|i| cases[i * n / count].clone()).collect()
+}
+
+/// A directory removed when dropped.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Builds tests/harness/nnc_run.c for aarch64 with the cross compiler, in `dir`.
+fn build_aarch64_harness(dir: &Path) -> Result<PathBuf, String> {
+    if !Path::new(AARCH64_SYSROOT).is_dir() {
+        return Err(format!(
+            "--target aarch64 runs cases under qemu and needs the aarch64 sysroot {AARCH64_SYSROOT} \
+             (apt-get install qemu-user gcc-aarch64-linux-gnu)"
+        ));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| format!("{}: {e}", dir.display()))
+    };
+    write("nnc.h", nnc_runtime_abi::NNC_H)?;
+    write("nnc_run.c", HARNESS_SOURCE)?;
+    let exe = dir.join("nnc_run");
+    let out = Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O1", "-std=c11", "-Wall", "-I"])
+        .arg(dir)
+        .arg(dir.join("nnc_run.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl")
+        .output()
+        .map_err(|e| {
+            format!("aarch64-linux-gnu-gcc: {e} (apt-get install qemu-user gcc-aarch64-linux-gnu)")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "building the aarch64 harness failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(exe)
 }
 
 fn poll(
@@ -97,6 +167,17 @@ pub fn run_suite(opts: &SuiteOptions) -> Result<bool, String> {
             opts.suite_dir.display()
         ));
     }
+    let cases = match opts.sample {
+        Some(n) => sample(cases, n),
+        None => cases,
+    };
+    let harness_dir =
+        TempDir(std::env::temp_dir().join(format!("nnc-aarch64-harness-{}", std::process::id())));
+    let harness = if opts.aarch64 {
+        Some(build_aarch64_harness(&harness_dir.0)?)
+    } else {
+        None
+    };
     let suite_name = opts
         .suite_dir
         .file_name()
@@ -109,7 +190,7 @@ pub fn run_suite(opts: &SuiteOptions) -> Result<bool, String> {
     loop {
         while running.len() < opts.jobs.max(1) {
             let Some(case) = queue.next() else { break };
-            match spawn_case(&exe, case) {
+            match spawn_case(&exe, case, harness.as_deref()) {
                 Ok(child) => running.push((case.clone(), child, Instant::now())),
                 Err(e) => return Err(format!("cannot start a case: {e}")),
             }
@@ -214,11 +295,19 @@ fn report(
     Ok(ok)
 }
 
-/// The child side: runs one case, prints `pass\tN data sets` or `fail\tREASON`.
-pub fn run_one(case: &Path) -> bool {
+/// The child side: runs one case (on aarch64 under qemu when `aarch64_harness` is
+/// given), prints `pass\tN data sets` or `fail\tREASON`.
+pub fn run_one(case: &Path, aarch64_harness: Option<PathBuf>) -> bool {
     let work = std::env::temp_dir().join(format!("nnc-case-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&work);
-    let result = crate::conformance::run_case(case, &work);
+    let target = match aarch64_harness {
+        Some(harness) => CaseTarget::Aarch64Qemu {
+            harness,
+            sysroot: AARCH64_SYSROOT.into(),
+        },
+        None => CaseTarget::Host,
+    };
+    let result = crate::conformance::run_case_on(case, &work, &target);
     let _ = std::fs::remove_dir_all(&work);
     match result {
         Ok(n) => {

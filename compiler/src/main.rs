@@ -156,6 +156,13 @@ enum Command {
         /// Writes the names of the passing cases.
         #[arg(long)]
         write_passing: Option<PathBuf>,
+        /// Runs only N cases, evenly spaced over the sorted (filtered) list.
+        #[arg(long, value_name = "N")]
+        sample: Option<usize>,
+        /// x86_64 (the host, default) or aarch64: compiled for aarch64 and run under
+        /// qemu-aarch64 with tests/harness/nnc_run.c built by aarch64-linux-gnu-gcc.
+        #[arg(long)]
+        target: Option<String>,
         /// Cases run in parallel.
         #[arg(long, default_value_t = 2)]
         jobs: usize,
@@ -165,7 +172,12 @@ enum Command {
     },
     /// Runs one conformance case (used by `nnc conformance`, one process per case).
     #[command(hide = true)]
-    ConformanceCase { case: PathBuf },
+    ConformanceCase {
+        case: PathBuf,
+        /// Runs the case on aarch64 under qemu with this harness executable.
+        #[arg(long)]
+        aarch64_harness: Option<PathBuf>,
+    },
     /// Describes a model: inputs, outputs, op histogram, parameters, arena size, and
     /// every unsupported op.
     Inspect {
@@ -385,15 +397,23 @@ fn run(cli: Cli) -> Result<()> {
             results,
             expect_passing,
             write_passing,
+            sample,
+            target,
             jobs,
             timeout,
         } => {
+            let aarch64 = match target {
+                Some(t) => t.parse::<Arch>().map_err(NncError::Model)? == Arch::Aarch64,
+                None => false,
+            };
             let opts = nnc::conformance_cli::SuiteOptions {
                 suite_dir: suite,
                 filter,
                 results,
                 expect_passing,
                 write_passing,
+                sample,
+                aarch64: aarch64 && Arch::host() != Arch::Aarch64,
                 jobs,
                 timeout: std::time::Duration::from_secs(timeout),
             };
@@ -404,8 +424,11 @@ fn run(cli: Cli) -> Result<()> {
                 )),
             }
         }
-        Command::ConformanceCase { case } => {
-            if nnc::conformance_cli::run_one(&case) {
+        Command::ConformanceCase {
+            case,
+            aarch64_harness,
+        } => {
+            if nnc::conformance_cli::run_one(&case, aarch64_harness) {
                 Ok(())
             } else {
                 std::process::exit(1)

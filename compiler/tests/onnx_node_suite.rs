@@ -50,11 +50,19 @@ fn suite_dir() -> Option<PathBuf> {
 }
 
 fn run_suite(suite: &str, passing_list: &str) {
-    let Some(dir) = suite_dir() else { return };
+    run_suite_with(suite, passing_list, &[], "");
+}
+
+/// Runs `nnc conformance` on one suite with `extra` arguments, failing on any case of
+/// `passing_list` that does not pass; returns its stdout.
+fn run_suite_with(suite: &str, passing_list: &str, extra: &[&str], tag: &str) -> String {
+    let Some(dir) = suite_dir() else {
+        return String::new();
+    };
     let root = workspace_root();
     let results = root
         .join("target")
-        .join(format!("onnx-{suite}-results.tsv"));
+        .join(format!("onnx-{suite}{tag}-results.tsv"));
     let output = Command::new(env!("CARGO_BIN_EXE_nnc"))
         .arg("conformance")
         .arg(dir.join(suite))
@@ -62,6 +70,7 @@ fn run_suite(suite: &str, passing_list: &str) {
         .arg(root.join("tests").join(passing_list))
         .arg("--results")
         .arg(&results)
+        .args(extra)
         .output()
         .expect("nnc runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -76,6 +85,7 @@ fn run_suite(suite: &str, passing_list: &str) {
             .join("\n"),
         String::from_utf8_lossy(&output.stderr)
     );
+    stdout.into_owned()
 }
 
 #[test]
@@ -96,4 +106,31 @@ fn onnx_pytorch_converted_suite_has_no_regressions() {
 #[test]
 fn onnx_pytorch_operator_suite_has_no_regressions() {
     run_suite("pytorch-operator", "onnx_pytorch-operator_passing.txt");
+}
+
+/// 300 node cases spread over the suite, compiled for aarch64 and run under qemu: every
+/// one that passes on x86-64 (the committed list) must pass on aarch64 too.
+#[test]
+fn onnx_node_suite_sample_passes_on_aarch64_as_on_x86_64() {
+    if !tools::require_aarch64_toolchain() {
+        return;
+    }
+    let stdout = run_suite_with(
+        "node",
+        "onnx_node_passing.txt",
+        &["--target", "aarch64", "--sample", "300"],
+        "-aarch64-sample",
+    );
+    if stdout.is_empty() {
+        return; // the suite could not be generated (skipped above)
+    }
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("node: "))
+        .expect("a summary line");
+    let counts: Vec<usize> = summary
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(counts.iter().sum::<usize>(), 300, "{summary}");
 }
