@@ -4,6 +4,7 @@
 //! (reference) / [`codegen`] (Cranelift) → [`artifact`] (.so / .o / .a writers).
 
 pub mod artifact;
+pub mod bindings;
 pub mod codegen;
 pub mod conformance;
 pub mod conformance_cli;

@@ -1,0 +1,311 @@
+//! The build-script side: cargo's environment in, artifacts and `cargo:` lines out.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use nnc::codegen::{Arch, CompileOptions, Target, WeightFormat};
+use nnc::onnx::ImportOptions;
+use nnc::passes::PassManager;
+use nnc::quant::pipeline::Int8Options;
+
+/// Why a model could not be compiled; its text is nnc's diagnostic (file, node, op).
+#[derive(Debug)]
+pub struct Error(String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<nnc::error::NncError> for Error {
+    fn from(e: nnc::error::NncError) -> Error {
+        Error(e.to_string())
+    }
+}
+
+/// What [`Model::try_compile`] wrote.
+#[derive(Clone, Debug)]
+pub struct Artifacts {
+    /// `OUT_DIR/lib<name>.a`
+    pub archive: PathBuf,
+    /// `OUT_DIR/lib<name>.h`, the C header.
+    pub header: PathBuf,
+    /// `OUT_DIR/<name>.rs`, the Rust bindings `include_model!` includes.
+    pub bindings: PathBuf,
+}
+
+enum Quantize {
+    None,
+    Fp16,
+    Int8(PathBuf),
+}
+
+/// One model to compile; see the crate documentation.
+pub struct Model {
+    path: PathBuf,
+    name: Option<String>,
+    quantize: Quantize,
+    cpu: Option<String>,
+    target: Option<String>,
+    out_dir: Option<PathBuf>,
+    import: ImportOptions,
+    cargo_metadata: bool,
+}
+
+impl Model {
+    pub fn new(path: impl AsRef<Path>) -> Model {
+        Model {
+            path: path.as_ref().to_path_buf(),
+            name: None,
+            quantize: Quantize::None,
+            cpu: None,
+            target: None,
+            out_dir: None,
+            import: ImportOptions::default(),
+            cargo_metadata: true,
+        }
+    }
+
+    /// The model's name: the Rust module, the archive `lib<name>.a` and the symbol
+    /// prefix (`<name>_infer`...), so several models link into one program. A C
+    /// identifier; default: the file's stem.
+    pub fn name(mut self, name: &str) -> Model {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// Static INT8 quantization calibrated on `calibration` (a .npy file, a folder of
+    /// NAME.npy or .npz files, or ONNX test_data_set_* folders), as `nnc compile
+    /// --quantize int8 --calibration` does.
+    pub fn quantize_int8(mut self, calibration: impl AsRef<Path>) -> Model {
+        self.quantize = Quantize::Int8(calibration.as_ref().to_path_buf());
+        self
+    }
+
+    /// Weights stored as IEEE half (`nnc compile --quantize fp16`).
+    pub fn quantize_fp16(mut self) -> Model {
+        self.quantize = Quantize::Fp16;
+        self
+    }
+
+    /// CPU features (`nnc compile --cpu`). Default: what the Rust code is compiled
+    /// for (cargo's `CARGO_CFG_TARGET_FEATURE`), so the model runs wherever the
+    /// program does.
+    pub fn cpu(mut self, cpu: &str) -> Model {
+        self.cpu = Some(cpu.to_string());
+        self
+    }
+
+    /// Binds an input's shape (`--input-shape`).
+    pub fn input_shape(mut self, input: &str, dims: &[usize]) -> Model {
+        self.import
+            .input_shapes
+            .insert(input.to_string(), dims.to_vec());
+        self
+    }
+
+    /// Binds a symbolic dimension (`--dim`).
+    pub fn dim(mut self, param: &str, value: usize) -> Model {
+        self.import.dims.insert(param.to_string(), value);
+        self
+    }
+
+    /// A target triple instead of cargo's `TARGET`.
+    pub fn target(mut self, triple: &str) -> Model {
+        self.target = Some(triple.to_string());
+        self
+    }
+
+    /// An output folder instead of cargo's `OUT_DIR`.
+    pub fn out_dir(mut self, dir: impl AsRef<Path>) -> Model {
+        self.out_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Whether to print the `cargo:` lines (default true; off outside build scripts).
+    pub fn cargo_metadata(mut self, on: bool) -> Model {
+        self.cargo_metadata = on;
+        self
+    }
+
+    /// Compiles the model, or ends the build script with nnc's diagnostic.
+    pub fn compile(self) {
+        if let Err(e) = self.try_compile() {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
+
+    pub fn try_compile(self) -> Result<Artifacts, Error> {
+        let env = |k: &str| std::env::var(k).ok();
+        let name = match &self.name {
+            Some(n) => n.clone(),
+            None => default_name(&self.path),
+        };
+        if name.is_empty()
+            || name.starts_with(|c: char| c.is_ascii_digit())
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(Error(format!(
+                "model name '{name}' must be a C identifier (letters, digits, _)"
+            )));
+        }
+        let out_dir = match (&self.out_dir, env("OUT_DIR")) {
+            (Some(d), _) => d.clone(),
+            (None, Some(d)) => PathBuf::from(d),
+            (None, None) => {
+                return Err(Error(
+                    "OUT_DIR is not set: run from a cargo build script or call .out_dir()".into(),
+                ))
+            }
+        };
+        let triple = match (&self.target, env("TARGET")) {
+            (Some(t), _) => t.clone(),
+            (None, Some(t)) => t,
+            (None, None) => Arch::host().triple().to_string(),
+        };
+        let arch = arch_of(&triple)?;
+        let cpu = match &self.cpu {
+            Some(c) => c.clone(),
+            None => cpu_for(
+                arch,
+                env("CARGO_CFG_TARGET_FEATURE").as_deref().unwrap_or(""),
+            ),
+        };
+        if self.cargo_metadata {
+            println!("cargo:rerun-if-changed={}", self.path.display());
+            if let Quantize::Int8(calibration) = &self.quantize {
+                println!("cargo:rerun-if-changed={}", calibration.display());
+            }
+        }
+        let opts = CompileOptions {
+            target: Target::new(arch, Some(&cpu))?,
+            prefix: nnc::codegen::symbol_prefix(&name),
+            weights: match self.quantize {
+                Quantize::Fp16 => WeightFormat::F16,
+                _ => WeightFormat::F32,
+            },
+        };
+        let passes = PassManager::from_env().map_err(Error)?;
+        let compiled = match &self.quantize {
+            Quantize::Int8(calibration) => {
+                let int8 = Int8Options {
+                    calibration: calibration.clone(),
+                    method: nnc::quant::ranges::Method::MinMax,
+                    keep_fp32: vec![],
+                    min_sqnr_db: None,
+                    bias_correction: true,
+                };
+                let (compiled, report) = nnc::driver::compile_model_int8(
+                    &self.path,
+                    &self.import,
+                    &opts,
+                    &passes,
+                    &int8,
+                )?;
+                // The accuracy report, for whoever wonders what quantization cost.
+                let report_path = out_dir.join(format!("{name}.int8-report.txt"));
+                std::fs::write(&report_path, report.to_string())
+                    .map_err(|e| Error(format!("{}: {e}", report_path.display())))?;
+                compiled
+            }
+            _ => nnc::driver::compile_model_with(&self.path, &self.import, &opts, &passes)?,
+        };
+        let archive = out_dir.join(format!("lib{name}.a"));
+        let header = nnc::driver::write_artifacts(&compiled, &archive, &name)?;
+        let origin = format!(
+            "{} for {triple} (cpu {cpu}, cargo profile {})",
+            self.path.display(),
+            env("PROFILE").unwrap_or_else(|| "none".into())
+        );
+        let text =
+            nnc::bindings::generate(&compiled.graph, &name, compiled.model.arena_size, &origin);
+        let bindings = out_dir.join(format!("{name}.rs"));
+        nnc::artifact::write_atomically(&bindings, text.as_bytes())
+            .map_err(|e| Error(format!("{}: {e}", bindings.display())))?;
+        if self.cargo_metadata {
+            println!("cargo:rustc-link-search=native={}", out_dir.display());
+            println!("cargo:rustc-link-lib=static={name}");
+        }
+        Ok(Artifacts {
+            archive,
+            header,
+            bindings,
+        })
+    }
+}
+
+/// `models/resnet-18.onnx` → `resnet_18`.
+fn default_name(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        name.insert(0, 'm');
+    }
+    name
+}
+
+/// The architecture of a Linux target triple.
+fn arch_of(triple: &str) -> Result<Arch, Error> {
+    let arch = match triple.split('-').next() {
+        Some("x86_64") => Arch::X86_64,
+        Some("aarch64") => Arch::Aarch64,
+        _ => None.ok_or_else(|| {
+            Error(format!(
+                "nnc compiles for x86_64 and aarch64 Linux, not for the target {triple}"
+            ))
+        })?,
+    };
+    if !triple.contains("linux") {
+        return Err(Error(format!(
+            "nnc compiles for x86_64 and aarch64 Linux, not for the target {triple}"
+        )));
+    }
+    Ok(arch)
+}
+
+/// The `--cpu` matching the target features the Rust code is compiled with.
+fn cpu_for(arch: Arch, target_features: &str) -> String {
+    let has = |f: &str| target_features.split(',').any(|x| x == f);
+    match arch {
+        Arch::X86_64 if has("avx512f") && (has("avx512vnni") || has("avxvnni")) => "x86-64-v4+vnni",
+        Arch::X86_64 if has("avx512f") => "x86-64-v4",
+        Arch::X86_64 if has("avx2") && has("fma") => "x86-64-v3",
+        Arch::X86_64 => "baseline",
+        Arch::Aarch64 if has("i8mm") => "+i8mm",
+        Arch::Aarch64 if has("dotprod") => "+dotprod",
+        Arch::Aarch64 => "armv8",
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_follows_the_rust_target_features() {
+        assert_eq!(cpu_for(Arch::X86_64, "fxsr,sse,sse2"), "baseline");
+        assert_eq!(cpu_for(Arch::X86_64, "avx,avx2,fma,sse2"), "x86-64-v3");
+        assert_eq!(cpu_for(Arch::X86_64, "avx2,avx512f,fma"), "x86-64-v4");
+        assert_eq!(cpu_for(Arch::Aarch64, "neon,dotprod"), "+dotprod");
+        assert_eq!(cpu_for(Arch::Aarch64, "neon"), "armv8");
+    }
+
+    #[test]
+    fn only_linux_x86_64_and_aarch64_are_targets() {
+        assert!(arch_of("aarch64-unknown-linux-gnu").is_ok());
+        assert!(arch_of("x86_64-unknown-linux-musl").is_ok());
+        assert!(arch_of("x86_64-pc-windows-msvc").is_err());
+        assert!(arch_of("riscv64gc-unknown-linux-gnu").is_err());
+    }
+}

@@ -1,0 +1,37 @@
+//! Compiles ONNX models from a cargo build script, as the `cc` crate compiles C:
+//!
+//! ```ignore
+//! // build.rs
+//! fn main() {
+//!     nnc_build::Model::new("models/resnet18.onnx")
+//!         .name("resnet18")
+//!         .quantize_int8("models/calib/") // optional
+//!         .compile();
+//! }
+//! ```
+//! ```ignore
+//! // src/main.rs
+//! nnc_build::include_model!("resnet18");
+//! let mut ws = resnet18::Workspace::new();
+//! let out = ws.infer(&resnet18::Inputs { input: &image })?;
+//! ```
+//!
+//! The model is compiled in the build script's process (no external linker, no
+//! Python) for cargo's `TARGET`, into `OUT_DIR/lib<name>.a` with its C header and a
+//! Rust module `OUT_DIR/<name>.rs`; cargo is told to link the archive and to rerun
+//! the script when the model or the calibration data change.
+
+#[cfg(feature = "compile")]
+mod build;
+
+#[cfg(feature = "compile")]
+pub use build::{Artifacts, Error, Model};
+
+/// Includes the bindings `Model::compile` wrote for the model named `$name`: a module
+/// `$name` with `Inputs`, `Outputs`, `Workspace` and the raw `ffi` declarations.
+#[macro_export]
+macro_rules! include_model {
+    ($name:literal) => {
+        include!(concat!(env!("OUT_DIR"), "/", $name, ".rs"));
+    };
+}
