@@ -5,6 +5,7 @@ mod attention;
 mod build;
 mod composite;
 mod control_flow;
+mod deform_conv;
 mod einsum;
 mod elementwise;
 mod fold;
@@ -164,6 +165,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "SplitToSequence" => sequence::split_to_sequence,
         "Col2Im" => fold::col2im,
         "GridSample" => grid_sample::grid_sample,
+        "DeformConv" => deform_conv::deform_conv,
         "CausalConvWithState" => stateful::causal_conv_with_state,
         "LinearAttention" => stateful::linear_attention,
         "STFT" => spectral::stft,

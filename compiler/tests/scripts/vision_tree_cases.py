@@ -1,0 +1,126 @@
+"""Writes DeformConv, RoiAlign, MaxPool-with-Indices, antialiased Resize and
+TreeEnsemble test cases in the ONNX backend-test layout (`<case>/model.onnx`,
+`<case>/test_data_set_0/{input,output}_K.pb`) into argv[1], for the family argv[2].
+
+Expected outputs come from onnx's ReferenceEvaluator, on configurations the backend
+node suite does not cover (strides, dilations, groups, several rois and batches,
+other ranks and storage orders, axes and exclude_outside, several trees and every
+aggregate function). Cases named `error_*` hold a model import must reject and
+`expect_error`, a substring of the message.
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+OUT = sys.argv[1]
+FAMILY = sys.argv[2]
+rng = np.random.default_rng(20260417)
+
+
+def save(name, node, feeds, initializers=(), opset=22, ml_opset=None, expect_error=None):
+    d = os.path.join(OUT, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+
+    def info(n, a):
+        return helper.make_tensor_value_info(
+            n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape
+        )
+
+    opsets = [helper.make_opsetid("", opset)]
+    if ml_opset is not None:
+        opsets.append(helper.make_opsetid("ai.onnx.ml", ml_opset))
+    outputs = []
+    if expect_error is None:
+        probe = helper.make_model(
+            helper.make_graph(
+                [node],
+                name,
+                [info(n, a) for n, a in feeds],
+                [helper.make_value_info(o, onnx.TypeProto()) for o in node.output],
+                [numpy_helper.from_array(a, n) for n, a in initializers],
+            ),
+            opset_imports=opsets,
+        )
+        results = ReferenceEvaluator(probe).run(None, dict(feeds))
+        outputs = list(zip(node.output, results))
+    graph = helper.make_graph(
+        [node],
+        name,
+        [info(n, a) for n, a in feeds],
+        [info(n, a) for n, a in outputs]
+        or [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in node.output],
+        [numpy_helper.from_array(a, n) for n, a in initializers],
+    )
+    model = helper.make_model(graph, opset_imports=opsets)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+    for kind, tensors in (("input", feeds), ("output", outputs)):
+        for k, (n, a) in enumerate(tensors):
+            with open(os.path.join(d, "test_data_set_0", f"{kind}_{k}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(np.asarray(a), n).SerializeToString())
+    if expect_error is not None:
+        with open(os.path.join(d, "expect_error"), "w") as f:
+            f.write(expect_error)
+
+
+def f32(*shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+# --- DeformConv ------------------------------------------------------------------
+
+
+def deform_conv_cases():
+    configs = [
+        # name, N, C, H, W, OC, kernel, attrs, with bias, with mask
+        ("plain", 1, 2, 5, 6, 3, (3, 3), {}, False, False),
+        ("pads_strides", 2, 2, 6, 5, 2, (3, 2), dict(pads=[1, 0, 2, 1], strides=[2, 1]), True, False),
+        ("dilations", 1, 3, 7, 7, 2, (2, 3), dict(dilations=[2, 1], pads=[1, 1, 1, 1]), False, True),
+        ("groups", 2, 4, 5, 5, 6, (2, 2), dict(group=2, offset_group=2), True, True),
+        ("offset_groups", 1, 6, 4, 5, 2, (3, 3), dict(offset_group=3, pads=[1, 1, 1, 1]), True, True),
+    ]
+    for name, n, c, h, w, oc, k, attrs, bias, mask in configs:
+        group = attrs.get("group", 1)
+        og = attrs.get("offset_group", 1)
+        pads = attrs.get("pads", [0, 0, 0, 0])
+        strides = attrs.get("strides", [1, 1])
+        dil = attrs.get("dilations", [1, 1])
+        oh = (h + pads[0] + pads[2] - (dil[0] * (k[0] - 1) + 1)) // strides[0] + 1
+        ow = (w + pads[1] + pads[3] - (dil[1] * (k[1] - 1) + 1)) // strides[1] + 1
+        # Offsets of up to ±2.5 pixels: many samples fall between pixels, some outside.
+        feeds = [
+            ("X", f32(n, c, h, w)),
+            ("W", f32(oc, c // group, *k)),
+            ("offset", f32(n, og * k[0] * k[1] * 2, oh, ow, scale=1.2)),
+        ]
+        inputs = ["X", "W", "offset"]
+        if bias:
+            feeds.append(("B", f32(oc)))
+            inputs.append("B")
+        elif mask:
+            inputs.append("")
+        if mask:
+            feeds.append(("mask", rng.uniform(0, 1, (n, og * k[0] * k[1], oh, ow)).astype(np.float32)))
+            inputs.append("mask")
+        node = helper.make_node(
+            "DeformConv", inputs, ["Y"], kernel_shape=list(k), **attrs
+        )
+        save(f"deform_conv_{name}", node, feeds)
+    node = helper.make_node("DeformConv", ["X", "W", "offset"], ["Y"], kernel_shape=[2, 2])
+    save(
+        "error_deform_conv_offset_shape",
+        node,
+        [("X", f32(1, 1, 4, 4)), ("W", f32(1, 1, 2, 2)), ("offset", f32(1, 6, 3, 3))],
+        expect_error="offset_group · kernel taps",
+    )
+
+
+FAMILIES = {
+    "deform_conv": deform_conv_cases,
+}
+
+FAMILIES[FAMILY]()
