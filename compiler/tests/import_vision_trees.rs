@@ -87,3 +87,8 @@ fn check_family(family: &str, at_least: usize) {
 fn deform_conv_matches_the_reference() {
     check_family("deform_conv", 6);
 }
+
+#[test]
+fn roi_align_matches_the_reference() {
+    check_family("roi_align", 11);
+}

@@ -119,8 +119,72 @@ def deform_conv_cases():
     )
 
 
+# --- RoiAlign --------------------------------------------------------------------
+
+
+def roi_align_cases():
+    x = f32(2, 3, 9, 11)
+    # Boxes (x1, y1, x2, y2) inside, across the border, tiny and inverted, on both
+    # images.
+    rois = np.array(
+        [
+            [0.5, 1.0, 7.3, 6.2],
+            [-2.0, 3.5, 4.0, 12.0],
+            [8.0, 0.0, 13.0, 3.0],
+            [2.2, 2.2, 2.6, 2.4],
+            [6.0, 5.0, 3.0, 4.0],
+        ],
+        np.float32,
+    )
+    batch = np.array([0, 1, 1, 0, 1], np.int64)
+    for mode in ("avg", "max"):
+        for ct in ("half_pixel", "output_half_pixel"):
+            for ratio, scale in ((2, 1.0), (3, 0.75)):
+                node = helper.make_node(
+                    "RoiAlign",
+                    ["X", "rois", "batch_indices"],
+                    ["Y"],
+                    mode=mode,
+                    coordinate_transformation_mode=ct,
+                    output_height=3,
+                    output_width=2,
+                    sampling_ratio=ratio,
+                    spatial_scale=scale,
+                )
+                save(
+                    f"roi_align_{mode}_{ct}_{ratio}",
+                    node,
+                    [("X", x), ("rois", rois), ("batch_indices", batch)],
+                )
+        # An adaptive grid: one per box, from the constant rois.
+        node = helper.make_node(
+            "RoiAlign",
+            ["X", "rois", "batch_indices"],
+            ["Y"],
+            mode=mode,
+            output_height=2,
+            output_width=3,
+            sampling_ratio=0,
+            spatial_scale=0.9,
+        )
+        save(
+            f"roi_align_{mode}_adaptive",
+            node,
+            [("X", x), ("batch_indices", batch)],
+            initializers=[("rois", rois)],
+        )
+    node = helper.make_node("RoiAlign", ["X", "rois", "batch_indices"], ["Y"])
+    save(
+        "error_roi_align_adaptive_runtime_rois",
+        node,
+        [("X", x), ("rois", rois), ("batch_indices", batch)],
+        expect_error="needs constant rois",
+    )
+
+
 FAMILIES = {
     "deform_conv": deform_conv_cases,
+    "roi_align": roi_align_cases,
 }
 
 FAMILIES[FAMILY]()

@@ -22,6 +22,7 @@ mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod roi_align;
 mod rotary;
 mod sequence;
 mod shape;
@@ -166,6 +167,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "Col2Im" => fold::col2im,
         "GridSample" => grid_sample::grid_sample,
         "DeformConv" => deform_conv::deform_conv,
+        "RoiAlign" => roi_align::roi_align,
         "CausalConvWithState" => stateful::causal_conv_with_state,
         "LinearAttention" => stateful::linear_attention,
         "STFT" => spectral::stft,
