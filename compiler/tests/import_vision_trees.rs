@@ -92,3 +92,8 @@ fn deform_conv_matches_the_reference() {
 fn roi_align_matches_the_reference() {
     check_family("roi_align", 11);
 }
+
+#[test]
+fn max_pool_indices_match_the_reference() {
+    check_family("max_pool", 9);
+}

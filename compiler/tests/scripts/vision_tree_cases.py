@@ -182,9 +182,64 @@ def roi_align_cases():
     )
 
 
+# --- MaxPool with Indices --------------------------------------------------------
+
+
+def max_pool_cases():
+    def ties(*shape):
+        # onnx's reference numbers indices only off its generic pooling path, taken with
+    # a stride or dilation other than 1: every case has one.
+    # Few distinct values: many windows hold their maximum twice.
+        return rng.integers(-3, 3, shape).astype(np.float32)
+
+    configs = [
+        ("1d", ties(2, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+        ("1d_dilated", f32(1, 2, 12), dict(kernel_shape=[2], dilations=[3])),
+        ("2d_ties", ties(2, 2, 7, 6), dict(kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 1])),
+        (
+            "2d_ceil",
+            f32(1, 3, 8, 7),
+            dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        ),
+        ("2d_dilated", f32(1, 2, 7, 6), dict(kernel_shape=[2, 3], dilations=[2, 1], pads=[0, 1, 1, 1])),
+        (
+            "2d_column_major",
+            ties(2, 2, 6, 5),
+            dict(kernel_shape=[2, 2], strides=[1, 2], pads=[1, 1, 0, 0], storage_order=1),
+        ),
+        ("3d", f32(1, 2, 5, 4, 6), dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2])),
+        (
+            "3d_column_major",
+            ties(1, 2, 4, 5, 3),
+            dict(
+                kernel_shape=[2, 2, 2],
+                strides=[1, 1, 2],
+                pads=[1, 0, 1, 0, 1, 1],
+                storage_order=1,
+            ),
+        ),
+    ]
+    for name, x, attrs in configs:
+        node = helper.make_node("MaxPool", ["x"], ["y", "indices"], **attrs)
+        save(f"max_pool_indices_{name}", node, [("x", x)])
+    # -inf everywhere next to the padding: the index still names a real pixel.
+    x = f32(1, 1, 4, 4)
+    x[0, 0, :2, :2] = -np.inf
+    node = helper.make_node(
+        "MaxPool",
+        ["x"],
+        ["y", "indices"],
+        kernel_shape=[3, 3],
+        strides=[1, 2],
+        pads=[2, 2, 0, 0],
+    )
+    save("max_pool_indices_neg_inf", node, [("x", x)])
+
+
 FAMILIES = {
     "deform_conv": deform_conv_cases,
     "roi_align": roi_align_cases,
+    "max_pool": max_pool_cases,
 }
 
 FAMILIES[FAMILY]()

@@ -18,6 +18,7 @@ mod low_precision;
 mod ml;
 mod nn;
 mod normalization;
+mod pool_indices;
 mod quant;
 mod recurrent;
 mod reduce;
