@@ -97,3 +97,8 @@ fn roi_align_matches_the_reference() {
 fn max_pool_indices_match_the_reference() {
     check_family("max_pool", 9);
 }
+
+#[test]
+fn antialiased_resize_matches_the_reference() {
+    check_family("resize", 10);
+}

@@ -236,10 +236,54 @@ def max_pool_cases():
     save("max_pool_indices_neg_inf", node, [("x", x)])
 
 
+# --- Antialiased Resize ----------------------------------------------------------
+
+
+def resize_cases():
+    x = f32(2, 3, 11, 9)
+    configs = [
+        # name, mode, scales, sizes, extra attrs, roi
+        ("linear_scales", "linear", [1, 1, 0.4, 0.7], None, {}, None),
+        ("cubic_sizes", "cubic", None, [2, 3, 4, 5], {}, None),
+        ("cubic_a_exclude", "cubic", [1, 1, 0.3, 0.55], None, dict(cubic_coeff_a=-0.5, exclude_outside=1), None),
+        ("linear_exclude", "linear", [1, 1, 0.25, 0.45], None, dict(exclude_outside=1), None),
+        ("linear_axes", "linear", [0.6, 0.35], None, dict(axes=[3, 2]), None),
+        ("cubic_up_down", "cubic", [1, 1, 1.6, 0.5], None, {}, None),
+        ("linear_align_corners", "linear", None, [2, 3, 5, 3], dict(coordinate_transformation_mode="align_corners"), None),
+        ("cubic_symmetric", "cubic", [1, 1, 0.45, 0.8], None, dict(coordinate_transformation_mode="half_pixel_symmetric"), None),
+        ("linear_not_larger", "linear", None, [4, 4], dict(axes=[2, 3], keep_aspect_ratio_policy="not_larger"), None),
+        (
+            "linear_crop",
+            "linear",
+            None,
+            [2, 3, 4, 3],
+            dict(coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=7.5),
+            [0, 0, -0.2, 0.3, 1, 1, 0.9, 1.3],
+        ),
+    ]
+    for name, mode, scales, sizes, attrs, roi in configs:
+        inits = []
+        inputs = ["X", "", "", ""]
+        if roi is not None:
+            inits.append(("roi", np.array(roi, np.float32)))
+            inputs[1] = "roi"
+        if scales is not None:
+            inits.append(("scales", np.array(scales, np.float32)))
+            inputs[2] = "scales"
+        if sizes is not None:
+            inits.append(("sizes", np.array(sizes, np.int64)))
+            inputs[3] = "sizes"
+        while inputs[-1] == "":
+            inputs.pop()
+        node = helper.make_node("Resize", inputs, ["Y"], mode=mode, antialias=1, **attrs)
+        save(f"resize_antialias_{name}", node, [("X", x)], initializers=inits)
+
+
 FAMILIES = {
     "deform_conv": deform_conv_cases,
     "roi_align": roi_align_cases,
     "max_pool": max_pool_cases,
+    "resize": resize_cases,
 }
 
 FAMILIES[FAMILY]()

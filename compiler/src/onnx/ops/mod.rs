@@ -23,6 +23,7 @@ mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod resize_antialias;
 mod roi_align;
 mod rotary;
 mod sequence;
