@@ -102,3 +102,8 @@ fn max_pool_indices_match_the_reference() {
 fn antialiased_resize_matches_the_reference() {
     check_family("resize", 10);
 }
+
+#[test]
+fn tree_ensemble_matches_the_reference() {
+    check_family("tree_ensemble", 8);
+}

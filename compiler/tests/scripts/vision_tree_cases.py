@@ -279,11 +279,131 @@ def resize_cases():
         save(f"resize_antialias_{name}", node, [("X", x)], initializers=inits)
 
 
+# --- TreeEnsemble ----------------------------------------------------------------
+
+
+def random_ensemble(n_trees, n_features, n_targets, modes, max_depth):
+    """Random trees over features drawn from {1..6} (and NaN): comparisons hit both
+    ways, equality and membership included. Member values avoid 0, which the
+    reference's parser takes for the end of a set."""
+    nodes = dict(mode=[], feature=[], split=[], tid=[], tleaf=[], fid=[], fleaf=[], missing=[])
+    members = []
+    leaves = dict(target=[], weight=[])
+
+    def leaf():
+        leaves["target"].append(int(rng.integers(0, n_targets)))
+        leaves["weight"].append(float(np.round(rng.uniform(-5, 5), 2)))
+        return len(leaves["target"]) - 1, 1
+
+    def node(depth):
+        if depth == max_depth or (depth > 0 and rng.uniform() < 0.25):
+            return leaf()
+        i = len(nodes["mode"])
+        mode = int(rng.choice(modes))
+        for k in nodes:
+            nodes[k].append(0)
+        nodes["mode"][i] = mode
+        nodes["feature"][i] = int(rng.integers(0, n_features))
+        nodes["split"][i] = float(rng.integers(1, 7)) + (0.5 if mode < 4 and rng.uniform() < 0.5 else 0)
+        nodes["missing"][i] = int(rng.uniform() < 0.5)
+        if mode == 6:
+            members.append(rng.choice(np.arange(1, 7), int(rng.integers(1, 4)), replace=False))
+        nodes["tid"][i], nodes["tleaf"][i] = node(depth + 1)
+        nodes["fid"][i], nodes["fleaf"][i] = node(depth + 1)
+        return i, 0
+
+    roots = []
+    for _ in range(n_trees):
+        roots.append(node(0)[0])
+    # Member sets in node order (the spec's; node() numbers nodes as it makes
+    # them), each ended by NaN.
+    membership = [v for m in members for v in list(m) + [np.nan]]
+    return nodes, leaves, roots, membership
+
+
+def tree_ensemble_cases():
+    configs = [
+        # name, trees, features, targets, modes, depth, aggregate, dtype, split dtype
+        ("leq_sum", 3, 3, 2, [0], 3, 1, np.float32, np.float32),
+        ("all_modes_sum", 4, 4, 3, [0, 1, 2, 3, 4, 5, 6], 4, 1, np.float32, np.float32),
+        ("average", 5, 3, 2, [0, 3, 4], 3, 0, np.float32, np.float64),
+        ("min", 4, 2, 3, [1, 2, 6], 4, 2, np.float32, np.float32),
+        ("max", 4, 3, 2, [0, 5, 6], 3, 3, np.float64, np.float64),
+        ("double_input", 2, 3, 4, [0, 2, 4], 4, 1, np.float64, np.float32),
+    ]
+    for name, trees, nf, nt, modes, depth, agg, dtype, split_dtype in configs:
+        nodes, leaves, roots, membership = random_ensemble(trees, nf, nt, modes, depth)
+        attrs = dict(
+            n_targets=nt,
+            aggregate_function=agg,
+            post_transform=0,
+            tree_roots=roots,
+            nodes_modes=numpy_helper.from_array(np.array(nodes["mode"], np.uint8), "nodes_modes"),
+            nodes_featureids=nodes["feature"],
+            nodes_splits=numpy_helper.from_array(np.array(nodes["split"], split_dtype), "nodes_splits"),
+            nodes_truenodeids=nodes["tid"],
+            nodes_trueleafs=nodes["tleaf"],
+            nodes_falsenodeids=nodes["fid"],
+            nodes_falseleafs=nodes["fleaf"],
+            nodes_missing_value_tracks_true=nodes["missing"],
+            leaf_targetids=leaves["target"],
+            leaf_weights=numpy_helper.from_array(np.array(leaves["weight"], split_dtype), "leaf_weights"),
+        )
+        if membership:
+            attrs["membership_values"] = numpy_helper.from_array(
+                np.array(membership, np.float32), "membership_values"
+            )
+        x = rng.integers(1, 7, (40, nf)).astype(dtype)
+        x[rng.uniform(size=x.shape) < 0.3] += 0.5
+        x[rng.uniform(size=x.shape) < 0.1] = np.nan
+        node = helper.make_node("TreeEnsemble", ["X"], ["Y"], domain="ai.onnx.ml", **attrs)
+        save(f"tree_ensemble_{name}", node, [("X", x)], ml_opset=5)
+    # A tree that is a single leaf, next to a real one.
+    node = helper.make_node(
+        "TreeEnsemble",
+        ["X"],
+        ["Y"],
+        domain="ai.onnx.ml",
+        n_targets=2,
+        tree_roots=[0, 1],
+        nodes_modes=numpy_helper.from_array(np.array([0, 0], np.uint8), "nodes_modes"),
+        nodes_featureids=[0, 1],
+        nodes_splits=numpy_helper.from_array(np.array([0.0, 0.5], np.float32), "nodes_splits"),
+        nodes_truenodeids=[0, 1],
+        nodes_trueleafs=[1, 1],
+        nodes_falsenodeids=[0, 2],
+        nodes_falseleafs=[1, 1],
+        leaf_targetids=[1, 0, 1],
+        leaf_weights=numpy_helper.from_array(np.array([2.5, -1.0, 4.0], np.float32), "leaf_weights"),
+    )
+    save("tree_ensemble_leaf_tree", node, [("X", f32(7, 2))], ml_opset=5)
+    # A cycle is a broken model.
+    node = helper.make_node(
+        "TreeEnsemble",
+        ["X"],
+        ["Y"],
+        domain="ai.onnx.ml",
+        n_targets=1,
+        tree_roots=[0],
+        nodes_modes=numpy_helper.from_array(np.array([0, 0], np.uint8), "nodes_modes"),
+        nodes_featureids=[0, 0],
+        nodes_splits=numpy_helper.from_array(np.array([0.0, 0.5], np.float32), "nodes_splits"),
+        nodes_truenodeids=[1, 0],
+        nodes_trueleafs=[0, 0],
+        nodes_falsenodeids=[0, 0],
+        nodes_falseleafs=[1, 1],
+        leaf_targetids=[0],
+        leaf_weights=numpy_helper.from_array(np.array([1.0], np.float32), "leaf_weights"),
+    )
+    save("error_tree_ensemble_cycle", node, [("X", f32(2, 1))], ml_opset=5, expect_error="form a cycle")
+
+
 FAMILIES = {
     "deform_conv": deform_conv_cases,
     "roi_align": roi_align_cases,
     "max_pool": max_pool_cases,
     "resize": resize_cases,
+    "tree_ensemble": tree_ensemble_cases,
 }
 
 FAMILIES[FAMILY]()

@@ -32,6 +32,7 @@ mod spectral;
 mod stateful;
 mod tfidf;
 mod training;
+mod tree_ensemble;
 mod window;
 
 use super::import::{ImportResult, NodeCtx};
@@ -87,6 +88,7 @@ pub fn ml_importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
         "Binarizer" => ml::binarizer,
         "ArrayFeatureExtractor" => ml::array_feature_extractor,
+        "TreeEnsemble" => tree_ensemble::tree_ensemble,
         _ => return None,
     };
     Some(f)
