@@ -59,3 +59,37 @@ pub fn concat(ctx: &mut NodeCtx, parts: Vec<ValueId>, axis: usize) -> ImportResu
     }
     ctx.emit1(Op::Concat { axis }, parts.into_iter().map(Some).collect())
 }
+
+/// A float32 scalar constant.
+pub fn f32_const(ctx: &mut NodeCtx, v: f64) -> ValueId {
+    scalar(ctx, "constant", DType::F32, v)
+}
+
+/// `a + v` for a float32 `a`.
+pub fn add_f32(ctx: &mut NodeCtx, a: ValueId, v: f64) -> ImportResult<ValueId> {
+    let k = f32_const(ctx, v);
+    binary(ctx, BinaryOp::Add, a, k)
+}
+
+/// `a · v` for a float32 `a`.
+pub fn mul_f32(ctx: &mut NodeCtx, a: ValueId, v: f64) -> ImportResult<ValueId> {
+    let k = f32_const(ctx, v);
+    binary(ctx, BinaryOp::Mul, a, k)
+}
+
+/// Reads `data` (`[..., C, pixels]`) at the flat pixel positions `index` (float32,
+/// integral, `[..., 1, S]`, every position inside): `[..., C, S]`, the same positions
+/// for every channel. The sampling importers compute positions in float32, exact for
+/// fewer than 2^24 pixels.
+pub fn gather_pixels(ctx: &mut NodeCtx, data: ValueId, index: ValueId) -> ImportResult<ValueId> {
+    let mut shape = ctx.ty(index).shape.clone();
+    let data_shape = ctx.ty(data).shape.clone();
+    let rank = shape.len();
+    shape[rank - 2] = data_shape[rank - 2];
+    let index = ctx.emit1(Op::Cast { to: DType::I64 }, vec![Some(index)])?;
+    let index = ctx.emit1(Op::Expand { shape }, vec![Some(index)])?;
+    ctx.emit1(
+        Op::GatherElements { axis: rank - 1 },
+        vec![Some(data), Some(index)],
+    )
+}

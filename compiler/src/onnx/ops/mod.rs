@@ -5,6 +5,7 @@ mod attention;
 mod build;
 mod composite;
 mod control_flow;
+mod deform_conv;
 mod einsum;
 mod elementwise;
 mod fold;
@@ -18,10 +19,13 @@ mod ml;
 mod nn;
 mod normalization;
 mod optional;
+mod pool_indices;
 mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
+mod resize_antialias;
+mod roi_align;
 mod rotary;
 mod sequence;
 mod shape;
@@ -29,6 +33,7 @@ mod spectral;
 mod stateful;
 mod tfidf;
 mod training;
+mod tree_ensemble;
 mod window;
 
 use super::import::{ImportResult, NodeCtx};
@@ -84,6 +89,7 @@ pub fn ml_importer(op_type: &str) -> Option<Importer> {
     let f: Importer = match op_type {
         "Binarizer" => ml::binarizer,
         "ArrayFeatureExtractor" => ml::array_feature_extractor,
+        "TreeEnsemble" => tree_ensemble::tree_ensemble,
         _ => return None,
     };
     Some(f)
@@ -170,6 +176,8 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "SplitToSequence" => sequence::split_to_sequence,
         "Col2Im" => fold::col2im,
         "GridSample" => grid_sample::grid_sample,
+        "DeformConv" => deform_conv::deform_conv,
+        "RoiAlign" => roi_align::roi_align,
         "CausalConvWithState" => stateful::causal_conv_with_state,
         "LinearAttention" => stateful::linear_attention,
         "STFT" => spectral::stft,

@@ -247,9 +247,13 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
         },
         other => return Err(ImportError::Unsupported(format!("pool kind {other}"))),
     };
-    if op_type == "MaxPool" && ctx.node.output.get(1).is_some_and(|o| !o.is_empty()) {
-        return Err(ImportError::Unsupported("MaxPool's Indices output".into()));
-    }
+    let wants_indices =
+        op_type == "MaxPool" && ctx.node.output.get(1).is_some_and(|o| !o.is_empty());
+    let column_major = match ctx.attrs.int("storage_order", 0)? {
+        0 => false,
+        1 => true,
+        s => return Err(format!("storage_order {s}: expected 0 or 1").into()),
+    };
     let spatial = &x.shape[2..];
     let attrs = if global {
         let n = spatial.len();
@@ -277,6 +281,10 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
         }
     };
     let xv = ctx.required(0)?;
+    if wants_indices {
+        let indices = super::pool_indices::max_pool_indices(ctx, xv, &attrs, column_major)?;
+        ctx.bind_output(1, indices);
+    }
     let y = ctx.emit1(Op::Pool(attrs), vec![Some(xv)])?;
     ctx.bind_output(0, y);
     Ok(())

@@ -1,7 +1,7 @@
 //! Resize (opset 10+) and the older Upsample, with scales or sizes known at compile time.
 
 use crate::onnx::attributes::normalize_axis;
-use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
+use crate::onnx::import::{ImportResult, NodeCtx};
 use crate::ops::{CoordinateTransform, NearestMode, Op, ResizeAttrs, ResizeMode};
 
 pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
@@ -45,9 +45,8 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         "ceil" => NearestMode::Ceil,
         m => return Err(format!("unknown nearest_mode '{m}'").into()),
     };
-    if a.int("antialias", 0)? != 0 {
-        return Err(ImportError::Unsupported("antialiased Resize".into()));
-    }
+    // Antialiasing widens linear and cubic kernels only; nearest ignores it.
+    let antialias = a.int("antialias", 0)? != 0 && mode != ResizeMode::Nearest;
     let axes: Vec<usize> = match a.ints_opt("axes")? {
         Some(v) => v
             .iter()
@@ -159,7 +158,12 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         roi,
         output_shape,
     };
-    let y = ctx.emit1(Op::Resize(attrs), vec![Some(ctx.required(0)?)])?;
+    let x = ctx.required(0)?;
+    let y = if antialias {
+        super::resize_antialias::resize_antialias(ctx, x, &attrs, &axes)?
+    } else {
+        ctx.emit1(Op::Resize(attrs), vec![Some(x)])?
+    };
     ctx.bind_output(0, y);
     Ok(())
 }
