@@ -71,10 +71,25 @@ pub fn dft(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn stft(ctx: &mut NodeCtx) -> ImportResult {
-    let x = ctx.required(0)?;
+    let mut x = ctx.required(0)?;
+    // The spec's signal is [batch, length, 1 or 2]; PyTorch's exporter (torch.stft with
+    // return_complex=False) emits a real [batch, length] signal, which onnxruntime
+    // accepts as [batch, length, 1].
+    if let [batch, length] = ctx.ty(x).shape[..] {
+        x = ctx.emit1(
+            Op::Reshape {
+                shape: vec![batch, length, 1],
+            },
+            vec![Some(x)],
+        )?;
+    }
     let ty = ctx.ty(x).clone();
     let [batch, length, c] = ty.shape[..] else {
-        return Err(format!("signal must be [batch, length, 1 or 2], got {:?}", ty.shape).into());
+        return Err(format!(
+            "signal must be [batch, length] (real) or [batch, length, 1 or 2], got {:?}",
+            ty.shape
+        )
+        .into());
     };
     let scalar = |t: Option<Tensor>, what: &str| -> ImportResult<Option<usize>> {
         t.map(|t| {
