@@ -6,7 +6,7 @@
 //! Complex tensors are ONNX's: a trailing axis of 2 (real, imaginary), or of 1 for a
 //! real signal.
 
-use super::build::binary;
+use super::build::{binary, reshape};
 use std::f64::consts::PI;
 
 use crate::ir::{DType, Tensor, ValueId};
@@ -76,12 +76,7 @@ pub fn stft(ctx: &mut NodeCtx) -> ImportResult {
     // return_complex=False) emits a real [batch, length] signal, which onnxruntime
     // accepts as [batch, length, 1].
     if let [batch, length] = ctx.ty(x).shape[..] {
-        x = ctx.emit1(
-            Op::Reshape {
-                shape: vec![batch, length, 1],
-            },
-            vec![Some(x)],
-        )?;
+        x = reshape(ctx, x, vec![batch, length, 1])?;
     }
     let ty = ctx.ty(x).clone();
     let [batch, length, c] = ty.shape[..] else {
