@@ -14,20 +14,23 @@ are reported as skipped. All weights are random (weights=None / random configs u
 fixed seed): nothing is downloaded at run time.
 
 Each model is exported once (opset 17, static shapes, batch 1, the TorchScript exporter:
-dynamo=False) into the cache folder (default target/exported-models/, --force
+dynamo=False; `--exporter dynamo` uses the torch.export-based one at opset 18 and needs
+onnxscript) into the cache folder (default target/exported-models/, --force
 re-exports), compiled with the nnc CLI (--nnc, else $NNC, else target/release/nnc) into
 CACHE/NAME.so, run on a seeded random input and compared output by output with
 onnxruntime. A model matches when every output is within rtol 1e-3 / atol 1e-4 of
 onnxruntime ("yes"); deep models whose float32 rounding differences grow with depth
 match "loose" when every output's max abs error is at most 1e-3 of its largest value
 and its cosine is at least 0.99999. Classifiers must also agree on the top-1 class.
-Times are the median over --runs calls of wall time per inference, both engines on one
-thread in this process.
+Times are the median over --runs calls per inference, both engines on one thread in
+this process, alternating call by call; --clock cpu (default) times the calling
+thread's CPU time, as benches/bench_models.py does, since the machine may be shared.
 """
 import argparse
 import ctypes
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -376,15 +379,22 @@ MODELS = {
 
 # ---------------------------------------------------------------------------- steps
 
-def export(name, builder, path):
+def export(name, builder, path, exporter):
     import torch
     torch.manual_seed(SEED)
     module, inputs, in_names, out_names, classifier = builder()
     if not os.path.exists(path):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, inputs, path, opset_version=17, dynamo=False, do_constant_folding=True,
-                              input_names=in_names, output_names=out_names)
+            if exporter == "torchscript":
+                torch.onnx.export(module, inputs, path, opset_version=17, dynamo=False, do_constant_folding=True,
+                                  input_names=in_names, output_names=out_names)
+            else:  # torch.export-based (needs onnxscript); weights inline, static shapes
+                # Opset 18, its own: at 17 its down-conversion leaves Split's opset-18
+                # num_outputs attribute in place (gpt2_2l, emformer_2l), which
+                # onnxruntime rejects as an invalid model.
+                torch.onnx.export(module, inputs, path, opset_version=18, dynamo=True, external_data=False,
+                                  input_names=in_names, output_names=out_names, optimize=True, verbose=False)
     feeds = {n: t.numpy() for n, t in zip(in_names, inputs)}
     return feeds, classifier
 
@@ -452,43 +462,58 @@ def compare(ref, got):
     return dict(abs=max_abs, rel=max_rel, cos=cos, strict=strict, loose=loose, finite=finite)
 
 
-def median_ms(fn, runs):
-    fn()
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+def median_ms(engines, runs, clock):
+    """Median ms per call of each engine over `runs` calls, the engines alternating call
+    by call so machine drift hits both alike. `cpu` times the calling thread's CPU time
+    (onnxruntime with one intra-op thread runs on the calling thread), `wall` elapsed time."""
+    now = time.thread_time if clock == "cpu" else time.perf_counter
+    for fn in engines:
         fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+    ts = [[] for _ in engines]
+    for _ in range(runs):
+        for fn, t in zip(engines, ts):
+            t0 = now()
+            fn()
+            t.append((now() - t0) * 1e3)
+    return [statistics.median(t) for t in ts]
 
 
 def run_model(name, kind, builder, args):
     import onnx
     row = dict(model=name, kind=kind, ops=None, op_types=None, status="", abs=None, rel=None, cos=None, scale=None,
                match="", nnc_ms=None, ort_ms=None, compile_s=None)
-    path = os.path.join(args.cache, f"{name}.onnx")
+    stem = name if args.exporter == "torchscript" else f"{name}.{args.exporter}"
+    path = os.path.join(args.cache, f"{stem}.onnx")
     if args.force and os.path.exists(path):
         os.remove(path)
     try:
-        feeds, classifier = export(name, builder, path)
+        feeds, classifier = export(name, builder, path, args.exporter)
     except ImportError as e:
         row["status"] = f"skipped: {e}"
         return row
     except Exception as e:  # an exporter failure is a result too
-        row["status"] = f"export failed: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
+        root = e
+        while root.__cause__ is not None:  # torch.onnx wraps torch.export's error
+            root = root.__cause__
+        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(root)).strip().splitlines()
+        row["status"] = f"export failed: {type(root).__name__}: {msg[0][:160] if msg else ''}"
         traceback.print_exc()
         return row
     g = onnx.load(path, load_external_data=False).graph
     row["ops"] = len(g.node)
     row["op_types"] = sorted({n.op_type for n in g.node})
 
-    sess = ort_session(path)
-    ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
-    ort_out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, ort_feeds)))
-
-    so_path = os.path.join(args.cache, f"{name}.so")
+    so_path = os.path.join(args.cache, f"{stem}.so")
     so, secs, err = compile_nnc(args.nnc, path, so_path)
     row["compile_s"] = round(secs, 2)
+    try:
+        sess = ort_session(path)
+        ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
+        ort_out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, ort_feeds)))
+    except Exception as e:
+        row["status"] = ("compiles" if so else err) + f"; onnxruntime failed: {str(e).splitlines()[0][:200]}"
+        row["match"] = "-"
+        return row
     if so is None:
         row["status"] = err
         row["match"] = "-"
@@ -512,8 +537,7 @@ def run_model(name, kind, builder, args):
     row["scale"] = max(float(np.max(np.abs(r))) if r.size else 0.0 for r in ort_out.values())
     row["match"] = ("yes" if ok_strict else "loose" if ok_loose else "no") if top1 else "no (top-1)"
     if not args.no_time:
-        row["nnc_ms"] = median_ms(model.run, args.runs)
-        row["ort_ms"] = median_ms(lambda: sess.run(None, ort_feeds), args.runs)
+        row["nnc_ms"], row["ort_ms"] = median_ms([model.run, lambda: sess.run(None, ort_feeds)], args.runs, args.clock)
     return row
 
 
@@ -527,7 +551,11 @@ def main():
     ap.add_argument("--models", help="comma-separated subset of: " + ",".join(MODELS))
     ap.add_argument("--cache", default=os.path.join(ROOT, "target", "exported-models"))
     ap.add_argument("--force", action="store_true", help="re-export models already in the cache")
+    ap.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript",
+                    help="torch.onnx.export(dynamo=False) (default) or dynamo=True (needs onnxscript)")
     ap.add_argument("--runs", type=int, default=10, help="timed calls per engine (median)")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="time the calling thread's CPU time (default: the machine is shared) or wall time")
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
