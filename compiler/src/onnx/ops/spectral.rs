@@ -6,7 +6,7 @@
 //! Complex tensors are ONNX's: a trailing axis of 2 (real, imaginary), or of 1 for a
 //! real signal.
 
-use super::build::binary;
+use super::build::{binary, reshape};
 use std::f64::consts::PI;
 
 use crate::ir::{DType, Tensor, ValueId};
@@ -71,10 +71,20 @@ pub fn dft(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn stft(ctx: &mut NodeCtx) -> ImportResult {
-    let x = ctx.required(0)?;
+    let mut x = ctx.required(0)?;
+    // The spec's signal is [batch, length, 1 or 2]; PyTorch's exporter (torch.stft with
+    // return_complex=False) emits a real [batch, length] signal, which onnxruntime
+    // accepts as [batch, length, 1].
+    if let [batch, length] = ctx.ty(x).shape[..] {
+        x = reshape(ctx, x, vec![batch, length, 1])?;
+    }
     let ty = ctx.ty(x).clone();
     let [batch, length, c] = ty.shape[..] else {
-        return Err(format!("signal must be [batch, length, 1 or 2], got {:?}", ty.shape).into());
+        return Err(format!(
+            "signal must be [batch, length] (real) or [batch, length, 1 or 2], got {:?}",
+            ty.shape
+        )
+        .into());
     };
     let scalar = |t: Option<Tensor>, what: &str| -> ImportResult<Option<usize>> {
         t.map(|t| {
