@@ -60,6 +60,10 @@ pub fn install_hint(name: &str) -> &'static str {
         "aarch64-linux-gnu-objdump" | "aarch64-linux-gnu-readelf" => "binutils-aarch64-linux-gnu",
         "readelf" | "objdump" | "nm" | "ar" | "ld" => "binutils",
         "gcc" | "cc" => "gcc",
+        "g++" | "c++" => "g++",
+        "cmake" | "ctest" => "cmake",
+        "make" => "make",
+        "python3" => "python3",
         _ => "the package providing it",
     }
 }

@@ -1,0 +1,38 @@
+// Runs ../c/model.onnx, compiled with `--name digits`, through the nnc.hpp wrapper and
+// prints its output like ../c/main.c does, so it checks against ../c/expected.txt.
+// Build and run: make run   (see README.md)
+#include <cstdio>
+#include <vector>
+
+#include "libdigits.h" // written by `nnc compile ../c/model.onnx --name digits -o libdigits.so`
+#include "nnc.hpp"
+
+int main() {
+    try {
+        nnc::Model model(digits_infer_with_workspace, digits_model_info);
+
+        // The same 1x1x8x8 ramp as main.c; sizes come from model_info.
+        std::vector<float> image(nnc::numel(model.info().inputs[0]));
+        for (size_t i = 0; i < image.size(); i++) image[i] = static_cast<float>(i) / 64.0f;
+        std::vector<float> probs(nnc::numel(model.info().outputs[0]));
+        model.run({image}, {probs});
+
+        // A buffer of the wrong size is refused before the library sees it.
+        std::vector<float> short_image(image.size() - 1);
+        try {
+            model.run({short_image}, {probs});
+            std::fprintf(stderr, "a short input was accepted\n");
+            return 1;
+        } catch (const nnc::Error &e) {
+            std::fprintf(stderr, "refused as expected (code %d): %s\n", e.code(), e.what());
+        }
+
+        // Only the numbers go to stdout, for check_close.py.
+        for (size_t i = 0; i < probs.size(); i++) std::printf(i ? " %.6f" : "%.6f", probs[i]);
+        std::printf("\n");
+    } catch (const nnc::Error &e) {
+        std::fprintf(stderr, "nnc error %d: %s\n", e.code(), e.what());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+// nnc.hpp — a small header-only C++17 wrapper around one model compiled by nnc.
+//
+//   #include "libdigits.h"   // the header nnc wrote (declares digits_* and the ABI types)
+//   #include "nnc.hpp"
+//   nnc::Model model(digits_infer_with_workspace, digits_model_info);
+//   std::vector<float> image(nnc::numel(model.info().inputs[0])), probs(4);
+//   model.run({image}, {probs});   // throws nnc::Error on any mismatch or failure
+//
+// A Model owns an aligned workspace of the size the model reports, so it calls the
+// reentrant PREFIXinfer_with_workspace: distinct Model objects may run concurrently,
+// one Model must not be used by two threads at once. It checks every buffer against
+// model_info (count, dtype, element count) before calling into the library, since
+// the C ABI itself cannot: it only sees pointers.
+#ifndef NNC_HPP
+#define NNC_HPP
+
+#ifndef NNC_H
+#error "include the header nnc generated (or runtime-abi/include/nnc.h) before nnc.hpp"
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace nnc {
+
+// Codes of errors the wrapper finds itself; the library's own are NNC_ERR_* (> 0).
+constexpr int32_t ERR_INVALID_ARGUMENT = -1; // wrong number, dtype or size of buffers
+constexpr int32_t ERR_ABI_VERSION = -2;      // library built for another NNC_ABI_VERSION
+
+// Every failure: the message says what, code() says which (NNC_ERR_* or ERR_* above).
+class Error : public std::runtime_error {
+  public:
+    Error(int32_t code, const std::string &what) : std::runtime_error(what), code_(code) {}
+    int32_t code() const noexcept { return code_; }
+
+  private:
+    int32_t code_;
+};
+
+// The NNC_DTYPE_* code of a C++ element type (only the types that map one to one).
+template <class T> struct dtype_of;
+#define NNC_HPP_DTYPE(T, CODE)                                                                \
+    template <> struct dtype_of<T> { static constexpr int32_t value = CODE; }
+NNC_HPP_DTYPE(float, NNC_DTYPE_FLOAT);
+NNC_HPP_DTYPE(double, NNC_DTYPE_DOUBLE);
+NNC_HPP_DTYPE(int8_t, NNC_DTYPE_INT8);
+NNC_HPP_DTYPE(uint8_t, NNC_DTYPE_UINT8);
+NNC_HPP_DTYPE(int16_t, NNC_DTYPE_INT16);
+NNC_HPP_DTYPE(uint16_t, NNC_DTYPE_UINT16);
+NNC_HPP_DTYPE(int32_t, NNC_DTYPE_INT32);
+NNC_HPP_DTYPE(uint32_t, NNC_DTYPE_UINT32);
+NNC_HPP_DTYPE(int64_t, NNC_DTYPE_INT64);
+NNC_HPP_DTYPE(uint64_t, NNC_DTYPE_UINT64);
+NNC_HPP_DTYPE(bool, NNC_DTYPE_BOOL); // the ABI's BOOL is one byte per element
+#undef NNC_HPP_DTYPE
+static_assert(sizeof(bool) == 1, "NNC_DTYPE_BOOL buffers need a one-byte bool");
+
+// Number of elements of a tensor (1 for a scalar).
+inline size_t numel(const nnc_tensor_info &t) {
+    size_t n = 1;
+    for (int32_t i = 0; i < t.rank; i++) n *= static_cast<size_t>(t.dims[i]);
+    return n;
+}
+
+// A non-owning view of a typed buffer (C++17 has no std::span): built from a pointer
+// and an element count, or from any contiguous container with data() and size()
+// (std::vector, std::array, std::span). Data is `const void *` for inputs, `void *`
+// for outputs.
+template <class Ptr> struct BufferView {
+    Ptr data;
+    size_t size;    // elements
+    int32_t dtype;  // NNC_DTYPE_* of the element type
+    template <class T>
+    BufferView(T *p, size_t n) : data(p), size(n), dtype(dtype_of<std::remove_cv_t<T>>::value) {}
+    // (Not for BufferView itself, so that copying a view stays a copy.)
+    template <class C, std::enable_if_t<!std::is_same_v<std::remove_cv_t<C>, BufferView>, int> = 0>
+    BufferView(C &c) : BufferView(c.data(), c.size()) {}
+};
+using Input = BufferView<const void *>;
+using Output = BufferView<void *>;
+
+class Model {
+  public:
+    Model(nnc_infer_with_workspace_fn infer, nnc_model_info_fn model_info)
+        : infer_(infer), info_(checked(model_info())),
+          // The ABI wants a non-NULL, aligned workspace even when its size is 0.
+          workspace_(::operator new(info_->workspace_size ? info_->workspace_size : 1,
+                                    std::align_val_t(info_->workspace_align)),
+                     AlignedDelete{info_->workspace_align}) {}
+
+    const nnc_model_info &info() const { return *info_; }
+
+    // Runs the model: inputs and outputs in model_info order, each checked against
+    // model_info's dtype and shape. Throws nnc::Error; outputs are written only on success.
+    void run(std::initializer_list<Input> inputs, std::initializer_list<Output> outputs) {
+        check("input", inputs, info_->num_inputs, info_->inputs);
+        check("output", outputs, info_->num_outputs, info_->outputs);
+        std::vector<const void *> in;
+        for (const Input &b : inputs) in.push_back(b.data);
+        std::vector<void *> out;
+        for (const Output &b : outputs) out.push_back(b.data);
+        int32_t rc = infer_(in.data(), out.data(), workspace_.get());
+        if (rc != NNC_OK) throw Error(rc, "infer failed with NNC error code " + std::to_string(rc));
+    }
+
+  private:
+    static const nnc_model_info *checked(const nnc_model_info *info) {
+        if (info->abi_version != NNC_ABI_VERSION)
+            throw Error(ERR_ABI_VERSION, "model built for ABI version " +
+                                             std::to_string(info->abi_version) + ", expected " +
+                                             std::to_string(NNC_ABI_VERSION));
+        return info;
+    }
+
+    template <class Buffer>
+    static void check(const char *kind, std::initializer_list<Buffer> given, uint32_t count,
+                      const nnc_tensor_info *expected) {
+        if (given.size() != count)
+            throw Error(ERR_INVALID_ARGUMENT, std::string("model has ") + std::to_string(count) +
+                                                  " " + kind + "s, got " +
+                                                  std::to_string(given.size()));
+        const Buffer *b = given.begin();
+        for (uint32_t i = 0; i < count; i++, b++) {
+            const nnc_tensor_info &t = expected[i];
+            std::string what = std::string(kind) + " " + std::to_string(i) + " \"" + t.name + "\"";
+            if (b->dtype != t.dtype)
+                throw Error(ERR_INVALID_ARGUMENT, what + ": dtype " + std::to_string(b->dtype) +
+                                                      ", model wants " + std::to_string(t.dtype));
+            if (b->size != numel(t))
+                throw Error(ERR_INVALID_ARGUMENT, what + ": " + std::to_string(b->size) +
+                                                      " elements, model wants " +
+                                                      std::to_string(numel(t)));
+        }
+    }
+
+    struct AlignedDelete {
+        size_t align;
+        void operator()(void *p) const { ::operator delete(p, std::align_val_t(align)); }
+    };
+
+    nnc_infer_with_workspace_fn infer_;
+    const nnc_model_info *info_;
+    std::unique_ptr<void, AlignedDelete> workspace_;
+};
+
+} // namespace nnc
+
+#endif // NNC_HPP
