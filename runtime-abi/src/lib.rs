@@ -2,8 +2,9 @@
 //!
 //! The compiler uses these definitions to lay out the `model_info` data it
 //! emits and to name the exported symbols; hosts use them to load and call
-//! compiled libraries.
+//! compiled libraries, safely through [`loader::Library`].
 
 pub mod abi;
+pub mod loader;
 
 pub use abi::*;

@@ -1,0 +1,393 @@
+//! A safe loader for nnc-compiled shared libraries at run time: opens the `.so`,
+//! checks its `abi_version`, reads the shapes and dtypes `model_info` describes, and
+//! runs the model on byte buffers or typed slices checked against them.
+//!
+//! ```no_run
+//! use nnc_runtime_abi::loader::{Library, Tensor, TensorMut};
+//! let model = Library::open("libmodel.so", None)?;
+//! let mut workspace = model.workspace();
+//! let image = vec![0f32; 64];
+//! let mut probs = vec![0f32; 4];
+//! model.run(&mut workspace, &[Tensor::from(&image[..])], &mut [TensorMut::from(&mut probs[..])])?;
+//! # Ok::<(), nnc_runtime_abi::loader::Error>(())
+//! ```
+
+use std::ffi::c_void;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::abi::*;
+
+/// Why loading or running failed.
+#[derive(Debug)]
+pub enum Error {
+    /// dlopen or dlsym failed.
+    Load { path: PathBuf, message: String },
+    /// The library was built for another version of the ABI.
+    AbiVersion { path: PathBuf, found: u32 },
+    /// `model_info` describes something this loader cannot use.
+    BadInfo { path: PathBuf, message: String },
+    /// A call's buffers do not match the model.
+    Mismatch(String),
+    /// The compiled code returned this `NNC_ERR_*` code.
+    Status(i32),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Load { path, message } => write!(f, "{}: {message}", path.display()),
+            Error::AbiVersion { path, found } => write!(
+                f,
+                "{}: built for nnc ABI version {found}, this loader speaks {NNC_ABI_VERSION}",
+                path.display()
+            ),
+            Error::BadInfo { path, message } => {
+                write!(f, "{}: model_info: {message}", path.display())
+            }
+            Error::Mismatch(m) => f.write_str(m),
+            Error::Status(code) => write!(f, "infer returned NNC error code {code}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// One input or output as `model_info` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorDesc {
+    pub name: String,
+    /// An `NNC_DTYPE_*` code (ONNX `TensorProto.DataType`).
+    pub dtype: i32,
+    pub shape: Vec<usize>,
+    /// Bytes of its dense buffer.
+    pub byte_size: usize,
+}
+
+impl TensorDesc {
+    /// The dtype's ONNX name (`float`, `int64`, …).
+    pub fn dtype_name(&self) -> &'static str {
+        dtype_name(self.dtype).unwrap_or("unknown")
+    }
+
+    pub fn element_count(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+impl fmt::Display for TensorDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}{:?}", self.name, self.dtype_name(), self.shape)
+    }
+}
+
+/// Bytes of a dense buffer of `count` elements of `dtype`, packed sub-byte types
+/// included (`None` for strings and unknown codes).
+fn buffer_size(dtype: i32, count: usize) -> Option<usize> {
+    match dtype {
+        NNC_DTYPE_UINT4 | NNC_DTYPE_INT4 | NNC_DTYPE_FLOAT4E2M1 => Some(count.div_ceil(2)),
+        NNC_DTYPE_UINT2 | NNC_DTYPE_INT2 => Some(count.div_ceil(4)),
+        NNC_DTYPE_FLOAT6E2M3 | NNC_DTYPE_FLOAT6E3M2 => Some((count * 6).div_ceil(8)),
+        _ => count.checked_mul(dtype_size(dtype)?),
+    }
+}
+
+/// A Rust type that is one element of an ABI dtype.
+pub trait Element: Copy {
+    const DTYPE: i32;
+}
+
+macro_rules! element {
+    ($($t:ty => $code:expr),* $(,)?) => {
+        $(impl Element for $t { const DTYPE: i32 = $code; })*
+    };
+}
+
+element!(
+    f32 => NNC_DTYPE_FLOAT, f64 => NNC_DTYPE_DOUBLE,
+    i8 => NNC_DTYPE_INT8, i16 => NNC_DTYPE_INT16, i32 => NNC_DTYPE_INT32, i64 => NNC_DTYPE_INT64,
+    u8 => NNC_DTYPE_UINT8, u16 => NNC_DTYPE_UINT16, u32 => NNC_DTYPE_UINT32, u64 => NNC_DTYPE_UINT64,
+    bool => NNC_DTYPE_BOOL,
+);
+
+/// An input buffer: its bytes and, when it came from a typed slice, its dtype.
+#[derive(Clone, Copy, Debug)]
+pub struct Tensor<'a> {
+    bytes: *const u8,
+    len: usize,
+    dtype: Option<i32>,
+    _data: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl<'a, T: Element> From<&'a [T]> for Tensor<'a> {
+    fn from(s: &'a [T]) -> Tensor<'a> {
+        Tensor {
+            bytes: s.as_ptr().cast(),
+            len: std::mem::size_of_val(s),
+            dtype: Some(T::DTYPE),
+            _data: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'a> Tensor<'a> {
+    /// Raw little-endian bytes of any dtype (float16, packed int4, …): only the size
+    /// is checked.
+    pub fn bytes(b: &'a [u8]) -> Tensor<'a> {
+        Tensor {
+            bytes: b.as_ptr(),
+            len: b.len(),
+            dtype: None,
+            _data: std::marker::PhantomData,
+        }
+    }
+}
+
+/// An output buffer: its bytes and, when it came from a typed slice, its dtype.
+#[derive(Debug)]
+pub struct TensorMut<'a> {
+    bytes: *mut u8,
+    len: usize,
+    dtype: Option<i32>,
+    _data: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a, T: Element> From<&'a mut [T]> for TensorMut<'a> {
+    fn from(s: &'a mut [T]) -> TensorMut<'a> {
+        TensorMut {
+            len: std::mem::size_of_val(s),
+            bytes: s.as_mut_ptr().cast(),
+            dtype: Some(T::DTYPE),
+            _data: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'a> TensorMut<'a> {
+    /// Raw bytes of any dtype: only the size is checked.
+    pub fn bytes(b: &'a mut [u8]) -> TensorMut<'a> {
+        TensorMut {
+            bytes: b.as_mut_ptr(),
+            len: b.len(),
+            dtype: None,
+            _data: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Scratch memory for one call at a time, sized and aligned for one model.
+pub struct Workspace {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+// Plain memory owned by this value; calls take it by `&mut`.
+unsafe impl Send for Workspace {}
+unsafe impl Sync for Workspace {}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `Library::workspace` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// A loaded model library.
+pub struct Library {
+    path: PathBuf,
+    inputs: Vec<TensorDesc>,
+    outputs: Vec<TensorDesc>,
+    workspace_size: usize,
+    workspace_align: usize,
+    infer: InferWithWorkspaceFn,
+    // Dropped last: `infer` points into it.
+    _lib: libloading::Library,
+}
+
+// The entry point reads only its arguments and immutable library data
+// (`infer_with_workspace` is reentrant by contract), so sharing the handle across
+// threads is sound; each call needs its own workspace.
+unsafe impl Send for Library {}
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// Opens `path` and binds the model compiled with `--name name` (None: no name).
+    pub fn open(path: impl AsRef<Path>, name: Option<&str>) -> Result<Library, Error> {
+        let path = path.as_ref().to_path_buf();
+        let load_err = |m: String| Error::Load {
+            path: path.clone(),
+            message: m,
+        };
+        let prefix = symbol_prefix(name);
+        // SAFETY: loading runs the library's initializers; nnc's libraries have none.
+        let lib =
+            unsafe { libloading::Library::new(&path) }.map_err(|e| load_err(e.to_string()))?;
+        let symbol = |base: &str| format!("{prefix}{base}\0").into_bytes();
+        // SAFETY: the symbols have the types nnc.h declares for them.
+        let (info_fn, infer) = unsafe {
+            let info_fn: ModelInfoFn = *lib
+                .get::<ModelInfoFn>(symbol(MODEL_INFO_SYMBOL).as_slice())
+                .map_err(|e| load_err(e.to_string()))?;
+            let infer: InferWithWorkspaceFn = *lib
+                .get::<InferWithWorkspaceFn>(symbol(INFER_WITH_WORKSPACE_SYMBOL).as_slice())
+                .map_err(|e| load_err(e.to_string()))?;
+            (info_fn, infer)
+        };
+        // SAFETY: model_info never returns NULL and points to static data that
+        // lives while the library is loaded (nnc.h).
+        let info = unsafe { &*info_fn() };
+        if info.abi_version != NNC_ABI_VERSION {
+            return Err(Error::AbiVersion {
+                path,
+                found: info.abi_version,
+            });
+        }
+        let bad = |m: String| Error::BadInfo {
+            path: path.clone(),
+            message: m,
+        };
+        // SAFETY: the descriptions are static data of the loaded library.
+        let describe = |list: &[NncTensorInfo]| -> Result<Vec<TensorDesc>, Error> {
+            list.iter()
+                .map(|t| unsafe {
+                    let name = t
+                        .name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let shape = t
+                        .dims_slice()
+                        .iter()
+                        .map(|&d| usize::try_from(d))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|_| bad(format!("'{name}' has a negative dimension")))?;
+                    let byte_size = buffer_size(t.dtype, shape.iter().product())
+                        .ok_or_else(|| bad(format!("'{name}' has dtype code {}", t.dtype)))?;
+                    Ok(TensorDesc {
+                        name,
+                        dtype: t.dtype,
+                        shape,
+                        byte_size,
+                    })
+                })
+                .collect()
+        };
+        // SAFETY: as above.
+        let (inputs, outputs) = unsafe {
+            (
+                describe(info.inputs_slice())?,
+                describe(info.outputs_slice())?,
+            )
+        };
+        let workspace_align = usize::try_from(info.workspace_align)
+            .ok()
+            .filter(|a| a.is_power_of_two())
+            .ok_or_else(|| bad(format!("workspace_align {}", info.workspace_align)))?;
+        let workspace_size = usize::try_from(info.workspace_size)
+            .map_err(|_| bad(format!("workspace_size {}", info.workspace_size)))?;
+        Ok(Library {
+            path,
+            inputs,
+            outputs,
+            workspace_size,
+            workspace_align,
+            infer,
+            _lib: lib,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn inputs(&self) -> &[TensorDesc] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[TensorDesc] {
+        &self.outputs
+    }
+
+    /// Bytes of scratch memory a call needs.
+    pub fn workspace_size(&self) -> usize {
+        self.workspace_size
+    }
+
+    /// A workspace for this model: one per concurrent call.
+    pub fn workspace(&self) -> Workspace {
+        // A non-NULL workspace is required even when the size is 0.
+        let layout =
+            std::alloc::Layout::from_size_align(self.workspace_size.max(1), self.workspace_align)
+                .expect("model_info gives a valid layout (checked in open)");
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Workspace { ptr, layout }
+    }
+
+    /// Runs the model: every input and output buffer is checked against
+    /// `model_info` (count, byte size, and dtype for typed slices) before the call.
+    pub fn run(
+        &self,
+        workspace: &mut Workspace,
+        inputs: &[Tensor<'_>],
+        outputs: &mut [TensorMut<'_>],
+    ) -> Result<(), Error> {
+        check_count("inputs", inputs.len(), self.inputs.len())?;
+        check_count("outputs", outputs.len(), self.outputs.len())?;
+        for (t, d) in inputs.iter().zip(&self.inputs) {
+            check_buffer("input", d, t.dtype, t.len)?;
+        }
+        for (t, d) in outputs.iter().zip(&self.outputs) {
+            check_buffer("output", d, t.dtype, t.len)?;
+        }
+        if workspace.layout.size() < self.workspace_size
+            || workspace.layout.align() < self.workspace_align
+        {
+            return Err(Error::Mismatch(
+                "the workspace belongs to another model".into(),
+            ));
+        }
+        let ins: Vec<*const c_void> = inputs.iter().map(|t| t.bytes.cast()).collect();
+        let outs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.bytes.cast()).collect();
+        // SAFETY: every buffer was checked to have its tensor's size, and the
+        // workspace is large and aligned enough and borrowed mutably for this call.
+        let code = unsafe { (self.infer)(ins.as_ptr(), outs.as_ptr(), workspace.ptr.cast()) };
+        match code {
+            NNC_OK => Ok(()),
+            c => Err(Error::Status(c)),
+        }
+    }
+}
+
+fn check_count(what: &str, given: usize, expected: usize) -> Result<(), Error> {
+    if given == expected {
+        Ok(())
+    } else {
+        Err(Error::Mismatch(format!(
+            "{given} {what} given, the model has {expected}"
+        )))
+    }
+}
+
+fn check_buffer(kind: &str, d: &TensorDesc, dtype: Option<i32>, len: usize) -> Result<(), Error> {
+    if let Some(code) = dtype.filter(|&c| c != d.dtype) {
+        return Err(Error::Mismatch(format!(
+            "{kind} '{}' is {}, the buffer holds {}",
+            d.name,
+            d.dtype_name(),
+            dtype_name(code).unwrap_or("unknown")
+        )));
+    }
+    if len != d.byte_size {
+        return Err(Error::Mismatch(format!(
+            "{kind} '{}' ({}{:?}) needs {} bytes, the buffer has {len}",
+            d.name,
+            d.dtype_name(),
+            d.shape,
+            d.byte_size
+        )));
+    }
+    Ok(())
+}
