@@ -136,11 +136,11 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line(&format!("pub mod {name} {{"));
     line("    /// The raw C ABI (`nnc.h`): dense row-major buffers in graph order.");
     line("    pub mod ffi {");
-    line("        extern \"C\" {");
-    line(&format!("            pub fn {prefix}infer(inputs: *const *const core::ffi::c_void, outputs: *const *mut core::ffi::c_void) -> i32;"));
-    line(&format!("            pub fn {prefix}infer_with_workspace(inputs: *const *const core::ffi::c_void, outputs: *const *mut core::ffi::c_void, workspace: *mut core::ffi::c_void) -> i32;"));
+    line("        unsafe extern \"C\" {");
+    line(&format!("            pub unsafe fn {prefix}infer(inputs: *const *const core::ffi::c_void, outputs: *const *mut core::ffi::c_void) -> i32;"));
+    line(&format!("            pub unsafe fn {prefix}infer_with_workspace(inputs: *const *const core::ffi::c_void, outputs: *const *mut core::ffi::c_void, workspace: *mut core::ffi::c_void) -> i32;"));
     line(&format!(
-        "            pub fn {prefix}model_info() -> *const core::ffi::c_void;"
+        "            pub unsafe fn {prefix}model_info() -> *const core::ffi::c_void;"
     ));
     line("        }");
     line("    }");
