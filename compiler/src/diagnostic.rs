@@ -67,3 +67,38 @@ fn quote(s: &mut String, file: Option<&Path>, node: &str, op: &str, excerpt: Opt
 pub fn eprint(e: &NncError) {
     anstream::eprint!("{}", render(e));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(e: &NncError) -> String {
+        anstream::adapter::strip_str(&render(e)).to_string()
+    }
+
+    #[test]
+    fn quotes_a_node_error_with_its_file() {
+        let e = NncError::node("mm", "MatMul", "inner dimensions differ")
+            .with_excerpt(|| NodeExcerpt {
+                inputs: vec!["a: float32[2,3]".into(), "b: float32[4,5]".into()],
+                outputs: vec!["c".into()],
+                attributes: vec![],
+            })
+            .in_file("m.onnx");
+        assert_eq!(
+            plain(&e),
+            "error: inner dimensions differ\n  --> m.onnx, node 'mm' (MatMul)\n   |  \
+             c = MatMul(a: float32[2,3], b: float32[4,5])\n"
+        );
+        assert!(render(&e).starts_with("\x1b[1m\x1b[31merror\x1b[0m"));
+    }
+
+    #[test]
+    fn other_errors_are_one_line() {
+        let e = NncError::Model("--dim batch: expected PARAM=VALUE".into());
+        assert_eq!(plain(&e), "error: --dim batch: expected PARAM=VALUE\n");
+        // Without an excerpt a node error still names file and node.
+        let e = NncError::node("n", "Relu", "bad").in_file("m.onnx");
+        assert_eq!(plain(&e), "error: bad\n  --> m.onnx, node 'n' (Relu)\n");
+    }
+}
