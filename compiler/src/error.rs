@@ -23,6 +23,8 @@ pub enum NncError {
         node: String,
         op: String,
         message: String,
+        /// The node's operands and attributes, for diagnostics that quote it.
+        excerpt: Option<Box<NodeExcerpt>>,
     },
     /// Every op nnc cannot compile, gathered in one pass so the user sees all at once.
     #[error("unsupported operators:\n{}", .0.iter().map(|u| format!("  node '{}' ({}): {}", u.node, u.op, u.reason)).collect::<Vec<_>>().join("\n"))]
@@ -48,6 +50,41 @@ pub struct UnsupportedOp {
     pub node: String,
     pub op: String,
     pub reason: String,
+    /// The node's operands and attributes, for diagnostics that quote it.
+    pub excerpt: NodeExcerpt,
+}
+
+/// What a diagnostic quotes of a node, like a compiler quoting a source line: its
+/// operands (with their types when known) and attributes, already rendered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeExcerpt {
+    /// `x` or `x: float32[3,4]`; an omitted optional input is an empty string.
+    pub inputs: Vec<String>,
+    /// Like `inputs`.
+    pub outputs: Vec<String>,
+    /// `name=value`, in the model's order.
+    pub attributes: Vec<String>,
+}
+
+impl NodeExcerpt {
+    /// One line: `y = Op<attr=1, ...>(x: float32[3,4], w)`.
+    pub fn render(&self, op: &str) -> String {
+        let mut line = String::new();
+        if !self.outputs.is_empty() {
+            line.push_str(&self.outputs.join(", "));
+            line.push_str(" = ");
+        }
+        line.push_str(op);
+        if !self.attributes.is_empty() {
+            line.push('<');
+            line.push_str(&self.attributes.join(", "));
+            line.push('>');
+        }
+        line.push('(');
+        line.push_str(&self.inputs.join(", "));
+        line.push(')');
+        line
+    }
 }
 
 pub type Result<T, E = NncError> = std::result::Result<T, E>;
@@ -58,6 +95,44 @@ impl NncError {
             node: node.to_string(),
             op: op.to_string(),
             message: message.into(),
+            excerpt: None,
+        }
+    }
+
+    /// Attaches a node excerpt to a [`NncError::Node`] that has none (other errors are
+    /// returned unchanged).
+    pub fn with_excerpt(self, excerpt: impl FnOnce() -> NodeExcerpt) -> Self {
+        match self {
+            NncError::Node {
+                node,
+                op,
+                message,
+                excerpt: None,
+            } => NncError::Node {
+                node,
+                op,
+                message,
+                excerpt: Some(Box::new(excerpt())),
+            },
+            e => e,
+        }
+    }
+
+    /// The model file an error names ([`NncError::InFile`], `Io`, `Decode`).
+    pub fn file(&self) -> Option<&std::path::Path> {
+        match self {
+            NncError::InFile { path, .. }
+            | NncError::Io { path, .. }
+            | NncError::Decode { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// The error without its [`NncError::InFile`] wrapper.
+    pub fn innermost(&self) -> &NncError {
+        match self {
+            NncError::InFile { source, .. } => source.innermost(),
+            e => e,
         }
     }
 

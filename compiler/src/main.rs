@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use nnc::codegen::{Arch, CompileOptions, Target, WeightFormat};
 use nnc::driver;
 use nnc::error::{NncError, Result};
-use nnc::onnx::{self, ImportOptions};
+use nnc::onnx::ImportOptions;
 use nnc::quant::pipeline::Int8Options;
 use nnc::quant::ranges::Method;
 
@@ -184,6 +184,10 @@ enum Command {
         model: PathBuf,
         #[command(flatten)]
         shapes: ShapeArgs,
+        /// text (for people) or json (one object: inputs, outputs, op histogram,
+        /// parameters, weights and arena bytes, unsupported ops with their suite status).
+        #[arg(long, value_enum, default_value = "text")]
+        format: nnc::inspect::Format,
     },
 }
 
@@ -390,7 +394,14 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Command::Inspect { model, shapes } => inspect(&model, &parse_bindings(&shapes)?),
+        Command::Inspect {
+            model,
+            shapes,
+            format,
+        } => nnc::inspect::print(
+            &nnc::inspect::report(&model, &parse_bindings(&shapes)?)?,
+            format,
+        ),
         Command::Conformance {
             suite,
             filter,
@@ -437,123 +448,12 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn inspect(path: &std::path::Path, import: &ImportOptions) -> Result<()> {
-    let imported = onnx::load_model_partial(path, import)?;
-    let g = &imported.graph;
-    println!("model: {}", path.display());
-    println!("opset: {}", imported.opset);
-    for (kind, ids) in [("input", &g.inputs), ("output", &g.outputs)] {
-        for v in ids.iter() {
-            println!("{kind}: {} {}", g.value(*v).name, g.ty(*v));
-        }
-    }
-    println!("parameters: {}", g.parameter_count());
-    println!("operators:");
-    for (op, n) in &imported.onnx_ops {
-        println!("  {op:<24} {n}");
-    }
-    if imported.unsupported.is_empty() {
-        // The memory plan of the graph `nnc compile` lowers: after the same passes
-        // (fusion and views change which tensors exist and how long they live).
-        let mut optimized = g.clone();
-        nnc::passes::PassManager::from_env()
-            .and_then(|p| p.run(&mut optimized))
-            .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-        let plan = nnc::codegen::plan_graph_memory(&optimized);
-        println!("weights: {} bytes", plan.weights.len());
-        println!(
-            "arena: {} bytes (lower bound {} bytes)",
-            plan.arena_size, plan.lower_bound
-        );
-        println!("unsupported: none");
-        print_int8_plan(&optimized);
-    } else {
-        println!("unsupported ({}):", imported.unsupported.len());
-        for u in &imported.unsupported {
-            println!(
-                "  node '{}' ({}): {} [{}]",
-                u.node,
-                u.op,
-                u.reason,
-                nnc::suite_status::describe(&u.op)
-            );
-        }
-    }
-    Ok(())
-}
-
-/// What runs on integer kernels and what in float32: integer ops the model already has
-/// (pre-quantized QDQ / QLinear models, after the qdq pass), the layers
-/// `--quantize int8` would quantize and on which kernel, and every other computing node,
-/// which runs in float32 between dequantize and quantize steps.
-fn print_int8_plan(g: &nnc::ir::Graph) {
-    use nnc::ops::Op;
-    use std::collections::BTreeMap;
-    let layers = nnc::quant::int8::candidates(g, &[]);
-    let is_integer = |op: &Op| {
-        matches!(
-            op,
-            Op::ConvInteger(_)
-                | Op::MatMulInteger
-                | Op::ConvU8S8 { .. }
-                | Op::QuantizeToPlanes(_)
-                | Op::QuantizeLinear { .. }
-                | Op::DequantizeLinear { .. }
-        )
-    };
-    let mut present: BTreeMap<String, usize> = BTreeMap::new();
-    for n in g.nodes.iter().filter(|n| is_integer(&n.op)) {
-        *present.entry(n.op.name()).or_default() += 1;
-    }
-    let mut planned: BTreeMap<String, usize> = BTreeMap::new();
-    for l in &layers {
-        let n = g
-            .nodes
-            .iter()
-            .find(|n| n.name == l.node && n.outputs[0] == l.output);
-        if let Some(n) = n {
-            let kernel = nnc::quant::int8::integer_op_of(g, n);
-            *planned.entry(format!("{} -> {kernel}", l.op)).or_default() += 1;
-        }
-    }
-    let list = |m: &BTreeMap<String, usize>| {
-        m.iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    println!("int8:");
-    if !present.is_empty() {
-        println!("  integer ops in the model: {}", list(&present));
-    }
-    println!(
-        "  --quantize int8 puts {} layers on integer kernels{}{}",
-        layers.len(),
-        if planned.is_empty() { "" } else { ": " },
-        list(&planned)
-    );
-    let quantized: Vec<&str> = layers.iter().map(|l| l.node.as_str()).collect();
-    let float: Vec<_> = g
-        .nodes
-        .iter()
-        .filter(|n| !is_integer(&n.op) && !matches!(n.op, Op::Reshape { .. }))
-        .filter(|n| !quantized.contains(&n.name.as_str()))
-        .collect();
-    println!(
-        "  float32 (no integer kernel; between dequantize and quantize steps): {} nodes",
-        float.len()
-    );
-    for n in float {
-        println!("    node '{}' ({})", n.name, n.op.name());
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            nnc::diagnostic::eprint(&e);
             ExitCode::FAILURE
         }
     }

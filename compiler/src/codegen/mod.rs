@@ -72,6 +72,29 @@ fn codegen_err(context: impl Into<String>, e: impl std::fmt::Display) -> NncErro
     }
 }
 
+/// What a diagnostic quotes of an IR node: its operands with their types (an unnamed
+/// value by its number) and its lowered op.
+fn node_excerpt(graph: &Graph, node: &crate::ir::Node) -> crate::error::NodeExcerpt {
+    let operand = |v: &crate::ir::ValueId| {
+        let name = &graph.values[v.0].name;
+        let name = if name.is_empty() {
+            format!("%{}", v.0)
+        } else {
+            name.clone()
+        };
+        format!("{name}: {}", graph.ty(*v))
+    };
+    crate::error::NodeExcerpt {
+        inputs: node
+            .inputs
+            .iter()
+            .map(|i| i.as_ref().map_or_else(String::new, operand))
+            .collect(),
+        outputs: node.outputs.iter().map(operand).collect(),
+        attributes: vec![format!("lowered as {}", node.op.name())],
+    }
+}
+
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     let isa = opts.target.isa("speed")?;
@@ -107,7 +130,13 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
     let mut half_area = 0usize;
     let mut node_fns = vec![None; graph.nodes.len()];
+    let progress = crate::progress::bar(
+        graph.nodes.len() as u64,
+        "generating code {bar:40} {pos}/{len} nodes ({eta} left)",
+        200,
+    );
     for (k, node) in graph.nodes.iter().enumerate() {
+        progress.inc(1);
         if plan.is_view[k] {
             continue;
         }
@@ -170,6 +199,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
                 };
                 lower::lower_node(&mut lctx, &node.op).map_err(|m| {
                     NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
+                        .with_excerpt(|| node_excerpt(graph, node))
                 })?;
                 node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
                 b.ins().return_(&[]);
@@ -192,6 +222,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         node_fns[k] = Some(id);
         half_area = half_area.max(node_half_bytes);
     }
+    progress.finish_and_clear();
     if half_area > 0 {
         plan.arena_size = half_region + half_area;
     }

@@ -12,7 +12,7 @@ use super::proto::{
     tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 use super::tensor_proto::tensor_from_proto;
-use crate::error::{NncError, Result, UnsupportedOp};
+use crate::error::{NncError, NodeExcerpt, Result, UnsupportedOp};
 use crate::interp;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{infer_types, Op};
@@ -365,7 +365,8 @@ impl GraphBuilder {
             Ok(()) => {}
             Err(ImportError::Unsupported(reason)) => return self.unsupported(node, &name, reason),
             Err(ImportError::Invalid(message)) => {
-                return Err(NncError::node(&name, &node.op_type, message))
+                return Err(NncError::node(&name, &node.op_type, message)
+                    .with_excerpt(|| self.excerpt(node)))
             }
         }
         for o in node.output.iter().filter(|o| !o.is_empty()) {
@@ -374,7 +375,8 @@ impl GraphBuilder {
                     &name,
                     &node.op_type,
                     format!("output '{o}' was not produced"),
-                ));
+                )
+                .with_excerpt(|| self.excerpt(node)));
             }
         }
         Ok(())
@@ -436,13 +438,36 @@ impl GraphBuilder {
     }
 
     fn unsupported(&mut self, node: &NodeProto, name: &str, reason: String) -> Result<()> {
+        let excerpt = self.excerpt(node);
         self.unsupported.push(UnsupportedOp {
             node: name.to_string(),
             op: node.op_type.clone(),
             reason,
+            excerpt,
         });
         self.poison(node);
         Ok(())
+    }
+
+    /// What diagnostics quote of `node`: its operands, with the types of those already
+    /// imported, and its attributes.
+    fn excerpt(&self, node: &NodeProto) -> NodeExcerpt {
+        let operand = |name: &String| -> String {
+            match self.names.get(name) {
+                _ if name.is_empty() => String::new(),
+                Some(&POISON) | None => name.clone(),
+                Some(v) if self.absent.contains(v) => format!("{name}: absent"),
+                Some(v) => match self.sequences.get(v) {
+                    Some(elements) => format!("{name}: sequence of {}", elements.len()),
+                    None => format!("{name}: {}", self.graph.ty(*v)),
+                },
+            }
+        };
+        NodeExcerpt {
+            inputs: node.input.iter().map(operand).collect(),
+            outputs: node.output.iter().map(operand).collect(),
+            attributes: node.attribute.iter().map(format_attribute).collect(),
+        }
     }
 
     fn poison(&mut self, node: &NodeProto) {
@@ -450,6 +475,48 @@ impl GraphBuilder {
             self.names.insert(o.clone(), POISON);
         }
     }
+}
+
+/// `name=value` for a diagnostic: numbers and strings in full (long lists cut short),
+/// tensors and graphs by their type.
+fn format_attribute(a: &super::proto::AttributeProto) -> String {
+    fn list<T: std::fmt::Display>(items: &[T]) -> String {
+        const SHOWN: usize = 8;
+        let mut parts: Vec<String> = items.iter().take(SHOWN).map(T::to_string).collect();
+        if items.len() > SHOWN {
+            parts.push(format!("... {} in all", items.len()));
+        }
+        format!("[{}]", parts.join(", "))
+    }
+    fn tensor(t: &super::proto::TensorProto) -> String {
+        let dims: Vec<String> = t.dims.iter().map(i64::to_string).collect();
+        let dtype = DType::from_onnx(t.data_type)
+            .map(|d| d.to_string())
+            .unwrap_or_else(|| format!("type {}", t.data_type));
+        format!("tensor {dtype}[{}]", dims.join(","))
+    }
+    let string = |s: &[u8]| format!("{:?}", String::from_utf8_lossy(s));
+    // The declared type, else whichever field is set (some exporters leave it 0).
+    let value = match a.r#type {
+        1 => format!("{}", a.f),
+        2 => a.i.to_string(),
+        3 => string(&a.s),
+        4 => a.t.as_ref().map_or_else(|| "tensor".into(), tensor),
+        5 => "graph".into(),
+        6 => list(&a.floats),
+        7 => list(&a.ints),
+        8 => list(&a.strings.iter().map(|s| string(s)).collect::<Vec<_>>()),
+        9 => format!("{} tensors", a.tensors.len()),
+        10 => format!("{} graphs", a.graphs.len()),
+        _ if !a.ints.is_empty() => list(&a.ints),
+        _ if !a.floats.is_empty() => list(&a.floats),
+        _ if !a.s.is_empty() => string(&a.s),
+        _ if a.t.is_some() => a.t.as_ref().map_or_else(String::new, tensor),
+        _ if a.g.is_some() => "graph".into(),
+        _ if a.f != 0.0 => format!("{}", a.f),
+        _ => a.i.to_string(),
+    };
+    format!("{}={value}", a.name)
 }
 
 /// The type of a tensor input named `name`: the model's, with `shape` (from

@@ -4,8 +4,6 @@
 //! [`ChannelMeans`] (for bias correction). The graph is compiled for this machine ([`HostModel`]), so
 //! hundreds of samples of a ResNet take seconds; a progress bar shows on a terminal.
 
-use indicatif::{ProgressBar, ProgressStyle};
-
 use super::bias_correction::ChannelMeans;
 use super::host_model::HostModel;
 use super::ranges::RangeObserver;
@@ -48,10 +46,10 @@ pub fn observe(
         g.outputs = computed.iter().map(|(_, v)| *v).collect();
         Some(HostModel::compile(&g).map_err(|e| format!("calibration model: {e}"))?)
     };
-    let bar = ProgressBar::new(samples.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("calibrating {bar:40} {pos}/{len} samples ({eta} left)")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = crate::progress::bar(
+        samples.len() as u64,
+        "calibrating {bar:40} {pos}/{len} samples ({eta} left)",
+        1,
     );
     for (k, sample) in samples.iter().enumerate() {
         for (i, (v, axis)) in values.iter().enumerate() {

@@ -8,7 +8,6 @@
 //! kernels, and a run-time input per layer, `e`, picks between them
 //! (`y = y_f32 + e·(y_int8 − y_f32)`). A trial is then one pass over the samples.
 
-use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::HashMap;
 
 use super::host_model::HostModel;
@@ -153,10 +152,10 @@ pub fn plan(
             })
             .fold(f64::INFINITY, f64::min))
     };
-    let bar = ProgressBar::new(layers.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("int8 sensitivity {bar:40} {pos}/{len} layers ({eta} left)")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = crate::progress::bar(
+        layers.len() as u64,
+        "int8 sensitivity {bar:40} {pos}/{len} layers ({eta} left)",
+        1,
     );
     let mut gains = Vec::with_capacity(layers.len());
     for i in 0..layers.len() {

@@ -1,0 +1,282 @@
+//! `nnc inspect`: what a model holds and what nnc makes of it, as text for people or as
+//! one JSON object (`--format json`) for scripts.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{NncError, Result};
+use crate::ir::Graph;
+use crate::onnx::{self, ImportOptions};
+use crate::ops::Op;
+
+/// `nnc inspect --format` values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Everything `nnc inspect` reports (the JSON object of `--format json`).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub model: String,
+    pub opset: i64,
+    pub inputs: Vec<TensorInfo>,
+    pub outputs: Vec<TensorInfo>,
+    /// The ONNX op histogram, in first-seen order.
+    pub operators: Vec<OpCount>,
+    pub parameters: usize,
+    /// The memory plan of the compiled graph; absent (null) while any op is unsupported.
+    pub weights_bytes: Option<usize>,
+    /// The workspace (`infer_with_workspace`) / static arena size.
+    pub arena_bytes: Option<usize>,
+    pub arena_lower_bound_bytes: Option<usize>,
+    pub unsupported: Vec<Unsupported>,
+    /// What `--quantize int8` would do; absent while any op is unsupported.
+    pub int8: Option<Int8Plan>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OpCount {
+    pub op: String,
+    pub count: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Unsupported {
+    pub node: String,
+    pub op: String,
+    pub reason: String,
+    /// The node as a diagnostic quotes it: `y = NonZero(x: float32[3,4])`.
+    pub excerpt: String,
+    /// What the ONNX node suite says about the op, as the text output shows it.
+    pub suite_status: String,
+    pub suite_cases: usize,
+    pub suite_passing: usize,
+}
+
+/// Which nodes run on integer kernels and which in float32.
+#[derive(Debug, Serialize)]
+pub struct Int8Plan {
+    /// Integer ops the model already has (pre-quantized QDQ / QLinear models, after the
+    /// qdq pass), by op.
+    pub integer_ops_in_model: BTreeMap<String, usize>,
+    /// The layers `--quantize int8` would quantize, by `op -> kernel`.
+    pub quantized_layers: BTreeMap<String, usize>,
+    pub quantized_layer_count: usize,
+    /// Every other computing node, run in float32 between dequantize and quantize steps.
+    pub float32_nodes: Vec<NodeRef>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeRef {
+    pub node: String,
+    pub op: String,
+}
+
+/// Imports `path` (keeping unsupported ops) and plans it as `nnc compile` would.
+pub fn report(path: &Path, import: &ImportOptions) -> Result<Report> {
+    let imported = onnx::load_model_partial(path, import)?;
+    let g = &imported.graph;
+    let tensor = |v: &crate::ir::ValueId| TensorInfo {
+        name: g.value(*v).name.clone(),
+        dtype: g.ty(*v).dtype.to_string(),
+        shape: g.ty(*v).shape.clone(),
+    };
+    let mut report = Report {
+        model: path.display().to_string(),
+        opset: imported.opset,
+        inputs: g.inputs.iter().map(tensor).collect(),
+        outputs: g.outputs.iter().map(tensor).collect(),
+        operators: imported
+            .onnx_ops
+            .iter()
+            .map(|(op, count)| OpCount {
+                op: op.clone(),
+                count: *count,
+            })
+            .collect(),
+        parameters: g.parameter_count(),
+        weights_bytes: None,
+        arena_bytes: None,
+        arena_lower_bound_bytes: None,
+        unsupported: imported
+            .unsupported
+            .iter()
+            .map(|u| {
+                let status = crate::suite_status::op_status(&u.op);
+                Unsupported {
+                    node: u.node.clone(),
+                    op: u.op.clone(),
+                    reason: u.reason.clone(),
+                    excerpt: u.excerpt.render(&u.op),
+                    suite_status: crate::suite_status::describe(&u.op),
+                    suite_cases: status.cases,
+                    suite_passing: status.passing,
+                }
+            })
+            .collect(),
+        int8: None,
+    };
+    if imported.unsupported.is_empty() {
+        // The memory plan of the graph `nnc compile` lowers: after the same passes
+        // (fusion and views change which tensors exist and how long they live).
+        let mut optimized = g.clone();
+        crate::passes::PassManager::from_env()
+            .and_then(|p| p.run(&mut optimized))
+            .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
+        let plan = crate::codegen::plan_graph_memory(&optimized);
+        report.weights_bytes = Some(plan.weights.len());
+        report.arena_bytes = Some(plan.arena_size);
+        report.arena_lower_bound_bytes = Some(plan.lower_bound);
+        report.int8 = Some(int8_plan(&optimized));
+    }
+    Ok(report)
+}
+
+/// Prints `report` in `format` to stdout.
+pub fn print(report: &Report, format: Format) -> Result<()> {
+    match format {
+        Format::Text => print!("{}", text(report)),
+        Format::Json => {
+            let json = serde_json::to_string_pretty(report)
+                .map_err(|e| NncError::Model(format!("inspect: {e}")))?;
+            println!("{json}");
+        }
+    }
+    Ok(())
+}
+
+/// The text report.
+pub fn text(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "model: {}", r.model);
+    let _ = writeln!(s, "opset: {}", r.opset);
+    for (kind, list) in [("input", &r.inputs), ("output", &r.outputs)] {
+        for t in list {
+            let dims: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+            let _ = writeln!(s, "{kind}: {} {}[{}]", t.name, t.dtype, dims.join(","));
+        }
+    }
+    let _ = writeln!(s, "parameters: {}", r.parameters);
+    let _ = writeln!(s, "operators:");
+    for OpCount { op, count } in &r.operators {
+        let _ = writeln!(s, "  {op:<24} {count}");
+    }
+    if r.unsupported.is_empty() {
+        if let (Some(w), Some(a), Some(lb)) =
+            (r.weights_bytes, r.arena_bytes, r.arena_lower_bound_bytes)
+        {
+            let _ = writeln!(s, "weights: {w} bytes");
+            let _ = writeln!(s, "arena: {a} bytes (lower bound {lb} bytes)");
+        }
+        let _ = writeln!(s, "unsupported: none");
+        if let Some(p) = &r.int8 {
+            let list = |m: &BTreeMap<String, usize>| {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(s, "int8:");
+            if !p.integer_ops_in_model.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  integer ops in the model: {}",
+                    list(&p.integer_ops_in_model)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  --quantize int8 puts {} layers on integer kernels{}{}",
+                p.quantized_layer_count,
+                if p.quantized_layers.is_empty() {
+                    ""
+                } else {
+                    ": "
+                },
+                list(&p.quantized_layers)
+            );
+            let _ = writeln!(
+                s,
+                "  float32 (no integer kernel; between dequantize and quantize steps): {} nodes",
+                p.float32_nodes.len()
+            );
+            for n in &p.float32_nodes {
+                let _ = writeln!(s, "    node '{}' ({})", n.node, n.op);
+            }
+        }
+    } else {
+        let _ = writeln!(s, "unsupported ({}):", r.unsupported.len());
+        for u in &r.unsupported {
+            let _ = writeln!(
+                s,
+                "  node '{}' ({}): {} [{}]",
+                u.node, u.op, u.reason, u.suite_status
+            );
+        }
+    }
+    s
+}
+
+/// What runs on integer kernels and what in float32: integer ops the model already has
+/// (pre-quantized QDQ / QLinear models, after the qdq pass), the layers
+/// `--quantize int8` would quantize and on which kernel, and every other computing node,
+/// which runs in float32 between dequantize and quantize steps.
+fn int8_plan(g: &Graph) -> Int8Plan {
+    let layers = crate::quant::int8::candidates(g, &[]);
+    let is_integer = |op: &Op| {
+        matches!(
+            op,
+            Op::ConvInteger(_)
+                | Op::MatMulInteger
+                | Op::ConvU8S8 { .. }
+                | Op::QuantizeToPlanes(_)
+                | Op::QuantizeLinear { .. }
+                | Op::DequantizeLinear { .. }
+        )
+    };
+    let mut present: BTreeMap<String, usize> = BTreeMap::new();
+    for n in g.nodes.iter().filter(|n| is_integer(&n.op)) {
+        *present.entry(n.op.name()).or_default() += 1;
+    }
+    let mut planned: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &layers {
+        let n = g
+            .nodes
+            .iter()
+            .find(|n| n.name == l.node && n.outputs[0] == l.output);
+        if let Some(n) = n {
+            let kernel = crate::quant::int8::integer_op_of(g, n);
+            *planned.entry(format!("{} -> {kernel}", l.op)).or_default() += 1;
+        }
+    }
+    let quantized: Vec<&str> = layers.iter().map(|l| l.node.as_str()).collect();
+    let float32_nodes = g
+        .nodes
+        .iter()
+        .filter(|n| !is_integer(&n.op) && !matches!(n.op, Op::Reshape { .. }))
+        .filter(|n| !quantized.contains(&n.name.as_str()))
+        .map(|n| NodeRef {
+            node: n.name.clone(),
+            op: n.op.name(),
+        })
+        .collect();
+    Int8Plan {
+        integer_ops_in_model: present,
+        quantized_layers: planned,
+        quantized_layer_count: layers.len(),
+        float32_nodes,
+    }
+}
