@@ -19,3 +19,4 @@ pub mod ops;
 pub mod passes;
 pub mod quant;
 pub mod suite_status;
+pub mod verify;
