@@ -22,3 +22,4 @@ pub mod passes;
 pub mod progress;
 pub mod quant;
 pub mod suite_status;
+pub mod verify;

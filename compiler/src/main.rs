@@ -178,6 +178,47 @@ enum Command {
         #[arg(long)]
         aarch64_harness: Option<PathBuf>,
     },
+    /// Compiles MODEL.onnx for this machine in memory, runs it on the given inputs and
+    /// writes each output to DIR/<output name>.npy.
+    Run {
+        /// The ONNX model.
+        model: PathBuf,
+        /// An input's value from a .npy (or TensorProto .pb) file. One per model input.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// The folder the outputs are written to (created if missing).
+        #[arg(long = "output", value_name = "DIR")]
+        output: PathBuf,
+        #[command(flatten)]
+        shapes: Box<ShapeArgs>,
+        /// fp16: the float32 weights are stored as IEEE half, as `nnc compile --quantize
+        /// fp16` does.
+        #[arg(long, value_enum, value_name = "fp16")]
+        quantize: Option<Quantize>,
+    },
+    /// Checks the compiled code against nnc's reference interpreter (and onnxruntime
+    /// when python3 has it) on the given inputs or on seeded random ones; on a mismatch,
+    /// names the first node whose output diverges. Exits with 1 unless all match.
+    Verify {
+        /// The ONNX model.
+        model: PathBuf,
+        /// An input's value from a .npy (or TensorProto .pb) file; inputs not given are
+        /// random: floats standard normal, integer inputs read as indices in [0, the
+        /// extent they index), other integers in [1, 8), booleans fair coins.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// The seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Relative tolerance: |a - e| <= atol + rtol * |e|.
+        #[arg(long, default_value_t = 1e-3)]
+        rtol: f64,
+        /// Absolute tolerance.
+        #[arg(long, default_value_t = 1e-4)]
+        atol: f64,
+        #[command(flatten)]
+        shapes: Box<ShapeArgs>,
+    },
     /// Describes a model: inputs, outputs, op histogram, parameters, arena size, and
     /// every unsupported op.
     Inspect {
@@ -402,6 +443,40 @@ fn run(cli: Cli) -> Result<()> {
             &nnc::inspect::report(&model, &parse_bindings(&shapes)?)?,
             format,
         ),
+        Command::Run {
+            model,
+            inputs,
+            output,
+            shapes,
+            quantize,
+        } => {
+            let weights = match quantize {
+                None => WeightFormat::F32,
+                Some(Quantize::Fp16) => WeightFormat::F16,
+                Some(Quantize::Int8) => {
+                    return Err(NncError::Model(
+                        "nnc run supports --quantize fp16 only (int8 needs calibration: \
+                         use nnc compile)"
+                            .into(),
+                    ))
+                }
+            };
+            run_model(&model, &inputs, &output, &parse_bindings(&shapes)?, weights)
+        }
+        Command::Verify {
+            model,
+            inputs,
+            seed,
+            rtol,
+            atol,
+            shapes,
+        } => {
+            let tol = nnc::verify::Tolerance { rtol, atol };
+            match verify_model(&model, &inputs, seed, tol, &parse_bindings(&shapes)?)? {
+                true => Ok(()),
+                false => std::process::exit(1),
+            }
+        }
         Command::Conformance {
             suite,
             filter,
@@ -446,6 +521,127 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
     }
+}
+
+/// `--input NAME=FILE` values.
+fn read_inputs(inputs: &[String]) -> Result<Vec<(String, nnc::ir::Tensor)>> {
+    inputs
+        .iter()
+        .map(|s| {
+            let (name, file) = s
+                .split_once('=')
+                .ok_or_else(|| NncError::Model(format!("--input {s}: expected NAME=FILE.npy")))?;
+            let t = read_tensor_file(std::path::Path::new(file))
+                .map_err(|e| NncError::Model(format!("--input {s}: {e}")))?;
+            Ok((name.to_string(), t))
+        })
+        .collect()
+}
+
+fn run_model(
+    path: &std::path::Path,
+    inputs: &[String],
+    dir: &std::path::Path,
+    import: &ImportOptions,
+    weights: WeightFormat,
+) -> Result<()> {
+    use nnc::verify;
+    let graph = verify::load(path, import)?;
+    let inputs =
+        verify::bind_inputs(&graph, &read_inputs(inputs)?, None).map_err(NncError::Model)?;
+    let outputs = verify::run_compiled(&graph, &inputs, weights).map_err(NncError::Model)?;
+    let paths = verify::write_outputs(&graph, &outputs, dir).map_err(NncError::Model)?;
+    for ((v, t), p) in graph.outputs.iter().zip(&outputs).zip(&paths) {
+        println!(
+            "{}: {} -> {}",
+            graph.value(*v).name,
+            verify::summary(t),
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+/// `nnc verify`; `false` when something differs.
+fn verify_model(
+    path: &std::path::Path,
+    inputs: &[String],
+    seed: u64,
+    tol: nnc::verify::Tolerance,
+    import: &ImportOptions,
+) -> Result<bool> {
+    use nnc::verify;
+    let graph = verify::load(path, import)?;
+    let given = read_inputs(inputs)?;
+    let inputs = verify::bind_inputs(&graph, &given, Some(seed)).map_err(NncError::Model)?;
+    for v in &graph.inputs {
+        let name = &graph.value(*v).name;
+        if !given.iter().any(|(n, _)| n == name) {
+            println!("input {name}: {} random (seed {seed})", graph.ty(*v));
+        }
+    }
+    let report = verify::verify_graphs(&graph, &graph, &inputs, tol).map_err(NncError::Model)?;
+    let mut ok = report.passed();
+    println!(
+        "compiled vs interpreter (rtol {}, atol {}):",
+        tol.rtol, tol.atol
+    );
+    for o in &report.outputs {
+        let verdict = if o.comparison.passed() {
+            "PASS"
+        } else {
+            "FAIL"
+        };
+        println!("  {verdict} {}: {}", o.name, o.comparison);
+    }
+    if let Some(d) = &report.divergence {
+        println!("first diverging node: {d}");
+    }
+    if let Some(n) = &report.note {
+        println!("note: {n}");
+    }
+    // onnxruntime runs the original model: the runtime inputs plus any frozen ones.
+    let ort = if !import.sequence_inputs.is_empty() {
+        Err("--sequence-input models are not run (onnxruntime takes sequences)".to_string())
+    } else {
+        verify::onnxruntime_available()
+    };
+    match ort {
+        Err(why) => println!("onnxruntime: not used: {why}"),
+        Ok(()) => {
+            let checks = verify::onnxruntime_checks(
+                path,
+                &graph,
+                &inputs,
+                &import.frozen_inputs,
+                &report.compiled,
+                tol,
+            );
+            match checks {
+                Err(e) => {
+                    println!("onnxruntime: used, but it failed: {e}");
+                    ok = false;
+                }
+                Ok(checks) => {
+                    println!(
+                        "onnxruntime {}: used; compiled vs onnxruntime:",
+                        verify::onnxruntime_version()
+                    );
+                    for o in &checks {
+                        let verdict = if o.comparison.passed() {
+                            "PASS"
+                        } else {
+                            "FAIL"
+                        };
+                        ok &= o.comparison.passed();
+                        println!("  {verdict} {}: {}", o.name, o.comparison);
+                    }
+                }
+            }
+        }
+    }
+    println!("{}", if ok { "PASS" } else { "FAIL" });
+    Ok(ok)
 }
 
 fn main() -> ExitCode {

@@ -31,10 +31,16 @@ impl Drop for TempFile {
 impl HostModel {
     /// Compiles `graph` for the host CPU and loads it.
     pub fn compile(graph: &Graph) -> Result<HostModel, String> {
+        HostModel::compile_with(graph, WeightFormat::F32)
+    }
+
+    /// [`HostModel::compile`] with the weights stored as `weights` (`F16`: the
+    /// `--quantize fp16` artifact).
+    pub fn compile_with(graph: &Graph, weights: WeightFormat) -> Result<HostModel, String> {
         let opts = CompileOptions {
             target: Target::host(),
             prefix: String::new(),
-            weights: WeightFormat::F32,
+            weights,
         };
         let obj = compile_graph(graph, &opts).map_err(|e| e.to_string())?;
         static COUNT: AtomicUsize = AtomicUsize::new(0);
