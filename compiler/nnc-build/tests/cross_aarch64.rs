@@ -42,7 +42,7 @@ fn a_cross_build_for_aarch64_writes_an_archive_that_runs_under_qemu() {
         .expect("compiles");
     assert_eq!(artifacts.archive, dir.path().join("libtiny.a"));
     let bindings = std::fs::read_to_string(&artifacts.bindings).unwrap();
-    assert!(bindings.contains("pub fn tiny_infer_with_workspace("));
+    assert!(bindings.contains("pub unsafe fn tiny_infer_with_workspace("));
     assert!(bindings.contains("aarch64-unknown-linux-gnu (cpu +dotprod"));
 
     if !tools::require_tools(&["readelf"]) {
