@@ -15,6 +15,7 @@ mod indexing;
 mod linalg;
 mod loss;
 mod low_precision;
+mod max_roi_pool;
 mod ml;
 mod nn;
 mod normalization;
@@ -177,6 +178,7 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "Col2Im" => fold::col2im,
         "GridSample" => grid_sample::grid_sample,
         "DeformConv" => deform_conv::deform_conv,
+        "MaxRoiPool" => max_roi_pool::max_roi_pool,
         "RoiAlign" => roi_align::roi_align,
         "CausalConvWithState" => stateful::causal_conv_with_state,
         "LinearAttention" => stateful::linear_attention,
