@@ -14,6 +14,7 @@ use crate::ir::Tensor;
 use crate::onnx::proto::{type_proto, OptionalProto, SequenceProto, TensorProto};
 use crate::onnx::tensor_proto::tensor_from_proto;
 use crate::onnx::{load_model, ImportOptions};
+use crate::quant::host_model::HostModel;
 
 pub const RTOL: f64 = 1e-3;
 pub const ATOL: f64 = 1e-4;
@@ -207,9 +208,6 @@ pub fn compare(expected: &Tensor, actual: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-type InferFn =
-    unsafe extern "C" fn(*const *const std::ffi::c_void, *const *mut std::ffi::c_void) -> i32;
-
 /// Where a case's compiled code runs.
 #[derive(Clone, Debug)]
 pub enum CaseTarget {
@@ -344,11 +342,7 @@ struct CompiledCase {
 }
 
 enum Runner {
-    Host {
-        // Field order matters: the symbol must drop before the library.
-        infer: InferFn,
-        _lib: libloading::Library,
-    },
+    Host(HostModel),
     Qemu {
         harness: PathBuf,
         sysroot: PathBuf,
@@ -368,66 +362,36 @@ impl CompiledCase {
         crate::passes::PassManager::from_env()
             .and_then(|pm| pm.run(&mut graph))
             .map_err(|e| format!("passes: {e}"))?;
-        let target_isa = match target {
-            CaseTarget::Host => Target::host(),
-            CaseTarget::Aarch64Qemu { .. } => {
-                Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?
-            }
-        };
-        let opts = CompileOptions {
-            target: target_isa,
-            prefix: String::new(),
-            weights: Default::default(),
-        };
-        let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
-        let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file)
-            .map_err(|e| format!("link: {e}"))?;
-        let so_path = work_dir.join(file);
-        std::fs::write(&so_path, so).map_err(|e| e.to_string())?;
         let runner = match target {
             CaseTarget::Host => {
-                // SAFETY: the library is one nnc just produced; it has no initializers.
-                let lib = unsafe { libloading::Library::new(&so_path) }
-                    .map_err(|e| format!("dlopen: {e}"))?;
-                let infer: InferFn = *unsafe { lib.get::<InferFn>(b"infer\0") }
-                    .map_err(|e| format!("dlsym: {e}"))?;
-                Runner::Host { infer, _lib: lib }
+                Runner::Host(HostModel::compile(&graph).map_err(|e| format!("compile: {e}"))?)
             }
-            CaseTarget::Aarch64Qemu { harness, sysroot } => Runner::Qemu {
-                harness: harness.clone(),
-                sysroot: sysroot.clone(),
-                library: so_path,
-                work_dir: work_dir.to_path_buf(),
-            },
+            CaseTarget::Aarch64Qemu { harness, sysroot } => {
+                let opts = CompileOptions {
+                    target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
+                    prefix: String::new(),
+                    weights: Default::default(),
+                };
+                let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
+                let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file)
+                    .map_err(|e| format!("link: {e}"))?;
+                let library = work_dir.join(file);
+                std::fs::write(&library, so).map_err(|e| e.to_string())?;
+                Runner::Qemu {
+                    harness: harness.clone(),
+                    sysroot: sysroot.clone(),
+                    library,
+                    work_dir: work_dir.to_path_buf(),
+                }
+            }
         };
         Ok(CompiledCase { graph, runner })
     }
 
-    /// Runs the model on `inputs` and returns each output's bytes.
-    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Vec<u8>>, String> {
-        let graph = &self.graph;
+    /// Runs the model on `inputs` and returns its outputs.
+    fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
         match &self.runner {
-            Runner::Host { infer, .. } => {
-                let in_bytes: Vec<Vec<u8>> = inputs.iter().map(|t| t.to_le_bytes()).collect();
-                let mut out_bytes: Vec<Vec<u8>> = graph
-                    .outputs
-                    .iter()
-                    .map(|o| vec![0u8; graph.ty(*o).byte_size().max(1) + 64])
-                    .collect();
-                let in_ptrs: Vec<*const std::ffi::c_void> =
-                    in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
-                let out_ptrs: Vec<*mut std::ffi::c_void> = out_bytes
-                    .iter_mut()
-                    .map(|b| b.as_mut_ptr().cast())
-                    .collect();
-                // SAFETY: buffers match the model's input/output sizes, which `check`
-                // verified against the inputs' types.
-                let rc = unsafe { infer(in_ptrs.as_ptr(), out_ptrs.as_ptr()) };
-                if rc != 0 {
-                    return Err(format!("infer returned {rc}"));
-                }
-                Ok(out_bytes)
-            }
+            Runner::Host(model) => model.run(inputs),
             Runner::Qemu {
                 harness,
                 sysroot,
@@ -459,10 +423,16 @@ impl CompiledCase {
                         String::from_utf8_lossy(&out.stderr).trim()
                     ));
                 }
-                (0..graph.outputs.len())
-                    .map(|k| {
-                        std::fs::read(out_dir.join(format!("output_{k}.bin")))
-                            .map_err(|e| format!("output {k}: {e}"))
+                let graph = &self.graph;
+                graph
+                    .outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, o)| {
+                        let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
+                            .map_err(|e| format!("output {k}: {e}"))?;
+                        Tensor::from_le_bytes(graph.ty(*o), &bytes)
+                            .ok_or_else(|| format!("output {k}: wrong size"))
                     })
                     .collect()
             }
@@ -488,7 +458,7 @@ impl CompiledCase {
                 ));
             }
         }
-        let out_bytes = self.execute(inputs)?;
+        let outputs = self.execute(inputs)?;
         if expected.len() != graph.outputs.len() {
             return Err(format!(
                 "{} expected outputs, the model has {}",
@@ -496,13 +466,8 @@ impl CompiledCase {
                 graph.outputs.len()
             ));
         }
-        for (k, (e, o)) in expected.iter().zip(&graph.outputs).enumerate() {
-            let ty = graph.ty(*o);
-            let actual = out_bytes[k]
-                .get(..ty.byte_size())
-                .and_then(|b| Tensor::from_le_bytes(ty, b))
-                .ok_or_else(|| format!("output {k}: wrong size"))?;
-            compare(e, &actual).map_err(|m| {
+        for (k, (e, actual)) in expected.iter().zip(&outputs).enumerate() {
+            compare(e, actual).map_err(|m| {
                 format!(
                     "{}: output {k}: {m}",
                     set.file_name().unwrap_or_default().to_string_lossy()
