@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """A/B of one convolution compiled by nnc under different code-generation switches.
 
-usage: bench_conv.py C M H K S [ENV=VALUE ...]
-       bench_conv.py maxpool C H K S [ENV=VALUE ...]
+usage: bench_conv.py C M H K S [KIND=CHOICE ...]
+       bench_conv.py maxpool C H K S [KIND=CHOICE ...]
 
 Builds a one-node model (Conv C→M channels, H×H input, K×K kernel, stride S, padding
-K div 2, bias, Relu; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with the environment as is ("base") and once per
-ENV=VALUE given (e.g. NNC_WINOGRAD=off, NNC_PHASE_PLANES=off, NNC_NARROW_CONV=off,
-NNC_GEMM_KERNEL=clif, NNC_DWCONV_KERNEL=clif), then times the variants in alternating
+K div 2, bias, Relu; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with nnc's own kernel choices ("base") and once per
+`--kernel` KIND=CHOICE given (e.g. winograd=off, phase-planes=off, narrow-conv=off,
+gemm=clif, dwconv=clif; `nnc compile --help` lists them), then times the variants in alternating
 rounds (thread CPU time, best of 15 rounds) and prints ms, GFLOP/s of the direct
 convolution and the largest difference from the base output. When onnxruntime is
 installed, the same one-node model run by it (1 thread) is timed in the same rounds as
@@ -92,12 +92,12 @@ def main():
             envs = args[5:]
             oh = conv_model(c, m, h, k, s, model)
             flops = 2 * m * c * k * k * oh * oh
-        variants = [("base", {})] + [(e, dict([e.split("=", 1)])) for e in envs]
+        variants = [("base", [])] + [(e, ["--kernel", e]) for e in envs]
         x = np.random.default_rng(1).random((1, c, h, h), dtype=np.float32)
         runs = []
         for i, (name, extra) in enumerate(variants):
             lib_path = os.path.join(tmp, f"v{i}.so")
-            subprocess.run([NNC, "compile", model, "-o", lib_path], env={**os.environ, **extra},
+            subprocess.run([NNC, "compile", model, "-o", lib_path, *extra],
                            check=True, capture_output=True)
             lib = ctypes.CDLL(lib_path)
             out = np.zeros((1, m, oh, oh), np.float32)

@@ -3,7 +3,7 @@
 alternating between the engines, and prints medians and nnc/onnxruntime ratios.
 
 usage: benches/bench_models.py MODELS_DIR [--models a,b] [--rounds N] [--cpu CPU] [--json FILE]
-                                [--clock cpu|wall] [--variant ENV=VALUE ...]
+                                [--clock cpu|wall] [--variant KIND=CHOICE ...]
 
 Each model is compiled with target/release/nnc (build it first: cargo build --release),
 loaded with ctypes, and run on the model's saved inputs (MODEL.input.NAME.npy) or on
@@ -11,8 +11,8 @@ random inputs of the declared shapes. One round times a batch of calls of each e
 turn; the median over rounds of the per-call time is reported, so drift on the machine
 hits both engines alike. tract is timed in-process by `cargo bench --bench models`.
 
-`--variant NNC_X=VALUE` (repeatable) also compiles the model with that code-generation
-switch in the environment and times it in the same rounds, printing its ms and its ratio
+`--variant KIND=CHOICE` (repeatable) also compiles the model with `--kernel KIND=CHOICE`
+(`nnc compile --help` lists the kinds) and times it in the same rounds, printing its ms and its ratio
 to the default build: an A/B of one change inside whole models that machine drift
 cannot fake. A variant that starts with `--` is an `nnc compile` option instead
 (`--variant=--quantize=fp16`); `--nnc-args "..."` adds options to every nnc build. `--clock cpu` (default) times the calling thread's CPU time, which
@@ -78,8 +78,9 @@ def main():
     ap.add_argument("--cpu", default="native")
     ap.add_argument("--json", help="write the results as JSON to this file")
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
-    ap.add_argument("--variant", action="append", default=[], metavar="ENV=VALUE",
-                    help="also time a build compiled with this environment variable set")
+    ap.add_argument("--variant", action="append", default=[], metavar="KIND=CHOICE",
+                    help="also time a build compiled with --kernel KIND=CHOICE (or, starting "
+                         "with --, with that nnc compile option)")
     ap.add_argument("--nnc-args", default="",
                     help="more `nnc compile` options for every nnc build (one string), e.g. "
                          "\"--quantize int8 --calibration calib/{model}.npy\" ({model}: the model's name)")
@@ -87,7 +88,7 @@ def main():
     global CLOCK
     CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
     # (environment, extra nnc compile arguments) per variant.
-    variants = [({}, v.split("=", 1)) if v.startswith("--") else (dict([v.split("=", 1)]), [])
+    variants = [({}, v.split("=", 1)) if v.startswith("--") else ({}, ["--kernel", v])
                 for v in args.variant]
     import onnxruntime as ort
     so = ort.SessionOptions()

@@ -324,6 +324,7 @@ pub fn compile_so(onnx: &Path, cpu: &str, so: &Path, nnc_bin: Option<&Path>) -> 
         target,
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     };
     let compiled =
         nnc::driver::compile_model(onnx, &Default::default(), &opts).map_err(|e| e.to_string())?;

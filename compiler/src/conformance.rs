@@ -358,9 +358,9 @@ impl CompiledCase {
         file: &str,
         target: &CaseTarget,
     ) -> Result<CompiledCase, String> {
-        // The graph passes as `nnc compile` runs them (NNC_PASSES selects them).
-        crate::passes::PassManager::from_env()
-            .and_then(|pm| pm.run(&mut graph))
+        // The graph passes as `nnc compile` runs them by default.
+        crate::passes::PassManager::default()
+            .run(&mut graph)
             .map_err(|e| format!("passes: {e}"))?;
         let runner = match target {
             CaseTarget::Host => {
@@ -371,6 +371,7 @@ impl CompiledCase {
                     target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
                     prefix: String::new(),
                     weights: Default::default(),
+                    kernels: Default::default(),
                 };
                 let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
                 let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file)

@@ -38,15 +38,13 @@ pub struct Compiled {
     pub model: CompiledModel,
 }
 
-/// Imports and compiles a model in memory, running the passes `NNC_PASSES` selects
-/// (the default pipeline unless set; see [`PassManager::from_env`]).
+/// Imports and compiles a model in memory, running the default graph passes.
 pub fn compile_model(
     path: &Path,
     import: &ImportOptions,
     opts: &CompileOptions,
 ) -> Result<Compiled> {
-    let passes = PassManager::from_env().map_err(NncError::Model)?;
-    compile_model_with(path, import, opts, &passes)
+    compile_model_with(path, import, opts, &PassManager::default())
 }
 
 /// Imports a model, runs `passes` over its graph and compiles it in memory.

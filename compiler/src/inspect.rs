@@ -37,6 +37,44 @@ pub struct Report {
     pub unsupported: Vec<Unsupported>,
     /// What `--quantize int8` would do; absent while any op is unsupported.
     pub int8: Option<Int8Plan>,
+    /// Each node's kernel (`--kernels`); absent otherwise and while any op is unsupported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelsReport>,
+}
+
+/// The kernel plan for one target (`nnc inspect --kernels`).
+#[derive(Debug, Serialize)]
+pub struct KernelsReport {
+    pub target: String,
+    pub cpu: String,
+    pub features: String,
+    pub nodes: Vec<NodeKernelInfo>,
+}
+
+/// One node of the compiled graph and what runs it.
+#[derive(Debug, Serialize)]
+pub struct NodeKernelInfo {
+    pub node: String,
+    /// The ONNX op it came from and the IR op it was lowered as.
+    pub op: String,
+    pub lowered_as: String,
+    /// `winograd-f4x4`, `implicit-gemm-s2`, `im2col+gemm`, `gemm`, `view`, `clif`, ...
+    pub strategy: String,
+    /// Kernel-library names of the micro-kernels it calls.
+    pub kernels: Vec<String>,
+    /// The GEMM register tile, `MRxNR`.
+    pub tile: Option<String>,
+    pub scratch_bytes: usize,
+    pub reason: String,
+}
+
+/// What `nnc inspect` plans for: the target and kernel options of `nnc compile`, and
+/// whether to report every node's kernel.
+#[derive(Clone, Debug)]
+pub struct InspectOptions {
+    pub target: crate::codegen::Target,
+    pub kernels: crate::codegen::KernelOptions,
+    pub show_kernels: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,7 +123,7 @@ pub struct NodeRef {
 }
 
 /// Imports `path` (keeping unsupported ops) and plans it as `nnc compile` would.
-pub fn report(path: &Path, import: &ImportOptions) -> Result<Report> {
+pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> Result<Report> {
     let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
     let tensor = |v: &crate::ir::ValueId| TensorInfo {
@@ -127,21 +165,74 @@ pub fn report(path: &Path, import: &ImportOptions) -> Result<Report> {
             })
             .collect(),
         int8: None,
+        kernels: None,
     };
     if imported.unsupported.is_empty() {
         // The memory plan of the graph `nnc compile` lowers: after the same passes
         // (fusion and views change which tensors exist and how long they live).
         let mut optimized = g.clone();
-        crate::passes::PassManager::from_env()
-            .and_then(|p| p.run(&mut optimized))
+        crate::passes::PassManager::default()
+            .run(&mut optimized)
             .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-        let plan = crate::codegen::plan_graph_memory(&optimized);
+        let kernels = crate::codegen::kernel_plan::plan_kernels(
+            &optimized,
+            &options.target,
+            &options.kernels,
+        );
+        let plan = crate::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
         report.weights_bytes = Some(plan.weights.len());
         report.arena_bytes = Some(plan.arena_size);
         report.arena_lower_bound_bytes = Some(plan.lower_bound);
         report.int8 = Some(int8_plan(&optimized));
+        if options.show_kernels {
+            report.kernels = Some(kernels_report(&optimized, &kernels, &plan, &options.target));
+        }
     }
     Ok(report)
+}
+
+fn kernels_report(
+    g: &Graph,
+    kernels: &crate::codegen::kernel_plan::KernelPlan,
+    plan: &crate::codegen::MemoryPlan,
+    target: &crate::codegen::Target,
+) -> KernelsReport {
+    let nodes = g
+        .nodes
+        .iter()
+        .zip(&kernels.nodes)
+        .enumerate()
+        .map(|(k, (n, kernel))| {
+            let view = plan.is_view[k];
+            NodeKernelInfo {
+                node: n.name.clone(),
+                op: n.onnx_op.clone(),
+                lowered_as: n.op.name().to_string(),
+                strategy: if view {
+                    "view".into()
+                } else {
+                    kernel.strategy_name()
+                },
+                kernels: if view { vec![] } else { kernel.kernels() },
+                tile: kernel
+                    .tile()
+                    .filter(|_| !view)
+                    .map(|(mr, nr)| format!("{mr}x{nr}")),
+                scratch_bytes: kernel.scratch_bytes,
+                reason: if view {
+                    "the output is its input's storage: no code".into()
+                } else {
+                    kernel.reason.clone()
+                },
+            }
+        })
+        .collect();
+    KernelsReport {
+        target: target.arch.triple().to_string(),
+        cpu: target.cpu.clone(),
+        features: target.features.to_string(),
+        nodes,
+    }
 }
 
 /// Prints `report` in `format` to stdout.
@@ -215,6 +306,26 @@ pub fn text(r: &Report) -> String {
             );
             for n in &p.float32_nodes {
                 let _ = writeln!(s, "    node '{}' ({})", n.node, n.op);
+            }
+        }
+        if let Some(k) = &r.kernels {
+            let _ = writeln!(
+                s,
+                "kernels ({} {}, features {}):",
+                k.target, k.cpu, k.features
+            );
+            for n in &k.nodes {
+                let mut line = format!("  {:<32} {:<14} {}", n.node, n.op, n.strategy);
+                if !n.kernels.is_empty() {
+                    let _ = write!(line, " [{}]", n.kernels.join(", "));
+                }
+                if let Some(t) = &n.tile {
+                    let _ = write!(line, " tile {t}");
+                }
+                if n.scratch_bytes > 0 {
+                    let _ = write!(line, " scratch {} B", n.scratch_bytes);
+                }
+                let _ = writeln!(s, "{line}  ({})", n.reason);
             }
         }
     } else {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use nnc::codegen::{Arch, CompileOptions, Target, WeightFormat};
+use nnc::codegen::{Arch, CompileOptions, KernelOptions, Target, WeightFormat};
 use nnc::driver;
 use nnc::error::{NncError, Result};
 use nnc::onnx::ImportOptions;
@@ -135,9 +135,13 @@ enum Command {
         dump_passes: bool,
         /// The graph passes to run, comma-separated, in order: `default`, `none`, or
         /// names from qdq, const_fold, cse, views, fold_affine, gelu, fuse_epilogue, dce
-        /// (default: $NNC_PASSES, else `default`).
+        /// (default: `default`).
         #[arg(long)]
         passes: Option<String>,
+        /// Overrides one of nnc's kernel choices (KIND=CHOICE, e.g. gemm=clif), for
+        /// benchmarks and comparisons; repeatable. `--help` lists the kinds.
+        #[arg(long = "kernel", value_name = "KIND=CHOICE", long_help = kernel_help())]
+        kernels: Vec<String>,
     },
     /// Runs an ONNX backend-test suite (directories holding model.onnx and
     /// test_data_set_*) end to end: compile, run, compare at rtol 1e-3, atol 1e-4.
@@ -229,6 +233,19 @@ enum Command {
         /// parameters, weights and arena bytes, unsupported ops with their suite status).
         #[arg(long, value_enum, default_value = "text")]
         format: nnc::inspect::Format,
+        /// Also lists every node's kernel: strategy, micro-kernels, tile, scratch and
+        /// why, for --target/--cpu/--kernel as `nnc compile` would use them.
+        #[arg(long)]
+        kernels: bool,
+        /// Target architecture for --kernels (as for compile).
+        #[arg(long)]
+        target: Option<String>,
+        /// CPU features for --kernels (as for compile).
+        #[arg(long)]
+        cpu: Option<String>,
+        /// Kernel overrides for --kernels (as for compile); repeatable.
+        #[arg(long = "kernel", value_name = "KIND=CHOICE")]
+        kernel_overrides: Vec<String>,
     },
 }
 
@@ -346,6 +363,7 @@ fn run(cli: Cli) -> Result<()> {
             dump_ir,
             dump_passes,
             passes,
+            kernels,
         } => {
             let method = match calibration_method {
                 CalibrationMethod::Minmax => Method::MinMax,
@@ -401,10 +419,12 @@ fn run(cli: Cli) -> Result<()> {
                 target: target.clone(),
                 prefix: nnc::codegen::symbol_prefix(&name),
                 weights,
+                kernels: KernelOptions::parse(kernels.iter().map(String::as_str))
+                    .map_err(|e| NncError::Model(e.to_string()))?,
             };
             let mut pm = match passes {
                 Some(list) => nnc::passes::PassManager::from_list(&list),
-                None => nnc::passes::PassManager::from_env(),
+                None => Ok(nnc::passes::PassManager::default()),
             }
             .map_err(NncError::Model)?;
             if dump_passes {
@@ -439,10 +459,26 @@ fn run(cli: Cli) -> Result<()> {
             model,
             shapes,
             format,
-        } => nnc::inspect::print(
-            &nnc::inspect::report(&model, &parse_bindings(&shapes)?)?,
-            format,
-        ),
+            kernels,
+            target,
+            cpu,
+            kernel_overrides,
+        } => {
+            let arch = match target {
+                Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
+                None => Arch::host(),
+            };
+            let options = nnc::inspect::InspectOptions {
+                target: Target::new(arch, cpu.as_deref())?,
+                kernels: KernelOptions::parse(kernel_overrides.iter().map(String::as_str))
+                    .map_err(|e| NncError::Model(e.to_string()))?,
+                show_kernels: kernels,
+            };
+            nnc::inspect::print(
+                &nnc::inspect::report(&model, &parse_bindings(&shapes)?, &options)?,
+                format,
+            )
+        }
         Command::Run {
             model,
             inputs,
@@ -653,4 +689,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--kernel`'s help: every kind with its choices.
+fn kernel_help() -> String {
+    let mut help = String::from(
+        "Overrides one of nnc's kernel choices, for benchmarks and comparisons; repeatable. \
+         `nnc inspect --kernels` shows the choices. KIND=CHOICE, the first choice being \
+         the default:",
+    );
+    for switch in nnc::codegen::options::KERNEL_SWITCHES {
+        help.push_str(&format!("\n  {switch}"));
+    }
+    help
 }

@@ -272,12 +272,12 @@ pub fn file_stem(name: &str) -> String {
     }
 }
 
-/// Imports `path` and runs the graph passes `nnc compile` runs (`NNC_PASSES`).
+/// Imports `path` and runs the graph passes `nnc compile` runs by default.
 pub fn load(path: &Path, import: &crate::onnx::ImportOptions) -> crate::error::Result<Graph> {
     use crate::error::NncError;
     let mut graph = crate::onnx::load_model(path, import)?;
-    crate::passes::PassManager::from_env()
-        .and_then(|p| p.run(&mut graph))
+    crate::passes::PassManager::default()
+        .run(&mut graph)
         .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
     Ok(graph)
 }

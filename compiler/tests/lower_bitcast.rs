@@ -41,6 +41,7 @@ fn check(name: &str, g: &Graph, inputs: &[Tensor]) {
         target: Target::new(Arch::Aarch64, None).expect("aarch64 target"),
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     };
     compile_graph(g, &arm).unwrap_or_else(|e| panic!("{name}: aarch64: {e}"));
 }

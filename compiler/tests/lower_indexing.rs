@@ -150,6 +150,7 @@ fn check_with(
         target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     };
     compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
     Ok(())

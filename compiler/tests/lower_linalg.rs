@@ -166,6 +166,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
                     target,
                     prefix: String::new(),
                     weights: Default::default(),
+                    kernels: Default::default(),
                 };
                 compile_graph(&g, &options).map_err(|e| format!("{name} ({cpu}): compile: {e}"))?;
             }
@@ -208,6 +209,7 @@ fn aarch64_options() -> CompileOptions {
         target: Target::new(Arch::Aarch64, None).expect("aarch64 target"),
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     }
 }
 

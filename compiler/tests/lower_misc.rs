@@ -203,6 +203,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
             target,
             prefix: String::new(),
             weights: Default::default(),
+            kernels: Default::default(),
         };
         compile_graph(&g, &opts).map_err(|e| format!("{name}: {arch:?} {cpu:?}: {e}"))?;
     }
@@ -236,6 +237,7 @@ fn expect_lowering_error(op: Op, ins: Vec<In>) {
         target: Target::host(),
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     };
     assert!(compile_graph(&g, &opts).is_err());
 }
@@ -682,6 +684,7 @@ fn softmax_machine_code_rows() {
                         target: target.clone(),
                         prefix: String::new(),
                         weights: Default::default(),
+                        kernels: Default::default(),
                     };
                     return compile_graph(&g, &options)
                         .map(|_| ())

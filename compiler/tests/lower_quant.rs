@@ -81,6 +81,7 @@ fn options(target: Target) -> CompileOptions {
         target,
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     }
 }
 

@@ -156,6 +156,7 @@ fn options(target: Target) -> CompileOptions {
         target,
         prefix: String::new(),
         weights: WeightFormat::F16,
+        kernels: Default::default(),
     }
 }
 

@@ -45,6 +45,7 @@ fn options() -> CompileOptions {
         target: Target::host(),
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use nnc::codegen::{Arch, CompileOptions, Target, WeightFormat};
+use nnc::codegen::{Arch, CompileOptions, KernelOptions, Target, WeightFormat};
 use nnc::onnx::ImportOptions;
 use nnc::passes::PassManager;
 use nnc::quant::pipeline::Int8Options;
@@ -52,6 +52,8 @@ pub struct Model {
     target: Option<String>,
     out_dir: Option<PathBuf>,
     import: ImportOptions,
+    kernels: Vec<String>,
+    passes: Option<String>,
     cargo_metadata: bool,
 }
 
@@ -65,6 +67,8 @@ impl Model {
             target: None,
             out_dir: None,
             import: ImportOptions::default(),
+            kernels: vec![],
+            passes: None,
             cargo_metadata: true,
         }
     }
@@ -96,6 +100,20 @@ impl Model {
     /// program does.
     pub fn cpu(mut self, cpu: &str) -> Model {
         self.cpu = Some(cpu.to_string());
+        self
+    }
+
+    /// Overrides one kernel choice (`nnc compile --kernel KIND=CHOICE`, e.g.
+    /// `gemm=clif`); repeatable, later ones win.
+    pub fn kernel(mut self, spec: &str) -> Model {
+        self.kernels.push(spec.to_string());
+        self
+    }
+
+    /// The graph passes to run (`nnc compile --passes`: `default`, `none` or a
+    /// comma-separated list of pass names).
+    pub fn passes(mut self, list: &str) -> Model {
+        self.passes = Some(list.to_string());
         self
     }
 
@@ -188,8 +206,13 @@ impl Model {
                 Quantize::Fp16 => WeightFormat::F16,
                 _ => WeightFormat::F32,
             },
+            kernels: KernelOptions::parse(self.kernels.iter().map(String::as_str))
+                .map_err(|e| Error(e.to_string()))?,
         };
-        let passes = PassManager::from_env().map_err(Error)?;
+        let passes = match &self.passes {
+            Some(list) => PassManager::from_list(list).map_err(Error)?,
+            None => PassManager::default(),
+        };
         let compiled = match &self.quantize {
             Quantize::Int8(calibration) => {
                 let int8 = Int8Options {

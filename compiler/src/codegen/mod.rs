@@ -2,12 +2,15 @@
 //! function per node, and the exported C ABI (`infer`, `infer_with_workspace`,
 //! `model_info`).
 
-pub mod isa;
 pub mod kernel;
+pub mod kernel_plan;
+pub mod kernels;
 pub mod lower;
 pub mod math;
 mod model_info;
+pub mod options;
 pub mod plan;
+pub mod target;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -21,33 +24,15 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module};
 use cranelift_object::{ObjectBuilder, ObjectModule};
 
-pub use isa::{Arch, Target};
+pub use options::{CompileOptions, KernelOptions, WeightFormat};
 pub use plan::{MemoryPlan, Storage};
+pub use target::{Arch, CpuFeature, CpuFeatures, Target, CPU_PRESETS};
 
 use crate::error::{NncError, Result};
 use crate::ir::Graph;
 use kernel::{flags, PTR};
 use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER, NNC_OK};
-
-#[derive(Clone, Debug)]
-pub struct CompileOptions {
-    pub target: Target,
-    /// Symbol prefix: `--name foo` gives `foo_infer`; empty by default.
-    pub prefix: String,
-    /// How the float32 weights kernels repack are stored.
-    pub weights: WeightFormat,
-}
-
-/// Storage of the float32 weights that kernels repack (GEMM panels, Winograd-transformed
-/// and depthwise filters): as they are, or as IEEE half (`--quantize fp16`), expanded
-/// to float32 in the workspace by the node that reads them (`lower::f16_weights`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum WeightFormat {
-    #[default]
-    F32,
-    F16,
-}
 
 /// The compiled object and what the header and `nnc inspect` report about it.
 pub struct CompiledModel {
@@ -106,7 +91,8 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
-    let mut plan = plan_graph_memory_for(graph, &opts.target);
+    let kernels = kernel_plan::plan_kernels(graph, &opts.target, &opts.kernels);
+    let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
     // Constants the generated code reads (filled in as nodes are lowered).
     let mut const_read = vec![false; graph.values.len()];
     for (v, _) in &plan.final_copies {
@@ -191,6 +177,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
                 let mut lctx = LowerCtx {
                     b,
                     target: &opts.target,
+                    kernel: &kernels.nodes[k],
                     module,
                     inputs,
                     outputs,
@@ -272,25 +259,18 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
 
 /// The memory plan `compile_graph` uses for the host, including each node's scratch.
 pub fn plan_graph_memory(graph: &Graph) -> MemoryPlan {
-    plan_graph_memory_for(graph, &Target::host())
+    plan_graph_memory_for(graph, &Target::host(), &KernelOptions::default())
 }
 
-/// The memory plan for `target` (some kernels' scratch depends on it).
-pub fn plan_graph_memory_for(graph: &Graph, target: &Target) -> MemoryPlan {
-    let scratch: Vec<usize> = graph
-        .nodes
-        .iter()
-        .map(|n| {
-            let ins: Vec<_> = n
-                .inputs
-                .iter()
-                .map(|i| i.map(|v| graph.ty(v).clone()))
-                .collect();
-            let outs: Vec<_> = n.outputs.iter().map(|o| graph.ty(*o).clone()).collect();
-            lower::scratch_bytes(&n.op, &ins, &outs, target)
-        })
-        .collect();
-    plan::plan_memory(graph, &scratch)
+/// The memory plan for `target` and `options`, whose kernel plan sets each node's
+/// scratch.
+pub fn plan_graph_memory_for(
+    graph: &Graph,
+    target: &Target,
+    options: &KernelOptions,
+) -> MemoryPlan {
+    let kernels = kernel_plan::plan_kernels(graph, target, options);
+    plan::plan_memory(graph, &kernels.scratch_bytes())
 }
 
 /// Declares `name` and defines it with the body `body(builder, module, params)` writes
@@ -392,7 +372,7 @@ fn define_clear_upper_vector_state(
     module: &mut ObjectModule,
     target: &Target,
 ) -> Result<Option<FuncId>> {
-    if target.arch != Arch::X86_64 || !target.has("has_avx") {
+    if target.arch != Arch::X86_64 || !target.has(CpuFeature::Avx) {
         return Ok(None);
     }
     let sig = ptr_signature(module, 0, false);

@@ -104,19 +104,6 @@ impl PassManager {
         })
     }
 
-    /// The pipeline the driver runs: `NNC_PASSES` (a comma-separated list, `none` or
-    /// `default`) overrides the default; `NNC_DUMP_PASSES=1` dumps the IR to stderr.
-    pub fn from_env() -> Result<PassManager, String> {
-        let mut pm = match std::env::var("NNC_PASSES") {
-            Ok(list) => PassManager::from_list(&list)?,
-            Err(_) => PassManager::default(),
-        };
-        if std::env::var("NNC_DUMP_PASSES").is_ok_and(|v| !v.is_empty() && v != "0") {
-            pm.dump = Dump::Stderr;
-        }
-        Ok(pm)
-    }
-
     /// Runs the pipeline; `after` is called with each pass's name and the graph it left.
     pub fn run_with(
         &self,

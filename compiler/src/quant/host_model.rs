@@ -41,6 +41,7 @@ impl HostModel {
             target: Target::host(),
             prefix: String::new(),
             weights,
+            kernels: Default::default(),
         };
         let obj = compile_graph(graph, &opts).map_err(|e| e.to_string())?;
         static COUNT: AtomicUsize = AtomicUsize::new(0);

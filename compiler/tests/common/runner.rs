@@ -23,6 +23,7 @@ fn options(target: Target) -> CompileOptions {
         target,
         prefix: String::new(),
         weights: Default::default(),
+        kernels: Default::default(),
     }
 }
 

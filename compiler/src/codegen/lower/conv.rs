@@ -52,9 +52,13 @@ use cranelift_frontend::FunctionBuilder;
 use super::gemm::{
     self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES, PANEL_QUANTUM,
 };
+use super::gemm_x86::X86Isa;
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::options::{ConvRows, KernelOptions, KernelSource, Toggle, WinogradChoice};
+use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvAttrs, ConvTransposeAttrs};
 
@@ -237,28 +241,190 @@ fn align_up(bytes: usize) -> usize {
     bytes.div_ceil(SCRATCH_ALIGN) * SCRATCH_ALIGN
 }
 
-/// Arena scratch a convolution needs: the padded input and im2col panels, or the
-/// padded plane of a depthwise conv.
-pub fn scratch_bytes(
+/// How one Conv node is computed (see the module docs), as the kernel plan decides it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConvStrategy {
+    /// 1×…×1, stride 1, unpadded: per batch and group one GEMM reading X in place.
+    Pointwise(Geometry),
+    /// Few positions and many maps: the transposed GEMM `Yᵀ = Xᵀ·Wᵀ` ([`narrow`]).
+    Narrow(Geometry),
+    /// One input channel per group: the machine-code kernel of this family, or
+    /// Cranelift's loop.
+    Depthwise(Option<X86Isa>),
+    /// Winograd F(m×m, 3×3): transforms and the GEMM of the transformed products.
+    Winograd {
+        m: usize,
+        transforms: WinogradTransforms,
+        gemm: Geometry,
+    },
+    /// The GEMM reading the padded input (stride 1) or its stride-2 phase planes in
+    /// place; `rows_in_place`: wide output rows are written straight into Y.
+    ImplicitGemm {
+        gemm: Geometry,
+        phases: bool,
+        rows_in_place: bool,
+    },
+    /// im2col panels a chunk at a time, then the GEMM.
+    Im2col(Geometry),
+    /// float64, float16 and bfloat16: a direct loop nest.
+    Scalar,
+}
+
+/// The Winograd input and output transforms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WinogradTransforms {
+    Clif,
+    /// Machine code for tile rows, on this family's vectors.
+    X86(X86Isa),
+    /// AVX-512 machine code for whole 8×8 planes, products included (F(2×2) only).
+    Plane16,
+}
+
+impl ConvStrategy {
+    pub fn name(&self) -> String {
+        match self {
+            ConvStrategy::Pointwise(_) => "pointwise-gemm".into(),
+            ConvStrategy::Narrow(_) => "transposed-gemm".into(),
+            ConvStrategy::Depthwise(_) => "depthwise".into(),
+            ConvStrategy::Winograd { m, .. } => format!("winograd-f{m}x{m}"),
+            ConvStrategy::ImplicitGemm { phases: true, .. } => "implicit-gemm-s2".into(),
+            ConvStrategy::ImplicitGemm { .. } => "implicit-gemm".into(),
+            ConvStrategy::Im2col(_) => "im2col+gemm".into(),
+            ConvStrategy::Scalar => "direct-scalar".into(),
+        }
+    }
+
+    /// The GEMM kernel family, for the strategies that run one.
+    pub fn gemm(&self) -> Option<&Geometry> {
+        match self {
+            ConvStrategy::Pointwise(g)
+            | ConvStrategy::Narrow(g)
+            | ConvStrategy::Im2col(g)
+            | ConvStrategy::Winograd { gemm: g, .. }
+            | ConvStrategy::ImplicitGemm { gemm: g, .. } => Some(g),
+            ConvStrategy::Depthwise(_) | ConvStrategy::Scalar => None,
+        }
+    }
+
+    /// Kernel-library names of the micro-kernels it calls.
+    pub fn kernels(&self) -> Vec<String> {
+        use crate::codegen::kernel_plan::{gemm_kernel_name, isa_suffix};
+        match self {
+            ConvStrategy::Depthwise(Some(isa)) => vec![format!("f32-dwconv-{}", isa_suffix(*isa))],
+            ConvStrategy::Depthwise(None) => vec!["f32-dwconv-clif".into()],
+            ConvStrategy::Scalar => vec![],
+            ConvStrategy::Winograd {
+                m,
+                transforms: WinogradTransforms::Plane16,
+                ..
+            } => ["input", "products", "output"]
+                .iter()
+                .map(|k| format!("f32-winograd-f{m}-plane16-{k}-avx512f"))
+                .collect(),
+            ConvStrategy::Winograd {
+                m,
+                transforms,
+                gemm,
+            } => {
+                let isa = match transforms {
+                    WinogradTransforms::X86(isa) => isa_suffix(*isa),
+                    _ => "clif",
+                };
+                vec![
+                    format!("f32-winograd-f{m}-input-{isa}"),
+                    gemm_kernel_name(gemm),
+                    format!("f32-winograd-f{m}-output-{isa}"),
+                ]
+            }
+            _ => self.gemm().map(gemm_kernel_name).into_iter().collect(),
+        }
+    }
+}
+
+/// The kernel plan of one Conv node; `None` when its operands are not a valid conv
+/// (lowering then reports why).
+pub fn plan_conv(
     c: &ConvAttrs,
-    inputs: &[Option<TensorType>],
-    outputs: &[TensorType],
-) -> usize {
-    let (Some(Some(x)), Some(Some(w)), Some(y)) = (inputs.first(), inputs.get(1), outputs.first())
-    else {
-        return 0;
-    };
-    let Ok(g) = ConvGeometry::new(c, x, w, y) else {
-        return 0;
-    };
-    match choose_path(&g, x.dtype) {
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    let (x, w, y) = (node.input(0)?, node.input(1)?, *node.outputs.first()?);
+    let g = ConvGeometry::new(c, x, w, y).ok()?;
+    let scratch = scratch_bytes(&g, x.dtype, options);
+    let constant_w = matches!(node.constant(1), Some(Tensor::F32(_)));
+    let gemm = Geometry::for_target(target, options);
+    let path = choose_path(&g, x.dtype);
+    let plan =
+        |s: ConvStrategy, reason: &str| Some(NodeKernel::new(Strategy::Conv(s), scratch, reason));
+    if matches!(path, ConvPath::Pointwise | ConvPath::Im2col)
+        && narrow::applies(&g, constant_w, &gemm, options)
+    {
+        return plan(
+            ConvStrategy::Narrow(gemm),
+            "few output positions and many maps, constant weights, x86 GEMM kernels",
+        );
+    }
+    match path {
+        ConvPath::Pointwise => plan(
+            ConvStrategy::Pointwise(gemm),
+            "1x1 kernel, stride 1, no padding",
+        ),
+        ConvPath::Depthwise => {
+            let bias = node.has_input(2);
+            let residual = node.has_input(3);
+            let isa = depthwise::x86_kernel(&g, bias, residual, c.activation, target, options);
+            let reason = match (isa, options.dwconv) {
+                (Some(_), _) => "one channel per group; the machine-code kernel covers its shape",
+                (None, KernelSource::Clif) => "one channel per group; --kernel dwconv=clif",
+                (None, _) => {
+                    "one channel per group; no machine-code kernel for this target or shape"
+                }
+            };
+            plan(ConvStrategy::Depthwise(isa), reason)
+        }
+        ConvPath::Im2col if winograd::applies(&g, constant_w, options) => {
+            let (m, transforms) = winograd::choose(&g, c.activation, target, options)?;
+            let reason = match options.winograd {
+                WinogradChoice::Auto => {
+                    "3x3 stride 1, constant weights; F(m) chosen by maps and tiles"
+                }
+                _ => "3x3 stride 1, constant weights; --kernel winograd",
+            };
+            plan(
+                ConvStrategy::Winograd {
+                    m,
+                    transforms,
+                    gemm,
+                },
+                reason,
+            )
+        }
+        ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => plan(
+            ConvStrategy::ImplicitGemm {
+                gemm,
+                phases: PhasePlanes::of(&g).is_some(),
+                rows_in_place: writes_rows_in_place(&g, options),
+            },
+            "x86 GEMM kernels and output rows wide enough to read the input in place",
+        ),
+        ConvPath::Im2col => plan(ConvStrategy::Im2col(gemm), "the general path"),
+        ConvPath::Scalar => plan(ConvStrategy::Scalar, "no vector kernel for this dtype"),
+    }
+}
+
+/// Arena scratch a convolution needs: the padded input and im2col panels, or the
+/// padded plane of a depthwise conv. The most any strategy of its path needs, so the
+/// memory plan does not depend on the CPU.
+fn scratch_bytes(g: &ConvGeometry, dtype: DType, options: &KernelOptions) -> usize {
+    match choose_path(g, dtype) {
         // Weights that are not constant fall back from Winograd to im2col.
-        ConvPath::Im2col => Im2colLayout::new(&g)
+        ConvPath::Im2col => Im2colLayout::new(g)
             .bytes()
-            .max(winograd::scratch_bytes(&g).unwrap_or(0))
-            .max(narrow::scratch_bytes(&g).unwrap_or(0)),
-        ConvPath::Depthwise => depthwise::scratch_bytes(&g),
-        ConvPath::Pointwise => narrow::scratch_bytes(&g).unwrap_or(0),
+            .max(winograd::scratch_bytes(g, options).unwrap_or(0))
+            .max(narrow::scratch_bytes(g).unwrap_or(0)),
+        ConvPath::Depthwise => depthwise::scratch_bytes(g),
+        ConvPath::Pointwise => narrow::scratch_bytes(g).unwrap_or(0),
         ConvPath::Scalar => 0,
     }
 }
@@ -296,16 +462,25 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
         residual,
         activation: c.activation,
     };
-    let path = choose_path(&g, ops.x.ty.dtype);
-    if matches!(path, ConvPath::Pointwise | ConvPath::Im2col) && narrow::applies(ctx, &g, &ops) {
-        return narrow::conv_transposed_gemm(ctx, &g, &ops);
-    }
-    match path {
-        ConvPath::Pointwise => conv_pointwise(ctx, &g, &ops),
-        ConvPath::Depthwise => depthwise::conv_depthwise(ctx, &g, &ops),
-        ConvPath::Im2col if winograd::applies(&g, &ops) => winograd::conv_winograd(ctx, &g, &ops),
-        ConvPath::Im2col => conv_im2col(ctx, &g, &ops),
-        ConvPath::Scalar => {
+    let Strategy::Conv(strategy) = ctx.kernel.strategy.clone() else {
+        return Err("no Conv kernel was planned for this node".into());
+    };
+    match strategy {
+        ConvStrategy::Narrow(gemm) => narrow::conv_transposed_gemm(ctx, &g, &ops, gemm),
+        ConvStrategy::Pointwise(gemm) => conv_pointwise(ctx, &g, &ops, gemm),
+        ConvStrategy::Depthwise(isa) => depthwise::conv_depthwise(ctx, &g, &ops, isa),
+        ConvStrategy::Winograd {
+            m,
+            transforms,
+            gemm,
+        } => winograd::conv_winograd(ctx, &g, &ops, m, transforms, gemm),
+        ConvStrategy::ImplicitGemm {
+            gemm,
+            rows_in_place,
+            ..
+        } => conv_im2col(ctx, &g, &ops, gemm, Some(rows_in_place)),
+        ConvStrategy::Im2col(gemm) => conv_im2col(ctx, &g, &ops, gemm, None),
+        ConvStrategy::Scalar => {
             conv_scalar(ctx.b, &g, &ops);
             apply_epilogue(ctx.b, &ops)
         }
@@ -340,9 +515,13 @@ fn scratch(ctx: &LowerCtx) -> Result<Value, String> {
 
 /// The weights as the GEMM's A, all groups stacked: packed at compile time when
 /// constant, read in place (`[M, K]` row-major) otherwise.
-fn weights_operand(ctx: &mut LowerCtx, g: &ConvGeometry, w: &Operand) -> Result<WeightsA, String> {
+fn weights_operand(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    w: &Operand,
+    geom: Geometry,
+) -> Result<WeightsA, String> {
     let k = g.gemm_k();
-    let geom = Geometry::for_target(ctx.target);
     if let Some(Tensor::F32(values)) = &w.constant {
         let values: Vec<f32> = values.iter().copied().collect();
         let mut packed = Vec::with_capacity(values.len());
@@ -470,8 +649,13 @@ fn input_group(
     kernel::elem_addr(b, x_n, grp, g.cg * g.in_size() * size)
 }
 
-fn conv_pointwise(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
-    let weights = weights_operand(ctx, g, &ops.w)?;
+fn conv_pointwise(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    geom: Geometry,
+) -> LowerResult {
+    let weights = weights_operand(ctx, g, &ops.w, geom)?;
     let p = g.out_size();
     let spec = group_gemm(g, &weights, BLayout::Rows { row_stride: p }, p, g.cg, ops);
     let kernel = GemmKernel::define(ctx, &spec)?;
@@ -636,13 +820,19 @@ struct TablePtrs {
     contiguous: Value,
 }
 
-fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> LowerResult {
+/// The im2col path, or with `implicit = Some(rows_in_place)` the implicit GEMM.
+fn conv_im2col(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    geom: Geometry,
+    implicit: Option<bool>,
+) -> LowerResult {
     let layout = Im2colLayout::new(g);
     let scratch = scratch(ctx)?;
-    let weights = weights_operand(ctx, g, &ops.w)?;
-    let geom = weights.geom;
+    let weights = weights_operand(ctx, g, &ops.w, geom)?;
     let tap = tap_offsets(g)?;
-    if implicit_gemm_fits(g, &geom) {
+    if let Some(rows_in_place) = implicit {
         let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);
         let tap = match PhasePlanes::of(g) {
             Some(p) => p.taps(g)?,
@@ -655,7 +845,7 @@ fn conv_im2col(ctx: &mut LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> Lowe
             scratch,
             layout: &layout,
         };
-        return conv_implicit_gemm(ctx, g, ops, im);
+        return conv_implicit_gemm(ctx, g, ops, im, rows_in_place);
     }
     let tables = im2col_tables(g, geom.nr, tap);
     let ptrs = TablePtrs {
@@ -858,7 +1048,7 @@ fn wide_row(g: &ConvGeometry) -> Option<usize> {
 /// its share shrinks with M; measured on this Xeon (3×3 convs): ~30% of the time at
 /// 56×56 and M = 64, ~10% at 14×14 and M = 256 (where the 2 garbage columns of 16 cost
 /// 14%), and ~45% for digits_cnn's 8×8, M = 32 conv (25% garbage).
-fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
+fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry, options: &KernelOptions) -> bool {
     const MIN_OUT_W: usize = 24;
     const SMALL_M: usize = 64;
     // Stride 2 over phase planes pays for copying all four phases and for a K loop
@@ -867,10 +1057,10 @@ fn implicit_gemm_fits(g: &ConvGeometry, geom: &Geometry) -> bool {
     // 3×3, K = 27: 1.08 vs 0.85 ms; 1×1, K = 64: 0.33 vs 0.17 ms. So only for long K,
     // or when the rows are written in place (no compaction copy): SqueezeNet's K = 27
     // stem, 0.57–1.05 vs 0.71–1.09 ms against im2col (see IN_PLACE_MIN_OUT_W).
-    // `NNC_PHASE_PLANES=off` keeps every stride-2 conv on im2col, for measurements.
+    // `--kernel phase-planes=off` keeps every stride-2 conv on im2col, for measurements.
     const MIN_PHASE_K: usize = 64;
-    let phases_ok = std::env::var("NNC_PHASE_PLANES").as_deref() != Ok("off")
-        && (g.gemm_k() >= MIN_PHASE_K || writes_rows_in_place(g))
+    let phases_ok = options.phase_planes == Toggle::Auto
+        && (g.gemm_k() >= MIN_PHASE_K || writes_rows_in_place(g, options))
         && g.taps() > 1;
     matches!(geom.kernel, gemm::KernelKind::X86(_))
         && wide_columns(g).is_some()
@@ -889,8 +1079,9 @@ fn conv_implicit_gemm(
     g: &ConvGeometry,
     ops: &ConvOperands,
     im: ImplicitConv,
+    rows_in_place: bool,
 ) -> LowerResult {
-    if writes_rows_in_place(g) {
+    if rows_in_place {
         return conv_implicit_rows(ctx, g, ops, im);
     }
     let ImplicitConv {
@@ -1039,16 +1230,14 @@ fn implicit_input(
 /// (panels within each row), instead of as a wide output that a copy compacts: the
 /// copy is a second pass over the whole output (the 7×7 stem: 3.2 MB), and at this
 /// width the row's last, partial panel wastes little. Measured (`benches/bench_conv.py`,
-/// `NNC_CONV_ROWS=wide` for the old path): ResNet's 7×7 stem 2.0–2.1 vs 2.4–2.6 ms,
+/// `--kernel conv-rows=wide` for the old path): ResNet's 7×7 stem 2.0–2.1 vs 2.4–2.6 ms,
 /// SqueezeNet's K = 27 stem (now over phase planes) 0.57–1.05 vs 0.71–1.09 ms against
 /// im2col. Narrower rows (56, 28, 14) keep the wide output, whose panels run across
 /// rows.
 const IN_PLACE_MIN_OUT_W: usize = 96;
 
-fn writes_rows_in_place(g: &ConvGeometry) -> bool {
-    std::env::var("NNC_CONV_ROWS").as_deref() != Ok("wide")
-        && g.output.len() == 2
-        && g.output[1] >= IN_PLACE_MIN_OUT_W
+fn writes_rows_in_place(g: &ConvGeometry, options: &KernelOptions) -> bool {
+    options.conv_rows == ConvRows::Auto && g.output.len() == 2 && g.output[1] >= IN_PLACE_MIN_OUT_W
 }
 
 /// [`conv_implicit_gemm`] for wide output rows: the kernel walks output rows itself
@@ -1492,6 +1681,19 @@ impl TransposeGeometry {
     }
 }
 
+/// The kernel plan of a ConvTranspose node: float32 runs one GEMM per (tap, input row)
+/// on the portable kernel, whose A (the tap's weights, packed or strided) and C (a
+/// strided window of the output) layouts the machine-code kernels do not take.
+pub fn plan_conv_transpose(node: &NodeOperands) -> Option<NodeKernel> {
+    (node.input(0)?.dtype == DType::F32).then(|| {
+        NodeKernel::new(
+            Strategy::Gemm(Geometry::CLIF),
+            0,
+            "per-tap GEMMs into strided output windows: the portable kernel",
+        )
+    })
+}
+
 pub fn conv_transpose(ctx: &mut LowerCtx, c: &ConvTransposeAttrs) -> LowerResult {
     let (x, w, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let bias = ctx.inputs.get(2).cloned().flatten();
@@ -1542,6 +1744,7 @@ fn tap_weights(
     ctx: &mut LowerCtx,
     g: &TransposeGeometry,
     w: &Operand,
+    geometry: &Geometry,
 ) -> Result<TapWeights, String> {
     let taps: usize = g.kernel.iter().product();
     let (cg, mg) = (g.cg, g.mg);
@@ -1550,7 +1753,7 @@ fn tap_weights(
         let mut packed = Vec::with_capacity(values.len());
         for grp in 0..g.group {
             for t in 0..taps {
-                packed.extend(gemm::pack_a(&Geometry::CLIF, mg, cg, |m, c| {
+                packed.extend(gemm::pack_a(geometry, mg, cg, |m, c| {
                     values[((grp * cg + c) * mg + m) * taps + t]
                 }));
             }
@@ -1591,7 +1794,8 @@ fn transpose_gemm_taps(
     let out_plane: usize = g.output.iter().product();
     let (in_strides, out_strides) = (kernel::strides_of(&g.input), kernel::strides_of(&g.output));
     let (channels, maps) = (g.cg * g.group, g.mg * g.group);
-    let weights = tap_weights(ctx, g, &ops.w)?;
+    let geometry = ctx.planned_gemm()?;
+    let weights = tap_weights(ctx, g, &ops.w, &geometry)?;
     let mut kernels: Vec<(GemmSpec, GemmKernel)> = vec![];
     for t in 0..taps {
         let k = unravel(t, &g.kernel);
@@ -1618,7 +1822,7 @@ fn transpose_gemm_taps(
             }],
             activation: Activation::None,
             // Columns scatter with the stride: only the Cranelift kernel stores that way.
-            geometry: Geometry::CLIF,
+            geometry,
             b_taps: vec![],
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {

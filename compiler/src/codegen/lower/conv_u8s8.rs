@@ -15,6 +15,9 @@
 //!   writes the wide rows to scratch and a second pass keeps the `Wo` valid columns of
 //!   each row while adding the residual and applying the activation.
 
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::CpuFeature;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -22,8 +25,8 @@ use cranelift_frontend::FunctionBuilder;
 use super::conv_u8s8_x86;
 use super::elementwise::activate_run;
 use super::{LowerCtx, LowerResult};
-use crate::codegen::isa::Arch;
 use crate::codegen::kernel::{self, flags, PTR};
+use crate::codegen::target::Arch;
 use crate::codegen::Target;
 use crate::ir::TensorType;
 use crate::ops::{ConvAttrs, PlaneLayout, Requantize};
@@ -158,20 +161,63 @@ pub fn folded_bias(g: &ConvU8Geometry, w: &[i64], bias: &[i64], zp: i64, len: us
 const CLIF_NR: usize = 8;
 const CLIF_MR: usize = 4;
 
-/// Scratch of the portable kernel: the wide rows, when columns must be dropped, then
-/// (requantizing) one image's float32 output. The machine code needs none.
-pub fn scratch_bytes(
+/// The INT8 convolution's machine-code kernel, as the kernel library names it.
+pub const U8S8_CONV_X86_KERNEL: &str = "u8s8-conv-8x48-avx512vnni";
+
+/// The kernel plan of an INT8 convolution: the AVX-512 VNNI machine code (and its loop
+/// order) where the target has it and the activation has a machine-code form, else the
+/// Cranelift dot-product tiles. Scratch is the portable kernel's: the wide rows, when
+/// columns must be dropped, then (requantizing) one image's float32 output.
+pub fn plan_conv_u8s8(
     conv: &ConvAttrs,
     planes: &PlaneLayout,
-    out: &TensorType,
     requantize: Option<&Requantize>,
+    node: &NodeOperands,
     target: &Target,
-) -> usize {
-    let g = ConvU8Geometry::new(conv, planes, out, requantize);
-    if use_x86_vnni(target) && conv_u8s8_x86::supports(conv.activation) {
-        return 0;
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    let g = ConvU8Geometry::new(conv, planes, node.outputs.first()?, requantize);
+    if use_x86_vnni(target, options) && conv_u8s8_x86::supports(conv.activation) {
+        let tiles_outer = conv_u8s8_x86::tiles_outer(&g, options.int8_order);
+        return Some(NodeKernel::new(
+            Strategy::ConvU8S8 {
+                vnni: Some(tiles_outer),
+            },
+            0,
+            "AVX-512 VNNI target",
+        ));
     }
-    wide_scratch(&g) + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4)
+    let reason = if options.int8_conv == KernelSource::Clif {
+        "--kernel int8-conv=clif"
+    } else {
+        "no AVX-512 VNNI machine code for this target or activation"
+    };
+    let scratch = wide_scratch(&g) + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
+    Some(NodeKernel::new(
+        Strategy::ConvU8S8 { vnni: None },
+        scratch,
+        reason,
+    ))
+}
+
+/// The kernel plan of quantization into planes: AVX-512 machine code where the INT8
+/// convolutions get theirs and the layout suits it.
+pub fn plan_quantize_to_planes(
+    layout: &PlaneLayout,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    let x86 = use_x86_vnni(target, options) && conv_u8s8_x86::quantize_supports(layout);
+    let reason = if x86 {
+        "AVX-512 VNNI target"
+    } else {
+        "no machine code for this target or layout"
+    };
+    Some(NodeKernel::new(
+        Strategy::QuantizeToPlanes { x86 },
+        0,
+        reason,
+    ))
 }
 
 fn wide_scratch(g: &ConvU8Geometry) -> usize {
@@ -183,14 +229,14 @@ fn wide_scratch(g: &ConvU8Geometry) -> usize {
     }
 }
 
-/// Whether the AVX-512 VNNI machine code runs on `target`; `NNC_INT8_KERNEL=clif`
+/// Whether the AVX-512 VNNI machine code runs on `target`; `--kernel int8-conv=clif`
 /// forces the Cranelift code, for comparisons.
-pub fn use_x86_vnni(target: &Target) -> bool {
+fn use_x86_vnni(target: &Target, options: &KernelOptions) -> bool {
     target.arch == Arch::X86_64
-        && target.has("has_avx512f")
-        && target.has("has_avx512vl")
-        && target.has("has_avx512vnni")
-        && std::env::var("NNC_INT8_KERNEL").as_deref() != Ok("clif")
+        && target.has(CpuFeature::Avx512f)
+        && target.has(CpuFeature::Avx512vl)
+        && target.has(CpuFeature::Avx512vnni)
+        && options.int8_conv == KernelSource::Auto
 }
 
 fn scalar_params(ctx: &LowerCtx) -> Result<(f32, u8), String> {
@@ -212,7 +258,7 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
     let (inv, zp) = scalar_params(ctx)?;
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let batch = x.ty.shape[0];
-    if use_x86_vnni(ctx.target) && conv_u8s8_x86::quantize_supports(layout) {
+    if ctx.kernel.strategy == (Strategy::QuantizeToPlanes { x86: true }) {
         let code = conv_u8s8_x86::emit_quantize(layout, inv, zp)?;
         let func = super::gemm::define_machine_code(ctx, 2, &code)?;
         let in_image = layout.channels * layout.height * layout.width * 4;
@@ -383,8 +429,11 @@ pub fn conv_u8s8(
     let y = ctx.output(0);
     let g = ConvU8Geometry::new(conv, layout, &y.ty, requantize);
     let k = constants(ctx)?;
-    if use_x86_vnni(ctx.target) && conv_u8s8_x86::supports(conv.activation) {
-        return conv_x86(ctx, &g, &k, conv, requantize);
+    if let Strategy::ConvU8S8 {
+        vnni: Some(tiles_outer),
+    } = ctx.kernel.strategy
+    {
+        return conv_x86(ctx, &g, &k, conv, requantize, tiles_outer);
     }
     conv_clif(ctx, &g, &k, conv, requantize)
 }
@@ -421,9 +470,15 @@ fn conv_x86(
     k: &Constants,
     conv: &ConvAttrs,
     requantize: Option<&Requantize>,
+    tiles_outer: bool,
 ) -> LowerResult {
-    let spec =
-        conv_u8s8_x86::ConvSpec::new(g, conv.activation, ctx.inputs[3].is_some(), requantize);
+    let spec = conv_u8s8_x86::ConvSpec::new(
+        g,
+        conv.activation,
+        ctx.inputs[3].is_some(),
+        requantize,
+        tiles_outer,
+    );
     let (w, bias, scale) = tile_constants(ctx, g, k, conv_u8s8_x86::MR)?;
     let code = conv_u8s8_x86::emit_conv(&spec)?;
     let func = super::gemm::define_machine_code(ctx, 6, &code)?;

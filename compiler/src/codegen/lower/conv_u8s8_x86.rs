@@ -15,6 +15,7 @@
 //! with the same mask) and the activation. When no column is dropped the compression
 //! is skipped.
 
+use crate::codegen::options::Int8Order;
 use iced_x86::code_asm::*;
 
 use super::conv_u8s8::ConvU8Geometry;
@@ -90,12 +91,28 @@ struct RequantSpec {
     scatter: Option<Vec<u32>>,
 }
 
+/// Whether the kernel runs weight tiles outermost (see [`ConvSpec::tiles_outer`]): when
+/// streaming the weights once per input panel would cost more than streaming the planes
+/// once per weight tile; `order` forces one order, for measurements.
+pub fn tiles_outer(g: &ConvU8Geometry, order: Int8Order) -> bool {
+    let vectors = g.wide().div_ceil(LANES);
+    let weights = g.maps.next_multiple_of(MR) * g.taps.len() * g.k_quads() * 4;
+    let panels = vectors.div_ceil(NR);
+    let tiles = g.maps.div_ceil(MR);
+    match order {
+        Int8Order::Tiles => true,
+        Int8Order::Panels => false,
+        Int8Order::Auto => weights * panels > g.layout.image_bytes() * tiles,
+    }
+}
+
 impl ConvSpec {
     pub fn new(
         g: &ConvU8Geometry,
         activation: Activation,
         residual: bool,
         requantize: Option<&Requantize>,
+        tiles_outer: bool,
     ) -> ConvSpec {
         let cols = g.layout.cols;
         let wide = g.wide();
@@ -126,16 +143,7 @@ impl ConvSpec {
             compact: g.compact(),
             residual,
             activation,
-            tiles_outer: {
-                let weights = g.maps.next_multiple_of(MR) * g.taps.len() * g.k_quads() * 4;
-                let panels = vectors.div_ceil(NR);
-                let tiles = g.maps.div_ceil(MR);
-                match std::env::var("NNC_INT8_ORDER").as_deref() {
-                    Ok("tiles") => true,
-                    Ok("panels") => false,
-                    _ => weights * panels > g.layout.image_bytes() * tiles,
-                }
-            },
+            tiles_outer,
             requantize: requantize.map(|r| {
                 let l = &r.layout;
                 let scatter = (l.stride != [1, 1]).then(|| {

@@ -9,7 +9,7 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, Geometry, KernelKind, LANES};
+use super::gemm::{self, LANES};
 use super::{
     align_up, apply_epilogue, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32,
 };
@@ -18,6 +18,8 @@ use crate::codegen::lower::depthwise_x86::{self, DwLayout, DwSpec};
 use crate::codegen::lower::gemm_x86::{supports_activation, X86Isa};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::Target;
 use crate::ops::Activation;
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
@@ -116,39 +118,58 @@ pub(super) fn scratch_bytes(g: &ConvGeometry) -> usize {
     }
 }
 
-/// Lowers a depthwise conv, its bias, residual and activation included.
+/// The machine-code kernel's spec for this conv: activations without a machine-code
+/// form (sigmoid, …) leave the residual and the activation to the epilogue pass.
+fn x86_spec(g: &ConvGeometry, bias: bool, residual: bool, activation: Activation) -> DwSpec {
+    let fused = supports_activation(activation);
+    DwSpec {
+        bias,
+        residual: fused && residual,
+        activation: if fused { activation } else { Activation::None },
+        ..dw_spec(g)
+    }
+}
+
+/// The machine-code family that computes this conv on `target`, if any;
+/// `--kernel dwconv=clif` keeps the Cranelift path, for comparisons.
+pub(super) fn x86_kernel(
+    g: &ConvGeometry,
+    bias: bool,
+    residual: bool,
+    activation: Activation,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<X86Isa> {
+    let isa = X86Isa::for_target(target)?;
+    (options.dwconv == KernelSource::Auto
+        && depthwise_x86::supports(&x86_spec(g, bias, residual, activation)))
+    .then_some(isa)
+}
+
+/// Lowers a depthwise conv, its bias, residual and activation included, on the
+/// machine-code family `isa` or, without one, in Cranelift.
 pub(super) fn conv_depthwise(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
+    isa: Option<X86Isa>,
 ) -> LowerResult {
-    // NNC_DWCONV_KERNEL=clif keeps the Cranelift path, for comparisons.
-    let clif_only = std::env::var("NNC_DWCONV_KERNEL").as_deref() == Ok("clif");
-    if let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel {
-        // Activations without a machine-code form (sigmoid, …) leave the residual and
-        // the activation to the epilogue pass.
-        let fused = supports_activation(ops.activation);
-        let spec = DwSpec {
-            bias: ops.bias.is_some(),
-            residual: fused && ops.residual.is_some(),
-            activation: if fused {
-                ops.activation
-            } else {
-                Activation::None
-            },
-            ..dw_spec(g)
-        };
-        if !clif_only && depthwise_x86::supports(&spec) {
-            conv_depthwise_x86(ctx, g, ops, &spec, isa)?;
-            return if fused {
-                Ok(())
-            } else {
-                apply_epilogue(ctx.b, ops)
-            };
-        }
+    let Some(isa) = isa else {
+        conv_depthwise_clif(ctx, g, ops)?;
+        return apply_epilogue(ctx.b, ops);
+    };
+    let spec = x86_spec(
+        g,
+        ops.bias.is_some(),
+        ops.residual.is_some(),
+        ops.activation,
+    );
+    conv_depthwise_x86(ctx, g, ops, &spec, isa)?;
+    if supports_activation(ops.activation) {
+        Ok(())
+    } else {
+        apply_epilogue(ctx.b, ops)
     }
-    conv_depthwise_clif(ctx, g, ops)?;
-    apply_epilogue(ctx.b, ops)
 }
 
 /// One call of the machine-code kernel per image: `(X_n, W, Y_n, scratch, bias, R_n)`,

@@ -19,7 +19,6 @@ use cranelift_frontend::FunctionBuilder;
 use half::f16;
 use iced_x86::code_asm::*;
 
-use super::gemm::{Geometry, KernelKind};
 use super::gemm_x86::{AsmError, X86Isa, YMM, ZMM};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::Target;
@@ -48,9 +47,7 @@ pub fn f16_bytes(floats: &[f32]) -> Vec<u8> {
 /// Machine code of `nnc_expand_f16` for `target`, or None where the Cranelift body
 /// ([`expand_body`]) serves.
 pub fn machine_code(target: &Target) -> Option<Result<Vec<u8>, String>> {
-    let KernelKind::X86(isa) = Geometry::for_target(target).kernel else {
-        return None;
-    };
+    let isa = X86Isa::for_target(target)?;
     Some(x86_expand(isa).map_err(|AsmError(e)| format!("f16 expansion kernel: {e}")))
 }
 

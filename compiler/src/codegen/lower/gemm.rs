@@ -14,6 +14,8 @@
 //! layout at run time. Constant A (conv weights) is packed by [`pack_a`] into row tiles
 //! `[k][MR]`, so the MR broadcasts of a K step come from one cache line.
 
+use crate::codegen::options::{GemmOrder, KernelOptions, KernelSource, Toggle};
+use crate::codegen::CpuFeature;
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{
     AbiParam, FuncRef, Function, InstBuilder, Signature, UserFuncName, Value,
@@ -131,6 +133,10 @@ pub struct Geometry {
     /// (tile by tile with whole-K tiles, every tile's block was a separate 4 KB run,
     /// and the 3×3×512 convs streaming 9.4 MB of weights from L3 ran at ~80 GFLOP/s).
     pub kc: usize,
+    /// Forced loop order of the machine-code kernel (`--kernel gemm-order=...`).
+    pub order: GemmOrder,
+    /// Whether the machine-code kernel prefetches the next packed-B panel.
+    pub prefetch: bool,
 }
 
 impl Geometry {
@@ -140,6 +146,8 @@ impl Geometry {
         nr: NR,
         lanes: LANES,
         kc: usize::MAX,
+        order: GemmOrder::Auto,
+        prefetch: false,
     };
 
     fn x86(isa: X86Isa) -> Geometry {
@@ -150,24 +158,22 @@ impl Geometry {
             nr: vecs * isa.lanes(),
             lanes: isa.lanes(),
             kc: gemm_x86::k_block(vecs * isa.lanes()),
+            order: GemmOrder::Auto,
+            prefetch: true,
         }
     }
 
-    /// The fastest family `target` can run: AVX-512 (`--cpu x86-64-v4`), AVX2 + FMA
-    /// (`x86-64-v3`), else Cranelift's 128-bit code (and always on aarch64, where NEON
-    /// is 128-bit anyway). `NNC_GEMM_KERNEL=clif` forces the Cranelift kernels, for
-    /// comparisons.
-    pub fn for_target(target: &Target) -> Geometry {
-        if target.arch != Arch::X86_64 || std::env::var("NNC_GEMM_KERNEL").as_deref() == Ok("clif")
-        {
-            return Geometry::CLIF;
-        }
-        if target.has("has_avx512f") && has_fma(target) {
-            Geometry::x86(X86Isa::Avx512)
-        } else if target.has("has_avx2") && has_fma(target) {
-            Geometry::x86(X86Isa::Avx2)
-        } else {
-            Geometry::CLIF
+    /// The fastest family `target` can run ([`X86Isa::for_target`], else Cranelift's
+    /// 128-bit code, always on aarch64 where NEON is 128-bit anyway); `source` = `Clif`
+    /// forces the Cranelift kernels, for comparisons.
+    pub fn for_target(target: &Target, options: &KernelOptions) -> Geometry {
+        match X86Isa::for_target(target) {
+            Some(isa) if options.gemm == KernelSource::Auto => Geometry {
+                order: options.gemm_order,
+                prefetch: options.gemm_prefetch == Toggle::Auto,
+                ..Geometry::x86(isa)
+            },
+            _ => Geometry::CLIF,
         }
     }
 
@@ -401,7 +407,7 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 /// True when `fma` lowers to one instruction: always on aarch64; on x86-64 it needs FMA
 /// (and AVX, without which Cranelift calls libm, which a model object cannot link).
 pub fn has_fma(target: &Target) -> bool {
-    target.arch == Arch::Aarch64 || (target.has("has_fma") && target.has("has_avx"))
+    target.arch == Arch::Aarch64 || (target.has(CpuFeature::Fma) && target.has(CpuFeature::Avx))
 }
 
 /// `x·y + acc`, fused when the target can.

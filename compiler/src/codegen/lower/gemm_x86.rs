@@ -24,6 +24,8 @@ use iced_x86::code_asm::*;
 
 use super::gemm::{ALayout, Addend, BLayout, GemmSpec};
 use crate::codegen::math::{ERF_F32_P, ERF_F32_Q, ERF_F32_SATURATION};
+use crate::codegen::options::GemmOrder;
+use crate::codegen::{Arch, CpuFeature, Target};
 use crate::ops::Activation;
 
 /// Which machine-code kernel family.
@@ -34,6 +36,22 @@ pub enum X86Isa {
 }
 
 impl X86Isa {
+    /// The widest machine-code family `target` runs: AVX-512 (`--cpu x86-64-v4`),
+    /// AVX2 with FMA (`x86-64-v3`), or none (baseline x86-64 and aarch64, where
+    /// Cranelift's 128-bit code runs).
+    pub fn for_target(target: &Target) -> Option<X86Isa> {
+        let fma = target.has(CpuFeature::Fma) && target.has(CpuFeature::Avx);
+        if target.arch != Arch::X86_64 || !fma {
+            None
+        } else if target.has(CpuFeature::Avx512f) {
+            Some(X86Isa::Avx512)
+        } else if target.has(CpuFeature::Avx2) {
+            Some(X86Isa::Avx2)
+        } else {
+            None
+        }
+    }
+
     pub fn lanes(self) -> usize {
         match self {
             X86Isa::Avx2 => 8,
@@ -116,15 +134,15 @@ const PANELS_OUTER_MAX_A_BYTES: usize = 1 << 20;
 const PANELS_OUTER_MAX_BLOCKS: usize = 8;
 
 /// Whether the kernel runs panels outermost (see [`PANELS_OUTER_MAX_A_BYTES`]);
-/// `NNC_GEMM_ORDER=blocks|panels` forces one order, for measurements.
+/// `--kernel gemm-order=blocks|panels` forces one order, for measurements.
 fn panels_outer(s: &GemmSpec) -> bool {
     let blocks = s.k.div_ceil(s.geometry.k_block_len(s.k));
     // Taps convs walk output rows in their own pass (`conv_pass`).
     let possible = blocks > 1 && !matches!(s.b, BLayout::Taps { .. });
-    match std::env::var("NNC_GEMM_ORDER").as_deref() {
-        Ok("blocks") => false,
-        Ok("panels") => possible,
-        _ => {
+    match s.geometry.order {
+        GemmOrder::Blocks => false,
+        GemmOrder::Panels => possible,
+        GemmOrder::Auto => {
             possible
                 && blocks <= PANELS_OUTER_MAX_BLOCKS
                 && s.m * s.k * F32 <= PANELS_OUTER_MAX_A_BYTES
@@ -139,10 +157,9 @@ fn panels_outer(s: &GemmSpec) -> bool {
 /// (`bench_models.py --variant NNC_GEMM_PREFETCH=off`, alternating rounds): resnet18,
 /// vit_tiny and minibert 3–4% faster; ResNet's 3×3×512 convs on 7×7 (9.4 MB of
 /// weights) 2.79 → 2.52 ms alone. Only packed B is prefetched (activations read in
-/// place did not gain). `NNC_GEMM_PREFETCH=off` turns it off, for measurements.
+/// place did not gain). `--kernel gemm-prefetch=off` turns it off, for measurements.
 fn prefetch_next_panel(s: &GemmSpec) -> bool {
-    matches!(s.b, BLayout::Packed | BLayout::PackedBlocks)
-        && std::env::var("NNC_GEMM_PREFETCH").as_deref() != Ok("off")
+    matches!(s.b, BLayout::Packed | BLayout::PackedBlocks) && s.geometry.prefetch
 }
 
 /// An encoding failure or a spec the kernel cannot express.

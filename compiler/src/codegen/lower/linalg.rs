@@ -4,6 +4,10 @@
 //! B packed at compile time; every other dtype (float64, float16/bfloat16 computed in
 //! f32, the integers wrapping in i64) through a plain scalar dot-product loop.
 
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::lower::gemm::KernelKind;
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::Target;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
@@ -87,6 +91,25 @@ fn epilogue_inputs(ctx: &LowerCtx, first: usize) -> (Vec<Option<Operand>>, bool)
     (extra, fused)
 }
 
+/// The kernel plan of MatMul and Gemm: float32 runs on the target's GEMM kernel family,
+/// other dtypes on a scalar loop nest.
+pub fn plan_gemm(
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    if node.input(0)?.dtype != DType::F32 {
+        return None;
+    }
+    let geometry = Geometry::for_target(target, options);
+    let reason = match geometry.kernel {
+        KernelKind::X86(_) => "float32: the target's machine-code GEMM",
+        KernelKind::Clif if options.gemm == KernelSource::Clif => "float32; --kernel gemm=clif",
+        KernelKind::Clif => "float32: no machine-code GEMM for this target",
+    };
+    Some(NodeKernel::new(Strategy::Gemm(geometry), 0, reason))
+}
+
 pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
     let (a, b, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let (extra, fused) = epilogue_inputs(ctx, 2);
@@ -124,7 +147,7 @@ fn matmul_f32(
 ) -> LowerResult {
     let (bias, residual) = (extra[0].as_ref(), extra[1].as_ref());
     // Constant B: every matrix packed once, back to back.
-    let geom = Geometry::for_target(ctx.target);
+    let geom = ctx.planned_gemm()?;
     let packed = match b.constant.as_ref().and_then(f32_values) {
         Some(values) => {
             let mat = s.k * s.n;
@@ -398,7 +421,7 @@ fn gemm_f32(
     residual: Option<&Operand>,
     y: &Operand,
 ) -> LowerResult {
-    let geom = Geometry::for_target(ctx.target);
+    let geom = ctx.planned_gemm()?;
     let (b_ptr, b_layout) = match b.constant.as_ref().and_then(f32_values) {
         Some(v) => {
             let (ks, ns) = s.b_strides;

@@ -24,10 +24,12 @@ use cranelift_frontend::FunctionBuilder;
 use super::reduce::{fconst, fold, Step};
 use super::{AxisWindows, LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::lower::gemm::{self, Geometry, KernelKind};
+use crate::codegen::lower::gemm;
 use crate::codegen::lower::gemm_x86::X86Isa;
 use crate::codegen::lower::maxpool2d_x86::{self, BorderRow, MaxPoolSpec};
 use crate::codegen::math;
+use crate::codegen::options::{KernelOptions, KernelSource, Toggle};
+use crate::codegen::Target;
 use crate::ir::{DType, TensorType};
 use crate::ops::{PoolAttrs, PoolKind};
 
@@ -35,10 +37,10 @@ const F32: usize = 4;
 const LANES: usize = 4;
 
 /// Whether this path computes the pool: float32 max over two spatial axes, no
-/// dilation, horizontal stride 1 or 2. `NNC_SEPARABLE_POOL=off` keeps every pool on the
+/// dilation, horizontal stride 1 or 2. `--kernel separable-pool=off` keeps every pool on the
 /// generic path, for measurements.
-pub(super) fn applies(p: &PoolAttrs, x: &TensorType) -> bool {
-    std::env::var("NNC_SEPARABLE_POOL").as_deref() != Ok("off")
+pub(super) fn applies(p: &PoolAttrs, x: &TensorType, options: &KernelOptions) -> bool {
+    options.separable_pool == Toggle::Auto
         && p.kind == PoolKind::Max
         && x.dtype == DType::F32
         && x.shape.len() == 4
@@ -63,14 +65,18 @@ fn row_floats(p: &PoolAttrs, in_w: usize) -> usize {
 
 /// Arena scratch: the row buffer.
 pub(super) fn scratch_bytes(p: &PoolAttrs, x: &TensorType) -> usize {
-    if applies(p, x) {
-        row_floats(p, x.shape[3]) * F32
-    } else {
-        0
-    }
+    row_floats(p, x.shape[3]) * F32
 }
 
-pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Operand) -> LowerResult {
+/// The separable max pool, its row passes on the machine-code family `isa` or, without
+/// one, in Cranelift.
+pub(super) fn max_pool(
+    ctx: &mut LowerCtx,
+    p: &PoolAttrs,
+    x: &Operand,
+    y: &Operand,
+    isa: Option<X86Isa>,
+) -> LowerResult {
     let scratch = ctx
         .scratch
         .ok_or("MaxPool needs a scratch row but none was planned")?;
@@ -88,7 +94,7 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
     // Output rows whose window lies inside the input share one loop; the others (top
     // and bottom borders) are emitted one by one with their own row count.
     let rows = AxisWindows::new(p, 0, in_h);
-    if let Some(isa) = x86_kernel(ctx, &x.ty, &y.ty) {
+    if let Some(isa) = isa {
         let spec = MaxPoolSpec {
             isa,
             planes,
@@ -144,16 +150,19 @@ pub(super) fn max_pool(ctx: &mut LowerCtx, p: &PoolAttrs, x: &Operand, y: &Opera
     Ok(())
 }
 
-/// The machine-code kernel's family for this pool on `ctx`'s target, if any: 16 lanes
-/// on AVX-512 for rows of more than 8 outputs, else 8. `NNC_POOL_KERNEL=clif` keeps the
+/// The machine-code kernel's family for this pool on `target`, if any: 16 lanes
+/// on AVX-512 for rows of more than 8 outputs, else 8. `--kernel pool=clif` keeps the
 /// Cranelift passes, for measurements.
-fn x86_kernel(ctx: &LowerCtx, x: &TensorType, y: &TensorType) -> Option<X86Isa> {
-    let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel else {
-        return None;
-    };
+pub(super) fn x86_kernel(
+    x: &TensorType,
+    y: &TensorType,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<X86Isa> {
+    let isa = X86Isa::for_target(target)?;
     // The kernel addresses within a plane by 32-bit displacements.
     let plane_bytes = |t: &TensorType| t.shape[2] * t.shape[3] * F32;
-    if std::env::var("NNC_POOL_KERNEL").as_deref() == Ok("clif")
+    if options.pool == KernelSource::Clif
         || plane_bytes(x).max(plane_bytes(y)) > i32::MAX as usize / 2
     {
         return None;

@@ -32,9 +32,19 @@ use cranelift_module::{DataDescription, Module};
 use cranelift_object::ObjectModule;
 
 use super::kernel::PTR;
+use super::kernel_plan::{NodeKernel, Strategy};
 use super::Target;
 use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
+
+pub use conv::{plan_conv, plan_conv_transpose, ConvStrategy, WinogradTransforms};
+pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
+pub use gemm::{Geometry, KernelKind};
+pub use gemm_x86::X86Isa;
+pub use linalg::plan_gemm;
+pub use norm::plan_softmax;
+pub use pool::{plan_pool, PoolStrategy};
+pub use quant::plan_integer;
 
 pub type LowerResult = Result<(), String>;
 
@@ -52,11 +62,13 @@ pub struct Operand {
 pub struct LowerCtx<'a, 'f> {
     pub b: &'a mut FunctionBuilder<'f>,
     pub target: &'a Target,
+    /// The kernel plan's decision for this node, which lowering follows.
+    pub kernel: &'a NodeKernel,
     pub module: &'a mut ObjectModule,
     /// `None` for omitted optional inputs.
     pub inputs: Vec<Option<Operand>>,
     pub outputs: Vec<Operand>,
-    /// Arena scratch of [`scratch_bytes`] bytes, when the node asked for some.
+    /// Arena scratch of the planned bytes, when the node asked for some.
     pub scratch: Option<Value>,
     /// Where float32 weights go when they are stored as half (`--quantize fp16`).
     pub half: Option<HalfWeights>,
@@ -75,6 +87,18 @@ pub struct HalfWeights {
 }
 
 impl LowerCtx<'_, '_> {
+    /// The GEMM kernel family the kernel plan chose for this node.
+    pub fn planned_gemm(&self) -> Result<Geometry, String> {
+        match &self.kernel.strategy {
+            Strategy::Gemm(g) => Ok(*g),
+            Strategy::Conv(c) => c
+                .gemm()
+                .copied()
+                .ok_or_else(|| format!("the planned {} runs no GEMM", c.name())),
+            _ => Err("no GEMM kernel was planned for this node".into()),
+        }
+    }
+
     pub fn input(&self, i: usize) -> Result<Operand, String> {
         self.inputs
             .get(i)
@@ -125,26 +149,6 @@ impl LowerCtx<'_, '_> {
             PTR,
             gv,
         ))
-    }
-}
-
-/// Arena scratch bytes a node needs besides its inputs and outputs.
-pub fn scratch_bytes(
-    op: &Op,
-    inputs: &[Option<TensorType>],
-    outputs: &[TensorType],
-    target: &Target,
-) -> usize {
-    match op {
-        Op::Conv(c) => conv::scratch_bytes(c, inputs, outputs),
-        Op::Pool(p) => pool::scratch_bytes(p, inputs),
-        Op::MatMulInteger | Op::ConvInteger(_) => quant::scratch_bytes(op, inputs, outputs),
-        Op::ConvU8S8 {
-            conv,
-            planes,
-            requantize,
-        } => conv_u8s8::scratch_bytes(conv, planes, &outputs[0], requantize.as_ref(), target),
-        _ => 0,
     }
 }
 

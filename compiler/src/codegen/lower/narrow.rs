@@ -26,6 +26,7 @@ use super::{
 };
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::lower::{LowerCtx, LowerResult};
+use crate::codegen::options::{KernelOptions, Toggle};
 use crate::ir::{DType, Tensor};
 use crate::ops::Activation;
 
@@ -41,12 +42,17 @@ fn shape_fits(g: &ConvGeometry) -> bool {
 }
 
 /// Whether this conv takes the transposed path: the shape, constant weights, and an
-/// x86 machine-code kernel family. `NNC_NARROW_CONV=off` disables it, for measurements.
-pub(super) fn applies(ctx: &LowerCtx, g: &ConvGeometry, ops: &ConvOperands) -> bool {
-    std::env::var("NNC_NARROW_CONV").as_deref() != Ok("off")
+/// x86 machine-code GEMM. `--kernel narrow-conv=off` disables it, for measurements.
+pub(super) fn applies(
+    g: &ConvGeometry,
+    constant_weights: bool,
+    gemm: &Geometry,
+    options: &KernelOptions,
+) -> bool {
+    options.narrow_conv == Toggle::Auto
         && shape_fits(g)
-        && matches!(ops.w.constant, Some(Tensor::F32(_)))
-        && matches!(Geometry::for_target(ctx.target).kernel, KernelKind::X86(_))
+        && constant_weights
+        && matches!(gemm.kernel, KernelKind::X86(_))
 }
 
 fn pointwise(g: &ConvGeometry) -> bool {
@@ -97,11 +103,11 @@ pub(super) fn conv_transposed_gemm(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
+    geom: Geometry,
 ) -> LowerResult {
     let Some(Tensor::F32(w)) = &ops.w.constant else {
         return Err("the transposed conv GEMM needs constant weights".into());
     };
-    let geom = Geometry::for_target(ctx.target);
     let layout = Layout::new(g);
     let (p, maps, k) = (g.out_size(), g.mg, g.gemm_k());
     let w: Vec<f32> = w.iter().copied().collect();

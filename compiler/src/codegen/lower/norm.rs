@@ -15,6 +15,9 @@
 //! broadcast to X (numpy rules); the usual layouts (per-element rows, or one value) are
 //! vectorized, any other broadcast is handled by a scalar loop over the row's axes.
 
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::Target;
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
@@ -122,13 +125,11 @@ pub fn softmax(ctx: &mut LowerCtx, axis: usize, log: bool) -> LowerResult {
         keep_exp: matches!(y.ty.dtype, DType::F32 | DType::F64),
     };
     let outer: usize = shape[..axis].iter().product();
-    if !log && s.inner == 1 && x.ty.dtype == DType::F32 && y.ty.dtype == DType::F32 {
-        if let Some(isa) = softmax_isa(ctx) {
-            let code = softmax_x86::emit(outer, s.n, isa)?;
-            let func = gemm::define_machine_code(ctx, 2, &code)?;
-            ctx.b.ins().call(func, &[x.ptr, y.ptr]);
-            return Ok(());
-        }
+    if let Strategy::Softmax(Some(isa)) = ctx.kernel.strategy {
+        let code = softmax_x86::emit(outer, s.n, isa)?;
+        let func = gemm::define_machine_code(ctx, 2, &code)?;
+        ctx.b.ins().call(func, &[x.ptr, y.ptr]);
+        return Ok(());
     }
     let row_bytes = s.n * s.inner * e.dtype.size();
     let b = &mut *ctx.b;
@@ -148,16 +149,28 @@ pub fn softmax(ctx: &mut LowerCtx, axis: usize, log: bool) -> LowerResult {
     Ok(())
 }
 
-/// The machine-code softmax's ISA on x86-64 targets with AVX2 or AVX-512 (the GEMM
-/// kernels' family); `NNC_SOFTMAX_KERNEL=clif` keeps the Cranelift rows, for A/B.
-fn softmax_isa(ctx: &LowerCtx) -> Option<X86Isa> {
-    if std::env::var("NNC_SOFTMAX_KERNEL").as_deref() == Ok("clif") {
-        return None;
-    }
-    match gemm::Geometry::for_target(ctx.target).kernel {
-        gemm::KernelKind::X86(isa) => Some(isa),
-        gemm::KernelKind::Clif => None,
-    }
+/// The kernel plan of a Softmax node: the machine-code rows on x86-64 targets with AVX2
+/// or AVX-512 for float32 softmax (not log-softmax) over the innermost axis;
+/// `--kernel softmax=clif` keeps the Cranelift rows, for A/B.
+pub fn plan_softmax(
+    axis: usize,
+    log: bool,
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    let (x, y) = (node.input(0)?, *node.outputs.first()?);
+    // One contiguous row per softmax: every axis after `axis` has size 1.
+    let inner: usize = x.shape.get(axis + 1..)?.iter().product();
+    let rows = !log && inner == 1 && x.dtype == DType::F32 && y.dtype == DType::F32;
+    let isa = X86Isa::for_target(target).filter(|_| rows && options.softmax == KernelSource::Auto);
+    let reason = match (isa, rows) {
+        (Some(_), _) => "float32 softmax over the innermost axis: machine-code rows",
+        (None, true) if options.softmax == KernelSource::Clif => "--kernel softmax=clif",
+        (None, true) => "no machine-code rows for this target",
+        (None, false) => "log-softmax, another axis or dtype: Cranelift rows and columns",
+    };
+    Some(NodeKernel::new(Strategy::Softmax(isa), 0, reason))
 }
 
 struct Softmax {

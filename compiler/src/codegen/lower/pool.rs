@@ -23,22 +23,74 @@ use cranelift_frontend::FunctionBuilder;
 use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, Inner, Loops, Step};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::lower::gemm_x86::X86Isa;
 use crate::codegen::math;
-use crate::ir::{DType, TensorType};
+use crate::codegen::options::KernelOptions;
+use crate::codegen::Target;
+use crate::ir::DType;
 use crate::ops::{PoolAttrs, PoolKind};
 
 /// The separable 2-D float32 max pool, a child module: it shares [`AxisWindows`].
 #[path = "maxpool2d.rs"]
 mod maxpool2d;
 
-/// Arena scratch bytes of a pooling node (the separable max pool's row buffer).
-pub fn scratch_bytes(p: &PoolAttrs, inputs: &[Option<TensorType>]) -> usize {
-    match inputs.first() {
-        Some(Some(x)) if !is_global(p, x.shape.get(2..).unwrap_or(&[])) => {
-            maxpool2d::scratch_bytes(p, x)
+/// How a pooling node is computed, as the kernel plan decides it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolStrategy {
+    /// The window covers the whole plane: one reduction per plane.
+    Global,
+    /// 2-D float32 max pooling as a row pass and a column pass ([`maxpool2d`]), the
+    /// row passes in machine code of this family or in Cranelift.
+    SeparableMax(Option<X86Isa>),
+    /// Every other window: static tap loops, border regions apart.
+    Windows,
+}
+
+impl PoolStrategy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            PoolStrategy::Global => "global-pool",
+            PoolStrategy::SeparableMax(_) => "separable-maxpool2d",
+            PoolStrategy::Windows => "window-pool",
         }
-        _ => 0,
     }
+
+    pub fn kernels(&self) -> Vec<String> {
+        match self {
+            PoolStrategy::SeparableMax(Some(X86Isa::Avx512)) => {
+                vec!["f32-maxpool2d-avx512f".into()]
+            }
+            PoolStrategy::SeparableMax(Some(X86Isa::Avx2)) => vec!["f32-maxpool2d-avx2".into()],
+            PoolStrategy::SeparableMax(None) => vec!["f32-maxpool2d-clif".into()],
+            _ => vec![],
+        }
+    }
+}
+
+/// The kernel plan of a pooling node (`None` for operands that are not a valid pool).
+pub fn plan_pool(
+    p: &PoolAttrs,
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    let (x, y) = (node.input(0)?, *node.outputs.first()?);
+    let plan = |s: PoolStrategy, scratch: usize, reason: &str| {
+        Some(NodeKernel::new(Strategy::Pool(s), scratch, reason))
+    };
+    if is_global(p, x.shape.get(2..).unwrap_or(&[])) {
+        return plan(PoolStrategy::Global, 0, "the window covers the whole plane");
+    }
+    if maxpool2d::applies(p, x, options) {
+        let isa = maxpool2d::x86_kernel(x, y, target, options);
+        return plan(
+            PoolStrategy::SeparableMax(isa),
+            maxpool2d::scratch_bytes(p, x),
+            "2-D float32 max pool, no dilation, row stride 1 or 2",
+        );
+    }
+    plan(PoolStrategy::Windows, 0, "the general window loops")
 }
 
 /// Static tap loops are unrolled while the unrolled window has at most this many taps.
@@ -64,11 +116,13 @@ pub fn pool(ctx: &mut LowerCtx, p: &PoolAttrs) -> LowerResult {
         return Err("cannot pool an empty spatial input".into());
     }
     let planes = shape[0] * shape[1];
-    if is_global(p, in_spatial) {
-        return global(ctx.b, p.kind, &x, &y);
-    }
-    if maxpool2d::applies(p, &x.ty) {
-        return maxpool2d::max_pool(ctx, p, &x, &y);
+    match ctx.kernel.strategy {
+        Strategy::Pool(PoolStrategy::Global) => return global(ctx.b, p.kind, &x, &y),
+        Strategy::Pool(PoolStrategy::SeparableMax(isa)) => {
+            return maxpool2d::max_pool(ctx, p, &x, &y, isa)
+        }
+        Strategy::Pool(PoolStrategy::Windows) => {}
+        _ => return Err("no pooling kernel was planned for this node".into()),
     }
     let mut axes: Vec<AxisWindows> = (0..spatial)
         .map(|a| AxisWindows::new(p, a, in_spatial[a]))

@@ -6,6 +6,7 @@
 //! writes the zero-point-adjusted im2col matrix of each image in the GEMM's pair-packed
 //! layout. QuantizeLinear and DequantizeLinear are element loops.
 
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -170,27 +171,62 @@ fn matmul_int_shape(a: &TensorType, b: &TensorType) -> Result<MatMulInt, String>
 }
 
 /// Scratch of MatMulInteger and ConvInteger: the widened A and the packed B.
-pub fn scratch_bytes(op: &Op, inputs: &[Option<TensorType>], outputs: &[TensorType]) -> usize {
-    let (Some(Some(a)), Some(Some(b))) = (inputs.first(), inputs.get(1)) else {
-        return 0;
+/// The uint8 activations' zero point when MatMulInteger can run on the 8-bit
+/// dot-product GEMM: uint8 A with a constant scalar zero point (or none), constant int8
+/// B with a zero point of zeros (or none). Each optional input is `None` when absent and
+/// `Some(None)` when present but not constant.
+fn dot_zero_point(
+    a: DType,
+    b: Option<&Tensor>,
+    a_zp: Option<Option<&Tensor>>,
+    b_zp: Option<Option<&Tensor>>,
+) -> Option<i64> {
+    let b_zero = match b_zp {
+        None => true,
+        Some(z) => z.is_some_and(|t| t.to_i64_vec().iter().all(|&v| v == 0)),
     };
-    match op {
-        Op::MatMulInteger => match matmul_int_shape(a, b) {
-            Ok(s) => {
-                let g = IntGemm::new(s.m, s.n, s.k, s.n);
-                align(s.m * g.k2 * 2) + align(g.packed_b_bytes())
-            }
-            Err(_) => 0,
+    let za = match a_zp {
+        None => Some(0),
+        Some(z) => match z.map(Tensor::to_i64_vec) {
+            Some(v) if v.len() == 1 => Some(v[0]),
+            _ => None,
         },
-        Op::ConvInteger(c) => match ConvInt::new(c, a, b, &outputs[0]) {
-            Ok(v) => {
-                let g = v.gemm();
-                align(v.mg * g.k2 * 2) * v.group + align(g.packed_b_bytes())
-            }
-            Err(_) => 0,
-        },
-        _ => 0,
-    }
+    };
+    (b_zero && a == DType::U8 && b?.dtype() == DType::I8).then_some(za?)
+}
+
+/// The kernel plan of MatMulInteger and ConvInteger: the 8-bit dot-product GEMM where
+/// [`dot_zero_point`] allows (MatMulInteger), the exact int16 GEMM otherwise, with the
+/// scratch of its packed operands.
+pub fn plan_integer(op: &Op, node: &NodeOperands) -> Option<NodeKernel> {
+    let (a, b) = (node.input(0)?, node.input(1)?);
+    let optional = |i: usize| node.has_input(i).then(|| node.constant(i));
+    let (dot, scratch) = match op {
+        Op::MatMulInteger => {
+            let s = matmul_int_shape(a, b).ok()?;
+            let g = IntGemm::new(s.m, s.n, s.k, s.n);
+            let dot = dot_zero_point(a.dtype, node.constant(1), optional(2), optional(3));
+            (
+                dot.is_some(),
+                align(s.m * g.k2 * 2) + align(g.packed_b_bytes()),
+            )
+        }
+        Op::ConvInteger(c) => {
+            let v = ConvInt::new(c, a, b, node.outputs.first()?).ok()?;
+            let g = v.gemm();
+            (
+                false,
+                align(v.mg * g.k2 * 2) * v.group + align(g.packed_b_bytes()),
+            )
+        }
+        _ => return None,
+    };
+    let reason = if dot {
+        "uint8 activations and constant int8 weights: 8-bit dot products"
+    } else {
+        "operand types or zero points the 8-bit dot products cannot take: exact int16 GEMM"
+    };
+    Some(NodeKernel::new(Strategy::IntGemm { dot }, scratch, reason))
 }
 
 fn align(bytes: usize) -> usize {
@@ -204,8 +240,8 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         ctx.inputs.get(3).cloned().flatten(),
     );
     let s = matmul_int_shape(&a.ty, &bt.ty)?;
-    if matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref())? {
-        return Ok(());
+    if ctx.kernel.strategy == (Strategy::IntGemm { dot: true }) {
+        return matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref());
     }
     let runtime_g = IntGemm::new(s.m, s.n, s.k, s.n);
     let mut g = runtime_g;
@@ -277,28 +313,17 @@ fn matmul_dot(
     y: &Operand,
     a_zp: Option<&Operand>,
     b_zp: Option<&Operand>,
-) -> Result<bool, String> {
-    let Some(b_const) = &bt.constant else {
-        return Ok(false);
-    };
-    let b_zero = match b_zp {
-        None => true,
-        Some(z) => z
-            .constant
-            .as_ref()
-            .is_some_and(|t| t.to_i64_vec().iter().all(|&v| v == 0)),
-    };
-    let a_zero_point = match a_zp {
-        None => Some(0),
-        Some(z) => match z.constant.as_ref().map(|t| t.to_i64_vec()) {
-            Some(v) if v.len() == 1 => Some(v[0]),
-            _ => None,
-        },
-    };
-    let (Some(za), true, DType::U8, DType::I8) =
-        (a_zero_point, b_zero, a.ty.dtype, b_const.dtype())
-    else {
-        return Ok(false);
+) -> LowerResult {
+    let (Some(b_const), Some(za)) = (
+        &bt.constant,
+        dot_zero_point(
+            a.ty.dtype,
+            bt.constant.as_ref(),
+            a_zp.map(|z| z.constant.as_ref()),
+            b_zp.map(|z| z.constant.as_ref()),
+        ),
+    ) else {
+        return Err("the dot-product GEMM was planned for operands it cannot take".into());
     };
     let g = DotGemm {
         m: s.m,
@@ -358,7 +383,7 @@ fn matmul_dot(
             gemm_dot::emit(b, &g, rows, bp, cp, y_mat);
         },
     );
-    Ok(true)
+    Ok(())
 }
 
 /// Zeroes `bytes` (a multiple of 16) at `dst`.

@@ -48,14 +48,19 @@ use cranelift_frontend::FunctionBuilder;
 
 use cranelift_codegen::ir::FuncRef;
 
-use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
-use super::{align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, F32};
+use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::{
+    align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands,
+    WinogradTransforms, F32,
+};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::lower::gemm_x86::X86Isa;
 use crate::codegen::lower::winograd_plane_x86::{self, PlaneSpec};
 use crate::codegen::lower::winograd_x86::{self, TransformSpec};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
+use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
+use crate::codegen::Target;
 use crate::ir::Tensor;
 use crate::ops::Activation;
 
@@ -112,8 +117,8 @@ impl Algorithm {
 /// Which F(m×m, 3×3) a conv uses, if any. The choice depends on shapes only (not on the
 /// target), so the scratch size the memory plan reserves does too.
 ///
-/// `NNC_WINOGRAD=off|2|4` overrides it, for measurements.
-fn algorithm(g: &ConvGeometry) -> Option<&'static Algorithm> {
+/// `--kernel winograd=off|f2|f4` overrides it, for measurements.
+fn algorithm(g: &ConvGeometry, options: &KernelOptions) -> Option<&'static Algorithm> {
     let eligible = g.output.len() == 2
         && g.kernel == [3, 3]
         && g.strides == [1, 1]
@@ -122,11 +127,11 @@ fn algorithm(g: &ConvGeometry) -> Option<&'static Algorithm> {
     if !eligible {
         return None;
     }
-    match std::env::var("NNC_WINOGRAD").as_deref() {
-        Ok("off") => return None,
-        Ok("2") => return Some(&F2),
-        Ok("4") => return Some(&F4),
-        _ => {}
+    match options.winograd {
+        WinogradChoice::Off => return None,
+        WinogradChoice::F2 => return Some(&F2),
+        WinogradChoice::F4 => return Some(&F4),
+        WinogradChoice::Auto => {}
     }
     // U holds (m+2)²/9 times the weights' bytes (4× for F4, 1.8× for F2), streamed
     // once per chunk from L2, L3 or memory: with big weights and few tiles that
@@ -238,8 +243,8 @@ fn skewed(bytes: usize) -> usize {
 
 /// Scratch the Winograd path needs for this conv, or None when it does not apply: the
 /// most any transform width needs, so it does not depend on the CPU.
-pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
-    algorithm(g).map(|alg| {
+pub(super) fn scratch_bytes(g: &ConvGeometry, options: &KernelOptions) -> Option<usize> {
+    algorithm(g, options).map(|alg| {
         [LANES, 8, 16]
             .iter()
             .map(|&lanes| Plan::new(g, alg, lanes).bytes())
@@ -251,18 +256,17 @@ pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
 /// The machine-code transforms' vector width for this conv on `target`, if they apply:
 /// 16 tiles per vector on AVX-512 for tile rows of more than 8 tiles, else 8 (ymm, also
 /// on AVX-512); rows of up to 4 tiles keep the Cranelift transforms, whose 4 lanes they
-/// fill. `NNC_WINOGRAD_KERNEL=clif` keeps them always, for measurements.
+/// fill. `--kernel winograd-transform=clif` keeps them always, for measurements.
 fn x86_transforms(
-    ctx: &LowerCtx,
     g: &ConvGeometry,
     alg: &'static Algorithm,
     act: Activation,
+    target: &Target,
+    options: &KernelOptions,
 ) -> Option<X86Isa> {
-    let KernelKind::X86(isa) = Geometry::for_target(ctx.target).kernel else {
-        return None;
-    };
+    let isa = X86Isa::for_target(target)?;
     let tw = g.output[1].div_ceil(alg.m);
-    if std::env::var("NNC_WINOGRAD_KERNEL").as_deref() == Ok("clif")
+    if options.winograd_transform == KernelSource::Clif
         || tw <= LANES
         || !winograd_x86::supports(act)
     {
@@ -286,8 +290,27 @@ fn x86_transforms(
 }
 
 /// Whether this conv takes the Winograd path (it also needs constant weights).
-pub(super) fn applies(g: &ConvGeometry, ops: &ConvOperands) -> bool {
-    algorithm(g).is_some() && matches!(ops.w.constant, Some(Tensor::F32(_)))
+pub(super) fn applies(g: &ConvGeometry, constant_weights: bool, options: &KernelOptions) -> bool {
+    algorithm(g, options).is_some() && constant_weights
+}
+
+/// The algorithm's output tile `m` and the transforms that run it on `target`.
+pub(super) fn choose(
+    g: &ConvGeometry,
+    act: Activation,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<(usize, WinogradTransforms)> {
+    let alg = algorithm(g, options)?;
+    let transforms = if plane_applies(g, alg, act, target, options) {
+        WinogradTransforms::Plane16
+    } else {
+        match x86_transforms(g, alg, act, target, options) {
+            Some(isa) => WinogradTransforms::X86(isa),
+            None => WinogradTransforms::Clif,
+        }
+    };
+    Some((alg.m, transforms))
 }
 
 /// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
@@ -334,18 +357,26 @@ pub(super) fn conv_winograd(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
+    m: usize,
+    transforms: WinogradTransforms,
+    geom: Geometry,
 ) -> LowerResult {
-    let alg = algorithm(g).ok_or("Winograd does not apply to this conv")?;
-    if let Some(spec) = plane_transforms(ctx, g, alg, ops) {
-        return conv_winograd_plane(ctx, g, alg, ops, &spec);
-    }
-    let x86 = x86_transforms(ctx, g, alg, ops.activation);
+    let alg = [&F2, &F4]
+        .into_iter()
+        .find(|a| a.m == m)
+        .ok_or("Winograd has no F(m×m, 3×3) of this m")?;
+    let x86 = match transforms {
+        WinogradTransforms::Plane16 => {
+            return conv_winograd_plane(ctx, g, alg, ops, &plane_spec(g, alg, ops));
+        }
+        WinogradTransforms::X86(isa) => Some(isa),
+        WinogradTransforms::Clif => None,
+    };
     let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
     let Some(Tensor::F32(w)) = &ops.w.constant else {
         return Err("the Winograd path needs constant weights".into());
     };
     let w: Vec<f32> = w.iter().copied().collect();
-    let geom = Geometry::for_target(ctx.target);
     let u = transformed_weights(g, alg, &w, &geom);
     let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;
@@ -461,26 +492,27 @@ pub(super) fn conv_winograd(
 }
 
 /// The whole-plane transforms (`lower/winograd_plane_x86.rs`) for F(2×2) convs of at
-/// most 16 tiles on AVX-512 targets, if they apply. `NNC_WINOGRAD_KERNEL=clif` keeps
+/// most 16 tiles on AVX-512 targets, if they apply. `--kernel winograd-transform=clif` keeps
 /// the Cranelift transforms, for measurements.
-fn plane_transforms(
-    ctx: &LowerCtx,
+fn plane_applies(
     g: &ConvGeometry,
     alg: &'static Algorithm,
-    ops: &ConvOperands,
-) -> Option<PlaneSpec> {
-    let KernelKind::X86(X86Isa::Avx512) = Geometry::for_target(ctx.target).kernel else {
-        return None;
-    };
+    act: Activation,
+    target: &Target,
+    options: &KernelOptions,
+) -> bool {
     let (in_h, in_w, out_h, out_w) = (g.input[0], g.input[1], g.output[0], g.output[1]);
-    if alg.m != 2
-        || std::env::var("NNC_WINOGRAD_KERNEL").as_deref() == Ok("clif")
-        || !winograd_plane_x86::applies(in_h, in_w, out_h, out_w, ops.activation)
-    {
-        return None;
-    }
+    X86Isa::for_target(target) == Some(X86Isa::Avx512)
+        && alg.m == 2
+        && options.winograd_transform == KernelSource::Auto
+        && winograd_plane_x86::applies(in_h, in_w, out_h, out_w, act)
+}
+
+/// The whole-plane kernels' description of this conv.
+fn plane_spec(g: &ConvGeometry, alg: &'static Algorithm, ops: &ConvOperands) -> PlaneSpec {
+    let (in_h, in_w, out_h, out_w) = (g.input[0], g.input[1], g.output[0], g.output[1]);
     let plan = Plan::new(g, alg, 16);
-    Some(PlaneSpec {
+    PlaneSpec {
         channels: plan.channels,
         maps: plan.maps,
         in_h,
@@ -495,7 +527,7 @@ fn plane_transforms(
         bias: ops.bias.is_some(),
         residual: ops.residual.is_some(),
         activation: ops.activation,
-    })
+    }
 }
 
 /// The Winograd conv with the whole-plane kernels: per batch item, the input

@@ -1,0 +1,235 @@
+//! The kernel plan: for every node, the strategy and micro-kernels that will run it,
+//! with the register tile, the scratch bytes and the reason for the choice.
+//!
+//! It is decided once, after the graph passes and before the memory plan, from the
+//! node's types and constants, the target's CPU features and the caller's
+//! [`KernelOptions`]. The memory plan reserves [`NodeKernel::scratch_bytes`] and
+//! lowering follows [`NodeKernel::strategy`], so no later stage chooses again, and
+//! `nnc inspect --kernels` shows exactly what the artifact runs.
+
+use std::fmt;
+
+use super::lower::{self, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
+use super::{KernelOptions, Target};
+use crate::ir::{Graph, Node, Tensor, TensorType};
+use crate::ops::Op;
+
+/// What one node runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeKernel {
+    pub strategy: Strategy,
+    /// Arena bytes the node uses besides its inputs and outputs.
+    pub scratch_bytes: usize,
+    /// Why this strategy: the rule that chose it, or the option that forced it.
+    pub reason: String,
+}
+
+/// How a node is computed. Families with one code shape are [`Strategy::Clif`]; the
+/// others name the choice their lowering follows.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Strategy {
+    /// The op family's Cranelift code (elementwise, movement, reductions...).
+    Clif,
+    /// No code: the node's output is a view of its input (decided by the memory plan,
+    /// reported here for `inspect`).
+    View,
+    /// An f32 GEMM (MatMul, Gemm, ConvTranspose's per-tap products) on one kernel family.
+    Gemm(Geometry),
+    Conv(ConvStrategy),
+    Pool(PoolStrategy),
+    /// Softmax rows: AVX2/AVX-512 machine code, or Cranelift's.
+    Softmax(Option<X86Isa>),
+    /// The INT8 convolution: AVX-512 VNNI machine code (with its loop order: weight
+    /// tiles outermost or not), or Cranelift's dot-product tree.
+    ConvU8S8 {
+        vnni: Option<bool>,
+    },
+    /// Quantization into INT8 planes: AVX-512 machine code or Cranelift's.
+    QuantizeToPlanes {
+        x86: bool,
+    },
+    /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM, or the exact int16 one.
+    IntGemm {
+        dot: bool,
+    },
+}
+
+/// The plan of a whole graph, indexed like `graph.nodes`.
+#[derive(Clone, Debug, Default)]
+pub struct KernelPlan {
+    pub nodes: Vec<NodeKernel>,
+}
+
+impl KernelPlan {
+    pub fn scratch_bytes(&self) -> Vec<usize> {
+        self.nodes.iter().map(|n| n.scratch_bytes).collect()
+    }
+}
+
+/// A node's operand types and constant values, as planners see them.
+pub struct NodeOperands<'g> {
+    pub inputs: Vec<Option<&'g TensorType>>,
+    pub constants: Vec<Option<&'g Tensor>>,
+    pub outputs: Vec<&'g TensorType>,
+}
+
+impl<'g> NodeOperands<'g> {
+    pub fn of(graph: &'g Graph, node: &Node) -> NodeOperands<'g> {
+        NodeOperands {
+            inputs: node.inputs.iter().map(|i| i.map(|v| graph.ty(v))).collect(),
+            constants: node
+                .inputs
+                .iter()
+                .map(|i| i.and_then(|v| graph.constant(v)))
+                .collect(),
+            outputs: node.outputs.iter().map(|o| graph.ty(*o)).collect(),
+        }
+    }
+
+    pub fn input(&self, i: usize) -> Option<&'g TensorType> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    pub fn constant(&self, i: usize) -> Option<&'g Tensor> {
+        self.constants.get(i).copied().flatten()
+    }
+
+    pub fn has_input(&self, i: usize) -> bool {
+        self.input(i).is_some()
+    }
+}
+
+impl NodeKernel {
+    pub fn new(strategy: Strategy, scratch_bytes: usize, reason: impl Into<String>) -> Self {
+        NodeKernel {
+            strategy,
+            scratch_bytes,
+            reason: reason.into(),
+        }
+    }
+
+    fn clif(reason: &str) -> NodeKernel {
+        NodeKernel::new(Strategy::Clif, 0, reason)
+    }
+
+    /// The strategy's short name (`winograd-f4x4`, `implicit-gemm-s2`, `im2col+gemm`).
+    pub fn strategy_name(&self) -> String {
+        match &self.strategy {
+            Strategy::Clif => "clif".into(),
+            Strategy::View => "view".into(),
+            Strategy::Gemm(_) => "gemm".into(),
+            Strategy::Conv(c) => c.name(),
+            Strategy::Pool(p) => p.name().into(),
+            Strategy::Softmax(_) => "softmax-rows".into(),
+            Strategy::ConvU8S8 { vnni: Some(true) } => "u8s8-conv-tiles-outer".into(),
+            Strategy::ConvU8S8 { vnni: Some(false) } => "u8s8-conv-panels-outer".into(),
+            Strategy::ConvU8S8 { vnni: None } => "u8s8-conv".into(),
+            Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
+            Strategy::IntGemm { dot: true } => "dot-gemm".into(),
+            Strategy::IntGemm { dot: false } => "int16-gemm".into(),
+        }
+    }
+
+    /// The micro-kernels it calls, by their kernel-library names.
+    pub fn kernels(&self) -> Vec<String> {
+        match &self.strategy {
+            Strategy::Clif | Strategy::View => vec![],
+            Strategy::Gemm(g) => vec![gemm_kernel_name(g)],
+            Strategy::Conv(c) => c.kernels(),
+            Strategy::Pool(p) => p.kernels(),
+            Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
+            Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
+            Strategy::ConvU8S8 { vnni: Some(_) } => {
+                vec![lower::U8S8_CONV_X86_KERNEL.to_string()]
+            }
+            Strategy::ConvU8S8 { vnni: None } => vec!["u8s8-conv-4x8-clif".into()],
+            Strategy::QuantizeToPlanes { x86: true } => {
+                vec!["f32-qu8-planes-avx512f".into()]
+            }
+            Strategy::QuantizeToPlanes { x86: false } => vec!["f32-qu8-planes-clif".into()],
+            Strategy::IntGemm { dot: true } => vec!["u8s8-gemm-dot-clif".into()],
+            Strategy::IntGemm { dot: false } => vec!["i16-gemm-clif".into()],
+        }
+    }
+
+    /// The GEMM register tile (rows × columns), where the node runs a GEMM.
+    pub fn tile(&self) -> Option<(usize, usize)> {
+        let g = match &self.strategy {
+            Strategy::Gemm(g) => g,
+            Strategy::Conv(c) => c.gemm()?,
+            _ => return None,
+        };
+        Some((g.mr, g.nr))
+    }
+}
+
+/// The suffix naming an x86 machine-code family in kernel names.
+pub fn isa_suffix(isa: X86Isa) -> &'static str {
+    match isa {
+        X86Isa::Avx2 => "avx2-fma",
+        X86Isa::Avx512 => "avx512f",
+    }
+}
+
+/// `f32-gemm-8x48-avx512f`, `f32-gemm-6x16-avx2-fma`, `f32-gemm-5x8-clif`.
+pub fn gemm_kernel_name(g: &Geometry) -> String {
+    let isa = match g.kernel {
+        KernelKind::X86(isa) => isa_suffix(isa),
+        KernelKind::Clif => "clif",
+    };
+    format!("f32-gemm-{}x{}-{isa}", g.mr, g.nr)
+}
+
+/// Decides every node's kernel.
+pub fn plan_kernels(graph: &Graph, target: &Target, options: &KernelOptions) -> KernelPlan {
+    KernelPlan {
+        nodes: graph
+            .nodes
+            .iter()
+            .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
+            .collect(),
+    }
+}
+
+/// One node's kernel. A node whose shapes its family's planner cannot read (lowering
+/// then reports the problem) gets the Cranelift strategy.
+pub fn plan_node(
+    op: &Op,
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> NodeKernel {
+    let planned = match op {
+        Op::Conv(c) => lower::plan_conv(c, node, target, options),
+        Op::ConvTranspose(_) => lower::plan_conv_transpose(node),
+        Op::MatMul(_) | Op::Gemm(_) => lower::plan_gemm(node, target, options),
+        Op::Pool(p) => lower::plan_pool(p, node, target, options),
+        Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
+        Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node),
+        Op::ConvU8S8 {
+            conv,
+            planes,
+            requantize,
+        } => lower::plan_conv_u8s8(conv, planes, requantize.as_ref(), node, target, options),
+        Op::QuantizeToPlanes(layout) => lower::plan_quantize_to_planes(layout, target, options),
+        _ => None,
+    };
+    planned.unwrap_or_else(|| NodeKernel::clif("the op family's Cranelift code"))
+}
+
+impl fmt::Display for NodeKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.strategy_name())?;
+        let kernels = self.kernels();
+        if !kernels.is_empty() {
+            write!(f, " [{}]", kernels.join(", "))?;
+        }
+        if let Some((mr, nr)) = self.tile() {
+            write!(f, " tile {mr}x{nr}")?;
+        }
+        if self.scratch_bytes > 0 {
+            write!(f, " scratch {} B", self.scratch_bytes)?;
+        }
+        write!(f, " ({})", self.reason)
+    }
+}
