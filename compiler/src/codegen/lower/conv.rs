@@ -52,11 +52,11 @@ use cranelift_frontend::FunctionBuilder;
 use super::gemm::{
     self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES, PANEL_QUANTUM,
 };
-use super::gemm_x86::X86Isa;
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
 use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{ConvRows, KernelOptions, KernelSource, Toggle, WinogradChoice};
 use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};

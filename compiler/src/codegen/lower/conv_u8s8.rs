@@ -9,23 +9,24 @@
 //!
 //! Two implementations with identical results (the integer sums are exact and the
 //! float32 epilogue is the same sequence of operations):
-//! * x86-64 with AVX-512 VNNI: the machine-code kernels of [`super::conv_u8s8_x86`];
+//! * x86-64 with AVX-512 VNNI: the machine-code kernels of [`crate::codegen::kernels::x86::conv_u8s8`];
 //! * everywhere else, Cranelift code whose dot-product tree folds to `vpdpbusd` (AVX
 //!   VNNI), `usdot` (aarch64 +i8mm) or `sdot`-less widening multiplies otherwise. It
 //!   writes the wide rows to scratch and a second pass keeps the `Wo` valid columns of
 //!   each row while adding the residual and applying the activation.
 
 use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::kernels::clif::gemm_dot::dot_accumulate;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::CpuFeature;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::conv_u8s8_x86;
 use super::elementwise::activate_run;
 use super::{LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags, PTR};
+use crate::codegen::kernels::x86;
 use crate::codegen::target::Arch;
 use crate::codegen::Target;
 use crate::ir::TensorType;
@@ -177,8 +178,8 @@ pub fn plan_conv_u8s8(
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let g = ConvU8Geometry::new(conv, planes, node.outputs.first()?, requantize);
-    if use_x86_vnni(target, options) && conv_u8s8_x86::supports(conv.activation) {
-        let tiles_outer = conv_u8s8_x86::tiles_outer(&g, options.int8_order);
+    if use_x86_vnni(target, options) && x86::conv_u8s8::supports(conv.activation) {
+        let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
         return Some(NodeKernel::new(
             Strategy::ConvU8S8 {
                 vnni: Some(tiles_outer),
@@ -207,7 +208,7 @@ pub fn plan_quantize_to_planes(
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let x86 = use_x86_vnni(target, options) && conv_u8s8_x86::quantize_supports(layout);
+    let x86 = use_x86_vnni(target, options) && x86::conv_u8s8::quantize_supports(layout);
     let reason = if x86 {
         "AVX-512 VNNI target"
     } else {
@@ -259,7 +260,7 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let batch = x.ty.shape[0];
     if ctx.kernel.strategy == (Strategy::QuantizeToPlanes { x86: true }) {
-        let code = conv_u8s8_x86::emit_quantize(layout, inv, zp)?;
+        let code = x86::conv_u8s8::emit_quantize(layout, inv, zp)?;
         let func = super::gemm::define_machine_code(ctx, 2, &code)?;
         let in_image = layout.channels * layout.height * layout.width * 4;
         let b = &mut *ctx.b;
@@ -472,15 +473,15 @@ fn conv_x86(
     requantize: Option<&Requantize>,
     tiles_outer: bool,
 ) -> LowerResult {
-    let spec = conv_u8s8_x86::ConvSpec::new(
+    let spec = x86::conv_u8s8::ConvSpec::new(
         g,
         conv.activation,
         ctx.inputs[3].is_some(),
         requantize,
         tiles_outer,
     );
-    let (w, bias, scale) = tile_constants(ctx, g, k, conv_u8s8_x86::MR)?;
-    let code = conv_u8s8_x86::emit_conv(&spec)?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, x86::conv_u8s8::MR)?;
+    let code = x86::conv_u8s8::emit_conv(&spec)?;
     let func = super::gemm::define_machine_code(ctx, 6, &code)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
@@ -711,33 +712,4 @@ impl ClifTiles<'_> {
             });
         }
     }
-}
-
-/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x`), in the tree Cranelift folds
-/// to one 8-bit dot-product instruction where the target has one.
-pub(super) fn dot_accumulate(
-    b: &mut FunctionBuilder,
-    acc: Value,
-    w: Value,
-    x: Value,
-    usdot: bool,
-) -> Value {
-    let half = |b: &mut FunctionBuilder, high: bool| {
-        let (sw, ux) = if high {
-            (b.ins().swiden_high(w), b.ins().uwiden_high(x))
-        } else {
-            (b.ins().swiden_low(w), b.ins().uwiden_low(x))
-        };
-        let p = if usdot {
-            b.ins().imul(ux, sw)
-        } else {
-            b.ins().imul(sw, ux)
-        };
-        let (lo, hi) = (b.ins().swiden_low(p), b.ins().swiden_high(p));
-        b.ins().iadd_pairwise(lo, hi)
-    };
-    let lo = half(b, false);
-    let hi = half(b, true);
-    let d = b.ins().iadd_pairwise(lo, hi);
-    b.ins().iadd(d, acc)
 }

@@ -14,8 +14,9 @@ use super::{
     align_up, apply_epilogue, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32,
 };
 use crate::codegen::kernel::{self, flags, PTR};
-use crate::codegen::lower::depthwise_x86::{self, DwLayout, DwSpec};
-use crate::codegen::lower::gemm_x86::{supports_activation, X86Isa};
+use crate::codegen::kernels::x86;
+use crate::codegen::kernels::x86::dwconv::{DwLayout, DwSpec};
+use crate::codegen::kernels::x86::{supports_activation, X86Isa};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource};
@@ -111,7 +112,7 @@ fn dw_spec(g: &ConvGeometry) -> DwSpec {
 pub(super) fn scratch_bytes(g: &ConvGeometry) -> usize {
     let clif = PlaneLayout::new(g).bytes();
     let spec = dw_spec(g);
-    if depthwise_x86::supports(&spec) {
+    if x86::dwconv::supports(&spec) {
         clif.max(align_up(DwLayout::new(&spec).bytes(&spec)))
     } else {
         clif
@@ -142,7 +143,7 @@ pub(super) fn x86_kernel(
 ) -> Option<X86Isa> {
     let isa = X86Isa::for_target(target)?;
     (options.dwconv == KernelSource::Auto
-        && depthwise_x86::supports(&x86_spec(g, bias, residual, activation)))
+        && x86::dwconv::supports(&x86_spec(g, bias, residual, activation)))
     .then_some(isa)
 }
 
@@ -182,7 +183,7 @@ fn conv_depthwise_x86(
     isa: X86Isa,
 ) -> LowerResult {
     let plane = scratch(ctx)?;
-    let code = depthwise_x86::emit(spec, isa)?;
+    let code = x86::dwconv::emit(spec, isa)?;
     let func = gemm::define_machine_code(ctx, 6, &code)?;
     let b = &mut *ctx.b;
     let in_image = g.channels * g.in_size() * F32;

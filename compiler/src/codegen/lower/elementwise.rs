@@ -278,7 +278,7 @@ pub fn unary(ctx: &mut LowerCtx, op: UnaryOp) -> LowerResult {
 }
 
 /// A fused activation (see [`crate::ops::Activation`]) of a float scalar or vector.
-pub(super) fn activation(
+pub(crate) fn activation(
     b: &mut FunctionBuilder,
     act: crate::ops::Activation,
     x: Value,

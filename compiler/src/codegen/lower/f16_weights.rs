@@ -19,8 +19,8 @@ use cranelift_frontend::FunctionBuilder;
 use half::f16;
 use iced_x86::code_asm::*;
 
-use super::gemm_x86::{AsmError, X86Isa, YMM, ZMM};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::kernels::x86::asm::{AsmError, X86Isa, YMM, ZMM};
 use crate::codegen::Target;
 
 /// Halves per loop iteration of every expansion variant; blobs are padded to it.

@@ -1,21 +1,14 @@
-//! The float32 GEMM behind MatMul, Gemm and Conv:
-//! `C[M,N] = alpha · A[M,K] · B[K,N] + Σ scale · T`, where each addend `T` is broadcast
-//! to `[M,N]` through its strides (Gemm's C, a per-row conv bias, a per-column bias).
-//!
-//! Every GEMM shape a node needs becomes its own function, compiled out of line at
-//! opt_level "none" and called from the node's function: the register tile in
-//! [`super::gemm_tile`] is scheduled by hand, and at "speed" the e-graph re-elaborates
-//! an unrolled K step accumulator by accumulator, which keeps every broadcast of the
-//! step alive at once and spills (256³ GEMM on this Xeon: ~25 GFLOP/s inside the node
-//! function at "speed", ~37 out of line at "none"; the 128-bit FMA peak is ~46).
-//!
-//! Constant B (weights) is packed at compile time by [`pack_b`] into column panels, each
-//! `[k][NR]` contiguous, so the K loop walks memory linearly; im2col writes the same
-//! layout at run time. Constant A (conv weights) is packed by [`pack_a`] into row tiles
-//! `[k][MR]`, so the MR broadcasts of a K step come from one cache line.
+//! Calls of the float32 GEMM from lowering. Every GEMM shape a node needs becomes its
+//! own function, compiled out of line at opt_level "none" and called from the node's
+//! function: the register tile of the Cranelift kernel (`kernels/clif/gemm.rs`) is
+//! scheduled by hand, and at "speed" the e-graph re-elaborates an unrolled K step
+//! accumulator by accumulator, which keeps every broadcast of the step alive at once
+//! and spills (256³ GEMM on this Xeon: ~25 GFLOP/s inside the node function at
+//! "speed", ~37 out of line at "none"; the 128-bit FMA peak is ~46). The interface
+//! (specs, layouts, packing) is `kernels/gemm.rs`, re-exported here.
 
-use crate::codegen::options::{GemmOrder, KernelOptions, KernelSource, Toggle};
-use crate::codegen::CpuFeature;
+pub use crate::codegen::kernels::gemm::*;
+
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{
     AbiParam, FuncRef, Function, InstBuilder, Signature, UserFuncName, Value,
@@ -24,188 +17,10 @@ use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Module, ModuleReloc};
 
-use super::gemm_x86::{self, X86Isa};
 use super::LowerCtx;
 use crate::codegen::kernel::PTR;
-use crate::codegen::{Arch, Target};
+use crate::codegen::kernels::x86;
 use crate::ops::Activation;
-
-/// f32 lanes in a vector register (Cranelift lowers 128-bit vectors only).
-pub const LANES: usize = 4;
-/// Rows of a register tile. 5 rows × 2 vectors = 10 accumulators, plus 2 B vectors and
-/// one broadcast, fit the 16 vector registers of x86-64 without EVEX; per K step that
-/// is 10 FMAs for 12 loads, within the load ports' budget. Measured on the 256³ GEMM
-/// (Xeon, interleaved runs): 4×8 and 6×8 tiles were 5–10% slower, 6×8 spilled.
-pub const MR: usize = 5;
-/// Columns of a register tile: two f32x4.
-pub const NR: usize = 2 * LANES;
-
-/// How A is laid out in memory.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ALayout {
-    /// `A[i, k]` at `(i·row_stride + k·col_stride)·4` bytes: (K, 1) for row-major A,
-    /// (1, M) for a transposed one.
-    Strided {
-        row_stride: usize,
-        col_stride: usize,
-    },
-    /// Laid out by [`pack_a`].
-    Packed,
-}
-
-/// How B is laid out in memory.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum BLayout {
-    /// Laid out by [`pack_b`] (or written in that layout at run time).
-    Packed,
-    /// Laid out by [`pack_b_blocks`] (x86 kernels only): K blocks of `geometry.kc`
-    /// steps, each holding the block of every panel in turn.
-    PackedBlocks,
-    /// `B[k, j]` at `(k·row_stride + j)·4` bytes: rows contiguous along N.
-    Rows { row_stride: usize },
-    /// `B[k, j]` at `(k·k_stride + j·n_stride)·4` bytes with `n_stride ≠ 1` (a
-    /// transposed B only known at run time): each vector is gathered lane by lane.
-    Gather { k_stride: usize, n_stride: usize },
-    /// Implicit GEMM over a (padded) NCHW conv input, stride 1, x86 kernels only:
-    /// `B[k, q]` for output position `q = oh·out_w + ow` is at byte
-    /// `GemmSpec::b_taps[k] + (oh·row_step + ow)·4`, so each K row of a panel inside one
-    /// output row is a contiguous run of the input and no im2col copy is made.
-    Taps {
-        out_w: usize,
-        out_h: usize,
-        /// Elements from one output row's inputs to the next (the padded row width).
-        row_step: usize,
-    },
-}
-
-/// `scale · T[i·row_stride + j·col_stride]` is added to `C[i, j]`. A `col_stride` of 0
-/// (broadcast) or 1 keeps the epilogue on vectors; others go lane by lane.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Addend {
-    pub row_stride: usize,
-    pub col_stride: usize,
-    pub scale: f32,
-}
-
-/// One GEMM shape: sizes and layouts are static, base addresses are the kernel's
-/// arguments.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GemmSpec {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub a: ALayout,
-    pub b: BLayout,
-    /// `C[i, j]` at `(i·ldc + j·c_col_stride)·4` bytes.
-    pub ldc: usize,
-    /// 1 but for ConvTranspose, whose stride scatters output columns.
-    pub c_col_stride: usize,
-    pub alpha: f32,
-    pub addends: Vec<Addend>,
-    /// Applied last, after alpha and the addends (epilogue fusion).
-    pub activation: Activation,
-    /// The kernel family, which also fixes the layout of packed A and B.
-    pub geometry: Geometry,
-    /// Byte offset of each K row for [`BLayout::Taps`]; empty otherwise.
-    pub b_taps: Vec<i32>,
-}
-
-/// Which kernel family computes a GEMM.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelKind {
-    /// Cranelift code on f32x4 ([`super::gemm_tile`]); every target.
-    Clif,
-    /// Machine code for AVX2 or AVX-512 ([`super::gemm_x86`]).
-    X86(X86Isa),
-}
-
-/// A kernel family's register tile, which is also the layout of packed operands:
-/// packed A comes in tiles of `mr` rows, packed B in panels of `nr` columns, the last
-/// one `lanes`-rounded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    pub kernel: KernelKind,
-    pub mr: usize,
-    pub nr: usize,
-    pub lanes: usize,
-    /// K steps per block of packed A: packed A is stored block after block, each block
-    /// tile after tile, so a pass over one K block reads A as one sequential stream
-    /// (tile by tile with whole-K tiles, every tile's block was a separate 4 KB run,
-    /// and the 3×3×512 convs streaming 9.4 MB of weights from L3 ran at ~80 GFLOP/s).
-    pub kc: usize,
-    /// Forced loop order of the machine-code kernel (`--kernel gemm-order=...`).
-    pub order: GemmOrder,
-    /// Whether the machine-code kernel prefetches the next packed-B panel.
-    pub prefetch: bool,
-}
-
-impl Geometry {
-    pub const CLIF: Geometry = Geometry {
-        kernel: KernelKind::Clif,
-        mr: MR,
-        nr: NR,
-        lanes: LANES,
-        kc: usize::MAX,
-        order: GemmOrder::Auto,
-        prefetch: false,
-    };
-
-    fn x86(isa: X86Isa) -> Geometry {
-        let (mr, vecs) = isa.tile();
-        Geometry {
-            kernel: KernelKind::X86(isa),
-            mr,
-            nr: vecs * isa.lanes(),
-            lanes: isa.lanes(),
-            kc: gemm_x86::k_block(vecs * isa.lanes()),
-            order: GemmOrder::Auto,
-            prefetch: true,
-        }
-    }
-
-    /// The fastest family `target` can run ([`X86Isa::for_target`], else Cranelift's
-    /// 128-bit code, always on aarch64 where NEON is 128-bit anyway); `source` = `Clif`
-    /// forces the Cranelift kernels, for comparisons.
-    pub fn for_target(target: &Target, options: &KernelOptions) -> Geometry {
-        match X86Isa::for_target(target) {
-            Some(isa) if options.gemm == KernelSource::Auto => Geometry {
-                order: options.gemm_order,
-                prefetch: options.gemm_prefetch == Toggle::Auto,
-                ..Geometry::x86(isa)
-            },
-            _ => Geometry::CLIF,
-        }
-    }
-
-    /// K steps per block for a GEMM of depth `k`: `kc`, or all of K when it is at most
-    /// 1.5·kc. Every block after the first reloads C and adds to it, a pass over all of
-    /// C: for ResNet's 7×7 stem (K = 147 = 128 + 19) that was a second sweep over a
-    /// 3 MB output for 19 steps. A block of 1.5·kc keeps B's block within 36 KB of L1.
-    pub fn k_block_len(&self, k: usize) -> usize {
-        if k <= self.kc.saturating_add(self.kc / 2) {
-            k.max(1)
-        } else {
-            self.kc
-        }
-    }
-
-    /// Width of the last, partial column panel of packed B: the leftover columns
-    /// rounded up to whole vectors, so narrow outputs don't compute empty vectors.
-    pub fn tail_panel_width(&self, rem: usize) -> usize {
-        rem.div_ceil(self.lanes) * self.lanes
-    }
-}
-
-/// Columns every family's panel width divides (8, 16, 48): im2col chunks of a multiple
-/// of this are whole panels for any kernel, so scratch sizes do not depend on the CPU.
-pub const PANEL_QUANTUM: usize = 48;
-
-impl GemmSpec {
-    /// Byte offset of `C[r, col]` from `C[0, 0]`.
-    pub(super) fn c_offset(&self, r: usize, col: usize) -> i32 {
-        ((r * self.ldc + col * self.c_col_stride) * 4) as i32
-    }
-}
 
 /// A GEMM function defined in the module, callable from the node being lowered.
 pub struct GemmKernel {
@@ -231,10 +46,10 @@ impl GemmKernel {
             ..spec.clone()
         };
         let func = match spec.geometry.kernel {
-            KernelKind::X86(isa) if gemm_x86::supports(spec) => {
-                define_machine_code(ctx, params, &gemm_x86::emit(spec, isa)?)?
+            KernelKind::X86(isa) if x86::gemm::supports(spec) => {
+                define_machine_code(ctx, params, &x86::gemm::emit(spec, isa)?)?
             }
-            KernelKind::X86(isa) if gemm_x86::supports(&without_activation) => {
+            KernelKind::X86(isa) if x86::gemm::supports(&without_activation) => {
                 let act = spec.activation;
                 let (m, n, ldc) = (spec.m, spec.n, spec.ldc);
                 // At "speed": the activation's polynomial math is ordinary code, and
@@ -242,7 +57,7 @@ impl GemmKernel {
                 post = Some(define_out_of_line_at(ctx, 1, "speed", |b, p| {
                     apply_activation(b, act, p[0], m, n, ldc)
                 })?);
-                define_machine_code(ctx, params, &gemm_x86::emit(&without_activation, isa)?)?
+                define_machine_code(ctx, params, &x86::gemm::emit(&without_activation, isa)?)?
             }
             KernelKind::X86(_) if packed => {
                 return Err(format!(
@@ -255,7 +70,9 @@ impl GemmKernel {
                     geometry: Geometry::CLIF,
                     ..spec.clone()
                 };
-                define_out_of_line(ctx, params, |b, p| super::gemm_tile::emit(b, fma, &spec, p))?
+                define_out_of_line(ctx, params, |b, p| {
+                    crate::codegen::kernels::clif::gemm::emit(b, fma, &spec, p)
+                })?
             }
         };
         Ok(GemmKernel {
@@ -302,122 +119,6 @@ fn apply_activation(
         }
     });
     failure.map_or(Ok(()), Err)
-}
-
-/// Float elements in B packed by [`pack_b`].
-pub fn packed_b_len(g: &Geometry, k: usize, n: usize) -> usize {
-    let rem = n % g.nr;
-    n / g.nr * g.nr * k
-        + if rem == 0 {
-            0
-        } else {
-            g.tail_panel_width(rem) * k
-        }
-}
-
-/// Packs `B[k, j] = get(k, j)` into column panels: panel `p` holds columns
-/// `p·nr .. p·nr+nr` as `[k][nr]`, starting at element `p·nr·K`; the last partial panel
-/// is [`Geometry::tail_panel_width`] wide and zero-padded.
-pub fn pack_b(g: &Geometry, k: usize, n: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
-    let mut out = Vec::with_capacity(packed_b_len(g, k, n));
-    push_panels(g, 0..k, n, &get, &mut out);
-    out
-}
-
-/// Appends the K rows `ks` of every column panel of B, panel after panel.
-fn push_panels(
-    g: &Geometry,
-    ks: std::ops::Range<usize>,
-    n: usize,
-    get: &impl Fn(usize, usize) -> f32,
-    out: &mut Vec<f32>,
-) {
-    let mut j0 = 0;
-    while j0 < n {
-        let width = if n - j0 >= g.nr {
-            g.nr
-        } else {
-            g.tail_panel_width(n - j0)
-        };
-        for kk in ks.clone() {
-            out.extend((j0..j0 + width).map(|j| if j < n { get(kk, j) } else { 0.0 }));
-        }
-        j0 += width;
-    }
-}
-
-/// Packs constant `B[k, j] = get(k, j)` for the kernel family of `g`: by K blocks
-/// ([`pack_b_blocks`]) for the x86 kernels, whole panels ([`pack_b`]) for Cranelift's.
-pub fn pack_constant_b(
-    g: &Geometry,
-    k: usize,
-    n: usize,
-    get: impl Fn(usize, usize) -> f32,
-) -> (Vec<f32>, BLayout) {
-    match g.kernel {
-        KernelKind::X86(_) => (pack_b_blocks(g, k, n, get), BLayout::PackedBlocks),
-        KernelKind::Clif => (pack_b(g, k, n, get), BLayout::Packed),
-    }
-}
-
-/// [`pack_b`]'s panels cut into K blocks of `g.kc` steps, stored block by block: block
-/// `kb..kb+len` starts at element `kb·W` (W = the panels' total width) and holds panel
-/// `p` (columns `p·nr ..`) as `[len][width]` at `kb·W + p·nr·len`. A pass over one K
-/// block then reads B as one sequential stream: as whole-K panels, the 3×3×512 convs on
-/// 7×7 (9.4 MB of weights) read a 24 KB block of each of 11 panels from L3 per K block,
-/// 11 streams the prefetchers did not keep ahead of.
-pub fn pack_b_blocks(
-    g: &Geometry,
-    k: usize,
-    n: usize,
-    get: impl Fn(usize, usize) -> f32,
-) -> Vec<f32> {
-    let mut out = Vec::with_capacity(packed_b_len(g, k, n));
-    let kc = g.k_block_len(k);
-    for kb in (0..k).step_by(kc) {
-        push_panels(g, kb..kb + kc.min(k - kb), n, &get, &mut out);
-    }
-    out
-}
-
-/// Packs `A[i, k] = get(i, k)` by K blocks of `kc` steps (one block when K ≤ kc):
-/// block `kb..kb+len` starts at element `kb·M` and holds the row tiles in order, tile
-/// `t` (rows `t·mr ..`, fewer in the last tile) as `[k][rows]` at `kb·M + t·mr·len`.
-/// Same size as A.
-pub fn pack_a(g: &Geometry, m: usize, k: usize, get: impl Fn(usize, usize) -> f32) -> Vec<f32> {
-    let mut out = Vec::with_capacity(m * k);
-    let kc = g.k_block_len(k);
-    for kb in (0..k).step_by(kc) {
-        let len = kc.min(k - kb);
-        for i0 in (0..m).step_by(g.mr) {
-            let rows = g.mr.min(m - i0);
-            for kk in kb..kb + len {
-                out.extend((i0..i0 + rows).map(|i| get(i, kk)));
-            }
-        }
-    }
-    out
-}
-
-/// Little-endian bytes of f32s, for `LowerCtx::rodata`.
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// True when `fma` lowers to one instruction: always on aarch64; on x86-64 it needs FMA
-/// (and AVX, without which Cranelift calls libm, which a model object cannot link).
-pub fn has_fma(target: &Target) -> bool {
-    target.arch == Arch::Aarch64 || (target.has(CpuFeature::Fma) && target.has(CpuFeature::Avx))
-}
-
-/// `x·y + acc`, fused when the target can.
-pub fn mul_add(b: &mut FunctionBuilder, fma: bool, x: Value, y: Value, acc: Value) -> Value {
-    if fma {
-        b.ins().fma(x, y, acc)
-    } else {
-        let p = b.ins().fmul(x, y);
-        b.ins().fadd(p, acc)
-    }
 }
 
 /// Defines a function of `params` pointer arguments whose body `build` emits, compiled

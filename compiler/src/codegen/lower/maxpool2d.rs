@@ -24,9 +24,10 @@ use cranelift_frontend::FunctionBuilder;
 use super::reduce::{fconst, fold, Step};
 use super::{AxisWindows, LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::kernels::x86;
+use crate::codegen::kernels::x86::maxpool2d::{BorderRow, MaxPoolSpec};
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::gemm;
-use crate::codegen::lower::gemm_x86::X86Isa;
-use crate::codegen::lower::maxpool2d_x86::{self, BorderRow, MaxPoolSpec};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource, Toggle};
 use crate::codegen::Target;
@@ -120,7 +121,7 @@ pub(super) fn max_pool(
                 })
                 .collect(),
         };
-        let func = gemm::define_machine_code(ctx, 3, &maxpool2d_x86::emit(&spec)?)?;
+        let func = gemm::define_machine_code(ctx, 3, &x86::maxpool2d::emit(&spec)?)?;
         ctx.b.ins().call(func, &[x.ptr, y.ptr, scratch]);
         return Ok(());
     }

@@ -2,29 +2,19 @@
 //! function whose parameters are the addresses of its inputs, outputs and scratch.
 
 mod conv;
-mod conv_u8s8;
-mod conv_u8s8_x86;
-mod depthwise_x86;
-mod elementwise;
+pub(crate) mod conv_u8s8;
+pub(crate) mod elementwise;
 pub mod f16_weights;
 mod gemm;
-mod gemm_dot;
-mod gemm_int;
-mod gemm_tile;
-mod gemm_x86;
 mod indexing;
 mod linalg;
 mod low_precision;
-mod maxpool2d_x86;
 mod movement;
 mod norm;
 mod pool;
 mod quant;
 mod reduce;
 mod resize;
-mod softmax_x86;
-mod winograd_plane_x86;
-mod winograd_x86;
 
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -37,10 +27,10 @@ use super::Target;
 use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
 
+pub use crate::codegen::kernels::x86::X86Isa;
 pub use conv::{plan_conv, plan_conv_transpose, ConvStrategy, WinogradTransforms};
 pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
 pub use gemm::{Geometry, KernelKind};
-pub use gemm_x86::X86Isa;
 pub use linalg::plan_gemm;
 pub use norm::plan_softmax;
 pub use pool::{plan_pool, PoolStrategy};

@@ -22,11 +22,11 @@ use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 use super::gemm;
-use super::gemm_x86::X86Isa;
 use super::reduce::{self, fconst, for_blocks, for_chunks, load_vec, var, Elems, Step};
-use super::softmax_x86;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::kernels::x86;
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::math;
 use crate::ir::DType;
 
@@ -126,7 +126,7 @@ pub fn softmax(ctx: &mut LowerCtx, axis: usize, log: bool) -> LowerResult {
     };
     let outer: usize = shape[..axis].iter().product();
     if let Strategy::Softmax(Some(isa)) = ctx.kernel.strategy {
-        let code = softmax_x86::emit(outer, s.n, isa)?;
+        let code = x86::softmax::emit(outer, s.n, isa)?;
         let func = gemm::define_machine_code(ctx, 2, &code)?;
         ctx.b.ins().call(func, &[x.ptr, y.ptr]);
         return Ok(());

@@ -24,7 +24,7 @@ use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, In
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
 use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
-use crate::codegen::lower::gemm_x86::X86Isa;
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::math;
 use crate::codegen::options::KernelOptions;
 use crate::codegen::Target;

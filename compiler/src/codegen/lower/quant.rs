@@ -1,6 +1,6 @@
 //! QuantizeLinear, DequantizeLinear, MatMulInteger and ConvInteger.
 //!
-//! The integer products go through the exact int16 GEMM of [`super::gemm_int`]:
+//! The integer products go through the exact int16 GEMM of [`crate::codegen::kernels::clif::gemm_int`]:
 //! MatMulInteger widens A (minus its zero point) into scratch and packs B at compile
 //! time when it is constant; ConvInteger packs constant weights at compile time and
 //! writes the zero-point-adjusted im2col matrix of each image in the GEMM's pair-packed
@@ -11,10 +11,10 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm_dot::{self, DotGemm};
-use super::gemm_int::{self, IntGemm};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::kernels::clif::gemm_dot::{self, DotGemm};
+use crate::codegen::kernels::clif::gemm_int::{self, IntGemm};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op};
 
@@ -304,7 +304,7 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
 }
 
 /// MatMulInteger of uint8 A and constant int8 B without a zero point on the 8-bit
-/// dot-product GEMM ([`super::gemm_dot`]); false (nothing emitted) for other operands.
+/// dot-product GEMM ([`crate::codegen::kernels::clif::gemm_dot`]); false (nothing emitted) for other operands.
 fn matmul_dot(
     ctx: &mut LowerCtx,
     s: &MatMulInt,

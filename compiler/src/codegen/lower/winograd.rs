@@ -54,9 +54,10 @@ use super::{
     WinogradTransforms, F32,
 };
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::lower::gemm_x86::X86Isa;
-use crate::codegen::lower::winograd_plane_x86::{self, PlaneSpec};
-use crate::codegen::lower::winograd_x86::{self, TransformSpec};
+use crate::codegen::kernels::x86;
+use crate::codegen::kernels::x86::winograd::TransformSpec;
+use crate::codegen::kernels::x86::winograd_plane::PlaneSpec;
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
@@ -268,7 +269,7 @@ fn x86_transforms(
     let tw = g.output[1].div_ceil(alg.m);
     if options.winograd_transform == KernelSource::Clif
         || tw <= LANES
-        || !winograd_x86::supports(act)
+        || !x86::winograd::supports(act)
     {
         return None;
     }
@@ -430,8 +431,8 @@ pub(super) fn conv_winograd(
                     residual: ops.residual.is_some(),
                     activation: ops.activation,
                 };
-                let input = gemm::define_machine_code(ctx, 2, &winograd_x86::emit_input(&t)?)?;
-                let output = gemm::define_machine_code(ctx, 4, &winograd_x86::emit_output(&t)?)?;
+                let input = gemm::define_machine_code(ctx, 2, &x86::winograd::emit_input(&t)?)?;
+                let output = gemm::define_machine_code(ctx, 4, &x86::winograd::emit_output(&t)?)?;
                 Some([input, output])
             }
             None => None,
@@ -505,7 +506,7 @@ fn plane_applies(
     X86Isa::for_target(target) == Some(X86Isa::Avx512)
         && alg.m == 2
         && options.winograd_transform == KernelSource::Auto
-        && winograd_plane_x86::applies(in_h, in_w, out_h, out_w, act)
+        && x86::winograd_plane::applies(in_h, in_w, out_h, out_w, act)
 }
 
 /// The whole-plane kernels' description of this conv.
@@ -549,9 +550,9 @@ fn conv_winograd_plane(
     let u = weight_transform(g, alg, &w);
     let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;
-    let products = gemm::define_machine_code(ctx, 3, &winograd_plane_x86::emit_products(spec)?)?;
-    let input = gemm::define_machine_code(ctx, 2, &winograd_plane_x86::emit_input(spec)?)?;
-    let output = gemm::define_machine_code(ctx, 4, &winograd_plane_x86::emit_output(spec)?)?;
+    let products = gemm::define_machine_code(ctx, 3, &x86::winograd_plane::emit_products(spec)?)?;
+    let input = gemm::define_machine_code(ctx, 2, &x86::winograd_plane::emit_input(spec)?)?;
+    let output = gemm::define_machine_code(ctx, 4, &x86::winograd_plane::emit_output(spec)?)?;
     let b = &mut *ctx.b;
     let v = b.ins().iadd_imm_s(scratch, (2 * plan.plane_bytes()) as i64);
     let mt = b

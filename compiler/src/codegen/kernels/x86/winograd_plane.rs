@@ -24,9 +24,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::gemm_x86::{
-    activate, emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, ZMM,
-};
+use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, ZMM};
 use crate::ops::Activation;
 
 const F32: usize = 4;
@@ -39,7 +37,7 @@ const MAX_PLANE_VECS: usize = 8;
 
 /// One conv's plane transforms; sizes in floats unless noted.
 #[derive(Clone, Debug)]
-pub(super) struct PlaneSpec {
+pub(crate) struct PlaneSpec {
     pub channels: usize,
     pub maps: usize,
     pub in_h: usize,
@@ -69,7 +67,7 @@ impl PlaneSpec {
 
 /// Whether the plane kernels take a conv of these sizes: at most 16 tiles, an input
 /// plane of at most 128 floats (8 zmm) and an activation the epilogue has.
-pub(super) fn applies(
+pub(crate) fn applies(
     in_h: usize,
     in_w: usize,
     out_h: usize,
@@ -78,7 +76,7 @@ pub(super) fn applies(
 ) -> bool {
     out_h.div_ceil(M) * out_w.div_ceil(M) <= LANES
         && in_h * in_w <= MAX_PLANE_VECS * LANES
-        && super::winograd_x86::supports(act)
+        && super::winograd::supports(act)
 }
 
 /// Constant data after the code: permutation indices and opmasks.
@@ -179,7 +177,7 @@ fn tail_mask(a: &mut CodeAssembler, n: usize) -> AsmResult<()> {
 
 /// The input transform: `(X, V)`, System V; X at channel 0 of the batch item, V at
 /// (ξν 0, channel 0, tile 0).
-pub(super) fn emit_input(s: &PlaneSpec) -> Result<Vec<u8>, String> {
+pub(crate) fn emit_input(s: &PlaneSpec) -> Result<Vec<u8>, String> {
     emit("input", |a| input_code(a, s))
 }
 
@@ -265,7 +263,7 @@ fn output_1d(
 
 /// The output transform: `(M, Y, bias, R)`, System V; M at (ξν 0, map 0, tile 0), Y and
 /// R at map 0 of the batch item; bias and R are ignored unless the spec has them.
-pub(super) fn emit_output(s: &PlaneSpec) -> Result<Vec<u8>, String> {
+pub(crate) fn emit_output(s: &PlaneSpec) -> Result<Vec<u8>, String> {
     emit("output", |a| output_code(a, s))
 }
 
@@ -370,7 +368,7 @@ const CHANNEL_CHUNK: usize = 12;
 /// it took 37% of digits_cnn's samples for 8192 FMAs. Here a block of 16 maps
 /// accumulates at once, each V vector is loaded once per block, and the weights come as
 /// embedded broadcasts (`vfmadd231ps zmm, zmm, [U]{1to16}`), one load per FMA.
-pub(super) fn emit_products(s: &PlaneSpec) -> Result<Vec<u8>, String> {
+pub(crate) fn emit_products(s: &PlaneSpec) -> Result<Vec<u8>, String> {
     emit("products", |a| products_code(a, s))
 }
 

@@ -18,8 +18,8 @@
 use crate::codegen::options::Int8Order;
 use iced_x86::code_asm::*;
 
-use super::conv_u8s8::ConvU8Geometry;
-use super::gemm_x86::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
+use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
+use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, PlaneLayout, Requantize};
 
 /// `x{k}` for the opmask `k` (k1..k6) of a register or memory operand: iced has one
@@ -46,7 +46,7 @@ const LANES: usize = 16;
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
 pub fn supports(act: Activation) -> bool {
-    super::gemm_x86::supports_activation(act)
+    super::asm::supports_activation(act)
 }
 
 /// What one convolution kernel computes (one image per call).

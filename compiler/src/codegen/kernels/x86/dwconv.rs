@@ -48,7 +48,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::gemm_x86::{
+use super::asm::{
     activate, emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, Vecs, X86Isa, AVX2_MASK,
     YMM, ZMM,
 };
@@ -63,7 +63,7 @@ const LAYOUT_LANES: usize = 16;
 
 /// One depthwise conv seen as 2-D (1-D with a unit height), for one image.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct DwSpec {
+pub(crate) struct DwSpec {
     pub channels: usize,
     /// Output maps per input channel (the depth multiplier).
     pub mg: usize,
@@ -78,13 +78,13 @@ pub(super) struct DwSpec {
     pub pad: [usize; 2],
     pub bias: bool,
     pub residual: bool,
-    /// One of [`super::gemm_x86::supports_activation`].
+    /// One of [`super::asm::supports_activation`].
     pub activation: Activation,
 }
 
 /// The scratch plane (see the module docs).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct DwLayout {
+pub(crate) struct DwLayout {
     rows: usize,
     phase_w: usize,
     /// Floats before index 0 of each phase, so that the first input column copied
@@ -94,7 +94,7 @@ pub(super) struct DwLayout {
 }
 
 impl DwLayout {
-    pub(super) fn new(s: &DwSpec) -> DwLayout {
+    pub(crate) fn new(s: &DwSpec) -> DwLayout {
         let sw = s.stride[1];
         let vectors = s.out_w.div_ceil(LAYOUT_LANES) * LAYOUT_LANES;
         let reach = vectors + (s.k[1] - 1) * s.dil[1] / sw;
@@ -126,18 +126,18 @@ impl DwLayout {
     }
 
     /// Two planes: the channel being computed and the next one, being copied.
-    pub(super) fn bytes(&self, s: &DwSpec) -> usize {
+    pub(crate) fn bytes(&self, s: &DwSpec) -> usize {
         2 * self.plane_bytes(s)
     }
 }
 
 /// Whether the machine-code kernel computes `s` (else the Cranelift path does).
-pub(super) fn supports(s: &DwSpec) -> bool {
+pub(crate) fn supports(s: &DwSpec) -> bool {
     let sizes_ok = s.channels > 0 && s.mg > 0 && s.out_h > 0 && s.out_w > 0 && s.in_w > 0;
     sizes_ok
         && matches!(s.stride[1], 1 | 2)
         && s.k[0] * s.k[1] <= MAX_TAPS
-        && super::gemm_x86::supports_activation(s.activation)
+        && super::asm::supports_activation(s.activation)
         // Every displacement (plane offsets, output rows) fits in 32 bits with room.
         && DwLayout::new(s).bytes(s) < 1 << 30
         && s.out_h * s.out_w * F32 < 1 << 30
@@ -145,7 +145,7 @@ pub(super) fn supports(s: &DwSpec) -> bool {
 }
 
 /// Encodes the kernel for `s` (which must satisfy [`supports`]).
-pub(super) fn emit(s: &DwSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
+pub(crate) fn emit(s: &DwSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
     if !supports(s) {
         return Err(format!("no x86 depthwise kernel for {s:?}"));
     }
@@ -683,10 +683,10 @@ impl<'s> Emitter<'s> {
                     if masked(v) {
                         self.v.load(a, self.tmp, at, true)?;
                         self.v
-                            .op(a, super::gemm_x86::VOp::Add, acc(r, v), acc(r, v), self.tmp)?;
+                            .op(a, super::asm::VOp::Add, acc(r, v), acc(r, v), self.tmp)?;
                     } else {
                         self.v
-                            .op_mem(a, super::gemm_x86::VOp::Add, acc(r, v), acc(r, v), at)?;
+                            .op_mem(a, super::asm::VOp::Add, acc(r, v), acc(r, v), at)?;
                     }
                 }
             }

@@ -11,16 +11,14 @@
 
 use iced_x86::code_asm::*;
 
-use super::gemm_x86::{
-    imm, AsmError, AsmResult, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
-};
+use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM, ZMM};
 
 const F32: usize = 4;
 
 /// One output row that is not interior: its first input row and how many rows its
 /// window covers.
 #[derive(Clone, Debug)]
-pub(super) struct BorderRow {
+pub(crate) struct BorderRow {
     pub out_row: usize,
     pub first: usize,
     pub taps: usize,
@@ -28,7 +26,7 @@ pub(super) struct BorderRow {
 
 /// Everything the kernel bakes in.
 #[derive(Clone, Debug)]
-pub(super) struct MaxPoolSpec {
+pub(crate) struct MaxPoolSpec {
     pub isa: X86Isa,
     pub planes: usize,
     pub in_h: usize,
@@ -60,7 +58,7 @@ const ODD_IDX: usize = 6;
 const NEG_INF: usize = 14;
 
 /// Encodes the kernel `(X, Y, row buffer)` (System V) for all planes.
-pub(super) fn emit(s: &MaxPoolSpec) -> Result<Vec<u8>, String> {
+pub(crate) fn emit(s: &MaxPoolSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     let mut e = Emitter {
         s,

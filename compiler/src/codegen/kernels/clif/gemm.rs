@@ -21,9 +21,9 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::elementwise::activation;
-use super::gemm::{mul_add, ALayout, BLayout, GemmSpec, LANES, MR, NR};
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::kernels::gemm::{mul_add, ALayout, BLayout, GemmSpec, LANES, MR, NR};
+use crate::codegen::lower::elementwise::activation;
 
 /// K steps per loop iteration: 8 beat 4 by ~6% and 1 or 2 by 10–20% on the 256³ GEMM.
 const K_UNROLL: usize = 8;
@@ -75,7 +75,7 @@ fn column_runs(n: usize, b: BLayout) -> Vec<ColRun> {
         return runs;
     }
     if b == BLayout::Packed {
-        let width = super::gemm::Geometry::CLIF.tail_panel_width(rem);
+        let width = crate::codegen::kernels::gemm::Geometry::CLIF.tail_panel_width(rem);
         runs.push(ColRun {
             start,
             count: 1,
@@ -199,7 +199,7 @@ fn k_blocks(k: usize) -> Vec<KBlock> {
 }
 
 /// Emits the whole GEMM; `params` are the kernel's arguments (A, B, C, addends...).
-pub(super) fn emit(
+pub(crate) fn emit(
     b: &mut FunctionBuilder,
     fma: bool,
     spec: &GemmSpec,

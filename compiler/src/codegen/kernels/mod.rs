@@ -3,6 +3,10 @@
 //! takes. The kernel plan names these kernels for each node; tests run each one against
 //! its reference on every `--cpu` the host can execute.
 
+pub mod clif;
+pub mod gemm;
+pub mod x86;
+
 use super::target::{Arch, CpuFeature, Target};
 
 /// One micro-kernel.

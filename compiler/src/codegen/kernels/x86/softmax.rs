@@ -21,7 +21,7 @@ use iced_x86::code_asm::*;
 
 use crate::codegen::math::{EXPF_LN2_PARTS, EXPF_POLY};
 
-use super::gemm_x86::{
+use super::asm::{
     emit_consts, imm, AsmError, AsmResult, Consts, FmaOp, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
     YMM, ZMM,
 };
@@ -40,7 +40,7 @@ const LANE_REGS: [[usize; 4]; 2] = [[4, 5, 6, 7], [8, 9, 10, 11]];
 const NEG_INF: usize = 14;
 
 /// The kernel for `rows` rows of `n` floats.
-pub(super) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String> {
+pub(crate) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String> {
     if rows == 0 || n == 0 {
         return Err("empty softmax".into());
     }

@@ -16,7 +16,6 @@
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::conv_u8s8::dot_accumulate;
 use crate::codegen::kernel::{self, flags};
 
 /// Rows and 4-column groups per register tile.
@@ -153,4 +152,33 @@ fn tile(
             kernel::store_lanes(b, v, c_tile, off, lanes);
         }
     }
+}
+
+/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x`), in the tree Cranelift folds
+/// to one 8-bit dot-product instruction where the target has one.
+pub(crate) fn dot_accumulate(
+    b: &mut FunctionBuilder,
+    acc: Value,
+    w: Value,
+    x: Value,
+    usdot: bool,
+) -> Value {
+    let half = |b: &mut FunctionBuilder, high: bool| {
+        let (sw, ux) = if high {
+            (b.ins().swiden_high(w), b.ins().uwiden_high(x))
+        } else {
+            (b.ins().swiden_low(w), b.ins().uwiden_low(x))
+        };
+        let p = if usdot {
+            b.ins().imul(ux, sw)
+        } else {
+            b.ins().imul(sw, ux)
+        };
+        let (lo, hi) = (b.ins().swiden_low(p), b.ins().swiden_high(p));
+        b.ins().iadd_pairwise(lo, hi)
+    };
+    let lo = half(b, false);
+    let hi = half(b, true);
+    let d = b.ins().iadd_pairwise(lo, hi);
+    b.ins().iadd(d, acc)
 }

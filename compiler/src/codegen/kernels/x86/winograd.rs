@@ -26,7 +26,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::gemm_x86::{
+use super::asm::{
     activate, emit_consts, imm, supports_activation, AsmError, AsmResult, Consts, TailMasks, VOp,
     Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
 };
@@ -36,7 +36,7 @@ const F32: usize = 4;
 
 /// One chunk's transforms: sizes in floats as in the Cranelift path's `Plan`.
 #[derive(Clone, Debug)]
-pub(super) struct TransformSpec {
+pub(crate) struct TransformSpec {
     /// Output tile side (2 or 4); input tiles are m + 2.
     pub m: usize,
     /// zmm (16 tiles per vector) or ymm (8).
@@ -66,7 +66,7 @@ pub(super) struct TransformSpec {
 
 /// Whether the machine-code output transform applies `act` (else the Cranelift
 /// transforms run).
-pub(super) fn supports(act: Activation) -> bool {
+pub(crate) fn supports(act: Activation) -> bool {
     supports_activation(act) && !matches!(act, Activation::Gelu { .. })
 }
 
@@ -229,7 +229,7 @@ fn assemble(a: &mut CodeAssembler) -> Result<Vec<u8>, String> {
 
 /// The input transform of one chunk: `(phases, V)`, System V; `phases` at the chunk's
 /// first tile row (channel 0), `V` at (ξν 0, channel 0, tile 0).
-pub(super) fn emit_input(s: &TransformSpec) -> Result<Vec<u8>, String> {
+pub(crate) fn emit_input(s: &TransformSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     input_code(&mut a, s).map_err(|AsmError(e)| e)?;
     assemble(&mut a)
@@ -305,7 +305,7 @@ const OUT_SAVED: [AsmRegister64; 5] = [rbx, r12, r13, r14, r15];
 /// The output transform of one chunk: `(M, Y, bias, R)`, System V; `M` at (ξν 0, map 0,
 /// tile 0), `Y` and `R` at (map 0, the chunk's first output row); bias and R are
 /// ignored unless the spec has them.
-pub(super) fn emit_output(s: &TransformSpec) -> Result<Vec<u8>, String> {
+pub(crate) fn emit_output(s: &TransformSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     let mut e = OutputEmitter {
         s,

@@ -1,0 +1,484 @@
+//! The x86-64 machine-code toolkit every kernel of `kernels/x86` is written with:
+//! the ISA families, register names, vector instructions on register numbers (one
+//! source for AVX2 and AVX-512), tail masks, constant pools and the fused activation
+//! epilogue, all encoded with iced-x86.
+
+use iced_x86::code_asm::*;
+
+use crate::codegen::math::{ERF_F32_P, ERF_F32_Q, ERF_F32_SATURATION};
+use crate::codegen::{Arch, CpuFeature, Target};
+use crate::ops::Activation;
+
+/// Which machine-code kernel family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum X86Isa {
+    Avx2,
+    Avx512,
+}
+
+impl X86Isa {
+    /// The widest machine-code family `target` runs: AVX-512 (`--cpu x86-64-v4`),
+    /// AVX2 with FMA (`x86-64-v3`), or none (baseline x86-64 and aarch64, where
+    /// Cranelift's 128-bit code runs).
+    pub fn for_target(target: &Target) -> Option<X86Isa> {
+        let fma = target.has(CpuFeature::Fma) && target.has(CpuFeature::Avx);
+        if target.arch != Arch::X86_64 || !fma {
+            None
+        } else if target.has(CpuFeature::Avx512f) {
+            Some(X86Isa::Avx512)
+        } else if target.has(CpuFeature::Avx2) {
+            Some(X86Isa::Avx2)
+        } else {
+            None
+        }
+    }
+
+    pub fn lanes(self) -> usize {
+        match self {
+            X86Isa::Avx2 => 8,
+            X86Isa::Avx512 => 16,
+        }
+    }
+
+    /// Register tile rows and vectors per row (see the module docs).
+    pub fn tile(self) -> (usize, usize) {
+        match self {
+            X86Isa::Avx2 => (6, 2),
+            X86Isa::Avx512 => (8, 3),
+        }
+    }
+}
+
+/// Activations every machine-code epilogue applies in registers.
+pub fn supports_activation(act: Activation) -> bool {
+    matches!(
+        act,
+        Activation::None
+            | Activation::Relu
+            | Activation::Clip { .. }
+            | Activation::LeakyRelu { .. }
+            | Activation::HardSigmoid { .. }
+            | Activation::HardSwish
+    )
+}
+
+const F32: usize = 4;
+
+/// An encoding failure or a spec the kernel cannot express.
+#[derive(Debug)]
+pub(crate) struct AsmError(pub(crate) String);
+
+impl From<IcedError> for AsmError {
+    fn from(e: IcedError) -> Self {
+        AsmError(e.to_string())
+    }
+}
+
+pub(crate) type AsmResult<T> = Result<T, AsmError>;
+
+pub(crate) const ZMM: [AsmRegisterZmm; 32] = [
+    zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zmm10, zmm11, zmm12, zmm13, zmm14,
+    zmm15, zmm16, zmm17, zmm18, zmm19, zmm20, zmm21, zmm22, zmm23, zmm24, zmm25, zmm26, zmm27,
+    zmm28, zmm29, zmm30, zmm31,
+];
+pub(crate) const YMM: [AsmRegisterYmm; 16] = [
+    ymm0, ymm1, ymm2, ymm3, ymm4, ymm5, ymm6, ymm7, ymm8, ymm9, ymm10, ymm11, ymm12, ymm13, ymm14,
+    ymm15,
+];
+
+/// Vector instructions of one ISA on register numbers, so the tile code is written once.
+pub(crate) struct Vecs {
+    pub(crate) isa: X86Isa,
+}
+
+/// AVX2 register holding the tail mask (all-ones lanes are valid).
+pub(crate) const AVX2_MASK: usize = 15;
+
+/// `d = x op y` with the instruction of `op`, for any operand kinds iced takes.
+macro_rules! vop {
+    ($a:expr, $op:expr, $d:expr, $x:expr, $y:expr) => {
+        match $op {
+            VOp::Add => $a.vaddps($d, $x, $y),
+            VOp::Sub => $a.vsubps($d, $x, $y),
+            VOp::Mul => $a.vmulps($d, $x, $y),
+            VOp::Max => $a.vmaxps($d, $x, $y),
+            VOp::Min => $a.vminps($d, $x, $y),
+            VOp::Div => $a.vdivps($d, $x, $y),
+        }
+    };
+}
+
+/// `d = fma-form(d, x, y)` with the instruction of `op`, for any operand kinds iced takes.
+macro_rules! vfma {
+    ($a:expr, $op:expr, $d:expr, $x:expr, $y:expr) => {
+        match $op {
+            FmaOp::MulAdd213 => $a.vfmadd213ps($d, $x, $y),
+            FmaOp::NegMulAdd231 => $a.vfnmadd231ps($d, $x, $y),
+        }
+    };
+}
+
+/// Fused multiply-add forms besides the accumulating `acc += x·y` of [`Vecs::fma`].
+#[derive(Clone, Copy)]
+pub(crate) enum FmaOp {
+    /// `d = d·x + y` (Horner steps).
+    MulAdd213,
+    /// `d = d − x·y` (Cody–Waite reductions).
+    NegMulAdd231,
+}
+
+impl Vecs {
+    pub(crate) fn bytes(&self) -> i32 {
+        (self.isa.lanes() * F32) as i32
+    }
+
+    pub(crate) fn vmem(&self, m: AsmMemoryOperand) -> AsmMemoryOperand {
+        match self.isa {
+            X86Isa::Avx2 => ymmword_ptr(m),
+            X86Isa::Avx512 => zmmword_ptr(m),
+        }
+    }
+
+    pub(crate) fn zero(&self, a: &mut CodeAssembler, r: usize) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => a.vxorps(YMM[r], YMM[r], YMM[r]),
+            // vxorps on zmm needs AVX512DQ; vpxord is AVX512F.
+            X86Isa::Avx512 => a.vpxord(ZMM[r], ZMM[r], ZMM[r]),
+        }
+    }
+
+    /// `r = [m]`; `masked` loads only the tail lanes (the others become zero), for
+    /// memory that may end inside the vector.
+    pub(crate) fn load(
+        &self,
+        a: &mut CodeAssembler,
+        r: usize,
+        m: AsmMemoryOperand,
+        masked: bool,
+    ) -> Result<(), IcedError> {
+        match (self.isa, masked) {
+            (X86Isa::Avx2, false) => a.vmovups(YMM[r], ymmword_ptr(m)),
+            (X86Isa::Avx2, true) => a.vmaskmovps(YMM[r], YMM[AVX2_MASK], ymmword_ptr(m)),
+            (X86Isa::Avx512, false) => a.vmovups(ZMM[r], zmmword_ptr(m)),
+            (X86Isa::Avx512, true) => a.vmovups(ZMM[r].k1().z(), zmmword_ptr(m)),
+        }
+    }
+
+    pub(crate) fn store(
+        &self,
+        a: &mut CodeAssembler,
+        m: AsmMemoryOperand,
+        r: usize,
+        masked: bool,
+    ) -> Result<(), IcedError> {
+        match (self.isa, masked) {
+            (X86Isa::Avx2, false) => a.vmovups(ymmword_ptr(m), YMM[r]),
+            (X86Isa::Avx2, true) => a.vmaskmovps(ymmword_ptr(m), YMM[AVX2_MASK], YMM[r]),
+            (X86Isa::Avx512, false) => a.vmovups(zmmword_ptr(m), ZMM[r]),
+            (X86Isa::Avx512, true) => a.vmovups(zmmword_ptr(m).k1(), ZMM[r]),
+        }
+    }
+
+    pub(crate) fn broadcast(
+        &self,
+        a: &mut CodeAssembler,
+        r: usize,
+        m: AsmMemoryOperand,
+    ) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => a.vbroadcastss(YMM[r], dword_ptr(m)),
+            X86Isa::Avx512 => a.vbroadcastss(ZMM[r], dword_ptr(m)),
+        }
+    }
+
+    /// `acc += x · y`.
+    pub(crate) fn fma(
+        &self,
+        a: &mut CodeAssembler,
+        acc: usize,
+        x: usize,
+        y: usize,
+    ) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[x], YMM[y]),
+            X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[x], ZMM[y]),
+        }
+    }
+
+    /// `d = x op [m]` for a full vector in memory.
+    pub(crate) fn op_mem(
+        &self,
+        a: &mut CodeAssembler,
+        op: VOp,
+        d: usize,
+        x: usize,
+        m: AsmMemoryOperand,
+    ) -> Result<(), IcedError> {
+        let m = self.vmem(m);
+        match self.isa {
+            X86Isa::Avx2 => vop!(a, op, YMM[d], YMM[x], m),
+            X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], m),
+        }
+    }
+
+    pub(crate) fn op(
+        &self,
+        a: &mut CodeAssembler,
+        op: VOp,
+        d: usize,
+        x: usize,
+        y: usize,
+    ) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => vop!(a, op, YMM[d], YMM[x], YMM[y]),
+            X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], ZMM[y]),
+        }
+    }
+
+    pub(crate) fn fma_op(
+        &self,
+        a: &mut CodeAssembler,
+        op: FmaOp,
+        d: usize,
+        x: usize,
+        y: usize,
+    ) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => vfma!(a, op, YMM[d], YMM[x], YMM[y]),
+            X86Isa::Avx512 => vfma!(a, op, ZMM[d], ZMM[x], ZMM[y]),
+        }
+    }
+
+    /// [`Vecs::fma_op`] with `y` a full vector in memory.
+    pub(crate) fn fma_op_mem(
+        &self,
+        a: &mut CodeAssembler,
+        op: FmaOp,
+        d: usize,
+        x: usize,
+        m: AsmMemoryOperand,
+    ) -> Result<(), IcedError> {
+        let m = self.vmem(m);
+        match self.isa {
+            X86Isa::Avx2 => vfma!(a, op, YMM[d], YMM[x], m),
+            X86Isa::Avx512 => vfma!(a, op, ZMM[d], ZMM[x], m),
+        }
+    }
+}
+
+/// Tail masks for vectors that end inside the data: an AVX-512 opmask, or on AVX2 a ymm
+/// register loaded from a table of 8 × −1 then 8 × 0 placed after the code (the mask
+/// for `n` lanes starts `8 − n` elements in).
+#[derive(Default)]
+pub(crate) struct TailMasks {
+    table: Option<CodeLabel>,
+}
+
+impl TailMasks {
+    /// Sets opmask `k` (AVX-512) or ymm `y` (AVX2) to the first `lanes` lanes; rax is
+    /// clobbered.
+    pub(crate) fn set(
+        &mut self,
+        a: &mut CodeAssembler,
+        isa: X86Isa,
+        k: AsmRegisterK,
+        y: usize,
+        lanes: usize,
+    ) -> AsmResult<()> {
+        match isa {
+            X86Isa::Avx512 => {
+                a.mov(eax, ((1u32 << lanes) - 1) as i32)?;
+                a.kmovw(k, eax)?;
+            }
+            X86Isa::Avx2 => {
+                let table = *self.table.get_or_insert_with(|| a.create_label());
+                a.lea(rax, ptr(table))?;
+                a.vmovups(YMM[y], ymmword_ptr(rax + imm((8 - lanes) * F32)?))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The AVX2 table, when a mask used it; after the code.
+    pub(crate) fn emit_table(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        if let Some(mut l) = self.table.take() {
+            a.set_label(&mut l)?;
+            let mut t = vec![u32::MAX; 8];
+            t.extend([0u32; 8]);
+            a.dd(&t)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum VOp {
+    Add,
+    Sub,
+    Mul,
+    Max,
+    Min,
+    Div,
+}
+
+/// Constant vectors placed after the code, addressed RIP-relative.
+pub(crate) struct Consts {
+    pub(crate) values: Vec<(u32, CodeLabel)>,
+}
+
+impl Consts {
+    pub(crate) fn get(&mut self, a: &mut CodeAssembler, v: f32) -> AsmMemoryOperand {
+        let bits = v.to_bits();
+        if let Some((_, l)) = self.values.iter().find(|(b, _)| *b == bits) {
+            return ptr(*l);
+        }
+        let l = a.create_label();
+        self.values.push((bits, l));
+        ptr(l)
+    }
+}
+
+pub(crate) fn imm(v: usize) -> AsmResult<i32> {
+    i32::try_from(v).map_err(|_| AsmError("GEMM operand offset does not fit in 32 bits".into()))
+}
+
+/// Applies `act` (one of [`supports_activation`], or erf-GELU given three free
+/// registers) to the vector registers `regs` in place, `tmps` being free registers;
+/// constants go to `consts`. Shared by the GEMM and the depthwise kernels' epilogues.
+pub(crate) fn activate(
+    a: &mut CodeAssembler,
+    v: &Vecs,
+    consts: &mut Consts,
+    act: Activation,
+    regs: &[usize],
+    tmps: &[usize],
+) -> AsmResult<()> {
+    let tmp = *tmps
+        .first()
+        .ok_or_else(|| AsmError("an epilogue needs a free register".into()))?;
+    let each = |a: &mut CodeAssembler,
+                f: &mut dyn FnMut(&mut CodeAssembler, usize) -> Result<(), IcedError>|
+     -> AsmResult<()> {
+        for &r in regs {
+            f(a, r)?;
+        }
+        Ok(())
+    };
+    match act {
+        Activation::None => Ok(()),
+        Activation::Relu => bound(a, v, consts, regs, tmp, VOp::Max, 0.0),
+        Activation::Clip { min, max } => {
+            bound(a, v, consts, regs, tmp, VOp::Max, min)?;
+            bound(a, v, consts, regs, tmp, VOp::Min, max)
+        }
+        Activation::LeakyRelu { alpha } => {
+            // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
+            let c = consts.get(a, alpha);
+            let pick = if alpha <= 1.0 { VOp::Max } else { VOp::Min };
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, tmp, r, c)?;
+                v.op(a, pick, r, r, tmp)
+            })
+        }
+        Activation::HardSigmoid { alpha, beta } => {
+            let (ca, cb) = (consts.get(a, alpha), consts.get(a, beta));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, r, r, ca)?;
+                v.op_mem(a, VOp::Add, r, r, cb)
+            })?;
+            bound(a, v, consts, regs, tmp, VOp::Max, 0.0)?;
+            bound(a, v, consts, regs, tmp, VOp::Min, 1.0)
+        }
+        Activation::HardSwish => {
+            let (ca, cb) = (consts.get(a, 1.0 / 6.0), consts.get(a, 0.5));
+            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, tmp, r, ca)?;
+                v.op_mem(a, VOp::Add, tmp, tmp, cb)?;
+                v.op_mem(a, VOp::Max, tmp, tmp, zero)?;
+                v.op_mem(a, VOp::Min, tmp, tmp, one)?;
+                v.op(a, VOp::Mul, r, r, tmp)
+            })
+        }
+        Activation::Gelu { tanh: false } if tmps.len() >= 3 => {
+            // x·0.5·(1 + erf(x/√2)), erf(z) = z·P(z²)/Q(z²) on z clamped to the
+            // rational's range (|z| ≤ 3.8325, where erf is 1 to 6e-8): the same
+            // polynomials as the Cranelift `math::erf` (so the same results as the post
+            // pass this replaces), with a clamp instead of its select.
+            let (z, z2, p) = (tmps[0], tmps[1], tmps[2]);
+            let k = consts.get(a, std::f32::consts::FRAC_1_SQRT_2);
+            let bound = ERF_F32_SATURATION as f32;
+            let (lo, hi) = (consts.get(a, -bound), consts.get(a, bound));
+            let (one, half) = (consts.get(a, 1.0), consts.get(a, 0.5));
+            let p_k: Vec<_> = ERF_F32_P.iter().map(|&c| consts.get(a, c as f32)).collect();
+            let q_k: Vec<_> = ERF_F32_Q.iter().map(|&c| consts.get(a, c as f32)).collect();
+            each(a, &mut |a, r| {
+                v.op_mem(a, VOp::Mul, z, r, k)?;
+                v.op_mem(a, VOp::Max, z, z, lo)?;
+                v.op_mem(a, VOp::Min, z, z, hi)?;
+                v.op(a, VOp::Mul, z2, z, z)?;
+                horner(a, v, p, z2, &p_k)?;
+                v.op(a, VOp::Mul, p, p, z)?;
+                // z is free again: Q(z²) goes there.
+                horner(a, v, z, z2, &q_k)?;
+                v.op(a, VOp::Div, p, p, z)?;
+                v.op_mem(a, VOp::Add, p, p, one)?;
+                v.op(a, VOp::Mul, r, r, p)?;
+                v.op_mem(a, VOp::Mul, r, r, half)
+            })
+        }
+        other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
+    }
+}
+
+/// `r = op(value, r)` (Max or Min) for every register, with the splat `value` in `tmp`
+/// as the first operand: vmaxps/vminps return their second operand when either is
+/// NaN, so a NaN stays NaN as ONNX (and the Cranelift epilogues) have it; with the
+/// bound second, Relu(NaN) was 0.
+fn bound(
+    a: &mut CodeAssembler,
+    v: &Vecs,
+    consts: &mut Consts,
+    regs: &[usize],
+    tmp: usize,
+    op: VOp,
+    value: f32,
+) -> AsmResult<()> {
+    let c = consts.get(a, value);
+    v.load(a, tmp, c, false)?;
+    for &r in regs {
+        v.op(a, op, r, tmp, r)?;
+    }
+    Ok(())
+}
+
+/// `d = c[0]·xⁿ⁻¹ + … + c[n-1]` by Horner's rule (`d` ≠ `x`), constants in memory.
+fn horner(
+    a: &mut CodeAssembler,
+    v: &Vecs,
+    d: usize,
+    x: usize,
+    c: &[AsmMemoryOperand],
+) -> Result<(), IcedError> {
+    v.op_mem(a, VOp::Mul, d, x, c[0])?;
+    for (i, &k) in c.iter().enumerate().skip(1) {
+        v.op_mem(a, VOp::Add, d, d, k)?;
+        if i + 1 < c.len() {
+            v.op(a, VOp::Mul, d, d, x)?;
+        }
+    }
+    Ok(())
+}
+
+/// Emits the constant vectors of `consts` (each splat to `lanes` floats), after the code.
+pub(crate) fn emit_consts(
+    a: &mut CodeAssembler,
+    consts: &mut Consts,
+    lanes: usize,
+) -> AsmResult<()> {
+    for (bits, mut l) in std::mem::take(&mut consts.values) {
+        a.set_label(&mut l)?;
+        a.dd(&vec![bits; lanes])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! Machine-code kernels for x86-64 (AVX2 + FMA and AVX-512), encoded with iced-x86 and
+//! placed in the object as function bytes. Cranelift lowers only 128-bit vectors, a
+//! quarter of what AVX-512 computes per instruction; these kernels have the same
+//! arguments and meaning as the Cranelift code they replace (System V calling
+//! convention).
+
+pub mod asm;
+pub mod conv_u8s8;
+pub mod dwconv;
+pub mod gemm;
+pub mod maxpool2d;
+pub mod softmax;
+pub mod winograd;
+pub mod winograd_plane;
+
+pub use asm::{supports_activation, X86Isa};
