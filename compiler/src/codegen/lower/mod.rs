@@ -2,6 +2,7 @@
 //! function whose parameters are the addresses of its inputs, outputs and scratch.
 
 mod conv;
+mod conv_transpose;
 pub(crate) mod conv_u8s8;
 pub(crate) mod elementwise;
 pub mod f16_weights;
@@ -28,7 +29,8 @@ use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
 
 pub use crate::codegen::kernels::x86::X86Isa;
-pub use conv::{plan_conv, plan_conv_transpose, ConvStrategy, WinogradTransforms};
+pub use conv::{plan_conv, ConvStrategy, WinogradTransforms};
+pub use conv_transpose::plan_conv_transpose;
 pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
 pub use gemm::{Geometry, KernelKind};
 pub use linalg::plan_gemm;
@@ -163,7 +165,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm(ctx, g),
         Op::Conv(c) => conv::conv(ctx, c),
-        Op::ConvTranspose(c) => conv::conv_transpose(ctx, c),
+        Op::ConvTranspose(c) => conv_transpose::conv_transpose(ctx, c),
         Op::Pool(p) => pool::pool(ctx, p),
         Op::Softmax { axis, log } => norm::softmax(ctx, *axis, *log),
         Op::LayerNorm { axis, epsilon } => norm::layer_norm(ctx, *axis, *epsilon),

@@ -1,6 +1,6 @@
 //! The depthwise path of Conv (one input channel per group, float32, 1-D or 2-D). On
-//! x86 targets with AVX2 or AVX-512 (the GEMM's [`KernelKind::X86`]), the machine-code
-//! kernel of [`super::super::depthwise_x86`] computes it with the epilogue fused;
+//! x86 targets with AVX2 or AVX-512, the machine-code kernel of
+//! `kernels/x86/dwconv.rs` computes it with the epilogue fused;
 //! elsewhere (aarch64, baseline x86, width strides other than 1 and 2), a Cranelift
 //! loop vectorized along the output width over a zero-padded copy of one input plane,
 //! followed by the epilogue pass. A child module of `conv` (declared there), so it uses

@@ -31,8 +31,7 @@ use crate::codegen::Target;
 use crate::ir::DType;
 use crate::ops::{PoolAttrs, PoolKind};
 
-/// The separable 2-D float32 max pool, a child module: it shares [`AxisWindows`].
-#[path = "maxpool2d.rs"]
+/// The separable 2-D max pool, a strategy of its own.
 mod maxpool2d;
 
 /// How a pooling node is computed, as the kernel plan decides it.

@@ -1,0 +1,397 @@
+//! The implicit GEMM: the x86 GEMM kernels read the padded input (stride 1) or its
+//! four stride-2 phase planes in place through a table of tap offsets, so no im2col
+//! matrix is written; wide output rows are written straight into Y.
+
+use super::*;
+
+/// A stride-2 conv's padded input split into its 2×2 phases, `Q[c][ph][pw][i][j] =
+/// P[c][2i + ph][2j + pw]`: output (oh, ow) at tap (kh, kw) reads phase
+/// (kh mod 2, kw mod 2) at (oh + kh div 2, ow + kw div 2), so in phase coordinates the
+/// conv has stride 1 and runs as the implicit GEMM (no im2col copy of the 7×7 stem's
+/// 147 × 12544 matrix; measured on ResNet-18's stem, im2col was ~40% of its time).
+#[derive(Clone, Copy)]
+pub(super) struct PhasePlanes {
+    /// Rows and columns of one phase plane.
+    pub(super) h: usize,
+    pub(super) w: usize,
+}
+
+impl PhasePlanes {
+    pub(super) fn of(g: &ConvGeometry) -> Option<PhasePlanes> {
+        if g.output.len() != 2 || g.strides != [2, 2] || g.dilations != [1, 1] {
+            return None;
+        }
+        let padded = g.padded();
+        // Whole vectors of 8 padded floats per row (the split reads them in pairs).
+        Some(PhasePlanes {
+            h: padded[0].div_ceil(2),
+            w: padded[1].div_ceil(8) * 4,
+        })
+    }
+
+    pub(super) fn floats(&self, g: &ConvGeometry) -> usize {
+        g.cg * 4 * self.h * self.w
+    }
+
+    /// Byte offset of each K row `(channel, kh, kw)` in the phase planes.
+    pub(super) fn taps(&self, g: &ConvGeometry) -> Result<Vec<i32>, String> {
+        if self.floats(g) * F32 > i32::MAX as usize {
+            return Err("Conv input too large for 32-bit offsets".to_string());
+        }
+        let mut tap = Vec::with_capacity(g.gemm_k());
+        for c in 0..g.cg {
+            for kh in 0..g.kernel[0] {
+                for kw in 0..g.kernel[1] {
+                    let plane = c * 4 + (kh % 2) * 2 + kw % 2;
+                    let off = (plane * self.h + kh / 2) * self.w + kw / 2;
+                    tap.push((off * F32) as i32);
+                }
+            }
+        }
+        Ok(tap)
+    }
+
+    /// Splits the padded planes at `src` (rows of `padded[1]` floats) into the phases
+    /// at `dst`, eight floats (four per column phase) at a time.
+    pub(super) fn split(&self, b: &mut FunctionBuilder, g: &ConvGeometry, src: Value, dst: Value) {
+        let padded = g.padded();
+        let (hp, wp) = (padded[0], padded[1]);
+        let plane = self.h * self.w * F32;
+        let vectors = self.w / LANES;
+        // Every phase row is written below but, for an odd padded height, the last row
+        // of the odd-row phases: it stays zero.
+        if hp % 2 == 1 {
+            kernel::counted_loop(b, 0, g.cg as i64, 1, |b, c| {
+                for pw in 0..2 {
+                    let pl = b.ins().imul_imm_s(c, 4);
+                    let pl = b.ins().iadd_imm_s(pl, 2 + pw);
+                    let d = kernel::elem_addr(b, dst, pl, plane);
+                    let d = b.ins().iadd_imm_s(d, ((self.h - 1) * self.w * F32) as i64);
+                    zero_f32(b, d, self.w);
+                }
+            });
+        }
+        kernel::nested_loop(b, &[g.cg, hp], &mut |b, idx| {
+            let (c, i) = (idx[0], idx[1]);
+            let row = b.ins().imul_imm_s(c, hp as i64);
+            let row = b.ins().iadd(row, i);
+            let s = kernel::elem_addr(b, src, row, wp * F32);
+            // Phase (i mod 2, ·) of channel c, row i div 2.
+            let ph = b.ins().band_imm_u(i, 1);
+            let half = b.ins().ushr_imm_u(i, 1);
+            let pl = b.ins().imul_imm_s(c, 4);
+            let pl = b.ins().iadd(pl, ph);
+            let pl = b.ins().iadd(pl, ph);
+            let d = kernel::elem_addr(b, dst, pl, plane);
+            let d = kernel::elem_addr(b, d, half, self.w * F32);
+            for v in 0..vectors {
+                // Columns 8v .. 8v + 8 of the padded row; past its end, zeros.
+                let at = |k: usize| 8 * v + 4 * k;
+                let load = |b: &mut FunctionBuilder, k: usize| {
+                    if at(k) + LANES <= wp {
+                        b.ins().load(types::F32X4, flags(), s, (at(k) * F32) as i32)
+                    } else {
+                        let z = b.ins().f32const(0.0);
+                        let mut x = b.ins().splat(types::F32X4, z);
+                        for l in 0..LANES.min(wp.saturating_sub(at(k))) {
+                            let e =
+                                b.ins()
+                                    .load(types::F32, flags(), s, ((at(k) + l) * F32) as i32);
+                            x = b.ins().insertlane(x, e, l as u8);
+                        }
+                        x
+                    }
+                };
+                let (lo, hi) = (load(b, 0), load(b, 1));
+                let even = crate::codegen::math::pick_lanes(b, lo, hi, [0, 2, 4, 6]);
+                let odd = crate::codegen::math::pick_lanes(b, lo, hi, [1, 3, 5, 7]);
+                b.ins().store(flags(), even, d, (v * LANES * F32) as i32);
+                b.ins()
+                    .store(flags(), odd, d, (plane + v * LANES * F32) as i32);
+            }
+        });
+    }
+}
+
+/// Columns of the "wide" output of [`conv_implicit_gemm`] for a 2-D conv of stride 1
+/// (or 2, over [`PhasePlanes`]): every input row yields `row` columns (the padded width,
+/// or a phase plane's), the last `row − out` of each being garbage, except in the last
+/// row.
+pub(super) fn wide_columns(g: &ConvGeometry) -> Option<usize> {
+    let row = wide_row(g)?;
+    Some((g.output[0] - 1) * row + g.output[1])
+}
+
+/// Row length of the implicit GEMM's input and wide output.
+pub(super) fn wide_row(g: &ConvGeometry) -> Option<usize> {
+    if g.output.len() != 2 {
+        return None;
+    }
+    if g.strides.iter().all(|&s| s == 1) {
+        return Some(g.padded()[1]);
+    }
+    PhasePlanes::of(g).map(|p| p.w)
+}
+
+/// Whether [`conv_implicit_gemm`] computes this conv: 2-D, stride 1, on an x86 kernel
+/// (only those read B through a K-row table), when the garbage columns of the wide
+/// output cost less than im2col would. im2col copies K·P floats for 2·M·K·P flops, so
+/// its share shrinks with M; measured on this Xeon (3×3 convs): ~30% of the time at
+/// 56×56 and M = 64, ~10% at 14×14 and M = 256 (where the 2 garbage columns of 16 cost
+/// 14%), and ~45% for digits_cnn's 8×8, M = 32 conv (25% garbage).
+pub(super) fn implicit_gemm_fits(
+    g: &ConvGeometry,
+    geom: &Geometry,
+    options: &KernelOptions,
+) -> bool {
+    const MIN_OUT_W: usize = 24;
+    const SMALL_M: usize = 64;
+    // Stride 2 over phase planes pays for copying all four phases and for a K loop
+    // that reads B through the tap table with unaligned loads: measured (one conv,
+    // A/B against im2col) 7×7 stem K = 147: 2.0 vs 2.5 ms; 3×3, K = 576: even;
+    // 3×3, K = 27: 1.08 vs 0.85 ms; 1×1, K = 64: 0.33 vs 0.17 ms. So only for long K,
+    // or when the rows are written in place (no compaction copy): SqueezeNet's K = 27
+    // stem, 0.57–1.05 vs 0.71–1.09 ms against im2col (see IN_PLACE_MIN_OUT_W).
+    // `--kernel phase-planes=off` keeps every stride-2 conv on im2col, for measurements.
+    const MIN_PHASE_K: usize = 64;
+    let phases_ok = options.phase_planes == Toggle::Auto
+        && (g.gemm_k() >= MIN_PHASE_K || writes_rows_in_place(g, options))
+        && g.taps() > 1;
+    matches!(geom.kernel, gemm::KernelKind::X86(_))
+        && wide_columns(g).is_some()
+        && (phases_ok || PhasePlanes::of(g).is_none())
+        && (g.output[1] >= MIN_OUT_W || (g.output[1] >= 8 && g.mg <= SMALL_M))
+}
+
+/// Stride-1 2-D conv as one implicit GEMM per batch and group: B is the zero-padded
+/// input read in place through [`BLayout::Taps`] (no im2col matrix): output column
+/// `q` of the GEMM reads padded-input offset `q + tap[k]`, so the GEMM's columns run
+/// over whole padded rows ("wide" output, written to scratch), and a copy keeps the
+/// `out` valid columns of each row. A residual (compact layout) is added by that copy,
+/// followed by the activation; otherwise the GEMM's epilogue applies the activation.
+pub(super) fn conv_implicit_gemm(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    im: ImplicitConv,
+    rows_in_place: bool,
+) -> LowerResult {
+    if rows_in_place {
+        return conv_implicit_rows(ctx, g, ops, im);
+    }
+    let ImplicitConv {
+        weights,
+        spec,
+        taps,
+        scratch,
+        layout,
+    } = im;
+    let wide = wide_columns(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
+    let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
+    let (out_h, out_w) = (g.output[0], g.output[1]);
+    let residual = ops.residual.is_some();
+    let mut spec = spec;
+    if residual {
+        // The residual's addend is the last (see group_gemm); the copy applies it.
+        spec.addends.pop();
+        spec.activation = Activation::None;
+    }
+    // Output rows per GEMM call: C of one call within IMPLICIT_C_BYTES, so the kernel's
+    // passes over C (one per K block) and the compaction stay in L2. As one call, the
+    // 7×7 stem's 3 MB wide output was swept from L3.
+    let (chunk_rows, loop_chunks, last_rows) = row_chunks(out_h, g.mg * row * F32);
+    // One call computes `n` wide columns from its first row.
+    let spec_of = |n: usize| GemmSpec {
+        n,
+        b: BLayout::Taps {
+            out_w: n,
+            out_h: 1,
+            row_step: n,
+        },
+        ldc: wide,
+        b_taps: taps.clone(),
+        ..spec.clone()
+    };
+    let full_kernel = match loop_chunks {
+        0 => None,
+        // A full chunk's columns run on to the next row's start: real positions.
+        _ => Some(GemmKernel::define(ctx, &spec_of(chunk_rows * row))?),
+    };
+    let last_kernel = GemmKernel::define(ctx, &spec_of((last_rows - 1) * row + out_w))?;
+    let b = &mut *ctx.b;
+    let c_wide = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
+    let phase_planes = layout.phase_planes(b, scratch);
+    let mut failure = None;
+    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
+        let (y_g, mut addends) = output_and_bias(b, g, ops, n, grp);
+        let r_g = if residual { addends.pop() } else { None };
+        let a = weights.group(b, grp, g);
+        // Output row `oh` of map `m` (`r = m·out_h + oh`) from the wide output.
+        let mut compact = |b: &mut FunctionBuilder, m: Value, oh: Value, r: Value| {
+            let src_row = kernel::elem_addr(b, c_wide, m, wide * F32);
+            let src_row = kernel::elem_addr(b, src_row, oh, row * F32);
+            let dst_row = kernel::elem_addr(b, y_g, r, out_w * F32);
+            match r_g {
+                None => copy_f32(b, dst_row, src_row, out_w),
+                Some(r_g) => {
+                    let res_row = kernel::elem_addr(b, r_g, r, out_w * F32);
+                    if let Err(e) = crate::codegen::lower::elementwise::activate_run(
+                        b,
+                        dst_row,
+                        src_row,
+                        Some(res_row),
+                        out_w,
+                        ops.activation,
+                    ) {
+                        failure = Some(e);
+                    }
+                }
+            }
+        };
+        // Rows row0 .. row0 + rows: the GEMM, then keep the valid columns (row `oh`
+        // of channel `m` is `out_w` floats at column `oh·row` of the wide output).
+        let mut chunk = |b: &mut FunctionBuilder, row0: Value, rows: usize, k: &GemmKernel| {
+            let at = b.ins().imul_imm_s(row0, (row * F32) as i64);
+            let (src_c, c_c) = (b.ins().iadd(src, at), b.ins().iadd(c_wide, at));
+            k.call(b, a, src_c, c_c, &addends);
+            kernel::nested_loop(b, &[g.mg, rows], &mut |b, idx| {
+                let (m, oh) = (idx[0], b.ins().iadd(row0, idx[1]));
+                let r = b.ins().imul_imm_s(m, out_h as i64);
+                let r = b.ins().iadd(r, oh);
+                compact(b, m, oh, r);
+            });
+        };
+        if let Some(k) = &full_kernel {
+            let end = (loop_chunks * chunk_rows) as i64;
+            kernel::counted_loop(b, 0, end, chunk_rows as i64, |b, row0| {
+                chunk(b, row0, chunk_rows, k)
+            });
+        }
+        let row0 = kernel::iconst(b, (out_h - last_rows) as i64);
+        chunk(b, row0, last_rows, &last_kernel);
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// What the implicit-GEMM paths share: the weights (A), the whole-conv GEMM spec they
+/// specialize per call, B's K-row offsets and the scratch with its layout.
+pub(super) struct ImplicitConv<'a> {
+    pub(super) weights: &'a WeightsA,
+    pub(super) spec: GemmSpec,
+    pub(super) taps: Vec<i32>,
+    pub(super) scratch: Value,
+    pub(super) layout: &'a Im2colLayout,
+}
+
+/// Splits `out_h` output rows of `row_bytes` of C each into calls of `chunk_rows` rows,
+/// C of one call within IMPLICIT_C_BYTES: `(chunk_rows, full chunks, rows of the last)`.
+pub(super) fn row_chunks(out_h: usize, row_bytes: usize) -> (usize, usize, usize) {
+    let chunk_rows = (IMPLICIT_C_BYTES / row_bytes.max(1)).clamp(1, out_h);
+    let last_rows = match out_h % chunk_rows {
+        0 => chunk_rows,
+        r => r,
+    };
+    (chunk_rows, (out_h - last_rows) / chunk_rows, last_rows)
+}
+
+/// The implicit GEMM's B for image `n`, group `grp`: the group's input, zero-padded
+/// into scratch when the conv pads, then split into phase planes when it has stride 2.
+pub(super) fn implicit_input(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    n: Value,
+    grp: Value,
+    scratch: Value,
+    phase_planes: Value,
+) -> Value {
+    let x_g = input_group(b, g, ops.x.ptr, n, grp, F32);
+    let mut src = if g.has_padding() {
+        copy_padded(b, x_g, &g.input, g.cg, scratch, &g.padded(), &g.pad_begin);
+        scratch
+    } else {
+        x_g
+    };
+    if let Some(p) = PhasePlanes::of(g) {
+        p.split(b, g, src, phase_planes);
+        src = phase_planes;
+    }
+    src
+}
+
+/// Output rows at least this wide are written by the implicit GEMM in place, row by row
+/// (panels within each row), instead of as a wide output that a copy compacts: the
+/// copy is a second pass over the whole output (the 7×7 stem: 3.2 MB), and at this
+/// width the row's last, partial panel wastes little. Measured (`benches/bench_conv.py`,
+/// `--kernel conv-rows=wide` for the old path): ResNet's 7×7 stem 2.0–2.1 vs 2.4–2.6 ms,
+/// SqueezeNet's K = 27 stem (now over phase planes) 0.57–1.05 vs 0.71–1.09 ms against
+/// im2col. Narrower rows (56, 28, 14) keep the wide output, whose panels run across
+/// rows.
+pub(super) const IN_PLACE_MIN_OUT_W: usize = 96;
+
+pub(super) fn writes_rows_in_place(g: &ConvGeometry, options: &KernelOptions) -> bool {
+    options.conv_rows == ConvRows::Auto && g.output.len() == 2 && g.output[1] >= IN_PLACE_MIN_OUT_W
+}
+
+/// [`conv_implicit_gemm`] for wide output rows: the kernel walks output rows itself
+/// (`BLayout::Taps` with `out_h` rows of `out_w` columns, B advancing by the padded or
+/// phase-plane row) and writes C, bias, residual and activation straight into Y.
+pub(super) fn conv_implicit_rows(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    im: ImplicitConv,
+) -> LowerResult {
+    let (weights, scratch, layout) = (im.weights, im.scratch, im.layout);
+    let (spec, taps) = (&im.spec, &im.taps);
+    let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
+    let (out_h, out_w) = (g.output[0], g.output[1]);
+    // Output rows per call: C of one call within IMPLICIT_C_BYTES (L2).
+    let (chunk_rows, loop_chunks, last_rows) = row_chunks(out_h, g.mg * out_w * F32);
+    let spec_of = |rows: usize| GemmSpec {
+        n: rows * out_w,
+        b: BLayout::Taps {
+            out_w,
+            out_h: rows,
+            row_step: row,
+        },
+        ldc: g.out_size(),
+        b_taps: taps.clone(),
+        ..spec.clone()
+    };
+    let full_kernel = match loop_chunks {
+        0 => None,
+        _ => Some(GemmKernel::define(ctx, &spec_of(chunk_rows))?),
+    };
+    let last_kernel = GemmKernel::define(ctx, &spec_of(last_rows))?;
+    let b = &mut *ctx.b;
+    let phase_planes = layout.phase_planes(b, scratch);
+    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
+        let (y_g, addends) = output_and_bias(b, g, ops, n, grp);
+        let a = weights.group(b, grp, g);
+        let chunk = |b: &mut FunctionBuilder, row0: Value, k: &GemmKernel| {
+            let at_in = b.ins().imul_imm_s(row0, (row * F32) as i64);
+            let src_c = b.ins().iadd(src, at_in);
+            let at_out = b.ins().imul_imm_s(row0, (out_w * F32) as i64);
+            let y_c = b.ins().iadd(y_g, at_out);
+            let mut addends = addends.clone();
+            if ops.residual.is_some() {
+                // The residual, last, moves with C.
+                let r = addends.pop().expect("the residual addend");
+                addends.push(b.ins().iadd(r, at_out));
+            }
+            k.call(b, a, src_c, y_c, &addends);
+        };
+        if let Some(k) = &full_kernel {
+            let end = (loop_chunks * chunk_rows) as i64;
+            kernel::counted_loop(b, 0, end, chunk_rows as i64, |b, row0| chunk(b, row0, k));
+        }
+        let row0 = kernel::iconst(b, (out_h - last_rows) as i64);
+        chunk(b, row0, &last_kernel);
+    });
+    Ok(())
+}
