@@ -16,7 +16,7 @@ use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
 use crate::ops::infer::broadcast_shapes;
-use crate::ops::{Activation, GemmAttrs, MatMulAttrs};
+use crate::ops::{Activation, GemmAttrs, MatMulAttrs, Op};
 
 /// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
 struct MatMulShape {
@@ -92,14 +92,27 @@ fn epilogue_inputs(ctx: &LowerCtx, first: usize) -> (Vec<Option<Operand>>, bool)
 }
 
 /// The kernel plan of MatMul and Gemm: float32 runs on the target's GEMM kernel family,
-/// other dtypes on a scalar loop nest.
+/// other dtypes on a scalar loop nest. A Gemm whose B is a run-time input read
+/// transposed takes the portable kernel, the one that gathers B.
 pub fn plan_gemm(
+    op: &Op,
     node: &NodeOperands,
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    if node.input(0)?.dtype != DType::F32 {
+    let (a, b) = (node.input(0)?, node.input(1)?);
+    if a.dtype != DType::F32 {
         return None;
+    }
+    if let Op::Gemm(g) = op {
+        let s = GemmShape::new(g, &a.shape, &b.shape).ok()?;
+        if node.constant(1).is_none() && s.b_strides.1 != 1 {
+            return Some(NodeKernel::new(
+                Strategy::Gemm(Geometry::CLIF),
+                0,
+                "float32 with a run-time B read transposed: the portable kernel gathers it",
+            ));
+        }
     }
     let geometry = Geometry::for_target(target, options);
     let reason = match geometry.kernel {
