@@ -613,6 +613,12 @@ impl From<String> for ImportError {
     }
 }
 
+impl From<super::tensor_proto::TensorProtoError> for ImportError {
+    fn from(e: super::tensor_proto::TensorProtoError) -> Self {
+        ImportError::Invalid(e.0)
+    }
+}
+
 impl From<&str> for ImportError {
     fn from(s: &str) -> Self {
         ImportError::Invalid(s.to_string())

@@ -1,7 +1,7 @@
 //! Bad input gets one clear error naming the file, node and op, a nonzero exit, no
 //! panic, and no output file.
 
-#[path = "common/models.rs"]
+#[path = "../../tests/common/models.rs"]
 mod models;
 
 use std::path::Path;
@@ -244,7 +244,7 @@ fn inspect_gives_the_suite_status_of_an_unsupported_op() {
     let m = write_model(dir.path(), "unique.onnx", b.encode());
     let out = nnc(&["inspect".as_ref(), m.as_os_str()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let status = nnc::suite_status::op_status("Unique");
+    let status = nnc_cli::suite_status::op_status("Unique");
     assert!(status.cases > 0);
     let want = format!(
         "ONNX node suite: {} of {} cases using Unique pass",

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{NncError, Result};
-use crate::ir::Graph;
-use crate::onnx::{self, ImportOptions};
-use crate::ops::Op;
+use nnc::error::{NncError, Result};
+use nnc::ir::Graph;
+use nnc::onnx::{self, ImportOptions};
+use nnc::ops::Op;
 
 /// `nnc inspect --format` values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -88,7 +88,7 @@ pub struct NodeRef {
 pub fn report(path: &Path, import: &ImportOptions) -> Result<Report> {
     let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
-    let tensor = |v: &crate::ir::ValueId| TensorInfo {
+    let tensor = |v: &nnc::ir::ValueId| TensorInfo {
         name: g.value(*v).name.clone(),
         dtype: g.ty(*v).dtype.to_string(),
         shape: g.ty(*v).shape.clone(),
@@ -132,10 +132,10 @@ pub fn report(path: &Path, import: &ImportOptions) -> Result<Report> {
         // The memory plan of the graph `nnc compile` lowers: after the same passes
         // (fusion and views change which tensors exist and how long they live).
         let mut optimized = g.clone();
-        crate::passes::PassManager::from_env()
+        nnc::passes::PassManager::from_env()
             .and_then(|p| p.run(&mut optimized))
             .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-        let plan = crate::codegen::plan_graph_memory(&optimized);
+        let plan = nnc::codegen::plan_graph_memory(&optimized);
         report.weights_bytes = Some(plan.weights.len());
         report.arena_bytes = Some(plan.arena_size);
         report.arena_lower_bound_bytes = Some(plan.lower_bound);
@@ -235,7 +235,7 @@ pub fn text(r: &Report) -> String {
 /// `--quantize int8` would quantize and on which kernel, and every other computing node,
 /// which runs in float32 between dequantize and quantize steps.
 fn int8_plan(g: &Graph) -> Int8Plan {
-    let layers = crate::quant::int8::candidates(g, &[]);
+    let layers = nnc::quant::int8::candidates(g, &[]);
     let is_integer = |op: &Op| {
         matches!(
             op,
@@ -258,7 +258,7 @@ fn int8_plan(g: &Graph) -> Int8Plan {
             .iter()
             .find(|n| n.name == l.node && n.outputs[0] == l.output);
         if let Some(n) = n {
-            let kernel = crate::quant::int8::integer_op_of(g, n);
+            let kernel = nnc::quant::int8::integer_op_of(g, n);
             *planned.entry(format!("{} -> {kernel}", l.op)).or_default() += 1;
         }
     }
