@@ -231,7 +231,7 @@ fn input_tensor(dir: &Path, model: &str, spec: &Spec, seed: &mut u64) -> (Tensor
     let ty = TensorType::new(spec.dtype, spec.shape.clone());
     let path = dir.join(format!("{model}.input.{}.npy", spec.name));
     if path.exists() {
-        match nnc::npy::read(&path) {
+        match nnc_host::npy::read(&path) {
             Ok(t) if t.len() == ty.numel() => {
                 return (t.cast(spec.dtype).reshape(&spec.shape), "saved");
             }
@@ -444,7 +444,7 @@ struct Row {
 
 fn write_npy(dir: &Path, name: &str, t: &Tensor) -> PathBuf {
     let p = dir.join(format!("{name}.npy"));
-    let bytes = nnc::npy::to_bytes(t).unwrap_or_else(|e| die(&format!("npy {name}: {e}")));
+    let bytes = nnc_host::npy::to_bytes(t).unwrap_or_else(|e| die(&format!("npy {name}: {e}")));
     std::fs::write(&p, bytes).unwrap_or_else(|e| die(&format!("{}: {e}", p.display())));
     p
 }

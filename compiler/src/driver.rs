@@ -10,6 +10,9 @@ use crate::error::{NncError, Result};
 use crate::ir::Graph;
 use crate::onnx::{self, ImportOptions};
 use crate::passes::PassManager;
+use crate::progress::{Progress, Silent};
+use crate::quant::host::Int8Host;
+use crate::quant::pipeline::{Int8Options, Int8Report};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArtifactKind {
@@ -54,30 +57,45 @@ pub fn compile_model_with(
     opts: &CompileOptions,
     passes: &PassManager,
 ) -> Result<Compiled> {
+    compile_model_reporting(path, import, opts, passes, &Silent)
+}
+
+/// [`compile_model_with`], reporting code generation to `progress`.
+pub fn compile_model_reporting(
+    path: &Path,
+    import: &ImportOptions,
+    opts: &CompileOptions,
+    passes: &PassManager,
+    progress: &dyn Progress,
+) -> Result<Compiled> {
     let mut graph = onnx::load_model(path, import)?;
     passes
         .run(&mut graph)
-        .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-    let model = codegen::compile_graph(&graph, opts).map_err(|e| e.in_file(path))?;
+        .map_err(|e| NncError::from(e).in_file(path))?;
+    let model =
+        codegen::compile_graph_reporting(&graph, opts, progress).map_err(|e| e.in_file(path))?;
     Ok(Compiled { graph, model })
 }
 
 /// [`compile_model_with`] plus static INT8 quantization between the graph passes and
-/// code generation; also returns the quantization report.
+/// code generation; also returns the quantization report. `host` supplies the
+/// calibration samples and runs graphs on this machine.
 pub fn compile_model_int8(
     path: &Path,
     import: &ImportOptions,
     opts: &CompileOptions,
     passes: &PassManager,
-    int8: &crate::quant::pipeline::Int8Options,
-) -> Result<(Compiled, crate::quant::pipeline::Int8Report)> {
+    int8: &Int8Options,
+    host: &Int8Host,
+) -> Result<(Compiled, Int8Report)> {
     let mut graph = onnx::load_model(path, import)?;
     passes
         .run(&mut graph)
-        .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-    let report = crate::quant::pipeline::quantize_int8(&mut graph, int8)
-        .map_err(|e| NncError::Model(format!("{}: --quantize int8: {e}", path.display())))?;
-    let model = codegen::compile_graph(&graph, opts).map_err(|e| e.in_file(path))?;
+        .map_err(|e| NncError::from(e).in_file(path))?;
+    let report = crate::quant::pipeline::quantize_int8(&mut graph, int8, host)
+        .map_err(|e| NncError::from(e).in_file(path))?;
+    let model = codegen::compile_graph_reporting(&graph, opts, host.progress)
+        .map_err(|e| e.in_file(path))?;
     Ok((Compiled { graph, model }, report))
 }
 

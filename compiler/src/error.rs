@@ -36,6 +36,12 @@ pub enum NncError {
     Codegen { context: String, message: String },
     #[error("writing {kind}: {message}")]
     Artifact { kind: String, message: String },
+    /// A graph pass failed, or the pass list names no such pass.
+    #[error(transparent)]
+    Passes(#[from] crate::passes::PassError),
+    /// `--quantize int8` failed.
+    #[error("--quantize int8: {0}")]
+    Int8(#[from] crate::quant::QuantError),
     /// Wraps any of the above with the file it came from.
     #[error("{path}: {source}")]
     InFile {

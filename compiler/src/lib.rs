@@ -2,24 +2,21 @@
 //!
 //! Pipeline: [`onnx`] import → [`ir`] graph → [`ops`] shape inference → [`interp`]
 //! (reference) / [`codegen`] (Cranelift) → [`artifact`] (.so / .o / .a writers).
+//!
+//! This is the compiler core only: the `nnc` command line, the conformance runner,
+//! `run`/`verify`/`inspect` live in `nnc-cli`, and what runs compiled graphs in this
+//! process or reads `.npy`/`.npz` files in `nnc-host`.
 
 pub mod artifact;
 pub mod bindings;
 pub mod codegen;
-pub mod conformance;
-pub mod conformance_cli;
-pub mod diagnostic;
 pub mod driver;
 pub mod error;
 pub mod header;
-pub mod inspect;
 pub mod interp;
 pub mod ir;
-pub mod npy;
 pub mod onnx;
 pub mod ops;
 pub mod passes;
 pub mod progress;
 pub mod quant;
-pub mod suite_status;
-pub mod verify;

@@ -1,22 +1,38 @@
-//! Progress bars for the slow steps (code generation of big graphs, calibration), one
-//! rule for all: drawn on stderr only when it is a terminal, hidden otherwise so tests,
-//! scripts and CI logs see no change.
+//! How slow steps (code generation of big graphs, INT8 calibration and sensitivity
+//! trials) report progress: through a [`Progress`] their caller passes in. The library
+//! draws nothing itself; the `nnc` command line shows bars on a terminal.
 
-use std::io::IsTerminal;
-
-use indicatif::{ProgressBar, ProgressStyle};
-
-/// A bar over `len` steps drawn with `template` (an indicatif template, e.g.
-/// `"calibrating {bar:40} {pos}/{len} samples ({eta} left)"`), or a hidden one when
-/// stderr is not a terminal or there are fewer than `min_len` steps (too quick to be
-/// worth a bar).
-pub fn bar(len: u64, template: &str, min_len: u64) -> ProgressBar {
-    if len < min_len || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    bar.set_style(
-        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
+/// The steps that report progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    /// One step per graph node.
+    CodeGeneration,
+    /// One step per calibration sample.
+    Calibration,
+    /// One step per layer whose float32 build is tried (`--int8-min-sqnr`).
+    Sensitivity,
 }
+
+/// Receives progress; every method defaults to doing nothing.
+pub trait Progress: Sync {
+    /// `task` starts, with `steps` steps to go.
+    fn start(&self, task: Task, steps: usize) {
+        let _ = (task, steps);
+    }
+
+    /// One more step of `task` is done.
+    fn step(&self, task: Task) {
+        let _ = task;
+    }
+
+    /// `task` is over.
+    fn finish(&self, task: Task) {
+        let _ = task;
+    }
+}
+
+/// Reports nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Silent;
+
+impl Progress for Silent {}

@@ -340,8 +340,8 @@ fn run_file(path: &Path, seed: u64) -> Result<(), String> {
         }
     }
     let mut after = before.clone();
-    let pm = PassManager::from_list(&test.passes)?;
-    pm.run(&mut after)?;
+    let pm = PassManager::from_list(&test.passes).map_err(|e| e.to_string())?;
+    pm.run(&mut after).map_err(|e| e.to_string())?;
     let inputs = random_inputs(&before, seed);
     let want = run_graph(&before, &inputs)?;
     let got = run_graph(&after, &inputs).map_err(|e| format!("after the passes: {e}"))?;

@@ -2,9 +2,11 @@
 //!
 //! The compiler uses these definitions to lay out the `model_info` data it
 //! emits and to name the exported symbols; hosts use them to load and call
-//! compiled libraries, safely through [`loader::Library`].
+//! compiled libraries, safely through `loader::Library` (feature `loader`, on by
+//! default).
 
 pub mod abi;
+#[cfg(feature = "loader")]
 pub mod loader;
 
 pub use abi::*;

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use nnc::codegen::{Arch, CompileOptions, KernelOptions, Target, WeightFormat};
 use nnc::onnx::ImportOptions;
 use nnc::passes::PassManager;
-use nnc::quant::pipeline::Int8Options;
+
+/// What `quantize_int8` says when the feature that implements it is off.
+const INT8_NEEDS_FEATURE: &str = "quantize_int8 needs nnc-build's `int8` feature: \
+     in Cargo.toml, `[build-dependencies] nnc-build = { ..., features = [\"int8\"] }`";
 
 /// Why a model could not be compiled; its text is nnc's diagnostic (file, node, op).
 #[derive(Debug)]
@@ -83,7 +86,8 @@ impl Model {
 
     /// Static INT8 quantization calibrated on `calibration` (a .npy file, a folder of
     /// NAME.npy or .npz files, or ONNX test_data_set_* folders), as `nnc compile
-    /// --quantize int8 --calibration` does.
+    /// --quantize int8 --calibration` does. Needs the `int8` feature
+    /// (`features = ["int8"]`); without it the build fails saying so.
     pub fn quantize_int8(mut self, calibration: impl AsRef<Path>) -> Model {
         self.quantize = Quantize::Int8(calibration.as_ref().to_path_buf());
         self
@@ -186,6 +190,9 @@ impl Model {
             (None, None) => Arch::host().triple().to_string(),
         };
         let arch = arch_of(&triple)?;
+        if matches!(self.quantize, Quantize::Int8(_)) && !cfg!(feature = "int8") {
+            return Err(Error(INT8_NEEDS_FEATURE.into()));
+        }
         let cpu = match &self.cpu {
             Some(c) => c.clone(),
             None => cpu_for(
@@ -210,30 +217,13 @@ impl Model {
                 .map_err(|e| Error(e.to_string()))?,
         };
         let passes = match &self.passes {
-            Some(list) => PassManager::from_list(list).map_err(Error)?,
+            Some(list) => PassManager::from_list(list).map_err(|e| Error(e.to_string()))?,
             None => PassManager::default(),
         };
         let compiled = match &self.quantize {
             Quantize::Int8(calibration) => {
-                let int8 = Int8Options {
-                    calibration: calibration.clone(),
-                    method: nnc::quant::ranges::Method::MinMax,
-                    keep_fp32: vec![],
-                    min_sqnr_db: None,
-                    bias_correction: true,
-                };
-                let (compiled, report) = nnc::driver::compile_model_int8(
-                    &self.path,
-                    &self.import,
-                    &opts,
-                    &passes,
-                    &int8,
-                )?;
-                // The accuracy report, for whoever wonders what quantization cost.
                 let report_path = out_dir.join(format!("{name}.int8-report.txt"));
-                std::fs::write(&report_path, report.to_string())
-                    .map_err(|e| Error(format!("{}: {e}", report_path.display())))?;
-                compiled
+                self.compile_int8(calibration, &opts, &passes, &report_path)?
             }
             _ => nnc::driver::compile_model_with(&self.path, &self.import, &opts, &passes)?,
         };
@@ -258,6 +248,48 @@ impl Model {
             header,
             bindings,
         })
+    }
+}
+
+impl Model {
+    /// Compiles with INT8 quantization calibrated on `calibration`, writing the
+    /// accuracy report to `report_path`.
+    #[cfg(feature = "int8")]
+    fn compile_int8(
+        &self,
+        calibration: &Path,
+        opts: &CompileOptions,
+        passes: &PassManager,
+        report_path: &Path,
+    ) -> Result<nnc::driver::Compiled, Error> {
+        let int8 = nnc::quant::pipeline::Int8Options {
+            method: nnc::quant::ranges::Method::MinMax,
+            keep_fp32: vec![],
+            min_sqnr_db: None,
+            bias_correction: true,
+        };
+        let host = nnc::quant::host::Int8Host {
+            calibration: &nnc_host::CalibrationFiles(calibration.to_path_buf()),
+            runner: &nnc_host::LoaderRunner,
+            progress: &nnc::progress::Silent,
+        };
+        let (compiled, report) =
+            nnc::driver::compile_model_int8(&self.path, &self.import, opts, passes, &int8, &host)?;
+        // The accuracy report, for whoever wonders what quantization cost.
+        std::fs::write(report_path, report.to_string())
+            .map_err(|e| Error(format!("{}: {e}", report_path.display())))?;
+        Ok(compiled)
+    }
+
+    #[cfg(not(feature = "int8"))]
+    fn compile_int8(
+        &self,
+        _calibration: &Path,
+        _opts: &CompileOptions,
+        _passes: &PassManager,
+        _report_path: &Path,
+    ) -> Result<nnc::driver::Compiled, Error> {
+        Err(Error(INT8_NEEDS_FEATURE.into()))
     }
 }
 

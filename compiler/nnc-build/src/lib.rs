@@ -5,7 +5,7 @@
 //! fn main() {
 //!     nnc_build::Model::new("models/resnet18.onnx")
 //!         .name("resnet18")
-//!         .quantize_int8("models/calib/") // optional
+//!         .quantize_int8("models/calib/") // optional; needs features = ["int8"]
 //!         .compile();
 //! }
 //! ```

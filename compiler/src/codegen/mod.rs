@@ -82,6 +82,15 @@ fn node_excerpt(graph: &Graph, node: &crate::ir::Node) -> crate::error::NodeExce
 
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
+    compile_graph_reporting(graph, opts, &crate::progress::Silent)
+}
+
+/// [`compile_graph`], reporting each node to `progress`.
+pub fn compile_graph_reporting(
+    graph: &Graph,
+    opts: &CompileOptions,
+    progress: &dyn crate::progress::Progress,
+) -> Result<CompiledModel> {
     let isa = opts.target.isa("speed")?;
     let builder = ObjectBuilder::new(
         isa.clone(),
@@ -116,13 +125,9 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
     let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
     let mut half_area = 0usize;
     let mut node_fns = vec![None; graph.nodes.len()];
-    let progress = crate::progress::bar(
-        graph.nodes.len() as u64,
-        "generating code {bar:40} {pos}/{len} nodes ({eta} left)",
-        200,
-    );
+    progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
     for (k, node) in graph.nodes.iter().enumerate() {
-        progress.inc(1);
+        progress.step(crate::progress::Task::CodeGeneration);
         if plan.is_view[k] {
             continue;
         }
@@ -209,7 +214,7 @@ pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledMod
         node_fns[k] = Some(id);
         half_area = half_area.max(node_half_bytes);
     }
-    progress.finish_and_clear();
+    progress.finish(crate::progress::Task::CodeGeneration);
     if half_area > 0 {
         plan.arena_size = half_region + half_area;
     }

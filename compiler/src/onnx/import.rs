@@ -315,6 +315,7 @@ impl GraphBuilder {
             format!("{}{}", self.scope, node.name)
         };
         let mut inputs = Vec::with_capacity(node.input.len());
+        let mut poisoned = false;
         for i in &node.input {
             if i.is_empty() {
                 inputs.push(None);
@@ -322,8 +323,8 @@ impl GraphBuilder {
             }
             match self.names.get(i) {
                 Some(&POISON) => {
-                    self.poison(node);
-                    return Ok(());
+                    poisoned = true;
+                    break;
                 }
                 Some(&id) => inputs.push(Some(id)),
                 None => {
@@ -353,6 +354,13 @@ impl GraphBuilder {
             };
             return self.unsupported(node, &name, reason.to_string());
         };
+        // Checked after the op itself, so an unknown op behind another one is still
+        // reported (every unsupported node in one run); a known op over an unknown
+        // operand cannot be typed and is skipped without a report of its own.
+        if poisoned {
+            self.poison(node);
+            return Ok(());
+        }
         let attrs = Attributes::new(&node.attribute);
         let mut ctx = NodeCtx {
             b: self,
@@ -602,6 +610,12 @@ pub enum ImportError {
 impl From<String> for ImportError {
     fn from(s: String) -> Self {
         ImportError::Invalid(s)
+    }
+}
+
+impl From<super::tensor_proto::TensorProtoError> for ImportError {
+    fn from(e: super::tensor_proto::TensorProtoError) -> Self {
+        ImportError::Invalid(e.0)
     }
 }
 

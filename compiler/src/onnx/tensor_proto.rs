@@ -7,9 +7,21 @@ use half::{bf16, f16};
 use super::proto::{TensorProto, DATA_LOCATION_EXTERNAL};
 use crate::ir::{DType, Tensor, TensorType};
 
+/// A `TensorProto` that does not decode: its message names the tensor and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TensorProtoError(pub String);
+
 /// Decodes a tensor. `base_dir` is the model's folder, for external data; `None` forbids
 /// external data (e.g. a tensor embedded in a test-data file).
-pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+pub fn tensor_from_proto(
+    t: &TensorProto,
+    base_dir: Option<&Path>,
+) -> Result<Tensor, TensorProtoError> {
+    decode(t, base_dir).map_err(TensorProtoError)
+}
+
+fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
     let dtype = DType::from_onnx(t.data_type).ok_or_else(|| {
         format!(
             "tensor '{}' has unsupported data type {}",

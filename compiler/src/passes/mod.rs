@@ -39,6 +39,15 @@ use crate::ir::Graph;
 /// One graph pass: rewrites the graph in place; errors are messages.
 pub type PassFn = fn(&mut Graph) -> Result<(), String>;
 
+/// Why the pass pipeline could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error("unknown pass '{name}' (known: {})", PASSES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+    Unknown { name: String },
+    #[error("pass {pass}: {message}")]
+    Failed { pass: String, message: String },
+}
+
 /// Every pass by name, in the default pipeline's order.
 pub const PASSES: &[(&str, PassFn)] = &[
     ("qdq", qdq::run),
@@ -82,7 +91,7 @@ impl Default for PassManager {
 impl PassManager {
     /// A pipeline of the named passes, in order; `"none"` (or empty) is no pass and
     /// `"default"` the default pipeline.
-    pub fn from_list(list: &str) -> Result<PassManager, String> {
+    pub fn from_list(list: &str) -> Result<PassManager, PassError> {
         let list = list.trim();
         if list == "default" {
             return Ok(PassManager::default());
@@ -92,9 +101,8 @@ impl PassManager {
             if name == "none" {
                 continue;
             }
-            let f = pass(name).ok_or_else(|| {
-                let known: Vec<&str> = PASSES.iter().map(|(n, _)| *n).collect();
-                format!("unknown pass '{name}' (known: {})", known.join(", "))
+            let f = pass(name).ok_or_else(|| PassError::Unknown {
+                name: name.to_string(),
             })?;
             pipeline.push((name.to_string(), f));
         }
@@ -109,12 +117,15 @@ impl PassManager {
         &self,
         graph: &mut Graph,
         mut after: impl FnMut(&str, &Graph),
-    ) -> Result<(), String> {
+    ) -> Result<(), PassError> {
         if self.dump == Dump::Stderr {
             eprintln!("; IR before passes ({} nodes)\n{graph}", graph.nodes.len());
         }
         for (name, f) in &self.pipeline {
-            f(graph).map_err(|e| format!("pass {name}: {e}"))?;
+            f(graph).map_err(|message| PassError::Failed {
+                pass: name.clone(),
+                message,
+            })?;
             if self.dump == Dump::Stderr {
                 eprintln!("; IR after {name} ({} nodes)\n{graph}", graph.nodes.len());
             }
@@ -123,12 +134,12 @@ impl PassManager {
         Ok(())
     }
 
-    pub fn run(&self, graph: &mut Graph) -> Result<(), String> {
+    pub fn run(&self, graph: &mut Graph) -> Result<(), PassError> {
         self.run_with(graph, |_, _| {})
     }
 }
 
 /// Runs the default pipeline.
-pub fn optimize(graph: &mut Graph) -> Result<(), String> {
+pub fn optimize(graph: &mut Graph) -> Result<(), PassError> {
     PassManager::default().run(graph)
 }

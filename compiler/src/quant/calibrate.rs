@@ -1,13 +1,17 @@
 //! Calibration: the float32 graph runs over every sample with the tensors to be
 //! quantized exposed as outputs, and each tensor's values fold into a
 //! [`RangeObserver`] and, along the axis its layer reads as channels, into
-//! [`ChannelMeans`] (for bias correction). The graph is compiled for this machine ([`HostModel`]), so
-//! hundreds of samples of a ResNet take seconds; a progress bar shows on a terminal.
+//! [`ChannelMeans`] (for bias correction). The graph runs compiled for this machine
+//! ([`HostRunner`]), so hundreds of samples of a ResNet take seconds; each sample is a
+//! step of [`Task::Calibration`].
 
 use super::bias_correction::ChannelMeans;
-use super::host_model::HostModel;
+use super::host::HostRunner;
 use super::ranges::RangeObserver;
+use super::QuantError;
+use crate::codegen::WeightFormat;
 use crate::ir::{DType, Graph, Tensor, ValueId};
+use crate::progress::{Progress, Task};
 
 /// What calibration learnt about one tensor.
 #[derive(Clone, Debug, Default)]
@@ -30,7 +34,9 @@ pub fn observe(
     graph: &Graph,
     values: &[(ValueId, usize)],
     samples: &[Vec<Tensor>],
-) -> Result<Vec<Observed>, String> {
+    runner: &dyn HostRunner,
+    progress: &dyn Progress,
+) -> Result<Vec<Observed>, QuantError> {
     let mut observers = vec![Observed::default(); values.len()];
     // Graph inputs are observed from the samples; everything else is computed.
     let computed: Vec<(usize, ValueId)> = values
@@ -44,13 +50,13 @@ pub fn observe(
     } else {
         let mut g = graph.clone();
         g.outputs = computed.iter().map(|(_, v)| *v).collect();
-        Some(HostModel::compile(&g).map_err(|e| format!("calibration model: {e}"))?)
+        Some(
+            runner
+                .load(&g, WeightFormat::F32)
+                .map_err(|e| QuantError::host("calibration model", e))?,
+        )
     };
-    let bar = crate::progress::bar(
-        samples.len() as u64,
-        "calibrating {bar:40} {pos}/{len} samples ({eta} left)",
-        1,
-    );
+    progress.start(Task::Calibration, samples.len());
     for (k, sample) in samples.iter().enumerate() {
         for (i, (v, axis)) in values.iter().enumerate() {
             if let Some(pos) = graph.inputs.iter().position(|x| x == v) {
@@ -60,14 +66,14 @@ pub fn observe(
         if let Some(m) = &model {
             let outs = m
                 .run(sample)
-                .map_err(|e| format!("calibration sample {k}: {e}"))?;
+                .map_err(|e| QuantError::host(format!("calibration sample {k}"), e))?;
             for ((i, _), t) in computed.iter().zip(&outs) {
                 observers[*i].observe(t, values[*i].1);
             }
         }
-        bar.inc(1);
+        progress.step(Task::Calibration);
     }
-    bar.finish_and_clear();
+    progress.finish(Task::Calibration);
     Ok(observers)
 }
 

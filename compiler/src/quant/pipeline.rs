@@ -4,20 +4,20 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
 
 use super::calibrate;
-use super::calibration_data::{self, InputSpec};
-use super::host_model::HostModel;
+use super::host::{HostModel, HostRunner, InputSpec, Int8Host};
 use super::int8::{self, InputStats, Layer};
 use super::ranges::Method;
 use super::requantize;
 use super::sensitivity;
+use super::QuantError;
+use crate::codegen::WeightFormat;
 use crate::ir::{Graph, Tensor, ValueId};
 
+/// How to quantize; the calibration samples come from [`Int8Host::calibration`].
 #[derive(Clone, Debug)]
 pub struct Int8Options {
-    pub calibration: PathBuf,
     pub method: Method,
     /// Node names to leave in float32.
     pub keep_fp32: Vec<String>,
@@ -52,7 +52,11 @@ pub struct Int8Report {
 }
 
 /// Quantizes `graph` (after the graph passes) in place and measures the result.
-pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report, String> {
+pub fn quantize_int8(
+    graph: &mut Graph,
+    opts: &Int8Options,
+    host: &Int8Host,
+) -> Result<Int8Report, QuantError> {
     let specs: Vec<InputSpec> = graph
         .inputs
         .iter()
@@ -61,7 +65,10 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
             ty: graph.ty(v).clone(),
         })
         .collect();
-    let samples = calibration_data::load(&opts.calibration, &specs)?;
+    let samples = host
+        .calibration
+        .samples(&specs)
+        .map_err(QuantError::Calibration)?;
     let layers = int8::candidates(graph, &opts.keep_fp32);
     // One observer per input; a tensor two layers read along different axes (rare)
     // gets the first one's channel means, and the other's bias goes uncorrected.
@@ -69,7 +76,7 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
         layers.iter().map(|l| (l.input, l.channel_axis)).collect();
     inputs.sort();
     inputs.dedup_by_key(|(v, _)| *v);
-    let observed = calibrate::observe(graph, &inputs, &samples)?;
+    let observed = calibrate::observe(graph, &inputs, &samples, host.runner, host.progress)?;
     let stats: HashMap<ValueId, InputStats> = inputs
         .iter()
         .zip(&observed)
@@ -84,16 +91,16 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
         })
         .collect();
     let float_graph = graph.clone();
-    let reference = Reference::new(&float_graph, &layers)?;
+    let reference = Reference::new(&float_graph, &layers, host.runner)?;
     // One quantized build, compared with float32 over the samples.
-    let attempt = |kept: &[String]| -> Result<Attempt, String> {
+    let attempt = |kept: &[String]| -> Result<Attempt, QuantError> {
         let now: Vec<Layer> = layers
             .iter()
             .filter(|l| !kept.contains(&l.node))
             .cloned()
             .collect();
         let mut graph = float_graph.clone();
-        let quantized = int8::quantize(&mut graph, &now, &stats)?;
+        let quantized = int8::quantize(&mut graph, &now, &stats).map_err(QuantError::Rewrite)?;
         let (outputs, layer_quality) = reference.compare(&graph, &quantized, &samples)?;
         Ok(Attempt {
             graph,
@@ -111,8 +118,14 @@ pub fn quantize_int8(graph: &mut Graph, opts: &Int8Options) -> Result<Int8Report
     if let (false, Some(target)) = (meets(&best), opts.min_sqnr_db) {
         // The trials rank the layers and say how many go back; the real builds confirm
         // (and take more back, in the same order, should the trials be optimistic).
-        let (order, needed) =
-            sensitivity::plan(&float_graph, &best.quantized, &stats, &samples, target)?;
+        let (order, needed) = sensitivity::plan(
+            &float_graph,
+            &best.quantized,
+            &stats,
+            &samples,
+            target,
+            host,
+        )?;
         kept_for_sqnr = order[..needed].to_vec();
         best = attempt(&kept_for_sqnr)?;
         while !meets(&best) && kept_for_sqnr.len() < order.len() {
@@ -197,25 +210,36 @@ impl Tally {
 struct Reference<'g> {
     graph: &'g Graph,
     watched: Vec<ValueId>,
-    model: HostModel,
+    model: Box<dyn HostModel>,
+    runner: &'g dyn HostRunner,
 }
 
 impl<'g> Reference<'g> {
-    fn new(graph: &'g Graph, layers: &[Layer]) -> Result<Reference<'g>, String> {
+    fn new(
+        graph: &'g Graph,
+        layers: &[Layer],
+        runner: &'g dyn HostRunner,
+    ) -> Result<Reference<'g>, QuantError> {
         let mut watched: Vec<ValueId> = graph.outputs.clone();
         for l in layers {
             if !watched.contains(&l.output) {
                 watched.push(l.output);
             }
         }
-        let model = HostModel::compile(&Graph {
-            outputs: watched.clone(),
-            ..graph.clone()
-        })?;
+        let model = runner
+            .load(
+                &Graph {
+                    outputs: watched.clone(),
+                    ..graph.clone()
+                },
+                WeightFormat::F32,
+            )
+            .map_err(|e| QuantError::host("float32 reference model", e))?;
         Ok(Reference {
             graph,
             watched,
             model,
+            runner,
         })
     }
 
@@ -226,14 +250,22 @@ impl<'g> Reference<'g> {
         quant_graph: &Graph,
         layers: &[Layer],
         samples: &[Vec<Tensor>],
-    ) -> Result<(Vec<Quality>, Vec<Quality>), String> {
-        let q = HostModel::compile(&Graph {
-            outputs: self.watched.clone(),
-            ..quant_graph.clone()
-        })?;
+    ) -> Result<(Vec<Quality>, Vec<Quality>), QuantError> {
+        let q = self
+            .runner
+            .load(
+                &Graph {
+                    outputs: self.watched.clone(),
+                    ..quant_graph.clone()
+                },
+                WeightFormat::F32,
+            )
+            .map_err(|e| QuantError::host("quantized model", e))?;
         let mut tallies = vec![Tally::default(); self.watched.len()];
         for s in samples {
-            let (a, b) = (self.model.run(s)?, q.run(s)?);
+            let a =
+                (self.model.run(s)).map_err(|e| QuantError::host("float32 reference run", e))?;
+            let b = q.run(s).map_err(|e| QuantError::host("quantized run", e))?;
             for (i, t) in tallies.iter_mut().enumerate() {
                 t.add(&a[i], &b[i]);
             }

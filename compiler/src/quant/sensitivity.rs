@@ -10,17 +10,20 @@
 
 use std::collections::HashMap;
 
-use super::host_model::HostModel;
+use super::host::{HostModel, HostRunner};
 use super::int8::{self, InputStats, Layer};
+use super::QuantError;
+use crate::codegen::WeightFormat;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{BinaryOp, Op};
+use crate::progress::Task;
 
 /// Calibration samples the trials run over (the ranking needs no more).
 const TRIAL_SAMPLES: usize = 32;
 
 /// The graph whose candidate layers switch between float32 and INT8 at run time.
 struct Switchable {
-    model: HostModel,
+    model: Box<dyn HostModel>,
     layers: usize,
 }
 
@@ -29,7 +32,8 @@ impl Switchable {
         float: &Graph,
         layers: &[Layer],
         stats: &HashMap<ValueId, InputStats>,
-    ) -> Result<Switchable, String> {
+        runner: &dyn HostRunner,
+    ) -> Result<Switchable, QuantError> {
         let mut g = float.clone();
         let old = std::mem::take(&mut g.nodes);
         let mut copies = vec![];
@@ -92,22 +96,26 @@ impl Switchable {
             float_node.outputs[0] = y_f;
             g.nodes.extend([float_node, copy, diff, scaled, out]);
         }
-        int8::quantize(&mut g, &copies, stats)?;
+        int8::quantize(&mut g, &copies, stats).map_err(QuantError::Rewrite)?;
         Ok(Switchable {
-            model: HostModel::compile(&g).map_err(|e| format!("sensitivity model: {e}"))?,
+            model: runner
+                .load(&g, WeightFormat::F32)
+                .map_err(|e| QuantError::host("sensitivity model", e))?,
             layers: layers.len(),
         })
     }
 
     /// The outputs for `sample` with layer `i` on INT8 where `int8[i]`.
-    fn run(&self, sample: &[Tensor], int8: &[bool]) -> Result<Vec<Tensor>, String> {
+    fn run(&self, sample: &[Tensor], int8: &[bool]) -> Result<Vec<Tensor>, QuantError> {
         debug_assert_eq!(int8.len(), self.layers);
         let mut inputs = sample.to_vec();
         inputs.extend(
             int8.iter()
                 .map(|&on| Tensor::from_vec(&[1], vec![if on { 1f32 } else { 0.0 }])),
         );
-        self.model.run(&inputs)
+        self.model
+            .run(&inputs)
+            .map_err(|e| QuantError::host("sensitivity trial", e))
     }
 }
 
@@ -120,16 +128,17 @@ pub fn plan(
     stats: &HashMap<ValueId, InputStats>,
     samples: &[Vec<Tensor>],
     target_db: f64,
-) -> Result<(Vec<String>, usize), String> {
+    host: &super::host::Int8Host,
+) -> Result<(Vec<String>, usize), QuantError> {
     let samples = &samples[..samples.len().min(TRIAL_SAMPLES)];
-    let model = Switchable::build(float, layers, stats)?;
+    let model = Switchable::build(float, layers, stats, host.runner)?;
     let all_float = vec![false; layers.len()];
     let reference: Vec<Vec<Tensor>> = samples
         .iter()
         .map(|s| model.run(s, &all_float))
         .collect::<Result<_, _>>()?;
     // The lowest output SQNR over the samples with `int8` switched on.
-    let trial = |int8: &[bool]| -> Result<f64, String> {
+    let trial = |int8: &[bool]| -> Result<f64, QuantError> {
         let outputs = reference.first().map_or(0, Vec::len);
         let (mut signal, mut noise) = (vec![0f64; outputs], vec![0f64; outputs]);
         for (s, want) in samples.iter().zip(&reference) {
@@ -152,19 +161,15 @@ pub fn plan(
             })
             .fold(f64::INFINITY, f64::min))
     };
-    let bar = crate::progress::bar(
-        layers.len() as u64,
-        "int8 sensitivity {bar:40} {pos}/{len} layers ({eta} left)",
-        1,
-    );
+    host.progress.start(Task::Sensitivity, layers.len());
     let mut gains = Vec::with_capacity(layers.len());
     for i in 0..layers.len() {
         let mut int8 = vec![true; layers.len()];
         int8[i] = false;
         gains.push((i, trial(&int8)?));
-        bar.inc(1);
+        host.progress.step(Task::Sensitivity);
     }
-    bar.finish_and_clear();
+    host.progress.finish(Task::Sensitivity);
     gains.sort_by(|a, b| b.1.total_cmp(&a.1));
     let order: Vec<usize> = gains.iter().map(|&(i, _)| i).collect();
     let keeping = |k: usize| {

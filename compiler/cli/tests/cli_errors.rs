@@ -1,7 +1,7 @@
 //! Bad input gets one clear error naming the file, node and op, a nonzero exit, no
 //! panic, and no output file.
 
-#[path = "common/models.rs"]
+#[path = "../../tests/common/models.rs"]
 mod models;
 
 use std::path::Path;
@@ -174,6 +174,65 @@ fn inspect_lists_every_unsupported_op_in_one_run() {
     assert!(stdout.contains("not in the ONNX node suite"), "{stdout}");
 }
 
+/// `FrobnicateA -> Relu -> FrobnicateB` over an unknown domain: both unknown nodes are
+/// reported in one run, by compile and by inspect (text and JSON), while Relu, which
+/// only lacks a typed operand, is skipped without a report of its own.
+#[test]
+fn a_chain_of_unknown_ops_reports_every_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(1);
+    let x = b.input("x", &[2, 3]);
+    let a = b.node("FrobnicateA", &[&x], vec![]);
+    b.graph.node.last_mut().unwrap().domain = "com.example".into();
+    let r = b.node("Relu", &[&a], vec![]);
+    let c = b.node("FrobnicateB", &[&r], vec![]);
+    b.graph.node.last_mut().unwrap().domain = "com.example".into();
+    b.output(&c);
+    let m = write_model(dir.path(), "chain.onnx", b.encode());
+    expect_compile_error(
+        &m,
+        &[
+            "chain.onnx",
+            "unsupported operators (2)",
+            "(FrobnicateA)",
+            "(FrobnicateB)",
+            "domain 'com.example'",
+        ],
+    );
+    let out_path = dir.path().join("libout.so");
+    let compile = nnc(&[
+        "compile".as_ref(),
+        m.as_os_str(),
+        "-o".as_ref(),
+        out_path.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&compile.stderr);
+    assert!(!stderr.contains("(Relu)"), "Relu reported: {stderr}");
+
+    let text = nnc(&["inspect".as_ref(), m.as_os_str()]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("unsupported (2)"), "{stdout}");
+    assert!(
+        stdout.contains("FrobnicateA") && stdout.contains("FrobnicateB"),
+        "{stdout}"
+    );
+
+    let json = nnc(&[
+        "inspect".as_ref(),
+        m.as_os_str(),
+        "--format".as_ref(),
+        "json".as_ref(),
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let ops: Vec<&str> = j["unsupported"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["op"].as_str().unwrap())
+        .collect();
+    assert_eq!(ops, ["FrobnicateA", "FrobnicateB"], "{j}");
+}
+
 /// An op the suite has cases for: inspect says how many of them nnc passes.
 #[test]
 fn inspect_gives_the_suite_status_of_an_unsupported_op() {
@@ -185,7 +244,7 @@ fn inspect_gives_the_suite_status_of_an_unsupported_op() {
     let m = write_model(dir.path(), "unique.onnx", b.encode());
     let out = nnc(&["inspect".as_ref(), m.as_os_str()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let status = nnc::suite_status::op_status("Unique");
+    let status = nnc_cli::suite_status::op_status("Unique");
     assert!(status.cases > 0);
     let want = format!(
         "ONNX node suite: {} of {} cases using Unique pass",

@@ -13,7 +13,7 @@ use crate::conformance::{family, find_cases, CaseTarget};
 const AARCH64_SYSROOT: &str = "/usr/aarch64-linux-gnu";
 
 /// The C harness that runs a compiled model on raw tensor files, built for aarch64.
-const HARNESS_SOURCE: &str = include_str!("../../tests/harness/nnc_run.c");
+const HARNESS_SOURCE: &str = include_str!("../../../tests/harness/nnc_run.c");
 
 pub struct SuiteOptions {
     pub suite_dir: PathBuf,

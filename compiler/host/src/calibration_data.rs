@@ -18,13 +18,18 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::ir::{Tensor, TensorType};
+use nnc::ir::Tensor;
+pub use nnc::quant::host::InputSpec;
+use nnc::quant::host::{BoxError, CalibrationSource};
 
-/// One model input the samples are for.
+/// The samples under a path, as `--calibration PATH` names them.
 #[derive(Clone, Debug)]
-pub struct InputSpec {
-    pub name: String,
-    pub ty: TensorType,
+pub struct CalibrationFiles(pub PathBuf);
+
+impl CalibrationSource for CalibrationFiles {
+    fn samples(&self, inputs: &[InputSpec]) -> Result<Vec<Vec<Tensor>>, BoxError> {
+        load(&self.0, inputs).map_err(BoxError::from)
+    }
 }
 
 /// Reads every sample under `path` for `inputs`. Errors name the file and the input.
@@ -240,10 +245,9 @@ fn from_data_set(dir: &Path, inputs: &[InputSpec]) -> Result<Vec<Tensor>, String
             let shown = file.display();
             let bytes = std::fs::read(&file)
                 .map_err(|e| format!("{shown} (input '{}'): {e}", input.name))?;
-            let proto =
-                <crate::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
-                    .map_err(|e| format!("{shown}: {e}"))?;
-            let t = crate::onnx::tensor_proto::tensor_from_proto(&proto, Some(dir))
+            let proto = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
+                .map_err(|e| format!("{shown}: {e}"))?;
+            let t = nnc::onnx::tensor_proto::tensor_from_proto(&proto, Some(dir))
                 .map_err(|e| format!("{shown}: {e}"))?;
             if t.ty() != input.ty {
                 return Err(format!(

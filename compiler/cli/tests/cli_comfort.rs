@@ -2,7 +2,7 @@
 //! failing node (coloured only on a terminal or when forced), and no progress-bar or
 //! escape-code noise when stderr is not a terminal.
 
-#[path = "common/models.rs"]
+#[path = "../../tests/common/models.rs"]
 mod models;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ fn nnc(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Output {
 }
 
 fn example_model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/model.onnx")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/c/model.onnx")
 }
 
 fn inspect_json(model: &Path) -> serde_json::Value {
@@ -143,11 +143,14 @@ fn inspect_json_lists_unsupported_ops_with_their_suite_status() {
         "{j}"
     );
     assert_eq!(u[0]["excerpt"], "t1 = NonZero(x: float32[3,4])");
-    let status = nnc::suite_status::op_status("NonZero");
+    let status = nnc_cli::suite_status::op_status("NonZero");
     assert!(status.cases > 0);
     assert_eq!(u[0]["suite_cases"], status.cases);
     assert_eq!(u[0]["suite_passing"], status.passing);
-    assert_eq!(u[0]["suite_status"], nnc::suite_status::describe("NonZero"));
+    assert_eq!(
+        u[0]["suite_status"],
+        nnc_cli::suite_status::describe("NonZero")
+    );
     assert_eq!(u[1]["node"], "FancyOp_2");
     assert_eq!(u[1]["reason"], "no such operator in nnc");
     assert_eq!(u[1]["excerpt"], "t2 = FancyOp<alpha=0.5>(x: float32[3,4])");

@@ -8,10 +8,7 @@ use std::process::Command;
 use nnc_runtime_abi::loader::{Error, Library, Tensor, TensorMut};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn expected() -> Vec<f32> {

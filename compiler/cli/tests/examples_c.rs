@@ -6,7 +6,7 @@
 
 #[path = "common/examples.rs"]
 mod examples;
-#[path = "common/tools.rs"]
+#[path = "../../tests/common/tools.rs"]
 mod tools;
 
 use std::collections::BTreeSet;

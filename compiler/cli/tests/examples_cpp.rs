@@ -4,7 +4,7 @@
 
 #[path = "common/examples.rs"]
 mod examples;
-#[path = "common/tools.rs"]
+#[path = "../../tests/common/tools.rs"]
 mod tools;
 
 use examples::{assert_prints, copy_examples, make, run_program};

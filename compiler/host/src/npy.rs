@@ -1,7 +1,7 @@
 //! Reading and writing numpy `.npy` files (format versions 1–3, little-endian, C order),
 //! the format users hold inputs and calibration data in.
 
-use crate::ir::{DType, Tensor, TensorType};
+use nnc::ir::{DType, Tensor, TensorType};
 
 fn dtype_of(descr: &str) -> Option<DType> {
     Some(match descr.trim_start_matches(['<', '|', '=']) {

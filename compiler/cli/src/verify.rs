@@ -1,5 +1,5 @@
 //! `nnc run` and `nnc verify`: a model compiled for the host and run in this process
-//! ([`HostModel`]), checked against the reference interpreter ([`crate::interp`]) and,
+//! ([`LoadedModel`]), checked against the reference interpreter ([`nnc::interp`]) and,
 //! when Python has it, onnxruntime.
 //!
 //! When the compiled outputs differ from the interpreter's, [`first_divergence`] finds
@@ -16,10 +16,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::codegen::WeightFormat;
-use crate::ir::{DType, Graph, Tensor, TensorType, ValueId};
-use crate::ops::Op;
-use crate::quant::host_model::HostModel;
+use nnc::codegen::WeightFormat;
+use nnc::ir::{DType, Graph, Tensor, TensorType, ValueId};
+use nnc::ops::Op;
+use nnc_host::LoadedModel;
 
 /// Elements match when `|actual - expected| <= atol + rtol * |expected|` (numpy's
 /// `allclose`); NaN matches NaN.
@@ -273,10 +273,10 @@ pub fn file_stem(name: &str) -> String {
 }
 
 /// Imports `path` and runs the graph passes `nnc compile` runs by default.
-pub fn load(path: &Path, import: &crate::onnx::ImportOptions) -> crate::error::Result<Graph> {
-    use crate::error::NncError;
-    let mut graph = crate::onnx::load_model(path, import)?;
-    crate::passes::PassManager::default()
+pub fn load(path: &Path, import: &nnc::onnx::ImportOptions) -> nnc::error::Result<Graph> {
+    use nnc::error::NncError;
+    let mut graph = nnc::onnx::load_model(path, import)?;
+    nnc::passes::PassManager::default()
         .run(&mut graph)
         .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
     Ok(graph)
@@ -288,7 +288,9 @@ pub fn run_compiled(
     inputs: &[Tensor],
     weights: WeightFormat,
 ) -> Result<Vec<Tensor>, String> {
-    HostModel::compile_with(graph, weights)?.run(inputs)
+    LoadedModel::compile_with(graph, weights)
+        .and_then(|m| m.run(inputs))
+        .map_err(|e| e.to_string())
 }
 
 /// Writes each output to `dir/<name>.npy`; returns the paths.
@@ -302,7 +304,7 @@ pub fn write_outputs(
     for (v, t) in graph.outputs.iter().zip(outputs) {
         let name = &graph.value(*v).name;
         let path = dir.join(format!("{}.npy", file_stem(name)));
-        let bytes = crate::npy::to_bytes(t).map_err(|e| format!("output '{name}': {e}"))?;
+        let bytes = nnc_host::npy::to_bytes(t).map_err(|e| format!("output '{name}': {e}"))?;
         std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
         paths.push(path);
     }
@@ -358,7 +360,7 @@ pub fn first_divergence(
     tol: Tolerance,
 ) -> Result<Option<Divergence>, String> {
     let expected =
-        crate::interp::run_graph_all(reference, inputs).map_err(|e| format!("interpreter: {e}"))?;
+        nnc::interp::run_graph_all(reference, inputs).map_err(|e| format!("interpreter: {e}"))?;
     let debug = debug_graph(compiled);
     let actual =
         run_compiled(&debug, inputs, WeightFormat::F32).map_err(|e| format!("debug build: {e}"))?;
@@ -422,7 +424,7 @@ pub fn verify_graphs(
     tol: Tolerance,
 ) -> Result<Report, String> {
     let expected =
-        crate::interp::run_graph(reference, inputs).map_err(|e| format!("interpreter: {e}"))?;
+        nnc::interp::run_graph(reference, inputs).map_err(|e| format!("interpreter: {e}"))?;
     let actual = run_compiled(compiled, inputs, WeightFormat::F32)?;
     let outputs: Vec<OutputCheck> = compiled
         .outputs
@@ -494,7 +496,7 @@ pub fn run_onnxruntime(
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let result = (|| {
         for (i, (name, t)) in feeds.iter().enumerate() {
-            let bytes = crate::npy::to_bytes(t).map_err(|e| format!("input '{name}': {e}"))?;
+            let bytes = nnc_host::npy::to_bytes(t).map_err(|e| format!("input '{name}': {e}"))?;
             let p = dir.join(format!("in_{i}.npy"));
             std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -515,7 +517,7 @@ pub fn run_onnxruntime(
             .lines()
             .enumerate()
             .map(|(i, name)| {
-                let t = crate::npy::read(&dir.join(format!("out_{i}.npy")))?;
+                let t = nnc_host::npy::read(&dir.join(format!("out_{i}.npy")))?;
                 Ok((name.to_string(), t))
             })
             .collect()

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use anstyle::{AnsiColor, Style};
 
-use crate::error::{NncError, NodeExcerpt};
+use nnc::error::{NncError, NodeExcerpt};
 
 const ERROR: Style = AnsiColor::Red.on_default().bold();
 const ARROW: Style = AnsiColor::Blue.on_default().bold();

@@ -2,7 +2,7 @@
 //! nnc. Each test works in a temporary copy of the example, so builds leave the
 //! checkout clean and tests running in parallel do not share outputs.
 //!
-//! Include with `#[path = "common/tools.rs"] mod tools;` and
+//! Include with `#[path = "../../tests/common/tools.rs"] mod tools;` and
 //! `#[path = "common/examples.rs"] mod examples;` (this file uses `crate::tools`).
 #![allow(dead_code)] // each test crate uses a different subset
 
@@ -14,8 +14,7 @@ use crate::tools;
 /// The repository's `examples/` directory.
 pub fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
+        .join("../..")
         .join("examples")
 }
 

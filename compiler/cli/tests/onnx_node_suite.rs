@@ -4,17 +4,14 @@
 //! atol 1e-4). Any case listed in `tests/onnx_<suite>_passing.txt` that fails is a
 //! regression.
 
-#[path = "common/tools.rs"]
+#[path = "../../tests/common/tools.rs"]
 mod tools;
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("compiler/ has a parent")
-        .to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// Generates the suites once per target dir (the generator is deterministic).

@@ -3,8 +3,8 @@
 //! cases that pass end to end (`tests/onnx_node_passing.txt`, which the conformance
 //! test keeps honest), both compiled into the binary.
 
-const CASE_OPS: &str = include_str!("../../tests/onnx_node_ops.tsv");
-const PASSING: &str = include_str!("../../tests/onnx_node_passing.txt");
+const CASE_OPS: &str = include_str!("../../../tests/onnx_node_ops.tsv");
+const PASSING: &str = include_str!("../../../tests/onnx_node_passing.txt");
 
 /// The node-suite cases whose model uses an op, and how many of them pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Calibration data layouts (`nnc::quant::calibration_data`): every accepted form gives
+//! Calibration data layouts (`nnc_host::calibration_data`): every accepted form gives
 //! the same samples, in order, for the same arrays; and every mistake is one error that
 //! names the file and the input.
 
@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use nnc::ir::{DType, Tensor, TensorType};
-use nnc::quant::calibration_data::{load, InputSpec};
+use nnc_host::calibration_data::{load, InputSpec};
 
 fn spec(name: &str, dtype: DType, shape: &[usize]) -> InputSpec {
     InputSpec {
@@ -27,7 +27,7 @@ fn stacked(n: usize, shape: &[usize], offset: f32) -> Tensor {
 }
 
 fn write_npy(path: &Path, t: &Tensor) {
-    std::fs::write(path, nnc::npy::to_bytes(t).unwrap()).unwrap();
+    std::fs::write(path, nnc_host::npy::to_bytes(t).unwrap()).unwrap();
 }
 
 fn write_npz(path: &Path, arrays: &[(&str, &Tensor)], deflate: bool) {
@@ -40,7 +40,7 @@ fn write_npz(path: &Path, arrays: &[(&str, &Tensor)], deflate: bool) {
     for (name, t) in arrays {
         let options = zip::write::SimpleFileOptions::default().compression_method(method);
         z.start_file(format!("{name}.npy"), options).unwrap();
-        z.write_all(&nnc::npy::to_bytes(t).unwrap()).unwrap();
+        z.write_all(&nnc_host::npy::to_bytes(t).unwrap()).unwrap();
     }
     z.finish().unwrap();
 }

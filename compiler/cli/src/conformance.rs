@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use crate::codegen::{compile_graph, Arch, CompileOptions, Target};
-use crate::driver::{artifact_bytes, ArtifactKind};
-use crate::ir::Tensor;
-use crate::onnx::proto::{type_proto, OptionalProto, SequenceProto, TensorProto};
-use crate::onnx::tensor_proto::tensor_from_proto;
-use crate::onnx::{load_model, ImportOptions};
-use crate::quant::host_model::HostModel;
+use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
+use nnc::driver::{artifact_bytes, ArtifactKind};
+use nnc::ir::Tensor;
+use nnc::onnx::proto::{type_proto, OptionalProto, SequenceProto, TensorProto};
+use nnc::onnx::tensor_proto::tensor_from_proto;
+use nnc::onnx::{load_model, ImportOptions};
+use nnc_host::LoadedModel;
 
 pub const RTOL: f64 = 1e-3;
 pub const ATOL: f64 = 1e-4;
@@ -104,11 +104,11 @@ impl ModelIo {
     fn read(model: &Path) -> Result<ModelIo, String> {
         let bytes = std::fs::read(model).map_err(|e| e.to_string())?;
         let m =
-            crate::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
+            nnc::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
         let g = m.graph.unwrap_or_default();
         let inits: std::collections::HashSet<&str> =
             g.initializer.iter().map(|t| t.name.as_str()).collect();
-        let ty = |vi: &crate::onnx::proto::ValueInfoProto| {
+        let ty = |vi: &nnc::onnx::proto::ValueInfoProto| {
             vi.r#type.as_ref().and_then(|t| t.value.clone())
         };
         Ok(ModelIo {
@@ -289,7 +289,7 @@ fn import_bound_to(
     model: &Path,
     io: &ModelIo,
     inputs: &[DataValue],
-) -> Result<(crate::ir::Graph, Vec<String>), String> {
+) -> Result<(nnc::ir::Graph, Vec<String>), String> {
     let mut opts = ImportOptions::default();
     for ((name, _), v) in io.inputs.iter().zip(inputs) {
         match v {
@@ -337,12 +337,12 @@ fn import_bound_to(
 
 /// A case's model compiled, linked, and ready to run where its target says.
 struct CompiledCase {
-    graph: crate::ir::Graph,
+    graph: nnc::ir::Graph,
     runner: Runner,
 }
 
 enum Runner {
-    Host(HostModel),
+    Host(LoadedModel),
     Qemu {
         harness: PathBuf,
         sysroot: PathBuf,
@@ -353,18 +353,18 @@ enum Runner {
 
 impl CompiledCase {
     fn new(
-        mut graph: crate::ir::Graph,
+        mut graph: nnc::ir::Graph,
         work_dir: &Path,
         file: &str,
         target: &CaseTarget,
     ) -> Result<CompiledCase, String> {
         // The graph passes as `nnc compile` runs them by default.
-        crate::passes::PassManager::default()
+        nnc::passes::PassManager::default()
             .run(&mut graph)
             .map_err(|e| format!("passes: {e}"))?;
         let runner = match target {
             CaseTarget::Host => {
-                Runner::Host(HostModel::compile(&graph).map_err(|e| format!("compile: {e}"))?)
+                Runner::Host(LoadedModel::compile(&graph).map_err(|e| format!("compile: {e}"))?)
             }
             CaseTarget::Aarch64Qemu { harness, sysroot } => {
                 let opts = CompileOptions {
@@ -392,7 +392,7 @@ impl CompiledCase {
     /// Runs the model on `inputs` and returns its outputs.
     fn execute(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
         match &self.runner {
-            Runner::Host(model) => model.run(inputs),
+            Runner::Host(model) => model.run(inputs).map_err(|e| e.to_string()),
             Runner::Qemu {
                 harness,
                 sysroot,
@@ -489,7 +489,7 @@ pub fn family(case: &Path) -> String {
         .trim_start_matches("test_")
         .to_string();
     let bytes = std::fs::read(case.join("model.onnx")).unwrap_or_default();
-    if let Ok(m) = crate::onnx::proto::ModelProto::decode(bytes.as_slice()) {
+    if let Ok(m) = nnc::onnx::proto::ModelProto::decode(bytes.as_slice()) {
         if let Some(g) = m.graph {
             if g.node.len() == 1 && !name.ends_with("_expanded") {
                 return g.node[0].op_type.clone();

@@ -2,7 +2,7 @@
 //! weight corrupted on the compiled side only, [`verify_graphs`] must name exactly the
 //! node that reads that weight (and another node when another weight is corrupted).
 
-#[path = "common/models.rs"]
+#[path = "../../tests/common/models.rs"]
 mod models;
 
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 
 use models::{Attr, ModelBuilder};
 use nnc::ir::{Graph, Tensor, ValueId};
-use nnc::verify::{self, Tolerance};
+use nnc_cli::verify::{self, Tolerance};
 
 fn nnc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nnc"))
@@ -28,7 +28,7 @@ fn text(o: &Output) -> String {
 }
 
 fn example_model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/c/model.onnx")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/c/model.onnx")
 }
 
 /// The examples' 1x1x8x8 ramp image, i/64.
@@ -81,7 +81,7 @@ fn consumer(g: &Graph, v: ValueId) -> String {
 fn run_writes_outputs_as_npy() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("image.npy");
-    std::fs::write(&image, nnc::npy::to_bytes(&ramp()).unwrap()).unwrap();
+    std::fs::write(&image, nnc_host::npy::to_bytes(&ramp()).unwrap()).unwrap();
     let out = dir.path().join("out");
     let o = nnc(&[
         "run",
@@ -97,7 +97,7 @@ fn run_writes_outputs_as_npy() {
         "{}",
         text(&o)
     );
-    let probs = nnc::npy::read(&out.join("probs.npy")).unwrap();
+    let probs = nnc_host::npy::read(&out.join("probs.npy")).unwrap();
     assert_eq!(probs.shape(), &[1, 4]);
     let expected = [0.133500, 0.260438, 0.358158, 0.247903];
     for (a, e) in probs.to_f64_vec().iter().zip(expected) {
@@ -124,7 +124,7 @@ fn run_names_missing_and_mismatched_inputs() {
     );
     let bad = dir.path().join("bad.npy");
     let t = Tensor::from_vec(&[1, 8, 8], vec![0i64; 64]);
-    std::fs::write(&bad, nnc::npy::to_bytes(&t).unwrap()).unwrap();
+    std::fs::write(&bad, nnc_host::npy::to_bytes(&t).unwrap()).unwrap();
     let o = nnc(&[
         "run",
         model.to_str().unwrap(),

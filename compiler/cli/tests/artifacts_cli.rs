@@ -2,9 +2,9 @@
 //! with dlopen), a relocatable .o linked by a C compiler, and models whose weights live
 //! in external data files.
 
-#[path = "common/models.rs"]
+#[path = "../../tests/common/models.rs"]
 mod models;
-#[path = "common/tools.rs"]
+#[path = "../../tests/common/tools.rs"]
 mod tools;
 
 use std::path::Path;

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::error::{NncError, Result};
-use crate::ir::Graph;
-use crate::onnx::{self, ImportOptions};
-use crate::ops::Op;
+use nnc::error::{NncError, Result};
+use nnc::ir::Graph;
+use nnc::onnx::{self, ImportOptions};
+use nnc::ops::Op;
 
 /// `nnc inspect --format` values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -72,8 +72,8 @@ pub struct NodeKernelInfo {
 /// whether to report every node's kernel.
 #[derive(Clone, Debug)]
 pub struct InspectOptions {
-    pub target: crate::codegen::Target,
-    pub kernels: crate::codegen::KernelOptions,
+    pub target: nnc::codegen::Target,
+    pub kernels: nnc::codegen::KernelOptions,
     pub show_kernels: bool,
 }
 
@@ -126,7 +126,7 @@ pub struct NodeRef {
 pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> Result<Report> {
     let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
-    let tensor = |v: &crate::ir::ValueId| TensorInfo {
+    let tensor = |v: &nnc::ir::ValueId| TensorInfo {
         name: g.value(*v).name.clone(),
         dtype: g.ty(*v).dtype.to_string(),
         shape: g.ty(*v).shape.clone(),
@@ -171,15 +171,12 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
         // The memory plan of the graph `nnc compile` lowers: after the same passes
         // (fusion and views change which tensors exist and how long they live).
         let mut optimized = g.clone();
-        crate::passes::PassManager::default()
+        nnc::passes::PassManager::default()
             .run(&mut optimized)
             .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-        let kernels = crate::codegen::kernel_plan::plan_kernels(
-            &optimized,
-            &options.target,
-            &options.kernels,
-        );
-        let plan = crate::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
+        let kernels =
+            nnc::codegen::kernel_plan::plan_kernels(&optimized, &options.target, &options.kernels);
+        let plan = nnc::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
         report.weights_bytes = Some(plan.weights.len());
         report.arena_bytes = Some(plan.arena_size);
         report.arena_lower_bound_bytes = Some(plan.lower_bound);
@@ -193,9 +190,9 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
 
 fn kernels_report(
     g: &Graph,
-    kernels: &crate::codegen::kernel_plan::KernelPlan,
-    plan: &crate::codegen::MemoryPlan,
-    target: &crate::codegen::Target,
+    kernels: &nnc::codegen::kernel_plan::KernelPlan,
+    plan: &nnc::codegen::MemoryPlan,
+    target: &nnc::codegen::Target,
 ) -> KernelsReport {
     let nodes = g
         .nodes
@@ -346,7 +343,7 @@ pub fn text(r: &Report) -> String {
 /// `--quantize int8` would quantize and on which kernel, and every other computing node,
 /// which runs in float32 between dequantize and quantize steps.
 fn int8_plan(g: &Graph) -> Int8Plan {
-    let layers = crate::quant::int8::candidates(g, &[]);
+    let layers = nnc::quant::int8::candidates(g, &[]);
     let is_integer = |op: &Op| {
         matches!(
             op,
@@ -369,7 +366,7 @@ fn int8_plan(g: &Graph) -> Int8Plan {
             .iter()
             .find(|n| n.name == l.node && n.outputs[0] == l.output);
         if let Some(n) = n {
-            let kernel = crate::quant::int8::integer_op_of(g, n);
+            let kernel = nnc::quant::int8::integer_op_of(g, n);
             *planned.entry(format!("{} -> {kernel}", l.op)).or_default() += 1;
         }
     }

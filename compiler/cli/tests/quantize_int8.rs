@@ -3,11 +3,11 @@
 //! generated samples and compared with their float32 builds on held-out inputs; plus
 //! the CLI contract (the report on stderr, the errors for missing calibration).
 
-#[path = "common/models.rs"]
+#[path = "../../tests/common/models.rs"]
 mod models;
-#[path = "common/runner.rs"]
+#[path = "../../tests/common/runner.rs"]
 mod runner;
-#[path = "common/tools.rs"]
+#[path = "../../tests/common/tools.rs"]
 mod tools;
 
 use std::path::Path;
@@ -19,7 +19,8 @@ use nnc::ir::{Graph, Tensor};
 use nnc::onnx::ImportOptions;
 use nnc::ops::Op;
 use nnc::passes::PassManager;
-use nnc::quant::pipeline::Int8Options;
+use nnc::quant::host::Int8Host;
+use nnc::quant::pipeline::{Int8Options, Int8Report};
 use nnc::quant::ranges::Method;
 use runner::Compiled;
 
@@ -38,6 +39,24 @@ fn split(t: &Tensor, shape: &[usize]) -> Vec<Tensor> {
     v.chunks(per)
         .map(|c| Tensor::from_vec(shape, c.to_vec()))
         .collect()
+}
+
+/// `driver::compile_model_int8` as `nnc compile --quantize int8` runs it: samples read
+/// from `calibration`, graphs run through nnc-host's loader.
+fn compile_int8(
+    path: &Path,
+    import: &ImportOptions,
+    opts: &CompileOptions,
+    passes: &PassManager,
+    int8: &Int8Options,
+    calibration: &Path,
+) -> nnc::error::Result<(driver::Compiled, Int8Report)> {
+    let host = Int8Host {
+        calibration: &nnc_host::CalibrationFiles(calibration.to_path_buf()),
+        runner: &nnc_host::LoaderRunner,
+        progress: &nnc::progress::Silent,
+    };
+    driver::compile_model_int8(path, import, opts, passes, int8, &host)
 }
 
 fn options() -> CompileOptions {
@@ -79,7 +98,7 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
     let calib = dir.path().join("calibration.npy");
     std::fs::write(
         &calib,
-        nnc::npy::to_bytes(&samples(&mut rng, 32, shape)).unwrap(),
+        nnc_host::npy::to_bytes(&samples(&mut rng, 32, shape)).unwrap(),
     )
     .unwrap();
     let held_out = split(&samples(&mut rng, 8, shape), shape);
@@ -88,13 +107,12 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
     let import = ImportOptions::default();
     let float = driver::compile_model_with(&path, &import, &options(), &passes).unwrap();
     let int8 = Int8Options {
-        calibration: calib,
         method: Method::MinMax,
         keep_fp32: vec![],
         min_sqnr_db: None,
         bias_correction: true,
     };
-    let (quant, report) = driver::compile_model_int8(&path, &import, &options(), &passes, &int8)
+    let (quant, report) = compile_int8(&path, &import, &options(), &passes, &int8, &calib)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(report.samples, 32, "{name}");
     assert!(!report.quantized.is_empty(), "{name}: nothing quantized");
@@ -207,20 +225,18 @@ fn systematic_error(model: &[u8], shape: &[usize], bias_correction: bool) -> f64
     let mut rng = models::Rng::new(7);
     let calib = dir.path().join("calibration.npy");
     let stacked = samples(&mut rng, 64, shape);
-    std::fs::write(&calib, nnc::npy::to_bytes(&stacked).unwrap()).unwrap();
+    std::fs::write(&calib, nnc_host::npy::to_bytes(&stacked).unwrap()).unwrap();
     let held_out = split(&samples(&mut rng, 64, shape), shape);
     let passes = PassManager::from_list("default").unwrap();
     let import = ImportOptions::default();
     let float = driver::compile_model_with(&path, &import, &options(), &passes).unwrap();
     let int8 = Int8Options {
-        calibration: calib,
         method: Method::MinMax,
         keep_fp32: vec![],
         min_sqnr_db: None,
         bias_correction,
     };
-    let (quant, _) =
-        driver::compile_model_int8(&path, &import, &options(), &passes, &int8).unwrap();
+    let (quant, _) = compile_int8(&path, &import, &options(), &passes, &int8, &calib).unwrap();
     let (f, q) = (
         Compiled::new(&float.graph).unwrap(),
         Compiled::new(&quant.graph).unwrap(),
@@ -309,7 +325,7 @@ fn cli_prints_the_report_and_refuses_missing_calibration() {
     let mut rng = models::Rng::new(1);
     std::fs::write(
         &calib,
-        nnc::npy::to_bytes(&samples(&mut rng, 4, &shape)).unwrap(),
+        nnc_host::npy::to_bytes(&samples(&mut rng, 4, &shape)).unwrap(),
     )
     .unwrap();
     let out = dir.path().join("libq.so");
@@ -350,7 +366,7 @@ fn cli_prints_the_report_and_refuses_missing_calibration() {
     let wrong = dir.path().join("wrong.npy");
     std::fs::write(
         &wrong,
-        nnc::npy::to_bytes(&Tensor::from_vec(&[2, 5], vec![0f32; 10])).unwrap(),
+        nnc_host::npy::to_bytes(&Tensor::from_vec(&[2, 5], vec![0f32; 10])).unwrap(),
     )
     .unwrap();
     let r = nnc(&[
@@ -393,9 +409,13 @@ fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
         s.extend(&per);
         Tensor::from_vec(&s, rng.vec(n * per.iter().product::<usize>(), 1.0))
     };
-    std::fs::write(&calib, nnc::npy::to_bytes(&stacked(&mut rng, 16)).unwrap()).unwrap();
+    std::fs::write(
+        &calib,
+        nnc_host::npy::to_bytes(&stacked(&mut rng, 16)).unwrap(),
+    )
+    .unwrap();
     let held_t = stacked(&mut rng, 4);
-    std::fs::write(&held, nnc::npy::to_bytes(&held_t).unwrap()).unwrap();
+    std::fs::write(&held, nnc_host::npy::to_bytes(&held_t).unwrap()).unwrap();
     let (qdq, ort_out) = (dir.path().join("qdq.onnx"), dir.path().join("ort.npy"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/ort_qdq.py");
     tools::run(
@@ -431,7 +451,7 @@ fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
         .filter(|n| matches!(n.op, Op::ConvU8S8 { .. }))
         .count();
     assert_eq!(fused, 3, "{g}");
-    let expected = nnc::npy::read(&ort_out).unwrap().to_f64_vec();
+    let expected = nnc_host::npy::read(&ort_out).unwrap().to_f64_vec();
     let lib = Compiled::new(g).unwrap();
     let per_out = expected.len() / 4;
     for (i, x) in split(&held_t, &shape).iter().enumerate() {
@@ -473,21 +493,27 @@ fn min_sqnr_keeps_the_most_sensitive_layers_in_float32() {
     let mut rng = models::Rng::new(3);
     std::fs::write(
         &calib,
-        nnc::npy::to_bytes(&samples(&mut rng, 16, &shape)).unwrap(),
+        nnc_host::npy::to_bytes(&samples(&mut rng, 16, &shape)).unwrap(),
     )
     .unwrap();
     let passes = PassManager::from_list("default").unwrap();
     let run = |target: f64| {
         let int8 = Int8Options {
-            calibration: calib.clone(),
             method: Method::MinMax,
             keep_fp32: vec![],
             min_sqnr_db: Some(target),
             bias_correction: true,
         };
-        driver::compile_model_int8(&path, &ImportOptions::default(), &options(), &passes, &int8)
-            .unwrap()
-            .1
+        compile_int8(
+            &path,
+            &ImportOptions::default(),
+            &options(),
+            &passes,
+            &int8,
+            &calib,
+        )
+        .unwrap()
+        .1
     };
     let free = run(0.0);
     assert!(free.kept_for_sqnr.is_empty());
@@ -542,21 +568,27 @@ fn min_sqnr_keeps_the_layer_that_costs_the_outputs_most() {
     let mut rng = models::Rng::new(4);
     std::fs::write(
         &calib,
-        nnc::npy::to_bytes(&samples(&mut rng, 16, &shape)).unwrap(),
+        nnc_host::npy::to_bytes(&samples(&mut rng, 16, &shape)).unwrap(),
     )
     .unwrap();
     let passes = PassManager::from_list("default").unwrap();
     let run = |target: Option<f64>| {
         let int8 = Int8Options {
-            calibration: calib.clone(),
             method: Method::MinMax,
             keep_fp32: vec![],
             min_sqnr_db: target,
             bias_correction: true,
         };
-        driver::compile_model_int8(&path, &ImportOptions::default(), &options(), &passes, &int8)
-            .unwrap()
-            .1
+        compile_int8(
+            &path,
+            &ImportOptions::default(),
+            &options(),
+            &passes,
+            &int8,
+            &calib,
+        )
+        .unwrap()
+        .1
     };
     let all = run(None);
     let convs: Vec<String> = all.quantized.iter().map(|l| l.node.clone()).collect();
@@ -588,7 +620,7 @@ fn onnxruntime_qlinear_elementwise_ops_match_onnxruntime() {
     )
     .unwrap();
     let g = &compiled.graph;
-    let load = |n: &str| nnc::npy::read(&dir.path().join(format!("{n}.npy"))).unwrap();
+    let load = |n: &str| nnc_host::npy::read(&dir.path().join(format!("{n}.npy"))).unwrap();
     let got = Compiled::new(g)
         .unwrap()
         .run(g, &[load("a"), load("b")])

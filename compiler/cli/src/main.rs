@@ -10,6 +10,7 @@ use nnc::codegen::{Arch, CompileOptions, KernelOptions, Target, WeightFormat};
 use nnc::driver;
 use nnc::error::{NncError, Result};
 use nnc::onnx::ImportOptions;
+use nnc::quant::host::Int8Host;
 use nnc::quant::pipeline::Int8Options;
 use nnc::quant::ranges::Method;
 
@@ -232,7 +233,7 @@ enum Command {
         /// text (for people) or json (one object: inputs, outputs, op histogram,
         /// parameters, weights and arena bytes, unsupported ops with their suite status).
         #[arg(long, value_enum, default_value = "text")]
-        format: nnc::inspect::Format,
+        format: nnc_cli::inspect::Format,
         /// Also lists every node's kernel: strategy, micro-kernels, tile, scratch and
         /// why, for --target/--cpu/--kernel as `nnc compile` would use them.
         #[arg(long)]
@@ -330,9 +331,9 @@ fn read_tensor_file(path: &std::path::Path) -> std::result::Result<nnc::ir::Tens
         let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let t = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        nnc::onnx::tensor_proto::tensor_from_proto(&t, None)
+        nnc::onnx::tensor_proto::tensor_from_proto(&t, None).map_err(|e| e.to_string())
     } else {
-        nnc::npy::read(path)
+        nnc_host::npy::read(path)
     }
 }
 
@@ -392,13 +393,15 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 (Some(Quantize::Int8), Some(path)) => (
                     WeightFormat::F32,
-                    Some(Int8Options {
-                        calibration: path,
-                        method,
-                        keep_fp32,
-                        min_sqnr_db: int8_min_sqnr,
-                        bias_correction: int8_bias_correction == "on",
-                    }),
+                    Some((
+                        nnc_host::CalibrationFiles(path),
+                        Int8Options {
+                            method,
+                            keep_fp32,
+                            min_sqnr_db: int8_min_sqnr,
+                            bias_correction: int8_bias_correction == "on",
+                        },
+                    )),
                 ),
             };
             if !name.is_empty() && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
@@ -425,16 +428,21 @@ fn run(cli: Cli) -> Result<()> {
             let mut pm = match passes {
                 Some(list) => nnc::passes::PassManager::from_list(&list),
                 None => Ok(nnc::passes::PassManager::default()),
-            }
-            .map_err(NncError::Model)?;
+            }?;
             if dump_passes {
                 pm.dump = nnc::passes::Dump::Stderr;
             }
+            let progress = nnc_cli::progress::Bars::default();
             let compiled = match &int8 {
-                None => driver::compile_model_with(&model, &import, &opts, &pm)?,
-                Some(q) => {
+                None => driver::compile_model_reporting(&model, &import, &opts, &pm, &progress)?,
+                Some((calibration, q)) => {
+                    let host = Int8Host {
+                        calibration,
+                        runner: &nnc_host::LoaderRunner,
+                        progress: &progress,
+                    };
                     let (compiled, report) =
-                        driver::compile_model_int8(&model, &import, &opts, &pm, q)?;
+                        driver::compile_model_int8(&model, &import, &opts, &pm, q, &host)?;
                     eprint!("{report}");
                     compiled
                 }
@@ -468,14 +476,14 @@ fn run(cli: Cli) -> Result<()> {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
                 None => Arch::host(),
             };
-            let options = nnc::inspect::InspectOptions {
+            let options = nnc_cli::inspect::InspectOptions {
                 target: Target::new(arch, cpu.as_deref())?,
                 kernels: KernelOptions::parse(kernel_overrides.iter().map(String::as_str))
                     .map_err(|e| NncError::Model(e.to_string()))?,
                 show_kernels: kernels,
             };
-            nnc::inspect::print(
-                &nnc::inspect::report(&model, &parse_bindings(&shapes)?, &options)?,
+            nnc_cli::inspect::print(
+                &nnc_cli::inspect::report(&model, &parse_bindings(&shapes)?, &options)?,
                 format,
             )
         }
@@ -507,7 +515,7 @@ fn run(cli: Cli) -> Result<()> {
             atol,
             shapes,
         } => {
-            let tol = nnc::verify::Tolerance { rtol, atol };
+            let tol = nnc_cli::verify::Tolerance { rtol, atol };
             match verify_model(&model, &inputs, seed, tol, &parse_bindings(&shapes)?)? {
                 true => Ok(()),
                 false => std::process::exit(1),
@@ -528,7 +536,7 @@ fn run(cli: Cli) -> Result<()> {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)? == Arch::Aarch64,
                 None => false,
             };
-            let opts = nnc::conformance_cli::SuiteOptions {
+            let opts = nnc_cli::conformance_cli::SuiteOptions {
                 suite_dir: suite,
                 filter,
                 results,
@@ -539,7 +547,7 @@ fn run(cli: Cli) -> Result<()> {
                 jobs,
                 timeout: std::time::Duration::from_secs(timeout),
             };
-            match nnc::conformance_cli::run_suite(&opts).map_err(NncError::Model)? {
+            match nnc_cli::conformance_cli::run_suite(&opts).map_err(NncError::Model)? {
                 true => Ok(()),
                 false => Err(NncError::Model(
                     "conformance regressions (see REGRESSION lines)".into(),
@@ -550,7 +558,7 @@ fn run(cli: Cli) -> Result<()> {
             case,
             aarch64_harness,
         } => {
-            if nnc::conformance_cli::run_one(&case, aarch64_harness) {
+            if nnc_cli::conformance_cli::run_one(&case, aarch64_harness) {
                 Ok(())
             } else {
                 std::process::exit(1)
@@ -581,7 +589,7 @@ fn run_model(
     import: &ImportOptions,
     weights: WeightFormat,
 ) -> Result<()> {
-    use nnc::verify;
+    use nnc_cli::verify;
     let graph = verify::load(path, import)?;
     let inputs =
         verify::bind_inputs(&graph, &read_inputs(inputs)?, None).map_err(NncError::Model)?;
@@ -603,10 +611,10 @@ fn verify_model(
     path: &std::path::Path,
     inputs: &[String],
     seed: u64,
-    tol: nnc::verify::Tolerance,
+    tol: nnc_cli::verify::Tolerance,
     import: &ImportOptions,
 ) -> Result<bool> {
-    use nnc::verify;
+    use nnc_cli::verify;
     let graph = verify::load(path, import)?;
     let given = read_inputs(inputs)?;
     let inputs = verify::bind_inputs(&graph, &given, Some(seed)).map_err(NncError::Model)?;
@@ -685,7 +693,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            nnc::diagnostic::eprint(&e);
+            nnc_cli::diagnostic::eprint(&e);
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,108 @@
+//! The compiler core's [`HostRunner`] over nnc-runtime-abi's loader: the graph is
+//! compiled for this machine ([`nnc::quant::host::host_library`]), written to a
+//! temporary file, opened with [`Library::open`] (which checks the ABI version and every
+//! buffer against `model_info`) and called through `infer_with_workspace`. Calibration,
+//! the INT8 accuracy report, `nnc run`/`verify` and the conformance runner all run
+//! models this one way.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use nnc::codegen::WeightFormat;
+use nnc::ir::{Graph, Tensor, TensorType};
+use nnc::quant::host::{host_library, HostError, HostModel, HostRunner};
+use nnc_runtime_abi::loader::{self, Library, Workspace};
+
+/// Loads graphs with nnc-runtime-abi's loader.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoaderRunner;
+
+impl HostRunner for LoaderRunner {
+    fn load(&self, graph: &Graph, weights: WeightFormat) -> Result<Box<dyn HostModel>, HostError> {
+        Ok(Box::new(LoadedModel::compile_with(graph, weights)?))
+    }
+}
+
+/// A graph compiled for this machine and loaded into the process.
+pub struct LoadedModel {
+    library: Library,
+    /// One call at a time: the workspace is the model's only mutable state.
+    workspace: Mutex<Workspace>,
+    outputs: Vec<TensorType>,
+}
+
+/// Removes the library file once it is loaded (Linux keeps the mapping).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl LoadedModel {
+    /// Compiles `graph` for the host CPU and loads it.
+    pub fn compile(graph: &Graph) -> Result<LoadedModel, HostError> {
+        LoadedModel::compile_with(graph, WeightFormat::F32)
+    }
+
+    /// [`LoadedModel::compile`] with the weights stored as `weights` (`F16`: the
+    /// `--quantize fp16` artifact).
+    pub fn compile_with(graph: &Graph, weights: WeightFormat) -> Result<LoadedModel, HostError> {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!(
+            "nnc-host-{}-{}.so",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        );
+        let so = host_library(graph, weights, &name)?;
+        let file = TempFile(std::env::temp_dir().join(name));
+        std::fs::write(&file.0, so)
+            .map_err(|e| HostError::Load(format!("{}: {e}", file.0.display()).into()))?;
+        let library = Library::open(&file.0, None).map_err(|e| HostError::Load(e.into()))?;
+        let workspace = Mutex::new(library.workspace());
+        Ok(LoadedModel {
+            library,
+            workspace,
+            outputs: graph.outputs.iter().map(|o| graph.ty(*o).clone()).collect(),
+        })
+    }
+
+    /// One call on `inputs` (in the graph's input order).
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, HostError> {
+        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+        let mut out_bytes: Vec<Vec<u8>> = self
+            .outputs
+            .iter()
+            .map(|t| vec![0u8; t.byte_size()])
+            .collect();
+        let ins: Vec<loader::Tensor> = in_bytes.iter().map(|b| loader::Tensor::bytes(b)).collect();
+        let mut outs: Vec<loader::TensorMut> = out_bytes
+            .iter_mut()
+            .map(|b| loader::TensorMut::bytes(b))
+            .collect();
+        let mut workspace = self
+            .workspace
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.library
+            .run(&mut workspace, &ins, &mut outs)
+            .map_err(|e| HostError::Run(e.into()))?;
+        drop(outs);
+        self.outputs
+            .iter()
+            .zip(&out_bytes)
+            .map(|(t, b)| {
+                Tensor::from_le_bytes(t, b)
+                    .ok_or_else(|| HostError::Run(format!("output {t}").into()))
+            })
+            .collect()
+    }
+}
+
+impl HostModel for LoadedModel {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, HostError> {
+        LoadedModel::run(self, inputs)
+    }
+}
