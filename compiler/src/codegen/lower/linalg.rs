@@ -91,15 +91,30 @@ fn epilogue_inputs(ctx: &LowerCtx, first: usize) -> (Vec<Option<Operand>>, bool)
     (extra, fused)
 }
 
-/// The kernel plan of MatMul and Gemm: float32 runs on the target's GEMM kernel family,
-/// other dtypes on a scalar loop nest.
+/// The kernel plan of MatMul and Gemm (`gemm`: its attributes): float32 runs on the
+/// target's GEMM kernel family, other dtypes on a scalar loop nest. A Gemm whose B is
+/// read at run time transposed is gathered by the portable kernel, the one layout the
+/// machine-code kernels do not take (see [`gemm_f32`]).
 pub fn plan_gemm(
+    gemm: Option<&GemmAttrs>,
     node: &NodeOperands,
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    if node.input(0)?.dtype != DType::F32 {
+    let a = node.input(0)?;
+    if a.dtype != DType::F32 {
         return None;
+    }
+    let b = node.input(1)?;
+    if let Some(Ok(s)) = gemm.map(|g| GemmShape::new(g, &a.shape, &b.shape)) {
+        let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
+        if !constant_b && s.b_strides.1 != 1 {
+            return Some(NodeKernel::new(
+                Strategy::Gemm(Geometry::CLIF),
+                0,
+                "float32 with B transposed at run time: the portable kernel gathers it",
+            ));
+        }
     }
     let geometry = Geometry::for_target(target, options);
     let reason = match geometry.kernel {
