@@ -2,6 +2,8 @@
 //! harness (tests/harness/nnc_run.c, built with aarch64-linux-gnu-gcc) under qemu, and
 //! compared with the reference interpreter.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/models.rs"]
 mod models;
 #[path = "common/runner.rs"]
@@ -11,6 +13,7 @@ mod tools;
 
 use std::path::Path;
 
+use graphs::{rel_err, Rng};
 use nnc::ir::Tensor;
 use nnc::onnx::proto::ModelProto;
 use nnc::onnx::{import_model, ImportOptions};
@@ -21,23 +24,17 @@ fn check_on_aarch64(harness: &Path, name: &str, bytes: Vec<u8>, cpu: Option<&str
     let g = import_model(&model, None, &ImportOptions::default())
         .unwrap_or_else(|e| panic!("{name}: {e}"))
         .graph;
-    let mut rng = models::Rng::new(seed);
+    let mut rng = Rng::new(seed);
     let inputs: Vec<Tensor> = g
         .inputs
         .iter()
-        .map(|v| Tensor::from_vec(&g.ty(*v).shape, rng.vec(g.ty(*v).numel(), 1.0)))
+        .map(|v| Tensor::from_vec(&g.ty(*v).shape, rng.f32s(g.ty(*v).numel(), 1.0)))
         .collect();
     let expected = nnc::interp::run_graph(&g, &inputs).unwrap();
     let actual =
         runner::run_on_aarch64(harness, &g, &inputs, cpu).unwrap_or_else(|e| panic!("{name}: {e}"));
     for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {
-        let (a, e) = (a.to_f64_vec(), e.to_f64_vec());
-        let scale = e.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
-        let err = a
-            .iter()
-            .zip(&e)
-            .fold(0f64, |m, (x, y)| m.max((x - y).abs()))
-            / scale;
+        let err = rel_err(a, e);
         println!(
             "{name} (aarch64 {}) output {k}: rel err {err:.2e}",
             cpu.unwrap_or("armv8")

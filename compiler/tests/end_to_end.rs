@@ -1,12 +1,15 @@
 //! End to end on x86-64: random ONNX models → `nnc` pipeline → .so → dlopen → compare
 //! with the reference interpreter.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/models.rs"]
 mod models;
 
 use std::ffi::c_void;
 use std::path::Path;
 
+use graphs::{rel_err, Rng};
 use nnc::codegen::{CompileOptions, Target};
 use nnc::driver;
 use nnc::ir::{Tensor, TensorType};
@@ -14,22 +17,8 @@ use nnc::onnx::ImportOptions;
 
 type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
 
-/// max |a - b| / max |b|: the error measure the acceptance uses.
-pub fn rel_err(actual: &[f64], reference: &[f64]) -> f64 {
-    let scale = reference
-        .iter()
-        .fold(0f64, |m, v| m.max(v.abs()))
-        .max(1e-30);
-    actual
-        .iter()
-        .zip(reference)
-        .fold(0f64, |m, (a, b)| m.max((a - b).abs()))
-        / scale
-}
-
 fn random_input(ty: &TensorType, seed: u64) -> Tensor {
-    let mut rng = models::Rng::new(seed);
-    Tensor::from_vec(&ty.shape, rng.vec(ty.numel(), 1.0))
+    Tensor::from_vec(&ty.shape, Rng::new(seed).f32s(ty.numel(), 1.0))
 }
 
 fn check_model(name: &str, bytes: Vec<u8>, seed: u64) {
@@ -78,7 +67,7 @@ fn check_model_on(name: &str, bytes: Vec<u8>, seed: u64, target: Target) {
     assert_eq!(unsafe { infer(ins.as_ptr(), outs.as_ptr()) }, 0);
     for (k, o) in g.outputs.iter().enumerate() {
         let actual = Tensor::from_le_bytes(g.ty(*o), &out_bytes[k]).unwrap();
-        let err = rel_err(&actual.to_f64_vec(), &expected[k].to_f64_vec());
+        let err = rel_err(&actual, &expected[k]);
         println!("{name} output {k}: rel err {err:.2e}");
         assert!(
             err <= 1e-4,

@@ -6,10 +6,14 @@
 //! Without python3 + onnx the test prints `SKIP` — unless `NNC_TEST_REQUIRE_TOOLS=1`,
 //! where a missing tool is a failure.
 
+#[path = "common/graphs.rs"]
+mod graphs;
+
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
+use graphs::Rng;
 use nnc::interp::{cast, eval_op};
 use nnc::ir::{DType, Element, Tensor, TensorType};
 use nnc::ops::*;
@@ -109,17 +113,8 @@ fn i64s(v: &[i64]) -> Option<Tensor> {
 
 /// Deterministic values in [-scale, scale) on a 1/64 grid.
 fn data(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (((s >> 33) % 128) as f32 / 64.0 - 1.0) * scale
-        })
-        .collect()
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.on_grid(64) as f32 * scale).collect()
 }
 
 fn f32s(shape: &[usize], seed: u64, scale: f32) -> Tensor {

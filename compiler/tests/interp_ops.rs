@@ -2,6 +2,10 @@
 //! nested-loop references for Conv, ConvTranspose, pooling and MatMul. Every evaluation
 //! also asserts that the output types equal `ops::infer_types`.
 
+#[path = "common/graphs.rs"]
+mod graphs;
+
+use graphs::Rng;
 use half::f16;
 use nnc::interp::{cast, eval_op, run_graph, run_graph_all};
 use nnc::ir::{DType, Element, Graph, Node, Tensor, TensorType, ValueId};
@@ -45,19 +49,10 @@ fn assert_close(got: &Tensor, shape: &[usize], want: &[f64], tol: f64) {
 }
 
 /// Deterministic pseudo-random values in [-1, 1) on a 1/64 grid (exact in f32 sums of
-/// modest length), from a linear congruential generator.
+/// modest length).
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) % 128) as f32 / 64.0 - 1.0
-        })
-        .collect()
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| rng.on_grid(64) as f32).collect()
 }
 
 /// Calls `f` with every multi-index of `shape` in row-major order.

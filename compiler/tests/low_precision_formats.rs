@@ -13,6 +13,8 @@
 //! Needs python3 with onnx (Cast opset 25), numpy and ml_dtypes: skipped otherwise,
 //! an error under NNC_TEST_REQUIRE_TOOLS=1.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/tools.rs"]
 mod tools;
 
@@ -20,6 +22,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use graphs::Rng;
 use nnc::ir::low_precision::{pack, packed_len, unpack, E8m0Rounding, EncodeTable, Format};
 
 /// Why python3 cannot run the reference, if it cannot.
@@ -37,27 +40,6 @@ fn reference_unavailable() -> Option<String> {
                 .trim()
         )),
         Ok(_) => None,
-    }
-}
-
-/// xorshift64*, for reproducible random values.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn bits32(&mut self) -> u32 {
-        (self.next() >> 32) as u32
-    }
-
-    /// Uniform in [-r, r).
-    fn uniform(&mut self, r: f32) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * r
     }
 }
 
@@ -149,11 +131,11 @@ fn value_set() -> Vec<f32> {
         push_around(&mut values, x);
     }
     // Random values: any bit pattern, and dense in the float8 and integer ranges.
-    let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+    let mut rng = Rng::new(0x1234_5678_9ABC_DEF1);
     values.extend((0..100_000).map(|_| f32::from_bits(rng.bits32())));
-    values.extend((0..50_000).map(|_| rng.uniform(600.0)));
-    values.extend((0..50_000).map(|_| rng.uniform(20.0)));
-    values.extend((0..20_000).map(|_| rng.uniform(1e-2)));
+    values.extend((0..50_000).map(|_| rng.uniform_f32() * 600.0));
+    values.extend((0..50_000).map(|_| rng.uniform_f32() * 20.0));
+    values.extend((0..20_000).map(|_| rng.uniform_f32() * 1e-2));
     values
 }
 

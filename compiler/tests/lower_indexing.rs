@@ -7,127 +7,60 @@
 //! buffer: they are clamped into their axis, which these tests compare with the
 //! interpreter run on indices clamped beforehand.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/runner.rs"]
 mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
+use graphs::{elementwise_tolerance, one_node, In, Rng, Scale};
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
-use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
-use nnc::ops::{infer_types, Op, ScatterReduction};
+use nnc::ir::{DType, Tensor};
+use nnc::ops::{Op, ScatterReduction};
 use runner::run_compiled;
 
-/// Deterministic xorshift generator.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in `[lo, hi)`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo) as u64) as i64
-    }
-
-    /// Small values of `dtype` (many ties): integers in [-4, 4] (unsigned [0, 8]),
-    /// floats on a 1/4 grid in [-2, 2].
-    fn data(&mut self, dtype: DType, shape: &[usize]) -> Tensor {
-        let n = shape.iter().product();
-        let v: Vec<f64> = (0..n).map(|_| self.range(-8, 9) as f64).collect();
-        match dtype {
-            DType::Bool => Tensor::from_vec(shape, v.iter().map(|x| *x > 0.0).collect()),
-            d if d.is_signed_int() => {
-                Tensor::from_vec(shape, v.iter().map(|x| (x / 2.0).round() as i64).collect())
-                    .cast(d)
-            }
-            d if d.is_int() => Tensor::from_vec(
-                shape,
-                v.iter().map(|x| (x / 2.0).round() as i64 + 4).collect(),
-            )
-            .cast(d),
-            d => Tensor::from_vec(shape, v.iter().map(|x| x / 4.0).collect::<Vec<f64>>()).cast(d),
+/// Small values of `dtype` (many ties): integers in [-4, 4] (unsigned [0, 8]),
+/// floats on a 1/4 grid in [-2, 2].
+fn small_values(rng: &mut Rng, dtype: DType, shape: &[usize]) -> Tensor {
+    let n = shape.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| rng.range(-8, 9) as f64).collect();
+    match dtype {
+        DType::Bool => Tensor::from_vec(shape, v.iter().map(|x| *x > 0.0).collect()),
+        d if d.is_signed_int() => {
+            Tensor::from_vec(shape, v.iter().map(|x| (x / 2.0).round() as i64).collect()).cast(d)
         }
-    }
-
-    /// Indices into an axis of `dim`, in `[-dim, dim)`.
-    fn indices(&mut self, dtype: DType, shape: &[usize], dim: usize) -> Tensor {
-        let n = shape.iter().product();
-        let v: Vec<i64> = (0..n)
-            .map(|_| self.range(-(dim as i64), dim as i64))
-            .collect();
-        Tensor::from_vec(shape, v).cast(dtype)
+        d if d.is_int() => Tensor::from_vec(
+            shape,
+            v.iter().map(|x| (x / 2.0).round() as i64 + 4).collect(),
+        )
+        .cast(d),
+        d => Tensor::from_vec(shape, v.iter().map(|x| x / 4.0).collect::<Vec<f64>>()).cast(d),
     }
 }
 
-/// A graph of one node whose inputs are all graph inputs.
-fn one_node(op: Op, inputs: &[&Tensor]) -> Graph {
-    let mut g = Graph::default();
-    let mut ids = vec![];
-    for (i, t) in inputs.iter().enumerate() {
-        let id = g.add_value(format!("in{i}"), t.ty(), None);
-        g.inputs.push(id);
-        ids.push(Some(id));
-    }
-    let types: Vec<Option<TensorType>> = inputs.iter().map(|t| Some(t.ty())).collect();
-    let outs: Vec<_> = infer_types(&op, &types)
-        .expect("shape inference")
-        .into_iter()
-        .enumerate()
-        .map(|(k, ty)| g.add_value(format!("out{k}"), ty, None))
+/// Indices into an axis of `dim`, in `[-dim, dim)`.
+fn indices(rng: &mut Rng, dtype: DType, shape: &[usize], dim: usize) -> Tensor {
+    let n = shape.iter().product();
+    let v: Vec<i64> = (0..n)
+        .map(|_| rng.range(-(dim as i64), dim as i64))
         .collect();
-    g.outputs.extend(&outs);
-    g.nodes.push(Node {
-        name: "node".into(),
-        onnx_op: op.name(),
-        op,
-        inputs: ids,
-        outputs: outs,
-    });
-    g
+    Tensor::from_vec(shape, v).cast(dtype)
 }
 
 /// Integers exactly; floats within a relative tolerance floored at 1% of the largest
 /// magnitude (running sums accumulate float32 in float32, the interpreter in f64).
 fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
-    if actual.ty() != expected.ty() {
-        return Err(format!(
-            "type {} vs expected {}",
-            actual.ty(),
-            expected.ty()
-        ));
-    }
-    let tol = match expected.dtype() {
-        DType::F32 => 1e-5,
-        DType::F64 => 1e-12,
-        DType::F16 | DType::BF16 => 1e-2,
-        _ => 0.0,
+    let scale = Scale::Elementwise {
+        fraction: 1e-2,
+        at_least: 0.0,
     };
-    let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
-    let scale = e
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0f64, |m, v| m.max(v.abs()));
-    for (i, (&x, &y)) in a.iter().zip(&e).enumerate() {
-        let ok = if x.is_nan() || y.is_nan() {
-            x.is_nan() && y.is_nan()
-        } else if tol == 0.0 || x.is_infinite() || y.is_infinite() {
-            x == y
-        } else {
-            (x - y).abs() <= tol * y.abs().max(1e-2 * scale)
-        };
-        if !ok {
-            return Err(format!("element {i}: {x} vs expected {y}"));
-        }
-    }
-    Ok(())
+    graphs::compare(
+        actual,
+        expected,
+        elementwise_tolerance(expected.dtype()),
+        scale,
+    )
 }
 
 /// Compiles and runs `op` on `inputs`, compares every output with the interpreter run
@@ -139,7 +72,7 @@ fn check_with(
     inputs: &[Tensor],
     reference_inputs: &[Tensor],
 ) -> Result<(), String> {
-    let g = one_node(op, &inputs.iter().collect::<Vec<_>>());
+    let (g, _) = one_node(op, inputs.iter().cloned().map(In::Given).collect(), 0);
     let expected = nnc::interp::run_graph(&g, reference_inputs)
         .map_err(|e| format!("{name}: interpreter: {e}"))?;
     let actual = run_compiled(&g, inputs, Target::host()).map_err(|e| format!("{name}: {e}"))?;
@@ -207,9 +140,9 @@ fn gather_elements_dtypes_and_axes() {
     for dtype in DTYPES {
         for axis in 0..3 {
             for (shrink, idx_dtype) in [(0, DType::I64), (1, DType::I32)] {
-                let data = rng.data(dtype, &shape);
+                let data = small_values(&mut rng, dtype, &shape);
                 let is = index_shape(&shape, axis, 6, shrink);
-                let idx = rng.indices(idx_dtype, &is, shape[axis]);
+                let idx = indices(&mut rng, idx_dtype, &is, shape[axis]);
                 total += 1;
                 let name = format!("GatherElements {dtype} axis {axis} indices {is:?}");
                 failures.extend(check(&name, Op::GatherElements { axis }, &[data, idx]).err());
@@ -231,11 +164,11 @@ fn scatter_elements_every_reduction() {
                 continue;
             }
             for axis in 0..3 {
-                let data = rng.data(dtype, &shape);
+                let data = small_values(&mut rng, dtype, &shape);
                 // More updates than the axis holds: duplicates are certain.
                 let is = index_shape(&shape, axis, 7, 1);
-                let idx = rng.indices(DType::I64, &is, shape[axis]);
-                let upd = rng.data(dtype, &is);
+                let idx = indices(&mut rng, DType::I64, &is, shape[axis]);
+                let upd = small_values(&mut rng, dtype, &is);
                 total += 1;
                 let name = format!("ScatterElements {dtype} {reduction:?} axis {axis}");
                 failures.extend(
@@ -272,8 +205,8 @@ fn scatter_nd_and_gather_nd() {
             let mut us = vec![6, 2];
             us.extend(&shape[k..]);
             for reduction in REDUCTIONS {
-                let data = rng.data(dtype, &shape);
-                let upd = rng.data(dtype, &us);
+                let data = small_values(&mut rng, dtype, &shape);
+                let upd = small_values(&mut rng, dtype, &us);
                 total += 1;
                 let name = format!("ScatterND {dtype} {reduction:?} k {k}");
                 failures.extend(
@@ -286,7 +219,7 @@ fn scatter_nd_and_gather_nd() {
                 );
             }
             total += 1;
-            let data = rng.data(dtype, &shape);
+            let data = small_values(&mut rng, dtype, &shape);
             failures.extend(
                 check(
                     &format!("GatherND {dtype} k {k}"),
@@ -308,7 +241,7 @@ fn scatter_nd_and_gather_nd() {
                 })
                 .collect();
             let idx = Tensor::from_vec(&is, comps);
-            let data = rng.data(dtype, &shape);
+            let data = small_values(&mut rng, dtype, &shape);
             total += 1;
             let name = format!("GatherND {dtype} batch_dims {batch_dims} k {k}");
             failures.extend(check(&name, Op::GatherND { batch_dims }, &[data, idx]).err());
@@ -391,7 +324,7 @@ fn cumsum_directions_axes_and_dtypes() {
         for axis in 0..3 {
             for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)]
             {
-                let x = rng.data(dtype, &shape);
+                let x = small_values(&mut rng, dtype, &shape);
                 total += 1;
                 // Half the cases are CumProd (the product of at most 5 values stays
                 // within every type's range... or wraps identically in both).
@@ -437,7 +370,7 @@ fn top_k_ties_special_values_and_dtypes() {
         for axis in 0..3 {
             for largest in [true, false] {
                 for k in [1, shape[axis] / 2, shape[axis]] {
-                    let x = rng.data(dtype, &shape);
+                    let x = small_values(&mut rng, dtype, &shape);
                     total += 1;
                     let name = format!("TopK {dtype} axis {axis} k {k} largest {largest}");
                     failures.extend(check(&name, Op::TopK { axis, k, largest }, &[x]).err());

@@ -6,13 +6,16 @@
 //! Run with `cargo test -p nnc --test lower_linalg --release -- --nocapture` to see the
 //! measurements.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/runner.rs"]
 mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
+use graphs::{cst, f32s, one_node, rel_err, rt, tolerance, In};
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
-use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
+use nnc::ir::{DType, Tensor, TensorType};
 use nnc::ops::{infer_types, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op};
 use runner::{aarch64_harness, run_compiled, run_on_aarch64, Compiled};
 
@@ -21,129 +24,6 @@ use runner::{aarch64_harness, run_compiled, run_on_aarch64, Compiled};
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Deterministic xorshift values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-
-    fn tensor(&mut self, ty: &TensorType) -> Tensor {
-        let n = ty.numel();
-        let v: Vec<f64> = (0..n).map(|_| self.next()).collect();
-        match ty.dtype {
-            // Small integers keep integer products exact and readable.
-            d if d.is_int() => Tensor::from_vec(
-                &ty.shape,
-                v.iter().map(|x| (x * 10.0).round() as i64).collect(),
-            )
-            .cast(d),
-            d => Tensor::from_vec(&ty.shape, v).cast(d),
-        }
-    }
-}
-
-/// One operand of the node under test.
-enum In {
-    /// A graph input, random at run time.
-    Runtime(TensorType),
-    /// A constant (weights), random at compile time.
-    Const(TensorType),
-    /// An omitted optional input.
-    Omitted,
-    /// A graph input with these values.
-    Given(Tensor),
-}
-
-fn rt(dtype: DType, shape: &[usize]) -> In {
-    In::Runtime(TensorType::new(dtype, shape.to_vec()))
-}
-
-fn cst(dtype: DType, shape: &[usize]) -> In {
-    In::Const(TensorType::new(dtype, shape.to_vec()))
-}
-
-fn f32s(shape: &[usize]) -> In {
-    rt(DType::F32, shape)
-}
-
-/// A graph holding one node, its runtime inputs, and their random values.
-fn one_node(op: Op, ins: Vec<In>, seed: u64) -> (Graph, Vec<Tensor>) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
-    let mut g = Graph::default();
-    let mut values = vec![];
-    let mut node_inputs = vec![];
-    let mut types = vec![];
-    for (i, input) in ins.into_iter().enumerate() {
-        match input {
-            In::Runtime(ty) => {
-                let id = g.add_value(format!("in{i}"), ty.clone(), None);
-                g.inputs.push(id);
-                values.push(rng.tensor(&ty));
-                node_inputs.push(Some(id));
-                types.push(Some(ty));
-            }
-            In::Const(ty) => {
-                let t = rng.tensor(&ty);
-                node_inputs.push(Some(g.add_value(format!("w{i}"), ty.clone(), Some(t))));
-                types.push(Some(ty));
-            }
-            In::Omitted => {
-                node_inputs.push(None);
-                types.push(None);
-            }
-            In::Given(t) => {
-                let ty = TensorType::new(t.dtype(), t.shape().to_vec());
-                let id = g.add_value(format!("in{i}"), ty.clone(), None);
-                g.inputs.push(id);
-                values.push(t);
-                node_inputs.push(Some(id));
-                types.push(Some(ty));
-            }
-        }
-    }
-    let out_ty = infer_types(&op, &types)
-        .unwrap_or_else(|e| panic!("{op:?}: {e}"))
-        .remove(0);
-    let out = g.add_value("out".into(), out_ty, None);
-    g.outputs.push(out);
-    g.nodes.push(Node {
-        name: "node".into(),
-        onnx_op: op.name(),
-        op,
-        inputs: node_inputs,
-        outputs: vec![out],
-    });
-    (g, values)
-}
-
-/// Max |actual − expected| relative to max |expected|.
-fn rel_err(actual: &Tensor, expected: &Tensor) -> f64 {
-    let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
-    assert_eq!(a.len(), e.len());
-    let scale = e.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
-    a.iter().zip(&e).fold(0f64, |m, (x, y)| {
-        m.max((x - y).abs()).max(if x.is_nan() != y.is_nan() {
-            f64::INFINITY
-        } else {
-            0.0
-        })
-    }) / scale
-}
-
-fn tolerance(d: DType) -> f64 {
-    match d {
-        DType::F32 => 1e-4,
-        DType::F64 => 1e-10,
-        DType::F16 | DType::BF16 => 2e-2,
-        _ => 0.0,
-    }
 }
 
 /// Compiles and runs one node and compares with the interpreter; returns a failure

@@ -6,11 +6,14 @@
 //!
 //! Run with `cargo test -p nnc --test lower_low_precision --release`.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/runner.rs"]
 mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
+use graphs::Rng;
 use nnc::interp::run_graph;
 use nnc::ir::low_precision::E8m0Rounding;
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
@@ -53,7 +56,7 @@ fn cast_graph(from: TensorType, to: DType, saturate: bool, rounding: E8m0Roundin
 }
 
 /// Every float16 value as float32, the specials, values just around powers of two
-/// and halves, and xorshift bit patterns: an odd count, so packed outputs end in a
+/// and halves, and random bit patterns: an odd count, so packed outputs end in a
 /// partial byte.
 fn probe_values() -> Vec<f32> {
     let mut v: Vec<f32> = (0..=u16::MAX)
@@ -82,13 +85,8 @@ fn probe_values() -> Vec<f32> {
             ]);
         }
     }
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..20_001 {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        v.push(f32::from_bits(s as u32));
-    }
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
+    v.extend((0..20_001).map(|_| f32::from_bits(rng.bits32())));
     if v.len().is_multiple_of(2) {
         v.push(0.75);
     }

@@ -14,80 +14,25 @@
 
 use std::time::Instant;
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/runner.rs"]
 mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
+use graphs::{elementwise_tolerance, f32s, rt, try_one_node, In, Rng, Scale};
 use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
-use nnc::ir::{DType, Graph, Node, Tensor, TensorType};
+use nnc::ir::{DType, Tensor, TensorType};
 use nnc::ops::infer::window_output;
 use nnc::ops::{
-    infer_types, ArgReduceAttrs, CoordinateTransform, NearestMode, Op, PoolAttrs, PoolKind,
-    ReduceAttrs, ReduceKind, ResizeAttrs, ResizeMode,
+    ArgReduceAttrs, CoordinateTransform, NearestMode, Op, PoolAttrs, PoolKind, ReduceAttrs,
+    ReduceKind, ResizeAttrs, ResizeMode,
 };
 use runner::{aarch64_harness, run_on_aarch64, Compiled};
 
 // ---------------------------------------------------------------------------------------
 // Harness.
-
-/// Deterministic xorshift values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d))
-    }
-
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-
-    /// Random data of `ty`: floats in [-1, 1) (times `scale`), integers in [-10, 10]
-    /// (unsigned types: [0, 20]), bools at random.
-    fn tensor(&mut self, ty: &TensorType, scale: f64) -> Tensor {
-        let v: Vec<f64> = (0..ty.numel()).map(|_| self.next()).collect();
-        match ty.dtype {
-            DType::Bool => Tensor::from_vec(&ty.shape, v.iter().map(|x| *x > 0.0).collect()),
-            d if d.is_int() => {
-                let offset = if d.is_signed_int() { 0.0 } else { 10.0 };
-                Tensor::from_vec(
-                    &ty.shape,
-                    v.iter()
-                        .map(|x| (x * 10.0 + offset).round() as i64)
-                        .collect(),
-                )
-                .cast(d)
-            }
-            d => Tensor::from_vec(&ty.shape, v.iter().map(|x| x * scale).collect::<Vec<f64>>())
-                .cast(d),
-        }
-    }
-}
-
-/// One operand of the node under test.
-#[derive(Clone)]
-enum In {
-    /// A graph input with random values (floats times the scale).
-    Runtime(TensorType, f64),
-    /// A graph input with the given values.
-    Given(Tensor),
-    /// A constant input, random at compile time.
-    Const(TensorType),
-    /// An omitted optional input.
-    Omitted,
-}
-
-fn rt(dtype: DType, shape: &[usize]) -> In {
-    In::Runtime(TensorType::new(dtype, shape.to_vec()), 1.0)
-}
-
-fn f32s(shape: &[usize]) -> In {
-    rt(DType::F32, shape)
-}
 
 /// A float32 input of `shape` whose values come from `f(flat index)`.
 fn given(shape: &[usize], f: impl Fn(usize) -> f32) -> In {
@@ -95,100 +40,26 @@ fn given(shape: &[usize], f: impl Fn(usize) -> f32) -> In {
     In::Given(Tensor::from_vec(shape, (0..n).map(f).collect::<Vec<f32>>()))
 }
 
-/// A graph holding one node, its runtime inputs and their values.
-fn one_node(op: Op, ins: Vec<In>, seed: u64) -> Result<(Graph, Vec<Tensor>), String> {
-    let mut rng = Rng::new(seed);
-    let mut g = Graph::default();
-    let mut values = vec![];
-    let mut node_inputs = vec![];
-    let mut types = vec![];
-    for (i, input) in ins.into_iter().enumerate() {
-        let (id, ty) = match input {
-            In::Runtime(ty, scale) => {
-                let id = g.add_value(format!("in{i}"), ty.clone(), None);
-                g.inputs.push(id);
-                values.push(rng.tensor(&ty, scale));
-                (Some(id), Some(ty))
-            }
-            In::Given(t) => {
-                let id = g.add_value(format!("in{i}"), t.ty(), None);
-                g.inputs.push(id);
-                let ty = t.ty();
-                values.push(t);
-                (Some(id), Some(ty))
-            }
-            In::Const(ty) => {
-                let t = rng.tensor(&ty, 1.0);
-                (
-                    Some(g.add_value(format!("w{i}"), ty.clone(), Some(t))),
-                    Some(ty),
-                )
-            }
-            In::Omitted => (None, None),
-        };
-        node_inputs.push(id);
-        types.push(ty);
-    }
-    let out_ty = infer_types(&op, &types)
-        .map_err(|e| format!("shape inference: {e}"))?
-        .remove(0);
-    let out = g.add_value("out".into(), out_ty, None);
-    g.outputs.push(out);
-    g.nodes.push(Node {
-        name: "node".into(),
-        onnx_op: op.name(),
-        op,
-        inputs: node_inputs,
-        outputs: vec![out],
-    });
-    Ok((g, values))
-}
-
-fn tolerance(d: DType) -> f64 {
-    match d {
-        DType::F32 => 1e-5,
-        DType::F64 => 1e-12,
-        DType::F16 | DType::BF16 => 1e-2,
-        _ => 0.0,
-    }
-}
-
-/// The first element that differs beyond the tolerance, described.
+/// Floats element by element (see the top of the file), integers exactly.
 fn compare(actual: &Tensor, expected: &Tensor) -> Result<(), String> {
-    if actual.ty() != expected.ty() {
-        return Err(format!(
-            "type {} vs expected {}",
-            actual.ty(),
-            expected.ty()
-        ));
-    }
-    let tol = tolerance(expected.dtype());
-    let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
-    let scale = e
-        .iter()
-        .filter(|v| v.is_finite())
-        .fold(0f64, |m, v| m.max(v.abs()));
-    for (i, (&x, &y)) in a.iter().zip(&e).enumerate() {
-        let ok = if y.is_nan() || x.is_nan() {
-            x.is_nan() && y.is_nan()
-        } else if y.is_infinite() || x.is_infinite() {
-            x == y
-        } else {
-            // Inputs are of magnitude ~1, so sums that cancel (an average of 90 such
-            // values) carry absolute rounding errors of ~1e-2·tol whatever the result.
-            (x - y).abs() <= tol * y.abs().max(1e-2 * scale.max(1.0))
-        };
-        if !ok {
-            return Err(format!("element {i}: {x} vs expected {y}"));
-        }
-    }
-    Ok(())
+    let scale = Scale::Elementwise {
+        // Inputs are of magnitude ~1, so sums that cancel (an average of 90 such
+        // values) carry absolute rounding errors of ~1e-2·tol whatever the result.
+        fraction: 1e-2,
+        at_least: 1e-2,
+    };
+    graphs::compare(
+        actual,
+        expected,
+        elementwise_tolerance(expected.dtype()),
+        scale,
+    )
 }
 
 /// Compiles and runs one node, compares with the interpreter and compiles it for
 /// aarch64; returns a failure description so a test can report every failing case.
 fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
-    let (g, inputs) = one_node(op, ins, seed).map_err(|e| format!("{name}: {e}"))?;
+    let (g, inputs) = try_one_node(op, ins, seed).map_err(|e| format!("{name}: {e}"))?;
     let expected =
         nnc::interp::run_graph(&g, &inputs).map_err(|e| format!("{name}: interpreter: {e}"))?;
     let lib = Compiled::new(&g).map_err(|e| format!("{name}: compile: {e}"))?;
@@ -232,7 +103,7 @@ fn check_all(cases: Vec<Case>) {
 
 /// Checks that lowering `op` on `ins` fails with an error (and does not panic).
 fn expect_lowering_error(op: Op, ins: Vec<In>) {
-    let (g, _) = one_node(op, ins, 0).expect("shape inference");
+    let (g, _) = try_one_node(op, ins, 0).expect("shape inference");
     let opts = CompileOptions {
         target: Target::host(),
         prefix: String::new(),
@@ -584,7 +455,7 @@ fn average_pool_window_past_the_padded_end() {
         output_spatial: vec![4],
     });
     let x = given(&[1, 1, 6], |i| i as f32 + 1.0);
-    let (g, inputs) = one_node(op, vec![x], 0).unwrap();
+    let (g, inputs) = try_one_node(op, vec![x], 0).unwrap();
     let y = Compiled::new(&g).unwrap().run(&g, &inputs).unwrap();
     // Windows over padded [0, 1..6, 0]: [0,1,2], [2,3,4], [4,5,6], [6,0] (2 positions).
     assert_eq!(y[0].to_f64_vec(), vec![1.0, 3.0, 5.0, 3.0]);
@@ -609,7 +480,7 @@ fn softmax_every_axis() {
             }
         }
         // Large logits: only stable with the maximum subtracted.
-        let big = In::Runtime(TensorType::new(DType::F32, vec![2, 6, 10]), 200.0);
+        let big = In::Scaled(TensorType::new(DType::F32, vec![2, 6, 10]), 200.0);
         for axis in [1, 2] {
             cases.push((
                 format!("softmax log={log} large logits axis {axis}"),
@@ -651,7 +522,7 @@ fn softmax_machine_code_rows() {
                     axis: 1,
                     log: false,
                 },
-                vec![In::Runtime(TensorType::new(DType::F32, vec![5, n]), scale)],
+                vec![In::Scaled(TensorType::new(DType::F32, vec![5, n]), scale)],
             ));
         }
     }
@@ -678,7 +549,7 @@ fn softmax_machine_code_rows() {
         let target = Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target");
         for (i, (name, op, ins)) in cases.iter().enumerate() {
             let result = (|| {
-                let (g, inputs) = one_node(op.clone(), ins.clone(), i as u64)?;
+                let (g, inputs) = try_one_node(op.clone(), ins.clone(), i as u64)?;
                 if !runs {
                     let options = CompileOptions {
                         target: target.clone(),
@@ -785,7 +656,7 @@ fn layer_norm_axes_and_broadcasts() {
             rt(DType::F16, &[8]),
         ],
     ));
-    let offset = In::Runtime(TensorType::new(DType::F32, vec![4, 64]), 1.0);
+    let offset = In::Scaled(TensorType::new(DType::F32, vec![4, 64]), 1.0);
     cases.push((
         "layernorm epsilon 0.1".into(),
         Op::LayerNorm {
@@ -966,7 +837,7 @@ fn reduce_special_values() {
         reduce_op(ReduceKind::LogSumExp, &[1], false),
         vec![all_inf],
     ));
-    let large = In::Runtime(TensorType::new(DType::F32, vec![4, 9]), 500.0);
+    let large = In::Scaled(TensorType::new(DType::F32, vec![4, 9]), 500.0);
     cases.push((
         "ReduceLogSumExp large".into(),
         reduce_op(ReduceKind::LogSumExp, &[1], false),
@@ -1366,7 +1237,7 @@ fn throughput_report() {
         ),
     ];
     for (name, op, ins) in cases {
-        let (g, inputs) = one_node(op, ins, 1).expect("graph");
+        let (g, inputs) = try_one_node(op, ins, 1).expect("graph");
         let lib = Compiled::new(&g).expect("compiles");
         let t = lib.best_time(&g, &inputs, 20);
         let bytes: usize = inputs.iter().map(|t| t.to_le_bytes().len()).sum::<usize>()
@@ -1388,7 +1259,7 @@ fn throughput_report() {
 
 /// Uniform integer in `lo..=hi`.
 fn pick(rng: &mut Rng, lo: usize, hi: usize) -> usize {
-    lo + (((rng.next() + 1.0) / 2.0) * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
+    lo + (((rng.uniform() + 1.0) / 2.0) * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
 }
 
 fn random_shape(rng: &mut Rng, rank: usize, max: usize) -> Vec<usize> {
@@ -1410,7 +1281,7 @@ fn random_reductions_and_softmax() {
     for i in 0..300 {
         let rank = pick(&mut rng, 1, 5);
         let shape = random_shape(&mut rng, rank, 9);
-        let mut axes: Vec<usize> = (0..rank).filter(|_| rng.next() > 0.0).collect();
+        let mut axes: Vec<usize> = (0..rank).filter(|_| rng.uniform() > 0.0).collect();
         if axes.is_empty() {
             axes.push(pick(&mut rng, 0, rank - 1));
         }
@@ -1422,7 +1293,7 @@ fn random_reductions_and_softmax() {
             } else {
                 ReduceKind::Sum
             };
-        let keepdims = rng.next() > 0.0;
+        let keepdims = rng.uniform() > 0.0;
         let name =
             format!("random Reduce{kind:?} {dtype} {shape:?} axes {axes:?} keepdims={keepdims}");
         cases.push((
@@ -1431,12 +1302,12 @@ fn random_reductions_and_softmax() {
             vec![reduce_input(kind, dtype, &shape)],
         ));
         let axis = pick(&mut rng, 0, rank - 1);
-        let max = rng.next() > 0.0;
+        let max = rng.uniform() > 0.0;
         let op = Op::ArgReduce(ArgReduceAttrs {
             max,
             axis,
             keepdims,
-            select_last_index: rng.next() > 0.0,
+            select_last_index: rng.uniform() > 0.0,
         });
         cases.push((
             format!("random {op:?} {shape:?}"),
@@ -1446,7 +1317,7 @@ fn random_reductions_and_softmax() {
         if dtype.is_float() {
             let op = Op::Softmax {
                 axis,
-                log: rng.next() > 0.0,
+                log: rng.uniform() > 0.0,
             };
             cases.push((
                 format!("random {op:?} {dtype} {shape:?}"),
@@ -1508,7 +1379,7 @@ fn random_pools() {
         let pads: Vec<usize> = (0..2 * spatial)
             .map(|j| pick(&mut rng, 0, kernel[j % spatial] - 1))
             .collect();
-        let ceil = rng.next() > 0.0;
+        let ceil = rng.uniform() > 0.0;
         let kind = kinds[i % kinds.len()];
         let dtype = if i % 5 == 0 && kind == PoolKind::Max {
             DType::I8
@@ -1536,7 +1407,7 @@ fn random_resizes() {
         let output: Vec<usize> = input
             .iter()
             .map(|&n| {
-                if rng.next() > 0.0 {
+                if rng.uniform() > 0.0 {
                     n
                 } else {
                     pick(&mut rng, 1, 12)
@@ -1551,7 +1422,7 @@ fn random_resizes() {
             NearestMode::Floor,
             NearestMode::Ceil,
         ][pick(&mut rng, 0, 3)];
-        let exclude_outside = rng.next() > 0.5;
+        let exclude_outside = rng.uniform() > 0.5;
         let op = with(resize_op(mode, transform, &input, &output), |r| {
             r.nearest_mode = nearest_mode;
             r.exclude_outside = exclude_outside;
@@ -1710,7 +1581,7 @@ fn runs_on_aarch64_under_qemu() {
         .enumerate()
         .filter_map(|(i, (name, op, ins))| {
             let check = || -> Result<(), String> {
-                let (g, inputs) = one_node(op, ins, i as u64)?;
+                let (g, inputs) = try_one_node(op, ins, i as u64)?;
                 let expected = nnc::interp::run_graph(&g, &inputs)?;
                 let actual = run_on_aarch64(harness, &g, &inputs, None)?;
                 compare(&actual[0], &expected[0])

@@ -4,6 +4,8 @@
 //! it is about happened (the optimized graph's node count and activations).
 //! Compiled for the host and for baseline x86-64 (no FMA), where that is the host.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/models.rs"]
 mod models;
 #[path = "common/runner.rs"]
@@ -11,6 +13,7 @@ mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
+use graphs::{Rng, Scale};
 use models::{Attr, ModelBuilder};
 use nnc::codegen::{Arch, Target};
 use nnc::interp::run_graph;
@@ -47,14 +50,14 @@ fn check(m: ModelBuilder, seed: u64) -> Graph {
     let plain = import(&m.encode());
     let mut fused = plain.clone();
     nnc::passes::optimize(&mut fused).expect("passes run");
-    let mut rng = models::Rng::new(seed);
+    let mut rng = Rng::new(seed);
     let inputs: Vec<Tensor> = plain
         .inputs
         .iter()
         .map(|v| {
             let shape = plain.ty(*v).shape.clone();
             let n = shape.iter().product();
-            Tensor::from_vec(&shape, rng.vec(n, 2.0))
+            Tensor::from_vec(&shape, rng.f32s(n, 2.0))
         })
         .collect();
     let want = run_graph(&plain, &inputs).expect("interpreter runs");
@@ -71,17 +74,9 @@ fn check(m: ModelBuilder, seed: u64) -> Graph {
 fn compare(want: &[Tensor], got: &[Tensor], what: &str) {
     assert_eq!(want.len(), got.len());
     for (i, (a, b)) in want.iter().zip(got).enumerate() {
-        assert_eq!(a.ty(), b.ty(), "{what}: output {i}");
-        let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
-        let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
-        let err = x
-            .iter()
-            .zip(&y)
-            .fold(0f64, |m, (p, q)| m.max((p - q).abs()));
-        assert!(
-            err / scale <= 1e-4,
-            "{what}: output {i}: max error {err}, scale {scale}"
-        );
+        if let Err(e) = graphs::compare(b, a, 1e-4, Scale::Whole) {
+            panic!("{what}: output {i}: {e}");
+        }
     }
 }
 

@@ -27,7 +27,12 @@
 //!
 //! `NNC_BLESS=1 cargo test --test passes_filetests` rewrites the expected dumps.
 
+#[path = "common/graphs.rs"]
+mod graphs;
+
 use std::path::{Path, PathBuf};
+
+use graphs::{compare, Rng, Scale};
 
 use nnc::interp::run_graph;
 use nnc::ir::{Graph, Tensor};
@@ -37,19 +42,6 @@ use nnc::onnx::proto::{
 };
 use nnc::onnx::{import_model, ImportOptions};
 use nnc::passes::PassManager;
-
-/// xorshift64*, seeded per file.
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
 
 struct FileTest {
     passes: String,
@@ -142,7 +134,7 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
         Some((b, e)) => (b, Some(e.trim_end().to_string())),
         None => (text, None),
     };
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let mut graph = GraphProto {
         name: "filetest".into(),
         ..Default::default()
@@ -232,7 +224,7 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
                             v
                         }
                     }
-                    None => (0..n).map(|_| rng.uniform()).collect(),
+                    None => (0..n).map(|_| rng.uniform_f32()).collect(),
                 };
                 t.raw_data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
             }
@@ -294,34 +286,21 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
 }
 
 fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
-    let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+    // Another stream than the initializers' (`parse` seeds with `seed`).
+    let mut rng = Rng::new(!seed);
     g.inputs
         .iter()
         .map(|v| {
             let shape = g.ty(*v).shape.clone();
             let n: usize = shape.iter().product();
-            Tensor::from_vec(
-                &shape,
-                (0..n).map(|_| 2.0 * rng.uniform()).collect::<Vec<f32>>(),
-            )
+            Tensor::from_vec(&shape, rng.f32s(n, 2.0))
         })
         .collect()
 }
 
 fn check_same(before: &[Tensor], after: &[Tensor]) -> Result<(), String> {
     for (i, (a, b)) in before.iter().zip(after).enumerate() {
-        if a.ty() != b.ty() {
-            return Err(format!("output {i}: {} became {}", a.ty(), b.ty()));
-        }
-        let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
-        let scale = x.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
-        let err = x
-            .iter()
-            .zip(&y)
-            .fold(0f64, |m, (p, q)| m.max((p - q).abs()));
-        if err / scale > 1e-4 || err.is_nan() {
-            return Err(format!("output {i}: max error {err} (scale {scale})"));
-        }
+        compare(b, a, 1e-4, Scale::Whole).map_err(|e| format!("output {i}: {e}"))?;
     }
     Ok(())
 }

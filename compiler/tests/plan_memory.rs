@@ -7,6 +7,8 @@
 //!
 //! Run with `cargo test -p nnc --test plan_memory --release`.
 
+#[path = "common/graphs.rs"]
+mod graphs;
 #[path = "common/models.rs"]
 mod models;
 #[path = "common/runner.rs"]
@@ -14,6 +16,7 @@ mod runner;
 #[path = "common/tools.rs"]
 mod tools;
 
+use graphs::{compare, Rng, Scale};
 use nnc::codegen::{plan_graph_memory, MemoryPlan, Storage};
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
 use nnc::onnx::proto::ModelProto;
@@ -25,7 +28,7 @@ use runner::Compiled;
 struct G {
     g: Graph,
     inputs: Vec<Tensor>,
-    seed: u64,
+    rng: Rng,
 }
 
 impl G {
@@ -33,7 +36,7 @@ impl G {
         G {
             g: Graph::default(),
             inputs: vec![],
-            seed: 1,
+            rng: Rng::new(1),
         }
     }
 
@@ -44,15 +47,7 @@ impl G {
             .add_value(format!("in{}", self.inputs.len()), ty.clone(), None);
         self.g.inputs.push(id);
         let n = ty.numel();
-        let data: Vec<f32> = (0..n)
-            .map(|_| {
-                self.seed = self
-                    .seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((self.seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect();
+        let data = self.rng.f32s(n, 1.0);
         self.inputs.push(Tensor::from_vec(shape, data));
         id
     }
@@ -204,11 +199,14 @@ fn check_run(t: &G) -> MemoryPlan {
     let expected = nnc::interp::run_graph(&t.g, &t.inputs).expect("interpreter");
     let lib = Compiled::new(&t.g).expect("compile");
     let actual = lib.run(&t.g, &t.inputs).expect("run");
-    for (a, e) in actual.iter().zip(&expected) {
-        let (a, e) = (a.to_f64_vec(), e.to_f64_vec());
-        for (i, (x, y)) in a.iter().zip(&e).enumerate() {
-            let ok = (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-5 * y.abs().max(1.0);
-            assert!(ok, "element {i}: {x} vs {y}");
+    // Relative to each value, absolute below 1.
+    let scale = Scale::Elementwise {
+        fraction: 0.0,
+        at_least: 1.0,
+    };
+    for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        if let Err(err) = compare(a, e, 1e-5, scale) {
+            panic!("output {k}: {err}");
         }
     }
     plan

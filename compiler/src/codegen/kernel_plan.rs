@@ -202,7 +202,8 @@ pub fn plan_node(
     let planned = match op {
         Op::Conv(c) => lower::plan_conv(c, node, target, options),
         Op::ConvTranspose(_) => lower::plan_conv_transpose(node),
-        Op::MatMul(_) | Op::Gemm(_) => lower::plan_gemm(op, node, target, options),
+        Op::MatMul(_) => lower::plan_gemm(None, node, target, options),
+        Op::Gemm(g) => lower::plan_gemm(Some(g), node, target, options),
         Op::Pool(p) => lower::plan_pool(p, node, target, options),
         Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
         Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node),

@@ -16,7 +16,7 @@ use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
 use crate::ops::infer::broadcast_shapes;
-use crate::ops::{Activation, GemmAttrs, MatMulAttrs, Op};
+use crate::ops::{Activation, GemmAttrs, MatMulAttrs};
 
 /// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
 struct MatMulShape {
@@ -91,26 +91,28 @@ fn epilogue_inputs(ctx: &LowerCtx, first: usize) -> (Vec<Option<Operand>>, bool)
     (extra, fused)
 }
 
-/// The kernel plan of MatMul and Gemm: float32 runs on the target's GEMM kernel family,
-/// other dtypes on a scalar loop nest. A Gemm whose B is a run-time input read
-/// transposed takes the portable kernel, the one that gathers B.
+/// The kernel plan of MatMul and Gemm (`gemm`: its attributes): float32 runs on the
+/// target's GEMM kernel family, other dtypes on a scalar loop nest. A Gemm whose B is
+/// read at run time transposed is gathered by the portable kernel, the one layout the
+/// machine-code kernels do not take (see [`gemm_f32`]).
 pub fn plan_gemm(
-    op: &Op,
+    gemm: Option<&GemmAttrs>,
     node: &NodeOperands,
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let (a, b) = (node.input(0)?, node.input(1)?);
+    let a = node.input(0)?;
     if a.dtype != DType::F32 {
         return None;
     }
-    if let Op::Gemm(g) = op {
-        let s = GemmShape::new(g, &a.shape, &b.shape).ok()?;
-        if node.constant(1).is_none() && s.b_strides.1 != 1 {
+    let b = node.input(1)?;
+    if let Some(Ok(s)) = gemm.map(|g| GemmShape::new(g, &a.shape, &b.shape)) {
+        let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
+        if !constant_b && s.b_strides.1 != 1 {
             return Some(NodeKernel::new(
                 Strategy::Gemm(Geometry::CLIF),
                 0,
-                "float32 with a run-time B read transposed: the portable kernel gathers it",
+                "float32 with B transposed at run time: the portable kernel gathers it",
             ));
         }
     }

@@ -144,15 +144,24 @@ pub(crate) fn supports(s: &DwSpec) -> bool {
         && s.in_h * s.in_w * F32 < 1 << 30
 }
 
+/// The family whose kernel computes `s` on a target of family `isa`. Rows of at most 8
+/// outputs waste half of a 16-lane vector: the 8-lane kernel (AVX2 + FMA, which every
+/// AVX-512 target here has) was faster there (960ch 7×7: 27 vs 38 µs), the 16-lane one
+/// from 14 columns up (384ch 14×14: 49 vs 59 µs).
+pub(crate) fn family(s: &DwSpec, isa: X86Isa) -> X86Isa {
+    if s.out_w <= 8 {
+        X86Isa::Avx2
+    } else {
+        isa
+    }
+}
+
 /// Encodes the kernel for `s` (which must satisfy [`supports`]).
 pub(crate) fn emit(s: &DwSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
     if !supports(s) {
         return Err(format!("no x86 depthwise kernel for {s:?}"));
     }
-    // Rows of at most 8 outputs waste half of a 16-lane vector: the 8-lane kernel
-    // (AVX2 + FMA, which every AVX-512 target here has) was faster there (960ch 7×7:
-    // 27 vs 38 µs), the 16-lane one from 14 columns up (384ch 14×14: 49 vs 59 µs).
-    let isa = if s.out_w <= 8 { X86Isa::Avx2 } else { isa };
+    let isa = family(s, isa);
     let layout = DwLayout::new(s);
     let mut e = Emitter::new(s, isa, layout);
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;

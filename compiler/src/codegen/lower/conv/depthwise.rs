@@ -131,8 +131,9 @@ fn x86_spec(g: &ConvGeometry, bias: bool, residual: bool, activation: Activation
     }
 }
 
-/// The machine-code family that computes this conv on `target`, if any;
-/// `--kernel dwconv=clif` keeps the Cranelift path, for comparisons.
+/// The machine-code family that computes this conv on `target`, if any (narrow rows
+/// take the 8-lane kernel on AVX-512 targets too); `--kernel dwconv=clif` keeps the
+/// Cranelift path, for comparisons.
 pub(super) fn x86_kernel(
     g: &ConvGeometry,
     bias: bool,
@@ -142,9 +143,9 @@ pub(super) fn x86_kernel(
     options: &KernelOptions,
 ) -> Option<X86Isa> {
     let isa = X86Isa::for_target(target)?;
-    (options.dwconv == KernelSource::Auto
-        && x86::dwconv::supports(&x86_spec(g, bias, residual, activation)))
-    .then_some(isa)
+    let spec = x86_spec(g, bias, residual, activation);
+    (options.dwconv == KernelSource::Auto && x86::dwconv::supports(&spec))
+        .then(|| x86::dwconv::family(&spec, isa))
 }
 
 /// Lowers a depthwise conv, its bias, residual and activation included, on the

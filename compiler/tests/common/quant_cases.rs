@@ -1,0 +1,185 @@
+//! Operands of the INT8 operators nnc's quantization passes create (`ConvU8S8`,
+//! `QuantizeToPlanes`): values spanning the whole 8-bit ranges, so zero points,
+//! widening and saturation see their extremes. Shared by the tests of their lowering
+//! and of the kernel library.
+//!
+//! Include beside `graphs.rs`: `#[path = "common/quant_cases.rs"] mod quant_cases;`.
+
+#![allow(dead_code)] // each test crate uses a different subset
+
+use nnc::ir::{DType, Tensor};
+use nnc::ops::{Activation, ConvAttrs, Op, PlaneLayout, Requantize};
+
+use crate::graphs::In;
+
+/// `n` values cycling through the whole range of `dtype` (8-bit), scrambled.
+pub fn full_range(dtype: DType, shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<i64> = (0..n)
+        .map(|i| ((i * 97 + seed * 31 + 13) % 256) as i64)
+        .map(|u| if dtype == DType::I8 { u - 128 } else { u })
+        .collect();
+    Tensor::from_vec(shape, v).cast(dtype)
+}
+
+pub fn ints(dtype: DType, shape: &[usize], v: Vec<i64>) -> Tensor {
+    Tensor::from_vec(shape, v).cast(dtype)
+}
+
+pub fn floats(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_vec(shape, v)
+}
+
+/// nnc's INT8 conv attributes and the plane layout it reads from `[N, C, H, W]`.
+pub fn conv_u8s8_attrs(
+    x_shape: [usize; 4],
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    group: usize,
+    activation: Activation,
+) -> (ConvAttrs, PlaneLayout) {
+    let conv = ConvAttrs {
+        kernel: vec![kernel; 2],
+        strides: vec![stride; 2],
+        pads: vec![pad; 4],
+        dilations: vec![1; 2],
+        group,
+        activation,
+    };
+    let planes = PlaneLayout::for_conv(&conv, &x_shape).expect("a plane layout");
+    (conv, planes)
+}
+
+/// A `ConvU8S8` case over full-range planes and weights: maps, float32 output scale
+/// and bias per map, and an optional residual.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_u8s8_case(
+    x_shape: [usize; 4],
+    maps: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    depthwise: bool,
+    activation: Activation,
+    residual: bool,
+    seed: usize,
+) -> (Op, Vec<In>) {
+    let group = if depthwise { x_shape[1] } else { 1 };
+    let (conv, planes) = conv_u8s8_attrs(x_shape, kernel, stride, pad, group, activation);
+    let w_channels = if depthwise { 1 } else { x_shape[1] };
+    let op = Op::ConvU8S8 {
+        conv: conv.clone(),
+        planes: planes.clone(),
+        requantize: None,
+    };
+    let out_h = (x_shape[2] + 2 * pad - kernel) / stride + 1;
+    let out_w = (x_shape[3] + 2 * pad - kernel) / stride + 1;
+    let out = [x_shape[0], maps, out_h, out_w];
+    let bias: Vec<i64> = (0..maps as i64).map(|m| (m * 7919 - 20000) * 3).collect();
+    let scale: Vec<f32> = (0..maps).map(|m| 1e-4 * (m as f32 + 1.5)).collect();
+    let res: Vec<f32> = (0..out.iter().product::<usize>())
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+        .collect();
+    let ins = vec![
+        In::Given(full_range(DType::U8, &planes.shape(x_shape[0]), seed)),
+        In::GivenConst(full_range(
+            DType::I8,
+            &[maps, w_channels, kernel, kernel],
+            seed + 1,
+        )),
+        In::GivenConst(ints(DType::I32, &[maps], bias)),
+        if residual {
+            In::Given(floats(&out, res))
+        } else {
+            In::Omitted
+        },
+        In::GivenConst(floats(&[maps], scale)),
+        In::GivenConst(ints(DType::U8, &[], vec![(seed * 41 % 256) as i64])),
+    ];
+    (op, ins)
+}
+
+/// [`conv_u8s8_case`] requantizing into the planes of a next convolution (`kernel`,
+/// `stride`, `pad`); for stride 1 both plane layouts get the same columns, as the
+/// requantize pass gives them.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_u8s8_requantize_case(
+    x_shape: [usize; 4],
+    maps: usize,
+    kernel: usize,
+    depthwise: bool,
+    activation: Activation,
+    residual: bool,
+    seed: usize,
+    next: (usize, usize, usize),
+) -> (Op, Vec<In>) {
+    let (op, mut ins) = conv_u8s8_case(
+        x_shape,
+        maps,
+        kernel,
+        1,
+        kernel / 2,
+        depthwise,
+        activation,
+        residual,
+        seed,
+    );
+    let Op::ConvU8S8 { conv, planes, .. } = op else {
+        unreachable!()
+    };
+    let out_h = x_shape[2] + 2 * (kernel / 2) - kernel + 1;
+    let out_w = x_shape[3] + 2 * (kernel / 2) - kernel + 1;
+    let (nk, ns, np) = next;
+    let (_, mut next_planes) = conv_u8s8_attrs(
+        [x_shape[0], maps, out_h, out_w],
+        nk,
+        ns,
+        np,
+        1,
+        Activation::None,
+    );
+    let mut planes = planes;
+    if ns == 1 {
+        let cols = planes.cols.max(next_planes.cols);
+        planes = planes.with_cols(cols);
+        next_planes = next_planes.with_cols(cols);
+    }
+    ins[0] = In::Given(full_range(DType::U8, &planes.shape(x_shape[0]), seed));
+    let op = Op::ConvU8S8 {
+        conv,
+        planes,
+        requantize: Some(Requantize {
+            layout: next_planes,
+            inv_scale: 37.0,
+            zero_point: 9,
+        }),
+    };
+    (op, ins)
+}
+
+/// A `QuantizeToPlanes` case: values around the 8-bit range with ties, saturation and
+/// a NaN.
+pub fn quantize_planes_case(
+    x_shape: [usize; 4],
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+) -> (Op, Vec<In>) {
+    let (_, planes) = conv_u8s8_attrs(x_shape, kernel, stride, pad, 1, Activation::None);
+    let n: usize = x_shape.iter().product();
+    let x: Vec<f32> = (0..n)
+        .map(|i| match i % 23 {
+            0 => f32::NAN,
+            1 => 1e9,
+            2 => -1e9,
+            k => (i * 31 % 613) as f32 * 0.25 - 80.0 + k as f32 * 0.5,
+        })
+        .collect();
+    let ins = vec![
+        In::Given(floats(&x_shape, x)),
+        In::GivenConst(floats(&[], vec![2.0])),
+        In::GivenConst(ints(DType::U8, &[], vec![77])),
+    ];
+    (Op::QuantizeToPlanes(planes), ins)
+}
