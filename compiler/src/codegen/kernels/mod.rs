@@ -20,6 +20,10 @@ pub struct KernelInfo {
     pub features: &'static [CpuFeature],
     /// The op and shapes it computes (its `supports` rule, in words).
     pub takes: &'static str,
+    /// The function that emits it.
+    pub emitter: &'static str,
+    /// Workspace it needs besides its operands (the node's planned scratch holds it).
+    pub scratch: &'static str,
 }
 
 impl KernelInfo {
@@ -63,69 +67,288 @@ pub const KERNELS: &[KernelInfo] = &[
     x86(
         "f32-gemm-8x48-avx512f",
         AVX512,
-        "C = act(alpha·A·B + addends): packed or strided A and B, tap-table B (implicit conv), unit-stride C",
+        About(
+            "C = act(alpha·A·B + addends): packed or strided A and B, tap-table B (implicit conv), unit-stride C",
+            "kernels::x86::gemm::emit",
+            "none: packed B comes from the node (im2col panels, packed weights)",
+        ),
     ),
-    x86("f32-gemm-6x16-avx2-fma", AVX2_FMA, "as f32-gemm-8x48-avx512f"),
+    x86(
+        "f32-gemm-6x16-avx2-fma",
+        AVX2_FMA,
+        About(
+            "as f32-gemm-8x48-avx512f",
+            "kernels::x86::gemm::emit",
+            "none",
+        ),
+    ),
     x86(
         "f32-dwconv-avx512f",
         AVX512,
-        "depthwise 2-D conv, width stride 1 or 2, fused bias, residual and activation",
+        About(
+            "depthwise 2-D conv, width stride 1 or 2, fused bias, residual and activation",
+            "kernels::x86::dwconv::emit",
+            "a padded row buffer (DwLayout)",
+        ),
     ),
-    x86("f32-dwconv-avx2-fma", AVX2_FMA, "as f32-dwconv-avx512f"),
+    x86(
+        "f32-dwconv-avx2-fma",
+        AVX2_FMA,
+        About(
+            "as f32-dwconv-avx512f",
+            "kernels::x86::dwconv::emit",
+            "a padded row buffer (DwLayout)",
+        ),
+    ),
     x86(
         "f32-winograd-f4-input-avx512f",
         AVX512,
-        "Winograd F(4x4, 3x3) input transform of a chunk of tile rows, 16 tiles per vector",
+        About(
+            "Winograd F(4x4, 3x3) input transform of a chunk of tile rows, 16 tiles per vector",
+            "kernels::x86::winograd::emit_input",
+            "the transformed tiles V (winograd Plan)",
+        ),
     ),
-    x86("f32-winograd-f4-output-avx512f", AVX512, "its output transform with the fused epilogue"),
-    x86("f32-winograd-f2-input-avx512f", AVX512, "Winograd F(2x2, 3x3) input transform"),
-    x86("f32-winograd-f2-output-avx512f", AVX512, "its output transform"),
-    x86("f32-winograd-f4-input-avx2-fma", AVX2_FMA, "F(4x4) input transform, 8 tiles per vector"),
-    x86("f32-winograd-f4-output-avx2-fma", AVX2_FMA, "its output transform"),
-    x86("f32-winograd-f2-input-avx2-fma", AVX2_FMA, "F(2x2) input transform, 8 tiles per vector"),
-    x86("f32-winograd-f2-output-avx2-fma", AVX2_FMA, "its output transform"),
+    x86(
+        "f32-winograd-f4-output-avx512f",
+        AVX512,
+        About(
+            "its output transform with the fused epilogue",
+            "kernels::x86::winograd::emit_output",
+            "none: reads the products M",
+        ),
+    ),
+    x86(
+        "f32-winograd-f2-input-avx512f",
+        AVX512,
+        About(
+            "Winograd F(2x2, 3x3) input transform",
+            "kernels::x86::winograd::emit_input",
+            "the transformed tiles V",
+        ),
+    ),
+    x86(
+        "f32-winograd-f2-output-avx512f",
+        AVX512,
+        About(
+            "its output transform",
+            "kernels::x86::winograd::emit_output",
+            "none",
+        ),
+    ),
+    x86(
+        "f32-winograd-f4-input-avx2-fma",
+        AVX2_FMA,
+        About(
+            "F(4x4) input transform, 8 tiles per vector",
+            "kernels::x86::winograd::emit_input",
+            "the transformed tiles V",
+        ),
+    ),
+    x86(
+        "f32-winograd-f4-output-avx2-fma",
+        AVX2_FMA,
+        About(
+            "its output transform",
+            "kernels::x86::winograd::emit_output",
+            "none",
+        ),
+    ),
+    x86(
+        "f32-winograd-f2-input-avx2-fma",
+        AVX2_FMA,
+        About(
+            "F(2x2) input transform, 8 tiles per vector",
+            "kernels::x86::winograd::emit_input",
+            "the transformed tiles V",
+        ),
+    ),
+    x86(
+        "f32-winograd-f2-output-avx2-fma",
+        AVX2_FMA,
+        About(
+            "its output transform",
+            "kernels::x86::winograd::emit_output",
+            "none",
+        ),
+    ),
     x86(
         "f32-winograd-f2-plane16-input-avx512f",
         AVX512,
-        "F(2x2) input transform of a whole plane of at most 16 tiles (8x8 maps)",
+        About(
+            "F(2x2) input transform of a whole plane of at most 16 tiles (8x8 maps)",
+            "kernels::x86::winograd_plane::emit_input",
+            "V for 16 tiles",
+        ),
     ),
-    x86("f32-winograd-f2-plane16-products-avx512f", AVX512, "its 16 transformed products"),
-    x86("f32-winograd-f2-plane16-output-avx512f", AVX512, "its output transform"),
+    x86(
+        "f32-winograd-f2-plane16-products-avx512f",
+        AVX512,
+        About(
+            "its 16 transformed products",
+            "kernels::x86::winograd_plane::emit_products",
+            "M for 16 tiles",
+        ),
+    ),
+    x86(
+        "f32-winograd-f2-plane16-output-avx512f",
+        AVX512,
+        About(
+            "its output transform",
+            "kernels::x86::winograd_plane::emit_output",
+            "none",
+        ),
+    ),
     x86(
         "f32-maxpool2d-avx512f",
         AVX512,
-        "row pass of the separable 2-D max pool, 16 outputs per vector",
+        About(
+            "row pass of the separable 2-D max pool, 16 outputs per vector",
+            "kernels::x86::maxpool2d::emit",
+            "one padded row",
+        ),
     ),
-    x86("f32-maxpool2d-avx2", AVX2_FMA, "row pass of the separable max pool, 8 outputs per vector"),
-    x86("f32-softmax-avx512f", AVX512, "float32 softmax over contiguous rows"),
-    x86("f32-softmax-avx2-fma", AVX2_FMA, "float32 softmax over contiguous rows"),
+    x86(
+        "f32-maxpool2d-avx2",
+        AVX2_FMA,
+        About(
+            "row pass of the separable max pool, 8 outputs per vector",
+            "kernels::x86::maxpool2d::emit",
+            "one padded row",
+        ),
+    ),
+    x86(
+        "f32-softmax-avx512f",
+        AVX512,
+        About(
+            "float32 softmax over contiguous rows",
+            "kernels::x86::softmax::emit",
+            "none",
+        ),
+    ),
+    x86(
+        "f32-softmax-avx2-fma",
+        AVX2_FMA,
+        About(
+            "float32 softmax over contiguous rows",
+            "kernels::x86::softmax::emit",
+            "none",
+        ),
+    ),
     x86(
         "u8s8-conv-8x48-avx512vnni",
         AVX512_VNNI,
-        "INT8 conv over uint8 planes and int8 weights (vpdpbusd), fused requantizing epilogue",
+        About(
+            "INT8 conv over uint8 planes and int8 weights (vpdpbusd), fused requantizing epilogue",
+            "kernels::x86::conv_u8s8::emit_conv",
+            "none: reads the uint8 planes in place",
+        ),
     ),
-    x86("f32-qu8-planes-avx512f", AVX512_VNNI, "quantizes float32 NCHW into uint8 planes"),
+    x86(
+        "f32-qu8-planes-avx512f",
+        AVX512_VNNI,
+        About(
+            "quantizes float32 NCHW into uint8 planes",
+            "kernels::x86::conv_u8s8::emit_quantize",
+            "none",
+        ),
+    ),
     clif(
         "f32-gemm-5x8-clif",
-        "every GEMM layout, on 128-bit vectors (fma where the target has it)",
+        About(
+            "every GEMM layout, on 128-bit vectors (fma where the target has it)",
+            "kernels::clif::gemm::emit",
+            "none",
+        ),
     ),
-    clif("f32-dwconv-clif", "depthwise 1-D and 2-D conv over a padded plane"),
-    clif("f32-winograd-f4-input-clif", "F(4x4) input transform, 4 tiles per vector"),
-    clif("f32-winograd-f4-output-clif", "its output transform"),
-    clif("f32-winograd-f2-input-clif", "F(2x2) input transform, 4 tiles per vector"),
-    clif("f32-winograd-f2-output-clif", "its output transform"),
-    clif("f32-maxpool2d-clif", "row pass of the separable max pool, 4 outputs per vector"),
-    clif("f32-softmax-clif", "softmax rows and columns, any float dtype"),
+    clif(
+        "f32-dwconv-clif",
+        About(
+            "depthwise 1-D and 2-D conv over a padded plane",
+            "lower::conv::depthwise (DepthwiseRow::emit)",
+            "a zero-padded input plane",
+        ),
+    ),
+    clif(
+        "f32-winograd-f4-input-clif",
+        About(
+            "F(4x4) input transform, 4 tiles per vector",
+            "lower::conv::winograd (input_transform)",
+            "the padded input, its phases, V, M",
+        ),
+    ),
+    clif(
+        "f32-winograd-f4-output-clif",
+        About(
+            "its output transform",
+            "lower::conv::winograd (OutputGroup::emit)",
+            "a staging row",
+        ),
+    ),
+    clif(
+        "f32-winograd-f2-input-clif",
+        About(
+            "F(2x2) input transform, 4 tiles per vector",
+            "lower::conv::winograd (input_transform)",
+            "the padded input, its phases, V, M",
+        ),
+    ),
+    clif(
+        "f32-winograd-f2-output-clif",
+        About(
+            "its output transform",
+            "lower::conv::winograd (OutputGroup::emit)",
+            "a staging row",
+        ),
+    ),
+    clif(
+        "f32-maxpool2d-clif",
+        About(
+            "row pass of the separable max pool, 4 outputs per vector",
+            "lower::pool::maxpool2d (RowPass::emit)",
+            "one padded row",
+        ),
+    ),
+    clif(
+        "f32-softmax-clif",
+        About(
+            "softmax rows and columns, any float dtype",
+            "lower::norm (Softmax::row, Softmax::columns)",
+            "none",
+        ),
+    ),
     clif(
         "u8s8-conv-4x8-clif",
-        "INT8 conv; its dot-product tree becomes vpdpbusd (AVX-VNNI) or usdot (aarch64 +i8mm)",
+        About(
+            "INT8 conv; its dot-product tree becomes vpdpbusd (AVX-VNNI) or usdot (aarch64 +i8mm)",
+            "lower::conv_u8s8 (ClifTiles)",
+            "the wide rows when columns are dropped; one image in float32 when requantizing",
+        ),
     ),
-    clif("f32-qu8-planes-clif", "quantizes float32 NCHW into uint8 planes"),
+    clif(
+        "f32-qu8-planes-clif",
+        About(
+            "quantizes float32 NCHW into uint8 planes",
+            "lower::conv_u8s8 (quantize_clif)",
+            "none",
+        ),
+    ),
     clif(
         "u8s8-gemm-dot-clif",
-        "MatMulInteger of uint8 A and constant int8 B on 8-bit dot products",
+        About(
+            "MatMulInteger of uint8 A and constant int8 B on 8-bit dot products",
+            "kernels::clif::gemm_dot::emit",
+            "the packed A rows",
+        ),
     ),
-    clif("i16-gemm-clif", "exact integer GEMM of any 8-bit operands, widened to int16"),
+    clif(
+        "i16-gemm-clif",
+        About(
+            "exact integer GEMM of any 8-bit operands, widened to int16",
+            "kernels::clif::gemm_int::emit",
+            "A pair-packed to int16 and packed B",
+        ),
+    ),
 ];
 
 /// The kernel named `name`.
