@@ -40,25 +40,29 @@ const AVX512: &[CpuFeature] = &[Avx, Avx2, Fma, Avx512f];
 const AVX512_VNNI: &[CpuFeature] = &[Avx, Avx2, Fma, Avx512f, Avx512vl, Avx512vnni];
 const X86: Option<Arch> = Some(Arch::X86_64);
 
-const fn x86(
-    name: &'static str,
-    features: &'static [CpuFeature],
-    takes: &'static str,
-) -> KernelInfo {
+/// What a kernel is besides its name and features: what it takes, its emitter and its
+/// scratch.
+struct About(&'static str, &'static str, &'static str);
+
+const fn x86(name: &'static str, features: &'static [CpuFeature], about: About) -> KernelInfo {
     KernelInfo {
         name,
         arch: X86,
         features,
-        takes,
+        takes: about.0,
+        emitter: about.1,
+        scratch: about.2,
     }
 }
 
-const fn clif(name: &'static str, takes: &'static str) -> KernelInfo {
+const fn clif(name: &'static str, about: About) -> KernelInfo {
     KernelInfo {
         name,
         arch: None,
         features: &[],
-        takes,
+        takes: about.0,
+        emitter: about.1,
+        scratch: about.2,
     }
 }
 
