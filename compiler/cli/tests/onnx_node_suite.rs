@@ -14,8 +14,15 @@ fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Generates the suites once per target dir (the generator is deterministic).
+/// Generates the suites once per target dir (the generator is deterministic). The
+/// tests of this file run in parallel and share the folder: one generates, the others
+/// wait for it.
 fn suite_dir() -> Option<PathBuf> {
+    static SUITES: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    SUITES.get_or_init(generate_suites).clone()
+}
+
+fn generate_suites() -> Option<PathBuf> {
     let root = workspace_root();
     let out = root.join("target").join("onnx-suite");
     if out
