@@ -39,11 +39,8 @@ pub enum Strategy {
     Pool(PoolStrategy),
     /// Softmax rows: AVX2/AVX-512 machine code, or Cranelift's.
     Softmax(Option<X86Isa>),
-    /// The INT8 convolution: AVX-512 VNNI machine code (with its loop order: weight
-    /// tiles outermost or not), or Cranelift's dot-product tree.
-    ConvU8S8 {
-        vnni: Option<bool>,
-    },
+    /// The INT8 convolution.
+    ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 machine code or Cranelift's.
     QuantizeToPlanes {
         x86: bool,
@@ -52,6 +49,15 @@ pub enum Strategy {
     IntGemm {
         dot: bool,
     },
+}
+
+/// The kernel of an INT8 convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Conv {
+    /// AVX-512 VNNI machine code, weight tiles outermost or input panels outermost.
+    Vnni { tiles_outer: bool },
+    /// Cranelift's dot-product tree.
+    Clif,
 }
 
 /// The plan of a whole graph, indexed like `graph.nodes`.
@@ -121,9 +127,13 @@ impl NodeKernel {
             Strategy::Conv(c) => c.name(),
             Strategy::Pool(p) => p.name().into(),
             Strategy::Softmax(_) => "softmax-rows".into(),
-            Strategy::ConvU8S8 { vnni: Some(true) } => "u8s8-conv-tiles-outer".into(),
-            Strategy::ConvU8S8 { vnni: Some(false) } => "u8s8-conv-panels-outer".into(),
-            Strategy::ConvU8S8 { vnni: None } => "u8s8-conv".into(),
+            Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer: true }) => {
+                "u8s8-conv-tiles-outer".into()
+            }
+            Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer: false }) => {
+                "u8s8-conv-panels-outer".into()
+            }
+            Strategy::ConvU8S8(Int8Conv::Clif) => "u8s8-conv".into(),
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
             Strategy::IntGemm { dot: true } => "dot-gemm".into(),
             Strategy::IntGemm { dot: false } => "int16-gemm".into(),
@@ -139,10 +149,10 @@ impl NodeKernel {
             Strategy::Pool(p) => p.kernels(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
-            Strategy::ConvU8S8 { vnni: Some(_) } => {
+            Strategy::ConvU8S8(Int8Conv::Vnni { .. }) => {
                 vec![lower::U8S8_CONV_X86_KERNEL.to_string()]
             }
-            Strategy::ConvU8S8 { vnni: None } => vec!["u8s8-conv-4x8-clif".into()],
+            Strategy::ConvU8S8(Int8Conv::Clif) => vec!["u8s8-conv-4x8-clif".into()],
             Strategy::QuantizeToPlanes { x86: true } => {
                 vec!["f32-qu8-planes-avx512f".into()]
             }

@@ -15,7 +15,7 @@
 //!   writes the wide rows to scratch and a second pass keeps the `Wo` valid columns of
 //!   each row while adding the residual and applying the activation.
 
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::kernel_plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::clif::gemm_dot::dot_accumulate;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::CpuFeature;
@@ -181,9 +181,7 @@ pub fn plan_conv_u8s8(
     if use_x86_vnni(target, options) && x86::conv_u8s8::supports(conv.activation) {
         let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
         return Some(NodeKernel::new(
-            Strategy::ConvU8S8 {
-                vnni: Some(tiles_outer),
-            },
+            Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }),
             0,
             "AVX-512 VNNI target",
         ));
@@ -195,7 +193,7 @@ pub fn plan_conv_u8s8(
     };
     let scratch = wide_scratch(&g) + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
     Some(NodeKernel::new(
-        Strategy::ConvU8S8 { vnni: None },
+        Strategy::ConvU8S8(Int8Conv::Clif),
         scratch,
         reason,
     ))
@@ -430,10 +428,7 @@ pub fn conv_u8s8(
     let y = ctx.output(0);
     let g = ConvU8Geometry::new(conv, layout, &y.ty, requantize);
     let k = constants(ctx)?;
-    if let Strategy::ConvU8S8 {
-        vnni: Some(tiles_outer),
-    } = ctx.kernel.strategy
-    {
+    if let Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }) = ctx.kernel.strategy {
         return conv_x86(ctx, &g, &k, conv, requantize, tiles_outer);
     }
     conv_clif(ctx, &g, &k, conv, requantize)

@@ -348,10 +348,10 @@ pub fn plan_conv(
 ) -> Option<NodeKernel> {
     let (x, w, y) = (node.input(0)?, node.input(1)?, *node.outputs.first()?);
     let g = ConvGeometry::new(c, x, w, y).ok()?;
-    let scratch = scratch_bytes(&g, x.dtype, options);
     let constant_w = matches!(node.constant(1), Some(Tensor::F32(_)));
     let gemm = Geometry::for_target(target, options);
     let path = choose_path(&g, x.dtype);
+    let scratch = scratch_bytes(&g, path, options);
     let plan =
         |s: ConvStrategy, reason: &str| Some(NodeKernel::new(Strategy::Conv(s), scratch, reason));
     if matches!(path, ConvPath::Pointwise | ConvPath::Im2col)
@@ -413,8 +413,8 @@ pub fn plan_conv(
 /// Arena scratch a convolution needs: the padded input and im2col panels, or the
 /// padded plane of a depthwise conv. The most any strategy of its path needs, so the
 /// memory plan does not depend on the CPU.
-fn scratch_bytes(g: &ConvGeometry, dtype: DType, options: &KernelOptions) -> usize {
-    match choose_path(g, dtype) {
+fn scratch_bytes(g: &ConvGeometry, path: ConvPath, options: &KernelOptions) -> usize {
+    match path {
         // Weights that are not constant fall back from Winograd to im2col.
         ConvPath::Im2col => Im2colLayout::new(g)
             .bytes()
