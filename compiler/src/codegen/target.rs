@@ -189,37 +189,8 @@ pub struct CpuPreset {
 
 use CpuFeature as F;
 
-const X86_BASELINE: &[CpuFeature] = &[F::Sse3, F::Ssse3, F::Sse41];
-const X86_V3: &[CpuFeature] = &[
-    F::Sse3,
-    F::Ssse3,
-    F::Sse41,
-    F::Sse42,
-    F::Popcnt,
-    F::Avx,
-    F::Avx2,
-    F::Fma,
-    F::Bmi1,
-    F::Bmi2,
-    F::Lzcnt,
-];
-const X86_V4: &[CpuFeature] = &[
-    F::Sse3,
-    F::Ssse3,
-    F::Sse41,
-    F::Sse42,
-    F::Popcnt,
-    F::Avx,
-    F::Avx2,
-    F::Fma,
-    F::Bmi1,
-    F::Bmi2,
-    F::Lzcnt,
-    F::Avx512f,
-    F::Avx512vl,
-    F::Avx512dq,
-];
-const X86_V4_VNNI: &[CpuFeature] = &[
+/// The x86-64 features in the order the levels add them: each preset is a prefix.
+const X86_LEVELS: &[CpuFeature] = &[
     F::Sse3,
     F::Ssse3,
     F::Sse41,
@@ -236,6 +207,10 @@ const X86_V4_VNNI: &[CpuFeature] = &[
     F::Avx512dq,
     F::Avx512vnni,
 ];
+const X86_BASELINE: &[CpuFeature] = X86_LEVELS.split_at(3).0;
+const X86_V3: &[CpuFeature] = X86_LEVELS.split_at(11).0;
+const X86_V4: &[CpuFeature] = X86_LEVELS.split_at(14).0;
+const X86_V4_VNNI: &[CpuFeature] = X86_LEVELS;
 
 /// Every `--cpu` preset; `native` (the running CPU) is resolved apart, by detection.
 pub const CPU_PRESETS: &[CpuPreset] = &[
