@@ -320,12 +320,7 @@ pub fn compile_so(onnx: &Path, cpu: &str, so: &Path, nnc_bin: Option<&Path>) -> 
     }
     let target = nnc::codegen::Target::new(nnc::codegen::Arch::host(), Some(cpu))
         .map_err(|e| e.to_string())?;
-    let opts = nnc::codegen::CompileOptions {
-        target,
-        prefix: String::new(),
-        weights: Default::default(),
-        kernels: Default::default(),
-    };
+    let opts = nnc::codegen::CompileOptions::new(target);
     let compiled =
         nnc::driver::compile_model(onnx, &Default::default(), &opts).map_err(|e| e.to_string())?;
     nnc::driver::write_artifacts(&compiled, so, "").map_err(|e| e.to_string())?;

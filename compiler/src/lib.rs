@@ -15,6 +15,7 @@ pub mod error;
 pub mod header;
 pub mod interp;
 pub mod ir;
+pub mod limits;
 pub mod onnx;
 pub mod ops;
 pub mod passes;

@@ -34,6 +34,7 @@ fn check_model_on(name: &str, bytes: Vec<u8>, seed: u64, target: Target) {
         prefix: String::new(),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     };
     let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -111,6 +112,7 @@ fn null_pointers_and_misaligned_workspace_are_rejected() {
         prefix: nnc::codegen::symbol_prefix("m"),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     };
     let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts).unwrap();
     let so = dir.path().join("libm.so");
@@ -181,6 +183,7 @@ fn x86_cpu_levels_match_the_interpreter() {
                 prefix: String::new(),
                 weights: Default::default(),
                 kernels: Default::default(),
+                index_checks: Default::default(),
             };
             driver::compile_model(&model, &ImportOptions::default(), &opts).unwrap();
             eprintln!("SKIP: running --cpu {cpu} code (this CPU lacks it); compiled only");

@@ -42,6 +42,7 @@ fn check(name: &str, g: &Graph, inputs: &[Tensor]) {
         prefix: String::new(),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     };
     compile_graph(g, &arm).unwrap_or_else(|e| panic!("{name}: aarch64: {e}"));
 }

@@ -84,6 +84,7 @@ fn check_with(
         prefix: String::new(),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     };
     compile_graph(&g, &arm).map_err(|e| format!("{name}: aarch64: {e}"))?;
     Ok(())

@@ -47,6 +47,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
                     prefix: String::new(),
                     weights: Default::default(),
                     kernels: Default::default(),
+                    index_checks: Default::default(),
                 };
                 compile_graph(&g, &options).map_err(|e| format!("{name} ({cpu}): compile: {e}"))?;
             }
@@ -90,6 +91,7 @@ fn aarch64_options() -> CompileOptions {
         prefix: String::new(),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     }
 }
 

@@ -75,6 +75,7 @@ fn check(name: &str, op: Op, ins: Vec<In>, seed: u64) -> Result<(), String> {
             prefix: String::new(),
             weights: Default::default(),
             kernels: Default::default(),
+            index_checks: Default::default(),
         };
         compile_graph(&g, &opts).map_err(|e| format!("{name}: {arch:?} {cpu:?}: {e}"))?;
     }
@@ -109,6 +110,7 @@ fn expect_lowering_error(op: Op, ins: Vec<In>) {
         prefix: String::new(),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     };
     assert!(compile_graph(&g, &opts).is_err());
 }
@@ -556,6 +558,7 @@ fn softmax_machine_code_rows() {
                         prefix: String::new(),
                         weights: Default::default(),
                         kernels: Default::default(),
+                        index_checks: Default::default(),
                     };
                     return compile_graph(&g, &options)
                         .map(|_| ())

@@ -101,6 +101,7 @@ fn options(target: Target) -> CompileOptions {
         prefix: String::new(),
         weights: WeightFormat::F16,
         kernels: Default::default(),
+        index_checks: Default::default(),
     }
 }
 

@@ -367,12 +367,9 @@ impl CompiledCase {
                 Runner::Host(LoadedModel::compile(&graph).map_err(|e| format!("compile: {e}"))?)
             }
             CaseTarget::Aarch64Qemu { harness, sysroot } => {
-                let opts = CompileOptions {
-                    target: Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
-                    prefix: String::new(),
-                    weights: Default::default(),
-                    kernels: Default::default(),
-                };
+                let opts = CompileOptions::new(
+                    Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
+                );
                 let compiled = compile_graph(&graph, &opts).map_err(|e| format!("compile: {e}"))?;
                 let so = artifact_bytes(ArtifactKind::SharedObject, &compiled.object, file)
                     .map_err(|e| format!("link: {e}"))?;

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use nnc::codegen::{Arch, CompileOptions, KernelOptions, Target, WeightFormat};
+use nnc::codegen::{Arch, CompileOptions, IndexChecks, KernelOptions, Target, WeightFormat};
 use nnc::driver;
 use nnc::error::{NncError, Result};
+use nnc::limits::{ByteSize, Limits};
 use nnc::onnx::ImportOptions;
 use nnc::quant::host::Int8Host;
 use nnc::quant::pipeline::Int8Options;
@@ -49,6 +50,27 @@ struct ShapeArgs {
     /// optional input not named here is compiled as holding its element). Repeatable.
     #[arg(long = "absent-input", value_name = "NAME")]
     absent_inputs: Vec<String>,
+    /// Refuses a model with a tensor (input, output, intermediate or constant) larger
+    /// than this many bytes; K, M, G, T suffixes (binary) accepted.
+    #[arg(long, value_name = "BYTES", default_value_t = ByteSize(Limits::DEFAULT_MAX_TENSOR_BYTES).to_string())]
+    max_tensor_bytes: String,
+    /// Constant folding computes results up to this many bytes at compile time; larger
+    /// ones are computed by infer().
+    #[arg(long, value_name = "BYTES", default_value_t = ByteSize(Limits::DEFAULT_MAX_FOLD_BYTES).to_string())]
+    max_fold_bytes: String,
+    /// Refuses a model whose weights (initializers, external data, Constant nodes) add
+    /// up to more than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = ByteSize(Limits::DEFAULT_MAX_WEIGHT_BYTES).to_string())]
+    max_weight_bytes: String,
+}
+
+/// `--index-checks` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum IndexCheckArg {
+    /// infer() returns NNC_ERR_INDEX_OUT_OF_RANGE.
+    Error,
+    /// The index is clamped into range and infer() goes on.
+    Clamp,
 }
 
 /// `--calibration-method` values.
@@ -143,6 +165,12 @@ enum Command {
         /// benchmarks and comparisons; repeatable. `--help` lists the kinds.
         #[arg(long = "kernel", value_name = "KIND=CHOICE", long_help = kernel_help())]
         kernels: Vec<String>,
+        /// What infer() does with a data-dependent index (Gather, GatherElements,
+        /// GatherND, Scatter*, OneHot, ...) outside its axis: `error` returns
+        /// NNC_ERR_INDEX_OUT_OF_RANGE (writing nothing outside any buffer); `clamp` clamps
+        /// it into range and goes on.
+        #[arg(long, value_enum, default_value = "error")]
+        index_checks: IndexCheckArg,
     },
     /// Runs an ONNX backend-test suite (directories holding model.onnx and
     /// test_data_set_*) end to end: compile, run, compare at rtol 1e-3, atol 1e-4.
@@ -308,12 +336,20 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
             read_tensor_file(std::path::Path::new(file)).map_err(|e| bad("freeze-input", s, &e))?;
         frozen_inputs.insert(name.to_string(), t);
     }
+    let size =
+        |flag: &str, v: &str| nnc::limits::parse_byte_size(v).map_err(|why| bad(flag, v, &why));
+    let limits = Limits {
+        max_tensor_bytes: size("max-tensor-bytes", &shapes.max_tensor_bytes)?,
+        max_fold_bytes: size("max-fold-bytes", &shapes.max_fold_bytes)?,
+        max_weight_bytes: size("max-weight-bytes", &shapes.max_weight_bytes)?,
+    };
     Ok(ImportOptions {
         input_shapes,
         dims,
         frozen_inputs,
         sequence_inputs,
         absent_inputs: shapes.absent_inputs.iter().cloned().collect(),
+        limits,
     })
 }
 
@@ -365,6 +401,7 @@ fn run(cli: Cli) -> Result<()> {
             dump_passes,
             passes,
             kernels,
+            index_checks,
         } => {
             let method = match calibration_method {
                 CalibrationMethod::Minmax => Method::MinMax,
@@ -424,11 +461,16 @@ fn run(cli: Cli) -> Result<()> {
                 weights,
                 kernels: KernelOptions::parse(kernels.iter().map(String::as_str))
                     .map_err(|e| NncError::Model(e.to_string()))?,
+                index_checks: match index_checks {
+                    IndexCheckArg::Error => IndexChecks::Error,
+                    IndexCheckArg::Clamp => IndexChecks::Clamp,
+                },
             };
             let mut pm = match passes {
                 Some(list) => nnc::passes::PassManager::from_list(&list),
                 None => Ok(nnc::passes::PassManager::default()),
             }?;
+            pm.limits = import.limits;
             if dump_passes {
                 pm.dump = nnc::passes::Dump::Stderr;
             }

@@ -60,12 +60,7 @@ fn compile_int8(
 }
 
 fn options() -> CompileOptions {
-    CompileOptions {
-        target: Target::host(),
-        prefix: String::new(),
-        weights: Default::default(),
-        kernels: Default::default(),
-    }
+    CompileOptions::new(Target::host())
 }
 
 /// SQNR (dB) and mean cosine similarity of `got` against `reference`, over all samples.

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use nnc::codegen::{Arch, CompileOptions, KernelOptions, Target, WeightFormat};
+use nnc::codegen::{Arch, CompileOptions, IndexChecks, KernelOptions, Target, WeightFormat};
+use nnc::limits::Limits;
 use nnc::onnx::ImportOptions;
 use nnc::passes::PassManager;
 
@@ -57,6 +58,7 @@ pub struct Model {
     import: ImportOptions,
     kernels: Vec<String>,
     passes: Option<String>,
+    index_checks: IndexChecks,
     cargo_metadata: bool,
 }
 
@@ -72,6 +74,7 @@ impl Model {
             import: ImportOptions::default(),
             kernels: vec![],
             passes: None,
+            index_checks: IndexChecks::default(),
             cargo_metadata: true,
         }
     }
@@ -118,6 +121,20 @@ impl Model {
     /// comma-separated list of pass names).
     pub fn passes(mut self, list: &str) -> Model {
         self.passes = Some(list.to_string());
+        self
+    }
+
+    /// Out-of-range run-time indices make `infer` fail (`IndexChecks::Error`, the
+    /// default) or are clamped (`--index-checks`).
+    pub fn index_checks(mut self, checks: IndexChecks) -> Model {
+        self.index_checks = checks;
+        self
+    }
+
+    /// Raises or lowers the sizes import and constant folding keep to
+    /// (`--max-tensor-bytes`, `--max-fold-bytes`, `--max-weight-bytes`).
+    pub fn limits(mut self, limits: Limits) -> Model {
+        self.import.limits = limits;
         self
     }
 
@@ -215,11 +232,13 @@ impl Model {
             },
             kernels: KernelOptions::parse(self.kernels.iter().map(String::as_str))
                 .map_err(|e| Error(e.to_string()))?,
+            index_checks: self.index_checks,
         };
-        let passes = match &self.passes {
+        let mut passes = match &self.passes {
             Some(list) => PassManager::from_list(list).map_err(|e| Error(e.to_string()))?,
             None => PassManager::default(),
         };
+        passes.limits = self.import.limits;
         let compiled = match &self.quantize {
             Quantize::Int8(calibration) => {
                 let report_path = out_dir.join(format!("{name}.int8-report.txt"));

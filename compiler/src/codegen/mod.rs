@@ -24,7 +24,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module};
 use cranelift_object::{ObjectBuilder, ObjectModule};
 
-pub use options::{CompileOptions, KernelOptions, WeightFormat};
+pub use options::{CompileOptions, IndexChecks, KernelOptions, WeightFormat};
 pub use plan::{MemoryPlan, Storage};
 pub use target::{Arch, CpuFeature, CpuFeatures, Target, CPU_PRESETS};
 

@@ -15,6 +15,9 @@ pub struct CompileOptions {
     pub weights: WeightFormat,
     /// Overrides of the kernel plan's choices (`--kernel KIND=CHOICE`).
     pub kernels: KernelOptions,
+    /// What `infer` does with a data-dependent index (Gather, Scatter, OneHot, ...) that
+    /// is out of range: `--index-checks`.
+    pub index_checks: IndexChecks,
 }
 
 impl CompileOptions {
@@ -25,8 +28,20 @@ impl CompileOptions {
             prefix: String::new(),
             weights: WeightFormat::F32,
             kernels: KernelOptions::default(),
+            index_checks: IndexChecks::default(),
         }
     }
+}
+
+/// Run-time handling of data-dependent indices that are out of range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IndexChecks {
+    /// `infer` returns `NNC_ERR_INDEX_OUT_OF_RANGE` and writes nothing outside its
+    /// buffers.
+    #[default]
+    Error,
+    /// The index is clamped into range and `infer` goes on (nnc before ABI version 2).
+    Clamp,
 }
 
 /// Storage of the float32 weights that kernels repack (GEMM panels, Winograd-transformed

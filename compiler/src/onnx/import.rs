@@ -15,6 +15,7 @@ use super::tensor_proto::tensor_from_proto;
 use crate::error::{NncError, NodeExcerpt, Result, UnsupportedOp};
 use crate::interp;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
+use crate::limits::Limits;
 use crate::ops::{infer_types, Op};
 
 /// How to bind dimensions the model leaves symbolic.
@@ -33,6 +34,8 @@ pub struct ImportOptions {
     /// `--absent-input NAME`: an optional input compiled as empty (it is then not an
     /// input of infer()). An optional input not named here is compiled as present.
     pub absent_inputs: HashSet<String>,
+    /// Sizes past which import refuses the model or stops folding constants.
+    pub limits: Limits,
 }
 
 /// What import produced: the graph, and every node that could not be imported.

@@ -35,6 +35,7 @@ pub mod util;
 pub mod views;
 
 use crate::ir::Graph;
+use crate::limits::Limits;
 
 /// One graph pass: rewrites the graph in place; errors are messages.
 pub type PassFn = fn(&mut Graph) -> Result<(), String>;
@@ -77,6 +78,8 @@ pub enum Dump {
 pub struct PassManager {
     pub pipeline: Vec<(String, PassFn)>,
     pub dump: Dump,
+    /// Sizes the passes keep to (constant folding leaves bigger results to `infer`).
+    pub limits: Limits,
 }
 
 impl Default for PassManager {
@@ -84,6 +87,7 @@ impl Default for PassManager {
         PassManager {
             pipeline: PASSES.iter().map(|(n, f)| (n.to_string(), *f)).collect(),
             dump: Dump::Off,
+            limits: Limits::default(),
         }
     }
 }
@@ -109,6 +113,7 @@ impl PassManager {
         Ok(PassManager {
             pipeline,
             dump: Dump::Off,
+            limits: Limits::default(),
         })
     }
 

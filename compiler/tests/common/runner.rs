@@ -24,6 +24,7 @@ fn options(target: Target) -> CompileOptions {
         prefix: String::new(),
         weights: Default::default(),
         kernels: Default::default(),
+        index_checks: Default::default(),
     }
 }
 
