@@ -49,7 +49,7 @@ impl Limits {
                     ""
                 };
                 Err(format!(
-                    "{ty} takes {size}{empty}, more than the {} limit; raise it with --max-tensor-bytes",
+                    "{ty} needs {size}{empty}, over the {} limit; raise it with --max-tensor-bytes",
                     ByteSize(self.max_tensor_bytes)
                 ))
             }
@@ -74,7 +74,7 @@ impl Limits {
             return Ok(());
         }
         Err(format!(
-            "the constant {ty} computed at compile time would take more than the {} limit; raise it with --max-fold-bytes",
+            "the constant {ty} computed at compile time needs more than the {} limit; raise it with --max-fold-bytes",
             ByteSize(self.max_fold_bytes)
         ))
     }
