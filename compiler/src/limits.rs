@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::ir::TensorType;
+
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -26,6 +28,56 @@ impl Limits {
     pub const DEFAULT_MAX_TENSOR_BYTES: u64 = 16 * GIB;
     pub const DEFAULT_MAX_FOLD_BYTES: u64 = 256 * MIB;
     pub const DEFAULT_MAX_WEIGHT_BYTES: u64 = 8 * GIB;
+}
+
+impl Limits {
+    /// Refuses a tensor type past `max_tensor_bytes`, measured by its extent (zero-size
+    /// axes counted as 1, see [`TensorType::checked_extent_bytes`]): the one check that
+    /// makes every later size computation (shape inference, memory plan, header,
+    /// lowering) overflow-free. The message names the flag that raises the limit.
+    pub fn check_tensor(&self, ty: &TensorType) -> Result<(), String> {
+        match ty.checked_extent_bytes() {
+            Some(bytes) if bytes <= self.max_tensor_bytes => Ok(()),
+            bytes => {
+                let size = match bytes {
+                    Some(b) => format!("{b} bytes"),
+                    None => "more than 2^64 bytes".into(),
+                };
+                let empty = if ty.shape.contains(&0) {
+                    " (zero-size axes counted as 1)"
+                } else {
+                    ""
+                };
+                Err(format!(
+                    "{ty} needs {size}{empty}, over the {} limit; raise it with --max-tensor-bytes",
+                    ByteSize(self.max_tensor_bytes)
+                ))
+            }
+        }
+    }
+
+    /// Whether constant folding may compute results of `types` at compile time: their
+    /// total size is within `max_fold_bytes` (past it the node runs in `infer`).
+    pub fn may_fold<'a>(&self, types: impl IntoIterator<Item = &'a TensorType>) -> bool {
+        types
+            .into_iter()
+            .try_fold(0u64, |sum, t| {
+                sum.checked_add(u64::try_from(t.checked_byte_size()?).ok()?)
+            })
+            .is_some_and(|total| total <= self.max_fold_bytes)
+    }
+
+    /// Refuses a constant of type `ty` that an importer would have to materialize
+    /// itself (it has no operator to leave to `infer`) past `max_fold_bytes`.
+    pub fn check_fold(&self, ty: &TensorType) -> Result<(), String> {
+        if self.may_fold([ty]) {
+            return Ok(());
+        }
+        Err(format!(
+            "the constant {ty} computed at compile time needs more than the {} limit; raise it with --max-fold-bytes",
+            ByteSize(self.max_fold_bytes)
+        ))
+    }
 }
 
 impl Default for Limits {

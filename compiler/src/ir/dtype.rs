@@ -200,15 +200,49 @@ impl TensorType {
         TensorType { dtype, shape }
     }
 
+    /// The element count; saturates at `usize::MAX` where it would overflow. Import
+    /// refuses every tensor past `Limits::max_tensor_bytes` (see
+    /// [`crate::limits::Limits::check_tensor`]), so on an imported graph it is exact;
+    /// the debug assertion catches a type that skipped that check.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        let n = self.checked_numel();
+        debug_assert!(n.is_some(), "{self} was not checked against the size limit");
+        n.unwrap_or(usize::MAX)
     }
 
+    /// Bytes of the dense (packed, for the low-precision types) buffer; saturates like
+    /// [`TensorType::numel`].
     pub fn byte_size(&self) -> usize {
-        if let Some(f) = self.dtype.low_precision() {
-            return packed_len(f, self.numel());
+        let n = self.checked_byte_size();
+        debug_assert!(n.is_some(), "{self} was not checked against the size limit");
+        n.unwrap_or(usize::MAX)
+    }
+
+    /// The element count, `None` when it does not fit a `usize`.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+    }
+
+    /// Bytes of the dense buffer, `None` when they do not fit a `usize`.
+    pub fn checked_byte_size(&self) -> Option<usize> {
+        let n = self.checked_numel()?;
+        match self.dtype.low_precision() {
+            Some(f) => Some(packed_len(f, n)),
+            None => n.checked_mul(self.dtype.size()),
         }
-        self.numel() * self.dtype.size()
+    }
+
+    /// Bytes the tensor would take with every zero-size axis counted as 1: an upper
+    /// bound of every partial product of its dimensions (row counts, strides) that
+    /// shape inference, the memory plan and lowering compute, so a tensor whose extent
+    /// fits the limit cannot make any of them overflow, even when it is empty.
+    /// `None` when it does not fit a `u64`.
+    pub fn checked_extent_bytes(&self) -> Option<u64> {
+        let n = self
+            .shape
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d.max(1)).ok()?))?;
+        n.checked_mul(self.dtype.size().max(1) as u64)
     }
 
     pub fn rank(&self) -> usize {

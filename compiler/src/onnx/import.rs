@@ -95,6 +95,7 @@ pub fn import_model(
         scope: String::new(),
         sequences: HashMap::new(),
         absent: HashSet::new(),
+        limits: opts.limits,
     };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
@@ -134,6 +135,8 @@ pub struct GraphBuilder {
     /// Empty optional values (an `Optional` without input, an --absent-input), by the
     /// placeholder value their name is bound to.
     absent: HashSet<ValueId>,
+    /// Sizes no tensor may exceed and constant folding keeps to.
+    pub limits: Limits,
 }
 
 impl GraphBuilder {
@@ -227,6 +230,9 @@ impl GraphBuilder {
                 for (k, shape) in shapes.iter().enumerate() {
                     let name = format!("{}[{k}]", vi.name);
                     let ty = tensor_input_type(&name, t, Some(shape), opts)?;
+                    opts.limits.check_tensor(&ty).map_err(|m| {
+                        NncError::Model(format!("input '{name}': {m}"))
+                    })?;
                     let id = self.graph.add_value(name, ty, None);
                     self.graph.inputs.push(id);
                     elements.push(id);
@@ -235,6 +241,7 @@ impl GraphBuilder {
             }
             Some(type_proto::Value::TensorType(t)) => {
                 let ty = tensor_input_type(&vi.name, t, opts.input_shapes.get(&vi.name), opts)?;
+                opts.limits.check_tensor(&ty).map_err(err)?;
                 let id = self.graph.add_value(vi.name.clone(), ty, None);
                 self.graph.inputs.push(id);
                 Ok(id)
@@ -364,6 +371,16 @@ impl GraphBuilder {
             self.poison(node);
             return Ok(());
         }
+        if matches!(node.domain.as_str(), "" | "ai.onnx") {
+            let types: Vec<Option<&TensorType>> = inputs
+                .iter()
+                .map(|v| v.filter(|v| !self.is_placeholder(*v)).map(|v| self.graph.ty(v)))
+                .collect();
+            if let Err(message) = super::constraints::check_inputs(&node.op_type, &types) {
+                return Err(NncError::node(&name, &node.op_type, message)
+                    .with_excerpt(|| self.excerpt(node)));
+            }
+        }
         let attrs = Attributes::new(&node.attribute);
         let mut ctx = NodeCtx {
             b: self,
@@ -479,6 +496,11 @@ impl GraphBuilder {
             outputs: node.output.iter().map(operand).collect(),
             attributes: node.attribute.iter().map(format_attribute).collect(),
         }
+    }
+
+    /// Whether `v` stands for a sequence or an empty optional rather than a tensor.
+    fn is_placeholder(&self, v: ValueId) -> bool {
+        self.sequences.contains_key(&v) || self.absent.contains(&v)
     }
 
     fn poison(&mut self, node: &NodeProto) {
@@ -683,6 +705,19 @@ impl NodeCtx<'_> {
         }
     }
 
+    /// Sizes no tensor may exceed and constant folding keeps to.
+    pub fn limits(&self) -> &Limits {
+        &self.b.limits
+    }
+
+    /// Refuses a constant an importer is about to compute itself (a window, a range...)
+    /// when it would exceed the tensor or the constant-folding size limit: checked
+    /// before it is allocated.
+    pub fn check_computed_constant(&self, ty: &TensorType) -> ImportResult {
+        self.b.limits.check_tensor(ty)?;
+        Ok(self.b.limits.check_fold(ty)?)
+    }
+
     /// Adds a constant value.
     pub fn constant_value(&mut self, name: &str, t: Tensor) -> ValueId {
         self.b.graph.add_value(name.to_string(), t.ty(), Some(t))
@@ -707,11 +742,18 @@ impl NodeCtx<'_> {
                 out_types.len()
             )));
         }
+        // The one size check every computed value passes: past it, sizes and offsets
+        // cannot overflow anywhere downstream.
+        for ty in &out_types {
+            self.b.limits.check_tensor(ty)?;
+        }
         // DequantizeLinear of constant weights stays a node: the QDQ fusion pass turns
         // the layer it feeds into an integer one (`passes::qdq`), and constant folding
         // folds it afterwards where nothing fused.
+        // A result past --max-fold-bytes is left to run in infer().
         let all_const = inputs.iter().flatten().all(|v| self.constant(*v).is_some())
-            && !matches!(op, Op::DequantizeLinear { .. });
+            && !matches!(op, Op::DequantizeLinear { .. })
+            && self.b.limits.may_fold(&out_types);
         if all_const {
             let args: Vec<Option<&Tensor>> = inputs
                 .iter()

@@ -2,6 +2,7 @@
 //! family mapping ONNX nodes onto nnc's core ops.
 
 pub mod attributes;
+pub mod constraints;
 pub mod import;
 pub mod ops;
 pub mod proto;

@@ -40,8 +40,18 @@ pub fn window_output(
     dilation: usize,
     ceil: bool,
 ) -> Result<usize, String> {
-    let eff = dilation * (kernel - 1) + 1;
-    let padded = size + pad_total;
+    if kernel == 0 || stride == 0 || dilation == 0 {
+        return Err(format!(
+            "kernel {kernel}, stride {stride} and dilation {dilation} must be positive"
+        ));
+    }
+    let eff = dilation
+        .checked_mul(kernel - 1)
+        .and_then(|e| e.checked_add(1))
+        .ok_or_else(|| format!("kernel {kernel} with dilation {dilation} is too large"))?;
+    let padded = size
+        .checked_add(pad_total)
+        .ok_or_else(|| format!("padding {pad_total} is too large"))?;
     if padded < eff {
         return Err(format!(
             "kernel extent {eff} exceeds padded input size {padded}"
@@ -56,10 +66,34 @@ pub fn window_output(
 }
 
 pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
+    check_operand_types(op, inputs)?;
     let out = infer_core(op, inputs)?;
     check_epilogue(op, inputs, &out)?;
     check_low_precision(op, inputs, &out)?;
     Ok(out)
+}
+
+/// The operands whose element type the lowering of `op` fixes: indices are int32 or
+/// int64 and Where's condition is bool (the ONNX importer checks the same of ONNX ops,
+/// this covers the IR ops importers and passes build).
+fn check_operand_types(op: &Op, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    let (i, ok, what): (usize, fn(DType) -> bool, &str) = match op {
+        Op::Gather { .. }
+        | Op::GatherElements { .. }
+        | Op::GatherND { .. }
+        | Op::ScatterElements { .. }
+        | Op::ScatterND { .. } => (1, |d| matches!(d, DType::I32 | DType::I64), "indices"),
+        Op::Where => (0, |d| d == DType::Bool, "condition"),
+        _ => return Ok(()),
+    };
+    match inputs.get(i).and_then(Option::as_ref) {
+        Some(t) if !ok(t.dtype) => Err(format!(
+            "{} {what} cannot be {}",
+            op.name(),
+            t.dtype
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The fused epilogue's operands of Conv, Gemm and MatMul: MatMul's bias has N
@@ -340,13 +374,25 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                     xt.shape[1], w.shape[1], c.group
                 ));
             }
+            if c.kernel.len() != sp
+                || c.strides.len() != sp
+                || c.dilations.len() != sp
+                || c.pads.len() != 2 * sp
+            {
+                return Err(format!(
+                    "kernel, strides, dilations and pads must match the {sp} spatial axes"
+                ));
+            }
             let mut shape = vec![xt.shape[0], w.shape[0]];
             for i in 0..sp {
+                let pads = c.pads[i]
+                    .checked_add(c.pads[sp + i])
+                    .ok_or("pads are too large")?;
                 shape.push(window_output(
                     xt.shape[2 + i],
                     c.kernel[i],
                     c.strides[i],
-                    c.pads[i] + c.pads[sp + i],
+                    pads,
                     c.dilations[i],
                     false,
                 )?);
@@ -358,12 +404,18 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             if xt.rank() < 3 || w.rank() != xt.rank() || xt.shape[1] != w.shape[0] {
                 return Err("input and weight shapes do not match".into());
             }
-            let mut shape = vec![xt.shape[0], w.shape[1] * c.group];
+            let channels = w.shape[1]
+                .checked_mul(c.group)
+                .ok_or("output channels overflow")?;
+            let mut shape = vec![xt.shape[0], channels];
             shape.extend(&c.output_spatial);
             Ok(vec![TensorType::new(xt.dtype, shape)])
         }
         Op::Pool(p) => {
             let xt = x()?;
+            if xt.rank() < 2 {
+                return Err(format!("pooling needs an input of rank ≥ 2, not {xt}"));
+            }
             let mut shape = xt.shape[..2].to_vec();
             shape.extend(&p.output_spatial);
             Ok(vec![TensorType::new(xt.dtype, shape)])
@@ -382,13 +434,19 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         }
         Op::Reshape { shape } => {
             let xt = x()?;
-            if shape.iter().product::<usize>() != xt.numel() {
+            let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if numel != Some(xt.numel()) {
                 return Err(format!("cannot reshape {:?} to {:?}", xt.shape, shape));
             }
             Ok(vec![TensorType::new(xt.dtype, shape.clone())])
         }
         Op::Transpose { perm } => {
             let xt = x()?;
+            let mut seen = perm.clone();
+            seen.sort_unstable();
+            if !seen.iter().copied().eq(0..xt.rank()) {
+                return Err(format!("perm {perm:?} is not a permutation of the axes of {xt}"));
+            }
             Ok(vec![TensorType::new(
                 xt.dtype,
                 perm.iter().map(|&p| xt.shape[p]).collect(),
@@ -396,6 +454,9 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         }
         Op::Concat { axis } => {
             let first = x()?;
+            if *axis >= first.rank() {
+                return Err(format!("axis {axis} is out of range for {first}"));
+            }
             let mut shape = first.shape.clone();
             shape[*axis] = 0;
             for t in inputs.iter().flatten() {
@@ -407,13 +468,18 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                         first.shape, t.shape
                     ));
                 }
-                shape[*axis] += t.shape[*axis];
+                shape[*axis] = shape[*axis]
+                    .checked_add(t.shape[*axis])
+                    .ok_or("the concatenated axis is too long")?;
             }
             Ok(vec![TensorType::new(first.dtype, shape)])
         }
         Op::Slice { shape, .. } => Ok(vec![TensorType::new(x()?.dtype, shape.clone())]),
         Op::Gather { axis } => {
             let (d, i) = (x()?, input(inputs, 1)?);
+            if *axis >= d.rank() {
+                return Err(format!("cannot gather axis {axis} of {d}"));
+            }
             let mut shape = d.shape[..*axis].to_vec();
             shape.extend(&i.shape);
             shape.extend(&d.shape[axis + 1..]);
@@ -423,13 +489,17 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         Op::Pad(p) => {
             let xt = x()?;
             let r = xt.rank();
+            if p.pads.len() != 2 * r {
+                return Err(format!("pads has {} entries, {} expected", p.pads.len(), 2 * r));
+            }
             let mut shape = Vec::with_capacity(r);
             for i in 0..r {
-                let d = xt.shape[i] as i64 + p.pads[i] + p.pads[r + i];
-                if d < 0 {
-                    return Err(format!("pads make axis {i} negative"));
-                }
-                shape.push(d as usize);
+                let d = i64::try_from(xt.shape[i])
+                    .ok()
+                    .and_then(|d| d.checked_add(p.pads[i])?.checked_add(p.pads[r + i]))
+                    .ok_or_else(|| format!("pads {:?} overflow axis {i}", p.pads))?;
+                let d = usize::try_from(d).map_err(|_| format!("pads make axis {i} negative"))?;
+                shape.push(d);
             }
             Ok(vec![TensorType::new(xt.dtype, shape)])
         }

@@ -37,8 +37,9 @@ pub mod views;
 use crate::ir::Graph;
 use crate::limits::Limits;
 
-/// One graph pass: rewrites the graph in place; errors are messages.
-pub type PassFn = fn(&mut Graph) -> Result<(), String>;
+/// One graph pass: rewrites the graph in place, keeping to the limits; errors are
+/// messages.
+pub type PassFn = fn(&mut Graph, &Limits) -> Result<(), String>;
 
 /// Why the pass pipeline could not be built or run.
 #[derive(Debug, thiserror::Error)]
@@ -51,14 +52,14 @@ pub enum PassError {
 
 /// Every pass by name, in the default pipeline's order.
 pub const PASSES: &[(&str, PassFn)] = &[
-    ("qdq", qdq::run),
+    ("qdq", |g, _| qdq::run(g)),
     ("const_fold", const_fold::run),
-    ("cse", cse::run),
-    ("views", views::run),
-    ("fold_affine", fold_affine::run),
-    ("gelu", gelu::run),
-    ("fuse_epilogue", fuse_epilogue::run),
-    ("dce", dce::run),
+    ("cse", |g, _| cse::run(g)),
+    ("views", |g, _| views::run(g)),
+    ("fold_affine", |g, _| fold_affine::run(g)),
+    ("gelu", |g, _| gelu::run(g)),
+    ("fuse_epilogue", |g, _| fuse_epilogue::run(g)),
+    ("dce", |g, _| dce::run(g)),
 ];
 
 /// Looks a pass up by name.
@@ -127,7 +128,7 @@ impl PassManager {
             eprintln!("; IR before passes ({} nodes)\n{graph}", graph.nodes.len());
         }
         for (name, f) in &self.pipeline {
-            f(graph).map_err(|message| PassError::Failed {
+            f(graph, &self.limits).map_err(|message| PassError::Failed {
                 pass: name.clone(),
                 message,
             })?;

@@ -60,6 +60,7 @@ fn hardmax_along(ctx: &mut NodeCtx, v: ValueId, axis: usize) -> ImportResult<Val
         select_last_index: false,
     };
     let am = ctx.emit1(Op::ArgReduce(arg), vec![Some(v)])?;
+    ctx.check_computed_constant(&crate::ir::TensorType::new(DType::F64, vec![t.shape[axis]]))?;
     let range = ctx.constant_value(
         "hardmax_range",
         range_along(DType::I64, t.shape[axis], t.rank() - axis - 1),
@@ -112,6 +113,8 @@ pub fn one_hot(ctx: &mut NodeCtx) -> ImportResult {
         return Err(format!("depth must be positive, got {depth}").into());
     }
     let depth = depth as usize;
+    // The index range compared against is a constant of `depth` elements.
+    ctx.check_computed_constant(&crate::ir::TensorType::new(DType::F64, vec![depth]))?;
     let values = ctx.input_ty(2)?;
     if values.numel() != 2 {
         return Err("values must hold [off_value, on_value]".into());

@@ -55,7 +55,10 @@ pub fn reshape(ctx: &mut NodeCtx) -> ImportResult {
         }
     }
     if let Some(i) = infer_at {
-        let known: usize = shape.iter().product();
+        let known = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(0);
         if known == 0 || x.numel() % known != 0 {
             return Err(format!("cannot reshape {:?} to {target:?}", x.shape).into());
         }
@@ -183,6 +186,9 @@ fn axis_slice(shape: &[usize], axis: usize, start: usize, len: usize) -> Op {
 
 pub fn split(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    if x.rank() == 0 {
+        return Err("cannot split a scalar".into());
+    }
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?;
     let n_out = ctx.node.output.len();
     let explicit = if ctx.opset() < 13 {
@@ -204,11 +210,12 @@ pub fn split(ctx: &mut NodeCtx) -> ImportResult {
             // opset 18: the last chunk is smaller when the axis does not divide evenly.
             let chunk = dim.div_ceil(n);
             (0..n)
-                .map(|i| chunk.min(dim.saturating_sub(i * chunk)))
+                .map(|i| chunk.min(dim.saturating_sub(i.saturating_mul(chunk))))
                 .collect()
         }
     };
-    if sizes.iter().sum::<usize>() != dim || sizes.len() != n_out {
+    let total = sizes.iter().try_fold(0usize, |t, &s| t.checked_add(s));
+    if total != Some(dim) || sizes.len() != n_out {
         return Err(format!(
             "split sizes {sizes:?} do not cover axis {axis} of size {dim} with {n_out} outputs"
         )
@@ -271,12 +278,13 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
             }
         };
         let (s, e) = (clamp(starts[i]), clamp(ends[i]));
+        // step may be i64::MIN: its magnitude as u64 cannot overflow.
         let (span, stride) = if step > 0 {
-            ((e - s).max(0), step)
+            ((e - s).max(0), step.unsigned_abs())
         } else {
-            ((s - e).max(0), -step)
+            ((s - e).max(0), step.unsigned_abs())
         };
-        let len = (span + stride - 1) / stride;
+        let len = (span as u64).div_ceil(stride) as i64;
         out_starts[axis] = if len > 0 { s as usize } else { 0 };
         out_steps[axis] = step;
         shape[axis] = len as usize;
@@ -295,6 +303,9 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn gather(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    if x.rank() == 0 {
+        return Err("cannot gather from a scalar".into());
+    }
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?;
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?)];
     let y = ctx.emit1(Op::Gather { axis }, ins)?;
@@ -339,8 +350,9 @@ pub fn tile(ctx: &mut NodeCtx) -> ImportResult {
         .shape
         .iter()
         .zip(&reps)
-        .map(|(&d, &r)| r as usize * d)
-        .collect();
+        .map(|(&d, &r)| (r as usize).checked_mul(d))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("repeats {reps:?} overflow the shape {:?}", x.shape))?;
     let v = emit_reshape(ctx, ctx.required(0)?, spread)?;
     let v = ctx.emit1(Op::Expand { shape: expanded }, vec![Some(v)])?;
     let y = emit_reshape(ctx, v, out)?;
@@ -360,8 +372,9 @@ pub fn depth_space(ctx: &mut NodeCtx) -> ImportResult {
             .ok_or("attribute 'blocksize' is required")?,
     )
     .map_err(|_| "negative blocksize")?;
-    if b == 0 {
-        return Err("blocksize must be positive".into());
+    // Bounded by the input's extent, so every product of it with a dimension fits.
+    if b == 0 || b.checked_mul(b).is_none_or(|bb| bb > x.numel().max(1)) {
+        return Err(format!("blocksize {b} must be positive and fit the input").into());
     }
     let (tmp, perm, out) = if ctx.node.op_type == "DepthToSpace" {
         if c % (b * b) != 0 {
@@ -501,6 +514,15 @@ pub fn constant_of_shape(ctx: &mut NodeCtx) -> ImportResult {
         return Err("attribute 'value' must hold one element".into());
     }
     let one = fill.reshape(&[]);
+    let ty = crate::ir::TensorType::new(one.dtype(), shape.clone());
+    ctx.limits().check_tensor(&ty)?;
+    if !ctx.limits().may_fold([&ty]) {
+        // Too big to carry as a weight: filled by infer().
+        let scalar = ctx.constant_value("value", one);
+        let y = ctx.emit1(Op::Expand { shape }, vec![Some(scalar)])?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
     let filled = crate::map_tensor!(&one, a => a.broadcast(ndarray::IxDyn(&shape)).ok_or("bad shape")?.to_owned());
     let v = ctx.constant_value(ctx.name, filled);
     ctx.bind_output(0, v);
@@ -513,21 +535,42 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
             .ok_or_else(|| ImportError::Invalid(format!("input '{what}' is required")))
     };
     let (start, limit, delta) = (get(0, "start")?, get(1, "limit")?, get(2, "delta")?);
+    if [&start, &limit, &delta].iter().any(|t| t.len() != 1) {
+        return Err("start, limit and delta must each hold one value".into());
+    }
     let dtype = start.dtype();
     let (s, l, d) = (
         start.to_f64_vec()[0],
         limit.to_f64_vec()[0],
         delta.to_f64_vec()[0],
     );
-    if d == 0.0 {
-        return Err("delta cannot be 0".into());
+    if d == 0.0 || !(s.is_finite() && l.is_finite() && d.is_finite()) {
+        return Err(format!(
+            "start {s}, limit {l} and delta {d} must be finite and delta non-zero"
+        )
+        .into());
     }
-    let n = ((l - s) / d).ceil().max(0.0) as usize;
+    // Range is computed here, never in infer(): its size must fit --max-fold-bytes.
+    let count = ((l - s) / d).ceil().max(0.0);
+    let too_long = || {
+        let limit = crate::limits::ByteSize(ctx.limits().max_fold_bytes);
+        format!(
+            "Range({s}, {l}, {d}) has {count} elements, more than the {limit} limit of constants computed at compile time; raise it with --max-fold-bytes"
+        )
+    };
+    if !(count < (1u64 << 53) as f64) {
+        return Err(too_long().into());
+    }
+    let n = count as usize;
+    let ty = crate::ir::TensorType::new(dtype, vec![n]);
+    if !ctx.limits().may_fold([&ty]) {
+        return Err(too_long().into());
+    }
     let t = if dtype.is_float() {
         Tensor::from_vec(&[n], (0..n).map(|i| s + i as f64 * d).collect::<Vec<f64>>()).cast(dtype)
     } else {
         let (s, d) = (start.to_i64_vec()[0], delta.to_i64_vec()[0]);
-        Tensor::from_vec(&[n], (0..n as i64).map(|i| s + i * d).collect::<Vec<i64>>()).cast(dtype)
+        Tensor::from_vec(&[n], (0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect::<Vec<i64>>()).cast(dtype)
     };
     let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);

@@ -3,7 +3,7 @@
 
 use std::f64::consts::PI;
 
-use crate::ir::{DType, Tensor};
+use crate::ir::{DType, Tensor, TensorType};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 
 /// `w[n]` as a sum of cosines `Σ_k c_k · cos(2πkn / N)`, `N` the size (periodic) or the
@@ -45,6 +45,8 @@ pub fn window(ctx: &mut NodeCtx) -> ImportResult {
         "BlackmanWindow" => &[0.42, -0.5, 0.08],
         other => return Err(ImportError::Unsupported(format!("window {other}"))),
     };
+    // Computed in float64 first.
+    ctx.check_computed_constant(&TensorType::new(DType::F64, vec![size]))?;
     let w = Tensor::from_vec(&[size], cosine_sum(coefficients, size, periodic)).cast(dtype);
     let v = ctx.constant_value(ctx.name, w);
     ctx.bind_output(0, v);
