@@ -1,0 +1,4 @@
+#![no_main]
+//! See nnc_fuzz_harness::compile_case.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| nnc_fuzz_harness::compile_case(data));
