@@ -111,6 +111,9 @@ def corpus():
                                         [i64("d", 2**40), numpy_helper.from_array(np.array([0, 1], np.float32), "v")])))
     add(Case("pad_2p31", model([helper.make_node("Pad", ["x", "p"], ["y"], name="n0")], [vi("x", F, [2])], [vi("y", F, None)],
                                [i64("p", [0, 2**31])])))
+    add(Case("resize_axis_2p25", model([helper.make_node("Resize", ["x", "", "s"], ["y"], name="n0", mode="linear")],
+                                       [vi("x", F, [1, 1, 1, 16])], [vi("y", F, None)],
+                                       [numpy_helper.from_array(np.array([1, 1, 1, 2**21], np.float32), "s")]), node="n0"))
     add(Case("tile_huge", model([helper.make_node("Tile", ["x", "r"], ["y"], name="n0")], [vi("x", F, [2, 2])], [vi("y", F, None)],
                                 [i64("r", [2**31, 2**31])])))
     # Shape arithmetic that overflows.

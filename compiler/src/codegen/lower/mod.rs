@@ -40,6 +40,21 @@ pub use quant::plan_integer;
 
 pub type LowerResult = Result<(), String>;
 
+/// Longest axis a lowering builds a compile-time index table for (Pad's and Resize's
+/// per-axis source offsets): such tables grow with the axis, so a hostile shape that
+/// fits `--max-tensor-bytes` could otherwise make them gigabytes large.
+pub const MAX_TABLE_AXIS: usize = 1 << 24;
+
+/// Refuses an axis of `len` elements that needs a per-element table.
+pub fn check_table_axis(what: &str, len: usize) -> LowerResult {
+    if len > MAX_TABLE_AXIS {
+        return Err(format!(
+            "{what} has an axis of {len} elements; nnc's index tables allow at most {MAX_TABLE_AXIS}"
+        ));
+    }
+    Ok(())
+}
+
 /// One input or output of the node being lowered.
 #[derive(Clone)]
 pub struct Operand {

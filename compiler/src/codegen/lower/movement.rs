@@ -326,6 +326,9 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
     }
     // Tables of per-axis source offsets (already multiplied by the input stride), stored
     // as i64 in read-only data; -1 entries select the fill value.
+    for &len in &y.ty.shape {
+        super::check_table_axis("the padded tensor", len)?;
+    }
     let xs = kernel::strides_of(&x.ty.shape);
     let mut table_bytes = vec![];
     let mut table_at = vec![];

@@ -51,6 +51,8 @@ pub fn resize(ctx: &mut LowerCtx, r: &ResizeAttrs) -> LowerResult {
     let in_strides = kernel::strides_of(&x.ty.shape);
     let mut axes = vec![];
     for (a, &stride) in in_strides.iter().enumerate() {
+        super::check_table_axis("Resize's input", x.ty.shape[a])?;
+        super::check_table_axis("Resize's output", r.output_shape[a])?;
         let taps = AxisTaps::new(r, a, x.ty.shape[a], r.output_shape[a])?;
         let stride_bytes = (stride * elem) as i64;
         axes.push(match taps {
