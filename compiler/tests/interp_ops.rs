@@ -166,7 +166,10 @@ fn integer_division_by_zero_gives_zero_and_min_over_minus_one_wraps() {
     }
     let a8 = t(&[2], &[i8::MIN, 5]);
     let z8 = t(&[2], &[-1i8, 0]);
-    assert_eq!(run1(&binary(BinaryOp::Div), &[&a8, &z8]), t(&[2], &[i8::MIN, 0]));
+    assert_eq!(
+        run1(&binary(BinaryOp::Div), &[&a8, &z8]),
+        t(&[2], &[i8::MIN, 0])
+    );
     let u = t(&[1], &[9u32]);
     let zu = t(&[1], &[0u32]);
     assert_eq!(run1(&binary(BinaryOp::Div), &[&u, &zu]), t(&[1], &[0u32]));

@@ -88,7 +88,11 @@ fn bad_cases() -> Vec<Case> {
         });
         let upd = Tensor::from_vec(&[2], vec![20f32, 21.]);
         cases.push(Case {
-            name: if bad > 0 { "ScatterND +" } else { "ScatterND -" },
+            name: if bad > 0 {
+                "ScatterND +"
+            } else {
+                "ScatterND -"
+            },
             op: Op::ScatterND {
                 reduction: ScatterReduction::None,
             },
@@ -100,7 +104,12 @@ fn bad_cases() -> Vec<Case> {
 }
 
 fn graph(c: &Case) -> Graph {
-    one_node(c.op.clone(), c.inputs.iter().cloned().map(In::Given).collect(), 0).0
+    one_node(
+        c.op.clone(),
+        c.inputs.iter().cloned().map(In::Given).collect(),
+        0,
+    )
+    .0
 }
 
 #[test]
@@ -197,8 +206,10 @@ fn huge_unsigned_indices_are_out_of_range() {
         0,
     );
     let lib = Compiled::with_options(&g, &opts(IndexChecks::Error)).expect("compiles");
-    let (status, _) = lib.run_status(&g, &[data23(), idx]).expect("runs");
+    let (status, _) = lib.run_status(&g, &[data23(), idx.clone()]).expect("runs");
     assert_eq!(status, NNC_ERR_INDEX_OUT_OF_RANGE);
+    let err = nnc::interp::run_graph(&g, &[data23(), idx]).expect_err("the interpreter too");
+    assert!(err.contains("out of range"), "{err}");
 }
 
 /// A failing node stops the model: a later node's output keeps what the caller put
@@ -279,7 +290,11 @@ fn out_of_range_indices_are_clean_under_valgrind() {
 
 /// `op` on two int64-domain inputs of `dtype`, compiled and interpreted.
 fn int_binary(op: BinaryOp, a: Tensor, b: Tensor) -> (Tensor, Tensor) {
-    let (g, _) = one_node(Op::Binary(op), vec![In::Given(a.clone()), In::Given(b.clone())], 0);
+    let (g, _) = one_node(
+        Op::Binary(op),
+        vec![In::Given(a.clone()), In::Given(b.clone())],
+        0,
+    );
     let lib = Compiled::with_options(&g, &opts(IndexChecks::Error)).expect("compiles");
     let (status, out) = lib.run_status(&g, &[a.clone(), b.clone()]).expect("runs");
     assert_eq!(status, 0);

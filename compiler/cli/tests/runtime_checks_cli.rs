@@ -107,7 +107,11 @@ fn one_hot_out_of_range_indices_give_off_rows_as_onnxruntime() {
     m.output(&y);
     let model = dir.path().join("one_hot.onnx");
     std::fs::write(&model, m.encode()).expect("write");
-    let i = write_npy(dir.path(), "i", &Tensor::from_vec(&[4], vec![1i64, 5, -1, -9]));
+    let i = write_npy(
+        dir.path(),
+        "i",
+        &Tensor::from_vec(&[4], vec![1i64, 5, -1, -9]),
+    );
     let out = dir.path().join("out");
     let o = run(&model, &[i], &out);
     assert!(o.status.success(), "{}", text(&o));
@@ -125,10 +129,7 @@ fn one_hot_out_of_range_indices_give_off_rows_as_onnxruntime() {
 #[test]
 fn integer_min_over_minus_one_and_division_by_zero_run_normally() {
     let dir = tempfile::tempdir().expect("temp dir");
-    for (op, want) in [
-        ("Div", vec![i64::MIN, 0, -3]),
-        ("Mod", vec![0, 0, 1]),
-    ] {
+    for (op, want) in [("Div", vec![i64::MIN, 0, -3]), ("Mod", vec![0, 0, 1])] {
         let mut m = ModelBuilder::new(1);
         let a = m.typed_input("a", INT64, &[3]);
         let b = m.typed_input("b", INT64, &[3]);
@@ -136,7 +137,11 @@ fn integer_min_over_minus_one_and_division_by_zero_run_normally() {
         m.output(&y);
         let model = dir.path().join(format!("{op}.onnx"));
         std::fs::write(&model, m.encode()).expect("write");
-        let a = write_npy(dir.path(), "a", &Tensor::from_vec(&[3], vec![i64::MIN, 7, -7]));
+        let a = write_npy(
+            dir.path(),
+            "a",
+            &Tensor::from_vec(&[3], vec![i64::MIN, 7, -7]),
+        );
         let b = write_npy(dir.path(), "b", &Tensor::from_vec(&[3], vec![-1i64, 0, 2]));
         let out = dir.path().join(op);
         let o = run(&model, &[a, b], &out);

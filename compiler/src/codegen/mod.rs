@@ -138,7 +138,12 @@ pub fn compile_graph_reporting(
             + usize::from(plan.scratch[k].is_some())
             + usize::from(expand.is_some());
         let mut node_half_bytes = 0;
-        let indices_constant = node.inputs.get(1).copied().flatten().is_some_and(|v| graph.constant(v).is_some());
+        let indices_constant = node
+            .inputs
+            .get(1)
+            .copied()
+            .flatten()
+            .is_some_and(|v| graph.constant(v).is_some());
         // A node that checks indices returns NNC_OK or NNC_ERR_INDEX_OUT_OF_RANGE; the
         // others return nothing (so `--index-checks clamp` code is what it always was).
         let checks_indices =
@@ -216,7 +221,9 @@ pub fn compile_graph_reporting(
                         b.ins().return_(&[ok]);
                         b.switch_to_block(fail);
                         b.seal_block(fail);
-                        let code = b.ins().iconst(types::I32, NNC_ERR_INDEX_OUT_OF_RANGE as i64);
+                        let code = b
+                            .ins()
+                            .iconst(types::I32, NNC_ERR_INDEX_OUT_OF_RANGE as i64);
                         b.ins().return_(&[code]);
                     }
                 }
@@ -610,7 +617,8 @@ fn define_infer_with_workspace(
                         blk
                     });
                     let next = b.create_block();
-                    b.ins().brif(status, fail, &[BlockArg::Value(status)], next, &[]);
+                    b.ins()
+                        .brif(status, fail, &[BlockArg::Value(status)], next, &[]);
                     b.seal_block(next);
                     b.switch_to_block(next);
                 }
