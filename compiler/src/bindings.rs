@@ -178,6 +178,9 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("            match self {");
     line(&format!("                Error::WrongLength {{ tensor, expected, found }} => write!(f, \"{name}: tensor '{{tensor}}' needs {{expected}} elements, got {{found}}\"),"));
     line(&format!(
+        "                Error::Status(3) => write!(f, \"{name}: an index in the input data is out of range (NNC_ERR_INDEX_OUT_OF_RANGE); the outputs are not valid\"),"
+    ));
+    line(&format!(
         "                Error::Status(code) => write!(f, \"{name}: infer returned {{code}}\"),"
     ));
     line("            }");

@@ -4,8 +4,9 @@
 //! and duplicate / negative indices; every graph is also compiled for aarch64.
 //!
 //! Out-of-range indices must never make the generated code touch memory outside a
-//! buffer: they are clamped into their axis, which these tests compare with the
-//! interpreter run on indices clamped beforehand.
+//! buffer: with `--index-checks clamp` they are clamped into their axis, which these
+//! tests compare with the interpreter run on indices clamped beforehand (the default,
+//! an error status, is tested in runtime_checks.rs).
 
 #[path = "common/graphs.rs"]
 mod graphs;
@@ -15,10 +16,9 @@ mod runner;
 mod tools;
 
 use graphs::{elementwise_tolerance, one_node, In, Rng, Scale};
-use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
+use nnc::codegen::{compile_graph, Arch, CompileOptions, IndexChecks, Target};
 use nnc::ir::{DType, Tensor};
 use nnc::ops::{Op, ScatterReduction};
-use runner::run_compiled;
 
 /// Small values of `dtype` (many ties): integers in [-4, 4] (unsigned [0, 8]),
 /// floats on a 1/4 grid in [-2, 2].
@@ -75,7 +75,13 @@ fn check_with(
     let (g, _) = one_node(op, inputs.iter().cloned().map(In::Given).collect(), 0);
     let expected = nnc::interp::run_graph(&g, reference_inputs)
         .map_err(|e| format!("{name}: interpreter: {e}"))?;
-    let actual = run_compiled(&g, inputs, Target::host()).map_err(|e| format!("{name}: {e}"))?;
+    let mut host = runner::options(Target::host());
+    if inputs != reference_inputs {
+        host.index_checks = IndexChecks::Clamp;
+    }
+    let actual = runner::Compiled::with_options(&g, &host)
+        .and_then(|c| c.run(&g, inputs))
+        .map_err(|e| format!("{name}: {e}"))?;
     for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {
         compare(a, e).map_err(|m| format!("{name}: output {k}: {m}"))?;
     }
@@ -252,7 +258,7 @@ fn scatter_nd_and_gather_nd() {
 }
 
 #[test]
-fn out_of_range_indices_are_clamped() {
+fn out_of_range_indices_are_clamped_with_index_checks_clamp() {
     let mut failures = vec![];
     let data = Tensor::from_vec(&[2, 3], (0..6).map(|v| v as f32).collect::<Vec<f32>>());
     let wild = Tensor::from_vec(&[2, 3], vec![100i64, -100, 3, -4, i64::MAX, i64::MIN]);

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 1
+#define NNC_ABI_VERSION 2
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace ---------- */
 
@@ -46,6 +46,14 @@ extern "C" {
  * model_info()->workspace_align. Nothing has been written. (A non-NULL workspace is required even when
  * workspace_size is 0.) */
 #define NNC_ERR_MISALIGNED_WORKSPACE 2
+/* An index read from an input at run time (Gather, GatherElements, GatherND,
+ * Scatter, ScatterElements, ScatterND, and the ops nnc builds from them) is
+ * outside [-n, n) for its axis of n elements. Nothing was read or written
+ * outside any buffer, but the outputs and the workspace may be partly
+ * written: discard them. Only libraries compiled with `--index-checks error`
+ * (the default) return it; `--index-checks clamp` clamps such an index into
+ * range instead. Since ABI version 2. */
+#define NNC_ERR_INDEX_OUT_OF_RANGE 3
 
 /* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
 

@@ -9,7 +9,11 @@ use std::ffi::{c_char, c_void, CStr};
 pub const NNC_H: &str = include_str!("../include/nnc.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 1;
+pub const NNC_ABI_VERSION: u32 = 2;
+/// The oldest `abi_version` this crate still runs: version 2 only added
+/// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
+/// that never returns it.
+pub const NNC_ABI_VERSION_OLDEST: u32 = 1;
 
 /// Success: every output buffer has been written.
 pub const NNC_OK: i32 = 0;
@@ -17,6 +21,24 @@ pub const NNC_OK: i32 = 0;
 pub const NNC_ERR_NULL_POINTER: i32 = 1;
 /// `workspace` is null or its address is not a multiple of `workspace_align`.
 pub const NNC_ERR_MISALIGNED_WORKSPACE: i32 = 2;
+/// An index read from an input at run time is out of range for its axis; nothing
+/// outside any buffer was touched, but the outputs may be partly written (ABI 2).
+pub const NNC_ERR_INDEX_OUT_OF_RANGE: i32 = 3;
+
+/// What an `infer` return code means, for error messages.
+pub fn status_message(code: i32) -> String {
+    match code {
+        NNC_OK => "success (NNC_OK)".into(),
+        NNC_ERR_NULL_POINTER => "a NULL input or output pointer (NNC_ERR_NULL_POINTER)".into(),
+        NNC_ERR_MISALIGNED_WORKSPACE => {
+            "a NULL or misaligned workspace (NNC_ERR_MISALIGNED_WORKSPACE)".into()
+        }
+        NNC_ERR_INDEX_OUT_OF_RANGE => "an index in the input data is out of range \
+             (NNC_ERR_INDEX_OUT_OF_RANGE); the outputs are not valid"
+            .into(),
+        c => format!("unknown NNC error code {c}"),
+    }
+}
 
 // Element types: the codes of ONNX `TensorProto.DataType`.
 pub const NNC_DTYPE_UNDEFINED: i32 = 0;
@@ -302,6 +324,10 @@ mod tests {
         assert_eq!(
             get("NNC_ERR_MISALIGNED_WORKSPACE"),
             i64::from(NNC_ERR_MISALIGNED_WORKSPACE)
+        );
+        assert_eq!(
+            get("NNC_ERR_INDEX_OUT_OF_RANGE"),
+            i64::from(NNC_ERR_INDEX_OUT_OF_RANGE)
         );
     }
 

@@ -39,14 +39,15 @@ impl fmt::Display for Error {
             Error::Load { path, message } => write!(f, "{}: {message}", path.display()),
             Error::AbiVersion { path, found } => write!(
                 f,
-                "{}: built for nnc ABI version {found}, this loader speaks {NNC_ABI_VERSION}",
+                "{}: built for nnc ABI version {found}, this loader speaks versions \
+                 {NNC_ABI_VERSION_OLDEST} to {NNC_ABI_VERSION}",
                 path.display()
             ),
             Error::BadInfo { path, message } => {
                 write!(f, "{}: model_info: {message}", path.display())
             }
             Error::Mismatch(m) => f.write_str(m),
-            Error::Status(code) => write!(f, "infer returned NNC error code {code}"),
+            Error::Status(code) => write!(f, "infer failed: {}", status_message(*code)),
         }
     }
 }
@@ -236,7 +237,7 @@ impl Library {
         // SAFETY: model_info never returns NULL and points to static data that
         // lives while the library is loaded (nnc.h).
         let info = unsafe { &*info_fn() };
-        if info.abi_version != NNC_ABI_VERSION {
+        if !(NNC_ABI_VERSION_OLDEST..=NNC_ABI_VERSION).contains(&info.abi_version) {
             return Err(Error::AbiVersion {
                 path,
                 found: info.abi_version,

@@ -43,6 +43,7 @@ int main(void) {
     FACT("NNC_OK", NNC_OK);
     FACT("NNC_ERR_NULL_POINTER", NNC_ERR_NULL_POINTER);
     FACT("NNC_ERR_MISALIGNED_WORKSPACE", NNC_ERR_MISALIGNED_WORKSPACE);
+    FACT("NNC_ERR_INDEX_OUT_OF_RANGE", NNC_ERR_INDEX_OUT_OF_RANGE);
     FACT("NNC_DTYPE_FLOAT", NNC_DTYPE_FLOAT);
     FACT("NNC_DTYPE_BOOL", NNC_DTYPE_BOOL);
     FACT("NNC_DTYPE_BFLOAT16", NNC_DTYPE_BFLOAT16);
@@ -52,7 +53,7 @@ int main(void) {
 
 /// The same facts as `LAYOUT_PROBE_C` prints, from the Rust definitions.
 fn expected_facts() -> String {
-    let facts: [(&str, usize); 22] = [
+    let facts: [(&str, usize); 23] = [
         ("sizeof(nnc_tensor_info)", size_of::<NncTensorInfo>()),
         ("alignof(nnc_tensor_info)", align_of::<NncTensorInfo>()),
         (
@@ -107,6 +108,10 @@ fn expected_facts() -> String {
         (
             "NNC_ERR_MISALIGNED_WORKSPACE",
             NNC_ERR_MISALIGNED_WORKSPACE as usize,
+        ),
+        (
+            "NNC_ERR_INDEX_OUT_OF_RANGE",
+            NNC_ERR_INDEX_OUT_OF_RANGE as usize,
         ),
         ("NNC_DTYPE_FLOAT", NNC_DTYPE_FLOAT as usize),
         ("NNC_DTYPE_BOOL", NNC_DTYPE_BOOL as usize),

@@ -14,7 +14,7 @@ pub mod target;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, Function, InstBuilder, Signature, UserFuncName, Value,
+    types, AbiParam, BlockArg, Function, InstBuilder, Signature, UserFuncName, Value,
 };
 use std::sync::Arc;
 
@@ -32,7 +32,9 @@ use crate::error::{NncError, Result};
 use crate::ir::Graph;
 use kernel::{flags, PTR};
 use lower::{LowerCtx, Operand};
-use nnc_runtime_abi::abi::{NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER, NNC_OK};
+use nnc_runtime_abi::abi::{
+    NNC_ERR_INDEX_OUT_OF_RANGE, NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER, NNC_OK,
+};
 
 /// The compiled object and what the header and `nnc inspect` report about it.
 pub struct CompiledModel {
@@ -136,7 +138,17 @@ pub fn compile_graph_reporting(
             + usize::from(plan.scratch[k].is_some())
             + usize::from(expand.is_some());
         let mut node_half_bytes = 0;
-        let sig = ptr_signature(&module, n_args, false);
+        let indices_constant = node
+            .inputs
+            .get(1)
+            .copied()
+            .flatten()
+            .is_some_and(|v| graph.constant(v).is_some());
+        // A node that checks indices returns NNC_OK or NNC_ERR_INDEX_OUT_OF_RANGE; the
+        // others return nothing (so `--index-checks clamp` code is what it always was).
+        let checks_indices =
+            lower::index_check::node_checks_indices(&node.op, indices_constant, opts.index_checks);
+        let sig = ptr_signature(&module, n_args, checks_indices);
         let name = format!("nnc_node_{k}");
         let id = define_function(
             &mut module,
@@ -179,6 +191,11 @@ pub fn compile_graph_reporting(
                     used: 0,
                     expand,
                 });
+                let fail = checks_indices.then(|| b.create_block());
+                let on_bad_index = match fail {
+                    Some(block) => lower::index_check::OnBadIndex::Fail(block),
+                    None => lower::index_check::OnBadIndex::Clamp,
+                };
                 let mut lctx = LowerCtx {
                     b,
                     target: &opts.target,
@@ -188,13 +205,28 @@ pub fn compile_graph_reporting(
                     outputs,
                     scratch,
                     half,
+                    on_bad_index,
                 };
                 lower::lower_node(&mut lctx, &node.op).map_err(|m| {
                     NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
                         .with_excerpt(|| node_excerpt(graph, node))
                 })?;
                 node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
-                b.ins().return_(&[]);
+                match fail {
+                    None => {
+                        b.ins().return_(&[]);
+                    }
+                    Some(fail) => {
+                        let ok = b.ins().iconst(types::I32, NNC_OK as i64);
+                        b.ins().return_(&[ok]);
+                        b.switch_to_block(fail);
+                        b.seal_block(fail);
+                        let code = b
+                            .ins()
+                            .iconst(types::I32, NNC_ERR_INDEX_OUT_OF_RANGE as i64);
+                        b.ins().return_(&[code]);
+                    }
+                }
                 Ok(())
             },
         )?;
@@ -555,6 +587,7 @@ fn define_infer_with_workspace(
                     b.ins().iadd_imm_s(a, off as i64)
                 }
             };
+            let mut fail_status: Option<cranelift_codegen::ir::Block> = None;
             for (k, node) in graph.nodes.iter().enumerate() {
                 let Some(fid) = node_fns[k] else { continue };
                 let mut args = vec![];
@@ -575,7 +608,20 @@ fn define_infer_with_workspace(
                     args.push(ws);
                 }
                 let fref = module.declare_func_in_func(fid, b.func);
-                b.ins().call(fref, &args);
+                let call = b.ins().call(fref, &args);
+                // A node that checks indices returns its status: stop at the first failure.
+                if let Some(&status) = b.inst_results(call).first() {
+                    let fail = *fail_status.get_or_insert_with(|| {
+                        let blk = b.create_block();
+                        b.append_block_param(blk, types::I32);
+                        blk
+                    });
+                    let next = b.create_block();
+                    b.ins()
+                        .brif(status, fail, &[BlockArg::Value(status)], next, &[]);
+                    b.seal_block(next);
+                    b.switch_to_block(next);
+                }
             }
             let cref = module.declare_func_in_func(copy_fn, b.func);
             for (v, i) in &plan.final_copies {
@@ -596,6 +642,12 @@ fn define_infer_with_workspace(
                 b.seal_block(blk);
                 let c = b.ins().iconst(types::I32, code as i64);
                 b.ins().return_(&[c]);
+            }
+            if let Some(blk) = fail_status {
+                b.switch_to_block(blk);
+                b.seal_block(blk);
+                let code = b.block_params(blk)[0];
+                b.ins().return_(&[code]);
             }
             Ok(())
         },

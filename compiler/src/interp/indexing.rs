@@ -2,8 +2,8 @@
 //! ScatterND, CumSum and TopK.
 //!
 //! Indices may be negative (they count from the end of their axis); an index outside
-//! `[-dim, dim)` is an error here (the generated code clamps instead, so that a bad
-//! index can never touch memory outside a buffer). Scatter updates are applied in
+//! `[-dim, dim)` is an error here, as in the generated code with `--index-checks error`
+//! (which returns NNC_ERR_INDEX_OUT_OF_RANGE; `clamp` clamps instead). Scatter updates are applied in
 //! row-major order of the indices, so with duplicate indices and no reduction the last
 //! update wins, as in the reference.
 
@@ -34,9 +34,16 @@ fn resolve(i: i64, dim: usize) -> Result<usize, String> {
     }
 }
 
-fn index_values(indices: &Tensor) -> Result<Vec<i64>, String> {
+/// The indices as i64; a u64 index above `i64::MAX` is out of range (not a negative
+/// index that wraps), as in the generated code.
+pub(super) fn index_values(indices: &Tensor) -> Result<Vec<i64>, String> {
     if !indices.dtype().is_int() {
         return Err(format!("indices must be integers, got {}", indices.dtype()));
+    }
+    if let Tensor::U64(a) = indices {
+        if let Some(big) = a.iter().find(|&&v| i64::try_from(v).is_err()) {
+            return Err(format!("index {big} is out of range"));
+        }
     }
     Ok(indices.to_i64_vec())
 }

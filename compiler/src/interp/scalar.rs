@@ -9,9 +9,9 @@ use half::{bf16, f16};
 use crate::ir::Element;
 
 /// Arithmetic every numeric element type supports. Integers wrap on overflow (numpy
-/// semantics); the caller rejects integer division by zero before calling `div`/`rem_*`.
+/// semantics, so `MIN / -1` is `MIN`); integer division and remainder by zero give 0
+/// (numpy's values; ONNX leaves them undefined), as the generated code does.
 pub(crate) trait Num: Element {
-    const IS_FLOAT: bool;
     const ZERO: Self;
     const ONE: Self;
     /// The identity of `max` (−∞, or the type's minimum).
@@ -82,7 +82,6 @@ pub(crate) trait Int: Num + Ord {
 macro_rules! int_num {
     ($t:ty, signed: $signed:expr) => {
         impl Num for $t {
-            const IS_FLOAT: bool = false;
             const ZERO: Self = 0;
             const ONE: Self = 1;
             fn lowest() -> Self {
@@ -208,7 +207,6 @@ pub(crate) trait Float: Num + ndarray::LinalgScalar + std::ops::AddAssign {
 macro_rules! float_num {
     ($t:ty) => {
         impl Num for $t {
-            const IS_FLOAT: bool = true;
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             fn lowest() -> Self {

@@ -123,12 +123,8 @@ pub(super) fn gather(data: &Tensor, indices: &Tensor, axis: usize) -> Result<Ten
             dims.len()
         ));
     }
-    if !indices.dtype().is_int() {
-        return Err(format!("indices must be integers, got {}", indices.dtype()));
-    }
     let size = dims[axis] as i64;
-    let positions = indices
-        .to_i64_vec()
+    let positions = super::indexing::index_values(indices)?
         .into_iter()
         .map(|i| {
             let j = if i < 0 { i + size } else { i };

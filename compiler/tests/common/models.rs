@@ -69,6 +69,12 @@ impl ModelBuilder {
         name.to_string()
     }
 
+    /// An input of ONNX element type `elem_type` (e.g. 7 for int64).
+    pub fn typed_input(&mut self, name: &str, elem_type: i32, shape: &[usize]) -> String {
+        self.graph.input.push(value_info(name, elem_type, shape));
+        name.to_string()
+    }
+
     pub fn output(&mut self, name: &str) {
         self.graph.output.push(ValueInfoProto {
             name: name.to_string(),

@@ -18,7 +18,7 @@ use crate::tools;
 
 type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
 
-fn options(target: Target) -> CompileOptions {
+pub fn options(target: Target) -> CompileOptions {
     CompileOptions {
         target,
         prefix: String::new(),
@@ -29,7 +29,7 @@ fn options(target: Target) -> CompileOptions {
 }
 
 /// `g` compiled into a .so with `opts` and written to `dir/libtest.so`.
-fn write_library(g: &Graph, opts: &CompileOptions, dir: &Path) -> Result<PathBuf, String> {
+pub fn write_library(g: &Graph, opts: &CompileOptions, dir: &Path) -> Result<PathBuf, String> {
     let obj = compile_graph(g, opts).map_err(|e| e.to_string())?;
     let so =
         nnc::artifact::link_shared_object(&obj.object, "libtest.so").map_err(|e| e.to_string())?;
@@ -143,6 +143,17 @@ impl Compiled {
                 outs => Err(format!("infer wrote past the end of outputs {outs:?}")),
             },
             status => Err(format!("infer returned {status}")),
+        }
+    }
+
+    /// Runs once on `inputs` and returns `infer`'s status with the outputs (whatever
+    /// was written); a write past the end of an output is an error whatever the status.
+    pub fn run_status(&self, g: &Graph, inputs: &[Tensor]) -> Result<(i32, Vec<Tensor>), String> {
+        let mut buffers = Buffers::new(g, inputs);
+        let status = buffers.call(self.infer()?);
+        match buffers.overruns().as_slice() {
+            [] => Ok((status, buffers.tensors(g)?)),
+            outs => Err(format!("infer wrote past the end of outputs {outs:?}")),
         }
     }
 

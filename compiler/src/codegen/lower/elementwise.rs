@@ -693,11 +693,24 @@ fn binary_int(
         let c = b.ins().icmp(if signed { s } else { u }, x, y);
         bool_to_i64(b, c)
     };
-    // Division by zero is undefined in ONNX; divide by 1 instead of trapping.
+    // Cranelift's division traps on a zero divisor and on i64::MIN / -1, which would
+    // kill the caller. Division by zero is undefined in ONNX: x / 0 and x % 0 give 0
+    // (numpy's values); i64::MIN / -1 wraps to i64::MIN and its remainder is 0. The
+    // divisors that trap (0, and -1 when signed) are replaced by 1, then the quotient
+    // is fixed up. Narrower types never overflow here: they are sign- or zero-extended
+    // to i64 and the result is truncated back, which wraps as the type does.
+    let zero_divisor = |b: &mut FunctionBuilder| b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+    let minus_one_divisor = |b: &mut FunctionBuilder| b.ins().icmp_imm_s(IntCC::Equal, y, -1);
     let safe_divisor = |b: &mut FunctionBuilder| {
         let one = kernel::iconst(b, 1);
-        let z = b.ins().icmp_imm_s(IntCC::Equal, y, 0);
-        b.ins().select(z, one, y)
+        let z = zero_divisor(b);
+        let d = b.ins().select(z, one, y);
+        if signed {
+            let m = minus_one_divisor(b);
+            b.ins().select(m, one, d)
+        } else {
+            d
+        }
     };
     Ok(match op {
         BinaryOp::Add => b.ins().iadd(x, y),
@@ -705,13 +718,20 @@ fn binary_int(
         BinaryOp::Mul => b.ins().imul(x, y),
         BinaryOp::Div => {
             let d = safe_divisor(b);
-            if signed {
-                b.ins().sdiv(x, d)
+            let q = if signed {
+                let q = b.ins().sdiv(x, d);
+                let m = minus_one_divisor(b);
+                let negated = b.ins().ineg(x);
+                b.ins().select(m, negated, q)
             } else {
                 b.ins().udiv(x, d)
-            }
+            };
+            let z = zero_divisor(b);
+            let zero = kernel::iconst(b, 0);
+            b.ins().select(z, zero, q)
         }
         BinaryOp::Mod { fmod } => {
+            // Divisors 1 (for 0 and -1) leave remainder 0, the value for both.
             let d = safe_divisor(b);
             let r = if signed {
                 b.ins().srem(x, d)

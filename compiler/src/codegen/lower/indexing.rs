@@ -1,13 +1,15 @@
 //! Index-driven data movement and scans: GatherElements, GatherND, ScatterElements,
 //! ScatterND (copy, then update in row-major order of the indices), CumSum and TopK.
 //!
-//! Runtime indices wrap when negative and are then clamped into their axis, so a bad
-//! index reads or writes a wrong element of the tensor but never memory outside it.
+//! Runtime indices are resolved by [`index_check`](super::index_check): a bad one fails
+//! the node or is clamped, as `--index-checks` says, and never touches memory outside
+//! a tensor.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
+use super::index_check::{self, OnBadIndex};
 use super::movement::copy_bytes;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
@@ -19,17 +21,6 @@ fn load_index(b: &mut FunctionBuilder, indices: &Operand, i: Value) -> Value {
     let d = indices.ty.dtype;
     let a = kernel::elem_addr(b, indices.ptr, i, d.size());
     kernel::load_elem(b, d, a, 0)
-}
-
-/// Wraps a negative index and clamps it into `[0, dim)` (`dim > 0`).
-fn resolve(b: &mut FunctionBuilder, i: Value, dim: usize) -> Value {
-    let wrapped = b.ins().iadd_imm_s(i, dim as i64);
-    let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, i, 0);
-    let i = b.ins().select(neg, wrapped, i);
-    let zero = kernel::iconst(b, 0);
-    let i = b.ins().smax(i, zero);
-    let last = kernel::iconst(b, dim as i64 - 1);
-    b.ins().smin(i, last)
 }
 
 fn check_indices(indices: &Operand) -> LowerResult {
@@ -95,6 +86,7 @@ fn for_each_element(
     data: &Operand,
     indices: &Operand,
     axis: usize,
+    on_bad: OnBadIndex,
     f: &mut dyn FnMut(&mut FunctionBuilder, Value, Value),
 ) -> LowerResult {
     check_indices(indices)?;
@@ -120,7 +112,7 @@ fn for_each_element(
     kernel::nested_loop(b, is, &mut |b, idx| {
         let flat = kernel::linear_offset(b, idx, &istr);
         let i = load_index(b, indices, flat);
-        let i = resolve(b, i, dim);
+        let i = index_check::resolve(b, indices, i, dim, on_bad);
         let base = kernel::linear_offset(b, idx, &off_strides);
         let along = b.ins().imul_imm_s(i, axis_stride);
         let off = b.ins().iadd(base, along);
@@ -133,7 +125,8 @@ pub fn gather_elements(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     let (data, indices, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let dtype = data.ty.dtype;
     let elem = dtype.size();
-    for_each_element(ctx.b, &data, &indices, axis, &mut |b, flat, off| {
+    let on_bad = ctx.on_bad_index;
+    for_each_element(ctx.b, &data, &indices, axis, on_bad, &mut |b, flat, off| {
         let src = kernel::elem_addr(b, data.ptr, off, elem);
         let dst = kernel::elem_addr(b, y.ptr, flat, elem);
         copy_elem(b, dtype, dst, src);
@@ -151,30 +144,38 @@ pub fn scatter_elements(ctx: &mut LowerCtx, axis: usize, r: ScatterReduction) ->
     let dtype = data.ty.dtype;
     let elem = dtype.size();
     copy_bytes(ctx.b, y.ptr, data.ptr, y.ty.byte_size());
-    for_each_element(ctx.b, &data, &indices, axis, &mut |b, flat, off| {
+    let on_bad = ctx.on_bad_index;
+    for_each_element(ctx.b, &data, &indices, axis, on_bad, &mut |b, flat, off| {
         let src = kernel::elem_addr(b, updates.ptr, flat, elem);
         let dst = kernel::elem_addr(b, y.ptr, off, elem);
         update_elem(b, dtype, r, dst, src);
     })
 }
 
-/// The element offset into data of index tuple `j` (its `k` components address axes
-/// `first..first + k`).
+/// Where the `k` components of an index tuple point: axes `first..first + k` of data
+/// shaped `ds` with strides `dstr`.
+struct TupleAxes<'a> {
+    k: usize,
+    ds: &'a [usize],
+    dstr: &'a [usize],
+    first: usize,
+}
+
+/// The element offset into data of index tuple `j`.
 fn tuple_offset(
     b: &mut FunctionBuilder,
     indices: &Operand,
     j: Value,
-    k: usize,
-    ds: &[usize],
-    dstr: &[usize],
-    first: usize,
+    axes: &TupleAxes,
+    on_bad: OnBadIndex,
 ) -> Value {
+    let TupleAxes { k, ds, dstr, first } = *axes;
     let mut off = kernel::iconst(b, 0);
     for d in 0..k {
         let at = b.ins().imul_imm_s(j, k as i64);
         let at = b.ins().iadd_imm_s(at, d as i64);
         let i = load_index(b, indices, at);
-        let i = resolve(b, i, ds[first + d]);
+        let i = index_check::resolve(b, indices, i, ds[first + d], on_bad);
         let t = b.ins().imul_imm_s(i, dstr[first + d] as i64);
         off = b.ins().iadd(off, t);
     }
@@ -205,9 +206,16 @@ pub fn scatter_nd(ctx: &mut LowerCtx, r: ScatterReduction) -> LowerResult {
         return Err("cannot index an empty axis".into());
     }
     let dstr = kernel::strides_of(&ds);
+    let axes = TupleAxes {
+        k,
+        ds: &ds,
+        dstr: &dstr,
+        first: 0,
+    };
+    let on_bad = ctx.on_bad_index;
     let b = &mut *ctx.b;
     kernel::counted_loop(b, 0, tuples as i64, 1, |b, j| {
-        let off = tuple_offset(b, &indices, j, k, &ds, &dstr, 0);
+        let off = tuple_offset(b, &indices, j, &axes, on_bad);
         let dst = kernel::elem_addr(b, y.ptr, off, elem);
         let src = kernel::elem_addr(b, updates.ptr, j, slice * elem);
         if r == ScatterReduction::None {
@@ -247,12 +255,19 @@ pub fn gather_nd(ctx: &mut LowerCtx, batch_dims: usize) -> LowerResult {
         return Err("cannot index an empty axis".into());
     }
     let dstr = kernel::strides_of(&ds);
+    let axes = TupleAxes {
+        k,
+        ds: &ds,
+        dstr: &dstr,
+        first: batch_dims,
+    };
+    let on_bad = ctx.on_bad_index;
     let b = &mut *ctx.b;
     kernel::counted_loop(b, 0, batches as i64, 1, |b, bi| {
         kernel::counted_loop(b, 0, per_batch as i64, 1, |b, t| {
             let j = b.ins().imul_imm_s(bi, per_batch as i64);
             let j = b.ins().iadd(j, t);
-            let off = tuple_offset(b, &indices, j, k, &ds, &dstr, batch_dims);
+            let off = tuple_offset(b, &indices, j, &axes, on_bad);
             let base = b.ins().imul_imm_s(bi, batch_size as i64);
             let off = b.ins().iadd(off, base);
             let src = kernel::elem_addr(b, data.ptr, off, elem);

@@ -7,6 +7,7 @@ pub(crate) mod conv_u8s8;
 pub(crate) mod elementwise;
 pub mod f16_weights;
 mod gemm;
+pub mod index_check;
 mod indexing;
 mod linalg;
 mod low_precision;
@@ -79,6 +80,9 @@ pub struct LowerCtx<'a, 'f> {
     pub scratch: Option<Value>,
     /// Where float32 weights go when they are stored as half (`--quantize fp16`).
     pub half: Option<HalfWeights>,
+    /// What an index read at run time does when it is out of range (see
+    /// [`index_check`]): `Fail` only in node functions that return a status.
+    pub on_bad_index: index_check::OnBadIndex,
 }
 
 /// The expansion area of FP16 weights (see [`f16_weights`]): the node's weights are

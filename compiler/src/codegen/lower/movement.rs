@@ -6,6 +6,7 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::Module;
 
+use super::index_check::{self, OnBadIndex};
 use super::{f16_weights, LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags};
 use crate::ir::Tensor;
@@ -250,21 +251,27 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
         }
         _ => None,
     };
+    let on_bad = ctx.on_bad_index;
     let b = &mut *ctx.b;
     let idx_ty = indices.ty.dtype;
+    // Checked indices are all checked once before anything is written (and not again
+    // for each of the `outer` rows); the copy loop then only wraps negative ones.
+    if matches!(on_bad, OnBadIndex::Fail(_)) {
+        kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
+            let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
+            let i = kernel::load_elem(b, idx_ty, ia, 0);
+            index_check::resolve(b, &indices, i, dim, on_bad);
+        });
+    }
     kernel::counted_loop(b, 0, outer as i64, 1, |b, o| {
         kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
             let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
             let i = kernel::load_elem(b, idx_ty, ia, 0);
-            // Negative indices count from the end; out-of-range ones are clamped so a
-            // bad index can never read outside the tensor.
-            let wrapped = b.ins().iadd_imm_s(i, dim as i64);
-            let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, i, 0);
-            let i = b.ins().select(neg, wrapped, i);
-            let zero = kernel::iconst(b, 0);
-            let i = b.ins().smax(i, zero);
-            let maxi = kernel::iconst(b, dim as i64 - 1);
-            let i = b.ins().smin(i, maxi);
+            let i = match on_bad {
+                OnBadIndex::Clamp => index_check::resolve(b, &indices, i, dim, on_bad),
+                OnBadIndex::Fail(_) if index_check::is_unsigned(idx_ty) => i,
+                OnBadIndex::Fail(_) => index_check::wrap_negative(b, i, dim),
+            };
             let row = b.ins().imul_imm_s(o, dim as i64);
             let row = b.ins().iadd(row, i);
             let orow = b.ins().imul_imm_s(o, n_idx as i64);

@@ -1,0 +1,104 @@
+//! Indices read from a tensor at run time (Gather, GatherElements, GatherND,
+//! ScatterElements, ScatterND and every op the importer builds from them): how such an
+//! index becomes a position on its axis of `dim` elements.
+//!
+//! A negative index counts from the end. One outside `[-dim, dim)` either makes the
+//! node return `NNC_ERR_INDEX_OUT_OF_RANGE` (`--index-checks error`, the default: one
+//! unsigned compare and a branch per index, taken before the index is used, so nothing
+//! outside a buffer is ever read or written) or is clamped into the axis
+//! (`--index-checks clamp`, nnc's behaviour before ABI version 2).
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{Block, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::Operand;
+use crate::codegen::kernel;
+use crate::codegen::IndexChecks;
+use crate::ir::DType;
+use crate::ops::Op;
+
+/// What the node does with an index outside its axis.
+#[derive(Clone, Copy, Debug)]
+pub enum OnBadIndex {
+    /// Clamp it into `[0, dim)`.
+    Clamp,
+    /// Branch to this block, which returns `NNC_ERR_INDEX_OUT_OF_RANGE`.
+    Fail(Block),
+}
+
+/// Whether the node function of `op` must check the indices it reads and so can fail
+/// (it then returns an i32 status). Indices that are a constant of the model were
+/// either folded or are clamped as before: only data can be bad at run time.
+pub fn node_checks_indices(op: &Op, indices_constant: bool, mode: IndexChecks) -> bool {
+    mode == IndexChecks::Error && reads_runtime_indices(op) && !indices_constant
+}
+
+/// The ops whose input 1 holds indices into input 0 (or into the output).
+fn reads_runtime_indices(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Gather { .. }
+            | Op::GatherElements { .. }
+            | Op::GatherND { .. }
+            | Op::ScatterElements { .. }
+            | Op::ScatterND { .. }
+    )
+}
+
+/// The position on an axis of `dim > 0` elements of index `i` (an i64 in the
+/// computation domain) read from `indices`.
+pub fn resolve(
+    b: &mut FunctionBuilder,
+    indices: &Operand,
+    i: Value,
+    dim: usize,
+    on_bad: OnBadIndex,
+) -> Value {
+    match on_bad {
+        OnBadIndex::Clamp => clamp(b, i, dim),
+        OnBadIndex::Fail(fail) => {
+            let i = if is_unsigned(indices.ty.dtype) {
+                i
+            } else {
+                wrap_negative(b, i, dim)
+            };
+            check(b, i, dim, fail);
+            i
+        }
+    }
+}
+
+/// `i + dim` for a negative `i`, else `i`.
+pub fn wrap_negative(b: &mut FunctionBuilder, i: Value, dim: usize) -> Value {
+    let wrapped = b.ins().iadd_imm_s(i, dim as i64);
+    let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, i, 0);
+    b.ins().select(neg, wrapped, i)
+}
+
+/// Branches to `fail` unless `0 <= i < dim` (one unsigned compare: a negative `i` is
+/// a huge unsigned one).
+pub fn check(b: &mut FunctionBuilder, i: Value, dim: usize, fail: Block) {
+    let bad = b
+        .ins()
+        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, i, dim as i64);
+    let ok = b.create_block();
+    b.ins().brif(bad, fail, &[], ok, &[]);
+    b.seal_block(ok);
+    b.switch_to_block(ok);
+}
+
+/// Wraps a negative index and clamps it into `[0, dim)`: a bad index reads or writes a
+/// wrong element of the tensor but never memory outside it.
+fn clamp(b: &mut FunctionBuilder, i: Value, dim: usize) -> Value {
+    let i = wrap_negative(b, i, dim);
+    let zero = kernel::iconst(b, 0);
+    let i = b.ins().smax(i, zero);
+    let last = kernel::iconst(b, dim as i64 - 1);
+    b.ins().smin(i, last)
+}
+
+/// Whether `dtype` indices are read without sign (no negative wrap).
+pub fn is_unsigned(dtype: DType) -> bool {
+    dtype.is_int() && !dtype.is_signed_int()
+}
