@@ -61,7 +61,14 @@ impl Model {
         self.constant(name, Tensor::from_vec(&[v.len()], v.to_vec()))
     }
 
-    fn node(mut self, op: &str, name: &str, ins: &[&str], outs: &[&str], attrs: &[(&str, i64)]) -> Model {
+    fn node(
+        mut self,
+        op: &str,
+        name: &str,
+        ins: &[&str],
+        outs: &[&str],
+        attrs: &[(&str, i64)],
+    ) -> Model {
         self.0.node.push(NodeProto {
             input: ins.iter().map(|s| s.to_string()).collect(),
             output: outs.iter().map(|s| s.to_string()).collect(),
@@ -157,7 +164,10 @@ fn an_empty_input_with_a_huge_axis_is_refused() {
         .input("x", DType::F32, &[0, 1 << 62])
         .node("Relu", "relu", &["x"], &["y"], &[])
         .output("y");
-    expect_error(m.import(), &["input 'x'", "zero-size axes", "--max-tensor-bytes"]);
+    expect_error(
+        m.import(),
+        &["input 'x'", "zero-size axes", "--max-tensor-bytes"],
+    );
 }
 
 #[test]
@@ -169,7 +179,13 @@ fn concat_lengths_are_summed_checked() {
     };
     let m = Model::new()
         .input("a", DType::U8, &[1 << 62])
-        .node("Concat", "cat", &["a", "a", "a", "a"], &["y"], &[("axis", 0)])
+        .node(
+            "Concat",
+            "cat",
+            &["a", "a", "a", "a"],
+            &["y"],
+            &[("axis", 0)],
+        )
         .output("y");
     expect_error(m.import_with(limits), &["node 'cat' (Concat)", "too long"]);
 }
@@ -259,7 +275,10 @@ fn constant_of_shape_past_the_tensor_limit_is_refused() {
         .ints("s", &[1 << 37])
         .node("ConstantOfShape", "cos", &["s"], &["y"], &[])
         .output("y");
-    expect_error(m.import(), &["node 'cos' (ConstantOfShape)", "--max-tensor-bytes"]);
+    expect_error(
+        m.import(),
+        &["node 'cos' (ConstantOfShape)", "--max-tensor-bytes"],
+    );
 }
 
 #[test]

@@ -230,9 +230,9 @@ impl GraphBuilder {
                 for (k, shape) in shapes.iter().enumerate() {
                     let name = format!("{}[{k}]", vi.name);
                     let ty = tensor_input_type(&name, t, Some(shape), opts)?;
-                    opts.limits.check_tensor(&ty).map_err(|m| {
-                        NncError::Model(format!("input '{name}': {m}"))
-                    })?;
+                    opts.limits
+                        .check_tensor(&ty)
+                        .map_err(|m| NncError::Model(format!("input '{name}': {m}")))?;
                     let id = self.graph.add_value(name, ty, None);
                     self.graph.inputs.push(id);
                     elements.push(id);
@@ -374,7 +374,10 @@ impl GraphBuilder {
         if matches!(node.domain.as_str(), "" | "ai.onnx") {
             let types: Vec<Option<&TensorType>> = inputs
                 .iter()
-                .map(|v| v.filter(|v| !self.is_placeholder(*v)).map(|v| self.graph.ty(v)))
+                .map(|v| {
+                    v.filter(|v| !self.is_placeholder(*v))
+                        .map(|v| self.graph.ty(v))
+                })
                 .collect();
             if let Err(message) = super::constraints::check_inputs(&node.op_type, &types) {
                 return Err(NncError::node(&name, &node.op_type, message)
