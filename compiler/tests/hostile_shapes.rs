@@ -384,3 +384,13 @@ fn where_with_a_float_condition_is_refused() {
         .output("y");
     expect_error(m.import(), &["node 'where' (Where)", "bool"]);
 }
+
+#[test]
+fn an_empty_initializer_with_a_huge_axis_is_refused() {
+    let m = Model::new()
+        .input("x", DType::F32, &[1])
+        .constant("w", Tensor::from_vec(&[0, 1 << 62], Vec::<f32>::new()))
+        .node("Concat", "cat", &["x", "w"], &["y"], &[("axis", 0)])
+        .output("y");
+    expect_error(m.import(), &["initializer 'w'", "--max-tensor-bytes"]);
+}

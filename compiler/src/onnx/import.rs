@@ -144,6 +144,9 @@ impl GraphBuilder {
         for t in &g.initializer {
             let tensor = tensor_from_proto(t, base_dir)
                 .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
+            self.limits
+                .check_tensor(&tensor.ty())
+                .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
             let id = self
                 .graph
                 .add_value(t.name.clone(), tensor.ty(), Some(tensor));

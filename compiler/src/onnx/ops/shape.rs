@@ -602,6 +602,7 @@ pub fn constant(ctx: &mut NodeCtx) -> ImportResult {
     } else {
         return Err("Constant needs a value attribute".into());
     };
+    ctx.limits().check_tensor(&t.ty())?;
     let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);
     Ok(())
