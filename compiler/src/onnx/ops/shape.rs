@@ -558,7 +558,7 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
             "Range({s}, {l}, {d}) has {count} elements, more than the {limit} limit of constants computed at compile time; raise it with --max-fold-bytes"
         )
     };
-    if !(count < (1u64 << 53) as f64) {
+    if count >= (1u64 << 53) as f64 {
         return Err(too_long().into());
     }
     let n = count as usize;
