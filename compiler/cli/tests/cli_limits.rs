@@ -25,7 +25,7 @@ fn compile(model: &Path, extra: &[&str]) -> (Output, PathBuf) {
         "-o".as_ref(),
         out_path.as_os_str(),
     ];
-    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(a)));
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
     (nnc(&args), out_path)
 }
 
