@@ -385,7 +385,11 @@ fn plain_case(op: &str, rng: &mut Rng) -> Case {
             0 => Operand::Runtime(rng.pick(DTYPES), rng.pick(SHAPES).to_vec()),
             _ => {
                 let n = rng.below(4);
-                Operand::Constant(DType::I64, vec![n], (0..n).map(|_| rng.pick(INTS)).collect())
+                Operand::Constant(
+                    DType::I64,
+                    vec![n],
+                    (0..n).map(|_| rng.pick(INTS)).collect(),
+                )
             }
         });
     }
@@ -406,7 +410,11 @@ fn plain_case(op: &str, rng: &mut Rng) -> Case {
 #[test]
 fn degenerate_inputs_never_panic() {
     let ops = imported_ops();
-    assert!(ops.len() > 100, "found only {} ops in the registry", ops.len());
+    assert!(
+        ops.len() > 100,
+        "found only {} ops in the registry",
+        ops.len()
+    );
     std::panic::set_hook(Box::new(|_| {}));
     let start = Instant::now();
     let (mut total, mut compiled) = (0usize, 0usize);

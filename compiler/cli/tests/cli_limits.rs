@@ -25,7 +25,7 @@ fn compile(model: &Path, extra: &[&str]) -> (Output, PathBuf) {
         "-o".as_ref(),
         out_path.as_os_str(),
     ];
-    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(a)));
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
     (nnc(&args), out_path)
 }
 
@@ -87,7 +87,11 @@ fn an_expand_past_the_size_limit_is_refused_at_its_node() {
     expect_one_error(
         &p,
         &[],
-        &["expand.onnx", "node 'Expand_2' (Expand)", "--max-tensor-bytes"],
+        &[
+            "expand.onnx",
+            "node 'Expand_2' (Expand)",
+            "--max-tensor-bytes",
+        ],
     );
 }
 
@@ -99,7 +103,12 @@ fn max_tensor_bytes_sets_the_limit() {
     expect_one_error(
         &p,
         &["--max-tensor-bytes", "1M"],
-        &["node 'Expand_2' (Expand)", "4194304 bytes", "1M limit", "--max-tensor-bytes"],
+        &[
+            "node 'Expand_2' (Expand)",
+            "4194304 bytes",
+            "1M limit",
+            "--max-tensor-bytes",
+        ],
     );
     let (out, out_path) = compile(&p, &[]);
     assert!(

@@ -51,9 +51,7 @@ fn constraints(op_type: &str) -> &'static [Input] {
     match op_type {
         "Gather" | "GatherElements" => &[Input(0, Any, 1), Input(1, Index, 0)],
         "GatherND" => &[Input(0, Any, 1), Input(1, Index, 1)],
-        "Scatter" | "ScatterElements" => {
-            &[Input(0, Any, 1), Input(1, Index, 0), Input(2, Any, 0)]
-        }
+        "Scatter" | "ScatterElements" => &[Input(0, Any, 1), Input(1, Index, 0), Input(2, Any, 0)],
         "ScatterND" => &[Input(0, Any, 1), Input(1, Index, 1), Input(2, Any, 0)],
         "Where" => &[Input(0, Bool, 0)],
         "Compress" => &[Input(1, Bool, 1)],
@@ -77,7 +75,11 @@ fn constraints(op_type: &str) -> &'static [Input] {
         "CumSum" | "CumProd" => &[Input(0, Numeric, 0), Input(1, Index, 0)],
         "Trilu" => &[Input(0, Any, 2), Input(1, I64, 0)],
         "OneHot" => &[Input(0, Numeric, 0), Input(1, Numeric, 0)],
-        "Range" => &[Input(0, Numeric, 0), Input(1, Numeric, 0), Input(2, Numeric, 0)],
+        "Range" => &[
+            Input(0, Numeric, 0),
+            Input(1, Numeric, 0),
+            Input(2, Numeric, 0),
+        ],
         "ArgMax" | "ArgMin" => &[Input(0, Numeric, 0)],
         "MatMul" | "Gemm" => &[Input(0, Numeric, 1), Input(1, Numeric, 1)],
         "Conv" | "ConvTranspose" => &[Input(0, Numeric, 3), Input(1, Numeric, 3)],
@@ -101,9 +103,7 @@ pub fn check_inputs(op_type: &str, types: &[Option<&TensorType>]) -> Result<(), 
             ));
         }
         if t.rank() < *min_rank {
-            return Err(format!(
-                "input {i} must have rank ≥ {min_rank}, not {t}"
-            ));
+            return Err(format!("input {i} must have rank ≥ {min_rank}, not {t}"));
         }
     }
     Ok(())

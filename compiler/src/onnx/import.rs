@@ -144,6 +144,9 @@ impl GraphBuilder {
         for t in &g.initializer {
             let tensor = tensor_from_proto(t, base_dir)
                 .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
+            self.limits
+                .check_tensor(&tensor.ty())
+                .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
             let id = self
                 .graph
                 .add_value(t.name.clone(), tensor.ty(), Some(tensor));
@@ -230,9 +233,9 @@ impl GraphBuilder {
                 for (k, shape) in shapes.iter().enumerate() {
                     let name = format!("{}[{k}]", vi.name);
                     let ty = tensor_input_type(&name, t, Some(shape), opts)?;
-                    opts.limits.check_tensor(&ty).map_err(|m| {
-                        NncError::Model(format!("input '{name}': {m}"))
-                    })?;
+                    opts.limits
+                        .check_tensor(&ty)
+                        .map_err(|m| NncError::Model(format!("input '{name}': {m}")))?;
                     let id = self.graph.add_value(name, ty, None);
                     self.graph.inputs.push(id);
                     elements.push(id);
@@ -374,7 +377,10 @@ impl GraphBuilder {
         if matches!(node.domain.as_str(), "" | "ai.onnx") {
             let types: Vec<Option<&TensorType>> = inputs
                 .iter()
-                .map(|v| v.filter(|v| !self.is_placeholder(*v)).map(|v| self.graph.ty(v)))
+                .map(|v| {
+                    v.filter(|v| !self.is_placeholder(*v))
+                        .map(|v| self.graph.ty(v))
+                })
                 .collect();
             if let Err(message) = super::constraints::check_inputs(&node.op_type, &types) {
                 return Err(NncError::node(&name, &node.op_type, message)

@@ -87,11 +87,7 @@ fn check_operand_types(op: &Op, inputs: &[Option<TensorType>]) -> Result<(), Str
         _ => return Ok(()),
     };
     match inputs.get(i).and_then(Option::as_ref) {
-        Some(t) if !ok(t.dtype) => Err(format!(
-            "{} {what} cannot be {}",
-            op.name(),
-            t.dtype
-        )),
+        Some(t) if !ok(t.dtype) => Err(format!("{} {what} cannot be {}", op.name(), t.dtype)),
         _ => Ok(()),
     }
 }
@@ -445,7 +441,9 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             let mut seen = perm.clone();
             seen.sort_unstable();
             if !seen.iter().copied().eq(0..xt.rank()) {
-                return Err(format!("perm {perm:?} is not a permutation of the axes of {xt}"));
+                return Err(format!(
+                    "perm {perm:?} is not a permutation of the axes of {xt}"
+                ));
             }
             Ok(vec![TensorType::new(
                 xt.dtype,
@@ -490,7 +488,11 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             let xt = x()?;
             let r = xt.rank();
             if p.pads.len() != 2 * r {
-                return Err(format!("pads has {} entries, {} expected", p.pads.len(), 2 * r));
+                return Err(format!(
+                    "pads has {} entries, {} expected",
+                    p.pads.len(),
+                    2 * r
+                ));
             }
             let mut shape = Vec::with_capacity(r);
             for i in 0..r {

@@ -31,8 +31,7 @@ fn fold(g: &mut Graph, i: usize, limits: &Limits) -> bool {
     }
     let read: usize = n.inputs.iter().flatten().map(|v| g.ty(*v).numel()).sum();
     let written: usize = n.outputs.iter().map(|v| g.ty(*v).numel()).sum();
-    if written > 4 * read + MAX_GROWTH_ELEMS
-        || !limits.may_fold(n.outputs.iter().map(|v| g.ty(*v)))
+    if written > 4 * read + MAX_GROWTH_ELEMS || !limits.may_fold(n.outputs.iter().map(|v| g.ty(*v)))
     {
         return false;
     }

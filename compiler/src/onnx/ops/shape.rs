@@ -558,7 +558,7 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
             "Range({s}, {l}, {d}) has {count} elements, more than the {limit} limit of constants computed at compile time; raise it with --max-fold-bytes"
         )
     };
-    if !(count < (1u64 << 53) as f64) {
+    if count >= (1u64 << 53) as f64 {
         return Err(too_long().into());
     }
     let n = count as usize;
@@ -570,7 +570,13 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
         Tensor::from_vec(&[n], (0..n).map(|i| s + i as f64 * d).collect::<Vec<f64>>()).cast(dtype)
     } else {
         let (s, d) = (start.to_i64_vec()[0], delta.to_i64_vec()[0]);
-        Tensor::from_vec(&[n], (0..n as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect::<Vec<i64>>()).cast(dtype)
+        Tensor::from_vec(
+            &[n],
+            (0..n as i64)
+                .map(|i| s.wrapping_add(i.wrapping_mul(d)))
+                .collect::<Vec<i64>>(),
+        )
+        .cast(dtype)
     };
     let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);
@@ -596,6 +602,7 @@ pub fn constant(ctx: &mut NodeCtx) -> ImportResult {
     } else {
         return Err("Constant needs a value attribute".into());
     };
+    ctx.limits().check_tensor(&t.ty())?;
     let v = ctx.constant_value(ctx.name, t);
     ctx.bind_output(0, v);
     Ok(())
