@@ -134,19 +134,16 @@ pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let text = crate::header::generate(&compiled.graph, name, &stem, compiled.model.arena_size);
-    let io = |p: &Path, e: std::io::Error| NncError::Io {
-        path: p.to_path_buf(),
-        source: e,
-    };
     let mode = if kind == ArtifactKind::SharedObject {
         0o755
     } else {
         0o644
     };
-    artifact::write_atomically_with_mode(output, &bytes, mode).map_err(|e| io(output, e))?;
+    artifact::write_atomically_with_mode(output, &bytes, mode)
+        .map_err(|e| NncError::write(output, e))?;
     if let Err(e) = artifact::write_atomically(&header, text.as_bytes()) {
         let _ = std::fs::remove_file(output);
-        return Err(io(&header, e));
+        return Err(NncError::write(&header, e));
     }
     Ok(header)
 }

@@ -12,6 +12,7 @@ pub mod bindings;
 pub mod codegen;
 pub mod driver;
 pub mod error;
+pub mod files;
 pub mod header;
 pub mod interp;
 pub mod ir;

@@ -364,7 +364,8 @@ fn parse_dims(dims: &str) -> std::result::Result<Vec<usize>, std::num::ParseIntE
 /// A tensor from a .npy file or a serialized ONNX TensorProto (.pb).
 fn read_tensor_file(path: &std::path::Path) -> std::result::Result<nnc::ir::Tensor, String> {
     if path.extension().is_some_and(|e| e == "pb") {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes =
+            nnc::files::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let t = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
             .map_err(|e| format!("{}: {e}", path.display()))?;
         nnc::onnx::tensor_proto::tensor_from_proto(&t, None).map_err(|e| e.to_string())

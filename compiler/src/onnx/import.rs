@@ -8,10 +8,12 @@ use std::path::Path;
 use prost::Message;
 
 use super::attributes::Attributes;
+use super::proto::TensorProto;
 use super::proto::{
     tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 use super::tensor_proto::tensor_from_proto;
+use super::weight_budget::WeightBudget;
 use crate::error::{NncError, NodeExcerpt, Result, UnsupportedOp};
 use crate::interp;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
@@ -59,10 +61,7 @@ pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Graph> {
 /// Like [`load_model`] but returns unsupported ops instead of failing on them
 /// (for `nnc inspect`).
 pub fn load_model_partial(path: &Path, opts: &ImportOptions) -> Result<Imported> {
-    let bytes = std::fs::read(path).map_err(|source| NncError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = crate::files::read_regular(path).map_err(|e| NncError::read(path, e))?;
     let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode {
         path: path.to_path_buf(),
         source,
@@ -95,6 +94,7 @@ pub fn import_model(
         scope: String::new(),
         sequences: HashMap::new(),
         absent: HashSet::new(),
+        weights: WeightBudget::new(opts.limits.max_weight_bytes),
     };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
@@ -134,12 +134,26 @@ pub struct GraphBuilder {
     /// Empty optional values (an `Optional` without input, an --absent-input), by the
     /// placeholder value their name is bound to.
     absent: HashSet<ValueId>,
+    /// `--max-weight-bytes`, charged by every weight tensor the model declares.
+    weights: WeightBudget,
 }
 
 impl GraphBuilder {
+    /// Decodes a weight tensor (an initializer or an attribute), charging its declared
+    /// size to the weight budget first.
+    fn weight_from_proto(
+        &self,
+        t: &TensorProto,
+        base_dir: Option<&Path>,
+    ) -> Result<Tensor, String> {
+        self.weights.charge(t)?;
+        tensor_from_proto(t, base_dir).map_err(|e| e.0)
+    }
+
     fn import_initializers(&mut self, g: &GraphProto, base_dir: Option<&Path>) -> Result<()> {
         for t in &g.initializer {
-            let tensor = tensor_from_proto(t, base_dir)
+            let tensor = self
+                .weight_from_proto(t, base_dir)
                 .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
             let id = self
                 .graph
@@ -647,6 +661,12 @@ impl NodeCtx<'_> {
 
     pub fn base_dir(&self) -> Option<&Path> {
         self.b.base_dir.as_deref()
+    }
+
+    /// A tensor attribute holding weights (`Constant`'s value...): decoded with the
+    /// model's folder for external data, and charged to `--max-weight-bytes`.
+    pub fn weight_attribute(&self, t: &TensorProto) -> ImportResult<Tensor> {
+        Ok(self.b.weight_from_proto(t, self.base_dir())?)
     }
 
     pub fn input(&self, i: usize) -> Option<ValueId> {

@@ -2,9 +2,11 @@
 //! family mapping ONNX nodes onto nnc's core ops.
 
 pub mod attributes;
+pub mod external_data;
 pub mod import;
 pub mod ops;
 pub mod proto;
 pub mod tensor_proto;
+pub mod weight_budget;
 
 pub use import::{import_model, load_model, load_model_partial, ImportOptions, Imported};

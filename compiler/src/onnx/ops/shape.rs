@@ -537,7 +537,7 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
 pub fn constant(ctx: &mut NodeCtx) -> ImportResult {
     let a = &ctx.attrs;
     let t = if let Some(t) = a.tensor_opt("value")? {
-        tensor_from_proto(t, ctx.base_dir())?
+        ctx.weight_attribute(t)?
     } else if let Some(f) = a.float_opt("value_float")? {
         Tensor::scalar(f)
     } else if let Some(v) = a.floats_opt("value_floats")? {
