@@ -134,9 +134,12 @@ pub fn unsqueeze(ctx: &mut NodeCtx) -> ImportResult {
 pub fn transpose(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let perm = match ctx.attrs.ints_opt("perm")? {
+        // Unlike axes elsewhere, perm entries may not count from the end.
         Some(p) => p
             .iter()
-            .map(|&a| normalize_axis(a, x.rank()))
+            .map(|&a| {
+                usize::try_from(a).map_err(|_| format!("perm {p:?} has a negative entry {a}"))
+            })
             .collect::<Result<Vec<_>, _>>()?,
         None => (0..x.rank()).rev().collect(),
     };
