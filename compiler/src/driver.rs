@@ -37,6 +37,8 @@ impl ArtifactKind {
 }
 
 pub struct Compiled {
+    /// The model file it was compiled from, which writing must never overwrite.
+    pub source: PathBuf,
     pub graph: Graph,
     pub model: CompiledModel,
 }
@@ -74,7 +76,11 @@ pub fn compile_model_reporting(
         .map_err(|e| NncError::from(e).in_file(path))?;
     let model =
         codegen::compile_graph_reporting(&graph, opts, progress).map_err(|e| e.in_file(path))?;
-    Ok(Compiled { graph, model })
+    Ok(Compiled {
+        source: path.to_path_buf(),
+        graph,
+        model,
+    })
 }
 
 /// [`compile_model_with`] plus static INT8 quantization between the graph passes and
@@ -96,7 +102,14 @@ pub fn compile_model_int8(
         .map_err(|e| NncError::from(e).in_file(path))?;
     let model = codegen::compile_graph_reporting(&graph, opts, host.progress)
         .map_err(|e| e.in_file(path))?;
-    Ok((Compiled { graph, model }, report))
+    Ok((
+        Compiled {
+            source: path.to_path_buf(),
+            graph,
+            model,
+        },
+        report,
+    ))
 }
 
 /// The artifact bytes for one kind.
@@ -120,9 +133,12 @@ pub fn header_path(output: &Path) -> PathBuf {
     output.with_extension("h")
 }
 
-/// Writes the artifact and its header; nothing is left behind on failure.
+/// Writes the artifact and its header; nothing is left behind on failure. Neither may
+/// replace the model, nor the header a file nnc did not write
+/// ([`crate::output_paths::check_output_paths`]).
 pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result<PathBuf> {
     let kind = ArtifactKind::from_path(output)?;
+    crate::output_paths::check_output_paths(&compiled.source, output, &header_path(output))?;
     let file_name = output
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -134,19 +150,16 @@ pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let text = crate::header::generate(&compiled.graph, name, &stem, compiled.model.arena_size);
-    let io = |p: &Path, e: std::io::Error| NncError::Io {
-        path: p.to_path_buf(),
-        source: e,
-    };
     let mode = if kind == ArtifactKind::SharedObject {
         0o755
     } else {
         0o644
     };
-    artifact::write_atomically_with_mode(output, &bytes, mode).map_err(|e| io(output, e))?;
+    artifact::write_atomically_with_mode(output, &bytes, mode)
+        .map_err(|e| NncError::write(output, e))?;
     if let Err(e) = artifact::write_atomically(&header, text.as_bytes()) {
         let _ = std::fs::remove_file(output);
-        return Err(io(&header, e));
+        return Err(NncError::write(&header, e));
     }
     Ok(header)
 }

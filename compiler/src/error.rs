@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NncError {
-    #[error("{path}: cannot read: {source}")]
+    /// A file could not be read or written; `action` says which.
+    #[error("{path}: cannot {action}: {source}")]
     Io {
         path: PathBuf,
+        action: IoAction,
         #[source]
         source: std::io::Error,
     },
@@ -49,6 +51,22 @@ pub enum NncError {
         #[source]
         source: Box<NncError>,
     },
+}
+
+/// What nnc was doing with a file when an I/O error struck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoAction {
+    Read,
+    Write,
+}
+
+impl std::fmt::Display for IoAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IoAction::Read => "read",
+            IoAction::Write => "write",
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +114,24 @@ impl NodeExcerpt {
 pub type Result<T, E = NncError> = std::result::Result<T, E>;
 
 impl NncError {
+    /// Reading `path` failed.
+    pub fn read(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        NncError::Io {
+            path: path.into(),
+            action: IoAction::Read,
+            source,
+        }
+    }
+
+    /// Writing (or creating) `path` failed.
+    pub fn write(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        NncError::Io {
+            path: path.into(),
+            action: IoAction::Write,
+            source,
+        }
+    }
+
     pub fn node(node: &str, op: &str, message: impl Into<String>) -> Self {
         NncError::Node {
             node: node.to_string(),

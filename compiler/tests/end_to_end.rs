@@ -156,6 +156,59 @@ fn null_pointers_and_misaligned_workspace_are_rejected() {
     }
 }
 
+/// nnc.h: "A non-NULL workspace is required even when workspace_size is 0". A model
+/// that needs none (one Relu, input to output) still refuses a NULL or misaligned
+/// workspace, and infer() (which passes its static arena) works.
+#[test]
+fn a_null_workspace_is_rejected_even_when_the_model_needs_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = models::ModelBuilder::new(1);
+    let x = m.input("x", &[4]);
+    let y = m.node("Relu", &[&x], vec![]);
+    m.output(&y);
+    let model = dir.path().join("m.onnx");
+    std::fs::write(&model, m.encode()).unwrap();
+    let opts = CompileOptions {
+        target: Target::host(),
+        prefix: nnc::codegen::symbol_prefix("m"),
+        weights: Default::default(),
+        kernels: Default::default(),
+        index_checks: Default::default(),
+    };
+    let compiled = driver::compile_model(&model, &ImportOptions::default(), &opts).unwrap();
+    assert_eq!(
+        compiled.model.arena_size, 0,
+        "the test needs a workspace-free model"
+    );
+    let so = dir.path().join("libm.so");
+    driver::write_artifacts(&compiled, &so, "m").unwrap();
+    type WsFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void, *mut c_void) -> i32;
+    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    let infer: libloading::Symbol<InferFn> = unsafe { lib.get(b"m_infer\0") }.unwrap();
+    let infer_ws: libloading::Symbol<WsFn> =
+        unsafe { lib.get(b"m_infer_with_workspace\0") }.unwrap();
+    let input = [-1f32, 2.0, -3.0, 4.0];
+    let mut output = [9f32; 4];
+    let ins = [input.as_ptr() as *const c_void];
+    let outs = [output.as_mut_ptr() as *mut c_void];
+    assert_eq!(
+        unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), std::ptr::null_mut()) },
+        nnc_runtime_abi::NNC_ERR_MISALIGNED_WORKSPACE
+    );
+    let mut ws = [0u64; 16];
+    let aligned = (ws.as_mut_ptr() as usize + 63) & !63;
+    assert_eq!(
+        unsafe { infer_ws(ins.as_ptr(), outs.as_ptr(), (aligned + 8) as *mut c_void) },
+        nnc_runtime_abi::NNC_ERR_MISALIGNED_WORKSPACE
+    );
+    assert_eq!(output, [9f32; 4], "nothing is written on a refusal");
+    assert_eq!(
+        unsafe { infer(ins.as_ptr(), outs.as_ptr()) },
+        nnc_runtime_abi::NNC_OK
+    );
+    assert_eq!(output, [0.0, 2.0, 0.0, 4.0]);
+}
+
 /// Every x86-64 `--cpu` level the host can run gives the interpreter's results.
 #[test]
 fn x86_cpu_levels_match_the_interpreter() {

@@ -72,7 +72,7 @@ fn sequence(s: &SequenceProto, path: &Path) -> Result<Vec<Tensor>, String> {
 /// Reads `path` as the serialized form `ty` implies (TensorProto, SequenceProto or
 /// OptionalProto).
 fn read_value(path: &Path, ty: Option<&type_proto::Value>) -> Result<DataValue, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = nnc::files::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let decode_err = |e: prost::DecodeError| format!("{}: {e}", path.display());
     match ty {
         Some(type_proto::Value::SequenceType(_)) => {
@@ -102,7 +102,7 @@ struct ModelIo {
 
 impl ModelIo {
     fn read(model: &Path) -> Result<ModelIo, String> {
-        let bytes = std::fs::read(model).map_err(|e| e.to_string())?;
+        let bytes = nnc::files::read_regular(model).map_err(|e| e.to_string())?;
         let m =
             nnc::onnx::proto::ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
         let g = m.graph.unwrap_or_default();

@@ -364,7 +364,8 @@ fn parse_dims(dims: &str) -> std::result::Result<Vec<usize>, std::num::ParseIntE
 /// A tensor from a .npy file or a serialized ONNX TensorProto (.pb).
 fn read_tensor_file(path: &std::path::Path) -> std::result::Result<nnc::ir::Tensor, String> {
     if path.extension().is_some_and(|e| e == "pb") {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes =
+            nnc::files::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let t = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
             .map_err(|e| format!("{}: {e}", path.display()))?;
         nnc::onnx::tensor_proto::tensor_from_proto(&t, None).map_err(|e| e.to_string())
@@ -441,10 +442,9 @@ fn run(cli: Cli) -> Result<()> {
                     )),
                 ),
             };
-            if !name.is_empty() && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(NncError::Model(format!(
-                    "--name '{name}' must be a C identifier (letters, digits, _)"
-                )));
+            if !name.is_empty() {
+                nnc::model_name::check_model_name(&name)
+                    .map_err(|why| NncError::Model(format!("--name: {why}")))?;
             }
             let arch = match target {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
@@ -454,6 +454,8 @@ fn run(cli: Cli) -> Result<()> {
             let import = parse_bindings(&shapes)?;
             let output = output.unwrap_or_else(|| default_output(&model));
             driver::ArtifactKind::from_path(&output)?;
+            // Before compiling, so a refusal costs nothing.
+            nnc::output_paths::check_output_paths(&model, &output, &driver::header_path(&output))?;
             let started = std::time::Instant::now();
             let opts = CompileOptions {
                 target: target.clone(),

@@ -38,7 +38,8 @@ pub fn load(path: &Path, inputs: &[InputSpec]) -> Result<Vec<Vec<Tensor>>, Strin
     if inputs.is_empty() {
         return Err(format!("{shown}: the model has no inputs to calibrate"));
     }
-    if path.is_file() {
+    // Anything but a folder is read as a file, which refuses what is not a regular one.
+    if !path.is_dir() {
         return match extension(path) {
             Some("npy") if inputs.len() == 1 => {
                 let t = crate::npy::read(path)?;
@@ -208,7 +209,7 @@ fn from_npz_files(files: &[PathBuf], inputs: &[InputSpec]) -> Result<Vec<Vec<Ten
     let mut samples = vec![];
     for file in files {
         let shown = file.display();
-        let f = std::fs::File::open(file).map_err(|e| format!("{shown}: {e}"))?;
+        let f = nnc::files::open_regular(file).map_err(|e| format!("{shown}: {e}"))?;
         let mut archive =
             zip::ZipArchive::new(f).map_err(|e| format!("{shown}: not an .npz: {e}"))?;
         let mut per_input = vec![];
@@ -243,7 +244,7 @@ fn from_data_set(dir: &Path, inputs: &[InputSpec]) -> Result<Vec<Tensor>, String
         .map(|(k, input)| {
             let file = dir.join(format!("input_{k}.pb"));
             let shown = file.display();
-            let bytes = std::fs::read(&file)
+            let bytes = nnc::files::read_regular(&file)
                 .map_err(|e| format!("{shown} (input '{}'): {e}", input.name))?;
             let proto = <nnc::onnx::proto::TensorProto as prost::Message>::decode(bytes.as_slice())
                 .map_err(|e| format!("{shown}: {e}"))?;

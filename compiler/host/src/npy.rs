@@ -108,7 +108,7 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, String> {
 }
 
 pub fn read(path: &std::path::Path) -> Result<Tensor, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = nnc::files::read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
     parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 

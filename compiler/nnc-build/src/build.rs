@@ -184,14 +184,7 @@ impl Model {
             Some(n) => n.clone(),
             None => default_name(&self.path),
         };
-        if name.is_empty()
-            || name.starts_with(|c: char| c.is_ascii_digit())
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
-            return Err(Error(format!(
-                "model name '{name}' must be a C identifier (letters, digits, _)"
-            )));
-        }
+        nnc::model_name::check_model_name(&name).map_err(Error)?;
         let out_dir = match (&self.out_dir, env("OUT_DIR")) {
             (Some(d), _) => d.clone(),
             (None, Some(d)) => PathBuf::from(d),
@@ -325,6 +318,10 @@ fn default_name(path: &Path) -> String {
     if name.starts_with(|c: char| c.is_ascii_digit()) {
         name.insert(0, 'm');
     }
+    // A stem that is a keyword (`int.onnx`) or reserved gets a suffix.
+    if !name.is_empty() && nnc::model_name::check_model_name(&name).is_err() {
+        name.push('_');
+    }
     name
 }
 
@@ -373,6 +370,28 @@ mod tests {
         assert_eq!(cpu_for(Arch::X86_64, "avx2,avx512f,fma"), "x86-64-v4");
         assert_eq!(cpu_for(Arch::Aarch64, "neon,dotprod"), "+dotprod");
         assert_eq!(cpu_for(Arch::Aarch64, "neon"), "armv8");
+    }
+
+    #[test]
+    fn a_name_that_is_no_c_identifier_is_refused_before_compiling() {
+        for bad in ["9x", "int", "a-b"] {
+            let Err(e) = Model::new("unused.onnx")
+                .name(bad)
+                .out_dir(std::env::temp_dir())
+                .cargo_metadata(false)
+                .try_compile()
+            else {
+                panic!("{bad}: accepted");
+            };
+            assert!(e.to_string().contains("C identifier"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn default_names_are_c_identifiers() {
+        assert_eq!(default_name(Path::new("dir/9net.onnx")), "m9net");
+        assert_eq!(default_name(Path::new("int.onnx")), "int_");
+        assert_eq!(default_name(Path::new("my-model.v2.onnx")), "my_model_v2");
     }
 
     #[test]

@@ -126,6 +126,7 @@ pub fn compile_graph_reporting(
     };
     let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
     let mut half_area = 0usize;
+    let mut lowered_weight_bytes = 0usize;
     let mut node_fns = vec![None; graph.nodes.len()];
     progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
     for (k, node) in graph.nodes.iter().enumerate() {
@@ -206,12 +207,14 @@ pub fn compile_graph_reporting(
                     scratch,
                     half,
                     on_bad_index,
+                    weight_bytes: 0,
                 };
                 lower::lower_node(&mut lctx, &node.op).map_err(|m| {
                     NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
                         .with_excerpt(|| node_excerpt(graph, node))
                 })?;
                 node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
+                lowered_weight_bytes += lctx.weight_bytes;
                 match fail {
                     None => {
                         b.ins().return_(&[]);
@@ -250,6 +253,7 @@ pub fn compile_graph_reporting(
     if half_area > 0 {
         plan.arena_size = half_region + half_area;
     }
+    // Never empty: infer() passes it as the workspace, which must be non-NULL.
     let arena = define_zeroed(&mut module, "nnc_arena", plan.arena_size.max(1))?;
     let info = model_info::define(&mut module, graph, &plan, &opts.prefix)?;
 
@@ -290,7 +294,9 @@ pub fn compile_graph_reporting(
         object,
         arena_size: plan.arena_size,
         arena_lower_bound: plan.lower_bound,
-        weights_size: plan.weights.len(),
+        // Every weight byte the artifact stores: constants the code reads as they are,
+        // and those lowering repacked, transformed or folded into read-only data.
+        weights_size: plan.weights.len() + lowered_weight_bytes,
     })
 }
 
@@ -546,9 +552,9 @@ fn define_infer_with_workspace(
                     checks.push((e, false));
                 }
             }
-            if plan.arena_size > 0 {
-                checks.push((ws, true));
-            }
+            // Checked even when the model needs no workspace, as nnc.h promises; infer()
+            // passes its static arena, which is never empty (at least one byte).
+            checks.push((ws, true));
             for (v, is_ws) in checks {
                 let ok = b.create_block();
                 let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);

@@ -8,10 +8,12 @@ use std::path::Path;
 use prost::Message;
 
 use super::attributes::Attributes;
+use super::proto::TensorProto;
 use super::proto::{
     tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
 use super::tensor_proto::tensor_from_proto;
+use super::weight_budget::WeightBudget;
 use crate::error::{NncError, NodeExcerpt, Result, UnsupportedOp};
 use crate::interp;
 use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
@@ -59,10 +61,7 @@ pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Graph> {
 /// Like [`load_model`] but returns unsupported ops instead of failing on them
 /// (for `nnc inspect`).
 pub fn load_model_partial(path: &Path, opts: &ImportOptions) -> Result<Imported> {
-    let bytes = std::fs::read(path).map_err(|source| NncError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = crate::files::read_regular(path).map_err(|e| NncError::read(path, e))?;
     let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode {
         path: path.to_path_buf(),
         source,
@@ -79,13 +78,19 @@ pub fn import_model(
         .graph
         .as_ref()
         .ok_or_else(|| NncError::Model("the model has no graph".into()))?;
-    let opset = model
+    let declared = model
         .opset_import
         .iter()
         .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map(|o| o.version)
-        // IR version 3+ models must declare it; very old ones default to opset 1.
-        .unwrap_or(1);
+        .map(|o| o.version);
+    if let Some(v) = declared.filter(|v| !(1..=MAX_OPSET).contains(v)) {
+        return Err(NncError::Model(format!(
+            "the model imports ai.onnx opset {v}; nnc knows opsets 1 to {MAX_OPSET} (the newest)"
+        )));
+    }
+    // IR version 3+ models must declare it; very old ones default to opset 1.
+    let opset = declared.unwrap_or(1);
+    let default_opset_known = declared.is_some() || model.ir_version < 3;
     let mut b = GraphBuilder {
         graph: Graph::default(),
         names: HashMap::new(),
@@ -96,6 +101,9 @@ pub fn import_model(
         sequences: HashMap::new(),
         absent: HashSet::new(),
         limits: opts.limits,
+        weights: WeightBudget::new(opts.limits.max_weight_bytes),
+        origins: HashMap::new(),
+        default_opset_known,
     };
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
@@ -115,6 +123,10 @@ pub fn import_model(
         onnx_ops: hist,
     })
 }
+
+/// The newest ai.onnx opset the importer implements (that of the pinned `onnx` package
+/// whose node suite nnc passes); a model importing a newer one is refused.
+pub const MAX_OPSET: i64 = 28;
 
 /// Marks a value whose producer could not be imported: its consumers are skipped
 /// silently, so only the root causes are reported.
@@ -137,12 +149,32 @@ pub struct GraphBuilder {
     absent: HashSet<ValueId>,
     /// Sizes no tensor may exceed and constant folding keeps to.
     pub limits: Limits,
+    /// `--max-weight-bytes`, charged by every weight tensor the model declares.
+    weights: WeightBudget,
+    /// What defined each name in scope (`graph input 'x'`, `the output of node 'a'
+    /// (Relu)`...), so a second definition is refused naming the first.
+    origins: HashMap<String, String>,
+    /// Whether the model imports an ai.onnx opset (or is old enough to default to 1):
+    /// without one, the version of a default-domain op is unknown.
+    default_opset_known: bool,
 }
 
 impl GraphBuilder {
+    /// Decodes a weight tensor (an initializer or an attribute), charging its declared
+    /// size to the weight budget first.
+    fn weight_from_proto(
+        &self,
+        t: &TensorProto,
+        base_dir: Option<&Path>,
+    ) -> Result<Tensor, String> {
+        self.weights.charge(t)?;
+        tensor_from_proto(t, base_dir).map_err(|e| e.0)
+    }
+
     fn import_initializers(&mut self, g: &GraphProto, base_dir: Option<&Path>) -> Result<()> {
         for t in &g.initializer {
-            let tensor = tensor_from_proto(t, base_dir)
+            let tensor = self
+                .weight_from_proto(t, base_dir)
                 .map_err(|m| NncError::Model(format!("initializer '{}': {m}", t.name)))?;
             self.limits
                 .check_tensor(&tensor.ty())
@@ -151,6 +183,8 @@ impl GraphBuilder {
                 .graph
                 .add_value(t.name.clone(), tensor.ty(), Some(tensor));
             self.names.insert(t.name.clone(), id);
+            self.origins
+                .insert(t.name.clone(), format!("initializer '{}'", t.name));
         }
         if let Some(s) = g.sparse_initializer.first() {
             let name = s
@@ -185,6 +219,8 @@ impl GraphBuilder {
             if self.names.contains_key(&vi.name) {
                 continue; // an initializer listed as input (IR < 4): a constant
             }
+            self.origins
+                .insert(vi.name.clone(), format!("graph input '{}'", vi.name));
             if let Some(t) = opts.frozen_inputs.get(&vi.name) {
                 let id = self
                     .graph
@@ -327,6 +363,7 @@ impl GraphBuilder {
         } else {
             format!("{}{}", self.scope, node.name)
         };
+        self.define_outputs(node, &name)?;
         let mut inputs = Vec::with_capacity(node.input.len());
         let mut poisoned = false;
         for i in &node.input {
@@ -344,10 +381,18 @@ impl GraphBuilder {
                     return Err(NncError::node(
                         &name,
                         &node.op_type,
-                        format!("input '{i}' is not produced by any earlier node"),
+                        format!("input '{i}' is not produced by any earlier node (nodes must be in topological order, without cycles)"),
                     ))
                 }
             }
+        }
+        let default_domain = matches!(node.domain.as_str(), "" | "ai.onnx");
+        if default_domain && !self.default_opset_known {
+            return Err(NncError::node(
+                &name,
+                &node.op_type,
+                "the model imports no ai.onnx opset (opset_import), so the version of this op is unknown",
+            ));
         }
         let import = match node.domain.as_str() {
             "" | "ai.onnx" => super::ops::importer(&node.op_type),
@@ -435,9 +480,11 @@ impl GraphBuilder {
             )));
         }
         let outer_names = self.names.clone();
+        let outer_origins = self.origins.clone();
         let outer_scope = std::mem::replace(&mut self.scope, scope);
         let result = self.import_subgraph_body(g, inputs);
         self.names = outer_names;
+        self.origins = outer_origins;
         self.scope = outer_scope;
         result
     }
@@ -451,6 +498,8 @@ impl GraphBuilder {
         self.import_initializers(g, base_dir.as_deref())?;
         for (vi, &v) in g.input.iter().zip(inputs) {
             self.names.insert(vi.name.clone(), v);
+            self.origins
+                .insert(vi.name.clone(), format!("subgraph input '{}'", vi.name));
         }
         for (i, node) in g.node.iter().enumerate() {
             self.import_node(node, i)?;
@@ -469,6 +518,24 @@ impl GraphBuilder {
             }
         }
         Ok(Some(outputs))
+    }
+
+    /// Records `node` as the one producer of its outputs: a name already defined (by a
+    /// graph input, an initializer, an earlier node or the node itself) is refused, as
+    /// ONNX's single-assignment rule requires.
+    fn define_outputs(&mut self, node: &NodeProto, name: &str) -> Result<()> {
+        let this = format!("the output of node '{name}' ({})", node.op_type);
+        for o in node.output.iter().filter(|o| !o.is_empty()) {
+            if let Some(origin) = self.origins.get(o) {
+                return Err(NncError::node(
+                    name,
+                    &node.op_type,
+                    format!("output '{o}' would redefine {origin}; every name has one producer"),
+                ));
+            }
+            self.origins.insert(o.clone(), this.clone());
+        }
+        Ok(())
     }
 
     fn unsupported(&mut self, node: &NodeProto, name: &str, reason: String) -> Result<()> {
@@ -675,6 +742,12 @@ impl NodeCtx<'_> {
 
     pub fn base_dir(&self) -> Option<&Path> {
         self.b.base_dir.as_deref()
+    }
+
+    /// A tensor attribute holding weights (`Constant`'s value...): decoded with the
+    /// model's folder for external data, and charged to `--max-weight-bytes`.
+    pub fn weight_attribute(&self, t: &TensorProto) -> ImportResult<Tensor> {
+        Ok(self.b.weight_from_proto(t, self.base_dir())?)
     }
 
     pub fn input(&self, i: usize) -> Option<ValueId> {

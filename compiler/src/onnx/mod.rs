@@ -3,9 +3,11 @@
 
 pub mod attributes;
 pub mod constraints;
+pub mod external_data;
 pub mod import;
 pub mod ops;
 pub mod proto;
 pub mod tensor_proto;
+pub mod weight_budget;
 
 pub use import::{import_model, load_model, load_model_partial, ImportOptions, Imported};

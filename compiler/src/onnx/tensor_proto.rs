@@ -1,9 +1,10 @@
 //! `TensorProto` → [`Tensor`]: raw_data and the typed fields, and external data files.
 
-use std::path::{Component, Path};
+use std::path::Path;
 
 use half::{bf16, f16};
 
+use super::external_data::read_external;
 use super::proto::{TensorProto, DATA_LOCATION_EXTERNAL};
 use crate::ir::{DType, Tensor, TensorType};
 
@@ -19,6 +20,21 @@ pub fn tensor_from_proto(
     base_dir: Option<&Path>,
 ) -> Result<Tensor, TensorProtoError> {
     decode(t, base_dir).map_err(TensorProtoError)
+}
+
+/// The bytes `t` declares (its dims times its dtype's size), before anything is read
+/// or allocated; `None` when the dims or dtype are invalid (decoding then says why).
+pub fn declared_byte_size(t: &TensorProto) -> Option<u64> {
+    let dtype = DType::from_onnx(t.data_type)?;
+    let shape = t
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<usize>>>()?;
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    // Keeps `byte_size` below from overflowing (decoding refuses such sizes anyway).
+    numel.checked_mul(16)?;
+    u64::try_from(TensorType::new(dtype, shape).byte_size()).ok()
 }
 
 fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
@@ -131,68 +147,4 @@ fn check<T>(v: &[T], numel: usize, wrong: impl Fn(usize) -> String) -> Result<&[
     } else {
         Err(wrong(v.len()))
     }
-}
-
-/// Reads `location` (+ `offset`, `length`) relative to the model's folder. Absolute paths
-/// and `..` are refused: a model file must not make the compiler read arbitrary files.
-fn read_external(
-    t: &TensorProto,
-    base_dir: Option<&Path>,
-    expected: usize,
-) -> Result<Vec<u8>, String> {
-    let base = base_dir.ok_or_else(|| {
-        format!(
-            "tensor '{}' uses external data, which is not allowed here",
-            t.name
-        )
-    })?;
-    let get = |k: &str| {
-        t.external_data
-            .iter()
-            .find(|e| e.key == k)
-            .map(|e| e.value.as_str())
-    };
-    let location = get("location")
-        .ok_or_else(|| format!("tensor '{}': external data without a location", t.name))?;
-    let rel = Path::new(location);
-    if rel
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "tensor '{}': external data path '{location}' must be relative and stay inside the model's folder",
-            t.name
-        ));
-    }
-    let parse = |k: &str| -> Result<Option<u64>, String> {
-        get(k)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("tensor '{}': bad external data {k} '{v}'", t.name))
-            })
-            .transpose()
-    };
-    let offset = parse("offset")?.unwrap_or(0);
-    let length = parse("length")?.unwrap_or(expected as u64);
-    if length != expected as u64 {
-        return Err(format!(
-            "tensor '{}': external data length {length} but the tensor needs {expected} bytes",
-            t.name
-        ));
-    }
-    let path = base.join(rel);
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(&path)
-        .map_err(|e| format!("tensor '{}': cannot open {}: {e}", t.name, path.display()))?;
-    f.seek(SeekFrom::Start(offset))
-        .map_err(|e| format!("tensor '{}': {}: {e}", t.name, path.display()))?;
-    let mut buf = vec![0u8; expected];
-    f.read_exact(&mut buf).map_err(|e| {
-        format!(
-            "tensor '{}': {} is too short for offset {offset} + {expected} bytes: {e}",
-            t.name,
-            path.display()
-        )
-    })?;
-    Ok(buf)
 }

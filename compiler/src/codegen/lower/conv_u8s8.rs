@@ -451,11 +451,11 @@ fn tile_constants(
     mr: usize,
 ) -> Result<(Value, Value, Value), String> {
     let maps = g.maps.next_multiple_of(mr);
-    let w = ctx.rodata(pack_weights(g, &k.w, mr))?;
-    let bias = ctx.rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
+    let w = ctx.weight_rodata(pack_weights(g, &k.w, mr))?;
+    let bias = ctx.weight_rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
     let mut scale = k.scale.clone();
     scale.resize(maps, 0.0);
-    let scale = ctx.rodata(f32_bytes(&scale))?;
+    let scale = ctx.weight_rodata(f32_bytes(&scale))?;
     Ok((w, bias, scale))
 }
 

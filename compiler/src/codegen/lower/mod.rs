@@ -83,6 +83,9 @@ pub struct LowerCtx<'a, 'f> {
     /// What an index read at run time does when it is out of range (see
     /// [`index_check`]): `Fail` only in node functions that return a status.
     pub on_bad_index: index_check::OnBadIndex,
+    /// Bytes of weights this node placed in read-only data (repacked panels,
+    /// transformed filters, folded biases), for the size `nnc compile` reports.
+    pub weight_bytes: usize,
 }
 
 /// The expansion area of FP16 weights (see [`f16_weights`]): the node's weights are
@@ -127,12 +130,12 @@ impl LowerCtx<'_, '_> {
     /// float32 copy the node expands into the workspace first (see [`f16_weights`]).
     pub fn weights_f32(&mut self, floats: &[f32]) -> Result<Value, String> {
         let Some(half) = &self.half else {
-            return self.rodata(gemm::f32_bytes(floats));
+            return self.weight_rodata(gemm::f32_bytes(floats));
         };
         let (workspace, at, expand) = (half.workspace, half.region + half.used, half.expand);
         let bytes = f16_weights::f16_bytes(floats);
         let halves = bytes.len() / 2;
-        let src = self.rodata(bytes)?;
+        let src = self.weight_rodata(bytes)?;
         let dst = self.b.ins().iadd_imm_s(workspace, at as i64);
         let n = self.b.ins().iconst(PTR, halves as i64);
         let f = self.module.declare_func_in_func(expand, self.b.func);
@@ -143,8 +146,16 @@ impl LowerCtx<'_, '_> {
         Ok(dst)
     }
 
-    /// Places `bytes` (e.g. weights repacked for a kernel) in read-only data, 64-byte
-    /// aligned, and returns its address inside the current function.
+    /// [`Self::rodata`] for weights derived from the model's (repacked, transformed or
+    /// folded), counted in [`Self::weight_bytes`].
+    pub fn weight_rodata(&mut self, bytes: Vec<u8>) -> Result<Value, String> {
+        self.weight_bytes += bytes.len();
+        self.rodata(bytes)
+    }
+
+    /// Places `bytes` (a table, or weights through [`Self::weight_rodata`]) in
+    /// read-only data, 64-byte aligned, and returns its address inside the current
+    /// function.
     pub fn rodata(&mut self, bytes: Vec<u8>) -> Result<Value, String> {
         let id = self
             .module

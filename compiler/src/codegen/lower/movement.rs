@@ -246,7 +246,7 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
         (Some(h), Some(Tensor::F32(t))) if data.ty.byte_size() >= HALF_TABLE_MIN_BYTES => {
             let floats: Vec<f32> = t.iter().copied().collect();
             let expand = h.expand;
-            let table = ctx.rodata(f16_weights::f16_bytes(&floats))?;
+            let table = ctx.weight_rodata(f16_weights::f16_bytes(&floats))?;
             Some((table, ctx.module.declare_func_in_func(expand, ctx.b.func)))
         }
         _ => None,

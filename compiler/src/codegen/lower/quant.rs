@@ -260,7 +260,7 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
                 }));
             }
             g.b_bytes = gemm_int::narrowest(&all);
-            Some(ctx.rodata(gemm_int::element_bytes(&all, g.b_bytes))?)
+            Some(ctx.weight_rodata(gemm_int::element_bytes(&all, g.b_bytes))?)
         }
         _ => None,
     };
@@ -347,8 +347,8 @@ fn matmul_dot(
             corr.extend(((-za * sum) as i32).to_le_bytes());
         }
     }
-    let packed = ctx.rodata(packed)?;
-    let corr = ctx.rodata(corr)?;
+    let packed = ctx.weight_rodata(packed)?;
+    let corr = ctx.weight_rodata(corr)?;
     let scratch = ctx.scratch.ok_or("MatMulInteger needs scratch")?;
     let b = &mut *ctx.b;
     let mat_a = s.m * s.k;
@@ -517,7 +517,7 @@ pub fn conv_integer(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
             }
             g.a_bytes = gemm_int::narrowest(&rows);
             let bytes = gemm_int::element_bytes(&rows, g.a_bytes);
-            (Some(ctx.rodata(bytes)?), group_len * g.a_bytes)
+            (Some(ctx.weight_rodata(bytes)?), group_len * g.a_bytes)
         }
         _ => (None, align(v.mg * g.k2 * 2)),
     };

@@ -173,6 +173,18 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
     if kernel.len() != n || strides.len() != n || dilations.len() != n || out_pad.len() != n {
         return Err(format!("spatial attributes need {n} entries").into());
     }
+    for (what, v) in [
+        ("kernel_shape", &kernel),
+        ("strides", &strides),
+        ("dilations", &dilations),
+    ] {
+        if v.contains(&0) {
+            return Err(format!("{what} {v:?} must be positive").into());
+        }
+    }
+    if x.shape[2..].contains(&0) {
+        return Err(format!("an empty image {:?} has no transposed convolution", x.shape).into());
+    }
     let auto_pad = a.string("auto_pad", "NOTSET")?;
     let mut pads = a.usizes_opt("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
     if pads.len() != 2 * n {

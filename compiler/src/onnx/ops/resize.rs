@@ -88,8 +88,9 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
                 );
             }
             for (k, &ax) in axes.iter().enumerate() {
-                if s[k] <= 0.0 {
-                    return Err("scales must be positive".into());
+                // Also refuses NaN, which every comparison lets through.
+                if !(s[k] > 0.0 && s[k].is_finite()) {
+                    return Err(format!("scales must be positive and finite, not {}", s[k]).into());
                 }
                 scales[ax] = s[k];
                 output_shape[ax] = (x.shape[ax] as f64 * s[k] as f64).floor() as usize;
@@ -100,6 +101,9 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
                 return Err(
                     format!("sizes has {} entries, {} expected", sz.len(), axes.len()).into(),
                 );
+            }
+            if let Some(bad) = sz.iter().find(|&&d| d < 0) {
+                return Err(format!("sizes has a negative entry {bad}").into());
             }
             let ratio = |k: usize, ax: usize| sz[k] as f32 / x.shape[ax] as f32;
             let pick = match policy.as_str() {

@@ -137,9 +137,12 @@ pub fn unsqueeze(ctx: &mut NodeCtx) -> ImportResult {
 pub fn transpose(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let perm = match ctx.attrs.ints_opt("perm")? {
+        // Unlike axes elsewhere, perm entries may not count from the end.
         Some(p) => p
             .iter()
-            .map(|&a| normalize_axis(a, x.rank()))
+            .map(|&a| {
+                usize::try_from(a).map_err(|_| format!("perm {p:?} has a negative entry {a}"))
+            })
             .collect::<Result<Vec<_>, _>>()?,
         None => (0..x.rank()).rev().collect(),
     };
@@ -586,7 +589,7 @@ pub fn range(ctx: &mut NodeCtx) -> ImportResult {
 pub fn constant(ctx: &mut NodeCtx) -> ImportResult {
     let a = &ctx.attrs;
     let t = if let Some(t) = a.tensor_opt("value")? {
-        tensor_from_proto(t, ctx.base_dir())?
+        ctx.weight_attribute(t)?
     } else if let Some(f) = a.float_opt("value_float")? {
         Tensor::scalar(f)
     } else if let Some(v) = a.floats_opt("value_floats")? {

@@ -11,7 +11,6 @@
 use super::build::{binary, unary};
 use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
-use crate::onnx::tensor_proto::tensor_from_proto;
 use crate::ops::{BinaryOp, Op, ReduceAttrs, ReduceKind, UnaryOp};
 
 /// A node comparison, as `nodes_modes` numbers them.
@@ -106,7 +105,7 @@ fn read_tree_ensemble(ctx: &NodeCtx) -> ImportResult<Ensemble> {
     };
     let tensor = |name: &str| -> ImportResult<Option<Tensor>> {
         match a.tensor_opt(name)? {
-            Some(t) => Ok(Some(tensor_from_proto(t, ctx.base_dir())?)),
+            Some(t) => Ok(Some(ctx.weight_attribute(t)?)),
             None => Ok(None),
         }
     };
