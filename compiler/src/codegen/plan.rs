@@ -185,11 +185,15 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
             let elem = graph.ty(out).dtype.size();
             let mut at = 0usize;
             let mut all = true;
+            let mut uses = std::collections::HashMap::<usize, usize>::new();
+            for x in n.inputs.iter().flatten() {
+                *uses.entry(x.0).or_default() += 1;
+            }
             for x in n.inputs.iter().flatten() {
                 let ty = graph.ty(*x);
                 let bytes = ty.byte_size();
                 let r = g.root[x.0];
-                let once = n.inputs.iter().flatten().filter(|y| *y == x).count() == 1;
+                let once = uses.get(&x.0) == Some(&1);
                 // The input's whole group moves, so it must be exactly the input's bytes
                 // (in-place chains and views are; slices of another concat are not).
                 let whole = plan.offset[x.0] == 0 && graph.ty(ValueId(r)).byte_size() == bytes;
@@ -274,13 +278,18 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     // The live bytes while node `t` runs: every buffer whose interval contains `t` (a
     // node's inputs, outputs and scratch are all live during it; in-place outputs and
     // views are in their group's single buffer).
+    // One sweep over the nodes rather than a scan of every buffer at each of them.
+    let mut starting = vec![0usize; nn + 1];
+    let mut ending = vec![0usize; nn + 2];
+    for (_, i) in &buffers {
+        starting[i.start] += i.size;
+        ending[i.end + 1] += i.size;
+    }
+    let mut live = 0usize;
     plan.lower_bound = (0..nn.max(1))
         .map(|t| {
-            buffers
-                .iter()
-                .filter(|(_, i)| i.start <= t && t <= i.end)
-                .map(|(_, i)| i.size)
-                .sum()
+            live = live + starting[t] - ending[t];
+            live
         })
         .max()
         .unwrap_or(0);
