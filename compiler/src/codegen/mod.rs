@@ -14,7 +14,7 @@ pub mod target;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    types, AbiParam, BlockArg, Function, InstBuilder, Signature, UserFuncName, Value,
+    types, AbiParam, Block, BlockArg, Function, InstBuilder, Signature, UserFuncName, Value,
 };
 use std::sync::Arc;
 
@@ -134,8 +134,9 @@ pub fn compile_graph_reporting(
         if plan.is_view[k] {
             continue;
         }
-        let n_args = node.inputs.iter().flatten().count()
-            + node.outputs.len()
+        let n_operands = node.inputs.iter().flatten().count() + node.outputs.len();
+        let table = plan.operand_tables[k].is_some();
+        let n_args = if table { 1 } else { n_operands }
             + usize::from(plan.scratch[k].is_some())
             + usize::from(expand.is_some());
         let mut node_half_bytes = 0;
@@ -161,12 +162,19 @@ pub fn compile_graph_reporting(
             sig,
             |b, module, params| {
                 let mut next = params.iter().copied();
+                let operand_ptrs = if table {
+                    let table = next.next().expect("the operand table parameter");
+                    load_operand_table(b, table, n_operands)
+                } else {
+                    next.by_ref().take(n_operands).collect()
+                };
+                let mut ptrs = operand_ptrs.into_iter();
                 let inputs: Vec<Option<Operand>> = node
                     .inputs
                     .iter()
                     .map(|i| {
                         i.map(|v| Operand {
-                            ptr: next.next().expect("one param per input"),
+                            ptr: ptrs.next().expect("one pointer per input"),
                             ty: graph.ty(v).clone(),
                             constant: graph.constant(v).cloned(),
                         })
@@ -176,7 +184,7 @@ pub fn compile_graph_reporting(
                     .outputs
                     .iter()
                     .map(|o| Operand {
-                        ptr: next.next().expect("one param per output"),
+                        ptr: ptrs.next().expect("one pointer per output"),
                         ty: graph.ty(*o).clone(),
                         constant: None,
                     })
@@ -233,16 +241,20 @@ pub fn compile_graph_reporting(
                 Ok(())
             },
         )?;
-        // Which constant operands the code reads (the function is still in `ctx`).
+        // Which constant operands the code reads (the function is still in `ctx`). Those
+        // of a node with an operand table all count as read: its entries are stored
+        // whether or not the code loads them.
         let entry = ctx
             .func
             .layout
             .entry_block()
             .expect("node functions have a body");
         let params = ctx.func.dfg.block_params(entry).to_vec();
-        for (v, p) in node.inputs.iter().flatten().zip(&params) {
+        for (j, v) in node.inputs.iter().flatten().enumerate() {
             let root = plan.root[v.0];
-            if graph.values[root].constant.is_some() && value_is_used(&ctx.func, *p) {
+            if graph.values[root].constant.is_some()
+                && (table || value_is_used(&ctx.func, params[j]))
+            {
                 const_read[root] = true;
             }
         }
@@ -347,6 +359,19 @@ fn define_function(
         .define_function(id, ctx)
         .map_err(|e| codegen_err(name, format!("{e:?}")))?;
     Ok(id)
+}
+
+/// The `n` addresses in a node's operand table (see [`plan::MAX_DIRECT_OPERANDS`]). The
+/// loads are marked read-only and movable, so the optimizer places each one just before
+/// its first use instead of keeping all `n` addresses live from the function's entry.
+fn load_operand_table(b: &mut FunctionBuilder, table: Value, n: usize) -> Vec<Value> {
+    let table_flags = flags().with_readonly().with_can_move();
+    (0..n)
+        .map(|j| {
+            let slot = b.ins().iadd_imm_s(table, (j * 8) as i64);
+            b.ins().load(PTR, table_flags, slot, 0)
+        })
+        .collect()
 }
 
 /// Whether any instruction of `func` reads `v`.
@@ -497,6 +522,65 @@ fn define_copy(
     )
 }
 
+/// Pointers loaded from the `inputs` / `outputs` arrays and then checked as one group.
+/// A group's loaded pointers are all live until its checks, so the bound keeps the
+/// entry function's size and register allocation linear in the number of inputs and
+/// outputs; a graph with at most this many is one group, in the order nnc always
+/// emitted (unchanged artifacts).
+const CHECKED_POINTERS_PER_GROUP: usize = 16;
+
+/// Argument checks at the start of `infer_with_workspace`: every pointer the plan
+/// dereferences must be non-null (`inputs`, `outputs` and each of their elements), and
+/// the workspace, when it is used, non-null and aligned as `model_info` promises.
+/// Returns the blocks the failures branch to, `(null pointer, misaligned workspace)`,
+/// for the caller to fill in.
+fn emit_argument_checks(
+    b: &mut FunctionBuilder,
+    (inputs, n_inputs): (Value, usize),
+    (outputs, n_outputs): (Value, usize),
+    (ws, check_ws): (Value, bool),
+) -> (Block, Block) {
+    let fail_null = b.create_block();
+    let fail_align = b.create_block();
+    let check_null = |b: &mut FunctionBuilder, v: Value, fail| {
+        let ok = b.create_block();
+        let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);
+        b.ins().brif(null, fail, &[], ok, &[]);
+        b.seal_block(ok);
+        b.switch_to_block(ok);
+    };
+    let mut pending: Vec<Value> = vec![];
+    if n_inputs > 0 {
+        pending.push(inputs);
+    }
+    if n_outputs > 0 {
+        pending.push(outputs);
+    }
+    let elements: Vec<(Value, usize)> = (0..n_inputs)
+        .map(|i| (inputs, i))
+        .chain((0..n_outputs).map(|i| (outputs, i)))
+        .collect();
+    for group in elements.chunks(CHECKED_POINTERS_PER_GROUP) {
+        for &(arr, i) in group {
+            // Check the array pointer before loading from it.
+            check_null(b, arr, fail_null);
+            pending.push(b.ins().load(PTR, flags(), arr, (i * 8) as i32));
+        }
+        for v in pending.drain(..) {
+            check_null(b, v, fail_null);
+        }
+    }
+    if check_ws {
+        check_null(b, ws, fail_align);
+        let ok = b.create_block();
+        let misaligned = b.ins().band_imm_u(ws, (plan::ALIGN - 1) as i64);
+        b.ins().brif(misaligned, fail_align, &[], ok, &[]);
+        b.seal_block(ok);
+        b.switch_to_block(ok);
+    }
+    (fail_null, fail_align)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn define_infer_with_workspace(
     module: &mut ObjectModule,
@@ -529,52 +613,14 @@ fn define_infer_with_workspace(
                 b.ins().call(fref, &[]);
             }
 
-            // Argument checks: every pointer the plan dereferences must be non-null, and the
-            // workspace aligned as model_info promises.
-            let fail_null = b.create_block();
-            let fail_align = b.create_block();
-            let mut checks: Vec<(Value, bool)> = vec![];
-            if !graph.inputs.is_empty() {
-                checks.push((inputs, false));
-            }
-            if !graph.outputs.is_empty() {
-                checks.push((outputs, false));
-            }
-            for (arr, n) in [(inputs, graph.inputs.len()), (outputs, graph.outputs.len())] {
-                for i in 0..n {
-                    // Check the array pointer before loading from it.
-                    let ok = b.create_block();
-                    let null = b.ins().icmp_imm_s(IntCC::Equal, arr, 0);
-                    b.ins().brif(null, fail_null, &[], ok, &[]);
-                    b.seal_block(ok);
-                    b.switch_to_block(ok);
-                    let e = b.ins().load(PTR, flags(), arr, (i * 8) as i32);
-                    checks.push((e, false));
-                }
-            }
-            // Checked even when the model needs no workspace, as nnc.h promises; infer()
-            // passes its static arena, which is never empty (at least one byte).
-            checks.push((ws, true));
-            for (v, is_ws) in checks {
-                let ok = b.create_block();
-                let null = b.ins().icmp_imm_s(IntCC::Equal, v, 0);
-                b.ins().brif(
-                    null,
-                    if is_ws { fail_align } else { fail_null },
-                    &[],
-                    ok,
-                    &[],
-                );
-                b.seal_block(ok);
-                b.switch_to_block(ok);
-                if is_ws {
-                    let ok2 = b.create_block();
-                    let mis = b.ins().band_imm_u(v, (plan::ALIGN - 1) as i64);
-                    b.ins().brif(mis, fail_align, &[], ok2, &[]);
-                    b.seal_block(ok2);
-                    b.switch_to_block(ok2);
-                }
-            }
+            let (fail_null, fail_align) = emit_argument_checks(
+                b,
+                (inputs, graph.inputs.len()),
+                (outputs, graph.outputs.len()),
+                // Checked even when the model needs no workspace, as nnc.h promises; infer()
+                // passes its static arena, which is never empty (at least one byte).
+                (ws, true),
+            );
 
             let wgv = module.declare_data_in_func(weights, b.func);
             let wbase = b.ins().symbol_value(PTR, wgv);
@@ -596,15 +642,32 @@ fn define_infer_with_workspace(
             let mut fail_status: Option<cranelift_codegen::ir::Block> = None;
             for (k, node) in graph.nodes.iter().enumerate() {
                 let Some(fid) = node_fns[k] else { continue };
-                let mut args = vec![];
-                for v in node.inputs.iter().flatten().chain(node.outputs.iter()) {
-                    // A constant the kernel repacked has no storage: its parameter is unused.
-                    match plan.storage[v.0] {
+                let mut operands = node.inputs.iter().flatten().chain(node.outputs.iter());
+                // A constant the kernel repacked has no storage: its parameter is unused.
+                let mut operand_address = |b: &mut FunctionBuilder| {
+                    let v = operands.next()?;
+                    Some(match plan.storage[v.0] {
                         Some(s) => {
                             let a = addr_of(b, s);
-                            args.push(offset_by(b, a, plan.offset[v.0]));
+                            offset_by(b, a, plan.offset[v.0])
                         }
-                        None => args.push(b.ins().iconst(PTR, 0)),
+                        None => b.ins().iconst(PTR, 0),
+                    })
+                };
+                let mut args = vec![];
+                if let Some(off) = plan.operand_tables[k] {
+                    // Each address is stored as soon as it is computed, so only one is
+                    // live at a time.
+                    let table = addr_of(b, Storage::Arena(off));
+                    for j in 0.. {
+                        let Some(a) = operand_address(b) else { break };
+                        let slot = offset_by(b, table, j * 8);
+                        b.ins().store(flags(), a, slot, 0);
+                    }
+                    args.push(table);
+                } else {
+                    while let Some(a) = operand_address(b) {
+                        args.push(a);
                     }
                 }
                 if let Some(off) = plan.scratch[k] {

@@ -13,6 +13,13 @@ use crate::ops::{Op, UnaryOp};
 /// Alignment of every arena and weight buffer: a cache line, enough for any vector load.
 pub const ALIGN: usize = 64;
 
+/// A node with more operands (inputs and outputs) than this gets their addresses through
+/// an operand table in the workspace instead of one function parameter each: thousands
+/// of parameters (a Concat of every graph input) would be passed on the stack and kept
+/// live across the whole node function, which register allocation handles in time
+/// quadratic in their number.
+pub const MAX_DIRECT_OPERANDS: usize = 64;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Storage {
     /// The caller's `inputs[i]`.
@@ -31,6 +38,9 @@ pub struct MemoryPlan {
     pub storage: Vec<Option<Storage>>,
     /// Arena offset of each node's scratch buffer (im2col and the like), if it has one.
     pub scratch: Vec<Option<usize>>,
+    /// Arena offset of each node's operand table (the addresses of its inputs, then of
+    /// its outputs, 8 bytes each), for nodes with more than [`MAX_DIRECT_OPERANDS`].
+    pub operand_tables: Vec<Option<usize>>,
     /// Every constant that code reads, 64-byte aligned.
     pub weights: Vec<u8>,
     pub arena_size: usize,
@@ -77,6 +87,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
         storage: vec![None; nv],
         offset: vec![0; nv],
         scratch: vec![None; nn],
+        operand_tables: vec![None; nn],
         is_view: vec![false; nn],
         ..Default::default()
     };
@@ -174,11 +185,15 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
             let elem = graph.ty(out).dtype.size();
             let mut at = 0usize;
             let mut all = true;
+            let mut uses = std::collections::HashMap::<usize, usize>::new();
+            for x in n.inputs.iter().flatten() {
+                *uses.entry(x.0).or_default() += 1;
+            }
             for x in n.inputs.iter().flatten() {
                 let ty = graph.ty(*x);
                 let bytes = ty.byte_size();
                 let r = g.root[x.0];
-                let once = n.inputs.iter().flatten().filter(|y| *y == x).count() == 1;
+                let once = uses.get(&x.0) == Some(&1);
                 // The input's whole group moves, so it must be exactly the input's bytes
                 // (in-place chains and views are; slices of another concat are not).
                 let whole = plan.offset[x.0] == 0 && graph.ty(ValueId(r)).byte_size() == bytes;
@@ -217,14 +232,20 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
 
     place_constants(&mut plan, graph, &used);
 
-    // Arena buffers: every produced root without caller storage, plus node scratch.
-    let mut buffers: Vec<(Option<usize>, Option<usize>, Interval)> = vec![];
+    // Arena buffers: every produced root without caller storage, plus node scratch and
+    // operand tables.
+    let mut buffers: Vec<(Owner, Interval)> = vec![];
+    let during = |k: usize, bytes: usize| Interval {
+        size: align(bytes),
+        start: k,
+        end: k,
+        offset: 0,
+    };
     for v in 0..nv {
         if root[v] == v && produced(v) && plan.storage[v].is_none() && first[v] != usize::MAX {
             let size = align(graph.values[v].ty.byte_size().max(1));
             buffers.push((
-                Some(v),
-                None,
+                Owner::Value(v),
                 Interval {
                     size,
                     start: first[v],
@@ -236,38 +257,39 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     }
     for (k, &bytes) in scratch_bytes.iter().enumerate() {
         if bytes > 0 {
-            buffers.push((
-                None,
-                Some(k),
-                Interval {
-                    size: align(bytes),
-                    start: k,
-                    end: k,
-                    offset: 0,
-                },
-            ));
+            buffers.push((Owner::Scratch(k), during(k, bytes)));
         }
     }
-    place(&mut buffers.iter_mut().map(|(_, _, i)| i).collect::<Vec<_>>());
-    for (v, k, iv) in &buffers {
-        plan.arena_size = plan.arena_size.max(iv.offset + iv.size);
-        if let Some(v) = v {
-            plan.storage[*v] = Some(Storage::Arena(iv.offset));
+    for (k, n) in graph.nodes.iter().enumerate() {
+        let operands = n.inputs.iter().flatten().count() + n.outputs.len();
+        if operands > MAX_DIRECT_OPERANDS && !plan.is_view[k] {
+            buffers.push((Owner::OperandTable(k), during(k, operands * 8)));
         }
-        if let Some(k) = k {
-            plan.scratch[*k] = Some(iv.offset);
+    }
+    place(&mut buffers.iter_mut().map(|(_, i)| i).collect::<Vec<_>>());
+    for (owner, iv) in &buffers {
+        plan.arena_size = plan.arena_size.max(iv.offset + iv.size);
+        match *owner {
+            Owner::Value(v) => plan.storage[v] = Some(Storage::Arena(iv.offset)),
+            Owner::Scratch(k) => plan.scratch[k] = Some(iv.offset),
+            Owner::OperandTable(k) => plan.operand_tables[k] = Some(iv.offset),
         }
     }
     // The live bytes while node `t` runs: every buffer whose interval contains `t` (a
     // node's inputs, outputs and scratch are all live during it; in-place outputs and
     // views are in their group's single buffer).
+    // One sweep over the nodes rather than a scan of every buffer at each of them.
+    let mut starting = vec![0usize; nn + 1];
+    let mut ending = vec![0usize; nn + 2];
+    for (_, i) in &buffers {
+        starting[i.start] += i.size;
+        ending[i.end + 1] += i.size;
+    }
+    let mut live = 0usize;
     plan.lower_bound = (0..nn.max(1))
         .map(|t| {
-            buffers
-                .iter()
-                .filter(|(_, _, i)| i.start <= t && t <= i.end)
-                .map(|(_, _, i)| i.size)
-                .sum()
+            live = live + starting[t] - ending[t];
+            live
         })
         .max()
         .unwrap_or(0);
@@ -276,6 +298,16 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     plan.root = root;
     propagate_views(&mut plan);
     plan
+}
+
+/// What an arena buffer holds.
+enum Owner {
+    /// The storage of a value's group.
+    Value(usize),
+    /// A node's scratch.
+    Scratch(usize),
+    /// A node's operand table.
+    OperandTable(usize),
 }
 
 /// Union of storage groups while planning.
