@@ -71,7 +71,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (unit, s) in [(1u64 << 40, "T"), (GIB, "G"), (MIB, "M"), (KIB, "K")] {
-            if n >= unit && n % unit == 0 {
+            if n >= unit && n.is_multiple_of(unit) {
                 return write!(f, "{}{s}", n / unit);
             }
         }
