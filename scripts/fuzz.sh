@@ -87,10 +87,20 @@ seed_import() {
     done
 }
 
+# The structure-aware targets read their inputs as a stream of choices; random bytes
+# give varied models from the start (libFuzzer's own first inputs are short, and a
+# short input makes the smallest model).
+seed_random() {
+    local corpus=$fuzz_dir/corpus/$1
+    for i in $(seq 1 64); do
+        [ -e "$corpus/seed-random-$i" ] || head -c 1024 /dev/urandom > "$corpus/seed-random-$i"
+    done
+}
+
 status=0
 for t in "${targets[@]}"; do
     mkdir -p "$fuzz_dir/corpus/$t"
-    [ "$t" = import ] && seed_import
+    if [ "$t" = import ]; then seed_import; else seed_random "$t"; fi
     if compgen -G "$fuzz_dir/regressions/$t/*" > /dev/null; then
         cp "$fuzz_dir/regressions/$t/"* "$fuzz_dir/corpus/$t/"
     fi

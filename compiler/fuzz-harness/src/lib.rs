@@ -16,4 +16,4 @@ mod pipeline;
 pub mod random_model;
 
 pub use differential::differential_case;
-pub use pipeline::{compile_case, import_bytes};
+pub use pipeline::{compile_case, import_bytes, imported_graph, optimized_graph};

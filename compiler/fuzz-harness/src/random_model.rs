@@ -124,10 +124,22 @@ static OPS: &[OpSpec] = &[
     op("IsNaN", UNARY, 1, 1, NO_ATTRS),
     op("IsInf", UNARY, 1, 1, NO_ATTRS),
     op("Softplus", UNARY, 1, 1, NO_ATTRS),
-    op("LeakyRelu", UNARY, 1, 1, &[Float("alpha", &[0.01, 0.5, -1.0])]),
+    op(
+        "LeakyRelu",
+        UNARY,
+        1,
+        1,
+        &[Float("alpha", &[0.01, 0.5, -1.0])],
+    ),
     op("Elu", UNARY, 1, 1, &[Float("alpha", &[1.0, 0.5])]),
     op("HardSigmoid", UNARY, 1, 1, &[Float("alpha", &[0.2, 1.0])]),
-    op("Gelu", UNARY, 1, 1, &[Str("approximate", &["none", "tanh"])]),
+    op(
+        "Gelu",
+        UNARY,
+        1,
+        1,
+        &[Str("approximate", &["none", "tanh"])],
+    ),
     op("Clip", &[Value, Scalar, Scalar], 1, 1, NO_ATTRS),
     op("Add", BINARY, 2, 1, NO_ATTRS),
     op("Sub", BINARY, 2, 1, NO_ATTRS),
@@ -154,7 +166,13 @@ static OPS: &[OpSpec] = &[
     ),
     op("PRelu", BINARY, 2, 1, NO_ATTRS),
     op("Where", &[Value, Value, Value], 3, 1, NO_ATTRS),
-    op("Cast", UNARY, 1, 1, &[ElemType("to"), Int("saturate", 0, 1)]),
+    op(
+        "Cast",
+        UNARY,
+        1,
+        1,
+        &[ElemType("to"), Int("saturate", 0, 1)],
+    ),
     op("CastLike", BINARY, 2, 1, NO_ATTRS),
     // Linear algebra and convolutions.
     op("MatMul", BINARY, 2, 1, NO_ATTRS),
@@ -273,23 +291,65 @@ static OPS: &[OpSpec] = &[
     op("Identity", UNARY, 1, 1, NO_ATTRS),
     op("DepthToSpace", UNARY, 1, 1, &[Int("blocksize", 1, 2)]),
     op("SpaceToDepth", UNARY, 1, 1, &[Int("blocksize", 1, 2)]),
-    op("ConstantOfShape", &[I64s(0, 3, 0, 4)], 1, 1, &[ScalarTensor("value")]),
+    op(
+        "ConstantOfShape",
+        &[I64s(0, 3, 0, 4)],
+        1,
+        1,
+        &[ScalarTensor("value")],
+    ),
     op("Range", &[Scalar, Scalar, Scalar], 3, 1, NO_ATTRS),
-    op("CumSum", &[Value, I64s(0, 0, -3, 3)], 2, 1, &[Int("exclusive", 0, 1), Int("reverse", 0, 1)]),
+    op(
+        "CumSum",
+        &[Value, I64s(0, 0, -3, 3)],
+        2,
+        1,
+        &[Int("exclusive", 0, 1), Int("reverse", 0, 1)],
+    ),
     op("Trilu", &[Value, Optional], 1, 1, &[Int("upper", 0, 1)]),
     op("ScatterElements", &[Value, Value, Value], 3, 1, &[AXIS]),
     op("OneHot", &[Value, I64s(0, 0, 0, 4), Value], 3, 1, &[AXIS]),
     // Reductions.
-    op("ReduceSum", &[Value, I64s(0, 2, -4, 4)], 1, 1, &[KEEPDIMS, Int("noop_with_empty_axes", 0, 1)]),
-    op("ReduceMean", &[Value, I64s(0, 2, -4, 4)], 1, 1, &[AXES, KEEPDIMS]),
-    op("ReduceMax", &[Value, I64s(0, 2, -4, 4)], 1, 1, &[AXES, KEEPDIMS]),
+    op(
+        "ReduceSum",
+        &[Value, I64s(0, 2, -4, 4)],
+        1,
+        1,
+        &[KEEPDIMS, Int("noop_with_empty_axes", 0, 1)],
+    ),
+    op(
+        "ReduceMean",
+        &[Value, I64s(0, 2, -4, 4)],
+        1,
+        1,
+        &[AXES, KEEPDIMS],
+    ),
+    op(
+        "ReduceMax",
+        &[Value, I64s(0, 2, -4, 4)],
+        1,
+        1,
+        &[AXES, KEEPDIMS],
+    ),
     op("ReduceMin", UNARY, 1, 1, &[AXES, KEEPDIMS]),
     op("ReduceProd", UNARY, 1, 1, &[AXES, KEEPDIMS]),
     op("ReduceL2", UNARY, 1, 1, &[AXES, KEEPDIMS]),
     op("ReduceLogSumExp", UNARY, 1, 1, &[AXES, KEEPDIMS]),
-    op("ArgMax", UNARY, 1, 1, &[AXIS, KEEPDIMS, Int("select_last_index", 0, 1)]),
+    op(
+        "ArgMax",
+        UNARY,
+        1,
+        1,
+        &[AXIS, KEEPDIMS, Int("select_last_index", 0, 1)],
+    ),
     op("ArgMin", UNARY, 1, 1, &[AXIS, KEEPDIMS]),
-    op("TopK", &[Value, I64s(1, 1, 0, 3)], 2, 2, &[AXIS, Int("largest", 0, 1), Int("sorted", 0, 1)]),
+    op(
+        "TopK",
+        &[Value, I64s(1, 1, 0, 3)],
+        2,
+        2,
+        &[AXIS, Int("largest", 0, 1), Int("sorted", 0, 1)],
+    ),
 ];
 
 /// Draws from `u`, reading exhausted input as the range's start.
@@ -366,7 +426,9 @@ fn value_info(name: &str, dtype: DType, shape: &[usize]) -> ValueInfoProto {
         r#type: Some(TypeProto {
             value: Some(type_proto::Value::TensorType(type_proto::Tensor {
                 elem_type: dtype.onnx_code(),
-                shape: Some(TensorShapeProto { dim: dims.collect() }),
+                shape: Some(TensorShapeProto {
+                    dim: dims.collect(),
+                }),
             })),
         }),
     }
@@ -419,6 +481,7 @@ struct Known {
 
 /// A random model; see the module documentation.
 pub fn random_model(u: &mut Unstructured) -> ModelProto {
+    let opset = OPSETS[index(u, OPSETS.len())];
     let mut graph = GraphProto {
         name: "fuzz".into(),
         ..Default::default()
@@ -445,7 +508,9 @@ pub fn random_model(u: &mut Unstructured) -> ModelProto {
         let d = dtype(u);
         let s = if chance(u, 2) { base.clone() } else { shape(u) };
         let name = format!("w{i}");
-        graph.initializer.push(tensor_proto(&name, &tensor(u, d, &s)));
+        graph
+            .initializer
+            .push(tensor_proto(&name, &tensor(u, d, &s)));
         values.push(Known {
             name,
             dtype: Some(d),
@@ -491,7 +556,9 @@ pub fn random_model(u: &mut Unstructured) -> ModelProto {
                 Scalar => {
                     let d = first_dtype.unwrap_or(DType::F32);
                     let name = format!("n{n}_c{k}");
-                    graph.initializer.push(tensor_proto(&name, &tensor(u, d, &[])));
+                    graph
+                        .initializer
+                        .push(tensor_proto(&name, &tensor(u, d, &[])));
                     name
                 }
             };
@@ -530,7 +597,7 @@ pub fn random_model(u: &mut Unstructured) -> ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
             domain: String::new(),
-            version: OPSETS[index(u, OPSETS.len())],
+            version: opset,
         }],
         producer_name: "nnc-fuzz".into(),
         graph: Some(graph),

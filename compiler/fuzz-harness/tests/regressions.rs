@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 fn replay(target: &str, case: fn(&[u8])) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/regressions")
+        .join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("directory entry").path())
@@ -51,5 +53,29 @@ fn random_models_compile_and_match_the_interpreter() {
             .collect();
         nnc_fuzz_harness::compile_case(&data);
         nnc_fuzz_harness::differential_case(&data);
+    }
+}
+
+/// The importer's axis checks on scalars (found by the compile target): an op that
+/// takes an axis's size refuses a rank-0 operand with one error naming the file and
+/// the node, instead of indexing its empty shape.
+#[test]
+fn ops_that_take_an_axis_size_refuse_scalars() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/import");
+    for (file, op) in [
+        ("slice-of-a-scalar.onnx", "Slice"),
+        ("squeeze-of-a-scalar-axis-0.onnx", "Squeeze"),
+        ("topk-of-a-scalar.onnx", "TopK"),
+        ("blocked-quantize-of-a-scalar.onnx", "QuantizeLinear"),
+        ("blocked-dequantize-of-a-scalar.onnx", "DequantizeLinear"),
+    ] {
+        let path = dir.join(file);
+        let err = match nnc::onnx::load_model(&path, &Default::default()) {
+            Ok(_) => panic!("{file}: imported"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(file), "{file}: {err}");
+        assert!(err.contains(&format!("({op})")), "{file}: {err}");
+        assert!(err.contains("scalar (rank 0)"), "{file}: {err}");
     }
 }

@@ -115,6 +115,17 @@ impl<'a> Attributes<'a> {
 }
 
 /// Resolves a possibly negative axis against `rank` (valid range `[-rank, rank)`).
+/// `axis` of a tensor of `shape` (negative counts from the end) and its size. Unlike
+/// [`normalize_axis`], which lets a scalar's ops name axis 0, this refuses a scalar:
+/// it has no axis to take a size from.
+pub fn axis_and_dim(axis: i64, shape: &[usize]) -> Result<(usize, usize), String> {
+    let a = normalize_axis(axis, shape.len())?;
+    let dim = shape
+        .get(a)
+        .ok_or_else(|| format!("axis {axis} is out of range for a scalar (rank 0)"))?;
+    Ok((a, *dim))
+}
+
 pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
     if axis < -r || axis >= r.max(1) {

@@ -3,7 +3,7 @@
 //! ScatterElements; ReverseSequence as GatherElements and MaxUnpool as ScatterElements.
 
 use crate::ir::{DType, Tensor};
-use crate::onnx::attributes::normalize_axis;
+use crate::onnx::attributes::{axis_and_dim, normalize_axis};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, ScatterReduction};
 
@@ -104,13 +104,11 @@ pub fn top_k(ctx: &mut NodeCtx) -> ImportResult {
             _ => return Err("K must hold one element".into()),
         }
     };
-    let axis = normalize_axis(ctx.attrs.int("axis", -1)?, x.rank())?;
+    let (axis, dim) = axis_and_dim(ctx.attrs.int("axis", -1)?, &x.shape)?;
     let k = usize::try_from(k)
         .ok()
-        .filter(|&k| k <= x.shape[axis])
-        .ok_or_else(|| {
-            ImportError::Invalid(format!("k = {k} must be in [0, {}]", x.shape[axis]))
-        })?;
+        .filter(|&k| k <= dim)
+        .ok_or_else(|| ImportError::Invalid(format!("k = {k} must be in [0, {dim}]")))?;
     let largest = ctx.attrs.int("largest", 1)? != 0;
     let outs = ctx.emit(
         Op::TopK { axis, k, largest },

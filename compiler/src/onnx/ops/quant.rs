@@ -11,7 +11,7 @@
 use super::elementwise::scalar_of;
 use super::nn::conv_attrs;
 use crate::ir::{DType, ValueId};
-use crate::onnx::attributes::normalize_axis;
+use crate::onnx::attributes::{axis_and_dim, normalize_axis};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, ReduceAttrs, ReduceKind, UnaryOp};
 
@@ -316,12 +316,11 @@ fn blocked(ctx: &mut NodeCtx, quantize: bool) -> ImportResult<ValueId> {
     let x = ctx.required(0)?;
     let xt = ctx.ty(x).clone();
     let rank = xt.rank();
-    let axis = normalize_axis(ctx.attrs.int("axis", 1)?, rank)?;
+    let (axis, len) = axis_and_dim(ctx.attrs.int("axis", 1)?, &xt.shape)?;
     let block = usize::try_from(ctx.attrs.int("block_size", 0)?)
         .ok()
         .filter(|&b| b > 0)
         .ok_or("block_size must be positive")?;
-    let len = xt.shape[axis];
     let blocks = len.div_ceil(block);
     let repeat = |ctx: &mut NodeCtx, p: ValueId, what: &str| -> ImportResult<ValueId> {
         let pt = ctx.ty(p).clone();

@@ -2,7 +2,7 @@
 //! ConstantOfShape, Range, Constant) becomes a constant: nnc's shapes are static.
 
 use crate::ir::{Tensor, ValueId};
-use crate::onnx::attributes::normalize_axis;
+use crate::onnx::attributes::{axis_and_dim, normalize_axis};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::onnx::tensor_proto::tensor_from_proto;
 use crate::ops::infer::broadcast_shapes;
@@ -91,7 +91,7 @@ pub fn squeeze(ctx: &mut NodeCtx) -> ImportResult {
     let axes = match axes_list(ctx, 1, 13)? {
         Some(a) => a
             .iter()
-            .map(|&a| normalize_axis(a, x.rank()))
+            .map(|&a| axis_and_dim(a, &x.shape).map(|(a, _)| a))
             .collect::<Result<Vec<_>, _>>()?,
         None => (0..x.rank()).filter(|&i| x.shape[i] == 1).collect(),
     };
@@ -265,8 +265,8 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let mut out_steps = vec![1i64; r];
     let mut shape = x.shape.clone();
     for i in 0..starts.len() {
-        let axis = normalize_axis(axes[i], r)?;
-        let dim = x.shape[axis] as i64;
+        let (axis, dim) = axis_and_dim(axes[i], &x.shape)?;
+        let dim = dim as i64;
         let step = steps[i];
         if step == 0 {
             return Err("slice step cannot be 0".into());
