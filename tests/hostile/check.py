@@ -61,10 +61,13 @@ class Case:
     optional files beside it, extra CLI arguments, and what a refusal must mention."""
 
     def __init__(self, name, model=None, raw=None, args=(), files=None, node=None,
-                 setup=None, model_name="model.onnx", may_compile=False):
+                 setup=None, model_name="model.onnx", may_compile=False, names=None):
         self.name, self.model, self.raw, self.args = name, model, raw, list(args)
         self.files, self.node, self.setup = files or {}, node, setup
         self.model_name, self.may_compile = model_name, may_compile
+        # What the refusal must name: the model file, or for a bad command line the
+        # argument at fault.
+        self.names = names or model_name
 
 
 def one(op, ins, outs, inputs, outputs, inits=(), **attrs):
@@ -177,10 +180,10 @@ def corpus():
     add(Case("model_is_directory", setup=lambda d: os.mkdir(os.path.join(d, "model.onnx"))))
     # Command lines.
     relu = model([helper.make_node("Relu", ["x"], ["y"], name="n0")], [vi("x", F, [2])], [vi("y", F, [2])])
-    add(Case("name_starts_with_digit", relu, args=["--name", "9x"]))
+    add(Case("name_starts_with_digit", relu, args=["--name", "9x"], names="'9x'"))
     add(Case("header_would_overwrite_model", relu, model_name="m.h", args=["-o", "{dir}/m.so"]))
     add(Case("output_is_model", relu, model_name="m.so", args=["-o", "{dir}/m.so"]))
-    add(Case("unwritable_output", relu, args=["-o", "/proc/nnc-hostile/libm.so"]))
+    add(Case("unwritable_output", relu, args=["-o", "/proc/nnc-hostile/libm.so"], names="/proc/nnc-hostile/libm.so: cannot write"))
     return cases
 
 
@@ -304,7 +307,7 @@ def main():
                     c.setup(folder)
                 verdict, detail = attempt(nnc, folder, c.model_name, c.args, a.timeout, memory)
                 if verdict == "refused":
-                    if c.model_name not in detail:
+                    if c.names not in detail:
                         verdict, detail = "FINDING", f"refusal does not name the file: {detail}"
                     elif c.node and c.node not in detail:
                         verdict, detail = "FINDING", f"refusal does not name node {c.node}: {detail}"
