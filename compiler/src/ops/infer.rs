@@ -82,7 +82,9 @@ fn check_operand_types(op: &Op, inputs: &[Option<TensorType>]) -> Result<(), Str
         | Op::GatherElements { .. }
         | Op::GatherND { .. }
         | Op::ScatterElements { .. }
-        | Op::ScatterND { .. } => (1, |d| matches!(d, DType::I32 | DType::I64), "indices"),
+        // ONNX's own ops take int32/int64 (checked at import); the ops the importer
+        // composes may index with any integer type the lowering reads.
+        | Op::ScatterND { .. } => (1, |d| d.is_int(), "indices"),
         Op::Where => (0, |d| d == DType::Bool, "condition"),
         _ => return Ok(()),
     };
