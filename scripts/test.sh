@@ -10,7 +10,7 @@ cargo build --release --workspace || exit 1
 # unifying its features into the shared dependencies (which would build a second copy of
 # cranelift, prost, ndarray and nnc for the tests). tract itself is never built by
 # `cargo test` either way.
-cargo test --release --workspace --exclude nnc-benches 2>&1 | tee target/test-output.txt
+cargo test --release --no-fail-fast --workspace --exclude nnc-benches 2>&1 | tee target/test-output.txt
 status=${PIPESTATUS[0]}
 # nnc-build's `quantize_int8` is behind its opt-in `int8` feature, which the workspace
 # run leaves off (and tests that way); its calibrating tests run here.
