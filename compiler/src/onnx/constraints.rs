@@ -84,6 +84,12 @@ fn constraints(op_type: &str) -> &'static [Input] {
         "MatMul" | "Gemm" => &[Input(0, Numeric, 1), Input(1, Numeric, 1)],
         "Conv" | "ConvTranspose" => &[Input(0, Numeric, 3), Input(1, Numeric, 3)],
         "Softmax" | "LogSoftmax" | "Hardmax" => &[Input(0, Numeric, 0)],
+        // Arithmetic is not defined on bool (a bool Neg once reached the x86 backend).
+        "Neg" | "Abs" | "Sign" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Floor" | "Ceil"
+        | "Round" => &[Input(0, Numeric, 0)],
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" => {
+            &[Input(0, Numeric, 0), Input(1, Numeric, 0)]
+        }
         _ => &[],
     }
 }

@@ -77,6 +77,14 @@ pub fn infer_types(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
 /// int64 and Where's condition is bool (the ONNX importer checks the same of ONNX ops,
 /// this covers the IR ops importers and passes build).
 fn check_operand_types(op: &Op, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    if let (Op::Where, Some(Some(x)), Some(Some(y))) = (op, inputs.get(1), inputs.get(2)) {
+        if x.dtype != y.dtype {
+            return Err(format!(
+                "Where's two branches must have one type, not {} and {}",
+                x.dtype, y.dtype
+            ));
+        }
+    }
     let (i, ok, what): (usize, fn(DType) -> bool, &str) = match op {
         Op::Gather { .. }
         | Op::GatherElements { .. }
