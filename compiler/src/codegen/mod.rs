@@ -538,7 +538,7 @@ fn emit_argument_checks(
     b: &mut FunctionBuilder,
     (inputs, n_inputs): (Value, usize),
     (outputs, n_outputs): (Value, usize),
-    (ws, check_ws): (Value, bool),
+    ws: Value,
 ) -> (Block, Block) {
     let fail_null = b.create_block();
     let fail_align = b.create_block();
@@ -570,14 +570,14 @@ fn emit_argument_checks(
             check_null(b, v, fail_null);
         }
     }
-    if check_ws {
-        check_null(b, ws, fail_align);
-        let ok = b.create_block();
-        let misaligned = b.ins().band_imm_u(ws, (plan::ALIGN - 1) as i64);
-        b.ins().brif(misaligned, fail_align, &[], ok, &[]);
-        b.seal_block(ok);
-        b.switch_to_block(ok);
-    }
+    // Checked even when the model needs no workspace, as nnc.h promises; infer() passes
+    // its static arena, which is never empty (at least one byte).
+    check_null(b, ws, fail_align);
+    let ok = b.create_block();
+    let misaligned = b.ins().band_imm_u(ws, (plan::ALIGN - 1) as i64);
+    b.ins().brif(misaligned, fail_align, &[], ok, &[]);
+    b.seal_block(ok);
+    b.switch_to_block(ok);
     (fail_null, fail_align)
 }
 
@@ -617,9 +617,7 @@ fn define_infer_with_workspace(
                 b,
                 (inputs, graph.inputs.len()),
                 (outputs, graph.outputs.len()),
-                // Checked even when the model needs no workspace, as nnc.h promises; infer()
-                // passes its static arena, which is never empty (at least one byte).
-                (ws, true),
+                ws,
             );
 
             let wgv = module.declare_data_in_func(weights, b.func);
