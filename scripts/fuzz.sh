@@ -20,6 +20,8 @@
 #                        and uninstrumented runs are several times faster)
 #   NNC_FUZZ_ARGS        extra libFuzzer arguments, e.g. "-fork=1 -ignore_crashes=1"
 #   NNC_FUZZ_JOBS        cargo build jobs
+#   NNC_FUZZ_SEED        libFuzzer's -seed (default 1, so that a run over the same
+#                        code and corpus mutates the same way; 0 picks one at random)
 #
 # Exits 1 when a target found a crash (or failed to build), 2 on bad usage.
 set -uo pipefail
@@ -87,13 +89,19 @@ seed_import() {
     done
 }
 
-# The structure-aware targets read their inputs as a stream of choices; random bytes
+# The structure-aware targets read their inputs as a stream of choices; varied bytes
 # give varied models from the start (libFuzzer's own first inputs are short, and a
-# short input makes the smallest model).
+# short input makes the smallest model). The bytes are a hash chain, the same on every
+# machine, so that a run is repeatable.
 seed_random() {
-    local corpus=$fuzz_dir/corpus/$1
+    local corpus=$fuzz_dir/corpus/$1 i j h
     for i in $(seq 1 64); do
-        [ -e "$corpus/seed-random-$i" ] || head -c 1024 /dev/urandom > "$corpus/seed-random-$i"
+        [ -e "$corpus/seed-random-$i" ] && continue
+        h="seed $i"
+        for j in $(seq 1 32); do
+            h=$(printf '%s' "$h" | sha256sum | cut -c1-64)
+            printf '%s' "$h" | sed 's/../\\x&/g' | xargs -0 printf '%b'
+        done > "$corpus/seed-random-$i"
     done
 }
 
@@ -107,7 +115,7 @@ for t in "${targets[@]}"; do
     echo "fuzz.sh: $t for ${seconds}s ($(ls "$fuzz_dir/corpus/$t" | wc -l) corpus files)" >&2
     # shellcheck disable=SC2086  # NNC_FUZZ_ARGS is a list of arguments
     (cd "$fuzz_dir" && "${cargo[@]}" fuzz run "${jobs[@]}" -s "$sanitizer" "$t" "corpus/$t" -- \
-        -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+        -max_total_time="$seconds" -seed="${NNC_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
         ${NNC_FUZZ_ARGS:-}) || status=1
 done
 exit $status

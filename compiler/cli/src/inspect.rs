@@ -29,8 +29,18 @@ pub struct Report {
     /// The ONNX op histogram, in first-seen order.
     pub operators: Vec<OpCount>,
     pub parameters: usize,
-    /// The memory plan of the compiled graph; absent (null) while any op is unsupported.
+    /// Weight bytes the compiled library stores (constants read as they are, packed and
+    /// transformed forms, each distinct form once); absent (null) while any op is
+    /// unsupported.
     pub weights_bytes: Option<usize>,
+    /// What the weights would take with a copy per node that reads them.
+    pub unshared_weights_bytes: Option<usize>,
+    /// Bytes of machine code.
+    pub code_bytes: Option<usize>,
+    /// The size of the shared library `nnc compile -o lib.so` writes.
+    pub library_bytes: Option<usize>,
+    /// Packed or transformed weights stored once for several nodes, largest first.
+    pub shared_weights: Vec<SharedWeightInfo>,
     /// The workspace (`infer_with_workspace`) / static arena size.
     pub arena_bytes: Option<usize>,
     pub arena_lower_bound_bytes: Option<usize>,
@@ -40,6 +50,15 @@ pub struct Report {
     /// Each node's kernel (`--kernels`); absent otherwise and while any op is unsupported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernels: Option<KernelsReport>,
+}
+
+/// One weight form several nodes read.
+#[derive(Debug, Serialize)]
+pub struct SharedWeightInfo {
+    /// The constant it was derived from.
+    pub constant: String,
+    pub bytes: usize,
+    pub nodes: Vec<String>,
 }
 
 /// The kernel plan for one target (`nnc inspect --kernels`).
@@ -146,6 +165,10 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
             .collect(),
         parameters: g.parameter_count(),
         weights_bytes: None,
+        unshared_weights_bytes: None,
+        code_bytes: None,
+        library_bytes: None,
+        shared_weights: vec![],
         arena_bytes: None,
         arena_lower_bound_bytes: None,
         unsupported: imported
@@ -177,7 +200,30 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
         let kernels =
             nnc::codegen::kernel_plan::plan_kernels(&optimized, &options.target, &options.kernels);
         let plan = nnc::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
-        report.weights_bytes = Some(plan.weights.len());
+        // Sizes as stored: what the code generator packs and shares is only known by
+        // running it.
+        let mut compile_options = nnc::codegen::CompileOptions::new(options.target.clone());
+        compile_options.kernels = options.kernels.clone();
+        let compiled = nnc::codegen::compile_graph(&optimized, &compile_options)
+            .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
+        let library = nnc::driver::artifact_bytes(
+            nnc::driver::ArtifactKind::SharedObject,
+            &compiled.object,
+            "libmodel.so",
+        )?;
+        report.weights_bytes = Some(compiled.weights_size);
+        report.unshared_weights_bytes = Some(compiled.unshared_weights_size);
+        report.code_bytes = Some(compiled.code_size);
+        report.library_bytes = Some(library.len());
+        report.shared_weights = compiled
+            .shared_weights
+            .into_iter()
+            .map(|w| SharedWeightInfo {
+                constant: w.constant,
+                bytes: w.bytes,
+                nodes: w.nodes,
+            })
+            .collect();
         report.arena_bytes = Some(plan.arena_size);
         report.arena_lower_bound_bytes = Some(plan.lower_bound);
         report.int8 = Some(int8_plan(&optimized));
@@ -266,7 +312,26 @@ pub fn text(r: &Report) -> String {
         if let (Some(w), Some(a), Some(lb)) =
             (r.weights_bytes, r.arena_bytes, r.arena_lower_bound_bytes)
         {
-            let _ = writeln!(s, "weights: {w} bytes");
+            let _ = writeln!(s, "weights: {w} bytes as stored");
+            if let (Some(u), Some(c), Some(l)) =
+                (r.unshared_weights_bytes, r.code_bytes, r.library_bytes)
+            {
+                if u != w {
+                    let _ = writeln!(s, "  ({u} bytes with a copy per node)");
+                }
+                for sw in &r.shared_weights {
+                    let _ = writeln!(
+                        s,
+                        "  {} ({} bytes) stored once for {} nodes: {}",
+                        sw.constant,
+                        sw.bytes,
+                        sw.nodes.len(),
+                        abbreviated(&sw.nodes)
+                    );
+                }
+                let _ = writeln!(s, "code: {c} bytes");
+                let _ = writeln!(s, "library: {l} bytes (.so)");
+            }
             let _ = writeln!(s, "arena: {a} bytes (lower bound {lb} bytes)");
         }
         let _ = writeln!(s, "unsupported: none");
@@ -386,5 +451,14 @@ fn int8_plan(g: &Graph) -> Int8Plan {
         quantized_layers: planned,
         quantized_layer_count: layers.len(),
         float32_nodes,
+    }
+}
+
+/// Up to four names, then how many more.
+fn abbreviated(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(4).map(String::as_str).collect();
+    match names.len() {
+        n if n > 4 => format!("{}, … ({} more)", shown.join(", "), n - 4),
+        _ => shown.join(", "),
     }
 }

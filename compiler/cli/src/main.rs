@@ -495,16 +495,29 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", compiled.graph);
             }
             let header = driver::write_artifacts(&compiled, &output, &name)?;
+            let file_bytes = std::fs::metadata(&output).map_or(0, |m| m.len());
+            let m = &compiled.model;
             eprintln!(
-                "nnc: wrote {} and {} ({} {}, weights {} bytes, workspace {} bytes) in {:.2} s",
+                "nnc: wrote {} and {} ({} {}, weights {} bytes, code {} bytes, workspace {} bytes, file {} bytes) in {:.2} s",
                 output.display(),
                 header.display(),
                 target.arch.triple(),
                 target.cpu,
-                compiled.model.weights_size,
-                compiled.model.arena_size,
+                m.weights_size,
+                m.code_size,
+                m.arena_size,
+                file_bytes,
                 started.elapsed().as_secs_f64()
             );
+            if !m.shared_weights.is_empty() {
+                let readers: usize = m.shared_weights.iter().map(|w| w.nodes.len()).sum();
+                eprintln!(
+                    "nnc: {} packed weights stored once for {} nodes ({} bytes saved)",
+                    m.shared_weights.len(),
+                    readers,
+                    m.unshared_weights_size - m.weights_size
+                );
+            }
             Ok(())
         }
         Command::Inspect {

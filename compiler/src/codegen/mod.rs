@@ -10,6 +10,7 @@ pub mod math;
 mod model_info;
 pub mod options;
 pub mod plan;
+pub mod rodata_pool;
 pub mod target;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -35,13 +36,32 @@ use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{
     NNC_ERR_INDEX_OUT_OF_RANGE, NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER, NNC_OK,
 };
+use rodata_pool::RodataPool;
 
 /// The compiled object and what the header and `nnc inspect` report about it.
 pub struct CompiledModel {
     pub object: Vec<u8>,
     pub arena_size: usize,
     pub arena_lower_bound: usize,
+    /// Weight bytes stored: constants read as they are plus packed or transformed
+    /// forms, each distinct form once however many nodes read it.
     pub weights_size: usize,
+    /// What the weights would take if every node had its own copy.
+    pub unshared_weights_size: usize,
+    /// Bytes of machine code.
+    pub code_size: usize,
+    /// Weight forms several nodes read, largest first.
+    pub shared_weights: Vec<SharedWeight>,
+}
+
+/// A packed or transformed weight stored once for several nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedWeight {
+    /// The constant it was derived from.
+    pub constant: String,
+    pub bytes: usize,
+    /// The nodes reading it.
+    pub nodes: Vec<String>,
 }
 
 pub fn symbol_prefix(name: &str) -> String {
@@ -126,7 +146,7 @@ pub fn compile_graph_reporting(
     };
     let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
     let mut half_area = 0usize;
-    let mut lowered_weight_bytes = 0usize;
+    let mut rodata = RodataPool::default();
     let mut node_fns = vec![None; graph.nodes.len()];
     progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
     for (k, node) in graph.nodes.iter().enumerate() {
@@ -140,6 +160,13 @@ pub fn compile_graph_reporting(
             + usize::from(plan.scratch[k].is_some())
             + usize::from(expand.is_some());
         let mut node_half_bytes = 0;
+        let weight_label = node
+            .inputs
+            .iter()
+            .flatten()
+            .filter(|v| graph.constant(**v).is_some())
+            .max_by_key(|v| graph.ty(**v).numel())
+            .map_or_else(|| node.name.clone(), |v| graph.values[v.0].name.clone());
         let indices_constant = node
             .inputs
             .get(1)
@@ -215,14 +242,15 @@ pub fn compile_graph_reporting(
                     scratch,
                     half,
                     on_bad_index,
-                    weight_bytes: 0,
+                    rodata: &mut rodata,
+                    node_index: k,
+                    weight_label: &weight_label,
                 };
                 lower::lower_node(&mut lctx, &node.op).map_err(|m| {
                     NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
                         .with_excerpt(|| node_excerpt(graph, node))
                 })?;
                 node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
-                lowered_weight_bytes += lctx.weight_bytes;
                 match fail {
                     None => {
                         b.ins().return_(&[]);
@@ -298,17 +326,50 @@ pub fn compile_graph_reporting(
     )?;
     define_model_info_fn(&mut module, &mut ctx, &mut fctx, &isa, info, &opts.prefix)?;
 
+    let stored_weight_bytes = rodata.weight_bytes();
+    let requested_weight_bytes = rodata.requested_weight_bytes();
+    let shared_weights = rodata
+        .shared()
+        .into_iter()
+        .map(|b| SharedWeight {
+            constant: b.label,
+            bytes: b.bytes,
+            nodes: b
+                .nodes
+                .iter()
+                .map(|&k| graph.nodes[k].name.clone())
+                .collect(),
+        })
+        .collect();
+    rodata
+        .define_all(&mut module, plan::ALIGN as u64)
+        .map_err(|e| codegen_err("read-only data", e))?;
     let product = module.finish();
     let object = product
         .emit()
         .map_err(|e| codegen_err("object emission", e))?;
     Ok(CompiledModel {
+        code_size: code_bytes(&object),
         object,
         arena_size: plan.arena_size,
         arena_lower_bound: plan.lower_bound,
         // Every weight byte the artifact stores: constants the code reads as they are,
-        // and those lowering repacked, transformed or folded into read-only data.
-        weights_size: plan.weights.len() + lowered_weight_bytes,
+        // and those lowering repacked, transformed or folded into read-only data (each
+        // distinct blob once).
+        weights_size: plan.weights.len() + stored_weight_bytes,
+        unshared_weights_size: plan.weights.len() + requested_weight_bytes,
+        shared_weights,
+    })
+}
+
+/// Bytes of machine code in an object file: its executable sections.
+fn code_bytes(object: &[u8]) -> usize {
+    use object::{Object, ObjectSection, SectionKind};
+    object::File::parse(object).map_or(0, |file| {
+        file.sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .map(|s| s.size() as usize)
+            .sum()
     })
 }
 

@@ -94,9 +94,57 @@ fn constraints(op_type: &str) -> &'static [Input] {
     }
 }
 
+/// The inputs of `op_type` that share one type variable `T` in the spec, so must all
+/// have the same element type (the lowerings convert nothing between them: a float
+/// bound of a uint32 Clip once wrapped to 4294967292).
+enum SameType {
+    None,
+    /// These input positions.
+    Inputs(&'static [usize]),
+    /// Every input (variadic ops).
+    All,
+}
+
+fn same_type(op_type: &str) -> SameType {
+    match op_type {
+        "Clip" | "Gemm" | "Conv" | "ConvTranspose" | "LayerNormalization" => {
+            SameType::Inputs(&[0, 1, 2])
+        }
+        "Add" | "Sub" | "Mul" | "Div" | "Mod" | "MatMul" | "Equal" | "Less" | "Greater"
+        | "LessOrEqual" | "GreaterOrEqual" | "PRelu" | "And" | "Or" | "Xor" | "BitShift"
+        | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => SameType::Inputs(&[0, 1]),
+        "Where" => SameType::Inputs(&[1, 2]),
+        "ScatterElements" | "Scatter" | "ScatterND" => SameType::Inputs(&[0, 2]),
+        "InstanceNormalization" => SameType::Inputs(&[0, 1, 2]),
+        "Max" | "Min" | "Sum" | "Mean" | "Concat" => SameType::All,
+        _ => SameType::None,
+    }
+}
+
 /// Checks the inputs of an `op_type` node against its constraints; `types` holds the
 /// type of each input (`None` where it is omitted or not a tensor).
 pub fn check_inputs(op_type: &str, types: &[Option<&TensorType>]) -> Result<(), String> {
+    let shared: Vec<usize> = match same_type(op_type) {
+        SameType::None => vec![],
+        SameType::Inputs(list) => list.to_vec(),
+        SameType::All => (0..types.len()).collect(),
+    };
+    let mut first: Option<(usize, DType)> = None;
+    for i in shared {
+        let Some(Some(t)) = types.get(i) else {
+            continue;
+        };
+        match first {
+            None => first = Some((i, t.dtype)),
+            Some((j, d)) if d != t.dtype => {
+                return Err(format!(
+                    "inputs {j} and {i} must have the same element type, not {d} and {}",
+                    t.dtype
+                ));
+            }
+            Some(_) => {}
+        }
+    }
     for Input(i, allowed, min_rank) in constraints(op_type) {
         let Some(Some(t)) = types.get(*i) else {
             continue;

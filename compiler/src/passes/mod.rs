@@ -20,10 +20,13 @@
 //!   which turns `MatMul + Add(bias)` into one biased MatMul;
 //! * [`gelu`]: the erf form of GELU as exported (`x·0.5·(1+Erf(x/√2))` and its
 //!   variants) recognized as one `Gelu`;
+//! * [`batch_gemm`]: float32 MatMul / Gemm nodes multiplying independent inputs by
+//!   one constant weight become one GEMM over their stacked rows;
 //! * [`fuse_epilogue`]: residual `Add`s and activations folded into the preceding
 //!   Conv/Gemm/MatMul, computed in its epilogue;
 //! * [`dce`]: nodes whose outputs nothing reads removed (also run after each rewrite).
 
+pub mod batch_gemm;
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
@@ -58,6 +61,7 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("views", |g, _| views::run(g)),
     ("fold_affine", |g, _| fold_affine::run(g)),
     ("gelu", |g, _| gelu::run(g)),
+    ("batch_gemm", |g, _| batch_gemm::run(g)),
     ("fuse_epilogue", |g, _| fuse_epilogue::run(g)),
     ("dce", |g, _| dce::run(g)),
 ];

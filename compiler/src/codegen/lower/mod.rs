@@ -20,7 +20,9 @@ mod resize;
 
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
-use cranelift_module::{DataDescription, Module};
+use cranelift_module::Module;
+
+use super::rodata_pool::RodataPool;
 use cranelift_object::ObjectModule;
 
 use super::kernel::PTR;
@@ -83,9 +85,12 @@ pub struct LowerCtx<'a, 'f> {
     /// What an index read at run time does when it is out of range (see
     /// [`index_check`]): `Fail` only in node functions that return a status.
     pub on_bad_index: index_check::OnBadIndex,
-    /// Bytes of weights this node placed in read-only data (repacked panels,
-    /// transformed filters, folded biases), for the size `nnc compile` reports.
-    pub weight_bytes: usize,
+    /// The artifact's read-only data, one symbol per distinct content.
+    pub rodata: &'a mut RodataPool,
+    /// This node's index in the graph, and the name of its largest constant input
+    /// (what its weight blobs are reported as).
+    pub node_index: usize,
+    pub weight_label: &'a str,
 }
 
 /// The expansion area of FP16 weights (see [`f16_weights`]): the node's weights are
@@ -147,24 +152,26 @@ impl LowerCtx<'_, '_> {
     }
 
     /// [`Self::rodata`] for weights derived from the model's (repacked, transformed or
-    /// folded), counted in [`Self::weight_bytes`].
+    /// folded), counted as weights in the sizes `nnc compile` reports.
     pub fn weight_rodata(&mut self, bytes: Vec<u8>) -> Result<Value, String> {
-        self.weight_bytes += bytes.len();
-        self.rodata(bytes)
+        self.place(bytes, true)
     }
 
     /// Places `bytes` (a table, or weights through [`Self::weight_rodata`]) in
     /// read-only data, 64-byte aligned, and returns its address inside the current
-    /// function.
+    /// function. Equal bytes asked for by several nodes are stored once.
     pub fn rodata(&mut self, bytes: Vec<u8>) -> Result<Value, String> {
-        let id = self
-            .module
-            .declare_anonymous_data(false, false)
-            .map_err(|e| e.to_string())?;
-        let mut d = DataDescription::new();
-        d.define(bytes.into_boxed_slice());
-        d.set_align(super::plan::ALIGN as u64);
-        self.module.define_data(id, &d).map_err(|e| e.to_string())?;
+        self.place(bytes, false)
+    }
+
+    fn place(&mut self, bytes: Vec<u8>, weight: bool) -> Result<Value, String> {
+        let id = self.rodata.intern(
+            &mut *self.module,
+            bytes,
+            weight,
+            self.node_index,
+            self.weight_label,
+        )?;
         let gv = self.module.declare_data_in_func(id, self.b.func);
         Ok(cranelift_codegen::ir::InstBuilder::symbol_value(
             self.b.ins(),

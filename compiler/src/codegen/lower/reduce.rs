@@ -143,7 +143,7 @@ pub(super) fn int_range(dtype: DType) -> (i64, i64) {
     let bits = 8 * dtype.size() as u32;
     match dtype {
         DType::Bool => (0, 1),
-        d if d.is_signed_int() => (-(1i64 << (bits - 1)), ((1u64 << (bits - 1)) - 1) as i64),
+        d if d.is_signed_int() => (i64::MIN >> (64 - bits), i64::MAX >> (64 - bits)),
         _ if bits == 64 => (0, -1),
         _ => (0, ((1u64 << bits) - 1) as i64),
     }

@@ -47,20 +47,42 @@ fn window(
         Some(p) => return Err(format!("pads has {} entries, {} expected", p.len(), 2 * n).into()),
         None => vec![0; 2 * n],
     };
+    // Bounded so that every window coordinate the kernels compute fits in 32 bits
+    // plus the input's extent, whatever the input size.
+    const MAX_WINDOW_ATTR: usize = 1 << 31;
+    if [&kernel, &strides, &dilations, &pads]
+        .iter()
+        .any(|v| v.iter().any(|&x| x > MAX_WINDOW_ATTR))
+    {
+        return Err(format!(
+            "kernel_shape, strides, dilations and pads must be at most {MAX_WINDOW_ATTR}"
+        )
+        .into());
+    }
     let mut output = Vec::with_capacity(n);
     for i in 0..n {
-        let eff = dilations[i] * (kernel[i] - 1) + 1;
+        let eff = dilations[i]
+            .checked_mul(kernel[i] - 1)
+            .and_then(|e| e.checked_add(1))
+            .ok_or_else(|| {
+                format!(
+                    "kernel {} with dilation {} is too large",
+                    kernel[i], dilations[i]
+                )
+            })?;
         match auto_pad.as_str() {
             "NOTSET" => {
                 let mut o = window_output(
                     spatial_in[i],
                     kernel[i],
                     strides[i],
-                    pads[i] + pads[n + i],
+                    pads[i].saturating_add(pads[n + i]),
                     dilations[i],
                     ceil_mode,
                 )?;
                 // With ceil_mode the last window must start inside the input or left pad.
+                // `window_output` checked that the padded size fits, so o >= 1 and
+                // (o - 1) * stride <= in + pads.
                 if ceil_mode && (o - 1) * strides[i] >= spatial_in[i] + pads[i] {
                     o -= 1;
                 }
@@ -80,7 +102,15 @@ fn window(
             }
             "SAME_UPPER" | "SAME_LOWER" => {
                 let o = spatial_in[i].div_ceil(strides[i]);
-                let total = ((o - 1) * strides[i] + eff).saturating_sub(spatial_in[i]);
+                // An empty axis gives an empty output, whatever the padding.
+                let total = match o.checked_sub(1) {
+                    None => 0,
+                    Some(last) => last
+                        .checked_mul(strides[i])
+                        .and_then(|start| start.checked_add(eff))
+                        .ok_or_else(|| format!("kernel extent {eff} is too large"))?
+                        .saturating_sub(spatial_in[i]),
+                };
                 let small = total / 2;
                 let (b, e) = if auto_pad == "SAME_UPPER" {
                     (small, total - small)
