@@ -49,6 +49,10 @@ pub enum Strategy {
     IntGemm {
         dot: bool,
     },
+    /// A Gather of rows of a constant table that a GEMM of this geometry reads packed,
+    /// transposed (tied embeddings): the rows are read from the GEMM's packed panels,
+    /// so the table is stored once (see [`super::shared_tables`]).
+    GatherPackedColumns(Geometry),
 }
 
 /// The kernel of an INT8 convolution.
@@ -137,6 +141,7 @@ impl NodeKernel {
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
             Strategy::IntGemm { dot: true } => "dot-gemm".into(),
             Strategy::IntGemm { dot: false } => "int16-gemm".into(),
+            Strategy::GatherPackedColumns(_) => "gather-packed-columns".into(),
         }
     }
 
@@ -159,6 +164,7 @@ impl NodeKernel {
             Strategy::QuantizeToPlanes { x86: false } => vec!["f32-qu8-planes-clif".into()],
             Strategy::IntGemm { dot: true } => vec!["u8s8-gemm-dot-clif".into()],
             Strategy::IntGemm { dot: false } => vec!["i16-gemm-clif".into()],
+            Strategy::GatherPackedColumns(_) => vec![],
         }
     }
 
@@ -192,13 +198,15 @@ pub fn gemm_kernel_name(g: &Geometry) -> String {
 
 /// Decides every node's kernel.
 pub fn plan_kernels(graph: &Graph, target: &Target, options: &KernelOptions) -> KernelPlan {
-    KernelPlan {
+    let mut plan = KernelPlan {
         nodes: graph
             .nodes
             .iter()
             .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
             .collect(),
-    }
+    };
+    super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);
+    plan
 }
 
 /// One node's kernel. A node whose shapes its family's planner cannot read (lowering

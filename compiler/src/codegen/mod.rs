@@ -11,6 +11,7 @@ mod model_info;
 pub mod options;
 pub mod plan;
 pub mod rodata_pool;
+mod shared_tables;
 pub mod target;
 
 use cranelift_codegen::ir::condcodes::IntCC;

@@ -6,6 +6,7 @@ mod conv_transpose;
 pub(crate) mod conv_u8s8;
 pub(crate) mod elementwise;
 pub mod f16_weights;
+mod gather_packed;
 mod gemm;
 pub mod index_check;
 mod indexing;
@@ -197,7 +198,14 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Slice { starts, steps, .. } => movement::slice(ctx, starts, steps),
         Op::Expand { .. } => movement::expand(ctx),
         Op::Concat { axis } => movement::concat(ctx, *axis),
-        Op::Gather { axis } => movement::gather(ctx, *axis),
+        Op::Gather { axis } => match &ctx.kernel.strategy {
+            // FP16 weights store the table as half, which the GEMM's panels are not.
+            Strategy::GatherPackedColumns(g) if ctx.half.is_none() => {
+                let g = *g;
+                gather_packed::gather_packed_columns(ctx, &g)
+            }
+            _ => movement::gather(ctx, *axis),
+        },
         Op::Pad(p) => movement::pad(ctx, p),
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm(ctx, g),
