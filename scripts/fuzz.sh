@@ -60,8 +60,8 @@ if ! cargo fuzz --version > /dev/null 2>&1; then
     cargo install --locked cargo-fuzz || exit 1
 fi
 sanitizer=${NNC_FUZZ_SANITIZER:-none}
-jobs=()
-[ -z "${NNC_FUZZ_JOBS:-}" ] || jobs=(--jobs "$NNC_FUZZ_JOBS")
+# cargo-fuzz has no --jobs of its own; cargo reads the build's from the environment.
+[ -z "${NNC_FUZZ_JOBS:-}" ] || export CARGO_BUILD_JOBS=$NNC_FUZZ_JOBS
 
 # Seeds.
 seed_import() {
@@ -114,7 +114,7 @@ for t in "${targets[@]}"; do
     fi
     echo "fuzz.sh: $t for ${seconds}s ($(ls "$fuzz_dir/corpus/$t" | wc -l) corpus files)" >&2
     # shellcheck disable=SC2086  # NNC_FUZZ_ARGS is a list of arguments
-    (cd "$fuzz_dir" && "${cargo[@]}" fuzz run "${jobs[@]}" -s "$sanitizer" "$t" "corpus/$t" -- \
+    (cd "$fuzz_dir" && "${cargo[@]}" fuzz run -s "$sanitizer" "$t" "corpus/$t" -- \
         -max_total_time="$seconds" -seed="${NNC_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
         ${NNC_FUZZ_ARGS:-}) || status=1
 done

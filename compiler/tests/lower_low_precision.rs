@@ -80,8 +80,8 @@ fn probe_values() -> Vec<f32> {
             v.extend([
                 x,
                 -x,
-                f32::from_bits(x.to_bits() + 1),
-                f32::from_bits(x.to_bits() - 1),
+                f32::from_bits(x.to_bits().wrapping_add(1)),
+                f32::from_bits(x.to_bits().wrapping_sub(1)),
             ]);
         }
     }

@@ -338,7 +338,7 @@ impl MiniFloat {
     fn nan_codes(self) -> (u8, u8) {
         let s = self.sign_bit();
         match self.specials {
-            Specials::FiniteNan => (s - 1, 2 * s - 1),
+            Specials::FiniteNan => (s - 1, s | (s - 1)),
             Specials::Ieee => {
                 let quiet = self.max_finite() + 1 + (1 << (self.mantissa_bits - 1));
                 (quiet, quiet | s)
@@ -351,7 +351,7 @@ impl MiniFloat {
 
     fn decode(self, code: u8) -> f32 {
         let s = self.sign_bit();
-        let code = code & (2 * s - 1);
+        let code = code & (s | (s - 1));
         let magnitude = code & (s - 1);
         let negative = code & s != 0;
         let exponent = i32::from(magnitude >> self.mantissa_bits);

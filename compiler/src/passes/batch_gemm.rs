@@ -40,7 +40,25 @@ const MIN_WEIGHT_BYTES: usize = 16 * 1024;
 struct BatchKey {
     op: String,
     weight: ValueId,
-    bias: Option<ValueId>,
+    bias: Option<Bias>,
+}
+
+/// A bias operand: a constant by its content (affine folding gives each node its own
+/// copy of a shared bias), anything else by identity.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Bias {
+    Constant { shape: Vec<usize>, bytes: Vec<u8> },
+    Value(ValueId),
+}
+
+fn bias_key(g: &Graph, v: ValueId) -> Bias {
+    match g.constant(v) {
+        Some(t) => Bias::Constant {
+            shape: g.ty(v).shape.clone(),
+            bytes: t.to_le_bytes(),
+        },
+        None => Bias::Value(v),
+    }
 }
 
 /// A node that may join a batch, with its A's rows.
@@ -136,7 +154,7 @@ fn batchable(g: &Graph, n: &Node) -> Option<(BatchKey, usize)> {
         BatchKey {
             op,
             weight: w,
-            bias,
+            bias: bias.map(|b| bias_key(g, b)),
         },
         rows,
     ))
