@@ -394,3 +394,65 @@ fn an_empty_initializer_with_a_huge_axis_is_refused() {
         .output("y");
     expect_error(m.import(), &["initializer 'w'", "--max-tensor-bytes"]);
 }
+
+/// Inputs that share one type variable in the spec must share the element type: a
+/// float bound of a uint32 Clip once compiled as 4294967292 (found by the differential
+/// fuzzer), and Concat / Sum of mixed types reached lowerings that convert nothing.
+#[test]
+fn inputs_sharing_a_type_variable_must_have_one_element_type() {
+    let clip = Model::new()
+        .input("x", DType::U32, &[4])
+        .constant("lo", Tensor::from_vec(&[], vec![-4.0f32]))
+        .node("Clip", "clip", &["x", "lo"], &["y"], &[])
+        .output("y");
+    expect_error(
+        clip.import(),
+        &["clip", "Clip", "same element type", "uint32", "float32"],
+    );
+    let concat = Model::new()
+        .input("a", DType::F32, &[2])
+        .input("b", DType::I64, &[2])
+        .node("Concat", "cat", &["a", "b"], &["y"], &[("axis", 0)])
+        .output("y");
+    expect_error(concat.import(), &["cat", "Concat", "same element type"]);
+}
+
+/// SAME padding over an empty spatial axis gives an empty output (was a subtract
+/// overflow found by the import fuzzer); window attributes past 2^31 are refused.
+#[test]
+fn same_padding_of_an_empty_axis_and_huge_windows() {
+    let empty = Model::new()
+        .input("x", DType::F32, &[1, 3, 0, 32])
+        .node("MaxPool", "pool", &["x"], &["y"], &[])
+        .output("y");
+    let mut m = empty;
+    m.0.node[0].attribute = vec![
+        AttributeProto {
+            name: "auto_pad".into(),
+            r#type: attribute_type::STRING,
+            s: b"SAME_UPPER".to_vec(),
+            ..Default::default()
+        },
+        AttributeProto {
+            name: "kernel_shape".into(),
+            r#type: attribute_type::INTS,
+            ints: vec![2, 2],
+            ..Default::default()
+        },
+    ];
+    let g = m.import().expect("an empty axis imports");
+    let out = g.outputs[0];
+    assert_eq!(g.ty(out).shape, [1, 3, 0, 32]);
+    let huge = Model::new()
+        .input("x", DType::F32, &[1, 3, 8, 8])
+        .node("MaxPool", "pool", &["x"], &["y"], &[])
+        .output("y");
+    let mut m = huge;
+    m.0.node[0].attribute = vec![AttributeProto {
+        name: "kernel_shape".into(),
+        r#type: attribute_type::INTS,
+        ints: vec![1 << 40, 1],
+        ..Default::default()
+    }];
+    expect_error(m.import(), &["pool", "MaxPool", "at most"]);
+}

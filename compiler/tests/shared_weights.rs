@@ -319,6 +319,41 @@ fn a_table_tied_to_a_gemm_weight_is_stored_once() {
     }
 }
 
+/// A convolution head applied to two feature maps of one size: both nodes transform
+/// the filter the same way (Winograd here, on x86-64), and the transformed filter is
+/// stored once.
+#[test]
+fn a_convolution_head_on_two_maps_stores_its_filter_once() {
+    let mut rng = Rng::new(17);
+    let mut g = Graph::default();
+    let w = weight(&mut g, "head_w", &[32, 32, 3, 3], &mut rng);
+    let bias = weight(&mut g, "head_b", &[32], &mut rng);
+    let conv = Op::Conv(nnc::ops::ConvAttrs {
+        kernel: vec![3, 3],
+        strides: vec![1, 1],
+        pads: vec![1, 1, 1, 1],
+        dilations: vec![1, 1],
+        group: 1,
+        activation: Activation::None,
+    });
+    for i in 0..2 {
+        let x = input(&mut g, &format!("p{i}"), &[1, 32, 12, 12]);
+        let y = push(&mut g, &format!("head{i}"), conv.clone(), &[x, w, bias]);
+        g.outputs.push(y);
+    }
+    let optimized = default_passes(&g);
+    let compiled = compile_graph(&optimized, &runner::options(Target::host())).expect("compiles");
+    let heads: Vec<_> = compiled
+        .shared_weights
+        .iter()
+        .filter(|s| s.constant == "head_w")
+        .collect();
+    assert_eq!(heads.len(), 1, "{:?}", compiled.shared_weights);
+    assert_eq!(heads[0].nodes, ["head0", "head1"]);
+    assert!(compiled.weights_size < compiled.unshared_weights_size);
+    check_against_interpreter(&g, &optimized, 9);
+}
+
 /// Without a shared weight nothing changes: the sizes reported add up.
 #[test]
 fn a_model_without_shared_weights_reports_no_sharing() {
