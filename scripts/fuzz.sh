@@ -22,6 +22,8 @@
 #   NNC_FUZZ_JOBS        cargo build jobs
 #   NNC_FUZZ_SEED        libFuzzer's -seed (default 1, so that a run over the same
 #                        code and corpus mutates the same way; 0 picks one at random)
+#   NNC_FUZZ_RUNS        also stop each target after this many executions: with the
+#                        seed fixed, the run is then the same on every machine (CI)
 #
 # Exits 1 when a target found a crash (or failed to build), 2 on bad usage.
 set -uo pipefail
@@ -115,7 +117,7 @@ for t in "${targets[@]}"; do
     echo "fuzz.sh: $t for ${seconds}s ($(ls "$fuzz_dir/corpus/$t" | wc -l) corpus files)" >&2
     # shellcheck disable=SC2086  # NNC_FUZZ_ARGS is a list of arguments
     (cd "$fuzz_dir" && "${cargo[@]}" fuzz run -s "$sanitizer" "$t" "corpus/$t" -- \
-        -max_total_time="$seconds" -seed="${NNC_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+        -max_total_time="$seconds" -seed="${NNC_FUZZ_SEED:-1}" ${NNC_FUZZ_RUNS:+-runs=$NNC_FUZZ_RUNS} -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
         ${NNC_FUZZ_ARGS:-}) || status=1
 done
 exit $status

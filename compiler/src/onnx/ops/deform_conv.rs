@@ -205,7 +205,7 @@ fn geometry(ctx: &NodeCtx, x: ValueId, w: ValueId, offset: ValueId) -> ImportRes
     }
     let (n, c) = (xt.shape[0], xt.shape[1]);
     let oc = wt.shape[0];
-    if wt.shape[1] * group != c || oc % group != 0 || c % offset_group != 0 {
+    if wt.shape[1].checked_mul(group) != Some(c) || oc % group != 0 || c % offset_group != 0 {
         return Err(format!(
             "X {xt} and W {wt} do not fit group {group} and offset_group {offset_group}"
         )
@@ -214,12 +214,14 @@ fn geometry(ctx: &NodeCtx, x: ValueId, w: ValueId, offset: ValueId) -> ImportRes
     let dims = xt.shape[2..].to_vec();
     let out = ot.shape[2..].to_vec();
     for i in 0..r {
-        let span = (kernel[i] - 1) * dilations[i] + 1;
-        let padded = dims[i] + pads[i] + pads[r + i];
-        let expected = padded
-            .checked_sub(span)
-            .map(|d| d / strides[i] + 1)
-            .ok_or("the kernel is larger than the padded input")?;
+        let expected = crate::ops::infer::window_output(
+            dims[i],
+            kernel[i],
+            strides[i],
+            pads[i].saturating_add(pads[r + i]),
+            dilations[i],
+            false,
+        )?;
         if out[i] != expected {
             return Err(format!(
                 "offset {ot} has output extent {} on spatial axis {i}, the convolution {expected}",
@@ -228,11 +230,14 @@ fn geometry(ctx: &NodeCtx, x: ValueId, w: ValueId, offset: ValueId) -> ImportRes
             .into());
         }
     }
+    // The kernel is W's spatial shape, so its product is at most W's element count.
     let taps: usize = kernel.iter().product();
-    if ot.shape[0] != n || ot.shape[1] != offset_group * taps * r {
+    let channels = offset_group
+        .checked_mul(taps)
+        .and_then(|t| t.checked_mul(r));
+    if ot.shape[0] != n || Some(ot.shape[1]) != channels {
         return Err(format!(
-            "offset {ot} must be [{n}, {}, ...] (offset_group · kernel taps · {r})",
-            offset_group * taps * r
+            "offset {ot} must be [{n}, offset_group {offset_group} · kernel taps {taps} · {r}, ...]"
         )
         .into());
     }
