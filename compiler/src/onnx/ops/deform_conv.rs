@@ -236,8 +236,9 @@ fn geometry(ctx: &NodeCtx, x: ValueId, w: ValueId, offset: ValueId) -> ImportRes
         .checked_mul(taps)
         .and_then(|t| t.checked_mul(r));
     if ot.shape[0] != n || Some(ot.shape[1]) != channels {
+        let count = channels.map_or_else(|| "too many".to_string(), |c| c.to_string());
         return Err(format!(
-            "offset {ot} must be [{n}, offset_group {offset_group} · kernel taps {taps} · {r}, ...]"
+            "offset {ot} must be [{n}, {count}, ...] (offset_group · kernel taps · {r})"
         )
         .into());
     }
