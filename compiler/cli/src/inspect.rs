@@ -197,9 +197,6 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
         nnc::passes::PassManager::default()
             .run(&mut optimized)
             .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-        let kernels =
-            nnc::codegen::kernel_plan::plan_kernels(&optimized, &options.target, &options.kernels);
-        let plan = nnc::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
         // Sizes as stored: what the code generator packs and shares is only known by
         // running it.
         let mut compile_options = nnc::codegen::CompileOptions::new(options.target.clone());
@@ -224,10 +221,17 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
                 nodes: w.nodes,
             })
             .collect();
-        report.arena_bytes = Some(plan.arena_size);
-        report.arena_lower_bound_bytes = Some(plan.lower_bound);
+        report.arena_bytes = Some(compiled.arena_size);
+        report.arena_lower_bound_bytes = Some(compiled.arena_lower_bound);
         report.int8 = Some(int8_plan(&optimized));
         if options.show_kernels {
+            // The plans code generation made, again, for their per-node detail.
+            let kernels = nnc::codegen::kernel_plan::plan_kernels(
+                &optimized,
+                &options.target,
+                &options.kernels,
+            );
+            let plan = nnc::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
             report.kernels = Some(kernels_report(&optimized, &kernels, &plan, &options.target));
         }
     }

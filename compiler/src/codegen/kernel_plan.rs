@@ -10,7 +10,7 @@
 use std::fmt;
 
 use super::lower::{self, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
-use super::{KernelOptions, Target};
+use super::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
 
@@ -196,8 +196,18 @@ pub fn gemm_kernel_name(g: &Geometry) -> String {
     format!("f32-gemm-{}x{}-{isa}", g.mr, g.nr)
 }
 
-/// Decides every node's kernel.
+/// Decides every node's kernel, for float32 weights.
 pub fn plan_kernels(graph: &Graph, target: &Target, options: &KernelOptions) -> KernelPlan {
+    plan_kernels_for(graph, target, options, WeightFormat::F32)
+}
+
+/// Decides every node's kernel for weights stored as `weights`.
+pub fn plan_kernels_for(
+    graph: &Graph,
+    target: &Target,
+    options: &KernelOptions,
+    weights: WeightFormat,
+) -> KernelPlan {
     let mut plan = KernelPlan {
         nodes: graph
             .nodes
@@ -205,7 +215,10 @@ pub fn plan_kernels(graph: &Graph, target: &Target, options: &KernelOptions) -> 
             .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
             .collect(),
     };
-    super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);
+    // With FP16 weights the GEMM's panels are half and a table is stored as half rows.
+    if weights == WeightFormat::F32 {
+        super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);
+    }
     plan
 }
 

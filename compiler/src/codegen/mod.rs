@@ -123,7 +123,7 @@ pub fn compile_graph_reporting(
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
-    let kernels = kernel_plan::plan_kernels(graph, &opts.target, &opts.kernels);
+    let kernels = kernel_plan::plan_kernels_for(graph, &opts.target, &opts.kernels, opts.weights);
     let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
     // Constants the generated code reads (filled in as nodes are lowered).
     let mut const_read = vec![false; graph.values.len()];

@@ -14,7 +14,7 @@
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder};
 
-use super::index_check::{self, OnBadIndex};
+use super::index_check;
 use super::{Geometry, KernelKind, LowerCtx, LowerResult};
 use crate::codegen::kernel;
 use crate::codegen::kernels::gemm as packing;
@@ -44,25 +44,12 @@ pub fn gather_packed_columns(ctx: &mut LowerCtx, geom: &Geometry) -> LowerResult
     let full_panels = rows / nr;
     let tail_width = geom.tail_panel_width(rows % nr);
     let n_idx = indices.ty.numel();
-    let idx_ty = indices.ty.dtype;
     let on_bad = ctx.on_bad_index;
     let b = &mut *ctx.b;
-    if matches!(on_bad, OnBadIndex::Fail(_)) {
-        kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
-            let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
-            let i = kernel::load_elem(b, idx_ty, ia, 0);
-            index_check::resolve(b, &indices, i, rows, on_bad);
-        });
-    }
+    index_check::check_gather_indices(b, &indices, rows, on_bad);
     let read = kernel::flags().with_readonly();
     kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
-        let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
-        let i = kernel::load_elem(b, idx_ty, ia, 0);
-        let v = match on_bad {
-            OnBadIndex::Clamp => index_check::resolve(b, &indices, i, rows, on_bad),
-            OnBadIndex::Fail(_) if index_check::is_unsigned(idx_ty) => i,
-            OnBadIndex::Fail(_) => index_check::wrap_negative(b, i, rows),
-        };
+        let v = index_check::gathered_index(b, &indices, j, rows, on_bad);
         let panel = b.ins().udiv_imm_u(v, nr as i64);
         let lane = b.ins().urem_imm_u(v, nr as i64);
         // Only the last panel can be narrower than nr.

@@ -69,6 +69,44 @@ pub fn resolve(
     }
 }
 
+/// For a gather of whole slices by `indices` (one index per slice, into an axis of
+/// `dim`): checked indices are all checked once before anything is written, so the
+/// copy loop reads each with [`gathered_index`] and no branch.
+pub fn check_gather_indices(
+    b: &mut FunctionBuilder,
+    indices: &Operand,
+    dim: usize,
+    on_bad: OnBadIndex,
+) {
+    if matches!(on_bad, OnBadIndex::Fail(_)) {
+        let idx_ty = indices.ty.dtype;
+        kernel::counted_loop(b, 0, indices.ty.numel() as i64, 1, |b, j| {
+            let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
+            let i = kernel::load_elem(b, idx_ty, ia, 0);
+            resolve(b, indices, i, dim, on_bad);
+        });
+    }
+}
+
+/// Index `j` of `indices` as a position on an axis of `dim`, after
+/// [`check_gather_indices`]: clamped, or (already checked) only wrapped if negative.
+pub fn gathered_index(
+    b: &mut FunctionBuilder,
+    indices: &Operand,
+    j: Value,
+    dim: usize,
+    on_bad: OnBadIndex,
+) -> Value {
+    let idx_ty = indices.ty.dtype;
+    let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
+    let i = kernel::load_elem(b, idx_ty, ia, 0);
+    match on_bad {
+        OnBadIndex::Clamp => resolve(b, indices, i, dim, on_bad),
+        OnBadIndex::Fail(_) if is_unsigned(idx_ty) => i,
+        OnBadIndex::Fail(_) => wrap_negative(b, i, dim),
+    }
+}
+
 /// `i + dim` for a negative `i`, else `i`.
 pub fn wrap_negative(b: &mut FunctionBuilder, i: Value, dim: usize) -> Value {
     let wrapped = b.ins().iadd_imm_s(i, dim as i64);

@@ -199,8 +199,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Expand { .. } => movement::expand(ctx),
         Op::Concat { axis } => movement::concat(ctx, *axis),
         Op::Gather { axis } => match &ctx.kernel.strategy {
-            // FP16 weights store the table as half, which the GEMM's panels are not.
-            Strategy::GatherPackedColumns(g) if ctx.half.is_none() => {
+            Strategy::GatherPackedColumns(g) => {
                 let g = *g;
                 gather_packed::gather_packed_columns(ctx, &g)
             }

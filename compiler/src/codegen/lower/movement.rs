@@ -6,7 +6,7 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::Module;
 
-use super::index_check::{self, OnBadIndex};
+use super::index_check;
 use super::{f16_weights, LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags};
 use crate::ir::Tensor;
@@ -253,25 +253,12 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     };
     let on_bad = ctx.on_bad_index;
     let b = &mut *ctx.b;
-    let idx_ty = indices.ty.dtype;
-    // Checked indices are all checked once before anything is written (and not again
-    // for each of the `outer` rows); the copy loop then only wraps negative ones.
-    if matches!(on_bad, OnBadIndex::Fail(_)) {
-        kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
-            let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
-            let i = kernel::load_elem(b, idx_ty, ia, 0);
-            index_check::resolve(b, &indices, i, dim, on_bad);
-        });
-    }
+    // Checked once before anything is written (and not again for each of the `outer`
+    // rows).
+    index_check::check_gather_indices(b, &indices, dim, on_bad);
     kernel::counted_loop(b, 0, outer as i64, 1, |b, o| {
         kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
-            let ia = kernel::elem_addr(b, indices.ptr, j, idx_ty.size());
-            let i = kernel::load_elem(b, idx_ty, ia, 0);
-            let i = match on_bad {
-                OnBadIndex::Clamp => index_check::resolve(b, &indices, i, dim, on_bad),
-                OnBadIndex::Fail(_) if index_check::is_unsigned(idx_ty) => i,
-                OnBadIndex::Fail(_) => index_check::wrap_negative(b, i, dim),
-            };
+            let i = index_check::gathered_index(b, &indices, j, dim, on_bad);
             let row = b.ins().imul_imm_s(o, dim as i64);
             let row = b.ins().iadd(row, i);
             let orow = b.ins().imul_imm_s(o, n_idx as i64);
