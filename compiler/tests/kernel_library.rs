@@ -598,6 +598,18 @@ fn int8_conv_cases() -> Vec<Case> {
             "ConvU8S8 1x1 requantized for a 3x3 stride 2 (scattered), batch 2",
             conv_u8s8_requantize_case([2, 8, 9, 10], 11, 1, false, clip, false, 26, (3, 2, 1)),
         ),
+        (
+            "ConvU8S8 depthwise 3x3 s1 p1, 7 maps, residual",
+            conv_u8s8_case([1, 7, 6, 11], 7, 3, 1, 1, true, none, true, 27),
+        ),
+        (
+            "ConvU8S8 depthwise requantized for a 3x3 stride 2, 10 maps, residual, Relu",
+            conv_u8s8_requantize_case([1, 10, 8, 13], 10, 3, true, relu, true, 28, (3, 2, 1)),
+        ),
+        (
+            "ConvU8S8 3x3 requantized for a 1x1, 3 maps over 5x26 (partial quad), Clip",
+            conv_u8s8_requantize_case([1, 6, 5, 26], 3, 3, false, clip, false, 29, (1, 1, 0)),
+        ),
     ];
     let quantize = [
         (
@@ -796,13 +808,13 @@ fn softmax_sweep() -> Vec<Case> {
         .collect()
 }
 
-/// INT8 convolutions with map counts around the 8-map tile and output rows around the
-/// 16-pixel vector and the 48-pixel panel.
+/// INT8 convolutions with map counts around the 4- and 8-map tiles and output rows
+/// around the 8- and 16-pixel vectors and the 24- and 48-pixel panels.
 fn int8_conv_sweep() -> Vec<Case> {
     let mut cases = vec![];
-    for (i, maps) in [1, 7, 8, 9, 17].into_iter().enumerate() {
-        for (j, w) in [3, 16, 17, 47, 49].into_iter().enumerate() {
-            let seed = 100 + 5 * i + j;
+    for (i, maps) in [1, 4, 5, 7, 8, 9, 17].into_iter().enumerate() {
+        for (j, w) in [3, 8, 9, 16, 17, 23, 25, 47, 49].into_iter().enumerate() {
+            let seed = 100 + 9 * i + j;
             let (op, ins) = conv_u8s8_case(
                 [1, 5, 2, w],
                 maps,

@@ -270,7 +270,13 @@ fn quantized_ops_match_the_interpreter_exactly() {
         let expected = nnc::interp::run_graph(&g, &inputs).expect("interpreter");
         let mut targets = vec![("host", Target::host())];
         if Arch::host() == Arch::X86_64 {
-            for cpu in ["baseline", "x86-64-v3", "x86-64-v4", "x86-64-v4+vnni"] {
+            for cpu in [
+                "baseline",
+                "x86-64-v3",
+                "x86-64-v3+avxvnni",
+                "x86-64-v4",
+                "x86-64-v4+vnni",
+            ] {
                 let target = Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target");
                 if tools::host_runs(cpu) {
                     targets.push((cpu, target));

@@ -102,9 +102,10 @@ enum Command {
         /// Target architecture: x86_64 or aarch64 (aarch64-unknown-linux-gnu). Default: the host.
         #[arg(long)]
         target: Option<String>,
-        /// CPU features. x86_64: baseline (SSE4.1), x86-64-v3 (AVX2+FMA), x86-64-v4
-        /// (AVX-512), x86-64-v4+vnni (AVX-512 with VNNI: the INT8 machine-code kernels),
-        /// native (default on the host). aarch64: armv8 (default), +dotprod, +i8mm.
+        /// CPU features. x86_64: baseline (SSE4.1), x86-64-v3 (AVX2+FMA),
+        /// x86-64-v3+avxvnni (AVX2 with AVX-VNNI: Alder Lake, Zen 5), x86-64-v4
+        /// (AVX-512), x86-64-v4+vnni (AVX-512 with VNNI), native (default on the host).
+        /// aarch64: armv8 (default), +dotprod, +i8mm.
         #[arg(long)]
         cpu: Option<String>,
         /// Symbol prefix: `--name foo` exports foo_infer, foo_infer_with_workspace and

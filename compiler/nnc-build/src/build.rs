@@ -348,8 +348,9 @@ fn arch_of(triple: &str) -> Result<Arch, Error> {
 fn cpu_for(arch: Arch, target_features: &str) -> String {
     let has = |f: &str| target_features.split(',').any(|x| x == f);
     match arch {
-        Arch::X86_64 if has("avx512f") && (has("avx512vnni") || has("avxvnni")) => "x86-64-v4+vnni",
+        Arch::X86_64 if has("avx512f") && has("avx512vnni") => "x86-64-v4+vnni",
         Arch::X86_64 if has("avx512f") => "x86-64-v4",
+        Arch::X86_64 if has("avx2") && has("fma") && has("avxvnni") => "x86-64-v3+avxvnni",
         Arch::X86_64 if has("avx2") && has("fma") => "x86-64-v3",
         Arch::X86_64 => "baseline",
         Arch::Aarch64 if has("i8mm") => "+i8mm",

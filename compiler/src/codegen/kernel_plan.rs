@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use super::kernels::x86::conv_u8s8_ymm::DotIsa;
 use super::lower::{self, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
 use super::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
@@ -41,10 +42,8 @@ pub enum Strategy {
     Softmax(Option<X86Isa>),
     /// The INT8 convolution.
     ConvU8S8(Int8Conv),
-    /// Quantization into INT8 planes: AVX-512 machine code or Cranelift's.
-    QuantizeToPlanes {
-        x86: bool,
-    },
+    /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
+    QuantizeToPlanes(Option<X86Isa>),
     /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM, or the exact int16 one.
     IntGemm {
         dot: bool,
@@ -60,6 +59,8 @@ pub enum Strategy {
 pub enum Int8Conv {
     /// AVX-512 VNNI machine code, weight tiles outermost or input panels outermost.
     Vnni { tiles_outer: bool },
+    /// 256-bit machine code (AVX-VNNI or AVX2), in either loop order.
+    Ymm { isa: DotIsa, tiles_outer: bool },
     /// Cranelift's dot-product tree.
     Clif,
 }
@@ -131,12 +132,18 @@ impl NodeKernel {
             Strategy::Conv(c) => c.name(),
             Strategy::Pool(p) => p.name().into(),
             Strategy::Softmax(_) => "softmax-rows".into(),
-            Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer: true }) => {
-                "u8s8-conv-tiles-outer".into()
-            }
-            Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer: false }) => {
-                "u8s8-conv-panels-outer".into()
-            }
+            Strategy::ConvU8S8(
+                Int8Conv::Vnni { tiles_outer: true }
+                | Int8Conv::Ymm {
+                    tiles_outer: true, ..
+                },
+            ) => "u8s8-conv-tiles-outer".into(),
+            Strategy::ConvU8S8(
+                Int8Conv::Vnni { tiles_outer: false }
+                | Int8Conv::Ymm {
+                    tiles_outer: false, ..
+                },
+            ) => "u8s8-conv-panels-outer".into(),
             Strategy::ConvU8S8(Int8Conv::Clif) => "u8s8-conv".into(),
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
             Strategy::IntGemm { dot: true } => "dot-gemm".into(),
@@ -157,11 +164,13 @@ impl NodeKernel {
             Strategy::ConvU8S8(Int8Conv::Vnni { .. }) => {
                 vec![lower::U8S8_CONV_X86_KERNEL.to_string()]
             }
+            Strategy::ConvU8S8(Int8Conv::Ymm { isa, .. }) => vec![isa.kernel_name().into()],
             Strategy::ConvU8S8(Int8Conv::Clif) => vec!["u8s8-conv-4x8-clif".into()],
-            Strategy::QuantizeToPlanes { x86: true } => {
+            Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
                 vec!["f32-qu8-planes-avx512f".into()]
             }
-            Strategy::QuantizeToPlanes { x86: false } => vec!["f32-qu8-planes-clif".into()],
+            Strategy::QuantizeToPlanes(Some(X86Isa::Avx2)) => vec!["f32-qu8-planes-avx2".into()],
+            Strategy::QuantizeToPlanes(None) => vec!["f32-qu8-planes-clif".into()],
             Strategy::IntGemm { dot: true } => vec!["u8s8-gemm-dot-clif".into()],
             Strategy::IntGemm { dot: false } => vec!["i16-gemm-clif".into()],
             Strategy::GatherPackedColumns(_) => vec![],

@@ -211,6 +211,22 @@ const X86_BASELINE: &[CpuFeature] = X86_LEVELS.split_at(3).0;
 const X86_V3: &[CpuFeature] = X86_LEVELS.split_at(11).0;
 const X86_V4: &[CpuFeature] = X86_LEVELS.split_at(14).0;
 const X86_V4_VNNI: &[CpuFeature] = X86_LEVELS;
+/// x86-64-v3 with the VEX-encoded VNNI of Alder Lake and later, and Zen 5 without
+/// AVX-512.
+const X86_V3_AVX_VNNI: &[CpuFeature] = &[
+    F::Sse3,
+    F::Ssse3,
+    F::Sse41,
+    F::Sse42,
+    F::Popcnt,
+    F::Avx,
+    F::Avx2,
+    F::Fma,
+    F::Bmi1,
+    F::Bmi2,
+    F::Lzcnt,
+    F::AvxVnni,
+];
 
 /// Every `--cpu` preset; `native` (the running CPU) is resolved apart, by detection.
 pub const CPU_PRESETS: &[CpuPreset] = &[
@@ -225,6 +241,12 @@ pub const CPU_PRESETS: &[CpuPreset] = &[
         name: "x86-64-v3",
         aliases: &[],
         features: X86_V3,
+    },
+    CpuPreset {
+        arch: Arch::X86_64,
+        name: "x86-64-v3+avxvnni",
+        aliases: &[],
+        features: X86_V3_AVX_VNNI,
     },
     CpuPreset {
         arch: Arch::X86_64,

@@ -170,6 +170,7 @@ pub fn host_runs(cpu: &str) -> bool {
             && std::arch::is_x86_feature_detected!("fma");
         match cpu {
             "x86-64-v3" => v3,
+            "x86-64-v3+avxvnni" => v3 && std::arch::is_x86_feature_detected!("avxvnni"),
             "x86-64-v4" | "x86-64-v4+vnni" => {
                 v3 && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512vl")

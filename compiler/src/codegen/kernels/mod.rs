@@ -33,11 +33,13 @@ impl KernelInfo {
     }
 }
 
-use CpuFeature::{Avx, Avx2, Avx512f, Avx512vl, Avx512vnni, Fma};
+use CpuFeature::{Avx, Avx2, Avx512f, Avx512vl, Avx512vnni, AvxVnni, Fma};
 
 const AVX2_FMA: &[CpuFeature] = &[Avx, Avx2, Fma];
 const AVX512: &[CpuFeature] = &[Avx, Avx2, Fma, Avx512f];
 const AVX512_VNNI: &[CpuFeature] = &[Avx, Avx2, Fma, Avx512f, Avx512vl, Avx512vnni];
+const AVX2: &[CpuFeature] = &[Avx, Avx2];
+const AVX_VNNI: &[CpuFeature] = &[Avx, Avx2, AvxVnni];
 const X86: Option<Arch> = Some(Arch::X86_64);
 
 /// What a kernel is besides its name and features: what it takes, its emitter and its
@@ -257,6 +259,33 @@ pub const KERNELS: &[KernelInfo] = &[
             "none",
         ),
     ),
+    x86(
+        "u8s8-conv-4x24-avxvnni",
+        AVX_VNNI,
+        About(
+            "INT8 conv over uint8 planes and int8 weights (VEX vpdpbusd), fused requantizing epilogue",
+            "kernels::x86::conv_u8s8_ymm::emit_conv",
+            "none: reads the uint8 planes in place",
+        ),
+    ),
+    x86(
+        "u8s8-conv-4x8-avx2",
+        AVX2,
+        About(
+            "INT8 conv over uint8 planes and int16-widened weights (exact vpmaddwd), fused requantizing epilogue",
+            "kernels::x86::conv_u8s8_ymm::emit_conv",
+            "none: reads the uint8 planes in place",
+        ),
+    ),
+    x86(
+        "f32-qu8-planes-avx2",
+        AVX2,
+        About(
+            "quantizes float32 NCHW into uint8 planes",
+            "kernels::x86::conv_u8s8_ymm::emit_quantize",
+            "none",
+        ),
+    ),
     clif(
         "f32-gemm-5x8-clif",
         About(
@@ -373,7 +402,7 @@ mod tests {
                 k.name
             );
             let isa = k.name.rsplit('-').next().unwrap_or_default();
-            let known = ["avx512f", "fma", "avx2", "avx512vnni", "clif"];
+            let known = ["avx512f", "fma", "avx2", "avx512vnni", "avxvnni", "clif"];
             assert!(known.contains(&isa), "{}: unknown ISA suffix", k.name);
             assert_eq!(k.arch.is_none(), isa == "clif", "{}", k.name);
         }

@@ -7,13 +7,16 @@
 //! zero point of the planes is folded into the bias at compile time
 //! (`Σ (q − zp)·w = Σ q·w − zp·Σ w`), so the kernels multiply raw uint8 by int8.
 //!
-//! Two implementations with identical results (the integer sums are exact and the
-//! float32 epilogue is the same sequence of operations):
-//! * x86-64 with AVX-512 VNNI: the machine-code kernels of [`crate::codegen::kernels::x86::conv_u8s8`];
-//! * everywhere else, Cranelift code whose dot-product tree folds to `vpdpbusd` (AVX
-//!   VNNI), `usdot` (aarch64 +i8mm) or `sdot`-less widening multiplies otherwise. It
-//!   writes the wide rows to scratch and a second pass keeps the `Wo` valid columns of
-//!   each row while adding the residual and applying the activation.
+//! Implementations with identical results (the integer sums are exact and the float32
+//! epilogue is the same sequence of operations):
+//! * x86-64 with AVX-512 VNNI: the machine-code kernels of
+//!   [`crate::codegen::kernels::x86::conv_u8s8`];
+//! * x86-64 with AVX-VNNI or AVX2: the 256-bit ones of
+//!   [`crate::codegen::kernels::x86::conv_u8s8_ymm`];
+//! * everywhere else, Cranelift code whose dot-product tree folds to `usdot` (aarch64
+//!   +i8mm) or widening multiplies otherwise. It writes the wide rows to scratch and a
+//!   second pass keeps the `Wo` valid columns of each row while adding the residual
+//!   and applying the activation.
 
 use crate::codegen::kernel_plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::clif::gemm_dot::dot_accumulate;
@@ -27,6 +30,8 @@ use super::elementwise::activate_run;
 use super::{LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86;
+use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::target::Arch;
 use crate::codegen::Target;
 use crate::ir::TensorType;
@@ -165,10 +170,11 @@ const CLIF_MR: usize = 4;
 /// The INT8 convolution's machine-code kernel, as the kernel library names it.
 pub const U8S8_CONV_X86_KERNEL: &str = "u8s8-conv-8x48-avx512vnni";
 
-/// The kernel plan of an INT8 convolution: the AVX-512 VNNI machine code (and its loop
-/// order) where the target has it and the activation has a machine-code form, else the
-/// Cranelift dot-product tiles. Scratch is the portable kernel's: the wide rows, when
-/// columns must be dropped, then (requantizing) one image's float32 output.
+/// The kernel plan of an INT8 convolution: the widest machine code the target runs
+/// (AVX-512 VNNI, AVX-VNNI or AVX2) and its loop order, where the activation has a
+/// machine-code form, else the Cranelift dot-product tiles. Scratch is the portable
+/// kernel's: the wide rows, when columns must be dropped, then (requantizing) one
+/// image's float32 output.
 pub fn plan_conv_u8s8(
     conv: &ConvAttrs,
     planes: &PlaneLayout,
@@ -178,18 +184,34 @@ pub fn plan_conv_u8s8(
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let g = ConvU8Geometry::new(conv, planes, node.outputs.first()?, requantize);
-    if use_x86_vnni(target, options) && x86::conv_u8s8::supports(conv.activation) {
-        let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
-        return Some(NodeKernel::new(
-            Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }),
-            0,
-            "AVX-512 VNNI target",
-        ));
+    let machine = x86::supports_activation(conv.activation);
+    match int8_family(target, options) {
+        Some(Int8Family::Avx512Vnni) if machine => {
+            let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
+            return Some(NodeKernel::new(
+                Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }),
+                0,
+                "AVX-512 VNNI target",
+            ));
+        }
+        Some(Int8Family::Ymm(isa)) if machine => {
+            let tiles_outer = x86::conv_u8s8_ymm::tiles_outer(&g, options.int8_order, isa);
+            let reason = match isa {
+                DotIsa::AvxVnni => "AVX-VNNI target",
+                DotIsa::Avx2 => "AVX2 target without VNNI: exact 16-bit products",
+            };
+            return Some(NodeKernel::new(
+                Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }),
+                0,
+                reason,
+            ));
+        }
+        _ => {}
     }
     let reason = if options.int8_conv == KernelSource::Clif {
         "--kernel int8-conv=clif"
     } else {
-        "no AVX-512 VNNI machine code for this target or activation"
+        "no x86 machine code for this target or activation"
     };
     let scratch = wide_scratch(&g) + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
     Some(NodeKernel::new(
@@ -199,24 +221,28 @@ pub fn plan_conv_u8s8(
     ))
 }
 
-/// The kernel plan of quantization into planes: AVX-512 machine code where the INT8
-/// convolutions get theirs and the layout suits it.
+/// The kernel plan of quantization into planes: the machine code of the INT8
+/// convolutions' family where the layout suits it.
 pub fn plan_quantize_to_planes(
     layout: &PlaneLayout,
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let x86 = use_x86_vnni(target, options) && x86::conv_u8s8::quantize_supports(layout);
-    let reason = if x86 {
-        "AVX-512 VNNI target"
-    } else {
-        "no machine code for this target or layout"
+    let isa = match int8_family(target, options) {
+        Some(Int8Family::Avx512Vnni) if x86::conv_u8s8::quantize_supports(layout) => {
+            Some(X86Isa::Avx512)
+        }
+        Some(Int8Family::Ymm(_)) if x86::conv_u8s8_ymm::quantize_supports(layout) => {
+            Some(X86Isa::Avx2)
+        }
+        _ => None,
     };
-    Some(NodeKernel::new(
-        Strategy::QuantizeToPlanes { x86 },
-        0,
-        reason,
-    ))
+    let reason = match isa {
+        Some(X86Isa::Avx512) => "AVX-512 VNNI target",
+        Some(X86Isa::Avx2) => "AVX2 target",
+        None => "no machine code for this target or layout",
+    };
+    Some(NodeKernel::new(Strategy::QuantizeToPlanes(isa), 0, reason))
 }
 
 fn wide_scratch(g: &ConvU8Geometry) -> usize {
@@ -228,14 +254,32 @@ fn wide_scratch(g: &ConvU8Geometry) -> usize {
     }
 }
 
-/// Whether the AVX-512 VNNI machine code runs on `target`; `--kernel int8-conv=clif`
-/// forces the Cranelift code, for comparisons.
-fn use_x86_vnni(target: &Target, options: &KernelOptions) -> bool {
-    target.arch == Arch::X86_64
-        && target.has(CpuFeature::Avx512f)
-        && target.has(CpuFeature::Avx512vl)
-        && target.has(CpuFeature::Avx512vnni)
-        && options.int8_conv == KernelSource::Auto
+/// The x86 INT8 machine-code families, widest first.
+enum Int8Family {
+    Avx512Vnni,
+    Ymm(DotIsa),
+}
+
+/// The INT8 machine code `target` runs; `--kernel int8-conv=clif` forces the Cranelift
+/// code, for comparisons.
+fn int8_family(target: &Target, options: &KernelOptions) -> Option<Int8Family> {
+    if target.arch != Arch::X86_64 || options.int8_conv != KernelSource::Auto {
+        return None;
+    }
+    let has = |fs: &[CpuFeature]| fs.iter().all(|&f| target.has(f));
+    if has(&[
+        CpuFeature::Avx512f,
+        CpuFeature::Avx512vl,
+        CpuFeature::Avx512vnni,
+    ]) {
+        Some(Int8Family::Avx512Vnni)
+    } else if has(&[CpuFeature::Avx, CpuFeature::Avx2, CpuFeature::AvxVnni]) {
+        Some(Int8Family::Ymm(DotIsa::AvxVnni))
+    } else if has(&[CpuFeature::Avx, CpuFeature::Avx2]) {
+        Some(Int8Family::Ymm(DotIsa::Avx2))
+    } else {
+        None
+    }
 }
 
 fn scalar_params(ctx: &LowerCtx) -> Result<(f32, u8), String> {
@@ -257,8 +301,16 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
     let (inv, zp) = scalar_params(ctx)?;
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let batch = x.ty.shape[0];
-    if ctx.kernel.strategy == (Strategy::QuantizeToPlanes { x86: true }) {
-        let code = x86::conv_u8s8::emit_quantize(layout, inv, zp)?;
+    let code = match ctx.kernel.strategy {
+        Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
+            Some(x86::conv_u8s8::emit_quantize(layout, inv, zp)?)
+        }
+        Strategy::QuantizeToPlanes(Some(X86Isa::Avx2)) => {
+            Some(x86::conv_u8s8_ymm::emit_quantize(layout, inv, zp)?)
+        }
+        _ => None,
+    };
+    if let Some(code) = code {
         let func = super::gemm::define_machine_code(ctx, 2, &code)?;
         let in_image = layout.channels * layout.height * layout.width * 4;
         let b = &mut *ctx.b;
@@ -428,8 +480,34 @@ pub fn conv_u8s8(
     let y = ctx.output(0);
     let g = ConvU8Geometry::new(conv, layout, &y.ty, requantize);
     let k = constants(ctx)?;
-    if let Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }) = ctx.kernel.strategy {
-        return conv_x86(ctx, &g, &k, conv, requantize, tiles_outer);
+    match ctx.kernel.strategy {
+        Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }) => {
+            let spec = x86::conv_u8s8::ConvSpec::new(
+                &g,
+                conv.activation,
+                ctx.inputs[3].is_some(),
+                requantize,
+                tiles_outer,
+            );
+            let code = x86::conv_u8s8::emit_conv(&spec)?;
+            let w = pack_weights(&g, &k.w, x86::conv_u8s8::MR);
+            return conv_x86(ctx, &g, &k, w, x86::conv_u8s8::MR, &code, requantize);
+        }
+        Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }) => {
+            use x86::conv_u8s8_ymm as ymm;
+            let spec = ymm::YmmConvSpec::new(
+                isa,
+                &g,
+                conv.activation,
+                ctx.inputs[3].is_some(),
+                requantize,
+                tiles_outer,
+            );
+            let code = ymm::emit_conv(&spec)?;
+            let w = ymm::widen_weights(pack_weights(&g, &k.w, ymm::MR), isa);
+            return conv_x86(ctx, &g, &k, w, ymm::MR, &code, requantize);
+        }
+        _ => {}
     }
     conv_clif(ctx, &g, &k, conv, requantize)
 }
@@ -442,16 +520,17 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// The packed weights, folded bias and output scale of a kernel with map tiles of
+/// The packed weights `w`, folded bias and output scale of a kernel with map tiles of
 /// `mr`, in read-only data (bias and scale padded to whole tiles).
 fn tile_constants(
     ctx: &mut LowerCtx,
     g: &ConvU8Geometry,
     k: &Constants,
+    w: Vec<u8>,
     mr: usize,
 ) -> Result<(Value, Value, Value), String> {
     let maps = g.maps.next_multiple_of(mr);
-    let w = ctx.weight_rodata(pack_weights(g, &k.w, mr))?;
+    let w = ctx.weight_rodata(w)?;
     let bias = ctx.weight_rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
     let mut scale = k.scale.clone();
     scale.resize(maps, 0.0);
@@ -459,25 +538,19 @@ fn tile_constants(
     Ok((w, bias, scale))
 }
 
-/// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`.
+/// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`, `w` the
+/// weights packed as `code` reads them, for tiles of `mr` maps.
 fn conv_x86(
     ctx: &mut LowerCtx,
     g: &ConvU8Geometry,
     k: &Constants,
-    conv: &ConvAttrs,
+    w: Vec<u8>,
+    mr: usize,
+    code: &[u8],
     requantize: Option<&Requantize>,
-    tiles_outer: bool,
 ) -> LowerResult {
-    let spec = x86::conv_u8s8::ConvSpec::new(
-        g,
-        conv.activation,
-        ctx.inputs[3].is_some(),
-        requantize,
-        tiles_outer,
-    );
-    let (w, bias, scale) = tile_constants(ctx, g, k, x86::conv_u8s8::MR)?;
-    let code = x86::conv_u8s8::emit_conv(&spec)?;
-    let func = super::gemm::define_machine_code(ctx, 6, &code)?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, w, mr)?;
+    let func = super::gemm::define_machine_code(ctx, 6, code)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let out_image = g.maps * g.out_h * g.out_w * 4;
@@ -504,7 +577,7 @@ fn conv_clif(
     requantize: Option<&Requantize>,
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
-    let (w, bias, scale) = tile_constants(ctx, g, k, CLIF_MR)?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, pack_weights(g, &k.w, CLIF_MR), CLIF_MR)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let usdot_order = ctx.target.arch == Arch::Aarch64;

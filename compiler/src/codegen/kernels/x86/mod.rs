@@ -6,6 +6,7 @@
 
 pub mod asm;
 pub mod conv_u8s8;
+pub mod conv_u8s8_ymm;
 pub mod dwconv;
 pub mod gemm;
 pub mod maxpool2d;

@@ -1,0 +1,1039 @@
+//! 256-bit machine code for nnc's INT8 convolution (see [`crate::codegen::lower::conv_u8s8`]),
+//! for x86-64 CPUs without AVX-512 VNNI: `u8s8-conv-4x24-avxvnni` (Alder Lake and
+//! later, Zen 5), `u8s8-conv-4x8-avx2` (Haswell to Zen 4) and the quantization into
+//! planes both share, `f32-qu8-planes-avx2`.
+//!
+//! The GEMM is the AVX-512 kernel's ([`super::conv_u8s8`]) on registers of 8 wide
+//! pixels, with tiles of 4 maps (one output quad):
+//! * AVX-VNNI: 4 maps × 3 vectors = 12 accumulators; one K step (a tap's channel quad)
+//!   loads 3 × 32 bytes of planes in place and broadcasts 4 maps' 4 weight bytes, for
+//!   12 VEX `vpdpbusd` of 32 multiply-adds each.
+//! * AVX2: exact 16-bit products. `vpmaddubsw` saturates the sum of two u8 × s8
+//!   products (255 · 127 · 2 > 32767), which would make the integers differ from the
+//!   VNNI kernels'. Instead the planes' bytes are zero-extended (`vpmovzxbw`: 4 pixels ×
+//!   4 channels per register), the weights are stored as int16 and `vpmaddwd` adds
+//!   channel pairs into 32-bit lanes `[p0: c0+c1, p0: c2+c3, p1: …]`. That is 16
+//!   multiply-adds per multiplying instruction, as many as `vpmaddubsw` followed by the
+//!   `vpmaddwd` that widens its pairs, and exact. Two 4-pixel halves per map are
+//!   accumulated, then `vphaddd` adds the lane pairs and `vpermq` restores pixel order.
+//!
+//! Without opmasks the epilogue keeps the valid output columns with a table: per vector
+//! of 8 wide pixels, the permutation that packs its valid lanes to the front
+//! (`vpermd`), the one that spreads packed values back over them (the residual of a
+//! requantizing convolution), the mask of the first `n` lanes (`vmaskmovps` reads and
+//! writes exactly the valid outputs), the mask of the valid lanes and the output pixel
+//! of the first. The integer sums are exact and the float32 epilogue is the same
+//! sequence of operations as the other kernels', so results are identical.
+
+use iced_x86::code_asm::*;
+
+use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, YMM};
+use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
+use crate::codegen::options::Int8Order;
+use crate::ops::{Activation, PlaneLayout, Requantize};
+
+/// The dot-product instruction family of a 256-bit INT8 kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DotIsa {
+    /// `vpmovzxbw` + `vpmaddwd` on int16 weights (AVX2).
+    Avx2,
+    /// VEX `vpdpbusd` (AVX-VNNI).
+    AvxVnni,
+}
+
+impl DotIsa {
+    /// The kernel library's name of the convolution kernel.
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            DotIsa::Avx2 => "u8s8-conv-4x8-avx2",
+            DotIsa::AvxVnni => "u8s8-conv-4x24-avxvnni",
+        }
+    }
+
+    /// Vectors of 8 wide pixels per column panel.
+    fn vectors(self) -> usize {
+        match self {
+            DotIsa::Avx2 => 1,
+            DotIsa::AvxVnni => 3,
+        }
+    }
+
+    /// Bytes of one packed weight: int16 for `vpmaddwd`, int8 for `vpdpbusd`.
+    pub fn weight_bytes(self) -> usize {
+        match self {
+            DotIsa::Avx2 => 2,
+            DotIsa::AvxVnni => 1,
+        }
+    }
+}
+
+/// Maps per register tile: one output quad.
+pub const MR: usize = 4;
+const LANES: usize = 8;
+const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
+/// Bytes of one column-table entry: compress and expand permutations, store mask, valid
+/// mask (8 dwords each), then the first output pixel and the valid-lane bits.
+const ENTRY: usize = 160;
+const COMPRESS: usize = 0;
+const EXPAND: usize = 32;
+const STORE_MASK: usize = 64;
+const VALID_MASK: usize = 96;
+const FIRST: usize = 128;
+const VALID_BITS: usize = 132;
+const CONTIGUOUS: usize = 136;
+
+pub fn supports(act: Activation) -> bool {
+    super::asm::supports_activation(act)
+}
+
+/// The int8 weights packed by [`crate::codegen::lower::conv_u8s8::pack_weights`] as the
+/// kernel of `isa` reads them (int16 for AVX2).
+pub fn widen_weights(packed: Vec<u8>, isa: DotIsa) -> Vec<u8> {
+    match isa {
+        DotIsa::AvxVnni => packed,
+        DotIsa::Avx2 => packed
+            .iter()
+            .flat_map(|&b| i16::from(b as i8).to_le_bytes())
+            .collect(),
+    }
+}
+
+/// One vector of 8 wide pixels in the column table.
+struct Column {
+    compress: [u32; LANES],
+    expand: [u32; LANES],
+    count: usize,
+    valid: u32,
+    first: u32,
+    /// Requantizing into phases: 1 when the vector's 8 pixels are all valid and go to
+    /// runs the fast scatter stores whole (see [`YmmConvSpec::scatter_step`]).
+    contiguous: u32,
+}
+
+/// What one convolution kernel computes (one image per call).
+pub struct YmmConvSpec {
+    isa: DotIsa,
+    maps: usize,
+    out_pixels: usize,
+    vectors: usize,
+    columns: Vec<Column>,
+    tap_offsets: Vec<usize>,
+    quads: usize,
+    quad_stride: usize,
+    depthwise: bool,
+    compact: bool,
+    residual: bool,
+    activation: Activation,
+    requantize: Option<RequantSpec>,
+    tiles_outer: bool,
+}
+
+/// The output planes of a requantizing convolution.
+struct RequantSpec {
+    inv_scale: f32,
+    zero_point: u8,
+    quad_bytes: usize,
+    offset: usize,
+    quads: usize,
+    /// The next planes' column stride: how a row's pixels spread over the phases.
+    column_stride: usize,
+    /// Per wide pixel, the dword of its quad's planes it goes to (planes split in
+    /// phases), else None (stored whole vectors).
+    scatter: Option<Vec<u32>>,
+}
+
+/// Whether 8 pixels going to the dwords `lanes` of phase planes with column stride
+/// `sw` form runs stored whole: one run of 8 (`sw` = 1), or the even pixels' run of 4
+/// and the odd pixels' (`sw` = 2, after `vpermd` puts even lanes first). Returns `sw`.
+fn scatter_step(sw: usize, lanes: &[u32]) -> Option<usize> {
+    let run = |first: usize, step: usize| {
+        lanes
+            .iter()
+            .skip(first)
+            .step_by(step)
+            .enumerate()
+            .all(|(i, &d)| d == lanes[first] + i as u32)
+    };
+    match sw {
+        1 if run(0, 1) => Some(1),
+        2 if run(0, 2) && run(1, 2) => Some(2),
+        _ => None,
+    }
+}
+
+/// Whether the kernel runs weight tiles outermost: when streaming the weights once per
+/// column panel would move more bytes than reading the planes once per tile.
+pub fn tiles_outer(g: &ConvU8Geometry, order: Int8Order, isa: DotIsa) -> bool {
+    let vectors = g.wide().div_ceil(LANES);
+    let weights = g.maps.next_multiple_of(MR) * g.taps.len() * g.k_quads() * 4 * isa.weight_bytes();
+    let panels = vectors.div_ceil(isa.vectors());
+    let tiles = g.maps.div_ceil(MR);
+    match order {
+        Int8Order::Tiles => true,
+        Int8Order::Panels => false,
+        Int8Order::Auto => weights * panels > g.layout.image_bytes() * tiles,
+    }
+}
+
+impl YmmConvSpec {
+    pub fn new(
+        isa: DotIsa,
+        g: &ConvU8Geometry,
+        activation: Activation,
+        residual: bool,
+        requantize: Option<&Requantize>,
+        tiles_outer: bool,
+    ) -> YmmConvSpec {
+        let cols = g.layout.cols;
+        let wide = g.wide();
+        let vectors = wide.div_ceil(LANES);
+        let valid = |n: usize| n < wide && n % cols < g.out_w;
+        let mut columns: Vec<Column> = (0..vectors)
+            .map(|v| {
+                let mut c = Column {
+                    compress: [0; LANES],
+                    expand: [0; LANES],
+                    count: 0,
+                    valid: 0,
+                    first: 0,
+                    contiguous: 0,
+                };
+                for lane in 0..LANES {
+                    let n = v * LANES + lane;
+                    if !valid(n) {
+                        continue;
+                    }
+                    if c.count == 0 {
+                        c.first = (n / cols * g.out_w + n % cols) as u32;
+                    }
+                    c.compress[c.count] = lane as u32;
+                    c.expand[lane] = c.count as u32;
+                    c.valid |= 1 << lane;
+                    c.count += 1;
+                }
+                c
+            })
+            .collect();
+        let requantize = requantize.map(|r| {
+            let l = &r.layout;
+            let scatter = (l.stride != [1, 1]).then(|| {
+                (0..vectors * LANES)
+                    .map(|n| {
+                        if !valid(n) {
+                            return 0;
+                        }
+                        let (oh, ow) = (n / cols, n % cols);
+                        (l.byte_offset(0, oh + l.pad_top, ow + l.pad_left) / 4) as u32
+                    })
+                    .collect::<Vec<u32>>()
+            });
+            if let Some(t) = &scatter {
+                for (v, c) in columns.iter_mut().enumerate() {
+                    let lanes = &t[v * LANES..(v + 1) * LANES];
+                    c.contiguous =
+                        u32::from(c.count == LANES && scatter_step(l.stride[1], lanes).is_some());
+                }
+            }
+            RequantSpec {
+                inv_scale: r.inv_scale,
+                zero_point: r.zero_point,
+                quad_bytes: l.phases() * l.plane_pixels() * 4,
+                offset: l.pad_top * l.cols + l.pad_left,
+                quads: l.quads(),
+                column_stride: l.stride[1],
+                scatter,
+            }
+        });
+        YmmConvSpec {
+            isa,
+            maps: g.maps,
+            out_pixels: g.out_h * g.out_w,
+            vectors,
+            columns,
+            tap_offsets: (0..g.taps.len()).map(|t| g.tap_offset(t)).collect(),
+            quads: g.k_quads(),
+            quad_stride: g.quad_stride(),
+            depthwise: g.depthwise,
+            compact: g.compact(),
+            residual,
+            activation,
+            tiles_outer,
+            requantize,
+        }
+    }
+
+    /// Accumulators per map row: two 4-pixel halves (AVX2) or one per vector.
+    fn accs(&self) -> usize {
+        match self.isa {
+            DotIsa::Avx2 => 2,
+            DotIsa::AvxVnni => 3,
+        }
+    }
+
+    /// Accumulator register of map row `r`, slot `j`; after the K loop slot `j` holds
+    /// output vector `j`.
+    fn acc(&self, r: usize, j: usize) -> usize {
+        r * self.accs() + j
+    }
+}
+
+/// K-loop registers past the accumulators: planes, weights, product.
+const AVX2_B: usize = 8;
+const AVX2_W: usize = 10;
+const AVX2_PRODUCT: usize = 11;
+const VNNI_B: usize = 12;
+const VNNI_W: usize = 15;
+/// Free in the epilogue of both: a temporary (also the activation's) and a mask.
+const EP_T: usize = 14;
+const EP_M: usize = 15;
+
+/// Encodes the convolution kernel of `s`: arguments `(planes, W, Y, bias, scale,
+/// residual)` (System V), W packed for [`MR`] maps and widened by [`widen_weights`].
+pub fn emit_conv(s: &YmmConvSpec) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    let mut e = ConvEmitter {
+        s,
+        consts: Consts { values: vec![] },
+        table: a.create_label(),
+        scatter_table: a.create_label(),
+        taps_table: a.create_label(),
+        even_odd: a.create_label(),
+    };
+    e.function(&mut a)
+        .map_err(|err| format!("INT8 conv kernel: {}", err.0))?;
+    a.assemble(0)
+        .map_err(|err| format!("INT8 conv kernel: {err}"))
+}
+
+struct ConvEmitter<'s> {
+    s: &'s YmmConvSpec,
+    consts: Consts,
+    table: CodeLabel,
+    scatter_table: CodeLabel,
+    taps_table: CodeLabel,
+    /// vpermd's even lanes, then odd ones.
+    even_odd: CodeLabel,
+}
+
+fn xmm(r: usize) -> AsmRegisterXmm {
+    XMM[r]
+}
+
+const XMM: [AsmRegisterXmm; 16] = [
+    xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14,
+    xmm15,
+];
+
+impl ConvEmitter<'_> {
+    fn function(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        for r in SAVED {
+            a.push(r)?;
+        }
+        if self.s.requantize.is_some() {
+            self.fill_padding(a)?;
+        }
+        if self.s.tiles_outer {
+            self.tiles_outer(a)?;
+        } else {
+            self.panels(a, &mut |e, a, vecs| e.panel(a, vecs))?;
+        }
+        for r in SAVED.iter().rev() {
+            a.pop(*r)?;
+        }
+        a.vzeroupper()?;
+        a.ret()?;
+        self.data(a)
+    }
+
+    /// `body(vecs)` for each column panel, r10 = the byte offset of its first wide pixel.
+    fn panels(
+        &mut self,
+        a: &mut CodeAssembler,
+        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        let per_panel = self.s.isa.vectors();
+        let full_panels = self.s.vectors / per_panel;
+        let rest = self.s.vectors % per_panel;
+        a.xor(r10d, r10d)?;
+        if full_panels > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            body(self, a, per_panel)?;
+            a.add(r10, imm(per_panel * LANES * 4)?)?;
+            a.cmp(r10, imm(full_panels * per_panel * LANES * 4)?)?;
+            a.jb(top)?;
+        }
+        if rest > 0 {
+            body(self, a, rest)?;
+        }
+        Ok(())
+    }
+
+    fn tile_bytes(&self) -> usize {
+        self.s.tap_offsets.len() * self.s.quads * MR * 4 * self.s.isa.weight_bytes()
+    }
+
+    /// Map tiles outermost, each over every panel.
+    fn tiles_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let full_tiles = s.maps / MR;
+        let tile_bytes = self.tile_bytes();
+        a.xor(r12d, r12d)?;
+        a.mov(r13, rsi)?;
+        if full_tiles > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.panels(a, &mut |e, a, vecs| e.tile(a, MR, vecs))?;
+            a.add(r12, imm(MR)?)?;
+            a.add(r13, imm(tile_bytes)?)?;
+            a.cmp(r12, imm(full_tiles * MR)?)?;
+            a.jb(top)?;
+        }
+        if !s.maps.is_multiple_of(MR) {
+            let rows = s.maps % MR;
+            self.panels(a, &mut |e, a, vecs| e.tile(a, rows, vecs))?;
+        }
+        Ok(())
+    }
+
+    /// Every map tile over the panel at r10, `vecs` vectors wide.
+    fn panel(&mut self, a: &mut CodeAssembler, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        let full_tiles = s.maps / MR;
+        let tile_bytes = self.tile_bytes();
+        // r12: first map of the tile; r13: its packed weights.
+        a.xor(r12d, r12d)?;
+        a.mov(r13, rsi)?;
+        if full_tiles > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.tile(a, MR, vecs)?;
+            a.add(r12, imm(MR)?)?;
+            a.add(r13, imm(tile_bytes)?)?;
+            a.cmp(r12, imm(full_tiles * MR)?)?;
+            a.jb(top)?;
+        }
+        if !s.maps.is_multiple_of(MR) {
+            self.tile(a, s.maps % MR, vecs)?;
+        }
+        Ok(())
+    }
+
+    fn tile(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        let slots = match s.isa {
+            DotIsa::Avx2 => 2,
+            DotIsa::AvxVnni => vecs,
+        };
+        for r in 0..rows {
+            for j in 0..slots {
+                let y = YMM[s.acc(r, j)];
+                a.vpxor(y, y, y)?;
+            }
+        }
+        // r14: the K rows' base in this panel; a depthwise tile's 4 maps read their own
+        // quad, r12 / 4.
+        a.lea(r14, qword_ptr(rdi + r10))?;
+        if s.depthwise {
+            a.mov(rax, r12)?;
+            a.shr(rax, 2)?;
+            a.imul_3(rax, rax, imm(s.quad_stride)?)?;
+            a.add(r14, rax)?;
+        }
+        // rbp walks the tile's weights: [tap][quad][MR][4]; taps in a loop over the
+        // table of their offsets (r15, counter ebx), quads in an inner one (r11d).
+        a.mov(rbp, r13)?;
+        let mut tap_top = a.create_label();
+        a.lea(r15, ptr(self.taps_table))?;
+        a.mov(ebx, imm(s.tap_offsets.len())?)?;
+        a.set_label(&mut tap_top)?;
+        {
+            a.mov(eax, dword_ptr(r15))?;
+            a.add(rax, r14)?;
+            a.mov(r11d, imm(s.quads)?)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.k_step(a, rows, vecs)?;
+            a.add(rax, imm(s.quad_stride)?)?;
+            a.add(rbp, imm(MR * 4 * s.isa.weight_bytes())?)?;
+            a.dec(r11d)?;
+            a.jnz(top)?;
+        }
+        a.add(r15, 4)?;
+        a.dec(ebx)?;
+        a.jnz(tap_top)?;
+        if s.isa == DotIsa::Avx2 {
+            // Lane pairs of the two halves → 8 pixels, in order.
+            for r in 0..rows {
+                let (lo, hi) = (YMM[s.acc(r, 0)], YMM[s.acc(r, 1)]);
+                a.vphaddd(lo, lo, hi)?;
+                a.vpermq(lo, lo, 0xD8)?;
+            }
+        }
+        if s.requantize.is_some() {
+            self.requantize_epilogue(a, rows, vecs)
+        } else {
+            self.epilogue(a, rows, vecs)
+        }
+    }
+
+    /// One K step: the quad at rax times the tile's weights at rbp.
+    fn k_step(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        match s.isa {
+            DotIsa::Avx2 => {
+                for h in 0..2 {
+                    a.vpmovzxbw(YMM[AVX2_B + h], xmmword_ptr(rax + imm(16 * h)?))?;
+                }
+                let w = YMM[AVX2_W];
+                let p = YMM[AVX2_PRODUCT];
+                for r in 0..rows {
+                    a.vpbroadcastq(w, qword_ptr(rbp + imm(8 * r)?))?;
+                    for h in 0..2 {
+                        let acc = YMM[s.acc(r, h)];
+                        a.vpmaddwd(p, YMM[AVX2_B + h], w)?;
+                        a.vpaddd(acc, acc, p)?;
+                    }
+                }
+            }
+            DotIsa::AvxVnni => {
+                for j in 0..vecs {
+                    a.vmovdqu(YMM[VNNI_B + j], ymmword_ptr(rax + imm(32 * j)?))?;
+                }
+                let w = YMM[VNNI_W];
+                for r in 0..rows {
+                    a.vpbroadcastd(w, dword_ptr(rbp + imm(4 * r)?))?;
+                    for j in 0..vecs {
+                        a.vpdpbusd(YMM[s.acc(r, j)], YMM[VNNI_B + j], w)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// rax = this panel's first column-table entry; each vector's first output pixel's
+    /// byte offset into r11, rbx, r14 (returned).
+    fn load_columns(
+        &mut self,
+        a: &mut CodeAssembler,
+        vecs: usize,
+    ) -> AsmResult<[AsmRegister64; 3]> {
+        let starts = [r11, rbx, r14];
+        let starts32 = [r11d, ebx, r14d];
+        // Entry v = r10 / 32 is at v · 160 = r10 · 5.
+        a.lea(rax, qword_ptr(r10 + r10 * 4))?;
+        a.lea(r15, ptr(self.table))?;
+        a.add(rax, r15)?;
+        for j in 0..vecs {
+            a.mov(starts32[j], dword_ptr(rax + imm(ENTRY * j + FIRST)?))?;
+            a.shl(starts[j], 2)?;
+        }
+        Ok(starts)
+    }
+
+    /// Adds the bias and scales map row `r`'s vectors (float32 from here on).
+    fn scale_row(&mut self, a: &mut CodeAssembler, r: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        let t = YMM[EP_T];
+        a.vpbroadcastd(t, dword_ptr(rcx + r12 * 4 + imm(4 * r)?))?;
+        for j in 0..vecs {
+            let x = YMM[s.acc(r, j)];
+            a.vpaddd(x, x, t)?;
+            a.vcvtdq2ps(x, x)?;
+        }
+        a.vbroadcastss(t, dword_ptr(r8 + r12 * 4 + imm(4 * r)?))?;
+        for j in 0..vecs {
+            let x = YMM[s.acc(r, j)];
+            a.vmulps(x, x, t)?;
+        }
+        Ok(())
+    }
+
+    /// Float32 output: each vector's valid lanes packed to the front, the residual added,
+    /// activated and stored at its first output pixel.
+    fn epilogue(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
+        let s = self.s;
+        let starts = self.load_columns(a, vecs)?;
+        // rbp: the tile's first output row; r15: its residual row.
+        let row_bytes = s.out_pixels * 4;
+        a.imul_3(rbp, r12, imm(row_bytes)?)?;
+        if s.residual {
+            a.lea(r15, qword_ptr(r9 + rbp))?;
+        }
+        a.add(rbp, rdx)?;
+        let v = Vecs { isa: X86Isa::Avx2 };
+        let (t, m) = (YMM[EP_T], YMM[EP_M]);
+        for r in 0..rows {
+            self.scale_row(a, r, vecs)?;
+            for (j, &start) in starts.iter().enumerate().take(vecs) {
+                let xi = s.acc(r, j);
+                let x = YMM[xi];
+                if !s.compact {
+                    a.vmovdqu(t, ymmword_ptr(rax + imm(ENTRY * j + COMPRESS)?))?;
+                    a.vpermd(x, t, x)?;
+                }
+                a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + STORE_MASK)?))?;
+                if s.residual {
+                    let res = r15 + start + imm(r * row_bytes)?;
+                    a.vmaskmovps(t, m, ymmword_ptr(res))?;
+                    a.vaddps(x, x, t)?;
+                }
+                activate(a, &v, &mut self.consts, s.activation, &[xi], &[EP_T])?;
+                let at = rbp + start + imm(r * row_bytes)?;
+                a.vmaskmovps(ymmword_ptr(at), m, x)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Requantizing output: the tile's float32 results in wide lanes (residual spread
+    /// over them), quantized, four maps packed to a pixel, invalid lanes set to the zero
+    /// point, stored whole (or pixel by pixel into phases).
+    fn requantize_epilogue(
+        &mut self,
+        a: &mut CodeAssembler,
+        rows: usize,
+        vecs: usize,
+    ) -> AsmResult<()> {
+        let s = self.s;
+        let rq = s.requantize.as_ref().expect("requantizing");
+        let starts = self.load_columns(a, vecs)?;
+        let row_bytes = s.out_pixels * 4;
+        if s.residual {
+            a.imul_3(r15, r12, imm(row_bytes)?)?;
+            a.add(r15, r9)?;
+        }
+        // rbp: the tile's output quad at this panel's first wide pixel.
+        a.mov(rbp, r12)?;
+        a.shr(rbp, 2)?;
+        a.imul_3(rbp, rbp, imm(rq.quad_bytes)?)?;
+        a.add(rbp, rdx)?;
+        if rq.scatter.is_none() {
+            a.add(rbp, r10)?;
+        }
+        let v = Vecs { isa: X86Isa::Avx2 };
+        let inv = self.consts.get(a, rq.inv_scale);
+        let zp = self.consts.get(a, rq.zero_point as f32);
+        let zero = self.consts.get(a, 0.0);
+        let top = self.consts.get(a, 255.0);
+        let (t, m) = (YMM[EP_T], YMM[EP_M]);
+        for r in 0..rows {
+            self.scale_row(a, r, vecs)?;
+            for (j, &start) in starts.iter().enumerate().take(vecs) {
+                let xi = s.acc(r, j);
+                let x = YMM[xi];
+                if s.residual {
+                    let res = r15 + start + imm(r * row_bytes)?;
+                    a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + STORE_MASK)?))?;
+                    a.vmaskmovps(t, m, ymmword_ptr(res))?;
+                    if !s.compact {
+                        a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + EXPAND)?))?;
+                        a.vpermd(t, m, t)?;
+                    }
+                    a.vaddps(x, x, t)?;
+                }
+                activate(a, &v, &mut self.consts, s.activation, &[xi], &[EP_T])?;
+                a.vmulps(x, x, ymmword_ptr(inv))?;
+                a.vaddps(x, x, ymmword_ptr(zp))?;
+                // vmaxps returns its second operand when the first is NaN: NaN → 0.
+                a.vmaxps(x, x, ymmword_ptr(zero))?;
+                a.vminps(x, x, ymmword_ptr(top))?;
+                a.vcvtps2dq(x, x)?;
+            }
+        }
+        if rq.scatter.is_some() {
+            // r14: this panel's scatter indices (the residual is read by now).
+            a.lea(r14, ptr(self.scatter_table))?;
+            a.add(r14, r10)?;
+        }
+        let zp_bytes = u32::from_ne_bytes([rq.zero_point; 4]);
+        let zp_word = self.consts.get(a, f32::from_bits(zp_bytes));
+        let missing = (rows..4).fold(0u32, |w, b| w | u32::from(rq.zero_point) << (8 * b));
+        let missing = self.consts.get(a, f32::from_bits(missing));
+        for j in 0..vecs {
+            let out = YMM[s.acc(0, j)];
+            for byte in 1..rows {
+                a.vpslld(t, YMM[s.acc(byte, j)], (8 * byte) as i32)?;
+                a.vpor(out, out, t)?;
+            }
+            if rows < 4 {
+                // Channels past the maps hold the zero point, as QuantizeToPlanes
+                // writes them (their weights are zero either way).
+                a.vpor(out, out, ymmword_ptr(missing))?;
+            }
+            a.vmovdqu(t, ymmword_ptr(zp_word))?;
+            a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + VALID_MASK)?))?;
+            a.vpblendvb(out, t, out, m)?;
+            if rq.scatter.is_none() {
+                let at = rbp + imm(j * LANES * 4 + rq.offset * 4)?;
+                a.vmovdqu(ymmword_ptr(at), out)?;
+                continue;
+            }
+            let out_x = xmm(s.acc(0, j));
+            let mut slow = a.create_label();
+            let mut done = a.create_label();
+            if rq.column_stride <= 2 {
+                // Whole runs when the table says the vector's pixels form them.
+                a.cmp(dword_ptr(rax + imm(ENTRY * j + CONTIGUOUS)?), 0)?;
+                a.je(slow)?;
+                a.mov(r11d, dword_ptr(r14 + imm(j * LANES * 4)?))?;
+                if rq.column_stride == 1 {
+                    a.vmovdqu(ymmword_ptr(rbp + r11 * 4), out)?;
+                } else {
+                    let even_odd = self.even_odd;
+                    a.lea(r15, ptr(even_odd))?;
+                    a.vmovdqu(m, ymmword_ptr(r15))?;
+                    a.vpermd(m, m, out)?;
+                    a.vmovdqu(xmmword_ptr(rbp + r11 * 4), xmm(EP_M))?;
+                    a.mov(r11d, dword_ptr(r14 + imm(j * LANES * 4 + 4)?))?;
+                    a.vextracti128(xmm(EP_T), m, 1)?;
+                    a.vmovdqu(xmmword_ptr(rbp + r11 * 4), xmm(EP_T))?;
+                }
+                a.jmp(done)?;
+            }
+            a.set_label(&mut slow)?;
+            a.vextracti128(xmm(EP_T), out, 1)?;
+            for lane in 0..LANES {
+                let mut skip = a.create_label();
+                a.test(dword_ptr(rax + imm(ENTRY * j + VALID_BITS)?), 1i32 << lane)?;
+                a.jz(skip)?;
+                a.mov(r11d, dword_ptr(r14 + imm(j * LANES * 4 + 4 * lane)?))?;
+                let src = if lane < 4 { out_x } else { xmm(EP_T) };
+                if lane % 4 == 0 {
+                    a.vmovd(ebx, src)?;
+                } else {
+                    a.vpextrd(ebx, src, (lane % 4) as i32)?;
+                }
+                a.mov(dword_ptr(rbp + r11 * 4), ebx)?;
+                a.set_label(&mut skip)?;
+                a.nop()?;
+            }
+            a.set_label(&mut done)?;
+            a.nop()?;
+        }
+        Ok(())
+    }
+
+    /// Sets what the requantizing stores do not reach to the zero point: each output
+    /// quad's pixels before the first wide pixel and after the last vector (all of it
+    /// when scattering).
+    fn fill_padding(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let rq = s.requantize.as_ref().expect("requantizing");
+        let (offset, written_end) = match rq.scatter {
+            Some(_) => (0, 0),
+            None => (rq.offset, (rq.offset + s.vectors * LANES) * 4),
+        };
+        if written_end > rq.quad_bytes {
+            return Err(AsmError("requantized output overruns its planes".into()));
+        }
+        let zp = u32::from_ne_bytes([rq.zero_point; 4]);
+        a.mov(r11d, zp as i32)?;
+        a.vmovd(xmm0, r11d)?;
+        a.vpbroadcastd(ymm0, xmm0)?;
+        a.mov(rbx, rdx)?;
+        a.xor(r12d, r12d)?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        for (from, to) in [(0, offset * 4), (written_end, rq.quad_bytes)] {
+            fill_range(a, from, to)?;
+        }
+        a.add(rbx, imm(rq.quad_bytes)?)?;
+        a.inc(r12d)?;
+        a.cmp(r12d, imm(rq.quads)?)?;
+        a.jb(top)?;
+        Ok(())
+    }
+
+    fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        emit_consts(a, &mut self.consts, LANES)?;
+        a.set_label(&mut self.table)?;
+        let mut words = Vec::with_capacity(self.s.columns.len() * ENTRY / 4);
+        for c in &self.s.columns {
+            words.extend(c.compress);
+            words.extend(c.expand);
+            words.extend((0..LANES).map(|l| if l < c.count { u32::MAX } else { 0 }));
+            words.extend((0..LANES).map(|l| if c.valid >> l & 1 == 1 { u32::MAX } else { 0 }));
+            words.extend([c.first, c.valid, c.contiguous, 0, 0, 0, 0, 0]);
+        }
+        a.dd(&words)?;
+        a.set_label(&mut self.taps_table)?;
+        let taps: Vec<u32> = self.s.tap_offsets.iter().map(|&o| o as u32).collect();
+        a.dd(&taps)?;
+        if let Some(t) = self.s.requantize.as_ref().and_then(|r| r.scatter.as_ref()) {
+            a.set_label(&mut self.scatter_table)?;
+            a.dd(t)?;
+            a.set_label(&mut self.even_odd)?;
+            a.dd(&[0, 2, 4, 6, 1, 3, 5, 7])?;
+        }
+        Ok(())
+    }
+}
+
+/// Stores the zero-point word (ymm0 / r11d) over bytes `from .. to` of rbx (multiples
+/// of 4): whole vectors, then dwords. Clobbers rax and r13.
+fn fill_range(a: &mut CodeAssembler, from: usize, to: usize) -> AsmResult<()> {
+    if to <= from {
+        return Ok(());
+    }
+    let whole = (to - from) / 32;
+    if whole > 0 {
+        a.lea(rax, qword_ptr(rbx + imm(from)?))?;
+        a.lea(r13, qword_ptr(rbx + imm(from + whole * 32)?))?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        a.vmovdqu(ymmword_ptr(rax), ymm0)?;
+        a.add(rax, 32)?;
+        a.cmp(rax, r13)?;
+        a.jb(top)?;
+    }
+    for d in 0..(to - from) % 32 / 4 {
+        a.mov(dword_ptr(rbx + imm(from + whole * 32 + 4 * d)?), r11d)?;
+    }
+    Ok(())
+}
+
+/// Whether [`emit_quantize`] handles `layout` (strides 1 and 2).
+pub fn quantize_supports(layout: &PlaneLayout) -> bool {
+    layout.stride.iter().all(|&s| s == 1 || s == 2)
+}
+
+/// Encodes `f32-qu8-planes-avx2` for one image: arguments `(x, planes)`. Fills the
+/// image's planes with the zero point, then quantizes 8 pixels × 4 channels at a time
+/// (`vcvtps2dq` rounds half to even; the packs saturate nothing, the values being
+/// clamped to 0..255 first), turns the bytes pixel-major (`vpshufb`) and stores each
+/// pixel's 4 bytes to its phase.
+pub fn emit_quantize(layout: &PlaneLayout, inv_scale: f32, zp: u8) -> Result<Vec<u8>, String> {
+    let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    let mut q = Quantizer {
+        l: layout,
+        consts: Consts { values: vec![] },
+        shuffle: a.create_label(),
+        tails: a.create_label(),
+    };
+    q.function(&mut a, inv_scale, zp)
+        .map_err(|e| format!("INT8 quantize kernel: {}", e.0))?;
+    a.assemble(0)
+        .map_err(|e| format!("INT8 quantize kernel: {e}"))
+}
+
+const Q_TAIL: usize = 9;
+const Q_PERM: usize = 10;
+const Q_SHUFFLE: usize = 11;
+const Q_INV: usize = 12;
+const Q_ZP: usize = 13;
+const Q_ZERO: usize = 14;
+const Q_TOP: usize = 15;
+
+struct Quantizer<'l> {
+    l: &'l PlaneLayout,
+    consts: Consts,
+    /// vpshufb's channel-major → pixel-major bytes, then vpermd's even/odd dwords.
+    shuffle: CodeLabel,
+    /// 8 × −1 then 8 × 0: the mask of the first n lanes starts 8 − n dwords in.
+    tails: CodeLabel,
+}
+
+impl Quantizer<'_> {
+    fn function(&mut self, a: &mut CodeAssembler, inv: f32, zp: u8) -> AsmResult<()> {
+        let l = self.l;
+        if !quantize_supports(l) {
+            return Err(AsmError(format!(
+                "no quantize kernel for strides {:?}",
+                l.stride
+            )));
+        }
+        for r in SAVED {
+            a.push(r)?;
+        }
+        a.mov(r11d, i32::from_ne_bytes([zp; 4]))?;
+        a.vmovd(xmm0, r11d)?;
+        a.vpbroadcastd(ymm0, xmm0)?;
+        a.mov(rbx, rsi)?;
+        fill_range(a, 0, l.image_bytes())?;
+        let zero = self.consts.get(a, 0.0);
+        let top = self.consts.get(a, 255.0);
+        let inv = self.consts.get(a, inv);
+        let zpf = self.consts.get(a, zp as f32);
+        a.vmovups(YMM[Q_ZERO], ymmword_ptr(zero))?;
+        a.vmovups(YMM[Q_TOP], ymmword_ptr(top))?;
+        a.vmovups(YMM[Q_INV], ymmword_ptr(inv))?;
+        a.vmovups(YMM[Q_ZP], ymmword_ptr(zpf))?;
+        a.lea(rax, ptr(self.shuffle))?;
+        a.vmovdqu(YMM[Q_SHUFFLE], ymmword_ptr(rax))?;
+        a.vmovdqu(YMM[Q_PERM], ymmword_ptr(rax + 32))?;
+        let full_quads = l.channels / 4;
+        // r8: the quad's first float32 channel; r9: its planes.
+        a.mov(r8, rdi)?;
+        a.mov(r9, rsi)?;
+        let plane_in = l.height * l.width * 4;
+        let quad_out = l.phases() * l.plane_pixels() * 4;
+        if full_quads > 0 {
+            a.xor(r12d, r12d)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.quad(a, 4)?;
+            a.add(r8, imm(4 * plane_in)?)?;
+            a.add(r9, imm(quad_out)?)?;
+            a.inc(r12d)?;
+            a.cmp(r12d, imm(full_quads)?)?;
+            a.jb(top)?;
+        }
+        if !l.channels.is_multiple_of(4) {
+            self.quad(a, l.channels % 4)?;
+        }
+        for r in SAVED.iter().rev() {
+            a.pop(*r)?;
+        }
+        a.vzeroupper()?;
+        a.ret()?;
+        emit_consts(a, &mut self.consts, LANES)?;
+        a.set_label(&mut self.shuffle)?;
+        let within: Vec<u8> = (0..16u8).map(|i| i % 4 * 4 + i / 4).collect();
+        let mut bytes = within.clone();
+        bytes.extend(&within);
+        a.db(&bytes)?;
+        a.dd(&[0, 2, 4, 6, 1, 3, 5, 7])?;
+        a.set_label(&mut self.tails)?;
+        let mut t = vec![u32::MAX; 8];
+        t.extend([0u32; 8]);
+        a.dd(&t)?;
+        Ok(())
+    }
+
+    /// All rows of the quad at r8 (float32) / r9 (planes) with `channels` real channels.
+    fn quad(&self, a: &mut CodeAssembler, channels: usize) -> AsmResult<()> {
+        let l = self.l;
+        let sh = l.stride[0];
+        let row_in = l.width * 4;
+        // Rows in groups of sh (each row of a group goes to its own phase row): r13
+        // walks the input rows, r14 the plane row of the group's first row.
+        let groups = l.height / sh;
+        a.mov(r13, r8)?;
+        a.mov(r14, r9)?;
+        if groups > 0 {
+            a.xor(r15d, r15d)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            for i in 0..sh {
+                self.row(a, channels, i, i * row_in)?;
+            }
+            a.add(r13, imm(sh * row_in)?)?;
+            a.add(r14, imm(l.cols * 4)?)?;
+            a.inc(r15d)?;
+            a.cmp(r15d, imm(groups)?)?;
+            a.jb(top)?;
+        }
+        for i in 0..l.height % sh {
+            self.row(a, channels, i, i * row_in)?;
+        }
+        Ok(())
+    }
+
+    /// Input row `r13 + in_off` (row `i` of its group): its chunks of 8 pixels.
+    fn row(
+        &self,
+        a: &mut CodeAssembler,
+        channels: usize,
+        i: usize,
+        in_off: usize,
+    ) -> AsmResult<()> {
+        let l = self.l;
+        let [sh, sw] = l.stride;
+        let hp = i + l.pad_top;
+        let phase_row = hp % sh;
+        let plane_row = hp / sh;
+        let chunks = l.width / LANES;
+        let tail = l.width % LANES;
+        // rax: input chunk; rbx: planes of the row's phase-0 column 0.
+        a.lea(rax, qword_ptr(r13 + imm(in_off)?))?;
+        let out_off = (phase_row * sw) * l.plane_pixels() * 4 + plane_row * l.cols * 4;
+        a.lea(rbx, qword_ptr(r14 + imm(out_off)?))?;
+        if chunks > 0 {
+            a.xor(ecx, ecx)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            self.chunk(a, channels, LANES)?;
+            a.add(rax, imm(LANES * 4)?)?;
+            a.add(rbx, imm(LANES * 4 / sw)?)?;
+            a.inc(ecx)?;
+            a.cmp(ecx, imm(chunks)?)?;
+            a.jb(top)?;
+        }
+        if tail > 0 {
+            self.chunk(a, channels, tail)?;
+        }
+        Ok(())
+    }
+
+    /// Loads the mask of the first `lanes` lanes into ymm `r` (xmm: of 4).
+    fn tail_mask(&self, a: &mut CodeAssembler, r: usize, lanes: usize) -> AsmResult<()> {
+        a.lea(rdx, ptr(self.tails))?;
+        a.vmovdqu(YMM[r], ymmword_ptr(rdx + imm((8 - lanes) * 4)?))?;
+        Ok(())
+    }
+
+    /// `lanes` pixels at rax → planes at rbx.
+    fn chunk(&self, a: &mut CodeAssembler, channels: usize, lanes: usize) -> AsmResult<()> {
+        let l = self.l;
+        let plane_in = l.height * l.width * 4;
+        if lanes < LANES {
+            self.tail_mask(a, Q_TAIL, lanes)?;
+        }
+        for c in 0..4 {
+            let y = YMM[c];
+            if c >= channels {
+                a.vmovaps(y, YMM[Q_ZERO])?;
+            } else if lanes < LANES {
+                a.vmaskmovps(y, YMM[Q_TAIL], ymmword_ptr(rax + imm(c * plane_in)?))?;
+            } else {
+                a.vmovups(y, ymmword_ptr(rax + imm(c * plane_in)?))?;
+            }
+            a.vmulps(y, y, YMM[Q_INV])?;
+            a.vaddps(y, y, YMM[Q_ZP])?;
+            // vmaxps returns its second operand when the first is NaN: NaN → 0.
+            a.vmaxps(y, y, YMM[Q_ZERO])?;
+            a.vminps(y, y, YMM[Q_TOP])?;
+            a.vcvtps2dq(y, y)?;
+        }
+        // Per 128-bit lane: channel-major bytes of 4 pixels, then pixel-major.
+        a.vpackusdw(ymm4, ymm0, ymm1)?;
+        a.vpackusdw(ymm5, ymm2, ymm3)?;
+        a.vpackuswb(ymm4, ymm4, ymm5)?;
+        a.vpshufb(ymm4, ymm4, YMM[Q_SHUFFLE])?;
+        let sw = l.stride[1];
+        if sw == 1 {
+            let at = rbx + imm(l.pad_left * 4)?;
+            if lanes == LANES {
+                a.vmovdqu(ymmword_ptr(at), ymm4)?;
+            } else {
+                a.vmaskmovps(ymmword_ptr(at), YMM[Q_TAIL], ymm4)?;
+            }
+            return Ok(());
+        }
+        // Stride 2: even pixels to one column phase, odd ones to the other.
+        a.vpermd(ymm4, YMM[Q_PERM], ymm4)?;
+        a.vextracti128(xmm5, ymm4, 1)?;
+        let even = lanes.div_ceil(2);
+        let odd = lanes / 2;
+        // Padded column of lane 0 is pad_left: its phase is pad_left % 2, its plane
+        // column pad_left / 2; lane 1's is the other phase, column (pad_left + 1) / 2.
+        let plane = l.plane_pixels() * 4;
+        let (even_phase, odd_phase) = if l.pad_left % 2 == 1 { (1, 0) } else { (0, 1) };
+        let even_at = rbx + imm(even_phase * plane + l.pad_left / 2 * 4)?;
+        let odd_at = rbx + imm(odd_phase * plane + l.pad_left.div_ceil(2) * 4)?;
+        for (count, at, reg) in [(even, even_at, xmm4), (odd, odd_at, xmm5)] {
+            if count == 0 {
+                continue;
+            }
+            if count == 4 {
+                a.vmovdqu(xmmword_ptr(at), reg)?;
+            } else {
+                self.tail_mask(a, 6, count)?;
+                a.vmaskmovps(xmmword_ptr(at), xmm6, reg)?;
+            }
+        }
+        Ok(())
+    }
+}
