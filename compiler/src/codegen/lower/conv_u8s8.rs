@@ -202,7 +202,7 @@ pub fn plan_conv_u8s8(
             };
             return Some(NodeKernel::new(
                 Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }),
-                0,
+                x86::conv_u8s8_ymm::scratch_bytes(&g, isa, tiles_outer),
                 reason,
             ));
         }
@@ -490,8 +490,7 @@ pub fn conv_u8s8(
                 tiles_outer,
             );
             let code = x86::conv_u8s8::emit_conv(&spec)?;
-            let w = pack_weights(&g, &k.w, x86::conv_u8s8::MR);
-            return conv_x86(ctx, &g, &k, w, x86::conv_u8s8::MR, &code, requantize);
+            return conv_x86(ctx, &g, &k, x86::conv_u8s8::MR, &code, requantize, false);
         }
         Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }) => {
             use x86::conv_u8s8_ymm as ymm;
@@ -504,8 +503,7 @@ pub fn conv_u8s8(
                 tiles_outer,
             );
             let code = ymm::emit_conv(&spec)?;
-            let w = ymm::widen_weights(pack_weights(&g, &k.w, ymm::MR), isa);
-            return conv_x86(ctx, &g, &k, w, ymm::MR, &code, requantize);
+            return conv_x86(ctx, &g, &k, ymm::MR, &code, requantize, true);
         }
         _ => {}
     }
@@ -538,19 +536,20 @@ fn tile_constants(
     Ok((w, bias, scale))
 }
 
-/// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`, `w` the
-/// weights packed as `code` reads them, for tiles of `mr` maps.
+/// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`, and the
+/// node's scratch when `with_scratch`; W packed for tiles of `mr` maps.
 fn conv_x86(
     ctx: &mut LowerCtx,
     g: &ConvU8Geometry,
     k: &Constants,
-    w: Vec<u8>,
     mr: usize,
     code: &[u8],
     requantize: Option<&Requantize>,
+    with_scratch: bool,
 ) -> LowerResult {
-    let (w, bias, scale) = tile_constants(ctx, g, k, w, mr)?;
-    let func = super::gemm::define_machine_code(ctx, 6, code)?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, pack_weights(g, &k.w, mr), mr)?;
+    let func = super::gemm::define_machine_code(ctx, 6 + usize::from(with_scratch), code)?;
+    let scratch = ctx.scratch;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let out_image = g.maps * g.out_h * g.out_w * 4;
@@ -563,7 +562,11 @@ fn conv_x86(
             Some(r) => kernel::elem_addr(b, r.ptr, n, out_image),
             None => b.ins().iconst(PTR, 0),
         };
-        b.ins().call(func, &[p_n, w, y_n, bias, scale, r_n]);
+        let mut args = vec![p_n, w, y_n, bias, scale, r_n];
+        if with_scratch {
+            args.push(scratch.unwrap_or_else(|| b.ins().iconst(PTR, 0)));
+        }
+        b.ins().call(func, &args);
     });
     Ok(())
 }

@@ -16,6 +16,10 @@
 //!   multiply-adds per multiplying instruction, as many as `vpmaddubsw` followed by the
 //!   `vpmaddwd` that widens its pairs, and exact. Two 4-pixel halves per map are
 //!   accumulated, then `vphaddd` adds the lane pairs and `vpermq` restores pixel order.
+//!   The library stores the weights as int8 like the other kernels; the kernel widens
+//!   them into the node's scratch (`vpmovsxbw`): one map tile at a time when tiles are
+//!   outermost (it stays in L1 while every panel reads it), all of them first when
+//!   panels are (then the weights are the small operand).
 //!
 //! Without opmasks the epilogue keeps the valid output columns with a table: per vector
 //! of 8 wide pixels, the permutation that packs its valid lanes to the front
@@ -58,12 +62,27 @@ impl DotIsa {
         }
     }
 
-    /// Bytes of one packed weight: int16 for `vpmaddwd`, int8 for `vpdpbusd`.
+    /// Bytes of one weight as the K loop reads it: int16 for `vpmaddwd`, int8 for
+    /// `vpdpbusd`.
     pub fn weight_bytes(self) -> usize {
         match self {
             DotIsa::Avx2 => 2,
             DotIsa::AvxVnni => 1,
         }
+    }
+}
+
+/// Scratch bytes of the kernel: the int16 weights of one tile (tiles outermost) or of
+/// all tiles (panels outermost) for AVX2, none for AVX-VNNI.
+pub fn scratch_bytes(g: &ConvU8Geometry, isa: DotIsa, tiles_outer: bool) -> usize {
+    if isa != DotIsa::Avx2 {
+        return 0;
+    }
+    let tile = g.taps.len() * g.k_quads() * MR * 4 * 2;
+    if tiles_outer {
+        tile
+    } else {
+        tile * g.maps.div_ceil(MR)
     }
 }
 
@@ -84,18 +103,6 @@ const CONTIGUOUS: usize = 136;
 
 pub fn supports(act: Activation) -> bool {
     super::asm::supports_activation(act)
-}
-
-/// The int8 weights packed by [`crate::codegen::lower::conv_u8s8::pack_weights`] as the
-/// kernel of `isa` reads them (int16 for AVX2).
-pub fn widen_weights(packed: Vec<u8>, isa: DotIsa) -> Vec<u8> {
-    match isa {
-        DotIsa::AvxVnni => packed,
-        DotIsa::Avx2 => packed
-            .iter()
-            .flat_map(|&b| i16::from(b as i8).to_le_bytes())
-            .collect(),
-    }
 }
 
 /// One vector of 8 wide pixels in the column table.
@@ -288,7 +295,8 @@ const EP_T: usize = 14;
 const EP_M: usize = 15;
 
 /// Encodes the convolution kernel of `s`: arguments `(planes, W, Y, bias, scale,
-/// residual)` (System V), W packed for [`MR`] maps and widened by [`widen_weights`].
+/// residual, scratch)` (System V), W packed for [`MR`] maps by
+/// [`crate::codegen::lower::conv_u8s8::pack_weights`], scratch of [`scratch_bytes`].
 pub fn emit_conv(s: &YmmConvSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     let mut e = ConvEmitter {
@@ -329,12 +337,22 @@ impl ConvEmitter<'_> {
         for r in SAVED {
             a.push(r)?;
         }
+        // The 7th argument, scratch, is on the stack above the saved registers and the
+        // return address; it stays there ([rsp + SCRATCH_ARG]).
         if self.s.requantize.is_some() {
             self.fill_padding(a)?;
         }
+        let widen = self.s.isa == DotIsa::Avx2;
         if self.s.tiles_outer {
             self.tiles_outer(a)?;
         } else {
+            if widen {
+                // All tiles' weights to int16, then the K loops read them from scratch.
+                let total = self.int8_tile_bytes() * self.s.maps.div_ceil(MR);
+                a.mov(r13, qword_ptr(rsp + SCRATCH_ARG))?;
+                widen_weights(a, total)?;
+                a.mov(rsi, qword_ptr(rsp + SCRATCH_ARG))?;
+            }
             self.panels(a, &mut |e, a, vecs| e.panel(a, vecs))?;
         }
         for r in SAVED.iter().rev() {
@@ -370,28 +388,50 @@ impl ConvEmitter<'_> {
     }
 
     fn tile_bytes(&self) -> usize {
-        self.s.tap_offsets.len() * self.s.quads * MR * 4 * self.s.isa.weight_bytes()
+        self.int8_tile_bytes() * self.s.isa.weight_bytes()
     }
 
-    /// Map tiles outermost, each over every panel.
+    /// Bytes of one tile's weights as stored (int8).
+    fn int8_tile_bytes(&self) -> usize {
+        self.s.tap_offsets.len() * self.s.quads * MR * 4
+    }
+
+    /// Map tiles outermost, each over every panel. AVX2 first widens the tile's
+    /// weights (rsi walks the int8 ones) into scratch, where r13 then points.
     fn tiles_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         let s = self.s;
         let full_tiles = s.maps / MR;
-        let tile_bytes = self.tile_bytes();
+        let widen = s.isa == DotIsa::Avx2;
+        let step = if widen {
+            self.int8_tile_bytes()
+        } else {
+            self.tile_bytes()
+        };
         a.xor(r12d, r12d)?;
         a.mov(r13, rsi)?;
+        let each_tile = |e: &mut Self, a: &mut CodeAssembler, rows: usize| -> AsmResult<()> {
+            if widen {
+                a.mov(r13, qword_ptr(rsp + SCRATCH_ARG))?;
+                widen_weights(a, e.int8_tile_bytes())?;
+                a.mov(r13, qword_ptr(rsp + SCRATCH_ARG))?;
+            }
+            e.panels(a, &mut |e, a, vecs| e.tile(a, rows, vecs))
+        };
         if full_tiles > 0 {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
-            self.panels(a, &mut |e, a, vecs| e.tile(a, MR, vecs))?;
+            each_tile(self, a, MR)?;
             a.add(r12, imm(MR)?)?;
-            a.add(r13, imm(tile_bytes)?)?;
+            if widen {
+                a.add(rsi, imm(step)?)?;
+            } else {
+                a.add(r13, imm(step)?)?;
+            }
             a.cmp(r12, imm(full_tiles * MR)?)?;
             a.jb(top)?;
         }
         if !s.maps.is_multiple_of(MR) {
-            let rows = s.maps % MR;
-            self.panels(a, &mut |e, a, vecs| e.tile(a, rows, vecs))?;
+            each_tile(self, a, s.maps % MR)?;
         }
         Ok(())
     }
@@ -769,6 +809,23 @@ impl ConvEmitter<'_> {
         }
         Ok(())
     }
+}
+
+/// Stack offset of the 7th argument after the saved registers' pushes.
+const SCRATCH_ARG: usize = 8 * (SAVED.len() + 1);
+
+/// Widens `bytes` (a multiple of 16) int8 weights at rsi to int16 at r13. Clobbers rax
+/// and ymm0.
+fn widen_weights(a: &mut CodeAssembler, bytes: usize) -> AsmResult<()> {
+    a.xor(eax, eax)?;
+    let mut top = a.create_label();
+    a.set_label(&mut top)?;
+    a.vpmovsxbw(ymm0, xmmword_ptr(rsi + rax))?;
+    a.vmovdqu(ymmword_ptr(r13 + rax * 2), ymm0)?;
+    a.add(rax, 16)?;
+    a.cmp(rax, imm(bytes)?)?;
+    a.jb(top)?;
+    Ok(())
 }
 
 /// Stores the zero-point word (ymm0 / r11d) over bytes `from .. to` of rbx (multiples
