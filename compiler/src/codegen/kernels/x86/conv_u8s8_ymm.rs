@@ -90,16 +90,19 @@ pub fn scratch_bytes(g: &ConvU8Geometry, isa: DotIsa, tiles_outer: bool) -> usiz
 pub const MR: usize = 4;
 const LANES: usize = 8;
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
-/// Bytes of one column-table entry: compress and expand permutations, store mask, valid
-/// mask (8 dwords each), then the first output pixel and the valid-lane bits.
-const ENTRY: usize = 160;
+/// One column-table entry per vector: its first output pixel (dword), its valid-lane
+/// bits and contiguous flag (bytes), its lane pattern's index (word).
+const ENTRY: usize = 8;
+const FIRST: usize = 0;
+const VALID_BITS: usize = 4;
+const CONTIGUOUS: usize = 5;
+const PATTERN: usize = 6;
+/// A lane pattern (128 bytes; few per kernel, shared by the vectors whose valid lanes
+/// are the same): compress and expand permutations, store mask, valid mask.
 const COMPRESS: usize = 0;
 const EXPAND: usize = 32;
 const STORE_MASK: usize = 64;
 const VALID_MASK: usize = 96;
-const FIRST: usize = 128;
-const VALID_BITS: usize = 132;
-const CONTIGUOUS: usize = 136;
 
 pub fn supports(act: Activation) -> bool {
     super::asm::supports_activation(act)
@@ -290,9 +293,11 @@ const AVX2_W: usize = 10;
 const AVX2_PRODUCT: usize = 11;
 const VNNI_B: usize = 12;
 const VNNI_W: usize = 15;
-/// Free in the epilogue of both: a temporary (also the activation's) and a mask.
+/// Free in the epilogue of both: a permutation, a mask and a temporary (also the
+/// activation's).
+const EP_PERM: usize = 12;
+const EP_MASK: usize = 13;
 const EP_T: usize = 14;
-const EP_M: usize = 15;
 
 /// Encodes the convolution kernel of `s`: arguments `(planes, W, Y, bias, scale,
 /// residual, scratch)` (System V), W packed for [`MR`] maps by
@@ -303,6 +308,7 @@ pub fn emit_conv(s: &YmmConvSpec) -> Result<Vec<u8>, String> {
         s,
         consts: Consts { values: vec![] },
         table: a.create_label(),
+        patterns: a.create_label(),
         scatter_table: a.create_label(),
         taps_table: a.create_label(),
         even_odd: a.create_label(),
@@ -317,6 +323,7 @@ struct ConvEmitter<'s> {
     s: &'s YmmConvSpec,
     consts: Consts,
     table: CodeLabel,
+    patterns: CodeLabel,
     scatter_table: CodeLabel,
     taps_table: CodeLabel,
     /// vpermd's even lanes, then odd ones.
@@ -552,24 +559,25 @@ impl ConvEmitter<'_> {
         Ok(())
     }
 
-    /// rax = this panel's first column-table entry; each vector's first output pixel's
-    /// byte offset into r11, rbx, r14 (returned).
-    fn load_columns(
-        &mut self,
-        a: &mut CodeAssembler,
-        vecs: usize,
-    ) -> AsmResult<[AsmRegister64; 3]> {
-        let starts = [r11, rbx, r14];
-        let starts32 = [r11d, ebx, r14d];
-        // Entry v = r10 / 32 is at v · 160 = r10 · 5.
-        a.lea(rax, qword_ptr(r10 + r10 * 4))?;
-        a.lea(r15, ptr(self.table))?;
-        a.add(rax, r15)?;
-        for j in 0..vecs {
-            a.mov(starts32[j], dword_ptr(rax + imm(ENTRY * j + FIRST)?))?;
-            a.shl(starts[j], 2)?;
-        }
-        Ok(starts)
+    /// rax = this panel's first column-table entry (8 bytes per vector: r10 / 4).
+    fn load_entries(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        a.mov(rax, r10)?;
+        a.shr(rax, 2)?;
+        a.lea(r14, ptr(self.table))?;
+        a.add(rax, r14)?;
+        Ok(())
+    }
+
+    /// Vector `j`'s first output pixel's byte offset into r11 and its lane pattern's
+    /// address into rbx (r14 = the patterns).
+    fn load_vector(&mut self, a: &mut CodeAssembler, j: usize) -> AsmResult<()> {
+        a.lea(r14, ptr(self.patterns))?;
+        a.mov(r11d, dword_ptr(rax + imm(ENTRY * j + FIRST)?))?;
+        a.shl(r11, 2)?;
+        a.movzx(ebx, word_ptr(rax + imm(ENTRY * j + PATTERN)?))?;
+        a.shl(ebx, 7)?;
+        a.add(rbx, r14)?;
+        Ok(())
     }
 
     /// Adds the bias and scales map row `r`'s vectors (float32 from here on).
@@ -594,7 +602,7 @@ impl ConvEmitter<'_> {
     /// activated and stored at its first output pixel.
     fn epilogue(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
         let s = self.s;
-        let starts = self.load_columns(a, vecs)?;
+        self.load_entries(a)?;
         // rbp: the tile's first output row; r15: its residual row.
         let row_bytes = s.out_pixels * 4;
         a.imul_3(rbp, r12, imm(row_bytes)?)?;
@@ -602,26 +610,29 @@ impl ConvEmitter<'_> {
             a.lea(r15, qword_ptr(r9 + rbp))?;
         }
         a.add(rbp, rdx)?;
-        let v = Vecs { isa: X86Isa::Avx2 };
-        let (t, m) = (YMM[EP_T], YMM[EP_M]);
         for r in 0..rows {
             self.scale_row(a, r, vecs)?;
-            for (j, &start) in starts.iter().enumerate().take(vecs) {
+        }
+        let v = Vecs { isa: X86Isa::Avx2 };
+        let (perm, mask, t) = (YMM[EP_PERM], YMM[EP_MASK], YMM[EP_T]);
+        for j in 0..vecs {
+            self.load_vector(a, j)?;
+            if !s.compact {
+                a.vmovdqu(perm, ymmword_ptr(rbx + COMPRESS))?;
+            }
+            a.vmovdqu(mask, ymmword_ptr(rbx + STORE_MASK))?;
+            for r in 0..rows {
                 let xi = s.acc(r, j);
                 let x = YMM[xi];
                 if !s.compact {
-                    a.vmovdqu(t, ymmword_ptr(rax + imm(ENTRY * j + COMPRESS)?))?;
-                    a.vpermd(x, t, x)?;
+                    a.vpermd(x, perm, x)?;
                 }
-                a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + STORE_MASK)?))?;
                 if s.residual {
-                    let res = r15 + start + imm(r * row_bytes)?;
-                    a.vmaskmovps(t, m, ymmword_ptr(res))?;
+                    a.vmaskmovps(t, mask, ymmword_ptr(r15 + r11 + imm(r * row_bytes)?))?;
                     a.vaddps(x, x, t)?;
                 }
                 activate(a, &v, &mut self.consts, s.activation, &[xi], &[EP_T])?;
-                let at = rbp + start + imm(r * row_bytes)?;
-                a.vmaskmovps(ymmword_ptr(at), m, x)?;
+                a.vmaskmovps(ymmword_ptr(rbp + r11 + imm(r * row_bytes)?), mask, x)?;
             }
         }
         Ok(())
@@ -629,7 +640,8 @@ impl ConvEmitter<'_> {
 
     /// Requantizing output: the tile's float32 results in wide lanes (residual spread
     /// over them), quantized, four maps packed to a pixel, invalid lanes set to the zero
-    /// point, stored whole (or pixel by pixel into phases).
+    /// point, stored whole (or into phases: whole runs where the table allows, else
+    /// pixel by pixel).
     fn requantize_epilogue(
         &mut self,
         a: &mut CodeAssembler,
@@ -638,7 +650,7 @@ impl ConvEmitter<'_> {
     ) -> AsmResult<()> {
         let s = self.s;
         let rq = s.requantize.as_ref().expect("requantizing");
-        let starts = self.load_columns(a, vecs)?;
+        self.load_entries(a)?;
         let row_bytes = s.out_pixels * 4;
         if s.residual {
             a.imul_3(r15, r12, imm(row_bytes)?)?;
@@ -652,24 +664,34 @@ impl ConvEmitter<'_> {
         if rq.scatter.is_none() {
             a.add(rbp, r10)?;
         }
+        for r in 0..rows {
+            self.scale_row(a, r, vecs)?;
+        }
         let v = Vecs { isa: X86Isa::Avx2 };
         let inv = self.consts.get(a, rq.inv_scale);
         let zp = self.consts.get(a, rq.zero_point as f32);
         let zero = self.consts.get(a, 0.0);
         let top = self.consts.get(a, 255.0);
-        let (t, m) = (YMM[EP_T], YMM[EP_M]);
-        for r in 0..rows {
-            self.scale_row(a, r, vecs)?;
-            for (j, &start) in starts.iter().enumerate().take(vecs) {
+        let zp_bytes = u32::from_ne_bytes([rq.zero_point; 4]);
+        let zp_word = self.consts.get(a, f32::from_bits(zp_bytes));
+        let missing = (rows..4).fold(0u32, |w, b| w | u32::from(rq.zero_point) << (8 * b));
+        let missing = self.consts.get(a, f32::from_bits(missing));
+        let (perm, mask, t) = (YMM[EP_PERM], YMM[EP_MASK], YMM[EP_T]);
+        for j in 0..vecs {
+            self.load_vector(a, j)?;
+            if s.residual {
+                a.vmovdqu(mask, ymmword_ptr(rbx + STORE_MASK))?;
+                if !s.compact {
+                    a.vmovdqu(perm, ymmword_ptr(rbx + EXPAND))?;
+                }
+            }
+            for r in 0..rows {
                 let xi = s.acc(r, j);
                 let x = YMM[xi];
                 if s.residual {
-                    let res = r15 + start + imm(r * row_bytes)?;
-                    a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + STORE_MASK)?))?;
-                    a.vmaskmovps(t, m, ymmword_ptr(res))?;
+                    a.vmaskmovps(t, mask, ymmword_ptr(r15 + r11 + imm(r * row_bytes)?))?;
                     if !s.compact {
-                        a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + EXPAND)?))?;
-                        a.vpermd(t, m, t)?;
+                        a.vpermd(t, perm, t)?;
                     }
                     a.vaddps(x, x, t)?;
                 }
@@ -681,17 +703,6 @@ impl ConvEmitter<'_> {
                 a.vminps(x, x, ymmword_ptr(top))?;
                 a.vcvtps2dq(x, x)?;
             }
-        }
-        if rq.scatter.is_some() {
-            // r14: this panel's scatter indices (the residual is read by now).
-            a.lea(r14, ptr(self.scatter_table))?;
-            a.add(r14, r10)?;
-        }
-        let zp_bytes = u32::from_ne_bytes([rq.zero_point; 4]);
-        let zp_word = self.consts.get(a, f32::from_bits(zp_bytes));
-        let missing = (rows..4).fold(0u32, |w, b| w | u32::from(rq.zero_point) << (8 * b));
-        let missing = self.consts.get(a, f32::from_bits(missing));
-        for j in 0..vecs {
             let out = YMM[s.acc(0, j)];
             for byte in 1..rows {
                 a.vpslld(t, YMM[s.acc(byte, j)], (8 * byte) as i32)?;
@@ -703,55 +714,66 @@ impl ConvEmitter<'_> {
                 a.vpor(out, out, ymmword_ptr(missing))?;
             }
             a.vmovdqu(t, ymmword_ptr(zp_word))?;
-            a.vmovdqu(m, ymmword_ptr(rax + imm(ENTRY * j + VALID_MASK)?))?;
-            a.vpblendvb(out, t, out, m)?;
+            a.vmovdqu(mask, ymmword_ptr(rbx + VALID_MASK))?;
+            a.vpblendvb(out, t, out, mask)?;
             if rq.scatter.is_none() {
                 let at = rbp + imm(j * LANES * 4 + rq.offset * 4)?;
                 a.vmovdqu(ymmword_ptr(at), out)?;
                 continue;
             }
-            let out_x = xmm(s.acc(0, j));
-            let mut slow = a.create_label();
-            let mut done = a.create_label();
-            if rq.column_stride <= 2 {
-                // Whole runs when the table says the vector's pixels form them.
-                a.cmp(dword_ptr(rax + imm(ENTRY * j + CONTIGUOUS)?), 0)?;
-                a.je(slow)?;
-                a.mov(r11d, dword_ptr(r14 + imm(j * LANES * 4)?))?;
-                if rq.column_stride == 1 {
-                    a.vmovdqu(ymmword_ptr(rbp + r11 * 4), out)?;
-                } else {
-                    let even_odd = self.even_odd;
-                    a.lea(r15, ptr(even_odd))?;
-                    a.vmovdqu(m, ymmword_ptr(r15))?;
-                    a.vpermd(m, m, out)?;
-                    a.vmovdqu(xmmword_ptr(rbp + r11 * 4), xmm(EP_M))?;
-                    a.mov(r11d, dword_ptr(r14 + imm(j * LANES * 4 + 4)?))?;
-                    a.vextracti128(xmm(EP_T), m, 1)?;
-                    a.vmovdqu(xmmword_ptr(rbp + r11 * 4), xmm(EP_T))?;
-                }
-                a.jmp(done)?;
+            self.scatter(a, j, rq.column_stride)?;
+        }
+        Ok(())
+    }
+
+    /// Stores vector `j`'s packed quads (in `acc(0, j)`) to their pixels in the phases:
+    /// whole runs when the table marks the vector contiguous, else each valid lane.
+    /// rbx: this panel's scatter indices; r11 and r14 are clobbered.
+    fn scatter(&mut self, a: &mut CodeAssembler, j: usize, column_stride: usize) -> AsmResult<()> {
+        let s = self.s;
+        let out = YMM[s.acc(0, j)];
+        let out_x = xmm(s.acc(0, j));
+        a.lea(rbx, ptr(self.scatter_table))?;
+        a.add(rbx, r10)?;
+        let index = |lane: usize| dword_ptr(rbx + (j * LANES * 4 + 4 * lane) as i32);
+        let mut slow = a.create_label();
+        let mut done = a.create_label();
+        if column_stride <= 2 {
+            a.test(byte_ptr(rax + imm(ENTRY * j + CONTIGUOUS)?), 1)?;
+            a.jz(slow)?;
+            a.mov(r11d, index(0))?;
+            if column_stride == 1 {
+                a.vmovdqu(ymmword_ptr(rbp + r11 * 4), out)?;
+            } else {
+                let m = YMM[EP_MASK];
+                a.vmovdqu(m, ymmword_ptr(self.even_odd))?;
+                a.vpermd(m, m, out)?;
+                a.vmovdqu(xmmword_ptr(rbp + r11 * 4), xmm(EP_MASK))?;
+                a.mov(r11d, index(1))?;
+                a.vextracti128(xmm(EP_T), m, 1)?;
+                a.vmovdqu(xmmword_ptr(rbp + r11 * 4), xmm(EP_T))?;
             }
-            a.set_label(&mut slow)?;
-            a.vextracti128(xmm(EP_T), out, 1)?;
-            for lane in 0..LANES {
-                let mut skip = a.create_label();
-                a.test(dword_ptr(rax + imm(ENTRY * j + VALID_BITS)?), 1i32 << lane)?;
-                a.jz(skip)?;
-                a.mov(r11d, dword_ptr(r14 + imm(j * LANES * 4 + 4 * lane)?))?;
-                let src = if lane < 4 { out_x } else { xmm(EP_T) };
-                if lane % 4 == 0 {
-                    a.vmovd(ebx, src)?;
-                } else {
-                    a.vpextrd(ebx, src, (lane % 4) as i32)?;
-                }
-                a.mov(dword_ptr(rbp + r11 * 4), ebx)?;
-                a.set_label(&mut skip)?;
-                a.nop()?;
+            a.jmp(done)?;
+        }
+        a.set_label(&mut slow)?;
+        a.vextracti128(xmm(EP_T), out, 1)?;
+        for lane in 0..LANES {
+            let mut skip = a.create_label();
+            a.test(byte_ptr(rax + imm(ENTRY * j + VALID_BITS)?), 1i32 << lane)?;
+            a.jz(skip)?;
+            a.mov(r11d, index(lane))?;
+            let src = if lane < 4 { out_x } else { xmm(EP_T) };
+            if lane % 4 == 0 {
+                a.vmovd(r14d, src)?;
+            } else {
+                a.vpextrd(r14d, src, (lane % 4) as i32)?;
             }
-            a.set_label(&mut done)?;
+            a.mov(dword_ptr(rbp + r11 * 4), r14d)?;
+            a.set_label(&mut skip)?;
             a.nop()?;
         }
+        a.set_label(&mut done)?;
+        a.nop()?;
         Ok(())
     }
 
@@ -788,16 +810,35 @@ impl ConvEmitter<'_> {
 
     fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         emit_consts(a, &mut self.consts, LANES)?;
-        a.set_label(&mut self.table)?;
-        let mut words = Vec::with_capacity(self.s.columns.len() * ENTRY / 4);
+        // Patterns in first-use order, so the bytes depend only on the spec.
+        let mut patterns: Vec<[u32; 4 * LANES]> = vec![];
+        let mut entries = Vec::with_capacity(self.s.columns.len() * 2);
         for c in &self.s.columns {
-            words.extend(c.compress);
-            words.extend(c.expand);
-            words.extend((0..LANES).map(|l| if l < c.count { u32::MAX } else { 0 }));
-            words.extend((0..LANES).map(|l| if c.valid >> l & 1 == 1 { u32::MAX } else { 0 }));
-            words.extend([c.first, c.valid, c.contiguous, 0, 0, 0, 0, 0]);
+            let mut p = [0u32; 4 * LANES];
+            p[..LANES].copy_from_slice(&c.compress);
+            p[LANES..2 * LANES].copy_from_slice(&c.expand);
+            for l in 0..LANES {
+                p[2 * LANES + l] = if l < c.count { u32::MAX } else { 0 };
+                p[3 * LANES + l] = if c.valid >> l & 1 == 1 { u32::MAX } else { 0 };
+            }
+            let index = match patterns.iter().position(|q| *q == p) {
+                Some(i) => i,
+                None => {
+                    patterns.push(p);
+                    patterns.len() - 1
+                }
+            };
+            let index = u16::try_from(index)
+                .map_err(|_| AsmError("more lane patterns than a word indexes".into()))?;
+            entries.push(c.first);
+            entries.push(c.valid | c.contiguous << 8 | u32::from(index) << 16);
         }
-        a.dd(&words)?;
+        a.set_label(&mut self.table)?;
+        a.dd(&entries)?;
+        a.set_label(&mut self.patterns)?;
+        for p in &patterns {
+            a.dd(p)?;
+        }
         a.set_label(&mut self.taps_table)?;
         let taps: Vec<u32> = self.s.tap_offsets.iter().map(|&o| o as u32).collect();
         a.dd(&taps)?;
