@@ -282,7 +282,7 @@ pub const KERNELS: &[KernelInfo] = &[
         AVX2,
         About(
             "quantizes float32 NCHW into uint8 planes",
-            "kernels::x86::conv_u8s8_ymm::emit_quantize",
+            "kernels::x86::quantize_planes_avx2::emit_quantize",
             "none",
         ),
     ),

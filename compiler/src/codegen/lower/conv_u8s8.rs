@@ -232,7 +232,7 @@ pub fn plan_quantize_to_planes(
         Some(Int8Family::Avx512Vnni) if x86::conv_u8s8::quantize_supports(layout) => {
             Some(X86Isa::Avx512)
         }
-        Some(Int8Family::Ymm(_)) if x86::conv_u8s8_ymm::quantize_supports(layout) => {
+        Some(Int8Family::Ymm(_)) if x86::quantize_planes_avx2::quantize_supports(layout) => {
             Some(X86Isa::Avx2)
         }
         _ => None,
@@ -306,7 +306,7 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
             Some(x86::conv_u8s8::emit_quantize(layout, inv, zp)?)
         }
         Strategy::QuantizeToPlanes(Some(X86Isa::Avx2)) => {
-            Some(x86::conv_u8s8_ymm::emit_quantize(layout, inv, zp)?)
+            Some(x86::quantize_planes_avx2::emit_quantize(layout, inv, zp)?)
         }
         _ => None,
     };

@@ -10,6 +10,7 @@ pub mod conv_u8s8_ymm;
 pub mod dwconv;
 pub mod gemm;
 pub mod maxpool2d;
+pub mod quantize_planes_avx2;
 pub mod softmax;
 pub mod winograd;
 pub mod winograd_plane;
