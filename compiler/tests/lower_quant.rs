@@ -293,8 +293,13 @@ fn quantized_ops_match_the_interpreter_exactly() {
                 (t, r)
             })
             .collect();
-        // Baseline (widening multiplies) and +i8mm (the dot-product tree folds to usdot).
-        for (label, cpu) in [("aarch64", None), ("aarch64 +i8mm", Some("+i8mm"))] {
+        // Baseline (widening multiplies), +dotprod (sdot on flipped activation bytes)
+        // and +i8mm (usdot).
+        for (label, cpu) in [
+            ("aarch64", None),
+            ("aarch64 +dotprod", Some("+dotprod")),
+            ("aarch64 +i8mm", Some("+i8mm")),
+        ] {
             let arm = Target::new(Arch::Aarch64, cpu).expect("aarch64 target");
             match aarch64_harness() {
                 Some(h) => {

@@ -353,7 +353,7 @@ pub const KERNELS: &[KernelInfo] = &[
     clif(
         "u8s8-conv-4x8-clif",
         About(
-            "INT8 conv; its dot-product tree becomes vpdpbusd (AVX-VNNI) or usdot (aarch64 +i8mm)",
+            "INT8 conv; its dot-product tree becomes usdot (aarch64 +i8mm) or sdot on flipped activation bytes (aarch64 +dotprod)",
             "lower::conv_u8s8 (ClifTiles)",
             "the wide rows when columns are dropped; one image in float32 when requantizing",
         ),
@@ -369,7 +369,7 @@ pub const KERNELS: &[KernelInfo] = &[
     clif(
         "u8s8-gemm-dot-clif",
         About(
-            "MatMulInteger of uint8 A and constant int8 B on 8-bit dot products",
+            "MatMulInteger of uint8 A and constant int8 B on 8-bit dot products (vpdpbusd, usdot, sdot)",
             "kernels::clif::gemm_dot::emit",
             "the packed A rows",
         ),

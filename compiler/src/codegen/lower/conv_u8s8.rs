@@ -14,12 +14,13 @@
 //! * x86-64 with AVX-VNNI or AVX2: the 256-bit ones of
 //!   [`crate::codegen::kernels::x86::conv_u8s8_ymm`];
 //! * everywhere else, Cranelift code whose dot-product tree folds to `usdot` (aarch64
-//!   +i8mm) or widening multiplies otherwise. It writes the wide rows to scratch and a
+//!   +i8mm), `sdot` (aarch64 +dotprod, on activation bytes with the top bit flipped)
+//!   or widening multiplies otherwise. It writes the wide rows to scratch and a
 //!   second pass keeps the `Wo` valid columns of each row while adding the residual
 //!   and applying the activation.
 
 use crate::codegen::kernel_plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
-use crate::codegen::kernels::clif::gemm_dot::dot_accumulate;
+use crate::codegen::kernels::clif::gemm_dot::{dot_accumulate, DotForm};
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::CpuFeature;
 use cranelift_codegen::ir::condcodes::FloatCC;
@@ -526,10 +527,13 @@ fn tile_constants(
     k: &Constants,
     w: Vec<u8>,
     mr: usize,
+    form: DotForm,
 ) -> Result<(Value, Value, Value), String> {
     let maps = g.maps.next_multiple_of(mr);
     let w = ctx.weight_rodata(w)?;
-    let bias = ctx.weight_rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, k.zp, maps)))?;
+    // The kernel sums (q − offset)·w, so the zero point is folded relative to it.
+    let zp = k.zp - form.activation_offset();
+    let bias = ctx.weight_rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, zp, maps)))?;
     let mut scale = k.scale.clone();
     scale.resize(maps, 0.0);
     let scale = ctx.weight_rodata(f32_bytes(&scale))?;
@@ -547,7 +551,8 @@ fn conv_x86(
     requantize: Option<&Requantize>,
     with_scratch: bool,
 ) -> LowerResult {
-    let (w, bias, scale) = tile_constants(ctx, g, k, pack_weights(g, &k.w, mr), mr)?;
+    let w = pack_weights(g, &k.w, mr);
+    let (w, bias, scale) = tile_constants(ctx, g, k, w, mr, DotForm::WeightFirst)?;
     let func = super::gemm::define_machine_code(ctx, 6 + usize::from(with_scratch), code)?;
     let scratch = ctx.scratch;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
@@ -580,10 +585,11 @@ fn conv_clif(
     requantize: Option<&Requantize>,
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
-    let (w, bias, scale) = tile_constants(ctx, g, k, pack_weights(g, &k.w, CLIF_MR), CLIF_MR)?;
+    let form = DotForm::for_target(ctx.target);
+    let w = pack_weights(g, &k.w, CLIF_MR);
+    let (w, bias, scale) = tile_constants(ctx, g, k, w, CLIF_MR, form)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
-    let usdot_order = ctx.target.arch == Arch::Aarch64;
     let wide_cols = if g.compact() {
         g.wide()
     } else {
@@ -623,7 +629,7 @@ fn conv_clif(
             scale,
             out: wide,
             ldc: wide_cols,
-            usdot_order,
+            form,
         };
         kernel::counted_loop(b, 0, maps as i64, CLIF_MR as i64, |b, m0| {
             let full = g.wide() / CLIF_NR * CLIF_NR;
@@ -686,8 +692,8 @@ struct ClifTiles<'g> {
     /// Wide rows out (scratch, or the output itself when compact) and their stride.
     out: Value,
     ldc: usize,
-    /// aarch64's usdot wants `imul(uwiden x, swiden w)`, x86's vpdpbusd the reverse.
-    usdot_order: bool,
+    /// The dot-product tree's form for the target's instruction.
+    form: DotForm,
 }
 
 impl ClifTiles<'_> {
@@ -723,7 +729,10 @@ impl ClifTiles<'_> {
                 let b_at = kernel::elem_addr(b, b_tap, q, g.quad_stride());
                 let w_at = kernel::elem_addr(b, w_tap, q, CLIF_MR * 4);
                 let xs: Vec<Value> = (0..vecs)
-                    .map(|j| b.ins().load(types::I8X16, flags(), b_at, (16 * j) as i32))
+                    .map(|j| {
+                        let x = b.ins().load(types::I8X16, flags(), b_at, (16 * j) as i32);
+                        self.form.prepare(b, x)
+                    })
                     .collect();
                 for r in 0..CLIF_MR {
                     let wv = b.ins().load(types::I32, flags(), w_at, (4 * r) as i32);
@@ -732,7 +741,7 @@ impl ClifTiles<'_> {
                     for (j, &x) in xs.iter().enumerate() {
                         let acc = accs[r * vecs + j];
                         let sum = b.use_var(acc);
-                        let sum = dot_accumulate(b, sum, wv, x, self.usdot_order);
+                        let sum = dot_accumulate(b, sum, wv, x, self.form);
                         b.def_var(acc, sum);
                     }
                 }

@@ -13,7 +13,7 @@ use cranelift_frontend::FunctionBuilder;
 
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::kernels::clif::gemm_dot::{self, DotGemm};
+use crate::codegen::kernels::clif::gemm_dot::{self, DotForm, DotGemm};
 use crate::codegen::kernels::clif::gemm_int::{self, IntGemm};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op};
@@ -329,8 +329,10 @@ fn matmul_dot(
         m: s.m,
         n: s.n,
         k4: s.k.next_multiple_of(4),
-        usdot_order: ctx.target.arch == crate::codegen::Arch::Aarch64,
+        form: DotForm::for_target(ctx.target),
     };
+    // The kernel sums (x − offset)·w: the constant term is relative to that offset.
+    let za = za - g.form.activation_offset();
     let v = b_const.to_i64_vec();
     let mats = v.len() / (s.k * s.n).max(1);
     let mut packed = vec![];

@@ -4,9 +4,10 @@
 //!
 //! Each 32-bit lane multiplies four consecutive K bytes of A (uint8, a broadcast
 //! row quad) with the same four K of one column of B (int8) and adds them, the tree
-//! of [`super::conv_u8s8::dot_accumulate`]: one `vpdpbusd` with AVX-VNNI / AVX-512
-//! VNNI, one `usdot` on aarch64 +i8mm, widening multiplies elsewhere. The zero point
-//! of A is taken out afterwards, `− a_zp · Σ_k B[k][n]` per column, a constant.
+//! of [`dot_accumulate`] in the [`DotForm`] of the target: one `vpdpbusd` with
+//! AVX-VNNI / AVX-512 VNNI, one `usdot` on aarch64 +i8mm, one `sdot` on aarch64
+//! +dotprod, widening multiplies elsewhere. The zero point of A is taken out
+//! afterwards, `− a_zp · Σ_k B[k][n]` per column, a constant.
 //!
 //! Layouts: A is copied into scratch rows of `k4` bytes (K rounded up to 4, zero
 //! padded); B is packed at compile time in groups of 4 columns, for group g and K
@@ -17,6 +18,56 @@ use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value}
 use cranelift_frontend::FunctionBuilder;
 
 use crate::codegen::kernel::{self, flags};
+use crate::codegen::{Arch, CpuFeature, Target};
+
+/// How the 8-bit dot-product tree is written, so that Cranelift folds it into the
+/// target's instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DotForm {
+    /// `imul(swiden w, uwiden x)`: x86's `vpdpbusd`; widening multiplies where there is
+    /// no dot product.
+    WeightFirst,
+    /// `imul(uwiden x, swiden w)`: aarch64's `usdot` (+i8mm), widening multiplies on
+    /// plain armv8.
+    ActivationFirst,
+    /// The activation bytes with the top bit flipped (x − 128 as int8) and
+    /// `imul(swiden x', swiden w)`: aarch64's `sdot` (+dotprod without +i8mm). The sums
+    /// are then relative to 128, which the constant terms take out like a zero point.
+    SignedFlipped,
+}
+
+impl DotForm {
+    pub fn for_target(target: &Target) -> DotForm {
+        match target.arch {
+            Arch::X86_64 => DotForm::WeightFirst,
+            Arch::Aarch64 if target.has(CpuFeature::Dotprod) && !target.has(CpuFeature::I8mm) => {
+                DotForm::SignedFlipped
+            }
+            Arch::Aarch64 => DotForm::ActivationFirst,
+        }
+    }
+
+    /// The value the kernel's activation bytes are relative to: `Σ (x − offset)·w` is
+    /// what it sums.
+    pub fn activation_offset(self) -> i64 {
+        match self {
+            DotForm::SignedFlipped => 128,
+            _ => 0,
+        }
+    }
+
+    /// A loaded vector of activation bytes as [`dot_accumulate`] takes them.
+    pub fn prepare(self, b: &mut FunctionBuilder, x: Value) -> Value {
+        match self {
+            DotForm::SignedFlipped => {
+                let top = b.ins().iconst(types::I8, 0x80);
+                let top = b.ins().splat(types::I8X16, top);
+                b.ins().bxor(x, top)
+            }
+            _ => x,
+        }
+    }
+}
 
 /// Rows and 4-column groups per register tile.
 const MR: usize = 4;
@@ -28,8 +79,7 @@ pub struct DotGemm {
     pub n: usize,
     /// K rounded up to a multiple of 4.
     pub k4: usize,
-    /// aarch64's usdot wants the other operand order of the tree.
-    pub usdot_order: bool,
+    pub form: DotForm,
 }
 
 impl DotGemm {
@@ -127,10 +177,11 @@ fn tile(
             let av = b.ins().load(types::I32, flags(), a_at, (r * g.k4) as i32);
             let av = b.ins().splat(types::I32X4, av);
             let av = b.ins().bitcast(types::I8X16, little, av);
+            let av = g.form.prepare(b, av);
             for (j, &w) in bv.iter().enumerate() {
                 let acc = accs[r * ngroups + j];
                 let sum = b.use_var(acc);
-                let sum = dot_accumulate(b, sum, w, av, g.usdot_order);
+                let sum = dot_accumulate(b, sum, w, av, g.form);
                 b.def_var(acc, sum);
             }
         }
@@ -154,25 +205,27 @@ fn tile(
     }
 }
 
-/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x`), in the tree Cranelift folds
-/// to one 8-bit dot-product instruction where the target has one.
+/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x` as [`DotForm::prepare`] made
+/// it), in the tree Cranelift folds to one 8-bit dot-product instruction where the
+/// target has one.
 pub(crate) fn dot_accumulate(
     b: &mut FunctionBuilder,
     acc: Value,
     w: Value,
     x: Value,
-    usdot: bool,
+    form: DotForm,
 ) -> Value {
     let half = |b: &mut FunctionBuilder, high: bool| {
-        let (sw, ux) = if high {
-            (b.ins().swiden_high(w), b.ins().uwiden_high(x))
-        } else {
-            (b.ins().swiden_low(w), b.ins().uwiden_low(x))
+        let signed = form == DotForm::SignedFlipped;
+        let (sw, wx) = match (high, signed) {
+            (false, false) => (b.ins().swiden_low(w), b.ins().uwiden_low(x)),
+            (true, false) => (b.ins().swiden_high(w), b.ins().uwiden_high(x)),
+            (false, true) => (b.ins().swiden_low(w), b.ins().swiden_low(x)),
+            (true, true) => (b.ins().swiden_high(w), b.ins().swiden_high(x)),
         };
-        let p = if usdot {
-            b.ins().imul(ux, sw)
-        } else {
-            b.ins().imul(sw, ux)
+        let p = match form {
+            DotForm::WeightFirst => b.ins().imul(sw, wx),
+            DotForm::ActivationFirst | DotForm::SignedFlipped => b.ins().imul(wx, sw),
         };
         let (lo, hi) = (b.ins().swiden_low(p), b.ins().swiden_high(p));
         b.ins().iadd_pairwise(lo, hi)
