@@ -225,6 +225,46 @@ pub fn counted_loop(
     b.seal_block(exit);
 }
 
+/// Emits `count` iterations of `body(pointers)`, each pointer starting at its base and
+/// advancing by its stride (bytes, the first one nonzero) per iteration, so the loop
+/// has no multiplications; bottom-tested, nothing emitted for `count == 0`.
+pub fn strided_loop(
+    b: &mut FunctionBuilder,
+    count: usize,
+    bases: &[(Value, usize)],
+    mut body: impl FnMut(&mut FunctionBuilder, &[Value]),
+) {
+    let starts: Vec<Value> = bases.iter().map(|&(p, _)| p).collect();
+    if count <= 1 {
+        if count == 1 {
+            body(b, &starts);
+        }
+        return;
+    }
+    let header = b.create_block();
+    for _ in bases {
+        b.append_block_param(header, types::I64);
+    }
+    let exit = b.create_block();
+    let end = b.ins().iadd_imm_s(bases[0].0, (count * bases[0].1) as i64);
+    let args: Vec<BlockArg> = starts.iter().map(|&v| BlockArg::Value(v)).collect();
+    b.ins().jump(header, &args);
+    b.switch_to_block(header);
+    let at = b.block_params(header).to_vec();
+    body(b, &at);
+    let next: Vec<Value> = at
+        .iter()
+        .zip(bases)
+        .map(|(&p, &(_, stride))| b.ins().iadd_imm_s(p, stride as i64))
+        .collect();
+    let more = b.ins().icmp(IntCC::UnsignedLessThan, next[0], end);
+    let args: Vec<BlockArg> = next.iter().map(|&v| BlockArg::Value(v)).collect();
+    b.ins().brif(more, header, &args, exit, &[]);
+    b.seal_block(header);
+    b.switch_to_block(exit);
+    b.seal_block(exit);
+}
+
 /// Like [`counted_loop`] but with a runtime (i64 value) end bound and start 0; runs the
 /// body zero times when `end <= 0`.
 pub fn dynamic_loop(

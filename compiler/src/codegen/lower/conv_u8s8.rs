@@ -164,9 +164,18 @@ pub fn folded_bias(g: &ConvU8Geometry, w: &[i64], bias: &[i64], zp: i64, len: us
         .collect()
 }
 
-/// Column tile of the portable kernel: 2 vectors of 4 pixels; map tile: 4.
-const CLIF_NR: usize = 8;
+/// Map tile of the portable kernel.
 const CLIF_MR: usize = 4;
+
+/// Column tile of the portable kernel, in pixels (vectors of 4): 2 vectors on x86-64's
+/// 16 registers, 4 on aarch64's 32 (16 accumulators: each loaded quad and weight
+/// broadcast then feeds twice the dot products).
+fn clif_nr(target: &Target) -> usize {
+    match target.arch {
+        Arch::Aarch64 => 16,
+        Arch::X86_64 => 8,
+    }
+}
 
 /// The INT8 convolution's machine-code kernel, as the kernel library names it.
 pub const U8S8_CONV_X86_KERNEL: &str = "u8s8-conv-8x48-avx512vnni";
@@ -214,7 +223,8 @@ pub fn plan_conv_u8s8(
     } else {
         "no x86 machine code for this target or activation"
     };
-    let scratch = wide_scratch(&g) + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
+    let scratch = wide_scratch(&g, clif_nr(target))
+        + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
     Some(NodeKernel::new(
         Strategy::ConvU8S8(Int8Conv::Clif),
         scratch,
@@ -246,12 +256,11 @@ pub fn plan_quantize_to_planes(
     Some(NodeKernel::new(Strategy::QuantizeToPlanes(isa), 0, reason))
 }
 
-fn wide_scratch(g: &ConvU8Geometry) -> usize {
+fn wide_scratch(g: &ConvU8Geometry, nr: usize) -> usize {
     if g.compact() {
         0
     } else {
-        (g.maps.next_multiple_of(CLIF_MR) * g.wide().next_multiple_of(CLIF_NR) * 4)
-            .next_multiple_of(64)
+        (g.maps.next_multiple_of(CLIF_MR) * g.wide().next_multiple_of(nr) * 4).next_multiple_of(64)
     }
 }
 
@@ -586,6 +595,7 @@ fn conv_clif(
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
     let form = DotForm::for_target(ctx.target);
+    let nr = clif_nr(ctx.target);
     let w = pack_weights(g, &k.w, CLIF_MR);
     let (w, bias, scale) = tile_constants(ctx, g, k, w, CLIF_MR, form)?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
@@ -593,7 +603,7 @@ fn conv_clif(
     let wide_cols = if g.compact() {
         g.wide()
     } else {
-        g.wide().next_multiple_of(CLIF_NR)
+        g.wide().next_multiple_of(nr)
     };
     let needs_scratch = !g.compact() || requantize.is_some();
     let scratch = match ctx.scratch {
@@ -608,7 +618,7 @@ fn conv_clif(
     // then quantized into the output planes.
     let float_image = requantize.map(|_| {
         let s = scratch.expect("checked");
-        b.ins().iadd_imm_s(s, wide_scratch(g) as i64)
+        b.ins().iadd_imm_s(s, wide_scratch(g, nr) as i64)
     });
     kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
         let p_n = kernel::elem_addr(b, planes.ptr, n, g.layout.image_bytes());
@@ -632,9 +642,9 @@ fn conv_clif(
             form,
         };
         kernel::counted_loop(b, 0, maps as i64, CLIF_MR as i64, |b, m0| {
-            let full = g.wide() / CLIF_NR * CLIF_NR;
-            kernel::counted_loop(b, 0, full as i64, CLIF_NR as i64, |b, n0| {
-                tiles.tile(b, m0, n0, CLIF_NR / 4, None);
+            let full = g.wide() / nr * nr;
+            kernel::counted_loop(b, 0, full as i64, nr as i64, |b, n0| {
+                tiles.tile(b, m0, n0, nr / 4, None);
             });
             if full < g.wide() {
                 let n0 = kernel::iconst(b, full as i64);
@@ -725,9 +735,9 @@ impl ClifTiles<'_> {
         for t in 0..g.taps.len() {
             let b_tap = b.ins().iadd_imm_s(b_base, g.tap_offset(t) as i64);
             let w_tap = b.ins().iadd_imm_s(w_tile, (t * quads * CLIF_MR * 4) as i64);
-            kernel::counted_loop(b, 0, quads as i64, 1, |b, q| {
-                let b_at = kernel::elem_addr(b, b_tap, q, g.quad_stride());
-                let w_at = kernel::elem_addr(b, w_tap, q, CLIF_MR * 4);
+            let walk = [(b_tap, g.quad_stride()), (w_tap, CLIF_MR * 4)];
+            kernel::strided_loop(b, quads, &walk, |b, at| {
+                let (b_at, w_at) = (at[0], at[1]);
                 let xs: Vec<Value> = (0..vecs)
                     .map(|j| {
                         let x = b.ins().load(types::I8X16, flags(), b_at, (16 * j) as i32);
