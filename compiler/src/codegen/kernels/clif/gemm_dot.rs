@@ -24,9 +24,13 @@ use crate::codegen::{Arch, CpuFeature, Target};
 /// target's instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DotForm {
-    /// `imul(swiden w, uwiden x)`: x86's `vpdpbusd`; widening multiplies where there is
-    /// no dot product.
+    /// `imul(swiden w, uwiden x)`: x86's `vpdpbusd` (AVX-VNNI, AVX-512 VNNI).
     WeightFirst,
+    /// Bytes widened to int16 and multiplied in pairs, `iadd_pairwise(imul(swiden_low
+    /// x, swiden_low w), imul(swiden_high x, swiden_high w))`: x86's `pmaddwd` (exact:
+    /// each product fits in int16 and a pair's sum in int32), then `phaddd` for the
+    /// quad. x86 without VNNI.
+    PairedInt16,
     /// `imul(uwiden x, swiden w)`: aarch64's `usdot` (+i8mm), widening multiplies on
     /// plain armv8.
     ActivationFirst,
@@ -39,7 +43,12 @@ pub enum DotForm {
 impl DotForm {
     pub fn for_target(target: &Target) -> DotForm {
         match target.arch {
-            Arch::X86_64 => DotForm::WeightFirst,
+            Arch::X86_64
+                if target.has(CpuFeature::AvxVnni) || target.has(CpuFeature::Avx512vnni) =>
+            {
+                DotForm::WeightFirst
+            }
+            Arch::X86_64 => DotForm::PairedInt16,
             Arch::Aarch64 if target.has(CpuFeature::Dotprod) && !target.has(CpuFeature::I8mm) => {
                 DotForm::SignedFlipped
             }
@@ -215,6 +224,21 @@ pub(crate) fn dot_accumulate(
     x: Value,
     form: DotForm,
 ) -> Value {
+    if form == DotForm::PairedInt16 {
+        let pairs = |b: &mut FunctionBuilder, x16: Value, w16: Value| {
+            let (xl, wl) = (b.ins().swiden_low(x16), b.ins().swiden_low(w16));
+            let (xh, wh) = (b.ins().swiden_high(x16), b.ins().swiden_high(w16));
+            let lo = b.ins().imul(xl, wl);
+            let hi = b.ins().imul(xh, wh);
+            b.ins().iadd_pairwise(lo, hi)
+        };
+        let (xl, wl) = (b.ins().uwiden_low(x), b.ins().swiden_low(w));
+        let (xh, wh) = (b.ins().uwiden_high(x), b.ins().swiden_high(w));
+        let lo = pairs(b, xl, wl);
+        let hi = pairs(b, xh, wh);
+        let d = b.ins().iadd_pairwise(lo, hi);
+        return b.ins().iadd(d, acc);
+    }
     let half = |b: &mut FunctionBuilder, high: bool| {
         let signed = form == DotForm::SignedFlipped;
         let (sw, wx) = match (high, signed) {
@@ -224,7 +248,7 @@ pub(crate) fn dot_accumulate(
             (true, true) => (b.ins().swiden_high(w), b.ins().swiden_high(x)),
         };
         let p = match form {
-            DotForm::WeightFirst => b.ins().imul(sw, wx),
+            DotForm::WeightFirst | DotForm::PairedInt16 => b.ins().imul(sw, wx),
             DotForm::ActivationFirst | DotForm::SignedFlipped => b.ins().imul(wx, sw),
         };
         let (lo, hi) = (b.ins().swiden_low(p), b.ins().swiden_high(p));
