@@ -845,8 +845,10 @@ fn int8_conv_sweep() -> Vec<Case> {
 fn int_gemm_sweep() -> Vec<Case> {
     use DType::{I8, U8};
     let mut cases = vec![];
-    for m in [1, 5] {
-        for n in [1, 9, 17] {
+    // Rows around the 4-row tile, columns around the 8-column vector and the 24-column
+    // panel of the x86 kernels.
+    for m in [1, 5, 9] {
+        for n in [1, 9, 17, 24, 25, 49] {
             for k in [1, 5, 16, 17] {
                 let seed = cases.len();
                 cases.push(

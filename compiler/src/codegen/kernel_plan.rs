@@ -10,6 +10,7 @@
 use std::fmt;
 
 use super::kernels::x86::conv_u8s8_ymm::DotIsa;
+use super::kernels::x86::gemm_u8s8_ymm::GemmIsa;
 use super::lower::{self, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
 use super::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
@@ -44,9 +45,11 @@ pub enum Strategy {
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
     QuantizeToPlanes(Option<X86Isa>),
-    /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM, or the exact int16 one.
+    /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM (x86 machine code or
+    /// Cranelift's), or the exact int16 one.
     IntGemm {
         dot: bool,
+        x86: Option<GemmIsa>,
     },
     /// A Gather of rows of a constant table that a GEMM of this geometry reads packed,
     /// transposed (tied embeddings): the rows are read from the GEMM's packed panels,
@@ -146,8 +149,8 @@ impl NodeKernel {
             ) => "u8s8-conv-panels-outer".into(),
             Strategy::ConvU8S8(Int8Conv::Clif) => "u8s8-conv".into(),
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
-            Strategy::IntGemm { dot: true } => "dot-gemm".into(),
-            Strategy::IntGemm { dot: false } => "int16-gemm".into(),
+            Strategy::IntGemm { dot: true, .. } => "dot-gemm".into(),
+            Strategy::IntGemm { dot: false, .. } => "int16-gemm".into(),
             Strategy::GatherPackedColumns(_) => "gather-packed-columns".into(),
         }
     }
@@ -171,8 +174,12 @@ impl NodeKernel {
             }
             Strategy::QuantizeToPlanes(Some(X86Isa::Avx2)) => vec!["f32-qu8-planes-avx2".into()],
             Strategy::QuantizeToPlanes(None) => vec!["f32-qu8-planes-clif".into()],
-            Strategy::IntGemm { dot: true } => vec!["u8s8-gemm-dot-clif".into()],
-            Strategy::IntGemm { dot: false } => vec!["i16-gemm-clif".into()],
+            Strategy::IntGemm {
+                dot: true,
+                x86: Some(isa),
+            } => vec![isa.kernel_name().into()],
+            Strategy::IntGemm { dot: true, .. } => vec!["u8s8-gemm-dot-clif".into()],
+            Strategy::IntGemm { dot: false, .. } => vec!["i16-gemm-clif".into()],
             Strategy::GatherPackedColumns(_) => vec![],
         }
     }
@@ -246,7 +253,7 @@ pub fn plan_node(
         Op::Gemm(g) => lower::plan_gemm(Some(g), node, target, options),
         Op::Pool(p) => lower::plan_pool(p, node, target, options),
         Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
-        Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node),
+        Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node, target, options),
         Op::ConvU8S8 {
             conv,
             planes,

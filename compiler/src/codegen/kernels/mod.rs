@@ -278,6 +278,33 @@ pub const KERNELS: &[KernelInfo] = &[
         ),
     ),
     x86(
+        "u8s8-gemm-4x24-avx512vnni",
+        AVX512_VNNI,
+        About(
+            "MatMulInteger of uint8 A and constant int8 B (EVEX vpdpbusd on ymm)",
+            "kernels::x86::gemm_u8s8_ymm::emit",
+            "none",
+        ),
+    ),
+    x86(
+        "u8s8-gemm-4x24-avxvnni",
+        AVX_VNNI,
+        About(
+            "MatMulInteger of uint8 A and constant int8 B (VEX vpdpbusd)",
+            "kernels::x86::gemm_u8s8_ymm::emit",
+            "none",
+        ),
+    ),
+    x86(
+        "u8s8-gemm-4x8-avx2",
+        AVX2,
+        About(
+            "MatMulInteger of uint8 A and constant int8 B (exact vpmaddwd)",
+            "kernels::x86::gemm_u8s8_ymm::emit",
+            "A widened to int16",
+        ),
+    ),
+    x86(
         "f32-qu8-planes-avx2",
         AVX2,
         About(

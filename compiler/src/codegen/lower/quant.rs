@@ -15,6 +15,9 @@ use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::clif::gemm_dot::{self, DotForm, DotGemm};
 use crate::codegen::kernels::clif::gemm_int::{self, IntGemm};
+use crate::codegen::kernels::x86::gemm_u8s8_ymm::{self, GemmIsa, GemmSpec};
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::{Arch, CpuFeature, Target};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op};
 
@@ -198,18 +201,35 @@ fn dot_zero_point(
 /// The kernel plan of MatMulInteger and ConvInteger: the 8-bit dot-product GEMM where
 /// [`dot_zero_point`] allows (MatMulInteger), the exact int16 GEMM otherwise, with the
 /// scratch of its packed operands.
-pub fn plan_integer(op: &Op, node: &NodeOperands) -> Option<NodeKernel> {
+pub fn plan_integer(
+    op: &Op,
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
     let (a, b) = (node.input(0)?, node.input(1)?);
     let optional = |i: usize| node.has_input(i).then(|| node.constant(i));
+    let mut x86 = None;
     let (dot, scratch) = match op {
         Op::MatMulInteger => {
             let s = matmul_int_shape(a, b).ok()?;
             let g = IntGemm::new(s.m, s.n, s.k, s.n);
             let dot = dot_zero_point(a.dtype, node.constant(1), optional(2), optional(3));
-            (
-                dot.is_some(),
-                align(s.m * g.k2 * 2) + align(g.packed_b_bytes()),
-            )
+            x86 = dot.and(int8_gemm_isa(target, options));
+            let scratch = match x86 {
+                Some(isa) => {
+                    let k4 = s.k.next_multiple_of(4);
+                    let spec = GemmSpec {
+                        isa,
+                        m: s.m,
+                        n: s.n,
+                        k4,
+                    };
+                    align(s.m * k4) + align(spec.scratch_bytes())
+                }
+                None => align(s.m * g.k2 * 2) + align(g.packed_b_bytes()),
+            };
+            (dot.is_some(), scratch)
         }
         Op::ConvInteger(c) => {
             let v = ConvInt::new(c, a, b, node.outputs.first()?).ok()?;
@@ -221,12 +241,36 @@ pub fn plan_integer(op: &Op, node: &NodeOperands) -> Option<NodeKernel> {
         }
         _ => return None,
     };
-    let reason = if dot {
+    let reason = if x86.is_some() {
+        "uint8 activations and constant int8 weights: 8-bit dot products, x86 machine code"
+    } else if dot {
         "uint8 activations and constant int8 weights: 8-bit dot products"
     } else {
         "operand types or zero points the 8-bit dot products cannot take: exact int16 GEMM"
     };
-    Some(NodeKernel::new(Strategy::IntGemm { dot }, scratch, reason))
+    Some(NodeKernel::new(
+        Strategy::IntGemm { dot, x86 },
+        scratch,
+        reason,
+    ))
+}
+
+/// The x86 machine code of the dot-product GEMM `target` runs, widest first;
+/// `--kernel int8-conv=clif` keeps Cranelift's.
+fn int8_gemm_isa(target: &Target, options: &KernelOptions) -> Option<GemmIsa> {
+    if target.arch != Arch::X86_64 || options.int8_conv != KernelSource::Auto {
+        return None;
+    }
+    let has = |f: CpuFeature| target.has(f);
+    if !(has(CpuFeature::Avx) && has(CpuFeature::Avx2)) {
+        None
+    } else if has(CpuFeature::AvxVnni) {
+        Some(GemmIsa::Vnni { evex: false })
+    } else if has(CpuFeature::Avx512vnni) && has(CpuFeature::Avx512vl) {
+        Some(GemmIsa::Vnni { evex: true })
+    } else {
+        Some(GemmIsa::Avx2)
+    }
 }
 
 fn align(bytes: usize) -> usize {
@@ -240,8 +284,8 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         ctx.inputs.get(3).cloned().flatten(),
     );
     let s = matmul_int_shape(&a.ty, &bt.ty)?;
-    if ctx.kernel.strategy == (Strategy::IntGemm { dot: true }) {
-        return matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref());
+    if let Strategy::IntGemm { dot: true, x86 } = ctx.kernel.strategy {
+        return matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref(), x86);
     }
     let runtime_g = IntGemm::new(s.m, s.n, s.k, s.n);
     let mut g = runtime_g;
@@ -305,6 +349,7 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
 
 /// MatMulInteger of uint8 A and constant int8 B without a zero point on the 8-bit
 /// dot-product GEMM ([`crate::codegen::kernels::clif::gemm_dot`]); false (nothing emitted) for other operands.
+#[allow(clippy::too_many_arguments)]
 fn matmul_dot(
     ctx: &mut LowerCtx,
     s: &MatMulInt,
@@ -313,6 +358,7 @@ fn matmul_dot(
     y: &Operand,
     a_zp: Option<&Operand>,
     b_zp: Option<&Operand>,
+    x86: Option<GemmIsa>,
 ) -> LowerResult {
     let (Some(b_const), Some(za)) = (
         &bt.constant,
@@ -335,9 +381,28 @@ fn matmul_dot(
     let za = za - g.form.activation_offset();
     let v = b_const.to_i64_vec();
     let mats = v.len() / (s.k * s.n).max(1);
+    let spec = x86.map(|isa| GemmSpec {
+        isa,
+        m: s.m,
+        n: s.n,
+        k4: g.k4,
+    });
     let mut packed = vec![];
     let mut corr: Vec<u8> = vec![];
     for t in 0..mats {
+        if let Some(spec) = &spec {
+            let at = |kk: usize, j: usize| v[t * s.k * s.n + kk * s.n + j];
+            packed.extend(gemm_u8s8_ymm::pack_b(spec, s.k, |kk, j| at(kk, j) as i8));
+            for j in 0..spec.padded_n() {
+                let sum: i64 = if j < s.n {
+                    (0..s.k).map(|kk| at(kk, j)).sum()
+                } else {
+                    0
+                };
+                corr.extend(((-za * sum) as i32).to_le_bytes());
+            }
+            continue;
+        }
         let at = |kk: usize, j: usize| v[t * s.k * s.n + kk * s.n + j];
         packed.extend(gemm_dot::pack_b(&g, s.k, |kk, j| at(kk, j) as i8));
         for j in 0..g.groups() * 4 {
@@ -349,9 +414,17 @@ fn matmul_dot(
             corr.extend(((-za * sum) as i32).to_le_bytes());
         }
     }
+    let packed_bytes = packed.len() / mats.max(1);
     let packed = ctx.weight_rodata(packed)?;
     let corr = ctx.weight_rodata(corr)?;
     let scratch = ctx.scratch.ok_or("MatMulInteger needs scratch")?;
+    let machine = match &spec {
+        Some(spec) => {
+            let code = gemm_u8s8_ymm::emit(spec)?;
+            Some(super::gemm::define_machine_code(ctx, 5, &code)?)
+        }
+        None => None,
+    };
     let b = &mut *ctx.b;
     let mat_a = s.m * s.k;
     let out_strides = kernel::strides_of(&s.batch);
@@ -380,6 +453,13 @@ fn matmul_dot(
                 });
                 scratch
             };
+            if let (Some(func), Some(spec)) = (machine, &spec) {
+                let bp = kernel::elem_addr(b, packed, bi, packed_bytes);
+                let cp = kernel::elem_addr(b, corr, bi, spec.padded_n() * 4);
+                let a16 = b.ins().iadd_imm_s(scratch, align(s.m * g.k4) as i64);
+                b.ins().call(func, &[rows, bp, cp, y_mat, a16]);
+                return;
+            }
             let bp = kernel::elem_addr(b, packed, bi, g.packed_b_bytes());
             let cp = kernel::elem_addr(b, corr, bi, g.groups() * 16);
             gemm_dot::emit(b, &g, rows, bp, cp, y_mat);

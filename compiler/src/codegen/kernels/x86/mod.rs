@@ -9,6 +9,7 @@ pub mod conv_u8s8;
 pub mod conv_u8s8_ymm;
 pub mod dwconv;
 pub mod gemm;
+pub mod gemm_u8s8_ymm;
 pub mod maxpool2d;
 pub mod quantize_planes_avx2;
 pub mod softmax;
