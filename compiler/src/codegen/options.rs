@@ -167,7 +167,7 @@ pub const KERNEL_SWITCHES: &[KernelSwitch] = &[
     KernelSwitch {
         kind: "int8-conv",
         choices: &["auto", "clif"],
-        about: "INT8 convolution kernels (AVX-512 VNNI machine code or Cranelift)",
+        about: "INT8 convolution and MatMulInteger kernels (x86 machine code or Cranelift)",
     },
     KernelSwitch {
         kind: "winograd",
