@@ -849,7 +849,7 @@ fn int_gemm_sweep() -> Vec<Case> {
     // panel of the x86 kernels.
     for m in [1, 5, 9] {
         for n in [1, 9, 17, 24, 25, 49] {
-            for k in [1, 5, 16, 17] {
+            for k in [0, 1, 5, 16, 17] {
                 let seed = cases.len();
                 cases.push(
                     case(

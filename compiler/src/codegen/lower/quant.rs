@@ -284,6 +284,17 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         ctx.inputs.get(3).cloned().flatten(),
     );
     let s = matmul_int_shape(&a.ty, &bt.ty)?;
+    if s.k == 0 {
+        // Empty sums: zeros, whatever the zero points.
+        let bytes = y.ty.numel() * 4;
+        let b = &mut *ctx.b;
+        let zero = b.ins().iconst(types::I32, 0);
+        kernel::counted_loop(b, 0, bytes as i64, 4, |b, i| {
+            let at = b.ins().iadd(y.ptr, i);
+            b.ins().store(flags(), zero, at, 0);
+        });
+        return Ok(());
+    }
     if let Strategy::IntGemm { dot: true, x86 } = ctx.kernel.strategy {
         return matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref(), x86);
     }

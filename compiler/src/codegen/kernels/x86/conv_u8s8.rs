@@ -189,6 +189,9 @@ const INDEX_REG: usize = 29;
 /// Encodes `u8s8-conv-8x48-avx512vnni` for `s`: arguments `(planes, W, Y, bias, scale,
 /// residual)` (System V), W packed by [`super::conv_u8s8::pack_weights`] for [`MR`].
 pub fn emit_conv(s: &ConvSpec) -> Result<Vec<u8>, String> {
+    if s.tap_offsets.is_empty() || s.quads == 0 {
+        return Err("INT8 conv kernel: the convolution has no taps or channels".into());
+    }
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     let mut e = ConvEmitter {
         s,

@@ -303,6 +303,9 @@ const EP_T: usize = 14;
 /// residual, scratch)` (System V), W packed for [`MR`] maps by
 /// [`crate::codegen::lower::conv_u8s8::pack_weights`], scratch of [`scratch_bytes`].
 pub fn emit_conv(s: &YmmConvSpec) -> Result<Vec<u8>, String> {
+    if s.tap_offsets.is_empty() || s.quads == 0 {
+        return Err("INT8 conv kernel: the convolution has no taps or channels".into());
+    }
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     let mut e = ConvEmitter {
         s,

@@ -245,6 +245,38 @@ fn tile(
             a.vpxor(y, y, y)?;
         }
     }
+    if s.k4 > 0 {
+        k_loop(a, s, rows, vecs)?;
+    }
+    if s.isa == GemmIsa::Avx2 {
+        for r in 0..rows {
+            let (lo, hi) = (YMM[acc(s, r, 0)], YMM[acc(s, r, 1)]);
+            a.vphaddd(lo, lo, hi)?;
+            a.vpermq(lo, lo, 0xD8)?;
+        }
+    }
+    // C = sums + corr; the partial vector's store is masked.
+    if let Some(cols) = partial {
+        a.lea(rbx, ptr(tails))?;
+        a.vmovdqu(YMM[14], ymmword_ptr(rbx + imm((LANES - cols) * 4)?))?;
+    }
+    for r in 0..rows {
+        for j in 0..vecs {
+            let y = YMM[acc(s, r, j)];
+            a.vpaddd(y, y, ymmword_ptr(rdx + r10 + imm(32 * j)?))?;
+            let at = ymmword_ptr(r15 + imm(r * s.n * 4 + 32 * j)?);
+            if partial.is_some() && j + 1 == vecs {
+                a.vpmaskmovd(at, YMM[14], y)?;
+            } else {
+                a.vmovdqu(at, y)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The K loop (`k4 / 4` > 0 quads) of a tile: A rows from r14, packed B from r13.
+fn k_loop(a: &mut CodeAssembler, s: &GemmSpec, rows: usize, vecs: usize) -> AsmResult<()> {
     let rb = row_bytes(s);
     a.mov(rax, r14)?;
     a.mov(rbp, r13)?;
@@ -283,29 +315,5 @@ fn tile(
     a.add(rbp, imm(vecs * 32)?)?;
     a.dec(r11d)?;
     a.jnz(top)?;
-    if s.isa == GemmIsa::Avx2 {
-        for r in 0..rows {
-            let (lo, hi) = (YMM[acc(s, r, 0)], YMM[acc(s, r, 1)]);
-            a.vphaddd(lo, lo, hi)?;
-            a.vpermq(lo, lo, 0xD8)?;
-        }
-    }
-    // C = sums + corr; the partial vector's store is masked.
-    if let Some(cols) = partial {
-        a.lea(rbx, ptr(tails))?;
-        a.vmovdqu(YMM[14], ymmword_ptr(rbx + imm((LANES - cols) * 4)?))?;
-    }
-    for r in 0..rows {
-        for j in 0..vecs {
-            let y = YMM[acc(s, r, j)];
-            a.vpaddd(y, y, ymmword_ptr(rdx + r10 + imm(32 * j)?))?;
-            let at = ymmword_ptr(r15 + imm(r * s.n * 4 + 32 * j)?);
-            if partial.is_some() && j + 1 == vecs {
-                a.vpmaskmovd(at, YMM[14], y)?;
-            } else {
-                a.vmovdqu(at, y)?;
-            }
-        }
-    }
     Ok(())
 }
