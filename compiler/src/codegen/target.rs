@@ -213,21 +213,19 @@ const X86_V4: &[CpuFeature] = X86_LEVELS.split_at(14).0;
 const X86_V4_VNNI: &[CpuFeature] = X86_LEVELS;
 /// x86-64-v3 with the VEX-encoded VNNI of Alder Lake and later, and Zen 5 without
 /// AVX-512.
-const X86_V3_AVX_VNNI: &[CpuFeature] = &[
-    F::Sse3,
-    F::Ssse3,
-    F::Sse41,
-    F::Sse42,
-    F::Popcnt,
-    F::Avx,
-    F::Avx2,
-    F::Fma,
-    F::Bmi1,
-    F::Bmi2,
-    F::Lzcnt,
-    F::AvxVnni,
-];
+const X86_V3_AVX_VNNI: &[CpuFeature] = &with_feature::<12>(X86_V3, F::AvxVnni);
 
+/// `base` and then `extra` (`N` = `base.len() + 1`).
+const fn with_feature<const N: usize>(base: &[CpuFeature], extra: CpuFeature) -> [CpuFeature; N] {
+    assert!(N == base.len() + 1);
+    let mut out = [extra; N];
+    let mut i = 0;
+    while i < base.len() {
+        out[i] = base[i];
+        i += 1;
+    }
+    out
+}
 /// Every `--cpu` preset; `native` (the running CPU) is resolved apart, by detection.
 pub const CPU_PRESETS: &[CpuPreset] = &[
     CpuPreset {

@@ -21,7 +21,7 @@
 
 use crate::codegen::kernel_plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::clif::gemm_dot::{dot_accumulate, DotForm};
-use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::options::{Int8Order, KernelOptions, KernelSource};
 use crate::codegen::CpuFeature;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
@@ -119,6 +119,43 @@ impl ConvU8Geometry {
     /// Bytes from one quad's planes to the next's.
     pub fn quad_stride(&self) -> usize {
         self.layout.phases() * self.plane_bytes()
+    }
+
+    /// The output pixel (`oh · Wo + ow`) of wide pixel `n`, or None for a dropped
+    /// column or a pixel past the last row.
+    pub fn output_pixel(&self, n: usize) -> Option<usize> {
+        let cols = self.layout.cols;
+        (n < self.wide() && n % cols < self.out_w).then(|| n / cols * self.out_w + n % cols)
+    }
+
+    /// The dword of a quad's planes in `next` where wide pixel `n` goes when the output
+    /// is requantized into them, or None for a pixel [`Self::output_pixel`] drops.
+    pub fn requantized_dword(&self, next: &PlaneLayout, n: usize) -> Option<u32> {
+        self.output_pixel(n)?;
+        let (oh, ow) = (n / self.layout.cols, n % self.layout.cols);
+        Some((next.byte_offset(0, oh + next.pad_top, ow + next.pad_left) / 4) as u32)
+    }
+
+    /// The kernels' loop order: map tiles outermost when streaming the weights (tiles
+    /// of `mr` maps, `weight_bytes` per weight as the K loop reads them) once per column
+    /// panel of `panel_pixels` would move more bytes than reading the planes once per
+    /// tile; `order` forces one, for measurements.
+    pub fn tiles_outer(
+        &self,
+        order: Int8Order,
+        mr: usize,
+        panel_pixels: usize,
+        weight_bytes: usize,
+    ) -> bool {
+        let weights =
+            self.maps.next_multiple_of(mr) * self.taps.len() * self.k_quads() * 4 * weight_bytes;
+        let panels = self.wide().div_ceil(panel_pixels);
+        let tiles = self.maps.div_ceil(mr);
+        match order {
+            Int8Order::Tiles => true,
+            Int8Order::Panels => false,
+            Int8Order::Auto => weights * panels > self.layout.image_bytes() * tiles,
+        }
     }
 }
 
@@ -265,14 +302,14 @@ fn wide_scratch(g: &ConvU8Geometry, nr: usize) -> usize {
 }
 
 /// The x86 INT8 machine-code families, widest first.
-enum Int8Family {
+pub(super) enum Int8Family {
     Avx512Vnni,
     Ymm(DotIsa),
 }
 
-/// The INT8 machine code `target` runs; `--kernel int8-conv=clif` forces the Cranelift
-/// code, for comparisons.
-fn int8_family(target: &Target, options: &KernelOptions) -> Option<Int8Family> {
+/// The INT8 machine code `target` runs (convolutions and the MatMulInteger GEMM);
+/// `--kernel int8-conv=clif` forces the Cranelift code, for comparisons.
+pub(super) fn int8_family(target: &Target, options: &KernelOptions) -> Option<Int8Family> {
     if target.arch != Arch::X86_64 || options.int8_conv != KernelSource::Auto {
         return None;
     }
@@ -439,7 +476,7 @@ fn quantize_value(b: &mut FunctionBuilder, v: Value, inv: f32, zp: u8) -> Value 
 
 /// `bytes` bytes at `dst` set to `value`: 16 at a time, then 4 at a time (the sizes
 /// here are multiples of 4).
-fn fill_bytes(b: &mut FunctionBuilder, dst: Value, bytes: usize, value: u8) {
+pub(super) fn fill_bytes(b: &mut FunctionBuilder, dst: Value, bytes: usize, value: u8) {
     let word = b
         .ins()
         .iconst(types::I32, i64::from(u32::from_ne_bytes([value; 4])));

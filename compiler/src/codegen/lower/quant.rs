@@ -11,13 +11,15 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use super::conv_u8s8::{int8_family, Int8Family};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::clif::gemm_dot::{self, DotForm, DotGemm};
 use crate::codegen::kernels::clif::gemm_int::{self, IntGemm};
+use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::{self, GemmIsa, GemmSpec};
-use crate::codegen::options::{KernelOptions, KernelSource};
-use crate::codegen::{Arch, CpuFeature, Target};
+use crate::codegen::options::KernelOptions;
+use crate::codegen::{CpuFeature, Target};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op};
 
@@ -255,22 +257,16 @@ pub fn plan_integer(
     ))
 }
 
-/// The x86 machine code of the dot-product GEMM `target` runs, widest first;
-/// `--kernel int8-conv=clif` keeps Cranelift's.
+/// The x86 machine code of the dot-product GEMM: the INT8 family's, on ymm (VEX where
+/// the target has AVX-VNNI, else EVEX).
 fn int8_gemm_isa(target: &Target, options: &KernelOptions) -> Option<GemmIsa> {
-    if target.arch != Arch::X86_64 || options.int8_conv != KernelSource::Auto {
-        return None;
-    }
-    let has = |f: CpuFeature| target.has(f);
-    if !(has(CpuFeature::Avx) && has(CpuFeature::Avx2)) {
-        None
-    } else if has(CpuFeature::AvxVnni) {
-        Some(GemmIsa::Vnni { evex: false })
-    } else if has(CpuFeature::Avx512vnni) && has(CpuFeature::Avx512vl) {
-        Some(GemmIsa::Vnni { evex: true })
-    } else {
-        Some(GemmIsa::Avx2)
-    }
+    Some(match int8_family(target, options)? {
+        Int8Family::Avx512Vnni => GemmIsa::Vnni {
+            evex: !target.has(CpuFeature::AvxVnni),
+        },
+        Int8Family::Ymm(DotIsa::AvxVnni) => GemmIsa::Vnni { evex: false },
+        Int8Family::Ymm(DotIsa::Avx2) => GemmIsa::Avx2,
+    })
 }
 
 fn align(bytes: usize) -> usize {
@@ -286,13 +282,7 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
     let s = matmul_int_shape(&a.ty, &bt.ty)?;
     if s.k == 0 {
         // Empty sums: zeros, whatever the zero points.
-        let bytes = y.ty.numel() * 4;
-        let b = &mut *ctx.b;
-        let zero = b.ins().iconst(types::I32, 0);
-        kernel::counted_loop(b, 0, bytes as i64, 4, |b, i| {
-            let at = b.ins().iadd(y.ptr, i);
-            b.ins().store(flags(), zero, at, 0);
-        });
+        super::conv_u8s8::fill_bytes(ctx.b, y.ptr, y.ty.numel() * 4, 0);
         return Ok(());
     }
     if let Strategy::IntGemm { dot: true, x86 } = ctx.kernel.strategy {
@@ -400,23 +390,15 @@ fn matmul_dot(
     });
     let mut packed = vec![];
     let mut corr: Vec<u8> = vec![];
+    // corr (one int32 per packed column) takes A's zero point out.
+    let columns = spec.map_or(g.groups() * 4, |spec| spec.padded_n());
     for t in 0..mats {
-        if let Some(spec) = &spec {
-            let at = |kk: usize, j: usize| v[t * s.k * s.n + kk * s.n + j];
-            packed.extend(gemm_u8s8_ymm::pack_b(spec, s.k, |kk, j| at(kk, j) as i8));
-            for j in 0..spec.padded_n() {
-                let sum: i64 = if j < s.n {
-                    (0..s.k).map(|kk| at(kk, j)).sum()
-                } else {
-                    0
-                };
-                corr.extend(((-za * sum) as i32).to_le_bytes());
-            }
-            continue;
-        }
         let at = |kk: usize, j: usize| v[t * s.k * s.n + kk * s.n + j];
-        packed.extend(gemm_dot::pack_b(&g, s.k, |kk, j| at(kk, j) as i8));
-        for j in 0..g.groups() * 4 {
+        packed.extend(match &spec {
+            Some(spec) => gemm_u8s8_ymm::pack_b(spec, s.k, |kk, j| at(kk, j) as i8),
+            None => gemm_dot::pack_b(&g, s.k, |kk, j| at(kk, j) as i8),
+        });
+        for j in 0..columns {
             let sum: i64 = if j < s.n {
                 (0..s.k).map(|kk| at(kk, j)).sum()
             } else {

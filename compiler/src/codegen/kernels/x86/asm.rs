@@ -290,12 +290,23 @@ impl TailMasks {
                 a.mov(eax, ((1u32 << lanes) - 1) as i32)?;
                 a.kmovw(k, eax)?;
             }
-            X86Isa::Avx2 => {
-                let table = *self.table.get_or_insert_with(|| a.create_label());
-                a.lea(rax, ptr(table))?;
-                a.vmovups(YMM[y], ymmword_ptr(rax + imm((8 - lanes) * F32)?))?;
-            }
+            X86Isa::Avx2 => self.ymm(a, y, lanes, rax)?,
         }
+        Ok(())
+    }
+
+    /// Sets ymm `y` to the AVX2 mask of the first `lanes` (≤ 8) dword lanes (its xmm
+    /// half: of the first `lanes` ≤ 4), with `via` clobbered for the table's address.
+    pub(crate) fn ymm(
+        &mut self,
+        a: &mut CodeAssembler,
+        y: usize,
+        lanes: usize,
+        via: AsmRegister64,
+    ) -> AsmResult<()> {
+        let table = *self.table.get_or_insert_with(|| a.create_label());
+        a.lea(via, ptr(table))?;
+        a.vmovups(YMM[y], ymmword_ptr(via + imm((8 - lanes) * F32)?))?;
         Ok(())
     }
 

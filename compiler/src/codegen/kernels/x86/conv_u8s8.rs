@@ -19,6 +19,7 @@ use crate::codegen::options::Int8Order;
 use iced_x86::code_asm::*;
 
 use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
+use super::planes_walk::{quantize_image, ChunkEmitter};
 use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, PlaneLayout, Requantize};
 
@@ -95,15 +96,7 @@ struct RequantSpec {
 /// streaming the weights once per input panel would cost more than streaming the planes
 /// once per weight tile; `order` forces one order, for measurements.
 pub fn tiles_outer(g: &ConvU8Geometry, order: Int8Order) -> bool {
-    let vectors = g.wide().div_ceil(LANES);
-    let weights = g.maps.next_multiple_of(MR) * g.taps.len() * g.k_quads() * 4;
-    let panels = vectors.div_ceil(NR);
-    let tiles = g.maps.div_ceil(MR);
-    match order {
-        Int8Order::Tiles => true,
-        Int8Order::Panels => false,
-        Int8Order::Auto => weights * panels > g.layout.image_bytes() * tiles,
-    }
+    g.tiles_outer(order, MR, NR * LANES, 1)
 }
 
 impl ConvSpec {
@@ -114,18 +107,15 @@ impl ConvSpec {
         requantize: Option<&Requantize>,
         tiles_outer: bool,
     ) -> ConvSpec {
-        let cols = g.layout.cols;
-        let wide = g.wide();
-        let vectors = wide.div_ceil(LANES);
+        let vectors = g.wide().div_ceil(LANES);
         let columns = (0..vectors)
             .map(|v| {
                 let mut mask = 0u16;
                 let mut first = None;
                 for lane in 0..LANES {
-                    let n = v * LANES + lane;
-                    if n < wide && n % cols < g.out_w {
+                    if let Some(pixel) = g.output_pixel(v * LANES + lane) {
                         mask |= 1 << lane;
-                        first.get_or_insert(n / cols * g.out_w + n % cols);
+                        first.get_or_insert(pixel);
                     }
                 }
                 (mask, first.unwrap_or(0) as u32)
@@ -148,13 +138,7 @@ impl ConvSpec {
                 let l = &r.layout;
                 let scatter = (l.stride != [1, 1]).then(|| {
                     (0..vectors * LANES)
-                        .map(|n| {
-                            let (oh, ow) = (n / cols, n % cols);
-                            if n >= wide || ow >= g.out_w {
-                                return 0;
-                            }
-                            (l.byte_offset(0, oh + l.pad_top, ow + l.pad_left) / 4) as u32
-                        })
+                        .map(|n| g.requantized_dword(l, n).unwrap_or(0))
                         .collect()
                 });
                 RequantSpec {
@@ -745,27 +729,7 @@ fn quantize_function(
     a.vmovups(ZMM[INV], zmmword_ptr(inv_f))?;
     a.vmovups(ZMM[ZP], zmmword_ptr(zp_f))?;
     a.vmovdqu32(ZMM[PERM], zmmword_ptr(perm))?;
-    let q = Quantizer { l };
-    let full_quads = l.channels / 4;
-    // r8: the quad's first float32 channel; r9: its planes.
-    a.mov(r8, rdi)?;
-    a.mov(r9, rsi)?;
-    let plane_in = l.height * l.width * 4;
-    let quad_out = l.phases() * l.plane_pixels() * 4;
-    if full_quads > 0 {
-        a.xor(r12d, r12d)?;
-        let mut top = a.create_label();
-        a.set_label(&mut top)?;
-        q.quad(a, 4)?;
-        a.add(r8, imm(4 * plane_in)?)?;
-        a.add(r9, imm(quad_out)?)?;
-        a.inc(r12d)?;
-        a.cmp(r12d, imm(full_quads)?)?;
-        a.jb(top)?;
-    }
-    if !l.channels.is_multiple_of(4) {
-        q.quad(a, l.channels % 4)?;
-    }
+    quantize_image(&mut Quantizer { l }, a, l)?;
     for r in SAVED.iter().rev() {
         a.pop(*r)?;
     }
@@ -778,74 +742,11 @@ struct Quantizer<'l> {
     l: &'l PlaneLayout,
 }
 
-impl Quantizer<'_> {
-    /// All rows of the quad at r8 (float32) / r9 (planes) with `channels` real channels.
-    fn quad(&self, a: &mut CodeAssembler, channels: usize) -> AsmResult<()> {
-        let l = self.l;
-        let sh = l.stride[0];
-        let row_in = l.width * 4;
-        // Rows in groups of sh (each row of a group goes to its own phase row): r13
-        // walks the input rows, r14 the plane row of the group's first row.
-        let groups = l.height / sh;
-        a.mov(r13, r8)?;
-        a.mov(r14, r9)?;
-        if groups > 0 {
-            a.xor(r15d, r15d)?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            for i in 0..sh {
-                self.row(a, channels, i, i * row_in)?;
-            }
-            a.add(r13, imm(sh * row_in)?)?;
-            a.add(r14, imm(l.cols * 4)?)?;
-            a.inc(r15d)?;
-            a.cmp(r15d, imm(groups)?)?;
-            a.jb(top)?;
-        }
-        for i in 0..l.height % sh {
-            self.row(a, channels, i, i * row_in)?;
-        }
-        Ok(())
-    }
-
-    /// Input row `r13 + in_off` (row `i` of its group): its chunks of 16 pixels.
-    fn row(
-        &self,
-        a: &mut CodeAssembler,
-        channels: usize,
-        i: usize,
-        in_off: usize,
-    ) -> AsmResult<()> {
-        let l = self.l;
-        let [sh, sw] = l.stride;
-        let hp = i + l.pad_top; // relative to the group's first padded row
-        let phase_row = hp % sh;
-        let plane_row = hp / sh;
-        let chunks = l.width / LANES;
-        let tail = l.width % LANES;
-        // rax: input chunk; rbx: output of the chunk's first pixel (phase of even lanes).
-        a.lea(rax, qword_ptr(r13 + imm(in_off)?))?;
-        let out_off = (phase_row * sw) * l.plane_pixels() * 4 + plane_row * l.cols * 4;
-        a.lea(rbx, qword_ptr(r14 + imm(out_off)?))?;
-        if chunks > 0 {
-            a.xor(ecx, ecx)?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            self.chunk(a, channels, LANES)?;
-            a.add(rax, imm(LANES * 4)?)?;
-            a.add(rbx, imm(LANES * 4 / sw)?)?;
-            a.inc(ecx)?;
-            a.cmp(ecx, imm(chunks)?)?;
-            a.jb(top)?;
-        }
-        if tail > 0 {
-            self.chunk(a, channels, tail)?;
-        }
-        Ok(())
-    }
+impl ChunkEmitter for Quantizer<'_> {
+    const LANES: usize = LANES;
 
     /// `lanes` pixels at rax → planes at rbx (relative to the row's first chunk).
-    fn chunk(&self, a: &mut CodeAssembler, channels: usize, lanes: usize) -> AsmResult<()> {
+    fn chunk(&mut self, a: &mut CodeAssembler, channels: usize, lanes: usize) -> AsmResult<()> {
         let l = self.l;
         let plane_in = l.height * l.width * 4;
         if lanes < LANES {
@@ -925,7 +826,6 @@ impl Quantizer<'_> {
                 a.vmovdqu32(ymmword_ptr(at).k2(), reg)?;
             }
         }
-        let _ = col;
         Ok(())
     }
 }

@@ -174,15 +174,7 @@ fn scatter_step(sw: usize, lanes: &[u32]) -> Option<usize> {
 /// Whether the kernel runs weight tiles outermost: when streaming the weights once per
 /// column panel would move more bytes than reading the planes once per tile.
 pub fn tiles_outer(g: &ConvU8Geometry, order: Int8Order, isa: DotIsa) -> bool {
-    let vectors = g.wide().div_ceil(LANES);
-    let weights = g.maps.next_multiple_of(MR) * g.taps.len() * g.k_quads() * 4 * isa.weight_bytes();
-    let panels = vectors.div_ceil(isa.vectors());
-    let tiles = g.maps.div_ceil(MR);
-    match order {
-        Int8Order::Tiles => true,
-        Int8Order::Panels => false,
-        Int8Order::Auto => weights * panels > g.layout.image_bytes() * tiles,
-    }
+    g.tiles_outer(order, MR, isa.vectors() * LANES, isa.weight_bytes())
 }
 
 impl YmmConvSpec {
@@ -194,10 +186,7 @@ impl YmmConvSpec {
         requantize: Option<&Requantize>,
         tiles_outer: bool,
     ) -> YmmConvSpec {
-        let cols = g.layout.cols;
-        let wide = g.wide();
-        let vectors = wide.div_ceil(LANES);
-        let valid = |n: usize| n < wide && n % cols < g.out_w;
+        let vectors = g.wide().div_ceil(LANES);
         let mut columns: Vec<Column> = (0..vectors)
             .map(|v| {
                 let mut c = Column {
@@ -209,12 +198,11 @@ impl YmmConvSpec {
                     contiguous: 0,
                 };
                 for lane in 0..LANES {
-                    let n = v * LANES + lane;
-                    if !valid(n) {
+                    let Some(pixel) = g.output_pixel(v * LANES + lane) else {
                         continue;
-                    }
+                    };
                     if c.count == 0 {
-                        c.first = (n / cols * g.out_w + n % cols) as u32;
+                        c.first = pixel as u32;
                     }
                     c.compress[c.count] = lane as u32;
                     c.expand[lane] = c.count as u32;
@@ -228,13 +216,7 @@ impl YmmConvSpec {
             let l = &r.layout;
             let scatter = (l.stride != [1, 1]).then(|| {
                 (0..vectors * LANES)
-                    .map(|n| {
-                        if !valid(n) {
-                            return 0;
-                        }
-                        let (oh, ow) = (n / cols, n % cols);
-                        (l.byte_offset(0, oh + l.pad_top, ow + l.pad_left) / 4) as u32
-                    })
+                    .map(|n| g.requantized_dword(l, n).unwrap_or(0))
                     .collect::<Vec<u32>>()
             });
             if let Some(t) = &scatter {

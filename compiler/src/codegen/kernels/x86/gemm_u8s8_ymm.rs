@@ -13,7 +13,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{imm, AsmResult, YMM};
+use super::asm::{imm, AsmResult, TailMasks, YMM};
 use super::conv_u8s8_ymm::{DotIsa, SAVED};
 
 /// Which instruction set a GEMM kernel uses.
@@ -117,16 +117,10 @@ pub fn emit(s: &GemmSpec) -> Result<Vec<u8>, String> {
     if let GemmIsa::Vnni { evex: true } = s.isa {
         a.set_prefer_vex(false);
     }
-    let mut tails = a.create_label();
-    function(&mut a, s, tails).map_err(|e| format!("INT8 GEMM kernel: {}", e.0))?;
-    (|| -> AsmResult<()> {
-        a.set_label(&mut tails)?;
-        let mut t = vec![u32::MAX; 8];
-        t.extend([0u32; 8]);
-        a.dd(&t)?;
-        Ok(())
-    })()
-    .map_err(|e| format!("INT8 GEMM kernel: {}", e.0))?;
+    let mut tails = TailMasks::default();
+    function(&mut a, s, &mut tails)
+        .and_then(|()| tails.emit_table(&mut a))
+        .map_err(|e| format!("INT8 GEMM kernel: {}", e.0))?;
     a.assemble(0).map_err(|e| format!("INT8 GEMM kernel: {e}"))
 }
 
@@ -134,7 +128,7 @@ fn row_bytes(s: &GemmSpec) -> usize {
     s.k4 * s.isa.dot().weight_bytes()
 }
 
-fn function(a: &mut CodeAssembler, s: &GemmSpec, tails: CodeLabel) -> AsmResult<()> {
+fn function(a: &mut CodeAssembler, s: &GemmSpec, tails: &mut TailMasks) -> AsmResult<()> {
     for r in SAVED {
         a.push(r)?;
     }
@@ -197,7 +191,7 @@ fn rows(
     s: &GemmSpec,
     vecs: usize,
     partial: Option<usize>,
-    tails: CodeLabel,
+    tails: &mut TailMasks,
 ) -> AsmResult<()> {
     // r14: the tile's first A row; r15: its first C row at this panel.
     a.mov(r14, rdi)?;
@@ -233,7 +227,7 @@ fn tile(
     rows: usize,
     vecs: usize,
     partial: Option<usize>,
-    tails: CodeLabel,
+    tails: &mut TailMasks,
 ) -> AsmResult<()> {
     let slots = match s.isa {
         GemmIsa::Avx2 => 2,
@@ -257,8 +251,7 @@ fn tile(
     }
     // C = sums + corr; the partial vector's store is masked.
     if let Some(cols) = partial {
-        a.lea(rbx, ptr(tails))?;
-        a.vmovdqu(YMM[14], ymmword_ptr(rbx + imm((LANES - cols) * 4)?))?;
+        tails.ymm(a, 14, cols, rbx)?;
     }
     for r in 0..rows {
         for j in 0..vecs {

@@ -11,6 +11,7 @@ pub mod dwconv;
 pub mod gemm;
 pub mod gemm_u8s8_ymm;
 pub mod maxpool2d;
+mod planes_walk;
 pub mod quantize_planes_avx2;
 pub mod softmax;
 pub mod winograd;

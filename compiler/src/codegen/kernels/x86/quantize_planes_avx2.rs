@@ -4,8 +4,9 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, YMM};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, YMM};
 use super::conv_u8s8_ymm::{fill_range, SAVED};
+use super::planes_walk::{quantize_image, ChunkEmitter};
 use crate::ops::PlaneLayout;
 
 const LANES: usize = 8;
@@ -26,7 +27,7 @@ pub fn emit_quantize(layout: &PlaneLayout, inv_scale: f32, zp: u8) -> Result<Vec
         l: layout,
         consts: Consts { values: vec![] },
         shuffle: a.create_label(),
-        tails: a.create_label(),
+        tails: TailMasks::default(),
     };
     q.function(&mut a, inv_scale, zp)
         .map_err(|e| format!("INT8 quantize kernel: {}", e.0))?;
@@ -47,8 +48,7 @@ struct Quantizer<'l> {
     consts: Consts,
     /// vpshufb's channel-major → pixel-major bytes, then vpermd's even/odd dwords.
     shuffle: CodeLabel,
-    /// 8 × −1 then 8 × 0: the mask of the first n lanes starts 8 − n dwords in.
-    tails: CodeLabel,
+    tails: TailMasks,
 }
 
 impl Quantizer<'_> {
@@ -79,26 +79,7 @@ impl Quantizer<'_> {
         a.lea(rax, ptr(self.shuffle))?;
         a.vmovdqu(YMM[Q_SHUFFLE], ymmword_ptr(rax))?;
         a.vmovdqu(YMM[Q_PERM], ymmword_ptr(rax + 32))?;
-        let full_quads = l.channels / 4;
-        // r8: the quad's first float32 channel; r9: its planes.
-        a.mov(r8, rdi)?;
-        a.mov(r9, rsi)?;
-        let plane_in = l.height * l.width * 4;
-        let quad_out = l.phases() * l.plane_pixels() * 4;
-        if full_quads > 0 {
-            a.xor(r12d, r12d)?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            self.quad(a, 4)?;
-            a.add(r8, imm(4 * plane_in)?)?;
-            a.add(r9, imm(quad_out)?)?;
-            a.inc(r12d)?;
-            a.cmp(r12d, imm(full_quads)?)?;
-            a.jb(top)?;
-        }
-        if !l.channels.is_multiple_of(4) {
-            self.quad(a, l.channels % 4)?;
-        }
+        quantize_image(self, a, l)?;
         for r in SAVED.iter().rev() {
             a.pop(*r)?;
         }
@@ -111,91 +92,19 @@ impl Quantizer<'_> {
         bytes.extend(&within);
         a.db(&bytes)?;
         a.dd(&[0, 2, 4, 6, 1, 3, 5, 7])?;
-        a.set_label(&mut self.tails)?;
-        let mut t = vec![u32::MAX; 8];
-        t.extend([0u32; 8]);
-        a.dd(&t)?;
-        Ok(())
+        self.tails.emit_table(a)
     }
+}
 
-    /// All rows of the quad at r8 (float32) / r9 (planes) with `channels` real channels.
-    fn quad(&self, a: &mut CodeAssembler, channels: usize) -> AsmResult<()> {
-        let l = self.l;
-        let sh = l.stride[0];
-        let row_in = l.width * 4;
-        // Rows in groups of sh (each row of a group goes to its own phase row): r13
-        // walks the input rows, r14 the plane row of the group's first row.
-        let groups = l.height / sh;
-        a.mov(r13, r8)?;
-        a.mov(r14, r9)?;
-        if groups > 0 {
-            a.xor(r15d, r15d)?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            for i in 0..sh {
-                self.row(a, channels, i, i * row_in)?;
-            }
-            a.add(r13, imm(sh * row_in)?)?;
-            a.add(r14, imm(l.cols * 4)?)?;
-            a.inc(r15d)?;
-            a.cmp(r15d, imm(groups)?)?;
-            a.jb(top)?;
-        }
-        for i in 0..l.height % sh {
-            self.row(a, channels, i, i * row_in)?;
-        }
-        Ok(())
-    }
-
-    /// Input row `r13 + in_off` (row `i` of its group): its chunks of 8 pixels.
-    fn row(
-        &self,
-        a: &mut CodeAssembler,
-        channels: usize,
-        i: usize,
-        in_off: usize,
-    ) -> AsmResult<()> {
-        let l = self.l;
-        let [sh, sw] = l.stride;
-        let hp = i + l.pad_top;
-        let phase_row = hp % sh;
-        let plane_row = hp / sh;
-        let chunks = l.width / LANES;
-        let tail = l.width % LANES;
-        // rax: input chunk; rbx: planes of the row's phase-0 column 0.
-        a.lea(rax, qword_ptr(r13 + imm(in_off)?))?;
-        let out_off = (phase_row * sw) * l.plane_pixels() * 4 + plane_row * l.cols * 4;
-        a.lea(rbx, qword_ptr(r14 + imm(out_off)?))?;
-        if chunks > 0 {
-            a.xor(ecx, ecx)?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            self.chunk(a, channels, LANES)?;
-            a.add(rax, imm(LANES * 4)?)?;
-            a.add(rbx, imm(LANES * 4 / sw)?)?;
-            a.inc(ecx)?;
-            a.cmp(ecx, imm(chunks)?)?;
-            a.jb(top)?;
-        }
-        if tail > 0 {
-            self.chunk(a, channels, tail)?;
-        }
-        Ok(())
-    }
-
-    /// Loads the mask of the first `lanes` lanes into ymm `r` (xmm: of 4).
-    fn tail_mask(&self, a: &mut CodeAssembler, r: usize, lanes: usize) -> AsmResult<()> {
-        a.lea(rdx, ptr(self.tails))?;
-        a.vmovdqu(YMM[r], ymmword_ptr(rdx + imm((8 - lanes) * 4)?))?;
-        Ok(())
-    }
+impl ChunkEmitter for Quantizer<'_> {
+    const LANES: usize = LANES;
 
     /// `lanes` pixels at rax → planes at rbx.
-    fn chunk(&self, a: &mut CodeAssembler, channels: usize, lanes: usize) -> AsmResult<()> {
+    fn chunk(&mut self, a: &mut CodeAssembler, channels: usize, lanes: usize) -> AsmResult<()> {
         let l = self.l;
         let plane_in = l.height * l.width * 4;
         if lanes < LANES {
-            self.tail_mask(a, Q_TAIL, lanes)?;
+            self.tails.ymm(a, Q_TAIL, lanes, rdx)?;
         }
         for (c, &y) in YMM.iter().enumerate().take(4) {
             if c >= channels {
@@ -245,7 +154,7 @@ impl Quantizer<'_> {
             if count == 4 {
                 a.vmovdqu(xmmword_ptr(at), reg)?;
             } else {
-                self.tail_mask(a, 6, count)?;
+                self.tails.ymm(a, 6, count, rdx)?;
                 a.vmaskmovps(xmmword_ptr(at), xmm6, reg)?;
             }
         }
