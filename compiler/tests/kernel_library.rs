@@ -157,6 +157,16 @@ fn gemm_cases() -> Vec<Case> {
         )
         .overrides(GEMM),
     );
+    for act in [Activation::Silu, Activation::Sigmoid, Activation::Tanh] {
+        cases.push(
+            case(
+                format!("Gemm const B, fused {act:?} (the epilogue's exponential)"),
+                gemm(false, true, 1.0, 1.0, act),
+                vec![f32s(&[13, 24]), cst(f32, &[41, 24]), cst(f32, &[41])],
+            )
+            .overrides(GEMM),
+        );
+    }
     cases.push(
         case(
             "Gemm const B, fused HardSwish",
@@ -344,6 +354,24 @@ fn depthwise_cases() -> Vec<Case> {
             true,
         ),
         conv_case(
+            "depthwise 5x5 s2 p2, SiLU, width 40 (weights not resident on AVX-512)",
+            dw([5, 5], 2, [2; 4], 3, Activation::Silu),
+            &[1, 3, 11, 80],
+            &[3, 1, 5, 5],
+            true,
+            true,
+            false,
+        ),
+        conv_case(
+            "depthwise 4x4 s1 p1, residual, Sigmoid, width 35 (16 resident weights)",
+            dw([4, 4], 1, [1, 2, 2, 1], 2, Activation::Sigmoid),
+            &[1, 2, 12, 35],
+            &[2, 1, 4, 4],
+            true,
+            true,
+            true,
+        ),
+        conv_case(
             "depthwise 5x5 s1 p2, HardSigmoid, width 20",
             dw([5, 5], 1, [2; 4], 3, hard_sigmoid),
             &[1, 3, 9, 20],
@@ -444,6 +472,24 @@ fn winograd_cases() -> Vec<Case> {
             true,
             true,
             true,
+        ),
+        conv_case(
+            "3x3 on a 6x6 map, SiLU (whole-plane F2: the three-register epilogue)",
+            act(Activation::Silu),
+            &[1, 5, 6, 6],
+            &[7, 5, 3, 3],
+            true,
+            true,
+            false,
+        ),
+        conv_case(
+            "3x3 on 17x20, Tanh (no machine-code output transform: two free registers)",
+            act(Activation::Tanh),
+            &[1, 4, 17, 20],
+            &[6, 4, 3, 3],
+            true,
+            true,
+            false,
         ),
         conv_case(
             "3x3 on a 7x7 map, partial tiles (whole-plane F2)",

@@ -66,6 +66,16 @@ pub(crate) const EXPF_POLY: [f64; 6] = [
     1.666_666_545_9E-1,
     5.000_000_120_1E-1,
 ];
+/// Cephes `tanhf.c`: `tanh(x) = x + x·x²·P(x²)` for |x| below [`TANHF_POLY_BELOW`];
+/// coefficients highest degree first.
+pub(crate) const TANHF_POLY: [f64; 5] = [
+    -5.704_988_727_45E-3,
+    2.063_908_879_54E-2,
+    -5.373_971_555_31E-2,
+    1.333_144_220_36E-1,
+    -3.333_328_194_22E-1,
+];
+pub(crate) const TANHF_POLY_BELOW: f64 = 0.625;
 /// Eigen's `generic_fast_erf_float`: `erf(x) = x·P(x²)/Q(x²)` for |x| below
 /// [`ERF_F32_SATURATION`], ±1 beyond; coefficients highest degree first.
 pub(crate) const ERF_F32_P: [f64; 5] = [
@@ -961,19 +971,10 @@ impl<'a, 'f> Emitter<'a, 'f> {
                 ],
             )
         } else {
-            self.horner(
-                z,
-                &[
-                    -5.704_988_727_45E-3,
-                    2.063_908_879_54E-2,
-                    -5.373_971_555_31E-2,
-                    1.333_144_220_36E-1,
-                    -3.333_328_194_22E-1,
-                ],
-            )
+            self.horner(z, &TANHF_POLY)
         };
         let small = self.odd_tail(a, z, r);
-        let is_small = self.fcmp_const(FloatCC::LessThan, a, 0.625);
+        let is_small = self.fcmp_const(FloatCC::LessThan, a, TANHF_POLY_BELOW);
         let v = self.select(is_small, small, big);
         let sign = self.sign_bit(x);
         self.bxor(v, sign)

@@ -1,13 +1,11 @@
 //! The x86-64 machine-code toolkit every kernel of `kernels/x86` is written with:
 //! the ISA families, register names, vector instructions on register numbers (one
-//! source for AVX2 and AVX-512), tail masks, constant pools and the fused activation
-//! epilogue, all encoded with iced-x86.
+//! source for AVX2 and AVX-512), tail masks and constant pools, all encoded with iced-x86
+//! (the fused activation epilogue is `activation.rs`).
 
 use iced_x86::code_asm::*;
 
-use crate::codegen::math::{ERF_F32_P, ERF_F32_Q, ERF_F32_SATURATION};
 use crate::codegen::{Arch, CpuFeature, Target};
-use crate::ops::Activation;
 
 /// Which machine-code kernel family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,19 +45,6 @@ impl X86Isa {
             X86Isa::Avx512 => (8, 3),
         }
     }
-}
-
-/// Activations every machine-code epilogue applies in registers.
-pub fn supports_activation(act: Activation) -> bool {
-    matches!(
-        act,
-        Activation::None
-            | Activation::Relu
-            | Activation::Clip { .. }
-            | Activation::LeakyRelu { .. }
-            | Activation::HardSigmoid { .. }
-            | Activation::HardSwish
-    )
 }
 
 const F32: usize = 4;
@@ -351,134 +336,6 @@ impl Consts {
 
 pub(crate) fn imm(v: usize) -> AsmResult<i32> {
     i32::try_from(v).map_err(|_| AsmError("GEMM operand offset does not fit in 32 bits".into()))
-}
-
-/// Applies `act` (one of [`supports_activation`], or erf-GELU given three free
-/// registers) to the vector registers `regs` in place, `tmps` being free registers;
-/// constants go to `consts`. Shared by the GEMM and the depthwise kernels' epilogues.
-pub(crate) fn activate(
-    a: &mut CodeAssembler,
-    v: &Vecs,
-    consts: &mut Consts,
-    act: Activation,
-    regs: &[usize],
-    tmps: &[usize],
-) -> AsmResult<()> {
-    let tmp = *tmps
-        .first()
-        .ok_or_else(|| AsmError("an epilogue needs a free register".into()))?;
-    let each = |a: &mut CodeAssembler,
-                f: &mut dyn FnMut(&mut CodeAssembler, usize) -> Result<(), IcedError>|
-     -> AsmResult<()> {
-        for &r in regs {
-            f(a, r)?;
-        }
-        Ok(())
-    };
-    match act {
-        Activation::None => Ok(()),
-        Activation::Relu => bound(a, v, consts, regs, tmp, VOp::Max, 0.0),
-        Activation::Clip { min, max } => {
-            bound(a, v, consts, regs, tmp, VOp::Max, min)?;
-            bound(a, v, consts, regs, tmp, VOp::Min, max)
-        }
-        Activation::LeakyRelu { alpha } => {
-            // x ≥ 0: x; else alpha·x. For alpha ≤ 1 that is max(x, alpha·x), else min.
-            let c = consts.get(a, alpha);
-            let pick = if alpha <= 1.0 { VOp::Max } else { VOp::Min };
-            each(a, &mut |a, r| {
-                v.op_mem(a, VOp::Mul, tmp, r, c)?;
-                v.op(a, pick, r, r, tmp)
-            })
-        }
-        Activation::HardSigmoid { alpha, beta } => {
-            let (ca, cb) = (consts.get(a, alpha), consts.get(a, beta));
-            each(a, &mut |a, r| {
-                v.op_mem(a, VOp::Mul, r, r, ca)?;
-                v.op_mem(a, VOp::Add, r, r, cb)
-            })?;
-            bound(a, v, consts, regs, tmp, VOp::Max, 0.0)?;
-            bound(a, v, consts, regs, tmp, VOp::Min, 1.0)
-        }
-        Activation::HardSwish => {
-            let (ca, cb) = (consts.get(a, 1.0 / 6.0), consts.get(a, 0.5));
-            let (zero, one) = (consts.get(a, 0.0), consts.get(a, 1.0));
-            each(a, &mut |a, r| {
-                v.op_mem(a, VOp::Mul, tmp, r, ca)?;
-                v.op_mem(a, VOp::Add, tmp, tmp, cb)?;
-                v.op_mem(a, VOp::Max, tmp, tmp, zero)?;
-                v.op_mem(a, VOp::Min, tmp, tmp, one)?;
-                v.op(a, VOp::Mul, r, r, tmp)
-            })
-        }
-        Activation::Gelu { tanh: false } if tmps.len() >= 3 => {
-            // x·0.5·(1 + erf(x/√2)), erf(z) = z·P(z²)/Q(z²) on z clamped to the
-            // rational's range (|z| ≤ 3.8325, where erf is 1 to 6e-8): the same
-            // polynomials as the Cranelift `math::erf` (so the same results as the post
-            // pass this replaces), with a clamp instead of its select.
-            let (z, z2, p) = (tmps[0], tmps[1], tmps[2]);
-            let k = consts.get(a, std::f32::consts::FRAC_1_SQRT_2);
-            let bound = ERF_F32_SATURATION as f32;
-            let (lo, hi) = (consts.get(a, -bound), consts.get(a, bound));
-            let (one, half) = (consts.get(a, 1.0), consts.get(a, 0.5));
-            let p_k: Vec<_> = ERF_F32_P.iter().map(|&c| consts.get(a, c as f32)).collect();
-            let q_k: Vec<_> = ERF_F32_Q.iter().map(|&c| consts.get(a, c as f32)).collect();
-            each(a, &mut |a, r| {
-                v.op_mem(a, VOp::Mul, z, r, k)?;
-                v.op_mem(a, VOp::Max, z, z, lo)?;
-                v.op_mem(a, VOp::Min, z, z, hi)?;
-                v.op(a, VOp::Mul, z2, z, z)?;
-                horner(a, v, p, z2, &p_k)?;
-                v.op(a, VOp::Mul, p, p, z)?;
-                // z is free again: Q(z²) goes there.
-                horner(a, v, z, z2, &q_k)?;
-                v.op(a, VOp::Div, p, p, z)?;
-                v.op_mem(a, VOp::Add, p, p, one)?;
-                v.op(a, VOp::Mul, r, r, p)?;
-                v.op_mem(a, VOp::Mul, r, r, half)
-            })
-        }
-        other => Err(AsmError(format!("{other:?} has no machine-code epilogue"))),
-    }
-}
-
-/// `r = op(value, r)` (Max or Min) for every register, with the splat `value` in `tmp`
-/// as the first operand: vmaxps/vminps return their second operand when either is
-/// NaN, so a NaN stays NaN as ONNX (and the Cranelift epilogues) have it; with the
-/// bound second, Relu(NaN) was 0.
-fn bound(
-    a: &mut CodeAssembler,
-    v: &Vecs,
-    consts: &mut Consts,
-    regs: &[usize],
-    tmp: usize,
-    op: VOp,
-    value: f32,
-) -> AsmResult<()> {
-    let c = consts.get(a, value);
-    v.load(a, tmp, c, false)?;
-    for &r in regs {
-        v.op(a, op, r, tmp, r)?;
-    }
-    Ok(())
-}
-
-/// `d = c[0]·xⁿ⁻¹ + … + c[n-1]` by Horner's rule (`d` ≠ `x`), constants in memory.
-fn horner(
-    a: &mut CodeAssembler,
-    v: &Vecs,
-    d: usize,
-    x: usize,
-    c: &[AsmMemoryOperand],
-) -> Result<(), IcedError> {
-    v.op_mem(a, VOp::Mul, d, x, c[0])?;
-    for (i, &k) in c.iter().enumerate().skip(1) {
-        v.op_mem(a, VOp::Add, d, d, k)?;
-        if i + 1 < c.len() {
-            v.op(a, VOp::Mul, d, d, x)?;
-        }
-    }
-    Ok(())
 }
 
 /// Emits the constant vectors of `consts` (each splat to `lanes` floats), after the code.

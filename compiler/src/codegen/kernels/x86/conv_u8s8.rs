@@ -18,7 +18,8 @@
 use crate::codegen::options::Int8Order;
 use iced_x86::code_asm::*;
 
-use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
+use super::activation::{activate, supports_activation};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
 use super::planes_walk::{quantize_image, ChunkEmitter};
 use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, PlaneLayout, Requantize};
@@ -47,7 +48,7 @@ const LANES: usize = 16;
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
 pub fn supports(act: Activation) -> bool {
-    super::asm::supports_activation(act)
+    supports_activation(act)
 }
 
 /// What one convolution kernel computes (one image per call).

@@ -31,7 +31,8 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, YMM};
+use super::activation::{activate, supports_activation};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, YMM};
 use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
 use crate::codegen::options::Int8Order;
 use crate::ops::{Activation, Requantize};
@@ -105,7 +106,7 @@ const STORE_MASK: usize = 64;
 const VALID_MASK: usize = 96;
 
 pub fn supports(act: Activation) -> bool {
-    super::asm::supports_activation(act)
+    supports_activation(act)
 }
 
 /// One vector of 8 wide pixels in the column table.

@@ -48,15 +48,17 @@
 
 use iced_x86::code_asm::*;
 
+use super::activation::{activate, activation_temps};
 use super::asm::{
-    activate, emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, Vecs, X86Isa, AVX2_MASK,
-    YMM, ZMM,
+    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
 };
 use crate::ops::Activation;
 
 const F32: usize = 4;
 /// Kernels with more taps fall back to the Cranelift path (code size grows with taps).
 const MAX_TAPS: usize = 64;
+/// Free registers the epilogue has for its activation (see [`Emitter::new`]).
+const MAX_ACTIVATION_TEMPS: usize = 3;
 /// Lanes the scratch layout is sized for: AVX-512's, which also covers AVX2's, so the
 /// arena's scratch size does not depend on the CPU.
 const LAYOUT_LANES: usize = 16;
@@ -78,7 +80,7 @@ pub(crate) struct DwSpec {
     pub pad: [usize; 2],
     pub bias: bool,
     pub residual: bool,
-    /// One of [`super::asm::supports_activation`].
+    /// Any activation with a machine-code form (see [`activation_temps`]).
     pub activation: Activation,
 }
 
@@ -131,13 +133,18 @@ impl DwLayout {
     }
 }
 
+/// Whether the kernel's epilogue applies `act` (else an epilogue pass does, after it).
+pub(crate) fn fuses(act: Activation) -> bool {
+    activation_temps(act) <= MAX_ACTIVATION_TEMPS
+}
+
 /// Whether the machine-code kernel computes `s` (else the Cranelift path does).
 pub(crate) fn supports(s: &DwSpec) -> bool {
     let sizes_ok = s.channels > 0 && s.mg > 0 && s.out_h > 0 && s.out_w > 0 && s.in_w > 0;
     sizes_ok
         && matches!(s.stride[1], 1 | 2)
         && s.k[0] * s.k[1] <= MAX_TAPS
-        && super::asm::supports_activation(s.activation)
+        && fuses(s.activation)
         // Every displacement (plane offsets, output rows) fits in 32 bits with room.
         && DwLayout::new(s).bytes(s) < 1 << 30
         && s.out_h * s.out_w * F32 < 1 << 30
@@ -203,6 +210,8 @@ struct Emitter<'s> {
     /// Scratch vector registers.
     tmp: usize,
     wtmp: usize,
+    /// Free registers of the epilogue's activation (`tmp` first).
+    act_tmps: Vec<usize>,
     masks: TailMasks,
     /// AVX-512 deinterleave indices: even lanes, odd lanes.
     perm_table: Option<(CodeLabel, CodeLabel)>,
@@ -213,12 +222,19 @@ impl<'s> Emitter<'s> {
         let lanes = isa.lanes();
         let taps = s.k[0] * s.k[1];
         // AVX-512: 32 registers; with ≤ 16 taps the weights stay in registers, the
-        // rest hold accumulators and two temporaries. AVX2: 16 registers, 12
-        // accumulators, a weight broadcast, a temporary and the tail mask (ymm15).
+        // rest hold accumulators and two temporaries (and two more below `tmp` for an
+        // activation that needs three). AVX2: 16 registers, 12 accumulators, a weight
+        // broadcast, a temporary, a spare and the tail mask (ymm15); the epilogue's
+        // activation has the broadcast's, the temporary's and the spare.
+        let extra = activation_temps(s.activation).saturating_sub(1);
         let (resident, budget, tmp, wtmp) = match isa {
-            X86Isa::Avx512 if taps <= 16 => (true, (31 - taps).min(24), 31 - taps, 31),
+            X86Isa::Avx512 if taps <= 16 => (true, (31 - taps - extra).min(24), 31 - taps, 31),
             X86Isa::Avx512 => (false, 24, 30, 31),
             X86Isa::Avx2 => (false, 12, 13, 12),
+        };
+        let act_tmps = match isa {
+            X86Isa::Avx512 => vec![tmp, tmp - 1, tmp - 2],
+            X86Isa::Avx2 => vec![tmp, wtmp, 14],
         };
         let row_vecs = s.out_w.div_ceil(lanes);
         let max_vecs = match isa {
@@ -239,6 +255,7 @@ impl<'s> Emitter<'s> {
             rows,
             tmp,
             wtmp,
+            act_tmps,
             masks: TailMasks::default(),
             perm_table: None,
         }
@@ -707,7 +724,7 @@ impl<'s> Emitter<'s> {
             &mut self.consts,
             s.activation,
             &regs,
-            &[self.tmp],
+            &self.act_tmps,
         )?;
         for r in 0..t.rows {
             for v in 0..t.vecs {

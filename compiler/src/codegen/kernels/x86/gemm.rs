@@ -22,10 +22,8 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{
-    activate, emit_consts, imm, supports_activation, AsmResult, Consts, TailMasks, VOp, Vecs,
-    X86Isa, AVX2_MASK,
-};
+use super::activation::{activate, supports_activation_with};
+use super::asm::{emit_consts, imm, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK};
 use crate::codegen::kernels::gemm::{ALayout, Addend, BLayout, GemmSpec};
 use crate::codegen::options::GemmOrder;
 use crate::ops::Activation;
@@ -46,10 +44,10 @@ pub fn supports(spec: &GemmSpec) -> bool {
         && gemm_supports_activation(spec.activation)
 }
 
-/// The GEMM epilogue also has erf-GELU (it needs three free registers, which the GEMM
-/// tile has after its K loop).
+/// The GEMM tile has three free registers after its K loop (B's and the broadcasts'),
+/// enough for every activation.
 fn gemm_supports_activation(act: Activation) -> bool {
-    supports_activation(act) || act == Activation::Gelu { tanh: false }
+    supports_activation_with(act, 3)
 }
 
 const F32: usize = 4;

@@ -4,6 +4,7 @@
 //! arguments and meaning as the Cranelift code they replace (System V calling
 //! convention).
 
+pub mod activation;
 pub mod asm;
 pub mod conv_u8s8;
 pub mod conv_u8s8_ymm;
@@ -17,4 +18,5 @@ pub mod softmax;
 pub mod winograd;
 pub mod winograd_plane;
 
-pub use asm::{supports_activation, X86Isa};
+pub use activation::{supports_activation, supports_activation_with};
+pub use asm::X86Isa;

@@ -26,9 +26,10 @@
 
 use iced_x86::code_asm::*;
 
+use super::activation::{activate, supports_activation_with};
 use super::asm::{
-    activate, emit_consts, imm, supports_activation, AsmError, AsmResult, Consts, TailMasks, VOp,
-    Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
+    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM,
+    ZMM,
 };
 use crate::ops::Activation;
 
@@ -67,7 +68,7 @@ pub(crate) struct TransformSpec {
 /// Whether the machine-code output transform applies `act` (else the Cranelift
 /// transforms run).
 pub(crate) fn supports(act: Activation) -> bool {
-    supports_activation(act) && !matches!(act, Activation::Gelu { .. })
+    supports_activation_with(act, OUTPUT_TEMPS.len())
 }
 
 impl TransformSpec {
@@ -329,6 +330,9 @@ struct OutputEmitter<'s> {
     indices: Vec<([u32; 16], CodeLabel)>,
 }
 
+/// Free registers of the output epilogue's activation.
+const OUTPUT_TEMPS: [usize; 2] = [12, 13];
+
 /// Register of the splat bias (AVX2 keeps its tail mask in ymm15).
 fn bias_reg(isa: X86Isa) -> usize {
     match isa {
@@ -479,7 +483,7 @@ impl OutputEmitter<'_> {
                     &mut self.consts,
                     s.activation,
                     &[r],
-                    &[12, 13],
+                    &OUTPUT_TEMPS,
                 )?;
                 self.ops.v.store(a, r15 + off, r, masked)?;
             }

@@ -24,7 +24,8 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{activate, emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, ZMM};
+use super::activation::{activate, supports_activation_with};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, ZMM};
 use crate::ops::Activation;
 
 const F32: usize = 4;
@@ -34,6 +35,8 @@ const A: usize = 4;
 const M: usize = 2;
 /// Plane registers the input kernel can hold (128 floats).
 const MAX_PLANE_VECS: usize = 8;
+/// Free registers of the epilogue's activation.
+const OUTPUT_TEMPS: [usize; 4] = [20, 21, 22, 23];
 
 /// One conv's plane transforms; sizes in floats unless noted.
 #[derive(Clone, Debug)]
@@ -76,7 +79,7 @@ pub(crate) fn applies(
 ) -> bool {
     out_h.div_ceil(M) * out_w.div_ceil(M) <= LANES
         && in_h * in_w <= MAX_PLANE_VECS * LANES
-        && super::winograd::supports(act)
+        && supports_activation_with(act, OUTPUT_TEMPS.len())
 }
 
 /// Constant data after the code: permutation indices and opmasks.
@@ -334,7 +337,7 @@ fn output_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
             v.op(a, VOp::Add, r, r, tmp)?;
         }
     }
-    activate(a, &v, &mut consts, s.activation, &out, &[20, 21, 22, 23])?;
+    activate(a, &v, &mut consts, s.activation, &out, &OUTPUT_TEMPS)?;
     for (q, &r) in out.iter().enumerate() {
         let masked = tail != 0 && q + 1 == vecs;
         v.store(a, rsi + imm(q * LANES * F32)?, r, masked)?;

@@ -16,7 +16,7 @@ use super::{
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::dwconv::{DwLayout, DwSpec};
-use crate::codegen::kernels::x86::{supports_activation, X86Isa};
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource};
@@ -120,9 +120,9 @@ pub(super) fn scratch_bytes(g: &ConvGeometry) -> usize {
 }
 
 /// The machine-code kernel's spec for this conv: activations without a machine-code
-/// form (sigmoid, …) leave the residual and the activation to the epilogue pass.
+/// form leave the residual and the activation to the epilogue pass.
 fn x86_spec(g: &ConvGeometry, bias: bool, residual: bool, activation: Activation) -> DwSpec {
-    let fused = supports_activation(activation);
+    let fused = x86::dwconv::fuses(activation);
     DwSpec {
         bias,
         residual: fused && residual,
@@ -167,7 +167,7 @@ pub(super) fn conv_depthwise(
         ops.activation,
     );
     conv_depthwise_x86(ctx, g, ops, &spec, isa)?;
-    if supports_activation(ops.activation) {
+    if x86::dwconv::fuses(ops.activation) {
         Ok(())
     } else {
         apply_epilogue(ctx.b, ops)
