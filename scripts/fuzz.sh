@@ -22,6 +22,9 @@
 #   NNC_FUZZ_JOBS        cargo build jobs
 #   NNC_FUZZ_SEED        libFuzzer's -seed (default 1, so that a run over the same
 #                        code and corpus mutates the same way; 0 picks one at random)
+#   NNC_FUZZ_CPU         the --cpu preset the compile and differential targets build
+#                        for (default: this machine's), e.g. x86-64-v3 to fuzz the
+#                        AVX2 kernels on an AVX-512 machine
 #   NNC_FUZZ_RUNS        also stop each target after this many executions: with the
 #                        seed fixed, the run is then the same on every machine (CI)
 #

@@ -6,8 +6,9 @@ use nnc::passes::PassManager;
 use nnc_host::LoadedModel;
 
 use crate::compare::{is_exact_op, mismatch};
-use crate::pipeline::imported_graph;
+use crate::pipeline::{fuzz_target, imported_graph};
 use crate::random_model::{random_model, tensor};
+use nnc::codegen::CompileOptions;
 
 /// A random model ([`random_model`]) and random inputs (the rest of `data`): the
 /// interpreter runs the imported graph, and the library compiled for this machine from
@@ -34,7 +35,8 @@ pub fn differential_case(data: &[u8]) {
     let Ok(expected) = interp::run_graph(&imported, &inputs) else {
         return;
     };
-    let Ok(library) = LoadedModel::compile(&optimized) else {
+    let options = CompileOptions::new(fuzz_target());
+    let Ok(library) = LoadedModel::compile_with_options(&optimized, &options) else {
         return;
     };
     let Ok(got) = library.run(&inputs) else {

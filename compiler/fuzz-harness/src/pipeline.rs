@@ -1,7 +1,7 @@
 //! The compiler's own stages, run in memory on one fuzz input.
 
 use arbitrary::Unstructured;
-use nnc::codegen::{compile_graph, CompileOptions, Target};
+use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::Graph;
 use nnc::onnx::proto::ModelProto;
 use nnc::onnx::{import_model, ImportOptions};
@@ -26,10 +26,22 @@ pub fn compile_case(data: &[u8]) {
     let Some(graph) = optimized_graph(&model) else {
         return;
     };
-    let Ok(compiled) = compile_graph(&graph, &CompileOptions::new(Target::host())) else {
+    let Ok(compiled) = compile_graph(&graph, &CompileOptions::new(fuzz_target())) else {
         return;
     };
     let _ = nnc::artifact::link_shared_object(&compiled.object, "libfuzz.so");
+}
+
+/// The target the fuzzed models are compiled for: this machine, or the x86-64 preset
+/// named by `NNC_FUZZ_CPU` (e.g. `x86-64-v3`, to run the AVX2 kernels on an AVX-512
+/// machine as CI's AVX2 machines do; the host must run it for the differential target).
+pub fn fuzz_target() -> Target {
+    match std::env::var("NNC_FUZZ_CPU") {
+        Ok(cpu) if !cpu.is_empty() => {
+            Target::new(Arch::host(), Some(&cpu)).unwrap_or_else(|e| panic!("NNC_FUZZ_CPU: {e}"))
+        }
+        _ => Target::host(),
+    }
 }
 
 /// `model` imported (every op supported) and through the default passes; `None` when

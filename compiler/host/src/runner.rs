@@ -1,5 +1,5 @@
 //! The compiler core's [`HostRunner`] over nnc-runtime-abi's loader: the graph is
-//! compiled for this machine ([`nnc::quant::host::host_library`]), written to a
+//! compiled for this machine ([`nnc::quant::host::shared_library`]), written to a
 //! temporary file, opened with [`Library::open`] (which checks the ABI version and every
 //! buffer against `model_info`) and called through `infer_with_workspace`. Calibration,
 //! the INT8 accuracy report, `nnc run`/`verify` and the conformance runner all run
@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use nnc::codegen::WeightFormat;
+use nnc::codegen::{CompileOptions, Target, WeightFormat};
 use nnc::ir::{Graph, Tensor, TensorType};
-use nnc::quant::host::{host_library, HostError, HostModel, HostRunner};
+use nnc::quant::host::{shared_library, HostError, HostModel, HostRunner};
 use nnc_runtime_abi::loader::{self, Library, Workspace};
 
 /// Loads graphs with nnc-runtime-abi's loader.
@@ -50,13 +50,25 @@ impl LoadedModel {
     /// [`LoadedModel::compile`] with the weights stored as `weights` (`F16`: the
     /// `--quantize fp16` artifact).
     pub fn compile_with(graph: &Graph, weights: WeightFormat) -> Result<LoadedModel, HostError> {
+        let opts = CompileOptions {
+            weights,
+            ..CompileOptions::new(Target::host())
+        };
+        LoadedModel::compile_with_options(graph, &opts)
+    }
+
+    /// `graph` compiled with `opts` (whose target this machine must run) and loaded.
+    pub fn compile_with_options(
+        graph: &Graph,
+        opts: &CompileOptions,
+    ) -> Result<LoadedModel, HostError> {
         static COUNT: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "nnc-host-{}-{}.so",
             std::process::id(),
             COUNT.fetch_add(1, Ordering::Relaxed)
         );
-        let so = host_library(graph, weights, &name)?;
+        let so = shared_library(graph, opts, &name)?;
         let file = TempFile(std::env::temp_dir().join(name));
         std::fs::write(&file.0, so)
             .map_err(|e| HostError::Load(format!("{}: {e}", file.0.display()).into()))?;

@@ -15,6 +15,8 @@
 //!   op, attributes and inputs merged;
 //! * [`views`]: Transposes that only move unit axes become Reshapes (views); 2-D ones
 //!   read by a Gemm become its transA / transB;
+//! * [`dead_taps`]: Conv kernel rows and columns that read only padding for every
+//!   output (dilated convs on small maps) cut away, with the padding shifted;
 //! * [`fold_affine`]: per-channel `Mul`/`Add` after a Conv (BatchNormalization after
 //!   import) and per-column ones after a Gemm/MatMul folded into weights and bias,
 //!   which turns `MatMul + Add(bias)` into one biased MatMul;
@@ -30,6 +32,7 @@ pub mod batch_gemm;
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
+pub mod dead_taps;
 pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
@@ -59,6 +62,7 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("const_fold", const_fold::run),
     ("cse", |g, _| cse::run(g)),
     ("views", |g, _| views::run(g)),
+    ("dead_taps", |g, _| dead_taps::run(g)),
     ("fold_affine", |g, _| fold_affine::run(g)),
     ("gelu", |g, _| gelu::run(g)),
     ("batch_gemm", |g, _| batch_gemm::run(g)),

@@ -61,7 +61,17 @@ pub fn host_library(
         weights,
         ..CompileOptions::new(Target::host())
     };
-    let obj = compile_graph(graph, &opts)?;
+    shared_library(graph, &opts, file_name)
+}
+
+/// `graph` compiled with `opts` and linked into a shared object whose file name will be
+/// `file_name`.
+pub fn shared_library(
+    graph: &Graph,
+    opts: &CompileOptions,
+    file_name: &str,
+) -> Result<Vec<u8>, NncError> {
+    let obj = compile_graph(graph, opts)?;
     crate::artifact::link_shared_object(&obj.object, file_name).map_err(|e| NncError::Artifact {
         kind: file_name.to_string(),
         message: e.to_string(),
