@@ -20,8 +20,10 @@
 //! * [`fold_affine`]: per-channel `Mul`/`Add` after a Conv (BatchNormalization after
 //!   import) and per-column ones after a Gemm/MatMul folded into weights and bias,
 //!   which turns `MatMul + Add(bias)` into one biased MatMul;
-//! * [`gelu`]: the erf form of GELU as exported (`x·0.5·(1+Erf(x/√2))` and its
-//!   variants) recognized as one `Gelu`;
+//! * [`gelu`]: the erf and tanh forms of GELU as exported (`x·0.5·(1+Erf(x/√2))`,
+//!   `x·0.5·(1+Tanh(√(2/π)·(x+0.044715·x³)))` and their variants) recognized as one
+//!   `Gelu`;
+//! * [`small_powers`]: float `Pow(x, 2|3|4)` with a constant exponent become Muls;
 //! * [`batch_gemm`]: float32 MatMul / Gemm nodes multiplying independent inputs by
 //!   one constant weight become one GEMM over their stacked rows;
 //! * [`fuse_epilogue`]: residual `Add`s and activations folded into the preceding
@@ -37,6 +39,7 @@ pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
 pub mod qdq;
+pub mod small_powers;
 pub mod util;
 pub mod views;
 
@@ -65,6 +68,7 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("dead_taps", |g, _| dead_taps::run(g)),
     ("fold_affine", |g, _| fold_affine::run(g)),
     ("gelu", |g, _| gelu::run(g)),
+    ("small_powers", |g, _| small_powers::run(g)),
     ("batch_gemm", |g, _| batch_gemm::run(g)),
     ("fuse_epilogue", |g, _| fuse_epilogue::run(g)),
     ("dce", |g, _| dce::run(g)),
