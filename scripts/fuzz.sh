@@ -110,7 +110,13 @@ seed_random() {
     done
 }
 
+# Each target's output is also kept in compiler/fuzz/logs/TARGET.log; the summary at
+# the end names each target's outcome and, for a failure, quotes its report (CI shows
+# only the end of a long output).
+logs=$fuzz_dir/logs
+mkdir -p "$logs"
 status=0
+summary=()
 for t in "${targets[@]}"; do
     mkdir -p "$fuzz_dir/corpus/$t"
     if [ "$t" = import ]; then seed_import; else seed_random "$t"; fi
@@ -121,6 +127,17 @@ for t in "${targets[@]}"; do
     # shellcheck disable=SC2086  # NNC_FUZZ_ARGS is a list of arguments
     (cd "$fuzz_dir" && "${cargo[@]}" fuzz run -s "$sanitizer" "$t" "corpus/$t" -- \
         -max_total_time="$seconds" -seed="${NNC_FUZZ_SEED:-1}" ${NNC_FUZZ_RUNS:+-runs=$NNC_FUZZ_RUNS} -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
-        ${NNC_FUZZ_ARGS:-}) || status=1
+        ${NNC_FUZZ_ARGS:-}) 2>&1 | tee "$logs/$t.log"
+    code=${PIPESTATUS[0]}
+    if [ "$code" -eq 0 ]; then
+        summary+=("fuzz.sh: $t: ok ($(grep -m1 -o 'Done [0-9]* runs in [0-9]* second(s)' "$logs/$t.log" || echo 'finished'))")
+    else
+        status=1
+        summary+=("fuzz.sh: $t: FAILED (exit $code); its report (full output in $logs/$t.log):")
+        while IFS= read -r line; do
+            summary+=("    $line")
+        done < <(grep -E -A12 "panicked|==[0-9]+== ?ERROR|deadly signal|timeout after|out-of-memory|Test unit written|^error" "$logs/$t.log" | grep -v '^"' | head -40)
+    fi
 done
+printf '%s\n' "${summary[@]}" >&2
 exit $status

@@ -109,6 +109,10 @@ fn gemm_cases() -> Vec<Case> {
         (&[5], &[5, 7]),
         (&[2, 3, 7, 20], &[20, 29]),
         (&[2, 7, 20], &[2, 20, 29]),
+        // Enough rows that a run-time B is packed into panels first: per batch matrix,
+        // and once for rows folded over a shared B (tail panels of every family).
+        (&[2, 70, 20], &[2, 20, 53]),
+        (&[3, 40, 24], &[24, 61]),
     ] {
         cases.push(case(
             format!("MatMul {a:?} x {b:?}"),

@@ -17,6 +17,8 @@
 //!   read by a Gemm become its transA / transB;
 //! * [`dead_taps`]: Conv kernel rows and columns that read only padding for every
 //!   output (dilated convs on small maps) cut away, with the padding shifted;
+//! * [`scale_operand`]: a scalar `Mul`/`Div` of a MatMul's result moved onto its
+//!   smaller operand (attention scores scaled through the queries);
 //! * [`fold_affine`]: per-channel `Mul`/`Add` after a Conv (BatchNormalization after
 //!   import) and per-column ones after a Gemm/MatMul folded into weights and bias,
 //!   which turns `MatMul + Add(bias)` into one biased MatMul;
@@ -39,6 +41,7 @@ pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
 pub mod qdq;
+pub mod scale_operand;
 pub mod small_powers;
 pub mod util;
 pub mod views;
@@ -66,6 +69,7 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("cse", |g, _| cse::run(g)),
     ("views", |g, _| views::run(g)),
     ("dead_taps", |g, _| dead_taps::run(g)),
+    ("scale_operand", |g, _| scale_operand::run(g)),
     ("fold_affine", |g, _| fold_affine::run(g)),
     ("gelu", |g, _| gelu::run(g)),
     ("small_powers", |g, _| small_powers::run(g)),

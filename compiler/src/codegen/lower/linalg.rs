@@ -64,6 +64,15 @@ impl MatMulShape {
         })
     }
 
+    /// Rows of each GEMM: every batch's when they fold into one, else M.
+    fn gemm_rows(&self) -> usize {
+        if self.folds_into_rows() {
+            self.batch.iter().product::<usize>() * self.m
+        } else {
+            self.m
+        }
+    }
+
     /// True when B is one matrix shared by every batch and A's batches are all distinct
     /// and contiguous: the batches then stack into one GEMM with `batch·M` rows.
     fn folds_into_rows(&self) -> bool {
@@ -117,12 +126,93 @@ pub fn plan_gemm(
         }
     }
     let geometry = Geometry::for_target(target, options);
+    if gemm.is_none() && !matches!(node.constant(1), Some(Tensor::F32(_))) {
+        if let Ok(s) = MatMulShape::new(&a.shape, &b.shape) {
+            if packs_runtime_b(&s, &geometry) {
+                return Some(NodeKernel::new(
+                    Strategy::Gemm(geometry),
+                    gemm::packed_b_len(&geometry, s.k, s.n) * 4,
+                    "float32 with B known at run time: packed into panels, which the rows reuse",
+                ));
+            }
+        }
+    }
     let reason = match geometry.kernel {
         KernelKind::X86(_) => "float32: the target's machine-code GEMM",
         KernelKind::Clif if options.gemm == KernelSource::Clif => "float32; --kernel gemm=clif",
         KernelKind::Clif => "float32: no machine-code GEMM for this target",
     };
     Some(NodeKernel::new(Strategy::Gemm(geometry), 0, reason))
+}
+
+/// Rows of A from which a MatMul copies its run-time B into panels first: the x86
+/// kernels otherwise read every K step of a tile from another row of B, a page apart
+/// for wide B (attention scores `Q·Kᵀ`: 2.1× onnxruntime's time) or 4 KB apart, all in
+/// one L1 set (B with 1024 columns).
+const PACK_B_MIN_ROWS: usize = 64;
+
+/// Whether the MatMul `s` packs its run-time B (see [`PACK_B_MIN_ROWS`]).
+fn packs_runtime_b(s: &MatMulShape, geom: &Geometry) -> bool {
+    matches!(geom.kernel, KernelKind::X86(_))
+        && s.gemm_rows() >= PACK_B_MIN_ROWS
+        && s.n >= geom.nr
+        && s.k >= 8
+}
+
+/// Copies B (`k` rows of `n` floats, `row_stride` floats apart, at `src`) into `dst` in
+/// [`gemm::pack_b`]'s layout: full panels of `nr` columns as `[k][nr]`, then the tail
+/// panel, zero-padded to its width.
+fn pack_b_at_run_time(
+    b: &mut FunctionBuilder,
+    geom: &Geometry,
+    (k, n, row_stride): (usize, usize, usize),
+    src: Value,
+    dst: Value,
+) {
+    let nr = geom.nr;
+    let copy_row = |b: &mut FunctionBuilder, ptrs: &[Value], floats: usize| {
+        let bytes = floats * 4;
+        let mut off = 0;
+        while off + 16 <= bytes {
+            let v = b
+                .ins()
+                .load(types::I8X16, kernel::flags(), ptrs[0], off as i32);
+            b.ins().store(kernel::flags(), v, ptrs[1], off as i32);
+            off += 16;
+        }
+        while off < bytes {
+            let v = b
+                .ins()
+                .load(types::I32, kernel::flags(), ptrs[0], off as i32);
+            b.ins().store(kernel::flags(), v, ptrs[1], off as i32);
+            off += 4;
+        }
+    };
+    let panels = n / nr;
+    kernel::counted_loop(b, 0, panels as i64, 1, |b, p| {
+        let from = b.ins().imul_imm_s(p, (nr * 4) as i64);
+        let from = b.ins().iadd(src, from);
+        let to = b.ins().imul_imm_s(p, (nr * k * 4) as i64);
+        let to = b.ins().iadd(dst, to);
+        kernel::strided_loop(b, k, &[(from, row_stride * 4), (to, nr * 4)], |b, ptrs| {
+            copy_row(b, ptrs, nr)
+        });
+    });
+    let rem = n % nr;
+    if rem > 0 {
+        let width = geom.tail_panel_width(rem);
+        let from = b.ins().iadd_imm_s(src, (panels * nr * 4) as i64);
+        let to = b.ins().iadd_imm_s(dst, (panels * nr * k * 4) as i64);
+        if width > rem {
+            super::conv_u8s8::fill_bytes(b, to, width * k * 4, 0);
+        }
+        kernel::strided_loop(
+            b,
+            k,
+            &[(from, row_stride * 4), (to, width * 4)],
+            |b, ptrs| copy_row(b, ptrs, rem),
+        );
+    }
 }
 
 pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
@@ -178,16 +268,18 @@ fn matmul_f32(
         }
         None => None,
     };
+    // A run-time B the rows reuse is packed into the node's scratch, matrix by matrix.
+    let pack_into = match (&packed, ctx.scratch) {
+        (None, Some(scratch)) if packs_runtime_b(s, &geom) => Some(scratch),
+        _ => None,
+    };
     let (b_base, b_layout, b_mat_elems) = match packed {
         Some((p, layout)) => (p, layout, gemm::packed_b_len(&geom, s.k, s.n)),
+        None if pack_into.is_some() => (b.ptr, BLayout::Packed, s.k * s.n),
         None => (b.ptr, BLayout::Rows { row_stride: s.n }, s.k * s.n),
     };
     let folded = s.folds_into_rows();
-    let rows = if folded {
-        s.batch.iter().product::<usize>() * s.m
-    } else {
-        s.m
-    };
+    let rows = s.gemm_rows();
     let spec = GemmSpec {
         m: rows,
         n: s.n,
@@ -218,15 +310,27 @@ fn matmul_f32(
         b_taps: vec![],
     };
     let kernel = GemmKernel::define(ctx, &spec)?;
+    let dims = (s.k, s.n, s.n);
     if folded {
         let addends: Vec<Value> = bias.into_iter().chain(residual).map(|t| t.ptr).collect();
-        kernel.call(ctx.b, a.ptr, b_base, y.ptr, &addends);
+        let b_ptr = match pack_into {
+            Some(scratch) => {
+                pack_b_at_run_time(ctx.b, &geom, dims, b_base, scratch);
+                scratch
+            }
+            None => b_base,
+        };
+        kernel.call(ctx.b, a.ptr, b_ptr, y.ptr, &addends);
         return Ok(());
     }
     let y_strides = kernel::strides_of(&s.batch);
     kernel::nested_loop(ctx.b, &s.batch, &mut |bld, idx| {
         let a_ptr = batch_ptr(bld, a.ptr, idx, &s.a_batch_strides, s.m * s.k);
-        let b_ptr = batch_ptr(bld, b_base, idx, &s.b_batch_strides, b_mat_elems);
+        let mut b_ptr = batch_ptr(bld, b_base, idx, &s.b_batch_strides, b_mat_elems);
+        if let Some(scratch) = pack_into {
+            pack_b_at_run_time(bld, &geom, dims, b_ptr, scratch);
+            b_ptr = scratch;
+        }
         let c_ptr = batch_ptr(bld, y.ptr, idx, &y_strides, s.m * s.n);
         let mut addends: Vec<Value> = bias.iter().map(|t| t.ptr).collect();
         if let Some(r) = residual {
