@@ -28,6 +28,8 @@
 //! * [`small_powers`]: float `Pow(x, 2|3|4)` with a constant exponent become Muls;
 //! * [`batch_gemm`]: float32 MatMul / Gemm nodes multiplying independent inputs by
 //!   one constant weight become one GEMM over their stacked rows;
+//! * [`tap_split`]: dilated convs whose outer taps reach only the map's edges become
+//!   a sum of 1×1 convs over the outputs each tap reaches;
 //! * [`fuse_epilogue`]: residual `Add`s and activations folded into the preceding
 //!   Conv/Gemm/MatMul, computed in its epilogue;
 //! * [`dce`]: nodes whose outputs nothing reads removed (also run after each rewrite).
@@ -43,6 +45,7 @@ pub mod gelu;
 pub mod qdq;
 pub mod scale_operand;
 pub mod small_powers;
+pub mod tap_split;
 pub mod util;
 pub mod views;
 
@@ -74,6 +77,7 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("gelu", |g, _| gelu::run(g)),
     ("small_powers", |g, _| small_powers::run(g)),
     ("batch_gemm", |g, _| batch_gemm::run(g)),
+    ("tap_split", |g, _| tap_split::run(g)),
     ("fuse_epilogue", |g, _| fuse_epilogue::run(g)),
     ("dce", |g, _| dce::run(g)),
 ];
