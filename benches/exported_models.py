@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Models users actually export, outside nnc's reference set (resnet18, mobilenet_v2,
 squeezenet1_1, the small ViT and BERT): exported with torch.onnx.export, compiled with
-`nnc compile`, run through ctypes and compared with onnxruntime (1 thread).
+`nnc compile` (plus --nnc-args, e.g. "--cpu x86-64-v3" to time the AVX2 kernels on an
+AVX-512 machine), run through ctypes and compared with onnxruntime (1 thread).
 
 usage: benches/exported_models.py [--nnc PATH] [--models a,b,...] [--cache DIR] [--force]
-                                  [--runs N] [--no-time] [--json FILE]
+                                  [--runs N] [--no-time] [--json FILE] [--nnc-args "ARGS"]
 
 Needs (installs nothing itself): numpy, onnx, onnxruntime, CPU torch + torchvision +
 torchaudio (`pip install torch torchvision torchaudio --index-url
@@ -29,8 +30,10 @@ thread's CPU time, as benches/bench_models.py does, since the machine may be sha
 import argparse
 import ctypes
 import json
+import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -407,9 +410,22 @@ def ort_session(path):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def compile_nnc(nnc, path, so_path):
+def cpu_description():
+    """The CPU's model name and the vector features that pick nnc's kernels."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown"
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    flags = set((re.search(r"^flags\s*:\s*(.*)$", text, re.M) or [None, ""])[1].split())
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"]
+    return f"{model.group(1) if model else 'unknown'} ({' '.join(f for f in wanted if f in flags)})"
+
+
+def compile_nnc(nnc, path, so_path, extra=()):
     t0 = time.perf_counter()
-    p = subprocess.run([nnc, "compile", path, "-o", so_path], capture_output=True, text=True, timeout=3600)
+    p = subprocess.run([nnc, "compile", path, "-o", so_path, *extra], capture_output=True, text=True,
+                       timeout=3600)
     secs = time.perf_counter() - t0
     if p.returncode != 0:
         lines = [ln.strip() for ln in (p.stderr + p.stdout).splitlines() if ln.strip()]
@@ -504,7 +520,7 @@ def run_model(name, kind, builder, args):
     row["op_types"] = sorted({n.op_type for n in g.node})
 
     so_path = os.path.join(args.cache, f"{stem}.so")
-    so, secs, err = compile_nnc(args.nnc, path, so_path)
+    so, secs, err = compile_nnc(args.nnc, path, so_path, shlex.split(args.nnc_args))
     row["compile_s"] = round(secs, 2)
     try:
         sess = ort_session(path)
@@ -558,6 +574,9 @@ def main():
                     help="time the calling thread's CPU time (default: the machine is shared) or wall time")
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--nnc-args", default="",
+                    help='more `nnc compile` options, e.g. "--cpu x86-64-v3" (the AVX2 family on an '
+                         'AVX-512 machine)')
     args = ap.parse_args()
     os.makedirs(args.cache, exist_ok=True)
     names = args.models.split(",") if args.models else list(MODELS)
@@ -574,12 +593,23 @@ def main():
               file=sys.stderr, flush=True)
         rows.append(row)
 
-    print("| model | kind | ONNX ops | nnc compile | max abs err | max abs ref | cosine | match | nnc ms | ort ms |")
-    print("|---|---|---:|---|---:|---:|---:|---|---:|---:|")
+    print(f"CPU: {cpu_description()}; nnc compile {args.nnc_args or '(default options: --cpu native)'}")
+    print("| model | kind | ONNX ops | nnc compile | max abs err | max abs ref | cosine | match | nnc ms | ort ms | nnc/ort |")
+    print("|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|")
+    ratios = []
     for r in rows:
+        ratio = None
+        if r.get("nnc_ms") and r.get("ort_ms"):
+            ratio = r["nnc_ms"] / r["ort_ms"]
+            ratios.append((ratio, r["model"]))
         print(f"| {r['model']} | {r['kind']} | {fmt(r.get('ops'), 'd')} | {r.get('status')} | "
               f"{fmt(r.get('abs'), '.2e')} | {fmt(r.get('scale'), '.3g')} | {fmt(r.get('cos'), '.7f')} | {r.get('match')} | "
-              f"{fmt(r.get('nnc_ms'), '.2f')} | {fmt(r.get('ort_ms'), '.2f')} |")
+              f"{fmt(r.get('nnc_ms'), '.2f')} | {fmt(r.get('ort_ms'), '.2f')} | {fmt(ratio, '.2f')} |")
+    if ratios:
+        geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+        worst = max(ratios)
+        print(f"\n{len(ratios)} models timed: geometric mean nnc/onnxruntime {geo:.2f}, "
+              f"{sum(1 for x, _ in ratios if x <= 1.0)} at or below 1.0, worst {worst[1]} {worst[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
