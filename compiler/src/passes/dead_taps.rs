@@ -22,6 +22,9 @@ pub fn run(g: &mut Graph) -> Result<(), String> {
     dce::run(g)
 }
 
+/// The largest kernel size, stride, dilation or padding the pass considers.
+const ATTR_LIMIT: usize = 1 << 24;
+
 /// The live taps `[first, last]` of one spatial axis and its new padding `(begin, end)`,
 /// `None` when every tap is live or the cut cannot be expressed.
 #[derive(Debug, PartialEq)]
@@ -85,12 +88,27 @@ fn cut_dead_taps(g: &mut Graph, i: usize) {
     let (Some(x), Some(w)) = (n.inputs[0], n.inputs.get(1).copied().flatten()) else {
         return;
     };
+    // Attributes far beyond any real conv are left alone, so that the tap arithmetic
+    // cannot overflow whatever their values.
+    if attrs
+        .dilations
+        .iter()
+        .chain(&attrs.pads)
+        .chain(&attrs.strides)
+        .chain(&attrs.kernel)
+        .any(|&v| v > ATTR_LIMIT)
+        || attrs.strides.contains(&0)
+    {
+        return;
+    }
     let (x_ty, w_ty, y_ty) = (g.ty(x), g.ty(w), g.ty(n.outputs[0]));
     let spatial = attrs.kernel.len();
     if w_ty.dtype != DType::F32
         || w_ty.rank() != spatial + 2
         || x_ty.rank() != spatial + 2
         || attrs.pads.len() != 2 * spatial
+        || attrs.strides.len() != spatial
+        || attrs.dilations.len() != spatial
         || w_ty.shape[2..] != attrs.kernel[..]
     {
         return;

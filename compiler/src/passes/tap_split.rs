@@ -29,6 +29,10 @@ pub fn run(g: &mut Graph) -> Result<(), String> {
     dce::run(g)
 }
 
+/// The largest dilation or padding, and kernel size, the pass considers.
+const ATTR_LIMIT: usize = 1 << 24;
+const KERNEL_LIMIT: usize = 1 << 8;
+
 /// Outputs `[first, end)` of one axis that tap `t` reaches (stride 1).
 fn reach(
     input: usize,
@@ -50,6 +54,8 @@ fn split(g: &mut Graph, i: usize) -> usize {
         return 0;
     };
     if attrs.kernel.len() != 2
+        || attrs.pads.len() != 4
+        || attrs.dilations.len() != 2
         || attrs.group != 1
         || attrs.strides.iter().any(|&s| s != 1)
         || attrs.activation != Activation::None
@@ -61,6 +67,13 @@ fn split(g: &mut Graph, i: usize) -> usize {
         return 0;
     };
     let bias = n.inputs.get(2).copied().flatten();
+    // Sizes far beyond any real conv are left alone, so that the tap arithmetic below
+    // cannot overflow whatever the attributes.
+    if attrs.dilations.iter().chain(&attrs.pads).any(|&v| v > ATTR_LIMIT)
+        || attrs.kernel.iter().any(|&k| k > KERNEL_LIMIT)
+    {
+        return 0;
+    }
     let (x_ty, y_ty) = (g.ty(x).clone(), g.ty(n.outputs[0]).clone());
     if x_ty.dtype != DType::F32 || x_ty.rank() != 4 || y_ty.shape[0] != 1 {
         return 0;
