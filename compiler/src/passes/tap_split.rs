@@ -69,7 +69,11 @@ fn split(g: &mut Graph, i: usize) -> usize {
     let bias = n.inputs.get(2).copied().flatten();
     // Sizes far beyond any real conv are left alone, so that the tap arithmetic below
     // cannot overflow whatever the attributes.
-    if attrs.dilations.iter().chain(&attrs.pads).any(|&v| v > ATTR_LIMIT)
+    if attrs
+        .dilations
+        .iter()
+        .chain(&attrs.pads)
+        .any(|&v| v > ATTR_LIMIT)
         || attrs.kernel.iter().any(|&k| k > KERNEL_LIMIT)
     {
         return 0;
