@@ -523,8 +523,15 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             Ok(vec![TensorType::new(d.dtype, i.shape.clone())])
         }
-        Op::ScatterElements { .. } | Op::ScatterND { .. } | Op::CumSum { .. } => {
-            Ok(vec![x()?.clone()])
+        Op::ScatterElements { .. } | Op::ScatterND { .. } => Ok(vec![x()?.clone()]),
+        Op::CumSum { axis, .. } => {
+            let x = x()?;
+            if *axis >= x.rank() {
+                return Err(format!(
+                    "axis {axis} is out of range for {x} (a scalar has no axis to sum along)"
+                ));
+            }
+            Ok(vec![x.clone()])
         }
         Op::GatherND { batch_dims } => {
             let (d, i) = (x()?, input(inputs, 1)?);
