@@ -32,11 +32,12 @@ fn rewrite(g: &mut Graph, i: usize) -> bool {
     if !matches!(ty.dtype, DType::F32 | DType::F64 | DType::F16) || g.ty(n.outputs[0]) != &ty {
         return false;
     }
-    let Some(k) = util::scalar_f32(g, k).or_else(|| {
-        g.constant(k)
-            .filter(|t| t.len() == 1)
-            .map(|t| t.to_f64_vec()[0] as f32)
-    }) else {
+    // The exponent's one element, whatever its type.
+    let Some(k) = g
+        .constant(k)
+        .filter(|t| t.len() == 1)
+        .map(|t| t.to_f64_vec()[0])
+    else {
         return false;
     };
     let node_name = n.name.clone();

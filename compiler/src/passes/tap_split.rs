@@ -136,17 +136,13 @@ fn split(g: &mut Graph, i: usize) -> usize {
         group: 1,
         activation: Activation::None,
     };
-    let mut sum: Option<ValueId> = None;
-    for (k, &(ti, tj, rows, cols)) in taps.iter().enumerate() {
-        if k == main {
-            continue;
-        }
-        let part = format!("tap{ti}{tj}");
-        let (rh, rw) = (rows.1 - rows.0, cols.1 - cols.0);
-        // The input window: rows rows.0 + ti·d − pad ..
+    // The cropping Pad that cuts out of X the input window tap (ti, tj) reads for the
+    // outputs `rows` × `cols`: input rows from rows.0 + ti·dilation − pad on.
+    let window_crop = |ti: usize, tj: usize, rows: (usize, usize), cols: (usize, usize)| {
         let top = (rows.0 + ti * attrs.dilations[0]) as i64 - attrs.pads[0] as i64;
         let left = (cols.0 + tj * attrs.dilations[1]) as i64 - attrs.pads[1] as i64;
-        let crop = PadAttrs {
+        let (rh, rw) = ((rows.1 - rows.0) as i64, (cols.1 - cols.0) as i64);
+        PadAttrs {
             mode: PadMode::Constant,
             pads: vec![
                 0,
@@ -155,18 +151,26 @@ fn split(g: &mut Graph, i: usize) -> usize {
                 -left,
                 0,
                 0,
-                top + rh as i64 - h as i64,
-                left + rw as i64 - wd as i64,
+                top + rh - h as i64,
+                left + rw - wd as i64,
             ],
             value: 0.0,
-        };
+        }
+    };
+    let mut sum: Option<ValueId> = None;
+    for (k, &(ti, tj, rows, cols)) in taps.iter().enumerate() {
+        if k == main {
+            continue;
+        }
+        let part = format!("tap{ti}{tj}");
+        let (rh, rw) = (rows.1 - rows.0, cols.1 - cols.0);
         let window = value(
             g,
             &format!("{part}_window"),
             TensorType::new(DType::F32, vec![1, c, rh, rw]),
         );
         new_nodes.push(node(
-            Op::Pad(crop),
+            Op::Pad(window_crop(ti, tj, rows, cols)),
             vec![x],
             window,
             &format!("{part}/window"),
@@ -222,26 +226,11 @@ fn split(g: &mut Graph, i: usize) -> usize {
     let Some(others) = sum else { return 0 };
     // The tap reaching every output: its 1×1 weights over the whole input window
     // (shifted by its offset), with the bias; then the others' sum added.
-    let (ti, tj, _, _) = taps[main];
-    let top = (ti * attrs.dilations[0]) as i64 - attrs.pads[0] as i64;
-    let left = (tj * attrs.dilations[1]) as i64 - attrs.pads[1] as i64;
-    let main_in = if top == 0 && left == 0 && h == oh && wd == ow {
+    let (ti, tj, rows, cols) = taps[main];
+    let crop = window_crop(ti, tj, rows, cols);
+    let main_in = if crop.pads.iter().all(|&p| p == 0) {
         x
     } else {
-        let crop = PadAttrs {
-            mode: PadMode::Constant,
-            pads: vec![
-                0,
-                0,
-                -top,
-                -left,
-                0,
-                0,
-                top + oh as i64 - h as i64,
-                left + ow as i64 - wd as i64,
-            ],
-            value: 0.0,
-        };
         let window = value(
             g,
             "main_window",

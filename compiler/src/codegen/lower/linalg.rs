@@ -268,11 +268,9 @@ fn matmul_f32(
         }
         None => None,
     };
-    // A run-time B the rows reuse is packed into the node's scratch, matrix by matrix.
-    let pack_into = match (&packed, ctx.scratch) {
-        (None, Some(scratch)) if packs_runtime_b(s, &geom) => Some(scratch),
-        _ => None,
-    };
+    // The plan gives a MatMul scratch only to pack its run-time B into (see
+    // `packs_runtime_b`): matrix by matrix, the rows then read panels.
+    let pack_into = if packed.is_none() { ctx.scratch } else { None };
     let (b_base, b_layout, b_mat_elems) = match packed {
         Some((p, layout)) => (p, layout, gemm::packed_b_len(&geom, s.k, s.n)),
         None if pack_into.is_some() => (b.ptr, BLayout::Packed, s.k * s.n),
