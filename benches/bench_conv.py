@@ -4,8 +4,8 @@
 usage: bench_conv.py C M H K S [KIND=CHOICE ...]
        bench_conv.py maxpool C H K S [KIND=CHOICE ...]
 
-Builds a one-node model (Conv C→M channels, H×H input, K×K kernel, stride S, padding
-K div 2, bias, Relu; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with nnc's own kernel choices ("base") and once per
+Builds a one-node model (Conv C→M channels, H×H input, K×K kernel (or KHxKW, e.g. 1x7),
+stride S, padding K div 2, bias, Relu; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with nnc's own kernel choices ("base") and once per
 `--kernel` KIND=CHOICE given (e.g. winograd=off, phase-planes=off, narrow-conv=off,
 gemm=clif, dwconv=clif; `nnc compile --help` lists them), then times the variants in alternating
 rounds (thread CPU time, best of 15 rounds) and prints ms, GFLOP/s of the direct
@@ -32,20 +32,28 @@ NNC = os.path.join(ROOT, "target", "release", "nnc")
 ROUNDS, CALLS = 15, 5
 
 
+def kernel_dims(text):
+    """K as `7` (7×7) or `1x7` (1 row, 7 columns: Inception's factorized convs)."""
+    kh, _, kw = text.partition("x")
+    return int(kh), int(kw or kh)
+
+
 def conv_model(c, m, h, k, s, path):
-    pad = k // 2
-    oh = (h + 2 * pad - k) // s + 1
+    kh, kw = k
+    oh = (h + 2 * (kh // 2) - kh) // s + 1
+    ow = (h + 2 * (kw // 2) - kw) // s + 1
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array((rng.standard_normal((m, c, k, k)) * 0.05).astype(np.float32), "w")
+    w = numpy_helper.from_array((rng.standard_normal((m, c, kh, kw)) * 0.05).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")
-    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], pads=[pad] * 4, strides=[s, s])
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kw],
+                            pads=[kh // 2, kw // 2, kh // 2, kw // 2], strides=[s, s])
     relu = helper.make_node("Relu", ["c"], ["y"])
     graph = helper.make_graph(
         [conv, relu], "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, h])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, oh, oh])], [w, b])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, oh, ow])], [w, b])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return oh
+    return oh, ow
 
 
 def maxpool_model(c, h, k, s, path):
@@ -85,13 +93,14 @@ def main():
         if pooling:
             c, h, k, s = map(int, args[:4])
             m, envs = c, args[4:]
-            oh = maxpool_model(c, h, k, s, model)
+            oh = ow = maxpool_model(c, h, k, s, model)
             flops = c * k * k * oh * oh
         else:
-            c, m, h, k, s = map(int, args[:5])
+            c, m, h, s = int(args[0]), int(args[1]), int(args[2]), int(args[4])
+            kh, kw = kernel_dims(args[3])
             envs = args[5:]
-            oh = conv_model(c, m, h, k, s, model)
-            flops = 2 * m * c * k * k * oh * oh
+            oh, ow = conv_model(c, m, h, (kh, kw), s, model)
+            flops = 2 * m * c * kh * kw * oh * ow
         variants = [("base", [])] + [(e, ["--kernel", e]) for e in envs]
         x = np.random.default_rng(1).random((1, c, h, h), dtype=np.float32)
         runs = []
@@ -100,7 +109,7 @@ def main():
             subprocess.run([NNC, "compile", model, "-o", lib_path, *extra],
                            check=True, capture_output=True)
             lib = ctypes.CDLL(lib_path)
-            out = np.zeros((1, m, oh, oh), np.float32)
+            out = np.zeros((1, m, oh, ow), np.float32)
             ins = (ctypes.c_void_p * 1)(x.ctypes.data)
             outs = (ctypes.c_void_p * 1)(out.ctypes.data)
             runs.append((name, lib, ins, outs, out))

@@ -121,6 +121,61 @@ fn check_all(cases: Vec<Case>) {
     report(failures, total);
 }
 
+// ---- Attention ----
+
+#[test]
+fn attention_blocks_masks_and_batches() {
+    // (Q, Kᵀ, V, mask): one query row (a decoder step); fewer rows than a register
+    // tile; rows in several blocks of the scores plus a tail (1100 keys); enough rows
+    // that Kᵀ and V are packed; masks broadcast along every axis; batch axes
+    // broadcast (keys shared by a batch, V of lower rank).
+    type Shapes<'a> = (&'a [usize], &'a [usize], &'a [usize], Option<&'a [usize]>);
+    let cases: &[Shapes] = &[
+        (&[1, 4], &[4, 7], &[7, 3], None),
+        (&[2, 5, 6], &[2, 6, 9], &[2, 9, 4], None),
+        (&[1, 2, 70, 16], &[1, 2, 16, 1100], &[1, 2, 1100, 12], None),
+        (&[2, 100, 32], &[2, 32, 50], &[2, 50, 64], None),
+        (
+            &[3, 2, 9, 8],
+            &[3, 2, 8, 50],
+            &[3, 2, 50, 5],
+            Some(&[3, 1, 1, 50]),
+        ),
+        (
+            &[3, 2, 9, 8],
+            &[3, 2, 8, 50],
+            &[3, 2, 50, 5],
+            Some(&[9, 50]),
+        ),
+        (
+            &[3, 2, 9, 8],
+            &[3, 2, 8, 50],
+            &[3, 2, 50, 5],
+            Some(&[3, 2, 9, 1]),
+        ),
+        (&[3, 2, 9, 8], &[3, 2, 8, 50], &[3, 2, 50, 5], Some(&[])),
+        (
+            &[2, 3, 70, 8],
+            &[1, 3, 8, 600],
+            &[3, 600, 20],
+            Some(&[2, 1, 70, 600]),
+        ),
+    ];
+    let cases = cases
+        .iter()
+        .map(|&(q, kt, v, mask)| {
+            let mut ins = vec![f32s(q), f32s(kt), f32s(v)];
+            ins.extend(mask.map(f32s));
+            (
+                format!("attention {q:?} {kt:?} {v:?} mask {mask:?}"),
+                Op::Attention,
+                ins,
+            )
+        })
+        .collect();
+    check_all(cases);
+}
+
 // ---- MatMul ----
 
 #[test]

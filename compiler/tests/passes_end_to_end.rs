@@ -47,7 +47,12 @@ fn import(bytes: &[u8]) -> Graph {
 /// Optimizes, compiles and runs `m`, compares with the interpreter on the original
 /// graph, and returns the optimized graph.
 fn check(m: ModelBuilder, seed: u64) -> Graph {
-    let plain = import(&m.encode());
+    check_bytes(&m.encode(), seed)
+}
+
+/// [`check`] of an encoded model.
+fn check_bytes(bytes: &[u8], seed: u64) -> Graph {
+    let plain = import(bytes);
     let mut fused = plain.clone();
     nnc::passes::optimize(&mut fused).expect("passes run");
     let mut rng = Rng::new(seed);
@@ -323,4 +328,75 @@ fn graph_outputs_keep_their_values() {
     let g = check(m, 15);
     assert_eq!(g.nodes.len(), 2);
     assert_eq!(activations(&g), [Activation::None]);
+}
+
+#[test]
+fn attention_blocks_are_bit_identical_to_the_unfused_nodes() {
+    // Whisper-like attention (scaled queries, no mask) over enough keys that the query
+    // rows run in several blocks and a tail; BERT-like attention with a padding mask
+    // `[batch, 1, 1, T]` added to the scores; a causal `[M, T]` mask on the other side.
+    let mut m = ModelBuilder::new(9);
+    let q = m.input("q", &[1, 2, 70, 16]);
+    let k = m.input("k", &[1, 2, 1100, 16]);
+    let v = m.input("v", &[1, 2, 1100, 12]);
+    let kt = m.node(
+        "Transpose",
+        &[&k],
+        vec![("perm", Attr::Ints(vec![0, 1, 3, 2]))],
+    );
+    let scale = m.float_init(&[], vec![0.25]);
+    let s = m.node("MatMul", &[&q, &kt], vec![]);
+    let s = m.node("Mul", &[&s, &scale], vec![]);
+    let p = m.node("Softmax", &[&s], vec![("axis", Attr::I(-1))]);
+    let y = m.node("MatMul", &[&p, &v], vec![]);
+    m.output(&y);
+    let q2 = m.input("q2", &[3, 4, 9, 8]);
+    let kt2 = m.input("kt2", &[3, 4, 8, 50]);
+    let v2 = m.input("v2", &[3, 4, 50, 5]);
+    let pad = m.input("pad", &[3, 1, 1, 50]);
+    let s2 = m.node("MatMul", &[&q2, &kt2], vec![]);
+    let s2 = m.node("Add", &[&pad, &s2], vec![]);
+    let p2 = m.node("Softmax", &[&s2], vec![("axis", Attr::I(3))]);
+    let y2 = m.node("MatMul", &[&p2, &v2], vec![]);
+    m.output(&y2);
+    let causal: Vec<f32> = (0..9 * 50)
+        .map(|i| if i % 50 > i / 50 + 40 { -1e9 } else { 0.0 })
+        .collect();
+    let causal = m.float_init(&[9, 50], causal);
+    let q3 = m.input("q3", &[3, 4, 9, 8]);
+    let s3 = m.node("MatMul", &[&q3, &kt2], vec![]);
+    let s3 = m.node("Add", &[&s3, &causal], vec![]);
+    let p3 = m.node("Softmax", &[&s3], vec![("axis", Attr::I(-1))]);
+    let y3 = m.node("MatMul", &[&p3, &v2], vec![]);
+    m.output(&y3);
+    let bytes = m.encode();
+    let fused = check_bytes(&bytes, 16);
+    let attentions = fused.nodes.iter().filter(|n| n.op == Op::Attention).count();
+    assert_eq!(attentions, 3, "{fused}");
+
+    let mut unfused = import(&bytes);
+    let without: Vec<&str> = nnc::passes::PASSES
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| *name != "attention")
+        .collect();
+    nnc::passes::PassManager::from_list(&without.join(","))
+        .expect("a pipeline")
+        .run(&mut unfused)
+        .expect("passes run");
+    assert!(unfused.nodes.iter().all(|n| n.op != Op::Attention));
+    let mut rng = Rng::new(17);
+    let inputs: Vec<Tensor> = fused
+        .inputs
+        .iter()
+        .map(|v| {
+            let shape = fused.ty(*v).shape.clone();
+            Tensor::from_vec(&shape, rng.f32s(shape.iter().product(), 2.0))
+        })
+        .collect();
+    for target in targets() {
+        let a = runner::run_compiled(&fused, &inputs, target.clone()).expect("fused runs");
+        let b = runner::run_compiled(&unfused, &inputs, target.clone()).expect("unfused runs");
+        assert_eq!(a, b, "{}: fused and unfused outputs differ", target.cpu);
+    }
 }

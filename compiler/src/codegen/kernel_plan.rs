@@ -11,7 +11,7 @@ use std::fmt;
 
 use super::kernels::x86::conv_u8s8_ymm::DotIsa;
 use super::kernels::x86::gemm_u8s8_ymm::GemmIsa;
-use super::lower::{self, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
+use super::lower::{self, AttentionPlan, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
 use super::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
@@ -41,6 +41,8 @@ pub enum Strategy {
     Pool(PoolStrategy),
     /// Softmax rows: AVX2/AVX-512 machine code, or Cranelift's.
     Softmax(Option<X86Isa>),
+    /// Attention a block of query rows at a time: two GEMMs and softmax rows.
+    Attention(AttentionPlan),
     /// The INT8 convolution.
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
@@ -135,6 +137,7 @@ impl NodeKernel {
             Strategy::Conv(c) => c.name(),
             Strategy::Pool(p) => p.name().into(),
             Strategy::Softmax(_) => "softmax-rows".into(),
+            Strategy::Attention(_) => "attention-rows".into(),
             Strategy::ConvU8S8(
                 Int8Conv::Vnni { tiles_outer: true }
                 | Int8Conv::Ymm {
@@ -164,6 +167,13 @@ impl NodeKernel {
             Strategy::Pool(p) => p.kernels(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
+            Strategy::Attention(p) => vec![
+                gemm_kernel_name(&p.gemm),
+                match p.softmax {
+                    Some(isa) => format!("f32-softmax-{}", isa_suffix(isa)),
+                    None => "f32-softmax-clif".into(),
+                },
+            ],
             Strategy::ConvU8S8(Int8Conv::Vnni { .. }) => {
                 vec![lower::U8S8_CONV_X86_KERNEL.to_string()]
             }
@@ -189,6 +199,7 @@ impl NodeKernel {
         let g = match &self.strategy {
             Strategy::Gemm(g) => g,
             Strategy::Conv(c) => c.gemm()?,
+            Strategy::Attention(p) => &p.gemm,
             _ => return None,
         };
         Some((g.mr, g.nr))
@@ -253,6 +264,7 @@ pub fn plan_node(
         Op::Gemm(g) => lower::plan_gemm(Some(g), node, target, options),
         Op::Pool(p) => lower::plan_pool(p, node, target, options),
         Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
+        Op::Attention => lower::plan_attention(node, target, options),
         Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node, target, options),
         Op::ConvU8S8 {
             conv,

@@ -123,6 +123,15 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             rounding,
         } => cast_codes(x()?, *to, *saturate, *rounding),
         Op::MatMul(_) => linalg::matmul(x()?, required(inputs, 1)?)?,
+        Op::Attention => {
+            let mut scores = linalg::matmul(x()?, required(inputs, 1)?)?;
+            if let Some(mask) = optional(inputs, 3) {
+                scores = elementwise::binary(ops::BinaryOp::Add, &scores, mask)?;
+            }
+            let rank = scores.shape().len();
+            let p = norm::softmax(&scores, rank - 1, false)?;
+            linalg::matmul(&p, required(inputs, 2)?)?
+        }
         Op::Gemm(g) => linalg::gemm(g, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::Conv(c) => conv::conv(c, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::ConvTranspose(c) => {

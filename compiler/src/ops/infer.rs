@@ -334,6 +334,12 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
         }
         Op::MatMul(_) => infer_matmul(x()?, input(inputs, 1)?),
+        Op::Attention => infer_attention(
+            x()?,
+            input(inputs, 1)?,
+            input(inputs, 2)?,
+            inputs.get(3).and_then(Option::as_ref),
+        ),
         Op::Gemm(g) => {
             let (a, b) = (x()?, input(inputs, 1)?);
             if a.rank() != 2 || b.rank() != 2 {
@@ -628,6 +634,33 @@ pub fn as_matrices(a: &[usize], b: &[usize]) -> (Vec<usize>, Vec<usize>) {
         b.to_vec()
     };
     (a2, b2)
+}
+
+/// `MatMul(Softmax(MatMul(q, kt) + mask), v)`: every operand a matrix or a batch of
+/// them, float32, and the mask broadcasting to the scores without changing their shape.
+fn infer_attention(
+    q: &TensorType,
+    kt: &TensorType,
+    v: &TensorType,
+    mask: Option<&TensorType>,
+) -> InferResult {
+    let operands = [Some(q), Some(kt), Some(v), mask];
+    if let Some(t) = operands.iter().flatten().find(|t| t.dtype != DType::F32) {
+        return Err(format!("Attention computes float32, not {}", t.dtype));
+    }
+    if [q, kt, v].iter().any(|t| t.rank() < 2) {
+        return Err("Attention operands must have rank ≥ 2".into());
+    }
+    let scores = infer_matmul(q, kt)?.remove(0);
+    if let Some(m) = mask {
+        if broadcast_shapes(&[&scores.shape, &m.shape])? != scores.shape {
+            return Err(format!(
+                "the mask {:?} does not broadcast to the scores {:?}",
+                m.shape, scores.shape
+            ));
+        }
+    }
+    infer_matmul(&scores, v)
 }
 
 fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {

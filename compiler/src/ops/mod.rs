@@ -57,6 +57,13 @@ pub enum Op {
     ConvTranspose(ConvTransposeAttrs),
     /// Max / average / Lp pooling over the spatial axes (global pooling = full kernel).
     Pool(PoolAttrs),
+    /// Scaled-dot-product attention as the graph wrote it, fused by
+    /// [`crate::passes::attention`]: `MatMul(Softmax(MatMul(Q, Kᵀ) + mask, last axis), V)`
+    /// with inputs Q `[..., M, d]`, Kᵀ `[..., d, T]`, V `[..., T, dv]` and an optional
+    /// additive mask broadcast to the scores `[..., M, T]`; output `[..., M, dv]`. Batch
+    /// axes broadcast as in MatMul. Computed block of query rows by block of query rows,
+    /// so the `M × T` scores never leave the cache.
+    Attention,
     /// Softmax or LogSoftmax along one axis (opset ≥ 13 semantics; older opsets are
     /// rewritten at import as a flatten to 2-D around this).
     Softmax {

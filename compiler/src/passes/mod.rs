@@ -19,6 +19,8 @@
 //!   output (dilated convs on small maps) cut away, with the padding shifted;
 //! * [`scale_operand`]: a scalar `Mul`/`Div` of a MatMul's result moved onto its
 //!   smaller operand (attention scores scaled through the queries);
+//! * [`attention`]: `MatMul(Softmax(MatMul(Q, Kᵀ) + mask), V)` becomes one
+//!   `Attention`, computed a block of query rows at a time so the scores stay in cache;
 //! * [`fold_affine`]: per-channel `Mul`/`Add` after a Conv (BatchNormalization after
 //!   import) and per-column ones after a Gemm/MatMul folded into weights and bias,
 //!   which turns `MatMul + Add(bias)` into one biased MatMul;
@@ -34,6 +36,7 @@
 //!   Conv/Gemm/MatMul, computed in its epilogue;
 //! * [`dce`]: nodes whose outputs nothing reads removed (also run after each rewrite).
 
+pub mod attention;
 pub mod batch_gemm;
 pub mod const_fold;
 pub mod cse;
@@ -73,6 +76,7 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("views", |g, _| views::run(g)),
     ("dead_taps", |g, _| dead_taps::run(g)),
     ("scale_operand", |g, _| scale_operand::run(g)),
+    ("attention", |g, _| attention::run(g)),
     ("fold_affine", |g, _| fold_affine::run(g)),
     ("gelu", |g, _| gelu::run(g)),
     ("small_powers", |g, _| small_powers::run(g)),

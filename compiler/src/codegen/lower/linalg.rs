@@ -19,21 +19,21 @@ use crate::ops::infer::broadcast_shapes;
 use crate::ops::{Activation, GemmAttrs, MatMulAttrs};
 
 /// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
-struct MatMulShape {
-    m: usize,
-    k: usize,
-    n: usize,
+pub(super) struct MatMulShape {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
     /// The output's batch axes.
-    batch: Vec<usize>,
+    pub batch: Vec<usize>,
     /// Per output batch axis, how many matrices to step in A and B (0 when broadcast).
-    a_batch_strides: Vec<usize>,
-    b_batch_strides: Vec<usize>,
+    pub a_batch_strides: Vec<usize>,
+    pub b_batch_strides: Vec<usize>,
     /// Matrices stored in B (the product of its own batch axes).
     b_matrices: usize,
 }
 
 impl MatMulShape {
-    fn new(a: &[usize], b: &[usize]) -> Result<MatMulShape, String> {
+    pub(super) fn new(a: &[usize], b: &[usize]) -> Result<MatMulShape, String> {
         if a.is_empty() || b.is_empty() {
             return Err("MatMul operands must have rank ≥ 1".into());
         }
@@ -153,16 +153,18 @@ const PACK_B_MIN_ROWS: usize = 64;
 
 /// Whether the MatMul `s` packs its run-time B (see [`PACK_B_MIN_ROWS`]).
 fn packs_runtime_b(s: &MatMulShape, geom: &Geometry) -> bool {
-    matches!(geom.kernel, KernelKind::X86(_))
-        && s.gemm_rows() >= PACK_B_MIN_ROWS
-        && s.n >= geom.nr
-        && s.k >= 8
+    packs_runtime_b_of(s.gemm_rows(), s.k, s.n, geom)
+}
+
+/// Whether a GEMM of `rows` rows packs its run-time `k × n` B first.
+pub(super) fn packs_runtime_b_of(rows: usize, k: usize, n: usize, geom: &Geometry) -> bool {
+    matches!(geom.kernel, KernelKind::X86(_)) && rows >= PACK_B_MIN_ROWS && n >= geom.nr && k >= 8
 }
 
 /// Copies B (`k` rows of `n` floats, `row_stride` floats apart, at `src`) into `dst` in
 /// [`gemm::pack_b`]'s layout: full panels of `nr` columns as `[k][nr]`, then the tail
 /// panel, zero-padded to its width.
-fn pack_b_at_run_time(
+pub(super) fn pack_b_at_run_time(
     b: &mut FunctionBuilder,
     geom: &Geometry,
     (k, n, row_stride): (usize, usize, usize),
@@ -340,7 +342,7 @@ fn matmul_f32(
 }
 
 /// Address of the matrix at batch index `idx`: `base + Σ idx·strides · matrix` floats.
-fn batch_ptr(
+pub(super) fn batch_ptr(
     b: &mut FunctionBuilder,
     base: Value,
     idx: &[Value],

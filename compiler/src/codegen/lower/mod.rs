@@ -1,6 +1,7 @@
 //! Lowering of each core op to CLIF, one module per op family. Every node becomes one
 //! function whose parameters are the addresses of its inputs, outputs and scratch.
 
+mod attention;
 mod conv;
 mod conv_transpose;
 pub(crate) mod conv_u8s8;
@@ -33,6 +34,7 @@ use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
 
 pub use crate::codegen::kernels::x86::X86Isa;
+pub use attention::{plan_attention, AttentionPlan};
 pub use conv::{plan_conv, ConvStrategy, WinogradTransforms};
 pub use conv_transpose::plan_conv_transpose;
 pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
@@ -207,6 +209,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         },
         Op::Pad(p) => movement::pad(ctx, p),
         Op::MatMul(m) => linalg::matmul(ctx, m),
+        Op::Attention => attention::attention(ctx),
         Op::Gemm(g) => linalg::gemm(ctx, g),
         Op::Conv(c) => conv::conv(ctx, c),
         Op::ConvTranspose(c) => conv_transpose::conv_transpose(ctx, c),

@@ -173,6 +173,53 @@ pub fn plan_softmax(
     Some(NodeKernel::new(Strategy::Softmax(isa), 0, reason))
 }
 
+/// Softmax in place over a block of contiguous float32 rows (attention's scores): the
+/// x86 machine-code rows, or Cranelift's.
+pub(super) enum SoftmaxRows {
+    MachineCode(cranelift_codegen::ir::FuncRef),
+    Clif { rows: usize, n: usize },
+}
+
+impl SoftmaxRows {
+    /// The rows code for `rows` rows of `n` floats.
+    pub(super) fn define(
+        ctx: &mut LowerCtx,
+        isa: Option<X86Isa>,
+        rows: usize,
+        n: usize,
+    ) -> Result<SoftmaxRows, String> {
+        Ok(match isa {
+            Some(isa) => {
+                let code = x86::softmax::emit(rows, n, isa)?;
+                SoftmaxRows::MachineCode(gemm::define_machine_code(ctx, 2, &code)?)
+            }
+            None => SoftmaxRows::Clif { rows, n },
+        })
+    }
+
+    /// Emits the softmax of the rows at `ptr`, written back in place.
+    pub(super) fn call(&self, b: &mut FunctionBuilder, ptr: Value) {
+        match *self {
+            SoftmaxRows::MachineCode(func) => {
+                b.ins().call(func, &[ptr, ptr]);
+            }
+            SoftmaxRows::Clif { rows, n } => {
+                let s = Softmax {
+                    e: Elems::new(DType::F32),
+                    log: false,
+                    n,
+                    inner: 1,
+                    keep_exp: true,
+                };
+                kernel::counted_loop(b, 0, rows as i64, 1, |b, r| {
+                    let row = kernel::elem_addr(b, ptr, r, n * 4);
+                    s.row(b, row, row);
+                });
+            }
+        }
+    }
+}
+
 struct Softmax {
     e: Elems,
     log: bool,

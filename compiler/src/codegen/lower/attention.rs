@@ -1,0 +1,279 @@
+//! Attention (`Op::Attention`): `Y = Softmax(Q·Kᵀ + mask) · V` per batch matrix,
+//! computed a block of query rows at a time. For rows `r..r+R`:
+//! 1. the GEMM `S = Q[r..r+R] · Kᵀ` into a scores block in scratch, the mask's rows
+//!    added in its epilogue;
+//! 2. the softmax of the block's rows, in place;
+//! 3. the GEMM `Y[r..r+R] = S · V`.
+//!
+//! The block (`R × T` floats, see [`SCORES_BLOCK_BYTES`]) stays in L2 between the three
+//! steps, where the unfused nodes sent all `M × T` scores to memory and back three
+//! times. With enough query rows, Kᵀ and V are first packed into panels (as a MatMul
+//! packs its run-time B), once per batch matrix, for every block to read.
+//!
+//! Each output element is computed by the same operations in the same order as by the
+//! unfused MatMul, Softmax and MatMul nodes: the results are bit-identical.
+
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+use super::gemm::{ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::linalg::{batch_ptr, pack_b_at_run_time, packs_runtime_b_of, MatMulShape};
+use super::norm::SoftmaxRows;
+use super::{LowerCtx, LowerResult};
+use crate::codegen::kernel::{self, broadcast_strides};
+use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::kernels::gemm::packed_b_len;
+use crate::codegen::kernels::x86::X86Isa;
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::Target;
+use crate::ops::Activation;
+
+const F32: usize = 4;
+
+/// Bytes of scores a block of query rows holds at most: with the packed V panel being
+/// read (48 floats × T) and the block of Q, it stays in L2.
+const SCORES_BLOCK_BYTES: usize = 128 << 10;
+
+/// How an Attention node runs: decided by [`plan_attention`], followed by lowering.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionPlan {
+    pub gemm: Geometry,
+    /// The softmax rows' machine code, or Cranelift's.
+    pub softmax: Option<X86Isa>,
+    /// Query rows per block.
+    pub block_rows: usize,
+    /// Whether Kᵀ and V are packed into panels before the blocks.
+    pub pack_kt: bool,
+    pub pack_v: bool,
+}
+
+/// The matrices' sizes: queries M, key length d, keys T, value width dv.
+struct Dims {
+    m: usize,
+    d: usize,
+    t: usize,
+    dv: usize,
+}
+
+impl AttentionPlan {
+    /// Scratch offsets of packed Kᵀ, packed V and the scores block, and its total size.
+    fn scratch_layout(&self, dims: &Dims) -> [usize; 4] {
+        let kt = if self.pack_kt {
+            packed_b_len(&self.gemm, dims.d, dims.t) * F32
+        } else {
+            0
+        };
+        let v = if self.pack_v {
+            packed_b_len(&self.gemm, dims.t, dims.dv) * F32
+        } else {
+            0
+        };
+        let scores = self.block_rows * dims.t * F32;
+        let v_at = align_up_64(kt);
+        let scores_at = v_at + align_up_64(v);
+        [0, v_at, scores_at, scores_at + scores]
+    }
+}
+
+fn align_up_64(bytes: usize) -> usize {
+    bytes.next_multiple_of(64)
+}
+
+fn dims(q: &[usize], kt: &[usize], v: &[usize]) -> Option<Dims> {
+    let (qr, kr, vr) = (q.len(), kt.len(), v.len());
+    if qr < 2 || kr < 2 || vr < 2 {
+        return None;
+    }
+    Some(Dims {
+        m: q[qr - 2],
+        d: q[qr - 1],
+        t: kt[kr - 1],
+        dv: v[vr - 1],
+    })
+}
+
+/// The kernel plan of an Attention node.
+pub fn plan_attention(
+    node: &NodeOperands,
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<NodeKernel> {
+    let (q, kt, v) = (node.input(0)?, node.input(1)?, node.input(2)?);
+    let dims = dims(&q.shape, &kt.shape, &v.shape)?;
+    let gemm = Geometry::for_target(target, options);
+    let per_block = (SCORES_BLOCK_BYTES / (dims.t * F32)).max(1);
+    let block_rows = if per_block >= dims.m {
+        dims.m
+    } else {
+        (per_block / gemm.mr).max(1) * gemm.mr
+    };
+    let plan = AttentionPlan {
+        gemm,
+        softmax: X86Isa::for_target(target).filter(|_| options.softmax == KernelSource::Auto),
+        block_rows,
+        pack_kt: packs_runtime_b_of(dims.m, dims.d, dims.t, &gemm),
+        pack_v: packs_runtime_b_of(dims.m, dims.t, dims.dv, &gemm),
+    };
+    let scratch = plan.scratch_layout(&dims)[3];
+    Some(NodeKernel::new(
+        Strategy::Attention(plan),
+        scratch,
+        "scores, softmax and product a block of query rows at a time, in cache",
+    ))
+}
+
+pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
+    let Strategy::Attention(plan) = ctx.kernel.strategy.clone() else {
+        return Err("no attention plan for this node".into());
+    };
+    let (q, kt, v, y) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output(0));
+    let mask = ctx.inputs.get(3).cloned().flatten();
+    let s1 = MatMulShape::new(&q.ty.shape, &kt.ty.shape)?;
+    let mut scores_shape = s1.batch.clone();
+    scores_shape.extend([s1.m, s1.n]);
+    let s2 = MatMulShape::new(&scores_shape, &v.ty.shape)?;
+    if s2.batch != s1.batch {
+        return Err(format!(
+            "V {:?} broadcasts the batch of the scores {scores_shape:?}",
+            v.ty.shape
+        ));
+    }
+    let dims = Dims {
+        m: s1.m,
+        d: s1.k,
+        t: s1.n,
+        dv: s2.n,
+    };
+    let [_, v_at, scores_at, _] = plan.scratch_layout(&dims);
+    let scratch = ctx
+        .scratch
+        .ok_or("the attention plan gave no scratch for the scores")?;
+    let rank = scores_shape.len();
+    // The mask's element strides over the scores' axes (0 where it broadcasts).
+    let mask_strides = mask
+        .as_ref()
+        .map(|m| broadcast_strides(&m.ty.shape, &scores_shape));
+    let geom = plan.gemm;
+    let scores_spec = |rows: usize| GemmSpec {
+        m: rows,
+        n: dims.t,
+        k: dims.d,
+        a: ALayout::Strided {
+            row_stride: dims.d,
+            col_stride: 1,
+        },
+        b: if plan.pack_kt {
+            BLayout::Packed
+        } else {
+            BLayout::Rows { row_stride: dims.t }
+        },
+        ldc: dims.t,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: mask_strides
+            .iter()
+            .map(|s| Addend {
+                row_stride: s[rank - 2],
+                col_stride: s[rank - 1],
+                scale: 1.0,
+            })
+            .collect(),
+        activation: Activation::None,
+        geometry: geom,
+        b_taps: vec![],
+    };
+    let output_spec = |rows: usize| GemmSpec {
+        m: rows,
+        n: dims.dv,
+        k: dims.t,
+        a: ALayout::Strided {
+            row_stride: dims.t,
+            col_stride: 1,
+        },
+        b: if plan.pack_v {
+            BLayout::Packed
+        } else {
+            BLayout::Rows {
+                row_stride: dims.dv,
+            }
+        },
+        ldc: dims.dv,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: vec![],
+        activation: Activation::None,
+        geometry: geom,
+        b_taps: vec![],
+    };
+    let full_blocks = dims.m / plan.block_rows;
+    let tail_rows = dims.m % plan.block_rows;
+    let mut steps = Vec::new();
+    for (rows, count) in [(plan.block_rows, full_blocks), (tail_rows, 1)] {
+        if rows > 0 && count > 0 {
+            steps.push(BlockCode {
+                rows,
+                scores: GemmKernel::define(ctx, &scores_spec(rows))?,
+                softmax: SoftmaxRows::define(ctx, plan.softmax, rows, dims.t)?,
+                output: GemmKernel::define(ctx, &output_spec(rows))?,
+            });
+        }
+    }
+    let y_strides = kernel::strides_of(&s1.batch);
+    let b = &mut *ctx.b;
+    let scores_block = b.ins().iadd_imm_s(scratch, scores_at as i64);
+    kernel::nested_loop(b, &s1.batch, &mut |b, idx| {
+        let q_ptr = batch_ptr(b, q.ptr, idx, &s1.a_batch_strides, dims.m * dims.d);
+        let mut kt_ptr = batch_ptr(b, kt.ptr, idx, &s1.b_batch_strides, dims.d * dims.t);
+        if plan.pack_kt {
+            pack_b_at_run_time(b, &geom, (dims.d, dims.t, dims.t), kt_ptr, scratch);
+            kt_ptr = scratch;
+        }
+        let mut v_ptr = batch_ptr(b, v.ptr, idx, &s2.b_batch_strides, dims.t * dims.dv);
+        if plan.pack_v {
+            let packed = b.ins().iadd_imm_s(scratch, v_at as i64);
+            pack_b_at_run_time(b, &geom, (dims.t, dims.dv, dims.dv), v_ptr, packed);
+            v_ptr = packed;
+        }
+        let y_ptr = batch_ptr(b, y.ptr, idx, &y_strides, dims.m * dims.dv);
+        let mask_at = mask.as_ref().zip(mask_strides.as_ref()).map(|(m, s)| {
+            let bytes: Vec<usize> = s[..rank - 2].iter().map(|x| x * F32).collect();
+            let off = kernel::linear_offset(b, idx, &bytes);
+            (b.ins().iadd(m.ptr, off), s[rank - 2])
+        });
+        let block = |b: &mut cranelift_frontend::FunctionBuilder, code: &BlockCode, r0: Value| {
+            let at = |b: &mut cranelift_frontend::FunctionBuilder, base: Value, row: usize| {
+                kernel::elem_addr(b, base, r0, row * F32)
+            };
+            let q_rows = at(b, q_ptr, dims.d);
+            let addends: Vec<Value> = mask_at
+                .iter()
+                .map(|&(base, row_stride)| at(b, base, row_stride))
+                .collect();
+            code.scores.call(b, q_rows, kt_ptr, scores_block, &addends);
+            code.softmax.call(b, scores_block);
+            let y_rows = at(b, y_ptr, dims.dv);
+            code.output.call(b, scores_block, v_ptr, y_rows, &[]);
+        };
+        for (i, code) in steps.iter().enumerate() {
+            if i == 0 && code.rows == plan.block_rows {
+                kernel::counted_loop(b, 0, full_blocks as i64, 1, |b, blk| {
+                    let r0 = b.ins().imul_imm_s(blk, plan.block_rows as i64);
+                    block(b, code, r0);
+                });
+            } else {
+                let r0 = b
+                    .ins()
+                    .iconst(kernel::PTR, (full_blocks * plan.block_rows) as i64);
+                block(b, code, r0);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The code of one block size: its scores GEMM, softmax rows and output GEMM.
+struct BlockCode {
+    rows: usize,
+    scores: GemmKernel,
+    softmax: SoftmaxRows,
+    output: GemmKernel,
+}
