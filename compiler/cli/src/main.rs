@@ -158,8 +158,8 @@ enum Command {
         #[arg(long)]
         dump_passes: bool,
         /// The graph passes to run, comma-separated, in order: `default`, `none`, or
-        /// names from qdq, const_fold, cse, views, dead_taps, scale_operand, fold_affine,
-        /// gelu, small_powers, batch_gemm, tap_split, fuse_epilogue, dce
+        /// names from qdq, const_fold, cse, views, dead_taps, scale_operand, attention,
+        /// fold_affine, gelu, small_powers, batch_gemm, tap_split, fuse_epilogue, dce
         /// (default: `default`).
         #[arg(long)]
         passes: Option<String>,
