@@ -30,7 +30,8 @@ use crate::ops::Activation;
 const F32: usize = 4;
 
 /// Bytes of scores a block of query rows holds at most: with the packed V panel being
-/// read (48 floats × T) and the block of Q, it stays in L2.
+/// read (48 floats × T) and the block of Q, it stays in L2. Whisper's encoder (T = 1500)
+/// measured flat around it: 64, 128 and 256 KB gave 73.1, 74.3 and 74.2 ms.
 const SCORES_BLOCK_BYTES: usize = 128 << 10;
 
 /// How an Attention node runs: decided by [`plan_attention`], followed by lowering.
