@@ -1,7 +1,7 @@
 /*
  * nnc.h — the C ABI of every model compiled by nnc.
  *
- * A compiled model is a native library exporting three functions whose names
+ * A compiled model is a native library exporting five functions whose names
  * start with a PREFIX chosen at compile time: empty by default, `foo_` with
  * `nnc --name foo`, so that several models can be linked into one program.
  *
@@ -9,6 +9,9 @@
  *   int32_t PREFIXinfer_with_workspace(const void *const *inputs,
  *                                      void *const *outputs, void *workspace);
  *   const nnc_model_info *PREFIXmodel_info(void);
+ *   uint64_t PREFIXworkspace_size(const nnc_run_options *options);
+ *   int32_t PREFIXrun(const void *const *inputs, void *const *outputs,
+ *                     void *workspace, const nnc_run_options *options);
  *
  * Use NNC_DECLARE_MODEL(PREFIX) below to declare them when linking directly;
  * use the nnc_*_fn typedefs with dlsym() when loading at run time.
@@ -33,9 +36,9 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 2
+#define NNC_ABI_VERSION 3
 
-/* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace ---------- */
+/* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
 /* Success: every output buffer has been written. */
 #define NNC_OK 0
@@ -54,6 +57,15 @@ extern "C" {
  * (the default) return it; `--index-checks clamp` clamps such an index into
  * range instead. Since ABI version 2. */
 #define NNC_ERR_INDEX_OUT_OF_RANGE 3
+/* PREFIXrun only: `options->size` is smaller than the fields of ABI version
+ * 3 up to `pool` (so the options cannot be read), or `options->pool` has
+ * num_threads 0 or a NULL parallel_for. Nothing has been written. Since ABI
+ * version 3. */
+#define NNC_ERR_BAD_OPTIONS 4
+/* PREFIXrun only: `options->workspace_bytes` is not 0 and smaller than
+ * PREFIXworkspace_size(options). Nothing has been written. Since ABI
+ * version 3. */
+#define NNC_ERR_WORKSPACE_TOO_SMALL 5
 
 /* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
 
@@ -110,6 +122,37 @@ typedef struct nnc_model_info {
     uint64_t workspace_align;
 } nnc_model_info;
 
+/* ---- Threads: a caller-owned pool (since ABI version 3) ------------------
+ *
+ * A library never creates threads. PREFIXrun takes, through its options, a
+ * pool the caller owns (and may share between models and between calls):
+ * parallel_for must return only after task(task_ctx, i, worker) has run
+ * exactly once for every i in [0, n); `worker` < num_threads names the thread
+ * that ran it (the library keeps per-worker scratch in the workspace). The
+ * calling thread may run tasks itself. The library calls nothing but
+ * parallel_for, and only from inside PREFIXrun.
+ *
+ * How a node's work is split into tasks is fixed when the model is compiled,
+ * never by the number of threads, and every task computes its outputs with
+ * the same operations in the same order: the outputs are bit-identical for
+ * every pool, with any number of threads, and with no pool at all.
+ *
+ * `nnc_pool.h` (beside this header) is a ready pthread pool. */
+typedef void (*nnc_task_fn)(void *task_ctx, uint32_t index, uint32_t worker);
+typedef struct nnc_thread_pool {
+    void *ctx;
+    uint32_t num_threads;
+    void (*parallel_for)(void *ctx, uint32_t n, nnc_task_fn task, void *task_ctx);
+} nnc_thread_pool;
+
+typedef struct nnc_run_options {
+    uint32_t size;               /* sizeof(nnc_run_options): later versions append fields */
+    const nnc_thread_pool *pool; /* NULL: everything on the calling thread */
+    /* Bytes at `workspace`, checked against PREFIXworkspace_size(options) when
+     * not 0 (0: the caller vouches for the size). */
+    uint64_t workspace_bytes;
+} nnc_run_options;
+
 /* ---- Entry points -------------------------------------------------------
  *
  * infer:                uses a static arena inside the library, so it is
@@ -117,12 +160,26 @@ typedef struct nnc_model_info {
  * infer_with_workspace: uses only the caller's `workspace`, so calls with
  *                       distinct workspaces may run concurrently.
  * model_info:           never NULL; the same static object on every call.
+ * workspace_size:       the bytes of workspace a run with these options needs
+ *                       (aligned to model_info()->workspace_align); NULL
+ *                       options, or no pool, or a pool of one thread:
+ *                       model_info()->workspace_size.
+ * run:                  infer_with_workspace with options: NULL options, or
+ *                       no pool, run everything on the calling thread; with a
+ *                       pool, the nodes worth it are split into tasks run by
+ *                       its parallel_for. Reentrant, allocates nothing: calls
+ *                       with distinct workspaces (of workspace_size(options)
+ *                       bytes each) may run concurrently, sharing one pool.
+ *                       Returns the codes above.
  */
 typedef int32_t (*nnc_infer_fn)(const void *const *inputs, void *const *outputs);
 typedef int32_t (*nnc_infer_with_workspace_fn)(const void *const *inputs,
                                                void *const *outputs,
                                                void *workspace);
 typedef const nnc_model_info *(*nnc_model_info_fn)(void);
+typedef uint64_t (*nnc_workspace_size_fn)(const nnc_run_options *options);
+typedef int32_t (*nnc_run_fn)(const void *const *inputs, void *const *outputs,
+                              void *workspace, const nnc_run_options *options);
 
 /* Declares the entry points of a model compiled with the given PREFIX, e.g.
  * NNC_DECLARE_MODEL(foo_) or, for the default empty prefix,
@@ -138,7 +195,12 @@ typedef const nnc_model_info *(*nnc_model_info_fn)(void);
                                        void *const *outputs);                  \
     NNC_EXTERN_C int32_t PREFIX##infer_with_workspace(                         \
         const void *const *inputs, void *const *outputs, void *workspace);     \
-    NNC_EXTERN_C const nnc_model_info *PREFIX##model_info(void)
+    NNC_EXTERN_C const nnc_model_info *PREFIX##model_info(void);               \
+    NNC_EXTERN_C uint64_t PREFIX##workspace_size(                              \
+        const nnc_run_options *options);                                       \
+    NNC_EXTERN_C int32_t PREFIX##run(const void *const *inputs,                \
+                                     void *const *outputs, void *workspace,    \
+                                     const nnc_run_options *options)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -9,10 +9,11 @@ use std::ffi::{c_char, c_void, CStr};
 pub const NNC_H: &str = include_str!("../include/nnc.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 2;
+pub const NNC_ABI_VERSION: u32 = 3;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
-/// that never returns it.
+/// that never returns it; version 3 added `run` and `workspace_size` (threads), which
+/// older libraries lack (see [`NncRunOptions`]).
 pub const NNC_ABI_VERSION_OLDEST: u32 = 1;
 
 /// Success: every output buffer has been written.
@@ -25,6 +26,13 @@ pub const NNC_ERR_MISALIGNED_WORKSPACE: i32 = 2;
 /// outside any buffer was touched, but the outputs may be partly written (ABI 2).
 pub const NNC_ERR_INDEX_OUT_OF_RANGE: i32 = 3;
 
+/// `options->size` too small to read, or a pool without threads or `parallel_for`
+/// (`run` only, ABI 3).
+pub const NNC_ERR_BAD_OPTIONS: i32 = 4;
+/// `options->workspace_bytes` is not 0 and below `workspace_size(options)` (`run`
+/// only, ABI 3).
+pub const NNC_ERR_WORKSPACE_TOO_SMALL: i32 = 5;
+
 /// What an `infer` return code means, for error messages.
 pub fn status_message(code: i32) -> String {
     match code {
@@ -35,6 +43,12 @@ pub fn status_message(code: i32) -> String {
         }
         NNC_ERR_INDEX_OUT_OF_RANGE => "an index in the input data is out of range \
              (NNC_ERR_INDEX_OUT_OF_RANGE); the outputs are not valid"
+            .into(),
+        NNC_ERR_BAD_OPTIONS => "unreadable run options or a pool without threads \
+             (NNC_ERR_BAD_OPTIONS)"
+            .into(),
+        NNC_ERR_WORKSPACE_TOO_SMALL => "a workspace smaller than workspace_size(options) \
+             (NNC_ERR_WORKSPACE_TOO_SMALL)"
             .into(),
         c => format!("unknown NNC error code {c}"),
     }
@@ -133,6 +147,8 @@ pub fn dtype_name(code: i32) -> Option<&'static str> {
 pub const INFER_SYMBOL: &str = "infer";
 pub const INFER_WITH_WORKSPACE_SYMBOL: &str = "infer_with_workspace";
 pub const MODEL_INFO_SYMBOL: &str = "model_info";
+pub const WORKSPACE_SIZE_SYMBOL: &str = "workspace_size";
+pub const RUN_SYMBOL: &str = "run";
 
 /// The symbol prefix for a model compiled with `--name <model_name>`:
 /// empty without a name, `foo_` for `foo`.
@@ -176,6 +192,53 @@ unsafe impl Sync for NncTensorInfo {}
 unsafe impl Send for NncTensorInfo {}
 unsafe impl Sync for NncModelInfo {}
 unsafe impl Send for NncModelInfo {}
+
+/// `nnc_task_fn`: one task of a node, `task(task_ctx, index, worker)`.
+pub type NncTaskFn = unsafe extern "C" fn(*mut c_void, u32, u32);
+
+/// `nnc_thread_pool`: a caller-owned pool. `parallel_for(ctx, n, task, task_ctx)`
+/// returns after `task(task_ctx, i, worker)` has run once for every `i < n`, each with
+/// a `worker < num_threads` unique among the tasks running at once.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncThreadPool {
+    pub ctx: *mut c_void,
+    pub num_threads: u32,
+    pub parallel_for: unsafe extern "C" fn(*mut c_void, u32, NncTaskFn, *mut c_void),
+}
+
+/// `nnc_run_options`: what `run` and `workspace_size` take.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncRunOptions {
+    /// `size_of::<NncRunOptions>()`: later versions append fields.
+    pub size: u32,
+    /// Null: everything on the calling thread.
+    pub pool: *const NncThreadPool,
+    /// Bytes at `workspace`, checked against `workspace_size` when not 0.
+    pub workspace_bytes: u64,
+}
+
+impl NncRunOptions {
+    /// Options for `pool` (none: single-threaded) and a workspace of `workspace_bytes`.
+    pub fn new(pool: Option<&NncThreadPool>, workspace_bytes: u64) -> NncRunOptions {
+        NncRunOptions {
+            size: std::mem::size_of::<NncRunOptions>() as u32,
+            pool: pool.map_or(std::ptr::null(), |p| p as *const NncThreadPool),
+            workspace_bytes,
+        }
+    }
+}
+
+/// `PREFIXworkspace_size`: bytes of workspace a run with these options needs.
+pub type WorkspaceSizeFn = unsafe extern "C" fn(*const NncRunOptions) -> u64;
+/// `PREFIXrun`: `infer_with_workspace` with options (a pool); reentrant.
+pub type RunFn = unsafe extern "C" fn(
+    *const *const c_void,
+    *const *mut c_void,
+    *mut c_void,
+    *const NncRunOptions,
+) -> i32;
 
 /// `PREFIXinfer`: runs on the library's internal arena; not reentrant.
 pub type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;

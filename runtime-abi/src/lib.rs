@@ -8,5 +8,7 @@
 pub mod abi;
 #[cfg(feature = "loader")]
 pub mod loader;
+pub mod pool;
 
 pub use abi::*;
+pub use pool::ThreadPool;

@@ -39,11 +39,19 @@ int main(void) {
     FACT("offsetof(nnc_model_info, outputs)", offsetof(nnc_model_info, outputs));
     FACT("offsetof(nnc_model_info, workspace_size)", offsetof(nnc_model_info, workspace_size));
     FACT("offsetof(nnc_model_info, workspace_align)", offsetof(nnc_model_info, workspace_align));
+    FACT("sizeof(nnc_thread_pool)", sizeof(nnc_thread_pool));
+    FACT("offsetof(nnc_thread_pool, num_threads)", offsetof(nnc_thread_pool, num_threads));
+    FACT("offsetof(nnc_thread_pool, parallel_for)", offsetof(nnc_thread_pool, parallel_for));
+    FACT("sizeof(nnc_run_options)", sizeof(nnc_run_options));
+    FACT("offsetof(nnc_run_options, pool)", offsetof(nnc_run_options, pool));
+    FACT("offsetof(nnc_run_options, workspace_bytes)", offsetof(nnc_run_options, workspace_bytes));
     FACT("NNC_ABI_VERSION", NNC_ABI_VERSION);
     FACT("NNC_OK", NNC_OK);
     FACT("NNC_ERR_NULL_POINTER", NNC_ERR_NULL_POINTER);
     FACT("NNC_ERR_MISALIGNED_WORKSPACE", NNC_ERR_MISALIGNED_WORKSPACE);
     FACT("NNC_ERR_INDEX_OUT_OF_RANGE", NNC_ERR_INDEX_OUT_OF_RANGE);
+    FACT("NNC_ERR_BAD_OPTIONS", NNC_ERR_BAD_OPTIONS);
+    FACT("NNC_ERR_WORKSPACE_TOO_SMALL", NNC_ERR_WORKSPACE_TOO_SMALL);
     FACT("NNC_DTYPE_FLOAT", NNC_DTYPE_FLOAT);
     FACT("NNC_DTYPE_BOOL", NNC_DTYPE_BOOL);
     FACT("NNC_DTYPE_BFLOAT16", NNC_DTYPE_BFLOAT16);
@@ -53,7 +61,7 @@ int main(void) {
 
 /// The same facts as `LAYOUT_PROBE_C` prints, from the Rust definitions.
 fn expected_facts() -> String {
-    let facts: [(&str, usize); 23] = [
+    let facts: [(&str, usize); 31] = [
         ("sizeof(nnc_tensor_info)", size_of::<NncTensorInfo>()),
         ("alignof(nnc_tensor_info)", align_of::<NncTensorInfo>()),
         (
@@ -102,6 +110,24 @@ fn expected_facts() -> String {
             "offsetof(nnc_model_info, workspace_align)",
             offset_of!(NncModelInfo, workspace_align),
         ),
+        ("sizeof(nnc_thread_pool)", size_of::<NncThreadPool>()),
+        (
+            "offsetof(nnc_thread_pool, num_threads)",
+            offset_of!(NncThreadPool, num_threads),
+        ),
+        (
+            "offsetof(nnc_thread_pool, parallel_for)",
+            offset_of!(NncThreadPool, parallel_for),
+        ),
+        ("sizeof(nnc_run_options)", size_of::<NncRunOptions>()),
+        (
+            "offsetof(nnc_run_options, pool)",
+            offset_of!(NncRunOptions, pool),
+        ),
+        (
+            "offsetof(nnc_run_options, workspace_bytes)",
+            offset_of!(NncRunOptions, workspace_bytes),
+        ),
         ("NNC_ABI_VERSION", NNC_ABI_VERSION as usize),
         ("NNC_OK", NNC_OK as usize),
         ("NNC_ERR_NULL_POINTER", NNC_ERR_NULL_POINTER as usize),
@@ -112,6 +138,11 @@ fn expected_facts() -> String {
         (
             "NNC_ERR_INDEX_OUT_OF_RANGE",
             NNC_ERR_INDEX_OUT_OF_RANGE as usize,
+        ),
+        ("NNC_ERR_BAD_OPTIONS", NNC_ERR_BAD_OPTIONS as usize),
+        (
+            "NNC_ERR_WORKSPACE_TOO_SMALL",
+            NNC_ERR_WORKSPACE_TOO_SMALL as usize,
         ),
         ("NNC_DTYPE_FLOAT", NNC_DTYPE_FLOAT as usize),
         ("NNC_DTYPE_BOOL", NNC_DTYPE_BOOL as usize),

@@ -24,6 +24,10 @@ pub struct NodeKernel {
     pub scratch_bytes: usize,
     /// Why this strategy: the rule that chose it, or the option that forced it.
     pub reason: String,
+    /// Tasks the node's work is split into for `run` with a thread pool (1: not
+    /// split). Fixed here, whatever the number of threads, so outputs never depend on
+    /// it (see [`super::tasks`]).
+    pub tasks: usize,
 }
 
 /// How a node is computed. Families with one code shape are [`Strategy::Clif`]; the
@@ -121,7 +125,14 @@ impl NodeKernel {
             strategy,
             scratch_bytes,
             reason: reason.into(),
+            tasks: 1,
         }
+    }
+
+    /// The same plan split into `tasks` tasks.
+    pub fn with_tasks(mut self, tasks: usize) -> NodeKernel {
+        self.tasks = tasks.max(1);
+        self
     }
 
     fn clif(reason: &str) -> NodeKernel {
@@ -289,6 +300,9 @@ impl fmt::Display for NodeKernel {
         }
         if self.scratch_bytes > 0 {
             write!(f, " scratch {} B", self.scratch_bytes)?;
+        }
+        if self.tasks > 1 {
+            write!(f, " tasks {}", self.tasks)?;
         }
         write!(f, " ({})", self.reason)
     }

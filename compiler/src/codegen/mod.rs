@@ -11,8 +11,10 @@ mod model_info;
 pub mod options;
 pub mod plan;
 pub mod rodata_pool;
+mod run;
 mod shared_tables;
 pub mod target;
+pub mod tasks;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -149,6 +151,8 @@ pub fn compile_graph_reporting(
     let mut half_area = 0usize;
     let mut rodata = RodataPool::default();
     let mut node_fns = vec![None; graph.nodes.len()];
+    // Per split node: its arguments without the task index, and which is the scratch.
+    let mut task_args: Vec<Option<(usize, Option<usize>)>> = vec![None; graph.nodes.len()];
     progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
     for (k, node) in graph.nodes.iter().enumerate() {
         progress.step(crate::progress::Task::CodeGeneration);
@@ -157,9 +161,11 @@ pub fn compile_graph_reporting(
         }
         let n_operands = node.inputs.iter().flatten().count() + node.outputs.len();
         let table = plan.operand_tables[k].is_some();
+        let split = kernels.nodes[k].tasks > 1;
         let n_args = if table { 1 } else { n_operands }
             + usize::from(plan.scratch[k].is_some())
-            + usize::from(expand.is_some());
+            + usize::from(expand.is_some())
+            + usize::from(split);
         let mut node_half_bytes = 0;
         let weight_label = node
             .inputs
@@ -178,6 +184,19 @@ pub fn compile_graph_reporting(
         // others return nothing (so `--index-checks clamp` code is what it always was).
         let checks_indices =
             lower::index_check::node_checks_indices(&node.op, indices_constant, opts.index_checks);
+        if split {
+            if checks_indices {
+                return Err(codegen_err(
+                    &node.name,
+                    "a node that checks indices cannot be split into tasks",
+                ));
+            }
+            let first_scratch = if table { 1 } else { n_operands };
+            task_args[k] = Some((
+                n_args - 1,
+                plan.scratch[k].is_some().then_some(first_scratch),
+            ));
+        }
         let sig = ptr_signature(&module, n_args, checks_indices);
         let name = format!("nnc_node_{k}");
         let id = define_function(
@@ -228,6 +247,7 @@ pub fn compile_graph_reporting(
                     used: 0,
                     expand,
                 });
+                let task = if split { next.next() } else { None };
                 let fail = checks_indices.then(|| b.create_block());
                 let on_bad_index = match fail {
                     Some(block) => lower::index_check::OnBadIndex::Fail(block),
@@ -241,6 +261,7 @@ pub fn compile_graph_reporting(
                     inputs,
                     outputs,
                     scratch,
+                    task,
                     half,
                     on_bad_index,
                     rodata: &mut rodata,
@@ -302,18 +323,78 @@ pub fn compile_graph_reporting(
     let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
     let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
     let clear_upper = define_clear_upper_vector_state(&mut module, &opts.target)?;
+    let tasks: Vec<usize> = kernels.nodes.iter().map(|n| n.tasks).collect();
+    let max_args = task_args.iter().flatten().map(|a| a.0).max().unwrap_or(0);
+    let scratch_sizes: Vec<usize> = kernels.scratch_bytes();
+    let (record_offset, extra_offset, worker_stride) =
+        run::layout(plan.arena_size, &tasks, &scratch_sizes, max_args);
+    let mut trampolines = vec![None; graph.nodes.len()];
+    for (k, a) in task_args.iter().enumerate() {
+        if let (Some((n_args, scratch_arg)), Some(fid)) = (a, node_fns[k]) {
+            trampolines[k] = Some(run::define_trampoline(
+                &mut module,
+                &mut ctx,
+                &mut fctx,
+                &isa,
+                (fid, k),
+                *n_args,
+                *scratch_arg,
+                (tasks[k], worker_stride),
+            )?);
+        }
+    }
+    let pooled = run::Pooled {
+        trampolines,
+        tasks,
+        record_offset,
+        extra_offset,
+        worker_stride,
+    };
+    let sequence = NodeSequence {
+        graph,
+        plan: &plan,
+        node_fns: &node_fns,
+        weights,
+        copy_fn,
+        clear_upper,
+        pass_workspace: expand.is_some(),
+        pooled: &pooled,
+    };
     let infer_ws = define_infer_with_workspace(
         &mut module,
         &mut ctx,
         &mut fctx,
         &isa,
-        graph,
-        &plan,
-        &node_fns,
-        weights,
-        copy_fn,
-        clear_upper,
-        expand.is_some(),
+        &sequence,
+        false,
+        &format!("{}infer_with_workspace", opts.prefix),
+    )?;
+    let run_pooled = define_infer_with_workspace(
+        &mut module,
+        &mut ctx,
+        &mut fctx,
+        &isa,
+        &sequence,
+        true,
+        "nnc_run_pooled",
+    )?;
+    run::define_workspace_size(
+        &mut module,
+        &mut ctx,
+        &mut fctx,
+        &isa,
+        &pooled,
+        plan.arena_size,
+        &opts.prefix,
+    )?;
+    run::define_run(
+        &mut module,
+        &mut ctx,
+        &mut fctx,
+        &isa,
+        &pooled,
+        plan.arena_size,
+        (infer_ws, run_pooled),
         &opts.prefix,
     )?;
     define_infer(
@@ -643,33 +724,57 @@ fn emit_argument_checks(
     (fail_null, fail_align)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the node sequence of `infer_with_workspace` (and of `run` with a pool) calls.
+struct NodeSequence<'a> {
+    graph: &'a Graph,
+    plan: &'a MemoryPlan,
+    node_fns: &'a [Option<FuncId>],
+    weights: cranelift_module::DataId,
+    copy_fn: FuncId,
+    clear_upper: Option<FuncId>,
+    pass_workspace: bool,
+    pooled: &'a run::Pooled,
+}
+
+/// `infer_with_workspace(inputs, outputs, workspace)`: every node in order, a split
+/// node's tasks in a loop; or, `with_pool`, the local `run_pooled(inputs, outputs,
+/// workspace, pool)` that launches the split nodes' tasks on the pool.
 fn define_infer_with_workspace(
     module: &mut ObjectModule,
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,
     isa: &Arc<dyn TargetIsa>,
-    graph: &Graph,
-    plan: &MemoryPlan,
-    node_fns: &[Option<FuncId>],
-    weights: cranelift_module::DataId,
-    copy_fn: FuncId,
-    clear_upper: Option<FuncId>,
-    pass_workspace: bool,
-    prefix: &str,
+    seq: &NodeSequence,
+    with_pool: bool,
+    name: &str,
 ) -> Result<FuncId> {
-    let name = format!("{prefix}infer_with_workspace");
-    let sig = ptr_signature(module, 3, true);
+    let NodeSequence {
+        graph,
+        plan,
+        node_fns,
+        weights,
+        copy_fn,
+        clear_upper,
+        pass_workspace,
+        pooled,
+    } = *seq;
+    let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
+    let linkage = if with_pool {
+        Linkage::Local
+    } else {
+        Linkage::Export
+    };
     define_function(
         module,
         ctx,
         fctx,
         isa,
-        &name,
-        Linkage::Export,
+        name,
+        linkage,
         sig,
         |b, module, p| {
             let (inputs, outputs, ws) = (p[0], p[1], p[2]);
+            let pool = with_pool.then(|| p[3]);
             if let Some(f) = clear_upper {
                 let fref = module.declare_func_in_func(f, b.func);
                 b.ins().call(fref, &[]);
@@ -735,6 +840,23 @@ fn define_infer_with_workspace(
                 }
                 if pass_workspace {
                     args.push(ws);
+                }
+                let tasks = pooled.tasks[k];
+                if tasks > 1 {
+                    match pool {
+                        Some(pool) => {
+                            run::emit_pooled_launch(b, module, pooled, k, &args, (ws, pool));
+                        }
+                        None => {
+                            let fref = module.declare_func_in_func(fid, b.func);
+                            kernel::counted_loop(b, 0, tasks as i64, 1, |b, t| {
+                                let mut with_task = args.clone();
+                                with_task.push(t);
+                                b.ins().call(fref, &with_task);
+                            });
+                        }
+                    }
+                    continue;
                 }
                 let fref = module.declare_func_in_func(fid, b.func);
                 let call = b.ins().call(fref, &args);

@@ -157,6 +157,56 @@ impl Compiled {
         }
     }
 
+    /// Runs once through `run` with `pool` (None: no pool) on a workspace of exactly
+    /// `workspace_size(options)` bytes followed by guard bytes that must stay intact;
+    /// a nonzero status is an error.
+    #[allow(dead_code)]
+    pub fn run_pooled(
+        &self,
+        g: &Graph,
+        inputs: &[Tensor],
+        pool: Option<&nnc_runtime_abi::NncThreadPool>,
+    ) -> Result<Vec<Tensor>, String> {
+        use nnc_runtime_abi::{NncRunOptions, RunFn, WorkspaceSizeFn};
+        let run = unsafe { self.lib.get::<RunFn>(b"run\0") }.map_err(|e| e.to_string())?;
+        let size = unsafe { self.lib.get::<WorkspaceSizeFn>(b"workspace_size\0") }
+            .map_err(|e| e.to_string())?;
+        let mut options = NncRunOptions::new(pool, 0);
+        let bytes = unsafe { size(&options) } as usize;
+        options.workspace_bytes = bytes as u64;
+        // 64-byte aligned, then the guard.
+        let mut ws = vec![GUARD_BYTE; bytes + 64 + GUARD];
+        let pad = ws.as_ptr().align_offset(64);
+        let mut buffers = Buffers::new(g, inputs);
+        let ins: Vec<*const c_void> = buffers.inputs.iter().map(|b| b.as_ptr().cast()).collect();
+        let outs: Vec<*mut c_void> = buffers
+            .outputs
+            .iter_mut()
+            .map(|b| b.as_mut_ptr().cast())
+            .collect();
+        let status = unsafe {
+            run(
+                ins.as_ptr(),
+                outs.as_ptr(),
+                ws.as_mut_ptr().add(pad).cast(),
+                &options,
+            )
+        };
+        if status != 0 {
+            return Err(format!("run returned {status}"));
+        }
+        if ws[pad + bytes..pad + bytes + GUARD]
+            .iter()
+            .any(|&b| b != GUARD_BYTE)
+        {
+            return Err("run wrote past the end of its workspace".into());
+        }
+        match buffers.overruns().as_slice() {
+            [] => buffers.tensors(g),
+            outs => Err(format!("run wrote past the end of outputs {outs:?}")),
+        }
+    }
+
     /// Best wall time of `reps` runs, in seconds (buffers prepared once, outside the
     /// timing).
     pub fn best_time(&self, g: &Graph, inputs: &[Tensor], reps: usize) -> f64 {

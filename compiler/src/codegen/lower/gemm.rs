@@ -20,7 +20,9 @@ use cranelift_module::{FuncId, Module, ModuleReloc};
 use super::LowerCtx;
 use crate::codegen::kernel::PTR;
 use crate::codegen::kernels::x86;
+use crate::codegen::tasks::Split;
 use crate::ops::Activation;
+use cranelift_codegen::ir::condcodes::IntCC;
 
 /// A GEMM function defined in the module, callable from the node being lowered.
 pub struct GemmKernel {
@@ -200,4 +202,96 @@ pub(super) fn define_machine_code(
         .define_function_bytes(id, 64, code, &[])
         .map_err(|e| e.to_string())?;
     Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
+}
+
+/// How a GEMM of `spec`'s shape is split into tasks: by its row tiles, when A is read
+/// with a row stride (packed A is laid out K block by K block for all rows at once).
+pub fn row_split(spec_m: usize, n: usize, k: usize, a: &ALayout, geom: &Geometry) -> Split {
+    if !matches!(a, ALayout::Strided { .. }) {
+        return Split::of(1, 0);
+    }
+    Split::of(spec_m.div_ceil(geom.mr), spec_m * n * k)
+}
+
+/// Emits `C = A·B (+ addends)` for `spec`, or, when the node is split into tasks, for
+/// the current task's rows only (see [`row_split`]): whole row tiles per task, so every
+/// element is computed exactly as without the split.
+pub fn call_split_by_rows(
+    ctx: &mut LowerCtx,
+    spec: &GemmSpec,
+    a: Value,
+    b_ptr: Value,
+    c: Value,
+    addends: &[Value],
+) -> Result<(), String> {
+    let Some(task) = ctx.task else {
+        let kernel = GemmKernel::define(ctx, spec)?;
+        kernel.call(ctx.b, a, b_ptr, c, addends);
+        return Ok(());
+    };
+    let split = row_split(spec.m, spec.n, spec.k, &spec.a, &spec.geometry);
+    if split.tasks != ctx.kernel.tasks {
+        return Err(format!(
+            "the plan split this GEMM into {} tasks, its rows into {}",
+            ctx.kernel.tasks, split.tasks
+        ));
+    }
+    let ALayout::Strided { row_stride, .. } = spec.a else {
+        return Err("a GEMM with packed A is not split by rows".into());
+    };
+    let mr = spec.geometry.mr;
+    let rows = split.per * mr;
+    let last_rows = spec.m - rows * (split.tasks - 1);
+    let full = GemmKernel::define(
+        ctx,
+        &GemmSpec {
+            m: rows,
+            ..spec.clone()
+        },
+    )?;
+    let last = if last_rows == rows {
+        None
+    } else {
+        Some(GemmKernel::define(
+            ctx,
+            &GemmSpec {
+                m: last_rows,
+                ..spec.clone()
+            },
+        )?)
+    };
+    let b = &mut *ctx.b;
+    let r0 = b.ins().imul_imm_s(task, rows as i64);
+    let at = |b: &mut FunctionBuilder, base: Value, row_elems: usize| {
+        crate::codegen::kernel::elem_addr(b, base, r0, row_elems * 4)
+    };
+    let a_rows = at(b, a, row_stride);
+    let c_rows = at(b, c, spec.ldc);
+    let addend_rows: Vec<Value> = spec
+        .addends
+        .iter()
+        .zip(addends)
+        .map(|(d, &p)| at(b, p, d.row_stride))
+        .collect();
+    match last {
+        None => full.call(b, a_rows, b_ptr, c_rows, &addend_rows),
+        Some(last) => {
+            let is_last = b
+                .ins()
+                .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
+            let (then, other, join) = (b.create_block(), b.create_block(), b.create_block());
+            b.ins().brif(is_last, then, &[], other, &[]);
+            b.seal_block(then);
+            b.switch_to_block(then);
+            last.call(b, a_rows, b_ptr, c_rows, &addend_rows);
+            b.ins().jump(join, &[]);
+            b.seal_block(other);
+            b.switch_to_block(other);
+            full.call(b, a_rows, b_ptr, c_rows, &addend_rows);
+            b.ins().jump(join, &[]);
+            b.seal_block(join);
+            b.switch_to_block(join);
+        }
+    }
+    Ok(())
 }

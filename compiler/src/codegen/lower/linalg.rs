@@ -65,7 +65,7 @@ impl MatMulShape {
     }
 
     /// Rows of each GEMM: every batch's when they fold into one, else M.
-    fn gemm_rows(&self) -> usize {
+    pub(super) fn gemm_rows(&self) -> usize {
         if self.folds_into_rows() {
             self.batch.iter().product::<usize>() * self.m
         } else {
@@ -75,7 +75,7 @@ impl MatMulShape {
 
     /// True when B is one matrix shared by every batch and A's batches are all distinct
     /// and contiguous: the batches then stack into one GEMM with `batch·M` rows.
-    fn folds_into_rows(&self) -> bool {
+    pub(super) fn folds_into_rows(&self) -> bool {
         let dense = kernel::strides_of(&self.batch);
         self.b_batch_strides.iter().all(|&s| s == 0)
             && (0..self.batch.len())
@@ -142,7 +142,25 @@ pub fn plan_gemm(
         KernelKind::Clif if options.gemm == KernelSource::Clif => "float32; --kernel gemm=clif",
         KernelKind::Clif => "float32: no machine-code GEMM for this target",
     };
-    Some(NodeKernel::new(Strategy::Gemm(geometry), 0, reason))
+    // One GEMM over all rows (a Gemm, or a MatMul whose batches stack into rows) is
+    // split by its row tiles.
+    let rows = match gemm {
+        Some(g) => GemmShape::new(g, &a.shape, &b.shape)
+            .ok()
+            .map(|s| (s.m, s.n, s.k)),
+        None => MatMulShape::new(&a.shape, &b.shape)
+            .ok()
+            .filter(|s| s.folds_into_rows() || s.batch.iter().product::<usize>() == 1)
+            .map(|s| (s.gemm_rows(), s.n, s.k)),
+    };
+    let strided = ALayout::Strided {
+        row_stride: 0,
+        col_stride: 0,
+    };
+    let tasks = rows.map_or(1, |(m, n, k)| {
+        gemm::row_split(m, n, k, &strided, &geometry).tasks
+    });
+    Some(NodeKernel::new(Strategy::Gemm(geometry), 0, reason).with_tasks(tasks))
 }
 
 /// Rows of A from which a MatMul copies its run-time B into panels first: the x86
@@ -309,9 +327,9 @@ fn matmul_f32(
         geometry: geom,
         b_taps: vec![],
     };
-    let kernel = GemmKernel::define(ctx, &spec)?;
     let dims = (s.k, s.n, s.n);
-    if folded {
+    let batches: usize = s.batch.iter().product();
+    if folded || batches == 1 {
         let addends: Vec<Value> = bias.into_iter().chain(residual).map(|t| t.ptr).collect();
         let b_ptr = match pack_into {
             Some(scratch) => {
@@ -320,9 +338,9 @@ fn matmul_f32(
             }
             None => b_base,
         };
-        kernel.call(ctx.b, a.ptr, b_ptr, y.ptr, &addends);
-        return Ok(());
+        return gemm::call_split_by_rows(ctx, &spec, a.ptr, b_ptr, y.ptr, &addends);
     }
+    let kernel = GemmKernel::define(ctx, &spec)?;
     let y_strides = kernel::strides_of(&s.batch);
     kernel::nested_loop(ctx.b, &s.batch, &mut |bld, idx| {
         let a_ptr = batch_ptr(bld, a.ptr, idx, &s.a_batch_strides, s.m * s.k);
@@ -595,10 +613,8 @@ fn gemm_f32(
         geometry: geom,
         b_taps: vec![],
     };
-    let kernel = GemmKernel::define(ctx, &spec)?;
     let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
-    kernel.call(ctx.b, a.ptr, b_ptr, y.ptr, &c_ptrs);
-    Ok(())
+    gemm::call_split_by_rows(ctx, &spec, a.ptr, b_ptr, y.ptr, &c_ptrs)
 }
 
 #[allow(clippy::too_many_arguments)]

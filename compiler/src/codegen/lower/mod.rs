@@ -81,8 +81,12 @@ pub struct LowerCtx<'a, 'f> {
     /// `None` for omitted optional inputs.
     pub inputs: Vec<Option<Operand>>,
     pub outputs: Vec<Operand>,
-    /// Arena scratch of the planned bytes, when the node asked for some.
+    /// Arena scratch of the planned bytes, when the node asked for some (with a
+    /// thread pool, the running worker's own).
     pub scratch: Option<Value>,
+    /// The index (an i64 below the plan's `tasks`) of the task to compute, when the
+    /// kernel plan split the node; the lowering then computes only that task's share.
+    pub task: Option<Value>,
     /// Where float32 weights go when they are stored as half (`--quantize fp16`).
     pub half: Option<HalfWeights>,
     /// What an index read at run time does when it is out of range (see

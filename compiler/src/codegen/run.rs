@@ -1,0 +1,422 @@
+//! The threaded entry points of ABI version 3: `PREFIXworkspace_size(options)` and
+//! `PREFIXrun(inputs, outputs, workspace, options)`, and the task functions a thread
+//! pool calls.
+//!
+//! A node the kernel plan split into `tasks` tasks is compiled as one function taking
+//! the task index as its last parameter. Without a pool (`infer`,
+//! `infer_with_workspace`, `run` with no pool or one thread) its tasks run in a loop on
+//! the calling thread; with a pool, `run` writes the node's arguments into a launch
+//! record in the workspace and calls the pool's `parallel_for` with the node's task
+//! function, which reads them back, swaps in the running worker's scratch and computes
+//! one task. The split never depends on the thread count, so neither do the outputs.
+//!
+//! Workspace of a run with `t > 1` threads: the arena (`model_info()->workspace_size`),
+//! then the launch record, then `t − 1` scratch areas, one per worker other than 0
+//! (worker 0 uses the node's planned scratch in the arena).
+
+use std::sync::Arc;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, AbiParam, Block, InstBuilder, Signature, Value};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_module::{FuncId, Linkage, Module};
+use cranelift_object::ObjectModule;
+
+use super::kernel::{flags, PTR};
+use super::{define_function, plan, Result};
+use nnc_runtime_abi::abi::{NNC_ERR_BAD_OPTIONS, NNC_ERR_WORKSPACE_TOO_SMALL};
+
+/// Offsets in `nnc_run_options` and `nnc_thread_pool` (64-bit targets).
+const OPTIONS_POOL: i32 = 8;
+const OPTIONS_WORKSPACE_BYTES: i32 = 16;
+/// `size` must reach past `pool` (ABI 3's first two fields) ...
+const OPTIONS_MIN_SIZE: i64 = 16;
+/// ... and past `workspace_bytes` for that to be read.
+const OPTIONS_WITH_WORKSPACE_BYTES: i64 = 24;
+const POOL_NUM_THREADS: i32 = 8;
+const POOL_PARALLEL_FOR: i32 = 16;
+
+/// How the split nodes run under a pool: their task functions and the workspace
+/// layout beyond the arena.
+pub(super) struct Pooled {
+    /// Per node: its task function, when the plan split it.
+    pub trampolines: Vec<Option<FuncId>>,
+    /// Per node: its task count (1: not split).
+    pub tasks: Vec<usize>,
+    /// Where the launch record starts (after the arena).
+    pub record_offset: usize,
+    /// Where worker 1's scratch starts, and the bytes between workers' scratch.
+    pub extra_offset: usize,
+    pub worker_stride: usize,
+}
+
+impl Pooled {
+    /// True when some node is split: only then does a pool change anything.
+    pub fn any(&self) -> bool {
+        self.trampolines.iter().any(Option::is_some)
+    }
+}
+
+/// The launch record: the node function's arguments (without the task index), the
+/// base of the workers' extra scratch and the number of threads.
+pub(super) fn record_bytes(max_args: usize) -> usize {
+    (max_args + 2) * 8
+}
+
+/// Defines the task function of a split node: `(record, index, worker)` → computes
+/// task `index` with worker `worker`'s scratch (`scratch_arg`: which argument is the
+/// scratch). An index past the node's tasks does nothing; a worker number past the
+/// pool's threads uses the last worker's scratch (a pool breaking its contract gets
+/// wrong outputs, never writes outside the workspace).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn define_trampoline(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &Arc<dyn TargetIsa>,
+    (node_fn, k): (FuncId, usize),
+    n_args: usize,
+    scratch_arg: Option<usize>,
+    (tasks, worker_stride): (usize, usize),
+) -> Result<FuncId> {
+    let mut sig = module.make_signature();
+    sig.params.push(AbiParam::new(PTR));
+    sig.params.push(AbiParam::new(types::I32));
+    sig.params.push(AbiParam::new(types::I32));
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &format!("nnc_task_{k}"),
+        Linkage::Local,
+        sig,
+        |b, module, p| {
+            let (record, index, worker) = (p[0], p[1], p[2]);
+            let index = b.ins().uextend(PTR, index);
+            let run = b.create_block();
+            let done = b.create_block();
+            let in_range = b
+                .ins()
+                .icmp_imm_u(IntCC::UnsignedLessThan, index, tasks as i64);
+            b.ins().brif(in_range, run, &[], done, &[]);
+            b.seal_block(run);
+            b.switch_to_block(run);
+            let mut args: Vec<Value> = (0..n_args)
+                .map(|j| b.ins().load(PTR, flags(), record, (j * 8) as i32))
+                .collect();
+            if let Some(j) = scratch_arg {
+                let extra = b.ins().load(PTR, flags(), record, (n_args * 8) as i32);
+                let threads = b.ins().load(PTR, flags(), record, (n_args * 8 + 8) as i32);
+                let last = b.ins().iadd_imm_s(threads, -1);
+                let worker = b.ins().uextend(PTR, worker);
+                let w = b.ins().umin(worker, last);
+                // Worker w > 0: extra + (w − 1)·stride.
+                let above = b.ins().iadd_imm_s(w, -1);
+                let off = b.ins().imul_imm_s(above, worker_stride as i64);
+                let own = b.ins().iadd(extra, off);
+                args[j] = b.ins().select(w, own, args[j]);
+            }
+            args.push(index);
+            let fref = module.declare_func_in_func(node_fn, b.func);
+            b.ins().call(fref, &args);
+            b.ins().jump(done, &[]);
+            b.seal_block(done);
+            b.switch_to_block(done);
+            b.ins().return_(&[]);
+            Ok(())
+        },
+    )
+}
+
+/// The pool a run uses, read from the options after [`check_options`]: `None` when
+/// it runs on the calling thread alone.
+struct Options {
+    /// Branches here with the pool pointer when there is a pool of 2+ threads.
+    pooled: Block,
+}
+
+/// Reads `options` (maybe NULL): jumps to `bad` on unreadable options or a broken
+/// pool, to `pooled` with (pool, threads) for a pool of two or more threads, and
+/// falls through otherwise.
+fn check_options(b: &mut FunctionBuilder, options: Value, bad: Block) -> (Options, Value) {
+    let pooled = b.create_block();
+    b.append_block_param(pooled, PTR);
+    b.append_block_param(pooled, PTR);
+    let single = b.create_block();
+    let read = b.create_block();
+    let null = b.ins().icmp_imm_u(IntCC::Equal, options, 0);
+    b.ins().brif(null, single, &[], read, &[]);
+    b.seal_block(read);
+    b.switch_to_block(read);
+    let size = b.ins().uload32(flags(), options, 0);
+    let small = b
+        .ins()
+        .icmp_imm_u(IntCC::UnsignedLessThan, size, OPTIONS_MIN_SIZE);
+    let size_ok = b.create_block();
+    b.ins().brif(small, bad, &[], size_ok, &[]);
+    b.seal_block(size_ok);
+    b.switch_to_block(size_ok);
+    let pool = b.ins().load(PTR, flags(), options, OPTIONS_POOL);
+    let has_pool = b.create_block();
+    let no_pool = b.ins().icmp_imm_u(IntCC::Equal, pool, 0);
+    b.ins().brif(no_pool, single, &[], has_pool, &[]);
+    b.seal_block(has_pool);
+    b.switch_to_block(has_pool);
+    let threads = b.ins().uload32(flags(), pool, POOL_NUM_THREADS);
+    let parallel_for = b.ins().load(PTR, flags(), pool, POOL_PARALLEL_FOR);
+    let no_threads = b.ins().icmp_imm_u(IntCC::Equal, threads, 0);
+    let no_fn = b.ins().icmp_imm_u(IntCC::Equal, parallel_for, 0);
+    let broken = b.ins().bor(no_threads, no_fn);
+    let pool_ok = b.create_block();
+    b.ins().brif(broken, bad, &[], pool_ok, &[]);
+    b.seal_block(pool_ok);
+    b.switch_to_block(pool_ok);
+    let one = b.ins().icmp_imm_u(IntCC::Equal, threads, 1);
+    b.ins().brif(
+        one,
+        single,
+        &[],
+        pooled,
+        &[
+            cranelift_codegen::ir::BlockArg::Value(pool),
+            cranelift_codegen::ir::BlockArg::Value(threads),
+        ],
+    );
+    b.seal_block(single);
+    b.switch_to_block(single);
+    (Options { pooled }, size_or_zero(b, options))
+}
+
+/// `options->size` when options is not NULL, else 0 (emitted in the single-thread
+/// block, where only the workspace-bytes check needs it).
+fn size_or_zero(b: &mut FunctionBuilder, options: Value) -> Value {
+    let zero = b.ins().iconst(PTR, 0);
+    let null = b.ins().icmp_imm_u(IntCC::Equal, options, 0);
+    let read = b.create_block();
+    let join = b.create_block();
+    b.append_block_param(join, PTR);
+    b.ins().brif(
+        null,
+        join,
+        &[cranelift_codegen::ir::BlockArg::Value(zero)],
+        read,
+        &[],
+    );
+    b.seal_block(read);
+    b.switch_to_block(read);
+    let size = b.ins().uload32(flags(), options, 0);
+    b.ins()
+        .jump(join, &[cranelift_codegen::ir::BlockArg::Value(size)]);
+    b.seal_block(join);
+    b.switch_to_block(join);
+    b.block_params(join)[0]
+}
+
+/// Bytes a run with `threads` (≥ 2) threads needs.
+fn pooled_bytes(b: &mut FunctionBuilder, pooled: &Pooled, arena: usize, threads: Value) -> Value {
+    if !pooled.any() {
+        return b.ins().iconst(PTR, arena as i64);
+    }
+    let extra = b.ins().iadd_imm_s(threads, -1);
+    let extra = b.ins().imul_imm_s(extra, pooled.worker_stride as i64);
+    b.ins().iadd_imm_s(extra, pooled.extra_offset as i64)
+}
+
+/// `PREFIXworkspace_size(options)`: the arena, plus the launch record and a scratch
+/// area per extra worker when a pool of 2+ threads is given and some node is split.
+/// Unreadable options get the arena's size (`run` then refuses them).
+pub(super) fn define_workspace_size(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &Arc<dyn TargetIsa>,
+    pooled: &Pooled,
+    arena: usize,
+    prefix: &str,
+) -> Result<()> {
+    let mut sig = module.make_signature();
+    sig.params.push(AbiParam::new(PTR));
+    sig.returns.push(AbiParam::new(types::I64));
+    let name = format!("{prefix}workspace_size");
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &name,
+        Linkage::Export,
+        sig,
+        |b, _, p| {
+            let bad = b.create_block();
+            let (opts, _) = check_options(b, p[0], bad);
+            let base = b.ins().iconst(PTR, arena as i64);
+            b.ins().return_(&[base]);
+            b.switch_to_block(opts.pooled);
+            b.seal_block(opts.pooled);
+            let threads = b.block_params(opts.pooled)[1];
+            let bytes = pooled_bytes(b, pooled, arena, threads);
+            b.ins().return_(&[bytes]);
+            b.switch_to_block(bad);
+            b.seal_block(bad);
+            let base = b.ins().iconst(PTR, arena as i64);
+            b.ins().return_(&[base]);
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+/// `PREFIXrun(inputs, outputs, workspace, options)`: checks the options and the
+/// workspace bytes, then runs `infer_with_workspace` (no pool, or one thread) or the
+/// pooled node sequence `run_pooled(inputs, outputs, workspace, pool)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn define_run(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &Arc<dyn TargetIsa>,
+    pooled: &Pooled,
+    arena: usize,
+    (infer_ws, run_pooled): (FuncId, FuncId),
+    prefix: &str,
+) -> Result<()> {
+    let mut sig = super::ptr_signature(module, 4, true);
+    sig.params.truncate(4);
+    let name = format!("{prefix}run");
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &name,
+        Linkage::Export,
+        sig,
+        |b, module, p| {
+            let (inputs, outputs, ws, options) = (p[0], p[1], p[2], p[3]);
+            let bad = b.create_block();
+            let too_small = b.create_block();
+            let (opts, size) = check_options(b, options, bad);
+            // Single thread: the workspace must hold the arena.
+            let needed = b.ins().iconst(PTR, arena as i64);
+            check_workspace_bytes(b, options, size, needed, too_small);
+            let f = module.declare_func_in_func(infer_ws, b.func);
+            let call = b.ins().call(f, &[inputs, outputs, ws]);
+            let r = b.inst_results(call)[0];
+            b.ins().return_(&[r]);
+
+            b.switch_to_block(opts.pooled);
+            b.seal_block(opts.pooled);
+            let (pool, threads) = (
+                b.block_params(opts.pooled)[0],
+                b.block_params(opts.pooled)[1],
+            );
+            let size = b.ins().uload32(flags(), options, 0);
+            let needed = pooled_bytes(b, pooled, arena, threads);
+            check_workspace_bytes(b, options, size, needed, too_small);
+            let f = module.declare_func_in_func(run_pooled, b.func);
+            let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
+            let r = b.inst_results(call)[0];
+            b.ins().return_(&[r]);
+
+            for (blk, code) in [
+                (bad, NNC_ERR_BAD_OPTIONS),
+                (too_small, NNC_ERR_WORKSPACE_TOO_SMALL),
+            ] {
+                b.switch_to_block(blk);
+                b.seal_block(blk);
+                let c = b.ins().iconst(types::I32, code as i64);
+                b.ins().return_(&[c]);
+            }
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+/// Jumps to `too_small` when the options carry a nonzero `workspace_bytes` below
+/// `needed`.
+fn check_workspace_bytes(
+    b: &mut FunctionBuilder,
+    options: Value,
+    size: Value,
+    needed: Value,
+    too_small: Block,
+) {
+    let has_field = b.ins().icmp_imm_u(
+        IntCC::UnsignedGreaterThanOrEqual,
+        size,
+        OPTIONS_WITH_WORKSPACE_BYTES,
+    );
+    let read = b.create_block();
+    let ok = b.create_block();
+    b.ins().brif(has_field, read, &[], ok, &[]);
+    b.seal_block(read);
+    b.switch_to_block(read);
+    let bytes = b
+        .ins()
+        .load(types::I64, flags(), options, OPTIONS_WORKSPACE_BYTES);
+    let given = b.ins().icmp_imm_u(IntCC::NotEqual, bytes, 0);
+    let short = b.ins().icmp(IntCC::UnsignedLessThan, bytes, needed);
+    let fail = b.ins().band(given, short);
+    b.ins().brif(fail, too_small, &[], ok, &[]);
+    b.seal_block(ok);
+    b.switch_to_block(ok);
+}
+
+/// Emits the launch of split node `k` in the pooled sequence: its arguments into the
+/// launch record, then `pool->parallel_for(pool->ctx, tasks, task_k, record)`.
+pub(super) fn emit_pooled_launch(
+    b: &mut FunctionBuilder,
+    module: &mut ObjectModule,
+    pooled: &Pooled,
+    k: usize,
+    args: &[Value],
+    (ws, pool): (Value, Value),
+) {
+    let record = b.ins().iadd_imm_s(ws, pooled.record_offset as i64);
+    for (j, &a) in args.iter().enumerate() {
+        b.ins().store(flags(), a, record, (j * 8) as i32);
+    }
+    let extra = b.ins().iadd_imm_s(ws, pooled.extra_offset as i64);
+    b.ins()
+        .store(flags(), extra, record, (args.len() * 8) as i32);
+    let threads = b.ins().uload32(flags(), pool, POOL_NUM_THREADS);
+    b.ins()
+        .store(flags(), threads, record, (args.len() * 8 + 8) as i32);
+    let trampoline = pooled.trampolines[k].expect("split nodes have a task function");
+    let tref = module.declare_func_in_func(trampoline, b.func);
+    let task = b.ins().func_addr(PTR, tref);
+    let pool_ctx = b.ins().load(PTR, flags(), pool, 0);
+    let parallel_for = b.ins().load(PTR, flags(), pool, POOL_PARALLEL_FOR);
+    let n = b.ins().iconst(types::I32, pooled.tasks[k] as i64);
+    let mut sig = Signature::new(module.isa().default_call_conv());
+    sig.params.push(AbiParam::new(PTR));
+    sig.params.push(AbiParam::new(types::I32));
+    sig.params.push(AbiParam::new(PTR));
+    sig.params.push(AbiParam::new(PTR));
+    let sig_ref = b.import_signature(sig);
+    b.ins()
+        .call_indirect(sig_ref, parallel_for, &[pool_ctx, n, task, record]);
+}
+
+/// The workspace layout beyond the arena for `tasks` and per-node scratch bytes.
+pub(super) fn layout(
+    arena: usize,
+    tasks: &[usize],
+    scratch: &[usize],
+    max_args: usize,
+) -> (usize, usize, usize) {
+    let record_offset = arena.next_multiple_of(plan::ALIGN);
+    let extra_offset = (record_offset + record_bytes(max_args)).next_multiple_of(plan::ALIGN);
+    let worker_stride = tasks
+        .iter()
+        .zip(scratch)
+        .filter(|(&t, _)| t > 1)
+        .map(|(_, &s)| s.next_multiple_of(plan::ALIGN))
+        .max()
+        .unwrap_or(0);
+    (record_offset, extra_offset, worker_stride)
+}

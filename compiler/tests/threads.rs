@@ -1,0 +1,238 @@
+//! `run` with a thread pool (ABI 3): models whose nodes the kernel plan splits into
+//! tasks, run through pools of 1, 2, 3 and 8 threads, through pools that run the tasks
+//! in reverse or shuffled order, and from 8 threads at once sharing one pool; every
+//! output must be bit-identical to `infer`'s (which runs each split node's tasks in
+//! order on one thread) and no run may write past its workspace.
+
+#[path = "common/graphs.rs"]
+mod graphs;
+#[path = "common/models.rs"]
+mod models;
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use graphs::Rng;
+use models::{Attr, ModelBuilder};
+use nnc::codegen::kernel_plan::plan_kernels;
+use nnc::codegen::{Arch, Target};
+use nnc::ir::{Graph, Tensor};
+use nnc::onnx::proto::ModelProto;
+use nnc::onnx::{import_model, ImportOptions};
+use nnc_runtime_abi::{NncTaskFn, NncThreadPool, ThreadPool};
+use prost::Message;
+use runner::Compiled;
+
+/// The host and, on x86-64, the other kernel families it can run.
+fn targets() -> Vec<Target> {
+    let mut t = vec![Target::host()];
+    if Arch::host() == Arch::X86_64 {
+        for cpu in ["baseline", "x86-64-v3"] {
+            if tools::host_runs(cpu) {
+                t.push(Target::new(Arch::X86_64, Some(cpu)).expect("x86-64 target"));
+            }
+        }
+    }
+    t
+}
+
+fn optimized(bytes: &[u8]) -> Graph {
+    let model = ModelProto::decode(bytes).expect("a model");
+    let mut g = import_model(&model, None, &ImportOptions::default())
+        .expect("imports")
+        .graph;
+    nnc::passes::optimize(&mut g).expect("passes run");
+    g
+}
+
+/// A transformer encoder layer of ViT-tiny's size: projections, 4-head attention,
+/// LayerNorm, a GELU MLP.
+fn encoder_layer() -> Vec<u8> {
+    let (t, d, heads) = (197, 256, 4);
+    let mut m = ModelBuilder::new(21);
+    let x = m.input("tokens", &[1, t, d]);
+    let proj = |m: &mut ModelBuilder, x: &str| {
+        let w = m.weight(&[d, d], 0.06);
+        let b = m.weight(&[d], 0.1);
+        let y = m.node("MatMul", &[x, &w], vec![]);
+        let y = m.node("Add", &[&y, &b], vec![]);
+        let shape = m.int_init(&[1, t as i64, heads as i64, (d / heads) as i64]);
+        m.node("Reshape", &[&y, &shape], vec![])
+    };
+    let q = proj(&mut m, &x);
+    let k = proj(&mut m, &x);
+    let v = proj(&mut m, &x);
+    let q = m.node(
+        "Transpose",
+        &[&q],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let kt = m.node(
+        "Transpose",
+        &[&k],
+        vec![("perm", Attr::Ints(vec![0, 2, 3, 1]))],
+    );
+    let v = m.node(
+        "Transpose",
+        &[&v],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let scale = m.float_init(&[], vec![0.125]);
+    let s = m.node("MatMul", &[&q, &kt], vec![]);
+    let s = m.node("Mul", &[&s, &scale], vec![]);
+    let p = m.node("Softmax", &[&s], vec![("axis", Attr::I(-1))]);
+    let o = m.node("MatMul", &[&p, &v], vec![]);
+    let o = m.node(
+        "Transpose",
+        &[&o],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let shape = m.int_init(&[1, t as i64, d as i64]);
+    let o = m.node("Reshape", &[&o, &shape], vec![]);
+    let wo = m.weight(&[d, d], 0.06);
+    let o = m.node("MatMul", &[&o, &wo], vec![]);
+    let r = m.node("Add", &[&o, &x], vec![]);
+    let g = m.weight(&[d], 1.0);
+    let bt = m.weight(&[d], 0.1);
+    let n = m.node(
+        "LayerNormalization",
+        &[&r, &g, &bt],
+        vec![("axis", Attr::I(-1))],
+    );
+    let w1 = m.weight(&[d, 4 * d], 0.06);
+    let b1 = m.weight(&[4 * d], 0.1);
+    let h = m.node("MatMul", &[&n, &w1], vec![]);
+    let h = m.node("Add", &[&h, &b1], vec![]);
+    let h = m.node("Relu", &[&h], vec![]);
+    let w2 = m.weight(&[4 * d, d], 0.03);
+    let h = m.node("MatMul", &[&h, &w2], vec![]);
+    let y = m.node("Add", &[&h, &r], vec![]);
+    m.output(&y);
+    m.encode()
+}
+
+fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
+    let mut rng = Rng::new(seed);
+    g.inputs
+        .iter()
+        .map(|v| {
+            let shape = g.ty(*v).shape.clone();
+            Tensor::from_vec(&shape, rng.f32s(shape.iter().product(), 2.0))
+        })
+        .collect()
+}
+
+/// A pool that runs every task on the calling thread, in the order `order` gives,
+/// naming workers round-robin (as if `threads` threads had taken turns).
+struct OrderedPool {
+    threads: u32,
+    order: fn(u32, u64) -> Vec<u32>,
+    seed: Mutex<u64>,
+}
+
+unsafe extern "C" fn ordered_parallel_for(
+    ctx: *mut c_void,
+    n: u32,
+    task: NncTaskFn,
+    task_ctx: *mut c_void,
+) {
+    let pool = unsafe { &*(ctx as *const OrderedPool) };
+    let seed = {
+        let mut s = pool.seed.lock().unwrap();
+        *s += 1;
+        *s
+    };
+    for (k, i) in (pool.order)(n, seed).into_iter().enumerate() {
+        unsafe { task(task_ctx, i, k as u32 % pool.threads) };
+    }
+}
+
+fn reversed(n: u32, _: u64) -> Vec<u32> {
+    (0..n).rev().collect()
+}
+
+fn shuffled(n: u32, seed: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..n).collect();
+    let mut rng = Rng::new(seed);
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.below(i + 1));
+    }
+    v
+}
+
+impl OrderedPool {
+    fn raw(&self) -> NncThreadPool {
+        NncThreadPool {
+            ctx: self as *const OrderedPool as *mut c_void,
+            num_threads: self.threads,
+            parallel_for: ordered_parallel_for,
+        }
+    }
+}
+
+#[test]
+fn outputs_are_bit_identical_for_every_pool() {
+    let g = optimized(&encoder_layer());
+    let inputs = random_inputs(&g, 5);
+    for target in targets() {
+        let plan = plan_kernels(&g, &target, &Default::default());
+        let split = plan.nodes.iter().filter(|n| n.tasks > 1).count();
+        assert!(split >= 4, "{}: only {split} nodes split\n{g}", target.cpu);
+        let lib = Compiled::for_target(&g, target.clone()).expect("compiles");
+        let want = lib.run(&g, &inputs).expect("infer runs");
+        let check = |what: &str, got: Result<Vec<Tensor>, String>| {
+            let got = got.unwrap_or_else(|e| panic!("{}: {what}: {e}", target.cpu));
+            assert!(
+                got == want,
+                "{}: {what}: outputs differ from infer's",
+                target.cpu
+            );
+        };
+        check("no pool", lib.run_pooled(&g, &inputs, None));
+        for threads in [1, 2, 3, 8] {
+            let pool = ThreadPool::new(threads).expect("threads start");
+            check(
+                &format!("{threads} threads"),
+                lib.run_pooled(&g, &inputs, Some(&pool.as_raw())),
+            );
+        }
+        for (name, order) in [
+            ("reversed", reversed as fn(u32, u64) -> Vec<u32>),
+            ("shuffled", shuffled),
+        ] {
+            let pool = OrderedPool {
+                threads: 3,
+                order,
+                seed: Mutex::new(0),
+            };
+            check(name, lib.run_pooled(&g, &inputs, Some(&pool.raw())));
+        }
+    }
+}
+
+#[test]
+fn concurrent_runs_share_one_pool() {
+    let g = optimized(&encoder_layer());
+    let inputs = random_inputs(&g, 6);
+    let lib = Compiled::new(&g).expect("compiles");
+    let want = lib.run(&g, &inputs).expect("infer runs");
+    let pool = ThreadPool::new(2).expect("threads start");
+    let raw = pool.as_raw();
+    let raw = &raw as *const NncThreadPool as usize;
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                // SAFETY: the pool outlives the scope.
+                let raw = unsafe { &*(raw as *const NncThreadPool) };
+                for _ in 0..200 {
+                    let got = lib.run_pooled(&g, &inputs, Some(raw)).expect("run");
+                    assert!(got == want, "a concurrent run differs from infer's");
+                }
+            });
+        }
+    });
+}

@@ -1,0 +1,333 @@
+//! A thread pool for the `run` entry point of nnc libraries (`nnc_thread_pool`):
+//! std threads, owned by the caller, shareable by several models and by several threads
+//! calling `run` at once.
+//!
+//! `parallel_for(n, task)` publishes a job; the calling thread runs its tasks as worker
+//! 0 and the pool's threads (workers 1 … num_threads − 1) take the rest, index by index
+//! from a shared counter. Concurrent jobs (two models run from two threads) are served
+//! side by side: a worker takes indices from whichever job has some left, and worker
+//! numbers are unique within each job, which is all a library's per-worker scratch
+//! needs (each run has its own workspace). Idle workers spin briefly for the next job
+//! (a model forks once per node, microseconds apart) before they sleep.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::abi::{NncTaskFn, NncThreadPool};
+
+/// How long an idle worker keeps looking for work before it sleeps.
+const SPIN: Duration = Duration::from_micros(100);
+
+/// One `parallel_for` call.
+struct Job {
+    task: NncTaskFn,
+    task_ctx: *mut c_void,
+    n: u32,
+    /// The next index to hand out.
+    next: AtomicU32,
+    /// Tasks finished.
+    done: AtomicU32,
+    finished: Mutex<bool>,
+    all_done: Condvar,
+}
+
+// The task context is the library's, valid for the whole parallel_for call, and the
+// library's tasks are written to run on any thread.
+unsafe impl Send for Job {}
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Runs tasks of this job until none are left to claim; true if it ran any.
+    fn work(&self, worker: u32) -> bool {
+        let mut ran = false;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n {
+                return ran;
+            }
+            // SAFETY: the library's task function, with its context and an index and
+            // worker number in range, as `nnc.h` specifies.
+            unsafe { (self.task)(self.task_ctx, i, worker) };
+            ran = true;
+            if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+                *self.finished.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                self.all_done.notify_all();
+            }
+        }
+    }
+
+    fn exhausted(&self) -> bool {
+        self.next.load(Ordering::Relaxed) >= self.n
+    }
+}
+
+struct Shared {
+    jobs: Mutex<VecDeque<Arc<Job>>>,
+    wake: Condvar,
+    /// Jobs published so far (idle workers spin on it).
+    published: AtomicU32,
+    shutdown: AtomicBool,
+}
+
+impl Shared {
+    /// A job with tasks left to claim, if any.
+    fn open_job(&self) -> Option<Arc<Job>> {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.iter().find(|j| !j.exhausted()).cloned()
+    }
+}
+
+/// A pool of `num_threads − 1` threads plus the caller's.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    num_threads: u32,
+}
+
+impl ThreadPool {
+    /// A pool running `num_threads` tasks at once (at least 1): the calling thread
+    /// and `num_threads − 1` spawned threads.
+    pub fn new(num_threads: usize) -> std::io::Result<ThreadPool> {
+        let num_threads = num_threads.clamp(1, u32::MAX as usize) as u32;
+        let shared = Arc::new(Shared {
+            jobs: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+            published: AtomicU32::new(0),
+            shutdown: AtomicBool::new(false),
+        });
+        let mut threads = Vec::new();
+        for worker in 1..num_threads {
+            let for_worker = Arc::clone(&shared);
+            let t = std::thread::Builder::new()
+                .name(format!("nnc-pool-{worker}"))
+                .spawn(move || worker_loop(&for_worker, worker));
+            match t {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // Stop the ones already started.
+                    drop(ThreadPool {
+                        shared,
+                        threads,
+                        num_threads,
+                    });
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ThreadPool {
+            shared,
+            threads,
+            num_threads,
+        })
+    }
+
+    /// A pool with one thread per CPU the process may use.
+    pub fn with_available_parallelism() -> std::io::Result<ThreadPool> {
+        ThreadPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    pub fn num_threads(&self) -> usize {
+        self.num_threads as usize
+    }
+
+    /// The `nnc_thread_pool` to pass in `nnc_run_options`; valid while `self` lives.
+    pub fn as_raw(&self) -> NncThreadPool {
+        NncThreadPool {
+            ctx: Arc::as_ptr(&self.shared) as *mut c_void,
+            num_threads: self.num_threads,
+            parallel_for: raw_parallel_for,
+        }
+    }
+
+    /// Runs `task(task_ctx, i, worker)` for every i in [0, n), as `nnc.h` specifies.
+    ///
+    /// # Safety
+    /// `task` must be safe to call with `task_ctx` from any thread, concurrently.
+    pub unsafe fn parallel_for(&self, n: u32, task: NncTaskFn, task_ctx: *mut c_void) {
+        // SAFETY: forwarded contract.
+        unsafe { parallel_for(&self.shared, n, task, task_ctx) }
+    }
+}
+
+unsafe extern "C" fn raw_parallel_for(
+    ctx: *mut c_void,
+    n: u32,
+    task: NncTaskFn,
+    task_ctx: *mut c_void,
+) {
+    // SAFETY: `ctx` is the `Shared` of a live ThreadPool (see `as_raw`).
+    let shared = unsafe { &*(ctx as *const Shared) };
+    // SAFETY: the library's task and context, per the nnc.h contract.
+    unsafe { parallel_for(shared, n, task, task_ctx) }
+}
+
+unsafe fn parallel_for(shared: &Shared, n: u32, task: NncTaskFn, task_ctx: *mut c_void) {
+    if n == 0 {
+        return;
+    }
+    let job = Arc::new(Job {
+        task,
+        task_ctx,
+        n,
+        next: AtomicU32::new(0),
+        done: AtomicU32::new(0),
+        finished: Mutex::new(false),
+        all_done: Condvar::new(),
+    });
+    let helped = n > 1 && shared.wake_workers_for(&job);
+    job.work(0);
+    if helped {
+        shared.retire(&job);
+    }
+    let mut finished = job.finished.lock().unwrap_or_else(|p| p.into_inner());
+    while !*finished {
+        finished = job
+            .all_done
+            .wait(finished)
+            .unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+impl Shared {
+    /// Publishes `job` to the workers; false when there are none.
+    fn wake_workers_for(&self, job: &Arc<Job>) -> bool {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.push_back(Arc::clone(job));
+        self.published.fetch_add(1, Ordering::Release);
+        drop(jobs);
+        self.wake.notify_all();
+        true
+    }
+
+    /// Takes a job whose indices are all claimed off the queue.
+    fn retire(&self, job: &Arc<Job>) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.retain(|j| !Arc::ptr_eq(j, job));
+    }
+}
+
+fn worker_loop(shared: &Shared, worker: u32) {
+    let mut seen = shared.published.load(Ordering::Acquire);
+    loop {
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(job) = shared.open_job() {
+            job.work(worker);
+            continue;
+        }
+        // Spin for a moment: the next node's job usually follows within microseconds.
+        let start = Instant::now();
+        let mut found = false;
+        while start.elapsed() < SPIN {
+            let now = shared.published.load(Ordering::Acquire);
+            if now != seen {
+                seen = now;
+                found = true;
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if found {
+            continue;
+        }
+        let jobs = shared.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        if jobs.iter().all(|j| j.exhausted()) {
+            let _unused = shared.wake.wait(jobs).unwrap_or_else(|p| p.into_inner());
+        }
+        seen = shared.published.load(Ordering::Acquire);
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        {
+            let _jobs = self.shared.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.shutdown.store(true, Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// Per index: how often it ran; per worker: whether one ran beyond num_threads.
+    struct Tally {
+        runs: Vec<AtomicU32>,
+        bad_worker: AtomicBool,
+        threads: u32,
+        work: AtomicU64,
+    }
+
+    unsafe extern "C" fn count(ctx: *mut c_void, i: u32, worker: u32) {
+        // SAFETY: the tests pass a live Tally.
+        let t = unsafe { &*(ctx as *const Tally) };
+        t.runs[i as usize].fetch_add(1, Ordering::Relaxed);
+        if worker >= t.threads {
+            t.bad_worker.store(true, Ordering::Relaxed);
+        }
+        // A little work so that tasks overlap.
+        let mut x = u64::from(i);
+        for _ in 0..2000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        t.work.fetch_add(x & 1, Ordering::Relaxed);
+    }
+
+    fn tally(n: usize, threads: u32) -> Tally {
+        Tally {
+            runs: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            bad_worker: AtomicBool::new(false),
+            threads,
+            work: AtomicU64::new(0),
+        }
+    }
+
+    #[test]
+    fn every_index_runs_once_on_a_valid_worker() {
+        for threads in [1, 2, 3, 8] {
+            let pool = ThreadPool::new(threads).unwrap();
+            let raw = pool.as_raw();
+            for n in [0usize, 1, 2, 7, 100] {
+                let t = tally(n, raw.num_threads);
+                // SAFETY: `count` only reads the Tally, which outlives the call.
+                unsafe {
+                    (raw.parallel_for)(raw.ctx, n as u32, count, &t as *const Tally as *mut c_void)
+                };
+                assert!(t.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+                assert!(!t.bad_worker.load(Ordering::Relaxed));
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_callers_share_one_pool() {
+        let pool = ThreadPool::new(3).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let t = tally(37, pool.num_threads() as u32);
+                        // SAFETY: as above.
+                        unsafe { pool.parallel_for(37, count, &t as *const Tally as *mut c_void) };
+                        assert!(t.runs.iter().all(|r| r.load(Ordering::Relaxed) == 1));
+                        assert!(!t.bad_worker.load(Ordering::Relaxed));
+                    }
+                });
+            }
+        });
+    }
+}
