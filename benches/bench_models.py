@@ -145,4 +145,5 @@ def main():
             json.dump({"date": time.strftime("%Y-%m-%d"), "cpu": args.cpu, "clock": args.clock, "rows": rows}, f, indent=1)
 
 
-main()
+if __name__ == "__main__":
+    main()
