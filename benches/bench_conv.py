@@ -136,4 +136,5 @@ def main():
                   f"max diff {np.abs(out - ref).max():.2e}")
 
 
-main()
+if __name__ == "__main__":
+    main()

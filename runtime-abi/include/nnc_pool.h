@@ -45,17 +45,36 @@ extern "C" {
 #define NNC_POOL_INIT(p, v) atomic_init((p), (v))
 #endif
 
+/* How long idle threads (and a caller waiting for its job's last tasks) poll
+ * before sleeping: a model forks once per node, tens to hundreds of
+ * microseconds apart, and waking a sleeping thread costs about as much. */
 #ifndef NNC_POOL_SPIN_ITERATIONS
-#define NNC_POOL_SPIN_ITERATIONS 20000
+#define NNC_POOL_SPIN_ITERATIONS 200000
 #endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define NNC_POOL_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define NNC_POOL_PAUSE() __asm__ __volatile__("yield")
+#else
+#define NNC_POOL_PAUSE() ((void)0)
+#endif
+
+/* Indices are dealt in one contiguous chunk per thread (at most this many). */
+#define NNC_POOL_MAX_CHUNKS 64
 
 typedef struct nnc_pool_job {
     nnc_task_fn task;
     void *task_ctx;
     uint32_t n;
-    NNC_POOL_ATOMIC(uint32_t) next; /* the next index to hand out */
+    uint32_t chunks;
+    /* Chunk c holds indices [next[c], end[c]); its owner (worker c) takes them
+     * first, then the others take what is left. Tasks of one index range then
+     * run on the same thread from node to node, where their data is in cache. */
+    NNC_POOL_ATOMIC(uint32_t) next[NNC_POOL_MAX_CHUNKS];
+    uint32_t end[NNC_POOL_MAX_CHUNKS];
     NNC_POOL_ATOMIC(uint32_t) done; /* tasks finished */
-    uint32_t users;                 /* pool threads holding it; under `lock` */
+    NNC_POOL_ATOMIC(uint32_t) users; /* pool threads holding it */
     pthread_mutex_t lock;
     pthread_cond_t finished;
     struct nnc_pool_job *prev, *queued; /* the open jobs, a doubly linked list */
@@ -77,14 +96,26 @@ typedef struct nnc_pool_worker_arg {
     uint32_t worker;
 } nnc_pool_worker_arg;
 
-/* Runs tasks of `job` until none are left to claim. */
+/* Runs tasks of `job` until none are left to claim: its own chunk first. */
 static inline void nnc_pool_work(nnc_pool_job *job, uint32_t worker) {
-    for (;;) {
-        uint32_t i = NNC_POOL_FETCH_ADD(&job->next, 1u);
-        if (i >= job->n) return;
-        job->task(job->task_ctx, i, worker);
-        NNC_POOL_FETCH_ADD(&job->done, 1u);
+    uint32_t own = worker % job->chunks;
+    for (uint32_t k = 0; k < job->chunks; k++) {
+        uint32_t c = (own + k) % job->chunks;
+        for (;;) {
+            if (NNC_POOL_LOAD(&job->next[c]) >= job->end[c]) break;
+            uint32_t i = NNC_POOL_FETCH_ADD(&job->next[c], 1u);
+            if (i >= job->end[c]) break;
+            job->task(job->task_ctx, i, worker);
+            NNC_POOL_FETCH_ADD(&job->done, 1u);
+        }
     }
+}
+
+/* Whether some index of `job` is still unclaimed. */
+static inline int nnc_pool_job_open(nnc_pool_job *job) {
+    for (uint32_t c = 0; c < job->chunks; c++)
+        if (NNC_POOL_LOAD(&job->next[c]) < job->end[c]) return 1;
+    return 0;
 }
 
 /* An open job with indices left, or NULL; call with pool->lock held. A job
@@ -92,19 +123,19 @@ static inline void nnc_pool_work(nnc_pool_job *job, uint32_t worker) {
  * submitter's stack, which waits for its users to leave). */
 static inline nnc_pool_job *nnc_pool_open_job(nnc_pool *pool) {
     for (nnc_pool_job *j = pool->jobs; j; j = j->queued)
-        if (NNC_POOL_LOAD(&j->next) < j->n) {
-            pthread_mutex_lock(&j->lock);
-            j->users++;
-            pthread_mutex_unlock(&j->lock);
+        if (nnc_pool_job_open(j)) {
+            NNC_POOL_FETCH_ADD(&j->users, 1u);
             return j;
         }
     return NULL;
 }
 
-/* Leaves a job taken with nnc_pool_open_job: its last access. */
+/* Leaves a job taken with nnc_pool_open_job. The submitter may free the job
+ * once `users` is 0 and it has taken `lock` once: so this unlock is the last
+ * access. */
 static inline void nnc_pool_leave(nnc_pool_job *job) {
     pthread_mutex_lock(&job->lock);
-    job->users--;
+    NNC_POOL_FETCH_ADD(&job->users, (uint32_t)-1);
     pthread_cond_broadcast(&job->finished);
     pthread_mutex_unlock(&job->lock);
 }
@@ -128,6 +159,7 @@ static inline void *nnc_pool_worker_main(void *p) {
                     fresh = 1;
                     break;
                 }
+                NNC_POOL_PAUSE();
             }
             pthread_mutex_lock(&pool->lock);
             job = nnc_pool_open_job(pool);
@@ -155,9 +187,15 @@ static inline void nnc_pool_parallel_for(void *ctx, uint32_t n, nnc_task_fn task
     job.task = task;
     job.task_ctx = task_ctx;
     job.n = n;
-    NNC_POOL_INIT(&job.next, 0u);
+    uint32_t chunks = pool->abi.num_threads < n ? pool->abi.num_threads : n;
+    if (chunks > NNC_POOL_MAX_CHUNKS) chunks = NNC_POOL_MAX_CHUNKS;
+    job.chunks = chunks;
+    for (uint32_t c = 0; c < chunks; c++) {
+        NNC_POOL_INIT(&job.next[c], (uint32_t)((uint64_t)n * c / chunks));
+        job.end[c] = (uint32_t)((uint64_t)n * (c + 1) / chunks);
+    }
     NNC_POOL_INIT(&job.done, 0u);
-    job.users = 0;
+    NNC_POOL_INIT(&job.users, 0u);
     pthread_mutex_init(&job.lock, NULL);
     pthread_cond_init(&job.finished, NULL);
     int shared = n > 1 && pool->started > 0;
@@ -179,9 +217,14 @@ static inline void nnc_pool_parallel_for(void *ctx, uint32_t n, nnc_task_fn task
         if (job.queued) job.queued->prev = job.prev;
         pthread_mutex_unlock(&pool->lock);
     }
-    /* Unlinked, it gains no users; wait for its tasks and for the users to leave. */
+    /* Unlinked, it gains no users; wait for its tasks and for the users to leave,
+     * polling first (the other threads' last tasks end within microseconds). */
+    for (long s = 0; s < NNC_POOL_SPIN_ITERATIONS; s++) {
+        if (NNC_POOL_LOAD(&job.done) == n && NNC_POOL_LOAD(&job.users) == 0) break;
+        NNC_POOL_PAUSE();
+    }
     pthread_mutex_lock(&job.lock);
-    while (NNC_POOL_LOAD(&job.done) < n || job.users > 0)
+    while (NNC_POOL_LOAD(&job.done) < n || NNC_POOL_LOAD(&job.users) > 0)
         pthread_cond_wait(&job.finished, &job.lock);
     pthread_mutex_unlock(&job.lock);
     pthread_cond_destroy(&job.finished);

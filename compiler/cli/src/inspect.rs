@@ -84,6 +84,8 @@ pub struct NodeKernelInfo {
     /// The GEMM register tile, `MRxNR`.
     pub tile: Option<String>,
     pub scratch_bytes: usize,
+    /// Tasks `run` splits it into with a thread pool (1: not split).
+    pub tasks: usize,
     pub reason: String,
 }
 
@@ -266,6 +268,7 @@ fn kernels_report(
                     .filter(|_| !view)
                     .map(|(mr, nr)| format!("{mr}x{nr}")),
                 scratch_bytes: kernel.scratch_bytes,
+                tasks: if view { 1 } else { kernel.tasks },
                 reason: if view {
                     "the output is its input's storage: no code".into()
                 } else {
@@ -390,6 +393,9 @@ pub fn text(r: &Report) -> String {
                 }
                 if n.scratch_bytes > 0 {
                     let _ = write!(line, " scratch {} B", n.scratch_bytes);
+                }
+                if n.tasks > 1 {
+                    let _ = write!(line, " tasks {}", n.tasks);
                 }
                 let _ = writeln!(s, "{line}  ({})", n.reason);
             }

@@ -270,14 +270,25 @@ pub fn strided_loop(
 pub fn dynamic_loop(
     b: &mut FunctionBuilder,
     end: Value,
+    body: impl FnMut(&mut FunctionBuilder, Value),
+) {
+    let zero = iconst(b, 0);
+    range_loop(b, zero, end, body);
+}
+
+/// `for i in start..end { body(i) }` with both bounds run-time i64 values (a task's
+/// share of a loop); nothing runs when `end <= start`.
+pub fn range_loop(
+    b: &mut FunctionBuilder,
+    start: Value,
+    end: Value,
     mut body: impl FnMut(&mut FunctionBuilder, Value),
 ) {
     let header = b.create_block();
     b.append_block_param(header, types::I64);
     let body_block = b.create_block();
     let exit = b.create_block();
-    let zero = iconst(b, 0);
-    b.ins().jump(header, &[BlockArg::Value(zero)]);
+    b.ins().jump(header, &[BlockArg::Value(start)]);
     b.switch_to_block(header);
     let i = b.block_params(header)[0];
     let more = b.ins().icmp(IntCC::SignedLessThan, i, end);
@@ -290,6 +301,27 @@ pub fn dynamic_loop(
     b.seal_block(header);
     b.switch_to_block(exit);
     b.seal_block(exit);
+}
+
+/// The per-axis indices of row-major flat index `flat` over `shape`.
+pub fn unflatten(b: &mut FunctionBuilder, flat: Value, shape: &[usize]) -> Vec<Value> {
+    let strides = strides_of(shape);
+    shape
+        .iter()
+        .zip(&strides)
+        .map(|(&n, &s)| {
+            let q = if s == 1 {
+                flat
+            } else {
+                b.ins().udiv_imm_u(flat, s as i64)
+            };
+            if n == 1 {
+                b.ins().iconst(types::I64, 0)
+            } else {
+                b.ins().urem_imm_u(q, n as i64)
+            }
+        })
+        .collect()
 }
 
 /// Emits a nested loop over `shape` (row-major), calling `body` with the flat element

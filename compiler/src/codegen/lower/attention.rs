@@ -14,6 +14,7 @@
 //! unfused MatMul, Softmax and MatMul nodes: the results are bit-identical.
 
 use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
 
 use super::gemm::{ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
 use super::linalg::{batch_ptr, pack_b_at_run_time, packs_runtime_b_of, MatMulShape};
@@ -24,6 +25,7 @@ use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::gemm::packed_b_len;
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ops::Activation;
 
@@ -115,11 +117,27 @@ pub fn plan_attention(
         pack_v: packs_runtime_b_of(dims.m, dims.t, dims.dv, &gemm),
     };
     let scratch = plan.scratch_layout(&dims)[3];
-    Some(NodeKernel::new(
-        Strategy::Attention(plan),
-        scratch,
-        "scores, softmax and product a block of query rows at a time, in cache",
-    ))
+    let batches = output_batches(node)?;
+    Some(
+        NodeKernel::new(
+            Strategy::Attention(plan),
+            scratch,
+            "scores, softmax and product a block of query rows at a time, in cache",
+        )
+        .with_tasks(head_split(batches, &dims).tasks),
+    )
+}
+
+/// The output's batch matrices (heads × batch).
+fn output_batches(node: &NodeOperands) -> Option<usize> {
+    let y = node.outputs.first()?;
+    Some(y.shape[..y.shape.len().checked_sub(2)?].iter().product())
+}
+
+/// With a thread pool, the batch matrices (heads) are split into tasks, each with its
+/// worker's scratch for the packed operands and the scores.
+fn head_split(batches: usize, dims: &Dims) -> Split {
+    Split::of(batches, batches * dims.m * dims.t * (dims.d + dims.dv))
 }
 
 pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
@@ -219,9 +237,18 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         }
     }
     let y_strides = kernel::strides_of(&s1.batch);
+    let batches: usize = s1.batch.iter().product();
+    let split = head_split(batches, &dims);
+    let task = ctx.task;
+    if task.is_some() && split.tasks != ctx.kernel.tasks {
+        return Err(format!(
+            "the plan split this attention into {} tasks, its heads into {}",
+            ctx.kernel.tasks, split.tasks
+        ));
+    }
     let b = &mut *ctx.b;
     let scores_block = b.ins().iadd_imm_s(scratch, scores_at as i64);
-    kernel::nested_loop(b, &s1.batch, &mut |b, idx| {
+    let mut head = |b: &mut FunctionBuilder, idx: &[Value]| {
         let q_ptr = batch_ptr(b, q.ptr, idx, &s1.a_batch_strides, dims.m * dims.d);
         let mut kt_ptr = batch_ptr(b, kt.ptr, idx, &s1.b_batch_strides, dims.d * dims.t);
         if plan.pack_kt {
@@ -240,8 +267,8 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
             let off = kernel::linear_offset(b, idx, &bytes);
             (b.ins().iadd(m.ptr, off), s[rank - 2])
         });
-        let block = |b: &mut cranelift_frontend::FunctionBuilder, code: &BlockCode, r0: Value| {
-            let at = |b: &mut cranelift_frontend::FunctionBuilder, base: Value, row: usize| {
+        let block = |b: &mut FunctionBuilder, code: &BlockCode, r0: Value| {
+            let at = |b: &mut FunctionBuilder, base: Value, row: usize| {
                 kernel::elem_addr(b, base, r0, row * F32)
             };
             let q_rows = at(b, q_ptr, dims.d);
@@ -267,7 +294,21 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
                 block(b, code, r0);
             }
         }
-    });
+    };
+    match task {
+        None => kernel::nested_loop(b, &s1.batch, &mut head),
+        Some(task) => {
+            // This task's heads: [task·per, min(task·per + per, batches)).
+            let first = b.ins().imul_imm_s(task, split.per as i64);
+            let end = b.ins().iadd_imm_s(first, split.per as i64);
+            let total = b.ins().iconst(kernel::PTR, batches as i64);
+            let end = b.ins().smin(end, total);
+            kernel::range_loop(b, first, end, |b, flat| {
+                let idx = kernel::unflatten(b, flat, &s1.batch);
+                head(b, &idx);
+            });
+        }
+    }
     Ok(())
 }
 

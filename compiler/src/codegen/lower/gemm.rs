@@ -295,3 +295,87 @@ pub fn call_split_by_rows(
     }
     Ok(())
 }
+
+/// How a GEMM is split into tasks by its column panels, when B is read by panel (rows
+/// of B, or panels of it packed over the whole K).
+pub fn col_split(m: usize, n: usize, k: usize, b: &BLayout, geom: &Geometry) -> Split {
+    if !matches!(b, BLayout::Rows { .. } | BLayout::Packed) {
+        return Split::of(1, 0);
+    }
+    Split::of(n.div_ceil(geom.nr), m * n * k)
+}
+
+/// [`call_split_by_rows`] for a split by column panels (see [`col_split`]).
+pub fn call_split_by_cols(
+    ctx: &mut LowerCtx,
+    spec: &GemmSpec,
+    a: Value,
+    b_ptr: Value,
+    c: Value,
+    addends: &[Value],
+) -> Result<(), String> {
+    let Some(task) = ctx.task else {
+        let kernel = GemmKernel::define(ctx, spec)?;
+        kernel.call(ctx.b, a, b_ptr, c, addends);
+        return Ok(());
+    };
+    let split = col_split(spec.m, spec.n, spec.k, &spec.b, &spec.geometry);
+    if split.tasks != ctx.kernel.tasks {
+        return Err(format!(
+            "the plan split this GEMM into {} tasks, its columns into {}",
+            ctx.kernel.tasks, split.tasks
+        ));
+    }
+    let nr = spec.geometry.nr;
+    let cols = split.per * nr;
+    let last_cols = spec.n - cols * (split.tasks - 1);
+    // Bytes from one task's B to the next: columns of B's rows, or whole-K panels.
+    let b_task_bytes = match spec.b {
+        BLayout::Rows { .. } => cols * 4,
+        BLayout::Packed => cols * spec.k * 4,
+        _ => return Err("this B layout is not split by columns".into()),
+    };
+    let full = GemmKernel::define(ctx, &GemmSpec { n: cols, ..spec.clone() })?;
+    let last = if last_cols == cols {
+        None
+    } else {
+        Some(GemmKernel::define(
+            ctx,
+            &GemmSpec {
+                n: last_cols,
+                ..spec.clone()
+            },
+        )?)
+    };
+    let b = &mut *ctx.b;
+    let elem = crate::codegen::kernel::elem_addr;
+    let b_cols = elem(b, b_ptr, task, b_task_bytes);
+    let c_cols = elem(b, c, task, cols * spec.c_col_stride * 4);
+    let addend_cols: Vec<Value> = spec
+        .addends
+        .iter()
+        .zip(addends)
+        .map(|(d, &p)| elem(b, p, task, cols * d.col_stride * 4))
+        .collect();
+    match last {
+        None => full.call(b, a, b_cols, c_cols, &addend_cols),
+        Some(last) => {
+            let is_last = b
+                .ins()
+                .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
+            let (then, other, join) = (b.create_block(), b.create_block(), b.create_block());
+            b.ins().brif(is_last, then, &[], other, &[]);
+            b.seal_block(then);
+            b.switch_to_block(then);
+            last.call(b, a, b_cols, c_cols, &addend_cols);
+            b.ins().jump(join, &[]);
+            b.seal_block(other);
+            b.switch_to_block(other);
+            full.call(b, a, b_cols, c_cols, &addend_cols);
+            b.ins().jump(join, &[]);
+            b.seal_block(join);
+            b.switch_to_block(join);
+        }
+    }
+    Ok(())
+}

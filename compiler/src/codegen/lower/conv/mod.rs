@@ -363,10 +363,20 @@ pub fn plan_conv(
         );
     }
     match path {
-        ConvPath::Pointwise => plan(
-            ConvStrategy::Pointwise(gemm),
-            "1x1 kernel, stride 1, no padding",
-        ),
+        ConvPath::Pointwise => {
+            let p = g.out_size();
+            let rows = BLayout::Rows { row_stride: p };
+            let tasks = if g.batch * g.group == 1 {
+                gemm::col_split(g.mg, p, g.cg, &rows, &gemm).tasks
+            } else {
+                1
+            };
+            plan(
+                ConvStrategy::Pointwise(gemm),
+                "1x1 kernel, stride 1, no padding",
+            )
+            .map(|k| k.with_tasks(tasks))
+        }
         ConvPath::Depthwise => {
             let bias = node.has_input(2);
             let residual = node.has_input(3);
@@ -655,6 +665,14 @@ fn conv_pointwise(
     let weights = weights_operand(ctx, g, &ops.w, geom)?;
     let p = g.out_size();
     let spec = group_gemm(g, &weights, BLayout::Rows { row_stride: p }, p, g.cg, ops);
+    if g.batch * g.group == 1 {
+        // One GEMM: split by column panels when the plan split the node.
+        let zero = ctx.b.ins().iconst(kernel::PTR, 0);
+        let x_g = input_group(ctx.b, g, ops.x.ptr, zero, zero, F32);
+        let (c, bias) = output_and_bias(ctx.b, g, ops, zero, zero);
+        let a = weights.group(ctx.b, zero, g);
+        return gemm::call_split_by_cols(ctx, &spec, a, x_g, c, &bias);
+    }
     let kernel = GemmKernel::define(ctx, &spec)?;
     kernel::nested_loop(ctx.b, &[g.batch, g.group], &mut |b, idx| {
         let (n, grp) = (idx[0], idx[1]);
