@@ -115,6 +115,49 @@ fn encoder_layer() -> Vec<u8> {
     m.encode()
 }
 
+/// MobileNet-style blocks on 56×56: pointwise expansion, 3×3 depthwise (stride 1 and
+/// 2), pointwise projection with a residual, ReLU6 between.
+fn inverted_residual() -> Vec<u8> {
+    let mut m = ModelBuilder::new(22);
+    let x = m.input("image", &[1, 24, 56, 56]);
+    let pointwise = |m: &mut ModelBuilder, x: &str, cin: usize, cout: usize| {
+        let w = m.weight(&[cout, cin, 1, 1], 0.3);
+        let b = m.weight(&[cout], 0.1);
+        m.node("Conv", &[x, &w, &b], vec![])
+    };
+    let depthwise = |m: &mut ModelBuilder, x: &str, c: usize, stride: i64| {
+        let w = m.weight(&[c, 1, 3, 3], 0.3);
+        let b = m.weight(&[c], 0.1);
+        m.node(
+            "Conv",
+            &[x, &w, &b],
+            vec![
+                ("group", Attr::I(c as i64)),
+                ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+                ("strides", Attr::Ints(vec![stride, stride])),
+            ],
+        )
+    };
+    let relu6 = |m: &mut ModelBuilder, x: &str| {
+        let lo = m.float_init(&[], vec![0.0]);
+        let hi = m.float_init(&[], vec![6.0]);
+        m.node("Clip", &[x, &lo, &hi], vec![])
+    };
+    let h = pointwise(&mut m, &x, 24, 144);
+    let h = relu6(&mut m, &h);
+    let h = depthwise(&mut m, &h, 144, 1);
+    let h = relu6(&mut m, &h);
+    let h = pointwise(&mut m, &h, 144, 24);
+    let r = m.node("Add", &[&h, &x], vec![]);
+    let h = pointwise(&mut m, &r, 24, 144);
+    let h = relu6(&mut m, &h);
+    let h = depthwise(&mut m, &h, 144, 2);
+    let h = relu6(&mut m, &h);
+    let y = pointwise(&mut m, &h, 144, 32);
+    m.output(&y);
+    m.encode()
+}
+
 fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
     let mut rng = Rng::new(seed);
     g.inputs
@@ -176,14 +219,19 @@ impl OrderedPool {
 
 #[test]
 fn outputs_are_bit_identical_for_every_pool() {
-    let g = optimized(&encoder_layer());
-    let inputs = random_inputs(&g, 5);
+    for model in [encoder_layer(), inverted_residual()] {
+        every_pool_matches_infer(&optimized(&model));
+    }
+}
+
+fn every_pool_matches_infer(g: &Graph) {
+    let inputs = random_inputs(g, 5);
     for target in targets() {
-        let plan = plan_kernels(&g, &target, &Default::default());
+        let plan = plan_kernels(g, &target, &Default::default());
         let split = plan.nodes.iter().filter(|n| n.tasks > 1).count();
         assert!(split >= 4, "{}: only {split} nodes split\n{g}", target.cpu);
-        let lib = Compiled::for_target(&g, target.clone()).expect("compiles");
-        let want = lib.run(&g, &inputs).expect("infer runs");
+        let lib = Compiled::for_target(g, target.clone()).expect("compiles");
+        let want = lib.run(g, &inputs).expect("infer runs");
         let check = |what: &str, got: Result<Vec<Tensor>, String>| {
             let got = got.unwrap_or_else(|e| panic!("{}: {what}: {e}", target.cpu));
             assert!(
@@ -192,12 +240,12 @@ fn outputs_are_bit_identical_for_every_pool() {
                 target.cpu
             );
         };
-        check("no pool", lib.run_pooled(&g, &inputs, None));
+        check("no pool", lib.run_pooled(g, &inputs, None));
         for threads in [1, 2, 3, 8] {
             let pool = ThreadPool::new(threads).expect("threads start");
             check(
                 &format!("{threads} threads"),
-                lib.run_pooled(&g, &inputs, Some(&pool.as_raw())),
+                lib.run_pooled(g, &inputs, Some(&pool.as_raw())),
             );
         }
         for (name, order) in [
@@ -209,7 +257,7 @@ fn outputs_are_bit_identical_for_every_pool() {
                 order,
                 seed: Mutex::new(0),
             };
-            check(name, lib.run_pooled(&g, &inputs, Some(&pool.raw())));
+            check(name, lib.run_pooled(g, &inputs, Some(&pool.raw())));
         }
     }
 }

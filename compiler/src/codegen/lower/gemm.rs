@@ -335,7 +335,13 @@ pub fn call_split_by_cols(
         BLayout::Packed => cols * spec.k * 4,
         _ => return Err("this B layout is not split by columns".into()),
     };
-    let full = GemmKernel::define(ctx, &GemmSpec { n: cols, ..spec.clone() })?;
+    let full = GemmKernel::define(
+        ctx,
+        &GemmSpec {
+            n: cols,
+            ..spec.clone()
+        },
+    )?;
     let last = if last_cols == cols {
         None
     } else {

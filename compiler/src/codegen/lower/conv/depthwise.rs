@@ -20,8 +20,10 @@ use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ops::Activation;
+use cranelift_codegen::ir::condcodes::IntCC;
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
 struct Plane2d {
@@ -176,6 +178,16 @@ pub(super) fn conv_depthwise(
 
 /// One call of the machine-code kernel per image: `(X_n, W, Y_n, scratch, bias, R_n)`,
 /// null for an absent bias or residual.
+/// With a thread pool, the machine-code path splits a single image's channels into
+/// tasks, each on its worker's scratch plane.
+pub(super) fn channel_split(g: &ConvGeometry) -> Split {
+    if g.batch != 1 {
+        return Split::of(1, 0);
+    }
+    let taps: usize = g.kernel.iter().product();
+    Split::of(g.channels, g.channels * g.mg * g.out_size() * taps)
+}
+
 fn conv_depthwise_x86(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
@@ -183,6 +195,9 @@ fn conv_depthwise_x86(
     spec: &DwSpec,
     isa: X86Isa,
 ) -> LowerResult {
+    if let Some(task) = ctx.task {
+        return conv_depthwise_x86_task(ctx, g, ops, spec, isa, task);
+    }
     let plane = scratch(ctx)?;
     let code = x86::dwconv::emit(spec, isa)?;
     let func = gemm::define_machine_code(ctx, 6, &code)?;
@@ -393,4 +408,78 @@ fn store_lanes(b: &mut FunctionBuilder, v: Value, addr: Value, off: i32, lanes: 
         let x = b.ins().extractlane(v, l as u8);
         b.ins().store(flags(), x, addr, off + (l * F32) as i32);
     }
+}
+
+/// One task of [`channel_split`]: its channels, through a kernel compiled for that
+/// many channels (and one for the last task's).
+fn conv_depthwise_x86_task(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    spec: &DwSpec,
+    isa: X86Isa,
+    task: Value,
+) -> LowerResult {
+    let split = channel_split(g);
+    if split.tasks != ctx.kernel.tasks {
+        return Err(format!(
+            "the plan split this depthwise conv into {} tasks, its channels into {}",
+            ctx.kernel.tasks, split.tasks
+        ));
+    }
+    let plane = scratch(ctx)?;
+    let full = gemm::define_machine_code(
+        ctx,
+        6,
+        &x86::dwconv::emit(
+            &DwSpec {
+                channels: split.per,
+                ..*spec
+            },
+            isa,
+        )?,
+    )?;
+    let last = gemm::define_machine_code(
+        ctx,
+        6,
+        &x86::dwconv::emit(
+            &DwSpec {
+                channels: split.last(),
+                ..*spec
+            },
+            isa,
+        )?,
+    )?;
+    let b = &mut *ctx.b;
+    let taps: usize = g.kernel.iter().product();
+    let c0 = b.ins().imul_imm_s(task, split.per as i64);
+    let at = |b: &mut FunctionBuilder, base: Value, per_channel: usize| {
+        kernel::elem_addr(b, base, c0, per_channel * F32)
+    };
+    let x = at(b, ops.x.ptr, g.in_size());
+    let w = at(b, ops.w.ptr, g.mg * taps);
+    let y = at(b, ops.y.ptr, g.mg * g.out_size());
+    let null = b.ins().iconst(PTR, 0);
+    let bias = match &ops.bias {
+        Some(bias) => at(b, bias.ptr, g.mg),
+        None => null,
+    };
+    let res = match &ops.residual {
+        Some(r) if spec.residual => at(b, r.ptr, g.mg * g.out_size()),
+        _ => null,
+    };
+    let is_last = b
+        .ins()
+        .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
+    let (then, other, join) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().brif(is_last, then, &[], other, &[]);
+    for (blk, func) in [(then, last), (other, full)] {
+        b.seal_block(blk);
+        b.switch_to_block(blk);
+        b.ins().call(func, &[x, w, y, plane, bias, res]);
+        b.ins().jump(join, &[]);
+    }
+    b.seal_block(join);
+    b.switch_to_block(join);
+    Ok(())
 }

@@ -388,7 +388,11 @@ pub fn plan_conv(
                     "one channel per group; no machine-code kernel for this target or shape"
                 }
             };
-            plan(ConvStrategy::Depthwise(isa), reason)
+            let tasks = match isa {
+                Some(_) => depthwise::channel_split(&g).tasks,
+                None => 1,
+            };
+            plan(ConvStrategy::Depthwise(isa), reason).map(|k| k.with_tasks(tasks))
         }
         ConvPath::Im2col if winograd::applies(&g, constant_w, options) => {
             let (m, transforms) = winograd::choose(&g, c.activation, target, options)?;
