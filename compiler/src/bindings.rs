@@ -142,6 +142,8 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line(&format!(
         "            pub unsafe fn {prefix}model_info() -> *const core::ffi::c_void;"
     ));
+    line(&format!("            pub unsafe fn {prefix}workspace_size(options: *const core::ffi::c_void) -> u64;"));
+    line(&format!("            pub unsafe fn {prefix}run(inputs: *const *const core::ffi::c_void, outputs: *const *mut core::ffi::c_void, workspace: *mut core::ffi::c_void, options: *const core::ffi::c_void) -> i32;"));
     line("        }");
     line("    }");
     line("");
@@ -301,6 +303,7 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("    /// every call (the compiled code itself never allocates).");
     line("    pub struct Workspace {");
     line("        ptr: *mut u8,");
+    line("        layout: core::alloc::Layout,");
     line("    }");
     line("");
     line("    // The workspace is plain memory owned by this value; `run` takes `&mut self`.");
@@ -308,19 +311,28 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("    unsafe impl Sync for Workspace {}");
     line("");
     line("    impl Workspace {");
-    line("        fn layout() -> core::alloc::Layout {");
-    line("            // A non-NULL workspace is required even when WORKSPACE_SIZE is 0.");
-    line("            core::alloc::Layout::from_size_align(WORKSPACE_SIZE.max(1), WORKSPACE_ALIGN).expect(\"valid layout\")");
-    line("        }");
-    line("");
-    line("        pub fn new() -> Workspace {");
-    line("            let layout = Self::layout();");
+    line("        fn of_size(bytes: usize) -> Workspace {");
+    line("            // A non-NULL workspace is required even when the size is 0.");
+    line("            let layout = core::alloc::Layout::from_size_align(bytes.max(1), WORKSPACE_ALIGN).expect(\"valid layout\");");
     line("            // SAFETY: the layout has a non-zero size.");
     line("            let ptr = unsafe { std::alloc::alloc(layout) };");
     line("            if ptr.is_null() {");
     line("                std::alloc::handle_alloc_error(layout);");
     line("            }");
-    line("            Workspace { ptr }");
+    line("            Workspace { ptr, layout }");
+    line("        }");
+    line("");
+    line("        /// A workspace for [`Workspace::run`] (one thread).");
+    line("        pub fn new() -> Workspace {");
+    line("            Self::of_size(WORKSPACE_SIZE)");
+    line("        }");
+    line("");
+    line("        /// A workspace for [`Workspace::run_with`] with `pool` (or a pool of fewer threads).");
+    line("        pub fn with_pool(pool: &nnc_build::ThreadPool) -> Workspace {");
+    line("            let raw = pool.as_raw();");
+    line("            let options = nnc_build::__run_options(&raw, 0);");
+    line(&format!("            // SAFETY: the options and the pool they point to are live.\n            let bytes = unsafe {{ ffi::{prefix}workspace_size((&options as *const nnc_build::__RunOptions).cast()) }};"));
+    line("            Self::of_size(usize::try_from(bytes).unwrap_or(usize::MAX))");
     line("        }");
     line("");
     line("        /// Runs the model: reads `inputs`, writes every buffer of `outputs`.");
@@ -350,6 +362,28 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("            if code == 0 { Ok(()) } else { Err(Error::Status(code)) }");
     line("        }");
     line("");
+    line("        /// [`Workspace::run`] with the nodes worth it split over `pool`'s threads;");
+    line("        /// the outputs are bit-identical. The workspace must come from");
+    line("        /// [`Workspace::with_pool`] for a pool of at least as many threads (checked).");
+    line("        pub fn run_with(&mut self, pool: &nnc_build::ThreadPool, inputs: &Inputs<'_>, outputs: &mut Outputs<'_>) -> Result<(), Error> {");
+    line(&format!(
+        "            let ins: [*const core::ffi::c_void; {}] = [{}];",
+        inputs.len(),
+        in_ptrs.join(", ")
+    ));
+    line(&format!(
+        "            let outs: [*mut core::ffi::c_void; {}] = [{}];",
+        outputs.len(),
+        out_ptrs.join(", ")
+    ));
+    line("            let raw = pool.as_raw();");
+    line("            let options = nnc_build::__run_options(&raw, self.layout.size() as u64);");
+    line("            // SAFETY: buffers as in `run`; the library checks the workspace size");
+    line("            // given in the options; the pool outlives the call.");
+    line(&format!("            let code = unsafe {{ ffi::{prefix}run(ins.as_ptr(), outs.as_ptr(), self.ptr.cast(), (&options as *const nnc_build::__RunOptions).cast()) }};"));
+    line("            if code == 0 { Ok(()) } else { Err(Error::Status(code)) }");
+    line("        }");
+    line("");
     line("        /// [`Workspace::run`] into freshly allocated output buffers.");
     line("        pub fn infer(&mut self, inputs: &Inputs<'_>) -> Result<OwnedOutputs, Error> {");
     line("            let mut out = OwnedOutputs::new();");
@@ -366,8 +400,8 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("");
     line("    impl Drop for Workspace {");
     line("        fn drop(&mut self) {");
-    line("            // SAFETY: allocated in `new` with the same layout.");
-    line("            unsafe { std::alloc::dealloc(self.ptr, Self::layout()) }");
+    line("            // SAFETY: allocated in `of_size` with this layout.");
+    line("            unsafe { std::alloc::dealloc(self.ptr, self.layout) }");
     line("        }");
     line("    }");
     line("}");

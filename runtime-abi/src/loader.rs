@@ -17,6 +17,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::abi::*;
+use crate::pool::ThreadPool;
 
 /// Why loading or running failed.
 #[derive(Debug)]
@@ -201,6 +202,8 @@ pub struct Library {
     workspace_size: usize,
     workspace_align: usize,
     infer: InferWithWorkspaceFn,
+    /// `run` and `workspace_size` (ABI 3 and later).
+    pooled: Option<(RunFn, WorkspaceSizeFn)>,
     // Dropped last: `infer` points into it.
     _lib: libloading::Library,
 }
@@ -237,6 +240,16 @@ impl Library {
         // SAFETY: model_info never returns NULL and points to static data that
         // lives while the library is loaded (nnc.h).
         let info = unsafe { &*info_fn() };
+        // SAFETY: as above; libraries before ABI 3 lack them.
+        let pooled = (info.abi_version >= 3)
+            .then(|| unsafe {
+                let run = lib.get::<RunFn>(symbol(RUN_SYMBOL).as_slice()).ok()?;
+                let size = lib
+                    .get::<WorkspaceSizeFn>(symbol(WORKSPACE_SIZE_SYMBOL).as_slice())
+                    .ok()?;
+                Some((*run, *size))
+            })
+            .flatten();
         if !(NNC_ABI_VERSION_OLDEST..=NNC_ABI_VERSION).contains(&info.abi_version) {
             return Err(Error::AbiVersion {
                 path,
@@ -292,6 +305,7 @@ impl Library {
             workspace_size,
             workspace_align,
             infer,
+            pooled,
             _lib: lib,
         })
     }
@@ -315,10 +329,32 @@ impl Library {
 
     /// A workspace for this model: one per concurrent call.
     pub fn workspace(&self) -> Workspace {
+        self.workspace_of(self.workspace_size)
+    }
+
+    /// Bytes of workspace a [`Library::run_with`] call with `pool` needs.
+    pub fn workspace_size_for(&self, pool: &ThreadPool) -> usize {
+        match self.pooled {
+            Some((_, size)) => {
+                let raw = pool.as_raw();
+                let options = NncRunOptions::new(Some(&raw), 0);
+                // SAFETY: the options and the pool they point to are live.
+                usize::try_from(unsafe { size(&options) }).unwrap_or(usize::MAX)
+            }
+            None => self.workspace_size,
+        }
+    }
+
+    /// A workspace for calls of [`Library::run_with`] with `pool` (or any pool of no
+    /// more threads): one per concurrent call.
+    pub fn workspace_for(&self, pool: &ThreadPool) -> Workspace {
+        self.workspace_of(self.workspace_size_for(pool))
+    }
+
+    fn workspace_of(&self, bytes: usize) -> Workspace {
         // A non-NULL workspace is required even when the size is 0.
-        let layout =
-            std::alloc::Layout::from_size_align(self.workspace_size.max(1), self.workspace_align)
-                .expect("model_info gives a valid layout (checked in open)");
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), self.workspace_align)
+            .expect("model_info gives a valid layout (checked in open)");
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
@@ -335,14 +371,7 @@ impl Library {
         inputs: &[Tensor<'_>],
         outputs: &mut [TensorMut<'_>],
     ) -> Result<(), Error> {
-        check_count("inputs", inputs.len(), self.inputs.len())?;
-        check_count("outputs", outputs.len(), self.outputs.len())?;
-        for (t, d) in inputs.iter().zip(&self.inputs) {
-            check_buffer("input", d, t.dtype, t.len)?;
-        }
-        for (t, d) in outputs.iter().zip(&self.outputs) {
-            check_buffer("output", d, t.dtype, t.len)?;
-        }
+        self.check_call(inputs, outputs)?;
         if workspace.layout.size() < self.workspace_size
             || workspace.layout.align() < self.workspace_align
         {
@@ -359,6 +388,54 @@ impl Library {
             NNC_OK => Ok(()),
             c => Err(Error::Status(c)),
         }
+    }
+}
+
+impl Library {
+    /// [`Library::run`] with the nodes worth it split over `pool`'s threads (the
+    /// library's `run`; outputs bit-identical to a single-threaded run). `workspace`
+    /// must come from [`Library::workspace_for`] with a pool of at least as many
+    /// threads. A library built before ABI 3 runs on the calling thread.
+    pub fn run_with(
+        &self,
+        pool: &ThreadPool,
+        workspace: &mut Workspace,
+        inputs: &[Tensor<'_>],
+        outputs: &mut [TensorMut<'_>],
+    ) -> Result<(), Error> {
+        let Some((run, _)) = self.pooled else {
+            return self.run(workspace, inputs, outputs);
+        };
+        self.check_call(inputs, outputs)?;
+        if workspace.layout.align() < self.workspace_align {
+            return Err(Error::Mismatch(
+                "the workspace belongs to another model".into(),
+            ));
+        }
+        let raw = pool.as_raw();
+        // The library checks the workspace size against these options.
+        let options = NncRunOptions::new(Some(&raw), workspace.layout.size() as u64);
+        let ins: Vec<*const c_void> = inputs.iter().map(|t| t.bytes.cast()).collect();
+        let outs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.bytes.cast()).collect();
+        // SAFETY: buffers checked as in `run`; the workspace's size is passed in the
+        // options and checked by the library; the pool outlives the call.
+        let code = unsafe { run(ins.as_ptr(), outs.as_ptr(), workspace.ptr.cast(), &options) };
+        match code {
+            NNC_OK => Ok(()),
+            c => Err(Error::Status(c)),
+        }
+    }
+
+    fn check_call(&self, inputs: &[Tensor<'_>], outputs: &[TensorMut<'_>]) -> Result<(), Error> {
+        check_count("inputs", inputs.len(), self.inputs.len())?;
+        check_count("outputs", outputs.len(), self.outputs.len())?;
+        for (t, d) in inputs.iter().zip(&self.inputs) {
+            check_buffer("input", d, t.dtype, t.len)?;
+        }
+        for (t, d) in outputs.iter().zip(&self.outputs) {
+            check_buffer("output", d, t.dtype, t.len)?;
+        }
+        Ok(())
     }
 }
 

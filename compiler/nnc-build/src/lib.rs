@@ -27,6 +27,23 @@ mod build;
 #[cfg(feature = "compile")]
 pub use build::{Artifacts, Error, Model};
 
+/// A thread pool for the bindings' `Workspace::run_with` (std threads; one pool may
+/// serve several models and threads at once).
+pub use nnc_runtime_abi::ThreadPool;
+
+/// The options type of `PREFIXrun` (for the generated bindings).
+#[doc(hidden)]
+pub type __RunOptions = nnc_runtime_abi::NncRunOptions;
+
+/// The `nnc_run_options` the generated bindings pass (not for direct use).
+#[doc(hidden)]
+pub fn __run_options(
+    pool: &nnc_runtime_abi::NncThreadPool,
+    workspace_bytes: u64,
+) -> nnc_runtime_abi::NncRunOptions {
+    nnc_runtime_abi::NncRunOptions::new(Some(pool), workspace_bytes)
+}
+
 /// Includes the bindings `Model::compile` wrote for the model named `$name`: a module
 /// `$name` with `Inputs`, `Outputs`, `Workspace` and the raw `ffi` declarations.
 #[macro_export]
