@@ -68,6 +68,19 @@ pub struct KernelsReport {
     pub cpu: String,
     pub features: String,
     pub nodes: Vec<NodeKernelInfo>,
+    /// With `--threads N`: the estimate of what `run` with N threads gains.
+    pub threads: Option<ThreadsEstimate>,
+}
+
+/// `nnc inspect --threads N`: from each node's task count and work (multiply-adds,
+/// or output elements for the other ops), on N threads: per node, the largest task's
+/// share of its work and the threads' idle fraction; for the model, the share of the
+/// work in split nodes and the speedup over one thread were every task equally fast.
+#[derive(Debug, Serialize)]
+pub struct ThreadsEstimate {
+    pub threads: usize,
+    pub parallel_fraction: f64,
+    pub speedup: f64,
 }
 
 /// One node of the compiled graph and what runs it.
@@ -86,6 +99,8 @@ pub struct NodeKernelInfo {
     pub scratch_bytes: usize,
     /// Tasks `run` splits it into with a thread pool (1: not split).
     pub tasks: usize,
+    /// Its work (multiply-adds, or output elements), for `--threads`.
+    pub work: usize,
     pub reason: String,
 }
 
@@ -96,6 +111,8 @@ pub struct InspectOptions {
     pub target: nnc::codegen::Target,
     pub kernels: nnc::codegen::KernelOptions,
     pub show_kernels: bool,
+    /// `--threads N`: estimate the parallel efficiency on N threads.
+    pub threads: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -234,7 +251,18 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
                 &options.kernels,
             );
             let plan = nnc::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
-            report.kernels = Some(kernels_report(&optimized, &kernels, &plan, &options.target));
+            let mut k = kernels_report(&optimized, &kernels, &plan, &options.target);
+            k.threads = options.threads.map(|n| {
+                let nodes: Vec<(usize, usize)> =
+                    k.nodes.iter().map(|e| (e.work, e.tasks)).collect();
+                let e = nnc::codegen::tasks::estimate(&nodes, n);
+                ThreadsEstimate {
+                    threads: n,
+                    parallel_fraction: e.parallel_fraction,
+                    speedup: e.speedup,
+                }
+            });
+            report.kernels = Some(k);
         }
     }
     Ok(report)
@@ -269,6 +297,11 @@ fn kernels_report(
                     .map(|(mr, nr)| format!("{mr}x{nr}")),
                 scratch_bytes: kernel.scratch_bytes,
                 tasks: if view { 1 } else { kernel.tasks },
+                work: if view {
+                    0
+                } else {
+                    nnc::codegen::tasks::node_work(g, n)
+                },
                 reason: if view {
                     "the output is its input's storage: no code".into()
                 } else {
@@ -282,6 +315,7 @@ fn kernels_report(
         cpu: target.cpu.clone(),
         features: target.features.to_string(),
         nodes,
+        threads: None,
     }
 }
 
@@ -397,7 +431,26 @@ pub fn text(r: &Report) -> String {
                 if n.tasks > 1 {
                     let _ = write!(line, " tasks {}", n.tasks);
                 }
+                if let Some(t) = &k.threads {
+                    // The tasks are near-equal slices of the node.
+                    let _ = write!(
+                        line,
+                        " [{} threads: largest task {:.0}% of the node, idle {:.0}%]",
+                        t.threads,
+                        100.0 / n.tasks as f64,
+                        100.0 * nnc::codegen::tasks::idle_fraction(n.tasks, t.threads)
+                    );
+                }
                 let _ = writeln!(s, "{line}  ({})", n.reason);
+            }
+            if let Some(t) = &k.threads {
+                let _ = writeln!(
+                    s,
+                    "threads: {} threads: {:.0}% of the work in split nodes; estimated speedup {:.2}x over 1 thread (every task equally fast, no memory limits)",
+                    t.threads,
+                    100.0 * t.parallel_fraction,
+                    t.speedup
+                );
             }
         }
     } else {

@@ -277,6 +277,10 @@ enum Command {
         /// Kernel overrides for --kernels (as for compile); repeatable.
         #[arg(long = "kernel", value_name = "KIND=CHOICE")]
         kernel_overrides: Vec<String>,
+        /// Also estimates, for `run` with a pool of N threads, each node's largest task
+        /// share and idle fraction and the model's speedup (implies --kernels).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        threads: Option<u32>,
     },
 }
 
@@ -530,6 +534,7 @@ fn run(cli: Cli) -> Result<()> {
             target,
             cpu,
             kernel_overrides,
+            threads,
         } => {
             let arch = match target {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
@@ -539,7 +544,8 @@ fn run(cli: Cli) -> Result<()> {
                 target: Target::new(arch, cpu.as_deref())?,
                 kernels: KernelOptions::parse(kernel_overrides.iter().map(String::as_str))
                     .map_err(|e| NncError::Model(e.to_string()))?,
-                show_kernels: kernels,
+                show_kernels: kernels || threads.is_some(),
+                threads: threads.map(|n| n as usize),
             };
             nnc_cli::inspect::print(
                 &nnc_cli::inspect::report(&model, &parse_bindings(&shapes)?, &options)?,

@@ -62,3 +62,73 @@ mod tests {
         assert_eq!(Split::of(4, 1000 * MIN_TASK_WORK).tasks, 4);
     }
 }
+
+/// A node's work in multiply-adds (convolutions, GEMMs, attention) or, for every other
+/// op, its output elements: the weights `nnc inspect --threads` gives the nodes when it
+/// estimates a model's parallel speedup.
+pub fn node_work(graph: &crate::ir::Graph, node: &crate::ir::Node) -> usize {
+    use crate::ops::Op;
+    let out: usize = node.outputs.first().map_or(0, |o| graph.ty(*o).numel());
+    let input = |i: usize| node.inputs.get(i).copied().flatten().map(|v| graph.ty(v));
+    match &node.op {
+        // Each output: (C_in / group) · kernel taps, W's shape after its first axis.
+        Op::Conv(_) => input(1).map_or(out, |w| out * w.shape.iter().skip(1).product::<usize>()),
+        Op::MatMul(_) | Op::MatMulInteger => {
+            input(0).map_or(out, |a| out * a.shape.last().copied().unwrap_or(1))
+        }
+        Op::Gemm(g) => input(0).map_or(out, |a| {
+            let k = if g.trans_a {
+                a.shape[0]
+            } else {
+                a.shape[a.rank() - 1]
+            };
+            out * k
+        }),
+        Op::Attention => match (input(0), input(1), input(2)) {
+            (Some(q), Some(kt), Some(v)) => {
+                let batches: usize = q.shape[..q.rank() - 2].iter().product();
+                let (m, d) = (q.shape[q.rank() - 2], q.shape[q.rank() - 1]);
+                let t = kt.shape[kt.rank() - 1];
+                batches * m * t * (d + v.shape[v.rank() - 1])
+            }
+            _ => out,
+        },
+        _ => out,
+    }
+}
+
+/// What splitting buys on `threads` threads, from each node's task count and work:
+/// per node, the share of its work the largest task has and the fraction of the
+/// threads' time left idle; for the model, the work in split nodes and the speedup
+/// over one thread were every task equally long.
+pub struct Estimate {
+    pub parallel_fraction: f64,
+    pub speedup: f64,
+}
+
+/// Idle fraction of `threads` threads running `tasks` equal tasks.
+pub fn idle_fraction(tasks: usize, threads: usize) -> f64 {
+    let rounds = tasks.div_ceil(threads.max(1));
+    1.0 - tasks as f64 / (threads * rounds) as f64
+}
+
+/// The model estimate for `(work, tasks)` per node on `threads` threads.
+pub fn estimate(nodes: &[(usize, usize)], threads: usize) -> Estimate {
+    let total: f64 = nodes.iter().map(|&(w, _)| w as f64).sum();
+    let split: f64 = nodes
+        .iter()
+        .filter(|&&(_, t)| t > 1)
+        .map(|&(w, _)| w as f64)
+        .sum();
+    let time: f64 = nodes
+        .iter()
+        .map(|&(w, t)| {
+            let t = t.max(1);
+            w as f64 * t.div_ceil(threads.max(1)) as f64 / t as f64
+        })
+        .sum();
+    Estimate {
+        parallel_fraction: if total > 0.0 { split / total } else { 0.0 },
+        speedup: if time > 0.0 { total / time } else { 1.0 },
+    }
+}
