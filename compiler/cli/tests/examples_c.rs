@@ -22,6 +22,7 @@ const C_FILES: &[&str] = &[
     "check_output.cmake",
     "main.c",
     "two_models.c",
+    "threads.c",
     "model.onnx",
     "second.onnx",
     "expected.txt",
@@ -64,6 +65,23 @@ fn defined_text_symbols(nm_output: &str) -> BTreeSet<String> {
 }
 
 #[test]
+fn c_example_run_with_a_thread_pool() {
+    if !tools::require_tools(&["make", "cc", "python3"]) {
+        return;
+    }
+    let (_tmp, example) = copy_c_example();
+    let include = format!(
+        "NNC_INCLUDE={}/../../runtime-abi/include",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let log = make(&example, &["run-threads", &include]);
+    assert!(
+        log.contains("output-threads.txt matches expected.txt"),
+        "{log}"
+    );
+}
+
+#[test]
 fn c_example_two_models_in_one_program() {
     if !tools::require_tools(&["make", "cc", "python3", "nm"]) {
         return;
@@ -87,13 +105,19 @@ fn c_example_two_models_in_one_program() {
     }
 
     let entry_points = |prefix: &str| -> BTreeSet<String> {
-        ["infer", "infer_with_workspace", "model_info"]
-            .iter()
-            .map(|f| format!("{prefix}_{f}"))
-            .collect()
+        [
+            "infer",
+            "infer_with_workspace",
+            "model_info",
+            "workspace_size",
+            "run",
+        ]
+        .iter()
+        .map(|f| format!("{prefix}_{f}"))
+        .collect()
     };
     let nm = |args: &[&str]| tools::run_stdout(Command::new("nm").current_dir(&example).args(args));
-    // Each library exports exactly its own three prefixed functions, so nothing
+    // Each library exports exactly its own five prefixed functions, so nothing
     // in one can clash with (or interpose on) the other.
     for (lib, prefix) in [("libdigits_a.so", "digits_a"), ("libsecond.so", "second")] {
         assert_eq!(
