@@ -135,6 +135,9 @@ def main():
             times = {n: [] for n, _ in engines}
             for _ in range(args.rounds):
                 for n, fn in engines:
+                    # onnxruntime's intra-op threads spin for a while after each run;
+                    # let them stop before the next engine is timed.
+                    time.sleep(0.05)
                     t0 = time.perf_counter()
                     for _ in range(calls):
                         fn()

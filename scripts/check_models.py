@@ -48,7 +48,7 @@ def run_x86(lib_path, inputs_by_name):
 def build_harness(tmp):
     exe = os.path.join(tmp, "nnc_run")
     subprocess.run(["aarch64-linux-gnu-gcc", "-O1", "-std=c11", "-I", os.path.join(ROOT, "runtime-abi", "include"),
-                    os.path.join(ROOT, "tests", "harness", "nnc_run.c"), "-o", exe, "-ldl"], check=True)
+                    os.path.join(ROOT, "tests", "harness", "nnc_run.c"), "-o", exe, "-pthread", "-ldl"], check=True)
     return exe
 
 

@@ -25,7 +25,7 @@ use nnc::onnx::proto::ModelProto;
 use nnc::onnx::{import_model, ImportOptions};
 use nnc_runtime_abi::{NncTaskFn, NncThreadPool, ThreadPool};
 use prost::Message;
-use runner::Compiled;
+use runner::{aarch64_harness, run_on_aarch64_env, Compiled};
 
 /// The host and, on x86-64, the other kernel families it can run.
 fn targets() -> Vec<Target> {
@@ -283,4 +283,28 @@ fn concurrent_runs_share_one_pool() {
             });
         }
     });
+}
+
+#[test]
+fn aarch64_pools_under_qemu_match_infer() {
+    let Some(harness) = aarch64_harness() else {
+        return;
+    };
+    for model in [encoder_layer(), inverted_residual()] {
+        let g = optimized(&model);
+        let inputs = random_inputs(&g, 7);
+        let options = runner::options(Target::new(Arch::Aarch64, None).expect("aarch64"));
+        let want = run_on_aarch64_env(harness, &g, &inputs, &options, &[]).expect("infer");
+        for threads in ["1", "3"] {
+            let got = run_on_aarch64_env(
+                harness,
+                &g,
+                &inputs,
+                &options,
+                &[("NNC_RUN_THREADS", threads)],
+            )
+            .expect("run with a pool");
+            assert!(got == want, "aarch64, {threads} threads: outputs differ");
+        }
+    }
 }

@@ -7,6 +7,8 @@ use std::ffi::{c_char, c_void, CStr};
 
 /// The whole header, so the compiler can write it next to its artifacts.
 pub const NNC_H: &str = include_str!("../include/nnc.h");
+/// The header-only pthread pool for `run` (`nnc_pool.h`, which includes `nnc.h`).
+pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
 pub const NNC_ABI_VERSION: u32 = 3;

@@ -10,6 +10,9 @@
  * row-major little-endian bytes of the tensor, nothing else; an input file
  * must have exactly the size model_info gives.
  *
+ * With NNC_RUN_THREADS=N in the environment it calls PREFIXrun with a pool of
+ * N threads (nnc_pool.h) on a workspace of PREFIXworkspace_size bytes instead.
+ *
  * Exit status: 0 on success, 1 on any error (message on stderr), 2 on bad
  * usage, 3 when the model's infer returned a non-zero code.
  *
@@ -27,6 +30,7 @@
 #include <string.h>
 
 #include "nnc.h"
+#include "nnc_pool.h"
 
 enum { EXIT_USAGE = 2, EXIT_INFER_FAILED = 3 };
 
@@ -243,12 +247,32 @@ int main(int argc, char **argv) {
     /* posix_memalign needs a multiple of sizeof(void *); any larger power
      * of two is still a multiple of the model's alignment. */
     size_t alloc_align = ws_align < sizeof(void *) ? sizeof(void *) : (size_t)ws_align;
-    void *workspace = alloc_aligned(alloc_align, (size_t)info->workspace_size, "the workspace");
-
-    int32_t status = infer_with_workspace(inputs, (void *const *)outputs, workspace);
+    const char *threads = getenv("NNC_RUN_THREADS");
+    int32_t status;
+    void *workspace;
+    if (threads != NULL && atoi(threads) > 0) {
+        nnc_workspace_size_fn workspace_size;
+        nnc_run_fn run;
+        lookup(lib, prefix, "workspace_size", &workspace_size, sizeof workspace_size);
+        lookup(lib, prefix, "run", &run, sizeof run);
+        nnc_pool *pool = nnc_pool_create((uint32_t)atoi(threads));
+        if (pool == NULL)
+            fail("cannot start %s threads", threads);
+        nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0};
+        uint64_t bytes = workspace_size(&options);
+        if (bytes > SIZE_MAX)
+            fail("workspace_size %llu does not fit in memory", (unsigned long long)bytes);
+        options.workspace_bytes = bytes;
+        workspace = alloc_aligned(alloc_align, (size_t)bytes, "the workspace");
+        status = run(inputs, (void *const *)outputs, workspace, &options);
+        nnc_pool_destroy(pool);
+    } else {
+        workspace = alloc_aligned(alloc_align, (size_t)info->workspace_size, "the workspace");
+        status = infer_with_workspace(inputs, (void *const *)outputs, workspace);
+    }
     if (status != NNC_OK) {
-        fprintf(stderr, "nnc_run: error: %sinfer_with_workspace returned %d (%s)\n", prefix,
-                status, status_name(status));
+        fprintf(stderr, "nnc_run: error: %s%s returned %d (%s)\n", prefix,
+                threads ? "run" : "infer_with_workspace", status, status_name(status));
         return EXIT_INFER_FAILED;
     }
 

@@ -33,7 +33,7 @@ run_suite() {
     echo "$name ($cc${runner:+, via ${runner[*]}}):"
     mkdir -p "$dir"
 
-    "$cc" "${CFLAGS[@]}" -o "$dir/nnc_run" "$HERE/nnc_run.c" -ldl
+    "$cc" "${CFLAGS[@]}" -pthread -o "$dir/nnc_run" "$HERE/nnc_run.c" -ldl
     # Default (empty) prefix with a 16-byte workspace; a named prefix with an
     # empty workspace; a model whose infer reports error code 7.
     "$cc" "${CFLAGS[@]}" -shared -fPIC -o "$dir/plain.so" "$HERE/fake_model.c"

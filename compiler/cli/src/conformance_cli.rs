@@ -84,10 +84,11 @@ fn build_aarch64_harness(dir: &Path) -> Result<PathBuf, String> {
         std::fs::write(dir.join(name), text).map_err(|e| format!("{}: {e}", dir.display()))
     };
     write("nnc.h", nnc_runtime_abi::NNC_H)?;
+    write("nnc_pool.h", nnc_runtime_abi::NNC_POOL_H)?;
     write("nnc_run.c", HARNESS_SOURCE)?;
     let exe = dir.join("nnc_run");
     let out = Command::new("aarch64-linux-gnu-gcc")
-        .args(["-O1", "-std=c11", "-Wall", "-I"])
+        .args(["-O1", "-std=c11", "-Wall", "-pthread", "-I"])
         .arg(dir)
         .arg(dir.join("nnc_run.c"))
         .arg("-o")

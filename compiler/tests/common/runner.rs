@@ -243,7 +243,7 @@ pub fn aarch64_harness() -> Option<&'static Path> {
                 .expect("workspace root");
             tools::run(
                 std::process::Command::new("aarch64-linux-gnu-gcc")
-                    .args(["-O1", "-std=c11", "-Wall", "-I"])
+                    .args(["-O1", "-std=c11", "-Wall", "-pthread", "-I"])
                     .arg(root.join("runtime-abi/include"))
                     .arg(root.join("tests/harness/nnc_run.c"))
                     .arg("-o")
@@ -275,6 +275,18 @@ pub fn run_on_aarch64_with(
     inputs: &[Tensor],
     opts: &CompileOptions,
 ) -> Result<Vec<Tensor>, String> {
+    run_on_aarch64_env(harness, g, inputs, opts, &[])
+}
+
+/// [`run_on_aarch64_with`] with environment variables for the harness (e.g.
+/// `NNC_RUN_THREADS`: run through `run` with a pool of that many threads).
+pub fn run_on_aarch64_env(
+    harness: &Path,
+    g: &Graph,
+    inputs: &[Tensor],
+    opts: &CompileOptions,
+    env: &[(&str, &str)],
+) -> Result<Vec<Tensor>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let lib = write_library(g, opts, dir.path())?;
     let (in_dir, out_dir) = (dir.path().join("in"), dir.path().join("out"));
@@ -286,6 +298,7 @@ pub fn run_on_aarch64_with(
             .map_err(|e| e.to_string())?;
     }
     let out = tools::qemu_aarch64(harness)
+        .envs(env.iter().copied())
         .arg(&lib)
         .arg("")
         .arg(&in_dir)
