@@ -114,19 +114,16 @@ pub fn idle_fraction(tasks: usize, threads: usize) -> f64 {
 
 /// The model estimate for `(work, tasks)` per node on `threads` threads.
 pub fn estimate(nodes: &[(usize, usize)], threads: usize) -> Estimate {
-    let total: f64 = nodes.iter().map(|&(w, _)| w as f64).sum();
-    let split: f64 = nodes
+    // Folded from +0.0: an empty float sum is −0.0, which prints as "-0".
+    let total = nodes.iter().fold(0.0, |a, &(w, _)| a + w as f64);
+    let split = nodes
         .iter()
         .filter(|&&(_, t)| t > 1)
-        .map(|&(w, _)| w as f64)
-        .sum();
-    let time: f64 = nodes
-        .iter()
-        .map(|&(w, t)| {
-            let t = t.max(1);
-            w as f64 * t.div_ceil(threads.max(1)) as f64 / t as f64
-        })
-        .sum();
+        .fold(0.0, |a, &(w, _)| a + w as f64);
+    let time = nodes.iter().fold(0.0, |a, &(w, t)| {
+        let t = t.max(1);
+        a + w as f64 * t.div_ceil(threads.max(1)) as f64 / t as f64
+    });
     Estimate {
         parallel_fraction: if total > 0.0 { split / total } else { 0.0 },
         speedup: if time > 0.0 { total / time } else { 1.0 },
