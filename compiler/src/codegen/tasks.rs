@@ -44,24 +44,6 @@ impl Split {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn splits_cover_every_piece_once() {
-        for units in 1..200 {
-            for work in [0, MIN_TASK_WORK, 7 * MIN_TASK_WORK, 1000 * MIN_TASK_WORK] {
-                let s = Split::of(units, work);
-                assert!(s.tasks >= 1 && s.tasks <= MAX_TASKS);
-                assert!(s.last() >= 1 && s.last() <= s.per);
-                assert_eq!(s.per * (s.tasks - 1) + s.last(), units);
-            }
-        }
-        assert_eq!(Split::of(100, 0).tasks, 1);
-        assert_eq!(Split::of(4, 1000 * MIN_TASK_WORK).tasks, 4);
-    }
-}
 
 /// A node's work in multiply-adds (convolutions, GEMMs, attention) or, for every other
 /// op, its output elements: the weights `nnc inspect --threads` gives the nodes when it
@@ -127,5 +109,34 @@ pub fn estimate(nodes: &[(usize, usize)], threads: usize) -> Estimate {
     Estimate {
         parallel_fraction: if total > 0.0 { split / total } else { 0.0 },
         speedup: if time > 0.0 { total / time } else { 1.0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_every_piece_once() {
+        for units in 1..200 {
+            for work in [0, MIN_TASK_WORK, 7 * MIN_TASK_WORK, 1000 * MIN_TASK_WORK] {
+                let s = Split::of(units, work);
+                assert!(s.tasks >= 1 && s.tasks <= MAX_TASKS);
+                assert!(s.last() >= 1 && s.last() <= s.per);
+                assert_eq!(s.per * (s.tasks - 1) + s.last(), units);
+            }
+        }
+        assert_eq!(Split::of(100, 0).tasks, 1);
+        assert_eq!(Split::of(4, 1000 * MIN_TASK_WORK).tasks, 4);
+    }
+
+    #[test]
+    fn the_estimate_counts_rounds_of_tasks() {
+        // 4 equal tasks on 3 threads take 2 rounds; an unsplit node runs alone.
+        let e = estimate(&[(400, 4), (100, 1)], 3);
+        assert!((e.parallel_fraction - 0.8).abs() < 1e-9);
+        assert!((e.speedup - 500.0 / (200.0 + 100.0)).abs() < 1e-9);
+        assert!((idle_fraction(4, 3) - (1.0 - 4.0 / 6.0)).abs() < 1e-9);
+        assert_eq!(estimate(&[], 4).parallel_fraction, 0.0);
     }
 }
