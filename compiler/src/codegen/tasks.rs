@@ -44,7 +44,6 @@ impl Split {
     }
 }
 
-
 /// A node's work in multiply-adds (convolutions, GEMMs, attention) or, for every other
 /// op, its output elements: the weights `nnc inspect --threads` gives the nodes when it
 /// estimates a model's parallel speedup.
