@@ -85,6 +85,10 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
     h += &format!("int32_t {prefix}infer_with_workspace(const void *const *inputs, void *const *outputs, void *workspace);\n\n");
     h += "/* Names, dtypes and shapes of the inputs and outputs; the workspace size. */\n";
     h += &format!("const nnc_model_info *{prefix}model_info(void);\n\n");
+    h += "/* Bytes of workspace a run() with these options needs (NULL: no pool). */\n";
+    h += &format!("uint64_t {prefix}workspace_size(const nnc_run_options *options);\n\n");
+    h += "/* infer_with_workspace with options: the nodes worth it split over options->pool's\n   threads, outputs bit-identical. Reentrant; allocates nothing. */\n";
+    h += &format!("int32_t {prefix}run(const void *const *inputs, void *const *outputs, void *workspace,\n              const nnc_run_options *options);\n\n");
     h += &format!("#ifdef __cplusplus\n}}\n#endif\n\n#endif /* {guard} */\n");
     h
 }

@@ -6,6 +6,7 @@
 
 #include "libdigits.h" // written by `nnc compile ../c/model.onnx --name digits -o libdigits.so`
 #include "nnc.hpp"
+#include "nnc_pool.h" // runtime-abi/include: a pthread pool for PREFIXrun
 
 int main() {
     try {
@@ -26,6 +27,21 @@ int main() {
         } catch (const nnc::Error &e) {
             std::fprintf(stderr, "refused as expected (code %d): %s\n", e.code(), e.what());
         }
+
+        // Through PREFIXrun with a pool of 2 threads: the same numbers, bit for bit.
+        nnc_pool *pool = nnc_pool_create(2);
+        if (!pool) return 1;
+        {
+            nnc::Model pooled(digits_run, digits_workspace_size, digits_model_info,
+                              nnc_pool_get(pool));
+            std::vector<float> pooled_probs(probs.size());
+            pooled.run({image}, {pooled_probs});
+            if (pooled_probs != probs) {
+                std::fprintf(stderr, "the pooled run differs\n");
+                return 1;
+            }
+        }
+        nnc_pool_destroy(pool);
 
         // Only the numbers go to stdout, for check_close.py.
         for (size_t i = 0; i < probs.size(); i++) std::printf(i ? " %.6f" : "%.6f", probs[i]);

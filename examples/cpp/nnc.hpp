@@ -8,7 +8,12 @@
 //
 // A Model owns an aligned workspace of the size the model reports, so it calls the
 // reentrant PREFIXinfer_with_workspace: distinct Model objects may run concurrently,
-// one Model must not be used by two threads at once. It checks every buffer against
+// one Model must not be used by two threads at once. Given PREFIXrun,
+// PREFIXworkspace_size and a thread pool (nnc_pool.h, or your own nnc_thread_pool),
+// it runs through the pool instead, on a workspace sized for it:
+//
+//   nnc_pool *pool = nnc_pool_create(4);
+//   nnc::Model model(digits_run, digits_workspace_size, digits_model_info, nnc_pool_get(pool)); It checks every buffer against
 // model_info (count, dtype, element count) before calling into the library, since
 // the C ABI itself cannot: it only sees pointers.
 #ifndef NNC_HPP
@@ -95,6 +100,17 @@ class Model {
                                     std::align_val_t(info_->workspace_align)),
                      AlignedDelete{info_->workspace_align}) {}
 
+    // Runs through PREFIXrun with `pool` (which must outlive the Model; NULL: the
+    // calling thread alone), on a workspace of PREFIXworkspace_size bytes for it.
+    Model(nnc_run_fn run, nnc_workspace_size_fn workspace_size, nnc_model_info_fn model_info,
+          const nnc_thread_pool *pool)
+        : infer_(nullptr), run_(run), info_(checked(model_info())),
+          options_{sizeof(nnc_run_options), pool, 0},
+          workspace_(allocate(workspace_size(&options_), info_->workspace_align),
+                     AlignedDelete{info_->workspace_align}) {
+        options_.workspace_bytes = workspace_size(&options_);
+    }
+
     const nnc_model_info &info() const { return *info_; }
 
     // Runs the model: inputs and outputs in model_info order, each checked against
@@ -106,7 +122,8 @@ class Model {
         for (const Input &b : inputs) in.push_back(b.data);
         std::vector<void *> out;
         for (const Output &b : outputs) out.push_back(b.data);
-        int32_t rc = infer_(in.data(), out.data(), workspace_.get());
+        int32_t rc = run_ ? run_(in.data(), out.data(), workspace_.get(), &options_)
+                          : infer_(in.data(), out.data(), workspace_.get());
         if (rc != NNC_OK) throw Error(rc, "infer failed with NNC error code " + std::to_string(rc));
     }
 
@@ -140,13 +157,19 @@ class Model {
         }
     }
 
+    static void *allocate(uint64_t bytes, uint64_t align) {
+        return ::operator new(bytes ? bytes : 1, std::align_val_t(align));
+    }
+
     struct AlignedDelete {
         size_t align;
         void operator()(void *p) const { ::operator delete(p, std::align_val_t(align)); }
     };
 
     nnc_infer_with_workspace_fn infer_;
+    nnc_run_fn run_ = nullptr;
     const nnc_model_info *info_;
+    nnc_run_options options_{sizeof(nnc_run_options), nullptr, 0};
     std::unique_ptr<void, AlignedDelete> workspace_;
 };
 

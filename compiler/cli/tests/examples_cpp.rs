@@ -20,7 +20,11 @@ fn cpp_example_wrapper_shared_and_static() {
         ("cpp", &["Makefile", "nnc.hpp", "main.cpp"]),
     ]);
     let example = root.join("cpp");
-    let log = make(&example, &["run", "run-static"]);
+    let include = format!(
+        "NNC_INCLUDE={}/../../runtime-abi/include",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let log = make(&example, &["run", "run-static", &include]);
     assert!(
         log.contains("output.txt matches ../c/expected.txt"),
         "{log}"
