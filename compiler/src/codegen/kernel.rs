@@ -303,6 +303,30 @@ pub fn range_loop(
     b.seal_block(exit);
 }
 
+/// Emits `if task == tasks − 1 { last(b) } else { other(b) }`: the last task of a split
+/// often covers a shorter slice, through code compiled for its size.
+pub fn if_last_task(
+    b: &mut FunctionBuilder,
+    task: Value,
+    tasks: usize,
+    last: impl FnOnce(&mut FunctionBuilder),
+    other: impl FnOnce(&mut FunctionBuilder),
+) {
+    let is_last = b.ins().icmp_imm_u(IntCC::Equal, task, (tasks - 1) as i64);
+    let (then, otherwise, join) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().brif(is_last, then, &[], otherwise, &[]);
+    b.seal_block(then);
+    b.switch_to_block(then);
+    last(b);
+    b.ins().jump(join, &[]);
+    b.seal_block(otherwise);
+    b.switch_to_block(otherwise);
+    other(b);
+    b.ins().jump(join, &[]);
+    b.seal_block(join);
+    b.switch_to_block(join);
+}
+
 /// The per-axis indices of row-major flat index `flat` over `shape`.
 pub fn unflatten(b: &mut FunctionBuilder, flat: Value, shape: &[usize]) -> Vec<Value> {
     let strides = strides_of(shape);

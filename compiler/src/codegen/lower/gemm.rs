@@ -22,7 +22,6 @@ use crate::codegen::kernel::PTR;
 use crate::codegen::kernels::x86;
 use crate::codegen::tasks::Split;
 use crate::ops::Activation;
-use cranelift_codegen::ir::condcodes::IntCC;
 
 /// A GEMM function defined in the module, callable from the node being lowered.
 pub struct GemmKernel {
@@ -275,23 +274,13 @@ pub fn call_split_by_rows(
         .collect();
     match last {
         None => full.call(b, a_rows, b_ptr, c_rows, &addend_rows),
-        Some(last) => {
-            let is_last = b
-                .ins()
-                .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
-            let (then, other, join) = (b.create_block(), b.create_block(), b.create_block());
-            b.ins().brif(is_last, then, &[], other, &[]);
-            b.seal_block(then);
-            b.switch_to_block(then);
-            last.call(b, a_rows, b_ptr, c_rows, &addend_rows);
-            b.ins().jump(join, &[]);
-            b.seal_block(other);
-            b.switch_to_block(other);
-            full.call(b, a_rows, b_ptr, c_rows, &addend_rows);
-            b.ins().jump(join, &[]);
-            b.seal_block(join);
-            b.switch_to_block(join);
-        }
+        Some(last) => crate::codegen::kernel::if_last_task(
+            b,
+            task,
+            split.tasks,
+            |b| last.call(b, a_rows, b_ptr, c_rows, &addend_rows),
+            |b| full.call(b, a_rows, b_ptr, c_rows, &addend_rows),
+        ),
     }
     Ok(())
 }
@@ -365,23 +354,13 @@ pub fn call_split_by_cols(
         .collect();
     match last {
         None => full.call(b, a, b_cols, c_cols, &addend_cols),
-        Some(last) => {
-            let is_last = b
-                .ins()
-                .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
-            let (then, other, join) = (b.create_block(), b.create_block(), b.create_block());
-            b.ins().brif(is_last, then, &[], other, &[]);
-            b.seal_block(then);
-            b.switch_to_block(then);
-            last.call(b, a, b_cols, c_cols, &addend_cols);
-            b.ins().jump(join, &[]);
-            b.seal_block(other);
-            b.switch_to_block(other);
-            full.call(b, a, b_cols, c_cols, &addend_cols);
-            b.ins().jump(join, &[]);
-            b.seal_block(join);
-            b.switch_to_block(join);
-        }
+        Some(last) => crate::codegen::kernel::if_last_task(
+            b,
+            task,
+            split.tasks,
+            |b| last.call(b, a, b_cols, c_cols, &addend_cols),
+            |b| full.call(b, a, b_cols, c_cols, &addend_cols),
+        ),
     }
     Ok(())
 }

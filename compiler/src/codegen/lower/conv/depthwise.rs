@@ -23,7 +23,6 @@ use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ops::Activation;
-use cranelift_codegen::ir::condcodes::IntCC;
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
 struct Plane2d {
@@ -468,18 +467,17 @@ fn conv_depthwise_x86_task(
         Some(r) if spec.residual => at(b, r.ptr, g.mg * g.out_size()),
         _ => null,
     };
-    let is_last = b
-        .ins()
-        .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
-    let (then, other, join) = (b.create_block(), b.create_block(), b.create_block());
-    b.ins().brif(is_last, then, &[], other, &[]);
-    for (blk, func) in [(then, last), (other, full)] {
-        b.seal_block(blk);
-        b.switch_to_block(blk);
-        b.ins().call(func, &[x, w, y, plane, bias, res]);
-        b.ins().jump(join, &[]);
-    }
-    b.seal_block(join);
-    b.switch_to_block(join);
+    let args = [x, w, y, plane, bias, res];
+    kernel::if_last_task(
+        b,
+        task,
+        split.tasks,
+        |b| {
+            b.ins().call(last, &args);
+        },
+        |b| {
+            b.ins().call(full, &args);
+        },
+    );
     Ok(())
 }
