@@ -44,11 +44,11 @@ fn match_attention(
     }
     let (p, v) = (g.nodes[i].inputs[0]?, g.nodes[i].inputs[1]?);
     let softmax = producer(p)?;
-    let rank = g.ty(p).rank();
+    let last_axis = g.ty(p).rank().checked_sub(1)?;
     if !private(p)
         || g.nodes[softmax].op
             != (Op::Softmax {
-                axis: rank - 1,
+                axis: last_axis,
                 log: false,
             })
     {
