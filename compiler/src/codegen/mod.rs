@@ -159,6 +159,8 @@ pub fn compile_graph_reporting(
     let mut half_area = 0usize;
     let mut rodata = RodataPool::default();
     let mut node_fns = vec![None; graph.nodes.len()];
+    // Split nodes' task functions (see `run.rs`).
+    let mut task_fns: Vec<Option<cranelift_module::FuncId>> = vec![None; graph.nodes.len()];
     // Per split node: its arguments without the task index, and which is the scratch.
     let mut task_args: Vec<Option<(usize, Option<usize>)>> = vec![None; graph.nodes.len()];
     progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
@@ -169,156 +171,177 @@ pub fn compile_graph_reporting(
         }
         let n_operands = node.inputs.iter().flatten().count() + node.outputs.len();
         let table = plan.operand_tables[k].is_some();
-        let split = kernels.nodes[k].tasks > 1;
-        let n_args = if table { 1 } else { n_operands }
-            + usize::from(plan.scratch[k].is_some())
-            + usize::from(expand.is_some())
-            + usize::from(split);
-        let mut node_half_bytes = 0;
-        let weight_label = node
-            .inputs
-            .iter()
-            .flatten()
-            .filter(|v| graph.constant(**v).is_some())
-            .max_by_key(|v| graph.ty(**v).numel())
-            .map_or_else(|| node.name.clone(), |v| graph.values[v.0].name.clone());
-        let indices_constant = node
-            .inputs
-            .get(1)
-            .copied()
-            .flatten()
-            .is_some_and(|v| graph.constant(v).is_some());
-        // A node that checks indices returns NNC_OK or NNC_ERR_INDEX_OUT_OF_RANGE; the
-        // others return nothing (so `--index-checks clamp` code is what it always was).
-        let checks_indices =
-            lower::index_check::node_checks_indices(&node.op, indices_constant, opts.index_checks);
-        if split {
-            if checks_indices {
-                return Err(codegen_err(
-                    &node.name,
-                    "a node that checks indices cannot be split into tasks",
+        // A split node is lowered twice: whole, for `infer` and single-threaded `run`
+        // (so one thread never repeats a task's set-up), and by task, for pools.
+        let variants: &[bool] = if kernels.nodes[k].tasks > 1 {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        for &split in variants {
+            rodata.set_second_lowering(split);
+            let n_args = if table { 1 } else { n_operands }
+                + usize::from(plan.scratch[k].is_some())
+                + usize::from(expand.is_some())
+                + usize::from(split);
+            let mut node_half_bytes = 0;
+            let weight_label = node
+                .inputs
+                .iter()
+                .flatten()
+                .filter(|v| graph.constant(**v).is_some())
+                .max_by_key(|v| graph.ty(**v).numel())
+                .map_or_else(|| node.name.clone(), |v| graph.values[v.0].name.clone());
+            let indices_constant = node
+                .inputs
+                .get(1)
+                .copied()
+                .flatten()
+                .is_some_and(|v| graph.constant(v).is_some());
+            // A node that checks indices returns NNC_OK or NNC_ERR_INDEX_OUT_OF_RANGE; the
+            // others return nothing (so `--index-checks clamp` code is what it always was).
+            let checks_indices = lower::index_check::node_checks_indices(
+                &node.op,
+                indices_constant,
+                opts.index_checks,
+            );
+            if split {
+                if checks_indices {
+                    return Err(codegen_err(
+                        &node.name,
+                        "a node that checks indices cannot be split into tasks",
+                    ));
+                }
+                let first_scratch = if table { 1 } else { n_operands };
+                task_args[k] = Some((
+                    n_args - 1,
+                    plan.scratch[k].is_some().then_some(first_scratch),
                 ));
             }
-            let first_scratch = if table { 1 } else { n_operands };
-            task_args[k] = Some((
-                n_args - 1,
-                plan.scratch[k].is_some().then_some(first_scratch),
-            ));
-        }
-        let sig = ptr_signature(&module, n_args, checks_indices);
-        let name = format!("nnc_node_{k}");
-        let id = define_function(
-            &mut module,
-            &mut ctx,
-            &mut fctx,
-            &isa,
-            &name,
-            Linkage::Local,
-            sig,
-            |b, module, params| {
-                let mut next = params.iter().copied();
-                let operand_ptrs = if table {
-                    let table = next.next().expect("the operand table parameter");
-                    load_operand_table(b, table, n_operands)
-                } else {
-                    next.by_ref().take(n_operands).collect()
-                };
-                let mut ptrs = operand_ptrs.into_iter();
-                let inputs: Vec<Option<Operand>> = node
-                    .inputs
-                    .iter()
-                    .map(|i| {
-                        i.map(|v| Operand {
-                            ptr: ptrs.next().expect("one pointer per input"),
-                            ty: graph.ty(v).clone(),
-                            constant: graph.constant(v).cloned(),
+            let sig = ptr_signature(&module, n_args, checks_indices);
+            let name = if split {
+                format!("nnc_node_{k}_task")
+            } else {
+                format!("nnc_node_{k}")
+            };
+            let id = define_function(
+                &mut module,
+                &mut ctx,
+                &mut fctx,
+                &isa,
+                &name,
+                Linkage::Local,
+                sig,
+                |b, module, params| {
+                    let mut next = params.iter().copied();
+                    let operand_ptrs = if table {
+                        let table = next.next().expect("the operand table parameter");
+                        load_operand_table(b, table, n_operands)
+                    } else {
+                        next.by_ref().take(n_operands).collect()
+                    };
+                    let mut ptrs = operand_ptrs.into_iter();
+                    let inputs: Vec<Option<Operand>> = node
+                        .inputs
+                        .iter()
+                        .map(|i| {
+                            i.map(|v| Operand {
+                                ptr: ptrs.next().expect("one pointer per input"),
+                                ty: graph.ty(v).clone(),
+                                constant: graph.constant(v).cloned(),
+                            })
                         })
-                    })
-                    .collect();
-                let outputs: Vec<Operand> = node
-                    .outputs
-                    .iter()
-                    .map(|o| Operand {
-                        ptr: ptrs.next().expect("one pointer per output"),
-                        ty: graph.ty(*o).clone(),
-                        constant: None,
-                    })
-                    .collect();
-                let scratch = if plan.scratch[k].is_some() {
-                    next.next()
-                } else {
-                    None
-                };
-                let half = expand.map(|expand| lower::HalfWeights {
-                    workspace: next.next().expect("the workspace parameter"),
-                    region: half_region,
-                    used: 0,
-                    expand,
-                });
-                let task = if split { next.next() } else { None };
-                let fail = checks_indices.then(|| b.create_block());
-                let on_bad_index = match fail {
-                    Some(block) => lower::index_check::OnBadIndex::Fail(block),
-                    None => lower::index_check::OnBadIndex::Clamp,
-                };
-                let mut lctx = LowerCtx {
-                    b,
-                    target: &opts.target,
-                    kernel: &kernels.nodes[k],
-                    module,
-                    inputs,
-                    outputs,
-                    scratch,
-                    task,
-                    half,
-                    on_bad_index,
-                    rodata: &mut rodata,
-                    node_index: k,
-                    weight_label: &weight_label,
-                };
-                lower::lower_node(&mut lctx, &node.op).map_err(|m| {
-                    NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
-                        .with_excerpt(|| node_excerpt(graph, node))
-                })?;
-                node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
-                match fail {
-                    None => {
-                        b.ins().return_(&[]);
+                        .collect();
+                    let outputs: Vec<Operand> = node
+                        .outputs
+                        .iter()
+                        .map(|o| Operand {
+                            ptr: ptrs.next().expect("one pointer per output"),
+                            ty: graph.ty(*o).clone(),
+                            constant: None,
+                        })
+                        .collect();
+                    let scratch = if plan.scratch[k].is_some() {
+                        next.next()
+                    } else {
+                        None
+                    };
+                    let half = expand.map(|expand| lower::HalfWeights {
+                        workspace: next.next().expect("the workspace parameter"),
+                        region: half_region,
+                        used: 0,
+                        expand,
+                    });
+                    let task = if split { next.next() } else { None };
+                    let fail = checks_indices.then(|| b.create_block());
+                    let on_bad_index = match fail {
+                        Some(block) => lower::index_check::OnBadIndex::Fail(block),
+                        None => lower::index_check::OnBadIndex::Clamp,
+                    };
+                    let mut lctx = LowerCtx {
+                        b,
+                        target: &opts.target,
+                        kernel: &kernels.nodes[k],
+                        module,
+                        inputs,
+                        outputs,
+                        scratch,
+                        task,
+                        half,
+                        on_bad_index,
+                        rodata: &mut rodata,
+                        node_index: k,
+                        weight_label: &weight_label,
+                    };
+                    lower::lower_node(&mut lctx, &node.op).map_err(|m| {
+                        NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
+                            .with_excerpt(|| node_excerpt(graph, node))
+                    })?;
+                    node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
+                    match fail {
+                        None => {
+                            b.ins().return_(&[]);
+                        }
+                        Some(fail) => {
+                            let ok = b.ins().iconst(types::I32, NNC_OK as i64);
+                            b.ins().return_(&[ok]);
+                            b.switch_to_block(fail);
+                            b.seal_block(fail);
+                            let code = b
+                                .ins()
+                                .iconst(types::I32, NNC_ERR_INDEX_OUT_OF_RANGE as i64);
+                            b.ins().return_(&[code]);
+                        }
                     }
-                    Some(fail) => {
-                        let ok = b.ins().iconst(types::I32, NNC_OK as i64);
-                        b.ins().return_(&[ok]);
-                        b.switch_to_block(fail);
-                        b.seal_block(fail);
-                        let code = b
-                            .ins()
-                            .iconst(types::I32, NNC_ERR_INDEX_OUT_OF_RANGE as i64);
-                        b.ins().return_(&[code]);
-                    }
+                    Ok(())
+                },
+            )?;
+            // Which constant operands the code reads (the function is still in `ctx`). Those
+            // of a node with an operand table all count as read: its entries are stored
+            // whether or not the code loads them.
+            let entry = ctx
+                .func
+                .layout
+                .entry_block()
+                .expect("node functions have a body");
+            let params = ctx.func.dfg.block_params(entry).to_vec();
+            for (j, v) in node.inputs.iter().flatten().enumerate() {
+                let root = plan.root[v.0];
+                if graph.values[root].constant.is_some()
+                    && (table || value_is_used(&ctx.func, params[j]))
+                {
+                    const_read[root] = true;
                 }
-                Ok(())
-            },
-        )?;
-        // Which constant operands the code reads (the function is still in `ctx`). Those
-        // of a node with an operand table all count as read: its entries are stored
-        // whether or not the code loads them.
-        let entry = ctx
-            .func
-            .layout
-            .entry_block()
-            .expect("node functions have a body");
-        let params = ctx.func.dfg.block_params(entry).to_vec();
-        for (j, v) in node.inputs.iter().flatten().enumerate() {
-            let root = plan.root[v.0];
-            if graph.values[root].constant.is_some()
-                && (table || value_is_used(&ctx.func, params[j]))
-            {
-                const_read[root] = true;
             }
+            if split {
+                task_fns[k] = Some(id);
+            } else {
+                node_fns[k] = Some(id);
+            }
+            half_area = half_area.max(node_half_bytes);
         }
-        node_fns[k] = Some(id);
-        half_area = half_area.max(node_half_bytes);
     }
+    rodata.set_second_lowering(false);
     progress.finish(crate::progress::Task::CodeGeneration);
     if half_area > 0 {
         plan.arena_size = half_region + half_area;
@@ -338,7 +361,7 @@ pub fn compile_graph_reporting(
         run::layout(plan.arena_size, &tasks, &scratch_sizes, max_args);
     let mut trampolines = vec![None; graph.nodes.len()];
     for (k, a) in task_args.iter().enumerate() {
-        if let (Some((n_args, scratch_arg)), Some(fid)) = (a, node_fns[k]) {
+        if let (Some((n_args, scratch_arg)), Some(fid)) = (a, task_fns[k]) {
             trampolines[k] = Some(run::define_trampoline(
                 &mut module,
                 &mut ctx,
@@ -849,21 +872,10 @@ fn define_infer_with_workspace(
                 if pass_workspace {
                     args.push(ws);
                 }
-                let tasks = pooled.tasks[k];
-                if tasks > 1 {
-                    match pool {
-                        Some(pool) => {
-                            run::emit_pooled_launch(b, module, pooled, k, &args, (ws, pool));
-                        }
-                        None => {
-                            let fref = module.declare_func_in_func(fid, b.func);
-                            kernel::counted_loop(b, 0, tasks as i64, 1, |b, t| {
-                                let mut with_task = args.clone();
-                                with_task.push(t);
-                                b.ins().call(fref, &with_task);
-                            });
-                        }
-                    }
+                // With a pool, a split node's tasks go to it; otherwise the node's
+                // whole function runs, like any other.
+                if let (Some(pool), true) = (pool, pooled.tasks[k] > 1) {
+                    run::emit_pooled_launch(b, module, pooled, k, &args, (ws, pool));
                     continue;
                 }
                 let fref = module.declare_func_in_func(fid, b.func);

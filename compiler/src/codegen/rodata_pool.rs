@@ -39,6 +39,9 @@ pub struct SharedBlob {
 pub struct RodataPool {
     blobs: Vec<Blob>,
     by_hash: HashMap<(usize, u64), Vec<usize>>,
+    /// While a node is lowered a second time (its task function for thread pools), its
+    /// requests find the blobs of the first lowering and are not counted again.
+    second_lowering: bool,
 }
 
 impl RodataPool {
@@ -60,7 +63,9 @@ impl RodataPool {
                 let blob = &mut self.blobs[i];
                 if *blob.bytes == *bytes {
                     blob.weight |= weight;
-                    blob.readers.push(node);
+                    if !self.second_lowering {
+                        blob.readers.push(node);
+                    }
                     return Ok(blob.id);
                 }
             }
@@ -77,6 +82,12 @@ impl RodataPool {
             label: label.to_string(),
         });
         Ok(id)
+    }
+
+    /// Marks the requests that follow as a node's second lowering (or, with false, the
+    /// end of it): they reuse blobs without counting as reads.
+    pub fn set_second_lowering(&mut self, on: bool) {
+        self.second_lowering = on;
     }
 
     /// Weight bytes stored (each distinct blob once).

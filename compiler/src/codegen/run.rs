@@ -2,13 +2,14 @@
 //! `PREFIXrun(inputs, outputs, workspace, options)`, and the task functions a thread
 //! pool calls.
 //!
-//! A node the kernel plan split into `tasks` tasks is compiled as one function taking
-//! the task index as its last parameter. Without a pool (`infer`,
-//! `infer_with_workspace`, `run` with no pool or one thread) its tasks run in a loop on
-//! the calling thread; with a pool, `run` writes the node's arguments into a launch
-//! record in the workspace and calls the pool's `parallel_for` with the node's task
-//! function, which reads them back, swaps in the running worker's scratch and computes
-//! one task. The split never depends on the thread count, so neither do the outputs.
+//! A node the kernel plan split into `tasks` tasks is compiled twice: whole, as every
+//! node, for `infer`, `infer_with_workspace` and `run` with no pool or one thread; and
+//! as a function taking the task index as its last parameter. With a pool, `run` writes
+//! the node's arguments into a launch record in the workspace and calls the pool's
+//! `parallel_for` with the node's task function, which reads them back, swaps in the
+//! running worker's scratch and computes one task. The split never depends on the
+//! thread count, and each task computes its elements as the whole node does, so the
+//! outputs never depend on the pool.
 //!
 //! Workspace of a run with `t > 1` threads: the arena (`model_info()->workspace_size`),
 //! then the launch record, then `t − 1` scratch areas, one per worker other than 0
