@@ -327,6 +327,22 @@ pub fn if_last_task(
     b.switch_to_block(join);
 }
 
+/// Runs `body(i)` for this task's share `[task·per, min(task·per + per, end))` of the
+/// indices below `end`.
+pub fn task_share_loop(
+    b: &mut FunctionBuilder,
+    task: Value,
+    per: usize,
+    end: usize,
+    body: impl FnMut(&mut FunctionBuilder, Value),
+) {
+    let first = b.ins().imul_imm_s(task, per as i64);
+    let stop = b.ins().iadd_imm_s(first, per as i64);
+    let limit = iconst(b, end as i64);
+    let stop = b.ins().smin(stop, limit);
+    range_loop(b, first, stop, body);
+}
+
 /// The per-axis indices of row-major flat index `flat` over `shape`.
 pub fn unflatten(b: &mut FunctionBuilder, flat: Value, shape: &[usize]) -> Vec<Value> {
     let strides = strides_of(shape);

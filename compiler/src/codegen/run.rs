@@ -132,17 +132,10 @@ pub(super) fn define_trampoline(
     )
 }
 
-/// The pool a run uses, read from the options after [`check_options`]: `None` when
-/// it runs on the calling thread alone.
-struct Options {
-    /// Branches here with the pool pointer when there is a pool of 2+ threads.
-    pooled: Block,
-}
-
 /// Reads `options` (maybe NULL): jumps to `bad` on unreadable options or a broken
-/// pool, to `pooled` with (pool, threads) for a pool of two or more threads, and
-/// falls through otherwise.
-fn check_options(b: &mut FunctionBuilder, options: Value, bad: Block) -> (Options, Value) {
+/// pool, to the returned block with (pool, threads) for a pool of two or more threads,
+/// and falls through otherwise, with `options->size` (0 for NULL options).
+fn check_options(b: &mut FunctionBuilder, options: Value, bad: Block) -> (Block, Value) {
     let pooled = b.create_block();
     b.append_block_param(pooled, PTR);
     b.append_block_param(pooled, PTR);
@@ -188,7 +181,7 @@ fn check_options(b: &mut FunctionBuilder, options: Value, bad: Block) -> (Option
     );
     b.seal_block(single);
     b.switch_to_block(single);
-    (Options { pooled }, size_or_zero(b, options))
+    (pooled, size_or_zero(b, options))
 }
 
 /// `options->size` when options is not NULL, else 0 (emitted in the single-thread
@@ -252,12 +245,12 @@ pub(super) fn define_workspace_size(
         sig,
         |b, _, p| {
             let bad = b.create_block();
-            let (opts, _) = check_options(b, p[0], bad);
+            let (pooled_block, _) = check_options(b, p[0], bad);
             let base = b.ins().iconst(PTR, arena as i64);
             b.ins().return_(&[base]);
-            b.switch_to_block(opts.pooled);
-            b.seal_block(opts.pooled);
-            let threads = b.block_params(opts.pooled)[1];
+            b.switch_to_block(pooled_block);
+            b.seal_block(pooled_block);
+            let threads = b.block_params(pooled_block)[1];
             let bytes = pooled_bytes(b, pooled, arena, threads);
             b.ins().return_(&[bytes]);
             b.switch_to_block(bad);
@@ -284,8 +277,7 @@ pub(super) fn define_run(
     (infer_ws, run_pooled): (FuncId, FuncId),
     prefix: &str,
 ) -> Result<()> {
-    let mut sig = super::ptr_signature(module, 4, true);
-    sig.params.truncate(4);
+    let sig = super::ptr_signature(module, 4, true);
     let name = format!("{prefix}run");
     define_function(
         module,
@@ -299,7 +291,7 @@ pub(super) fn define_run(
             let (inputs, outputs, ws, options) = (p[0], p[1], p[2], p[3]);
             let bad = b.create_block();
             let too_small = b.create_block();
-            let (opts, size) = check_options(b, options, bad);
+            let (pooled_block, size) = check_options(b, options, bad);
             // Single thread: the workspace must hold the arena.
             let needed = b.ins().iconst(PTR, arena as i64);
             check_workspace_bytes(b, options, size, needed, too_small);
@@ -308,11 +300,11 @@ pub(super) fn define_run(
             let r = b.inst_results(call)[0];
             b.ins().return_(&[r]);
 
-            b.switch_to_block(opts.pooled);
-            b.seal_block(opts.pooled);
+            b.switch_to_block(pooled_block);
+            b.seal_block(pooled_block);
             let (pool, threads) = (
-                b.block_params(opts.pooled)[0],
-                b.block_params(opts.pooled)[1],
+                b.block_params(pooled_block)[0],
+                b.block_params(pooled_block)[1],
             );
             let size = b.ins().uload32(flags(), options, 0);
             let needed = pooled_bytes(b, pooled, arena, threads);

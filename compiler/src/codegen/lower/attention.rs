@@ -298,12 +298,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
     match task {
         None => kernel::nested_loop(b, &s1.batch, &mut head),
         Some(task) => {
-            // This task's heads: [task·per, min(task·per + per, batches)).
-            let first = b.ins().imul_imm_s(task, split.per as i64);
-            let end = b.ins().iadd_imm_s(first, split.per as i64);
-            let total = b.ins().iconst(kernel::PTR, batches as i64);
-            let end = b.ins().smin(end, total);
-            kernel::range_loop(b, first, end, |b, flat| {
+            kernel::task_share_loop(b, task, split.per, batches, |b, flat| {
                 let idx = kernel::unflatten(b, flat, &s1.batch);
                 head(b, &idx);
             });

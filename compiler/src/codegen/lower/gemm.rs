@@ -212,79 +212,6 @@ pub fn row_split(spec_m: usize, n: usize, k: usize, a: &ALayout, geom: &Geometry
     Split::of(spec_m.div_ceil(geom.mr), spec_m * n * k)
 }
 
-/// Emits `C = A·B (+ addends)` for `spec`, or, when the node is split into tasks, for
-/// the current task's rows only (see [`row_split`]): whole row tiles per task, so every
-/// element is computed exactly as without the split.
-pub fn call_split_by_rows(
-    ctx: &mut LowerCtx,
-    spec: &GemmSpec,
-    a: Value,
-    b_ptr: Value,
-    c: Value,
-    addends: &[Value],
-) -> Result<(), String> {
-    let Some(task) = ctx.task else {
-        let kernel = GemmKernel::define(ctx, spec)?;
-        kernel.call(ctx.b, a, b_ptr, c, addends);
-        return Ok(());
-    };
-    let split = row_split(spec.m, spec.n, spec.k, &spec.a, &spec.geometry);
-    if split.tasks != ctx.kernel.tasks {
-        return Err(format!(
-            "the plan split this GEMM into {} tasks, its rows into {}",
-            ctx.kernel.tasks, split.tasks
-        ));
-    }
-    let ALayout::Strided { row_stride, .. } = spec.a else {
-        return Err("a GEMM with packed A is not split by rows".into());
-    };
-    let mr = spec.geometry.mr;
-    let rows = split.per * mr;
-    let last_rows = spec.m - rows * (split.tasks - 1);
-    let full = GemmKernel::define(
-        ctx,
-        &GemmSpec {
-            m: rows,
-            ..spec.clone()
-        },
-    )?;
-    let last = if last_rows == rows {
-        None
-    } else {
-        Some(GemmKernel::define(
-            ctx,
-            &GemmSpec {
-                m: last_rows,
-                ..spec.clone()
-            },
-        )?)
-    };
-    let b = &mut *ctx.b;
-    let r0 = b.ins().imul_imm_s(task, rows as i64);
-    let at = |b: &mut FunctionBuilder, base: Value, row_elems: usize| {
-        crate::codegen::kernel::elem_addr(b, base, r0, row_elems * 4)
-    };
-    let a_rows = at(b, a, row_stride);
-    let c_rows = at(b, c, spec.ldc);
-    let addend_rows: Vec<Value> = spec
-        .addends
-        .iter()
-        .zip(addends)
-        .map(|(d, &p)| at(b, p, d.row_stride))
-        .collect();
-    match last {
-        None => full.call(b, a_rows, b_ptr, c_rows, &addend_rows),
-        Some(last) => crate::codegen::kernel::if_last_task(
-            b,
-            task,
-            split.tasks,
-            |b| last.call(b, a_rows, b_ptr, c_rows, &addend_rows),
-            |b| full.call(b, a_rows, b_ptr, c_rows, &addend_rows),
-        ),
-    }
-    Ok(())
-}
-
 /// How a GEMM is split into tasks by its column panels, when B is read by panel (rows
 /// of B, or panels of it packed over the whole K).
 pub fn col_split(m: usize, n: usize, k: usize, b: &BLayout, geom: &Geometry) -> Split {
@@ -294,9 +221,21 @@ pub fn col_split(m: usize, n: usize, k: usize, b: &BLayout, geom: &Geometry) -> 
     Split::of(n.div_ceil(geom.nr), m * n * k)
 }
 
-/// [`call_split_by_rows`] for a split by column panels (see [`col_split`]).
-pub fn call_split_by_cols(
+/// Which axis of C a split GEMM's tasks divide.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SplitAxis {
+    /// Row tiles (see [`row_split`]).
+    Rows,
+    /// Column panels (see [`col_split`]).
+    Cols,
+}
+
+/// Emits `C = A·B (+ addends)` for `spec`, or, when the node is split into tasks, for
+/// the current task's rows or columns only: whole register tiles per task, so every
+/// element is computed exactly as without the split.
+pub fn call_split(
     ctx: &mut LowerCtx,
+    axis: SplitAxis,
     spec: &GemmSpec,
     a: Value,
     b_ptr: Value,
@@ -308,58 +247,80 @@ pub fn call_split_by_cols(
         kernel.call(ctx.b, a, b_ptr, c, addends);
         return Ok(());
     };
-    let split = col_split(spec.m, spec.n, spec.k, &spec.b, &spec.geometry);
+    let (split, piece, total) = match axis {
+        SplitAxis::Rows => (
+            row_split(spec.m, spec.n, spec.k, &spec.a, &spec.geometry),
+            spec.geometry.mr,
+            spec.m,
+        ),
+        SplitAxis::Cols => (
+            col_split(spec.m, spec.n, spec.k, &spec.b, &spec.geometry),
+            spec.geometry.nr,
+            spec.n,
+        ),
+    };
     if split.tasks != ctx.kernel.tasks {
         return Err(format!(
-            "the plan split this GEMM into {} tasks, its columns into {}",
+            "the plan split this GEMM into {} tasks, its axis into {}",
             ctx.kernel.tasks, split.tasks
         ));
     }
-    let nr = spec.geometry.nr;
-    let cols = split.per * nr;
-    let last_cols = spec.n - cols * (split.tasks - 1);
-    // Bytes from one task's B to the next: columns of B's rows, or whole-K panels.
-    let b_task_bytes = match spec.b {
-        BLayout::Rows { .. } => cols * 4,
-        BLayout::Packed => cols * spec.k * 4,
-        _ => return Err("this B layout is not split by columns".into()),
-    };
-    let full = GemmKernel::define(
-        ctx,
-        &GemmSpec {
-            n: cols,
+    let size = split.per * piece;
+    let last_size = total - size * (split.tasks - 1);
+    let sized = |n: usize| match axis {
+        SplitAxis::Rows => GemmSpec {
+            m: n,
             ..spec.clone()
         },
-    )?;
-    let last = if last_cols == cols {
-        None
-    } else {
-        Some(GemmKernel::define(
-            ctx,
-            &GemmSpec {
-                n: last_cols,
-                ..spec.clone()
-            },
-        )?)
+        SplitAxis::Cols => GemmSpec { n, ..spec.clone() },
     };
-    let b = &mut *ctx.b;
-    let elem = crate::codegen::kernel::elem_addr;
-    let b_cols = elem(b, b_ptr, task, b_task_bytes);
-    let c_cols = elem(b, c, task, cols * spec.c_col_stride * 4);
-    let addend_cols: Vec<Value> = spec
+    // Bytes one task moves each operand on: (A, B, C, per addend).
+    let (a_step, b_step, c_step) = match (axis, spec.a, spec.b) {
+        (SplitAxis::Rows, ALayout::Strided { row_stride, .. }, _) => {
+            (size * row_stride * 4, 0, size * spec.ldc * 4)
+        }
+        (SplitAxis::Rows, _, _) => return Err("a GEMM with packed A is not split by rows".into()),
+        (SplitAxis::Cols, _, BLayout::Rows { .. }) => (0, size * 4, size * spec.c_col_stride * 4),
+        (SplitAxis::Cols, _, BLayout::Packed) => {
+            (0, size * spec.k * 4, size * spec.c_col_stride * 4)
+        }
+        (SplitAxis::Cols, _, _) => return Err("this B layout is not split by columns".into()),
+    };
+    let addend_steps: Vec<usize> = spec
         .addends
         .iter()
-        .zip(addends)
-        .map(|(d, &p)| elem(b, p, task, cols * d.col_stride * 4))
+        .map(|d| match axis {
+            SplitAxis::Rows => size * d.row_stride * 4,
+            SplitAxis::Cols => size * d.col_stride * 4,
+        })
+        .collect();
+    let full = GemmKernel::define(ctx, &sized(size))?;
+    let last = if last_size == size {
+        None
+    } else {
+        Some(GemmKernel::define(ctx, &sized(last_size))?)
+    };
+    let b = &mut *ctx.b;
+    let at = |b: &mut FunctionBuilder, base: Value, step: usize| match step {
+        0 => base,
+        _ => crate::codegen::kernel::elem_addr(b, base, task, step),
+    };
+    let a_task = at(b, a, a_step);
+    let b_task = at(b, b_ptr, b_step);
+    let c_task = at(b, c, c_step);
+    let addend_task: Vec<Value> = addends
+        .iter()
+        .zip(&addend_steps)
+        .map(|(&p, &step)| at(b, p, step))
         .collect();
     match last {
-        None => full.call(b, a, b_cols, c_cols, &addend_cols),
+        None => full.call(b, a_task, b_task, c_task, &addend_task),
         Some(last) => crate::codegen::kernel::if_last_task(
             b,
             task,
             split.tasks,
-            |b| last.call(b, a, b_cols, c_cols, &addend_cols),
-            |b| full.call(b, a, b_cols, c_cols, &addend_cols),
+            |b| last.call(b, a_task, b_task, c_task, &addend_task),
+            |b| full.call(b, a_task, b_task, c_task, &addend_task),
         ),
     }
     Ok(())

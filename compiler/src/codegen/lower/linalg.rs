@@ -338,7 +338,15 @@ fn matmul_f32(
             }
             None => b_base,
         };
-        return gemm::call_split_by_rows(ctx, &spec, a.ptr, b_ptr, y.ptr, &addends);
+        return gemm::call_split(
+            ctx,
+            gemm::SplitAxis::Rows,
+            &spec,
+            a.ptr,
+            b_ptr,
+            y.ptr,
+            &addends,
+        );
     }
     let kernel = GemmKernel::define(ctx, &spec)?;
     let y_strides = kernel::strides_of(&s.batch);
@@ -614,7 +622,15 @@ fn gemm_f32(
         b_taps: vec![],
     };
     let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
-    gemm::call_split_by_rows(ctx, &spec, a.ptr, b_ptr, y.ptr, &c_ptrs)
+    gemm::call_split(
+        ctx,
+        gemm::SplitAxis::Rows,
+        &spec,
+        a.ptr,
+        b_ptr,
+        y.ptr,
+        &c_ptrs,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -677,7 +677,7 @@ fn conv_pointwise(
         let x_g = input_group(ctx.b, g, ops.x.ptr, zero, zero, F32);
         let (c, bias) = output_and_bias(ctx.b, g, ops, zero, zero);
         let a = weights.group(ctx.b, zero, g);
-        return gemm::call_split_by_cols(ctx, &spec, a, x_g, c, &bias);
+        return gemm::call_split(ctx, gemm::SplitAxis::Cols, &spec, a, x_g, c, &bias);
     }
     let kernel = GemmKernel::define(ctx, &spec)?;
     kernel::nested_loop(ctx.b, &[g.batch, g.group], &mut |b, idx| {

@@ -479,14 +479,12 @@ pub(super) fn conv_winograd(
     };
     let mut failure = None;
     let task = ctx.task;
-    if task.is_some() {
-        let split = chunk_split(g, m, transforms);
-        if split.tasks != ctx.kernel.tasks {
-            return Err(format!(
-                "the plan split this Winograd conv into {} tasks, its chunks into {}",
-                ctx.kernel.tasks, split.tasks
-            ));
-        }
+    let split = chunk_split(g, m, transforms);
+    if task.is_some() && split.tasks != ctx.kernel.tasks {
+        return Err(format!(
+            "the plan split this Winograd conv into {} tasks, its chunks into {}",
+            ctx.kernel.tasks, split.tasks
+        ));
     }
     kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
         let zero = kernel::iconst(b, 0);
@@ -527,13 +525,8 @@ pub(super) fn conv_winograd(
             Some(task) => {
                 // Chunks [task·per, min(task·per + per, loop_chunks)) as full chunks;
                 // the last task also runs the last chunk.
-                let split = chunk_split(g, m, transforms);
                 if let Some(k) = &full_kernel {
-                    let first = b.ins().imul_imm_s(task, split.per as i64);
-                    let end = b.ins().iadd_imm_s(first, split.per as i64);
-                    let full_end = kernel::iconst(b, loop_chunks as i64);
-                    let end = b.ins().smin(end, full_end);
-                    kernel::range_loop(b, first, end, |b, c| {
+                    kernel::task_share_loop(b, task, split.per, loop_chunks, |b, c| {
                         let row0 = b.ins().imul_imm_s(c, plan.chunk_rows as i64);
                         chunk(b, row0, plan.chunk_rows, false, k)
                     });
