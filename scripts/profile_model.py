@@ -83,7 +83,8 @@ def main():
                                 capture_output=True, text=True, check=True).stdout
         ms = float(open(per_run).read())
     kernels = {int(l.split()[2][4:], 16) for l in nm.splitlines() if " .Lfn" in l and l.split()[1] in "tT"}
-    nodes = sorted(int(l.split()[2][9:]) for l in nm.splitlines() if l.split()[-1].startswith("nnc_node_"))
+    # A split node's task variant (`nnc_node_K_task`) follows its whole function.
+    nodes = sorted(int(m.group(1)) for m in re.finditer(r"\snnc_node_(\d+)(?:_task)?$", nm, re.M))
     # Walk the function ids: ids that are not kernels are the node functions, in order.
     owner, node_iter, current = {}, iter(nodes), None
     for fid in range(max(kernels, default=0) + 1):

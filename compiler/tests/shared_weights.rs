@@ -275,10 +275,24 @@ fn a_table_tied_to_a_gemm_weight_is_stored_once() {
             .position(|n| n.name == "embed")
             .expect("embed");
         assert!(
-            matches!(plan.nodes[embed].strategy, Strategy::GatherPackedColumns(_)),
+            matches!(
+                plan.nodes[embed].strategy,
+                Strategy::GatherPackedColumns(..)
+            ),
             "{}",
             plan.nodes[embed]
         );
+        // A 2.2 MB table is split by column panels on threads, packed as whole-K
+        // panels, which the Gather then reads.
+        let logits = g.nodes.iter().position(|n| n.name == "logits");
+        if vocab * dim * 4 > 2 << 20 {
+            let logits = logits.expect("logits");
+            assert!(
+                plan.nodes[logits].weights_by_columns,
+                "{}",
+                plan.nodes[logits]
+            );
+        }
         let compiled = compile_graph(&g, &runner::options(Target::host())).expect("compiles");
         let table = vocab * dim * 4;
         assert!(

@@ -20,7 +20,7 @@ use graphs::Rng;
 use models::{Attr, ModelBuilder};
 use nnc::codegen::kernel_plan::plan_kernels;
 use nnc::codegen::{Arch, Target};
-use nnc::ir::{Graph, Tensor};
+use nnc::ir::{DType, Graph, Tensor};
 use nnc::onnx::proto::ModelProto;
 use nnc::onnx::{import_model, ImportOptions};
 use nnc_runtime_abi::{NncTaskFn, NncThreadPool, ThreadPool};
@@ -193,13 +193,43 @@ fn basic_block() -> Vec<u8> {
     m.encode()
 }
 
+/// A language model's decoder step on 8 tokens: embedding rows gathered from a table
+/// the output projection reads transposed (tied: stored once), an MLP, and logits
+/// over a 2048-token vocabulary. Few rows and megabytes of weights: the GEMMs split by
+/// column panels.
+fn decoder_head() -> Vec<u8> {
+    let (tokens, d, vocab) = (8, 256, 2048);
+    let mut m = ModelBuilder::new(24);
+    let ids = m.typed_input("ids", 7, &[tokens]);
+    let table = m.weight(&[vocab, d], 0.5);
+    let x = m.node("Gather", &[&table, &ids], vec![("axis", Attr::I(0))]);
+    let w1 = m.weight(&[d, 4 * d], 0.06);
+    let b1 = m.weight(&[4 * d], 0.1);
+    let h = m.node("MatMul", &[&x, &w1], vec![]);
+    let h = m.node("Add", &[&h, &b1], vec![]);
+    let h = m.node("Relu", &[&h], vec![]);
+    let w2 = m.weight(&[4 * d, d], 0.03);
+    let h = m.node("MatMul", &[&h, &w2], vec![]);
+    let h = m.node("Add", &[&h, &x], vec![]);
+    let logits = m.node("Gemm", &[&h, &table], vec![("transB", Attr::I(1))]);
+    m.output(&logits);
+    m.encode()
+}
+
 fn random_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
     let mut rng = Rng::new(seed);
     g.inputs
         .iter()
         .map(|v| {
-            let shape = g.ty(*v).shape.clone();
-            Tensor::from_vec(&shape, rng.f32s(shape.iter().product(), 2.0))
+            let ty = g.ty(*v);
+            let (shape, n) = (ty.shape.clone(), ty.numel());
+            match ty.dtype {
+                // Token ids: the first dimension of the Gather's table.
+                DType::I64 => {
+                    Tensor::from_vec(&shape, (0..n).map(|_| rng.below(2048) as i64).collect())
+                }
+                _ => Tensor::from_vec(&shape, rng.f32s(n, 2.0)),
+            }
         })
         .collect()
 }
@@ -254,19 +284,38 @@ impl OrderedPool {
 
 #[test]
 fn outputs_are_bit_identical_for_every_pool() {
-    for model in [encoder_layer(), inverted_residual(), basic_block()] {
+    for model in [
+        encoder_layer(),
+        inverted_residual(),
+        basic_block(),
+        decoder_head(),
+    ] {
         every_pool_matches_infer(&optimized(&model));
     }
+    // The decoder's GEMMs split by column panels of their packed weights.
+    let g = optimized(&decoder_head());
+    let plan = plan_kernels(&g, &Target::host(), &Default::default());
+    assert!(plan.nodes.iter().any(|n| n.weights_by_columns), "{g}");
 }
 
 fn every_pool_matches_infer(g: &Graph) {
     let inputs = random_inputs(g, 5);
+    let reference = nnc::interp::run_graph(g, &inputs).expect("the interpreter runs");
     for target in targets() {
         let plan = plan_kernels(g, &target, &Default::default());
         let split = plan.nodes.iter().filter(|n| n.tasks > 1).count();
         assert!(split >= 2, "{}: only {split} nodes split\n{g}", target.cpu);
         let lib = Compiled::for_target(g, target.clone()).expect("compiles");
         let want = lib.run(g, &inputs).expect("infer runs");
+        for (got, expected) in want.iter().zip(&reference) {
+            graphs::compare(
+                got,
+                expected,
+                graphs::tolerance(DType::F32),
+                graphs::Scale::Whole,
+            )
+            .unwrap_or_else(|e| panic!("{}: infer vs the interpreter: {e}", target.cpu));
+        }
         let check = |what: &str, got: Result<Vec<Tensor>, String>| {
             let got = got.unwrap_or_else(|e| panic!("{}: {what}: {e}", target.cpu));
             assert!(
@@ -325,11 +374,21 @@ fn aarch64_pools_under_qemu_match_infer() {
     let Some(harness) = aarch64_harness() else {
         return;
     };
-    for model in [encoder_layer(), inverted_residual()] {
+    for model in [encoder_layer(), inverted_residual(), decoder_head()] {
         let g = optimized(&model);
         let inputs = random_inputs(&g, 7);
         let options = runner::options(Target::new(Arch::Aarch64, None).expect("aarch64"));
         let want = run_on_aarch64_env(harness, &g, &inputs, &options, &[]).expect("infer");
+        let reference = nnc::interp::run_graph(&g, &inputs).expect("the interpreter runs");
+        for (got, expected) in want.iter().zip(&reference) {
+            graphs::compare(
+                got,
+                expected,
+                graphs::tolerance(DType::F32),
+                graphs::Scale::Whole,
+            )
+            .unwrap_or_else(|e| panic!("aarch64 infer vs the interpreter: {e}"));
+        }
         for threads in ["1", "3"] {
             let got = run_on_aarch64_env(
                 harness,

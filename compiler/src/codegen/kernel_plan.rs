@@ -28,6 +28,10 @@ pub struct NodeKernel {
     /// split). Fixed here, whatever the number of threads, so outputs never depend on
     /// it (see [`super::tasks`]).
     pub tasks: usize,
+    /// A GEMM with packed weights as B, split by groups of B's column panels rather
+    /// than by row tiles (see `lower::gemm::weights_split`): the weights are then packed
+    /// as whole-K panels, so that each group is contiguous.
+    pub weights_by_columns: bool,
 }
 
 /// How a node is computed. Families with one code shape are [`Strategy::Clif`]; the
@@ -58,9 +62,10 @@ pub enum Strategy {
         x86: Option<GemmIsa>,
     },
     /// A Gather of rows of a constant table that a GEMM of this geometry reads packed,
-    /// transposed (tied embeddings): the rows are read from the GEMM's packed panels,
-    /// so the table is stored once (see [`super::shared_tables`]).
-    GatherPackedColumns(Geometry),
+    /// transposed (tied embeddings), as whole-K panels when the flag is set (see
+    /// [`NodeKernel::weights_by_columns`]): the rows are read from the GEMM's packed
+    /// panels, so the table is stored once (see [`super::shared_tables`]).
+    GatherPackedColumns(Geometry, bool),
 }
 
 /// The kernel of an INT8 convolution.
@@ -126,6 +131,7 @@ impl NodeKernel {
             scratch_bytes,
             reason: reason.into(),
             tasks: 1,
+            weights_by_columns: false,
         }
     }
 
@@ -165,7 +171,7 @@ impl NodeKernel {
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
             Strategy::IntGemm { dot: true, .. } => "dot-gemm".into(),
             Strategy::IntGemm { dot: false, .. } => "int16-gemm".into(),
-            Strategy::GatherPackedColumns(_) => "gather-packed-columns".into(),
+            Strategy::GatherPackedColumns(..) => "gather-packed-columns".into(),
         }
     }
 
@@ -201,7 +207,7 @@ impl NodeKernel {
             } => vec![isa.kernel_name().into()],
             Strategy::IntGemm { dot: true, .. } => vec!["u8s8-gemm-dot-clif".into()],
             Strategy::IntGemm { dot: false, .. } => vec!["i16-gemm-clif".into()],
-            Strategy::GatherPackedColumns(_) => vec![],
+            Strategy::GatherPackedColumns(..) => vec![],
         }
     }
 
@@ -256,6 +262,12 @@ pub fn plan_kernels_for(
     // With FP16 weights the GEMM's panels are half and a table is stored as half rows.
     if weights == WeightFormat::F32 {
         super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);
+    } else {
+        // A node expands its half weights into one area of the workspace: its tasks
+        // would all write it at once. Until each worker has its own, nothing splits.
+        for k in &mut plan.nodes {
+            k.tasks = 1;
+        }
     }
     plan
 }

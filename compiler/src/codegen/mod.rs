@@ -125,15 +125,7 @@ pub fn compile_graph_reporting(
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
-    let mut kernels =
-        kernel_plan::plan_kernels_for(graph, &opts.target, &opts.kernels, opts.weights);
-    if opts.weights == WeightFormat::F16 {
-        // A node expands its half weights into one area of the workspace: its tasks
-        // would all write it at once. Until each worker has its own, nothing splits.
-        for k in &mut kernels.nodes {
-            k.tasks = 1;
-        }
-    }
+    let kernels = kernel_plan::plan_kernels_for(graph, &opts.target, &opts.kernels, opts.weights);
     let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
     // Constants the generated code reads (filled in as nodes are lowered).
     let mut const_read = vec![false; graph.values.len()];

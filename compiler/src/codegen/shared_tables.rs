@@ -64,8 +64,9 @@ pub fn read_tables_from_gemm_panels(graph: &Graph, plan: &mut KernelPlan) {
             let Strategy::Gemm(geometry) = plan.nodes[g].strategy else {
                 continue;
             };
+            let whole_k = plan.nodes[g].weights_by_columns;
             let n = &mut plan.nodes[k];
-            n.strategy = Strategy::GatherPackedColumns(geometry);
+            n.strategy = Strategy::GatherPackedColumns(geometry, whole_k);
             n.reason = format!(
                 "the table is node '{}''s weight, transposed: rows read from its packed panels, stored once",
                 graph.nodes[g].name

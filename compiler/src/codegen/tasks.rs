@@ -44,6 +44,24 @@ impl Split {
     }
 }
 
+/// The largest thread's share of a split node's output over a fair share, when the
+/// tasks go to `threads` threads in contiguous chunks, as `nnc_runtime_abi::ThreadPool`
+/// and `nnc_pool.h` deal them first: every piece is `piece` elements but the last,
+/// which ends at `total`. 1.0 is a perfect balance.
+pub fn imbalance(split: &Split, piece: usize, total: usize, threads: usize) -> f64 {
+    let task_size = |i: usize| {
+        let start = i * split.per * piece;
+        ((i + 1) * split.per * piece).min(total) - start.min(total)
+    };
+    let chunks = threads.clamp(1, split.tasks);
+    let bound = |c: usize| split.tasks * c / chunks;
+    let largest = (0..chunks)
+        .map(|c| (bound(c)..bound(c + 1)).map(task_size).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    largest as f64 * threads as f64 / total.max(1) as f64
+}
+
 /// A node's work in multiply-adds (convolutions, GEMMs, attention) or, for every other
 /// op, its output elements: the weights `nnc inspect --threads` gives the nodes when it
 /// estimates a model's parallel speedup.
@@ -127,6 +145,18 @@ mod tests {
         }
         assert_eq!(Split::of(100, 0).tasks, 1);
         assert_eq!(Split::of(4, 1000 * MIN_TASK_WORK).tasks, 4);
+    }
+
+    #[test]
+    fn imbalance_weighs_the_short_last_piece() {
+        // 256 columns in 48-column panels: 3 + 3 panels, 144 and 112 columns.
+        let s = Split::of(6, 1000 * MIN_TASK_WORK);
+        assert!((imbalance(&s, 48, 256, 2) - 144.0 * 2.0 / 256.0).abs() < 1e-9);
+        // 128 rows in 16 tiles of 8: even on 2 and 4 threads; one task is all of it.
+        let s = Split::of(16, 1000 * MIN_TASK_WORK);
+        assert_eq!(imbalance(&s, 8, 128, 2), 1.0);
+        assert_eq!(imbalance(&s, 8, 128, 4), 1.0);
+        assert_eq!(imbalance(&Split::of(1, 0), 8, 128, 2), 2.0);
     }
 
     #[test]

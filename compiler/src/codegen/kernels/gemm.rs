@@ -249,6 +249,23 @@ pub fn pack_constant_b(
     }
 }
 
+/// Packs constant `B[k, j] = get(k, j)` (weights) as whole-K panels ([`pack_b`]) for a
+/// GEMM split by groups of column panels (`NodeKernel::weights_by_columns`), where a
+/// group must be contiguous; else in the family's own layout ([`pack_constant_b`]).
+pub fn pack_weights_b(
+    g: &Geometry,
+    k: usize,
+    n: usize,
+    whole_k: bool,
+    get: impl Fn(usize, usize) -> f32,
+) -> (Vec<f32>, BLayout) {
+    if whole_k {
+        (pack_b(g, k, n, get), BLayout::Packed)
+    } else {
+        pack_constant_b(g, k, n, get)
+    }
+}
+
 /// [`pack_b`]'s panels cut into K blocks of `g.kc` steps, stored block by block: block
 /// `kb..kb+len` starts at element `kb·W` (W = the panels' total width) and holds panel
 /// `p` (columns `p·nr ..`) as `[len][width]` at `kb·W + p·nr·len`. A pass over one K

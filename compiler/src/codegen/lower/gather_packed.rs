@@ -9,18 +9,19 @@
 //! (of `len` steps) at element `kb·W` (W: the panels' total width), panel `p` (columns
 //! `p·nr ..`, `width` of them) inside it at `p·nr·len` as `[len][width]`. Column `v`'s
 //! element `k` is therefore at `kb·W + p·nr·len + (k − kb)·width + v mod nr`, with
-//! `p = v / nr`.
+//! `p = v / nr`. A GEMM split by columns packs whole-K panels (`kc = K`, one block;
+//! see `gemm::pack_weights_b`).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder};
 
 use super::index_check;
-use super::{Geometry, KernelKind, LowerCtx, LowerResult};
+use super::{Geometry, LowerCtx, LowerResult};
 use crate::codegen::kernel;
 use crate::codegen::kernels::gemm as packing;
 use crate::ir::Tensor;
 
-pub fn gather_packed_columns(ctx: &mut LowerCtx, geom: &Geometry) -> LowerResult {
+pub fn gather_packed_columns(ctx: &mut LowerCtx, geom: &Geometry, whole_k: bool) -> LowerResult {
     let (data, indices, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let Some(Tensor::F32(table)) = &data.constant else {
         return Err("the packed-table gather needs a constant float32 table".into());
@@ -33,12 +34,13 @@ pub fn gather_packed_columns(ctx: &mut LowerCtx, geom: &Geometry) -> LowerResult
         return Ok(());
     }
     let values: Vec<f32> = table.iter().copied().collect();
-    let (packed, _) = packing::pack_constant_b(geom, k, rows, |kk, j| values[j * k + kk]);
+    let (packed, layout) =
+        packing::pack_weights_b(geom, k, rows, whole_k, |kk, j| values[j * k + kk]);
     let total_width = packed.len() / k.max(1);
     let base = ctx.weight_rodata(packing::f32_bytes(&packed))?;
-    let kc = match geom.kernel {
-        KernelKind::X86(_) => geom.k_block_len(k),
-        KernelKind::Clif => k.max(1),
+    let kc = match layout {
+        packing::BLayout::PackedBlocks => geom.k_block_len(k),
+        _ => k.max(1),
     };
     let nr = geom.nr;
     let full_panels = rows / nr;

@@ -221,6 +221,34 @@ pub fn col_split(m: usize, n: usize, k: usize, b: &BLayout, geom: &Geometry) -> 
     Split::of(n.div_ceil(geom.nr), m * n * k)
 }
 
+/// Weights (B) bytes past which a GEMM split by row tiles would be bound by every task
+/// streaming all of B from outside its core's L2: ResNet's 3×3×512 convs on 7×7 read
+/// 9.4 MB of weights for 8 output rows per task.
+const STREAMED_WEIGHTS_BYTES: usize = 3 << 19;
+
+/// How a GEMM whose B is packed at compile time (weights) is split: by groups of
+/// column panels, each task streaming only its share of the weights, when B is too
+/// large for a core's L2 or the column panels balance threads better (a 48-column
+/// panel is coarse: 256 columns are 5⅓ of them); else by row tiles, which read A once
+/// and B, in L2, once per task.
+pub fn weights_split(m: usize, n: usize, k: usize, geom: &Geometry) -> (SplitAxis, Split) {
+    let rows = Split::of(m.div_ceil(geom.mr), m * n * k);
+    let cols = Split::of(n.div_ceil(geom.nr), m * n * k);
+    let unbalance = |s: &Split, piece: usize, total: usize| {
+        [2, 4]
+            .iter()
+            .map(|&t| crate::codegen::tasks::imbalance(s, piece, total, t))
+            .sum::<f64>()
+    };
+    let by_rows = unbalance(&rows, geom.mr, m);
+    let by_cols = unbalance(&cols, geom.nr, n);
+    if cols.tasks > 1 && (k * n * 4 > STREAMED_WEIGHTS_BYTES || by_cols < by_rows - 1e-9) {
+        (SplitAxis::Cols, cols)
+    } else {
+        (SplitAxis::Rows, rows)
+    }
+}
+
 /// Which axis of C a split GEMM's tasks divide.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum SplitAxis {
@@ -242,86 +270,163 @@ pub fn call_split(
     c: Value,
     addends: &[Value],
 ) -> Result<(), String> {
-    let Some(task) = ctx.task else {
-        let kernel = GemmKernel::define(ctx, spec)?;
-        kernel.call(ctx.b, a, b_ptr, c, addends);
-        return Ok(());
-    };
-    let (split, piece, total) = match axis {
-        SplitAxis::Rows => (
-            row_split(spec.m, spec.n, spec.k, &spec.a, &spec.geometry),
-            spec.geometry.mr,
-            spec.m,
-        ),
-        SplitAxis::Cols => (
-            col_split(spec.m, spec.n, spec.k, &spec.b, &spec.geometry),
-            spec.geometry.nr,
-            spec.n,
-        ),
-    };
-    if split.tasks != ctx.kernel.tasks {
-        return Err(format!(
-            "the plan split this GEMM into {} tasks, its axis into {}",
-            ctx.kernel.tasks, split.tasks
-        ));
-    }
-    let size = split.per * piece;
-    let last_size = total - size * (split.tasks - 1);
-    let sized = |n: usize| match axis {
-        SplitAxis::Rows => GemmSpec {
-            m: n,
-            ..spec.clone()
-        },
-        SplitAxis::Cols => GemmSpec { n, ..spec.clone() },
-    };
-    // Bytes one task moves each operand on: (A, B, C, per addend).
-    let (a_step, b_step, c_step) = match (axis, spec.a, spec.b) {
-        (SplitAxis::Rows, ALayout::Strided { row_stride, .. }, _) => {
-            (size * row_stride * 4, 0, size * spec.ldc * 4)
+    let task = match ctx.task {
+        Some(task) => task,
+        // Whole-K panels of packed B go group by group, as the tasks do: in one call
+        // the kernel would stream a K block of every panel at once.
+        None if axis == SplitAxis::Cols && spec.b == BLayout::Packed && ctx.kernel.tasks > 1 => {
+            return call_each_task(ctx, axis, spec, a, b_ptr, c, addends);
         }
-        (SplitAxis::Rows, _, _) => return Err("a GEMM with packed A is not split by rows".into()),
-        (SplitAxis::Cols, _, BLayout::Rows { .. }) => (0, size * 4, size * spec.c_col_stride * 4),
-        (SplitAxis::Cols, _, BLayout::Packed) => {
-            (0, size * spec.k * 4, size * spec.c_col_stride * 4)
+        None => {
+            let kernel = GemmKernel::define(ctx, spec)?;
+            kernel.call(ctx.b, a, b_ptr, c, addends);
+            return Ok(());
         }
-        (SplitAxis::Cols, _, _) => return Err("this B layout is not split by columns".into()),
     };
-    let addend_steps: Vec<usize> = spec
-        .addends
-        .iter()
-        .map(|d| match axis {
-            SplitAxis::Rows => size * d.row_stride * 4,
-            SplitAxis::Cols => size * d.col_stride * 4,
-        })
-        .collect();
-    let full = GemmKernel::define(ctx, &sized(size))?;
-    let last = if last_size == size {
-        None
-    } else {
-        Some(GemmKernel::define(ctx, &sized(last_size))?)
-    };
+    call_task(ctx, axis, spec, (a, b_ptr, c, addends), task)
+}
+
+/// The whole GEMM as its tasks one after another.
+fn call_each_task(
+    ctx: &mut LowerCtx,
+    axis: SplitAxis,
+    spec: &GemmSpec,
+    a: Value,
+    b_ptr: Value,
+    c: Value,
+    addends: &[Value],
+) -> Result<(), String> {
+    let gemm = TaskGemm::define(ctx, axis, spec)?;
     let b = &mut *ctx.b;
-    let at = |b: &mut FunctionBuilder, base: Value, step: usize| match step {
-        0 => base,
-        _ => crate::codegen::kernel::elem_addr(b, base, task, step),
-    };
-    let a_task = at(b, a, a_step);
-    let b_task = at(b, b_ptr, b_step);
-    let c_task = at(b, c, c_step);
-    let addend_task: Vec<Value> = addends
-        .iter()
-        .zip(&addend_steps)
-        .map(|(&p, &step)| at(b, p, step))
-        .collect();
-    match last {
-        None => full.call(b, a_task, b_task, c_task, &addend_task),
-        Some(last) => crate::codegen::kernel::if_last_task(
-            b,
-            task,
-            split.tasks,
-            |b| last.call(b, a_task, b_task, c_task, &addend_task),
-            |b| full.call(b, a_task, b_task, c_task, &addend_task),
-        ),
-    }
+    let (zero, tasks) = (
+        crate::codegen::kernel::iconst(b, 0),
+        crate::codegen::kernel::iconst(b, gemm.split.tasks as i64),
+    );
+    crate::codegen::kernel::range_loop(b, zero, tasks, |b, task| {
+        gemm.emit(b, (a, b_ptr, c, addends), task)
+    });
     Ok(())
+}
+
+/// Emits task `task`'s share (rows or columns) of `C = A·B (+ addends)`.
+fn call_task(
+    ctx: &mut LowerCtx,
+    axis: SplitAxis,
+    spec: &GemmSpec,
+    operands: (Value, Value, Value, &[Value]),
+    task: Value,
+) -> Result<(), String> {
+    let gemm = TaskGemm::define(ctx, axis, spec)?;
+    gemm.emit(ctx.b, operands, task);
+    Ok(())
+}
+
+/// The kernels of one split GEMM's tasks (all equal but maybe the last) and how far
+/// each task moves the operands.
+struct TaskGemm {
+    split: Split,
+    full: GemmKernel,
+    last: Option<GemmKernel>,
+    /// Bytes one task moves A, B, C and each addend on.
+    steps: (usize, usize, usize),
+    addend_steps: Vec<usize>,
+}
+
+impl TaskGemm {
+    fn define(ctx: &mut LowerCtx, axis: SplitAxis, spec: &GemmSpec) -> Result<TaskGemm, String> {
+        let (split, piece, total) = match axis {
+            SplitAxis::Rows => (
+                row_split(spec.m, spec.n, spec.k, &spec.a, &spec.geometry),
+                spec.geometry.mr,
+                spec.m,
+            ),
+            SplitAxis::Cols => (
+                col_split(spec.m, spec.n, spec.k, &spec.b, &spec.geometry),
+                spec.geometry.nr,
+                spec.n,
+            ),
+        };
+        if split.tasks != ctx.kernel.tasks {
+            return Err(format!(
+                "the plan split this GEMM into {} tasks, its axis into {}",
+                ctx.kernel.tasks, split.tasks
+            ));
+        }
+        let size = split.per * piece;
+        let last_size = total - size * (split.tasks - 1);
+        let sized = |n: usize| match axis {
+            SplitAxis::Rows => GemmSpec {
+                m: n,
+                ..spec.clone()
+            },
+            SplitAxis::Cols => GemmSpec { n, ..spec.clone() },
+        };
+        let steps = match (axis, spec.a, spec.b) {
+            (SplitAxis::Rows, ALayout::Strided { row_stride, .. }, _) => {
+                (size * row_stride * 4, 0, size * spec.ldc * 4)
+            }
+            (SplitAxis::Rows, _, _) => {
+                return Err("a GEMM with packed A is not split by rows".into())
+            }
+            (SplitAxis::Cols, _, BLayout::Rows { .. }) => {
+                (0, size * 4, size * spec.c_col_stride * 4)
+            }
+            (SplitAxis::Cols, _, BLayout::Packed) => {
+                (0, size * spec.k * 4, size * spec.c_col_stride * 4)
+            }
+            (SplitAxis::Cols, _, _) => return Err("this B layout is not split by columns".into()),
+        };
+        let addend_steps = spec
+            .addends
+            .iter()
+            .map(|d| match axis {
+                SplitAxis::Rows => size * d.row_stride * 4,
+                SplitAxis::Cols => size * d.col_stride * 4,
+            })
+            .collect();
+        let full = GemmKernel::define(ctx, &sized(size))?;
+        let last = if last_size == size {
+            None
+        } else {
+            Some(GemmKernel::define(ctx, &sized(last_size))?)
+        };
+        Ok(TaskGemm {
+            split,
+            full,
+            last,
+            steps,
+            addend_steps,
+        })
+    }
+
+    fn emit(
+        &self,
+        b: &mut FunctionBuilder,
+        (a, b_ptr, c, addends): (Value, Value, Value, &[Value]),
+        task: Value,
+    ) {
+        let at = |b: &mut FunctionBuilder, base: Value, step: usize| match step {
+            0 => base,
+            _ => crate::codegen::kernel::elem_addr(b, base, task, step),
+        };
+        let (a_step, b_step, c_step) = self.steps;
+        let a_task = at(b, a, a_step);
+        let b_task = at(b, b_ptr, b_step);
+        let c_task = at(b, c, c_step);
+        let addend_task: Vec<Value> = addends
+            .iter()
+            .zip(&self.addend_steps)
+            .map(|(&p, &step)| at(b, p, step))
+            .collect();
+        match &self.last {
+            None => self.full.call(b, a_task, b_task, c_task, &addend_task),
+            Some(last) => crate::codegen::kernel::if_last_task(
+                b,
+                task,
+                self.split.tasks,
+                |b| last.call(b, a_task, b_task, c_task, &addend_task),
+                |b| self.full.call(b, a_task, b_task, c_task, &addend_task),
+            ),
+        }
+    }
 }

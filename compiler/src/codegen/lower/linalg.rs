@@ -7,6 +7,7 @@
 use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::lower::gemm::KernelKind;
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -143,7 +144,7 @@ pub fn plan_gemm(
         KernelKind::Clif => "float32: no machine-code GEMM for this target",
     };
     // One GEMM over all rows (a Gemm, or a MatMul whose batches stack into rows) is
-    // split by its row tiles.
+    // split: by column panels when B is constant (packed weights), else by row tiles.
     let rows = match gemm {
         Some(g) => GemmShape::new(g, &a.shape, &b.shape)
             .ok()
@@ -157,10 +158,26 @@ pub fn plan_gemm(
         row_stride: 0,
         col_stride: 0,
     };
-    let tasks = rows.map_or(1, |(m, n, k)| {
-        gemm::row_split(m, n, k, &strided, &geometry).tasks
-    });
-    Some(NodeKernel::new(Strategy::Gemm(geometry), 0, reason).with_tasks(tasks))
+    let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
+    let (axis, split) = match rows {
+        Some((m, n, k)) if constant_b => gemm::weights_split(m, n, k, &geometry),
+        Some((m, n, k)) => (
+            gemm::SplitAxis::Rows,
+            gemm::row_split(m, n, k, &strided, &geometry),
+        ),
+        None => (gemm::SplitAxis::Rows, Split::of(1, 0)),
+    };
+    let mut kernel = NodeKernel::new(Strategy::Gemm(geometry), 0, reason).with_tasks(split.tasks);
+    kernel.weights_by_columns = axis == gemm::SplitAxis::Cols && split.tasks > 1;
+    Some(kernel)
+}
+
+/// The axis the plan split a GEMM along (see [`plan_gemm`]).
+fn split_axis(ctx: &LowerCtx) -> gemm::SplitAxis {
+    match ctx.kernel.weights_by_columns {
+        true => gemm::SplitAxis::Cols,
+        false => gemm::SplitAxis::Rows,
+    }
 }
 
 /// Rows of A from which a MatMul copies its run-time B into panels first: the x86
@@ -279,8 +296,13 @@ fn matmul_f32(
             let mut all = Vec::with_capacity(s.b_matrices * gemm::packed_b_len(&geom, s.k, s.n));
             let mut layout = BLayout::Packed;
             for t in 0..s.b_matrices {
-                let (packed, l) =
-                    gemm::pack_constant_b(&geom, s.k, s.n, |kk, j| values[t * mat + kk * s.n + j]);
+                let (packed, l) = gemm::pack_weights_b(
+                    &geom,
+                    s.k,
+                    s.n,
+                    ctx.kernel.weights_by_columns,
+                    |kk, j| values[t * mat + kk * s.n + j],
+                );
                 all.extend(packed);
                 layout = l;
             }
@@ -338,15 +360,7 @@ fn matmul_f32(
             }
             None => b_base,
         };
-        return gemm::call_split(
-            ctx,
-            gemm::SplitAxis::Rows,
-            &spec,
-            a.ptr,
-            b_ptr,
-            y.ptr,
-            &addends,
-        );
+        return gemm::call_split(ctx, split_axis(ctx), &spec, a.ptr, b_ptr, y.ptr, &addends);
     }
     let kernel = GemmKernel::define(ctx, &spec)?;
     let y_strides = kernel::strides_of(&s.batch);
@@ -571,7 +585,9 @@ fn gemm_f32(
         Some(v) => {
             let (ks, ns) = s.b_strides;
             let (packed, layout) =
-                gemm::pack_constant_b(&geom, s.k, s.n, |kk, j| v[kk * ks + j * ns]);
+                gemm::pack_weights_b(&geom, s.k, s.n, ctx.kernel.weights_by_columns, |kk, j| {
+                    v[kk * ks + j * ns]
+                });
             (ctx.weights_f32(&packed)?, layout)
         }
         None if s.b_strides.1 == 1 => (
@@ -622,15 +638,7 @@ fn gemm_f32(
         b_taps: vec![],
     };
     let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
-    gemm::call_split(
-        ctx,
-        gemm::SplitAxis::Rows,
-        &spec,
-        a.ptr,
-        b_ptr,
-        y.ptr,
-        &c_ptrs,
-    )
+    gemm::call_split(ctx, split_axis(ctx), &spec, a.ptr, b_ptr, y.ptr, &c_ptrs)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -205,9 +205,9 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Expand { .. } => movement::expand(ctx),
         Op::Concat { axis } => movement::concat(ctx, *axis),
         Op::Gather { axis } => match &ctx.kernel.strategy {
-            Strategy::GatherPackedColumns(g) => {
-                let g = *g;
-                gather_packed::gather_packed_columns(ctx, &g)
+            Strategy::GatherPackedColumns(g, whole_k) => {
+                let (g, whole_k) = (*g, *whole_k);
+                gather_packed::gather_packed_columns(ctx, &g, whole_k)
             }
             _ => movement::gather(ctx, *axis),
         },
