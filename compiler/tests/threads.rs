@@ -193,6 +193,52 @@ fn basic_block() -> Vec<u8> {
     m.encode()
 }
 
+/// ResNet-style stages, one conv per strategy the plan splits by output positions or
+/// maps: a 7×7 stride-2 stem (implicit GEMM writing rows in place), a 5×5 and a 3×3
+/// stride-2 conv (implicit GEMM, the second on phase planes), a 1×1 stride-2 and a padded 3×3 stride-2 conv
+/// (im2col), and on 7×7 a padded 3×3 conv with a residual and a pointwise conv
+/// (transposed GEMMs).
+fn resnet_stages() -> Vec<u8> {
+    let mut m = ModelBuilder::new(25);
+    let x = m.input("image", &[1, 3, 200, 200]);
+    let conv = |m: &mut ModelBuilder, x: &str, cin: usize, cout: usize, k: usize, stride: i64| {
+        let w = m.weight(&[cout, cin, k, k], 0.2);
+        let b = m.weight(&[cout], 0.1);
+        let pad = (k / 2) as i64;
+        m.node(
+            "Conv",
+            &[x, &w, &b],
+            vec![
+                ("pads", Attr::Ints(vec![pad, pad, pad, pad])),
+                ("strides", Attr::Ints(vec![stride, stride])),
+            ],
+        )
+    };
+    let h = conv(&mut m, &x, 3, 32, 7, 2);
+    let h = m.node("Relu", &[&h], vec![]);
+    let h = m.node(
+        "MaxPool",
+        &[&h],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let h = conv(&mut m, &h, 32, 32, 5, 1);
+    let h = conv(&mut m, &h, 32, 64, 3, 2);
+    let h = m.node("Relu", &[&h], vec![]);
+    let d = conv(&mut m, &h, 64, 128, 1, 2);
+    let h = conv(&mut m, &h, 64, 128, 3, 2);
+    let h = m.node("Add", &[&h, &d], vec![]);
+    let h = conv(&mut m, &h, 128, 128, 3, 2);
+    let r = conv(&mut m, &h, 128, 128, 3, 1);
+    let r = m.node("Add", &[&r, &h], vec![]);
+    let r = m.node("Relu", &[&r], vec![]);
+    let y = conv(&mut m, &r, 128, 256, 1, 1);
+    m.output(&y);
+    m.encode()
+}
+
 /// A language model's decoder step on 8 tokens: embedding rows gathered from a table
 /// the output projection reads transposed (tied: stored once), an MLP, and logits
 /// over a 2048-token vocabulary. Few rows and megabytes of weights: the GEMMs split by
@@ -289,6 +335,7 @@ fn outputs_are_bit_identical_for_every_pool() {
         inverted_residual(),
         basic_block(),
         decoder_head(),
+        resnet_stages(),
     ] {
         every_pool_matches_infer(&optimized(&model));
     }
@@ -296,6 +343,32 @@ fn outputs_are_bit_identical_for_every_pool() {
     let g = optimized(&decoder_head());
     let plan = plan_kernels(&g, &Target::host(), &Default::default());
     assert!(plan.nodes.iter().any(|n| n.weights_by_columns), "{g}");
+    // Every conv strategy of the stages splits, those that pad with a prologue.
+    if Arch::host() == Arch::X86_64 {
+        let g = optimized(&resnet_stages());
+        let plan = plan_kernels(&g, &Target::host(), &Default::default());
+        for name in [
+            "implicit-gemm",
+            "implicit-gemm-s2",
+            "im2col+gemm",
+            "transposed-gemm",
+        ] {
+            let split: Vec<_> = plan
+                .nodes
+                .iter()
+                .filter(|n| n.strategy_name() == name)
+                .map(|n| (n.tasks, n.prologue))
+                .collect();
+            assert!(
+                !split.is_empty() && split.iter().all(|&(t, _)| t > 1),
+                "{name}: {split:?}"
+            );
+            assert!(
+                split.iter().any(|&(_, p)| p),
+                "{name}: no prologue: {split:?}"
+            );
+        }
+    }
 }
 
 fn every_pool_matches_infer(g: &Graph) {
@@ -374,7 +447,12 @@ fn aarch64_pools_under_qemu_match_infer() {
     let Some(harness) = aarch64_harness() else {
         return;
     };
-    for model in [encoder_layer(), inverted_residual(), decoder_head()] {
+    for model in [
+        encoder_layer(),
+        inverted_residual(),
+        decoder_head(),
+        resnet_stages(),
+    ] {
         let g = optimized(&model);
         let inputs = random_inputs(&g, 7);
         let options = runner::options(Target::new(Arch::Aarch64, None).expect("aarch64"));

@@ -327,6 +327,46 @@ pub fn if_last_task(
     b.switch_to_block(join);
 }
 
+/// Runs `body(b, i, false)` for chunks `i` in `[0, full)` and, when `has_last`, then
+/// `body(b, full, true)` for a final chunk of another size; every chunk, or, with
+/// `share = (task, split)` of the `full + has_last` chunks, only that task's chunks
+/// (the last chunk is the last task's).
+pub fn chunk_loop(
+    b: &mut FunctionBuilder,
+    share: Option<(Value, &crate::codegen::tasks::Split)>,
+    full: usize,
+    has_last: bool,
+    mut body: impl FnMut(&mut FunctionBuilder, Value, bool),
+) {
+    match share {
+        None => {
+            counted_loop(b, 0, full as i64, 1, |b, i| body(b, i, false));
+            if has_last {
+                let i = iconst(b, full as i64);
+                body(b, i, true);
+            }
+        }
+        Some((task, split)) => {
+            debug_assert_eq!(split.units, full + usize::from(has_last));
+            task_share_loop(b, task, split.per, full, |b, i| body(b, i, false));
+            if has_last {
+                let is_last = b
+                    .ins()
+                    .icmp_imm_u(IntCC::Equal, task, (split.tasks - 1) as i64);
+                let (then, join) = (b.create_block(), b.create_block());
+                b.ins().brif(is_last, then, &[], join, &[]);
+                b.seal_block(then);
+                b.switch_to_block(then);
+                let i = iconst(b, full as i64);
+                body(b, i, true);
+                b.ins().jump(join, &[]);
+                b.seal_block(join);
+                b.switch_to_block(join);
+            }
+        }
+    }
+}
+
 /// Runs `body(i)` for this task's share `[task·per, min(task·per + per, end))` of the
 /// indices below `end`.
 pub fn task_share_loop(

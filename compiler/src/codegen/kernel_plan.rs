@@ -32,6 +32,10 @@ pub struct NodeKernel {
     /// than by row tiles (see `lower::gemm::weights_split`): the weights are then packed
     /// as whole-K panels, so that each group is contiguous.
     pub weights_by_columns: bool,
+    /// A split node whose tasks read what a prologue prepared once (a padded input,
+    /// an im2col matrix): with a pool, the prologue runs on the calling thread before
+    /// the tasks are handed out (see `codegen::run`).
+    pub prologue: bool,
 }
 
 /// How a node is computed. Families with one code shape are [`Strategy::Clif`]; the
@@ -132,6 +136,7 @@ impl NodeKernel {
             reason: reason.into(),
             tasks: 1,
             weights_by_columns: false,
+            prologue: false,
         }
     }
 

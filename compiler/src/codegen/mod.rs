@@ -172,10 +172,14 @@ pub fn compile_graph_reporting(
         };
         for &split in variants {
             rodata.set_second_lowering(split);
+            // A split node's task function also takes the task index and, with a
+            // prologue and scratch, the node's shared scratch (see `run.rs`).
+            let shared = split && kernels.nodes[k].prologue && plan.scratch[k].is_some();
             let n_args = if table { 1 } else { n_operands }
                 + usize::from(plan.scratch[k].is_some())
                 + usize::from(expand.is_some())
-                + usize::from(split);
+                + usize::from(split)
+                + usize::from(shared);
             let mut node_half_bytes = 0;
             let weight_label = node
                 .inputs
@@ -206,7 +210,7 @@ pub fn compile_graph_reporting(
                 }
                 let first_scratch = if table { 1 } else { n_operands };
                 task_args[k] = Some((
-                    n_args - 1,
+                    n_args - 1 - usize::from(shared),
                     plan.scratch[k].is_some().then_some(first_scratch),
                 ));
             }
@@ -265,6 +269,7 @@ pub fn compile_graph_reporting(
                         expand,
                     });
                     let task = if split { next.next() } else { None };
+                    let shared_scratch = if shared { next.next() } else { scratch };
                     let fail = checks_indices.then(|| b.create_block());
                     let on_bad_index = match fail {
                         Some(block) => lower::index_check::OnBadIndex::Fail(block),
@@ -279,6 +284,7 @@ pub fn compile_graph_reporting(
                         outputs,
                         scratch,
                         task,
+                        shared_scratch,
                         half,
                         on_bad_index,
                         rodata: &mut rodata,
@@ -362,12 +368,13 @@ pub fn compile_graph_reporting(
                 (fid, k),
                 *n_args,
                 *scratch_arg,
-                (tasks[k], worker_stride),
+                (tasks[k], kernels.nodes[k].prologue, worker_stride),
             )?);
         }
     }
     let pooled = run::Pooled {
         trampolines,
+        prologues: kernels.nodes.iter().map(|n| n.prologue).collect(),
         tasks,
         record_offset,
         extra_offset,

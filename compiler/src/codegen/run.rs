@@ -46,6 +46,8 @@ pub(super) struct Pooled {
     pub trampolines: Vec<Option<FuncId>>,
     /// Per node: its task count (1: not split).
     pub tasks: Vec<usize>,
+    /// Per node: whether its task function has a prologue (task index `tasks`).
+    pub prologues: Vec<bool>,
     /// Where the launch record starts (after the arena).
     pub record_offset: usize,
     /// Where worker 1's scratch starts, and the bytes between workers' scratch.
@@ -68,9 +70,11 @@ pub(super) fn record_bytes(max_args: usize) -> usize {
 
 /// Defines the task function of a split node: `(record, index, worker)` → computes
 /// task `index` with worker `worker`'s scratch (`scratch_arg`: which argument is the
-/// scratch). An index past the node's tasks does nothing; a worker number past the
-/// pool's threads uses the last worker's scratch (a pool breaking its contract gets
-/// wrong outputs, never writes outside the workspace).
+/// scratch), or, for a node with a prologue, index `tasks` runs the prologue (called
+/// on the launching thread, before `parallel_for`); such a node also gets the arena
+/// scratch it shares with its tasks as its last argument. An index past these does
+/// nothing; a worker number past the pool's threads uses the last worker's scratch (a
+/// pool breaking its contract gets wrong outputs, never writes outside the workspace).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn define_trampoline(
     module: &mut ObjectModule,
@@ -80,7 +84,7 @@ pub(super) fn define_trampoline(
     (node_fn, k): (FuncId, usize),
     n_args: usize,
     scratch_arg: Option<usize>,
-    (tasks, worker_stride): (usize, usize),
+    (tasks, prologue, worker_stride): (usize, bool, usize),
 ) -> Result<FuncId> {
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(PTR));
@@ -99,15 +103,17 @@ pub(super) fn define_trampoline(
             let index = b.ins().uextend(PTR, index);
             let run = b.create_block();
             let done = b.create_block();
+            let calls = tasks + usize::from(prologue);
             let in_range = b
                 .ins()
-                .icmp_imm_u(IntCC::UnsignedLessThan, index, tasks as i64);
+                .icmp_imm_u(IntCC::UnsignedLessThan, index, calls as i64);
             b.ins().brif(in_range, run, &[], done, &[]);
             b.seal_block(run);
             b.switch_to_block(run);
             let mut args: Vec<Value> = (0..n_args)
                 .map(|j| b.ins().load(PTR, flags(), record, (j * 8) as i32))
                 .collect();
+            let shared = scratch_arg.map(|j| args[j]);
             if let Some(j) = scratch_arg {
                 let extra = b.ins().load(PTR, flags(), record, (n_args * 8) as i32);
                 let threads = b.ins().load(PTR, flags(), record, (n_args * 8 + 8) as i32);
@@ -121,6 +127,9 @@ pub(super) fn define_trampoline(
                 args[j] = b.ins().select(w, own, args[j]);
             }
             args.push(index);
+            if let (true, Some(shared)) = (prologue, shared) {
+                args.push(shared);
+            }
             let fref = module.declare_func_in_func(node_fn, b.func);
             b.ins().call(fref, &args);
             b.ins().jump(done, &[]);
@@ -360,7 +369,8 @@ fn check_workspace_bytes(
 }
 
 /// Emits the launch of split node `k` in the pooled sequence: its arguments into the
-/// launch record, then `pool->parallel_for(pool->ctx, tasks, task_k, record)`.
+/// launch record, its prologue (`task_k(record, tasks, 0)`) when it has one, then
+/// `pool->parallel_for(pool->ctx, tasks, task_k, record)`.
 pub(super) fn emit_pooled_launch(
     b: &mut FunctionBuilder,
     module: &mut ObjectModule,
@@ -381,6 +391,11 @@ pub(super) fn emit_pooled_launch(
         .store(flags(), threads, record, (args.len() * 8 + 8) as i32);
     let trampoline = pooled.trampolines[k].expect("split nodes have a task function");
     let tref = module.declare_func_in_func(trampoline, b.func);
+    if pooled.prologues[k] {
+        let index = b.ins().iconst(types::I32, pooled.tasks[k] as i64);
+        let worker = b.ins().iconst(types::I32, 0);
+        b.ins().call(tref, &[record, index, worker]);
+    }
     let task = b.ins().func_addr(PTR, tref);
     let pool_ctx = b.ins().load(PTR, flags(), pool, 0);
     let parallel_for = b.ins().load(PTR, flags(), pool, POOL_PARALLEL_FOR);

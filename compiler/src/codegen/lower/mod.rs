@@ -20,6 +20,7 @@ mod quant;
 mod reduce;
 mod resize;
 
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::Module;
@@ -86,7 +87,12 @@ pub struct LowerCtx<'a, 'f> {
     pub scratch: Option<Value>,
     /// The index (an i64 below the plan's `tasks`) of the task to compute, when the
     /// kernel plan split the node; the lowering then computes only that task's share.
+    /// For a node with a prologue, index `tasks` asks for the prologue.
     pub task: Option<Value>,
+    /// The node's scratch in the arena, which its prologue fills and every task reads
+    /// (`scratch` when not running a task). Tasks keep their own data in `scratch`
+    /// past what the prologue writes: worker 0's scratch is this one.
+    pub shared_scratch: Option<Value>,
     /// Where float32 weights go when they are stored as half (`--quantize fp16`).
     pub half: Option<HalfWeights>,
     /// What an index read at run time does when it is out of range (see
@@ -113,6 +119,44 @@ pub struct HalfWeights {
 }
 
 impl LowerCtx<'_, '_> {
+    /// Emits a node with a prologue (see [`NodeKernel::prologue`]): in the whole node,
+    /// `prologue` then `tasks` (all of them); in the task function, `prologue` when the
+    /// task index is the task count, else `tasks` for that task.
+    pub fn with_prologue(
+        &mut self,
+        prologue: impl FnOnce(&mut Self) -> LowerResult,
+        tasks: impl FnOnce(&mut Self) -> LowerResult,
+    ) -> LowerResult {
+        let Some(task) = self.task else {
+            prologue(self)?;
+            return tasks(self);
+        };
+        if !self.kernel.prologue {
+            return Err("the plan gave this node no prologue".into());
+        }
+        let is_prologue = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::Equal, task, self.kernel.tasks as i64);
+        let (pro, body, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(is_prologue, pro, &[], body, &[]);
+        self.b.seal_block(pro);
+        self.b.seal_block(body);
+        self.b.switch_to_block(pro);
+        prologue(self)?;
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(body);
+        tasks(self)?;
+        self.b.ins().jump(join, &[]);
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+        Ok(())
+    }
+
     /// The GEMM kernel family the kernel plan chose for this node.
     pub fn planned_gemm(&self) -> Result<Geometry, String> {
         match &self.kernel.strategy {

@@ -27,7 +27,9 @@ impl Im2colLayout {
         // As many chunks as the byte budget needs, then equal chunk widths, so the
         // last chunk is not a sliver.
         let quanta = p.div_ceil(PANEL_QUANTUM).max(1);
-        let per_chunk = (IM2COL_CHUNK_BYTES / quantum_bytes.max(1)).clamp(1, quanta);
+        // A conv split into tasks has at least a chunk per task.
+        let per_task = quanta.div_ceil(position_split(g, quanta).tasks);
+        let per_chunk = (IM2COL_CHUNK_BYTES / quantum_bytes.max(1)).clamp(1, per_task);
         let chunk_cols = PANEL_QUANTUM * quanta.div_ceil(quanta.div_ceil(per_chunk));
         let mut col_bytes = k * p.min(chunk_cols).div_ceil(PANEL_QUANTUM) * PANEL_QUANTUM * F32;
         if let Some(cols) = wide_columns(g) {
@@ -51,6 +53,12 @@ impl Im2colLayout {
         let at = self.padded_bytes + align_up(self.col_bytes);
         b.ins().iadd_imm_s(scratch, at as i64)
     }
+}
+
+/// The column chunks a batch-1, one-group im2col conv is split into tasks by.
+pub(super) fn im2col_split(g: &ConvGeometry) -> Split {
+    let layout = Im2colLayout::new(g);
+    position_split(g, g.out_size().div_ceil(layout.chunk_cols))
 }
 
 /// Compile-time im2col tables, in bytes relative to the (padded) group input:
@@ -207,6 +215,66 @@ pub(super) fn conv_im2col(
     } else {
         None
     };
+    // The chunks of one image and group: from the (padded) input `src`, im2col
+    // panels at `col`, into `c`; all of them, or one task's share.
+    let chunks = |b: &mut FunctionBuilder,
+                  (src, col, c, a): (Value, Value, Value, Value),
+                  bias: &[Value],
+                  share: Option<(Value, &Split)>| {
+        let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize, kernel: &GemmKernel| {
+            im2col_panels(b, g, &geom, ptrs, src, col, col0, cols);
+            let c0 = kernel::elem_addr(b, c, col0, F32);
+            let mut addends = bias.to_vec();
+            if ops.residual.is_some() {
+                let r = addends.pop().expect("the residual addend");
+                addends.push(kernel::elem_addr(b, r, col0, F32));
+            }
+            kernel.call(b, a, col, c0, &addends);
+        };
+        kernel::chunk_loop(b, share, full_chunks, tail_cols > 0, |b, i, last| {
+            let col0 = b.ins().imul_imm_s(i, chunk_cols as i64);
+            match (last, &full_kernel, &tail_kernel) {
+                (false, Some(k), _) => chunk(b, col0, chunk_cols, k),
+                (true, _, Some(k)) => chunk(b, col0, tail_cols, k),
+                _ => unreachable!("a kernel per chunk size"),
+            }
+        });
+    };
+    if ctx.kernel.tasks > 1 {
+        // One image and group (see `position_split`): the padded copy is the prologue.
+        let split = im2col_split(g);
+        if split.tasks != ctx.kernel.tasks {
+            return Err("the plan split this conv differently".into());
+        }
+        let shared = ctx.shared_scratch.ok_or("im2col needs scratch")?;
+        let prologue = |ctx: &mut LowerCtx| -> LowerResult {
+            let b = &mut *ctx.b;
+            copy_padded(
+                b,
+                ops.x.ptr,
+                &g.input,
+                g.cg,
+                shared,
+                &g.padded(),
+                &g.pad_begin,
+            );
+            Ok(())
+        };
+        let tasks = |ctx: &mut LowerCtx| -> LowerResult {
+            let b = &mut *ctx.b;
+            let col = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
+            let src = if g.has_padding() { shared } else { ops.x.ptr };
+            let zero = kernel::iconst(b, 0);
+            let (c, bias) = output_and_bias(b, g, ops, zero, zero);
+            let a = weights.group(b, zero, g);
+            chunks(b, (src, col, c, a), &bias, ctx.task.map(|t| (t, &split)));
+            Ok(())
+        };
+        return match ctx.kernel.prologue {
+            true => ctx.with_prologue(prologue, tasks),
+            false => tasks(ctx),
+        };
+    }
     let b = &mut *ctx.b;
     let col = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
@@ -220,29 +288,7 @@ pub(super) fn conv_im2col(
         };
         let (c, bias) = output_and_bias(b, g, ops, n, grp);
         let a = weights.group(b, grp, g);
-        let chunk = |b: &mut FunctionBuilder, col0: Value, cols: usize, kernel: &GemmKernel| {
-            im2col_panels(b, g, &geom, ptrs, src, col, col0, cols);
-            let c0 = kernel::elem_addr(b, c, col0, F32);
-            let mut addends = bias.clone();
-            if ops.residual.is_some() {
-                let r = addends.pop().expect("the residual addend");
-                addends.push(kernel::elem_addr(b, r, col0, F32));
-            }
-            kernel.call(b, a, col, c0, &addends);
-        };
-        if let Some(k) = &full_kernel {
-            kernel::counted_loop(
-                b,
-                0,
-                (full_chunks * chunk_cols) as i64,
-                chunk_cols as i64,
-                |b, col0| chunk(b, col0, chunk_cols, k),
-            );
-        }
-        if let Some(k) = &tail_kernel {
-            let col0 = kernel::iconst(b, (full_chunks * chunk_cols) as i64);
-            chunk(b, col0, tail_cols, k);
-        }
+        chunks(b, (src, col, c, a), &bias, None);
     });
     Ok(())
 }

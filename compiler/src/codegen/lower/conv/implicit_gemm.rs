@@ -199,7 +199,7 @@ pub(super) fn conv_implicit_gemm(
     // Output rows per GEMM call: C of one call within IMPLICIT_C_BYTES, so the kernel's
     // passes over C (one per K block) and the compaction stay in L2. As one call, the
     // 7×7 stem's 3 MB wide output was swept from L3.
-    let (chunk_rows, loop_chunks, last_rows) = row_chunks(out_h, g.mg * row * F32);
+    let (chunk_rows, loop_chunks, last_rows) = row_chunks(g, g.mg * row * F32);
     // One call computes `n` wide columns from its first row.
     let spec_of = |n: usize| GemmSpec {
         n,
@@ -218,17 +218,15 @@ pub(super) fn conv_implicit_gemm(
         _ => Some(GemmKernel::define(ctx, &spec_of(chunk_rows * row))?),
     };
     let last_kernel = GemmKernel::define(ctx, &spec_of((last_rows - 1) * row + out_w))?;
-    let b = &mut *ctx.b;
-    let c_wide = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
-    let phase_planes = layout.phase_planes(b, scratch);
+    // The row chunks of one image and group, from the prepared input `src`: all of
+    // them, or one task's share. Each computes C wide into `c_wide` (the task's own
+    // scratch) and compacts it into the output rows.
     let mut failure = None;
-    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
-        let (n, grp) = (idx[0], idx[1]);
-        let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
-        let (y_g, mut addends) = output_and_bias(b, g, ops, n, grp);
-        let r_g = if residual { addends.pop() } else { None };
-        let a = weights.group(b, grp, g);
-        // Output row `oh` of map `m` (`r = m·out_h + oh`) from the wide output.
+    let mut chunks = |b: &mut FunctionBuilder,
+                      (src, c_wide, y_g, a): (Value, Value, Value, Value),
+                      addends: &[Value],
+                      r_g: Option<Value>,
+                      share: Option<(Value, &Split)>| {
         let mut compact = |b: &mut FunctionBuilder, m: Value, oh: Value, r: Value| {
             let src_row = kernel::elem_addr(b, c_wide, m, wide * F32);
             let src_row = kernel::elem_addr(b, src_row, oh, row * F32);
@@ -236,6 +234,7 @@ pub(super) fn conv_implicit_gemm(
             match r_g {
                 None => copy_f32(b, dst_row, src_row, out_w),
                 Some(r_g) => {
+                    // Y = act(C + R) while copying C out.
                     let res_row = kernel::elem_addr(b, r_g, r, out_w * F32);
                     if let Err(e) = crate::codegen::lower::elementwise::activate_run(
                         b,
@@ -250,29 +249,112 @@ pub(super) fn conv_implicit_gemm(
                 }
             }
         };
-        // Rows row0 .. row0 + rows: the GEMM, then keep the valid columns (row `oh`
-        // of channel `m` is `out_w` floats at column `oh·row` of the wide output).
-        let mut chunk = |b: &mut FunctionBuilder, row0: Value, rows: usize, k: &GemmKernel| {
+        kernel::chunk_loop(b, share, loop_chunks, true, |b, i, last| {
+            let (rows, k) = match (last, &full_kernel) {
+                (false, Some(k)) => (chunk_rows, k),
+                _ => (last_rows, &last_kernel),
+            };
+            let row0 = b.ins().imul_imm_s(i, chunk_rows as i64);
             let at = b.ins().imul_imm_s(row0, (row * F32) as i64);
             let (src_c, c_c) = (b.ins().iadd(src, at), b.ins().iadd(c_wide, at));
-            k.call(b, a, src_c, c_c, &addends);
+            k.call(b, a, src_c, c_c, addends);
             kernel::nested_loop(b, &[g.mg, rows], &mut |b, idx| {
                 let (m, oh) = (idx[0], b.ins().iadd(row0, idx[1]));
                 let r = b.ins().imul_imm_s(m, out_h as i64);
                 let r = b.ins().iadd(r, oh);
                 compact(b, m, oh, r);
             });
-        };
-        if let Some(k) = &full_kernel {
-            let end = (loop_chunks * chunk_rows) as i64;
-            kernel::counted_loop(b, 0, end, chunk_rows as i64, |b, row0| {
-                chunk(b, row0, chunk_rows, k)
-            });
-        }
-        let row0 = kernel::iconst(b, (out_h - last_rows) as i64);
-        chunk(b, row0, last_rows, &last_kernel);
+        });
+    };
+    if ctx.kernel.tasks > 1 {
+        let split = position_split(g, loop_chunks + 1);
+        split_implicit(ctx, g, ops, layout, &split, |ctx, src, own| {
+            let b = &mut *ctx.b;
+            let c_wide = b.ins().iadd_imm_s(own, layout.padded_bytes as i64);
+            let zero = kernel::iconst(b, 0);
+            let (y_g, mut addends) = output_and_bias(b, g, ops, zero, zero);
+            let r_g = if residual { addends.pop() } else { None };
+            let a = weights.group(b, zero, g);
+            chunks(
+                b,
+                (src, c_wide, y_g, a),
+                &addends,
+                r_g,
+                ctx.task.map(|t| (t, &split)),
+            );
+        })?;
+        return failure.map_or(Ok(()), Err);
+    }
+    let b = &mut *ctx.b;
+    let c_wide = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
+    let phase_planes = layout.phase_planes(b, scratch);
+    kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
+        let (n, grp) = (idx[0], idx[1]);
+        let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
+        let (y_g, mut addends) = output_and_bias(b, g, ops, n, grp);
+        let r_g = if residual { addends.pop() } else { None };
+        let a = weights.group(b, grp, g);
+        chunks(b, (src, c_wide, y_g, a), &addends, r_g, None);
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// A batch-1, one-group implicit-GEMM conv split into tasks by row chunks: the padded
+/// copy and phase planes are its prologue, in the node's shared scratch; `tasks(ctx,
+/// src, own)` emits the current task's chunks (or all) from the prepared input `src`
+/// with the task's own scratch `own`.
+fn split_implicit(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    layout: &Im2colLayout,
+    split: &Split,
+    tasks: impl FnOnce(&mut LowerCtx, Value, Value),
+) -> LowerResult {
+    if split.tasks != ctx.kernel.tasks {
+        return Err("the plan split this conv differently".into());
+    }
+    let shared = ctx.shared_scratch.ok_or("implicit GEMM needs scratch")?;
+    let prologue = |ctx: &mut LowerCtx| -> LowerResult {
+        let b = &mut *ctx.b;
+        let zero = kernel::iconst(b, 0);
+        let phase_planes = layout.phase_planes(b, shared);
+        implicit_input(b, g, ops, zero, zero, shared, phase_planes);
+        Ok(())
+    };
+    let body = |ctx: &mut LowerCtx| -> LowerResult {
+        let own = scratch(ctx)?;
+        let b = &mut *ctx.b;
+        let src = if PhasePlanes::of(g).is_some() {
+            layout.phase_planes(b, shared)
+        } else if g.has_padding() {
+            shared
+        } else {
+            ops.x.ptr
+        };
+        tasks(ctx, src, own);
+        Ok(())
+    };
+    match ctx.kernel.prologue {
+        true => ctx.with_prologue(prologue, body),
+        false => body(ctx),
+    }
+}
+
+/// Whether a split implicit-GEMM conv has a prologue: when it pads or splits its input
+/// into phase planes.
+pub(super) fn implicit_has_prologue(g: &ConvGeometry) -> bool {
+    g.has_padding() || PhasePlanes::of(g).is_some()
+}
+
+/// The row chunks a batch-1 implicit-GEMM conv is split into tasks by.
+pub(super) fn implicit_split(g: &ConvGeometry, options: &KernelOptions) -> Split {
+    let row_bytes = match writes_rows_in_place(g, options) {
+        true => g.mg * g.output[1] * F32,
+        false => g.mg * wide_row(g).unwrap_or(1) * F32,
+    };
+    let (_, loop_chunks, _) = row_chunks(g, row_bytes);
+    position_split(g, loop_chunks + 1)
 }
 
 /// What the implicit-GEMM paths share: the weights (A), the whole-conv GEMM spec they
@@ -285,10 +367,14 @@ pub(super) struct ImplicitConv<'a> {
     pub(super) layout: &'a Im2colLayout,
 }
 
-/// Splits `out_h` output rows of `row_bytes` of C each into calls of `chunk_rows` rows,
-/// C of one call within IMPLICIT_C_BYTES: `(chunk_rows, full chunks, rows of the last)`.
-pub(super) fn row_chunks(out_h: usize, row_bytes: usize) -> (usize, usize, usize) {
-    let chunk_rows = (IMPLICIT_C_BYTES / row_bytes.max(1)).clamp(1, out_h);
+/// Splits the output rows, `row_bytes` of C each, into calls of `chunk_rows` rows, C of
+/// one call within IMPLICIT_C_BYTES and at least a call per task when the conv is
+/// split: `(chunk_rows, full chunks, rows of the last)`.
+pub(super) fn row_chunks(g: &ConvGeometry, row_bytes: usize) -> (usize, usize, usize) {
+    let out_h = g.output[0];
+    // A conv split into tasks has at least a chunk per task.
+    let per_task = out_h.div_ceil(position_split(g, out_h).tasks);
+    let chunk_rows = (IMPLICIT_C_BYTES / row_bytes.max(1)).clamp(1, per_task);
     let last_rows = match out_h % chunk_rows {
         0 => chunk_rows,
         r => r,
@@ -347,9 +433,9 @@ pub(super) fn conv_implicit_rows(
     let (weights, scratch, layout) = (im.weights, im.scratch, im.layout);
     let (spec, taps) = (&im.spec, &im.taps);
     let row = wide_row(g).ok_or("implicit GEMM needs a 2-D stride-1 or 2 conv")?;
-    let (out_h, out_w) = (g.output[0], g.output[1]);
+    let out_w = g.output[1];
     // Output rows per call: C of one call within IMPLICIT_C_BYTES (L2).
-    let (chunk_rows, loop_chunks, last_rows) = row_chunks(out_h, g.mg * out_w * F32);
+    let (chunk_rows, loop_chunks, last_rows) = row_chunks(g, g.mg * out_w * F32);
     let spec_of = |rows: usize| GemmSpec {
         n: rows * out_w,
         b: BLayout::Taps {
@@ -366,6 +452,41 @@ pub(super) fn conv_implicit_rows(
         _ => Some(GemmKernel::define(ctx, &spec_of(chunk_rows))?),
     };
     let last_kernel = GemmKernel::define(ctx, &spec_of(last_rows))?;
+    // The row chunks of one image and group, from the prepared input `src`, straight
+    // into the output rows: all of them, or one task's share.
+    let chunks = |b: &mut FunctionBuilder,
+                  (src, y_g, a): (Value, Value, Value),
+                  addends: &[Value],
+                  share: Option<(Value, &Split)>| {
+        kernel::chunk_loop(b, share, loop_chunks, true, |b, i, last| {
+            let k = match (last, &full_kernel) {
+                (false, Some(k)) => k,
+                _ => &last_kernel,
+            };
+            let row0 = b.ins().imul_imm_s(i, chunk_rows as i64);
+            let at_in = b.ins().imul_imm_s(row0, (row * F32) as i64);
+            let src_c = b.ins().iadd(src, at_in);
+            let at_out = b.ins().imul_imm_s(row0, (out_w * F32) as i64);
+            let y_c = b.ins().iadd(y_g, at_out);
+            let mut addends = addends.to_vec();
+            if ops.residual.is_some() {
+                // The residual, last, moves with C.
+                let r = addends.pop().expect("the residual addend");
+                addends.push(b.ins().iadd(r, at_out));
+            }
+            k.call(b, a, src_c, y_c, &addends);
+        });
+    };
+    if ctx.kernel.tasks > 1 {
+        let split = position_split(g, loop_chunks + 1);
+        return split_implicit(ctx, g, ops, layout, &split, |ctx, src, _own| {
+            let b = &mut *ctx.b;
+            let zero = kernel::iconst(b, 0);
+            let (y_g, addends) = output_and_bias(b, g, ops, zero, zero);
+            let a = weights.group(b, zero, g);
+            chunks(b, (src, y_g, a), &addends, ctx.task.map(|t| (t, &split)));
+        });
+    }
     let b = &mut *ctx.b;
     let phase_planes = layout.phase_planes(b, scratch);
     kernel::nested_loop(b, &[g.batch, g.group], &mut |b, idx| {
@@ -373,25 +494,7 @@ pub(super) fn conv_implicit_rows(
         let src = implicit_input(b, g, ops, n, grp, scratch, phase_planes);
         let (y_g, addends) = output_and_bias(b, g, ops, n, grp);
         let a = weights.group(b, grp, g);
-        let chunk = |b: &mut FunctionBuilder, row0: Value, k: &GemmKernel| {
-            let at_in = b.ins().imul_imm_s(row0, (row * F32) as i64);
-            let src_c = b.ins().iadd(src, at_in);
-            let at_out = b.ins().imul_imm_s(row0, (out_w * F32) as i64);
-            let y_c = b.ins().iadd(y_g, at_out);
-            let mut addends = addends.clone();
-            if ops.residual.is_some() {
-                // The residual, last, moves with C.
-                let r = addends.pop().expect("the residual addend");
-                addends.push(b.ins().iadd(r, at_out));
-            }
-            k.call(b, a, src_c, y_c, &addends);
-        };
-        if let Some(k) = &full_kernel {
-            let end = (loop_chunks * chunk_rows) as i64;
-            kernel::counted_loop(b, 0, end, chunk_rows as i64, |b, row0| chunk(b, row0, k));
-        }
-        let row0 = kernel::iconst(b, (out_h - last_rows) as i64);
-        chunk(b, row0, &last_kernel);
+        chunks(b, (src, y_g, a), &addends, None);
     });
     Ok(())
 }

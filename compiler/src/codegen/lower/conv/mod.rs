@@ -52,6 +52,7 @@ use crate::codegen::kernel::{self, domain, flags};
 use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{ConvRows, KernelOptions, KernelSource, Toggle, WinogradChoice};
+use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvAttrs};
@@ -79,6 +80,16 @@ const IMPLICIT_C_BYTES: usize = 512 * 1024;
 /// 3×3×512 conv (K = 4608, 49 outputs) ran as chunks of 48 and 1 columns, reading its
 /// 9.4 MB of weights from L3 twice.
 const IM2COL_CHUNK_BYTES: usize = 2 * 1024 * 1024;
+/// How a batch-1, one-group conv's output positions are split into tasks, `units`
+/// pieces of them (im2col column chunks, implicit-GEMM row chunks); other convs are
+/// not split here.
+fn position_split(g: &ConvGeometry, units: usize) -> Split {
+    if g.batch * g.group != 1 {
+        return Split::of(1, 0);
+    }
+    Split::of(units, g.out_size() * g.mg * g.gemm_k())
+}
+
 /// Scratch sub-buffers start on this many bytes (a cache line).
 const SCRATCH_ALIGN: usize = 64;
 
@@ -357,10 +368,16 @@ pub fn plan_conv(
     if matches!(path, ConvPath::Pointwise | ConvPath::Im2col)
         && narrow::applies(&g, constant_w, &gemm, options)
     {
+        let tasks = narrow::split(&g, &gemm).tasks;
         return plan(
             ConvStrategy::Narrow(gemm),
             "few output positions and many maps, constant weights, x86 GEMM kernels",
-        );
+        )
+        .map(|k| {
+            let mut k = with_prologue(k.with_tasks(tasks), narrow::has_prologue(&g));
+            k.weights_by_columns = tasks > 1;
+            k
+        });
     }
     match path {
         ConvPath::Pointwise => {
@@ -413,17 +430,31 @@ pub fn plan_conv(
             )
             .map(|k| k.with_tasks(tasks))
         }
-        ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => plan(
-            ConvStrategy::ImplicitGemm {
-                gemm,
-                phases: PhasePlanes::of(&g).is_some(),
-                rows_in_place: writes_rows_in_place(&g, options),
-            },
-            "x86 GEMM kernels and output rows wide enough to read the input in place",
-        ),
-        ConvPath::Im2col => plan(ConvStrategy::Im2col(gemm), "the general path"),
+        ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => {
+            let tasks = implicit_split(&g, options).tasks;
+            plan(
+                ConvStrategy::ImplicitGemm {
+                    gemm,
+                    phases: PhasePlanes::of(&g).is_some(),
+                    rows_in_place: writes_rows_in_place(&g, options),
+                },
+                "x86 GEMM kernels and output rows wide enough to read the input in place",
+            )
+            .map(|k| with_prologue(k.with_tasks(tasks), implicit_has_prologue(&g)))
+        }
+        ConvPath::Im2col => {
+            let tasks = im2col_split(&g).tasks;
+            plan(ConvStrategy::Im2col(gemm), "the general path")
+                .map(|k| with_prologue(k.with_tasks(tasks), g.has_padding()))
+        }
         ConvPath::Scalar => plan(ConvStrategy::Scalar, "no vector kernel for this dtype"),
     }
+}
+
+/// The plan split into tasks, with a prologue when `prologue` and the node is split.
+fn with_prologue(mut k: NodeKernel, prologue: bool) -> NodeKernel {
+    k.prologue = prologue && k.tasks > 1;
+    k
 }
 
 /// Arena scratch a convolution needs: the padded input and im2col panels, or the

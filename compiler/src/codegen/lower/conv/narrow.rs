@@ -27,6 +27,7 @@ use super::{
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::options::{KernelOptions, Toggle};
+use crate::codegen::tasks::Split;
 use crate::ir::{DType, Tensor};
 use crate::ops::Activation;
 
@@ -99,6 +100,23 @@ pub(super) fn scratch_bytes(g: &ConvGeometry) -> Option<usize> {
     shape_fits(g).then(|| Layout::new(g).bytes())
 }
 
+/// How a batch-1 transposed conv GEMM is split into tasks: by groups of column panels
+/// (the maps), each task streaming its share of the weights; the im2col matrix, made
+/// once in a prologue, is read by all.
+pub(super) fn split(g: &ConvGeometry, gemm: &Geometry) -> Split {
+    if g.batch != 1 {
+        return Split::of(1, 0);
+    }
+    let work = g.out_size() * g.mg * g.gemm_k();
+    Split::of(g.mg.div_ceil(gemm.nr), work)
+}
+
+/// Whether a split transposed conv has a prologue: all but pointwise convs, whose Xᵀ
+/// is their input.
+pub(super) fn has_prologue(g: &ConvGeometry) -> bool {
+    !pointwise(g)
+}
+
 pub(super) fn conv_transposed_gemm(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
@@ -111,7 +129,9 @@ pub(super) fn conv_transposed_gemm(
     let layout = Layout::new(g);
     let (p, maps, k) = (g.out_size(), g.mg, g.gemm_k());
     let w: Vec<f32> = w.iter().copied().collect();
-    let (packed, b_layout) = gemm::pack_constant_b(&geom, k, maps, |kk, j| w[j * k + kk]);
+    let by_columns = ctx.kernel.weights_by_columns;
+    let (packed, b_layout) =
+        gemm::pack_weights_b(&geom, k, maps, by_columns, |kk, j| w[j * k + kk]);
     let w_ptr = ctx.weights_f32(&packed)?;
     let pointwise = pointwise(g);
     // Xᵀ[pos, k] is at k·width + pos: the input plane (pointwise) or the im2col matrix.
@@ -146,7 +166,6 @@ pub(super) fn conv_transposed_gemm(
         geometry: geom,
         b_taps: vec![],
     };
-    let kernel = GemmKernel::define(ctx, &spec)?;
     let tables = if pointwise {
         None
     } else {
@@ -157,6 +176,10 @@ pub(super) fn conv_transposed_gemm(
             contiguous: ctx.rodata(i32_bytes(&t.contiguous))?,
         })
     };
+    if ctx.kernel.tasks > 1 {
+        return split_transposed_gemm(ctx, g, ops, &spec, &layout, (tables, width), w_ptr);
+    }
+    let kernel = GemmKernel::define(ctx, &spec)?;
     let scratch = super::scratch(ctx)?;
     let b = &mut *ctx.b;
     let cols = b.ins().iadd_imm_s(scratch, layout.padded_bytes as i64);
@@ -170,13 +193,7 @@ pub(super) fn conv_transposed_gemm(
         let a = match tables {
             None => x_n,
             Some(t) => {
-                let src = if g.has_padding() {
-                    copy_padded(b, x_n, &g.input, g.cg, scratch, &g.padded(), &g.pad_begin);
-                    scratch
-                } else {
-                    x_n
-                };
-                im2col_panel(b, k, t, src, cols, zero, width, width);
+                im2col_matrix(b, g, t, x_n, scratch, cols, width);
                 cols
             }
         };
@@ -188,26 +205,117 @@ pub(super) fn conv_transposed_gemm(
             .collect();
         kernel.call(b, a, w_ptr, yt, &bias);
         let r = residual.then(|| addends[addends.len() - 1]);
-        if let Err(e) = transpose_out(b, yt, y, r, p, maps, ops.activation) {
+        if let Err(e) = transpose_out(b, yt, y, r, (p, maps), maps, ops.activation) {
             failure = Some(e);
         }
     });
     failure.map_or(Ok(()), Err)
 }
 
-/// `Y[j, i] = Yᵀ[i, j]`, plus `R[j, i]` and then the activation when there is a
-/// residual (else the kernel applied the activation).
+/// Xᵀ as the im2col matrix `[K][width]` at `cols`, from image `x_n` (padded first
+/// into `padded` when the conv pads).
+fn im2col_matrix(
+    b: &mut FunctionBuilder,
+    g: &ConvGeometry,
+    t: TablePtrs,
+    x_n: Value,
+    padded: Value,
+    cols: Value,
+    width: usize,
+) {
+    let src = if g.has_padding() {
+        copy_padded(b, x_n, &g.input, g.cg, padded, &g.padded(), &g.pad_begin);
+        padded
+    } else {
+        x_n
+    };
+    let zero = kernel::iconst(b, 0);
+    im2col_panel(b, g.gemm_k(), t, src, cols, zero, width, width);
+}
+
+/// The batch-1 conv split by groups of maps (see [`split`]): the prologue makes the
+/// im2col matrix in the node's shared scratch; each task computes its maps' columns of
+/// `Yᵀ` into its own scratch and transposes them into the output.
+fn split_transposed_gemm(
+    ctx: &mut LowerCtx,
+    g: &ConvGeometry,
+    ops: &ConvOperands,
+    spec: &GemmSpec,
+    layout: &Layout,
+    (tables, width): (Option<TablePtrs>, usize),
+    w_ptr: Value,
+) -> LowerResult {
+    let (p, maps) = (g.out_size(), g.mg);
+    let split = split(g, &spec.geometry);
+    let size = split.per * spec.geometry.nr;
+    let last_size = maps - size * (split.tasks - 1);
+    let shared = ctx
+        .shared_scratch
+        .ok_or("the transposed conv GEMM needs scratch")?;
+    let prologue = |ctx: &mut LowerCtx| -> LowerResult {
+        if let Some(t) = tables {
+            let b = &mut *ctx.b;
+            let cols = b.ins().iadd_imm_s(shared, layout.padded_bytes as i64);
+            im2col_matrix(b, g, t, ops.x.ptr, shared, cols, width);
+        }
+        Ok(())
+    };
+    let tasks = |ctx: &mut LowerCtx| -> LowerResult {
+        let own = super::scratch(ctx)?;
+        let b = &mut *ctx.b;
+        let a = match tables {
+            Some(_) => b.ins().iadd_imm_s(shared, layout.padded_bytes as i64),
+            None => ops.x.ptr,
+        };
+        let yt = b
+            .ins()
+            .iadd_imm_s(own, (layout.padded_bytes + layout.cols_bytes) as i64);
+        let bias: Vec<Value> = ops.bias.iter().map(|t| t.ptr).collect();
+        gemm::call_split(ctx, gemm::SplitAxis::Cols, spec, a, w_ptr, yt, &bias)?;
+        let b = &mut *ctx.b;
+        let residual = ops.residual.as_ref().map(|r| r.ptr);
+        let act = ops.activation;
+        let Some(task) = ctx.task else {
+            return transpose_out(b, yt, ops.y.ptr, residual, (p, maps), maps, act);
+        };
+        // The task's maps: columns j0.. of Yᵀ, planes j0.. of Y (and R).
+        let yt = kernel::elem_addr(b, yt, task, size * F32);
+        let y = kernel::elem_addr(b, ops.y.ptr, task, size * p * F32);
+        let r = residual.map(|r| kernel::elem_addr(b, r, task, size * p * F32));
+        if last_size == size {
+            return transpose_out(b, yt, y, r, (p, maps), size, act);
+        }
+        let (mut last, mut other) = (Ok(()), Ok(()));
+        kernel::if_last_task(
+            b,
+            task,
+            split.tasks,
+            |b| last = transpose_out(b, yt, y, r, (p, maps), last_size, act),
+            |b| other = transpose_out(b, yt, y, r, (p, maps), size, act),
+        );
+        last.and(other)
+    };
+    if ctx.kernel.prologue {
+        ctx.with_prologue(prologue, tasks)
+    } else {
+        tasks(ctx)
+    }
+}
+
+/// `Y[j, i] = Yᵀ[i, j]` for the first `count` maps j (of `Yᵀ`'s `p × maps`), plus
+/// `R[j, i]` and then the activation when there is a residual (else the kernel applied
+/// the activation).
 fn transpose_out(
     b: &mut FunctionBuilder,
     yt: Value,
     y: Value,
     r: Option<Value>,
-    p: usize,
-    maps: usize,
+    (p, maps): (usize, usize),
+    count: usize,
     act: Activation,
 ) -> LowerResult {
     let mut failure = None;
-    kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
+    kernel::counted_loop(b, 0, count as i64, 1, |b, j| {
         let src = kernel::elem_addr(b, yt, j, F32);
         let dst = kernel::elem_addr(b, y, j, p * F32);
         let res = r.map(|r| kernel::elem_addr(b, r, j, p * F32));
