@@ -428,7 +428,7 @@ pub fn plan_conv(
                 },
                 reason,
             )
-            .map(|k| k.with_tasks(tasks))
+            .map(|k| with_prologue(k.with_tasks(tasks), true))
         }
         ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => {
             let tasks = implicit_split(&g, options).tasks;

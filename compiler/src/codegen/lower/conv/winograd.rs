@@ -316,9 +316,9 @@ pub(super) fn choose(
 }
 
 /// With a thread pool, a one-image conv on the tile-row transforms is split by its
-/// chunks of tile rows: each task pads and phase-splits the whole input into its
-/// worker's scratch (a copy, small against the chunks' products) and then runs its
-/// contiguous range of chunks, the last task the last (maybe shorter) chunk.
+/// chunks of tile rows: a prologue pads and phase-splits the input once into the
+/// node's shared scratch, and each task runs its contiguous range of chunks, the last
+/// task the last (maybe shorter) chunk.
 pub(super) fn chunk_split(g: &ConvGeometry, m: usize, transforms: WinogradTransforms) -> Split {
     let lanes = match transforms {
         WinogradTransforms::Plane16 => return Split::of(1, 0),
@@ -467,26 +467,27 @@ pub(super) fn conv_winograd(
     };
     let last_kernel = kernels(last_rows, true)?;
     let fma = gemm::has_fma(ctx.target);
-    let b = &mut *ctx.b;
-    let at = |b: &mut FunctionBuilder, bytes: usize| b.ins().iadd_imm_s(scratch, bytes as i64);
-    let bufs = Buffers {
-        padded: scratch,
-        phases: at(b, plan.plane_bytes()),
-        v: at(b, 2 * plan.plane_bytes()),
-        mt: at(b, 2 * plan.plane_bytes() + plan.v_bytes()),
-        stage: at(b, 2 * plan.plane_bytes() + plan.v_bytes() + plan.m_bytes()),
-        u: u_ptr,
+    // The padded input and its phases come first in the scratch (with a pool, in the
+    // node's shared scratch, made by the prologue), the chunk buffers after them (in
+    // the task's own).
+    let buffers = |b: &mut FunctionBuilder, shared: Value, own: Value| {
+        let at = |b: &mut FunctionBuilder, base: Value, bytes: usize| {
+            b.ins().iadd_imm_s(base, bytes as i64)
+        };
+        Buffers {
+            padded: shared,
+            phases: at(b, shared, plan.plane_bytes()),
+            v: at(b, own, 2 * plan.plane_bytes()),
+            mt: at(b, own, 2 * plan.plane_bytes() + plan.v_bytes()),
+            stage: at(
+                b,
+                own,
+                2 * plan.plane_bytes() + plan.v_bytes() + plan.m_bytes(),
+            ),
+            u: u_ptr,
+        }
     };
-    let mut failure = None;
-    let task = ctx.task;
-    let split = chunk_split(g, m, transforms);
-    if task.is_some() && split.tasks != ctx.kernel.tasks {
-        return Err(format!(
-            "the plan split this Winograd conv into {} tasks, its chunks into {}",
-            ctx.kernel.tasks, split.tasks
-        ));
-    }
-    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+    let prepare = |b: &mut FunctionBuilder, bufs: &Buffers, n: Value| {
         let zero = kernel::iconst(b, 0);
         let x_n = input_group(b, g, ops.x.ptr, n, zero, F32);
         copy_padded(
@@ -499,50 +500,56 @@ pub(super) fn conv_winograd(
             &g.pad_begin,
         );
         split_phases(b, &plan, bufs.padded, bufs.phases);
+    };
+    let mut failure = None;
+    // The chunks of image `n` from its prepared input: all of them, or one task's.
+    let mut chunks = |b: &mut FunctionBuilder, bufs: &Buffers, n: Value, share| {
+        let zero = kernel::iconst(b, 0);
         let (y, addends) = output_and_bias(b, g, ops, n, zero);
         let bias = ops.bias.as_ref().map(|_| addends[0]);
         let residual = ops.residual.as_ref().map(|_| addends[addends.len() - 1]);
         let out = OutputPtrs { y, bias, residual };
-        let mut chunk =
-            |b: &mut FunctionBuilder, row0: Value, rows: usize, last: bool, k: &ChunkKernels| {
-                let chunk = Chunk { row0, rows, last };
-                if let Err(e) = chunk.emit(b, g, &plan, fma, &bufs, k, out, ops.activation) {
-                    failure = Some(e);
-                }
+        kernel::chunk_loop(b, share, loop_chunks, true, |b, c, last| {
+            let (rows, k) = match (last, &full_kernel) {
+                (false, Some(k)) => (plan.chunk_rows, k),
+                _ => (last_rows, &last_kernel),
             };
-        let last_row0 = (plan.th - last_rows) as i64;
-        match task {
-            None => {
-                if let Some(k) = &full_kernel {
-                    let end = (loop_chunks * plan.chunk_rows) as i64;
-                    kernel::counted_loop(b, 0, end, plan.chunk_rows as i64, |b, row0| {
-                        chunk(b, row0, plan.chunk_rows, false, k)
-                    });
-                }
-                let row0 = kernel::iconst(b, last_row0);
-                chunk(b, row0, last_rows, true, &last_kernel);
+            let row0 = b.ins().imul_imm_s(c, plan.chunk_rows as i64);
+            let chunk = Chunk { row0, rows, last };
+            if let Err(e) = chunk.emit(b, g, &plan, fma, bufs, k, out, ops.activation) {
+                failure = Some(e);
             }
-            Some(task) => {
-                // Chunks [task·per, min(task·per + per, loop_chunks)) as full chunks;
-                // the last task also runs the last chunk.
-                if let Some(k) = &full_kernel {
-                    kernel::task_share_loop(b, task, split.per, loop_chunks, |b, c| {
-                        let row0 = b.ins().imul_imm_s(c, plan.chunk_rows as i64);
-                        chunk(b, row0, plan.chunk_rows, false, k)
-                    });
-                }
-                kernel::if_last_task(
-                    b,
-                    task,
-                    split.tasks,
-                    |b| {
-                        let row0 = kernel::iconst(b, last_row0);
-                        chunk(b, row0, last_rows, true, &last_kernel);
-                    },
-                    |_| {},
-                );
-            }
+        });
+    };
+    if ctx.kernel.tasks > 1 {
+        let split = chunk_split(g, m, transforms);
+        if split.tasks != ctx.kernel.tasks {
+            return Err(format!(
+                "the plan split this Winograd conv into {} tasks, its chunks into {}",
+                ctx.kernel.tasks, split.tasks
+            ));
         }
+        let shared = ctx.shared_scratch.ok_or("Winograd needs scratch")?;
+        let prologue = |ctx: &mut LowerCtx| -> LowerResult {
+            let bufs = buffers(ctx.b, shared, shared);
+            let zero = kernel::iconst(ctx.b, 0);
+            prepare(ctx.b, &bufs, zero);
+            Ok(())
+        };
+        let tasks = |ctx: &mut LowerCtx| -> LowerResult {
+            let bufs = buffers(ctx.b, shared, scratch);
+            let zero = kernel::iconst(ctx.b, 0);
+            chunks(ctx.b, &bufs, zero, ctx.task.map(|t| (t, &split)));
+            Ok(())
+        };
+        ctx.with_prologue(prologue, tasks)?;
+        return failure.map_or(Ok(()), Err);
+    }
+    let b = &mut *ctx.b;
+    let bufs = buffers(b, scratch, scratch);
+    kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
+        prepare(b, &bufs, n);
+        chunks(b, &bufs, n, None);
     });
     failure.map_or(Ok(()), Err)
 }
