@@ -152,6 +152,21 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
         assert_eq!(requantizing, 2, "{name}:\n{}", quant.graph);
     }
 
+    if name == "split convs" && Target::host().has(nnc::codegen::CpuFeature::Avx2) {
+        let plan = nnc::codegen::kernel_plan::plan_kernels(
+            &quant.graph,
+            &Target::host(),
+            &Default::default(),
+        );
+        let split = quant
+            .graph
+            .nodes
+            .iter()
+            .zip(&plan.nodes)
+            .filter(|(n, k)| matches!(n.op, Op::ConvU8S8 { .. }) && k.tasks > 1)
+            .count();
+        assert!(split >= 3, "{name}: {split} INT8 convs split");
+    }
     let run = |g: &Graph| {
         let lib = Compiled::new(g).unwrap();
         held_out
@@ -160,6 +175,38 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
             .collect::<Vec<_>>()
     };
     let (reference, got) = (run(&float.graph), run(&quant.graph));
+    // `run` with pools of every size gives `infer`'s outputs bit for bit, on the
+    // host's INT8 kernels and the AVX2 and AVX-VNNI ones where the host runs them.
+    let mut targets = vec![Target::host()];
+    for cpu in ["x86-64-v3", "x86-64-v3+avxvnni"] {
+        if cfg!(target_arch = "x86_64") && tools::host_runs(cpu) {
+            targets.push(Target::new(nnc::codegen::Arch::X86_64, Some(cpu)).unwrap());
+        }
+    }
+    for target in targets {
+        let lib = Compiled::for_target(&quant.graph, target.clone()).unwrap();
+        let want: Vec<Tensor> = held_out
+            .iter()
+            .map(|x| {
+                lib.run(&quant.graph, std::slice::from_ref(x))
+                    .unwrap()
+                    .remove(0)
+            })
+            .collect();
+        for threads in [2, 3, 8] {
+            let pool = nnc_runtime_abi::ThreadPool::new(threads).unwrap();
+            for (x, want) in held_out.iter().zip(&want) {
+                let pooled = lib
+                    .run_pooled(&quant.graph, std::slice::from_ref(x), Some(&pool.as_raw()))
+                    .unwrap();
+                assert!(
+                    pooled[0] == *want,
+                    "{name}, {}: {threads} threads differ from infer",
+                    target.cpu
+                );
+            }
+        }
+    }
     let (sqnr, cosine) = quality(&reference, &got);
     eprintln!("{name}: held-out SQNR {sqnr:.1} dB, cosine {cosine:.6}; {report}");
     assert!(
@@ -203,6 +250,36 @@ fn int8_conv_chain_requantizes_into_the_next_planes() {
     let y = m.node("Conv", &[&y, &w3], vec![]);
     m.output(&y);
     check_model("conv chain", &m.encode(), &shape, 30.0);
+}
+
+/// The conv chain at a size the kernel plan splits into tasks by map tiles (on x86
+/// machine-code kernels), with a residual: pooled runs must equal `infer`.
+#[test]
+fn int8_convs_split_into_tasks_match_infer() {
+    use models::{Attr, ModelBuilder};
+    let mut m = ModelBuilder::new(22);
+    let shape = vec![1, 16, 40, 40];
+    let x = m.input("image", &shape);
+    let pads = || ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let w1 = m.weight(&[36, 16, 3, 3], 0.2);
+    let b1 = m.weight(&[36], 0.1);
+    let y = m.node("Conv", &[&x, &w1, &b1], vec![pads()]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let w2 = m.weight(&[36, 36, 3, 3], 0.1);
+    let r = m.node("Conv", &[&y, &w2], vec![pads()]);
+    let r = m.node("Add", &[&r, &y], vec![]);
+    let r = m.node("Relu", &[&r], vec![]);
+    let w3 = m.weight(&[64, 36, 3, 3], 0.1);
+    let y = m.node(
+        "Conv",
+        &[&r, &w3],
+        vec![pads(), ("strides", Attr::Ints(vec![2, 2]))],
+    );
+    let y = m.node("Relu", &[&y], vec![]);
+    let w4 = m.weight(&[40, 64, 1, 1], 0.2);
+    let y = m.node("Conv", &[&y, &w4], vec![]);
+    m.output(&y);
+    check_model("split convs", &m.encode(), &shape, 25.0);
 }
 
 #[test]

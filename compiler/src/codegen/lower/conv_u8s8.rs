@@ -22,6 +22,7 @@
 use crate::codegen::kernel_plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::clif::gemm_dot::{dot_accumulate, DotForm};
 use crate::codegen::options::{Int8Order, KernelOptions, KernelSource};
+use crate::codegen::tasks::Split;
 use crate::codegen::CpuFeature;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
@@ -235,11 +236,15 @@ pub fn plan_conv_u8s8(
     match int8_family(target, options) {
         Some(Int8Family::Avx512Vnni) if machine => {
             let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
-            return Some(NodeKernel::new(
-                Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }),
-                0,
-                "AVX-512 VNNI target",
-            ));
+            let tasks = map_split(&g, x86::conv_u8s8::MR).tasks;
+            return Some(
+                NodeKernel::new(
+                    Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }),
+                    0,
+                    "AVX-512 VNNI target",
+                )
+                .with_tasks(tasks),
+            );
         }
         Some(Int8Family::Ymm(isa)) if machine => {
             let tiles_outer = x86::conv_u8s8_ymm::tiles_outer(&g, options.int8_order, isa);
@@ -247,11 +252,15 @@ pub fn plan_conv_u8s8(
                 DotIsa::AvxVnni => "AVX-VNNI target",
                 DotIsa::Avx2 => "AVX2 target without VNNI: exact 16-bit products",
             };
-            return Some(NodeKernel::new(
-                Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }),
-                x86::conv_u8s8_ymm::scratch_bytes(&g, isa, tiles_outer),
-                reason,
-            ));
+            let tasks = map_split(&g, x86::conv_u8s8_ymm::MR).tasks;
+            return Some(
+                NodeKernel::new(
+                    Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }),
+                    x86::conv_u8s8_ymm::scratch_bytes(&g, isa, tiles_outer),
+                    reason,
+                )
+                .with_tasks(tasks),
+            );
         }
         _ => {}
     }
@@ -267,6 +276,17 @@ pub fn plan_conv_u8s8(
         scratch,
         reason,
     ))
+}
+
+/// How a one-image, not depthwise x86 INT8 conv is split into tasks: by its tiles of
+/// `mr` maps, each task a call of the kernel compiled for its maps (its output quads,
+/// weights, bias and scales). Every map is computed by the same tile code either way.
+pub fn map_split(g: &ConvU8Geometry, mr: usize) -> Split {
+    if g.batch != 1 || g.depthwise {
+        return Split::of(1, 0);
+    }
+    let work = g.maps * g.out_h * g.out_w * g.taps.len() * g.k_quads() * 4;
+    Split::of(g.maps.div_ceil(mr), work)
 }
 
 /// The kernel plan of quantization into planes: the machine code of the INT8
@@ -529,28 +549,34 @@ pub fn conv_u8s8(
     let k = constants(ctx)?;
     match ctx.kernel.strategy {
         Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }) => {
-            let spec = x86::conv_u8s8::ConvSpec::new(
-                &g,
-                conv.activation,
-                ctx.inputs[3].is_some(),
-                requantize,
-                tiles_outer,
-            );
-            let code = x86::conv_u8s8::emit_conv(&spec)?;
-            return conv_x86(ctx, &g, &k, x86::conv_u8s8::MR, &code, requantize, false);
+            let residual = ctx.inputs[3].is_some();
+            let emit = |g: &ConvU8Geometry| {
+                let spec = x86::conv_u8s8::ConvSpec::new(
+                    g,
+                    conv.activation,
+                    residual,
+                    requantize,
+                    tiles_outer,
+                );
+                x86::conv_u8s8::emit_conv(&spec)
+            };
+            return conv_x86(ctx, &g, &k, x86::conv_u8s8::MR, &emit, requantize, false);
         }
         Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }) => {
             use x86::conv_u8s8_ymm as ymm;
-            let spec = ymm::YmmConvSpec::new(
-                isa,
-                &g,
-                conv.activation,
-                ctx.inputs[3].is_some(),
-                requantize,
-                tiles_outer,
-            );
-            let code = ymm::emit_conv(&spec)?;
-            return conv_x86(ctx, &g, &k, ymm::MR, &code, requantize, true);
+            let residual = ctx.inputs[3].is_some();
+            let emit = |g: &ConvU8Geometry| {
+                let spec = ymm::YmmConvSpec::new(
+                    isa,
+                    g,
+                    conv.activation,
+                    residual,
+                    requantize,
+                    tiles_outer,
+                );
+                ymm::emit_conv(&spec)
+            };
+            return conv_x86(ctx, &g, &k, ymm::MR, &emit, requantize, true);
         }
         _ => {}
     }
@@ -587,24 +613,81 @@ fn tile_constants(
 }
 
 /// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`, and the
-/// node's scratch when `with_scratch`; W packed for tiles of `mr` maps.
+/// node's scratch when `with_scratch`; W packed for tiles of `mr` maps, `emit` the
+/// kernel's code for a geometry. Split into tasks (see [`map_split`]), a task calls
+/// the kernel compiled for its maps with every pointer moved to its first map.
 fn conv_x86(
     ctx: &mut LowerCtx,
     g: &ConvU8Geometry,
     k: &Constants,
     mr: usize,
-    code: &[u8],
+    emit: &dyn Fn(&ConvU8Geometry) -> Result<Vec<u8>, String>,
     requantize: Option<&Requantize>,
     with_scratch: bool,
 ) -> LowerResult {
     let w = pack_weights(g, &k.w, mr);
+    let tile_bytes = w.len() / g.maps.div_ceil(mr).max(1);
     let (w, bias, scale) = tile_constants(ctx, g, k, w, mr, DotForm::WeightFirst)?;
-    let func = super::gemm::define_machine_code(ctx, 6 + usize::from(with_scratch), code)?;
+    let params = 6 + usize::from(with_scratch);
     let scratch = ctx.scratch;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let out_image = g.maps * g.out_h * g.out_w * 4;
     let y_image = requantize.map_or(out_image, |r| r.layout.image_bytes());
+    if let Some(task) = ctx.task.filter(|_| ctx.kernel.tasks > 1) {
+        let split = map_split(g, mr);
+        if split.tasks != ctx.kernel.tasks {
+            return Err("the plan split this INT8 conv differently".into());
+        }
+        let maps = split.per * mr;
+        let last_maps = g.maps - maps * (split.tasks - 1);
+        let sized = |n: usize| ConvU8Geometry {
+            maps: n,
+            ..g.clone()
+        };
+        let full = super::gemm::define_machine_code(ctx, params, &emit(&sized(maps))?)?;
+        let last = match last_maps == maps {
+            true => full,
+            false => super::gemm::define_machine_code(ctx, params, &emit(&sized(last_maps))?)?,
+        };
+        // Bytes a task moves each pointer on: its maps' output quads (requantized) or
+        // planes, weight tiles, and bias, scale and residual entries.
+        let y_step = match requantize {
+            Some(r) => maps / 4 * r.layout.phases() * r.layout.plane_pixels() * 4,
+            None => maps * g.out_h * g.out_w * 4,
+        };
+        let b = &mut *ctx.b;
+        let at = |b: &mut FunctionBuilder, base: Value, step: usize| {
+            kernel::elem_addr(b, base, task, step)
+        };
+        let mut args = vec![
+            planes.ptr,
+            at(b, w, split.per * tile_bytes),
+            at(b, y.ptr, y_step),
+            at(b, bias, maps * 4),
+            at(b, scale, maps * 4),
+            match &residual {
+                Some(r) => at(b, r.ptr, maps * g.out_h * g.out_w * 4),
+                None => b.ins().iconst(PTR, 0),
+            },
+        ];
+        if with_scratch {
+            args.push(scratch.unwrap_or_else(|| b.ins().iconst(PTR, 0)));
+        }
+        kernel::if_last_task(
+            b,
+            task,
+            split.tasks,
+            |b| {
+                b.ins().call(last, &args);
+            },
+            |b| {
+                b.ins().call(full, &args);
+            },
+        );
+        return Ok(());
+    }
+    let func = super::gemm::define_machine_code(ctx, params, &emit(g)?)?;
     let b = &mut *ctx.b;
     kernel::counted_loop(b, 0, g.batch as i64, 1, |b, n| {
         let p_n = kernel::elem_addr(b, planes.ptr, n, g.layout.image_bytes());

@@ -147,7 +147,9 @@ impl ConvSpec {
                     zero_point: r.zero_point,
                     quad_bytes: l.phases() * l.plane_pixels() * 4,
                     offset: l.pad_top * l.cols + l.pad_left,
-                    quads: l.quads(),
+                    // The quads of this call's maps: all of them, or a task's (see
+                    // `lower::conv_u8s8::map_split`).
+                    quads: g.maps.div_ceil(4).min(l.quads()),
                     scatter,
                 }
             }),
