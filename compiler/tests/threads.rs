@@ -398,6 +398,26 @@ fn every_pool_matches_infer(g: &Graph) {
             );
         };
         check("no pool", lib.run_pooled(g, &inputs, None));
+        // FP16 weights: expanded once per node by its prologue, before the tasks.
+        let mut opts = runner::options(target.clone());
+        opts.weights = nnc::codegen::WeightFormat::F16;
+        let half = Compiled::with_options(g, &opts).expect("compiles with fp16 weights");
+        let half_want = half.run(g, &inputs).expect("infer runs");
+        for (got, expected) in half_want.iter().zip(&reference) {
+            graphs::compare(got, expected, 2e-2, graphs::Scale::Whole)
+                .unwrap_or_else(|e| panic!("{}: fp16 infer vs the interpreter: {e}", target.cpu));
+        }
+        for threads in [2, 3] {
+            let pool = ThreadPool::new(threads).expect("threads start");
+            let got = half
+                .run_pooled(g, &inputs, Some(&pool.as_raw()))
+                .unwrap_or_else(|e| panic!("{}: fp16: {e}", target.cpu));
+            assert!(
+                got == half_want,
+                "{}: fp16, {threads} threads: outputs differ",
+                target.cpu
+            );
+        }
         for threads in [1, 2, 3, 8] {
             let pool = ThreadPool::new(threads).expect("threads start");
             check(

@@ -267,12 +267,6 @@ pub fn plan_kernels_for(
     // With FP16 weights the GEMM's panels are half and a table is stored as half rows.
     if weights == WeightFormat::F32 {
         super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);
-    } else {
-        // A node expands its half weights into one area of the workspace: its tasks
-        // would all write it at once. Until each worker has its own, nothing splits.
-        for k in &mut plan.nodes {
-            k.tasks = 1;
-        }
     }
     plan
 }

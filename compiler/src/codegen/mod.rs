@@ -174,7 +174,9 @@ pub fn compile_graph_reporting(
             rodata.set_second_lowering(split);
             // A split node's task function also takes the task index and, with a
             // prologue and scratch, the node's shared scratch (see `run.rs`).
-            let shared = split && kernels.nodes[k].prologue && plan.scratch[k].is_some();
+            let shared = split
+                && (kernels.nodes[k].prologue || expand.is_some())
+                && plan.scratch[k].is_some();
             let n_args = if table { 1 } else { n_operands }
                 + usize::from(plan.scratch[k].is_some())
                 + usize::from(expand.is_some())
@@ -262,14 +264,43 @@ pub fn compile_graph_reporting(
                     } else {
                         None
                     };
+                    let workspace = expand.map(|_| next.next().expect("the workspace parameter"));
+                    let task = if split { next.next() } else { None };
+                    let shared_scratch = if shared { next.next() } else { scratch };
+                    // A split node's half weights are expanded by its prologue: task
+                    // index `tasks` branches to a block that the lowering fills with
+                    // the expansions and that then goes on to the node's own prologue
+                    // (or returns).
+                    let half_prologue = match (task, expand) {
+                        (Some(task), Some(_)) => {
+                            let (pro, body) = (b.create_block(), b.create_block());
+                            let is_pro = b.ins().icmp_imm_u(
+                                IntCC::Equal,
+                                task,
+                                kernels.nodes[k].tasks as i64,
+                            );
+                            b.ins().brif(is_pro, pro, &[], body, &[]);
+                            b.seal_block(pro);
+                            b.switch_to_block(pro);
+                            // The expansions go before this (see `weights_f32`).
+                            if kernels.nodes[k].prologue {
+                                b.ins().jump(body, &[]);
+                            } else {
+                                b.ins().return_(&[]);
+                            }
+                            b.seal_block(body);
+                            b.switch_to_block(body);
+                            Some(pro)
+                        }
+                        _ => None,
+                    };
                     let half = expand.map(|expand| lower::HalfWeights {
-                        workspace: next.next().expect("the workspace parameter"),
+                        workspace: workspace.expect("the workspace parameter"),
                         region: half_region,
                         used: 0,
                         expand,
+                        prologue: half_prologue,
                     });
-                    let task = if split { next.next() } else { None };
-                    let shared_scratch = if shared { next.next() } else { scratch };
                     let fail = checks_indices.then(|| b.create_block());
                     let on_bad_index = match fail {
                         Some(block) => lower::index_check::OnBadIndex::Fail(block),
@@ -357,6 +388,13 @@ pub fn compile_graph_reporting(
     let scratch_sizes: Vec<usize> = kernels.scratch_bytes();
     let (record_offset, extra_offset, worker_stride) =
         run::layout(plan.arena_size, &tasks, &scratch_sizes, max_args);
+    // Which task functions have a prologue call: the node's own, or, with FP16
+    // weights, the expansions (see `lower::HalfWeights::prologue`).
+    let task_prologues: Vec<bool> = kernels
+        .nodes
+        .iter()
+        .map(|n| n.tasks > 1 && (n.prologue || expand.is_some()))
+        .collect();
     let mut trampolines = vec![None; graph.nodes.len()];
     for (k, a) in task_args.iter().enumerate() {
         if let (Some((n_args, scratch_arg)), Some(fid)) = (a, task_fns[k]) {
@@ -368,13 +406,13 @@ pub fn compile_graph_reporting(
                 (fid, k),
                 *n_args,
                 *scratch_arg,
-                (tasks[k], kernels.nodes[k].prologue, worker_stride),
+                (tasks[k], task_prologues[k], worker_stride),
             )?);
         }
     }
     let pooled = run::Pooled {
         trampolines,
-        prologues: kernels.nodes.iter().map(|n| n.prologue).collect(),
+        prologues: task_prologues.clone(),
         tasks,
         record_offset,
         extra_offset,

@@ -116,6 +116,10 @@ pub struct HalfWeights {
     pub used: usize,
     /// `nnc_expand_f16(dst, src, n)`.
     pub expand: cranelift_module::FuncId,
+    /// In a split node's task function: the block that runs as its prologue (see
+    /// [`NodeKernel::prologue`]), where the expansions go, so that they run once
+    /// before the tasks, which then only read the expanded weights.
+    pub prologue: Option<cranelift_codegen::ir::Block>,
 }
 
 impl LowerCtx<'_, '_> {
@@ -189,13 +193,30 @@ impl LowerCtx<'_, '_> {
             return self.weight_rodata(gemm::f32_bytes(floats));
         };
         let (workspace, at, expand) = (half.workspace, half.region + half.used, half.expand);
+        let prologue = half.prologue;
         let bytes = f16_weights::f16_bytes(floats);
         let halves = bytes.len() / 2;
-        let src = self.weight_rodata(bytes)?;
-        let dst = self.b.ins().iadd_imm_s(workspace, at as i64);
-        let n = self.b.ins().iconst(PTR, halves as i64);
         let f = self.module.declare_func_in_func(expand, self.b.func);
-        self.b.ins().call(f, &[dst, src, n]);
+        match prologue {
+            None => {
+                let src = self.weight_rodata(bytes)?;
+                let dst = self.b.ins().iadd_imm_s(workspace, at as i64);
+                let n = self.b.ins().iconst(PTR, halves as i64);
+                self.b.ins().call(f, &[dst, src, n]);
+            }
+            Some(block) => {
+                // Inserted before the prologue block's branch: the code being lowered
+                // goes on in the current block.
+                use cranelift_codegen::cursor::{Cursor, FuncCursor};
+                let src = self.weight_data(bytes, true)?;
+                let mut pos = FuncCursor::new(self.b.func).at_last_inst(block);
+                let src = pos.ins().symbol_value(PTR, src);
+                let dst = pos.ins().iadd_imm_s(workspace, at as i64);
+                let n = pos.ins().iconst(PTR, halves as i64);
+                pos.ins().call(f, &[dst, src, n]);
+            }
+        }
+        let dst = self.b.ins().iadd_imm_s(workspace, at as i64);
         if let Some(h) = &mut self.half {
             h.used += (4 * halves).next_multiple_of(super::plan::ALIGN);
         }
@@ -216,6 +237,20 @@ impl LowerCtx<'_, '_> {
     }
 
     fn place(&mut self, bytes: Vec<u8>, weight: bool) -> Result<Value, String> {
+        let gv = self.weight_data(bytes, weight)?;
+        Ok(cranelift_codegen::ir::InstBuilder::symbol_value(
+            self.b.ins(),
+            PTR,
+            gv,
+        ))
+    }
+
+    /// The global value of `bytes` in read-only data (see [`Self::place`]).
+    fn weight_data(
+        &mut self,
+        bytes: Vec<u8>,
+        weight: bool,
+    ) -> Result<cranelift_codegen::ir::GlobalValue, String> {
         let id = self.rodata.intern(
             &mut *self.module,
             bytes,
@@ -223,12 +258,7 @@ impl LowerCtx<'_, '_> {
             self.node_index,
             self.weight_label,
         )?;
-        let gv = self.module.declare_data_in_func(id, self.b.func);
-        Ok(cranelift_codegen::ir::InstBuilder::symbol_value(
-            self.b.ins(),
-            PTR,
-            gv,
-        ))
+        Ok(self.module.declare_data_in_func(id, self.b.func))
     }
 }
 
