@@ -239,6 +239,52 @@ fn resnet_stages() -> Vec<u8> {
     m.encode()
 }
 
+/// Elementwise, normalization and pooling nodes large enough to split into row slices:
+/// transcendental activations on odd row lengths (slices start on whole vectors), a
+/// broadcast per-channel scale, Softmax and LayerNorm over the last axis, max and
+/// average pooling by channel planes.
+fn row_ops() -> Vec<u8> {
+    let mut m = ModelBuilder::new(26);
+    let x = m.input("x", &[1, 2000, 37]);
+    let h = m.node("Sigmoid", &[&x], vec![]);
+    let t = m.node("Tanh", &[&x], vec![]);
+    let h = m.node("Mul", &[&h, &t], vec![]);
+    let e = m.node("Erf", &[&h], vec![]);
+    let h = m.node("Add", &[&h, &e], vec![]);
+    let h = m.node("Softmax", &[&h], vec![("axis", Attr::I(-1))]);
+    let g = m.weight(&[37], 1.0);
+    let bt = m.weight(&[37], 0.1);
+    let h = m.node(
+        "LayerNormalization",
+        &[&h, &g, &bt],
+        vec![("axis", Attr::I(-1))],
+    );
+    m.output(&h);
+    let img = m.input("image", &[1, 48, 50, 50]);
+    let s = m.weight(&[48, 1, 1], 1.0);
+    let p = m.node("Mul", &[&img, &s], vec![]);
+    let p = m.node("Exp", &[&p], vec![]);
+    let mp = m.node(
+        "MaxPool",
+        &[&p],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ("strides", Attr::Ints(vec![1, 1])),
+        ],
+    );
+    let ap = m.node(
+        "AveragePool",
+        &[&p],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ("strides", Attr::Ints(vec![1, 1])),
+        ],
+    );
+    let y = m.node("Sub", &[&mp, &ap], vec![]);
+    m.output(&y);
+    m.encode()
+}
+
 /// A language model's decoder step on 8 tokens: embedding rows gathered from a table
 /// the output projection reads transposed (tied: stored once), an MLP, and logits
 /// over a 2048-token vocabulary. Few rows and megabytes of weights: the GEMMs split by
@@ -336,6 +382,7 @@ fn outputs_are_bit_identical_for_every_pool() {
         basic_block(),
         decoder_head(),
         resnet_stages(),
+        row_ops(),
     ] {
         every_pool_matches_infer(&optimized(&model));
     }
@@ -343,6 +390,11 @@ fn outputs_are_bit_identical_for_every_pool() {
     let g = optimized(&decoder_head());
     let plan = plan_kernels(&g, &Target::host(), &Default::default());
     assert!(plan.nodes.iter().any(|n| n.weights_by_columns), "{g}");
+    // The elementwise, normalization and pooling nodes split into row slices.
+    let g = optimized(&row_ops());
+    let plan = plan_kernels(&g, &Target::host(), &Default::default());
+    let sliced = plan.nodes.iter().filter(|n| n.rows.is_some()).count();
+    assert!(sliced >= 5, "{sliced} nodes split into rows:\n{g}");
     // Every conv strategy of the stages splits, those that pad with a prologue.
     if Arch::host() == Arch::X86_64 {
         let g = optimized(&resnet_stages());
@@ -472,6 +524,7 @@ fn aarch64_pools_under_qemu_match_infer() {
         inverted_residual(),
         decoder_head(),
         resnet_stages(),
+        row_ops(),
     ] {
         let g = optimized(&model);
         let inputs = random_inputs(&g, 7);

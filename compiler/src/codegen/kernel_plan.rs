@@ -32,6 +32,9 @@ pub struct NodeKernel {
     /// than by row tiles (see `lower::gemm::weights_split`): the weights are then packed
     /// as whole-K panels, so that each group is contiguous.
     pub weights_by_columns: bool,
+    /// A node split into slices of its output rows, each lowered as the node on that
+    /// slice (see [`super::tasks::row_slicing`]).
+    pub rows: Option<super::tasks::RowSlicing>,
     /// A split node whose tasks read what a prologue prepared once (a padded input,
     /// an im2col matrix): with a pool, the prologue runs on the calling thread before
     /// the tasks are handed out (see `codegen::run`).
@@ -136,6 +139,7 @@ impl NodeKernel {
             reason: reason.into(),
             tasks: 1,
             weights_by_columns: false,
+            rows: None,
             prologue: false,
         }
     }
@@ -264,6 +268,14 @@ pub fn plan_kernels_for(
             .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
             .collect(),
     };
+    for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
+        if k.tasks == 1 {
+            if let Some(rows) = super::tasks::row_slicing(graph, node) {
+                k.tasks = rows.tasks;
+                k.rows = Some(rows);
+            }
+        }
+    }
     // With FP16 weights the GEMM's panels are half and a table is stored as half rows.
     if weights == WeightFormat::F32 {
         super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);

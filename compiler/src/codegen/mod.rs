@@ -322,7 +322,7 @@ pub fn compile_graph_reporting(
                         node_index: k,
                         weight_label: &weight_label,
                     };
-                    lower::lower_node(&mut lctx, &node.op).map_err(|m| {
+                    lower::lower_row_task(&mut lctx, &node.op).map_err(|m| {
                         NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
                             .with_excerpt(|| node_excerpt(graph, node))
                     })?;

@@ -62,6 +62,84 @@ pub fn imbalance(split: &Split, piece: usize, total: usize, threads: usize) -> f
     largest as f64 * threads as f64 / total.max(1) as f64
 }
 
+/// Elementwise slices start on multiples of this many elements: every element is then
+/// computed by the same (vector or tail) code as in the whole node, whose loops step
+/// by up to 16 floats.
+const SLICE_QUANTUM: usize = 16;
+
+/// A node split into slices along one axis of its output (see [`row_slicing`]): task
+/// `t` computes rows `t·rows_per ..` (`rows_per` rows, the last task what is left) of
+/// `axis`, every axis before it being 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowSlicing {
+    pub axis: usize,
+    pub rows: usize,
+    pub rows_per: usize,
+    pub tasks: usize,
+}
+
+/// How an elementwise, normalization or pooling node is split into tasks, if it is:
+/// by slices of the first output axis longer than 1, when every input either is
+/// sliced with it (the same extent there, not a constant) or broadcasts along it, and
+/// the op computes each slice alone (a Softmax or LayerNorm over later axes; pooling
+/// over spatial axes after it).
+pub fn row_slicing(graph: &crate::ir::Graph, node: &crate::ir::Node) -> Option<RowSlicing> {
+    use crate::ops::Op;
+    let out = graph.ty(*node.outputs.first()?);
+    let axis = out.shape.iter().position(|&d| d > 1)?;
+    let inner: usize = out.shape[axis + 1..].iter().product();
+    let (cost, elementwise) = match &node.op {
+        Op::Unary(_) | Op::Binary(_) | Op::Where => (8, true),
+        Op::Softmax { axis: a, .. } | Op::LayerNorm { axis: a, .. } if *a > axis => (16, false),
+        Op::Pool(p) if axis + p.kernel.len() < out.rank() => {
+            (p.kernel.iter().product::<usize>().max(1), false)
+        }
+        _ => return None,
+    };
+    for v in node.inputs.iter().flatten() {
+        let ty = graph.ty(*v);
+        let Some(at) = (axis + ty.rank()).checked_sub(out.rank()) else {
+            continue; // Broadcast along the axis: read whole by every task.
+        };
+        let (before, dim) = (&ty.shape[..at], ty.shape[at]);
+        if before.iter().any(|&d| d != 1) {
+            return None;
+        }
+        if dim == out.shape[axis] {
+            if graph.constant(*v).is_some() {
+                return None;
+            }
+        } else if dim != 1 {
+            return None;
+        }
+    }
+    let rows = out.shape[axis];
+    // Rows per unit: whole quanta of elements for elementwise ops, any for row ops.
+    let unit = match elementwise {
+        true => SLICE_QUANTUM / gcd(inner, SLICE_QUANTUM),
+        false => 1,
+    };
+    let split = Split::of(rows.div_ceil(unit), out.numel() * cost);
+    if split.tasks < 2 {
+        return None;
+    }
+    let rows_per = split.per * unit;
+    Some(RowSlicing {
+        axis,
+        rows,
+        rows_per,
+        tasks: rows.div_ceil(rows_per),
+    })
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// A node's work in multiply-adds (convolutions, GEMMs, attention) or, for every other
 /// op, its output elements: the weights `nnc inspect --threads` gives the nodes when it
 /// estimates a model's parallel speedup.

@@ -28,7 +28,7 @@ use cranelift_module::Module;
 use super::rodata_pool::RodataPool;
 use cranelift_object::ObjectModule;
 
-use super::kernel::PTR;
+use super::kernel::{self, PTR};
 use super::kernel_plan::{NodeKernel, Strategy};
 use super::Target;
 use crate::ir::{Tensor, TensorType};
@@ -260,6 +260,62 @@ impl LowerCtx<'_, '_> {
         )?;
         Ok(self.module.declare_data_in_func(id, self.b.func))
     }
+}
+
+/// Lowers task `ctx.task` of a node the plan split into row slices: the node itself on
+/// the task's slice (its operands narrowed to those rows), through code for the full
+/// slices and for the last one.
+pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
+    let (Some(task), Some(rows)) = (ctx.task, ctx.kernel.rows) else {
+        return lower_node(ctx, op);
+    };
+    let out_rank = ctx.outputs[0].ty.rank();
+    let last_rows = rows.rows - rows.rows_per * (rows.tasks - 1);
+    let (inputs, outputs) = (ctx.inputs.clone(), ctx.outputs.clone());
+    let slice = |b: &mut FunctionBuilder, o: &Operand, n: usize| -> Operand {
+        // Operands of lower rank, or with 1 there, broadcast along the axis.
+        let Some(at) = (rows.axis + o.ty.rank()).checked_sub(out_rank) else {
+            return o.clone();
+        };
+        if o.ty.shape[at] != rows.rows {
+            return o.clone();
+        }
+        let row_bytes = o.ty.shape[at + 1..].iter().product::<usize>() * o.ty.dtype.size();
+        let mut ty = o.ty.clone();
+        ty.shape[at] = n;
+        Operand {
+            ptr: kernel::elem_addr(b, o.ptr, task, rows.rows_per * row_bytes),
+            ty,
+            constant: None,
+        }
+    };
+    let is_last = ctx
+        .b
+        .ins()
+        .icmp_imm_u(IntCC::Equal, task, (rows.tasks - 1) as i64);
+    let (last, full, join) = (
+        ctx.b.create_block(),
+        ctx.b.create_block(),
+        ctx.b.create_block(),
+    );
+    ctx.b.ins().brif(is_last, last, &[], full, &[]);
+    ctx.b.seal_block(last);
+    ctx.b.seal_block(full);
+    ctx.task = None;
+    for (block, n) in [(last, last_rows), (full, rows.rows_per)] {
+        ctx.b.switch_to_block(block);
+        ctx.inputs = inputs
+            .iter()
+            .map(|i| i.as_ref().map(|o| slice(ctx.b, o, n)))
+            .collect();
+        ctx.outputs = outputs.iter().map(|o| slice(ctx.b, o, n)).collect();
+        lower_node(ctx, op)?;
+        ctx.b.ins().jump(join, &[]);
+    }
+    ctx.task = Some(task);
+    ctx.b.seal_block(join);
+    ctx.b.switch_to_block(join);
+    Ok(())
 }
 
 pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
