@@ -184,7 +184,13 @@ pub(super) fn channel_split(g: &ConvGeometry) -> Split {
         return Split::of(1, 0);
     }
     let taps: usize = g.kernel.iter().product();
-    Split::of(g.channels, g.channels * g.mg * g.out_size() * taps)
+    // A depthwise multiply-add costs several of a GEMM's (each input is read for only
+    // `taps` of them), which is what the work units of `Split` are.
+    const GEMM_MACS_PER_TAP: usize = 4;
+    Split::of(
+        g.channels,
+        g.channels * g.mg * g.out_size() * taps * GEMM_MACS_PER_TAP,
+    )
 }
 
 fn conv_depthwise_x86(
