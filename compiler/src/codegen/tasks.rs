@@ -234,7 +234,7 @@ mod tests {
         let s = Split::of(16, 1000 * MIN_TASK_WORK);
         assert_eq!(imbalance(&s, 8, 128, 2), 1.0);
         assert_eq!(imbalance(&s, 8, 128, 4), 1.0);
-        assert_eq!(imbalance(&Split::of(1, 0), 8, 128, 2), 2.0);
+        assert_eq!(imbalance(&Split::of(16, 0), 8, 128, 2), 2.0);
     }
 
     #[test]
