@@ -242,7 +242,7 @@ fn resnet_stages() -> Vec<u8> {
 /// Elementwise, normalization and pooling nodes large enough to split into row slices:
 /// transcendental activations on odd row lengths (slices start on whole vectors), a
 /// broadcast per-channel scale, Softmax and LayerNorm over the last axis, max and
-/// average pooling by channel planes.
+/// average pooling by channel planes; and a pointwise conv split by maps.
 fn row_ops() -> Vec<u8> {
     let mut m = ModelBuilder::new(26);
     let x = m.input("x", &[1, 2000, 37]);
@@ -282,6 +282,13 @@ fn row_ops() -> Vec<u8> {
     );
     let y = m.node("Sub", &[&mp, &ap], vec![]);
     m.output(&y);
+    // SqueezeNet's classifier: a pointwise conv to 1000 maps on 13×13, split by maps.
+    let f = m.input("features", &[1, 256, 13, 13]);
+    let w = m.weight(&[1000, 256, 1, 1], 0.1);
+    let b = m.weight(&[1000], 0.1);
+    let c = m.node("Conv", &[&f, &w, &b], vec![]);
+    let c = m.node("Relu", &[&c], vec![]);
+    m.output(&c);
     m.encode()
 }
 
@@ -395,6 +402,7 @@ fn outputs_are_bit_identical_for_every_pool() {
     let plan = plan_kernels(&g, &Target::host(), &Default::default());
     let sliced = plan.nodes.iter().filter(|n| n.rows.is_some()).count();
     assert!(sliced >= 5, "{sliced} nodes split into rows:\n{g}");
+    assert!(plan.nodes.iter().any(|n| n.weights_by_rows), "{g}");
     // Every conv strategy of the stages splits, those that pad with a prologue.
     if Arch::host() == Arch::X86_64 {
         let g = optimized(&resnet_stages());

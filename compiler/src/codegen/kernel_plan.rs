@@ -32,6 +32,10 @@ pub struct NodeKernel {
     /// than by row tiles (see `lower::gemm::weights_split`): the weights are then packed
     /// as whole-K panels, so that each group is contiguous.
     pub weights_by_columns: bool,
+    /// A conv GEMM with packed weights as A, split by groups of A's row tiles (the
+    /// maps) rather than by output positions: the weights are packed group by group
+    /// (see `lower::gemm::pack_a_by_task`).
+    pub weights_by_rows: bool,
     /// A node split into slices of its output rows, each lowered as the node on that
     /// slice (see [`super::tasks::row_slicing`]).
     pub rows: Option<super::tasks::RowSlicing>,
@@ -139,6 +143,7 @@ impl NodeKernel {
             reason: reason.into(),
             tasks: 1,
             weights_by_columns: false,
+            weights_by_rows: false,
             rows: None,
             prologue: false,
         }

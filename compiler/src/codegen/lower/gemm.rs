@@ -203,13 +203,30 @@ pub(super) fn define_machine_code(
     Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
 }
 
-/// How a GEMM of `spec`'s shape is split into tasks: by its row tiles, when A is read
-/// with a row stride (packed A is laid out K block by K block for all rows at once).
-pub fn row_split(spec_m: usize, n: usize, k: usize, a: &ALayout, geom: &Geometry) -> Split {
-    if !matches!(a, ALayout::Strided { .. }) {
-        return Split::of(1, 0);
-    }
+/// How a GEMM of `spec`'s shape is split into tasks by its row tiles: A read with a
+/// row stride, or packed by task groups ([`pack_a_by_task`]).
+pub fn row_split(spec_m: usize, n: usize, k: usize, geom: &Geometry) -> Split {
     Split::of(spec_m.div_ceil(geom.mr), spec_m * n * k)
+}
+
+/// Packs constant `A[i, k] = get(i, k)` (a conv's weights) for a GEMM split by row
+/// tiles into `split`'s tasks: each task's rows packed on their own ([`pack_a`] is K
+/// block by K block over all rows, so a task's rows would not be contiguous), one
+/// group after another, task `t`'s at `t · rows_per_task · K` floats.
+pub fn pack_a_by_task(
+    geom: &Geometry,
+    m: usize,
+    k: usize,
+    split: &Split,
+    get: impl Fn(usize, usize) -> f32,
+) -> Vec<f32> {
+    let size = split.per * geom.mr;
+    let mut out = Vec::with_capacity(m * k);
+    for r0 in (0..m).step_by(size.max(1)) {
+        let rows = size.min(m - r0);
+        out.extend(pack_a(geom, rows, k, |i, kk| get(r0 + i, kk)));
+    }
+    out
 }
 
 /// How a GEMM is split into tasks by its column panels, when B is read by panel (rows
@@ -249,6 +266,36 @@ pub fn weights_split(m: usize, n: usize, k: usize, geom: &Geometry) -> (SplitAxi
     }
 }
 
+/// How a GEMM whose A is packed weights (a pointwise conv: maps × channels, B the
+/// input's positions) is split: by groups of row tiles (maps) when the weights are too
+/// large for a core's L2 or the row tiles balance threads better, each task reading
+/// only its weights; else by column panels. SqueezeNet's classifier (1000 maps, 169
+/// positions) was 4 column tasks of 48, 48, 48 and 25 positions, each reading all
+/// 2 MB of weights.
+pub fn weights_a_split(
+    m: usize,
+    n: usize,
+    k: usize,
+    b: &BLayout,
+    geom: &Geometry,
+) -> (SplitAxis, Split) {
+    let rows = row_split(m, n, k, geom);
+    let cols = col_split(m, n, k, b, geom);
+    let unbalance = |s: &Split, piece: usize, total: usize| {
+        [2, 4]
+            .iter()
+            .map(|&t| crate::codegen::tasks::imbalance(s, piece, total, t))
+            .sum::<f64>()
+    };
+    let by_rows = unbalance(&rows, geom.mr, m);
+    let by_cols = unbalance(&cols, geom.nr, n);
+    if rows.tasks > 1 && (m * k * 4 > STREAMED_WEIGHTS_BYTES || by_rows < by_cols - 1e-9) {
+        (SplitAxis::Rows, rows)
+    } else {
+        (SplitAxis::Cols, cols)
+    }
+}
+
 /// Which axis of C a split GEMM's tasks divide.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum SplitAxis {
@@ -273,8 +320,12 @@ pub fn call_split(
     let task = match ctx.task {
         Some(task) => task,
         // Whole-K panels of packed B go group by group, as the tasks do: in one call
-        // the kernel would stream a K block of every panel at once.
-        None if axis == SplitAxis::Cols && spec.b == BLayout::Packed && ctx.kernel.tasks > 1 => {
+        // the kernel would stream a K block of every panel at once. A packed by task
+        // groups (see `pack_a_by_task`) is only read that way.
+        None if ctx.kernel.tasks > 1
+            && ((axis == SplitAxis::Cols && spec.b == BLayout::Packed)
+                || (axis == SplitAxis::Rows && spec.a == ALayout::Packed)) =>
+        {
             return call_each_task(ctx, axis, spec, a, b_ptr, c, addends);
         }
         None => {
@@ -336,7 +387,7 @@ impl TaskGemm {
     fn define(ctx: &mut LowerCtx, axis: SplitAxis, spec: &GemmSpec) -> Result<TaskGemm, String> {
         let (split, piece, total) = match axis {
             SplitAxis::Rows => (
-                row_split(spec.m, spec.n, spec.k, &spec.a, &spec.geometry),
+                row_split(spec.m, spec.n, spec.k, &spec.geometry),
                 spec.geometry.mr,
                 spec.m,
             ),
@@ -365,9 +416,8 @@ impl TaskGemm {
             (SplitAxis::Rows, ALayout::Strided { row_stride, .. }, _) => {
                 (size * row_stride * 4, 0, size * spec.ldc * 4)
             }
-            (SplitAxis::Rows, _, _) => {
-                return Err("a GEMM with packed A is not split by rows".into())
-            }
+            // Packed by task groups (`pack_a_by_task`): a group is `size` rows of K.
+            (SplitAxis::Rows, ALayout::Packed, _) => (size * spec.k * 4, 0, size * spec.ldc * 4),
             (SplitAxis::Cols, _, BLayout::Rows { .. }) => {
                 (0, size * 4, size * spec.c_col_stride * 4)
             }

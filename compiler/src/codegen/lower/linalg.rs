@@ -154,17 +154,10 @@ pub fn plan_gemm(
             .filter(|s| s.folds_into_rows() || s.batch.iter().product::<usize>() == 1)
             .map(|s| (s.gemm_rows(), s.n, s.k)),
     };
-    let strided = ALayout::Strided {
-        row_stride: 0,
-        col_stride: 0,
-    };
     let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
     let (axis, split) = match rows {
         Some((m, n, k)) if constant_b => gemm::weights_split(m, n, k, &geometry),
-        Some((m, n, k)) => (
-            gemm::SplitAxis::Rows,
-            gemm::row_split(m, n, k, &strided, &geometry),
-        ),
+        Some((m, n, k)) => (gemm::SplitAxis::Rows, gemm::row_split(m, n, k, &geometry)),
         None => (gemm::SplitAxis::Rows, Split::of(1, 0)),
     };
     let mut kernel = NodeKernel::new(Strategy::Gemm(geometry), 0, reason).with_tasks(split.tasks);

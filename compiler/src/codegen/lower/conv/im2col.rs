@@ -172,7 +172,7 @@ pub(super) fn conv_im2col(
 ) -> LowerResult {
     let layout = Im2colLayout::new(g);
     let scratch = scratch(ctx)?;
-    let weights = weights_operand(ctx, g, &ops.w, geom)?;
+    let weights = weights_operand(ctx, g, &ops.w, geom, None)?;
     let tap = tap_offsets(g)?;
     if let Some(rows_in_place) = implicit {
         let whole = group_gemm(g, &weights, BLayout::Packed, g.out_size(), g.gemm_k(), ops);

@@ -383,16 +383,23 @@ pub fn plan_conv(
         ConvPath::Pointwise => {
             let p = g.out_size();
             let rows = BLayout::Rows { row_stride: p };
-            let tasks = if g.batch * g.group == 1 {
-                gemm::col_split(g.mg, p, g.cg, &rows, &gemm).tasks
-            } else {
-                1
+            let (axis, split) = match (g.batch * g.group, constant_w) {
+                (1, true) => gemm::weights_a_split(g.mg, p, g.cg, &rows, &gemm),
+                (1, false) => (
+                    gemm::SplitAxis::Cols,
+                    gemm::col_split(g.mg, p, g.cg, &rows, &gemm),
+                ),
+                _ => (gemm::SplitAxis::Cols, Split::of(1, 0)),
             };
             plan(
                 ConvStrategy::Pointwise(gemm),
                 "1x1 kernel, stride 1, no padding",
             )
-            .map(|k| k.with_tasks(tasks))
+            .map(|k| {
+                let mut k = k.with_tasks(split.tasks);
+                k.weights_by_rows = axis == gemm::SplitAxis::Rows && split.tasks > 1;
+                k
+            })
         }
         ConvPath::Depthwise => {
             let bias = node.has_input(2);
@@ -564,6 +571,7 @@ fn weights_operand(
     g: &ConvGeometry,
     w: &Operand,
     geom: Geometry,
+    by_task: Option<&Split>,
 ) -> Result<WeightsA, String> {
     let k = g.gemm_k();
     if let Some(Tensor::F32(values)) = &w.constant {
@@ -571,7 +579,11 @@ fn weights_operand(
         let mut packed = Vec::with_capacity(values.len());
         for grp in 0..g.group {
             let rows = &values[grp * g.mg * k..(grp + 1) * g.mg * k];
-            packed.extend(gemm::pack_a(&geom, g.mg, k, |i, kk| rows[i * k + kk]));
+            let get = |i: usize, kk: usize| rows[i * k + kk];
+            packed.extend(match by_task {
+                Some(split) => gemm::pack_a_by_task(&geom, g.mg, k, split, get),
+                None => gemm::pack_a(&geom, g.mg, k, get),
+            });
         }
         return Ok(WeightsA {
             ptr: ctx.weights_f32(&packed)?,
@@ -699,16 +711,22 @@ fn conv_pointwise(
     ops: &ConvOperands,
     geom: Geometry,
 ) -> LowerResult {
-    let weights = weights_operand(ctx, g, &ops.w, geom)?;
     let p = g.out_size();
+    let by_rows = ctx.kernel.weights_by_rows;
+    let row_split = gemm::row_split(g.mg, p, g.cg, &geom);
+    let weights = weights_operand(ctx, g, &ops.w, geom, by_rows.then_some(&row_split))?;
     let spec = group_gemm(g, &weights, BLayout::Rows { row_stride: p }, p, g.cg, ops);
     if g.batch * g.group == 1 {
-        // One GEMM: split by column panels when the plan split the node.
+        // One GEMM: split by map tiles or column panels when the plan split the node.
         let zero = ctx.b.ins().iconst(kernel::PTR, 0);
         let x_g = input_group(ctx.b, g, ops.x.ptr, zero, zero, F32);
         let (c, bias) = output_and_bias(ctx.b, g, ops, zero, zero);
         let a = weights.group(ctx.b, zero, g);
-        return gemm::call_split(ctx, gemm::SplitAxis::Cols, &spec, a, x_g, c, &bias);
+        let axis = match by_rows {
+            true => gemm::SplitAxis::Rows,
+            false => gemm::SplitAxis::Cols,
+        };
+        return gemm::call_split(ctx, axis, &spec, a, x_g, c, &bias);
     }
     let kernel = GemmKernel::define(ctx, &spec)?;
     kernel::nested_loop(ctx.b, &[g.batch, g.group], &mut |b, idx| {
