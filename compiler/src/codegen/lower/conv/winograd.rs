@@ -181,7 +181,14 @@ impl Plan {
         let groups = tw.div_ceil(lanes);
         let a = alg.a();
         let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
-        let chunk_rows = (CHUNK_BYTES / row_bytes).clamp(1, th);
+        let mut chunk_rows = (CHUNK_BYTES / row_bytes).clamp(1, th);
+        // A one-image conv is split into tasks by its chunks: one that fits a single
+        // chunk (SqueezeNet's 13×13 maps, 7 tile rows) is cut in two when that is
+        // worth a task each.
+        let work = g.out_size() * g.mg * g.cg * 9;
+        if g.batch == 1 && chunk_rows == th && th > 1 && Split::of(2, work).tasks == 2 {
+            chunk_rows = th.div_ceil(2);
+        }
         Plan {
             alg,
             channels: g.cg,
