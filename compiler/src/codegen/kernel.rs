@@ -367,6 +367,42 @@ pub fn chunk_loop(
     }
 }
 
+/// Runs `body(b, first, count)` over the units of `split`: all of them (`part`
+/// None), or part `part`'s `count` units from `first` (the last part's count through
+/// code of its own).
+pub fn part_range(
+    b: &mut FunctionBuilder,
+    part: Option<Value>,
+    split: &crate::codegen::tasks::Split,
+    mut body: impl FnMut(&mut FunctionBuilder, Value, usize),
+) {
+    let Some(part) = part else {
+        let zero = iconst(b, 0);
+        body(b, zero, split.units);
+        return;
+    };
+    let first = b.ins().imul_imm_s(part, split.per as i64);
+    if split.last() == split.per {
+        body(b, first, split.per);
+        return;
+    }
+    let is_last = b
+        .ins()
+        .icmp_imm_u(IntCC::Equal, part, (split.tasks - 1) as i64);
+    let (last, other, join) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().brif(is_last, last, &[], other, &[]);
+    b.seal_block(last);
+    b.seal_block(other);
+    b.switch_to_block(last);
+    body(b, first, split.last());
+    b.ins().jump(join, &[]);
+    b.switch_to_block(other);
+    body(b, first, split.per);
+    b.ins().jump(join, &[]);
+    b.seal_block(join);
+    b.switch_to_block(join);
+}
+
 /// Runs `body(i)` for this task's share `[task·per, min(task·per + per, end))` of the
 /// indices below `end`.
 pub fn task_share_loop(

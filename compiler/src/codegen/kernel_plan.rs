@@ -43,6 +43,9 @@ pub struct NodeKernel {
     /// an im2col matrix): with a pool, the prologue runs on the calling thread before
     /// the tasks are handed out (see `codegen::run`).
     pub prologue: bool,
+    /// Parts the prologue is split into (by input channels), run by the pool as a
+    /// first `parallel_for` before the tasks; 1: the launching thread runs it alone.
+    pub prologue_parts: usize,
 }
 
 /// How a node is computed. Families with one code shape are [`Strategy::Clif`]; the
@@ -146,6 +149,7 @@ impl NodeKernel {
             weights_by_rows: false,
             rows: None,
             prologue: false,
+            prologue_parts: 1,
         }
     }
 

@@ -388,12 +388,15 @@ pub fn compile_graph_reporting(
     let scratch_sizes: Vec<usize> = kernels.scratch_bytes();
     let (record_offset, extra_offset, worker_stride) =
         run::layout(plan.arena_size, &tasks, &scratch_sizes, max_args);
-    // Which task functions have a prologue call: the node's own, or, with FP16
-    // weights, the expansions (see `lower::HalfWeights::prologue`).
-    let task_prologues: Vec<bool> = kernels
+    // The parts of each task function's prologue (0: none): the node's own, or, with
+    // FP16 weights, the expansions (see `lower::HalfWeights::prologue`).
+    let task_prologues: Vec<usize> = kernels
         .nodes
         .iter()
-        .map(|n| n.tasks > 1 && (n.prologue || expand.is_some()))
+        .map(|n| match n.tasks > 1 && (n.prologue || expand.is_some()) {
+            true => n.prologue_parts.max(1),
+            false => 0,
+        })
         .collect();
     let mut trampolines = vec![None; graph.nodes.len()];
     for (k, a) in task_args.iter().enumerate() {

@@ -46,8 +46,9 @@ pub(super) struct Pooled {
     pub trampolines: Vec<Option<FuncId>>,
     /// Per node: its task count (1: not split).
     pub tasks: Vec<usize>,
-    /// Per node: whether its task function has a prologue (task index `tasks`).
-    pub prologues: Vec<bool>,
+    /// Per node: the parts of its task function's prologue (task indices `tasks ..
+    /// tasks + parts`), 0 for none.
+    pub prologues: Vec<usize>,
     /// Where the launch record starts (after the arena).
     pub record_offset: usize,
     /// Where worker 1's scratch starts, and the bytes between workers' scratch.
@@ -63,16 +64,17 @@ impl Pooled {
 }
 
 /// The launch record: the node function's arguments (without the task index), the
-/// base of the workers' extra scratch and the number of threads.
+/// base of the workers' extra scratch, the number of threads and the index the pool's
+/// indices count from (the task count while the prologue's parts run, else 0).
 pub(super) fn record_bytes(max_args: usize) -> usize {
-    (max_args + 2) * 8
+    (max_args + 3) * 8
 }
 
 /// Defines the task function of a split node: `(record, index, worker)` → computes
-/// task `index` with worker `worker`'s scratch (`scratch_arg`: which argument is the
-/// scratch), or, for a node with a prologue, index `tasks` runs the prologue (called
-/// on the launching thread, before `parallel_for`); such a node also gets the arena
-/// scratch it shares with its tasks as its last argument. An index past these does
+/// task `index` (plus the record's base index) with worker `worker`'s scratch
+/// (`scratch_arg`: which argument is the scratch), or, for a node with a prologue,
+/// indices `tasks ..` run its parts (before the tasks: see [`emit_pooled_launch`]); such
+/// a node also gets the arena scratch it shares with its tasks as its last argument. An index past these does
 /// nothing; a worker number past the pool's threads uses the last worker's scratch (a
 /// pool breaking its contract gets wrong outputs, never writes outside the workspace).
 #[allow(clippy::too_many_arguments)]
@@ -84,8 +86,9 @@ pub(super) fn define_trampoline(
     (node_fn, k): (FuncId, usize),
     n_args: usize,
     scratch_arg: Option<usize>,
-    (tasks, prologue, worker_stride): (usize, bool, usize),
+    (tasks, prologue_parts, worker_stride): (usize, usize, usize),
 ) -> Result<FuncId> {
+    let prologue = prologue_parts > 0;
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(PTR));
     sig.params.push(AbiParam::new(types::I32));
@@ -101,9 +104,11 @@ pub(super) fn define_trampoline(
         |b, module, p| {
             let (record, index, worker) = (p[0], p[1], p[2]);
             let index = b.ins().uextend(PTR, index);
+            let base = b.ins().load(PTR, flags(), record, (n_args * 8 + 16) as i32);
+            let index = b.ins().iadd(index, base);
             let run = b.create_block();
             let done = b.create_block();
-            let calls = tasks + usize::from(prologue);
+            let calls = tasks + prologue_parts;
             let in_range = b
                 .ins()
                 .icmp_imm_u(IntCC::UnsignedLessThan, index, calls as i64);
@@ -389,23 +394,39 @@ pub(super) fn emit_pooled_launch(
     let threads = b.ins().uload32(flags(), pool, POOL_NUM_THREADS);
     b.ins()
         .store(flags(), threads, record, (args.len() * 8 + 8) as i32);
+    let base_at = (args.len() * 8 + 16) as i32;
+    let zero = b.ins().iconst(PTR, 0);
+    b.ins().store(flags(), zero, record, base_at);
     let trampoline = pooled.trampolines[k].expect("split nodes have a task function");
     let tref = module.declare_func_in_func(trampoline, b.func);
-    if pooled.prologues[k] {
-        let index = b.ins().iconst(types::I32, pooled.tasks[k] as i64);
-        let worker = b.ins().iconst(types::I32, 0);
-        b.ins().call(tref, &[record, index, worker]);
-    }
     let task = b.ins().func_addr(PTR, tref);
     let pool_ctx = b.ins().load(PTR, flags(), pool, 0);
     let parallel_for = b.ins().load(PTR, flags(), pool, POOL_PARALLEL_FOR);
-    let n = b.ins().iconst(types::I32, pooled.tasks[k] as i64);
     let mut sig = Signature::new(module.isa().default_call_conv());
     sig.params.push(AbiParam::new(PTR));
     sig.params.push(AbiParam::new(types::I32));
     sig.params.push(AbiParam::new(PTR));
     sig.params.push(AbiParam::new(PTR));
     let sig_ref = b.import_signature(sig);
+    let tasks = pooled.tasks[k] as i64;
+    match pooled.prologues[k] {
+        0 => {}
+        // One part: on this thread, no fork.
+        1 => {
+            let index = b.ins().iconst(types::I32, tasks);
+            let worker = b.ins().iconst(types::I32, 0);
+            b.ins().call(tref, &[record, index, worker]);
+        }
+        parts => {
+            let base = b.ins().iconst(PTR, tasks);
+            b.ins().store(flags(), base, record, base_at);
+            let n = b.ins().iconst(types::I32, parts as i64);
+            b.ins()
+                .call_indirect(sig_ref, parallel_for, &[pool_ctx, n, task, record]);
+            b.ins().store(flags(), zero, record, base_at);
+        }
+    }
+    let n = b.ins().iconst(types::I32, tasks);
     b.ins()
         .call_indirect(sig_ref, parallel_for, &[pool_ctx, n, task, record]);
 }

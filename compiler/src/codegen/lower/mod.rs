@@ -124,24 +124,27 @@ pub struct HalfWeights {
 
 impl LowerCtx<'_, '_> {
     /// Emits a node with a prologue (see [`NodeKernel::prologue`]): in the whole node,
-    /// `prologue` then `tasks` (all of them); in the task function, `prologue` when the
-    /// task index is the task count, else `tasks` for that task.
+    /// `prologue(None)` then `tasks` (all of them); in the task function, for task
+    /// indices from the task count on, `prologue` of that part (`Some(index − tasks)`
+    /// when the plan split it into [`NodeKernel::prologue_parts`], else `None`), and
+    /// `tasks` for the others.
     pub fn with_prologue(
         &mut self,
-        prologue: impl FnOnce(&mut Self) -> LowerResult,
+        prologue: impl FnOnce(&mut Self, Option<Value>) -> LowerResult,
         tasks: impl FnOnce(&mut Self) -> LowerResult,
     ) -> LowerResult {
         let Some(task) = self.task else {
-            prologue(self)?;
+            prologue(self, None)?;
             return tasks(self);
         };
         if !self.kernel.prologue {
             return Err("the plan gave this node no prologue".into());
         }
+        let first = self.kernel.tasks as i64;
         let is_prologue = self
             .b
             .ins()
-            .icmp_imm_u(IntCC::Equal, task, self.kernel.tasks as i64);
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, task, first);
         let (pro, body, join) = (
             self.b.create_block(),
             self.b.create_block(),
@@ -151,7 +154,8 @@ impl LowerCtx<'_, '_> {
         self.b.seal_block(pro);
         self.b.seal_block(body);
         self.b.switch_to_block(pro);
-        prologue(self)?;
+        let part = (self.kernel.prologue_parts > 1).then(|| self.b.ins().iadd_imm_s(task, -first));
+        prologue(self, part)?;
         self.b.ins().jump(join, &[]);
         self.b.switch_to_block(body);
         tasks(self)?;

@@ -247,17 +247,13 @@ pub(super) fn conv_im2col(
             return Err("the plan split this conv differently".into());
         }
         let shared = ctx.shared_scratch.ok_or("im2col needs scratch")?;
-        let prologue = |ctx: &mut LowerCtx| -> LowerResult {
-            let b = &mut *ctx.b;
-            copy_padded(
-                b,
-                ops.x.ptr,
-                &g.input,
-                g.cg,
-                shared,
-                &g.padded(),
-                &g.pad_begin,
-            );
+        let prologue = |ctx: &mut LowerCtx, part: Option<Value>| -> LowerResult {
+            let (in_plane, padded_plane) = (g.in_size(), g.padded().iter().product());
+            kernel::part_range(ctx.b, part, &prologue_split(g), |b, first, count| {
+                let src = channel_at(b, ops.x.ptr, first, in_plane);
+                let dst = channel_at(b, shared, first, padded_plane);
+                copy_padded(b, src, &g.input, count, dst, &g.padded(), &g.pad_begin);
+            });
             Ok(())
         };
         let tasks = |ctx: &mut LowerCtx| -> LowerResult {

@@ -315,11 +315,26 @@ fn split_implicit(
         return Err("the plan split this conv differently".into());
     }
     let shared = ctx.shared_scratch.ok_or("implicit GEMM needs scratch")?;
-    let prologue = |ctx: &mut LowerCtx| -> LowerResult {
-        let b = &mut *ctx.b;
-        let zero = kernel::iconst(b, 0);
-        let phase_planes = layout.phase_planes(b, shared);
-        implicit_input(b, g, ops, zero, zero, shared, phase_planes);
+    let prologue = |ctx: &mut LowerCtx, part: Option<Value>| -> LowerResult {
+        let phase_planes = layout.phase_planes(ctx.b, shared);
+        let (in_plane, padded_plane) = (g.in_size(), g.padded().iter().product());
+        kernel::part_range(ctx.b, part, &prologue_split(g), |b, first, count| {
+            // The padded copy and phase planes of input channels first .. first+count.
+            let mut src = channel_at(b, ops.x.ptr, first, in_plane);
+            if g.has_padding() {
+                let dst = channel_at(b, shared, first, padded_plane);
+                copy_padded(b, src, &g.input, count, dst, &g.padded(), &g.pad_begin);
+                src = dst;
+            }
+            if let Some(p) = PhasePlanes::of(g) {
+                let part_g = ConvGeometry {
+                    cg: count,
+                    ..g.clone()
+                };
+                let dst = channel_at(b, phase_planes, first, 4 * p.h * p.w);
+                p.split(b, &part_g, src, dst);
+            }
+        });
         Ok(())
     };
     let body = |ctx: &mut LowerCtx| -> LowerResult {

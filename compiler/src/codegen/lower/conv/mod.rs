@@ -435,7 +435,7 @@ pub fn plan_conv(
                 },
                 reason,
             )
-            .map(|k| with_prologue(k.with_tasks(tasks), true))
+            .map(|k| with_parted_prologue(k.with_tasks(tasks), true, &g))
         }
         ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => {
             let tasks = implicit_split(&g, options).tasks;
@@ -447,12 +447,12 @@ pub fn plan_conv(
                 },
                 "x86 GEMM kernels and output rows wide enough to read the input in place",
             )
-            .map(|k| with_prologue(k.with_tasks(tasks), implicit_has_prologue(&g)))
+            .map(|k| with_parted_prologue(k.with_tasks(tasks), implicit_has_prologue(&g), &g))
         }
         ConvPath::Im2col => {
             let tasks = im2col_split(&g).tasks;
             plan(ConvStrategy::Im2col(gemm), "the general path")
-                .map(|k| with_prologue(k.with_tasks(tasks), g.has_padding()))
+                .map(|k| with_parted_prologue(k.with_tasks(tasks), g.has_padding(), &g))
         }
         ConvPath::Scalar => plan(ConvStrategy::Scalar, "no vector kernel for this dtype"),
     }
@@ -462,6 +462,33 @@ pub fn plan_conv(
 fn with_prologue(mut k: NodeKernel, prologue: bool) -> NodeKernel {
     k.prologue = prologue && k.tasks > 1;
     k
+}
+
+/// The plan with a prologue split by input channels (see [`prologue_split`]).
+fn with_parted_prologue(k: NodeKernel, prologue: bool, g: &ConvGeometry) -> NodeKernel {
+    let mut k = with_prologue(k, prologue);
+    if k.prologue {
+        k.prologue_parts = prologue_split(g).tasks;
+    }
+    k
+}
+
+/// Float copies of a prologue worth one unit of [`Split`] work: a copy moves a float
+/// in and out of memory, several multiply-adds' time.
+const PROLOGUE_COPY_COST: usize = 8;
+
+/// How a split conv's prologue (the padded copy, phase planes) is split into parts by
+/// input channels, which the pool runs before the tasks (see
+/// [`NodeKernel::prologue_parts`]): run by the launching thread alone, ResNet-18's
+/// 56×56 Winograd convs left the other idle for a third of each conv.
+fn prologue_split(g: &ConvGeometry) -> Split {
+    let plane: usize = g.padded().iter().product();
+    Split::of(g.cg, g.cg * plane * PROLOGUE_COPY_COST)
+}
+
+/// `base + first` input channels (planes of `plane` floats) on.
+fn channel_at(b: &mut FunctionBuilder, base: Value, first: Value, plane: usize) -> Value {
+    kernel::elem_addr(b, base, first, plane * F32)
 }
 
 /// Arena scratch a convolution needs: the padded input and im2col panels, or the

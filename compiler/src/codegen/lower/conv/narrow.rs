@@ -252,7 +252,7 @@ fn split_transposed_gemm(
     let shared = ctx
         .shared_scratch
         .ok_or("the transposed conv GEMM needs scratch")?;
-    let prologue = |ctx: &mut LowerCtx| -> LowerResult {
+    let prologue = |ctx: &mut LowerCtx, _part: Option<Value>| -> LowerResult {
         if let Some(t) = tables {
             let b = &mut *ctx.b;
             let cols = b.ins().iadd_imm_s(shared, layout.padded_bytes as i64);

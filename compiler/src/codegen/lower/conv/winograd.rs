@@ -506,7 +506,7 @@ pub(super) fn conv_winograd(
             &[plan.hp, plan.wp()],
             &g.pad_begin,
         );
-        split_phases(b, &plan, bufs.padded, bufs.phases);
+        split_phases(b, &plan, plan.channels, bufs.padded, bufs.phases);
     };
     let mut failure = None;
     // The chunks of image `n` from its prepared input: all of them, or one task's.
@@ -537,10 +537,19 @@ pub(super) fn conv_winograd(
             ));
         }
         let shared = ctx.shared_scratch.ok_or("Winograd needs scratch")?;
-        let prologue = |ctx: &mut LowerCtx| -> LowerResult {
+        let prologue = |ctx: &mut LowerCtx, part: Option<Value>| -> LowerResult {
             let bufs = buffers(ctx.b, shared, shared);
-            let zero = kernel::iconst(ctx.b, 0);
-            prepare(ctx.b, &bufs, zero);
+            let (in_plane, padded_plane) = (g.in_size(), plan.hp * plan.wp());
+            let parts = super::prologue_split(g);
+            kernel::part_range(ctx.b, part, &parts, |b, first, count| {
+                // Input channels first .. first+count: padded, then split in phases.
+                let src = super::channel_at(b, ops.x.ptr, first, in_plane);
+                let padded = super::channel_at(b, bufs.padded, first, padded_plane);
+                let shape = [plan.hp, plan.wp()];
+                copy_padded(b, src, &g.input, count, padded, &shape, &g.pad_begin);
+                let phases = super::channel_at(b, bufs.phases, first, padded_plane);
+                split_phases(b, &plan, count, padded, phases);
+            });
             Ok(())
         };
         let tasks = |ctx: &mut LowerCtx| -> LowerResult {
@@ -738,10 +747,16 @@ fn store4(b: &mut FunctionBuilder, v: Value, addr: Value, off: usize) {
 
 /// `X[c][row][p][j] = P[c][row][j·m + p]`: each run of 4m floats of a padded row
 /// becomes four floats of each of the m phases.
-fn split_phases(b: &mut FunctionBuilder, plan: &Plan, padded: Value, phases: Value) {
+fn split_phases(
+    b: &mut FunctionBuilder,
+    plan: &Plan,
+    channels: usize,
+    padded: Value,
+    phases: Value,
+) {
     let m = plan.alg.m;
     let row_bytes = plan.wp() * F32;
-    kernel::counted_loop(b, 0, (plan.channels * plan.hp) as i64, 1, |b, row| {
+    kernel::counted_loop(b, 0, (channels * plan.hp) as i64, 1, |b, row| {
         let src = kernel::elem_addr(b, padded, row, row_bytes);
         let dst = kernel::elem_addr(b, phases, row, row_bytes);
         for j0 in (0..plan.lp).step_by(LANES) {
