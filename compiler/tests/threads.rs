@@ -393,6 +393,15 @@ fn outputs_are_bit_identical_for_every_pool() {
     ] {
         every_pool_matches_infer(&optimized(&model));
     }
+    // The encoder's head transposes split by output rows.
+    let g = optimized(&encoder_layer());
+    let plan = plan_kernels(&g, &Target::host(), &Default::default());
+    assert!(
+        plan.nodes
+            .iter()
+            .any(|n| n.rows.is_some_and(|r| r.transposed_input.is_some())),
+        "{g}"
+    );
     // The decoder's GEMMs split by column panels of their packed weights.
     let g = optimized(&decoder_head());
     let plan = plan_kernels(&g, &Target::host(), &Default::default());

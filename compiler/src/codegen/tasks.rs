@@ -76,6 +76,9 @@ pub struct RowSlicing {
     pub rows: usize,
     pub rows_per: usize,
     pub tasks: usize,
+    /// For a Transpose: input elements between output rows along `axis` (the input is
+    /// read in place, whole, from the task's first row).
+    pub transposed_input: Option<usize>,
 }
 
 /// How an elementwise, normalization or pooling node is split into tasks, if it is:
@@ -88,6 +91,21 @@ pub fn row_slicing(graph: &crate::ir::Graph, node: &crate::ir::Node) -> Option<R
     let out = graph.ty(*node.outputs.first()?);
     let axis = out.shape.iter().position(|&d| d > 1)?;
     let inner: usize = out.shape[axis + 1..].iter().product();
+    if let Op::Transpose { perm } = &node.op {
+        // Any output axis: each output row reads the input through its strides.
+        let x = graph.ty(node.inputs.first().copied().flatten()?);
+        // A strided gather per element: ~10 µs for a 128×256 transformer activation.
+        let split = Split::of(out.shape[axis], out.numel() * 16);
+        let x_strides = crate::codegen::kernel::strides_of(&x.shape);
+        let rows = out.shape[axis];
+        return (split.tasks > 1).then(|| RowSlicing {
+            axis,
+            rows,
+            rows_per: split.per,
+            tasks: split.tasks,
+            transposed_input: Some(x_strides[perm[axis]]),
+        });
+    }
     let (cost, elementwise) = match &node.op {
         Op::Unary(_) | Op::Binary(_) | Op::Where => (8, true),
         Op::Softmax { axis: a, .. } | Op::LayerNorm { axis: a, .. } if *a > axis => (16, false),
@@ -129,6 +147,7 @@ pub fn row_slicing(graph: &crate::ir::Graph, node: &crate::ir::Node) -> Option<R
         rows,
         rows_per,
         tasks: rows.div_ceil(rows_per),
+        transposed_input: None,
     })
 }
 

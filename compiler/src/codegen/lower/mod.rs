@@ -308,10 +308,28 @@ pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
     ctx.task = None;
     for (block, n) in [(last, last_rows), (full, rows.rows_per)] {
         ctx.b.switch_to_block(block);
-        ctx.inputs = inputs
-            .iter()
-            .map(|i| i.as_ref().map(|o| slice(ctx.b, o, n)))
-            .collect();
+        ctx.inputs = match rows.transposed_input {
+            // A Transpose reads its input whole, from the task's first row on.
+            Some(elems) => inputs
+                .iter()
+                .map(|i| {
+                    i.as_ref().map(|o| Operand {
+                        ptr: kernel::elem_addr(
+                            ctx.b,
+                            o.ptr,
+                            task,
+                            rows.rows_per * elems * o.ty.dtype.size(),
+                        ),
+                        ty: o.ty.clone(),
+                        constant: None,
+                    })
+                })
+                .collect(),
+            None => inputs
+                .iter()
+                .map(|i| i.as_ref().map(|o| slice(ctx.b, o, n)))
+                .collect(),
+        };
         ctx.outputs = outputs.iter().map(|o| slice(ctx.b, o, n)).collect();
         lower_node(ctx, op)?;
         ctx.b.ins().jump(join, &[]);
