@@ -165,7 +165,7 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
             .zip(&plan.nodes)
             .filter(|(n, k)| matches!(n.op, Op::ConvU8S8 { .. }) && k.tasks > 1)
             .count();
-        assert!(split >= 3, "{name}: {split} INT8 convs split");
+        assert!(split >= 4, "{name}: {split} INT8 convs split");
     }
     let run = |g: &Graph| {
         let lib = Compiled::new(g).unwrap();
@@ -253,7 +253,8 @@ fn int8_conv_chain_requantizes_into_the_next_planes() {
 }
 
 /// The conv chain at a size the kernel plan splits into tasks by map tiles (on x86
-/// machine-code kernels), with a residual: pooled runs must equal `infer`.
+/// machine-code kernels), with a depthwise conv and a residual: pooled runs must equal
+/// `infer`.
 #[test]
 fn int8_convs_split_into_tasks_match_infer() {
     use models::{Attr, ModelBuilder};
@@ -264,6 +265,9 @@ fn int8_convs_split_into_tasks_match_infer() {
     let w1 = m.weight(&[36, 16, 3, 3], 0.2);
     let b1 = m.weight(&[36], 0.1);
     let y = m.node("Conv", &[&x, &w1, &b1], vec![pads()]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let wd = m.weight(&[36, 1, 3, 3], 0.3);
+    let y = m.node("Conv", &[&y, &wd], vec![pads(), ("group", Attr::I(36))]);
     let y = m.node("Relu", &[&y], vec![]);
     let w2 = m.weight(&[36, 36, 3, 3], 0.1);
     let r = m.node("Conv", &[&y, &w2], vec![pads()]);

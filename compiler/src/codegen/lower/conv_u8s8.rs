@@ -278,14 +278,18 @@ pub fn plan_conv_u8s8(
     ))
 }
 
-/// How a one-image, not depthwise x86 INT8 conv is split into tasks: by its tiles of
-/// `mr` maps, each task a call of the kernel compiled for its maps (its output quads,
-/// weights, bias and scales). Every map is computed by the same tile code either way.
+/// How a one-image x86 INT8 conv is split into tasks: by its tiles of `mr` maps, each
+/// task a call of the kernel compiled for its maps (its output quads, weights, bias and
+/// scales, and for a depthwise conv its input quads). Every map is computed by the same
+/// tile code either way.
 pub fn map_split(g: &ConvU8Geometry, mr: usize) -> Split {
-    if g.batch != 1 || g.depthwise {
+    if g.batch != 1 {
         return Split::of(1, 0);
     }
-    let work = g.maps * g.out_h * g.out_w * g.taps.len() * g.k_quads() * 4;
+    // A depthwise multiply-add reads its input for only `taps` of them: counted at a
+    // few of a dense conv's.
+    let cost = if g.depthwise { 16 } else { 4 };
+    let work = g.maps * g.out_h * g.out_w * g.taps.len() * g.k_quads() * cost;
     Split::of(g.maps.div_ceil(mr), work)
 }
 
@@ -660,8 +664,13 @@ fn conv_x86(
         let at = |b: &mut FunctionBuilder, base: Value, step: usize| {
             kernel::elem_addr(b, base, task, step)
         };
+        // A depthwise map reads its own channel's quad.
+        let planes_at = match g.depthwise {
+            true => at(b, planes.ptr, maps / 4 * g.quad_stride()),
+            false => planes.ptr,
+        };
         let mut args = vec![
-            planes.ptr,
+            planes_at,
             at(b, w, split.per * tile_bytes),
             at(b, y.ptr, y_step),
             at(b, bias, maps * 4),
