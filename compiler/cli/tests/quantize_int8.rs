@@ -166,6 +166,14 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
             .filter(|(n, k)| matches!(n.op, Op::ConvU8S8 { .. }) && k.tasks > 1)
             .count();
         assert!(split >= 4, "{name}: {split} INT8 convs split");
+        let quantizers = quant
+            .graph
+            .nodes
+            .iter()
+            .zip(&plan.nodes)
+            .filter(|(n, k)| matches!(n.op, Op::QuantizeToPlanes(_)) && k.tasks > 1)
+            .count();
+        assert!(quantizers >= 1, "{name}: no quantization into planes split");
     }
     let run = |g: &Graph| {
         let lib = Compiled::new(g).unwrap();
@@ -259,10 +267,10 @@ fn int8_conv_chain_requantizes_into_the_next_planes() {
 fn int8_convs_split_into_tasks_match_infer() {
     use models::{Attr, ModelBuilder};
     let mut m = ModelBuilder::new(22);
-    let shape = vec![1, 16, 40, 40];
+    let shape = vec![1, 32, 48, 48];
     let x = m.input("image", &shape);
     let pads = || ("pads", Attr::Ints(vec![1, 1, 1, 1]));
-    let w1 = m.weight(&[36, 16, 3, 3], 0.2);
+    let w1 = m.weight(&[36, 32, 3, 3], 0.15);
     let b1 = m.weight(&[36], 0.1);
     let y = m.node("Conv", &[&x, &w1, &b1], vec![pads()]);
     let y = m.node("Relu", &[&y], vec![]);

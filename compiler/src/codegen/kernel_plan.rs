@@ -314,7 +314,12 @@ pub fn plan_node(
             planes,
             requantize,
         } => lower::plan_conv_u8s8(conv, planes, requantize.as_ref(), node, target, options),
-        Op::QuantizeToPlanes(layout) => lower::plan_quantize_to_planes(layout, target, options),
+        Op::QuantizeToPlanes(layout) => {
+            let batch = node
+                .input(0)
+                .map_or(1, |x| x.shape.first().copied().unwrap_or(1));
+            lower::plan_quantize_to_planes(layout, batch, target, options)
+        }
         _ => None,
     };
     planned.unwrap_or_else(|| NodeKernel::clif("the op family's Cranelift code"))

@@ -297,6 +297,7 @@ pub fn map_split(g: &ConvU8Geometry, mr: usize) -> Split {
 /// convolutions' family where the layout suits it.
 pub fn plan_quantize_to_planes(
     layout: &PlaneLayout,
+    batch: usize,
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
@@ -314,7 +315,18 @@ pub fn plan_quantize_to_planes(
         Some(X86Isa::Avx2) => "AVX2 target",
         None => "no machine code for this target or layout",
     };
-    Some(NodeKernel::new(Strategy::QuantizeToPlanes(isa), 0, reason))
+    let tasks = match (isa, batch) {
+        (Some(_), 1) => quad_split(layout).tasks,
+        _ => 1,
+    };
+    Some(NodeKernel::new(Strategy::QuantizeToPlanes(isa), 0, reason).with_tasks(tasks))
+}
+
+/// How a one-image quantization into planes is split into tasks: by channel quads,
+/// each task the kernel compiled for its channels.
+pub fn quad_split(layout: &PlaneLayout) -> Split {
+    let work = layout.channels * layout.height * layout.width * 8;
+    Split::of(layout.quads(), work)
 }
 
 fn wide_scratch(g: &ConvU8Geometry, nr: usize) -> usize {
@@ -381,6 +393,46 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
         }
         _ => None,
     };
+    if let (Some(_), Some(task)) = (&code, ctx.task) {
+        // Quads q0 .. of the task: its channels' planes in, its quads' planes out.
+        let split = quad_split(layout);
+        let quads = split.per;
+        let sized = |quads: usize| PlaneLayout {
+            channels: (4 * quads).min(layout.channels),
+            ..layout.clone()
+        };
+        let last_channels = layout.channels - 4 * quads * (split.tasks - 1);
+        let emit = |l: &PlaneLayout| match ctx.kernel.strategy {
+            Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
+                x86::conv_u8s8::emit_quantize(l, inv, zp)
+            }
+            _ => x86::quantize_planes_avx2::emit_quantize(l, inv, zp),
+        };
+        let full_code = emit(&sized(quads))?;
+        let last_code = emit(&PlaneLayout {
+            channels: last_channels,
+            ..layout.clone()
+        })?;
+        let full = super::gemm::define_machine_code(ctx, 2, &full_code)?;
+        let last = super::gemm::define_machine_code(ctx, 2, &last_code)?;
+        let plane = layout.height * layout.width * 4;
+        let quad_bytes = layout.image_bytes() / layout.quads();
+        let b = &mut *ctx.b;
+        let x_t = kernel::elem_addr(b, x.ptr, task, 4 * quads * plane);
+        let y_t = kernel::elem_addr(b, y.ptr, task, quads * quad_bytes);
+        kernel::if_last_task(
+            b,
+            task,
+            split.tasks,
+            |b| {
+                b.ins().call(last, &[x_t, y_t]);
+            },
+            |b| {
+                b.ins().call(full, &[x_t, y_t]);
+            },
+        );
+        return Ok(());
+    }
     if let Some(code) = code {
         let func = super::gemm::define_machine_code(ctx, 2, &code)?;
         let in_image = layout.channels * layout.height * layout.width * 4;
