@@ -375,6 +375,9 @@ pub fn plan_conv(
         )
         .map(|k| {
             let mut k = with_prologue(k.with_tasks(tasks), narrow::has_prologue(&g));
+            if k.prologue {
+                k.prologue_parts = narrow::prologue_split(&g).tasks;
+            }
             k.weights_by_columns = tasks > 1;
             k
         });

@@ -111,6 +111,15 @@ pub(super) fn split(g: &ConvGeometry, gemm: &Geometry) -> Split {
     Split::of(g.mg.div_ceil(gemm.nr), work)
 }
 
+/// How the prologue of a split transposed conv (padded copy and im2col matrix) is
+/// split into parts by input channels: each part pads its channels and writes their K
+/// rows of the matrix.
+pub(super) fn prologue_split(g: &ConvGeometry) -> Split {
+    let plane: usize = g.padded().iter().product();
+    let rows = g.taps() * Layout::new(g).cols_width;
+    Split::of(g.cg, g.cg * (plane + rows) * super::PROLOGUE_COPY_COST)
+}
+
 /// Whether a split transposed conv has a prologue: all but pointwise convs, whose Xᵀ
 /// is their input.
 pub(super) fn has_prologue(g: &ConvGeometry) -> bool {
@@ -252,12 +261,32 @@ fn split_transposed_gemm(
     let shared = ctx
         .shared_scratch
         .ok_or("the transposed conv GEMM needs scratch")?;
-    let prologue = |ctx: &mut LowerCtx, _part: Option<Value>| -> LowerResult {
-        if let Some(t) = tables {
-            let b = &mut *ctx.b;
-            let cols = b.ins().iadd_imm_s(shared, layout.padded_bytes as i64);
-            im2col_matrix(b, g, t, ops.x.ptr, shared, cols, width);
-        }
+    let prologue = |ctx: &mut LowerCtx, part: Option<Value>| -> LowerResult {
+        let Some(t) = tables else {
+            return Ok(());
+        };
+        let cols = ctx.b.ins().iadd_imm_s(shared, layout.padded_bytes as i64);
+        let (in_plane, padded_plane) = (g.in_size(), g.padded().iter().product());
+        let taps = g.taps();
+        // Input channels first .. first+count: padded, then their K rows of the matrix
+        // (the tap table's offsets are from the padded input's start).
+        kernel::part_range(ctx.b, part, &prologue_split(g), |b, first, count| {
+            let x = super::channel_at(b, ops.x.ptr, first, in_plane);
+            let src = if g.has_padding() {
+                let dst = super::channel_at(b, shared, first, padded_plane);
+                copy_padded(b, x, &g.input, count, dst, &g.padded(), &g.pad_begin);
+                shared
+            } else {
+                ops.x.ptr
+            };
+            let rows = TablePtrs {
+                tap: kernel::elem_addr(b, t.tap, first, taps * 4),
+                ..t
+            };
+            let dst = kernel::elem_addr(b, cols, first, taps * width * F32);
+            let zero = kernel::iconst(b, 0);
+            im2col_panel(b, count * taps, rows, src, dst, zero, width, width);
+        });
         Ok(())
     };
     let tasks = |ctx: &mut LowerCtx| -> LowerResult {
