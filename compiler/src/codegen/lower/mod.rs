@@ -119,7 +119,9 @@ pub struct HalfWeights {
     /// In a split node's task function: the block that runs as its prologue (see
     /// [`NodeKernel::prologue`]), where the expansions go, so that they run once
     /// before the tasks, which then only read the expanded weights.
-    pub prologue: Option<cranelift_codegen::ir::Block>,
+    /// With it, this part's index and the parts: each part expands its share of
+    /// every blob.
+    pub prologue: Option<(cranelift_codegen::ir::Block, Value, usize)>,
 }
 
 impl LowerCtx<'_, '_> {
@@ -208,15 +210,32 @@ impl LowerCtx<'_, '_> {
                 let n = self.b.ins().iconst(PTR, halves as i64);
                 self.b.ins().call(f, &[dst, src, n]);
             }
-            Some(block) => {
+            Some((block, part, parts)) => {
                 // Inserted before the prologue block's branch: the code being lowered
-                // goes on in the current block.
+                // goes on in the current block. Part `part` expands quanta
+                // [part·per, min(part·per + per, quanta)).
                 use cranelift_codegen::cursor::{Cursor, FuncCursor};
                 let src = self.weight_data(bytes, true)?;
+                let quanta = halves / f16_weights::QUANTUM;
+                let per = quanta.div_ceil(parts.max(1));
                 let mut pos = FuncCursor::new(self.b.func).at_last_inst(block);
                 let src = pos.ins().symbol_value(PTR, src);
+                let all = pos.ins().iconst(PTR, quanta as i64);
+                let first = pos.ins().imul_imm_s(part, per as i64);
+                let first = pos.ins().umin(first, all);
+                let end = pos.ins().iadd_imm_s(first, per as i64);
+                let end = pos.ins().umin(end, all);
+                let count = pos.ins().isub(end, first);
+                let n = pos.ins().imul_imm_s(count, f16_weights::QUANTUM as i64);
                 let dst = pos.ins().iadd_imm_s(workspace, at as i64);
-                let n = pos.ins().iconst(PTR, halves as i64);
+                let dst_off = pos
+                    .ins()
+                    .imul_imm_s(first, (f16_weights::QUANTUM * 4) as i64);
+                let dst = pos.ins().iadd(dst, dst_off);
+                let src_off = pos
+                    .ins()
+                    .imul_imm_s(first, (f16_weights::QUANTUM * 2) as i64);
+                let src = pos.ins().iadd(src, src_off);
                 pos.ins().call(f, &[dst, src, n]);
             }
         }
