@@ -43,8 +43,9 @@ pub struct NodeKernel {
     /// an im2col matrix): with a pool, the prologue runs on the calling thread before
     /// the tasks are handed out (see `codegen::run`).
     pub prologue: bool,
-    /// Parts the prologue is split into (by input channels), run by the pool as a
-    /// first `parallel_for` before the tasks; 1: the launching thread runs it alone.
+    /// Parts the prologue is split into (by input channels, or with FP16 weights by
+    /// their size), run by the pool as a first `parallel_for` before the tasks; 1: the
+    /// launching thread runs it alone.
     pub prologue_parts: usize,
 }
 
@@ -288,9 +289,30 @@ pub fn plan_kernels_for(
     // With FP16 weights the GEMM's panels are half and a table is stored as half rows.
     if weights == WeightFormat::F32 {
         super::shared_tables::read_tables_from_gemm_panels(graph, &mut plan);
+    } else {
+        // A split node expands its half weights in its prologue, shared out between
+        // the prologue's parts: its own, or as many as the weights' size is worth.
+        for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
+            if k.tasks > 1 && !k.prologue {
+                let weights: usize = node
+                    .inputs
+                    .iter()
+                    .flatten()
+                    .filter(|v| graph.constant(**v).is_some())
+                    .map(|v| graph.ty(*v).numel())
+                    .sum();
+                k.prologue_parts =
+                    super::tasks::Split::of(HALF_PARTS_MAX, weights * HALF_EXPAND_COST).tasks;
+            }
+        }
     }
     plan
 }
+
+/// Parts of a split node's FP16 expansions at most, and a weight's expansion cost in
+/// `tasks::Split` work units.
+const HALF_PARTS_MAX: usize = 16;
+const HALF_EXPAND_COST: usize = 4;
 
 /// One node's kernel. A node whose shapes its family's planner cannot read (lowering
 /// then reports the problem) gets the Cranelift strategy.

@@ -155,26 +155,6 @@ pub fn compile_graph_reporting(
     let mut task_fns: Vec<Option<cranelift_module::FuncId>> = vec![None; graph.nodes.len()];
     // Per split node: its arguments without the task index, and which is the scratch.
     let mut task_args: Vec<Option<(usize, Option<usize>)>> = vec![None; graph.nodes.len()];
-    // Parts a split node's FP16 expansions are shared out in (see `HalfWeights`): its
-    // own prologue's parts when it has some, else by the weights' size.
-    let half_parts: Vec<usize> = graph
-        .nodes
-        .iter()
-        .zip(&kernels.nodes)
-        .map(|(node, n)| {
-            if n.prologue {
-                return n.prologue_parts.max(1);
-            }
-            let weights: usize = node
-                .inputs
-                .iter()
-                .flatten()
-                .filter(|v| graph.constant(**v).is_some())
-                .map(|v| graph.ty(*v).numel())
-                .sum();
-            tasks::Split::of(HALF_PARTS_MAX, weights * HALF_EXPAND_COST).tasks
-        })
-        .collect();
     progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
     for (k, node) in graph.nodes.iter().enumerate() {
         progress.step(crate::progress::Task::CodeGeneration);
@@ -310,7 +290,7 @@ pub fn compile_graph_reporting(
                             }
                             b.seal_block(body);
                             b.switch_to_block(body);
-                            Some((pro, part, half_parts[k]))
+                            Some((pro, part, kernels.nodes[k].prologue_parts))
                         }
                         _ => None,
                     };
@@ -413,14 +393,10 @@ pub fn compile_graph_reporting(
     let task_prologues: Vec<usize> = kernels
         .nodes
         .iter()
-        .zip(&half_parts)
-        .map(
-            |(n, &half)| match (n.tasks > 1, n.prologue, expand.is_some()) {
-                (true, _, true) => half,
-                (true, true, false) => n.prologue_parts.max(1),
-                _ => 0,
-            },
-        )
+        .map(|n| match n.tasks > 1 && (n.prologue || expand.is_some()) {
+            true => n.prologue_parts.max(1),
+            false => 0,
+        })
         .collect();
     let mut trampolines = vec![None; graph.nodes.len()];
     for (k, a) in task_args.iter().enumerate() {
@@ -598,11 +574,6 @@ fn define_function(
         .map_err(|e| codegen_err(name, format!("{e:?}")))?;
     Ok(id)
 }
-
-/// Parts of a split node's FP16 expansions at most, and a weight's expansion cost in
-/// `tasks::Split` work units.
-const HALF_PARTS_MAX: usize = 16;
-const HALF_EXPAND_COST: usize = 4;
 
 /// The `n` addresses in a node's operand table (see [`plan::MAX_DIRECT_OPERANDS`]). The
 /// loads are marked read-only and movable, so the optimizer places each one just before

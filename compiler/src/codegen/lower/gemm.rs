@@ -238,61 +238,47 @@ pub fn col_split(m: usize, n: usize, k: usize, b: &BLayout, geom: &Geometry) -> 
     Split::of(n.div_ceil(geom.nr), m * n * k)
 }
 
-/// Weights (B) bytes past which a GEMM split by row tiles would be bound by every task
-/// streaming all of B from outside its core's L2: ResNet's 3×3×512 convs on 7×7 read
-/// 9.4 MB of weights for 8 output rows per task.
+/// Weights bytes past which a GEMM split across the weights' other axis would be bound
+/// by every task streaming all of them from outside its core's L2: ResNet's 3×3×512
+/// convs on 7×7 read 9.4 MB of weights for 8 output rows per task.
 const STREAMED_WEIGHTS_BYTES: usize = 3 << 19;
 
-/// How a GEMM whose B is packed at compile time (weights) is split: by groups of
-/// column panels, each task streaming only its share of the weights, when B is too
-/// large for a core's L2 or the column panels balance threads better (a 48-column
-/// panel is coarse: 256 columns are 5⅓ of them); else by row tiles, which read A once
-/// and B, in L2, once per task.
-pub fn weights_split(m: usize, n: usize, k: usize, geom: &Geometry) -> (SplitAxis, Split) {
-    let rows = Split::of(m.div_ceil(geom.mr), m * n * k);
-    let cols = Split::of(n.div_ceil(geom.nr), m * n * k);
-    let unbalance = |s: &Split, piece: usize, total: usize| {
-        [2, 4]
-            .iter()
-            .map(|&t| crate::codegen::tasks::imbalance(s, piece, total, t))
-            .sum::<f64>()
-    };
-    let by_rows = unbalance(&rows, geom.mr, m);
-    let by_cols = unbalance(&cols, geom.nr, n);
-    if cols.tasks > 1 && (k * n * 4 > STREAMED_WEIGHTS_BYTES || by_cols < by_rows - 1e-9) {
-        (SplitAxis::Cols, cols)
-    } else {
-        (SplitAxis::Rows, rows)
-    }
-}
-
-/// How a GEMM whose A is packed weights (a pointwise conv: maps × channels, B the
-/// input's positions) is split: by groups of row tiles (maps) when the weights are too
-/// large for a core's L2 or the row tiles balance threads better, each task reading
-/// only its weights; else by column panels. SqueezeNet's classifier (1000 maps, 169
-/// positions) was 4 column tasks of 48, 48, 48 and 25 positions, each reading all
-/// 2 MB of weights.
-pub fn weights_a_split(
+/// How a GEMM whose weights are packed at compile time is split: along the weights'
+/// own axis (`weights`: B's column panels, or A's row tiles for a pointwise conv whose
+/// A is maps × channels), each task streaming only its share of them, when they are
+/// too large for a core's L2 or that axis balances 2 and 4 threads better; else along
+/// the other. A 48-column panel is coarse: minibert's 256-column weights are 5⅓ panels,
+/// and split by them its GEMMs ran slower on 2 threads than by row tiles (1.52× vs
+/// 1.63×); SqueezeNet's classifier (1000 maps, 169 positions) split by positions was 4
+/// tasks of 48, 48, 48 and 25, each reading all 2 MB of weights.
+pub fn weights_split(
     m: usize,
     n: usize,
     k: usize,
-    b: &BLayout,
     geom: &Geometry,
+    weights: SplitAxis,
 ) -> (SplitAxis, Split) {
     let rows = row_split(m, n, k, geom);
-    let cols = col_split(m, n, k, b, geom);
+    let cols = col_split(m, n, k, &BLayout::Packed, geom);
     let unbalance = |s: &Split, piece: usize, total: usize| {
         [2, 4]
             .iter()
             .map(|&t| crate::codegen::tasks::imbalance(s, piece, total, t))
             .sum::<f64>()
     };
-    let by_rows = unbalance(&rows, geom.mr, m);
-    let by_cols = unbalance(&cols, geom.nr, n);
-    if rows.tasks > 1 && (m * k * 4 > STREAMED_WEIGHTS_BYTES || by_rows < by_cols - 1e-9) {
-        (SplitAxis::Rows, rows)
+    let (by_rows, by_cols) = (unbalance(&rows, geom.mr, m), unbalance(&cols, geom.nr, n));
+    let (own, own_score, other, other_score, bytes) = match weights {
+        SplitAxis::Cols => (cols, by_cols, rows, by_rows, k * n * 4),
+        SplitAxis::Rows => (rows, by_rows, cols, by_cols, m * k * 4),
+    };
+    let other_axis = match weights {
+        SplitAxis::Cols => SplitAxis::Rows,
+        SplitAxis::Rows => SplitAxis::Cols,
+    };
+    if own.tasks > 1 && (bytes > STREAMED_WEIGHTS_BYTES || own_score < other_score - 1e-9) {
+        (weights, own)
     } else {
-        (SplitAxis::Cols, cols)
+        (other_axis, other)
     }
 }
 

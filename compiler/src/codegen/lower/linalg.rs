@@ -156,7 +156,9 @@ pub fn plan_gemm(
     };
     let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
     let (axis, split) = match rows {
-        Some((m, n, k)) if constant_b => gemm::weights_split(m, n, k, &geometry),
+        Some((m, n, k)) if constant_b => {
+            gemm::weights_split(m, n, k, &geometry, gemm::SplitAxis::Cols)
+        }
         Some((m, n, k)) => (gemm::SplitAxis::Rows, gemm::row_split(m, n, k, &geometry)),
         None => (gemm::SplitAxis::Rows, Split::of(1, 0)),
     };

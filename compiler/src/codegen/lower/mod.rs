@@ -125,6 +125,32 @@ pub struct HalfWeights {
 }
 
 impl LowerCtx<'_, '_> {
+    /// Emits `if cond { then } else { otherwise }`, each lowering into its own block.
+    pub fn branch(
+        &mut self,
+        cond: Value,
+        then: impl FnOnce(&mut Self) -> LowerResult,
+        otherwise: impl FnOnce(&mut Self) -> LowerResult,
+    ) -> LowerResult {
+        let (yes, no, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(cond, yes, &[], no, &[]);
+        self.b.seal_block(yes);
+        self.b.seal_block(no);
+        self.b.switch_to_block(yes);
+        then(self)?;
+        self.b.ins().jump(join, &[]);
+        self.b.switch_to_block(no);
+        otherwise(self)?;
+        self.b.ins().jump(join, &[]);
+        self.b.seal_block(join);
+        self.b.switch_to_block(join);
+        Ok(())
+    }
+
     /// Emits a node with a prologue (see [`NodeKernel::prologue`]): in the whole node,
     /// `prologue(None)` then `tasks` (all of them); in the task function, for task
     /// indices from the task count on, `prologue` of that part (`Some(index − tasks)`
@@ -147,24 +173,15 @@ impl LowerCtx<'_, '_> {
             .b
             .ins()
             .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, task, first);
-        let (pro, body, join) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().brif(is_prologue, pro, &[], body, &[]);
-        self.b.seal_block(pro);
-        self.b.seal_block(body);
-        self.b.switch_to_block(pro);
-        let part = (self.kernel.prologue_parts > 1).then(|| self.b.ins().iadd_imm_s(task, -first));
-        prologue(self, part)?;
-        self.b.ins().jump(join, &[]);
-        self.b.switch_to_block(body);
-        tasks(self)?;
-        self.b.ins().jump(join, &[]);
-        self.b.seal_block(join);
-        self.b.switch_to_block(join);
-        Ok(())
+        self.branch(
+            is_prologue,
+            |ctx| {
+                let parts = ctx.kernel.prologue_parts > 1;
+                let part = parts.then(|| ctx.b.ins().iadd_imm_s(task, -first));
+                prologue(ctx, part)
+            },
+            tasks,
+        )
     }
 
     /// The GEMM kernel family the kernel plan chose for this node.
@@ -312,21 +329,8 @@ pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             constant: None,
         }
     };
-    let is_last = ctx
-        .b
-        .ins()
-        .icmp_imm_u(IntCC::Equal, task, (rows.tasks - 1) as i64);
-    let (last, full, join) = (
-        ctx.b.create_block(),
-        ctx.b.create_block(),
-        ctx.b.create_block(),
-    );
-    ctx.b.ins().brif(is_last, last, &[], full, &[]);
-    ctx.b.seal_block(last);
-    ctx.b.seal_block(full);
-    ctx.task = None;
-    for (block, n) in [(last, last_rows), (full, rows.rows_per)] {
-        ctx.b.switch_to_block(block);
+    // The node on `n` rows from the task's first.
+    let lower_slice = |ctx: &mut LowerCtx, n: usize| -> LowerResult {
         ctx.inputs = match rows.transposed_input {
             // A Transpose reads its input whole, from the task's first row on.
             Some(elems) => inputs
@@ -350,12 +354,19 @@ pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
                 .collect(),
         };
         ctx.outputs = outputs.iter().map(|o| slice(ctx.b, o, n)).collect();
-        lower_node(ctx, op)?;
-        ctx.b.ins().jump(join, &[]);
-    }
+        lower_node(ctx, op)
+    };
+    let is_last = ctx
+        .b
+        .ins()
+        .icmp_imm_u(IntCC::Equal, task, (rows.tasks - 1) as i64);
+    ctx.task = None;
+    ctx.branch(
+        is_last,
+        |ctx| lower_slice(ctx, last_rows),
+        |ctx| lower_slice(ctx, rows.rows_per),
+    )?;
     ctx.task = Some(task);
-    ctx.b.seal_block(join);
-    ctx.b.switch_to_block(join);
     Ok(())
 }
 

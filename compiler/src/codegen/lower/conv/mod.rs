@@ -387,7 +387,7 @@ pub fn plan_conv(
             let p = g.out_size();
             let rows = BLayout::Rows { row_stride: p };
             let (axis, split) = match (g.batch * g.group, constant_w) {
-                (1, true) => gemm::weights_a_split(g.mg, p, g.cg, &rows, &gemm),
+                (1, true) => gemm::weights_split(g.mg, p, g.cg, &gemm, gemm::SplitAxis::Rows),
                 (1, false) => (
                     gemm::SplitAxis::Cols,
                     gemm::col_split(g.mg, p, g.cg, &rows, &gemm),
