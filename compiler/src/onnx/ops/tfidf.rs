@@ -4,7 +4,7 @@
 //! counts land in the n-gram's output column (a product with a constant one-hot
 //! matrix) and are weighted per `mode`. String pools are not supported.
 
-use crate::ir::{DType, Tensor, ValueId};
+use crate::ir::{DType, Tensor, TensorType, ValueId};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, ReduceAttrs, ReduceKind};
 
@@ -58,6 +58,10 @@ pub fn tfidf_vectorizer(ctx: &mut NodeCtx) -> ImportResult {
     if indexes.len() < number {
         return Err(format!("{} ngram_indexes for {number} pool n-grams", indexes.len()).into());
     }
+    // The output and each n-gram size's column map are computed here: checked before
+    // they are allocated (a huge ngram index must not abort the compiler).
+    ctx.check_computed_constant(&TensorType::new(DType::F32, vec![batch, out]))?;
+    ctx.check_computed_constant(&TensorType::new(DType::F32, vec![grams.len(), out]))?;
     let x2 = ctx.emit1(
         Op::Reshape {
             shape: vec![batch, c],
@@ -66,7 +70,9 @@ pub fn tfidf_vectorizer(ctx: &mut NodeCtx) -> ImportResult {
     )?;
     let x2 = ctx.emit1(Op::Cast { to: DType::I64 }, vec![Some(x2)])?;
     let mut freq: Option<ValueId> = None;
-    for size in min_len as usize..=max_len as usize {
+    // The pool has n-grams of sizes 1 ..= counts_at.len() only.
+    let largest = usize::try_from(max_len).map_or(usize::MAX, |m| m.min(counts_at.len()));
+    for size in usize::try_from(min_len).unwrap_or(usize::MAX)..=largest {
         let chosen: Vec<&(usize, Vec<i64>, usize)> = grams.iter().filter(|g| g.0 == size).collect();
         if chosen.is_empty() {
             continue;
@@ -80,10 +86,13 @@ pub fn tfidf_vectorizer(ctx: &mut NodeCtx) -> ImportResult {
             onehot[row * out + col] = 1.0;
         }
         let onehot = ctx.constant_value("tfidf_columns", Tensor::from_vec(&[k, out], onehot));
+        // Skips whose window would not fit the row add nothing: at most c of them.
         let distances: Vec<usize> = if size == 1 {
             vec![1]
         } else {
-            (1..=max_skip as usize + 1).collect()
+            let fitting = (c.saturating_sub(1) / (size - 1)).max(1);
+            let skips = usize::try_from(max_skip).unwrap_or(usize::MAX);
+            (1..=skips.saturating_add(1).min(fitting)).collect()
         };
         for d in distances {
             let span = (size - 1) * d;
