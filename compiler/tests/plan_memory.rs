@@ -356,6 +356,71 @@ fn concat_falls_back_to_copying_when_unsafe() {
     assert_eq!(plan.root[a.0], plan.root[c.0]);
 }
 
+#[test]
+fn contiguous_slices_read_their_input_in_place() {
+    // A transformer's fused QKV split: Gathers of one constant index along the leading
+    // axis are views at offsets, and later ops read (or overwrite) them there.
+    let mut t = G::new();
+    let x = t.input(&[3, 4, 8]);
+    let qkv = t.unary(UnaryOp::Tanh, x);
+    let index = |t: &mut G, i: i64| {
+        let c = Tensor::from_vec(&[], vec![i]);
+        t.g.add_value(format!("i{}", t.g.values.len()), c.ty(), Some(c))
+    };
+    let (i0, i1, ilast) = (index(&mut t, 0), index(&mut t, 1), index(&mut t, -1));
+    let q = t.node(Op::Gather { axis: 0 }, &[qkv, i0]);
+    let k = t.node(Op::Gather { axis: 0 }, &[qkv, i1]);
+    let v = t.node(Op::Gather { axis: 0 }, &[qkv, ilast]);
+    let qk = t.binary(BinaryOp::Mul, q, k);
+    let e = t.unary(UnaryOp::Exp, v); // v's group dies here: may be overwritten
+    let out = t.binary(BinaryOp::Add, qk, e);
+    t.output(out);
+    let plan = check_run(&t);
+    for (g, at) in [(q, 0), (k, 32), (v, 64)] {
+        assert_eq!(plan.root[g.0], plan.root[qkv.0], "{g:?} is a view");
+        assert_eq!(plan.offset[g.0], at * 4);
+    }
+    let views = |t: &G, plan: &MemoryPlan| -> Vec<bool> {
+        t.g.nodes
+            .iter()
+            .zip(&plan.is_view)
+            .filter(|(n, _)| matches!(n.op, Op::Gather { .. } | Op::Slice { .. }))
+            .map(|(_, &v)| v)
+            .collect()
+    };
+    assert_eq!(views(&t, &plan), [true, true, true]);
+
+    // Slices: a row range, one element of a leading axis then a range, a view of a
+    // view; and the ones that are not contiguous (a later axis cut, a step, batch 2).
+    let mut t = G::new();
+    let x = t.input(&[1, 6, 4]);
+    let a = t.unary(UnaryOp::Neg, x);
+    let slice = |t: &mut G, x: ValueId, starts: &[usize], steps: &[i64], shape: &[usize]| {
+        let op = Op::Slice {
+            starts: starts.to_vec(),
+            steps: steps.to_vec(),
+            shape: shape.to_vec(),
+        };
+        t.node(op, &[x])
+    };
+    let rows = slice(&mut t, a, &[0, 2, 0], &[1, 1, 1], &[1, 3, 4]);
+    let one = slice(&mut t, rows, &[0, 1, 1], &[1, 1, 1], &[1, 1, 2]);
+    let cols = slice(&mut t, a, &[0, 0, 1], &[1, 1, 1], &[1, 6, 2]);
+    let strided = slice(&mut t, a, &[0, 0, 0], &[1, 2, 1], &[1, 3, 4]);
+    let y = t.input(&[2, 3, 4]);
+    let b = t.unary(UnaryOp::Abs, y);
+    let batch = slice(&mut t, b, &[0, 1, 0], &[1, 1, 1], &[2, 1, 4]);
+    for v in [rows, one, cols, strided, batch] {
+        let r = t.unary(UnaryOp::Relu, v);
+        t.output(r);
+    }
+    let plan = check_run(&t);
+    assert_eq!(views(&t, &plan), [true, true, false, false, false]);
+    assert_eq!(plan.offset[rows.0], 2 * 4 * 4);
+    assert_eq!(plan.offset[one.0], (3 * 4 + 1) * 4);
+    assert_eq!(plan.root[one.0], plan.root[a.0]);
+}
+
 /// Plan invariants and arena ≤ 1.10 × lower bound on generated models, and on every
 /// `.onnx` in `$NNC_MODELS` when set (an absolute path, e.g. to the reference
 /// models; the tests make their own data otherwise).

@@ -148,6 +148,11 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
             // Views may alias anything, even the caller's buffers or a constant.
             g.join(out.0, first.0, plan.offset[first.0], &mut plan.offset);
             plan.is_view[k] = true;
+        } else if let Some(at) = contiguous_slice_offset(graph, n) {
+            // A slice that is one contiguous run of its input (a Gather of one constant
+            // index, a Slice of leading axes): read where it lies.
+            g.join(out.0, first.0, plan.offset[first.0] + at, &mut plan.offset);
+            plan.is_view[k] = true;
         } else if is_elementwise(&n.op) {
             // In place: the output overwrites an input of its own shape and element
             // size whose whole group dies here.
@@ -340,6 +345,65 @@ impl Groups {
         self.members[dst].extend(moved);
         self.last[dst] = self.last[dst].max(self.last[r]);
     }
+}
+
+/// The byte offset of a Gather or Slice output inside its input, when the output is
+/// one contiguous run of it: a Gather of a single constant index (in range) along an
+/// axis before which the input has only ones, or a Slice taking single elements of
+/// the axes before one, a unit-step range of it, and every later axis whole. A slice of a constant is
+/// left to constant folding.
+fn contiguous_slice_offset(graph: &Graph, n: &crate::ir::Node) -> Option<usize> {
+    let data = n.inputs.first().copied().flatten()?;
+    if graph.constant(data).is_some() {
+        return None;
+    }
+    let x = graph.ty(data);
+    let out = graph.ty(*n.outputs.first()?);
+    if x.dtype != out.dtype {
+        return None;
+    }
+    let strides = crate::codegen::kernel::strides_of(&x.shape);
+    let elems = match &n.op {
+        Op::Gather { axis } => {
+            let axis = *axis;
+            let indices = graph.constant(n.inputs.get(1).copied().flatten()?)?;
+            let [i] = indices.to_i64_vec()[..] else {
+                return None;
+            };
+            let dim = i64::try_from(*x.shape.get(axis)?).ok()?;
+            let i = if i < 0 { i.checked_add(dim)? } else { i };
+            if !(0..dim).contains(&i) || x.shape[..axis].iter().any(|&d| d != 1) {
+                return None;
+            }
+            usize::try_from(i).ok()? * strides[axis]
+        }
+        Op::Slice {
+            starts,
+            steps,
+            shape,
+        } => {
+            let rank = x.rank();
+            if shape.len() != rank || starts.len() != rank || steps.len() != rank {
+                return None;
+            }
+            let whole = |a: usize| starts[a] == 0 && steps[a] == 1 && shape[a] == x.shape[a];
+            // The last axis not taken whole: before it only single elements, along
+            // it a unit-step range.
+            if let Some(c) = (0..rank).rev().find(|&a| !whole(a)) {
+                if shape[..c].iter().any(|&d| d != 1) || (steps[c] != 1 && shape[c] > 1) {
+                    return None;
+                }
+            }
+            if shape.contains(&0) {
+                return None;
+            }
+            (0..rank)
+                .map(|a| starts[a].checked_mul(strides[a]))
+                .try_fold(0usize, |acc, o| acc.checked_add(o?))?
+        }
+        _ => return None,
+    };
+    elems.checked_mul(x.dtype.size())
 }
 
 /// Elementwise ops whose kernel reads each input element at the output element's index
