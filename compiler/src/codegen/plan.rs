@@ -349,19 +349,15 @@ impl Groups {
 
 /// The byte offset of a Gather or Slice output inside its input, when the output is
 /// one contiguous run of it: a Gather of a single constant index (in range) along an
-/// axis before which the input has only ones, or a Slice taking single elements of
-/// the axes before one, a unit-step range of it, and every later axis whole. A slice of a constant is
-/// left to constant folding.
+/// axis before which the input has only ones, or a Slice taking single elements of the
+/// axes before one, a unit-step range of it, and every later axis whole. A slice of a
+/// constant is left to constant folding.
 fn contiguous_slice_offset(graph: &Graph, n: &crate::ir::Node) -> Option<usize> {
     let data = n.inputs.first().copied().flatten()?;
     if graph.constant(data).is_some() {
         return None;
     }
     let x = graph.ty(data);
-    let out = graph.ty(*n.outputs.first()?);
-    if x.dtype != out.dtype {
-        return None;
-    }
     let strides = crate::codegen::kernel::strides_of(&x.shape);
     let elems = match &n.op {
         Op::Gather { axis } => {

@@ -71,7 +71,7 @@ pub fn tfidf_vectorizer(ctx: &mut NodeCtx) -> ImportResult {
     let x2 = ctx.emit1(Op::Cast { to: DType::I64 }, vec![Some(x2)])?;
     let mut freq: Option<ValueId> = None;
     // The pool has n-grams of sizes 1 ..= counts_at.len() only.
-    let largest = usize::try_from(max_len).map_or(usize::MAX, |m| m.min(counts_at.len()));
+    let largest = usize::try_from(max_len).unwrap_or(0).min(counts_at.len());
     for size in usize::try_from(min_len).unwrap_or(usize::MAX)..=largest {
         let chosen: Vec<&(usize, Vec<i64>, usize)> = grams.iter().filter(|g| g.0 == size).collect();
         if chosen.is_empty() {
