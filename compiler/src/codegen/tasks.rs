@@ -26,10 +26,16 @@ pub struct Split {
 }
 
 impl Split {
-    /// The split of `units` pieces of `work` in total.
+    /// The split of `units` pieces of `work` in total. The task count aimed at is a
+    /// power of two, so that 2, 4, 8 … threads get equal shares of it: three tasks
+    /// on two threads leave one idle for a third of the node.
     pub fn of(units: usize, work: usize) -> Split {
         let units = units.max(1);
-        let wanted = (work / MIN_TASK_WORK).clamp(1, MAX_TASKS).min(units);
+        let wanted = (work / MIN_TASK_WORK)
+            .clamp(1, MAX_TASKS)
+            .next_power_of_two()
+            .min(MAX_TASKS)
+            .min(units);
         let per = units.div_ceil(wanted);
         Split {
             units,
@@ -60,6 +66,34 @@ pub fn imbalance(split: &Split, piece: usize, total: usize, threads: usize) -> f
         .max()
         .unwrap_or(0);
     largest as f64 * threads as f64 / total.max(1) as f64
+}
+
+/// When `threads` threads finish tasks of `sizes` (in units of time), dealt as the
+/// pools of `nnc_runtime_abi` and `nnc_pool.h` deal them: each thread runs its own
+/// contiguous chunk of the indices in order, then takes the next unclaimed index of
+/// the chunks after its own. Ties go to the lower thread.
+pub fn makespan(sizes: &[usize], threads: usize) -> usize {
+    let n = sizes.len();
+    let chunks = threads.clamp(1, n.max(1));
+    let mut next: Vec<usize> = (0..chunks).map(|c| n * c / chunks).collect();
+    let end: Vec<usize> = (0..chunks).map(|c| n * (c + 1) / chunks).collect();
+    let mut clock = vec![0usize; threads.max(1)];
+    loop {
+        let (worker, &now) = clock
+            .iter()
+            .enumerate()
+            .min_by_key(|&(w, &t)| (t, w))
+            .expect("at least one thread");
+        let own = worker % chunks;
+        let Some(c) = (0..chunks)
+            .map(|k| (own + k) % chunks)
+            .find(|&c| next[c] < end[c])
+        else {
+            return clock.into_iter().max().unwrap_or(0);
+        };
+        clock[worker] = now + sizes[next[c]];
+        next[c] += 1;
+    }
 }
 
 /// Elementwise slices start on multiples of this many elements: every element is then
@@ -242,6 +276,26 @@ mod tests {
         }
         assert_eq!(Split::of(100, 0).tasks, 1);
         assert_eq!(Split::of(4, 1000 * MIN_TASK_WORK).tasks, 4);
+    }
+
+    #[test]
+    fn task_counts_are_powers_of_two_when_the_pieces_allow() {
+        // Work for 3 tasks: 4 of them, so that 2 threads share it evenly.
+        let s = Split::of(197, 3 * MIN_TASK_WORK);
+        assert_eq!((s.tasks, s.per), (4, 50));
+        assert_eq!(Split::of(3, 1000 * MIN_TASK_WORK).tasks, 3);
+        assert_eq!(Split::of(1000, 1000 * MIN_TASK_WORK).tasks, MAX_TASKS);
+    }
+
+    #[test]
+    fn makespan_follows_the_pools_dealing() {
+        // 3 tasks on 2 threads: thread 0 runs task 0, thread 1 tasks 1 and 2.
+        assert_eq!(makespan(&[5, 5, 4], 2), 9);
+        // Thread 0 finishes its two tasks first and takes thread 1's last one.
+        assert_eq!(makespan(&[2, 2, 2, 2, 2, 2, 1], 2), 7);
+        assert_eq!(makespan(&[4, 3, 4, 3], 2), 7);
+        assert_eq!(makespan(&[10], 4), 10);
+        assert_eq!(makespan(&[], 2), 0);
     }
 
     #[test]

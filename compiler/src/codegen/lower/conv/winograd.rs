@@ -61,7 +61,7 @@ use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
-use crate::codegen::tasks::Split;
+use crate::codegen::tasks::{self, Split};
 use crate::codegen::Target;
 use crate::ir::Tensor;
 use crate::ops::Activation;
@@ -155,6 +155,31 @@ fn algorithm(g: &ConvGeometry, options: &KernelOptions) -> Option<&'static Algor
     }
 }
 
+/// Tiles per chunk below which the chunk's GEMMs (one per transform point, the
+/// chunk's tiles as columns) would run mostly partial column panels.
+const MIN_CHUNK_TILES: usize = 24;
+
+/// Tile rows per chunk, at most `most` (what fits the cache), for `th` rows of `tw`
+/// tiles split into tasks by chunks: the count whose tasks 2, then 4 threads finish
+/// soonest (as the pools deal them, [`tasks::makespan`]), then the fewest chunks.
+fn balanced_chunk_rows(th: usize, most: usize, tw: usize, work: usize) -> usize {
+    let least = MIN_CHUNK_TILES.div_ceil(tw.max(1)).clamp(1, most);
+    (least..=most)
+        .min_by_key(|&rows| {
+            let chunks = th.div_ceil(rows);
+            let split = Split::of(chunks, work);
+            let task_rows: Vec<usize> = (0..split.tasks)
+                .map(|t| (th.min((t + 1) * split.per * rows)) - t * split.per * rows)
+                .collect();
+            (
+                tasks::makespan(&task_rows, 2),
+                tasks::makespan(&task_rows, 4),
+                chunks,
+            )
+        })
+        .unwrap_or(most)
+}
+
 /// Sizes of one batch item's buffers (in floats unless noted).
 struct Plan {
     alg: &'static Algorithm,
@@ -182,12 +207,13 @@ impl Plan {
         let a = alg.a();
         let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
         let mut chunk_rows = (CHUNK_BYTES / row_bytes).clamp(1, th);
-        // A one-image conv is split into tasks by its chunks: one that fits a single
-        // chunk (SqueezeNet's 13×13 maps, 7 tile rows) is cut in two when that is
-        // worth a task each.
+        // A one-image conv is split into tasks by its chunks (see [`chunk_split`]), so
+        // the chunks are cut for threads to share them evenly, not only to fit the
+        // cache: SqueezeNet's 55×55 maps (14 tile rows) made chunks of 5, 5 and 4
+        // rows, two of which one thread of two ran.
         let work = g.out_size() * g.mg * g.cg * 9;
-        if g.batch == 1 && chunk_rows == th && th > 1 && Split::of(2, work).tasks == 2 {
-            chunk_rows = th.div_ceil(2);
+        if g.batch == 1 && th > 1 && Split::of(2, work).tasks == 2 {
+            chunk_rows = balanced_chunk_rows(th, chunk_rows, tw, work);
         }
         Plan {
             alg,
