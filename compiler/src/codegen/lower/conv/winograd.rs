@@ -43,6 +43,7 @@
 //! He-scaled weights): F(2×2) 2–4e-7, F(4×4) 2–6e-6 for 64–512 channels; the direct
 //! conv is ~1e-7.
 
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
@@ -159,25 +160,36 @@ fn algorithm(g: &ConvGeometry, options: &KernelOptions) -> Option<&'static Algor
 /// chunk's tiles as columns) would run mostly partial column panels.
 const MIN_CHUNK_TILES: usize = 24;
 
-/// Tile rows per chunk, at most `most` (what fits the cache), for `th` rows of `tw`
-/// tiles split into tasks by chunks: the count whose tasks 2, then 4 threads finish
-/// soonest (as the pools deal them, [`tasks::makespan`]), then the fewest chunks.
-fn balanced_chunk_rows(th: usize, most: usize, tw: usize, work: usize) -> usize {
-    let least = MIN_CHUNK_TILES.div_ceil(tw.max(1)).clamp(1, most);
-    (least..=most)
-        .min_by_key(|&rows| {
-            let chunks = th.div_ceil(rows);
-            let split = Split::of(chunks, work);
+/// First tile row of chunk `c` of `chunks` over `th` rows: the rows are dealt as evenly
+/// as they divide, so chunks differ by at most one row.
+fn chunk_start(th: usize, chunks: usize, c: usize) -> usize {
+    c * th / chunks
+}
+
+/// How many chunks of at most `most` tile rows (what fits the cache) `th` rows of
+/// `tw` tiles are cut into when the conv is split into tasks by chunks: the count
+/// whose tasks 2, then 4 threads finish soonest (as the pools deal them,
+/// [`tasks::makespan`]), then the fewest.
+fn balanced_chunks(th: usize, most: usize, tw: usize, work: usize) -> usize {
+    let fewest = th.div_ceil(most);
+    let least_rows = MIN_CHUNK_TILES.div_ceil(tw.max(1));
+    (fewest..=th)
+        .filter(|&n| n == fewest || th.div_ceil(n) >= least_rows)
+        .min_by_key(|&n| {
+            let split = Split::of(n, work);
             let task_rows: Vec<usize> = (0..split.tasks)
-                .map(|t| (th.min((t + 1) * split.per * rows)) - t * split.per * rows)
+                .map(|t| {
+                    let end = ((t + 1) * split.per).min(n);
+                    chunk_start(th, n, end) - chunk_start(th, n, t * split.per)
+                })
                 .collect();
             (
                 tasks::makespan(&task_rows, 2),
                 tasks::makespan(&task_rows, 4),
-                chunks,
+                n,
             )
         })
-        .unwrap_or(most)
+        .unwrap_or(fewest)
 }
 
 /// Sizes of one batch item's buffers (in floats unless noted).
@@ -192,7 +204,9 @@ struct Plan {
     /// Padded input height; phase row length (the padded width is `m·lp`).
     hp: usize,
     lp: usize,
-    /// Tile rows per chunk: V and M hold one chunk at a time (see [`CHUNK_BYTES`]).
+    /// Chunks of tile rows, and the most rows one has: V and M hold one chunk at a
+    /// time (see [`CHUNK_BYTES`]). Chunk `c` starts at [`chunk_start`].
+    chunks: usize,
     chunk_rows: usize,
     /// Row length of V and M: a chunk's tiles plus slack for the last group's spill.
     ts: usize,
@@ -206,15 +220,17 @@ impl Plan {
         let groups = tw.div_ceil(lanes);
         let a = alg.a();
         let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
-        let mut chunk_rows = (CHUNK_BYTES / row_bytes).clamp(1, th);
+        let most = (CHUNK_BYTES / row_bytes).clamp(1, th);
         // A one-image conv is split into tasks by its chunks (see [`chunk_split`]), so
         // the chunks are cut for threads to share them evenly, not only to fit the
         // cache: SqueezeNet's 55×55 maps (14 tile rows) made chunks of 5, 5 and 4
-        // rows, two of which one thread of two ran.
+        // rows, two of which one thread of two ran (now 4 chunks of 3, 4, 3, 4).
         let work = g.out_size() * g.mg * g.cg * 9;
-        if g.batch == 1 && th > 1 && Split::of(2, work).tasks == 2 {
-            chunk_rows = balanced_chunk_rows(th, chunk_rows, tw, work);
-        }
+        let chunks = match g.batch == 1 && th > 1 && Split::of(2, work).tasks == 2 {
+            true => balanced_chunks(th, most, tw, work),
+            false => th.div_ceil(most),
+        };
+        let chunk_rows = th.div_ceil(chunks);
         Plan {
             alg,
             channels: g.cg,
@@ -227,6 +243,7 @@ impl Plan {
             // works 4 columns at a time.
             hp: th * m + 2,
             lp: lanes * groups + LANES,
+            chunks,
             chunk_rows,
             ts: (chunk_rows * tw + lanes - 1).next_multiple_of(lanes),
         }
@@ -365,8 +382,7 @@ pub(super) fn chunk_split(g: &ConvGeometry, m: usize, transforms: WinogradTransf
         return Split::of(1, 0);
     }
     let plan = Plan::new(g, alg, lanes);
-    let chunks = plan.th.div_ceil(plan.chunk_rows);
-    Split::of(chunks, g.out_size() * g.mg * g.cg * 9)
+    Split::of(plan.chunks, g.out_size() * g.mg * g.cg * 9)
 }
 
 /// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
@@ -452,13 +468,14 @@ pub(super) fn conv_winograd(
         geometry: geom,
         b_taps: vec![],
     };
-    // Chunks of `chunk_rows` tile rows, the last one (which holds the last, maybe
-    // partial, tile row) emitted on its own.
-    let last_rows = match plan.th % plan.chunk_rows {
-        0 => plan.chunk_rows,
-        r => r,
-    };
-    let loop_chunks = (plan.th - last_rows) / plan.chunk_rows;
+    // Chunks of `chunk_rows` or one fewer tile rows (see [`chunk_start`]), the last
+    // one (which holds the last, maybe partial, tile row) emitted on its own.
+    let (th, count) = (plan.th, plan.chunks);
+    let rows_of = |c: usize| chunk_start(th, count, c + 1) - chunk_start(th, count, c);
+    let last_rows = rows_of(count - 1);
+    let loop_chunks = count - 1;
+    let (long, short) = (plan.chunk_rows, th / count);
+    let has_short = long != short && (0..loop_chunks).any(|c| rows_of(c) == short);
     let mut kernels = |rows: usize, last: bool| -> Result<ChunkKernels, String> {
         let gemm = GemmKernel::define(ctx, &spec(rows * plan.tw))?;
         let transforms = match x86 {
@@ -494,9 +511,13 @@ pub(super) fn conv_winograd(
         };
         Ok(ChunkKernels { gemm, transforms })
     };
-    let full_kernel = match loop_chunks {
-        0 => None,
-        _ => Some(kernels(plan.chunk_rows, false)?),
+    let full_kernel = match (0..loop_chunks).any(|c| rows_of(c) == long) {
+        false => None,
+        true => Some(kernels(long, false)?),
+    };
+    let short_kernel = match has_short {
+        false => None,
+        true => Some(kernels(short, false)?),
     };
     let last_kernel = kernels(last_rows, true)?;
     let fma = gemm::has_fma(ctx.target);
@@ -543,14 +564,43 @@ pub(super) fn conv_winograd(
         let residual = ops.residual.as_ref().map(|_| addends[addends.len() - 1]);
         let out = OutputPtrs { y, bias, residual };
         kernel::chunk_loop(b, share, loop_chunks, true, |b, c, last| {
-            let (rows, k) = match (last, &full_kernel) {
-                (false, Some(k)) => (plan.chunk_rows, k),
-                _ => (last_rows, &last_kernel),
+            let mut emit = |b: &mut FunctionBuilder, row0: Value, rows, k: &ChunkKernels| {
+                let chunk = Chunk { row0, rows, last };
+                if let Err(e) = chunk.emit(b, g, &plan, fma, bufs, k, out, ops.activation) {
+                    failure = Some(e);
+                }
             };
-            let row0 = b.ins().imul_imm_s(c, plan.chunk_rows as i64);
-            let chunk = Chunk { row0, rows, last };
-            if let Err(e) = chunk.emit(b, g, &plan, fma, bufs, k, out, ops.activation) {
-                failure = Some(e);
+            if last {
+                let row0 = kernel::iconst(b, chunk_start(th, count, count - 1) as i64);
+                return emit(b, row0, last_rows, &last_kernel);
+            }
+            // Row c·th / count, and (with chunks of two sizes) its size from the next's.
+            let start = |b: &mut FunctionBuilder, c: Value| {
+                let scaled = b.ins().imul_imm_s(c, th as i64);
+                b.ins().udiv_imm_u(scaled, count as i64)
+            };
+            let row0 = start(b, c);
+            match (&full_kernel, &short_kernel) {
+                (Some(k), None) => emit(b, row0, long, k),
+                (None, Some(k)) => emit(b, row0, short, k),
+                (Some(long_k), Some(short_k)) => {
+                    let next = b.ins().iadd_imm_s(c, 1);
+                    let end = start(b, next);
+                    let rows = b.ins().isub(end, row0);
+                    let is_long = b.ins().icmp_imm_u(IntCC::Equal, rows, long as i64);
+                    let (on_long, on_short, join) =
+                        (b.create_block(), b.create_block(), b.create_block());
+                    b.ins().brif(is_long, on_long, &[], on_short, &[]);
+                    for (block, rows, k) in [(on_long, long, long_k), (on_short, short, short_k)] {
+                        b.seal_block(block);
+                        b.switch_to_block(block);
+                        emit(b, row0, rows, k);
+                        b.ins().jump(join, &[]);
+                    }
+                    b.seal_block(join);
+                    b.switch_to_block(join);
+                }
+                (None, None) => failure = Some("Winograd: a chunk with no kernel".into()),
             }
         });
     };
@@ -1106,4 +1156,35 @@ fn load_lanes(b: &mut FunctionBuilder, addr: Value, off: usize, n: usize) -> Val
         v = b.ins().insertlane(v, x, l as u8);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::tasks::MIN_TASK_WORK;
+
+    fn sizes(th: usize, chunks: usize) -> Vec<usize> {
+        (0..chunks)
+            .map(|c| chunk_start(th, chunks, c + 1) - chunk_start(th, chunks, c))
+            .collect()
+    }
+
+    #[test]
+    fn chunks_are_cut_for_two_threads_to_finish_together() {
+        let work = 1000 * MIN_TASK_WORK;
+        // SqueezeNet's 55×55 maps with F(4): 14 tile rows of 14 tiles, at most 5 per
+        // chunk in cache: 3 + 4 rows per thread, not 5 + 5 against 4.
+        let n = balanced_chunks(14, 5, 14, work);
+        assert_eq!(sizes(14, n), [3, 4, 3, 4]);
+        // Its 13×13 maps with F(2): 7 rows of 7 tiles fit one chunk; cut in two.
+        assert_eq!(sizes(7, balanced_chunks(7, 7, 7, work)), [3, 4]);
+        // Every row in exactly one chunk, sizes at most one apart.
+        for th in 1..40 {
+            for n in 1..=th {
+                let s = sizes(th, n);
+                assert_eq!(s.iter().sum::<usize>(), th);
+                assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1);
+            }
+        }
+    }
 }
