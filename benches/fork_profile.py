@@ -18,12 +18,10 @@ and the parts of split nodes that run before their fork. Needs numpy, nm and cc.
 """
 import argparse, collections, ctypes, os, re, shlex, statistics, subprocess, sys, tempfile
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benches"))
 from bench_models import NncModel, model_inputs, NNC  # noqa: E402
-from threads_vs_ort import RunOptions, cpu_line  # noqa: E402
+from threads_vs_ort import PooledRun, cpu_line  # noqa: E402
 
 TIMING_POOL_C = r"""
 #define _GNU_SOURCE
@@ -135,26 +133,18 @@ def node_names(ir_dump):
             if re.match(r"\s*%.*? = \w+", line)]
 
 
-class TimedRuns:
+class TimedRuns(PooledRun):
     """`run()` of one model through one timing pool, with its own workspace."""
 
     def __init__(self, tl, model, pool):
-        self.tl, self.model, self.pool = tl, model, pool
-        lib = model.lib
-        lib.workspace_size.restype = ctypes.c_uint64
-        self.opts = RunOptions(ctypes.sizeof(RunOptions), pool, 0)
-        size = lib.workspace_size(ctypes.byref(self.opts))
-        self.opts.workspace_bytes = size
-        self.ws = np.zeros(size + 64, np.uint8)
-        self.ws_ptr = self.ws.ctypes.data + (-self.ws.ctypes.data) % 64
-        self.results = [np.zeros(s, dtype=d) for _, d, s in model.outputs]
-        self.out_ptrs = (ctypes.c_void_p * len(self.results))(*[r.ctypes.data for r in self.results])
-        self.run_ptr = ctypes.cast(lib.run, ctypes.c_void_p).value
+        super().__init__(model, pool)
+        self.tl, self.pool = tl, pool
+        self.run_ptr = ctypes.cast(model.lib.run, ctypes.c_void_p).value
 
     def once(self):
         """(run seconds, [(fn offset, tasks, seconds)] per fork) of one run."""
         tl, p = self.tl, self.pool
-        rc = tl.timed_run(p, self.run_ptr, ctypes.cast(self.model.in_ptrs, ctypes.c_void_p),
+        rc = tl.timed_run(p, self.run_ptr, ctypes.cast(self.m.in_ptrs, ctypes.c_void_p),
                           ctypes.cast(self.out_ptrs, ctypes.c_void_p), self.ws_ptr,
                           ctypes.addressof(self.opts))
         if rc != 0:
@@ -215,8 +205,11 @@ def main():
     for lost, i, label, n, s, p in sorted(rows, reverse=True)[:args.top]:
         print(f"{i:4d} {n:5d} {s:9.3f} {p:9.3f} {s / p if p else 0:7.2f} {lost:7.3f}  {label}")
     forks_s, forks_p = sum(r[4] for r in rows), sum(r[5] for r in rows)
-    print(f"forks:         serial {forks_s:8.3f} ms, pooled {forks_p:8.3f} ms, speedup {forks_s / forks_p:.2f}, "
-          f"lost {forks_p - forks_s / t:.3f} ms")
+    if rows:
+        print(f"forks:         serial {forks_s:8.3f} ms, pooled {forks_p:8.3f} ms, "
+              f"speedup {forks_s / forks_p:.2f}, lost {forks_p - forks_s / t:.3f} ms")
+    else:
+        print("forks:         none (no node is split: `run` computes it all on the calling thread)")
     print(f"between forks: serial {between['serial']:8.3f} ms, pooled {between['pooled']:8.3f} ms")
     print(f"run:           serial {total['serial']:8.3f} ms, pooled {total['pooled']:8.3f} ms, "
           f"speedup {total['serial'] / total['pooled']:.2f}")

@@ -34,27 +34,20 @@ static double now(void) {
     "vpbroadcastq " W ",%%ymm10\n vpmaddwd %%ymm" B0 ",%%ymm10,%%ymm11\n vpaddd %%ymm11,%%ymm" A0 ",%%ymm" A0 "\n" \
     "vpmaddwd %%ymm" B1 ",%%ymm10,%%ymm12\n vpaddd %%ymm12,%%ymm" A1 ",%%ymm" A1 "\n"
 
-static void exact16(long n) {
-    __asm__ volatile("1:\n vpmovzxbw (%0),%%ymm8\n vpmovzxbw 16(%0),%%ymm9\n"
-                     MAP("(%1)", "0", "1", "8", "9") MAP("8(%1)", "2", "3", "8", "9")
-                     MAP("16(%1)", "4", "5", "8", "9") MAP("24(%1)", "6", "7", "8", "9")
-                     "dec %2\n jnz 1b\n"
-                     : "+r"((void *){planes}), "+r"((void *){weights}), "+r"(n)
-                     :
-                     : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-                       "xmm8", "xmm9", "xmm10", "xmm11", "xmm12");
-}
+/* A 4 x 8 tile's K step on the two plane registers LOADS fills. */
+#define EXACT16_4X8(NAME, LOADS)                                                                 \
+    static void NAME(long n) {                                                                   \
+        __asm__ volatile("1:\n" LOADS MAP("(%1)", "0", "1", "8", "9") MAP("8(%1)", "2", "3", "8", "9") \
+                         MAP("16(%1)", "4", "5", "8", "9") MAP("24(%1)", "6", "7", "8", "9")   \
+                         "dec %2\n jnz 1b\n"                                                    \
+                         : "+r"((void *){planes}), "+r"((void *){weights}), "+r"(n)              \
+                         :                                                                       \
+                         : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",     \
+                           "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12");                   \
+    }
 
-static void exact16_wide(long n) {
-    __asm__ volatile("1:\n vmovdqu (%0),%%ymm8\n vmovdqu 32(%0),%%ymm9\n"
-                     MAP("(%1)", "0", "1", "8", "9") MAP("8(%1)", "2", "3", "8", "9")
-                     MAP("16(%1)", "4", "5", "8", "9") MAP("24(%1)", "6", "7", "8", "9")
-                     "dec %2\n jnz 1b\n"
-                     : "+r"((void *){planes}), "+r"((void *){weights}), "+r"(n)
-                     :
-                     : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
-                       "xmm8", "xmm9", "xmm10", "xmm11", "xmm12");
-}
+EXACT16_4X8(exact16, "vpmovzxbw (%0),%%ymm8\n vpmovzxbw 16(%0),%%ymm9\n")
+EXACT16_4X8(exact16_wide, "vmovdqu (%0),%%ymm8\n vmovdqu 32(%0),%%ymm9\n")
 
 #define MAP1(W, A) "vpbroadcastq " W ",%%ymm10\n vpmaddwd %%ymm8,%%ymm10,%%ymm11\n vpaddd %%ymm11,%%ymm" A ",%%ymm" A "\n"
 

@@ -192,6 +192,11 @@ fn balanced_chunks(th: usize, most: usize, tw: usize, work: usize) -> usize {
         .unwrap_or(fewest)
 }
 
+/// The direct conv's multiply-adds: the work a Winograd conv's task split weighs.
+fn direct_work(g: &ConvGeometry) -> usize {
+    g.out_size() * g.mg * g.cg * 9
+}
+
 /// Sizes of one batch item's buffers (in floats unless noted).
 struct Plan {
     alg: &'static Algorithm,
@@ -225,7 +230,7 @@ impl Plan {
         // the chunks are cut for threads to share them evenly, not only to fit the
         // cache: SqueezeNet's 55×55 maps (14 tile rows) made chunks of 5, 5 and 4
         // rows, two of which one thread of two ran (now 4 chunks of 3, 4, 3, 4).
-        let work = g.out_size() * g.mg * g.cg * 9;
+        let work = direct_work(g);
         let chunks = match g.batch == 1 && th > 1 && Split::of(2, work).tasks == 2 {
             true => balanced_chunks(th, most, tw, work),
             false => th.div_ceil(most),
@@ -382,7 +387,7 @@ pub(super) fn chunk_split(g: &ConvGeometry, m: usize, transforms: WinogradTransf
         return Split::of(1, 0);
     }
     let plan = Plan::new(g, alg, lanes);
-    Split::of(plan.chunks, g.out_size() * g.mg * g.cg * 9)
+    Split::of(plan.chunks, direct_work(g))
 }
 
 /// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
