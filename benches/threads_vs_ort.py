@@ -3,7 +3,7 @@
 process, alternating call by call, wall time (the threads are the point).
 
 usage: benches/threads_vs_ort.py MODELS_DIR [--models a,b] [--threads 1,2] [--rounds N]
-                                  [--nnc-args "..."] [--json FILE]
+                                  [--nnc-args "..."] [--baseline-nnc PATH] [--json FILE]
 
 Each model is compiled with target/release/nnc (plus --nnc-args) and run through
 `run()` with the header-only pthread pool of runtime-abi/include/nnc_pool.h (built here
@@ -11,6 +11,8 @@ into a small helper library with the system C compiler) of each thread count, an
 onnxruntime sessions of `intra_op_num_threads` = each count. Prints the median ms per
 call, nnc's speedup over its own 1-thread run, and nnc/onnxruntime at equal threads.
 Outputs of every thread count are checked bit-identical to the 1-thread run's.
+With --baseline-nnc, the models are also compiled with that nnc binary (an earlier
+build) and timed in the same rounds, for an A/B of two builds next to onnxruntime.
 """
 import argparse, ctypes, json, os, platform, shlex, statistics, subprocess, sys, tempfile, time
 import numpy as np
@@ -94,11 +96,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=0, help="calls per round (default: ~0.3 s)")
     ap.add_argument("--nnc-args", default="")
+    ap.add_argument("--baseline-nnc", help="a second nnc binary, timed alongside")
+    ap.add_argument("--stat", choices=["median", "min"], default="median",
+                    help="per engine, the median or the fastest round (min resists bursts of "
+                         "other load on shared machines)")
     ap.add_argument("--json")
     args = ap.parse_args()
     import onnxruntime as ort
     threads = [int(t) for t in args.threads.split(",")]
-    print(f"CPU: {cpu_line()}; wall time, median of {args.rounds} alternating rounds")
+    print(f"CPU: {cpu_line()}; wall time, {args.stat} of {args.rounds} alternating rounds")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         pl = build_pool_lib(tmp)
@@ -112,6 +118,14 @@ def main():
             feeds = model_inputs(args.models_dir, name, model.inputs)
             model.bind(feeds)
             runs = {t: PooledRun(model, pl.bench_pool_get(pools[t])) for t in threads}
+            base_runs = {}
+            if args.baseline_nnc:
+                base_so = os.path.join(tmp, f"{name}.base.so")
+                subprocess.run([args.baseline_nnc, "compile", path, "-o", base_so,
+                                *shlex.split(args.nnc_args)], check=True, capture_output=True)
+                base_model = NncModel(base_so)
+                base_model.bind(feeds)
+                base_runs = {t: PooledRun(base_model, pl.bench_pool_get(pools[t])) for t in threads}
             sessions = {}
             for t in threads:
                 so_opts = ort.SessionOptions()
@@ -120,6 +134,7 @@ def main():
                 sess = ort.InferenceSession(path, so_opts, providers=["CPUExecutionProvider"])
                 sessions[t] = (sess, {i.name: feeds[i.name] for i in sess.get_inputs()})
             engines = [(f"nnc{t}", runs[t]) for t in threads] + \
+                      [(f"base{t}", r) for t, r in base_runs.items()] + \
                       [(f"ort{t}", (lambda s=s, f=f: s.run(None, f))) for t, (s, f) in sessions.items()]
             for _, fn in engines:
                 fn()
@@ -142,12 +157,15 @@ def main():
                     for _ in range(calls):
                         fn()
                     times[n].append((time.perf_counter() - t0) * 1e3 / calls)
-            med = {n: statistics.median(v) for n, v in times.items()}
+            stat = statistics.median if args.stat == "median" else min
+            med = {n: stat(v) for n, v in times.items()}
             row = dict(model=name, **{k: round(v, 4) for k, v in med.items()})
             rows.append(row)
             cols = "  ".join(f"nnc{t} {med[f'nnc{t}']:8.3f}  ort{t} {med[f'ort{t}']:8.3f}  "
                              f"speedup {med[f'nnc{threads[0]}'] / med[f'nnc{t}']:.2f}  "
-                             f"nnc/ort {med[f'nnc{t}'] / med[f'ort{t}']:.2f}" for t in threads)
+                             f"nnc/ort {med[f'nnc{t}'] / med[f'ort{t}']:.2f}" +
+                             (f"  nnc/base {med[f'nnc{t}'] / med[f'base{t}']:.3f}" if base_runs else "")
+                             for t in threads)
             print(f"{name:20s} {cols}", flush=True)
         for p in pools.values():
             pl.bench_pool_destroy(p)

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use graphs::Rng;
 use models::{Attr, ModelBuilder};
 use nnc::codegen::kernel_plan::plan_kernels;
+use nnc::codegen::options::{KernelOptions, KernelSource};
 use nnc::codegen::{Arch, Target};
 use nnc::ir::{DType, Graph, Tensor};
 use nnc::onnx::proto::ModelProto;
@@ -189,6 +190,39 @@ fn basic_block() -> Vec<u8> {
         ],
     );
     let y = conv3(&mut m, &p, 32, 1);
+    m.output(&y);
+    m.encode()
+}
+
+/// 3×3 convs whose 7 tile rows two threads cannot share evenly, split by groups of
+/// maps instead: 28×28 (Winograd F(4×4)) with bias and ReLU, then with a residual,
+/// and 14×14 (F(2×2)) with 96 maps.
+fn winograd_map_groups() -> Vec<u8> {
+    let mut m = ModelBuilder::new(27);
+    let x = m.input("image", &[1, 64, 28, 28]);
+    let conv3 = |m: &mut ModelBuilder, x: &str, cin: usize, cout: usize| {
+        let w = m.weight(&[cout, cin, 3, 3], 0.1);
+        let b = m.weight(&[cout], 0.1);
+        m.node(
+            "Conv",
+            &[x, &w, &b],
+            vec![("pads", Attr::Ints(vec![1, 1, 1, 1]))],
+        )
+    };
+    let h = conv3(&mut m, &x, 64, 128);
+    let h = m.node("Relu", &[&h], vec![]);
+    let r = conv3(&mut m, &h, 128, 128);
+    let r = m.node("Add", &[&r, &h], vec![]);
+    let r = m.node("Relu", &[&r], vec![]);
+    let p = m.node(
+        "MaxPool",
+        &[&r],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let y = conv3(&mut m, &p, 128, 96);
     m.output(&y);
     m.encode()
 }
@@ -387,11 +421,68 @@ fn outputs_are_bit_identical_for_every_pool() {
         encoder_layer(),
         inverted_residual(),
         basic_block(),
+        winograd_map_groups(),
         decoder_head(),
         resnet_stages(),
         row_ops(),
     ] {
         every_pool_matches_infer(&optimized(&model));
+    }
+    // The 7-tile-row Winograd convs split by maps where the GEMM's vectors (8 or 4
+    // lanes) make their chunks of tile rows uneven; so do their Cranelift transforms.
+    let g = optimized(&winograd_map_groups());
+    let winograd_tasks = |target: &Target, options: &KernelOptions| -> Vec<usize> {
+        let plan = plan_kernels(&g, target, options);
+        plan.nodes
+            .iter()
+            .filter(|n| n.strategy_name().starts_with("winograd"))
+            .map(|n| n.tasks)
+            .collect()
+    };
+    let clif = KernelOptions {
+        winograd_transform: KernelSource::Clif,
+        ..Default::default()
+    };
+    let avx2 = Target::new(Arch::X86_64, Some("x86-64-v3")).expect("x86-64 target");
+    let aarch64 = Target::new(Arch::Aarch64, None).expect("aarch64 target");
+    for (target, options) in [
+        (&avx2, KernelOptions::default()),
+        (&avx2, clif.clone()),
+        (&aarch64, KernelOptions::default()),
+    ] {
+        let tasks = winograd_tasks(target, &options);
+        assert!(
+            tasks.len() == 3 && tasks.iter().all(|&t| t >= 2),
+            "{}: {tasks:?}",
+            target.cpu
+        );
+    }
+    if Arch::host() == Arch::X86_64 && tools::host_runs("x86-64-v3") {
+        let mut opts = runner::options(avx2);
+        opts.kernels = clif;
+        let lib = Compiled::with_options(&g, &opts).expect("compiles");
+        let inputs = random_inputs(&g, 8);
+        let want = lib.run(&g, &inputs).expect("infer runs");
+        let reference = nnc::interp::run_graph(&g, &inputs).expect("the interpreter runs");
+        for (got, expected) in want.iter().zip(&reference) {
+            graphs::compare(
+                got,
+                expected,
+                graphs::tolerance(DType::F32),
+                graphs::Scale::Whole,
+            )
+            .unwrap_or_else(|e| panic!("Cranelift transforms vs the interpreter: {e}"));
+        }
+        for threads in [2, 3] {
+            let pool = ThreadPool::new(threads).expect("threads start");
+            let got = lib
+                .run_pooled(&g, &inputs, Some(&pool.as_raw()))
+                .expect("run");
+            assert!(
+                got == want,
+                "Cranelift transforms, {threads} threads: outputs differ"
+            );
+        }
     }
     // The encoder's head transposes split by output rows.
     let g = optimized(&encoder_layer());
@@ -541,6 +632,7 @@ fn aarch64_pools_under_qemu_match_infer() {
     for model in [
         encoder_layer(),
         inverted_residual(),
+        winograd_map_groups(),
         decoder_head(),
         resnet_stages(),
         row_ops(),

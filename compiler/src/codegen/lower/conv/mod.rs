@@ -429,7 +429,7 @@ pub fn plan_conv(
                 }
                 _ => "3x3 stride 1, constant weights; --kernel winograd",
             };
-            let tasks = winograd::chunk_split(&g, m, transforms).tasks;
+            let tasks = winograd::task_split(&g, m, transforms, &gemm).tasks();
             plan(
                 ConvStrategy::Winograd {
                     m,

@@ -67,6 +67,8 @@ use crate::codegen::Target;
 use crate::ir::Tensor;
 use crate::ops::Activation;
 
+mod by_maps;
+
 const LANES: usize = 4;
 /// The transforms go through memory between their two 1-D passes: a 6×6 tile of f32x4
 /// is 36 vectors, and kept in registers (16 on x86-64) it spilled badly. Staged, each
@@ -176,13 +178,7 @@ fn balanced_chunks(th: usize, most: usize, tw: usize, work: usize) -> usize {
     (fewest..=th)
         .filter(|&n| n == fewest || th.div_ceil(n) >= least_rows)
         .min_by_key(|&n| {
-            let split = Split::of(n, work);
-            let task_rows: Vec<usize> = (0..split.tasks)
-                .map(|t| {
-                    let end = ((t + 1) * split.per).min(n);
-                    chunk_start(th, n, end) - chunk_start(th, n, t * split.per)
-                })
-                .collect();
+            let task_rows = chunk_task_rows(th, n, work);
             (
                 tasks::makespan(&task_rows, 2),
                 tasks::makespan(&task_rows, 4),
@@ -192,12 +188,43 @@ fn balanced_chunks(th: usize, most: usize, tw: usize, work: usize) -> usize {
         .unwrap_or(fewest)
 }
 
+/// Tile rows of each task when `th` rows in `chunks` chunks are split into tasks by
+/// chunks.
+fn chunk_task_rows(th: usize, chunks: usize, work: usize) -> Vec<usize> {
+    let split = Split::of(chunks, work);
+    (0..split.tasks)
+        .map(|t| {
+            let end = ((t + 1) * split.per).min(chunks);
+            chunk_start(th, chunks, end) - chunk_start(th, chunks, t * split.per)
+        })
+        .collect()
+}
+
 /// The direct conv's multiply-adds: the work a Winograd conv's task split weighs.
 fn direct_work(g: &ConvGeometry) -> usize {
     g.out_size() * g.mg * g.cg * 9
 }
 
+/// How many chunks of tile rows a conv's V and M are cut into (see [`CHUNK_BYTES`]). A
+/// one-image conv is split into tasks by its chunks (see [`task_split`]), so the chunks
+/// are cut for threads to share them evenly, not only to fit the cache: SqueezeNet's
+/// 55×55 maps (14 tile rows) made chunks of 5, 5 and 4 rows, two of which one thread
+/// of two ran (now 4 chunks of 3, 4, 3, 4).
+fn chunk_count(g: &ConvGeometry, alg: &Algorithm) -> usize {
+    let m = alg.m;
+    let (th, tw) = (g.output[0].div_ceil(m), g.output[1].div_ceil(m));
+    let a = alg.a();
+    let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
+    let most = (CHUNK_BYTES / row_bytes).clamp(1, th);
+    let work = direct_work(g);
+    match g.batch == 1 && th > 1 && Split::of(2, work).tasks == 2 {
+        true => balanced_chunks(th, most, tw, work),
+        false => th.div_ceil(most),
+    }
+}
+
 /// Sizes of one batch item's buffers (in floats unless noted).
+#[derive(Clone, Copy)]
 struct Plan {
     alg: &'static Algorithm,
     channels: usize,
@@ -215,27 +242,31 @@ struct Plan {
     chunk_rows: usize,
     /// Row length of V and M: a chunk's tiles plus slack for the last group's spill.
     ts: usize,
+    /// Bytes from one V_ξν to the next, and from one M_ξν to the next (see [`skewed`]):
+    /// fixed by the whole conv's channels and maps, also where a transform covers
+    /// some of them.
+    v_plane: usize,
+    m_plane: usize,
 }
 
 impl Plan {
     /// The plan for transforms of `lanes` tiles per vector: 4 (Cranelift), 8 or 16.
     fn new(g: &ConvGeometry, alg: &'static Algorithm, lanes: usize) -> Plan {
+        Plan::with_chunks(g, alg, lanes, chunk_count(g, alg))
+    }
+
+    /// The plan whose V and M hold the whole image: for a conv split by maps (see
+    /// [`by_maps`]).
+    fn whole(g: &ConvGeometry, alg: &'static Algorithm, lanes: usize) -> Plan {
+        Plan::with_chunks(g, alg, lanes, 1)
+    }
+
+    fn with_chunks(g: &ConvGeometry, alg: &'static Algorithm, lanes: usize, chunks: usize) -> Plan {
         let m = alg.m;
         let (th, tw) = (g.output[0].div_ceil(m), g.output[1].div_ceil(m));
         let groups = tw.div_ceil(lanes);
-        let a = alg.a();
-        let row_bytes = a * a * (g.cg + g.mg) * tw * F32;
-        let most = (CHUNK_BYTES / row_bytes).clamp(1, th);
-        // A one-image conv is split into tasks by its chunks (see [`chunk_split`]), so
-        // the chunks are cut for threads to share them evenly, not only to fit the
-        // cache: SqueezeNet's 55×55 maps (14 tile rows) made chunks of 5, 5 and 4
-        // rows, two of which one thread of two ran (now 4 chunks of 3, 4, 3, 4).
-        let work = direct_work(g);
-        let chunks = match g.batch == 1 && th > 1 && Split::of(2, work).tasks == 2 {
-            true => balanced_chunks(th, most, tw, work),
-            false => th.div_ceil(most),
-        };
         let chunk_rows = th.div_ceil(chunks);
+        let ts = (chunk_rows * tw + lanes - 1).next_multiple_of(lanes);
         Plan {
             alg,
             channels: g.cg,
@@ -250,7 +281,18 @@ impl Plan {
             lp: lanes * groups + LANES,
             chunks,
             chunk_rows,
-            ts: (chunk_rows * tw + lanes - 1).next_multiple_of(lanes),
+            ts,
+            v_plane: skewed(g.cg * ts * F32),
+            m_plane: skewed(g.mg * ts * F32),
+        }
+    }
+
+    /// The same plan for `channels` of the conv's input channels and `maps` of its maps.
+    fn part(&self, channels: usize, maps: usize) -> Plan {
+        Plan {
+            channels,
+            maps,
+            ..*self
         }
     }
 
@@ -262,13 +304,12 @@ impl Plan {
         align_up(self.channels * self.hp * self.wp() * F32)
     }
 
-    /// Bytes from one V_ξν to the next, and from one M_ξν to the next (see [`skewed`]).
     fn v_plane(&self) -> usize {
-        skewed(self.channels * self.ts * F32)
+        self.v_plane
     }
 
     fn m_plane(&self) -> usize {
-        skewed(self.maps * self.ts * F32)
+        self.m_plane
     }
 
     fn v_bytes(&self) -> usize {
@@ -304,7 +345,13 @@ pub(super) fn scratch_bytes(g: &ConvGeometry, options: &KernelOptions) -> Option
     algorithm(g, options).map(|alg| {
         [LANES, 8, 16]
             .iter()
-            .map(|&lanes| Plan::new(g, alg, lanes).bytes())
+            .map(|&lanes| {
+                let whole = match by_maps::fits(g, alg) {
+                    true => Plan::whole(g, alg, lanes).bytes(),
+                    false => 0,
+                };
+                Plan::new(g, alg, lanes).bytes().max(whole)
+            })
             .max()
             .unwrap_or(0)
     })
@@ -370,24 +417,55 @@ pub(super) fn choose(
     Some((alg.m, transforms))
 }
 
-/// With a thread pool, a one-image conv on the tile-row transforms is split by its
-/// chunks of tile rows: a prologue pads and phase-splits the input once into the
-/// node's shared scratch, and each task runs its contiguous range of chunks, the last
-/// task the last (maybe shorter) chunk.
-pub(super) fn chunk_split(g: &ConvGeometry, m: usize, transforms: WinogradTransforms) -> Split {
+/// How a conv runs as tasks with a thread pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TaskSplit {
+    /// By chunks of tile rows (not split: one task): a prologue pads and phase-splits
+    /// the input once into the node's shared scratch, and each task runs its
+    /// contiguous range of chunks, the last task the last (maybe shorter) chunk.
+    Chunks(Split),
+    /// By groups of maps over the whole image (see [`by_maps`]).
+    Maps(Split),
+}
+
+impl TaskSplit {
+    pub(super) fn tasks(&self) -> usize {
+        match self {
+            TaskSplit::Chunks(s) | TaskSplit::Maps(s) => s.tasks,
+        }
+    }
+}
+
+/// How a one-image conv on the tile-row transforms is split into tasks: by chunks of
+/// tile rows, or by groups of maps where the rows do not divide evenly between two
+/// threads (see [`by_maps`]). `gemm` is the planned GEMM family, whose row tiles a
+/// group of maps is made of.
+pub(super) fn task_split(
+    g: &ConvGeometry,
+    m: usize,
+    transforms: WinogradTransforms,
+    gemm: &Geometry,
+) -> TaskSplit {
+    let unsplit = TaskSplit::Chunks(Split::of(1, 0));
     let lanes = match transforms {
-        WinogradTransforms::Plane16 => return Split::of(1, 0),
+        WinogradTransforms::Plane16 => return unsplit,
         WinogradTransforms::X86(isa) => isa.lanes(),
         WinogradTransforms::Clif => LANES,
     };
     let Some(alg) = [&F2, &F4].into_iter().find(|a| a.m == m) else {
-        return Split::of(1, 0);
+        return unsplit;
     };
     if g.batch != 1 {
-        return Split::of(1, 0);
+        return unsplit;
+    }
+    if by_maps::fits(g, alg) && by_maps::chunks_uneven(g, alg, gemm) {
+        let split = by_maps::split(g.mg, gemm.mr, direct_work(g));
+        if split.tasks > 1 {
+            return TaskSplit::Maps(split);
+        }
     }
     let plan = Plan::new(g, alg, lanes);
-    Split::of(plan.chunks, direct_work(g))
+    TaskSplit::Chunks(Split::of(plan.chunks, direct_work(g)))
 }
 
 /// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
@@ -430,6 +508,41 @@ fn weight_transform(g: &ConvGeometry, alg: &Algorithm, w: &[f32]) -> Vec<f32> {
     u
 }
 
+/// The machine-code transforms' description of `rows` tile rows of `plan` (the conv's
+/// last tile row among them when `last`).
+fn transform_spec(
+    g: &ConvGeometry,
+    plan: &Plan,
+    ops: &ConvOperands,
+    isa: X86Isa,
+    (rows, last): (usize, bool),
+) -> TransformSpec {
+    let m = plan.alg.m;
+    TransformSpec {
+        m,
+        isa,
+        channels: plan.channels,
+        maps: plan.maps,
+        rows,
+        tw: plan.tw,
+        groups: plan.groups,
+        lp: plan.lp,
+        hp: plan.hp,
+        ts: plan.ts,
+        v_plane: plan.v_plane(),
+        m_plane: plan.m_plane(),
+        out_h: g.output[0],
+        out_w: g.output[1],
+        last_rows: match g.output[0] % m {
+            r if last && r != 0 => r,
+            _ => m,
+        },
+        bias: ops.bias.is_some(),
+        residual: ops.residual.is_some(),
+        activation: ops.activation,
+    }
+}
+
 pub(super) fn conv_winograd(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
@@ -449,11 +562,22 @@ pub(super) fn conv_winograd(
         WinogradTransforms::X86(isa) => Some(isa),
         WinogradTransforms::Clif => None,
     };
-    let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
+    let split = task_split(g, m, transforms, &geom);
+    if ctx.kernel.tasks > 1 && split.tasks() != ctx.kernel.tasks {
+        return Err(format!(
+            "the plan split this Winograd conv into {} tasks, its shape into {}",
+            ctx.kernel.tasks,
+            split.tasks()
+        ));
+    }
     let Some(Tensor::F32(w)) = &ops.w.constant else {
         return Err("the Winograd path needs constant weights".into());
     };
     let w: Vec<f32> = w.iter().copied().collect();
+    if let (TaskSplit::Maps(split), true) = (split, ctx.kernel.tasks > 1) {
+        return by_maps::conv(ctx, g, ops, (alg, x86), geom, &split, &w);
+    }
+    let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
     let u = transformed_weights(g, alg, &w, &geom);
     let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;
@@ -485,29 +609,7 @@ pub(super) fn conv_winograd(
         let gemm = GemmKernel::define(ctx, &spec(rows * plan.tw))?;
         let transforms = match x86 {
             Some(isa) => {
-                let t = TransformSpec {
-                    m: alg.m,
-                    isa,
-                    channels: plan.channels,
-                    maps: plan.maps,
-                    rows,
-                    tw: plan.tw,
-                    groups: plan.groups,
-                    lp: plan.lp,
-                    hp: plan.hp,
-                    ts: plan.ts,
-                    v_plane: plan.v_plane(),
-                    m_plane: plan.m_plane(),
-                    out_h: g.output[0],
-                    out_w: g.output[1],
-                    last_rows: match g.output[0] % alg.m {
-                        r if last && r != 0 => r,
-                        _ => alg.m,
-                    },
-                    bias: ops.bias.is_some(),
-                    residual: ops.residual.is_some(),
-                    activation: ops.activation,
-                };
+                let t = transform_spec(g, &plan, ops, isa, (rows, last));
                 let input = gemm::define_machine_code(ctx, 2, &x86::winograd::emit_input(&t)?)?;
                 let output = gemm::define_machine_code(ctx, 4, &x86::winograd::emit_output(&t)?)?;
                 Some([input, output])
@@ -609,14 +711,7 @@ pub(super) fn conv_winograd(
             }
         });
     };
-    if ctx.kernel.tasks > 1 {
-        let split = chunk_split(g, m, transforms);
-        if split.tasks != ctx.kernel.tasks {
-            return Err(format!(
-                "the plan split this Winograd conv into {} tasks, its chunks into {}",
-                ctx.kernel.tasks, split.tasks
-            ));
-        }
+    if let (TaskSplit::Chunks(split), true) = (split, ctx.kernel.tasks > 1) {
         let shared = ctx.shared_scratch.ok_or("Winograd needs scratch")?;
         let prologue = |ctx: &mut LowerCtx, part: Option<Value>| -> LowerResult {
             let bufs = buffers(ctx.b, shared, shared);
