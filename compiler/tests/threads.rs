@@ -231,7 +231,7 @@ fn winograd_map_groups() -> Vec<u8> {
 /// maps: a 7×7 stride-2 stem (implicit GEMM writing rows in place), a 5×5 and a 3×3
 /// stride-2 conv (implicit GEMM, the second on phase planes), a 1×1 stride-2 and a padded 3×3 stride-2 conv
 /// (im2col), and on 7×7 a padded 3×3 conv with a residual and a pointwise conv
-/// (transposed GEMMs).
+/// of 1000 maps (transposed GEMMs).
 fn resnet_stages() -> Vec<u8> {
     let mut m = ModelBuilder::new(25);
     let x = m.input("image", &[1, 3, 200, 200]);
@@ -268,7 +268,7 @@ fn resnet_stages() -> Vec<u8> {
     let r = conv(&mut m, &h, 128, 128, 3, 1);
     let r = m.node("Add", &[&r, &h], vec![]);
     let r = m.node("Relu", &[&r], vec![]);
-    let y = conv(&mut m, &r, 128, 256, 1, 1);
+    let y = conv(&mut m, &r, 128, 1000, 1, 1);
     m.output(&y);
     m.encode()
 }

@@ -313,15 +313,25 @@ pub fn if_last_task(
     other: impl FnOnce(&mut FunctionBuilder),
 ) {
     let is_last = b.ins().icmp_imm_u(IntCC::Equal, task, (tasks - 1) as i64);
-    let (then, otherwise, join) = (b.create_block(), b.create_block(), b.create_block());
-    b.ins().brif(is_last, then, &[], otherwise, &[]);
-    b.seal_block(then);
-    b.switch_to_block(then);
-    last(b);
+    if_else(b, is_last, last, other);
+}
+
+/// Emits `if cond { then(b) } else { otherwise(b) }`.
+pub fn if_else(
+    b: &mut FunctionBuilder,
+    cond: Value,
+    then: impl FnOnce(&mut FunctionBuilder),
+    otherwise: impl FnOnce(&mut FunctionBuilder),
+) {
+    let (then_block, else_block, join) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().brif(cond, then_block, &[], else_block, &[]);
+    b.seal_block(then_block);
+    b.switch_to_block(then_block);
+    then(b);
     b.ins().jump(join, &[]);
-    b.seal_block(otherwise);
-    b.switch_to_block(otherwise);
-    other(b);
+    b.seal_block(else_block);
+    b.switch_to_block(else_block);
+    otherwise(b);
     b.ins().jump(join, &[]);
     b.seal_block(join);
     b.switch_to_block(join);
