@@ -71,6 +71,13 @@ class PooledRun:
             raise RuntimeError(f"run returned {rc}")
 
 
+def compile_model(nnc, path, so, nnc_args):
+    """`path` compiled by the nnc binary `nnc` into `so`, loaded."""
+    subprocess.run([nnc, "compile", path, "-o", so, *shlex.split(nnc_args)],
+                   check=True, capture_output=True)
+    return NncModel(so)
+
+
 def cpu_line():
     name = platform.processor()
     flags = ""
@@ -112,18 +119,14 @@ def main():
         for name in args.models.split(","):
             path = os.path.join(args.models_dir, f"{name}.onnx")
             so = os.path.join(tmp, f"{name}.so")
-            subprocess.run([NNC, "compile", path, "-o", so, *shlex.split(args.nnc_args)],
-                           check=True, capture_output=True)
-            model = NncModel(so)
+            model = compile_model(NNC, path, so, args.nnc_args)
             feeds = model_inputs(args.models_dir, name, model.inputs)
             model.bind(feeds)
             runs = {t: PooledRun(model, pl.bench_pool_get(pools[t])) for t in threads}
             base_runs = {}
             if args.baseline_nnc:
                 base_so = os.path.join(tmp, f"{name}.base.so")
-                subprocess.run([args.baseline_nnc, "compile", path, "-o", base_so,
-                                *shlex.split(args.nnc_args)], check=True, capture_output=True)
-                base_model = NncModel(base_so)
+                base_model = compile_model(args.baseline_nnc, path, base_so, args.nnc_args)
                 base_model.bind(feeds)
                 base_runs = {t: PooledRun(base_model, pl.bench_pool_get(pools[t])) for t in threads}
             sessions = {}

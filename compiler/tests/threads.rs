@@ -164,34 +164,38 @@ fn inverted_residual() -> Vec<u8> {
 fn basic_block() -> Vec<u8> {
     let mut m = ModelBuilder::new(23);
     let x = m.input("image", &[1, 32, 56, 56]);
-    let conv3 = |m: &mut ModelBuilder, x: &str, c: usize, stride: i64| {
-        let w = m.weight(&[c, c, 3, 3], 0.1);
-        let b = m.weight(&[c], 0.1);
-        m.node(
-            "Conv",
-            &[x, &w, &b],
-            vec![
-                ("pads", Attr::Ints(vec![1, 1, 1, 1])),
-                ("strides", Attr::Ints(vec![stride, stride])),
-            ],
-        )
-    };
-    let h = conv3(&mut m, &x, 32, 1);
+    let h = conv3x3(&mut m, &x, 32, 32);
     let h = m.node("Relu", &[&h], vec![]);
-    let h = conv3(&mut m, &h, 32, 1);
+    let h = conv3x3(&mut m, &h, 32, 32);
     let r = m.node("Add", &[&h, &x], vec![]);
     let r = m.node("Relu", &[&r], vec![]);
-    let p = m.node(
-        "MaxPool",
-        &[&r],
-        vec![
-            ("kernel_shape", Attr::Ints(vec![4, 4])),
-            ("strides", Attr::Ints(vec![4, 4])),
-        ],
-    );
-    let y = conv3(&mut m, &p, 32, 1);
+    let p = max_pool(&mut m, &r, 4);
+    let y = conv3x3(&mut m, &p, 32, 32);
     m.output(&y);
     m.encode()
+}
+
+/// A padded 3×3 stride-1 conv from `cin` to `cout` maps, with bias.
+fn conv3x3(m: &mut ModelBuilder, x: &str, cin: usize, cout: usize) -> String {
+    let w = m.weight(&[cout, cin, 3, 3], 0.1);
+    let b = m.weight(&[cout], 0.1);
+    m.node(
+        "Conv",
+        &[x, &w, &b],
+        vec![("pads", Attr::Ints(vec![1, 1, 1, 1]))],
+    )
+}
+
+/// A `k`×`k` max pool of stride `k`.
+fn max_pool(m: &mut ModelBuilder, x: &str, k: i64) -> String {
+    m.node(
+        "MaxPool",
+        &[x],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![k, k])),
+            ("strides", Attr::Ints(vec![k, k])),
+        ],
+    )
 }
 
 /// 3×3 convs whose 7 tile rows two threads cannot share evenly, split by groups of
@@ -200,29 +204,13 @@ fn basic_block() -> Vec<u8> {
 fn winograd_map_groups() -> Vec<u8> {
     let mut m = ModelBuilder::new(27);
     let x = m.input("image", &[1, 64, 28, 28]);
-    let conv3 = |m: &mut ModelBuilder, x: &str, cin: usize, cout: usize| {
-        let w = m.weight(&[cout, cin, 3, 3], 0.1);
-        let b = m.weight(&[cout], 0.1);
-        m.node(
-            "Conv",
-            &[x, &w, &b],
-            vec![("pads", Attr::Ints(vec![1, 1, 1, 1]))],
-        )
-    };
-    let h = conv3(&mut m, &x, 64, 128);
+    let h = conv3x3(&mut m, &x, 64, 128);
     let h = m.node("Relu", &[&h], vec![]);
-    let r = conv3(&mut m, &h, 128, 128);
+    let r = conv3x3(&mut m, &h, 128, 128);
     let r = m.node("Add", &[&r, &h], vec![]);
     let r = m.node("Relu", &[&r], vec![]);
-    let p = m.node(
-        "MaxPool",
-        &[&r],
-        vec![
-            ("kernel_shape", Attr::Ints(vec![2, 2])),
-            ("strides", Attr::Ints(vec![2, 2])),
-        ],
-    );
-    let y = conv3(&mut m, &p, 128, 96);
+    let p = max_pool(&mut m, &r, 2);
+    let y = conv3x3(&mut m, &p, 128, 96);
     m.output(&y);
     m.encode()
 }

@@ -15,22 +15,21 @@
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::super::gemm::{self, GemmKernel, Geometry};
 use super::super::{
     channel_at, copy_padded, output_and_bias, prologue_split, scratch, ConvGeometry, ConvOperands,
     F32,
 };
 use super::{
-    chunk_count, chunk_task_rows, direct_work, input_transform, output_transform, split_phases,
-    transform_spec, weight_transform, Algorithm, Buffers, Chunk, OutputPtrs, Plan, CHUNK_BYTES,
-    LANES,
+    chunk_count, chunk_task_rows, direct_work, input_transform, output_transform, products_spec,
+    split_phases, transform_spec, weight_transform, Algorithm, Buffers, Chunk, OutputPtrs, Plan,
+    CHUNK_BYTES, LANES,
 };
 use crate::codegen::kernel;
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::tasks::{self, Split, MAX_TASKS, MIN_TASK_WORK};
-use crate::ops::Activation;
 
 /// Maps per task at least: fewer make the GEMMs short and every task reads all of V.
 const MIN_GROUP_MAPS: usize = 48;
@@ -128,24 +127,8 @@ pub(super) fn conv(
     let last_size = maps - size * (split.tasks - 1);
     let fma = gemm::has_fma(ctx.target);
     let shared = ctx.shared_scratch.ok_or("Winograd needs scratch")?;
-    let tiles = plan.th * plan.tw;
     let group_kernels = |ctx: &mut LowerCtx, count: usize| -> Result<GroupKernels, String> {
-        let spec = GemmSpec {
-            m: count,
-            n: tiles,
-            k: channels,
-            a: ALayout::Packed,
-            b: BLayout::Rows {
-                row_stride: plan.ts,
-            },
-            ldc: plan.ts,
-            c_col_stride: 1,
-            alpha: 1.0,
-            addends: vec![],
-            activation: Activation::None,
-            geometry: geom,
-            b_taps: vec![],
-        };
+        let spec = products_spec(&plan.part(channels, count), geom, plan.th * plan.tw);
         let gemm = GemmKernel::define(ctx, &spec)?;
         let output = match x86 {
             Some(isa) => {

@@ -343,10 +343,11 @@ fn skewed(bytes: usize) -> usize {
 /// most any transform width needs, so it does not depend on the CPU.
 pub(super) fn scratch_bytes(g: &ConvGeometry, options: &KernelOptions) -> Option<usize> {
     algorithm(g, options).map(|alg| {
+        let by_maps = by_maps::fits(g, alg);
         [LANES, 8, 16]
             .iter()
             .map(|&lanes| {
-                let whole = match by_maps::fits(g, alg) {
+                let whole = match by_maps {
                     true => Plan::whole(g, alg, lanes).bytes(),
                     false => 0,
                 };
@@ -508,6 +509,27 @@ fn weight_transform(g: &ConvGeometry, alg: &Algorithm, w: &[f32]) -> Vec<f32> {
     u
 }
 
+/// The GEMM `M_ξν = U_ξν · V_ξν` of `plan`'s maps over `tiles` tiles (V and M rows of
+/// `plan.ts` floats).
+fn products_spec(plan: &Plan, geom: Geometry, tiles: usize) -> GemmSpec {
+    GemmSpec {
+        m: plan.maps,
+        n: tiles,
+        k: plan.channels,
+        a: ALayout::Packed,
+        b: BLayout::Rows {
+            row_stride: plan.ts,
+        },
+        ldc: plan.ts,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: vec![],
+        activation: Activation::None,
+        geometry: geom,
+        b_taps: vec![],
+    }
+}
+
 /// The machine-code transforms' description of `rows` tile rows of `plan` (the conv's
 /// last tile row among them when `last`).
 fn transform_spec(
@@ -581,22 +603,6 @@ pub(super) fn conv_winograd(
     let u = transformed_weights(g, alg, &w, &geom);
     let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;
-    let spec = |n: usize| GemmSpec {
-        m: plan.maps,
-        n,
-        k: plan.channels,
-        a: ALayout::Packed,
-        b: BLayout::Rows {
-            row_stride: plan.ts,
-        },
-        ldc: plan.ts,
-        c_col_stride: 1,
-        alpha: 1.0,
-        addends: vec![],
-        activation: Activation::None,
-        geometry: geom,
-        b_taps: vec![],
-    };
     // Chunks of `chunk_rows` or one fewer tile rows (see [`chunk_start`]), the last
     // one (which holds the last, maybe partial, tile row) emitted on its own.
     let (th, count) = (plan.th, plan.chunks);
@@ -606,7 +612,7 @@ pub(super) fn conv_winograd(
     let (long, short) = (plan.chunk_rows, th / count);
     let has_short = long != short && (0..loop_chunks).any(|c| rows_of(c) == short);
     let mut kernels = |rows: usize, last: bool| -> Result<ChunkKernels, String> {
-        let gemm = GemmKernel::define(ctx, &spec(rows * plan.tw))?;
+        let gemm = GemmKernel::define(ctx, &products_spec(&plan, geom, rows * plan.tw))?;
         let transforms = match x86 {
             Some(isa) => {
                 let t = transform_spec(g, &plan, ops, isa, (rows, last));
