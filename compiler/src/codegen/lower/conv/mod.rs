@@ -264,6 +264,7 @@ pub enum ConvStrategy {
         m: usize,
         transforms: WinogradTransforms,
         gemm: Geometry,
+        split: WinogradSplit,
     },
     /// The GEMM reading the padded input (stride 1) or its stride-2 phase planes in
     /// place; `rows_in_place`: wide output rows are written straight into Y.
@@ -276,6 +277,25 @@ pub enum ConvStrategy {
     Im2col(Geometry),
     /// float64, float16 and bfloat16: a direct loop nest.
     Scalar,
+}
+
+/// How a Winograd conv runs as tasks with a thread pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WinogradSplit {
+    /// By chunks of tile rows (not split: one task): a prologue pads and phase-splits
+    /// the input once into the node's shared scratch, and each task runs its
+    /// contiguous range of chunks, the last task the last (maybe shorter) chunk.
+    Chunks(Split),
+    /// By groups of maps over the whole image (see `winograd::by_maps`).
+    Maps(Split),
+}
+
+impl WinogradSplit {
+    pub fn tasks(&self) -> usize {
+        match self {
+            WinogradSplit::Chunks(s) | WinogradSplit::Maps(s) => s.tasks,
+        }
+    }
 }
 
 /// The Winograd input and output transforms.
@@ -333,6 +353,7 @@ impl ConvStrategy {
                 m,
                 transforms,
                 gemm,
+                ..
             } => {
                 let isa = match transforms {
                     WinogradTransforms::X86(isa) => isa_suffix(*isa),
@@ -429,16 +450,17 @@ pub fn plan_conv(
                 }
                 _ => "3x3 stride 1, constant weights; --kernel winograd",
             };
-            let tasks = winograd::task_split(&g, m, transforms, &gemm).tasks();
+            let split = winograd::task_split(&g, m, transforms, &gemm);
             plan(
                 ConvStrategy::Winograd {
                     m,
                     transforms,
                     gemm,
+                    split,
                 },
                 reason,
             )
-            .map(|k| with_parted_prologue(k.with_tasks(tasks), true, &g))
+            .map(|k| with_parted_prologue(k.with_tasks(split.tasks()), true, &g))
         }
         ConvPath::Im2col if implicit_gemm_fits(&g, &gemm, options) => {
             let tasks = implicit_split(&g, options).tasks;
@@ -554,7 +576,8 @@ pub fn conv(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {
             m,
             transforms,
             gemm,
-        } => winograd::conv_winograd(ctx, &g, &ops, m, transforms, gemm),
+            split,
+        } => winograd::conv_winograd(ctx, &g, &ops, (m, transforms, split), gemm),
         ConvStrategy::ImplicitGemm {
             gemm,
             rows_in_place,

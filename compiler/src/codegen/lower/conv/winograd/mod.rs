@@ -51,7 +51,7 @@ use cranelift_codegen::ir::FuncRef;
 
 use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
 use super::{
-    align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands,
+    align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, WinogradSplit,
     WinogradTransforms, F32,
 };
 use crate::codegen::kernel::{self, flags};
@@ -418,25 +418,6 @@ pub(super) fn choose(
     Some((alg.m, transforms))
 }
 
-/// How a conv runs as tasks with a thread pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum TaskSplit {
-    /// By chunks of tile rows (not split: one task): a prologue pads and phase-splits
-    /// the input once into the node's shared scratch, and each task runs its
-    /// contiguous range of chunks, the last task the last (maybe shorter) chunk.
-    Chunks(Split),
-    /// By groups of maps over the whole image (see [`by_maps`]).
-    Maps(Split),
-}
-
-impl TaskSplit {
-    pub(super) fn tasks(&self) -> usize {
-        match self {
-            TaskSplit::Chunks(s) | TaskSplit::Maps(s) => s.tasks,
-        }
-    }
-}
-
 /// How a one-image conv on the tile-row transforms is split into tasks: by chunks of
 /// tile rows, or by groups of maps where the rows do not divide evenly between two
 /// threads (see [`by_maps`]). `gemm` is the planned GEMM family, whose row tiles a
@@ -446,8 +427,8 @@ pub(super) fn task_split(
     m: usize,
     transforms: WinogradTransforms,
     gemm: &Geometry,
-) -> TaskSplit {
-    let unsplit = TaskSplit::Chunks(Split::of(1, 0));
+) -> WinogradSplit {
+    let unsplit = WinogradSplit::Chunks(Split::of(1, 0));
     let lanes = match transforms {
         WinogradTransforms::Plane16 => return unsplit,
         WinogradTransforms::X86(isa) => isa.lanes(),
@@ -462,11 +443,11 @@ pub(super) fn task_split(
     if by_maps::fits(g, alg) && by_maps::chunks_uneven(g, alg, gemm) {
         let split = by_maps::split(g.mg, gemm.mr, direct_work(g));
         if split.tasks > 1 {
-            return TaskSplit::Maps(split);
+            return WinogradSplit::Maps(split);
         }
     }
     let plan = Plan::new(g, alg, lanes);
-    TaskSplit::Chunks(Split::of(plan.chunks, direct_work(g)))
+    WinogradSplit::Chunks(Split::of(plan.chunks, direct_work(g)))
 }
 
 /// `U_ξν = G g Gᵀ` for every (map, channel), each U_ξν packed as the GEMM's A.
@@ -569,8 +550,7 @@ pub(super) fn conv_winograd(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
-    m: usize,
-    transforms: WinogradTransforms,
+    (m, transforms, split): (usize, WinogradTransforms, WinogradSplit),
     geom: Geometry,
 ) -> LowerResult {
     let alg = [&F2, &F4]
@@ -584,10 +564,9 @@ pub(super) fn conv_winograd(
         WinogradTransforms::X86(isa) => Some(isa),
         WinogradTransforms::Clif => None,
     };
-    let split = task_split(g, m, transforms, &geom);
     if ctx.kernel.tasks > 1 && split.tasks() != ctx.kernel.tasks {
         return Err(format!(
-            "the plan split this Winograd conv into {} tasks, its shape into {}",
+            "the plan split this Winograd conv into {} tasks, its strategy into {}",
             ctx.kernel.tasks,
             split.tasks()
         ));
@@ -596,7 +575,7 @@ pub(super) fn conv_winograd(
         return Err("the Winograd path needs constant weights".into());
     };
     let w: Vec<f32> = w.iter().copied().collect();
-    if let (TaskSplit::Maps(split), true) = (split, ctx.kernel.tasks > 1) {
+    if let (WinogradSplit::Maps(split), true) = (split, ctx.kernel.tasks > 1) {
         return by_maps::conv(ctx, g, ops, (alg, x86), geom, &split, &w);
     }
     let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
@@ -717,7 +696,7 @@ pub(super) fn conv_winograd(
             }
         });
     };
-    if let (TaskSplit::Chunks(split), true) = (split, ctx.kernel.tasks > 1) {
+    if let (WinogradSplit::Chunks(split), true) = (split, ctx.kernel.tasks > 1) {
         let shared = ctx.shared_scratch.ok_or("Winograd needs scratch")?;
         let prologue = |ctx: &mut LowerCtx, part: Option<Value>| -> LowerResult {
             let bufs = buffers(ctx.b, shared, shared);
