@@ -10,6 +10,7 @@
 pub mod artifact;
 pub mod bindings;
 pub mod codegen;
+pub mod dims;
 pub mod driver;
 pub mod error;
 pub mod files;

@@ -1,7 +1,7 @@
 /*
  * nnc.h — the C ABI of every model compiled by nnc.
  *
- * A compiled model is a native library exporting five functions whose names
+ * A compiled model is a native library exporting six functions whose names
  * start with a PREFIX chosen at compile time: empty by default, `foo_` with
  * `nnc --name foo`, so that several models can be linked into one program.
  *
@@ -12,6 +12,7 @@
  *   uint64_t PREFIXworkspace_size(const nnc_run_options *options);
  *   int32_t PREFIXrun(const void *const *inputs, void *const *outputs,
  *                     void *workspace, const nnc_run_options *options);
+ *   int32_t PREFIXshapes(const int64_t *dims, int64_t *shapes);
  *
  * Use NNC_DECLARE_MODEL(PREFIX) below to declare them when linking directly;
  * use the nnc_*_fn typedefs with dlsym() when loading at run time.
@@ -36,7 +37,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 3
+#define NNC_ABI_VERSION 4
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -66,6 +67,10 @@ extern "C" {
  * PREFIXworkspace_size(options). Nothing has been written. Since ABI
  * version 3. */
 #define NNC_ERR_WORKSPACE_TOO_SMALL 5
+/* PREFIXrun and PREFIXshapes only: a value in `dims` is outside its dim's
+ * [min, max] (model_info()->dims). Nothing has been written. Since ABI
+ * version 4. */
+#define NNC_ERR_DIM_OUT_OF_RANGE 6
 
 /* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
 
@@ -107,8 +112,36 @@ typedef struct nnc_tensor_info {
     const char *name;    /* the ONNX value name, NUL-terminated UTF-8 */
     int32_t dtype;       /* an NNC_DTYPE_* code */
     int32_t rank;        /* number of dimensions; 0 for a scalar */
-    const int64_t *dims; /* `rank` static sizes, outermost first */
+    const int64_t *dims; /* `rank` sizes, outermost first; an axis that
+                            depends on a dim (see nnc_axis_dim) has its size
+                            with every dim at its maximum */
 } nnc_tensor_info;
+
+/* ---- Dimensions set at run time (since ABI version 4) --------------------
+ *
+ * A model compiled with `--dim NAME=MIN..MAX` (or a MIN..MAX axis in
+ * `--input-shape`, a dim named INPUT.AXIS) has symbolic dims: the caller
+ * gives their values to PREFIXrun in `options->dims`, numbered in order of
+ * first appearance over the inputs (in order) and their axes (in order).
+ * One library runs exactly every value in range. The axes of inputs and
+ * outputs that depend on a dim are listed as nnc_axis_dim entries: axis
+ * `axis` of tensor `tensor` (inputs first, then outputs) has the size
+ * `scale * dims[dim]`. PREFIXshapes gives every input's and output's shape
+ * for given values. infer and infer_with_workspace, and run with NULL
+ * `dims`, use each dim at its maximum (the sizes in nnc_tensor_info). */
+typedef struct nnc_dim_info {
+    const char *name; /* as the model names it, or INPUT.AXIS */
+    int64_t min;
+    int64_t max;
+} nnc_dim_info;
+
+typedef struct nnc_axis_dim {
+    uint32_t tensor; /* inputs[tensor], or outputs[tensor - num_inputs] */
+    uint32_t axis;
+    uint32_t dim;    /* index in model_info()->dims and options->dims */
+    uint32_t reserved;
+    int64_t scale;
+} nnc_axis_dim;
 
 typedef struct nnc_model_info {
     uint32_t abi_version; /* NNC_ABI_VERSION of the compiler that built it */
@@ -120,6 +153,11 @@ typedef struct nnc_model_info {
      * alignment (a power of two) its address must have. */
     uint64_t workspace_size;
     uint64_t workspace_align;
+    /* Since ABI version 4 (read only when abi_version >= 4): */
+    uint32_t num_dims;      /* symbolic dims: 0 for a model of fixed shapes */
+    uint32_t num_axis_dims;
+    const nnc_dim_info *dims;      /* num_dims entries */
+    const nnc_axis_dim *axis_dims; /* num_axis_dims entries */
 } nnc_model_info;
 
 /* ---- Threads: a caller-owned pool (since ABI version 3) ------------------
@@ -151,6 +189,11 @@ typedef struct nnc_run_options {
     /* Bytes at `workspace`, checked against PREFIXworkspace_size(options) when
      * not 0 (0: the caller vouches for the size). */
     uint64_t workspace_bytes;
+    /* Since ABI version 4: the values of the model's symbolic dims
+     * (model_info()->num_dims of them), read when `size` reaches this field;
+     * NULL (or a shorter `size`): every dim at its maximum. The workspace a
+     * run needs does not depend on them. */
+    const int64_t *dims;
 } nnc_run_options;
 
 /* ---- Entry points -------------------------------------------------------
@@ -171,6 +214,11 @@ typedef struct nnc_run_options {
  *                       with distinct workspaces (of workspace_size(options)
  *                       bytes each) may run concurrently, sharing one pool.
  *                       Returns the codes above.
+ * shapes:               for dim values `dims` (NULL: each at its maximum),
+ *                       writes the sizes of every input's axes, then every
+ *                       output's, into `shapes` (the sum of their ranks);
+ *                       NNC_OK, or NNC_ERR_DIM_OUT_OF_RANGE writing nothing.
+ *                       Since ABI version 4.
  */
 typedef int32_t (*nnc_infer_fn)(const void *const *inputs, void *const *outputs);
 typedef int32_t (*nnc_infer_with_workspace_fn)(const void *const *inputs,
@@ -180,6 +228,7 @@ typedef const nnc_model_info *(*nnc_model_info_fn)(void);
 typedef uint64_t (*nnc_workspace_size_fn)(const nnc_run_options *options);
 typedef int32_t (*nnc_run_fn)(const void *const *inputs, void *const *outputs,
                               void *workspace, const nnc_run_options *options);
+typedef int32_t (*nnc_shapes_fn)(const int64_t *dims, int64_t *shapes);
 
 /* Declares the entry points of a model compiled with the given PREFIX, e.g.
  * NNC_DECLARE_MODEL(foo_) or, for the default empty prefix,
@@ -200,7 +249,8 @@ typedef int32_t (*nnc_run_fn)(const void *const *inputs, void *const *outputs,
         const nnc_run_options *options);                                       \
     NNC_EXTERN_C int32_t PREFIX##run(const void *const *inputs,                \
                                      void *const *outputs, void *workspace,    \
-                                     const nnc_run_options *options)
+                                     const nnc_run_options *options);          \
+    NNC_EXTERN_C int32_t PREFIX##shapes(const int64_t *dims, int64_t *shapes)
 
 #ifdef __cplusplus
 } /* extern "C" */

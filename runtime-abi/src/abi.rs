@@ -11,11 +11,12 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 3;
+pub const NNC_ABI_VERSION: u32 = 4;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
-/// older libraries lack (see [`NncRunOptions`]).
+/// older libraries lack (see [`NncRunOptions`]); version 4 appended symbolic dims
+/// to [`NncModelInfo`] and [`NncRunOptions`] and added `shapes`.
 pub const NNC_ABI_VERSION_OLDEST: u32 = 1;
 
 /// Success: every output buffer has been written.
@@ -34,6 +35,9 @@ pub const NNC_ERR_BAD_OPTIONS: i32 = 4;
 /// `options->workspace_bytes` is not 0 and below `workspace_size(options)` (`run`
 /// only, ABI 3).
 pub const NNC_ERR_WORKSPACE_TOO_SMALL: i32 = 5;
+/// A value in `options->dims` (or `shapes`' `dims`) is outside its dim's declared
+/// range; nothing was written (ABI 4).
+pub const NNC_ERR_DIM_OUT_OF_RANGE: i32 = 6;
 
 /// What an `infer` return code means, for error messages.
 pub fn status_message(code: i32) -> String {
@@ -51,6 +55,9 @@ pub fn status_message(code: i32) -> String {
             .into(),
         NNC_ERR_WORKSPACE_TOO_SMALL => "a workspace smaller than workspace_size(options) \
              (NNC_ERR_WORKSPACE_TOO_SMALL)"
+            .into(),
+        NNC_ERR_DIM_OUT_OF_RANGE => "a dimension value outside its declared range \
+             (NNC_ERR_DIM_OUT_OF_RANGE)"
             .into(),
         c => format!("unknown NNC error code {c}"),
     }
@@ -151,6 +158,7 @@ pub const INFER_WITH_WORKSPACE_SYMBOL: &str = "infer_with_workspace";
 pub const MODEL_INFO_SYMBOL: &str = "model_info";
 pub const WORKSPACE_SIZE_SYMBOL: &str = "workspace_size";
 pub const RUN_SYMBOL: &str = "run";
+pub const SHAPES_SYMBOL: &str = "shapes";
 
 /// The symbol prefix for a model compiled with `--name <model_name>`:
 /// empty without a name, `foo_` for `foo`.
@@ -185,7 +193,42 @@ pub struct NncModelInfo {
     pub workspace_size: u64,
     /// Required alignment (a power of two) of the workspace address.
     pub workspace_align: u64,
+    /// ABI 4 (present only when `abi_version >= 4`): the symbolic dims and the
+    /// axes that depend on them.
+    pub num_dims: u32,
+    pub num_axis_dims: u32,
+    pub dims: *const NncDimInfo,
+    pub axis_dims: *const NncAxisDim,
 }
+
+/// Bytes of `nnc_model_info` in libraries before ABI 4 (the fields up to
+/// `workspace_align`).
+pub const NNC_MODEL_INFO_V3_SIZE: usize = 48;
+
+/// `nnc_dim_info`: a dim the caller sets at run time (ABI 4).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncDimInfo {
+    /// NUL-terminated UTF-8: the model's name for it, or `INPUT.AXIS`.
+    pub name: *const c_char,
+    pub min: i64,
+    pub max: i64,
+}
+
+/// `nnc_axis_dim`: axis `axis` of tensor `tensor` (inputs first, then outputs) has
+/// the size `scale · dims[dim]` (ABI 4).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncAxisDim {
+    pub tensor: u32,
+    pub axis: u32,
+    pub dim: u32,
+    pub reserved: u32,
+    pub scale: i64,
+}
+
+unsafe impl Sync for NncDimInfo {}
+unsafe impl Send for NncDimInfo {}
 
 // SAFETY: both structs are plain immutable descriptions; sharing one only
 // shares pointer values, and every dereference is behind an `unsafe fn`
@@ -219,6 +262,8 @@ pub struct NncRunOptions {
     pub pool: *const NncThreadPool,
     /// Bytes at `workspace`, checked against `workspace_size` when not 0.
     pub workspace_bytes: u64,
+    /// ABI 4: the values of the model's symbolic dims; null: each at its maximum.
+    pub dims: *const i64,
 }
 
 impl NncRunOptions {
@@ -228,7 +273,18 @@ impl NncRunOptions {
             size: std::mem::size_of::<NncRunOptions>() as u32,
             pool: pool.map_or(std::ptr::null(), |p| p as *const NncThreadPool),
             workspace_bytes,
+            dims: std::ptr::null(),
         }
+    }
+
+    /// These options with the dims' values `dims` (which must outlive the call).
+    pub fn with_dims(mut self, dims: &[i64]) -> NncRunOptions {
+        self.dims = if dims.is_empty() {
+            std::ptr::null()
+        } else {
+            dims.as_ptr()
+        };
+        self
     }
 }
 
@@ -242,6 +298,9 @@ pub type RunFn = unsafe extern "C" fn(
     *const NncRunOptions,
 ) -> i32;
 
+/// `PREFIXshapes(dims, shapes)`: every input's and output's shape for the dims'
+/// values (ABI 4).
+pub type ShapesFn = unsafe extern "C" fn(*const i64, *mut i64) -> i32;
 /// `PREFIXinfer`: runs on the library's internal arena; not reentrant.
 pub type InferFn = unsafe extern "C" fn(*const *const c_void, *const *mut c_void) -> i32;
 /// `PREFIXinfer_with_workspace`: runs on the caller's workspace; reentrant.
@@ -349,7 +408,7 @@ mod tests {
         assert_eq!(offset_of!(NncTensorInfo, rank), 12);
         assert_eq!(offset_of!(NncTensorInfo, dims), 16);
 
-        assert_eq!(size_of::<NncModelInfo>(), 48);
+        assert_eq!(size_of::<NncModelInfo>(), 72);
         assert_eq!(align_of::<NncModelInfo>(), 8);
         assert_eq!(offset_of!(NncModelInfo, abi_version), 0);
         assert_eq!(offset_of!(NncModelInfo, num_inputs), 4);
@@ -358,6 +417,15 @@ mod tests {
         assert_eq!(offset_of!(NncModelInfo, outputs), 24);
         assert_eq!(offset_of!(NncModelInfo, workspace_size), 32);
         assert_eq!(offset_of!(NncModelInfo, workspace_align), 40);
+        assert_eq!(offset_of!(NncModelInfo, num_dims), NNC_MODEL_INFO_V3_SIZE);
+        assert_eq!(offset_of!(NncModelInfo, num_axis_dims), 52);
+        assert_eq!(offset_of!(NncModelInfo, dims), 56);
+        assert_eq!(offset_of!(NncModelInfo, axis_dims), 64);
+        assert_eq!(size_of::<NncDimInfo>(), 24);
+        assert_eq!(size_of::<NncAxisDim>(), 24);
+        assert_eq!(offset_of!(NncAxisDim, scale), 16);
+        assert_eq!(size_of::<NncRunOptions>(), 32);
+        assert_eq!(offset_of!(NncRunOptions, dims), 24);
     }
 
     /// Every `#define NAME VALUE` in the header, as (name, value).
@@ -457,6 +525,10 @@ mod tests {
             outputs: &scalar,
             workspace_size: 0,
             workspace_align: 16,
+            num_dims: 0,
+            num_axis_dims: 0,
+            dims: std::ptr::null(),
+            axis_dims: std::ptr::null(),
         };
         unsafe {
             let inputs = info.inputs_slice();

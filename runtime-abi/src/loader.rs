@@ -83,6 +83,24 @@ impl fmt::Display for TensorDesc {
     }
 }
 
+/// A dim the caller sets at run time (ABI 4), as `model_info` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimDesc {
+    pub name: String,
+    pub min: usize,
+    pub max: usize,
+}
+
+/// Axis `axis` of tensor `tensor` (inputs first, then outputs) has the size
+/// `scale · dims[dim]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisDep {
+    pub tensor: usize,
+    pub axis: usize,
+    pub dim: usize,
+    pub scale: usize,
+}
+
 /// Bytes of a dense buffer of `count` elements of `dtype`, packed sub-byte types
 /// included (`None` for strings and unknown codes).
 fn buffer_size(dtype: i32, count: usize) -> Option<usize> {
@@ -204,6 +222,9 @@ pub struct Library {
     infer: InferWithWorkspaceFn,
     /// `run` and `workspace_size` (ABI 3 and later).
     pooled: Option<(RunFn, WorkspaceSizeFn)>,
+    /// Symbolic dims and the axes depending on them (ABI 4).
+    dims: Vec<DimDesc>,
+    axis_deps: Vec<AxisDep>,
     // Dropped last: `infer` points into it.
     _lib: libloading::Library,
 }
@@ -238,8 +259,10 @@ impl Library {
             (info_fn, infer)
         };
         // SAFETY: model_info never returns NULL and points to static data that
-        // lives while the library is loaded (nnc.h).
-        let info = unsafe { &*info_fn() };
+        // lives while the library is loaded (nnc.h); its fields after
+        // `workspace_align` exist from ABI 4 on (`read_model_info`).
+        let info = unsafe { read_model_info(info_fn()) };
+        let info = &info;
         // SAFETY: as above; libraries before ABI 3 lack them.
         let pooled = (info.abi_version >= 3)
             .then(|| unsafe {
@@ -298,7 +321,24 @@ impl Library {
             .ok_or_else(|| bad(format!("workspace_align {}", info.workspace_align)))?;
         let workspace_size = usize::try_from(info.workspace_size)
             .map_err(|_| bad(format!("workspace_size {}", info.workspace_size)))?;
+        // SAFETY: static data of the loaded library (zero counts before ABI 4).
+        let (dims, axis_deps) = unsafe { read_dims(info) }.map_err(bad)?;
+        if axis_deps
+            .iter()
+            .any(|a| a.tensor >= inputs.len() + outputs.len() || a.dim >= dims.len())
+            || axis_deps.iter().any(|a| {
+                let t = inputs.iter().chain(&outputs).nth(a.tensor);
+                t.is_none_or(|t| a.axis >= t.shape.len())
+            })
+        {
+            return Err(bad("an axis_dims entry names no tensor, axis or dim".into()));
+        }
+        if !dims.is_empty() && pooled.is_none() {
+            return Err(bad("symbolic dims without `run`".into()));
+        }
         Ok(Library {
+            dims,
+            axis_deps,
             path,
             inputs,
             outputs,
@@ -320,6 +360,74 @@ impl Library {
 
     pub fn outputs(&self) -> &[TensorDesc] {
         &self.outputs
+    }
+
+    /// The dims the caller sets at run time (empty for a model of fixed shapes); the
+    /// shapes of [`Library::inputs`] and [`Library::outputs`] have each at its maximum.
+    pub fn dims(&self) -> &[DimDesc] {
+        &self.dims
+    }
+
+    /// Which axes of the inputs and outputs depend on which dim.
+    pub fn axis_deps(&self) -> &[AxisDep] {
+        &self.axis_deps
+    }
+
+    /// The inputs and outputs for the dims' values `dims` (one per [`Library::dims`]).
+    pub fn shapes_for(&self, dims: &[usize]) -> Result<(Vec<TensorDesc>, Vec<TensorDesc>), Error> {
+        check_count("dim values", dims.len(), self.dims.len())?;
+        for (d, &v) in self.dims.iter().zip(dims) {
+            if !(d.min..=d.max).contains(&v) {
+                return Err(Error::Mismatch(format!(
+                    "dimension '{}' = {v} is outside {}..{}",
+                    d.name, d.min, d.max
+                )));
+            }
+        }
+        let n_in = self.inputs.len();
+        let concrete = |k: usize, t: &TensorDesc| {
+            let mut t = t.clone();
+            for a in self.axis_deps.iter().filter(|a| a.tensor == k) {
+                t.shape[a.axis] = a.scale * dims[a.dim];
+            }
+            t.byte_size = buffer_size(t.dtype, t.shape.iter().product()).unwrap_or(usize::MAX);
+            t
+        };
+        let inputs = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, t)| concrete(k, t))
+            .collect();
+        let outputs = (self.outputs.iter().enumerate())
+            .map(|(k, t)| concrete(n_in + k, t))
+            .collect();
+        Ok((inputs, outputs))
+    }
+
+    /// The dims' values the shapes of `inputs` give (each taken from the first input
+    /// axis that depends on it; the call then checks every buffer).
+    pub fn dims_of(&self, input_shapes: &[&[usize]]) -> Result<Vec<usize>, Error> {
+        check_count("inputs", input_shapes.len(), self.inputs.len())?;
+        (0..self.dims.len())
+            .map(|j| {
+                let a = self
+                    .axis_deps
+                    .iter()
+                    .find(|a| a.dim == j && a.tensor < self.inputs.len())
+                    .ok_or_else(|| {
+                        Error::Mismatch(format!("no input depends on '{}'", self.dims[j].name))
+                    })?;
+                let size = input_shapes[a.tensor].get(a.axis).copied().unwrap_or(0);
+                if a.scale == 0 || size % a.scale != 0 {
+                    return Err(Error::Mismatch(format!(
+                        "input '{}' has {size} on axis {}, not a multiple of {}",
+                        self.inputs[a.tensor].name, a.axis, a.scale
+                    )));
+                }
+                Ok(size / a.scale)
+            })
+            .collect()
     }
 
     /// Bytes of scratch memory a call needs.
@@ -426,17 +534,139 @@ impl Library {
         }
     }
 
-    fn check_call(&self, inputs: &[Tensor<'_>], outputs: &[TensorMut<'_>]) -> Result<(), Error> {
-        check_count("inputs", inputs.len(), self.inputs.len())?;
-        check_count("outputs", outputs.len(), self.outputs.len())?;
-        for (t, d) in inputs.iter().zip(&self.inputs) {
-            check_buffer("input", d, t.dtype, t.len)?;
+    /// [`Library::run_with`] (`pool`: `None` for the calling thread) for the dims'
+    /// values `dims`: every buffer is checked against the shapes for these values.
+    pub fn run_dims(
+        &self,
+        pool: Option<&ThreadPool>,
+        workspace: &mut Workspace,
+        dims: &[usize],
+        inputs: &[Tensor<'_>],
+        outputs: &mut [TensorMut<'_>],
+    ) -> Result<(), Error> {
+        let (in_descs, out_descs) = self.shapes_for(dims)?;
+        let Some((run, _)) = self.pooled else {
+            return self.run(workspace, inputs, outputs);
+        };
+        check_buffers(inputs, outputs, &in_descs, &out_descs)?;
+        if workspace.layout.align() < self.workspace_align {
+            return Err(Error::Mismatch(
+                "the workspace belongs to another model".into(),
+            ));
         }
-        for (t, d) in outputs.iter().zip(&self.outputs) {
-            check_buffer("output", d, t.dtype, t.len)?;
+        let raw = pool.map(ThreadPool::as_raw);
+        let values: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let options =
+            NncRunOptions::new(raw.as_ref(), workspace.layout.size() as u64).with_dims(&values);
+        let ins: Vec<*const c_void> = inputs.iter().map(|t| t.bytes.cast()).collect();
+        let outs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.bytes.cast()).collect();
+        // SAFETY: buffers checked against the shapes for `dims`; the workspace's size
+        // is passed in the options and checked by the library; the pool and the dim
+        // values outlive the call.
+        let code = unsafe { run(ins.as_ptr(), outs.as_ptr(), workspace.ptr.cast(), &options) };
+        match code {
+            NNC_OK => Ok(()),
+            c => Err(Error::Status(c)),
         }
-        Ok(())
     }
+
+    fn check_call(&self, inputs: &[Tensor<'_>], outputs: &[TensorMut<'_>]) -> Result<(), Error> {
+        check_buffers(inputs, outputs, &self.inputs, &self.outputs)
+    }
+}
+
+fn check_buffers(
+    inputs: &[Tensor<'_>],
+    outputs: &[TensorMut<'_>],
+    in_descs: &[TensorDesc],
+    out_descs: &[TensorDesc],
+) -> Result<(), Error> {
+    check_count("inputs", inputs.len(), in_descs.len())?;
+    check_count("outputs", outputs.len(), out_descs.len())?;
+    for (t, d) in inputs.iter().zip(in_descs) {
+        check_buffer("input", d, t.dtype, t.len)?;
+    }
+    for (t, d) in outputs.iter().zip(out_descs) {
+        check_buffer("output", d, t.dtype, t.len)?;
+    }
+    Ok(())
+}
+
+/// A copy of `*info`: the whole struct from ABI 4 on, else its first
+/// [`NNC_MODEL_INFO_V3_SIZE`] bytes and no dims.
+///
+/// # Safety
+/// `info` points to a library's `nnc_model_info` of the size its `abi_version` implies.
+unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
+    // SAFETY: every version starts with `abi_version`.
+    let version = unsafe { std::ptr::read(info.cast::<u32>()) };
+    if version >= 4 {
+        // SAFETY: an ABI 4 library's struct has every field.
+        return unsafe { std::ptr::read(info) };
+    }
+    let mut out = NncModelInfo {
+        abi_version: 0,
+        num_inputs: 0,
+        num_outputs: 0,
+        inputs: std::ptr::null(),
+        outputs: std::ptr::null(),
+        workspace_size: 0,
+        workspace_align: 1,
+        num_dims: 0,
+        num_axis_dims: 0,
+        dims: std::ptr::null(),
+        axis_dims: std::ptr::null(),
+    };
+    // SAFETY: an older struct has the first NNC_MODEL_INFO_V3_SIZE bytes, laid out
+    // as ours.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            info.cast::<u8>(),
+            (&mut out as *mut NncModelInfo).cast::<u8>(),
+            NNC_MODEL_INFO_V3_SIZE,
+        )
+    };
+    out
+}
+
+/// The symbolic dims and axis dependencies of `info`.
+///
+/// # Safety
+/// As [`NncModelInfo::inputs_slice`], for `dims` and `axis_dims`.
+unsafe fn read_dims(info: &NncModelInfo) -> Result<(Vec<DimDesc>, Vec<AxisDep>), String> {
+    let dims = (0..info.num_dims as usize)
+        .map(|j| {
+            // SAFETY: `num_dims` entries (caller).
+            let d = unsafe { &*info.dims.add(j) };
+            let name = if d.name.is_null() {
+                String::new()
+            } else {
+                // SAFETY: NUL-terminated static string (caller).
+                unsafe { std::ffi::CStr::from_ptr(d.name) }
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            let min = usize::try_from(d.min).map_err(|_| format!("dim '{name}' min {}", d.min))?;
+            let max = usize::try_from(d.max).map_err(|_| format!("dim '{name}' max {}", d.max))?;
+            if min > max {
+                return Err(format!("dim '{name}' has min {min} > max {max}"));
+            }
+            Ok(DimDesc { name, min, max })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let deps = (0..info.num_axis_dims as usize)
+        .map(|j| {
+            // SAFETY: `num_axis_dims` entries (caller).
+            let a = unsafe { &*info.axis_dims.add(j) };
+            Ok(AxisDep {
+                tensor: a.tensor as usize,
+                axis: a.axis as usize,
+                dim: a.dim as usize,
+                scale: usize::try_from(a.scale).map_err(|_| format!("axis scale {}", a.scale))?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((dims, deps))
 }
 
 fn check_count(what: &str, given: usize, expected: usize) -> Result<(), Error> {

@@ -39,12 +39,24 @@ int main(void) {
     FACT("offsetof(nnc_model_info, outputs)", offsetof(nnc_model_info, outputs));
     FACT("offsetof(nnc_model_info, workspace_size)", offsetof(nnc_model_info, workspace_size));
     FACT("offsetof(nnc_model_info, workspace_align)", offsetof(nnc_model_info, workspace_align));
+    FACT("offsetof(nnc_model_info, num_dims)", offsetof(nnc_model_info, num_dims));
+    FACT("offsetof(nnc_model_info, num_axis_dims)", offsetof(nnc_model_info, num_axis_dims));
+    FACT("offsetof(nnc_model_info, dims)", offsetof(nnc_model_info, dims));
+    FACT("offsetof(nnc_model_info, axis_dims)", offsetof(nnc_model_info, axis_dims));
+    FACT("sizeof(nnc_dim_info)", sizeof(nnc_dim_info));
+    FACT("offsetof(nnc_dim_info, min)", offsetof(nnc_dim_info, min));
+    FACT("offsetof(nnc_dim_info, max)", offsetof(nnc_dim_info, max));
+    FACT("sizeof(nnc_axis_dim)", sizeof(nnc_axis_dim));
+    FACT("offsetof(nnc_axis_dim, axis)", offsetof(nnc_axis_dim, axis));
+    FACT("offsetof(nnc_axis_dim, dim)", offsetof(nnc_axis_dim, dim));
+    FACT("offsetof(nnc_axis_dim, scale)", offsetof(nnc_axis_dim, scale));
     FACT("sizeof(nnc_thread_pool)", sizeof(nnc_thread_pool));
     FACT("offsetof(nnc_thread_pool, num_threads)", offsetof(nnc_thread_pool, num_threads));
     FACT("offsetof(nnc_thread_pool, parallel_for)", offsetof(nnc_thread_pool, parallel_for));
     FACT("sizeof(nnc_run_options)", sizeof(nnc_run_options));
     FACT("offsetof(nnc_run_options, pool)", offsetof(nnc_run_options, pool));
     FACT("offsetof(nnc_run_options, workspace_bytes)", offsetof(nnc_run_options, workspace_bytes));
+    FACT("offsetof(nnc_run_options, dims)", offsetof(nnc_run_options, dims));
     FACT("NNC_ABI_VERSION", NNC_ABI_VERSION);
     FACT("NNC_OK", NNC_OK);
     FACT("NNC_ERR_NULL_POINTER", NNC_ERR_NULL_POINTER);
@@ -52,6 +64,7 @@ int main(void) {
     FACT("NNC_ERR_INDEX_OUT_OF_RANGE", NNC_ERR_INDEX_OUT_OF_RANGE);
     FACT("NNC_ERR_BAD_OPTIONS", NNC_ERR_BAD_OPTIONS);
     FACT("NNC_ERR_WORKSPACE_TOO_SMALL", NNC_ERR_WORKSPACE_TOO_SMALL);
+    FACT("NNC_ERR_DIM_OUT_OF_RANGE", NNC_ERR_DIM_OUT_OF_RANGE);
     FACT("NNC_DTYPE_FLOAT", NNC_DTYPE_FLOAT);
     FACT("NNC_DTYPE_BOOL", NNC_DTYPE_BOOL);
     FACT("NNC_DTYPE_BFLOAT16", NNC_DTYPE_BFLOAT16);
@@ -61,7 +74,7 @@ int main(void) {
 
 /// The same facts as `LAYOUT_PROBE_C` prints, from the Rust definitions.
 fn expected_facts() -> String {
-    let facts: [(&str, usize); 31] = [
+    let facts: [(&str, usize); 44] = [
         ("sizeof(nnc_tensor_info)", size_of::<NncTensorInfo>()),
         ("alignof(nnc_tensor_info)", align_of::<NncTensorInfo>()),
         (
@@ -110,6 +123,32 @@ fn expected_facts() -> String {
             "offsetof(nnc_model_info, workspace_align)",
             offset_of!(NncModelInfo, workspace_align),
         ),
+        (
+            "offsetof(nnc_model_info, num_dims)",
+            offset_of!(NncModelInfo, num_dims),
+        ),
+        (
+            "offsetof(nnc_model_info, num_axis_dims)",
+            offset_of!(NncModelInfo, num_axis_dims),
+        ),
+        (
+            "offsetof(nnc_model_info, dims)",
+            offset_of!(NncModelInfo, dims),
+        ),
+        (
+            "offsetof(nnc_model_info, axis_dims)",
+            offset_of!(NncModelInfo, axis_dims),
+        ),
+        ("sizeof(nnc_dim_info)", size_of::<NncDimInfo>()),
+        ("offsetof(nnc_dim_info, min)", offset_of!(NncDimInfo, min)),
+        ("offsetof(nnc_dim_info, max)", offset_of!(NncDimInfo, max)),
+        ("sizeof(nnc_axis_dim)", size_of::<NncAxisDim>()),
+        ("offsetof(nnc_axis_dim, axis)", offset_of!(NncAxisDim, axis)),
+        ("offsetof(nnc_axis_dim, dim)", offset_of!(NncAxisDim, dim)),
+        (
+            "offsetof(nnc_axis_dim, scale)",
+            offset_of!(NncAxisDim, scale),
+        ),
         ("sizeof(nnc_thread_pool)", size_of::<NncThreadPool>()),
         (
             "offsetof(nnc_thread_pool, num_threads)",
@@ -128,6 +167,10 @@ fn expected_facts() -> String {
             "offsetof(nnc_run_options, workspace_bytes)",
             offset_of!(NncRunOptions, workspace_bytes),
         ),
+        (
+            "offsetof(nnc_run_options, dims)",
+            offset_of!(NncRunOptions, dims),
+        ),
         ("NNC_ABI_VERSION", NNC_ABI_VERSION as usize),
         ("NNC_OK", NNC_OK as usize),
         ("NNC_ERR_NULL_POINTER", NNC_ERR_NULL_POINTER as usize),
@@ -143,6 +186,10 @@ fn expected_facts() -> String {
         (
             "NNC_ERR_WORKSPACE_TOO_SMALL",
             NNC_ERR_WORKSPACE_TOO_SMALL as usize,
+        ),
+        (
+            "NNC_ERR_DIM_OUT_OF_RANGE",
+            NNC_ERR_DIM_OUT_OF_RANGE as usize,
         ),
         ("NNC_DTYPE_FLOAT", NNC_DTYPE_FLOAT as usize),
         ("NNC_DTYPE_BOOL", NNC_DTYPE_BOOL as usize),

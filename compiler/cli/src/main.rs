@@ -28,12 +28,15 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct ShapeArgs {
-    /// Binds an input's full shape, e.g. `--input-shape input=1,3,224,224`. Repeatable.
+    /// Binds an input's full shape, e.g. `--input-shape input=1,3,224,224`; an axis given
+    /// as MIN..MAX (`input=1..8,3,224,224`) is set at run time, as a dim named
+    /// `INPUT.AXIS`. Repeatable.
     #[arg(long = "input-shape", value_name = "NAME=D0,D1,...")]
     input_shapes: Vec<String>,
-    /// Binds a symbolic dimension by its name in the model, e.g. `--dim batch=1`.
-    /// Repeatable.
-    #[arg(long = "dim", value_name = "PARAM=VALUE")]
+    /// Binds a symbolic dimension by its name in the model, e.g. `--dim batch=1`, or
+    /// declares the values it may take at run time, `--dim batch=1..8` (one library for
+    /// all of them; `run` takes the value in `nnc_run_options.dims`). Repeatable.
+    #[arg(long = "dim", value_name = "PARAM=VALUE|MIN..MAX")]
     dims: Vec<String>,
     /// Replaces an input by a constant read from a .npy or TensorProto .pb file (e.g. the
     /// axes or target shape a model takes as an input), removing it from infer().
@@ -287,15 +290,38 @@ enum Command {
 fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
     let bad = |flag: &str, v: &str, why: &str| NncError::Model(format!("--{flag} {v}: {why}"));
     let mut input_shapes = HashMap::new();
+    let mut ranges = vec![];
     for s in &shapes.input_shapes {
         let (name, dims) = s
             .split_once('=')
             .ok_or_else(|| bad("input-shape", s, "expected NAME=D0,D1,..."))?;
-        input_shapes.insert(
-            name.to_string(),
-            parse_dims(dims)
-                .map_err(|_| bad("input-shape", s, "dimensions must be non-negative integers"))?,
-        );
+        let mut shape = vec![];
+        if !dims.trim().is_empty() {
+            for (axis, d) in dims.split(',').enumerate() {
+                match nnc::dims::parse_range(d).map_err(|why| bad("input-shape", s, &why))? {
+                    Some((min, max)) => {
+                        ranges.push(nnc::dims::DimRange {
+                            name: format!("{name}.{axis}"),
+                            min,
+                            max,
+                            site: nnc::dims::DimSite::InputAxis {
+                                input: name.to_string(),
+                                axis,
+                            },
+                        });
+                        shape.push(max);
+                    }
+                    None => shape.push(d.trim().parse::<usize>().map_err(|_| {
+                        bad(
+                            "input-shape",
+                            s,
+                            "dimensions must be non-negative integers or MIN..MAX ranges",
+                        )
+                    })?),
+                }
+            }
+        }
+        input_shapes.insert(name.to_string(), shape);
     }
     let mut sequence_inputs = HashMap::new();
     for s in &shapes.sequence_inputs {
@@ -325,13 +351,27 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
     for s in &shapes.dims {
         let (name, v) = s
             .split_once('=')
-            .ok_or_else(|| bad("dim", s, "expected PARAM=VALUE"))?;
-        dims.insert(
-            name.to_string(),
-            v.trim()
-                .parse::<usize>()
-                .map_err(|_| bad("dim", s, "the value must be a non-negative integer"))?,
-        );
+            .ok_or_else(|| bad("dim", s, "expected PARAM=VALUE or PARAM=MIN..MAX"))?;
+        match nnc::dims::parse_range(v).map_err(|why| bad("dim", s, &why))? {
+            Some((min, max)) => ranges.push(nnc::dims::DimRange {
+                name: name.to_string(),
+                min,
+                max,
+                site: nnc::dims::DimSite::Param,
+            }),
+            None => {
+                dims.insert(
+                    name.to_string(),
+                    v.trim().parse::<usize>().map_err(|_| {
+                        bad(
+                            "dim",
+                            s,
+                            "the value must be a non-negative integer or a MIN..MAX range",
+                        )
+                    })?,
+                );
+            }
+        }
     }
     let mut frozen_inputs = HashMap::new();
     for s in &shapes.frozen {
@@ -352,6 +392,7 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
     Ok(ImportOptions {
         input_shapes,
         dims,
+        ranges,
         frozen_inputs,
         sequence_inputs,
         absent_inputs: shapes.absent_inputs.iter().cloned().collect(),

@@ -218,7 +218,7 @@ pub fn bind_inputs(
         let (name, ty) = (&graph.value(v).name, graph.ty(v));
         match given.iter().find(|(n, _)| n == name) {
             Some((_, t)) => {
-                if t.dtype() != ty.dtype || t.shape() != ty.shape.as_slice() {
+                if t.dtype() != ty.dtype || !fits_input(graph, i, t.shape()) {
                     return Err(format!(
                         "input '{name}' must be {ty}, the file holds {}",
                         t.ty()
@@ -237,6 +237,24 @@ pub fn bind_inputs(
         }
     }
     Ok(out)
+}
+
+/// Whether `shape` suits graph input `i`: its shape, or, for an input holding the
+/// samples of a dim set at run time, whole samples within the dim's range.
+fn fits_input(graph: &Graph, i: usize, shape: &[usize]) -> bool {
+    let unit = &graph.ty(graph.inputs[i]).shape;
+    if shape == unit.as_slice() {
+        return true;
+    }
+    let Some(sl) = graph.sample_loop.as_ref().filter(|sl| sl.inputs[i]) else {
+        return false;
+    };
+    let dim = &graph.dims[sl.dim];
+    shape.len() == unit.len()
+        && unit[0] > 0
+        && shape[1..] == unit[1..]
+        && shape[0].is_multiple_of(unit[0])
+        && (dim.min..=dim.max).contains(&(shape[0] / unit[0]))
 }
 
 /// `dtype[shape]`, and min/max/mean for floating-point tensors.

@@ -81,14 +81,27 @@ impl LoadedModel {
         })
     }
 
-    /// One call on `inputs` (in the graph's input order).
+    /// One call on `inputs` (in the graph's input order). A model with symbolic dims
+    /// runs for the values the inputs' shapes give; its outputs are shaped for them.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, HostError> {
+        let run_err = |e: loader::Error| HostError::Run(e.into());
+        let dims = if self.library.dims().is_empty() {
+            vec![]
+        } else {
+            let shapes: Vec<&[usize]> = inputs.iter().map(Tensor::shape).collect();
+            self.library.dims_of(&shapes).map_err(run_err)?
+        };
+        let out_types: Vec<TensorType> = if dims.is_empty() {
+            self.outputs.clone()
+        } else {
+            let (_, outs) = self.library.shapes_for(&dims).map_err(run_err)?;
+            (self.outputs.iter().zip(outs))
+                .map(|(t, d)| TensorType::new(t.dtype, d.shape))
+                .collect()
+        };
         let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> = self
-            .outputs
-            .iter()
-            .map(|t| vec![0u8; t.byte_size()])
-            .collect();
+        let mut out_bytes: Vec<Vec<u8>> =
+            out_types.iter().map(|t| vec![0u8; t.byte_size()]).collect();
         let ins: Vec<loader::Tensor> = in_bytes.iter().map(|b| loader::Tensor::bytes(b)).collect();
         let mut outs: Vec<loader::TensorMut> = out_bytes
             .iter_mut()
@@ -98,11 +111,14 @@ impl LoadedModel {
             .workspace
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.library
-            .run(&mut workspace, &ins, &mut outs)
-            .map_err(|e| HostError::Run(e.into()))?;
+        if dims.is_empty() {
+            self.library.run(&mut workspace, &ins, &mut outs)
+        } else {
+            (self.library).run_dims(None, &mut workspace, &dims, &ins, &mut outs)
+        }
+        .map_err(run_err)?;
         drop(outs);
-        self.outputs
+        out_types
             .iter()
             .zip(&out_bytes)
             .map(|(t, b)| {

@@ -12,6 +12,7 @@ pub mod options;
 pub mod plan;
 pub mod rodata_pool;
 mod run;
+mod sample_loop;
 mod shared_tables;
 pub mod target;
 pub mod tasks;
@@ -431,6 +432,13 @@ pub fn compile_graph_reporting(
         pass_workspace: expand.is_some(),
         pooled: &pooled,
     };
+    // A one-sample graph's node sequence is local: the exported entry points loop over
+    // the samples (see `sample_loop`).
+    let samples = sample_loop::SampleLayout::of(graph);
+    let infer_ws_name = match samples {
+        Some(_) => "nnc_sample_infer_with_workspace".to_string(),
+        None => format!("{}infer_with_workspace", opts.prefix),
+    };
     let infer_ws = define_infer_with_workspace(
         &mut module,
         &mut ctx,
@@ -438,7 +446,7 @@ pub fn compile_graph_reporting(
         &isa,
         &sequence,
         false,
-        &format!("{}infer_with_workspace", opts.prefix),
+        &infer_ws_name,
     )?;
     let run_pooled = define_infer_with_workspace(
         &mut module,
@@ -449,6 +457,18 @@ pub fn compile_graph_reporting(
         true,
         "nnc_run_pooled",
     )?;
+    let exported_infer_ws = match &samples {
+        Some(layout) => sample_loop::define_infer_with_workspace(
+            &mut module,
+            &mut ctx,
+            &mut fctx,
+            &isa,
+            layout,
+            infer_ws,
+            &opts.prefix,
+        )?,
+        None => infer_ws,
+    };
     run::define_workspace_size(
         &mut module,
         &mut ctx,
@@ -466,6 +486,7 @@ pub fn compile_graph_reporting(
         &pooled,
         plan.arena_size,
         (infer_ws, run_pooled),
+        samples.as_ref(),
         &opts.prefix,
     )?;
     define_infer(
@@ -473,8 +494,27 @@ pub fn compile_graph_reporting(
         &mut ctx,
         &mut fctx,
         &isa,
-        infer_ws,
+        exported_infer_ws,
         arena,
+        &opts.prefix,
+    )?;
+    let io_shapes: Vec<&[usize]> = graph
+        .inputs
+        .iter()
+        .chain(&graph.outputs)
+        .map(|v| graph.ty(*v).shape.as_slice())
+        .collect();
+    let axis_dims = graph
+        .sample_loop
+        .as_ref()
+        .map_or_else(Vec::new, |sl| sl.axis_dims(&io_shapes));
+    sample_loop::define_shapes(
+        &mut module,
+        &mut ctx,
+        &mut fctx,
+        &isa,
+        (&io_shapes, &axis_dims),
+        &graph.dims,
         &opts.prefix,
     )?;
     define_model_info_fn(&mut module, &mut ctx, &mut fctx, &isa, info, &opts.prefix)?;
@@ -830,7 +870,7 @@ fn define_infer_with_workspace(
         pooled,
     } = *seq;
     let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
-    let linkage = if with_pool {
+    let linkage = if with_pool || graph.sample_loop.is_some() {
         Linkage::Local
     } else {
         Linkage::Export

@@ -9,12 +9,16 @@ use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
 use nnc_runtime_abi::abi::NNC_ABI_VERSION;
 
-/// `sizeof(nnc_model_info)` and `sizeof(nnc_tensor_info)` on LP64 targets.
-const MODEL_INFO_SIZE: usize = 48;
+/// `sizeof(nnc_model_info)`, `sizeof(nnc_tensor_info)`, `sizeof(nnc_dim_info)` and
+/// `sizeof(nnc_axis_dim)` on LP64 targets.
+const MODEL_INFO_SIZE: usize = 72;
 const TENSOR_INFO_SIZE: usize = 24;
+const DIM_INFO_SIZE: usize = 24;
+const AXIS_DIM_SIZE: usize = 24;
 
-/// Defines one data object holding the struct, its tensor-info arrays, dims and names;
-/// pointers inside it are relocations against itself.
+/// Defines one data object holding the struct, its tensor-info arrays, sizes, symbolic
+/// dims and names; pointers inside it are relocations against itself. An axis that
+/// depends on a dim gets its size with the dim at its maximum.
 pub fn define(
     module: &mut ObjectModule,
     graph: &Graph,
@@ -33,7 +37,18 @@ pub fn define(
     let infos_at = MODEL_INFO_SIZE;
     let dims_at = infos_at + TENSOR_INFO_SIZE * tensors.len();
     let total_dims: usize = tensors.iter().map(|t| graph.ty(*t).rank()).sum();
-    let strings_at = dims_at + 8 * total_dims;
+    let shapes: Vec<&[usize]> = tensors
+        .iter()
+        .map(|t| graph.ty(*t).shape.as_slice())
+        .collect();
+    let axis_dims = graph
+        .sample_loop
+        .as_ref()
+        .map_or_else(Vec::new, |sl| sl.axis_dims(&shapes));
+    let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
+    let dim_infos_at = dims_at + 8 * total_dims;
+    let axis_dims_at = dim_infos_at + DIM_INFO_SIZE * graph.dims.len();
+    let strings_at = axis_dims_at + AXIS_DIM_SIZE * axis_dims.len();
 
     let mut bytes = vec![0u8; strings_at];
     let mut relocs: Vec<(usize, usize)> = vec![]; // (where, target offset in this blob)
@@ -49,6 +64,30 @@ pub fn define(
     relocs.push((24, infos_at + TENSOR_INFO_SIZE * graph.inputs.len()));
     put64(&mut bytes, 32, plan.arena_size as u64);
     put64(&mut bytes, 40, ALIGN as u64);
+    put32(&mut bytes, 48, graph.dims.len() as u32);
+    put32(&mut bytes, 52, axis_dims.len() as u32);
+    if !graph.dims.is_empty() {
+        relocs.push((56, dim_infos_at));
+    }
+    if !axis_dims.is_empty() {
+        relocs.push((64, axis_dims_at));
+    }
+    for (j, d) in graph.dims.iter().enumerate() {
+        let at = dim_infos_at + j * DIM_INFO_SIZE;
+        let str_at = bytes.len();
+        bytes.extend(d.name.bytes().filter(|&c| c != 0));
+        bytes.push(0);
+        relocs.push((at, str_at));
+        put64(&mut bytes, at + 8, d.min as u64);
+        put64(&mut bytes, at + 16, d.max as u64);
+    }
+    for (j, a) in axis_dims.iter().enumerate() {
+        let at = axis_dims_at + j * AXIS_DIM_SIZE;
+        put32(&mut bytes, at, a.tensor as u32);
+        put32(&mut bytes, at + 4, a.axis as u32);
+        put32(&mut bytes, at + 8, a.dim as u32);
+        put64(&mut bytes, at + 16, a.scale as u64);
+    }
 
     let mut dim_cursor = dims_at;
     for (k, v) in tensors.iter().enumerate() {
@@ -61,7 +100,7 @@ pub fn define(
         put32(&mut bytes, at + 8, ty.dtype.onnx_code() as u32);
         put32(&mut bytes, at + 12, ty.rank() as u32);
         relocs.push((at + 16, dim_cursor));
-        for &d in &ty.shape {
+        for d in crate::dims::concrete_shape(&ty.shape, k, &axis_dims, &maxima) {
             put64(&mut bytes, dim_cursor, d as u64);
             dim_cursor += 8;
         }

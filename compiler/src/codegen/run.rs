@@ -26,16 +26,22 @@ use cranelift_module::{FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
 use super::kernel::{flags, PTR};
+use super::sample_loop::{self, SampleLayout};
 use super::{define_function, plan, Result};
-use nnc_runtime_abi::abi::{NNC_ERR_BAD_OPTIONS, NNC_ERR_WORKSPACE_TOO_SMALL};
+use nnc_runtime_abi::abi::{
+    NNC_ERR_BAD_OPTIONS, NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_WORKSPACE_TOO_SMALL,
+};
 
 /// Offsets in `nnc_run_options` and `nnc_thread_pool` (64-bit targets).
 const OPTIONS_POOL: i32 = 8;
 const OPTIONS_WORKSPACE_BYTES: i32 = 16;
 /// `size` must reach past `pool` (ABI 3's first two fields) ...
 const OPTIONS_MIN_SIZE: i64 = 16;
-/// ... and past `workspace_bytes` for that to be read.
+/// ... and past `workspace_bytes` for that to be read ...
 const OPTIONS_WITH_WORKSPACE_BYTES: i64 = 24;
+/// ... and past `dims` (ABI 4) for that.
+const OPTIONS_DIMS: i32 = 24;
+const OPTIONS_WITH_DIMS: i64 = 32;
 const POOL_NUM_THREADS: i32 = 8;
 const POOL_PARALLEL_FOR: i32 = 16;
 
@@ -279,7 +285,9 @@ pub(super) fn define_workspace_size(
 
 /// `PREFIXrun(inputs, outputs, workspace, options)`: checks the options and the
 /// workspace bytes, then runs `infer_with_workspace` (no pool, or one thread) or the
-/// pooled node sequence `run_pooled(inputs, outputs, workspace, pool)`.
+/// pooled node sequence `run_pooled(inputs, outputs, workspace, pool)`. For a graph of
+/// one sample (`samples`), those are the one-sample sequences, called for each sample
+/// of the dim `options->dims` sets (checked against its range first).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn define_run(
     module: &mut ObjectModule,
@@ -289,6 +297,7 @@ pub(super) fn define_run(
     pooled: &Pooled,
     arena: usize,
     (infer_ws, run_pooled): (FuncId, FuncId),
+    samples: Option<&SampleLayout>,
     prefix: &str,
 ) -> Result<()> {
     let sig = super::ptr_signature(module, 4, true);
@@ -305,13 +314,23 @@ pub(super) fn define_run(
             let (inputs, outputs, ws, options) = (p[0], p[1], p[2], p[3]);
             let bad = b.create_block();
             let too_small = b.create_block();
+            let out_of_range = b.create_block();
             let (pooled_block, size) = check_options(b, options, bad);
             // Single thread: the workspace must hold the arena.
             let needed = b.ins().iconst(PTR, arena as i64);
             check_workspace_bytes(b, options, size, needed, too_small);
-            let f = module.declare_func_in_func(infer_ws, b.func);
-            let call = b.ins().call(f, &[inputs, outputs, ws]);
-            let r = b.inst_results(call)[0];
+            let r = match samples {
+                Some(layout) => {
+                    let count = sample_count(b, options, size, layout, out_of_range);
+                    let args = (inputs, outputs, ws);
+                    sample_loop::emit_loop(b, module, layout, infer_ws, args, None, count)
+                }
+                None => {
+                    let f = module.declare_func_in_func(infer_ws, b.func);
+                    let call = b.ins().call(f, &[inputs, outputs, ws]);
+                    b.inst_results(call)[0]
+                }
+            };
             b.ins().return_(&[r]);
 
             b.switch_to_block(pooled_block);
@@ -323,14 +342,24 @@ pub(super) fn define_run(
             let size = b.ins().uload32(flags(), options, 0);
             let needed = pooled_bytes(b, pooled, arena, threads);
             check_workspace_bytes(b, options, size, needed, too_small);
-            let f = module.declare_func_in_func(run_pooled, b.func);
-            let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
-            let r = b.inst_results(call)[0];
+            let r = match samples {
+                Some(layout) => {
+                    let count = sample_count(b, options, size, layout, out_of_range);
+                    let args = (inputs, outputs, ws);
+                    sample_loop::emit_loop(b, module, layout, run_pooled, args, Some(pool), count)
+                }
+                None => {
+                    let f = module.declare_func_in_func(run_pooled, b.func);
+                    let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
+                    b.inst_results(call)[0]
+                }
+            };
             b.ins().return_(&[r]);
 
             for (blk, code) in [
                 (bad, NNC_ERR_BAD_OPTIONS),
                 (too_small, NNC_ERR_WORKSPACE_TOO_SMALL),
+                (out_of_range, NNC_ERR_DIM_OUT_OF_RANGE),
             ] {
                 b.switch_to_block(blk);
                 b.seal_block(blk);
@@ -341,6 +370,41 @@ pub(super) fn define_run(
         },
     )?;
     Ok(())
+}
+
+/// The number of samples to run: the looped dim from `options->dims` when the options
+/// reach that field and it is not NULL (jumping to `out_of_range` for a value outside
+/// the dim's range), else the dim's maximum.
+fn sample_count(
+    b: &mut FunctionBuilder,
+    options: Value,
+    size: Value,
+    layout: &SampleLayout,
+    out_of_range: Block,
+) -> Value {
+    let zero = b.ins().iconst(PTR, 0);
+    let has_field = b
+        .ins()
+        .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, size, OPTIONS_WITH_DIMS);
+    let read = b.create_block();
+    let join = b.create_block();
+    b.append_block_param(join, PTR);
+    b.ins().brif(
+        has_field,
+        read,
+        &[],
+        join,
+        &[cranelift_codegen::ir::BlockArg::Value(zero)],
+    );
+    b.seal_block(read);
+    b.switch_to_block(read);
+    let dims = b.ins().load(PTR, flags(), options, OPTIONS_DIMS);
+    b.ins()
+        .jump(join, &[cranelift_codegen::ir::BlockArg::Value(dims)]);
+    b.seal_block(join);
+    b.switch_to_block(join);
+    let dims = b.block_params(join)[0];
+    sample_loop::emit_dim_value(b, dims, (layout.dim, layout.min, layout.max), out_of_range)
 }
 
 /// Jumps to `too_small` when the options carry a nonzero `workspace_bytes` below

@@ -358,6 +358,13 @@ impl Slot<'_> {
 /// Evaluates `graph` on its runtime `inputs` (in `graph.inputs` order) and returns the
 /// values of `graph.outputs`. Intermediates are freed after their last use.
 pub fn run_graph(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    if graph.sample_loop.is_some() {
+        return crate::dims::run_samples(graph, inputs, |one| run_one_graph(graph, one));
+    }
+    run_one_graph(graph, inputs)
+}
+
+fn run_one_graph(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     let slots = execute(graph, inputs, true)?;
     graph
         .outputs

@@ -38,6 +38,10 @@ pub struct Graph {
     /// Runtime inputs (initializers are not among them), in the model's order.
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<ValueId>,
+    /// Dimensions the caller sets at run time, in the ABI's order (empty: a static graph).
+    pub dims: Vec<crate::dims::SymbolicDim>,
+    /// Set when the graph is one sample's and `run` loops over the samples of `dims`.
+    pub sample_loop: Option<crate::dims::SampleLoop>,
 }
 
 impl Graph {

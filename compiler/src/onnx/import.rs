@@ -27,6 +27,9 @@ pub struct ImportOptions {
     pub input_shapes: HashMap<String, Vec<usize>>,
     /// `--dim PARAM=VALUE`
     pub dims: HashMap<String, usize>,
+    /// `--dim NAME=MIN..MAX` and ranges in `--input-shape` (whose axis then holds any
+    /// value in `input_shapes`): dims the caller sets at run time (see [`crate::dims`]).
+    pub ranges: Vec<crate::dims::DimRange>,
     /// `--freeze-input NAME=FILE`: graph inputs replaced by constants, e.g. the axes,
     /// pads or target shape a model takes as an input but the user never varies.
     pub frozen_inputs: HashMap<String, Tensor>,
@@ -74,6 +77,9 @@ pub fn import_model(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Imported> {
+    if !opts.ranges.is_empty() {
+        return crate::dims::import_with_ranges(model, base_dir, opts);
+    }
     let graph = model
         .graph
         .as_ref()

@@ -1,0 +1,154 @@
+//! Dimensions the caller picks at run time: declared with `--dim NAME=MIN..MAX` or a
+//! range on an axis of `--input-shape`, numbered in the ABI's order, and the way code
+//! generation covers them.
+//!
+//! One strategy exists so far, the *sample loop*: when a dim is a leading factor of
+//! axis 0 of every value it reaches and no node mixes values across that axis (a
+//! batch), the graph is compiled for one sample (the dim at 1) and `run` calls it once
+//! per sample, each marked input and output advanced by its bytes per sample. Weights,
+//! packed panels, the memory plan and the workspace are those of one sample, so the
+//! library is as small as a static one, and every value in range runs exactly.
+//! [`sample_loop`] proves the conditions from the model itself (importing it at three
+//! values of the dim) and names the node that breaks them.
+
+pub mod range;
+pub mod sample_loop;
+
+pub use range::{parse_range, DimRange, DimSite};
+pub use sample_loop::import_with_ranges;
+
+use crate::ir::{Graph, Tensor};
+
+/// A dimension of a compiled graph the caller sets at run time, in `[min, max]`:
+/// what `model_info` lists, in the order of `nnc_run_options.dims`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolicDim {
+    pub name: String,
+    pub min: usize,
+    pub max: usize,
+}
+
+/// The graph is one sample's; `run` calls it `dims[dim]` times. `inputs[i]` /
+/// `outputs[i]` mark the graph inputs and outputs whose axis 0 holds the samples
+/// (`[dim · unit, ...]`, the graph's shape being `[unit, ...]`); the others are the
+/// same for every sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleLoop {
+    pub dim: usize,
+    pub inputs: Vec<bool>,
+    pub outputs: Vec<bool>,
+}
+
+/// How one axis of an input or output depends on a dim: its size is `scale · dims[dim]`.
+/// `tensor` counts the inputs first, then the outputs, as `nnc_axis_dim` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisDim {
+    pub tensor: usize,
+    pub axis: usize,
+    pub dim: usize,
+    pub scale: usize,
+}
+
+impl SampleLoop {
+    /// The dependencies `model_info` reports, given the one-sample shapes of the graph's
+    /// inputs and outputs (in that order).
+    pub fn axis_dims(&self, shapes: &[&[usize]]) -> Vec<AxisDim> {
+        self.inputs
+            .iter()
+            .chain(&self.outputs)
+            .zip(shapes)
+            .enumerate()
+            .filter(|(_, (&marked, _))| marked)
+            .map(|(tensor, (_, shape))| AxisDim {
+                tensor,
+                axis: 0,
+                dim: self.dim,
+                scale: shape[0],
+            })
+            .collect()
+    }
+}
+
+/// The shape of an input or output for dim values `values`: `shape` with each axis
+/// in `deps` (for this tensor) set to `scale · value`.
+pub fn concrete_shape(
+    shape: &[usize],
+    tensor: usize,
+    deps: &[AxisDim],
+    values: &[usize],
+) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    for d in deps.iter().filter(|d| d.tensor == tensor) {
+        s[d.axis] = d.scale * values[d.dim];
+    }
+    s
+}
+
+/// Runs a one-sample graph on inputs holding `k` samples each (axis 0 of every marked
+/// input `k` times its one-sample size) by calling `run_one` per sample and joining
+/// the outputs the same way; inputs of one sample go to `run_one` as they are.
+pub fn run_samples(
+    graph: &Graph,
+    inputs: &[Tensor],
+    run_one: impl Fn(&[Tensor]) -> Result<Vec<Tensor>, String>,
+) -> Result<Vec<Tensor>, String> {
+    let Some(sl) = &graph.sample_loop else {
+        return run_one(inputs);
+    };
+    let mut samples = None;
+    for ((v, t), &marked) in graph.inputs.iter().zip(inputs).zip(&sl.inputs) {
+        let unit = graph.ty(*v);
+        if !marked {
+            continue;
+        }
+        let (s, u) = (t.shape(), &unit.shape);
+        let k = (s.len() == u.len() && u[0] > 0 && s[0] % u[0] == 0 && s[1..] == u[1..])
+            .then(|| s[0] / u[0])
+            .ok_or_else(|| {
+                format!(
+                    "input '{}' is {:?}: axis 0 must hold whole samples of {u:?}",
+                    graph.value(*v).name,
+                    s
+                )
+            })?;
+        if *samples.get_or_insert(k) != k {
+            return Err("the inputs hold different numbers of samples".into());
+        }
+    }
+    let k = samples.unwrap_or(1);
+    if k == 1 {
+        return run_one(inputs);
+    }
+    let input_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+    let mut outputs: Vec<Vec<u8>> = vec![vec![]; graph.outputs.len()];
+    for s in 0..k {
+        let sample: Vec<Tensor> = (graph.inputs.iter().zip(&input_bytes).zip(&sl.inputs))
+            .zip(inputs)
+            .map(|(((v, bytes), &marked), t)| {
+                if !marked {
+                    return Ok(t.clone());
+                }
+                let ty = graph.ty(*v);
+                let n = ty.byte_size();
+                Tensor::from_le_bytes(ty, &bytes[s * n..(s + 1) * n])
+                    .ok_or_else(|| "an input's bytes".to_string())
+            })
+            .collect::<Result<_, String>>()?;
+        for ((out, t), &marked) in outputs.iter_mut().zip(run_one(&sample)?).zip(&sl.outputs) {
+            if marked || s == 0 {
+                out.extend(t.to_le_bytes());
+            }
+        }
+    }
+    (graph.outputs.iter().zip(outputs).zip(&sl.outputs))
+        .map(|((v, bytes), &marked)| {
+            let ty = graph.ty(*v);
+            let mut shape = ty.shape.clone();
+            if marked {
+                shape[0] *= k;
+            }
+            Tensor::from_le_bytes(&crate::ir::TensorType::new(ty.dtype, shape), &bytes)
+                .ok_or_else(|| "an output's bytes".to_string())
+        })
+        .collect()
+}

@@ -1,0 +1,305 @@
+//! Whether a declared dim can be covered by the sample loop, proved from the model.
+//!
+//! The model is imported with the dim at 1, 2 and 3. The three graphs must have the
+//! same nodes; every value must either keep its shape (and, if constant, its contents)
+//! or have axis 0 scale with the dim (`[k·u, ...]` at k, other axes fixed, a constant
+//! repeating its one-sample block): such a value is *marked*. Then each node that reads
+//! a marked value must compute each sample's rows from that sample's rows only, which
+//! is a property of its op and attributes (a Softmax not along axis 0, a Transpose
+//! keeping axis 0 first, a MatMul whose axis 0 is a row or batch axis of the marked
+//! operand...), and must mark all its outputs. Then the graph at 1 computes one sample
+//! of the graph at any k, and `run` loops over samples.
+
+use std::path::Path;
+
+use super::range::DimSite;
+use super::{SampleLoop, SymbolicDim};
+use crate::error::{NncError, Result};
+use crate::ir::{Graph, Node, ValueId};
+use crate::onnx::proto::ModelProto;
+use crate::onnx::{import_model, ImportOptions, Imported};
+use crate::ops::Op;
+
+/// Imports `model` with its declared ranges: the graph for one sample, carrying its
+/// [`SymbolicDim`]s and [`SampleLoop`], or an error naming what keeps a dim from
+/// varying. A model with unsupported ops comes back as imported at 1, for the caller
+/// to report them.
+pub fn import_with_ranges(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported> {
+    let range = match opts.ranges.as_slice() {
+        [] => return import_model(model, base_dir, opts),
+        [r] => r,
+        [first, second, ..] => {
+            return Err(NncError::Model(format!(
+                "dimension '{}': only one dimension can vary per library so far ('{}' is \
+                 declared as a range too); give the others a value",
+                second.name, first.name
+            )))
+        }
+    };
+    if let DimSite::InputAxis { input, axis } = &range.site {
+        let rank = opts.input_shapes.get(input).map_or(0, Vec::len);
+        if *axis >= rank {
+            return Err(NncError::Model(format!(
+                "dimension '{}': input '{input}' has no axis {axis} in --input-shape",
+                range.name
+            )));
+        }
+    }
+    let at = |k: usize| {
+        import_model(model, base_dir, &opts.bound(&[k])).map_err(|e| {
+            NncError::Model(format!(
+                "dimension '{}': importing the model with it at {k} fails: {e}",
+                range.name
+            ))
+        })
+    };
+    let mut one = at(1)?;
+    if !one.unsupported.is_empty() {
+        return Ok(one);
+    }
+    let (two, three) = (at(2)?.graph, at(3)?.graph);
+    let why = |m: String| NncError::Model(format!("dimension '{}': {m}", range.name));
+    let g = &one.graph;
+    same_structure(g, &two)
+        .and(same_structure(g, &three))
+        .map_err(why)?;
+    let marked = mark_values(g, &two, &three).map_err(why)?;
+    if !g.inputs.iter().any(|i| marked[i.0]) {
+        return Err(why(match &range.site {
+            DimSite::Param => "no input of the model has an axis with this name".into(),
+            DimSite::InputAxis { input, axis } => {
+                format!("axis {axis} of input '{input}' is not a leading (sample) axis")
+            }
+        }));
+    }
+    for node in &two.nodes {
+        check_node(&two, node, &marked).map_err(|m| {
+            why(format!(
+                "node '{}' ({}) {m}; only a batch-like dimension (axis 0, samples computed \
+                 independently) can vary so far",
+                node.name, node.onnx_op
+            ))
+        })?;
+    }
+    let per_sample_limit = opts.limits.max_tensor_bytes / range.max as u64;
+    for &v in g.inputs.iter().chain(&g.outputs) {
+        let bytes = g.ty(v).checked_extent_bytes().unwrap_or(u64::MAX);
+        if marked[v.0] && bytes > per_sample_limit {
+            return Err(why(format!(
+                "'{}' would take {} × {bytes} bytes at {}, above --max-tensor-bytes",
+                g.value(v).name,
+                range.max,
+                range.max
+            )));
+        }
+    }
+    let mark = |vs: &[ValueId]| vs.iter().map(|v| marked[v.0]).collect();
+    let sample_loop = SampleLoop {
+        dim: 0,
+        inputs: mark(&g.inputs),
+        outputs: mark(&g.outputs),
+    };
+    one.graph.dims = vec![SymbolicDim {
+        name: range.name.clone(),
+        min: range.min,
+        max: range.max,
+    }];
+    one.graph.sample_loop = Some(sample_loop);
+    Ok(one)
+}
+
+/// The same values, nodes, ops and wiring: only shapes and contents may differ.
+fn same_structure(a: &Graph, b: &Graph) -> std::result::Result<(), String> {
+    let differs = || "the model's graph changes with it (different nodes)".to_string();
+    if a.values.len() != b.values.len()
+        || a.nodes.len() != b.nodes.len()
+        || a.inputs != b.inputs
+        || a.outputs != b.outputs
+    {
+        return Err(differs());
+    }
+    for (x, y) in a.nodes.iter().zip(&b.nodes) {
+        if x.inputs != y.inputs
+            || x.outputs != y.outputs
+            || x.onnx_op != y.onnx_op
+            || std::mem::discriminant(&x.op) != std::mem::discriminant(&y.op)
+        {
+            return Err(format!(
+                "node '{}' ({}) is imported differently at different values",
+                x.name, x.onnx_op
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Per value: does axis 0 hold the samples? Errors on a value the dim reaches any
+/// other way.
+fn mark_values(one: &Graph, two: &Graph, three: &Graph) -> std::result::Result<Vec<bool>, String> {
+    let mut marked = vec![false; one.values.len()];
+    for (i, m) in marked.iter_mut().enumerate() {
+        let v = ValueId(i);
+        let (s1, s2, s3) = (
+            one.ty(v).shape.as_slice(),
+            two.ty(v).shape.as_slice(),
+            three.ty(v).shape.as_slice(),
+        );
+        let name = &one.value(v).name;
+        if s1 == s2 && s1 == s3 {
+            let same = match (one.constant(v), two.constant(v), three.constant(v)) {
+                (Some(a), Some(b), Some(c)) => a == b && a == c,
+                (None, None, None) => true,
+                _ => false,
+            };
+            if !same {
+                return Err(format!("the value '{name}' is computed from it"));
+            }
+            continue;
+        }
+        let scales = !s1.is_empty()
+            && s1[0] > 0
+            && s2.len() == s1.len()
+            && s3.len() == s1.len()
+            && s2[0] == 2 * s1[0]
+            && s3[0] == 3 * s1[0]
+            && s1[1..] == s2[1..]
+            && s1[1..] == s3[1..];
+        if !scales {
+            return Err(format!(
+                "the value '{name}' has shape {s1:?} with it at 1 and {s2:?} at 2: the \
+                 dimension reaches an axis other than a leading factor of axis 0"
+            ));
+        }
+        let repeats = match (one.constant(v), two.constant(v), three.constant(v)) {
+            (Some(a), Some(b), Some(c)) => {
+                let unit = a.to_le_bytes();
+                b.to_le_bytes() == unit.repeat(2) && c.to_le_bytes() == unit.repeat(3)
+            }
+            (None, None, None) => true,
+            _ => false,
+        };
+        if !repeats {
+            return Err(format!(
+                "the constant '{name}' differs between samples (it is computed from the dimension)"
+            ));
+        }
+        *m = true;
+    }
+    Ok(marked)
+}
+
+/// A node reading marked values computes each sample from that sample alone, and marks
+/// every output; a node reading none marks none (but an Expand of a shared value to
+/// the samples, which repeats it).
+fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<(), String> {
+    let is_marked = |i: usize| {
+        node.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .is_some_and(|v| marked[v.0])
+    };
+    let rank = |i: usize| {
+        node.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(0, |v| g.ty(v).rank())
+    };
+    let shape0 = |v: ValueId| g.ty(v).shape.first().copied();
+    let out_rank = g.ty(node.outputs[0]).rank();
+    let any_input = (0..node.inputs.len()).any(is_marked);
+    let all_outputs = node.outputs.iter().all(|o| marked[o.0]);
+    if !any_input {
+        let none = node.outputs.iter().all(|o| !marked[o.0]);
+        return match (&node.op, none) {
+            (_, true) => Ok(()),
+            (Op::Expand { .. }, false) if all_outputs => Ok(()),
+            _ => Err("makes per-sample values from shared ones".into()),
+        };
+    }
+    if !all_outputs {
+        return Err("combines the samples into a shared value".into());
+    }
+    let only = |allowed: &[usize]| {
+        (0..node.inputs.len())
+            .filter(|&i| is_marked(i))
+            .all(|i| allowed.contains(&i) && rank(i) == out_rank)
+    };
+    let elementwise = || {
+        (0..node.inputs.len())
+            .filter(|&i| is_marked(i))
+            .all(|i| rank(i) == out_rank)
+    };
+    let ok = match &node.op {
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::BitCast { .. }
+        | Op::CastCodes { .. } => elementwise(),
+        Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } => only(&[0]),
+        Op::MatMul(_) | Op::MatMulInteger => {
+            let extra: &[usize] = if matches!(node.op, Op::MatMul(_)) {
+                &[3]
+            } else {
+                &[]
+            };
+            let a_ok = !is_marked(0) || (rank(0) >= 2 && rank(0) == out_rank);
+            let b_ok = !is_marked(1) || (rank(1) >= 3 && rank(1) == out_rank);
+            let rows_only = !(is_marked(1) && rank(0) == 2);
+            let rest = (2..node.inputs.len())
+                .filter(|&i| is_marked(i))
+                .all(|i| extra.contains(&i) && rank(i) == out_rank);
+            a_ok && b_ok && rows_only && rest
+        }
+        Op::Gemm(a) => !a.trans_a && !is_marked(1) && only(&[0, 2, 3]),
+        Op::Conv(_) | Op::ConvU8S8 { .. } => only(&[0, 3]),
+        Op::ConvTranspose(_)
+        | Op::Pool(_)
+        | Op::ConvInteger(_)
+        | Op::QuantizeToPlanes(_)
+        | Op::PackPlanes(_)
+        | Op::LayerNorm { .. } => only(&[0]) && !matches!(node.op, Op::LayerNorm { axis: 0, .. }),
+        Op::Attention => (0..node.inputs.len())
+            .filter(|&i| is_marked(i))
+            .all(|i| rank(i) >= 3 && rank(i) == out_rank),
+        Op::Softmax { axis, .. }
+        | Op::CumSum { axis, .. }
+        | Op::TopK { axis, .. }
+        | Op::GatherElements { axis }
+        | Op::ScatterElements { axis, .. } => *axis != 0 && elementwise(),
+        Op::ArgReduce(a) => a.axis != 0 && only(&[0]),
+        Op::Reduce(r) => !r.axes.is_empty() && !r.axes.contains(&0) && only(&[0]),
+        Op::Reshape { .. } => true,
+        Op::Expand { .. } => rank(0) == out_rank,
+        Op::Transpose { perm } => perm.first() == Some(&0),
+        Op::Concat { axis } => *axis != 0 && (0..node.inputs.len()).all(is_marked),
+        Op::Slice { starts, steps, .. } => {
+            let input = node.inputs[0].expect("Slice has its data input");
+            starts.first() == Some(&0)
+                && steps.first() == Some(&1)
+                && shape0(input) == shape0(node.outputs[0])
+        }
+        Op::Gather { axis } => {
+            (is_marked(0) && !is_marked(1) && *axis != 0)
+                || (!is_marked(0) && is_marked(1) && *axis == 0 && rank(1) >= 1)
+        }
+        Op::GatherND { batch_dims } => *batch_dims >= 1 && is_marked(0) && is_marked(1),
+        Op::Pad(p) => p.pads.first() == Some(&0) && p.pads.get(out_rank) == Some(&0) && only(&[0]),
+        Op::Resize(_) => {
+            let input = node.inputs[0].expect("Resize has its data input");
+            only(&[0]) && shape0(input) == shape0(node.outputs[0])
+        }
+        Op::ScatterND { .. } => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err("mixes samples (or reads them along an axis other than the one holding them)".into())
+    }
+}
