@@ -140,9 +140,22 @@ fn same_structure(a: &Graph, b: &Graph) -> std::result::Result<(), String> {
 /// Per value: does axis 0 hold the samples? Errors on a value the dim reaches any
 /// other way.
 fn mark_values(one: &Graph, two: &Graph, three: &Graph) -> std::result::Result<Vec<bool>, String> {
+    // Constants no node reads (shape chains folded into attributes) may differ freely.
+    let mut read = vec![false; one.values.len()];
+    for v in one
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().flatten())
+        .chain(&one.outputs)
+    {
+        read[v.0] = true;
+    }
     let mut marked = vec![false; one.values.len()];
     for (i, m) in marked.iter_mut().enumerate() {
         let v = ValueId(i);
+        if one.constant(v).is_some() && !read[i] {
+            continue;
+        }
         let (s1, s2, s3) = (
             one.ty(v).shape.as_slice(),
             two.ty(v).shape.as_slice(),

@@ -287,6 +287,18 @@ pub fn run_on_aarch64_env(
     opts: &CompileOptions,
     env: &[(&str, &str)],
 ) -> Result<Vec<Tensor>, String> {
+    run_on_aarch64_shaped(harness, (g, g), inputs, opts, env)
+}
+
+/// [`run_on_aarch64_env`] for a graph `g` whose outputs the harness writes shaped as
+/// `shapes`' (a one-sample graph's library runs every dim at its maximum).
+pub fn run_on_aarch64_shaped(
+    harness: &Path,
+    (g, shapes): (&Graph, &Graph),
+    inputs: &[Tensor],
+    opts: &CompileOptions,
+    env: &[(&str, &str)],
+) -> Result<Vec<Tensor>, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let lib = write_library(g, opts, dir.path())?;
     let (in_dir, out_dir) = (dir.path().join("in"), dir.path().join("out"));
@@ -312,13 +324,14 @@ pub fn run_on_aarch64_env(
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    g.outputs
+    shapes
+        .outputs
         .iter()
         .enumerate()
         .map(|(k, o)| {
             let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
                 .map_err(|e| e.to_string())?;
-            Tensor::from_le_bytes(g.ty(*o), &bytes)
+            Tensor::from_le_bytes(shapes.ty(*o), &bytes)
                 .ok_or_else(|| format!("output {k} has the wrong size"))
         })
         .collect()

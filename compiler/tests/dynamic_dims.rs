@@ -1,0 +1,602 @@
+//! Dims set at run time (`--dim NAME=MIN..MAX`): one library runs every value in
+//! range, exactly. Each model is compiled once with a range and run at several values;
+//! the outputs are compared with the interpreter on the model imported statically at
+//! that value (the ONNX semantics at that shape), with the same library at one
+//! sample called once per sample (bit-identical: the same code), and with a pooled
+//! run. Out-of-range values must return NNC_ERR_DIM_OUT_OF_RANGE and write nothing;
+//! models whose dim cannot vary are refused naming the node.
+
+#[path = "common/models.rs"]
+mod models;
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
+
+use std::ffi::{c_void, CStr};
+
+use models::{Attr, ModelBuilder};
+use nnc::codegen::Target;
+use nnc::dims::{DimRange, DimSite};
+use nnc::ir::{Graph, Tensor};
+use nnc::onnx::proto::{tensor_shape_proto, type_proto, ModelProto};
+use nnc::onnx::{import_model, ImportOptions};
+use nnc_runtime_abi::{
+    NncModelInfo, NncRunOptions, NncThreadPool, RunFn, ShapesFn, ThreadPool, WorkspaceSizeFn,
+    NNC_ERR_DIM_OUT_OF_RANGE,
+};
+use prost::Message;
+
+/// Names axis `axis` of graph input `input` `param` (an ONNX `dim_param`).
+fn symbolic(m: &mut ModelBuilder, input: &str, axis: usize, param: &str) {
+    let vi = m.graph.input.iter_mut().find(|i| i.name == input).unwrap();
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_mut().unwrap().value.as_mut() else {
+        unreachable!()
+    };
+    t.shape.as_mut().unwrap().dim[axis].value =
+        Some(tensor_shape_proto::dimension::Value::DimParam(param.into()));
+}
+
+/// A BERT-style encoder over `batch` sentences of `t` tokens: embeddings, one attention
+/// layer with a padding mask (heads split by `Reshape [0, 0, H, dh]`), a residual and
+/// LayerNorm, and a classifier over the flattened hidden states whose target shape
+/// comes from `Shape` (a chain import folds for each value of the dim).
+fn encoder(seed: u64, t: usize, d: usize, heads: usize) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let vocab = 50;
+    let ids = m.typed_input("ids", 7, &[1, t]);
+    let mask = m.input("mask", &[1, t]);
+    symbolic(&mut m, &ids, 0, "batch");
+    symbolic(&mut m, &mask, 0, "batch");
+    let table = m.weight(&[vocab, d], 1.0);
+    let x = m.node("Gather", &[&table, &ids], vec![("axis", Attr::I(0))]);
+    let pos = m.weight(&[t, d], 0.5);
+    let x = m.node("Add", &[&x, &pos], vec![]);
+    let dh = d / heads;
+    let split = m.int_init(&[0, 0, heads as i64, dh as i64]);
+    let proj = |m: &mut ModelBuilder, perm: Vec<i64>| {
+        let w = m.weight(&[d, d], 0.3);
+        let y = m.node("MatMul", &[&x, &w], vec![]);
+        let y = m.node("Reshape", &[&y, &split], vec![]);
+        m.node("Transpose", &[&y], vec![("perm", Attr::Ints(perm))])
+    };
+    let q = proj(&mut m, vec![0, 2, 1, 3]);
+    let k = proj(&mut m, vec![0, 2, 3, 1]);
+    let v = proj(&mut m, vec![0, 2, 1, 3]);
+    let s = m.node("MatMul", &[&q, &k], vec![]);
+    let scale = m.float_init(&[], vec![1.0 / (dh as f32).sqrt()]);
+    let s = m.node("Mul", &[&s, &scale], vec![]);
+    let one = m.float_init(&[], vec![1.0]);
+    let neg = m.float_init(&[], vec![-1e4]);
+    let pad = m.node("Sub", &[&one, &mask], vec![]);
+    let pad = m.node("Mul", &[&pad, &neg], vec![]);
+    let axes = m.int_init(&[1, 2]);
+    let pad = m.node("Unsqueeze", &[&pad, &axes], vec![]);
+    let s = m.node("Add", &[&s, &pad], vec![]);
+    let p = m.node("Softmax", &[&s], vec![("axis", Attr::I(-1))]);
+    let o = m.node("MatMul", &[&p, &v], vec![]);
+    let o = m.node(
+        "Transpose",
+        &[&o],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let merge = m.int_init(&[0, 0, d as i64]);
+    let o = m.node("Reshape", &[&o, &merge], vec![]);
+    let wo = m.weight(&[d, d], 0.3);
+    let o = m.node("MatMul", &[&o, &wo], vec![]);
+    let r = m.node("Add", &[&o, &x], vec![]);
+    let g = m.weight(&[d], 1.0);
+    let b = m.weight(&[d], 0.1);
+    let h = m.node(
+        "LayerNormalization",
+        &[&r, &g, &b],
+        vec![("axis", Attr::I(-1))],
+    );
+    let shape = m.node("Shape", &[&h], vec![]);
+    let zero = m.int_init(&[0]);
+    let batch = m.node("Gather", &[&shape, &zero], vec![("axis", Attr::I(0))]);
+    let rest = m.int_init(&[-1]);
+    let flat = m.node("Concat", &[&batch, &rest], vec![("axis", Attr::I(0))]);
+    let flat = m.node("Reshape", &[&h, &flat], vec![]);
+    let wc = m.weight(&[t * d, 5], 0.1);
+    let bc = m.weight(&[5], 0.1);
+    let logits = m.node("Gemm", &[&flat, &wc, &bc], vec![]);
+    m.output(&h);
+    m.output(&logits);
+    m.encode()
+}
+
+/// A small CNN over a batch of images: conv, batch norm, ReLU, max pool, a
+/// depthwise conv with a residual, global pooling, Flatten and a classifier.
+fn cnn(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[1, 3, 12, 12]);
+    symbolic(&mut m, &x, 0, "N");
+    let w = m.weight(&[8, 3, 3, 3], 0.5);
+    let b = m.weight(&[8], 0.1);
+    let y = m.node(
+        "Conv",
+        &[&x, &w, &b],
+        vec![("pads", Attr::Ints(vec![1; 4]))],
+    );
+    let (sc, bi, mean) = (
+        m.weight(&[8], 1.0),
+        m.weight(&[8], 0.1),
+        m.weight(&[8], 0.1),
+    );
+    let var = m.float_init(&[8], vec![0.5; 8]);
+    let y = m.node("BatchNormalization", &[&y, &sc, &bi, &mean, &var], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = m.node(
+        "MaxPool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let wd = m.weight(&[8, 1, 3, 3], 0.5);
+    let z = m.node(
+        "Conv",
+        &[&y, &wd],
+        vec![("pads", Attr::Ints(vec![1; 4])), ("group", Attr::I(8))],
+    );
+    let y = m.node("Add", &[&y, &z], vec![]);
+    let y = m.node("GlobalAveragePool", &[&y], vec![]);
+    let y = m.node("Flatten", &[&y], vec![("axis", Attr::I(1))]);
+    let wc = m.weight(&[10, 8], 0.5);
+    let bc = m.weight(&[10], 0.1);
+    let y = m.node("Gemm", &[&y, &wc, &bc], vec![("transB", Attr::I(1))]);
+    m.output(&y);
+    m.encode()
+}
+
+fn decode(bytes: &[u8]) -> ModelProto {
+    ModelProto::decode(bytes).unwrap()
+}
+
+fn with_range(name: &str, min: usize, max: usize) -> ImportOptions {
+    ImportOptions {
+        ranges: vec![DimRange {
+            name: name.into(),
+            min,
+            max,
+            site: DimSite::Param,
+        }],
+        ..Default::default()
+    }
+}
+
+fn import(model: &ModelProto, opts: &ImportOptions) -> nnc::error::Result<Graph> {
+    let mut g = import_model(model, None, opts)?.graph;
+    nnc::passes::PassManager::default().run(&mut g).unwrap();
+    Ok(g)
+}
+
+/// The model imported with `param` fixed at `value`.
+fn static_at(model: &ModelProto, param: &str, value: usize) -> Graph {
+    let mut opts = ImportOptions::default();
+    opts.dims.insert(param.into(), value);
+    import(model, &opts).unwrap()
+}
+
+/// Random inputs for `g` (ids below 50), as the static graph at some value shapes them.
+fn inputs_for(g: &Graph, seed: u64) -> Vec<Tensor> {
+    let mut rng = models::Rng::new(seed);
+    g.inputs
+        .iter()
+        .map(|v| {
+            let ty = g.ty(*v);
+            match ty.dtype {
+                nnc::ir::DType::I64 => Tensor::from_vec(
+                    &ty.shape,
+                    (0..ty.numel()).map(|_| rng.below(50) as i64).collect(),
+                ),
+                _ => Tensor::from_vec(&ty.shape, rng.vec(ty.numel(), 1.0)),
+            }
+        })
+        .collect()
+}
+
+/// A compiled one-sample library and the raw entry points of ABI 4.
+struct Dynamic {
+    compiled: runner::Compiled,
+    graph: Graph,
+}
+
+const GUARD: usize = 64;
+const SENTINEL: u8 = 0x5C;
+
+impl Dynamic {
+    fn new(graph: Graph) -> Dynamic {
+        Dynamic {
+            compiled: runner::Compiled::new(&graph).unwrap(),
+            graph,
+        }
+    }
+
+    fn lib(&self) -> libloading::Library {
+        unsafe { libloading::Library::new(self.compiled.library_path()) }.unwrap()
+    }
+
+    fn info(&self, lib: &libloading::Library) -> NncModelInfo {
+        let f =
+            unsafe { lib.get::<unsafe extern "C" fn() -> *const NncModelInfo>(b"model_info\0") }
+                .unwrap();
+        unsafe { *f() }
+    }
+
+    /// Calls `run` with `dims` (and `pool`) on `inputs`; returns the status and the
+    /// outputs sized by `shapes(dims)`, each followed by guard bytes checked intact.
+    fn run(
+        &self,
+        dims: Option<&[i64]>,
+        inputs: &[Tensor],
+        pool: Option<&NncThreadPool>,
+        out_shapes: &[Vec<usize>],
+    ) -> (i32, Vec<Tensor>) {
+        let lib = self.lib();
+        let run = unsafe { lib.get::<RunFn>(b"run\0") }.unwrap();
+        let size = unsafe { lib.get::<WorkspaceSizeFn>(b"workspace_size\0") }.unwrap();
+        let mut options = NncRunOptions::new(pool, 0);
+        if let Some(d) = dims {
+            options = options.with_dims(d);
+        }
+        let bytes = unsafe { size(&options) } as usize;
+        let mut ws = vec![0u8; bytes + 64];
+        let pad = ws.as_ptr().align_offset(64);
+        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+        let types: Vec<nnc::ir::TensorType> = (self.graph.outputs.iter().zip(out_shapes))
+            .map(|(o, s)| nnc::ir::TensorType::new(self.graph.ty(*o).dtype, s.clone()))
+            .collect();
+        let mut out_bytes: Vec<Vec<u8>> = types
+            .iter()
+            .map(|t| vec![SENTINEL; t.byte_size() + GUARD])
+            .collect();
+        let ins: Vec<*const c_void> = in_bytes.iter().map(|b| b.as_ptr().cast()).collect();
+        let outs: Vec<*mut c_void> = out_bytes
+            .iter_mut()
+            .map(|b| b.as_mut_ptr().cast())
+            .collect();
+        let status = unsafe {
+            run(
+                ins.as_ptr(),
+                outs.as_ptr(),
+                ws.as_mut_ptr().add(pad).cast(),
+                &options,
+            )
+        };
+        for (b, t) in out_bytes.iter().zip(&types) {
+            assert!(
+                b[t.byte_size()..].iter().all(|&x| x == SENTINEL),
+                "run wrote past the end of an output"
+            );
+        }
+        let outputs = types
+            .iter()
+            .zip(&out_bytes)
+            .map(|(t, b)| Tensor::from_le_bytes(t, &b[..t.byte_size()]).unwrap())
+            .collect();
+        (status, outputs)
+    }
+
+    /// `shapes(dims)`: the status and every input's then output's shape.
+    fn shapes(&self, dims: Option<&[i64]>) -> (i32, Vec<Vec<usize>>) {
+        let lib = self.lib();
+        let f = unsafe { lib.get::<ShapesFn>(b"shapes\0") }.unwrap();
+        let ranks: Vec<usize> = (self.graph.inputs.iter().chain(&self.graph.outputs))
+            .map(|v| self.graph.ty(*v).rank())
+            .collect();
+        let mut out = vec![-7i64; ranks.iter().sum()];
+        let status = unsafe {
+            f(
+                dims.map_or(std::ptr::null(), |d| d.as_ptr()),
+                out.as_mut_ptr(),
+            )
+        };
+        let mut at = 0;
+        let shapes = ranks
+            .iter()
+            .map(|&r| {
+                at += r;
+                out[at - r..at].iter().map(|&d| d as usize).collect()
+            })
+            .collect();
+        (status, shapes)
+    }
+
+    fn output_shapes(&self, k: i64) -> Vec<Vec<usize>> {
+        let (status, shapes) = self.shapes(Some(&[k]));
+        assert_eq!(status, 0);
+        shapes[self.graph.inputs.len()..].to_vec()
+    }
+}
+
+fn assert_close(expected: &[Tensor], actual: &[Tensor], what: &str) {
+    assert_eq!(expected.len(), actual.len());
+    for (e, a) in expected.iter().zip(actual) {
+        assert_eq!(e.shape(), a.shape(), "{what}: shapes");
+        for (x, y) in e.to_f64_vec().iter().zip(a.to_f64_vec()) {
+            assert!(
+                (x - y).abs() <= 1e-4 + 1e-3 * x.abs(),
+                "{what}: expected {x}, got {y}"
+            );
+        }
+    }
+}
+
+/// The model with dim `param` in `1..=8`: at 1, 2, 3, 7 and 8 samples, outputs equal the
+/// interpreter's on the model imported at that value, bit-equal to per-sample runs of
+/// the same library, and to pooled runs.
+fn check_model(bytes: &[u8], param: &str) {
+    let model = decode(bytes);
+    let g = import(&model, &with_range(param, 1, 8)).unwrap();
+    assert_eq!(g.dims.len(), 1);
+    assert_eq!(g.dims[0].name, param);
+    let lib = Dynamic::new(g);
+    let pool = ThreadPool::new(2).unwrap();
+    let raw = pool.as_raw();
+    for (k, seed) in [(1usize, 1u64), (2, 2), (3, 3), (7, 4), (8, 5)] {
+        let reference = static_at(&model, param, k);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let shapes = lib.output_shapes(k as i64);
+        let (status, got) = lib.run(Some(&[k as i64]), &inputs, None, &shapes);
+        assert_eq!(status, 0, "{k} samples");
+        assert_close(&expected, &got, &format!("{param}={k} vs the interpreter"));
+        let (status, pooled) = lib.run(Some(&[k as i64]), &inputs, Some(&raw), &shapes);
+        assert_eq!(status, 0);
+        assert_eq!(pooled, got, "{param}={k}: pooled run");
+        // One sample at a time through the same library: the same bits.
+        let per_sample = nnc::dims::run_samples(&lib.graph, &inputs, |one| {
+            let (status, out) = lib.run(Some(&[1]), one, None, &lib.output_shapes(1));
+            (status == 0).then_some(out).ok_or("status".to_string())
+        })
+        .unwrap();
+        assert_eq!(per_sample, got, "{param}={k}: per-sample runs");
+    }
+}
+
+#[test]
+fn encoder_runs_every_batch_size_from_one_library() {
+    check_model(&encoder(11, 7, 16, 2), "batch");
+}
+
+#[test]
+fn cnn_runs_every_batch_size_from_one_library() {
+    check_model(&cnn(12), "N");
+}
+
+#[test]
+fn out_of_range_values_write_nothing() {
+    let model = decode(&cnn(13));
+    let lib = Dynamic::new(import(&model, &with_range("N", 2, 5)).unwrap());
+    let reference = static_at(&model, "N", 5);
+    let inputs = inputs_for(&reference, 9);
+    let shapes = lib.output_shapes(5);
+    for bad in [0i64, 1, 6, -1, i64::MIN, i64::MAX] {
+        let (status, outputs) = lib.run(Some(&[bad]), &inputs, None, &shapes);
+        assert_eq!(status, NNC_ERR_DIM_OUT_OF_RANGE, "N={bad}");
+        for o in outputs {
+            assert!(
+                o.to_le_bytes().iter().all(|&b| b == SENTINEL),
+                "N={bad} wrote"
+            );
+        }
+        assert_eq!(lib.shapes(Some(&[bad])).0, NNC_ERR_DIM_OUT_OF_RANGE);
+    }
+    // NULL dims: every dim at its maximum, as `infer` runs.
+    let (status, at_max) = lib.run(None, &inputs, None, &shapes);
+    assert_eq!(status, 0);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    assert_close(&expected, &at_max, "NULL dims");
+    let infer = lib.compiled.run(&reference, &inputs).unwrap();
+    assert_eq!(infer, at_max, "infer runs at the maximum");
+}
+
+#[test]
+fn model_info_lists_dims_and_the_axes_that_depend_on_them() {
+    let model = decode(&encoder(14, 5, 8, 2));
+    let lib = Dynamic::new(import(&model, &with_range("batch", 1, 6)).unwrap());
+    let so = lib.lib();
+    let info = lib.info(&so);
+    assert_eq!(info.abi_version, nnc_runtime_abi::NNC_ABI_VERSION);
+    assert_eq!(info.num_dims, 1);
+    let d = unsafe { &*info.dims };
+    assert_eq!(unsafe { CStr::from_ptr(d.name) }.to_str().unwrap(), "batch");
+    assert_eq!((d.min, d.max), (1, 6));
+    // ids, mask, hidden and logits all hold the samples on axis 0.
+    let deps: Vec<(u32, u32, u32, i64)> = (0..info.num_axis_dims as usize)
+        .map(|j| {
+            let a = unsafe { &*info.axis_dims.add(j) };
+            (a.tensor, a.axis, a.dim, a.scale)
+        })
+        .collect();
+    assert_eq!(
+        deps,
+        vec![(0, 0, 0, 1), (1, 0, 0, 1), (2, 0, 0, 1), (3, 0, 0, 1)]
+    );
+    let inputs = unsafe { info.inputs_slice() };
+    assert_eq!(
+        unsafe { inputs[0].dims_slice() },
+        &[6, 5],
+        "sizes at the maximum"
+    );
+    let (status, shapes) = lib.shapes(Some(&[4]));
+    assert_eq!(status, 0);
+    assert_eq!(
+        shapes,
+        vec![vec![4, 5], vec![4, 5], vec![4, 5, 8], vec![4, 5]]
+    );
+    assert_eq!(lib.shapes(None).1[2], vec![6, 5, 8]);
+}
+
+#[test]
+fn a_static_model_exports_shapes_and_no_dims() {
+    let g = static_at(&decode(&cnn(15)), "N", 2);
+    let lib = Dynamic::new(g);
+    let so = lib.lib();
+    let info = lib.info(&so);
+    assert_eq!((info.num_dims, info.num_axis_dims), (0, 0));
+    assert_eq!(lib.shapes(None), (0, vec![vec![2, 3, 12, 12], vec![2, 10]]));
+    // A static model ignores dim values.
+    assert_eq!(lib.shapes(Some(&[99])).0, 0);
+}
+
+/// The message of importing `bytes` with `param` in 1..4.
+fn refusal(bytes: Vec<u8>, param: &str) -> String {
+    match import(&decode(&bytes), &with_range(param, 1, 4)) {
+        Ok(_) => panic!("the dim should not be able to vary"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn dims_that_cannot_vary_are_refused_naming_the_node() {
+    // Softmax across the samples.
+    let mut m = ModelBuilder::new(1);
+    let x = m.input("x", &[1, 6]);
+    symbolic(&mut m, &x, 0, "b");
+    let y = m.node("Softmax", &[&x], vec![("axis", Attr::I(0))]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("Softmax") && e.contains("mixes samples"), "{e}");
+
+    // A mean over the samples.
+    let mut m = ModelBuilder::new(2);
+    let x = m.input("x", &[1, 6]);
+    symbolic(&mut m, &x, 0, "b");
+    let axes = m.int_init(&[0]);
+    let y = m.node("ReduceMean", &[&x, &axes], vec![]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(
+        e.contains("ReduceMean") && e.contains("combines the samples"),
+        "{e}"
+    );
+
+    // A target shape that fixes the batch at 1.
+    let mut m = ModelBuilder::new(3);
+    let x = m.input("x", &[1, 2, 3]);
+    symbolic(&mut m, &x, 0, "b");
+    let s = m.int_init(&[1, 6]);
+    let y = m.node("Reshape", &[&x, &s], vec![]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(
+        e.contains("Reshape") && e.contains("with it at 2 fails"),
+        "{e}"
+    );
+
+    // A sequence axis (not axis 0): a later strategy's.
+    let mut m = ModelBuilder::new(4);
+    let x = m.input("x", &[1, 5, 4]);
+    symbolic(&mut m, &x, 1, "seq");
+    let y = m.node("Relu", &[&x], vec![]);
+    m.output(&y);
+    let e = refusal(m.encode(), "seq");
+    assert!(e.contains("'seq'") && e.contains("axis other than"), "{e}");
+
+    // The batch size used as a value.
+    let mut m = ModelBuilder::new(5);
+    let x = m.input("x", &[1, 4]);
+    symbolic(&mut m, &x, 0, "b");
+    let s = m.node("Shape", &[&x], vec![]);
+    let s = m.node("Cast", &[&s], vec![("to", Attr::I(1))]);
+    let zero = m.int_init(&[0]);
+    let n = m.node("Gather", &[&s, &zero], vec![("axis", Attr::I(0))]);
+    let y = m.node("Mul", &[&x, &n], vec![]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("computed from it"), "{e}");
+
+    // A name no input has.
+    let e = refusal(cnn(6), "batch");
+    assert!(
+        e.contains("no input of the model has an axis with this name") || e.contains("symbolic"),
+        "{e}"
+    );
+
+    // Two ranges.
+    let mut opts = with_range("N", 1, 4);
+    opts.ranges.push(DimRange {
+        name: "other".into(),
+        min: 1,
+        max: 2,
+        site: DimSite::Param,
+    });
+    let e = import(&decode(&cnn(7)), &opts).err().unwrap().to_string();
+    assert!(e.contains("only one dimension can vary"), "{e}");
+}
+
+/// Rows of a MatMul through a library of one row: `--input-shape x=1..9,4`.
+fn matmul_rows() -> Vec<u8> {
+    let mut m = ModelBuilder::new(8);
+    let x = m.input("x", &[3, 4]);
+    // An axis the model leaves unnamed and unsized.
+    let vi = m.graph.input.iter_mut().find(|i| i.name == x).unwrap();
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_mut().unwrap().value.as_mut() else {
+        unreachable!()
+    };
+    t.shape.as_mut().unwrap().dim[0].value = None;
+    let w = m.weight(&[4, 2], 1.0);
+    let y = m.node("MatMul", &[&x, &w], vec![]);
+    let y = m.node("Tanh", &[&y], vec![]);
+    m.output(&y);
+    m.encode()
+}
+
+#[test]
+fn an_input_shape_range_names_the_dim_input_dot_axis() {
+    let model = decode(&matmul_rows());
+    let mut opts = ImportOptions::default();
+    opts.input_shapes.insert("x".into(), vec![9, 4]);
+    opts.ranges.push(DimRange {
+        name: "x.0".into(),
+        min: 1,
+        max: 9,
+        site: DimSite::InputAxis {
+            input: "x".into(),
+            axis: 0,
+        },
+    });
+    let g = import(&model, &opts).unwrap();
+    assert_eq!(g.dims[0].name, "x.0");
+    assert_eq!(g.ty(g.inputs[0]).shape, vec![1, 4], "compiled for one row");
+    let lib = Dynamic::new(g);
+    let mut fixed = ImportOptions::default();
+    fixed.input_shapes.insert("x".into(), vec![5, 4]);
+    let reference = import(&model, &fixed).unwrap();
+    let inputs = inputs_for(&reference, 4);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let (status, got) = lib.run(Some(&[5]), &inputs, None, &lib.output_shapes(5));
+    assert_eq!(status, 0);
+    assert_close(&expected, &got, "5 rows");
+}
+
+#[test]
+fn aarch64_runs_the_sample_loop_under_qemu() {
+    let model = decode(&cnn(16));
+    let g = import(&model, &with_range("N", 1, 4)).unwrap();
+    let reference = static_at(&model, "N", 4);
+    let inputs = inputs_for(&reference, 3);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    // The harness calls `infer`, which runs every dim at its maximum: four samples.
+    let Some(harness) = runner::aarch64_harness() else {
+        return;
+    };
+    let opts = runner::options(Target::new(nnc::codegen::Arch::Aarch64, None).unwrap());
+    let got =
+        runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+    assert_close(&expected, &got, "aarch64, N=4");
+    // And through `run` with a pool of 3 threads.
+    let pooled = runner::run_on_aarch64_shaped(
+        harness,
+        (&g, &reference),
+        &inputs,
+        &opts,
+        &[("NNC_RUN_THREADS", "3")],
+    )
+    .unwrap();
+    assert_eq!(pooled, got, "aarch64 pooled");
+}
