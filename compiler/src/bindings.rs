@@ -81,29 +81,51 @@ struct Field {
     name: String,
     onnx_name: String,
     element: &'static str,
+    /// Elements (bytes for packed codes) with every dim at its maximum.
     len: usize,
     shape: Vec<usize>,
     dtype: DType,
+    /// For a tensor holding the samples of a dim: (the dim, elements per sample).
+    per_sample: Option<(usize, usize)>,
 }
 
-fn fields(graph: &Graph, ids: &[ValueId], taken: &mut Vec<String>) -> Vec<Field> {
+/// `marks[i]`: whether `ids[i]` holds the samples of the graph's looped dim.
+fn fields(graph: &Graph, ids: &[ValueId], marks: &[bool], taken: &mut Vec<String>) -> Vec<Field> {
+    let looped = graph
+        .sample_loop
+        .as_ref()
+        .map(|sl| (sl.dim, graph.dims[sl.dim].max));
     field_names(graph, ids, taken)
         .into_iter()
         .zip(ids)
-        .map(|(name, v)| {
+        .enumerate()
+        .map(|(i, (name, v))| {
             let info = graph.value(*v);
             let (element, per_element) = rust_element(info.ty.dtype);
+            let unit = if per_element {
+                info.ty.numel()
+            } else {
+                info.ty.byte_size()
+            };
+            let per_sample = looped
+                .filter(|_| marks.get(i) == Some(&true))
+                .map(|(d, _)| (d, unit));
+            let (len, shape) = match (per_sample, looped) {
+                (Some(_), Some((_, max))) => {
+                    let mut shape = info.ty.shape.clone();
+                    shape[0] *= max;
+                    (unit * max, shape)
+                }
+                _ => (unit, info.ty.shape.clone()),
+            };
             Field {
                 name,
                 onnx_name: info.name.clone(),
                 element,
-                len: if per_element {
-                    info.ty.numel()
-                } else {
-                    info.ty.byte_size()
-                },
-                shape: info.ty.shape.clone(),
+                len,
+                shape,
                 dtype: info.ty.dtype,
+                per_sample,
             }
         })
         .collect()
@@ -115,10 +137,13 @@ fn fields(graph: &Graph, ids: &[ValueId], taken: &mut Vec<String>) -> Vec<Field>
 pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) -> String {
     let prefix = crate::codegen::symbol_prefix(name);
     let align = crate::codegen::plan::ALIGN;
+    let (in_marks, out_marks) = graph.sample_loop.as_ref().map_or((vec![], vec![]), |sl| {
+        (sl.inputs.clone(), sl.outputs.clone())
+    });
     let mut taken = vec![];
-    let inputs = fields(graph, &graph.inputs, &mut taken);
+    let inputs = fields(graph, &graph.inputs, &in_marks, &mut taken);
     let mut taken = vec![];
-    let outputs = fields(graph, &graph.outputs, &mut taken);
+    let outputs = fields(graph, &graph.outputs, &out_marks, &mut taken);
     let mut s = String::new();
     let mut line = |t: &str| {
         s.push_str(t);
@@ -144,6 +169,9 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     ));
     line(&format!("            pub unsafe fn {prefix}workspace_size(options: *const core::ffi::c_void) -> u64;"));
     line(&format!("            pub unsafe fn {prefix}run(inputs: *const *const core::ffi::c_void, outputs: *const *mut core::ffi::c_void, workspace: *mut core::ffi::c_void, options: *const core::ffi::c_void) -> i32;"));
+    line(&format!(
+        "            pub unsafe fn {prefix}shapes(dims: *const i64, shapes: *mut i64) -> i32;"
+    ));
     line("        }");
     line("    }");
     line("");
@@ -392,6 +420,9 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("        }");
     line("    }");
     line("");
+    if !graph.dims.is_empty() {
+        dims_api(&mut line, graph, (&inputs, &outputs), &prefix);
+    }
     line("    impl Default for Workspace {");
     line("        fn default() -> Self {");
     line("            Self::new()");
@@ -406,4 +437,92 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("    }");
     line("}");
     s
+}
+
+/// For a model with dims set at run time: `DIMS`, slice-based `DimsInputs` /
+/// `DimsOutputs` and `Workspace::run_dims`, which checks the values against their
+/// ranges and every slice's length against the shapes they give.
+fn dims_api(
+    line: &mut dyn FnMut(&str),
+    graph: &Graph,
+    (inputs, outputs): (&[Field], &[Field]),
+    prefix: &str,
+) {
+    let n = graph.dims.len();
+    let dims: Vec<String> = (graph.dims.iter())
+        .map(|d| format!("({:?}, {}, {})", d.name, d.min, d.max))
+        .collect();
+    line("    /// The dims set at run time, as (name, min, max), in the order `run_dims` takes them;");
+    line("    /// `Inputs`/`Outputs` and `run` have each at its maximum.");
+    line(&format!(
+        "    pub const DIMS: [(&str, usize, usize); {n}] = [{}];",
+        dims.join(", ")
+    ));
+    line("");
+    let slices = |line: &mut dyn FnMut(&str), fs: &[Field], kind: &str, r: &str| {
+        line(&format!(
+            "    /// {kind} for [`Workspace::run_dims`]: slices whose lengths the dims' values fix."
+        ));
+        line(&format!("    pub struct Dims{kind}<'a> {{"));
+        for f in fs {
+            line(&format!("        pub {}: &'a {r}[{}],", f.name, f.element));
+        }
+        if fs.is_empty() {
+            line("        pub _none: core::marker::PhantomData<&'a ()>,");
+        }
+        line("    }");
+        line("");
+    };
+    slices(line, inputs, "Inputs", "");
+    slices(line, outputs, "Outputs", "mut ");
+    line("    impl Workspace {");
+    line("        /// Runs the model for the dims' values `dims` (in [`DIMS`] order), on `pool`'s");
+    line("        /// threads or the calling one (`None`); each slice must have the length the");
+    line("        /// values give its tensor. The workspace must come from `new` (no pool) or");
+    line("        /// `with_pool`, as for `run` and `run_with`.");
+    line(&format!("        pub fn run_dims(&mut self, pool: Option<&nnc_build::ThreadPool>, dims: [usize; {n}], inputs: &DimsInputs<'_>, outputs: &mut DimsOutputs<'_>) -> Result<(), Error> {{"));
+    line("            for (j, &v) in dims.iter().enumerate() {");
+    line("                if v < DIMS[j].1 || v > DIMS[j].2 { return Err(Error::Status(6)); }");
+    line("            }");
+    for (f, access) in
+        (inputs.iter().map(|f| (f, "inputs"))).chain(outputs.iter().map(|f| (f, "outputs")))
+    {
+        let expected = match f.per_sample {
+            Some((d, unit)) => format!("{unit} * dims[{d}]"),
+            None => f.len.to_string(),
+        };
+        line(&format!(
+            "            {{ let (found, expected) = ({access}.{}.len(), {expected}); if found != expected {{ return Err(Error::WrongLength {{ tensor: {:?}, expected, found }}); }} }}",
+            f.name, f.onnx_name
+        ));
+    }
+    let in_ptrs: Vec<String> = (inputs.iter())
+        .map(|f| format!("inputs.{}.as_ptr().cast()", f.name))
+        .collect();
+    let out_ptrs: Vec<String> = (outputs.iter())
+        .map(|f| format!("outputs.{}.as_mut_ptr().cast()", f.name))
+        .collect();
+    line(&format!(
+        "            let ins: [*const core::ffi::c_void; {}] = [{}];",
+        inputs.len(),
+        in_ptrs.join(", ")
+    ));
+    line(&format!(
+        "            let outs: [*mut core::ffi::c_void; {}] = [{}];",
+        outputs.len(),
+        out_ptrs.join(", ")
+    ));
+    line(&format!(
+        "            let values: [i64; {n}] = core::array::from_fn(|j| dims[j] as i64);"
+    ));
+    line("            let raw = pool.map(|p| p.as_raw());");
+    line("            let options = nnc_build::__run_options_dims(raw.as_ref(), self.layout.size() as u64, &values);");
+    line("            // SAFETY: every slice has its tensor's length for these values (checked");
+    line("            // above); the library checks the values' ranges and the workspace size");
+    line("            // given in the options; the pool and the values outlive the call.");
+    line(&format!("            let code = unsafe {{ ffi::{prefix}run(ins.as_ptr(), outs.as_ptr(), self.ptr.cast(), (&options as *const nnc_build::__RunOptions).cast()) }};"));
+    line("            if code == 0 { Ok(()) } else { Err(Error::Status(code)) }");
+    line("        }");
+    line("    }");
+    line("");
 }

@@ -46,23 +46,51 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
     h += nnc_runtime_abi::NNC_H;
     h += "\n";
     h += "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
-    let describe = |h: &mut String, kind: &str, ids: &[ValueId]| {
+    // Shapes with every dim at its maximum (what infer() runs); the comment names the
+    // axes that depend on a dim.
+    let io_shapes: Vec<&[usize]> = (graph.inputs.iter().chain(&graph.outputs))
+        .map(|v| graph.ty(*v).shape.as_slice())
+        .collect();
+    let deps = graph
+        .sample_loop
+        .as_ref()
+        .map_or_else(Vec::new, |sl| sl.axis_dims(&io_shapes));
+    let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
+    let describe = |h: &mut String, kind: &str, ids: &[ValueId], first: usize| {
         for (i, v) in ids.iter().enumerate() {
             let info = graph.value(*v);
-            let dims: Vec<String> = info.ty.shape.iter().map(|d| d.to_string()).collect();
+            let t = first + i;
+            let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
+            let ty = crate::ir::TensorType::new(info.ty.dtype, shape.clone());
+            let dims: Vec<String> = shape
+                .iter()
+                .enumerate()
+                .map(
+                    |(axis, d)| match deps.iter().find(|a| a.tensor == t && a.axis == axis) {
+                        Some(a) if a.scale == 1 => format!("{} <= {d}", graph.dims[a.dim].name),
+                        Some(a) => format!("{}*{} <= {d}", a.scale, graph.dims[a.dim].name),
+                        None => d.to_string(),
+                    },
+                )
+                .collect();
             *h += &format!(
-                "/* {kind} {i}: \"{}\" {} [{}] ({} bytes) */\n",
+                "/* {kind} {i}: \"{}\" {} [{}] ({} bytes{}) */\n",
                 info.name.replace("*/", "* /"),
                 info.ty.dtype,
-                dims.join(", "),
-                info.ty.byte_size()
+                dims.join(", ").replace("*/", "* /"),
+                ty.byte_size(),
+                if deps.iter().any(|a| a.tensor == t) {
+                    " at most"
+                } else {
+                    ""
+                }
             );
             let id = format!("{macro_prefix}_{}_{i}", kind.to_uppercase());
-            *h += &format!("#define {id}_DTYPE {}\n", info.ty.dtype.onnx_code());
-            *h += &format!("#define {id}_RANK {}\n", info.ty.rank());
-            *h += &format!("#define {id}_NUMEL {}\n", info.ty.numel());
-            *h += &format!("#define {id}_BYTES {}\n", info.ty.byte_size());
-            *h += &format!("#define {id}_CTYPE {}\n", info.ty.dtype.c_type());
+            *h += &format!("#define {id}_DTYPE {}\n", ty.dtype.onnx_code());
+            *h += &format!("#define {id}_RANK {}\n", ty.rank());
+            *h += &format!("#define {id}_NUMEL {}\n", ty.numel());
+            *h += &format!("#define {id}_BYTES {}\n", ty.byte_size());
+            *h += &format!("#define {id}_CTYPE {}\n", ty.dtype.c_type());
         }
     };
     h += &format!("#define {macro_prefix}_NUM_INPUTS {}\n", graph.inputs.len());
@@ -75,8 +103,19 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
         "#define {macro_prefix}_WORKSPACE_ALIGN {}\n\n",
         crate::codegen::plan::ALIGN
     );
-    describe(&mut h, "input", &graph.inputs);
-    describe(&mut h, "output", &graph.outputs);
+    h += &format!("#define {macro_prefix}_NUM_DIMS {}\n", graph.dims.len());
+    for (j, d) in graph.dims.iter().enumerate() {
+        h += &format!(
+            "/* dim {j}: \"{}\", options->dims[{j}] in {}..{} */\n",
+            d.name.replace("*/", "* /"),
+            d.min,
+            d.max
+        );
+        h += &format!("#define {macro_prefix}_DIM_{j}_MIN {}\n", d.min);
+        h += &format!("#define {macro_prefix}_DIM_{j}_MAX {}\n", d.max);
+    }
+    describe(&mut h, "input", &graph.inputs, 0);
+    describe(&mut h, "output", &graph.outputs, graph.inputs.len());
     h += "\n";
     h += "/* Runs the model on dense row-major buffers, in the model's input and output order,\n";
     h += "   using an internal arena: not reentrant. Returns NNC_OK (0) or an NNC_ERR_* code. */\n";
@@ -89,6 +128,8 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
     h += &format!("uint64_t {prefix}workspace_size(const nnc_run_options *options);\n\n");
     h += "/* infer_with_workspace with options: the nodes worth it split over options->pool's\n   threads, outputs bit-identical. Reentrant; allocates nothing. */\n";
     h += &format!("int32_t {prefix}run(const void *const *inputs, void *const *outputs, void *workspace,\n              const nnc_run_options *options);\n\n");
+    h += "/* Every input's, then output's, shape for the dims' values `dims` (NULL: each at its\n   maximum); NNC_ERR_DIM_OUT_OF_RANGE writes nothing. */\n";
+    h += &format!("int32_t {prefix}shapes(const int64_t *dims, int64_t *shapes);\n\n");
     h += &format!("#ifdef __cplusplus\n}}\n#endif\n\n#endif /* {guard} */\n");
     h
 }

@@ -169,4 +169,9 @@ fn the_build_script_example_runs_its_model() {
     for (p, e) in first.iter().zip(expected()) {
         assert!((p - e).abs() < 1e-4, "{stdout}");
     }
+    // The batch model: three images in one call, checked by the example itself.
+    assert!(
+        stdout.contains("batch output matches expected_batch.txt"),
+        "{stdout}"
+    );
 }

@@ -152,6 +152,18 @@ impl Model {
         self
     }
 
+    /// Lets a symbolic dimension take any value in `min..=max` at run time
+    /// (`--dim NAME=MIN..MAX`): the bindings gain `Workspace::run_dims`.
+    pub fn dim_range(mut self, param: &str, min: usize, max: usize) -> Model {
+        self.import.ranges.push(nnc::dims::DimRange {
+            name: param.to_string(),
+            min,
+            max,
+            site: nnc::dims::DimSite::Param,
+        });
+        self
+    }
+
     /// A target triple instead of cargo's `TARGET`.
     pub fn target(mut self, triple: &str) -> Model {
         self.target = Some(triple.to_string());

@@ -44,6 +44,17 @@ pub fn __run_options(
     nnc_runtime_abi::NncRunOptions::new(Some(pool), workspace_bytes)
 }
 
+/// The `nnc_run_options` of the generated bindings' `run_dims` (not for direct use):
+/// `dims` must outlive the call.
+#[doc(hidden)]
+pub fn __run_options_dims(
+    pool: Option<&nnc_runtime_abi::NncThreadPool>,
+    workspace_bytes: u64,
+    dims: &[i64],
+) -> nnc_runtime_abi::NncRunOptions {
+    nnc_runtime_abi::NncRunOptions::new(pool, workspace_bytes).with_dims(dims)
+}
+
 /// Includes the bindings `Model::compile` wrote for the model named `$name`: a module
 /// `$name` with `Inputs`, `Outputs`, `Workspace` and the raw `ffi` declarations.
 #[macro_export]

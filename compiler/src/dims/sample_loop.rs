@@ -87,6 +87,13 @@ pub fn import_with_ranges(
     }
     let per_sample_limit = opts.limits.max_tensor_bytes / range.max as u64;
     for &v in g.inputs.iter().chain(&g.outputs) {
+        if marked[v.0] && g.ty(v).dtype.bits() % 8 != 0 {
+            return Err(why(format!(
+                "'{}' is {}, packed across samples: only whole-byte element types can hold samples",
+                g.value(v).name,
+                g.ty(v).dtype
+            )));
+        }
         let bytes = g.ty(v).checked_extent_bytes().unwrap_or(u64::MAX);
         if marked[v.0] && bytes > per_sample_limit {
             return Err(why(format!(

@@ -1,10 +1,13 @@
 //! Runs the model build.rs compiled: the 1×1×8×8 ramp image of examples/c, on two
 //! threads at once (one workspace each) and through a 2-thread pool, and checks the
-//! class probabilities against examples/c/expected.txt.
+//! class probabilities against examples/c/expected.txt; then three images in one call
+//! of the library compiled for any batch of 1 to 4, against expected_batch.txt.
 
 nnc_build::include_model!("tiny_cnn");
+nnc_build::include_model!("tiny_cnn_batch");
 
 const EXPECTED: &str = include_str!("../../c/expected.txt");
+const EXPECTED_BATCH: &str = include_str!("../../c/expected_batch.txt");
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let image: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();
@@ -48,5 +51,52 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("output matches expected.txt");
+    run_batch(&pool)
+}
+
+/// Three images through the one library that takes 1 to 4 (`tiny_cnn_batch::DIMS`).
+fn run_batch(pool: &nnc_build::ThreadPool) -> Result<(), Box<dyn std::error::Error>> {
+    let ramp: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();
+    let mut images = ramp.clone();
+    images.extend(ramp.iter().rev());
+    images.extend([0.5f32; 64]);
+    let mut probs = vec![0f32; 3 * 4];
+    let mut workspace = tiny_cnn_batch::Workspace::with_pool(pool);
+    workspace.run_dims(
+        Some(pool),
+        [3],
+        &tiny_cnn_batch::DimsInputs { image: &images },
+        &mut tiny_cnn_batch::DimsOutputs { probs: &mut probs },
+    )?;
+    let expected: Vec<f32> = EXPECTED_BATCH
+        .split_whitespace()
+        .map(|v| v.parse())
+        .collect::<Result<_, _>>()?;
+    for row in probs.chunks(4) {
+        let line: Vec<String> = row.iter().map(|p| format!("{p:.6}")).collect();
+        println!("{}", line.join(" "));
+    }
+    if probs.len() != expected.len()
+        || probs
+            .iter()
+            .zip(&expected)
+            .any(|(p, e)| (p - e).abs() > 1e-4)
+    {
+        return Err(format!("expected {expected:?}").into());
+    }
+    // A batch of 5 is outside the declared 1..4: refused before anything runs.
+    let mut five = vec![0f32; 5 * 4];
+    let refused = workspace.run_dims(
+        None,
+        [5],
+        &tiny_cnn_batch::DimsInputs {
+            image: &[0.0; 5 * 64],
+        },
+        &mut tiny_cnn_batch::DimsOutputs { probs: &mut five },
+    );
+    if refused != Err(tiny_cnn_batch::Error::Status(6)) {
+        return Err(format!("a batch of 5 gave {refused:?}").into());
+    }
+    println!("batch output matches expected_batch.txt");
     Ok(())
 }
