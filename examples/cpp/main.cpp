@@ -1,10 +1,12 @@
 // Runs ../c/model.onnx, compiled with `--name digits`, through the nnc.hpp wrapper and
 // prints its output like ../c/main.c does, so it checks against ../c/expected.txt.
 // Build and run: make run   (see README.md)
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include "libdigits.h" // written by `nnc compile ../c/model.onnx --name digits -o libdigits.so`
+#include "libbatch.h"  // `nnc compile ../c/batch_model.onnx --name batch --dim N=1..4`
 #include "nnc.hpp"
 #include "nnc_pool.h" // runtime-abi/include: a pthread pool for PREFIXrun
 
@@ -39,6 +41,31 @@ int main() {
             if (pooled_probs != probs) {
                 std::fprintf(stderr, "the pooled run differs\n");
                 return 1;
+            }
+        }
+
+        // One library for every batch of 1 to 4 images: three at once, the first the
+        // same ramp, so its row equals `probs` bit for bit (the same compiled code).
+        {
+            nnc::Model batch(batch_run, batch_workspace_size, batch_model_info,
+                             nnc_pool_get(pool));
+            std::vector<float> images(3 * image.size(), 0.5f);
+            std::copy(image.begin(), image.end(), images.begin());
+            std::vector<float> rows(batch.numel_for(1, std::vector<int64_t>{3}.data()));
+            batch.run({3}, {images}, {rows});
+            if (rows.size() != 3 * probs.size() ||
+                !std::equal(probs.begin(), probs.end(), rows.begin())) {
+                std::fprintf(stderr, "the batch run's first row differs\n");
+                return 1;
+            }
+            try {
+                std::vector<float> five(5 * image.size()), out(5 * probs.size());
+                batch.run({5}, {five}, {out});
+                std::fprintf(stderr, "a batch of 5 was accepted\n");
+                return 1;
+            } catch (const nnc::Error &e) {
+                if (e.code() != NNC_ERR_DIM_OUT_OF_RANGE) return 1;
+                std::fprintf(stderr, "batch of 5 refused as expected: %s\n", e.what());
             }
         }
         nnc_pool_destroy(pool);

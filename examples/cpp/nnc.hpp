@@ -105,7 +105,7 @@ class Model {
     Model(nnc_run_fn run, nnc_workspace_size_fn workspace_size, nnc_model_info_fn model_info,
           const nnc_thread_pool *pool)
         : infer_(nullptr), run_(run), info_(checked(model_info())),
-          options_{sizeof(nnc_run_options), pool, 0},
+          options_{sizeof(nnc_run_options), pool, 0, nullptr},
           workspace_(allocate(workspace_size(&options_), info_->workspace_align),
                      AlignedDelete{info_->workspace_align}) {
         options_.workspace_bytes = workspace_size(&options_);
@@ -116,8 +116,8 @@ class Model {
     // Runs the model: inputs and outputs in model_info order, each checked against
     // model_info's dtype and shape. Throws nnc::Error; outputs are written only on success.
     void run(std::initializer_list<Input> inputs, std::initializer_list<Output> outputs) {
-        check("input", inputs, info_->num_inputs, info_->inputs);
-        check("output", outputs, info_->num_outputs, info_->outputs);
+        check("input", inputs, info_->num_inputs, info_->inputs, 0);
+        check("output", outputs, info_->num_outputs, info_->outputs, info_->num_inputs);
         std::vector<const void *> in;
         for (const Input &b : inputs) in.push_back(b.data);
         std::vector<void *> out;
@@ -125,6 +125,55 @@ class Model {
         int32_t rc = run_ ? run_(in.data(), out.data(), workspace_.get(), &options_)
                           : infer_(in.data(), out.data(), workspace_.get());
         if (rc != NNC_OK) throw Error(rc, "infer failed with NNC error code " + std::to_string(rc));
+    }
+
+    // For a model with dims set at run time (info().num_dims of them, in that order):
+    // runs for their values `dims`, each buffer checked against the shape these values
+    // give it. Needs the PREFIXrun constructor. Throws nnc::Error, with code
+    // NNC_ERR_DIM_OUT_OF_RANGE for a value outside its dim's range.
+    void run(const std::vector<int64_t> &dims, std::initializer_list<Input> inputs,
+             std::initializer_list<Output> outputs) {
+        if (!run_) throw Error(ERR_INVALID_ARGUMENT, "run with dims needs the PREFIXrun constructor");
+        if (dims.size() != info_->num_dims)
+            throw Error(ERR_INVALID_ARGUMENT, "model has " + std::to_string(info_->num_dims) +
+                                                  " dims, got " + std::to_string(dims.size()));
+        for (uint32_t j = 0; j < info_->num_dims; j++)
+            if (dims[j] < info_->dims[j].min || dims[j] > info_->dims[j].max)
+                throw Error(NNC_ERR_DIM_OUT_OF_RANGE,
+                            std::string("dim \"") + info_->dims[j].name + "\" = " +
+                                std::to_string(dims[j]) + " is outside " +
+                                std::to_string(info_->dims[j].min) + ".." +
+                                std::to_string(info_->dims[j].max));
+        check("input", inputs, info_->num_inputs, info_->inputs, 0, dims.data());
+        check("output", outputs, info_->num_outputs, info_->outputs, info_->num_inputs,
+              dims.data());
+        std::vector<const void *> in;
+        for (const Input &b : inputs) in.push_back(b.data);
+        std::vector<void *> out;
+        for (const Output &b : outputs) out.push_back(b.data);
+        nnc_run_options options = options_;
+        options.dims = dims.empty() ? nullptr : dims.data();
+        int32_t rc = run_(in.data(), out.data(), workspace_.get(), &options);
+        if (rc != NNC_OK) throw Error(rc, "run failed with NNC error code " + std::to_string(rc));
+    }
+
+    // Elements of input or output `tensor` (inputs first) for the dims' values `dims`
+    // (NULL: the sizes in model_info, every dim at its maximum).
+    size_t numel_for(uint32_t tensor, const int64_t *dims) const {
+        const nnc_tensor_info &t = tensor < info_->num_inputs
+                                       ? info_->inputs[tensor]
+                                       : info_->outputs[tensor - info_->num_inputs];
+        size_t n = 1;
+        for (int32_t axis = 0; axis < t.rank; axis++) {
+            int64_t size = t.dims[axis];
+            for (uint32_t k = 0; dims && k < info_->num_axis_dims; k++) {
+                const nnc_axis_dim &a = info_->axis_dims[k];
+                if (a.tensor == tensor && a.axis == static_cast<uint32_t>(axis))
+                    size = a.scale * dims[a.dim];
+            }
+            n *= static_cast<size_t>(size);
+        }
+        return n;
     }
 
   private:
@@ -137,8 +186,9 @@ class Model {
     }
 
     template <class Buffer>
-    static void check(const char *kind, std::initializer_list<Buffer> given, uint32_t count,
-                      const nnc_tensor_info *expected) {
+    void check(const char *kind, std::initializer_list<Buffer> given, uint32_t count,
+               const nnc_tensor_info *expected, uint32_t first,
+               const int64_t *dims = nullptr) const {
         if (given.size() != count)
             throw Error(ERR_INVALID_ARGUMENT, std::string("model has ") + std::to_string(count) +
                                                   " " + kind + "s, got " +
@@ -150,10 +200,11 @@ class Model {
             if (b->dtype != t.dtype)
                 throw Error(ERR_INVALID_ARGUMENT, what + ": dtype " + std::to_string(b->dtype) +
                                                       ", model wants " + std::to_string(t.dtype));
-            if (b->size != numel(t))
+            size_t wanted = numel_for(first + i, dims);
+            if (b->size != wanted)
                 throw Error(ERR_INVALID_ARGUMENT, what + ": " + std::to_string(b->size) +
                                                       " elements, model wants " +
-                                                      std::to_string(numel(t)));
+                                                      std::to_string(wanted));
         }
     }
 
@@ -169,7 +220,7 @@ class Model {
     nnc_infer_with_workspace_fn infer_;
     nnc_run_fn run_ = nullptr;
     const nnc_model_info *info_;
-    nnc_run_options options_{sizeof(nnc_run_options), nullptr, 0};
+    nnc_run_options options_{sizeof(nnc_run_options), nullptr, 0, nullptr};
     std::unique_ptr<void, AlignedDelete> workspace_;
 };
 
