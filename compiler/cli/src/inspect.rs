@@ -26,6 +26,7 @@ pub struct Report {
     pub opset: i64,
     pub inputs: Vec<TensorInfo>,
     pub outputs: Vec<TensorInfo>,
+    pub dims: Vec<DimInfo>,
     /// The ONNX op histogram, in first-seen order.
     pub operators: Vec<OpCount>,
     pub parameters: usize,
@@ -119,7 +120,26 @@ pub struct InspectOptions {
 pub struct TensorInfo {
     pub name: String,
     pub dtype: String,
+    /// With every dim set at run time at its maximum.
     pub shape: Vec<usize>,
+    /// Per axis: the dim set at run time it holds (`scale · dim`), if any.
+    pub axis_dims: Vec<Option<AxisDimInfo>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AxisDimInfo {
+    pub dim: String,
+    pub scale: usize,
+}
+
+/// A dim set at run time (`--dim NAME=MIN..MAX`).
+#[derive(Debug, Serialize)]
+pub struct DimInfo {
+    pub name: String,
+    pub min: usize,
+    pub max: usize,
+    /// How the code covers it: `sample loop` (compiled for one sample).
+    pub strategy: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,16 +184,45 @@ pub struct NodeRef {
 pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> Result<Report> {
     let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
-    let tensor = |v: &nnc::ir::ValueId| TensorInfo {
+    let io_shapes: Vec<&[usize]> = (g.inputs.iter().chain(&g.outputs))
+        .map(|v| g.ty(*v).shape.as_slice())
+        .collect();
+    let deps = g
+        .sample_loop
+        .as_ref()
+        .map_or_else(Vec::new, |sl| sl.axis_dims(&io_shapes));
+    let maxima: Vec<usize> = g.dims.iter().map(|d| d.max).collect();
+    let tensor = |(k, v): (usize, &nnc::ir::ValueId)| TensorInfo {
         name: g.value(*v).name.clone(),
         dtype: g.ty(*v).dtype.to_string(),
-        shape: g.ty(*v).shape.clone(),
+        shape: nnc::dims::concrete_shape(&g.ty(*v).shape, k, &deps, &maxima),
+        axis_dims: (0..g.ty(*v).rank())
+            .map(|axis| {
+                deps.iter()
+                    .find(|a| a.tensor == k && a.axis == axis)
+                    .map(|a| AxisDimInfo {
+                        dim: g.dims[a.dim].name.clone(),
+                        scale: a.scale,
+                    })
+            })
+            .collect(),
     };
+    let n_in = g.inputs.len();
     let mut report = Report {
         model: path.display().to_string(),
         opset: imported.opset,
-        inputs: g.inputs.iter().map(tensor).collect(),
-        outputs: g.outputs.iter().map(tensor).collect(),
+        inputs: g.inputs.iter().enumerate().map(tensor).collect(),
+        outputs: (g.outputs.iter().enumerate())
+            .map(|(k, v)| tensor((n_in + k, v)))
+            .collect(),
+        dims: (g.dims.iter())
+            .map(|d| DimInfo {
+                name: d.name.clone(),
+                min: d.min,
+                max: d.max,
+                strategy: "sample loop".into(),
+            })
+            .collect(),
         operators: imported
             .onnx_ops
             .iter()
@@ -340,9 +389,22 @@ pub fn text(r: &Report) -> String {
     let _ = writeln!(s, "opset: {}", r.opset);
     for (kind, list) in [("input", &r.inputs), ("output", &r.outputs)] {
         for t in list {
-            let dims: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+            let dims: Vec<String> = (t.shape.iter().zip(&t.axis_dims))
+                .map(|(d, a)| match a {
+                    Some(a) if a.scale == 1 => a.dim.clone(),
+                    Some(a) => format!("{}*{}", a.scale, a.dim),
+                    None => d.to_string(),
+                })
+                .collect();
             let _ = writeln!(s, "{kind}: {} {}[{}]", t.name, t.dtype, dims.join(","));
         }
+    }
+    for d in &r.dims {
+        let _ = writeln!(
+            s,
+            "dim: {} {}..{} (set at run time; {}: compiled for one sample)",
+            d.name, d.min, d.max, d.strategy
+        );
     }
     let _ = writeln!(s, "parameters: {}", r.parameters);
     let _ = writeln!(s, "operators:");

@@ -664,7 +664,7 @@ fn tensor_input_type(
             Some(dimension::Value::DimParam(p)) if opts.dims.contains_key(p) => opts.dims[p],
             Some(dimension::Value::DimParam(p)) => {
                 return Err(err(format!(
-                    "dimension {axis} is symbolic ('{p}'); bind it with --dim {p}=VALUE or --input-shape {}=D0,D1,...",
+                    "dimension {axis} is symbolic ('{p}'); bind it with --dim {p}=VALUE (or --dim {p}=MIN..MAX to set it at run time) or --input-shape {}=D0,D1,...",
                     name
                 )))
             }

@@ -1,0 +1,166 @@
+//! `--dim NAME=MIN..MAX` and ranges in `--input-shape` on the command line: parsing,
+//! refusals, and `nnc run` / `nnc verify` on inputs of any batch in range, checked
+//! against onnx.reference's output for the examples' batch model.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use nnc::ir::Tensor;
+
+fn nnc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nnc"))
+        .args(args)
+        .output()
+        .expect("nnc runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn examples_c() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/c")
+}
+
+/// The three images of examples/c/make_batch_model.py: the ramp, its reverse, 0.5.
+fn three_images() -> Tensor {
+    let ramp: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();
+    let mut v = ramp.clone();
+    v.extend(ramp.iter().rev());
+    v.extend([0.5f32; 64]);
+    Tensor::from_vec(&[3, 1, 8, 8], v)
+}
+
+#[test]
+fn run_takes_any_batch_in_range_from_one_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images.npy");
+    std::fs::write(&images, nnc_host::npy::to_bytes(&three_images()).unwrap()).unwrap();
+    let out = dir.path().join("out");
+    let model = examples_c().join("batch_model.onnx");
+    let o = nnc(&[
+        "run",
+        model.to_str().unwrap(),
+        "--dim",
+        "N=1..4",
+        "--input",
+        &format!("image={}", images.display()),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let probs = nnc_host::npy::read(&out.join("probs.npy")).unwrap();
+    assert_eq!(probs.shape(), &[3, 4]);
+    let expected: Vec<f64> = std::fs::read_to_string(examples_c().join("expected_batch.txt"))
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    for (a, e) in probs.to_f64_vec().iter().zip(&expected) {
+        assert!((a - e).abs() < 1e-5, "{a} vs {e}");
+    }
+    // Five images are outside 1..4.
+    let five = Tensor::from_vec(&[5, 1, 8, 8], vec![0.5f32; 5 * 64]);
+    std::fs::write(&images, nnc_host::npy::to_bytes(&five).unwrap()).unwrap();
+    let o = nnc(&[
+        "run",
+        model.to_str().unwrap(),
+        "--dim",
+        "N=1..4",
+        "--input",
+        &format!("image={}", images.display()),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("input 'image' must be"), "{}", text(&o));
+}
+
+#[test]
+fn verify_checks_a_batch_against_the_interpreter() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images.npy");
+    std::fs::write(&images, nnc_host::npy::to_bytes(&three_images()).unwrap()).unwrap();
+    let model = examples_c().join("batch_model.onnx");
+    let o = nnc(&[
+        "verify",
+        model.to_str().unwrap(),
+        "--dim",
+        "N=1..4",
+        "--input",
+        &format!("image={}", images.display()),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("PASS probs"), "{}", text(&o));
+}
+
+#[test]
+fn compile_writes_one_library_and_a_header_with_the_dim() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libbatch.so");
+    let model = examples_c().join("batch_model.onnx");
+    let o = nnc(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--dim",
+        "N=2..6",
+        "-o",
+        lib.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let header = std::fs::read_to_string(lib.with_extension("h")).unwrap();
+    assert!(header.contains("#define NNC_MODEL_NUM_DIMS 1"), "{header}");
+    assert!(header.contains("#define NNC_MODEL_DIM_0_MIN 2"), "{header}");
+    assert!(header.contains("#define NNC_MODEL_DIM_0_MAX 6"), "{header}");
+    // Sizes in the header are those of the maximum batch.
+    assert!(
+        header.contains("#define NNC_MODEL_INPUT_0_NUMEL 384"),
+        "{header}"
+    );
+    assert!(header.contains("[N <= 6, 1, 8, 8]"), "{header}");
+    assert!(header.contains("int32_t shapes(const int64_t *dims, int64_t *shapes);"));
+}
+
+#[test]
+fn malformed_and_impossible_ranges_are_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("lib.so");
+    let batch = examples_c().join("batch_model.onnx");
+    let fixed = examples_c().join("model.onnx");
+    for (model, flag, value, needle) in [
+        (&batch, "--dim", "N=0..4", "a range starts at 1"),
+        (&batch, "--dim", "N=5..2", "MIN is larger than MAX"),
+        (
+            &batch,
+            "--dim",
+            "N=1..x",
+            "MIN..MAX with non-negative integers",
+        ),
+        (&batch, "--dim", "M=1..4", "'M'"),
+        // model.onnx fixes its batch at 1.
+        (
+            &fixed,
+            "--input-shape",
+            "image=1..4,1,8,8",
+            "the model fixes 1",
+        ),
+    ] {
+        let o = nnc(&[
+            "compile",
+            model.to_str().unwrap(),
+            flag,
+            value,
+            "-o",
+            lib.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{value}: {}", text(&o));
+        let t = text(&o);
+        assert!(t.contains(needle), "{value}: '{needle}' missing from {t}");
+        assert!(!t.contains("panicked"), "{t}");
+        assert!(!lib.exists(), "{value}: a library was written");
+    }
+}
