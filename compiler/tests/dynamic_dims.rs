@@ -517,6 +517,15 @@ fn dims_that_cannot_vary_are_refused_naming_the_node() {
         "{e}"
     );
 
+    // Ranges the command line would refuse, given through the library.
+    for (min, max) in [(0, 4), (5, 4), (1, (1 << 31) + 1)] {
+        let e = import(&decode(&cnn(7)), &with_range("N", min, max))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("must have 1 <= MIN <= MAX"), "{e}");
+    }
+
     // Two ranges.
     let mut opts = with_range("N", 1, 4);
     opts.ranges.push(DimRange {

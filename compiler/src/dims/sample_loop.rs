@@ -40,6 +40,15 @@ pub fn import_with_ranges(
             )))
         }
     };
+    if range.min == 0 || range.min > range.max || range.max > super::range::MAX_DIM_VALUE {
+        return Err(NncError::Model(format!(
+            "dimension '{}': the range {}..{} must have 1 <= MIN <= MAX <= {}",
+            range.name,
+            range.min,
+            range.max,
+            super::range::MAX_DIM_VALUE
+        )));
+    }
     if let DimSite::InputAxis { input, axis } = &range.site {
         let rank = opts.input_shapes.get(input).map_or(0, Vec::len);
         if *axis >= rank {
