@@ -178,6 +178,14 @@ static const char *status_name(int32_t status) {
         return "NNC_ERR_NULL_POINTER";
     case NNC_ERR_MISALIGNED_WORKSPACE:
         return "NNC_ERR_MISALIGNED_WORKSPACE";
+    case NNC_ERR_INDEX_OUT_OF_RANGE:
+        return "NNC_ERR_INDEX_OUT_OF_RANGE";
+    case NNC_ERR_BAD_OPTIONS:
+        return "NNC_ERR_BAD_OPTIONS";
+    case NNC_ERR_WORKSPACE_TOO_SMALL:
+        return "NNC_ERR_WORKSPACE_TOO_SMALL";
+    case NNC_ERR_DIM_OUT_OF_RANGE:
+        return "NNC_ERR_DIM_OUT_OF_RANGE";
     default:
         return "unknown error code";
     }
@@ -258,7 +266,7 @@ int main(int argc, char **argv) {
         nnc_pool *pool = nnc_pool_create((uint32_t)atoi(threads));
         if (pool == NULL)
             fail("cannot start %s threads", threads);
-        nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0};
+        nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0, NULL};
         uint64_t bytes = workspace_size(&options);
         if (bytes > SIZE_MAX)
             fail("workspace_size %llu does not fit in memory", (unsigned long long)bytes);

@@ -111,13 +111,14 @@ fn c_example_two_models_in_one_program() {
             "model_info",
             "workspace_size",
             "run",
+            "shapes",
         ]
         .iter()
         .map(|f| format!("{prefix}_{f}"))
         .collect()
     };
     let nm = |args: &[&str]| tools::run_stdout(Command::new("nm").current_dir(&example).args(args));
-    // Each library exports exactly its own five prefixed functions, so nothing
+    // Each library exports exactly its own six prefixed functions, so nothing
     // in one can clash with (or interpose on) the other.
     for (lib, prefix) in [("libdigits_a.so", "digits_a"), ("libsecond.so", "second")] {
         assert_eq!(
