@@ -333,6 +333,9 @@ pub fn write_outputs(
 /// node order, each once).
 pub fn debug_graph(graph: &Graph) -> Graph {
     let mut g = graph.clone();
+    // Its outputs are no longer those the sample loop knows: a plain one-sample graph.
+    g.sample_loop = None;
+    g.dims.clear();
     for n in &graph.nodes {
         for o in &n.outputs {
             if !g.outputs.contains(o) {
@@ -377,6 +380,8 @@ pub fn first_divergence(
     inputs: &[Tensor],
     tol: Tolerance,
 ) -> Result<Option<Divergence>, String> {
+    // A graph compiled for one sample is localized on the first sample.
+    let inputs = &nnc::dims::first_sample(reference, inputs);
     let expected =
         nnc::interp::run_graph_all(reference, inputs).map_err(|e| format!("interpreter: {e}"))?;
     let debug = debug_graph(compiled);

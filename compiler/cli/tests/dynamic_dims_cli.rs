@@ -164,3 +164,82 @@ fn malformed_and_impossible_ranges_are_one_clear_error() {
         assert!(!lib.exists(), "{value}: a library was written");
     }
 }
+
+#[test]
+fn int8_calibrates_one_sample_at_a_time_and_runs_any_batch() {
+    use nnc_runtime_abi::loader::{Library, Tensor as In, TensorMut as Out};
+    let dir = tempfile::tempdir().unwrap();
+    let calib = dir.path().join("calib");
+    std::fs::create_dir(&calib).unwrap();
+    // Four calibration samples in one file: the library is compiled for one sample,
+    // so calibration sees them one at a time.
+    let mut v = three_images().to_f64_vec();
+    v.extend((0..64).map(|i| ((i * 7) % 64) as f64 / 64.0));
+    let samples = Tensor::from_vec(&[4, 1, 8, 8], v.iter().map(|&x| x as f32).collect());
+    std::fs::write(
+        calib.join("image.npy"),
+        nnc_host::npy::to_bytes(&samples).unwrap(),
+    )
+    .unwrap();
+    let lib = dir.path().join("libq.so");
+    let model = examples_c().join("batch_model.onnx");
+    let o = nnc(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--dim",
+        "N=1..4",
+        "--quantize",
+        "int8",
+        "--calibration",
+        calib.to_str().unwrap(),
+        "-o",
+        lib.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let library = Library::open(&lib, None).unwrap();
+    assert_eq!(library.dims()[0].name, "N");
+    let images = three_images().to_f64_vec();
+    let images: Vec<f32> = images.iter().map(|&x| x as f32).collect();
+    let mut probs = vec![0f32; 12];
+    let pool = nnc_runtime_abi::ThreadPool::new(2).unwrap();
+    let mut ws = library.workspace_for(&pool);
+    library
+        .run_dims(
+            Some(&pool),
+            &mut ws,
+            &[3],
+            &[In::from(&images[..])],
+            &mut [Out::from(&mut probs[..])],
+        )
+        .unwrap();
+    let expected: Vec<f32> = std::fs::read_to_string(examples_c().join("expected_batch.txt"))
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    for (a, e) in probs.iter().zip(&expected) {
+        assert!((a - e).abs() < 0.02, "int8 {a} vs float {e}");
+    }
+    // The first image alone gives the same bits as the first row of the batch.
+    let mut one = vec![0f32; 4];
+    library
+        .run_dims(
+            None,
+            &mut ws,
+            &[1],
+            &[In::from(&images[..64])],
+            &mut [Out::from(&mut one[..])],
+        )
+        .unwrap();
+    assert_eq!(one[..], probs[..4]);
+    // A buffer sized for another batch is refused before the call.
+    assert!(library
+        .run_dims(
+            None,
+            &mut ws,
+            &[2],
+            &[In::from(&images[..])],
+            &mut [Out::from(&mut probs[..])],
+        )
+        .is_err());
+}

@@ -434,7 +434,7 @@ pub fn compile_graph_reporting(
     };
     // A one-sample graph's node sequence is local: the exported entry points loop over
     // the samples (see `sample_loop`).
-    let samples = sample_loop::SampleLayout::of(graph);
+    let samples = sample_loop::SampleLayout::of(graph)?;
     let infer_ws_name = match samples {
         Some(_) => "nnc_sample_infer_with_workspace".to_string(),
         None => format!("{}infer_with_workspace", opts.prefix),

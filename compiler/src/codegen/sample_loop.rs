@@ -35,9 +35,19 @@ pub(super) struct SampleLayout {
 }
 
 impl SampleLayout {
-    /// `None` for a graph that is not one sample's.
-    pub fn of(graph: &Graph) -> Option<SampleLayout> {
-        let sl = graph.sample_loop.as_ref()?;
+    /// `None` for a graph that is not one sample's; an error when its inputs or outputs
+    /// changed after the sample loop was planned (a tool that adds outputs must drop it).
+    pub fn of(graph: &Graph) -> Result<Option<SampleLayout>> {
+        let Some(sl) = graph.sample_loop.as_ref() else {
+            return Ok(None);
+        };
+        if sl.inputs.len() != graph.inputs.len() || sl.outputs.len() != graph.outputs.len() {
+            return Err(crate::error::NncError::Codegen {
+                context: "the sample loop".into(),
+                message: "the graph's inputs or outputs no longer match those it was planned for"
+                    .into(),
+            });
+        }
         let bytes = |vs: &[crate::ir::ValueId], marks: &[bool]| {
             vs.iter()
                 .zip(marks)
@@ -51,13 +61,13 @@ impl SampleLayout {
                 .collect()
         };
         let d = &graph.dims[sl.dim];
-        Some(SampleLayout {
+        Ok(Some(SampleLayout {
             inputs: bytes(&graph.inputs, &sl.inputs),
             outputs: bytes(&graph.outputs, &sl.outputs),
             dim: sl.dim,
             min: d.min as i64,
             max: d.max as i64,
-        })
+        }))
     }
 }
 

@@ -152,3 +152,22 @@ pub fn run_samples(
         })
         .collect()
 }
+
+/// The first sample of inputs holding several (see [`run_samples`]); inputs of a graph
+/// that is not one sample's come back as they are.
+pub fn first_sample(graph: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    let Some(sl) = &graph.sample_loop else {
+        return inputs.to_vec();
+    };
+    (graph.inputs.iter().zip(inputs).zip(&sl.inputs))
+        .map(|((v, t), &marked)| {
+            let unit = graph.ty(*v);
+            if !marked || t.shape() == unit.shape.as_slice() {
+                return t.clone();
+            }
+            let bytes = t.to_le_bytes();
+            Tensor::from_le_bytes(unit, &bytes[..unit.byte_size().min(bytes.len())])
+                .unwrap_or_else(|| t.clone())
+        })
+        .collect()
+}

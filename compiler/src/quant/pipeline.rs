@@ -57,6 +57,22 @@ pub fn quantize_int8(
     opts: &Int8Options,
     host: &Int8Host,
 ) -> Result<Int8Report, QuantError> {
+    // A graph compiled for one sample (dims set at run time) is calibrated and checked
+    // sample by sample as a plain graph, with outputs of its own; its sample loop comes
+    // back afterwards (quantization keeps the graph's inputs and outputs).
+    let dims = std::mem::take(&mut graph.dims);
+    let sample_loop = graph.sample_loop.take();
+    let report = quantize_plain(graph, opts, host);
+    graph.dims = dims;
+    graph.sample_loop = sample_loop;
+    report
+}
+
+fn quantize_plain(
+    graph: &mut Graph,
+    opts: &Int8Options,
+    host: &Int8Host,
+) -> Result<Int8Report, QuantError> {
     let specs: Vec<InputSpec> = graph
         .inputs
         .iter()
