@@ -200,7 +200,7 @@ fn int8_calibrates_one_sample_at_a_time_and_runs_any_batch() {
     assert_eq!(library.dims()[0].name, "N");
     let images = three_images().to_f64_vec();
     let images: Vec<f32> = images.iter().map(|&x| x as f32).collect();
-    let mut probs = vec![0f32; 12];
+    let mut probs = [0f32; 12];
     let pool = nnc_runtime_abi::ThreadPool::new(2).unwrap();
     let mut ws = library.workspace_for(&pool);
     library
@@ -221,7 +221,7 @@ fn int8_calibrates_one_sample_at_a_time_and_runs_any_batch() {
         assert!((a - e).abs() < 0.02, "int8 {a} vs float {e}");
     }
     // The first image alone gives the same bits as the first row of the batch.
-    let mut one = vec![0f32; 4];
+    let mut one = [0f32; 4];
     library
         .run_dims(
             None,
