@@ -609,3 +609,42 @@ fn aarch64_runs_the_sample_loop_under_qemu() {
     .unwrap();
     assert_eq!(pooled, got, "aarch64 pooled");
 }
+
+#[test]
+fn concurrent_runs_with_different_dims_share_one_pool() {
+    let model = decode(&cnn(17));
+    let lib = Dynamic::new(import(&model, &with_range("N", 1, 8)).unwrap());
+    let pool = ThreadPool::new(2).unwrap();
+    let raw = pool.as_raw();
+    // Each value's inputs and its single-threaded outputs, computed first.
+    let cases: Vec<(i64, Vec<Tensor>, Vec<Tensor>)> = (1..=8)
+        .map(|k| {
+            let inputs = inputs_for(&static_at(&model, "N", k), k as u64);
+            let (status, out) = lib.run(
+                Some(&[k as i64]),
+                &inputs,
+                None,
+                &lib.output_shapes(k as i64),
+            );
+            assert_eq!(status, 0);
+            (k as i64, inputs, out)
+        })
+        .collect();
+    // The pool is shared by address (its raw form holds C pointers).
+    let raw_at = &raw as *const NncThreadPool as usize;
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (lib, cases) = (&lib, &cases);
+            s.spawn(move || {
+                let raw = unsafe { &*(raw_at as *const NncThreadPool) };
+                for round in 0..12 {
+                    let (k, inputs, expected) = &cases[(t * 3 + round * 5) % cases.len()];
+                    let pool = (round % 2 == 0).then_some(raw);
+                    let (status, out) = lib.run(Some(&[*k]), inputs, pool, &lib.output_shapes(*k));
+                    assert_eq!(status, 0);
+                    assert_eq!(&out, expected, "thread {t} round {round}: N={k}");
+                }
+            });
+        }
+    });
+}
