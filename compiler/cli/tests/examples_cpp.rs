@@ -14,9 +14,10 @@ fn cpp_example_wrapper_shared_and_static() {
     if !tools::require_tools(&["make", "c++", "python3"]) {
         return;
     }
-    // examples/cpp compiles ../c/model.onnx and checks against ../c/expected.txt.
+    // examples/cpp compiles ../c/model.onnx (and ../c/batch_model.onnx, for batches of
+    // 1 to 4) and checks against ../c/expected.txt.
     let (_tmp, root) = copy_examples(&[
-        ("c", &["model.onnx", "expected.txt"]),
+        ("c", &["model.onnx", "batch_model.onnx", "expected.txt"]),
         ("cpp", &["Makefile", "nnc.hpp", "main.cpp"]),
     ]);
     let example = root.join("cpp");
