@@ -220,7 +220,8 @@ pub fn bind_inputs(
             Some((_, t)) => {
                 if t.dtype() != ty.dtype || !fits_input(graph, i, t.shape()) {
                     return Err(format!(
-                        "input '{name}' must be {ty}, the file holds {}",
+                        "input '{name}' must be {}, the file holds {}",
+                        expected_input(graph, i),
                         t.ty()
                     ));
                 }
@@ -255,6 +256,31 @@ fn fits_input(graph: &Graph, i: usize, shape: &[usize]) -> bool {
         && shape[1..] == unit[1..]
         && shape[0].is_multiple_of(unit[0])
         && (dim.min..=dim.max).contains(&(shape[0] / unit[0]))
+}
+
+/// What graph input `i` takes, for messages: its type, or, for an input holding the
+/// samples of a dim set at run time, `float32[N*u,...] with N in MIN..MAX`.
+fn expected_input(graph: &Graph, i: usize) -> String {
+    let ty = graph.ty(graph.inputs[i]);
+    match graph.sample_loop.as_ref().filter(|sl| sl.inputs[i]) {
+        Some(sl) => {
+            let d = &graph.dims[sl.dim];
+            let mut axes: Vec<String> = ty.shape.iter().map(usize::to_string).collect();
+            axes[0] = match ty.shape[0] {
+                1 => d.name.clone(),
+                u => format!("{u}*{}", d.name),
+            };
+            format!(
+                "{}[{}] with {} in {}..{}",
+                ty.dtype,
+                axes.join(","),
+                d.name,
+                d.min,
+                d.max
+            )
+        }
+        None => ty.to_string(),
+    }
 }
 
 /// `dtype[shape]`, and min/max/mean for floating-point tensors.

@@ -77,7 +77,11 @@ fn run_takes_any_batch_in_range_from_one_compile() {
         out.to_str().unwrap(),
     ]);
     assert!(!o.status.success());
-    assert!(text(&o).contains("input 'image' must be"), "{}", text(&o));
+    assert!(
+        text(&o).contains("input 'image' must be float32[N,1,8,8] with N in 1..4"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
