@@ -634,6 +634,11 @@ unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
 /// # Safety
 /// As [`NncModelInfo::inputs_slice`], for `dims` and `axis_dims`.
 unsafe fn read_dims(info: &NncModelInfo) -> Result<(Vec<DimDesc>, Vec<AxisDep>), String> {
+    if (info.num_dims > 0 && info.dims.is_null())
+        || (info.num_axis_dims > 0 && info.axis_dims.is_null())
+    {
+        return Err("dims or axis_dims is NULL with a nonzero count".into());
+    }
     let dims = (0..info.num_dims as usize)
         .map(|j| {
             // SAFETY: `num_dims` entries (caller).

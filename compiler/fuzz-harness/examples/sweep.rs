@@ -2,7 +2,7 @@
 //! reproduces) and groups the panics by message, writing one input per distinct panic
 //! to OUT_DIR: a quick triage of what the fuzzers will keep hitting, on stable.
 //!
-//!     cargo run --release -p nnc-fuzz-harness --example sweep -- compile|differential N SEED OUT_DIR
+//!     cargo run --release -p nnc-fuzz-harness --example sweep -- compile|differential|dims N SEED OUT_DIR
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,12 +10,15 @@ use std::sync::{Arc, Mutex};
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, target, n, seed, out] = &args[..] else {
-        eprintln!("usage: sweep compile|differential N SEED OUT_DIR");
+        eprintln!("usage: sweep compile|differential|dims N SEED OUT_DIR");
         std::process::exit(2);
     };
     let case: fn(&[u8]) = match target.as_str() {
         "compile" => nnc_fuzz_harness::compile_case,
         "differential" => nnc_fuzz_harness::differential_case,
+        "dims" => |data: &[u8]| {
+            nnc_fuzz_harness::dims_case(data);
+        },
         _ => panic!("unknown target {target}"),
     };
     let n: u64 = n.parse().expect("N is a number");

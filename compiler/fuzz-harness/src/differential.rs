@@ -57,3 +57,88 @@ pub fn differential_case(data: &[u8]) {
         }
     }
 }
+
+/// A random model whose inputs' axis 0 is named `N` and compiled once for `N` in 1..=3
+/// (the sample loop of [`nnc::dims`]): when import proves the dim batch-like, the one
+/// library runs 2 and 3 samples and must match the interpreter on the model imported
+/// with `N` fixed at that value. A separability rule that accepts a node mixing samples
+/// shows up here as a mismatch. Returns whether the case got that far.
+pub fn dims_case(data: &[u8]) -> bool {
+    use nnc::dims::{DimRange, DimSite};
+    use nnc::onnx::proto::{tensor_shape_proto::dimension, type_proto};
+    use nnc::onnx::{import_model, ImportOptions};
+    let mut u = Unstructured::new(data);
+    let mut model = random_model(&mut u);
+    let Some(graph) = model.graph.as_mut() else {
+        return false;
+    };
+    for input in &mut graph.input {
+        if let Some(type_proto::Value::TensorType(t)) =
+            input.r#type.as_mut().and_then(|t| t.value.as_mut())
+        {
+            if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.first_mut()) {
+                d.value = Some(dimension::Value::DimParam("N".into()));
+            }
+        }
+    }
+    let ranged = ImportOptions {
+        ranges: vec![DimRange {
+            name: "N".into(),
+            min: 1,
+            max: 3,
+            site: DimSite::Param,
+        }],
+        ..Default::default()
+    };
+    let Ok(imported) = import_model(&model, None, &ranged) else {
+        return false;
+    };
+    if !imported.unsupported.is_empty() {
+        return false;
+    }
+    let mut one_sample = imported.graph;
+    if PassManager::default().run(&mut one_sample).is_err() {
+        return false;
+    }
+    let options = CompileOptions::new(fuzz_target());
+    let Ok(library) = LoadedModel::compile_with_options(&one_sample, &options) else {
+        return false;
+    };
+    let exact = model
+        .graph
+        .iter()
+        .flat_map(|g| &g.node)
+        .all(|n| is_exact_op(&n.op_type));
+    for k in [2usize, 3] {
+        let mut fixed = ImportOptions::default();
+        fixed.dims.insert("N".into(), k);
+        let Ok(reference) = import_model(&model, None, &fixed) else {
+            panic!("N={k}: the ranged import accepted a model the static one refuses\nmodel: {model:?}");
+        };
+        let reference = reference.graph;
+        let inputs: Vec<_> = (reference.inputs.iter())
+            .map(|v| {
+                let ty = reference.ty(*v);
+                tensor(&mut u, ty.dtype, &ty.shape)
+            })
+            .collect();
+        let Ok(expected) = interp::run_graph(&reference, &inputs) else {
+            return false;
+        };
+        let got = library
+            .run(&inputs)
+            .unwrap_or_else(|e| panic!("N={k}: the library refused: {e}\nmodel: {model:?}"));
+        assert_eq!(got.len(), expected.len(), "number of outputs");
+        for (j, (g, e)) in got.iter().zip(&expected).enumerate() {
+            assert_eq!(
+                g.shape(),
+                e.shape(),
+                "N={k}: output {j}'s shape\nmodel: {model:?}"
+            );
+            if let Some(m) = mismatch(g, e, exact) {
+                panic!("N={k}: output {j}: one-sample library and interpreter differ: {m}\nmodel: {model:?}\ninputs: {inputs:?}");
+            }
+        }
+    }
+    true
+}

@@ -56,6 +56,32 @@ fn random_models_compile_and_match_the_interpreter() {
     }
 }
 
+/// The dims target over a sweep of inputs: random models with their inputs' axis 0 set
+/// at run time, wherever import proves it batch-like, match the interpreter at 2 and 3
+/// samples. Counts the accepted models so a generator change that stops producing any
+/// is noticed.
+#[test]
+fn random_models_with_a_batch_dim_match_the_interpreter() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut compared = 0;
+    for _ in 0..300 {
+        let data: Vec<u8> = (0..256)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 56) as u8
+            })
+            .collect();
+        compared += usize::from(nnc_fuzz_harness::dims_case(&data));
+    }
+    eprintln!("{compared} of 300 random models ran with a batch dim");
+    assert!(
+        compared >= 30,
+        "only {compared} of 300 random models ran with a batch dim"
+    );
+}
+
 /// The importer's axis checks on scalars (found by the compile target): an op that
 /// takes an axis's size refuses a rank-0 operand with one error naming the file and
 /// the node, instead of indexing its empty shape.
