@@ -648,3 +648,31 @@ fn concurrent_runs_with_different_dims_share_one_pool() {
         }
     });
 }
+
+#[test]
+fn an_input_shape_range_on_a_named_axis_takes_its_name() {
+    // `ids` and `mask` both call axis 0 `batch`: a range on `ids`'s axis 0 is the dim
+    // `batch`, which binds `mask` too.
+    let model = decode(&encoder(18, 5, 8, 2));
+    let mut opts = ImportOptions::default();
+    opts.input_shapes.insert("ids".into(), vec![6, 5]);
+    opts.ranges.push(DimRange {
+        name: "ids.0".into(),
+        min: 1,
+        max: 6,
+        site: DimSite::InputAxis {
+            input: "ids".into(),
+            axis: 0,
+        },
+    });
+    let g = import(&model, &opts).unwrap();
+    assert_eq!(g.dims[0].name, "batch");
+    assert_eq!(g.sample_loop.as_ref().unwrap().inputs, vec![true, true]);
+    let lib = Dynamic::new(g);
+    let reference = static_at(&model, "batch", 4);
+    let inputs = inputs_for(&reference, 6);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let (status, got) = lib.run(Some(&[4]), &inputs, None, &lib.output_shapes(4));
+    assert_eq!(status, 0);
+    assert_close(&expected, &got, "batch=4 from --input-shape ids=1..6,5");
+}

@@ -120,7 +120,8 @@ typedef struct nnc_tensor_info {
 /* ---- Dimensions set at run time (since ABI version 4) --------------------
  *
  * A model compiled with `--dim NAME=MIN..MAX` (or a MIN..MAX axis in
- * `--input-shape`, a dim named INPUT.AXIS) has symbolic dims: the caller
+ * `--input-shape`, a dim named INPUT.AXIS unless the model names that
+ * axis) has symbolic dims: the caller
  * gives their values to PREFIXrun in `options->dims`, numbered in order of
  * first appearance over the inputs (in order) and their axes (in order).
  * One library runs exactly every value in range. The axes of inputs and

@@ -67,6 +67,9 @@ impl ImportOptions {
                             *d = v;
                         }
                     }
+                    // The axis may carry a name the model gives other inputs' axes too
+                    // (see `sample_loop::named_ranges`): they take the same value.
+                    o.dims.insert(r.name.clone(), v);
                 }
             }
         }

@@ -29,6 +29,8 @@ pub fn import_with_ranges(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Imported> {
+    let named = named_ranges(model, opts);
+    let opts = &named;
     let range = match opts.ranges.as_slice() {
         [] => return import_model(model, base_dir, opts),
         [r] => r,
@@ -126,6 +128,35 @@ pub fn import_with_ranges(
     }];
     one.graph.sample_loop = Some(sample_loop);
     Ok(one)
+}
+
+/// `opts` with each range given on an input axis the model names (an ONNX `dim_param`)
+/// renamed after it: `--input-shape x=1..8,...` on an axis the model calls `batch` is
+/// `--dim batch=1..8`, so the other inputs' `batch` axes follow (and the ABI names it
+/// `batch`, not `x.0`).
+fn named_ranges(model: &ModelProto, opts: &ImportOptions) -> ImportOptions {
+    use crate::onnx::proto::{tensor_shape_proto::dimension, type_proto};
+    let mut o = opts.clone();
+    let inputs = model.graph.as_ref().map_or(&[][..], |g| g.input.as_slice());
+    for r in &mut o.ranges {
+        let DimSite::InputAxis { input, axis } = &r.site else {
+            continue;
+        };
+        let declared = inputs
+            .iter()
+            .find(|i| &i.name == input)
+            .and_then(|i| i.r#type.as_ref()?.value.as_ref())
+            .and_then(|t| match t {
+                type_proto::Value::TensorType(t) => t.shape.as_ref()?.dim.get(*axis)?.value.clone(),
+                _ => None,
+            });
+        if let Some(dimension::Value::DimParam(p)) = declared {
+            if !p.is_empty() {
+                r.name = p;
+            }
+        }
+    }
+    o
 }
 
 /// The same values, nodes, ops and wiring: only shapes and contents may differ.
