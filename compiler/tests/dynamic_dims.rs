@@ -517,6 +517,73 @@ fn dims_that_cannot_vary_are_refused_naming_the_node() {
         "{e}"
     );
 
+    // Holes a review found in the first rules, each now refused:
+    // ScatterElements whose indices and updates cover only the first sample's rows.
+    let mut m = ModelBuilder::new(21);
+    let x = m.input("x", &[1, 4]);
+    symbolic(&mut m, &x, 0, "b");
+    let idx = m.int_init(&[1]);
+    let shape = m.int_init(&[1, 1]);
+    let idx = m.node("Reshape", &[&idx, &shape], vec![]);
+    let upd = m.float_init(&[1, 1], vec![10.0]);
+    let y = m.node(
+        "ScatterElements",
+        &[&x, &idx, &upd],
+        vec![("axis", Attr::I(1))],
+    );
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("ScatterElements"), "{e}");
+
+    // GatherElements reading shared data row by row.
+    let mut m = ModelBuilder::new(22);
+    let i = m.typed_input("i", 7, &[1, 2]);
+    symbolic(&mut m, &i, 0, "b");
+    let data = m.weight(&[3, 4], 1.0);
+    let y = m.node("GatherElements", &[&data, &i], vec![("axis", Attr::I(1))]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("GatherElements"), "{e}");
+
+    // A linear Resize with a scale of 1.2 on axis 0 (the same length for 1 to 3 samples,
+    // but it blends neighbouring samples).
+    let mut m = ModelBuilder::new(23);
+    let x = m.input("x", &[1, 4]);
+    symbolic(&mut m, &x, 0, "b");
+    let scales = m.float_init(&[2], vec![1.2, 1.0]);
+    let y = m.node(
+        "Resize",
+        &[&x, "", &scales],
+        vec![("mode", Attr::S("linear"))],
+    );
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("Resize"), "{e}");
+
+    // A Slice whose start on another axis is the batch size (folded into the attribute).
+    let mut m = ModelBuilder::new(24);
+    let x = m.input("x", &[1, 10]);
+    symbolic(&mut m, &x, 0, "b");
+    let s = m.node("Shape", &[&x], vec![]);
+    let (zero, one) = (m.int_init(&[0]), m.int_init(&[1]));
+    let n = m.node("Slice", &[&s, &zero, &one], vec![]);
+    let three = m.int_init(&[3]);
+    let end = m.node("Add", &[&n, &three], vec![]);
+    let y = m.node("Slice", &[&x, &n, &end, &one], vec![]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("imported differently"), "{e}");
+
+    // The first three samples: all of them up to 3, not beyond (the range's end shows it).
+    let mut m = ModelBuilder::new(25);
+    let x = m.input("x", &[1, 4]);
+    symbolic(&mut m, &x, 0, "b");
+    let (zero, three, axis) = (m.int_init(&[0]), m.int_init(&[3]), m.int_init(&[0]));
+    let y = m.node("Slice", &[&x, &zero, &three, &axis], vec![]);
+    m.output(&y);
+    let e = refusal(m.encode(), "b");
+    assert!(e.contains("at 4"), "{e}");
+
     // Ranges the command line would refuse, given through the library.
     for (min, max) in [(0, 4), (5, 4), (1, (1 << 31) + 1)] {
         let e = import(&decode(&cnn(7)), &with_range("N", min, max))

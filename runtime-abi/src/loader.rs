@@ -385,23 +385,24 @@ impl Library {
             }
         }
         let n_in = self.inputs.len();
-        let concrete = |k: usize, t: &TensorDesc| {
+        let overflow = || Error::Mismatch("a tensor's size overflows for these dims".into());
+        let concrete = |k: usize, t: &TensorDesc| -> Result<TensorDesc, Error> {
             let mut t = t.clone();
             for a in self.axis_deps.iter().filter(|a| a.tensor == k) {
-                t.shape[a.axis] = a.scale * dims[a.dim];
+                t.shape[a.axis] = a.scale.checked_mul(dims[a.dim]).ok_or_else(overflow)?;
             }
-            t.byte_size = buffer_size(t.dtype, t.shape.iter().product()).unwrap_or(usize::MAX);
-            t
+            let count = (t.shape.iter()).try_fold(1usize, |n, &d| n.checked_mul(d));
+            t.byte_size = count
+                .and_then(|n| buffer_size(t.dtype, n))
+                .ok_or_else(overflow)?;
+            Ok(t)
         };
-        let inputs = self
-            .inputs
-            .iter()
-            .enumerate()
+        let inputs = (self.inputs.iter().enumerate())
             .map(|(k, t)| concrete(k, t))
-            .collect();
+            .collect::<Result<_, _>>()?;
         let outputs = (self.outputs.iter().enumerate())
             .map(|(k, t)| concrete(n_in + k, t))
-            .collect();
+            .collect::<Result<_, _>>()?;
         Ok((inputs, outputs))
     }
 

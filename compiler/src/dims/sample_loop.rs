@@ -1,7 +1,8 @@
 //! Whether a declared dim can be covered by the sample loop, proved from the model.
 //!
-//! The model is imported with the dim at 1, 2 and 3. The three graphs must have the
-//! same nodes; every value must either keep its shape (and, if constant, its contents)
+//! The model is imported with the dim at 1, 2, 3 and the ends of its range. The graphs
+//! must have the same nodes and attributes (but the axis-0 extents of the shapes ops
+//! carry); every value must either keep its shape (and, if constant, its contents)
 //! or have axis 0 scale with the dim (`[k·u, ...]` at k, other axes fixed, a constant
 //! repeating its one-sample block): such a value is *marked*. Then each node that reads
 //! a marked value must compute each sample's rows from that sample's rows only, which
@@ -72,13 +73,23 @@ pub fn import_with_ranges(
     if !one.unsupported.is_empty() {
         return Ok(one);
     }
-    let (two, three) = (at(2)?.graph, at(3)?.graph);
+    // 2 and 3 show how values scale; the range's ends catch what changes further out
+    // (a slice of the first 3 samples, a branch on the batch size).
+    let mut values = vec![2, 3, range.min, range.max];
+    values.retain(|&k| k > 1);
+    values.sort_unstable();
+    values.dedup();
+    let mut others = vec![];
+    for k in values {
+        others.push((k, at(k)?.graph));
+    }
+    let two = &others[0].1;
     let why = |m: String| NncError::Model(format!("dimension '{}': {m}", range.name));
     let g = &one.graph;
-    same_structure(g, &two)
-        .and(same_structure(g, &three))
-        .map_err(why)?;
-    let marked = mark_values(g, &two, &three).map_err(why)?;
+    for (_, other) in &others {
+        same_structure(g, other).map_err(why)?;
+    }
+    let marked = mark_values(g, &others).map_err(why)?;
     if !g.inputs.iter().any(|i| marked[i.0]) {
         return Err(why(match &range.site {
             DimSite::Param => "no input of the model has an axis with this name".into(),
@@ -88,7 +99,7 @@ pub fn import_with_ranges(
         }));
     }
     for node in &two.nodes {
-        check_node(&two, node, &marked).map_err(|m| {
+        check_node(two, node, &marked).map_err(|m| {
             why(format!(
                 "node '{}' ({}) {m}; only a batch-like dimension (axis 0, samples computed \
                  independently) can vary so far",
@@ -173,7 +184,7 @@ fn same_structure(a: &Graph, b: &Graph) -> std::result::Result<(), String> {
         if x.inputs != y.inputs
             || x.outputs != y.outputs
             || x.onnx_op != y.onnx_op
-            || std::mem::discriminant(&x.op) != std::mem::discriminant(&y.op)
+            || without_sample_extent(&x.op) != without_sample_extent(&y.op)
         {
             return Err(format!(
                 "node '{}' ({}) is imported differently at different values",
@@ -184,9 +195,31 @@ fn same_structure(a: &Graph, b: &Graph) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Per value: does axis 0 hold the samples? Errors on a value the dim reaches any
-/// other way.
-fn mark_values(one: &Graph, two: &Graph, three: &Graph) -> std::result::Result<Vec<bool>, String> {
+/// `op` with the axis-0 extent of the shapes its attributes carry (Reshape, Expand and
+/// Slice targets, Resize sizes) blanked, as text: the attributes that may differ between
+/// imports at different values (the values' marks check those extents). Any other
+/// attribute folded from the dim (a Slice start, a pad) must not differ.
+fn without_sample_extent(op: &Op) -> String {
+    let mut op = op.clone();
+    match &mut op {
+        Op::Reshape { shape } | Op::Expand { shape } | Op::Slice { shape, .. } => {
+            if let Some(d) = shape.first_mut() {
+                *d = 0;
+            }
+        }
+        Op::Resize(r) => {
+            if let Some(d) = r.output_shape.first_mut() {
+                *d = 0;
+            }
+        }
+        _ => {}
+    }
+    format!("{op:?}")
+}
+
+/// Per value: does axis 0 hold the samples (`[k·u, ...]` in the graph at `k`)? Errors
+/// on a value the dim reaches any other way.
+fn mark_values(one: &Graph, others: &[(usize, Graph)]) -> std::result::Result<Vec<bool>, String> {
     // Constants no node reads (shape chains folded into attributes) may differ freely.
     let mut read = vec![false; one.values.len()];
     for v in one
@@ -203,49 +236,43 @@ fn mark_values(one: &Graph, two: &Graph, three: &Graph) -> std::result::Result<V
         if one.constant(v).is_some() && !read[i] {
             continue;
         }
-        let (s1, s2, s3) = (
-            one.ty(v).shape.as_slice(),
-            two.ty(v).shape.as_slice(),
-            three.ty(v).shape.as_slice(),
-        );
+        let s1 = one.ty(v).shape.as_slice();
         let name = &one.value(v).name;
-        if s1 == s2 && s1 == s3 {
-            let same = match (one.constant(v), two.constant(v), three.constant(v)) {
-                (Some(a), Some(b), Some(c)) => a == b && a == c,
-                (None, None, None) => true,
+        let c1 = one.constant(v);
+        if others.iter().all(|(_, g)| g.ty(v).shape == s1) {
+            let same = others.iter().all(|(_, g)| match (c1, g.constant(v)) {
+                (Some(a), Some(b)) => a == b,
+                (None, None) => true,
                 _ => false,
-            };
+            });
             if !same {
                 return Err(format!("the value '{name}' is computed from it"));
             }
             continue;
         }
-        let scales = !s1.is_empty()
-            && s1[0] > 0
-            && s2.len() == s1.len()
-            && s3.len() == s1.len()
-            && s2[0] == 2 * s1[0]
-            && s3[0] == 3 * s1[0]
-            && s1[1..] == s2[1..]
-            && s1[1..] == s3[1..];
-        if !scales {
-            return Err(format!(
-                "the value '{name}' has shape {s1:?} with it at 1 and {s2:?} at 2: the \
-                 dimension reaches an axis other than a leading factor of axis 0"
-            ));
-        }
-        let repeats = match (one.constant(v), two.constant(v), three.constant(v)) {
-            (Some(a), Some(b), Some(c)) => {
-                let unit = a.to_le_bytes();
-                b.to_le_bytes() == unit.repeat(2) && c.to_le_bytes() == unit.repeat(3)
+        for (k, g) in others {
+            let sk = g.ty(v).shape.as_slice();
+            let scales = !s1.is_empty()
+                && s1[0] > 0
+                && sk.len() == s1.len()
+                && sk[0] == k * s1[0]
+                && s1[1..] == sk[1..];
+            if !scales {
+                return Err(format!(
+                    "the value '{name}' has shape {s1:?} with it at 1 and {sk:?} at {k}: the \
+                     dimension reaches an axis other than a leading factor of axis 0"
+                ));
             }
-            (None, None, None) => true,
-            _ => false,
-        };
-        if !repeats {
-            return Err(format!(
-                "the constant '{name}' differs between samples (it is computed from the dimension)"
-            ));
+            let repeats = match (c1, g.constant(v)) {
+                (Some(a), Some(b)) => b.to_le_bytes() == a.to_le_bytes().repeat(*k),
+                (None, None) => true,
+                _ => false,
+            };
+            if !repeats {
+                return Err(format!(
+                    "the constant '{name}' differs between samples (it is computed from the dimension)"
+                ));
+            }
         }
         *m = true;
     }
@@ -328,11 +355,18 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
         Op::Attention => (0..node.inputs.len())
             .filter(|&i| is_marked(i))
             .all(|i| rank(i) >= 3 && rank(i) == out_rank),
-        Op::Softmax { axis, .. }
-        | Op::CumSum { axis, .. }
-        | Op::TopK { axis, .. }
-        | Op::GatherElements { axis }
-        | Op::ScatterElements { axis, .. } => *axis != 0 && elementwise(),
+        Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
+            *axis != 0 && elementwise()
+        }
+        // Element i reads (or writes) data at i's own position on the other axes: every
+        // operand must hold the same samples, row for row.
+        Op::GatherElements { axis } | Op::ScatterElements { axis, .. } => {
+            let out0 = shape0(node.outputs[0]);
+            *axis != 0
+                && (0..node.inputs.len()).all(|i| {
+                    is_marked(i) && rank(i) == out_rank && node.inputs[i].and_then(shape0) == out0
+                })
+        }
         Op::ArgReduce(a) => a.axis != 0 && only(&[0]),
         Op::Reduce(r) => !r.axes.is_empty() && !r.axes.contains(&0) && only(&[0]),
         Op::Reshape { .. } => true,
@@ -351,9 +385,16 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
         }
         Op::GatherND { batch_dims } => *batch_dims >= 1 && is_marked(0) && is_marked(1),
         Op::Pad(p) => p.pads.first() == Some(&0) && p.pads.get(out_rank) == Some(&0) && only(&[0]),
-        Op::Resize(_) => {
+        // Axis 0 kept as it is: scale 1 (not only the same length, which a scale of 1.2
+        // gives too while blending neighbouring rows) and no crop on it.
+        Op::Resize(r) => {
             let input = node.inputs[0].expect("Resize has its data input");
-            only(&[0]) && shape0(input) == shape0(node.outputs[0])
+            let rank = g.ty(input).rank();
+            only(&[0])
+                && shape0(input) == shape0(node.outputs[0])
+                && r.scales.first().is_none_or(|&s| s == 1.0)
+                && (r.coordinate_transform != crate::ops::CoordinateTransform::TfCropAndResize
+                    || (r.roi.first() == Some(&0.0) && r.roi.get(rank) == Some(&1.0)))
         }
         Op::ScatterND { .. } => false,
     };
