@@ -373,16 +373,7 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
         .iter()
         .map(|f| format!("outputs.{}.as_mut_ptr().cast()", f.name))
         .collect();
-    line(&format!(
-        "            let ins: [*const core::ffi::c_void; {}] = [{}];",
-        inputs.len(),
-        in_ptrs.join(", ")
-    ));
-    line(&format!(
-        "            let outs: [*mut core::ffi::c_void; {}] = [{}];",
-        outputs.len(),
-        out_ptrs.join(", ")
-    ));
+    pointer_arrays(&mut line, &in_ptrs, &out_ptrs);
     line("            // SAFETY: every buffer has the exact size of its tensor (the array");
     line("            // types say so), and the workspace is WORKSPACE_SIZE bytes aligned to");
     line("            // WORKSPACE_ALIGN, used by this call only (`&mut self`).");
@@ -394,16 +385,7 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     line("        /// the outputs are bit-identical. The workspace must come from");
     line("        /// [`Workspace::with_pool`] for a pool of at least as many threads (checked).");
     line("        pub fn run_with(&mut self, pool: &nnc_build::ThreadPool, inputs: &Inputs<'_>, outputs: &mut Outputs<'_>) -> Result<(), Error> {");
-    line(&format!(
-        "            let ins: [*const core::ffi::c_void; {}] = [{}];",
-        inputs.len(),
-        in_ptrs.join(", ")
-    ));
-    line(&format!(
-        "            let outs: [*mut core::ffi::c_void; {}] = [{}];",
-        outputs.len(),
-        out_ptrs.join(", ")
-    ));
+    pointer_arrays(&mut line, &in_ptrs, &out_ptrs);
     line("            let raw = pool.as_raw();");
     line("            let options = nnc_build::__run_options(&raw, self.layout.size() as u64);");
     line("            // SAFETY: buffers as in `run`; the library checks the workspace size");
@@ -502,16 +484,7 @@ fn dims_api(
     let out_ptrs: Vec<String> = (outputs.iter())
         .map(|f| format!("outputs.{}.as_mut_ptr().cast()", f.name))
         .collect();
-    line(&format!(
-        "            let ins: [*const core::ffi::c_void; {}] = [{}];",
-        inputs.len(),
-        in_ptrs.join(", ")
-    ));
-    line(&format!(
-        "            let outs: [*mut core::ffi::c_void; {}] = [{}];",
-        outputs.len(),
-        out_ptrs.join(", ")
-    ));
+    pointer_arrays(line, &in_ptrs, &out_ptrs);
     line(&format!(
         "            let values: [i64; {n}] = core::array::from_fn(|j| dims[j] as i64);"
     ));
@@ -525,4 +498,19 @@ fn dims_api(
     line("        }");
     line("    }");
     line("");
+}
+
+/// The `ins` / `outs` pointer arrays a generated call passes (`in_ptrs` and `out_ptrs`:
+/// one expression per tensor).
+fn pointer_arrays(line: &mut dyn FnMut(&str), in_ptrs: &[String], out_ptrs: &[String]) {
+    line(&format!(
+        "            let ins: [*const core::ffi::c_void; {}] = [{}];",
+        in_ptrs.len(),
+        in_ptrs.join(", ")
+    ));
+    line(&format!(
+        "            let outs: [*mut core::ffi::c_void; {}] = [{}];",
+        out_ptrs.len(),
+        out_ptrs.join(", ")
+    ));
 }

@@ -48,13 +48,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
     h += "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
     // Shapes with every dim at its maximum (what infer() runs); the comment names the
     // axes that depend on a dim.
-    let io_shapes: Vec<&[usize]> = (graph.inputs.iter().chain(&graph.outputs))
-        .map(|v| graph.ty(*v).shape.as_slice())
-        .collect();
-    let deps = graph
-        .sample_loop
-        .as_ref()
-        .map_or_else(Vec::new, |sl| sl.axis_dims(&io_shapes));
+    let deps = crate::dims::axis_dims(graph);
     let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     let describe = |h: &mut String, kind: &str, ids: &[ValueId], first: usize| {
         for (i, v) in ids.iter().enumerate() {

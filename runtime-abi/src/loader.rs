@@ -512,27 +512,8 @@ impl Library {
         inputs: &[Tensor<'_>],
         outputs: &mut [TensorMut<'_>],
     ) -> Result<(), Error> {
-        let Some((run, _)) = self.pooled else {
-            return self.run(workspace, inputs, outputs);
-        };
-        self.check_call(inputs, outputs)?;
-        if workspace.layout.align() < self.workspace_align {
-            return Err(Error::Mismatch(
-                "the workspace belongs to another model".into(),
-            ));
-        }
-        let raw = pool.as_raw();
-        // The library checks the workspace size against these options.
-        let options = NncRunOptions::new(Some(&raw), workspace.layout.size() as u64);
-        let ins: Vec<*const c_void> = inputs.iter().map(|t| t.bytes.cast()).collect();
-        let outs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.bytes.cast()).collect();
-        // SAFETY: buffers checked as in `run`; the workspace's size is passed in the
-        // options and checked by the library; the pool outlives the call.
-        let code = unsafe { run(ins.as_ptr(), outs.as_ptr(), workspace.ptr.cast(), &options) };
-        match code {
-            NNC_OK => Ok(()),
-            c => Err(Error::Status(c)),
-        }
+        let maxima: Vec<usize> = self.dims.iter().map(|d| d.max).collect();
+        self.run_dims(Some(pool), workspace, &maxima, inputs, outputs)
     }
 
     /// [`Library::run_with`] (`pool`: `None` for the calling thread) for the dims'

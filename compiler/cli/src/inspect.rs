@@ -184,13 +184,7 @@ pub struct NodeRef {
 pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> Result<Report> {
     let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
-    let io_shapes: Vec<&[usize]> = (g.inputs.iter().chain(&g.outputs))
-        .map(|v| g.ty(*v).shape.as_slice())
-        .collect();
-    let deps = g
-        .sample_loop
-        .as_ref()
-        .map_or_else(Vec::new, |sl| sl.axis_dims(&io_shapes));
+    let deps = nnc::dims::axis_dims(g);
     let maxima: Vec<usize> = g.dims.iter().map(|d| d.max).collect();
     let tensor = |(k, v): (usize, &nnc::ir::ValueId)| TensorInfo {
         name: g.value(*v).name.clone(),

@@ -504,10 +504,7 @@ pub fn compile_graph_reporting(
         .chain(&graph.outputs)
         .map(|v| graph.ty(*v).shape.as_slice())
         .collect();
-    let axis_dims = graph
-        .sample_loop
-        .as_ref()
-        .map_or_else(Vec::new, |sl| sl.axis_dims(&io_shapes));
+    let axis_dims = crate::dims::axis_dims(graph);
     sample_loop::define_shapes(
         &mut module,
         &mut ctx,

@@ -37,14 +37,7 @@ pub fn define(
     let infos_at = MODEL_INFO_SIZE;
     let dims_at = infos_at + TENSOR_INFO_SIZE * tensors.len();
     let total_dims: usize = tensors.iter().map(|t| graph.ty(*t).rank()).sum();
-    let shapes: Vec<&[usize]> = tensors
-        .iter()
-        .map(|t| graph.ty(*t).shape.as_slice())
-        .collect();
-    let axis_dims = graph
-        .sample_loop
-        .as_ref()
-        .map_or_else(Vec::new, |sl| sl.axis_dims(&shapes));
+    let axis_dims = crate::dims::axis_dims(graph);
     let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     let dim_infos_at = dims_at + 8 * total_dims;
     let axis_dims_at = dim_infos_at + DIM_INFO_SIZE * graph.dims.len();

@@ -49,24 +49,24 @@ pub struct AxisDim {
     pub scale: usize,
 }
 
-impl SampleLoop {
-    /// The dependencies `model_info` reports, given the one-sample shapes of the graph's
-    /// inputs and outputs (in that order).
-    pub fn axis_dims(&self, shapes: &[&[usize]]) -> Vec<AxisDim> {
-        self.inputs
-            .iter()
-            .chain(&self.outputs)
-            .zip(shapes)
-            .enumerate()
-            .filter(|(_, (&marked, _))| marked)
-            .map(|(tensor, (_, shape))| AxisDim {
-                tensor,
-                axis: 0,
-                dim: self.dim,
-                scale: shape[0],
-            })
-            .collect()
-    }
+/// How the inputs' and outputs' axes depend on the dims set at run time (none for a
+/// static graph): for a one-sample graph, axis 0 of each marked tensor holds
+/// `unit · dim` samples, `unit` being the graph's own size there.
+pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
+    let Some(sl) = &graph.sample_loop else {
+        return vec![];
+    };
+    (graph.inputs.iter().chain(&graph.outputs))
+        .zip(sl.inputs.iter().chain(&sl.outputs))
+        .enumerate()
+        .filter(|(_, (_, &marked))| marked)
+        .map(|(tensor, (v, _))| AxisDim {
+            tensor,
+            axis: 0,
+            dim: sl.dim,
+            scale: graph.ty(*v).shape[0],
+        })
+        .collect()
 }
 
 /// The shape of an input or output for dim values `values`: `shape` with each axis
