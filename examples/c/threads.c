@@ -18,7 +18,7 @@ int main(void) {
     /* One pool can serve any number of models and of concurrent run() calls. */
     nnc_pool *pool = nnc_pool_create(2);
     if (!pool) return 1;
-    nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0, NULL};
+    nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0, NULL, NULL};
     uint64_t bytes = workspace_size(&options);
     uint64_t align = model_info()->workspace_align;
     options.workspace_bytes = bytes; /* run() checks it is enough */

@@ -21,7 +21,9 @@
  * type given by `dtype`, in the target's native (little-endian) byte order;
  * BOOL elements are one byte each (0 or 1). `inputs[i]` / `outputs[i]` follow
  * the order of `model_info()->inputs[i]` / `->outputs[i]`, which is the order
- * of the ONNX graph's (non-initializer) inputs and outputs.
+ * of the ONNX graph's (non-initializer) inputs and outputs. An output with a
+ * value-dependent extent (nnc_bounded_axis) needs a buffer of its largest size
+ * and may fill only the first part of it.
  *
  * This contract is fixed: later versions only extend it (and bump
  * NNC_ABI_VERSION when they do); nothing here is ever renamed or reordered.
@@ -37,7 +39,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 4
+#define NNC_ABI_VERSION 5
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -144,6 +146,16 @@ typedef struct nnc_axis_dim {
     int64_t scale;
 } nnc_axis_dim;
 
+/* Since ABI version 5: axis `axis` of outputs[output] has an extent that the
+ * input values decide (NonZero, Unique, Compress, NonMaxSuppression): its size
+ * in nnc_tensor_info is the largest it can have, the caller's buffer must hold
+ * that many elements, and the output is written densely (row-major) for the
+ * extent of the run, which options->output_shapes reports. */
+typedef struct nnc_bounded_axis {
+    uint32_t output;
+    uint32_t axis;
+} nnc_bounded_axis;
+
 typedef struct nnc_model_info {
     uint32_t abi_version; /* NNC_ABI_VERSION of the compiler that built it */
     uint32_t num_inputs;
@@ -159,6 +171,9 @@ typedef struct nnc_model_info {
     uint32_t num_axis_dims;
     const nnc_dim_info *dims;      /* num_dims entries */
     const nnc_axis_dim *axis_dims; /* num_axis_dims entries */
+    /* Since ABI version 5 (read only when abi_version >= 5): */
+    uint32_t num_bounded_axes;
+    const nnc_bounded_axis *bounded_axes; /* num_bounded_axes entries */
 } nnc_model_info;
 
 /* ---- Threads: a caller-owned pool (since ABI version 3) ------------------
@@ -195,6 +210,14 @@ typedef struct nnc_run_options {
      * NULL (or a shorter `size`): every dim at its maximum. The workspace a
      * run needs does not depend on them. */
     const int64_t *dims;
+    /* Since ABI version 5, read when `size` reaches this field. When not NULL,
+     * a successful run (NNC_OK) writes every output's shape here: outputs in
+     * order, `rank` entries each (the sum of model_info()->outputs[i].rank).
+     * A bounded axis (nnc_bounded_axis) gets the extent of this run, every
+     * other axis the size PREFIXshapes gives for the run's dims. On an error
+     * return nothing is written here. infer and infer_with_workspace write
+     * bounded outputs the same way but cannot report their extents: use run. */
+    int64_t *output_shapes;
 } nnc_run_options;
 
 /* ---- Entry points -------------------------------------------------------
@@ -214,10 +237,13 @@ typedef struct nnc_run_options {
  *                       its parallel_for. Reentrant, allocates nothing: calls
  *                       with distinct workspaces (of workspace_size(options)
  *                       bytes each) may run concurrently, sharing one pool.
- *                       Returns the codes above.
+ *                       Returns the codes above. With options->output_shapes,
+ *                       also reports every output's shape (the only way to
+ *                       learn a bounded axis's extent).
  * shapes:               for dim values `dims` (NULL: each at its maximum),
  *                       writes the sizes of every input's axes, then every
- *                       output's, into `shapes` (the sum of their ranks);
+ *                       output's, into `shapes` (the sum of their ranks),
+ *                       a bounded axis with its largest size;
  *                       NNC_OK, or NNC_ERR_DIM_OUT_OF_RANGE writing nothing.
  *                       Since ABI version 4.
  */

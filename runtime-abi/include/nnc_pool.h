@@ -2,7 +2,7 @@
  * nnc_pool.h — a header-only pthread pool for PREFIXrun (see nnc.h).
  *
  *   nnc_pool *p = nnc_pool_create(4);          // the caller + 3 threads
- *   nnc_run_options o = {sizeof o, nnc_pool_get(p), 0, NULL};
+ *   nnc_run_options o = {sizeof o, nnc_pool_get(p), 0, NULL, NULL};
  *   size_t bytes = model_workspace_size(&o);   // allocate that, aligned
  *   model_run(inputs, outputs, workspace, &o); // from any number of threads
  *   nnc_pool_destroy(p);

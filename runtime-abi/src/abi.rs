@@ -11,12 +11,13 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 4;
+pub const NNC_ABI_VERSION: u32 = 5;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
 /// older libraries lack (see [`NncRunOptions`]); version 4 appended symbolic dims
-/// to [`NncModelInfo`] and [`NncRunOptions`] and added `shapes`.
+/// to [`NncModelInfo`] and [`NncRunOptions`] and added `shapes`; version 5 appended
+/// bounded output axes to [`NncModelInfo`] and `output_shapes` to [`NncRunOptions`].
 pub const NNC_ABI_VERSION_OLDEST: u32 = 1;
 
 /// Success: every output buffer has been written.
@@ -199,11 +200,17 @@ pub struct NncModelInfo {
     pub num_axis_dims: u32,
     pub dims: *const NncDimInfo,
     pub axis_dims: *const NncAxisDim,
+    /// ABI 5 (present only when `abi_version >= 5`): the outputs' axes whose extent
+    /// the input values decide.
+    pub num_bounded_axes: u32,
+    pub bounded_axes: *const NncBoundedAxis,
 }
 
 /// Bytes of `nnc_model_info` in libraries before ABI 4 (the fields up to
 /// `workspace_align`).
 pub const NNC_MODEL_INFO_V3_SIZE: usize = 48;
+/// Bytes of `nnc_model_info` in ABI 4 libraries (the fields up to `axis_dims`).
+pub const NNC_MODEL_INFO_V4_SIZE: usize = 72;
 
 /// `nnc_dim_info`: a dim the caller sets at run time (ABI 4).
 #[repr(C)]
@@ -225,6 +232,16 @@ pub struct NncAxisDim {
     pub dim: u32,
     pub reserved: u32,
     pub scale: i64,
+}
+
+/// `nnc_bounded_axis`: axis `axis` of output `output` has an extent the input values
+/// decide; its size in `nnc_tensor_info` is the largest it can have, the output is
+/// written densely for the run's extent, and `output_shapes` reports it (ABI 5).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NncBoundedAxis {
+    pub output: u32,
+    pub axis: u32,
 }
 
 unsafe impl Sync for NncDimInfo {}
@@ -264,6 +281,9 @@ pub struct NncRunOptions {
     pub workspace_bytes: u64,
     /// ABI 4: the values of the model's symbolic dims; null: each at its maximum.
     pub dims: *const i64,
+    /// ABI 5: when not null, a successful `run` writes every output's shape here
+    /// (outputs in order, `rank` values each), a bounded axis with the run's extent.
+    pub output_shapes: *mut i64,
 }
 
 impl NncRunOptions {
@@ -274,6 +294,7 @@ impl NncRunOptions {
             pool: pool.map_or(std::ptr::null(), |p| p as *const NncThreadPool),
             workspace_bytes,
             dims: std::ptr::null(),
+            output_shapes: std::ptr::null_mut(),
         }
     }
 
@@ -283,6 +304,17 @@ impl NncRunOptions {
             std::ptr::null()
         } else {
             dims.as_ptr()
+        };
+        self
+    }
+
+    /// These options with `shapes` (which must outlive the call, and hold the sum of
+    /// the outputs' ranks) to receive the outputs' shapes.
+    pub fn with_output_shapes(mut self, shapes: &mut [i64]) -> NncRunOptions {
+        self.output_shapes = if shapes.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            shapes.as_mut_ptr()
         };
         self
     }
@@ -389,6 +421,19 @@ impl NncModelInfo {
         // SAFETY: forwarded to the caller.
         unsafe { c_slice(self.outputs, self.num_outputs as usize) }
     }
+
+    /// The bounded output axes (empty before ABI 5).
+    ///
+    /// # Safety
+    /// `bounded_axes` must point to `num_bounded_axes` entries that live as long as
+    /// `self`, which a struct read in full from a library of ABI 5 or later gives.
+    pub unsafe fn bounded_axes_slice(&self) -> &[NncBoundedAxis] {
+        if self.abi_version < 5 {
+            return &[];
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { c_slice(self.bounded_axes, self.num_bounded_axes as usize) }
+    }
 }
 
 #[cfg(test)]
@@ -408,7 +453,7 @@ mod tests {
         assert_eq!(offset_of!(NncTensorInfo, rank), 12);
         assert_eq!(offset_of!(NncTensorInfo, dims), 16);
 
-        assert_eq!(size_of::<NncModelInfo>(), 72);
+        assert_eq!(size_of::<NncModelInfo>(), 88);
         assert_eq!(align_of::<NncModelInfo>(), 8);
         assert_eq!(offset_of!(NncModelInfo, abi_version), 0);
         assert_eq!(offset_of!(NncModelInfo, num_inputs), 4);
@@ -421,11 +466,21 @@ mod tests {
         assert_eq!(offset_of!(NncModelInfo, num_axis_dims), 52);
         assert_eq!(offset_of!(NncModelInfo, dims), 56);
         assert_eq!(offset_of!(NncModelInfo, axis_dims), 64);
+        assert_eq!(
+            offset_of!(NncModelInfo, num_bounded_axes),
+            NNC_MODEL_INFO_V4_SIZE
+        );
+        assert_eq!(offset_of!(NncModelInfo, bounded_axes), 80);
+        assert_eq!(size_of::<NncBoundedAxis>(), 8);
+        assert_eq!(align_of::<NncBoundedAxis>(), 4);
+        assert_eq!(offset_of!(NncBoundedAxis, output), 0);
+        assert_eq!(offset_of!(NncBoundedAxis, axis), 4);
         assert_eq!(size_of::<NncDimInfo>(), 24);
         assert_eq!(size_of::<NncAxisDim>(), 24);
         assert_eq!(offset_of!(NncAxisDim, scale), 16);
-        assert_eq!(size_of::<NncRunOptions>(), 32);
+        assert_eq!(size_of::<NncRunOptions>(), 40);
         assert_eq!(offset_of!(NncRunOptions, dims), 24);
+        assert_eq!(offset_of!(NncRunOptions, output_shapes), 32);
     }
 
     /// Every `#define NAME VALUE` in the header, as (name, value).
@@ -497,6 +552,45 @@ mod tests {
     }
 
     #[test]
+    fn run_options_builders() {
+        let plain = NncRunOptions::new(None, 64);
+        assert_eq!(plain.size as usize, size_of::<NncRunOptions>());
+        assert!(plain.pool.is_null() && plain.dims.is_null() && plain.output_shapes.is_null());
+        let dims = [3i64];
+        let mut shapes = [0i64; 4];
+        let options = plain.with_dims(&dims).with_output_shapes(&mut shapes);
+        assert_eq!(options.dims, dims.as_ptr());
+        assert_eq!(options.output_shapes, shapes.as_mut_ptr());
+        // A model whose outputs are all scalars has nothing to report.
+        assert!(plain.with_output_shapes(&mut []).output_shapes.is_null());
+    }
+
+    #[test]
+    fn bounded_axes_exist_from_abi_5() {
+        let bounded = [NncBoundedAxis { output: 1, axis: 0 }];
+        let mut info = NncModelInfo {
+            abi_version: 5,
+            num_inputs: 0,
+            num_outputs: 0,
+            inputs: std::ptr::null(),
+            outputs: std::ptr::null(),
+            workspace_size: 0,
+            workspace_align: 16,
+            num_dims: 0,
+            num_axis_dims: 0,
+            dims: std::ptr::null(),
+            axis_dims: std::ptr::null(),
+            num_bounded_axes: 1,
+            bounded_axes: bounded.as_ptr(),
+        };
+        assert_eq!(unsafe { info.bounded_axes_slice() }, &bounded);
+        // An ABI 4 struct ends before these fields: whatever a copy holds there is
+        // not the library's.
+        info.abi_version = 4;
+        assert_eq!(unsafe { info.bounded_axes_slice() }, &[]);
+    }
+
+    #[test]
     fn symbol_prefixes() {
         assert_eq!(symbol_prefix(None), "");
         assert_eq!(symbol_prefix(Some("foo")), "foo_");
@@ -529,6 +623,8 @@ mod tests {
             num_axis_dims: 0,
             dims: std::ptr::null(),
             axis_dims: std::ptr::null(),
+            num_bounded_axes: 0,
+            bounded_axes: std::ptr::null(),
         };
         unsafe {
             let inputs = info.inputs_slice();

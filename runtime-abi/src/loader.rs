@@ -32,6 +32,8 @@ pub enum Error {
     Mismatch(String),
     /// The compiled code returned this `NNC_ERR_*` code.
     Status(i32),
+    /// A run returned `NNC_OK` but reported output shapes its `model_info` rules out.
+    BadShapes { path: PathBuf, message: String },
 }
 
 impl fmt::Display for Error {
@@ -49,6 +51,9 @@ impl fmt::Display for Error {
             }
             Error::Mismatch(m) => f.write_str(m),
             Error::Status(code) => write!(f, "infer failed: {}", status_message(*code)),
+            Error::BadShapes { path, message } => {
+                write!(f, "{}: run reported {message}", path.display())
+            }
         }
     }
 }
@@ -99,6 +104,16 @@ pub struct AxisDep {
     pub axis: usize,
     pub dim: usize,
     pub scale: usize,
+}
+
+/// Axis `axis` of output `output` has an extent the input values decide (ABI 5): its
+/// size in [`Library::outputs`] (and [`Library::shapes_for`]) is the largest it can
+/// have, the buffer must hold that many elements, and the output is written densely
+/// for the run's extent, which [`Library::run_shaped`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoundedAxis {
+    pub output: usize,
+    pub axis: usize,
 }
 
 /// Bytes of a dense buffer of `count` elements of `dtype`, packed sub-byte types
@@ -225,6 +240,9 @@ pub struct Library {
     /// Symbolic dims and the axes depending on them (ABI 4).
     dims: Vec<DimDesc>,
     axis_deps: Vec<AxisDep>,
+    /// Output axes whose extent the input values decide (ABI 5).
+    bounded_axes: Vec<BoundedAxis>,
+    abi_version: u32,
     // Dropped last: `infer` points into it.
     _lib: libloading::Library,
 }
@@ -259,8 +277,8 @@ impl Library {
             (info_fn, infer)
         };
         // SAFETY: model_info never returns NULL and points to static data that
-        // lives while the library is loaded (nnc.h); its fields after
-        // `workspace_align` exist from ABI 4 on (`read_model_info`).
+        // lives while the library is loaded (nnc.h); `read_model_info` reads only
+        // the fields its `abi_version` has.
         let info = unsafe { read_model_info(info_fn()) };
         let info = &info;
         // SAFETY: as above; libraries before ABI 3 lack them.
@@ -336,9 +354,39 @@ impl Library {
         if !dims.is_empty() && pooled.is_none() {
             return Err(bad("symbolic dims without `run`".into()));
         }
+        if info.num_bounded_axes > 0
+            && (info.bounded_axes.is_null() || !info.bounded_axes.is_aligned())
+        {
+            return Err(bad("bounded_axes is NULL or misaligned".into()));
+        }
+        // SAFETY: static data of the loaded library (none before ABI 5); non-NULL and
+        // aligned when the count is not 0.
+        let bounded_axes: Vec<BoundedAxis> = unsafe { info.bounded_axes_slice() }
+            .iter()
+            .map(|b| BoundedAxis {
+                output: b.output as usize,
+                axis: b.axis as usize,
+            })
+            .collect();
+        if let Some(b) = bounded_axes.iter().find(|b| {
+            outputs
+                .get(b.output)
+                .is_none_or(|t| b.axis >= t.shape.len())
+        }) {
+            return Err(bad(format!(
+                "bounded axis {} of output {} names no output axis",
+                b.axis, b.output
+            )));
+        }
+        // Only `run` reports the extents: without it the outputs could not be read.
+        if !bounded_axes.is_empty() && pooled.is_none() {
+            return Err(bad("bounded output axes without `run`".into()));
+        }
         Ok(Library {
             dims,
             axis_deps,
+            bounded_axes,
+            abi_version: info.abi_version,
             path,
             inputs,
             outputs,
@@ -371,6 +419,17 @@ impl Library {
     /// Which axes of the inputs and outputs depend on which dim.
     pub fn axis_deps(&self) -> &[AxisDep] {
         &self.axis_deps
+    }
+
+    /// The output axes whose extent the input values decide (empty before ABI 5); see
+    /// [`Library::run_shaped`].
+    pub fn bounded_axes(&self) -> &[BoundedAxis] {
+        &self.bounded_axes
+    }
+
+    /// The `abi_version` the library was built for.
+    pub fn abi_version(&self) -> u32 {
+        self.abi_version
     }
 
     /// The inputs and outputs for the dims' values `dims` (one per [`Library::dims`]).
@@ -474,6 +533,8 @@ impl Library {
 
     /// Runs the model: every input and output buffer is checked against
     /// `model_info` (count, byte size, and dtype for typed slices) before the call.
+    /// An output with a bounded axis ([`Library::bounded_axes`]) is written for an
+    /// extent only [`Library::run_shaped`] reports.
     pub fn run(
         &self,
         workspace: &mut Workspace,
@@ -526,6 +587,79 @@ impl Library {
         inputs: &[Tensor<'_>],
         outputs: &mut [TensorMut<'_>],
     ) -> Result<(), Error> {
+        self.run_reporting(pool, workspace, dims, inputs, outputs, None)
+    }
+
+    /// [`Library::run_dims`] that also returns every output's shape for this run: a
+    /// bounded axis ([`Library::bounded_axes`]) has the extent the input values gave
+    /// it (its buffer is filled densely for that extent, the rest is unspecified),
+    /// every other axis the size [`Library::shapes_for`] gives. Each reported value is
+    /// checked against those sizes. A library before ABI 5 has no bounded axes: its
+    /// shapes are those of `shapes_for`.
+    pub fn run_shaped(
+        &self,
+        pool: Option<&ThreadPool>,
+        workspace: &mut Workspace,
+        dims: &[usize],
+        inputs: &[Tensor<'_>],
+        outputs: &mut [TensorMut<'_>],
+    ) -> Result<Vec<Vec<usize>>, Error> {
+        let (_, out_descs) = self.shapes_for(dims)?;
+        let bounds: Vec<Vec<usize>> = out_descs.into_iter().map(|d| d.shape).collect();
+        if self.abi_version < 5 || self.pooled.is_none() {
+            self.run_dims(pool, workspace, dims, inputs, outputs)?;
+            return Ok(bounds);
+        }
+        // A value the library leaves unwritten stays -1 and fails the check below.
+        let mut reported = vec![-1i64; bounds.iter().map(Vec::len).sum()];
+        self.run_reporting(pool, workspace, dims, inputs, outputs, Some(&mut reported))?;
+        self.check_reported(&reported, bounds)
+    }
+
+    /// The shapes in `reported` (outputs in order, `rank` values each), each checked
+    /// against its output's size for the run in `bounds`: at most that on a bounded
+    /// axis, exactly that elsewhere.
+    fn check_reported(
+        &self,
+        reported: &[i64],
+        bounds: Vec<Vec<usize>>,
+    ) -> Result<Vec<Vec<usize>>, Error> {
+        let mut values = reported.iter();
+        let mut shapes = bounds;
+        for (k, shape) in shapes.iter_mut().enumerate() {
+            for (axis, size) in shape.iter_mut().enumerate() {
+                let bound = *size;
+                let v = *values.next().expect("one value per output axis");
+                let bounded = (self.bounded_axes.iter()).any(|b| b.output == k && b.axis == axis);
+                let fits =
+                    usize::try_from(v)
+                        .ok()
+                        .filter(|&v| if bounded { v <= bound } else { v == bound });
+                *size = fits.ok_or_else(|| Error::BadShapes {
+                    path: self.path.clone(),
+                    message: format!(
+                        "{v} for axis {axis} of output '{}', which has {} {bound}",
+                        self.outputs[k].name,
+                        if bounded { "at most" } else { "exactly" }
+                    ),
+                })?;
+            }
+        }
+        Ok(shapes)
+    }
+
+    /// `run` with the dims' values and, when given, `output_shapes` to receive the
+    /// outputs' shapes (at least the sum of their ranks); a library without `run`
+    /// runs `infer_with_workspace`, which has no dims and reports nothing.
+    fn run_reporting(
+        &self,
+        pool: Option<&ThreadPool>,
+        workspace: &mut Workspace,
+        dims: &[usize],
+        inputs: &[Tensor<'_>],
+        outputs: &mut [TensorMut<'_>],
+        output_shapes: Option<&mut [i64]>,
+    ) -> Result<(), Error> {
         let (in_descs, out_descs) = self.shapes_for(dims)?;
         let Some((run, _)) = self.pooled else {
             return self.run(workspace, inputs, outputs);
@@ -538,13 +672,16 @@ impl Library {
         }
         let raw = pool.map(ThreadPool::as_raw);
         let values: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        let options =
+        let mut options =
             NncRunOptions::new(raw.as_ref(), workspace.layout.size() as u64).with_dims(&values);
+        if let Some(shapes) = output_shapes {
+            options = options.with_output_shapes(shapes);
+        }
         let ins: Vec<*const c_void> = inputs.iter().map(|t| t.bytes.cast()).collect();
         let outs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.bytes.cast()).collect();
         // SAFETY: buffers checked against the shapes for `dims`; the workspace's size
-        // is passed in the options and checked by the library; the pool and the dim
-        // values outlive the call.
+        // is passed in the options and checked by the library; the pool, the dim
+        // values and the shapes' room (as long as the caller vouches) outlive the call.
         let code = unsafe { run(ins.as_ptr(), outs.as_ptr(), workspace.ptr.cast(), &options) };
         match code {
             NNC_OK => Ok(()),
@@ -574,18 +711,25 @@ fn check_buffers(
     Ok(())
 }
 
-/// A copy of `*info`: the whole struct from ABI 4 on, else its first
-/// [`NNC_MODEL_INFO_V3_SIZE`] bytes and no dims.
+/// A copy of `*info`: the whole struct from ABI 5 on; for ABI 4 its first
+/// [`NNC_MODEL_INFO_V4_SIZE`] bytes and no bounded axes; before, its first
+/// [`NNC_MODEL_INFO_V3_SIZE`] bytes and no dims either.
 ///
 /// # Safety
 /// `info` points to a library's `nnc_model_info` of the size its `abi_version` implies.
 unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
     // SAFETY: every version starts with `abi_version`.
     let version = unsafe { std::ptr::read(info.cast::<u32>()) };
-    if version >= 4 {
-        // SAFETY: an ABI 4 library's struct has every field.
+    if version >= 5 {
+        // SAFETY: an ABI 5 library's struct has every field (later ones append).
         return unsafe { std::ptr::read(info) };
     }
+    // Only the older struct's bytes may be read: what follows it is other data.
+    let size = if version == 4 {
+        NNC_MODEL_INFO_V4_SIZE
+    } else {
+        NNC_MODEL_INFO_V3_SIZE
+    };
     let mut out = NncModelInfo {
         abi_version: 0,
         num_inputs: 0,
@@ -598,14 +742,15 @@ unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
         num_axis_dims: 0,
         dims: std::ptr::null(),
         axis_dims: std::ptr::null(),
+        num_bounded_axes: 0,
+        bounded_axes: std::ptr::null(),
     };
-    // SAFETY: an older struct has the first NNC_MODEL_INFO_V3_SIZE bytes, laid out
-    // as ours.
+    // SAFETY: an older struct has its version's first `size` bytes, laid out as ours.
     unsafe {
         std::ptr::copy_nonoverlapping(
             info.cast::<u8>(),
             (&mut out as *mut NncModelInfo).cast::<u8>(),
-            NNC_MODEL_INFO_V3_SIZE,
+            size,
         )
     };
     out

@@ -43,6 +43,8 @@ int main(void) {
     FACT("offsetof(nnc_model_info, num_axis_dims)", offsetof(nnc_model_info, num_axis_dims));
     FACT("offsetof(nnc_model_info, dims)", offsetof(nnc_model_info, dims));
     FACT("offsetof(nnc_model_info, axis_dims)", offsetof(nnc_model_info, axis_dims));
+    FACT("offsetof(nnc_model_info, num_bounded_axes)", offsetof(nnc_model_info, num_bounded_axes));
+    FACT("offsetof(nnc_model_info, bounded_axes)", offsetof(nnc_model_info, bounded_axes));
     FACT("sizeof(nnc_dim_info)", sizeof(nnc_dim_info));
     FACT("offsetof(nnc_dim_info, min)", offsetof(nnc_dim_info, min));
     FACT("offsetof(nnc_dim_info, max)", offsetof(nnc_dim_info, max));
@@ -50,6 +52,9 @@ int main(void) {
     FACT("offsetof(nnc_axis_dim, axis)", offsetof(nnc_axis_dim, axis));
     FACT("offsetof(nnc_axis_dim, dim)", offsetof(nnc_axis_dim, dim));
     FACT("offsetof(nnc_axis_dim, scale)", offsetof(nnc_axis_dim, scale));
+    FACT("sizeof(nnc_bounded_axis)", sizeof(nnc_bounded_axis));
+    FACT("alignof(nnc_bounded_axis)", _Alignof(nnc_bounded_axis));
+    FACT("offsetof(nnc_bounded_axis, axis)", offsetof(nnc_bounded_axis, axis));
     FACT("sizeof(nnc_thread_pool)", sizeof(nnc_thread_pool));
     FACT("offsetof(nnc_thread_pool, num_threads)", offsetof(nnc_thread_pool, num_threads));
     FACT("offsetof(nnc_thread_pool, parallel_for)", offsetof(nnc_thread_pool, parallel_for));
@@ -57,6 +62,7 @@ int main(void) {
     FACT("offsetof(nnc_run_options, pool)", offsetof(nnc_run_options, pool));
     FACT("offsetof(nnc_run_options, workspace_bytes)", offsetof(nnc_run_options, workspace_bytes));
     FACT("offsetof(nnc_run_options, dims)", offsetof(nnc_run_options, dims));
+    FACT("offsetof(nnc_run_options, output_shapes)", offsetof(nnc_run_options, output_shapes));
     FACT("NNC_ABI_VERSION", NNC_ABI_VERSION);
     FACT("NNC_OK", NNC_OK);
     FACT("NNC_ERR_NULL_POINTER", NNC_ERR_NULL_POINTER);
@@ -74,7 +80,7 @@ int main(void) {
 
 /// The same facts as `LAYOUT_PROBE_C` prints, from the Rust definitions.
 fn expected_facts() -> String {
-    let facts: [(&str, usize); 44] = [
+    let facts: [(&str, usize); 50] = [
         ("sizeof(nnc_tensor_info)", size_of::<NncTensorInfo>()),
         ("alignof(nnc_tensor_info)", align_of::<NncTensorInfo>()),
         (
@@ -139,6 +145,14 @@ fn expected_facts() -> String {
             "offsetof(nnc_model_info, axis_dims)",
             offset_of!(NncModelInfo, axis_dims),
         ),
+        (
+            "offsetof(nnc_model_info, num_bounded_axes)",
+            offset_of!(NncModelInfo, num_bounded_axes),
+        ),
+        (
+            "offsetof(nnc_model_info, bounded_axes)",
+            offset_of!(NncModelInfo, bounded_axes),
+        ),
         ("sizeof(nnc_dim_info)", size_of::<NncDimInfo>()),
         ("offsetof(nnc_dim_info, min)", offset_of!(NncDimInfo, min)),
         ("offsetof(nnc_dim_info, max)", offset_of!(NncDimInfo, max)),
@@ -148,6 +162,12 @@ fn expected_facts() -> String {
         (
             "offsetof(nnc_axis_dim, scale)",
             offset_of!(NncAxisDim, scale),
+        ),
+        ("sizeof(nnc_bounded_axis)", size_of::<NncBoundedAxis>()),
+        ("alignof(nnc_bounded_axis)", align_of::<NncBoundedAxis>()),
+        (
+            "offsetof(nnc_bounded_axis, axis)",
+            offset_of!(NncBoundedAxis, axis),
         ),
         ("sizeof(nnc_thread_pool)", size_of::<NncThreadPool>()),
         (
@@ -170,6 +190,10 @@ fn expected_facts() -> String {
         (
             "offsetof(nnc_run_options, dims)",
             offset_of!(NncRunOptions, dims),
+        ),
+        (
+            "offsetof(nnc_run_options, output_shapes)",
+            offset_of!(NncRunOptions, output_shapes),
         ),
         ("NNC_ABI_VERSION", NNC_ABI_VERSION as usize),
         ("NNC_OK", NNC_OK as usize),

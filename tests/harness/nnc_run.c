@@ -266,7 +266,7 @@ int main(int argc, char **argv) {
         nnc_pool *pool = nnc_pool_create((uint32_t)atoi(threads));
         if (pool == NULL)
             fail("cannot start %s threads", threads);
-        nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0, NULL};
+        nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0, NULL, NULL};
         uint64_t bytes = workspace_size(&options);
         if (bytes > SIZE_MAX)
             fail("workspace_size %llu does not fit in memory", (unsigned long long)bytes);
