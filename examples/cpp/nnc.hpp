@@ -16,6 +16,12 @@
 //   nnc::Model model(digits_run, digits_workspace_size, digits_model_info, nnc_pool_get(pool)); It checks every buffer against
 // model_info (count, dtype, element count) before calling into the library, since
 // the C ABI itself cannot: it only sees pointers.
+//
+// An output whose extent the input values decide (NonZero, Unique, ...: see
+// bounded_axes()) needs a buffer of its largest size; run_shaped() returns the
+// shapes of the run, so the caller knows how much of it was written:
+//
+//   auto shapes = model.run_shaped({x}, {indices});   // shapes[0][1]: how many
 #ifndef NNC_HPP
 #define NNC_HPP
 
@@ -38,6 +44,7 @@ namespace nnc {
 // Codes of errors the wrapper finds itself; the library's own are NNC_ERR_* (> 0).
 constexpr int32_t ERR_INVALID_ARGUMENT = -1; // wrong number, dtype or size of buffers
 constexpr int32_t ERR_ABI_VERSION = -2;      // library built for another NNC_ABI_VERSION
+constexpr int32_t ERR_BAD_SHAPES = -3;       // the library reported a shape model_info rules out
 
 // Every failure: the message says what, code() says which (NNC_ERR_* or ERR_* above).
 class Error : public std::runtime_error {
@@ -105,13 +112,21 @@ class Model {
     Model(nnc_run_fn run, nnc_workspace_size_fn workspace_size, nnc_model_info_fn model_info,
           const nnc_thread_pool *pool)
         : infer_(nullptr), run_(run), info_(checked(model_info())),
-          options_{sizeof(nnc_run_options), pool, 0, nullptr},
+          options_{sizeof(nnc_run_options), pool, 0, nullptr, nullptr},
           workspace_(allocate(workspace_size(&options_), info_->workspace_align),
                      AlignedDelete{info_->workspace_align}) {
         options_.workspace_bytes = workspace_size(&options_);
     }
 
     const nnc_model_info &info() const { return *info_; }
+
+    // The output axes whose extent the input values decide: each output's size in
+    // model_info is its largest, the size its buffer must have; run_shaped() reports
+    // the extent of a run.
+    std::vector<nnc_bounded_axis> bounded_axes() const {
+        if (info_->num_bounded_axes == 0) return {};
+        return {info_->bounded_axes, info_->bounded_axes + info_->num_bounded_axes};
+    }
 
     // Runs the model: inputs and outputs in model_info order, each checked against
     // model_info's dtype and shape. Throws nnc::Error; outputs are written only on success.
@@ -134,16 +149,7 @@ class Model {
     void run(const std::vector<int64_t> &dims, std::initializer_list<Input> inputs,
              std::initializer_list<Output> outputs) {
         if (!run_) throw Error(ERR_INVALID_ARGUMENT, "run with dims needs the PREFIXrun constructor");
-        if (dims.size() != info_->num_dims)
-            throw Error(ERR_INVALID_ARGUMENT, "model has " + std::to_string(info_->num_dims) +
-                                                  " dims, got " + std::to_string(dims.size()));
-        for (uint32_t j = 0; j < info_->num_dims; j++)
-            if (dims[j] < info_->dims[j].min || dims[j] > info_->dims[j].max)
-                throw Error(NNC_ERR_DIM_OUT_OF_RANGE,
-                            std::string("dim \"") + info_->dims[j].name + "\" = " +
-                                std::to_string(dims[j]) + " is outside " +
-                                std::to_string(info_->dims[j].min) + ".." +
-                                std::to_string(info_->dims[j].max));
+        check_dims(dims);
         check("input", inputs, info_->num_inputs, info_->inputs, 0, dims.data());
         check("output", outputs, info_->num_outputs, info_->outputs, info_->num_inputs,
               dims.data());
@@ -157,26 +163,113 @@ class Model {
         if (rc != NNC_OK) throw Error(rc, "run failed with NNC error code " + std::to_string(rc));
     }
 
+    // run() that also returns every output's shape for this run, outputs in order: a
+    // bounded axis (bounded_axes()) has the extent the input values gave it, and its
+    // output is written densely for that extent at the start of its buffer; every
+    // other axis has its size. A model with bounded axes needs the PREFIXrun
+    // constructor (infer cannot report them). Throws nnc::Error, with code
+    // ERR_BAD_SHAPES if the library reports a shape that model_info rules out.
+    std::vector<std::vector<int64_t>> run_shaped(std::initializer_list<Input> inputs,
+                                                 std::initializer_list<Output> outputs) {
+        return run_shaped_for(nullptr, inputs, outputs);
+    }
+
+    // run_shaped() for the dims' values `dims`, as run(dims, inputs, outputs).
+    std::vector<std::vector<int64_t>> run_shaped(const std::vector<int64_t> &dims,
+                                                 std::initializer_list<Input> inputs,
+                                                 std::initializer_list<Output> outputs) {
+        if (!run_) throw Error(ERR_INVALID_ARGUMENT, "run with dims needs the PREFIXrun constructor");
+        check_dims(dims);
+        return run_shaped_for(dims.empty() ? nullptr : dims.data(), inputs, outputs);
+    }
+
     // Elements of input or output `tensor` (inputs first) for the dims' values `dims`
     // (NULL: the sizes in model_info, every dim at its maximum).
     size_t numel_for(uint32_t tensor, const int64_t *dims) const {
-        const nnc_tensor_info &t = tensor < info_->num_inputs
-                                       ? info_->inputs[tensor]
-                                       : info_->outputs[tensor - info_->num_inputs];
         size_t n = 1;
-        for (int32_t axis = 0; axis < t.rank; axis++) {
-            int64_t size = t.dims[axis];
-            for (uint32_t k = 0; dims && k < info_->num_axis_dims; k++) {
-                const nnc_axis_dim &a = info_->axis_dims[k];
-                if (a.tensor == tensor && a.axis == static_cast<uint32_t>(axis))
-                    size = a.scale * dims[a.dim];
-            }
-            n *= static_cast<size_t>(size);
-        }
+        for (int64_t size : shape_for(tensor, dims)) n *= static_cast<size_t>(size);
         return n;
     }
 
+    // The shape of input or output `tensor` (inputs first) for the dims' values `dims`
+    // (NULL: the sizes in model_info); a bounded axis has its largest extent.
+    std::vector<int64_t> shape_for(uint32_t tensor, const int64_t *dims) const {
+        const nnc_tensor_info &t = tensor < info_->num_inputs
+                                       ? info_->inputs[tensor]
+                                       : info_->outputs[tensor - info_->num_inputs];
+        std::vector<int64_t> shape(t.dims, t.dims + t.rank);
+        for (uint32_t k = 0; dims && k < info_->num_axis_dims; k++) {
+            const nnc_axis_dim &a = info_->axis_dims[k];
+            if (a.tensor == tensor && a.axis < shape.size()) shape[a.axis] = a.scale * dims[a.dim];
+        }
+        return shape;
+    }
+
   private:
+    void check_dims(const std::vector<int64_t> &dims) const {
+        if (dims.size() != info_->num_dims)
+            throw Error(ERR_INVALID_ARGUMENT, "model has " + std::to_string(info_->num_dims) +
+                                                  " dims, got " + std::to_string(dims.size()));
+        for (uint32_t j = 0; j < info_->num_dims; j++)
+            if (dims[j] < info_->dims[j].min || dims[j] > info_->dims[j].max)
+                throw Error(NNC_ERR_DIM_OUT_OF_RANGE,
+                            std::string("dim \"") + info_->dims[j].name + "\" = " +
+                                std::to_string(dims[j]) + " is outside " +
+                                std::to_string(info_->dims[j].min) + ".." +
+                                std::to_string(info_->dims[j].max));
+    }
+
+    // `dims`: checked values, or NULL for every dim at its maximum.
+    std::vector<std::vector<int64_t>> run_shaped_for(const int64_t *dims,
+                                                     std::initializer_list<Input> inputs,
+                                                     std::initializer_list<Output> outputs) {
+        if (!run_ && info_->num_bounded_axes > 0)
+            throw Error(ERR_INVALID_ARGUMENT,
+                        "run_shaped of a model with bounded axes needs the PREFIXrun constructor");
+        check("input", inputs, info_->num_inputs, info_->inputs, 0, dims);
+        check("output", outputs, info_->num_outputs, info_->outputs, info_->num_inputs, dims);
+        std::vector<std::vector<int64_t>> shapes;
+        size_t total = 0;
+        for (uint32_t i = 0; i < info_->num_outputs; i++) {
+            shapes.push_back(shape_for(info_->num_inputs + i, dims));
+            total += shapes.back().size();
+        }
+        std::vector<const void *> in;
+        for (const Input &b : inputs) in.push_back(b.data);
+        std::vector<void *> out;
+        for (const Output &b : outputs) out.push_back(b.data);
+        if (!run_) {
+            // No bounded axis: every output has its model_info shape.
+            int32_t rc = infer_(in.data(), out.data(), workspace_.get());
+            if (rc != NNC_OK) throw Error(rc, "infer failed with NNC error code " + std::to_string(rc));
+            return shapes;
+        }
+        // A value the library leaves unwritten stays -1 and fails the check below.
+        std::vector<int64_t> reported(total, -1);
+        nnc_run_options options = options_;
+        options.dims = dims;
+        options.output_shapes = total ? reported.data() : nullptr;
+        int32_t rc = run_(in.data(), out.data(), workspace_.get(), &options);
+        if (rc != NNC_OK) throw Error(rc, "run failed with NNC error code " + std::to_string(rc));
+        const int64_t *v = reported.data();
+        for (uint32_t i = 0; i < info_->num_outputs; i++) {
+            for (size_t axis = 0; axis < shapes[i].size(); axis++, v++) {
+                bool bounded = false;
+                for (uint32_t k = 0; k < info_->num_bounded_axes; k++)
+                    bounded |= info_->bounded_axes[k].output == i && info_->bounded_axes[k].axis == axis;
+                int64_t bound = shapes[i][axis];
+                if (bounded ? *v < 0 || *v > bound : *v != bound)
+                    throw Error(ERR_BAD_SHAPES,
+                                "output " + std::to_string(i) + " \"" + info_->outputs[i].name +
+                                    "\": run reported " + std::to_string(*v) + " for axis " +
+                                    std::to_string(axis) + ", which has " +
+                                    (bounded ? "at most " : "exactly ") + std::to_string(bound));
+                shapes[i][axis] = *v;
+            }
+        }
+        return shapes;
+    }
+
     static const nnc_model_info *checked(const nnc_model_info *info) {
         if (info->abi_version != NNC_ABI_VERSION)
             throw Error(ERR_ABI_VERSION, "model built for ABI version " +
@@ -220,7 +313,7 @@ class Model {
     nnc_infer_with_workspace_fn infer_;
     nnc_run_fn run_ = nullptr;
     const nnc_model_info *info_;
-    nnc_run_options options_{sizeof(nnc_run_options), nullptr, 0, nullptr};
+    nnc_run_options options_{sizeof(nnc_run_options), nullptr, 0, nullptr, nullptr};
     std::unique_ptr<void, AlignedDelete> workspace_;
 };
 

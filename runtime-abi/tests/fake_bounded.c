@@ -1,7 +1,7 @@
 /*
  * fake_bounded.c — a hand-written stand-in for an nnc-compiled model with a
  * value-dependent output extent, used by tests/loader.rs to check the loader
- * without the compiler.
+ * and the C++ wrapper (examples/cpp/nnc.hpp) without the compiler.
  *
  * Model: NonZero of x, with a dim N = 1..6 set at run time:
  *   input  x       float[N]

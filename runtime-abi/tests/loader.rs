@@ -1,6 +1,7 @@
 //! The loader against `fake_bounded.c`, a hand-written model library (NonZero with a
-//! dim N = 1..6) built here with `cc` in the ABI 5 layout and the ABI 4 one. Each test
-//! is skipped, with a message, when its compiler is missing.
+//! dim N = 1..6) built here with `cc` in the ABI 5 layout and the ABI 4 one; and the
+//! C++ wrapper `examples/cpp/nnc.hpp` against the same library. Each test is skipped,
+//! with a message, when its compiler is missing.
 #![cfg(feature = "loader")]
 
 use nnc_runtime_abi::loader::{BoundedAxis, Error, Library, Tensor, TensorMut};
@@ -10,6 +11,7 @@ use std::process::Command;
 
 const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
 const FAKE_C: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_bounded.c");
+const CPP_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/cpp");
 
 /// A fresh scratch directory for one test, under cargo's per-target tmp dir.
 fn scratch_dir(test: &str) -> PathBuf {
@@ -224,3 +226,116 @@ fn bounded_axes_naming_no_output_axis_are_refused_at_open() {
         "{e}"
     );
 }
+
+/// nnc.hpp's `run_shaped` and `bounded_axes` against the fake, linked directly.
+#[test]
+fn cpp_wrapper_reports_bounded_shapes() {
+    if !have("cc") || !have("c++") {
+        println!("skipped: no `cc` or `c++` on PATH");
+        return;
+    }
+    let dir = scratch_dir("cpp");
+    let src = dir.join("main.cpp");
+    std::fs::write(&src, CPP_PROBE).unwrap();
+    // The probe linked with the fake built with `defines`: its output.
+    let probe = |name: &str, defines: &[&str]| {
+        let (obj, exe) = (dir.join(format!("{name}.o")), dir.join(name));
+        let mut args = vec!["-std=c11", "-c", "-I", INCLUDE_DIR];
+        args.extend(defines);
+        args.extend(["-o", obj.to_str().unwrap(), FAKE_C]);
+        compile("cc", &args);
+        compile(
+            "c++",
+            &[
+                "-std=c++17",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+                "-I",
+                INCLUDE_DIR,
+                "-I",
+                CPP_DIR,
+                "-o",
+                exe.to_str().unwrap(),
+                src.to_str().unwrap(),
+                obj.to_str().unwrap(),
+            ],
+        );
+        Command::new(&exe).output().unwrap()
+    };
+    let out = probe("good", &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "bounded 0.1\n\
+         1x3 : 1 3 4 count 3\n\
+         1x2 : count 2\n\
+         refused: infer cannot report\n"
+    );
+    // An extent beyond the bound is an error, not a shape.
+    let out = probe("bad", &["-DFAKE_REPORT=7"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(
+            "nnc error -3: output 0 \"indices\": run reported 7 for axis 1, which has at most 6"
+        ),
+        "{stderr}"
+    );
+}
+
+const CPP_PROBE: &str = r#"
+#include <cstdio>
+#include <vector>
+#include "nnc.h"
+#include "nnc.hpp"
+
+NNC_DECLARE_MODEL();
+
+static void print_shape(const std::vector<int64_t> &shape) {
+    for (size_t i = 0; i < shape.size(); i++) std::printf(i ? "x%lld" : "%lld", (long long)shape[i]);
+}
+
+int main() {
+    try {
+        nnc::Model model(run, workspace_size, model_info, nullptr);
+        for (const nnc_bounded_axis &b : model.bounded_axes())
+            std::printf("bounded %u.%u\n", b.output, b.axis);
+
+        std::vector<float> x{0, 1.5f, 0, -2, 3, 0};
+        std::vector<int64_t> indices(6), count(1);
+        // Every dim at its maximum.
+        std::vector<std::vector<int64_t>> shapes = model.run_shaped({x}, {indices, count});
+        print_shape(shapes[0]);
+        std::printf(" :");
+        for (int64_t i = 0; i < shapes[0][1]; i++) std::printf(" %lld", (long long)indices[i]);
+        std::printf(" count %lld\n", (long long)count[0]);
+
+        // N = 4.
+        std::vector<float> x4(x.begin(), x.begin() + 4);
+        std::vector<int64_t> indices4(4);
+        shapes = model.run_shaped({4}, {x4}, {indices4, count});
+        print_shape(shapes[0]);
+        std::printf(" : count %lld\n", (long long)count[0]);
+
+        // infer cannot report a bounded extent.
+        nnc::Model plain(infer_with_workspace, model_info);
+        try {
+            plain.run_shaped({x}, {indices, count});
+            return 1;
+        } catch (const nnc::Error &e) {
+            if (e.code() != nnc::ERR_INVALID_ARGUMENT) return 1;
+            std::printf("refused: infer cannot report\n");
+        }
+    } catch (const nnc::Error &e) {
+        std::fprintf(stderr, "nnc error %d: %s\n", e.code(), e.what());
+        return 1;
+    }
+    return 0;
+}
+"#;
