@@ -405,6 +405,11 @@ pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) 
     if !graph.dims.is_empty() {
         dims_api(&mut line, graph, (&inputs, &outputs), &prefix);
     }
+    let bounded = graph.bounded_axes();
+    if !bounded.is_empty() {
+        let ranks: Vec<usize> = graph.outputs.iter().map(|o| graph.ty(*o).rank()).collect();
+        bounded_api(&mut line, &bounded, &ranks, (&in_ptrs, &out_ptrs), &prefix);
+    }
     line("    impl Default for Workspace {");
     line("        fn default() -> Self {");
     line("            Self::new()");
@@ -495,6 +500,49 @@ fn dims_api(
     line("            // given in the options; the pool and the values outlive the call.");
     line(&format!("            let code = unsafe {{ ffi::{prefix}run(ins.as_ptr(), outs.as_ptr(), self.ptr.cast(), (&options as *const nnc_build::__RunOptions).cast()) }};"));
     line("            if code == 0 { Ok(()) } else { Err(Error::Status(code)) }");
+    line("        }");
+    line("    }");
+    line("");
+}
+
+/// For a model with outputs whose extent the input values decide: `BOUNDED_AXES` and
+/// `Workspace::run_shaped`, which returns every output's shape for the run.
+fn bounded_api(
+    line: &mut dyn FnMut(&str),
+    bounded: &[(usize, usize)],
+    ranks: &[usize],
+    (in_ptrs, out_ptrs): (&[String], &[String]),
+    prefix: &str,
+) {
+    let list: Vec<String> = bounded.iter().map(|(o, a)| format!("({o}, {a})")).collect();
+    line("    /// `(output, axis)`: axes whose extent the input values decide. Such an output's");
+    line("    /// buffer holds the largest extent; a run fills its front densely for the actual one.");
+    line(&format!(
+        "    pub const BOUNDED_AXES: [(usize, usize); {}] = [{}];",
+        bounded.len(),
+        list.join(", ")
+    ));
+    line("");
+    line("    impl Workspace {");
+    line(
+        "        /// [`Workspace::run`] on `pool`'s threads (or the calling one, `None`) that also",
+    );
+    line("        /// returns every output's shape for this run (see [`BOUNDED_AXES`]).");
+    line("        pub fn run_shaped(&mut self, pool: Option<&nnc_build::ThreadPool>, inputs: &Inputs<'_>, outputs: &mut Outputs<'_>) -> Result<Vec<Vec<usize>>, Error> {");
+    pointer_arrays(line, in_ptrs, out_ptrs);
+    let total: usize = ranks.iter().sum();
+    line(&format!("            let mut shapes = [0i64; {total}];"));
+    line("            let raw = pool.map(|p| p.as_raw());");
+    line("            let options = nnc_build::__run_options_shapes(raw.as_ref(), self.layout.size() as u64, &mut shapes);");
+    line("            // SAFETY: buffers as in `run`; the library checks the workspace size given");
+    line("            // in the options; the pool and `shapes` (the sum of the outputs' ranks)");
+    line("            // outlive the call.");
+    line(&format!("            let code = unsafe {{ ffi::{prefix}run(ins.as_ptr(), outs.as_ptr(), self.ptr.cast(), (&options as *const nnc_build::__RunOptions).cast()) }};"));
+    line("            if code != 0 { return Err(Error::Status(code)); }");
+    let ranks: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+    line(&format!("            let ranks = [{}];", ranks.join(", ")));
+    line("            let mut at = 0;");
+    line("            Ok(ranks.iter().map(|&r| { let s = shapes[at..at + r].iter().map(|&d| d as usize).collect(); at += r; s }).collect())");
     line("        }");
     line("    }");
     line("");

@@ -56,6 +56,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
             let t = first + i;
             let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
             let ty = crate::ir::TensorType::new(info.ty.dtype, shape.clone());
+            let bounded = info.run_extent.map(|e| e.axis);
             let dims: Vec<String> = shape
                 .iter()
                 .enumerate()
@@ -63,6 +64,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
                     |(axis, d)| match deps.iter().find(|a| a.tensor == t && a.axis == axis) {
                         Some(a) if a.scale == 1 => format!("{} <= {d}", graph.dims[a.dim].name),
                         Some(a) => format!("{}*{} <= {d}", a.scale, graph.dims[a.dim].name),
+                        None if bounded == Some(axis) => format!("<= {d}"),
                         None => d.to_string(),
                     },
                 )
@@ -73,18 +75,26 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
                 info.ty.dtype,
                 dims.join(", ").replace("*/", "* /"),
                 ty.byte_size(),
-                if deps.iter().any(|a| a.tensor == t) {
+                if deps.iter().any(|a| a.tensor == t) || bounded.is_some() {
                     " at most"
                 } else {
                     ""
                 }
             );
+            if let Some(axis) = bounded {
+                *h += &format!(
+                    "/* Axis {axis} has the extent the input values decide: written densely for it,\n   reported by run's options->output_shapes. */\n"
+                );
+            }
             let id = format!("{macro_prefix}_{}_{i}", kind.to_uppercase());
             *h += &format!("#define {id}_DTYPE {}\n", ty.dtype.onnx_code());
             *h += &format!("#define {id}_RANK {}\n", ty.rank());
             *h += &format!("#define {id}_NUMEL {}\n", ty.numel());
             *h += &format!("#define {id}_BYTES {}\n", ty.byte_size());
             *h += &format!("#define {id}_CTYPE {}\n", ty.dtype.c_type());
+            if let Some(axis) = bounded {
+                *h += &format!("#define {id}_BOUNDED_AXIS {axis}\n");
+            }
         }
     };
     h += &format!("#define {macro_prefix}_NUM_INPUTS {}\n", graph.inputs.len());

@@ -12,6 +12,10 @@
  *
  * With NNC_RUN_THREADS=N in the environment it calls PREFIXrun with a pool of
  * N threads (nnc_pool.h) on a workspace of PREFIXworkspace_size bytes instead.
+ * A model with outputs whose extent the input values decide (ABI 5 bounded
+ * axes) always runs through PREFIXrun, which reports every output's shape:
+ * output i is then written for that shape, and OUT_DIR/output_<i>.shape
+ * holds its sizes as decimal numbers, one per line.
  *
  * Exit status: 0 on success, 1 on any error (message on stderr), 2 on bad
  * usage, 3 when the model's infer returned a non-zero code.
@@ -256,38 +260,74 @@ int main(int argc, char **argv) {
      * of two is still a multiple of the model's alignment. */
     size_t alloc_align = ws_align < sizeof(void *) ? sizeof(void *) : (size_t)ws_align;
     const char *threads = getenv("NNC_RUN_THREADS");
+    int bounded = info->abi_version >= 5 && info->num_bounded_axes > 0;
+    size_t total_rank = 0;
+    for (uint32_t i = 0; i < info->num_outputs; i++)
+        total_rank += (size_t)info->outputs[i].rank;
+    int64_t *shapes = calloc(total_rank + 1, sizeof *shapes);
+    if (shapes == NULL)
+        fail("out of memory");
     int32_t status;
     void *workspace;
-    if (threads != NULL && atoi(threads) > 0) {
+    if ((threads != NULL && atoi(threads) > 0) || bounded) {
         nnc_workspace_size_fn workspace_size;
         nnc_run_fn run;
         lookup(lib, prefix, "workspace_size", &workspace_size, sizeof workspace_size);
         lookup(lib, prefix, "run", &run, sizeof run);
-        nnc_pool *pool = nnc_pool_create((uint32_t)atoi(threads));
-        if (pool == NULL)
-            fail("cannot start %s threads", threads);
-        nnc_run_options options = {sizeof options, nnc_pool_get(pool), 0, NULL, NULL};
+        nnc_pool *pool = NULL;
+        if (threads != NULL && atoi(threads) > 0) {
+            pool = nnc_pool_create((uint32_t)atoi(threads));
+            if (pool == NULL)
+                fail("cannot start %s threads", threads);
+        }
+        nnc_run_options options = {sizeof options, pool ? nnc_pool_get(pool) : NULL, 0, NULL,
+                                   bounded ? shapes : NULL};
         uint64_t bytes = workspace_size(&options);
         if (bytes > SIZE_MAX)
             fail("workspace_size %llu does not fit in memory", (unsigned long long)bytes);
         options.workspace_bytes = bytes;
         workspace = alloc_aligned(alloc_align, (size_t)bytes, "the workspace");
         status = run(inputs, (void *const *)outputs, workspace, &options);
-        nnc_pool_destroy(pool);
+        if (pool != NULL)
+            nnc_pool_destroy(pool);
     } else {
         workspace = alloc_aligned(alloc_align, (size_t)info->workspace_size, "the workspace");
         status = infer_with_workspace(inputs, (void *const *)outputs, workspace);
     }
     if (status != NNC_OK) {
         fprintf(stderr, "nnc_run: error: %s%s returned %d (%s)\n", prefix,
-                threads ? "run" : "infer_with_workspace", status, status_name(status));
+                threads || bounded ? "run" : "infer_with_workspace", status,
+                status_name(status));
         return EXIT_INFER_FAILED;
     }
 
+    const int64_t *shape = shapes;
     for (uint32_t i = 0; i < info->num_outputs; i++) {
+        const nnc_tensor_info *t = &info->outputs[i];
+        size_t bytes = out_bytes[i];
+        if (bounded) {
+            /* The reported shape, checked against the bound before it sizes a write. */
+            nnc_tensor_info actual = *t;
+            actual.dims = shape;
+            for (int32_t d = 0; d < t->rank; d++)
+                if (shape[d] < 0 || shape[d] > t->dims[d])
+                    fail("output %u: reported size %lld of axis %d exceeds %lld", i,
+                         (long long)shape[d], d, (long long)t->dims[d]);
+            bytes = tensor_bytes("output", i, &actual);
+            snprintf(path, sizeof path, "%s/output_%u.shape", out_dir, i);
+            FILE *f = fopen(path, "w");
+            if (f == NULL)
+                fail("cannot write %s: %s", path, strerror(errno));
+            for (int32_t d = 0; d < t->rank; d++)
+                fprintf(f, "%lld\n", (long long)shape[d]);
+            if (fclose(f) != 0)
+                fail("cannot write %s: %s", path, strerror(errno));
+            shape += t->rank;
+        }
         tensor_path(path, sizeof path, out_dir, "output", i);
-        write_all(path, outputs[i], out_bytes[i]);
+        write_all(path, outputs[i], bytes);
     }
+    free(shapes);
 
     printf("nnc_run: ok: %s prefix='%s' inputs=%u (%zu B) outputs=%u (%zu B) "
            "workspace=%llu B align=%llu\n",

@@ -429,7 +429,18 @@ impl CompiledCase {
                     .map(|(k, o)| {
                         let bytes = std::fs::read(out_dir.join(format!("output_{k}.bin")))
                             .map_err(|e| format!("output {k}: {e}"))?;
-                        Tensor::from_le_bytes(graph.ty(*o), &bytes)
+                        // An output whose extent the values decide comes with its shape.
+                        let shape_file = out_dir.join(format!("output_{k}.shape"));
+                        let ty = match std::fs::read_to_string(shape_file) {
+                            Ok(text) => nnc::ir::TensorType::new(
+                                graph.ty(*o).dtype,
+                                (text.lines().map(str::parse))
+                                    .collect::<Result<_, _>>()
+                                    .map_err(|e| format!("output {k} shape: {e}"))?,
+                            ),
+                            Err(_) => graph.ty(*o).clone(),
+                        };
+                        Tensor::from_le_bytes(&ty, &bytes)
                             .ok_or_else(|| format!("output {k}: wrong size"))
                     })
                     .collect()

@@ -124,6 +124,8 @@ pub struct TensorInfo {
     pub shape: Vec<usize>,
     /// Per axis: the dim set at run time it holds (`scale · dim`), if any.
     pub axis_dims: Vec<Option<AxisDimInfo>>,
+    /// The axis whose extent the input values decide (at most `shape[axis]`), if any.
+    pub bounded_axis: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +202,7 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
                     })
             })
             .collect(),
+        bounded_axis: g.value(*v).run_extent.map(|e| e.axis),
     };
     let n_in = g.inputs.len();
     let mut report = Report {
@@ -383,10 +386,11 @@ pub fn text(r: &Report) -> String {
     let _ = writeln!(s, "opset: {}", r.opset);
     for (kind, list) in [("input", &r.inputs), ("output", &r.outputs)] {
         for t in list {
-            let dims: Vec<String> = (t.shape.iter().zip(&t.axis_dims))
-                .map(|(d, a)| match a {
+            let dims: Vec<String> = (t.shape.iter().zip(&t.axis_dims).enumerate())
+                .map(|(axis, (d, a))| match a {
                     Some(a) if a.scale == 1 => a.dim.clone(),
                     Some(a) => format!("{}*{}", a.scale, a.dim),
+                    None if t.bounded_axis == Some(axis) => format!("<={d}"),
                     None => d.to_string(),
                 })
                 .collect();

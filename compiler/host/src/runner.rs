@@ -111,18 +111,31 @@ impl LoadedModel {
             .workspace
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if dims.is_empty() {
-            self.library.run(&mut workspace, &ins, &mut outs)
+        // An output whose extent the values decide fills the front of its buffer.
+        let out_types = if !self.library.bounded_axes().is_empty() {
+            let shapes = (self.library)
+                .run_shaped(None, &mut workspace, &dims, &ins, &mut outs)
+                .map_err(run_err)?;
+            (out_types.iter().zip(shapes))
+                .map(|(t, s)| TensorType::new(t.dtype, s))
+                .collect()
+        } else if dims.is_empty() {
+            self.library
+                .run(&mut workspace, &ins, &mut outs)
+                .map_err(run_err)?;
+            out_types
         } else {
-            (self.library).run_dims(None, &mut workspace, &dims, &ins, &mut outs)
-        }
-        .map_err(run_err)?;
+            (self.library)
+                .run_dims(None, &mut workspace, &dims, &ins, &mut outs)
+                .map_err(run_err)?;
+            out_types
+        };
         drop(outs);
         out_types
             .iter()
             .zip(&out_bytes)
             .map(|(t, b)| {
-                Tensor::from_le_bytes(t, b)
+                Tensor::from_le_bytes(t, &b[..t.byte_size()])
                     .ok_or_else(|| HostError::Run(format!("output {t}").into()))
             })
             .collect()

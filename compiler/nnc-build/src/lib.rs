@@ -55,6 +55,17 @@ pub fn __run_options_dims(
     nnc_runtime_abi::NncRunOptions::new(pool, workspace_bytes).with_dims(dims)
 }
 
+/// The `nnc_run_options` of the generated bindings' `run_shaped` (not for direct use):
+/// `shapes` receives every output's shape and must outlive the call.
+#[doc(hidden)]
+pub fn __run_options_shapes(
+    pool: Option<&nnc_runtime_abi::NncThreadPool>,
+    workspace_bytes: u64,
+    shapes: &mut [i64],
+) -> nnc_runtime_abi::NncRunOptions {
+    nnc_runtime_abi::NncRunOptions::new(pool, workspace_bytes).with_output_shapes(shapes)
+}
+
 /// Includes the bindings `Model::compile` wrote for the model named `$name`: a module
 /// `$name` with `Inputs`, `Outputs`, `Workspace` and the raw `ffi` declarations.
 #[macro_export]

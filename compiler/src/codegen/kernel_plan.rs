@@ -342,6 +342,15 @@ pub fn plan_node(
                 .map_or(1, |x| x.shape.first().copied().unwrap_or(1));
             lower::plan_quantize_to_planes(layout, batch, target, options)
         }
+        Op::Unique { axis, .. } => node.input(0).map(|x| {
+            let slices = axis.map_or(x.numel(), |a| x.shape[a]);
+            let bytes = lower::unique_scratch(slices);
+            NodeKernel::new(Strategy::Clif, bytes, "each slice's first equal slice")
+        }),
+        Op::NonMaxSuppression { per_class, .. } => node.input(0).map(|b| {
+            let bytes = lower::nms_scratch(b.shape.get(1).copied().unwrap_or(0), *per_class);
+            NodeKernel::new(Strategy::Clif, bytes, "candidate flags and kept boxes")
+        }),
         _ => None,
     };
     planned.unwrap_or_else(|| NodeKernel::clif("the op family's Cranelift code"))

@@ -34,7 +34,7 @@ pub use plan::{MemoryPlan, Storage};
 pub use target::{Arch, CpuFeature, CpuFeatures, Target, CPU_PRESETS};
 
 use crate::error::{NncError, Result};
-use crate::ir::Graph;
+use crate::ir::{Graph, ValueId};
 use kernel::{flags, PTR};
 use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{
@@ -106,6 +106,57 @@ fn node_excerpt(graph: &Graph, node: &crate::ir::Node) -> crate::error::NodeExce
     }
 }
 
+/// Where `run` finds each output axis's size: the value an extent node wrote, the
+/// looped dim, or the size itself.
+fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisExtent>> {
+    let deps = crate::dims::axis_dims(graph);
+    let offset_of = |v: ValueId| match plan.storage[plan.root[v.0]] {
+        Some(plan::Storage::Arena(off)) => Some(off + plan.offset[v.0]),
+        _ => None,
+    };
+    graph
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let info = graph.value(*v);
+            let tensor = graph.inputs.len() + i;
+            (info.ty.shape.iter().enumerate())
+                .map(|(axis, &size)| {
+                    let counted = info.run_extent.filter(|e| e.axis == axis);
+                    if let Some(offset) = counted.and_then(|e| offset_of(e.count)) {
+                        return run::AxisExtent::Counted { offset };
+                    }
+                    match deps.iter().find(|d| d.tensor == tensor && d.axis == axis) {
+                        Some(d) => run::AxisExtent::Samples { scale: d.scale },
+                        None => run::AxisExtent::Fixed(size),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Refuses a graph in which a node reads a value whose extent only the run knows:
+/// every kernel is compiled for fixed extents.
+fn check_run_extents(graph: &Graph) -> Result<()> {
+    for node in &graph.nodes {
+        if let Some(v) =
+            (node.inputs.iter().flatten()).find(|v| graph.value(**v).run_extent.is_some())
+        {
+            return Err(NncError::node(
+                &node.name,
+                &node.onnx_op,
+                format!(
+                    "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs so far",
+                    graph.value(*v).name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     compile_graph_reporting(graph, opts, &crate::progress::Silent)
@@ -117,6 +168,7 @@ pub fn compile_graph_reporting(
     opts: &CompileOptions,
     progress: &dyn crate::progress::Progress,
 ) -> Result<CompiledModel> {
+    check_run_extents(graph)?;
     let isa = opts.target.isa("speed")?;
     let builder = ObjectBuilder::new(
         isa.clone(),
@@ -486,7 +538,7 @@ pub fn compile_graph_reporting(
         &pooled,
         plan.arena_size,
         (infer_ws, run_pooled),
-        samples.as_ref(),
+        (samples.as_ref(), &output_extents(graph, &plan)),
         &opts.prefix,
     )?;
     define_infer(

@@ -9,12 +9,13 @@ use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
 use nnc_runtime_abi::abi::NNC_ABI_VERSION;
 
-/// `sizeof(nnc_model_info)`, `sizeof(nnc_tensor_info)`, `sizeof(nnc_dim_info)` and
-/// `sizeof(nnc_axis_dim)` on LP64 targets.
-const MODEL_INFO_SIZE: usize = 72;
+/// `sizeof(nnc_model_info)`, `sizeof(nnc_tensor_info)`, `sizeof(nnc_dim_info)`,
+/// `sizeof(nnc_axis_dim)` and `sizeof(nnc_bounded_axis)` on LP64 targets.
+const MODEL_INFO_SIZE: usize = 88;
 const TENSOR_INFO_SIZE: usize = 24;
 const DIM_INFO_SIZE: usize = 24;
 const AXIS_DIM_SIZE: usize = 24;
+const BOUNDED_AXIS_SIZE: usize = 8;
 
 /// Defines one data object holding the struct, its tensor-info arrays, sizes, symbolic
 /// dims and names; pointers inside it are relocations against itself. An axis that
@@ -41,7 +42,9 @@ pub fn define(
     let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     let dim_infos_at = dims_at + 8 * total_dims;
     let axis_dims_at = dim_infos_at + DIM_INFO_SIZE * graph.dims.len();
-    let strings_at = axis_dims_at + AXIS_DIM_SIZE * axis_dims.len();
+    let bounded = graph.bounded_axes();
+    let bounded_at = axis_dims_at + AXIS_DIM_SIZE * axis_dims.len();
+    let strings_at = bounded_at + BOUNDED_AXIS_SIZE * bounded.len();
 
     let mut bytes = vec![0u8; strings_at];
     let mut relocs: Vec<(usize, usize)> = vec![]; // (where, target offset in this blob)
@@ -64,6 +67,22 @@ pub fn define(
     }
     if !axis_dims.is_empty() {
         relocs.push((64, axis_dims_at));
+    }
+    put32(&mut bytes, 72, bounded.len() as u32);
+    if !bounded.is_empty() {
+        relocs.push((80, bounded_at));
+    }
+    for (j, &(output, axis)) in bounded.iter().enumerate() {
+        put32(
+            &mut bytes,
+            bounded_at + j * BOUNDED_AXIS_SIZE,
+            output as u32,
+        );
+        put32(
+            &mut bytes,
+            bounded_at + j * BOUNDED_AXIS_SIZE + 4,
+            axis as u32,
+        );
     }
     for (j, d) in graph.dims.iter().enumerate() {
         let at = dim_infos_at + j * DIM_INFO_SIZE;

@@ -124,6 +124,12 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     for (v, _) in &plan.final_copies {
         last_use[v.0] = nn;
     }
+    // `run` reads an output's extent after the last node.
+    for v in &graph.outputs {
+        if let Some(e) = graph.value(*v).run_extent {
+            last_use[e.count.0] = nn;
+        }
+    }
 
     // Storage groups: `root[v]` owns the storage of every value aliasing it, `v` sits
     // `offset[v]` bytes into it. Built in schedule order, so when node `k` is reached a

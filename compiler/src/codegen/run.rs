@@ -29,7 +29,7 @@ use super::kernel::{flags, PTR};
 use super::sample_loop::{self, SampleLayout};
 use super::{define_function, plan, Result};
 use nnc_runtime_abi::abi::{
-    NNC_ERR_BAD_OPTIONS, NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_WORKSPACE_TOO_SMALL,
+    NNC_ERR_BAD_OPTIONS, NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_WORKSPACE_TOO_SMALL, NNC_OK,
 };
 
 /// Offsets in `nnc_run_options` and `nnc_thread_pool` (64-bit targets).
@@ -42,6 +42,23 @@ const OPTIONS_WITH_WORKSPACE_BYTES: i64 = 24;
 /// ... and past `dims` (ABI 4) for that.
 const OPTIONS_DIMS: i32 = 24;
 const OPTIONS_WITH_DIMS: i64 = 32;
+/// `int64_t *output_shapes` (ABI 5), read when `size` reaches the end of it.
+const OPTIONS_OUTPUT_SHAPES: i32 = 32;
+const OPTIONS_WITH_OUTPUT_SHAPES: i64 = 40;
+
+/// Where `run` finds the size of one output axis for `options->output_shapes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum AxisExtent {
+    Fixed(usize),
+    /// `scale` times the looped dim's value (see `sample_loop`).
+    Samples {
+        scale: usize,
+    },
+    /// The int64 a node wrote at this workspace offset: an extent the values decide.
+    Counted {
+        offset: usize,
+    },
+}
 const POOL_NUM_THREADS: i32 = 8;
 const POOL_PARALLEL_FOR: i32 = 16;
 
@@ -297,7 +314,7 @@ pub(super) fn define_run(
     pooled: &Pooled,
     arena: usize,
     (infer_ws, run_pooled): (FuncId, FuncId),
-    samples: Option<&SampleLayout>,
+    (samples, output_shapes): (Option<&SampleLayout>, &[Vec<AxisExtent>]),
     prefix: &str,
 ) -> Result<()> {
     let sig = super::ptr_signature(module, 4, true);
@@ -319,18 +336,20 @@ pub(super) fn define_run(
             // Single thread: the workspace must hold the arena.
             let needed = b.ins().iconst(PTR, arena as i64);
             check_workspace_bytes(b, options, size, needed, too_small);
-            let r = match samples {
+            let (r, count) = match samples {
                 Some(layout) => {
                     let count = sample_count(b, options, size, layout, out_of_range);
                     let args = (inputs, outputs, ws);
-                    sample_loop::emit_loop(b, module, layout, infer_ws, args, None, count)
+                    let r = sample_loop::emit_loop(b, module, layout, infer_ws, args, None, count);
+                    (r, Some(count))
                 }
                 None => {
                     let f = module.declare_func_in_func(infer_ws, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws]);
-                    b.inst_results(call)[0]
+                    (b.inst_results(call)[0], None)
                 }
             };
+            write_output_shapes(b, (options, size, ws), r, count, output_shapes);
             b.ins().return_(&[r]);
 
             b.switch_to_block(pooled_block);
@@ -342,18 +361,28 @@ pub(super) fn define_run(
             let size = b.ins().uload32(flags(), options, 0);
             let needed = pooled_bytes(b, pooled, arena, threads);
             check_workspace_bytes(b, options, size, needed, too_small);
-            let r = match samples {
+            let (r, count) = match samples {
                 Some(layout) => {
                     let count = sample_count(b, options, size, layout, out_of_range);
                     let args = (inputs, outputs, ws);
-                    sample_loop::emit_loop(b, module, layout, run_pooled, args, Some(pool), count)
+                    let r = sample_loop::emit_loop(
+                        b,
+                        module,
+                        layout,
+                        run_pooled,
+                        args,
+                        Some(pool),
+                        count,
+                    );
+                    (r, Some(count))
                 }
                 None => {
                     let f = module.declare_func_in_func(run_pooled, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
-                    b.inst_results(call)[0]
+                    (b.inst_results(call)[0], None)
                 }
             };
+            write_output_shapes(b, (options, size, ws), r, count, output_shapes);
             b.ins().return_(&[r]);
 
             for (blk, code) in [
@@ -370,6 +399,56 @@ pub(super) fn define_run(
         },
     )?;
     Ok(())
+}
+
+/// After a successful run, writes every output's shape to `options->output_shapes`
+/// when the options reach that field and it is not NULL.
+fn write_output_shapes(
+    b: &mut FunctionBuilder,
+    (options, size, ws): (Value, Value, Value),
+    status: Value,
+    samples: Option<Value>,
+    shapes: &[Vec<AxisExtent>],
+) {
+    if shapes.iter().all(Vec::is_empty) {
+        return;
+    }
+    let (read, write, join) = (b.create_block(), b.create_block(), b.create_block());
+    let ok = b.ins().icmp_imm_u(IntCC::Equal, status, NNC_OK as i64);
+    let has_field = b.ins().icmp_imm_u(
+        IntCC::UnsignedGreaterThanOrEqual,
+        size,
+        OPTIONS_WITH_OUTPUT_SHAPES,
+    );
+    let both = b.ins().band(ok, has_field);
+    b.ins().brif(both, read, &[], join, &[]);
+    b.seal_block(read);
+    b.switch_to_block(read);
+    let out = b.ins().load(PTR, flags(), options, OPTIONS_OUTPUT_SHAPES);
+    let null = b.ins().icmp_imm_u(IntCC::Equal, out, 0);
+    b.ins().brif(null, join, &[], write, &[]);
+    b.seal_block(write);
+    b.switch_to_block(write);
+    let mut at = 0i32;
+    for axes in shapes {
+        for axis in axes {
+            let v = match (*axis, samples) {
+                (AxisExtent::Samples { scale }, Some(n)) => b.ins().imul_imm_s(n, scale as i64),
+                (AxisExtent::Counted { offset }, _) => {
+                    let at = b.ins().iadd_imm_s(ws, offset as i64);
+                    b.ins().load(types::I64, flags(), at, 0)
+                }
+                (AxisExtent::Fixed(size), _) | (AxisExtent::Samples { scale: size }, None) => {
+                    b.ins().iconst(types::I64, size as i64)
+                }
+            };
+            b.ins().store(flags(), v, out, at);
+            at += 8;
+        }
+    }
+    b.ins().jump(join, &[]);
+    b.seal_block(join);
+    b.switch_to_block(join);
 }
 
 /// The number of samples to run: the looped dim from `options->dims` when the options

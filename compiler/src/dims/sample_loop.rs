@@ -355,6 +355,10 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
         Op::Attention => (0..node.inputs.len())
             .filter(|&i| is_marked(i))
             .all(|i| rank(i) >= 3 && rank(i) == out_rank),
+        // Their outputs' extents vary with the values, so samples cannot be stacked.
+        Op::NonZero | Op::Compress { .. } | Op::Unique { .. } | Op::NonMaxSuppression { .. } => {
+            false
+        }
         Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
             *axis != 0 && elementwise()
         }

@@ -48,7 +48,7 @@ pub(super) fn index_values(indices: &Tensor) -> Result<Vec<i64>, String> {
     Ok(indices.to_i64_vec())
 }
 
-fn elements<T: Element>(a: &ArrayD<T>) -> Vec<T> {
+pub(super) fn elements<T: Element>(a: &ArrayD<T>) -> Vec<T> {
     a.iter().copied().collect()
 }
 
@@ -272,7 +272,7 @@ pub(super) fn gather_nd(
 }
 
 /// `(outer, dim, inner)` of a row-major shape around `axis`.
-fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+pub(super) fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (
         shape[..axis].iter().product(),
         shape[axis],
@@ -364,7 +364,7 @@ pub(super) fn cumsum(
 }
 
 /// NaN sorts above every number (numpy's order); -0 equals +0.
-fn total_cmp<T: Element>(a: T, b: T) -> std::cmp::Ordering {
+pub(super) fn total_cmp<T: Element>(a: T, b: T) -> std::cmp::Ordering {
     use std::cmp::Ordering;
     let nan = |v: T| T::DTYPE.is_float() && v.to_f64().is_nan();
     match (nan(a), nan(b)) {

@@ -15,6 +15,17 @@ pub struct ValueInfo {
     pub ty: TensorType,
     /// Set for initializers and everything constant folding produced.
     pub constant: Option<Tensor>,
+    /// Set when one axis's extent is known only at run time.
+    pub run_extent: Option<RunExtent>,
+}
+
+/// An axis whose extent the values of the inputs decide (NonZero's count): `ty.shape`
+/// holds its upper bound, the elements are stored densely (row-major) for the actual
+/// extent, and the value `count` (an int64 scalar its producer writes) holds that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunExtent {
+    pub axis: usize,
+    pub count: ValueId,
 }
 
 #[derive(Clone, Debug)]
@@ -58,8 +69,20 @@ impl Graph {
     }
 
     pub fn add_value(&mut self, name: String, ty: TensorType, constant: Option<Tensor>) -> ValueId {
-        self.values.push(ValueInfo { name, ty, constant });
+        self.values.push(ValueInfo {
+            name,
+            ty,
+            constant,
+            run_extent: None,
+        });
         ValueId(self.values.len() - 1)
+    }
+
+    /// `(output, axis)` of every graph output axis whose extent the input values decide.
+    pub fn bounded_axes(&self) -> Vec<(usize, usize)> {
+        (self.outputs.iter().enumerate())
+            .filter_map(|(i, v)| self.values[v.0].run_extent.map(|e| (i, e.axis)))
+            .collect()
     }
 
     /// Number of constant elements that nodes actually read (the model's parameters).

@@ -7,5 +7,5 @@ pub mod low_precision;
 pub mod tensor;
 
 pub use dtype::{DType, TensorType};
-pub use graph::{Graph, Node, ValueId, ValueInfo};
+pub use graph::{Graph, Node, RunExtent, ValueId, ValueInfo};
 pub use tensor::{Element, Tensor};

@@ -16,7 +16,7 @@ use super::tensor_proto::tensor_from_proto;
 use super::weight_budget::WeightBudget;
 use crate::error::{NncError, NodeExcerpt, Result, UnsupportedOp};
 use crate::interp;
-use crate::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};
+use crate::ir::{DType, Graph, Node, RunExtent, Tensor, TensorType, ValueId};
 use crate::limits::Limits;
 use crate::ops::{infer_types, Op};
 
@@ -815,6 +815,14 @@ impl NodeCtx<'_> {
         inputs: Vec<Option<ValueId>>,
         n_outputs: usize,
     ) -> ImportResult<Vec<ValueId>> {
+        if let Some(v) =
+            (inputs.iter().flatten()).find(|v| self.b.graph.value(**v).run_extent.is_some())
+        {
+            return Err(ImportError::Unsupported(format!(
+                "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs so far",
+                self.b.graph.value(*v).name
+            )));
+        }
         let types: Vec<Option<TensorType>> = inputs
             .iter()
             .map(|i| i.map(|v| self.ty(v).clone()))
@@ -868,6 +876,12 @@ impl NodeCtx<'_> {
                 self.b.graph.add_value(name, ty, None)
             })
             .collect();
+        if let Some(counted) = op.counted_outputs() {
+            let count = outputs[counted.count];
+            for (k, axis) in counted.outputs {
+                self.b.graph.values[outputs[k].0].run_extent = Some(RunExtent { axis, count });
+            }
+        }
         self.b.graph.nodes.push(Node {
             name: self.name.to_string(),
             onnx_op: self.node.op_type.clone(),

@@ -560,6 +560,71 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 TensorType::new(DType::I64, shape),
             ])
         }
+        Op::NonZero => {
+            let xt = x()?;
+            Ok(vec![
+                TensorType::new(DType::I64, vec![xt.rank(), xt.numel()]),
+                TensorType::new(DType::I64, vec![]),
+            ])
+        }
+        Op::Compress { axis } => {
+            let (xt, cond) = (x()?, input(inputs, 1)?);
+            if cond.rank() != 1 || cond.dtype != DType::Bool {
+                return Err(format!("Compress's condition must be 1-D bool, not {cond}"));
+            }
+            let shape = match axis {
+                None => vec![xt.numel().min(cond.shape[0])],
+                Some(a) => {
+                    let mut s = xt.shape.clone();
+                    let d = s.get_mut(*a).ok_or("axis is out of range")?;
+                    *d = (*d).min(cond.shape[0]);
+                    s
+                }
+            };
+            Ok(vec![
+                TensorType::new(xt.dtype, shape),
+                TensorType::new(DType::I64, vec![]),
+            ])
+        }
+        Op::Unique { axis, .. } => {
+            let xt = x()?;
+            let (y, n) = match axis {
+                None => (vec![xt.numel()], xt.numel()),
+                Some(a) => (
+                    xt.shape.clone(),
+                    *xt.shape.get(*a).ok_or("axis is out of range")?,
+                ),
+            };
+            let index = TensorType::new(DType::I64, vec![n]);
+            Ok(vec![
+                TensorType::new(xt.dtype, y),
+                index.clone(),
+                index.clone(),
+                index,
+                TensorType::new(DType::I64, vec![]),
+            ])
+        }
+        Op::NonMaxSuppression { per_class, .. } => {
+            let (boxes, scores) = (x()?, input(inputs, 1)?);
+            let ok = boxes.rank() == 3
+                && boxes.shape[2] == 4
+                && scores.rank() == 3
+                && scores.shape[0] == boxes.shape[0]
+                && scores.shape[2] == boxes.shape[1]
+                && *per_class <= boxes.shape[1];
+            if !ok {
+                return Err(format!(
+                    "NonMaxSuppression needs boxes [B, N, 4] and scores [B, C, N], not {boxes} and {scores}"
+                ));
+            }
+            let rows = (boxes.shape[0].checked_mul(scores.shape[1]))
+                .and_then(|r| r.checked_mul(*per_class))
+                .ok_or("NonMaxSuppression's output size overflows")?;
+            Ok(vec![
+                TensorType::new(DType::I64, vec![rows, 3]),
+                TensorType::new(DType::I64, vec![]),
+            ])
+        }
     }
 }
 

@@ -18,6 +18,15 @@ pub use planes::{PlaneLayout, Requantize};
 use crate::ir::low_precision::E8m0Rounding;
 use crate::ir::DType;
 
+/// See [`Op::counted_outputs`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountedOutputs {
+    /// `(output, axis)`: the axis of that output whose extent is the count.
+    pub outputs: Vec<(usize, usize)>,
+    /// The output holding the count.
+    pub count: usize,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Elementwise, one input, same shape out. Output dtype: see [`UnaryOp::output_dtype`].
@@ -141,6 +150,37 @@ pub enum Op {
         k: usize,
         largest: bool,
     },
+    /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
+    /// element in row-major order. `n` is known only at run time (see
+    /// [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
+    NonZero,
+    /// `Compress(x, condition)`: the slices of x along `axis` (of x flattened when
+    /// `None`) whose index has a true condition (a 1-D bool of any length: indices past
+    /// it are dropped). Output 1: how many were kept.
+    Compress {
+        axis: Option<usize>,
+    },
+    /// The distinct elements of x (of x flattened when `axis` is `None`), or distinct
+    /// slices along `axis`: outputs Y, the first index of each in x, the index in Y of
+    /// each element (slice) of x, and how often each occurs; sorted ascending
+    /// (lexicographically for slices) or in order of first occurrence. Output 4: how
+    /// many are distinct.
+    Unique {
+        axis: Option<usize>,
+        sorted: bool,
+    },
+    /// NonMaxSuppression(boxes [B, N, 4], scores [B, C, N], max_output_boxes_per_class,
+    /// iou_threshold, score_threshold; the last three optional scalars): per batch and
+    /// class, boxes by descending score (ties to the lower index) above the score
+    /// threshold, each kept unless its IoU with a kept one exceeds the threshold, at
+    /// most max_output of them; int64 `[n, 3]` rows (batch, class, box). Boxes are
+    /// corners `[y1, x1, y2, x2]` (either order) or, `center_point_box`, `[xc, yc, w,
+    /// h]`. Output 1: `n`. `per_class` bounds the boxes kept per batch and class (the
+    /// box count, or a smaller constant max_output).
+    NonMaxSuppression {
+        center_point_box: bool,
+        per_class: usize,
+    },
     /// QuantizeLinear: inputs x (float32), scale, zero point;
     /// `y = saturate(round_half_even(x / scale) + zero_point)` in `to` (u8, i8, u16,
     /// i16). Scale and zero point hold one value, or one per index of `axis` (1-D).
@@ -202,6 +242,23 @@ impl Op {
     }
 
     /// Short name for messages and the op histogram.
+    /// For an op whose output extents depend on its input values: which outputs have
+    /// such an axis, and which output holds that extent (an int64 scalar). Those outputs
+    /// are typed at the largest extent possible and stored densely for the actual one.
+    pub fn counted_outputs(&self) -> Option<CountedOutputs> {
+        let (outputs, count): (Vec<(usize, usize)>, usize) = match self {
+            Op::NonZero => (vec![(0, 1)], 1),
+            Op::Compress { axis } => (vec![(0, axis.unwrap_or(0))], 1),
+            Op::Unique { axis, .. } => {
+                let a = axis.unwrap_or(0);
+                (vec![(0, a), (1, 0), (3, 0)], 4)
+            }
+            Op::NonMaxSuppression { .. } => (vec![(0, 0)], 1),
+            _ => return None,
+        };
+        Some(CountedOutputs { outputs, count })
+    }
+
     pub fn name(&self) -> String {
         match self {
             Op::Unary(u) => format!("{u:?}"),

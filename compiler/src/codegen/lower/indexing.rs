@@ -278,7 +278,7 @@ pub fn gather_nd(ctx: &mut LowerCtx, batch_dims: usize) -> LowerResult {
     Ok(())
 }
 
-fn var(b: &mut FunctionBuilder, init: Value) -> Variable {
+pub(super) fn var(b: &mut FunctionBuilder, init: Value) -> Variable {
     let ty = b.func.dfg.value_type(init);
     let v = b.declare_var(ty);
     b.def_var(v, init);
@@ -357,7 +357,7 @@ pub fn cumsum(
 
 /// A key whose unsigned order is the element order TopK sorts by: numbers ascending,
 /// -0 equal to +0, NaN above everything (numpy's sort order).
-fn sort_key(b: &mut FunctionBuilder, dtype: DType, v: Value) -> Value {
+pub(super) fn sort_key(b: &mut FunctionBuilder, dtype: DType, v: Value) -> Value {
     match domain(dtype) {
         Domain::F32 => {
             let zero = b.ins().f32const(0.0);

@@ -19,6 +19,7 @@ mod pool;
 mod quant;
 mod reduce;
 mod resize;
+mod value_dependent;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
@@ -44,6 +45,7 @@ pub use linalg::plan_gemm;
 pub use norm::plan_softmax;
 pub use pool::{plan_pool, PoolStrategy};
 pub use quant::plan_integer;
+pub use value_dependent::{nms_scratch, unique_scratch};
 
 pub type LowerResult = Result<(), String>;
 
@@ -418,6 +420,13 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             product,
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, *k, *largest),
+        Op::NonZero => value_dependent::non_zero(ctx),
+        Op::Compress { axis } => value_dependent::compress(ctx, *axis),
+        Op::Unique { axis, sorted } => value_dependent::unique(ctx, *axis, *sorted),
+        Op::NonMaxSuppression {
+            center_point_box,
+            per_class,
+        } => value_dependent::non_max_suppression(ctx, *center_point_box, *per_class),
         Op::QuantizeLinear { axis, to } => quant::quantize_linear(ctx, *axis, *to),
         Op::DequantizeLinear { axis } => quant::dequantize_linear(ctx, *axis),
         Op::MatMulInteger => quant::matmul_integer(ctx),

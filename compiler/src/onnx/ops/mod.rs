@@ -35,6 +35,7 @@ mod stateful;
 mod tfidf;
 mod training;
 mod tree_ensemble;
+mod value_dependent;
 mod window;
 
 use super::import::{ImportResult, NodeCtx};
@@ -53,14 +54,10 @@ pub fn microsoft_importer(op_type: &str) -> Option<Importer> {
     Some(f)
 }
 
-/// Ops whose output shape depends on the values of their inputs (not only on their
-/// shapes): nnc plans every buffer at compile time, so it refuses them by name rather
-/// than guess a size.
+/// Ops nnc lacks whose output shape depends on the values of their inputs (not only
+/// on their shapes), refused by that reason.
 pub fn has_value_dependent_shape(op_type: &str) -> bool {
-    matches!(
-        op_type,
-        "NonZero" | "Unique" | "Compress" | "NonMaxSuppression" | "StringSplit"
-    )
+    op_type == "StringSplit"
 }
 
 /// The importer for an op of the `ai.onnx.preview` domain, if nnc supports it.
@@ -185,6 +182,10 @@ pub fn importer(op_type: &str) -> Option<Importer> {
         "STFT" => spectral::stft,
         "MelWeightMatrix" => spectral::mel_weight_matrix,
         "TopK" => indexing::top_k,
+        "NonZero" => value_dependent::non_zero,
+        "Compress" => value_dependent::compress,
+        "Unique" => value_dependent::unique,
+        "NonMaxSuppression" => value_dependent::non_max_suppression,
         "TensorScatter" => indexing::tensor_scatter,
         "ReverseSequence" => indexing::reverse_sequence,
         "MaxUnpool" => indexing::max_unpool,

@@ -1,0 +1,571 @@
+//! Ops whose output extent depends on the input values (NonZero, Compress, Unique,
+//! NonMaxSuppression). Each output is planned at its largest extent and written densely
+//! for the actual one, which the node stores in its count output (an int64 scalar) for
+//! `run` to report. Every loop bound is a compile-time size or a count that cannot
+//! exceed one, so no input value makes the code write past a buffer.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::{FunctionBuilder, Variable};
+
+use super::indexing::{sort_key, var};
+use super::movement::copy_bytes;
+use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::kernel::{self, flags};
+use crate::ir::DType;
+
+/// Refuses element types whose elements are not whole bytes or whose order nnc does
+/// not compute (float8 and the other packed codes).
+fn check_dtype(op: &str, dtype: DType) -> LowerResult {
+    if dtype.low_precision().is_some() || !dtype.bits().is_multiple_of(8) {
+        return Err(format!("{op} of {dtype} is not supported"));
+    }
+    Ok(())
+}
+
+/// Whether the element at `addr` is nonzero: its bits without the sign (so -0 is zero
+/// and NaN is not) for floats, any bit for the rest.
+fn is_nonzero(b: &mut FunctionBuilder, dtype: DType, addr: Value) -> Value {
+    let raw = b.ins().load(int_type(dtype), flags(), addr, 0);
+    let raw = if dtype.is_float() {
+        let magnitude = (1u64 << (dtype.bits() - 1)) - 1;
+        let magnitude = b.ins().iconst(int_type(dtype), magnitude as i64);
+        b.ins().band(raw, magnitude)
+    } else {
+        raw
+    };
+    b.ins().icmp_imm_u(IntCC::NotEqual, raw, 0)
+}
+
+fn int_type(dtype: DType) -> types::Type {
+    match dtype.size() {
+        1 => types::I8,
+        2 => types::I16,
+        4 => types::I32,
+        _ => types::I64,
+    }
+}
+
+/// `count += cond` as an i64.
+fn add_flag(b: &mut FunctionBuilder, count: Variable, cond: Value) {
+    let one = b.ins().uextend(types::I64, cond);
+    let c = b.use_var(count);
+    let c = b.ins().iadd(c, one);
+    b.def_var(count, c);
+}
+
+fn store_count(b: &mut FunctionBuilder, out: &Operand, n: Value) {
+    b.ins().store(flags(), n, out.ptr, 0);
+}
+
+pub fn non_zero(ctx: &mut LowerCtx) -> LowerResult {
+    let (x, out, count_out) = (ctx.input(0)?, ctx.output(0), ctx.output(1));
+    let dtype = x.ty.dtype;
+    check_dtype("NonZero", dtype)?;
+    let shape = x.ty.shape.clone();
+    let numel = x.ty.numel();
+    let strides = kernel::strides_of(&shape);
+    let elem = dtype.size();
+    let b = &mut *ctx.b;
+    let zero = kernel::iconst(b, 0);
+    let count = var(b, zero);
+    kernel::counted_loop(b, 0, numel as i64, 1, |b, i| {
+        let at = kernel::elem_addr(b, x.ptr, i, elem);
+        let nz = is_nonzero(b, dtype, at);
+        add_flag(b, count, nz);
+    });
+    let n = b.use_var(count);
+    store_count(b, &count_out, n);
+    let column = var(b, zero);
+    kernel::counted_loop(b, 0, numel as i64, 1, |b, i| {
+        let at = kernel::elem_addr(b, x.ptr, i, elem);
+        let nz = is_nonzero(b, dtype, at);
+        kernel::if_else(
+            b,
+            nz,
+            |b| {
+                let j = b.use_var(column);
+                for (a, (&d, &s)) in shape.iter().zip(&strides).enumerate() {
+                    let q = b.ins().udiv_imm_u(i, s as i64);
+                    let coord = b.ins().urem_imm_u(q, d as i64);
+                    let row = b.ins().imul_imm_s(n, a as i64);
+                    let at = b.ins().iadd(row, j);
+                    let dst = kernel::elem_addr(b, out.ptr, at, 8);
+                    b.ins().store(flags(), coord, dst, 0);
+                }
+                let next = b.ins().iadd_imm_s(j, 1);
+                b.def_var(column, next);
+            },
+            |_| {},
+        );
+    });
+    Ok(())
+}
+
+/// `(outer, dim, inner)` around `axis` of `shape`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+pub fn compress(ctx: &mut LowerCtx, axis: Option<usize>) -> LowerResult {
+    let (x, cond, y, count_out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0), ctx.output(1));
+    check_dtype("Compress", x.ty.dtype)?;
+    let (outer, dim, inner) = match axis {
+        None => (1, x.ty.numel(), 1),
+        Some(a) => around(&x.ty.shape, a),
+    };
+    let kept_dim = dim.min(cond.ty.numel());
+    let row = inner * x.ty.dtype.size();
+    let b = &mut *ctx.b;
+    let zero = kernel::iconst(b, 0);
+    let count = var(b, zero);
+    kernel::counted_loop(b, 0, kept_dim as i64, 1, |b, i| {
+        let at = kernel::elem_addr(b, cond.ptr, i, 1);
+        let c = is_nonzero(b, DType::Bool, at);
+        add_flag(b, count, c);
+    });
+    let n = b.use_var(count);
+    store_count(b, &count_out, n);
+    if row == 0 {
+        return Ok(());
+    }
+    let kept = var(b, zero);
+    kernel::counted_loop(b, 0, outer as i64, 1, |b, o| {
+        let src_base = b.ins().imul_imm_s(o, (dim * row) as i64);
+        let src_base = b.ins().iadd(x.ptr, src_base);
+        kernel::counted_loop(b, 0, kept_dim as i64, 1, |b, i| {
+            let at = kernel::elem_addr(b, cond.ptr, i, 1);
+            let c = is_nonzero(b, DType::Bool, at);
+            kernel::if_else(
+                b,
+                c,
+                |b| {
+                    let k = b.use_var(kept);
+                    let src = kernel::elem_addr(b, src_base, i, row);
+                    let dst = kernel::elem_addr(b, y.ptr, k, row);
+                    copy_bytes(b, dst, src, row);
+                    let next = b.ins().iadd_imm_s(k, 1);
+                    b.def_var(kept, next);
+                },
+                |_| {},
+            );
+        });
+    });
+    Ok(())
+}
+
+/// Compares slices `i` and `j` of `x` (`[outer, dim, inner]`) in numpy's order (the
+/// axis moved to the front, the rest row-major) by their elements' sort keys:
+/// `(equal, less)` with `less` meaning slice i sorts before slice j.
+fn compare_slices(
+    b: &mut FunctionBuilder,
+    x: &Operand,
+    (outer, dim, inner): (usize, usize, usize),
+    i: Value,
+    j: Value,
+) -> (Value, Value) {
+    let dtype = x.ty.dtype;
+    let elem = dtype.size();
+    // 0: equal so far, 1: i before j, 2: j before i.
+    let zero = kernel::iconst(b, 0);
+    let state = var(b, zero);
+    let (bi, bj) = (
+        b.ins().imul_imm_s(i, inner as i64),
+        b.ins().imul_imm_s(j, inner as i64),
+    );
+    kernel::nested_loop(b, &[outer, inner], &mut |b, idx| {
+        let base = b.ins().imul_imm_s(idx[0], (dim * inner) as i64);
+        let base = b.ins().iadd(base, idx[1]);
+        let (ai, aj) = (b.ins().iadd(base, bi), b.ins().iadd(base, bj));
+        let (pi, pj) = (
+            kernel::elem_addr(b, x.ptr, ai, elem),
+            kernel::elem_addr(b, x.ptr, aj, elem),
+        );
+        let (vi, vj) = (
+            kernel::load_elem(b, dtype, pi, 0),
+            kernel::load_elem(b, dtype, pj, 0),
+        );
+        let (ki, kj) = (sort_key(b, dtype, vi), sort_key(b, dtype, vj));
+        let s = b.use_var(state);
+        let undecided = b.ins().icmp_imm_u(IntCC::Equal, s, 0);
+        let lt = b.ins().icmp(IntCC::UnsignedLessThan, ki, kj);
+        let gt = b.ins().icmp(IntCC::UnsignedGreaterThan, ki, kj);
+        let (one, two) = (kernel::iconst(b, 1), kernel::iconst(b, 2));
+        let decided = b.ins().select(gt, two, s);
+        let decided = b.ins().select(lt, one, decided);
+        let s = b.ins().select(undecided, decided, s);
+        b.def_var(state, s);
+    });
+    let s = b.use_var(state);
+    (
+        b.ins().icmp_imm_u(IntCC::Equal, s, 0),
+        b.ins().icmp_imm_u(IntCC::Equal, s, 1),
+    )
+}
+
+/// Unique in three passes over the slices: each slice's first equal slice (into
+/// scratch), the distinct ones' positions (sorted: how many distinct slices sort
+/// before it; else how many come before it) with Y, indices and zeroed counts written
+/// there, then every slice's position (inverse) and the counts. Quadratic in the
+/// slices and needing no sort: the node suite's sizes and post-processing ones.
+pub fn unique(ctx: &mut LowerCtx, axis: Option<usize>, sorted: bool) -> LowerResult {
+    let x = ctx.input(0)?;
+    let (y, indices, inverse, counts, count_out) = (
+        ctx.output(0),
+        ctx.output(1),
+        ctx.output(2),
+        ctx.output(3),
+        ctx.output(4),
+    );
+    check_dtype("Unique", x.ty.dtype)?;
+    let geometry = match axis {
+        None => (1, x.ty.numel(), 1),
+        Some(a) => around(&x.ty.shape, a),
+    };
+    let (outer, dim, inner) = geometry;
+    let first = ctx.scratch.ok_or("Unique needs scratch")?;
+    let row = inner * x.ty.dtype.size();
+    let b = &mut *ctx.b;
+    let zero = kernel::iconst(b, 0);
+    // Pass 1: first[i] = the least j with slice j equal to slice i.
+    kernel::counted_loop(b, 0, dim as i64, 1, |b, i| {
+        let f = var(b, i);
+        kernel::range_loop(b, zero, i, |b, j| {
+            let (equal, _) = compare_slices(b, &x, geometry, j, i);
+            let cur = b.use_var(f);
+            let unset = b.ins().icmp(IntCC::Equal, cur, i);
+            let take = b.ins().band(equal, unset);
+            let nf = b.ins().select(take, j, cur);
+            b.def_var(f, nf);
+        });
+        let fv = b.use_var(f);
+        let dst = kernel::elem_addr(b, first, i, 8);
+        b.ins().store(flags(), fv, dst, 0);
+    });
+    let is_first = |b: &mut FunctionBuilder, i: Value| {
+        let at = kernel::elem_addr(b, first, i, 8);
+        let f = b.ins().load(types::I64, flags(), at, 0);
+        b.ins().icmp(IntCC::Equal, f, i)
+    };
+    let distinct = var(b, zero);
+    kernel::counted_loop(b, 0, dim as i64, 1, |b, i| {
+        let yes = is_first(b, i);
+        add_flag(b, distinct, yes);
+    });
+    let n = b.use_var(distinct);
+    store_count(b, &count_out, n);
+    // Pass 2: the distinct slices' positions.
+    kernel::counted_loop(b, 0, dim as i64, 1, |b, i| {
+        let yes = is_first(b, i);
+        kernel::if_else(
+            b,
+            yes,
+            |b| {
+                let pos = var(b, zero);
+                let end = if sorted {
+                    kernel::iconst(b, dim as i64)
+                } else {
+                    i
+                };
+                kernel::range_loop(b, zero, end, |b, k| {
+                    let k_first = is_first(b, k);
+                    let before = if sorted {
+                        let (_, less) = compare_slices(b, &x, geometry, k, i);
+                        b.ins().band(k_first, less)
+                    } else {
+                        k_first
+                    };
+                    add_flag(b, pos, before);
+                });
+                let p = b.use_var(pos);
+                let dst = kernel::elem_addr(b, inverse.ptr, i, 8);
+                b.ins().store(flags(), p, dst, 0);
+                let dst = kernel::elem_addr(b, indices.ptr, p, 8);
+                b.ins().store(flags(), i, dst, 0);
+                let dst = kernel::elem_addr(b, counts.ptr, p, 8);
+                b.ins().store(flags(), zero, dst, 0);
+                if row > 0 {
+                    kernel::counted_loop(b, 0, outer as i64, 1, |b, o| {
+                        let src = b.ins().imul_imm_s(o, dim as i64);
+                        let src = b.ins().iadd(src, i);
+                        let src = kernel::elem_addr(b, x.ptr, src, row);
+                        let dst = b.ins().imul(o, n);
+                        let dst = b.ins().iadd(dst, p);
+                        let dst = kernel::elem_addr(b, y.ptr, dst, row);
+                        copy_bytes(b, dst, src, row);
+                    });
+                }
+            },
+            |_| {},
+        );
+    });
+    // Pass 3: every slice's position (its first's, set in pass 2) and the counts.
+    kernel::counted_loop(b, 0, dim as i64, 1, |b, j| {
+        let at = kernel::elem_addr(b, first, j, 8);
+        let f = b.ins().load(types::I64, flags(), at, 0);
+        let at = kernel::elem_addr(b, inverse.ptr, f, 8);
+        let p = b.ins().load(types::I64, flags(), at, 0);
+        let dst = kernel::elem_addr(b, inverse.ptr, j, 8);
+        b.ins().store(flags(), p, dst, 0);
+        let at = kernel::elem_addr(b, counts.ptr, p, 8);
+        let c = b.ins().load(types::I64, flags(), at, 0);
+        let c = b.ins().iadd_imm_s(c, 1);
+        b.ins().store(flags(), c, at, 0);
+    });
+    Ok(())
+}
+
+/// Scratch bytes of Unique: one int64 per slice.
+pub fn unique_scratch(dim: usize) -> usize {
+    dim * 8
+}
+
+/// Scratch bytes of NonMaxSuppression with `n` boxes and `per_class` kept at most: a
+/// candidate flag per box, then the kept boxes' indices.
+pub fn nms_scratch(n: usize, per_class: usize) -> usize {
+    n * 8 + per_class * 8
+}
+
+/// One box's `(min, max)` along x, then along y, as the reference computes them.
+fn box_extent(b: &mut FunctionBuilder, at: Value, center_point_box: bool) -> [(Value, Value); 2] {
+    let c: Vec<Value> = (0..4)
+        .map(|k| b.ins().load(types::F32, flags(), at, 4 * k))
+        .collect();
+    if center_point_box {
+        let two = b.ins().f32const(2.0);
+        let hw = b.ins().fdiv(c[2], two);
+        let hh = b.ins().fdiv(c[3], two);
+        [
+            (b.ins().fsub(c[0], hw), b.ins().fadd(c[0], hw)),
+            (b.ins().fsub(c[1], hh), b.ins().fadd(c[1], hh)),
+        ]
+    } else {
+        let mut ordered = |p: Value, q: Value| {
+            // max_min: (q, p) when p >= q.
+            let ge = b.ins().fcmp(FloatCC::GreaterThanOrEqual, p, q);
+            (b.ins().select(ge, q, p), b.ins().select(ge, p, q))
+        };
+        [ordered(c[1], c[3]), ordered(c[0], c[2])]
+    }
+}
+
+/// Whether box `a` suppresses box `b`: their IoU exceeds `threshold`, with the
+/// reference's early outs (no overlap, an empty box) as false.
+fn suppresses(
+    b: &mut FunctionBuilder,
+    (a, c): (Value, Value),
+    center_point_box: bool,
+    threshold: Value,
+) -> Value {
+    let [ax, ay] = box_extent(b, a, center_point_box);
+    let [cx, cy] = box_extent(b, c, center_point_box);
+    let lo_x = b.ins().fmax(ax.0, cx.0);
+    let hi_x = b.ins().fmin(ax.1, cx.1);
+    let lo_y = b.ins().fmax(ay.0, cy.0);
+    let hi_y = b.ins().fmin(ay.1, cy.1);
+    let overlap_x = b.ins().fcmp(FloatCC::GreaterThan, hi_x, lo_x);
+    let overlap_y = b.ins().fcmp(FloatCC::GreaterThan, hi_y, lo_y);
+    let w = b.ins().fsub(hi_x, lo_x);
+    let h = b.ins().fsub(hi_y, lo_y);
+    let inter = b.ins().fmul(w, h);
+    let zero = b.ins().f32const(0.0);
+    let inter_pos = b.ins().fcmp(FloatCC::GreaterThan, inter, zero);
+    let area = |b: &mut FunctionBuilder, e: [(Value, Value); 2]| {
+        let w = b.ins().fsub(e[0].1, e[0].0);
+        let h = b.ins().fsub(e[1].1, e[1].0);
+        b.ins().fmul(w, h)
+    };
+    let (area_a, area_c) = (area(b, [ax, ay]), area(b, [cx, cy]));
+    let sum = b.ins().fadd(area_a, area_c);
+    let union = b.ins().fsub(sum, inter);
+    let pos_a = b.ins().fcmp(FloatCC::GreaterThan, area_a, zero);
+    let pos_c = b.ins().fcmp(FloatCC::GreaterThan, area_c, zero);
+    let pos_u = b.ins().fcmp(FloatCC::GreaterThan, union, zero);
+    let iou = b.ins().fdiv(inter, union);
+    let over = b.ins().fcmp(FloatCC::GreaterThan, iou, threshold);
+    let ok = b.ins().band(overlap_x, overlap_y);
+    let ok = b.ins().band(ok, inter_pos);
+    let ok = b.ins().band(ok, pos_a);
+    let ok = b.ins().band(ok, pos_c);
+    let ok = b.ins().band(ok, pos_u);
+    b.ins().band(ok, over)
+}
+
+/// Loads an optional one-element input, or `default`.
+fn scalar_or(
+    b: &mut FunctionBuilder,
+    input: &Option<Operand>,
+    ty: types::Type,
+    default: Value,
+) -> Value {
+    match input {
+        Some(op) => b.ins().load(ty, flags(), op.ptr, 0),
+        None => default,
+    }
+}
+
+/// `while cond(b) { body(b) }` with cond re-evaluated at each iteration's top.
+fn while_loop(
+    b: &mut FunctionBuilder,
+    mut cond: impl FnMut(&mut FunctionBuilder) -> Value,
+    mut body: impl FnMut(&mut FunctionBuilder),
+) {
+    let (header, body_block, exit) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().jump(header, &[]);
+    b.switch_to_block(header);
+    let c = cond(b);
+    b.ins().brif(c, body_block, &[], exit, &[]);
+    b.switch_to_block(body_block);
+    b.seal_block(body_block);
+    body(b);
+    b.ins().jump(header, &[]);
+    b.seal_block(header);
+    b.switch_to_block(exit);
+    b.seal_block(exit);
+}
+
+/// NonMaxSuppression per batch and class: the best remaining candidate (highest score
+/// key, ties to the lower index) is taken each round and kept unless a kept box
+/// suppresses it, until max_output are kept or no candidate is left.
+pub fn non_max_suppression(
+    ctx: &mut LowerCtx,
+    center_point_box: bool,
+    per_class: usize,
+) -> LowerResult {
+    let (boxes, scores) = (ctx.input(0)?, ctx.input(1)?);
+    let limits = [
+        ctx.inputs.get(2).cloned().flatten(),
+        ctx.inputs.get(3).cloned().flatten(),
+        ctx.inputs.get(4).cloned().flatten(),
+    ];
+    let (out, count_out) = (ctx.output(0), ctx.output(1));
+    let (batches, n) = (boxes.ty.shape[0], boxes.ty.shape[1]);
+    let classes = scores.ty.shape[1];
+    let scratch = ctx.scratch;
+    let b = &mut *ctx.b;
+    let zero = kernel::iconst(b, 0);
+    let rows = var(b, zero);
+    if batches * classes * per_class == 0 {
+        store_count(b, &count_out, zero);
+        return Ok(());
+    }
+    let scratch = scratch.ok_or("NonMaxSuppression needs scratch")?;
+    let candidate = scratch;
+    let kept = b.ins().iadd_imm_s(scratch, (n * 8) as i64);
+    let max_out = scalar_or(b, &limits[0], types::I64, zero);
+    let max_out = b.ins().smax(max_out, zero);
+    let bound = kernel::iconst(b, per_class as i64);
+    let max_out = b.ins().smin(max_out, bound);
+    let f_zero = b.ins().f32const(0.0);
+    let iou = scalar_or(b, &limits[1], types::F32, f_zero);
+    let score_threshold = limits[2].clone();
+    kernel::nested_loop(b, &[batches, classes], &mut |b, idx| {
+        let (bi, ci) = (idx[0], idx[1]);
+        let box_base = b.ins().imul_imm_s(bi, (n * 16) as i64);
+        let box_base = b.ins().iadd(boxes.ptr, box_base);
+        let s_row = b.ins().imul_imm_s(bi, classes as i64);
+        let s_row = b.ins().iadd(s_row, ci);
+        let s_row = b.ins().imul_imm_s(s_row, (n * 4) as i64);
+        let s_base = b.ins().iadd(scores.ptr, s_row);
+        let remaining = var(b, zero);
+        kernel::counted_loop(b, 0, n as i64, 1, |b, i| {
+            let flag = match &score_threshold {
+                Some(t) => {
+                    let thr = b.ins().load(types::F32, flags(), t.ptr, 0);
+                    let at = kernel::elem_addr(b, s_base, i, 4);
+                    let s = b.ins().load(types::F32, flags(), at, 0);
+                    let gt = b.ins().fcmp(FloatCC::GreaterThan, s, thr);
+                    b.ins().uextend(types::I64, gt)
+                }
+                None => kernel::iconst(b, 1),
+            };
+            let dst = kernel::elem_addr(b, candidate, i, 8);
+            b.ins().store(flags(), flag, dst, 0);
+            let r = b.use_var(remaining);
+            let r = b.ins().iadd(r, flag);
+            b.def_var(remaining, r);
+        });
+        let kept_n = var(b, zero);
+        while_loop(
+            b,
+            |b| {
+                let r = b.use_var(remaining);
+                let k = b.use_var(kept_n);
+                let any = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, r, 0);
+                let room = b.ins().icmp(IntCC::SignedLessThan, k, max_out);
+                b.ins().band(any, room)
+            },
+            |b| {
+                let sentinel = kernel::iconst(b, n as i64);
+                let best = var(b, sentinel);
+                let best_key = var(b, zero);
+                kernel::counted_loop(b, 0, n as i64, 1, |b, i| {
+                    let at = kernel::elem_addr(b, candidate, i, 8);
+                    let c = b.ins().load(types::I64, flags(), at, 0);
+                    let is_c = b.ins().icmp_imm_u(IntCC::NotEqual, c, 0);
+                    let at = kernel::elem_addr(b, s_base, i, 4);
+                    let s = b.ins().load(types::F32, flags(), at, 0);
+                    let key = sort_key(b, DType::F32, s);
+                    let bk = b.use_var(best_key);
+                    let better = b.ins().icmp(IntCC::UnsignedGreaterThan, key, bk);
+                    let take = b.ins().band(is_c, better);
+                    let nk = b.ins().select(take, key, bk);
+                    let cur = b.use_var(best);
+                    let ni = b.ins().select(take, i, cur);
+                    b.def_var(best_key, nk);
+                    b.def_var(best, ni);
+                });
+                let pick = b.use_var(best);
+                // `remaining > 0` guarantees a candidate; the clamp only guards memory.
+                let last = kernel::iconst(b, n as i64 - 1);
+                let pick = b.ins().umin(pick, last);
+                let at = kernel::elem_addr(b, candidate, pick, 8);
+                b.ins().store(flags(), zero, at, 0);
+                let r = b.use_var(remaining);
+                let r = b.ins().iadd_imm_s(r, -1);
+                b.def_var(remaining, r);
+                let pick_box = kernel::elem_addr(b, box_base, pick, 16);
+                let suppressed = var(b, zero);
+                let k_end = b.use_var(kept_n);
+                kernel::range_loop(b, zero, k_end, |b, k| {
+                    let at = kernel::elem_addr(b, kept, k, 8);
+                    let other = b.ins().load(types::I64, flags(), at, 0);
+                    let other_box = kernel::elem_addr(b, box_base, other, 16);
+                    let s = suppresses(b, (pick_box, other_box), center_point_box, iou);
+                    let s = b.ins().uextend(types::I64, s);
+                    let cur = b.use_var(suppressed);
+                    let cur = b.ins().bor(cur, s);
+                    b.def_var(suppressed, cur);
+                });
+                let s = b.use_var(suppressed);
+                let keep = b.ins().icmp_imm_u(IntCC::Equal, s, 0);
+                kernel::if_else(
+                    b,
+                    keep,
+                    |b| {
+                        let k = b.use_var(kept_n);
+                        let at = kernel::elem_addr(b, kept, k, 8);
+                        b.ins().store(flags(), pick, at, 0);
+                        let k = b.ins().iadd_imm_s(k, 1);
+                        b.def_var(kept_n, k);
+                        let r = b.use_var(rows);
+                        let dst = kernel::elem_addr(b, out.ptr, r, 24);
+                        b.ins().store(flags(), bi, dst, 0);
+                        b.ins().store(flags(), ci, dst, 8);
+                        b.ins().store(flags(), pick, dst, 16);
+                        let r = b.ins().iadd_imm_s(r, 1);
+                        b.def_var(rows, r);
+                    },
+                    |_| {},
+                );
+            },
+        );
+    });
+    let r = b.use_var(rows);
+    store_count(b, &count_out, r);
+    Ok(())
+}

@@ -1,0 +1,431 @@
+//! Ops whose output extent the input values decide (NonZero, Compress, Unique,
+//! NonMaxSuppression): one library, planned for the largest extent, runs inputs that
+//! give every extent from 0 to that bound; `run` reports each output's shape through
+//! `options->output_shapes` and fills its buffer densely for it. Each case is compared
+//! with the interpreter (exact: these ops only select and copy), natively and on
+//! aarch64 under qemu; a node reading such a value is refused by name.
+
+#[path = "common/models.rs"]
+mod models;
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
+
+use models::{Attr, ModelBuilder};
+use nnc::codegen::{Arch, Target};
+use nnc::ir::{Graph, Tensor};
+use nnc::onnx::proto::ModelProto;
+use nnc::onnx::{import_model, ImportOptions};
+use nnc_runtime_abi::loader::{Library, Tensor as In, TensorMut};
+use prost::Message;
+
+fn import(bytes: &[u8]) -> nnc::error::Result<Graph> {
+    let model = ModelProto::decode(bytes).expect("model decodes");
+    let imported = import_model(&model, None, &ImportOptions::default())?;
+    if !imported.unsupported.is_empty() {
+        return Err(nnc::error::NncError::Unsupported(imported.unsupported));
+    }
+    let mut g = imported.graph;
+    nnc::passes::PassManager::default().run(&mut g).unwrap();
+    Ok(g)
+}
+
+/// The library for `g`, loaded with nnc-runtime-abi's loader.
+struct Loaded {
+    _dir: tempfile::TempDir,
+    lib: Library,
+}
+
+fn load(g: &Graph) -> Loaded {
+    let dir = tempfile::tempdir().unwrap();
+    let path = runner::write_library(g, &runner::options(Target::host()), dir.path()).unwrap();
+    let lib = Library::open(&path, None).unwrap();
+    Loaded { _dir: dir, lib }
+}
+
+/// Runs `g`'s library through `run` with output shapes; each output cut to its shape.
+fn run_compiled(loaded: &Loaded, g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    let lib = &loaded.lib;
+    let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+    // Buffers at the bound, filled with a pattern the run must not leave in place
+    // past the actual extent... nor write past the bound (the loader checks sizes).
+    let mut out_bytes: Vec<Vec<u8>> = g
+        .outputs
+        .iter()
+        .map(|o| vec![0xa5u8; g.ty(*o).byte_size()])
+        .collect();
+    let ins: Vec<In> = in_bytes.iter().map(|b| In::bytes(b)).collect();
+    let mut outs: Vec<TensorMut> = out_bytes.iter_mut().map(|b| TensorMut::bytes(b)).collect();
+    let mut ws = lib.workspace();
+    let shapes = lib.run_shaped(None, &mut ws, &[], &ins, &mut outs).unwrap();
+    drop(outs);
+    g.outputs
+        .iter()
+        .zip(shapes.iter().zip(&out_bytes))
+        .map(|(o, (shape, bytes))| {
+            let ty = nnc::ir::TensorType::new(g.ty(*o).dtype, shape.clone());
+            Tensor::from_le_bytes(&ty, &bytes[..ty.byte_size()]).unwrap()
+        })
+        .collect()
+}
+
+/// Compares the compiled library with the interpreter on every input set: shapes and
+/// bits must match.
+fn check(g: &Graph, sets: &[Vec<Tensor>]) {
+    let loaded = load(g);
+    assert_eq!(
+        loaded.lib.bounded_axes().len(),
+        g.bounded_axes().len(),
+        "model_info lists the bounded axes"
+    );
+    for (k, inputs) in sets.iter().enumerate() {
+        let expected = nnc::interp::run_graph(g, inputs).unwrap();
+        let actual = run_compiled(&loaded, g, inputs);
+        for (i, (e, a)) in expected.iter().zip(&actual).enumerate() {
+            assert_eq!(e.shape(), a.shape(), "set {k}, output {i}: shape");
+            assert_eq!(
+                e.to_le_bytes(),
+                a.to_le_bytes(),
+                "set {k}, output {i}: {a:?} vs {e:?}"
+            );
+        }
+    }
+    if let Some(harness) = runner::aarch64_harness() {
+        let opts = runner::options(Target::new(Arch::Aarch64, None).unwrap());
+        for (k, inputs) in sets.iter().enumerate() {
+            let expected = nnc::interp::run_graph(g, inputs).unwrap();
+            let actual = runner::run_on_aarch64_with(harness, g, inputs, &opts).unwrap();
+            for (i, (e, a)) in expected.iter().zip(&actual).enumerate() {
+                assert_eq!(e.shape(), a.shape(), "aarch64 set {k}, output {i}: shape");
+                assert_eq!(
+                    e.to_le_bytes(),
+                    a.to_le_bytes(),
+                    "aarch64 set {k}, output {i}"
+                );
+            }
+        }
+    }
+}
+
+fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
+    Tensor::from_vec(shape, v)
+}
+
+fn bools(v: &[u8]) -> Tensor {
+    Tensor::from_vec(&[v.len()], v.iter().map(|&b| b != 0).collect::<Vec<bool>>())
+}
+
+#[test]
+fn non_zero_counts_every_extent() {
+    let mut m = ModelBuilder::new(1);
+    let x = m.input("x", &[3, 4]);
+    let y = m.node("NonZero", &[&x], vec![]);
+    m.output(&y);
+    let g = import(&m.encode()).unwrap();
+    assert_eq!(g.ty(g.outputs[0]).shape, vec![2, 12], "typed at the bound");
+    let mut rng = models::Rng::new(7);
+    let mut sets = vec![
+        vec![f32s(&[3, 4], vec![0.0; 12])],
+        vec![f32s(&[3, 4], vec![1.5; 12])],
+        vec![f32s(
+            &[3, 4],
+            vec![
+                0.0,
+                -0.0,
+                f32::NAN,
+                1.0,
+                0.0,
+                0.0,
+                -2.0,
+                0.0,
+                f32::INFINITY,
+                0.0,
+                0.0,
+                1e-45,
+            ],
+        )],
+    ];
+    for _ in 0..4 {
+        let v = (0..12)
+            .map(|_| {
+                if rng.below(2) == 0 {
+                    0.0
+                } else {
+                    rng.uniform()
+                }
+            })
+            .collect();
+        sets.push(vec![f32s(&[3, 4], v)]);
+    }
+    check(&g, &sets);
+
+    // Integers and bool, rank 1 and 3.
+    let mut m = ModelBuilder::new(2);
+    let x = m.typed_input("x", 6, &[7]);
+    let y = m.node("NonZero", &[&x], vec![]);
+    m.output(&y);
+    let g = import(&m.encode()).unwrap();
+    check(
+        &g,
+        &[vec![Tensor::from_vec(&[7], vec![0i32, 5, 0, -1, 0, 0, 9])]],
+    );
+    let mut m = ModelBuilder::new(3);
+    let x = m.typed_input("x", 9, &[2, 3, 2]);
+    let y = m.node("NonZero", &[&x], vec![]);
+    m.output(&y);
+    let g = import(&m.encode()).unwrap();
+    let v: Vec<bool> = (0..12).map(|i| i % 3 != 1).collect();
+    check(&g, &[vec![Tensor::from_vec(&[2, 3, 2], v)]]);
+}
+
+#[test]
+fn compress_keeps_the_true_slices() {
+    for (axis, cond_len) in [
+        (None, 5),
+        (Some(0), 3),
+        (Some(1), 4),
+        (Some(1), 2),
+        (Some(-1), 6),
+    ] {
+        let mut m = ModelBuilder::new(4);
+        let x = m.input("x", &[3, 4]);
+        let c = m.typed_input("c", 9, &[cond_len]);
+        let attrs = axis.map_or(vec![], |a| vec![("axis", Attr::I(a))]);
+        let y = m.node("Compress", &[&x, &c], attrs);
+        m.output(&y);
+        let g = import(&m.encode()).unwrap();
+        let x: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+        let sets: Vec<Vec<Tensor>> = [vec![0u8; cond_len], vec![1u8; cond_len]]
+            .into_iter()
+            .chain([(0..cond_len).map(|i| (i % 2) as u8).collect()])
+            .map(|c| vec![f32s(&[3, 4], x.clone()), bools(&c)])
+            .collect();
+        check(&g, &sets);
+    }
+}
+
+#[test]
+fn compress_with_a_constant_condition_has_a_static_shape() {
+    let mut m = ModelBuilder::new(5);
+    let x = m.input("x", &[3, 4]);
+    let c = m.weight(&[1], 1.0); // replaced below by a bool initializer
+    m.graph.initializer.retain(|t| t.name != c);
+    m.graph.initializer.push(nnc::onnx::proto::TensorProto {
+        name: c.clone(),
+        dims: vec![4],
+        data_type: 9,
+        int32_data: vec![1, 0, 0, 1],
+        ..Default::default()
+    });
+    let y = m.node("Compress", &[&x, &c], vec![("axis", Attr::I(1))]);
+    m.output(&y);
+    let g = import(&m.encode()).unwrap();
+    assert!(g.bounded_axes().is_empty());
+    assert_eq!(g.ty(g.outputs[0]).shape, vec![3, 2]);
+    let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    check(&g, &[vec![f32s(&[3, 4], x)]]);
+}
+
+#[test]
+fn unique_sorted_and_in_order_of_appearance() {
+    let data = vec![
+        2.0f32,
+        -1.0,
+        2.0,
+        0.0,
+        -0.0,
+        f32::NAN,
+        3.5,
+        -1.0,
+        f32::NAN,
+        7.0,
+        2.0,
+        0.0,
+    ];
+    for sorted in [1, 0] {
+        let mut m = ModelBuilder::new(6);
+        let x = m.input("x", &[12]);
+        let outs: Vec<String> = ["y", "indices", "inverse", "counts"]
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        m.graph.node.push(nnc::onnx::proto::NodeProto {
+            input: vec![x.clone()],
+            output: outs.clone(),
+            name: "unique".into(),
+            op_type: "Unique".into(),
+            attribute: vec![nnc::onnx::proto::AttributeProto {
+                name: "sorted".into(),
+                r#type: 2,
+                i: sorted,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        for o in &outs {
+            m.output(o);
+        }
+        let g = import(&m.encode()).unwrap();
+        let distinct: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        check(
+            &g,
+            &[
+                vec![f32s(&[12], data.clone())],
+                vec![f32s(&[12], vec![4.0; 12])],
+                vec![f32s(&[12], distinct)],
+            ],
+        );
+    }
+}
+
+#[test]
+fn unique_slices_along_an_axis() {
+    for (shape, axis) in [
+        (vec![5usize, 3], 0i64),
+        (vec![2, 4, 3], 1),
+        (vec![2, 3, 4], -1),
+    ] {
+        let mut m = ModelBuilder::new(8);
+        let x = m.typed_input("x", 7, &shape);
+        let outs: Vec<String> = (0..4).map(|i| format!("o{i}")).collect();
+        m.graph.node.push(nnc::onnx::proto::NodeProto {
+            input: vec![x.clone()],
+            output: outs.clone(),
+            name: "unique".into(),
+            op_type: "Unique".into(),
+            attribute: vec![nnc::onnx::proto::AttributeProto {
+                name: "axis".into(),
+                r#type: 2,
+                i: axis,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        for o in &outs {
+            m.output(o);
+        }
+        let g = import(&m.encode()).unwrap();
+        let n: usize = shape.iter().product();
+        let mut rng = models::Rng::new(9);
+        let sets: Vec<Vec<Tensor>> = [2usize, 3, 100]
+            .iter()
+            .map(|&range| {
+                let v: Vec<i64> = (0..n).map(|_| rng.below(range) as i64 - 1).collect();
+                vec![Tensor::from_vec(&shape, v)]
+            })
+            .collect();
+        check(&g, &sets);
+    }
+}
+
+/// `boxes` [B, N, 4] corners around a few clusters, so that IoU suppresses some.
+fn clustered_boxes(rng: &mut models::Rng, b: usize, n: usize, center: bool) -> Vec<f32> {
+    let mut v = Vec::with_capacity(b * n * 4);
+    for _ in 0..b * n {
+        let (cx, cy) = (rng.below(3) as f32 * 0.4, rng.below(3) as f32 * 0.4);
+        let (x, y) = (cx + rng.uniform() * 0.05, cy + rng.uniform() * 0.05);
+        let (w, h) = (
+            0.2 + rng.uniform().abs() * 0.1,
+            0.2 + rng.uniform().abs() * 0.1,
+        );
+        if center {
+            v.extend([x, y, w, h]);
+        } else if rng.below(2) == 0 {
+            v.extend([y, x, y + h, x + w]);
+        } else {
+            v.extend([y + h, x + w, y, x]); // flipped corners
+        }
+    }
+    v
+}
+
+fn nms_model(center: bool, max_out: Option<i64>, thresholds: bool) -> Graph {
+    let mut m = ModelBuilder::new(10);
+    let boxes = m.input("boxes", &[2, 20, 4]);
+    let scores = m.input("scores", &[2, 3, 20]);
+    let mut inputs = vec![boxes, scores];
+    match max_out {
+        Some(k) => inputs.push(m.int_init(&[k])),
+        None => inputs.push(m.typed_input("max_out", 7, &[1])),
+    }
+    if thresholds {
+        inputs.push(m.input("iou", &[1]));
+        inputs.push(m.input("score_threshold", &[1]));
+    }
+    let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let y = m.node(
+        "NonMaxSuppression",
+        &refs,
+        vec![("center_point_box", Attr::I(center as i64))],
+    );
+    m.output(&y);
+    import(&m.encode()).unwrap()
+}
+
+#[test]
+fn non_max_suppression_matches_the_reference() {
+    let mut rng = models::Rng::new(11);
+    for center in [false, true] {
+        let g = nms_model(center, None, true);
+        assert_eq!(g.ty(g.outputs[0]).shape, vec![2 * 3 * 20, 3]);
+        let mut sets = vec![];
+        for (max_out, iou, score) in [
+            (3i64, 0.5f32, 0.3f32),
+            (20, 0.3, -1.0),
+            (0, 0.5, 0.0),
+            (-4, 0.5, 0.0),
+            (100, 0.0, 0.5),
+        ] {
+            let boxes = clustered_boxes(&mut rng, 2, 20, center);
+            // Ties between scores too: quantized to tenths.
+            let scores: Vec<f32> = (0..120).map(|_| rng.below(10) as f32 / 10.0).collect();
+            sets.push(vec![
+                f32s(&[2, 20, 4], boxes),
+                f32s(&[2, 3, 20], scores),
+                Tensor::from_vec(&[1], vec![max_out]),
+                f32s(&[1], vec![iou]),
+                f32s(&[1], vec![score]),
+            ]);
+        }
+        check(&g, &sets);
+    }
+    // A constant max_output bounds the output: 2 batches × 3 classes × 4.
+    let g = nms_model(false, Some(4), false);
+    assert_eq!(g.ty(g.outputs[0]).shape, vec![24, 3]);
+    let boxes = clustered_boxes(&mut rng, 2, 20, false);
+    let scores: Vec<f32> = (0..120).map(|_| rng.uniform()).collect();
+    check(
+        &g,
+        &[vec![f32s(&[2, 20, 4], boxes), f32s(&[2, 3, 20], scores)]],
+    );
+}
+
+#[test]
+fn a_node_reading_a_bounded_value_is_refused_by_name() {
+    let mut m = ModelBuilder::new(12);
+    let x = m.input("x", &[3, 4]);
+    let y = m.node("NonZero", &[&x], vec![]);
+    let z = m.node("Neg", &[&y], vec![]);
+    m.output(&z);
+    let err = import(&m.encode()).unwrap_err().to_string();
+    assert!(
+        err.contains("Neg") && err.contains("known only at run time"),
+        "{err}"
+    );
+}
+
+#[test]
+fn header_and_model_info_describe_the_bounded_axis() {
+    let mut m = ModelBuilder::new(13);
+    let x = m.input("x", &[3, 4]);
+    let y = m.node("NonZero", &[&x], vec![]);
+    m.output(&y);
+    let g = import(&m.encode()).unwrap();
+    let loaded = load(&g);
+    let b = loaded.lib.bounded_axes();
+    assert_eq!((b.len(), b[0].output, b[0].axis), (1, 0, 1));
+    assert_eq!(loaded.lib.outputs()[0].shape, vec![2, 12]);
+    let h = nnc::header::generate(&g, "m", "m", 0);
+    assert!(h.contains("#define NNC_M_OUTPUT_0_BOUNDED_AXIS 1"), "{h}");
+}
