@@ -429,3 +429,115 @@ fn header_and_model_info_describe_the_bounded_axis() {
     let h = nnc::header::generate(&g, "m", "m", 0);
     assert!(h.contains("#define NNC_M_OUTPUT_0_BOUNDED_AXIS 1"), "{h}");
 }
+
+/// Imports with `input` frozen to `value`: the static model a user would compile with
+/// `--freeze-input`, the reference for the run-time parameter.
+fn import_frozen(bytes: &[u8], input: &str, value: Tensor) -> Graph {
+    let model = ModelProto::decode(bytes).unwrap();
+    let mut opts = ImportOptions::default();
+    opts.frozen_inputs.insert(input.into(), value);
+    let mut g = import_model(&model, None, &opts).unwrap().graph;
+    nnc::passes::PassManager::default().run(&mut g).unwrap();
+    g
+}
+
+/// Runs the library with `inputs`, expecting `run` to fail with `status`.
+fn run_fails_with(g: &Graph, inputs: &[Tensor], status: i32) {
+    let loaded = load(g);
+    let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+    let mut out_bytes: Vec<Vec<u8>> = (g.outputs.iter())
+        .map(|o| vec![0u8; g.ty(*o).byte_size()])
+        .collect();
+    let ins: Vec<In> = in_bytes.iter().map(|b| In::bytes(b)).collect();
+    let mut outs: Vec<TensorMut> = out_bytes.iter_mut().map(|b| TensorMut::bytes(b)).collect();
+    let mut ws = loaded.lib.workspace();
+    match loaded.lib.run_shaped(None, &mut ws, &[], &ins, &mut outs) {
+        Err(nnc_runtime_abi::loader::Error::Status(s)) => assert_eq!(s, status),
+        other => panic!("expected status {status}, got {other:?}"),
+    }
+}
+
+/// Every value of the run-time parameter gives the frozen model's outputs, bit for bit.
+fn check_against_frozen(bytes: &[u8], x: &Tensor, param: &str, values: &[Tensor]) {
+    let g = import(bytes).unwrap();
+    let loaded = load(&g);
+    for v in values {
+        let frozen = import_frozen(bytes, param, v.clone());
+        let expected = nnc::interp::run_graph(&frozen, std::slice::from_ref(x)).unwrap();
+        let actual = run_compiled(&loaded, &g, &[x.clone(), v.clone()]);
+        for (e, a) in expected.iter().zip(&actual) {
+            assert_eq!(e.shape(), a.shape(), "{param} = {v:?}");
+            assert_eq!(e.to_le_bytes(), a.to_le_bytes(), "{param} = {v:?}");
+        }
+    }
+}
+
+#[test]
+fn top_k_with_k_at_run_time() {
+    let mut m = ModelBuilder::new(14);
+    let x = m.input("x", &[3, 5]);
+    let k = m.typed_input("k", 7, &[1]);
+    let outs = vec!["values".to_string(), "indices".to_string()];
+    m.graph.node.push(nnc::onnx::proto::NodeProto {
+        input: vec![x, k],
+        output: outs.clone(),
+        name: "topk".into(),
+        op_type: "TopK".into(),
+        ..Default::default()
+    });
+    for o in &outs {
+        m.output(o);
+    }
+    let bytes = m.encode();
+    let x = f32s(&[3, 5], (0..15).map(|i| ((i * 7) % 11) as f32).collect());
+    let ks: Vec<Tensor> = (0..=5)
+        .map(|k| Tensor::from_vec(&[1], vec![k as i64]))
+        .collect();
+    check_against_frozen(&bytes, &x, "k", &ks);
+    let g = import(&bytes).unwrap();
+    for bad in [-1i64, 6] {
+        run_fails_with(&g, &[x.clone(), Tensor::from_vec(&[1], vec![bad])], 3);
+    }
+}
+
+#[test]
+fn cumsum_along_an_axis_given_at_run_time() {
+    for op in ["CumSum", "CumProd"] {
+        let mut m = ModelBuilder::new(15);
+        let x = m.input("x", &[2, 3, 4]);
+        let axis = m.typed_input("axis", 6, &[]);
+        let y = m.node(op, &[&x, &axis], vec![("reverse", Attr::I(1))]);
+        m.output(&y);
+        let bytes = m.encode();
+        let x = f32s(
+            &[2, 3, 4],
+            (0..24).map(|i| 1.0 + (i % 5) as f32 * 0.25).collect(),
+        );
+        let axes: Vec<Tensor> = (-3..3)
+            .map(|a| Tensor::from_vec(&[], vec![a as i32]))
+            .collect();
+        check_against_frozen(&bytes, &x, "axis", &axes);
+        let g = import(&bytes).unwrap();
+        for bad in [-4i32, 3] {
+            run_fails_with(&g, &[x.clone(), Tensor::from_vec(&[], vec![bad])], 3);
+        }
+    }
+}
+
+#[test]
+fn trilu_with_k_at_run_time() {
+    for upper in [0, 1] {
+        let mut m = ModelBuilder::new(16);
+        let x = m.input("x", &[2, 3, 5]);
+        let k = m.typed_input("k", 7, &[]);
+        let y = m.node("Trilu", &[&x, &k], vec![("upper", Attr::I(upper))]);
+        m.output(&y);
+        let bytes = m.encode();
+        let x = f32s(&[2, 3, 5], (0..30).map(|i| i as f32 - 7.0).collect());
+        let ks: Vec<Tensor> = [-9i64, -3, -1, 0, 2, 4, 5, 100]
+            .iter()
+            .map(|&k| Tensor::from_vec(&[], vec![k]))
+            .collect();
+        check_against_frozen(&bytes, &x, "k", &ks);
+    }
+}

@@ -53,8 +53,9 @@ extern "C" {
  * workspace_size is 0.) */
 #define NNC_ERR_MISALIGNED_WORKSPACE 2
 /* An index read from an input at run time (Gather, GatherElements, GatherND,
- * Scatter, ScatterElements, ScatterND, and the ops nnc builds from them) is
- * outside [-n, n) for its axis of n elements. Nothing was read or written
+ * Scatter, ScatterElements, ScatterND, and the ops nnc builds from them, such
+ * as CumSum's axis given at run time) is outside [-n, n) for its axis of n
+ * elements, or TopK's k given at run time is outside [0, n]. Nothing was read or written
  * outside any buffer, but the outputs and the workspace may be partly
  * written: discard them. Only libraries compiled with `--index-checks error`
  * (the default) return it; `--index-checks clamp` clamps such an index into

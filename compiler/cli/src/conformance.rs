@@ -221,11 +221,17 @@ pub enum CaseTarget {
 /// Compiles one case into `work_dir` for the host and checks every data set. `Err`
 /// carries the first reason the case fails.
 pub fn run_case(case: &Path, work_dir: &Path) -> Result<usize, String> {
-    run_case_on(case, work_dir, &CaseTarget::Host)
+    run_case_on(case, work_dir, &CaseTarget::Host, true)
 }
 
-/// [`run_case`] for any [`CaseTarget`].
-pub fn run_case_on(case: &Path, work_dir: &Path, target: &CaseTarget) -> Result<usize, String> {
+/// [`run_case`] for any [`CaseTarget`]; `freeze`: inputs the import needs constant
+/// may be frozen to their data set's values.
+pub fn run_case_on(
+    case: &Path,
+    work_dir: &Path,
+    target: &CaseTarget,
+    freeze: bool,
+) -> Result<usize, String> {
     let model = case.join("model.onnx");
     let mut sets: Vec<PathBuf> = std::fs::read_dir(case)
         .map_err(|e| e.to_string())?
@@ -258,7 +264,7 @@ pub fn run_case_on(case: &Path, work_dir: &Path, target: &CaseTarget) -> Result<
     }
     for (k, set) in sets.iter().enumerate() {
         let inputs = io.read_inputs(set)?;
-        let (graph, frozen) = import_bound_to(&model, &io, &inputs)?;
+        let (graph, frozen) = import_bound_to(&model, &io, &inputs, freeze)?;
         let lib = CompiledCase::new(graph, work_dir, &format!("libcase{k}.so"), target)?;
         let unfrozen: Vec<Tensor> = io
             .inputs
@@ -289,6 +295,7 @@ fn import_bound_to(
     model: &Path,
     io: &ModelIo,
     inputs: &[DataValue],
+    freeze: bool,
 ) -> Result<(nnc::ir::Graph, Vec<String>), String> {
     let mut opts = ImportOptions::default();
     for ((name, _), v) in io.inputs.iter().zip(inputs) {
@@ -320,7 +327,7 @@ fn import_bound_to(
         };
         if message.contains("is symbolic") && opts.input_shapes.is_empty() {
             opts.input_shapes = tensors().map(|(n, t)| (n, t.shape().to_vec())).collect();
-        } else if message.contains("computed at run time") && freeze_stage < 2 {
+        } else if freeze && message.contains("computed at run time") && freeze_stage < 2 {
             freeze_stage += 1;
             let small_floats = freeze_stage == 2;
             opts.frozen_inputs = tensors()

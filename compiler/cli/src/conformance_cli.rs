@@ -27,6 +27,8 @@ pub struct SuiteOptions {
     pub write_passing: Option<PathBuf>,
     pub jobs: usize,
     pub timeout: Duration,
+    /// Bind no input to its data set's value (`--no-freeze`).
+    pub no_freeze: bool,
 }
 
 pub struct CaseOutcome {
@@ -41,11 +43,15 @@ fn spawn_case(
     exe: &Path,
     case: &Path,
     harness: Option<&Path>,
+    no_freeze: bool,
 ) -> std::io::Result<std::process::Child> {
     let mut command = Command::new(exe);
     command.arg("conformance-case").arg(case);
     if let Some(h) = harness {
         command.arg("--aarch64-harness").arg(h);
+    }
+    if no_freeze {
+        command.arg("--no-freeze");
     }
     command
         .stdout(Stdio::piped())
@@ -191,7 +197,7 @@ pub fn run_suite(opts: &SuiteOptions) -> Result<bool, String> {
     loop {
         while running.len() < opts.jobs.max(1) {
             let Some(case) = queue.next() else { break };
-            match spawn_case(&exe, case, harness.as_deref()) {
+            match spawn_case(&exe, case, harness.as_deref(), opts.no_freeze) {
                 Ok(child) => running.push((case.clone(), child, Instant::now())),
                 Err(e) => return Err(format!("cannot start a case: {e}")),
             }
@@ -298,7 +304,7 @@ fn report(
 
 /// The child side: runs one case (on aarch64 under qemu when `aarch64_harness` is
 /// given), prints `pass\tN data sets` or `fail\tREASON`.
-pub fn run_one(case: &Path, aarch64_harness: Option<PathBuf>) -> bool {
+pub fn run_one(case: &Path, aarch64_harness: Option<PathBuf>, freeze: bool) -> bool {
     let work = std::env::temp_dir().join(format!("nnc-case-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&work);
     let target = match aarch64_harness {
@@ -308,7 +314,7 @@ pub fn run_one(case: &Path, aarch64_harness: Option<PathBuf>) -> bool {
         },
         None => CaseTarget::Host,
     };
-    let result = crate::conformance::run_case_on(case, &work, &target);
+    let result = crate::conformance::run_case_on(case, &work, &target, freeze);
     let _ = std::fs::remove_dir_all(&work);
     match result {
         Ok(n) => {

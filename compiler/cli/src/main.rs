@@ -207,6 +207,10 @@ enum Command {
         /// Seconds before a case is killed.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Freezes no input into a constant: shape-like inputs (axes, pads, shapes, k)
+        /// stay inputs, as a model compiled without --freeze-input has them.
+        #[arg(long)]
+        no_freeze: bool,
     },
     /// Runs one conformance case (used by `nnc conformance`, one process per case).
     #[command(hide = true)]
@@ -215,6 +219,9 @@ enum Command {
         /// Runs the case on aarch64 under qemu with this harness executable.
         #[arg(long)]
         aarch64_harness: Option<PathBuf>,
+        /// See `conformance --no-freeze`.
+        #[arg(long)]
+        no_freeze: bool,
     },
     /// Compiles MODEL.onnx for this machine in memory, runs it on the given inputs and
     /// writes each output to DIR/<output name>.npy.
@@ -637,6 +644,7 @@ fn run(cli: Cli) -> Result<()> {
             target,
             jobs,
             timeout,
+            no_freeze,
         } => {
             let aarch64 = match target {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)? == Arch::Aarch64,
@@ -652,6 +660,7 @@ fn run(cli: Cli) -> Result<()> {
                 aarch64: aarch64 && Arch::host() != Arch::Aarch64,
                 jobs,
                 timeout: std::time::Duration::from_secs(timeout),
+                no_freeze,
             };
             match nnc_cli::conformance_cli::run_suite(&opts).map_err(NncError::Model)? {
                 true => Ok(()),
@@ -663,8 +672,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::ConformanceCase {
             case,
             aarch64_harness,
+            no_freeze,
         } => {
-            if nnc_cli::conformance_cli::run_one(&case, aarch64_harness) {
+            if nnc_cli::conformance_cli::run_one(&case, aarch64_harness, !no_freeze) {
                 Ok(())
             } else {
                 std::process::exit(1)

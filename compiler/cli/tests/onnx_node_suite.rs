@@ -97,6 +97,21 @@ fn onnx_node_suite_has_no_regressions() {
     run_suite("node", "onnx_node_passing.txt");
 }
 
+/// The node suite compiled as a user would without `--freeze-input`: shape-like inputs
+/// (axes, k, counts) stay inputs read at run time.
+#[test]
+fn onnx_node_suite_without_frozen_inputs_has_no_regressions() {
+    let stdout = run_suite_with(
+        "node",
+        "onnx_node_no_freeze_passing.txt",
+        &["--no-freeze"],
+        "-no-freeze",
+    );
+    if let Some(summary) = stdout.lines().find(|l| l.starts_with("node: ")) {
+        println!("without --freeze-input: {summary}");
+    }
+}
+
 #[test]
 fn onnx_simple_suite_has_no_regressions() {
     run_suite("simple", "onnx_simple_passing.txt");

@@ -356,9 +356,11 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
             .filter(|&i| is_marked(i))
             .all(|i| rank(i) >= 3 && rank(i) == out_rank),
         // Their outputs' extents vary with the values, so samples cannot be stacked.
-        Op::NonZero | Op::Compress { .. } | Op::Unique { .. } | Op::NonMaxSuppression { .. } => {
-            false
-        }
+        Op::NonZero
+        | Op::Compress { .. }
+        | Op::Unique { .. }
+        | Op::NonMaxSuppression { .. }
+        | Op::TopKRunTime { .. } => false,
         Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
             *axis != 0 && elementwise()
         }

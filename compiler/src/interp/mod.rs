@@ -210,6 +210,17 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             product,
         } => indexing::cumsum(x()?, *axis, *exclusive, *reverse, *product)?,
         Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
+        Op::TopKRunTime { axis, largest } => {
+            let k = required(inputs, 1)?.to_i64_vec()[0];
+            let dim = x()?.shape()[*axis];
+            let k = usize::try_from(k)
+                .ok()
+                .filter(|&k| k <= dim)
+                .ok_or_else(|| format!("k = {k} is outside [0, {dim}]"))?;
+            let mut out = indexing::top_k(x()?, *axis, k, *largest)?;
+            out.push(Tensor::scalar(k as i64));
+            return Ok(out);
+        }
         Op::NonZero => return value_dependent::non_zero(x()?),
         Op::Compress { axis } => {
             return value_dependent::compress(x()?, required(inputs, 1)?, *axis)

@@ -560,6 +560,20 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 TensorType::new(DType::I64, shape),
             ])
         }
+        Op::TopKRunTime { axis, .. } => {
+            let (xt, k) = (x()?, input(inputs, 1)?);
+            if !k.dtype.is_int() || k.numel() != 1 {
+                return Err(format!("TopK's k must be one integer, not {k}"));
+            }
+            if *axis >= xt.rank() {
+                return Err("axis is out of range".into());
+            }
+            Ok(vec![
+                xt.clone(),
+                TensorType::new(DType::I64, xt.shape.clone()),
+                TensorType::new(DType::I64, vec![]),
+            ])
+        }
         Op::NonZero => {
             let xt = x()?;
             Ok(vec![

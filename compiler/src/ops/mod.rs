@@ -150,6 +150,12 @@ pub enum Op {
         k: usize,
         largest: bool,
     },
+    /// TopK with k read at run time (input 1, one integer in `[0, dim]`): outputs planned
+    /// for the whole axis and filled densely for k; output 2 holds k.
+    TopKRunTime {
+        axis: usize,
+        largest: bool,
+    },
     /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
     /// element in row-major order. `n` is known only at run time (see
     /// [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
@@ -254,6 +260,7 @@ impl Op {
                 (vec![(0, a), (1, 0), (3, 0)], 4)
             }
             Op::NonMaxSuppression { .. } => (vec![(0, 0)], 1),
+            Op::TopKRunTime { axis, .. } => (vec![(0, *axis), (1, *axis)], 2),
             _ => return None,
         };
         Some(CountedOutputs { outputs, count })

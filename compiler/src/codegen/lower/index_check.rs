@@ -34,7 +34,8 @@ pub fn node_checks_indices(op: &Op, indices_constant: bool, mode: IndexChecks) -
     mode == IndexChecks::Error && reads_runtime_indices(op) && !indices_constant
 }
 
-/// The ops whose input 1 holds indices into input 0 (or into the output).
+/// The ops whose input 1 holds indices into input 0 (or into the output), or, TopK's,
+/// a count of its axis.
 fn reads_runtime_indices(op: &Op) -> bool {
     matches!(
         op,
@@ -43,6 +44,7 @@ fn reads_runtime_indices(op: &Op) -> bool {
             | Op::GatherND { .. }
             | Op::ScatterElements { .. }
             | Op::ScatterND { .. }
+            | Op::TopKRunTime { .. }
     )
 }
 

@@ -394,7 +394,10 @@ pub(super) fn sort_key(b: &mut FunctionBuilder, dtype: DType, v: Value) -> Value
 /// TopK by repeated selection: output `j` is the least element, in the order (key,
 /// index), strictly after output `j - 1`. O(k · n) per lane and no scratch; the order
 /// is total, so ties go to the lower index as in the reference.
-pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: usize, largest: bool) -> LowerResult {
+/// `k`: the count, or `None` for TopK's run-time k (input 1, one integer): the outputs
+/// are then planned for the whole axis and filled densely for k, which output 2 holds;
+/// a k outside `[0, dim]` fails as a bad index (or is clamped into it).
+pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -> LowerResult {
     let (x, values, indices) = (ctx.input(0)?, ctx.output(0), ctx.output(1));
     let dtype = x.ty.dtype;
     if dtype == DType::Bool {
@@ -404,10 +407,35 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: usize, largest: bool) -> LowerR
     let outer: usize = shape[..axis].iter().product();
     let dim = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
-    if k > dim {
-        return Err(format!("k = {k} exceeds the axis of {dim}"));
+    let bound = k.unwrap_or(dim);
+    if bound > dim {
+        return Err(format!("k = {bound} exceeds the axis of {dim}"));
     }
-    if outer * inner * k == 0 {
+    let k_value = match k {
+        Some(k) => kernel::iconst(ctx.b, k as i64),
+        None => {
+            let k_in = ctx.input(1)?;
+            let count = ctx.output(2);
+            let b = &mut *ctx.b;
+            let raw = kernel::load_elem(b, k_in.ty.dtype, k_in.ptr, 0);
+            // Valid values are [0, dim]: checked as an index into an axis of dim + 1.
+            let k = match ctx.on_bad_index {
+                index_check::OnBadIndex::Fail(fail) => {
+                    index_check::check(b, raw, dim + 1, fail);
+                    raw
+                }
+                index_check::OnBadIndex::Clamp => {
+                    let zero = kernel::iconst(b, 0);
+                    let top = kernel::iconst(b, dim as i64);
+                    let k = b.ins().smax(raw, zero);
+                    b.ins().smin(k, top)
+                }
+            };
+            b.ins().store(flags(), k, count.ptr, 0);
+            k
+        }
+    };
+    if outer * inner * bound == 0 {
         return Ok(());
     }
     let elem = dtype.size();
@@ -416,13 +444,14 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: usize, largest: bool) -> LowerR
         let (o, i) = (idx[0], idx[1]);
         let lane = b.ins().imul_imm_s(o, (dim * inner) as i64);
         let lane = b.ins().iadd(lane, i);
-        let out_lane = b.ins().imul_imm_s(o, (k * inner) as i64);
+        let out_lane = b.ins().imul(o, k_value);
+        let out_lane = b.ins().imul_imm_s(out_lane, inner as i64);
         let out_lane = b.ins().iadd(out_lane, i);
         let zero = kernel::iconst(b, 0);
         let minus_one = kernel::iconst(b, -1);
         let prev_key = var(b, zero);
         let prev_idx = var(b, minus_one);
-        kernel::counted_loop(b, 0, k as i64, 1, |b, j| {
+        kernel::dynamic_loop(b, k_value, |b, j| {
             let all_ones = kernel::iconst(b, -1);
             let sentinel = kernel::iconst(b, dim as i64);
             let best_key = var(b, all_ones);

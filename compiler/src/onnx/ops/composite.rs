@@ -34,13 +34,44 @@ pub fn trilu(ctx: &mut NodeCtx) -> ImportResult {
     if x.rank() < 2 {
         return Err("input must have rank ≥ 2".into());
     }
-    let k = const_scalar(ctx, 1, "k")?.unwrap_or(0.0) as i64;
     let upper = ctx.attrs.int("upper", 1)? != 0;
     let (n, m) = (x.shape[x.rank() - 2], x.shape[x.rank() - 1]);
-    let mask: Vec<bool> = (0..n as i64)
-        .flat_map(|i| (0..m as i64).map(move |j| if upper { j - i >= k } else { j - i <= k }))
-        .collect();
-    let mask = ctx.constant_value("trilu_mask", Tensor::from_vec(&[n, m], mask));
+    let k_input = ctx.input(1);
+    let mask = match k_input.filter(|v| ctx.constant(*v).is_none()) {
+        // A k given at run time: the mask compares each diagonal index `j - i` with it.
+        Some(k) => {
+            let kt = ctx.ty(k).clone();
+            if kt.dtype != DType::I64 || kt.numel() != 1 {
+                return Err(format!("k must be one int64, not {kt}").into());
+            }
+            ctx.check_computed_constant(&crate::ir::TensorType::new(DType::I64, vec![n, m]))?;
+            let diagonal: Vec<i64> = (0..n as i64)
+                .flat_map(|i| (0..m as i64).map(move |j| j - i))
+                .collect();
+            let diagonal =
+                ctx.constant_value("trilu_diagonal", Tensor::from_vec(&[n, m], diagonal));
+            let k = if kt.rank() == 0 {
+                k
+            } else {
+                ctx.emit1(Op::Reshape { shape: vec![] }, vec![Some(k)])?
+            };
+            let cmp = if upper {
+                BinaryOp::GreaterOrEqual
+            } else {
+                BinaryOp::LessOrEqual
+            };
+            ctx.emit1(Op::Binary(cmp), vec![Some(diagonal), Some(k)])?
+        }
+        None => {
+            let k = const_scalar(ctx, 1, "k")?.unwrap_or(0.0) as i64;
+            let mask: Vec<bool> = (0..n as i64)
+                .flat_map(|i| {
+                    (0..m as i64).map(move |j| if upper { j - i >= k } else { j - i <= k })
+                })
+                .collect();
+            ctx.constant_value("trilu_mask", Tensor::from_vec(&[n, m], mask))
+        }
+    };
     let zero = ctx.constant_value("zero", scalar_of(x.dtype, 0.0));
     let y = ctx.emit1(
         Op::Where,

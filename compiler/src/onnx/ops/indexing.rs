@@ -2,7 +2,7 @@
 //! Scatter), ScatterND, CumSum and TopK, each one core op; TensorScatter as
 //! ScatterElements; ReverseSequence as GatherElements and MaxUnpool as ScatterElements.
 
-use crate::ir::{DType, Tensor};
+use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::attributes::{axis_and_dim, normalize_axis};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, ScatterReduction};
@@ -70,6 +70,23 @@ pub fn gather_nd(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn cumsum(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    let axis_input = ctx.required(1)?;
+    let exclusive = ctx.attrs.int("exclusive", 0)? != 0;
+    let reverse = ctx.attrs.int("reverse", 0)? != 0;
+    let product = ctx.node.op_type == "CumProd";
+    let op_along = move |axis: usize| -> ImportResult<Op> {
+        Ok(Op::CumSum {
+            axis,
+            exclusive,
+            reverse,
+            product,
+        })
+    };
+    if ctx.constant(axis_input).is_none() && x.rank() > 0 {
+        let y = cumsum_along_run_time_axis(ctx, axis_input, &op_along)?;
+        ctx.bind_output(0, y);
+        return Ok(());
+    }
     let axis = ctx
         .const_input(1, "axis")?
         .ok_or("input 'axis' is required")?
@@ -77,21 +94,72 @@ pub fn cumsum(ctx: &mut NodeCtx) -> ImportResult {
     let [axis] = axis[..] else {
         return Err("axis must hold one element".into());
     };
-    let op = Op::CumSum {
-        axis: normalize_axis(axis, x.rank())?,
-        exclusive: ctx.attrs.int("exclusive", 0)? != 0,
-        reverse: ctx.attrs.int("reverse", 0)? != 0,
-        product: ctx.node.op_type == "CumProd",
-    };
+    let op = op_along(normalize_axis(axis, x.rank())?)?;
     let y = ctx.emit1(op, vec![Some(ctx.required(0)?)])?;
     ctx.bind_output(0, y);
     Ok(())
+}
+
+/// CumSum over an axis given at run time: the sum along every axis, the one the value
+/// names selected. The value is normalized by a Gather from `[0, rank)`, so one outside
+/// `[-rank, rank)` is reported as NNC_ERR_INDEX_OUT_OF_RANGE.
+fn cumsum_along_run_time_axis(
+    ctx: &mut NodeCtx,
+    axis: ValueId,
+    op_along: &dyn Fn(usize) -> ImportResult<Op>,
+) -> ImportResult<ValueId> {
+    let x = ctx.input_ty(0)?;
+    let at = ctx.ty(axis).clone();
+    if !at.dtype.is_int() || at.numel() != 1 {
+        return Err(format!("axis must hold one integer, not {at}").into());
+    }
+    let r = x.rank();
+    let axes = ctx.constant_value(
+        "cumsum_axes",
+        Tensor::from_vec(&[r], (0..r as i64).collect::<Vec<i64>>()),
+    );
+    let index = if at.rank() == 0 {
+        axis
+    } else {
+        ctx.emit1(Op::Reshape { shape: vec![] }, vec![Some(axis)])?
+    };
+    let axis = ctx.emit1(Op::Gather { axis: 0 }, vec![Some(axes), Some(index)])?;
+    let xv = ctx.required(0)?;
+    let sums: Vec<ValueId> = (0..r)
+        .map(|a| ctx.emit1(op_along(a)?, vec![Some(xv)]))
+        .collect::<ImportResult<_>>()?;
+    // Selected from the last axis back; with one axis the selection still reads the
+    // normalized value, so that its range is checked.
+    let mut y = sums[r - 1];
+    let picks: Vec<usize> = if r == 1 {
+        vec![0]
+    } else {
+        (0..r - 1).rev().collect()
+    };
+    for a in picks {
+        let a_const = ctx.constant_value("cumsum_axis", Tensor::scalar(a as i64));
+        let is_a = ctx.emit1(Op::Binary(BinaryOp::Equal), vec![Some(axis), Some(a_const)])?;
+        y = ctx.emit1(Op::Where, vec![Some(is_a), Some(sums[a]), Some(y)])?;
+    }
+    Ok(y)
 }
 
 /// TopK: `k` from the attribute before opset 10, a constant input after. The outputs
 /// are always sorted (`sorted = 0` leaves the order unspecified).
 pub fn top_k(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    let k_input = ctx.input(1).filter(|v| ctx.constant(*v).is_none());
+    if let (true, Some(k)) = (ctx.opset() >= 10, k_input) {
+        let (axis, _) = axis_and_dim(ctx.attrs.int("axis", -1)?, &x.shape)?;
+        let largest = ctx.attrs.int("largest", 1)? != 0;
+        let outs = ctx.emit(
+            Op::TopKRunTime { axis, largest },
+            vec![Some(ctx.required(0)?), Some(k)],
+            3,
+        )?;
+        ctx.bind_outputs(&outs[..2]);
+        return Ok(());
+    }
     let k = if ctx.opset() < 10 {
         ctx.attrs.int_opt("k")?.ok_or("attribute 'k' is required")?
     } else {

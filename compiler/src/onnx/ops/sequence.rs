@@ -133,7 +133,8 @@ pub fn split_to_sequence(ctx: &mut NodeCtx) -> ImportResult {
                     .map(|&c| usize::try_from(c).map_err(|_| "split sizes must be non-negative"))
                     .collect::<Result<_, _>>()?
             };
-            if sizes.iter().sum::<usize>() != len {
+            let total = sizes.iter().try_fold(0usize, |t, &c| t.checked_add(c));
+            if total != Some(len) {
                 return Err(format!("split sizes {sizes:?} do not add up to {len}").into());
             }
             (sizes, false)
