@@ -514,7 +514,7 @@ fn cumsum_along_an_axis_given_at_run_time() {
             (0..24).map(|i| 1.0 + (i % 5) as f32 * 0.25).collect(),
         );
         let axes: Vec<Tensor> = (-3..3)
-            .map(|a| Tensor::from_vec(&[], vec![a as i32]))
+            .map(|a: i32| Tensor::from_vec(&[], vec![a]))
             .collect();
         check_against_frozen(&bytes, &x, "axis", &axes);
         let g = import(&bytes).unwrap();
