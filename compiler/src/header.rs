@@ -56,7 +56,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
             let t = first + i;
             let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
             let ty = crate::ir::TensorType::new(info.ty.dtype, shape.clone());
-            let bounded = info.run_extent.map(|e| e.axis);
+            let bounded: Vec<usize> = (info.run_extent.as_ref()).map_or(vec![], |e| e.axes.clone());
             let dims: Vec<String> = shape
                 .iter()
                 .enumerate()
@@ -64,7 +64,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
                     |(axis, d)| match deps.iter().find(|a| a.tensor == t && a.axis == axis) {
                         Some(a) if a.scale == 1 => format!("{} <= {d}", graph.dims[a.dim].name),
                         Some(a) => format!("{}*{} <= {d}", a.scale, graph.dims[a.dim].name),
-                        None if bounded == Some(axis) => format!("<= {d}"),
+                        None if bounded.contains(&axis) => format!("<= {d}"),
                         None => d.to_string(),
                     },
                 )
@@ -75,16 +75,14 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
                 info.ty.dtype,
                 dims.join(", ").replace("*/", "* /"),
                 ty.byte_size(),
-                if deps.iter().any(|a| a.tensor == t) || bounded.is_some() {
+                if deps.iter().any(|a| a.tensor == t) || !bounded.is_empty() {
                     " at most"
                 } else {
                     ""
                 }
             );
-            if let Some(axis) = bounded {
-                *h += &format!(
-                    "/* Axis {axis} has the extent the input values decide: written densely for it,\n   reported by run's options->output_shapes. */\n"
-                );
+            if !bounded.is_empty() {
+                *h += "/* Axes marked <= have the extents the input values decide: written densely for\n   them, reported by run's options->output_shapes. */\n";
             }
             let id = format!("{macro_prefix}_{}_{i}", kind.to_uppercase());
             *h += &format!("#define {id}_DTYPE {}\n", ty.dtype.onnx_code());
@@ -92,8 +90,9 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
             *h += &format!("#define {id}_NUMEL {}\n", ty.numel());
             *h += &format!("#define {id}_BYTES {}\n", ty.byte_size());
             *h += &format!("#define {id}_CTYPE {}\n", ty.dtype.c_type());
-            if let Some(axis) = bounded {
-                *h += &format!("#define {id}_BOUNDED_AXIS {axis}\n");
+            if !bounded.is_empty() {
+                let mask: u64 = bounded.iter().map(|a| 1u64 << a).sum();
+                *h += &format!("#define {id}_BOUNDED_AXES_MASK {mask:#x}\n");
             }
         }
     };

@@ -427,7 +427,10 @@ fn header_and_model_info_describe_the_bounded_axis() {
     assert_eq!((b.len(), b[0].output, b[0].axis), (1, 0, 1));
     assert_eq!(loaded.lib.outputs()[0].shape, vec![2, 12]);
     let h = nnc::header::generate(&g, "m", "m", 0);
-    assert!(h.contains("#define NNC_M_OUTPUT_0_BOUNDED_AXIS 1"), "{h}");
+    assert!(
+        h.contains("#define NNC_M_OUTPUT_0_BOUNDED_AXES_MASK 0x2"),
+        "{h}"
+    );
 }
 
 /// Imports with `input` frozen to `value`: the static model a user would compile with
@@ -539,5 +542,42 @@ fn trilu_with_k_at_run_time() {
             .map(|&k| Tensor::from_vec(&[], vec![k]))
             .collect();
         check_against_frozen(&bytes, &x, "k", &ks);
+    }
+}
+
+#[test]
+fn reductions_over_axes_given_at_run_time() {
+    for (op, keepdims, then) in [
+        ("ReduceSum", 1, None),
+        ("ReduceMax", 0, None),
+        ("ReduceMean", 0, Some("Sqrt")),
+        ("ReduceL2", 1, Some("Neg")),
+    ] {
+        let mut m = ModelBuilder::new(17);
+        let x = m.input("x", &[2, 3, 4]);
+        let axes = m.typed_input("axes", 7, &[2]);
+        let mut y = m.node(op, &[&x, &axes], vec![("keepdims", Attr::I(keepdims))]);
+        if let Some(unary) = then {
+            y = m.node(unary, &[&y], vec![]);
+        }
+        m.output(&y);
+        // Reductions other than ReduceSum take their axes as an input from opset 18.
+        let mut model = ModelProto::decode(m.encode().as_slice()).unwrap();
+        model.opset_import[0].version = 18;
+        let bytes = model.encode_to_vec();
+        let x = f32s(&[2, 3, 4], (0..24).map(|i| 0.5 + (i % 7) as f32).collect());
+        let sets: Vec<Tensor> = [[0i64, 1], [1, 0], [0, 2], [-1, 1], [2, -3]]
+            .iter()
+            .map(|s| Tensor::from_vec(&[2], s.to_vec()))
+            .collect();
+        check_against_frozen(&bytes, &x, "axes", &sets);
+        let g = import(&bytes).unwrap();
+        assert!(
+            !g.bounded_axes().is_empty(),
+            "{op}: the shape depends on the axes"
+        );
+        for bad in [[0i64, 0], [3, 1], [-4, 0]] {
+            run_fails_with(&g, &[x.clone(), Tensor::from_vec(&[2], bad.to_vec())], 3);
+        }
     }
 }

@@ -124,8 +124,8 @@ pub struct TensorInfo {
     pub shape: Vec<usize>,
     /// Per axis: the dim set at run time it holds (`scale · dim`), if any.
     pub axis_dims: Vec<Option<AxisDimInfo>>,
-    /// The axis whose extent the input values decide (at most `shape[axis]`), if any.
-    pub bounded_axis: Option<usize>,
+    /// The axes whose extents the input values decide (at most their `shape`).
+    pub bounded_axes: Vec<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -202,7 +202,7 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
                     })
             })
             .collect(),
-        bounded_axis: g.value(*v).run_extent.map(|e| e.axis),
+        bounded_axes: (g.value(*v).run_extent.as_ref()).map_or(vec![], |e| e.axes.clone()),
     };
     let n_in = g.inputs.len();
     let mut report = Report {
@@ -390,7 +390,7 @@ pub fn text(r: &Report) -> String {
                 .map(|(axis, (d, a))| match a {
                     Some(a) if a.scale == 1 => a.dim.clone(),
                     Some(a) => format!("{}*{}", a.scale, a.dim),
-                    None if t.bounded_axis == Some(axis) => format!("<={d}"),
+                    None if t.bounded_axes.contains(&axis) => format!("<={d}"),
                     None => d.to_string(),
                 })
                 .collect();

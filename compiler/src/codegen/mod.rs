@@ -123,9 +123,12 @@ fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisEx
             let tensor = graph.inputs.len() + i;
             (info.ty.shape.iter().enumerate())
                 .map(|(axis, &size)| {
-                    let counted = info.run_extent.filter(|e| e.axis == axis);
-                    if let Some(offset) = counted.and_then(|e| offset_of(e.count)) {
-                        return run::AxisExtent::Counted { offset };
+                    if let Some(e) = &info.run_extent {
+                        let at = e.offset_of(axis).zip(offset_of(e.count));
+                        if let Some((within, offset)) = at {
+                            let offset = offset + within;
+                            return run::AxisExtent::Counted { offset };
+                        }
                     }
                     match deps.iter().find(|d| d.tensor == tensor && d.axis == axis) {
                         Some(d) => run::AxisExtent::Samples { scale: d.scale },
@@ -137,20 +140,31 @@ fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisEx
         .collect()
 }
 
-/// Refuses a graph in which a node reads a value whose extent only the run knows:
-/// every kernel is compiled for fixed extents.
+/// Refuses a graph in which a node reads a value whose extent only the run knows
+/// (every kernel is compiled for fixed extents) unless it is elementwise and passes the
+/// extents on to its output.
 fn check_run_extents(graph: &Graph) -> Result<()> {
     for node in &graph.nodes {
-        if let Some(v) =
-            (node.inputs.iter().flatten()).find(|v| graph.value(**v).run_extent.is_some())
-        {
+        let passes =
+            |v: &ValueId| node.inputs.len() == 1 && node.op.passes_run_extent(graph.ty(*v).dtype);
+        let reads = |v: &&ValueId| graph.value(**v).run_extent.is_some() && !passes(v);
+        if let Some(v) = (node.inputs.iter().flatten()).find(reads) {
             return Err(NncError::node(
                 &node.name,
                 &node.onnx_op,
                 format!(
-                    "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs so far",
+                    "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs and elementwise ops of one input so far",
                     graph.value(*v).name
                 ),
+            ));
+        }
+        let reads_extent =
+            (node.inputs.iter().flatten()).any(|v| graph.value(*v).run_extent.is_some());
+        if reads_extent && graph.value(node.outputs[0]).run_extent.is_none() {
+            return Err(NncError::node(
+                &node.name,
+                &node.onnx_op,
+                "its output lost the run-time extents of its input (a graph pass rewrote it)",
             ));
         }
     }

@@ -126,7 +126,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     }
     // `run` reads an output's extent after the last node.
     for v in &graph.outputs {
-        if let Some(e) = graph.value(*v).run_extent {
+        if let Some(e) = &graph.value(*v).run_extent {
             last_use[e.count.0] = nn;
         }
     }

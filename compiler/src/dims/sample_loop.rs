@@ -360,7 +360,8 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
         | Op::Compress { .. }
         | Op::Unique { .. }
         | Op::NonMaxSuppression { .. }
-        | Op::TopKRunTime { .. } => false,
+        | Op::TopKRunTime { .. }
+        | Op::ReduceRunTimeAxes { .. } => false,
         Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
             *axis != 0 && elementwise()
         }

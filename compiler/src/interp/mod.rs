@@ -96,22 +96,16 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, Strin
     let actual: Vec<TensorType> = outputs.iter().map(Tensor::ty).collect();
     // An extent the values decide may be anything up to its bound.
     let within_bounds = |(k, (a, e)): (usize, (&TensorType, &TensorType))| {
-        let axis = op.counted_outputs().and_then(|c| {
-            c.outputs
-                .iter()
-                .find(|(o, _)| *o == k)
-                .map(|&(_, axis)| axis)
-        });
-        match axis {
-            Some(axis) => {
-                a.dtype == e.dtype
-                    && a.rank() == e.rank()
-                    && (0..a.rank()).all(|d| {
-                        a.shape[d] == e.shape[d] || (d == axis && a.shape[d] <= e.shape[d])
-                    })
-            }
-            None => a == e,
-        }
+        let axes: Vec<usize> = (op.counted_outputs().into_iter())
+            .flat_map(|c| c.outputs.into_iter())
+            .filter(|(o, _)| *o == k)
+            .map(|(_, axis)| axis)
+            .collect();
+        a.dtype == e.dtype
+            && a.rank() == e.rank()
+            && (0..a.rank()).all(|d| {
+                a.shape[d] == e.shape[d] || (axes.contains(&d) && a.shape[d] <= e.shape[d])
+            })
     };
     let fits = actual.len() == expected.len()
         && actual.iter().zip(&expected).enumerate().all(within_bounds);
@@ -220,6 +214,33 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let mut out = indexing::top_k(x()?, *axis, k, *largest)?;
             out.push(Tensor::scalar(k as i64));
             return Ok(out);
+        }
+        Op::ReduceRunTimeAxes { kind, keepdims, .. } => {
+            let xt = x()?;
+            let rank = xt.shape().len() as i64;
+            let mut axes = (required(inputs, 1)?.to_i64_vec().iter())
+                .map(|&a| {
+                    let n = if a < 0 { a + rank } else { a };
+                    (0..rank)
+                        .contains(&n)
+                        .then_some(n as usize)
+                        .ok_or_else(|| format!("axis {a} is out of range for rank {rank}"))
+                })
+                .collect::<Result<Vec<usize>, String>>()?;
+            let count = axes.len();
+            axes.sort_unstable();
+            axes.dedup();
+            if axes.len() != count {
+                return Err("the axes repeat an axis".into());
+            }
+            let attrs = ops::ReduceAttrs {
+                kind: *kind,
+                axes,
+                keepdims: *keepdims,
+            };
+            let y = reduce::reduce(&attrs, xt)?;
+            let shape: Vec<i64> = y.shape().iter().map(|&d| d as i64).collect();
+            return Ok(vec![y, Tensor::from_vec(&[shape.len()], shape)]);
         }
         Op::NonZero => return value_dependent::non_zero(x()?),
         Op::Compress { axis } => {

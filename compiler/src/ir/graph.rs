@@ -19,13 +19,27 @@ pub struct ValueInfo {
     pub run_extent: Option<RunExtent>,
 }
 
-/// An axis whose extent the values of the inputs decide (NonZero's count): `ty.shape`
-/// holds its upper bound, the elements are stored densely (row-major) for the actual
-/// extent, and the value `count` (an int64 scalar its producer writes) holds that.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Axes whose extent the values of the inputs decide (NonZero's count, a reduction's
+/// axes given at run time): `ty.shape` holds their upper bounds, the elements are stored
+/// densely (row-major) for the actual extents, and the value `count` its producer
+/// writes holds them: an int64 scalar, the extent of the one axis in `axes`, or with
+/// `whole_shape` an int64 `[rank]`, the whole shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunExtent {
-    pub axis: usize,
+    pub axes: Vec<usize>,
     pub count: ValueId,
+    pub whole_shape: bool,
+}
+
+impl RunExtent {
+    /// Bytes into `count` of axis `axis`'s extent.
+    pub fn offset_of(&self, axis: usize) -> Option<usize> {
+        match (self.axes.contains(&axis), self.whole_shape) {
+            (false, _) => None,
+            (true, true) => Some(8 * axis),
+            (true, false) => Some(0),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -81,7 +95,10 @@ impl Graph {
     /// `(output, axis)` of every graph output axis whose extent the input values decide.
     pub fn bounded_axes(&self) -> Vec<(usize, usize)> {
         (self.outputs.iter().enumerate())
-            .filter_map(|(i, v)| self.values[v.0].run_extent.map(|e| (i, e.axis)))
+            .flat_map(|(i, v)| {
+                let axes = self.values[v.0].run_extent.as_ref().map(|e| e.axes.clone());
+                axes.unwrap_or_default().into_iter().map(move |a| (i, a))
+            })
             .collect()
     }
 

@@ -815,11 +815,20 @@ impl NodeCtx<'_> {
         inputs: Vec<Option<ValueId>>,
         n_outputs: usize,
     ) -> ImportResult<Vec<ValueId>> {
-        if let Some(v) =
-            (inputs.iter().flatten()).find(|v| self.b.graph.value(**v).run_extent.is_some())
-        {
+        let passed = match inputs.as_slice() {
+            [Some(v)] => {
+                let info = self.b.graph.value(*v);
+                (info.run_extent.clone()).filter(|_| op.passes_run_extent(info.ty.dtype))
+            }
+            _ => None,
+        };
+        let reads_extent = |v: &&ValueId| self.b.graph.value(**v).run_extent.is_some();
+        let refused = (inputs.iter().flatten())
+            .find(reads_extent)
+            .filter(|_| passed.is_none());
+        if let Some(v) = refused {
             return Err(ImportError::Unsupported(format!(
-                "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs so far",
+                "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs and elementwise ops of one input so far",
                 self.b.graph.value(*v).name
             )));
         }
@@ -876,10 +885,20 @@ impl NodeCtx<'_> {
                 self.b.graph.add_value(name, ty, None)
             })
             .collect();
+        if let Some(e) = passed {
+            self.b.graph.values[outputs[0].0].run_extent = Some(e);
+        }
         if let Some(counted) = op.counted_outputs() {
             let count = outputs[counted.count];
             for (k, axis) in counted.outputs {
-                self.b.graph.values[outputs[k].0].run_extent = Some(RunExtent { axis, count });
+                let e = &mut self.b.graph.values[outputs[k].0].run_extent;
+                e.get_or_insert_with(|| RunExtent {
+                    axes: vec![],
+                    count,
+                    whole_shape: counted.whole_shape,
+                })
+                .axes
+                .push(axis);
             }
         }
         self.b.graph.nodes.push(Node {

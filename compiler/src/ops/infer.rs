@@ -574,6 +574,26 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 TensorType::new(DType::I64, vec![]),
             ])
         }
+        Op::ReduceRunTimeAxes {
+            keepdims, count, ..
+        } => {
+            let (xt, axes) = (x()?, input(inputs, 1)?);
+            if !axes.dtype.is_int() || axes.numel() != *count || axes.rank() != 1 {
+                return Err(format!("the axes must be {count} integers, not {axes}"));
+            }
+            let shapes: Vec<Vec<usize>> = axis_sets(xt.rank(), *count)
+                .iter()
+                .map(|set| reduced_shape(&xt.shape, set, *keepdims))
+                .collect();
+            let first = shapes.first().ok_or("no set of axes fits the rank")?;
+            let bound: Vec<usize> = (0..first.len())
+                .map(|d| shapes.iter().map(|s| s[d]).max().unwrap_or(0))
+                .collect();
+            Ok(vec![
+                TensorType::new(xt.dtype, bound.clone()),
+                TensorType::new(DType::I64, vec![bound.len()]),
+            ])
+        }
         Op::NonZero => {
             let xt = x()?;
             Ok(vec![
@@ -640,6 +660,31 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             ])
         }
     }
+}
+
+/// Every set of `count` distinct axes of a tensor of rank `rank`, each sorted, in
+/// lexicographic order.
+pub fn axis_sets(rank: usize, count: usize) -> Vec<Vec<usize>> {
+    fn extend(
+        from: usize,
+        rank: usize,
+        left: usize,
+        set: &mut Vec<usize>,
+        out: &mut Vec<Vec<usize>>,
+    ) {
+        if left == 0 {
+            out.push(set.clone());
+            return;
+        }
+        for a in from..rank {
+            set.push(a);
+            extend(a + 1, rank, left - 1, set, out);
+            set.pop();
+        }
+    }
+    let mut out = vec![];
+    extend(0, rank, count, &mut vec![], &mut out);
+    out
 }
 
 pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {

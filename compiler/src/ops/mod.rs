@@ -21,10 +21,13 @@ use crate::ir::DType;
 /// See [`Op::counted_outputs`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CountedOutputs {
-    /// `(output, axis)`: the axis of that output whose extent is the count.
+    /// `(output, axis)`: an axis of that output whose extent the count holds.
     pub outputs: Vec<(usize, usize)>,
     /// The output holding the count.
     pub count: usize,
+    /// The count is an int64 `[rank]`, the output's whole shape (one output only);
+    /// else an int64 scalar, the extent of each listed axis.
+    pub whole_shape: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -156,6 +159,17 @@ pub enum Op {
         axis: usize,
         largest: bool,
     },
+    /// A reduction over `count` distinct axes read at run time (input 1, integers in
+    /// `[-rank, rank)`): output 0 is planned at the largest shape any such set of axes
+    /// gives and filled densely for the actual one, which output 1 (int64, one value
+    /// per output axis) holds; `varying` lists the output axes whose extent depends on
+    /// the axes.
+    ReduceRunTimeAxes {
+        kind: ReduceKind,
+        keepdims: bool,
+        count: usize,
+        varying: Vec<usize>,
+    },
     /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
     /// element in row-major order. `n` is known only at run time (see
     /// [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
@@ -261,9 +275,31 @@ impl Op {
             }
             Op::NonMaxSuppression { .. } => (vec![(0, 0)], 1),
             Op::TopKRunTime { axis, .. } => (vec![(0, *axis), (1, *axis)], 2),
+            Op::ReduceRunTimeAxes { varying, .. } => {
+                return Some(CountedOutputs {
+                    outputs: varying.iter().map(|&a| (0, a)).collect(),
+                    count: 1,
+                    whole_shape: true,
+                });
+            }
             _ => return None,
         };
-        Some(CountedOutputs { outputs, count })
+        Some(CountedOutputs {
+            outputs,
+            count,
+            whole_shape: false,
+        })
+    }
+
+    /// Whether the op may read a value whose extents only the run knows, its output then
+    /// having those extents: elementwise ops of one float input (and Cast) compute over
+    /// the whole planned buffer, the part past the actual extents unread, and never trap.
+    pub fn passes_run_extent(&self, input: DType) -> bool {
+        match self {
+            Op::Unary(_) => input.is_float(),
+            Op::Cast { .. } => true,
+            _ => false,
+        }
     }
 
     pub fn name(&self) -> String {

@@ -45,6 +45,7 @@ fn reads_runtime_indices(op: &Op) -> bool {
             | Op::ScatterElements { .. }
             | Op::ScatterND { .. }
             | Op::TopKRunTime { .. }
+            | Op::ReduceRunTimeAxes { .. }
     )
 }
 

@@ -421,6 +421,12 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, Some(*k), *largest),
         Op::TopKRunTime { axis, largest } => indexing::top_k(ctx, *axis, None, *largest),
+        Op::ReduceRunTimeAxes {
+            kind,
+            keepdims,
+            count,
+            ..
+        } => value_dependent::reduce_run_time_axes(ctx, *kind, *keepdims, *count),
         Op::NonZero => value_dependent::non_zero(ctx),
         Op::Compress { axis } => value_dependent::compress(ctx, *axis),
         Op::Unique { axis, sorted } => value_dependent::unique(ctx, *axis, *sorted),

@@ -227,6 +227,12 @@ pub fn unique(ctx: &mut LowerCtx, axis: Option<usize>, sorted: bool) -> LowerRes
         Some(a) => around(&x.ty.shape, a),
     };
     let (outer, dim, inner) = geometry;
+    if dim.saturating_mul(dim).saturating_mul(outer * inner) > MAX_QUADRATIC_WORK {
+        return Err(format!(
+            "Unique over {dim} slices of {} elements: nnc's kernel compares every pair, at most {MAX_QUADRATIC_WORK} element comparisons",
+            outer * inner
+        ));
+    }
     let first = ctx.scratch.ok_or("Unique needs scratch")?;
     let row = inner * x.ty.dtype.size();
     let b = &mut *ctx.b;
@@ -317,6 +323,97 @@ pub fn unique(ctx: &mut LowerCtx, axis: Option<usize>, sorted: bool) -> LowerRes
         b.ins().store(flags(), c, at, 0);
     });
     Ok(())
+}
+
+/// The most element comparisons a quadratic kernel here may need (about a second):
+/// past it, compiling is refused rather than a run taking hours.
+const MAX_QUADRATIC_WORK: usize = 1 << 30;
+
+/// A reduction over axes read at run time: the set they name (each normalized and
+/// checked as an index into the rank; a repeated axis fails too) becomes a bit mask,
+/// and the reduction compiled for that set runs, writing its output densely and its
+/// shape into output 1. In `--index-checks clamp` libraries an invalid set runs the
+/// last set's reduction.
+pub fn reduce_run_time_axes(
+    ctx: &mut LowerCtx,
+    kind: crate::ops::ReduceKind,
+    keepdims: bool,
+    count: usize,
+) -> LowerResult {
+    let (x, axes_in, shape_out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(1));
+    let rank = x.ty.rank();
+    let sets = crate::ops::infer::axis_sets(rank, count);
+    if sets.len() > MAX_AXIS_SETS {
+        return Err(format!(
+            "a reduction over {count} of {rank} axes given at run time has {} possible sets; nnc compiles at most {MAX_AXIS_SETS}",
+            sets.len()
+        ));
+    }
+    let on_bad = ctx.on_bad_index;
+    let b = &mut *ctx.b;
+    let zero = kernel::iconst(b, 0);
+    let mut mask = zero;
+    for l in 0..count {
+        let at = kernel::iconst(b, l as i64);
+        let at = kernel::elem_addr(b, axes_in.ptr, at, axes_in.ty.dtype.size());
+        let a = kernel::load_elem(b, axes_in.ty.dtype, at, 0);
+        let a = super::index_check::resolve(b, &axes_in, a, rank, on_bad);
+        let one = kernel::iconst(b, 1);
+        let bit = b.ins().ishl(one, a);
+        mask = b.ins().bor(mask, bit);
+    }
+    if let super::index_check::OnBadIndex::Fail(fail) = on_bad {
+        // A repeated axis leaves fewer bits than axes.
+        let bits = b.ins().popcnt(mask);
+        let repeated = b.ins().icmp_imm_u(IntCC::NotEqual, bits, count as i64);
+        let ok = b.create_block();
+        b.ins().brif(repeated, fail, &[], ok, &[]);
+        b.seal_block(ok);
+        b.switch_to_block(ok);
+    }
+    let dtype = x.ty.dtype;
+    reduce_one_of(ctx, &sets, mask, (kind, keepdims, dtype), &shape_out)
+}
+
+/// The most axis sets a reduction over axes given at run time compiles.
+const MAX_AXIS_SETS: usize = 64;
+
+/// Emits `if mask == sets[0] { reduce over it } else if ... else { reduce over the
+/// last }`, each branch typing output 0 for its set.
+fn reduce_one_of(
+    ctx: &mut LowerCtx,
+    sets: &[Vec<usize>],
+    mask: Value,
+    (kind, keepdims, dtype): (crate::ops::ReduceKind, bool, DType),
+    shape_out: &Operand,
+) -> LowerResult {
+    let Some((set, rest)) = sets.split_first() else {
+        return Ok(());
+    };
+    let run = |ctx: &mut LowerCtx| -> LowerResult {
+        let x = ctx.input(0)?;
+        let shape = crate::ops::infer::reduced_shape(&x.ty.shape, set, keepdims);
+        ctx.outputs[0].ty = crate::ir::TensorType::new(dtype, shape.clone());
+        let attrs = crate::ops::ReduceAttrs {
+            kind,
+            axes: set.clone(),
+            keepdims,
+        };
+        super::reduce::reduce(ctx, &attrs)?;
+        for (d, &size) in shape.iter().enumerate() {
+            let v = kernel::iconst(ctx.b, size as i64);
+            ctx.b.ins().store(flags(), v, shape_out.ptr, (8 * d) as i32);
+        }
+        Ok(())
+    };
+    if rest.is_empty() {
+        return run(ctx);
+    }
+    let bits: u64 = set.iter().map(|a| 1u64 << a).sum();
+    let is_set = ctx.b.ins().icmp_imm_u(IntCC::Equal, mask, bits as i64);
+    ctx.branch(is_set, run, |ctx| {
+        reduce_one_of(ctx, rest, mask, (kind, keepdims, dtype), shape_out)
+    })
 }
 
 /// Scratch bytes of Unique: one int64 per slice.
@@ -445,6 +542,16 @@ pub fn non_max_suppression(
     let (out, count_out) = (ctx.output(0), ctx.output(1));
     let (batches, n) = (boxes.ty.shape[0], boxes.ty.shape[1]);
     let classes = scores.ty.shape[1];
+    // Each kept box scans every box (and the kept ones): n · per_class per class.
+    let work = (batches * classes)
+        .saturating_mul(n)
+        .saturating_mul(per_class.max(1));
+    if work > MAX_QUADRATIC_WORK {
+        return Err(format!(
+            "NonMaxSuppression of {n} boxes keeping up to {per_class} per class over {} batch-classes: at most {MAX_QUADRATIC_WORK} box visits (give max_output_boxes_per_class as a constant to bound it)",
+            batches * classes
+        ));
+    }
     let scratch = ctx.scratch;
     let b = &mut *ctx.b;
     let zero = kernel::iconst(b, 0);

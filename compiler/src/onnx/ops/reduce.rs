@@ -1,5 +1,6 @@
 //! Reductions: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin.
 
+use crate::ir::ValueId;
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportResult, NodeCtx};
 use crate::ops::{ArgReduceAttrs, Op, ReduceAttrs, ReduceKind, UnaryOp};
@@ -25,7 +26,15 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
     } else {
         ctx.opset() >= 18
     };
-    let axes = if axes_from_input {
+    let run_time_axes = ctx
+        .input(1)
+        .filter(|v| axes_from_input && ctx.constant(*v).is_none());
+    if let Some(axes) = run_time_axes.filter(|v| ctx.ty(*v).numel() > 0) {
+        return reduce_over_run_time_axes(ctx, kind, axes);
+    }
+    let axes = if axes_from_input && run_time_axes.is_some() {
+        Some(vec![]) // no axes: the values do not matter
+    } else if axes_from_input {
         ctx.const_input(1, "axes")?.map(|t| t.to_i64_vec())
     } else {
         ctx.attrs.ints_opt("axes")?
@@ -56,6 +65,37 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
         vec![Some(xv)],
     )?;
     ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// A reduction whose axes are read at run time: its output shape depends on them, so it
+/// is planned at the largest and reported with the run (see `Op::ReduceRunTimeAxes`).
+fn reduce_over_run_time_axes(ctx: &mut NodeCtx, kind: ReduceKind, axes: ValueId) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let at = ctx.ty(axes).clone();
+    if at.rank() != 1 || !at.dtype.is_int() {
+        return Err(format!("axes must be a 1-D integer tensor, not {at}").into());
+    }
+    let keepdims = ctx.attrs.int("keepdims", 1)? != 0;
+    let count = at.numel();
+    let shapes: Vec<Vec<usize>> = crate::ops::infer::axis_sets(x.rank(), count)
+        .iter()
+        .map(|set| crate::ops::infer::reduced_shape(&x.shape, set, keepdims))
+        .collect();
+    let Some(first) = shapes.first() else {
+        return Err(format!("{count} distinct axes do not fit rank {}", x.rank()).into());
+    };
+    let varying: Vec<usize> = (0..first.len())
+        .filter(|&d| shapes.iter().any(|s| s[d] != first[d]))
+        .collect();
+    let op = Op::ReduceRunTimeAxes {
+        kind,
+        keepdims,
+        count,
+        varying,
+    };
+    let outs = ctx.emit(op, vec![Some(ctx.required(0)?), Some(axes)], 2)?;
+    ctx.bind_output(0, outs[0]);
     Ok(())
 }
 
