@@ -581,3 +581,44 @@ fn reductions_over_axes_given_at_run_time() {
         }
     }
 }
+
+#[test]
+fn squeeze_and_unsqueeze_with_axes_given_at_run_time() {
+    for (op, shape, count, sets) in [
+        (
+            "Unsqueeze",
+            vec![3usize, 4],
+            2usize,
+            vec![[0i64, 1], [0, 3], [-1, 1], [2, -4]],
+        ),
+        (
+            "Squeeze",
+            vec![1, 3, 1, 1],
+            2,
+            vec![[0, 2], [3, -4], [-1, -2], [2, 3]],
+        ),
+    ] {
+        let mut m = ModelBuilder::new(18);
+        let x = m.input("x", &shape);
+        let axes = m.typed_input("axes", 7, &[count]);
+        let y = m.node(op, &[&x, &axes], vec![]);
+        m.output(&y);
+        let bytes = m.encode();
+        let n: usize = shape.iter().product();
+        let x = f32s(&shape, (0..n).map(|i| i as f32).collect());
+        let sets: Vec<Tensor> = sets
+            .iter()
+            .map(|s| Tensor::from_vec(&[2], s.to_vec()))
+            .collect();
+        check_against_frozen(&bytes, &x, "axes", &sets);
+        let g = import(&bytes).unwrap();
+        // A repeated axis, one out of range, and (Squeeze) an axis of size 3.
+        let mut bad_sets = vec![[0i64, 0], [0, 9]];
+        if op == "Squeeze" {
+            bad_sets.push([0, 1]);
+        }
+        for bad in bad_sets {
+            run_fails_with(&g, &[x.clone(), Tensor::from_vec(&[2], bad.to_vec())], 3);
+        }
+    }
+}

@@ -361,7 +361,8 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
         | Op::Unique { .. }
         | Op::NonMaxSuppression { .. }
         | Op::TopKRunTime { .. }
-        | Op::ReduceRunTimeAxes { .. } => false,
+        | Op::ReduceRunTimeAxes { .. }
+        | Op::ReshapeByAxes { .. } => false,
         Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
             *axis != 0 && elementwise()
         }

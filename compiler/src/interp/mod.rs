@@ -242,6 +242,25 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let shape: Vec<i64> = y.shape().iter().map(|&d| d as i64).collect();
             return Ok(vec![y, Tensor::from_vec(&[shape.len()], shape)]);
         }
+        Op::ReshapeByAxes {
+            axes_rank, shapes, ..
+        } => {
+            let rank = *axes_rank as i64;
+            let mut mask = 0u64;
+            for &a in &required(inputs, 1)?.to_i64_vec() {
+                let n = if a < 0 { a + rank } else { a };
+                if !(0..rank).contains(&n) || mask & (1 << n) != 0 {
+                    return Err(format!("axis {a} is out of range or repeated"));
+                }
+                mask |= 1 << n;
+            }
+            let (_, shape) = (shapes.iter())
+                .find(|(m, _)| *m == mask)
+                .ok_or("these axes do not fit the input's shape")?;
+            let y = x()?.reshape(shape);
+            let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            return Ok(vec![y, Tensor::from_vec(&[s.len()], s)]);
+        }
         Op::NonZero => return value_dependent::non_zero(x()?),
         Op::Compress { axis } => {
             return value_dependent::compress(x()?, required(inputs, 1)?, *axis)

@@ -594,6 +594,26 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 TensorType::new(DType::I64, vec![bound.len()]),
             ])
         }
+        Op::ReshapeByAxes { count, shapes, .. } => {
+            let (xt, axes) = (x()?, input(inputs, 1)?);
+            if !axes.dtype.is_int() || axes.numel() != *count || axes.rank() != 1 {
+                return Err(format!("the axes must be {count} integers, not {axes}"));
+            }
+            let first = &shapes.first().ok_or("no set of axes fits the shape")?.1;
+            if shapes
+                .iter()
+                .any(|(_, s)| s.iter().product::<usize>() != xt.numel())
+            {
+                return Err(format!("the shapes do not all hold {xt}'s elements"));
+            }
+            let bound: Vec<usize> = (0..first.len())
+                .map(|d| shapes.iter().map(|(_, s)| s[d]).max().unwrap_or(0))
+                .collect();
+            Ok(vec![
+                TensorType::new(xt.dtype, bound.clone()),
+                TensorType::new(DType::I64, vec![bound.len()]),
+            ])
+        }
         Op::NonZero => {
             let xt = x()?;
             Ok(vec![

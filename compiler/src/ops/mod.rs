@@ -170,6 +170,16 @@ pub enum Op {
         count: usize,
         varying: Vec<usize>,
     },
+    /// Squeeze / Unsqueeze with axes read at run time (input 1: `count` integers in
+    /// `[-axes_rank, axes_rank)`): the data unchanged, its shape the one `shapes` gives
+    /// for the set of axes (a bit mask); a set with no entry fails like a bad index.
+    /// Output 1 (int64) holds the shape; `varying`: output axes whose extent differs.
+    ReshapeByAxes {
+        count: usize,
+        axes_rank: usize,
+        shapes: Vec<(u64, Vec<usize>)>,
+        varying: Vec<usize>,
+    },
     /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
     /// element in row-major order. `n` is known only at run time (see
     /// [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
@@ -275,7 +285,7 @@ impl Op {
             }
             Op::NonMaxSuppression { .. } => (vec![(0, 0)], 1),
             Op::TopKRunTime { axis, .. } => (vec![(0, *axis), (1, *axis)], 2),
-            Op::ReduceRunTimeAxes { varying, .. } => {
+            Op::ReduceRunTimeAxes { varying, .. } | Op::ReshapeByAxes { varying, .. } => {
                 return Some(CountedOutputs {
                     outputs: varying.iter().map(|&a| (0, a)).collect(),
                     count: 1,

@@ -46,6 +46,7 @@ fn reads_runtime_indices(op: &Op) -> bool {
             | Op::ScatterND { .. }
             | Op::TopKRunTime { .. }
             | Op::ReduceRunTimeAxes { .. }
+            | Op::ReshapeByAxes { .. }
     )
 }
 

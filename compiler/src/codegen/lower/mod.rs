@@ -427,6 +427,12 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             count,
             ..
         } => value_dependent::reduce_run_time_axes(ctx, *kind, *keepdims, *count),
+        Op::ReshapeByAxes {
+            count,
+            axes_rank,
+            shapes,
+            ..
+        } => value_dependent::reshape_by_axes(ctx, *count, *axes_rank, shapes),
         Op::NonZero => value_dependent::non_zero(ctx),
         Op::Compress { axis } => value_dependent::compress(ctx, *axis),
         Op::Unique { axis, sorted } => value_dependent::unique(ctx, *axis, *sorted),

@@ -349,15 +349,22 @@ pub fn reduce_run_time_axes(
             sets.len()
         ));
     }
+    let mask = axes_mask(ctx, &axes_in, count, rank);
+    let dtype = x.ty.dtype;
+    reduce_one_of(ctx, &sets, mask, (kind, keepdims, dtype), &shape_out)
+}
+
+/// The bit mask of the `count` axes `axes_in` holds, each normalized and checked as an
+/// index into `rank` axes; a repeated axis fails too (or, clamping, is kept once).
+fn axes_mask(ctx: &mut LowerCtx, axes_in: &Operand, count: usize, rank: usize) -> Value {
     let on_bad = ctx.on_bad_index;
     let b = &mut *ctx.b;
-    let zero = kernel::iconst(b, 0);
-    let mut mask = zero;
+    let mut mask = kernel::iconst(b, 0);
     for l in 0..count {
         let at = kernel::iconst(b, l as i64);
         let at = kernel::elem_addr(b, axes_in.ptr, at, axes_in.ty.dtype.size());
         let a = kernel::load_elem(b, axes_in.ty.dtype, at, 0);
-        let a = super::index_check::resolve(b, &axes_in, a, rank, on_bad);
+        let a = super::index_check::resolve(b, axes_in, a, rank, on_bad);
         let one = kernel::iconst(b, 1);
         let bit = b.ins().ishl(one, a);
         mask = b.ins().bor(mask, bit);
@@ -371,8 +378,57 @@ pub fn reduce_run_time_axes(
         b.seal_block(ok);
         b.switch_to_block(ok);
     }
-    let dtype = x.ty.dtype;
-    reduce_one_of(ctx, &sets, mask, (kind, keepdims, dtype), &shape_out)
+    mask
+}
+
+/// Squeeze / Unsqueeze with axes read at run time: the data copied as it is, the shape
+/// for the set of axes stored in output 1; a set with no shape (squeezing an axis that
+/// is not 1) fails as a bad index, or with clamping keeps the first shape.
+pub fn reshape_by_axes(
+    ctx: &mut LowerCtx,
+    count: usize,
+    axes_rank: usize,
+    shapes: &[(u64, Vec<usize>)],
+) -> LowerResult {
+    let (x, axes_in, y, shape_out) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0), ctx.output(1));
+    let mask = axes_mask(ctx, &axes_in, count, axes_rank);
+    let fail = match ctx.on_bad_index {
+        super::index_check::OnBadIndex::Fail(fail) => Some(fail),
+        super::index_check::OnBadIndex::Clamp => None,
+    };
+    let b = &mut *ctx.b;
+    let done = b.create_block();
+    for (k, (bits, shape)) in shapes.iter().enumerate() {
+        let last = k + 1 == shapes.len();
+        let next = b.create_block();
+        let store = b.create_block();
+        let hit = b.ins().icmp_imm_u(IntCC::Equal, mask, *bits as i64);
+        let miss = match (last, fail) {
+            (true, Some(fail)) => fail,
+            _ => next,
+        };
+        if last && fail.is_none() {
+            b.ins().jump(store, &[]);
+        } else {
+            b.ins().brif(hit, store, &[], miss, &[]);
+        }
+        b.seal_block(store);
+        b.switch_to_block(store);
+        for (d, &size) in shape.iter().enumerate() {
+            let v = kernel::iconst(b, size as i64);
+            b.ins().store(flags(), v, shape_out.ptr, (8 * d) as i32);
+        }
+        b.ins().jump(done, &[]);
+        b.seal_block(next);
+        b.switch_to_block(next);
+    }
+    // Reached only past a failed last match (or with no shapes): nothing to store; with
+    // clamping the last shape is stored whatever the set.
+    b.ins().jump(done, &[]);
+    b.seal_block(done);
+    b.switch_to_block(done);
+    copy_bytes(b, y.ptr, x.ptr, x.ty.byte_size());
+    Ok(())
 }
 
 /// The most axis sets a reduction over axes given at run time compiles.

@@ -86,8 +86,69 @@ pub fn flatten(ctx: &mut NodeCtx) -> ImportResult {
     Ok(())
 }
 
+/// Squeeze / Unsqueeze whose axes are read at run time: every set of axes that fits,
+/// with the shape it gives (`shape_for`: `None` where the set does not fit).
+fn reshape_by_run_time_axes(
+    ctx: &mut NodeCtx,
+    axes: ValueId,
+    axes_rank: usize,
+    shape_for: &dyn Fn(&[usize]) -> Option<Vec<usize>>,
+) -> ImportResult {
+    let at = ctx.ty(axes).clone();
+    if at.rank() != 1 || !at.dtype.is_int() {
+        return Err(format!("axes must be a 1-D integer tensor, not {at}").into());
+    }
+    let count = at.numel();
+    let sets = crate::ops::infer::axis_sets(axes_rank, count);
+    if sets.len() > 64 {
+        return Err(ImportError::Unsupported(format!(
+            "its {count} axes of {axes_rank} given at run time make {} possible shapes; nnc compiles at most 64",
+            sets.len()
+        )));
+    }
+    let shapes: Vec<(u64, Vec<usize>)> = sets
+        .iter()
+        .filter_map(|set| {
+            let mask = set.iter().map(|a| 1u64 << a).sum();
+            shape_for(set).map(|s| (mask, s))
+        })
+        .collect();
+    let Some((_, first)) = shapes.first() else {
+        return Err(format!("no {count} axes fit the input {}", ctx.input_ty(0)?).into());
+    };
+    let varying = (0..first.len())
+        .filter(|&d| shapes.iter().any(|(_, s)| s[d] != first[d]))
+        .collect();
+    let op = Op::ReshapeByAxes {
+        count,
+        axes_rank,
+        shapes,
+        varying,
+    };
+    let outs = ctx.emit(op, vec![Some(ctx.required(0)?), Some(axes)], 2)?;
+    ctx.bind_output(0, outs[0]);
+    Ok(())
+}
+
+/// The input holding axes read at run time (opset 13 on), if any.
+fn run_time_axes(ctx: &NodeCtx) -> Option<ValueId> {
+    ctx.input(1)
+        .filter(|v| ctx.opset() >= 13 && ctx.constant(*v).is_none() && ctx.ty(*v).numel() > 0)
+}
+
 pub fn squeeze(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    if let Some(axes) = run_time_axes(ctx) {
+        let shape_for = |set: &[usize]| {
+            set.iter().all(|&a| x.shape[a] == 1).then(|| {
+                (0..x.rank())
+                    .filter(|i| !set.contains(i))
+                    .map(|i| x.shape[i])
+                    .collect()
+            })
+        };
+        return reshape_by_run_time_axes(ctx, axes, x.rank(), &shape_for);
+    }
     let axes = match axes_list(ctx, 1, 13)? {
         Some(a) => a
             .iter()
@@ -109,6 +170,24 @@ pub fn squeeze(ctx: &mut NodeCtx) -> ImportResult {
 
 pub fn unsqueeze(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    if let Some(axes) = run_time_axes(ctx) {
+        let out_rank = x.rank() + ctx.ty(axes).numel();
+        let shape_for = |set: &[usize]| {
+            let mut dims = x.shape.iter();
+            Some(
+                (0..out_rank)
+                    .map(|i| {
+                        if set.contains(&i) {
+                            1
+                        } else {
+                            *dims.next().unwrap_or(&1)
+                        }
+                    })
+                    .collect(),
+            )
+        };
+        return reshape_by_run_time_axes(ctx, axes, out_rank, &shape_for);
+    }
     let axes = axes_list(ctx, 1, 13)?.ok_or("axes are required")?;
     let out_rank = x.rank() + axes.len();
     let mut axes = axes
