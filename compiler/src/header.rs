@@ -91,7 +91,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
             *h += &format!("#define {id}_BYTES {}\n", ty.byte_size());
             *h += &format!("#define {id}_CTYPE {}\n", ty.dtype.c_type());
             if !bounded.is_empty() {
-                let mask: u64 = bounded.iter().map(|a| 1u64 << a).sum();
+                let mask = crate::ops::infer::axes_mask(&bounded);
                 *h += &format!("#define {id}_BOUNDED_AXES_MASK {mask:#x}\n");
             }
         }

@@ -108,6 +108,36 @@ fn check(g: &Graph, sets: &[Vec<Tensor>]) {
     }
 }
 
+/// A node with several named outputs (ModelBuilder's nodes have one), each a graph
+/// output; `attr` an optional int attribute.
+fn multi_output_node(
+    m: &mut ModelBuilder,
+    op: &str,
+    inputs: Vec<String>,
+    outputs: &[String],
+    attr: Option<(&str, i64)>,
+) {
+    m.graph.node.push(nnc::onnx::proto::NodeProto {
+        input: inputs,
+        output: outputs.to_vec(),
+        name: op.to_lowercase(),
+        op_type: op.into(),
+        attribute: attr
+            .map(|(name, i)| nnc::onnx::proto::AttributeProto {
+                name: name.into(),
+                r#type: 2,
+                i,
+                ..Default::default()
+            })
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    });
+    for o in outputs {
+        m.output(o);
+    }
+}
+
 fn f32s(shape: &[usize], v: Vec<f32>) -> Tensor {
     Tensor::from_vec(shape, v)
 }
@@ -250,22 +280,7 @@ fn unique_sorted_and_in_order_of_appearance() {
             .iter()
             .map(|n| n.to_string())
             .collect();
-        m.graph.node.push(nnc::onnx::proto::NodeProto {
-            input: vec![x.clone()],
-            output: outs.clone(),
-            name: "unique".into(),
-            op_type: "Unique".into(),
-            attribute: vec![nnc::onnx::proto::AttributeProto {
-                name: "sorted".into(),
-                r#type: 2,
-                i: sorted,
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        for o in &outs {
-            m.output(o);
-        }
+        multi_output_node(&mut m, "Unique", vec![x], &outs, Some(("sorted", sorted)));
         let g = import(&m.encode()).unwrap();
         let distinct: Vec<f32> = (0..12).map(|i| i as f32).collect();
         check(
@@ -289,22 +304,7 @@ fn unique_slices_along_an_axis() {
         let mut m = ModelBuilder::new(8);
         let x = m.typed_input("x", 7, &shape);
         let outs: Vec<String> = (0..4).map(|i| format!("o{i}")).collect();
-        m.graph.node.push(nnc::onnx::proto::NodeProto {
-            input: vec![x.clone()],
-            output: outs.clone(),
-            name: "unique".into(),
-            op_type: "Unique".into(),
-            attribute: vec![nnc::onnx::proto::AttributeProto {
-                name: "axis".into(),
-                r#type: 2,
-                i: axis,
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        for o in &outs {
-            m.output(o);
-        }
+        multi_output_node(&mut m, "Unique", vec![x], &outs, Some(("axis", axis)));
         let g = import(&m.encode()).unwrap();
         let n: usize = shape.iter().product();
         let mut rng = models::Rng::new(9);
@@ -481,16 +481,7 @@ fn top_k_with_k_at_run_time() {
     let x = m.input("x", &[3, 5]);
     let k = m.typed_input("k", 7, &[1]);
     let outs = vec!["values".to_string(), "indices".to_string()];
-    m.graph.node.push(nnc::onnx::proto::NodeProto {
-        input: vec![x, k],
-        output: outs.clone(),
-        name: "topk".into(),
-        op_type: "TopK".into(),
-        ..Default::default()
-    });
-    for o in &outs {
-        m.output(o);
-    }
+    multi_output_node(&mut m, "TopK", vec![x, k], &outs, None);
     let bytes = m.encode();
     let x = f32s(&[3, 5], (0..15).map(|i| ((i * 7) % 11) as f32).collect());
     let ks: Vec<Tensor> = (0..=5)

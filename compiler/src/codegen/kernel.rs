@@ -303,6 +303,26 @@ pub fn range_loop(
     b.seal_block(exit);
 }
 
+/// `while cond(b) { body(b) }` with cond re-evaluated at each iteration's top.
+pub fn while_loop(
+    b: &mut FunctionBuilder,
+    mut cond: impl FnMut(&mut FunctionBuilder) -> Value,
+    mut body: impl FnMut(&mut FunctionBuilder),
+) {
+    let (header, body_block, exit) = (b.create_block(), b.create_block(), b.create_block());
+    b.ins().jump(header, &[]);
+    b.switch_to_block(header);
+    let c = cond(b);
+    b.ins().brif(c, body_block, &[], exit, &[]);
+    b.switch_to_block(body_block);
+    b.seal_block(body_block);
+    body(b);
+    b.ins().jump(header, &[]);
+    b.seal_block(header);
+    b.switch_to_block(exit);
+    b.seal_block(exit);
+}
+
 /// Emits `if task == tasks − 1 { last(b) } else { other(b) }`: the last task of a split
 /// often covers a shorter slice, through code compiled for its size.
 pub fn if_last_task(

@@ -577,42 +577,23 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         Op::ReduceRunTimeAxes {
             keepdims, count, ..
         } => {
-            let (xt, axes) = (x()?, input(inputs, 1)?);
-            if !axes.dtype.is_int() || axes.numel() != *count || axes.rank() != 1 {
-                return Err(format!("the axes must be {count} integers, not {axes}"));
-            }
+            let xt = x()?;
             let shapes: Vec<Vec<usize>> = axis_sets(xt.rank(), *count)
                 .iter()
                 .map(|set| reduced_shape(&xt.shape, set, *keepdims))
                 .collect();
-            let first = shapes.first().ok_or("no set of axes fits the rank")?;
-            let bound: Vec<usize> = (0..first.len())
-                .map(|d| shapes.iter().map(|s| s[d]).max().unwrap_or(0))
-                .collect();
-            Ok(vec![
-                TensorType::new(xt.dtype, bound.clone()),
-                TensorType::new(DType::I64, vec![bound.len()]),
-            ])
+            shaped_by_run_time_axes(xt, input(inputs, 1)?, *count, &shapes)
         }
         Op::ReshapeByAxes { count, shapes, .. } => {
-            let (xt, axes) = (x()?, input(inputs, 1)?);
-            if !axes.dtype.is_int() || axes.numel() != *count || axes.rank() != 1 {
-                return Err(format!("the axes must be {count} integers, not {axes}"));
-            }
-            let first = &shapes.first().ok_or("no set of axes fits the shape")?.1;
+            let xt = x()?;
             if shapes
                 .iter()
                 .any(|(_, s)| s.iter().product::<usize>() != xt.numel())
             {
                 return Err(format!("the shapes do not all hold {xt}'s elements"));
             }
-            let bound: Vec<usize> = (0..first.len())
-                .map(|d| shapes.iter().map(|(_, s)| s[d]).max().unwrap_or(0))
-                .collect();
-            Ok(vec![
-                TensorType::new(xt.dtype, bound.clone()),
-                TensorType::new(DType::I64, vec![bound.len()]),
-            ])
+            let shapes: Vec<Vec<usize>> = shapes.iter().map(|(_, s)| s.clone()).collect();
+            shaped_by_run_time_axes(xt, input(inputs, 1)?, *count, &shapes)
         }
         Op::NonZero => {
             let xt = x()?;
@@ -680,6 +661,43 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             ])
         }
     }
+}
+
+/// The types of an op whose output shape is one of `shapes`, chosen by `count` axes
+/// read at run time from `axes`: the output at the largest of them on every axis, and
+/// an int64 holding the actual shape.
+fn shaped_by_run_time_axes(
+    xt: &TensorType,
+    axes: &TensorType,
+    count: usize,
+    shapes: &[Vec<usize>],
+) -> InferResult {
+    if !axes.dtype.is_int() || axes.numel() != count || axes.rank() != 1 {
+        return Err(format!("the axes must be {count} integers, not {axes}"));
+    }
+    let first = shapes.first().ok_or("no set of axes fits the input")?;
+    let bound: Vec<usize> = (0..first.len())
+        .map(|d| shapes.iter().map(|s| s[d]).max().unwrap_or(0))
+        .collect();
+    Ok(vec![
+        TensorType::new(xt.dtype, bound.clone()),
+        TensorType::new(DType::I64, vec![bound.len()]),
+    ])
+}
+
+/// The axes on which `shapes` (of one rank) differ: the extents a run decides.
+pub fn varying_axes<'a>(shapes: impl Iterator<Item = &'a [usize]> + Clone) -> Vec<usize> {
+    let Some(first) = shapes.clone().next() else {
+        return vec![];
+    };
+    (0..first.len())
+        .filter(|&d| shapes.clone().any(|s| s[d] != first[d]))
+        .collect()
+}
+
+/// The bit mask of a set of axes, as code built for axes read at run time compares it.
+pub fn axes_mask(set: &[usize]) -> u64 {
+    set.iter().map(|a| 1u64 << a).sum()
 }
 
 /// Every set of `count` distinct axes of a tensor of rank `rank`, each sorted, in

@@ -173,12 +173,11 @@ pub enum Op {
     /// Squeeze / Unsqueeze with axes read at run time (input 1: `count` integers in
     /// `[-axes_rank, axes_rank)`): the data unchanged, its shape the one `shapes` gives
     /// for the set of axes (a bit mask); a set with no entry fails like a bad index.
-    /// Output 1 (int64) holds the shape; `varying`: output axes whose extent differs.
+    /// Output 1 (int64) holds the shape.
     ReshapeByAxes {
         count: usize,
         axes_rank: usize,
         shapes: Vec<(u64, Vec<usize>)>,
-        varying: Vec<usize>,
     },
     /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
     /// element in row-major order. `n` is known only at run time (see
@@ -285,9 +284,17 @@ impl Op {
             }
             Op::NonMaxSuppression { .. } => (vec![(0, 0)], 1),
             Op::TopKRunTime { axis, .. } => (vec![(0, *axis), (1, *axis)], 2),
-            Op::ReduceRunTimeAxes { varying, .. } | Op::ReshapeByAxes { varying, .. } => {
+            Op::ReduceRunTimeAxes { varying, .. } => {
                 return Some(CountedOutputs {
                     outputs: varying.iter().map(|&a| (0, a)).collect(),
+                    count: 1,
+                    whole_shape: true,
+                });
+            }
+            Op::ReshapeByAxes { shapes, .. } => {
+                let varying = infer::varying_axes(shapes.iter().map(|(_, s)| s.as_slice()));
+                return Some(CountedOutputs {
+                    outputs: varying.into_iter().map(|a| (0, a)).collect(),
                     count: 1,
                     whole_shape: true,
                 });

@@ -431,7 +431,6 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             count,
             axes_rank,
             shapes,
-            ..
         } => value_dependent::reshape_by_axes(ctx, *count, *axes_rank, shapes),
         Op::NonZero => value_dependent::non_zero(ctx),
         Op::Compress { axis } => value_dependent::compress(ctx, *axis),

@@ -465,7 +465,7 @@ fn reduce_one_of(
     if rest.is_empty() {
         return run(ctx);
     }
-    let bits: u64 = set.iter().map(|a| 1u64 << a).sum();
+    let bits = crate::ops::infer::axes_mask(set);
     let is_set = ctx.b.ins().icmp_imm_u(IntCC::Equal, mask, bits as i64);
     ctx.branch(is_set, run, |ctx| {
         reduce_one_of(ctx, rest, mask, (kind, keepdims, dtype), shape_out)
@@ -561,26 +561,6 @@ fn scalar_or(
     }
 }
 
-/// `while cond(b) { body(b) }` with cond re-evaluated at each iteration's top.
-fn while_loop(
-    b: &mut FunctionBuilder,
-    mut cond: impl FnMut(&mut FunctionBuilder) -> Value,
-    mut body: impl FnMut(&mut FunctionBuilder),
-) {
-    let (header, body_block, exit) = (b.create_block(), b.create_block(), b.create_block());
-    b.ins().jump(header, &[]);
-    b.switch_to_block(header);
-    let c = cond(b);
-    b.ins().brif(c, body_block, &[], exit, &[]);
-    b.switch_to_block(body_block);
-    b.seal_block(body_block);
-    body(b);
-    b.ins().jump(header, &[]);
-    b.seal_block(header);
-    b.switch_to_block(exit);
-    b.seal_block(exit);
-}
-
 /// NonMaxSuppression per batch and class: the best remaining candidate (highest score
 /// key, ties to the lower index) is taken each round and kept unless a kept box
 /// suppresses it, until max_output are kept or no candidate is left.
@@ -653,7 +633,7 @@ pub fn non_max_suppression(
             b.def_var(remaining, r);
         });
         let kept_n = var(b, zero);
-        while_loop(
+        kernel::while_loop(
             b,
             |b| {
                 let r = b.use_var(remaining);

@@ -82,12 +82,10 @@ fn reduce_over_run_time_axes(ctx: &mut NodeCtx, kind: ReduceKind, axes: ValueId)
         .iter()
         .map(|set| crate::ops::infer::reduced_shape(&x.shape, set, keepdims))
         .collect();
-    let Some(first) = shapes.first() else {
+    if shapes.is_empty() {
         return Err(format!("{count} distinct axes do not fit rank {}", x.rank()).into());
-    };
-    let varying: Vec<usize> = (0..first.len())
-        .filter(|&d| shapes.iter().any(|s| s[d] != first[d]))
-        .collect();
+    }
+    let varying = crate::ops::infer::varying_axes(shapes.iter().map(Vec::as_slice));
     let op = Op::ReduceRunTimeAxes {
         kind,
         keepdims,

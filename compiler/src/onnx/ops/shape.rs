@@ -108,22 +108,15 @@ fn reshape_by_run_time_axes(
     }
     let shapes: Vec<(u64, Vec<usize>)> = sets
         .iter()
-        .filter_map(|set| {
-            let mask = set.iter().map(|a| 1u64 << a).sum();
-            shape_for(set).map(|s| (mask, s))
-        })
+        .filter_map(|set| shape_for(set).map(|s| (crate::ops::infer::axes_mask(set), s)))
         .collect();
-    let Some((_, first)) = shapes.first() else {
+    if shapes.is_empty() {
         return Err(format!("no {count} axes fit the input {}", ctx.input_ty(0)?).into());
-    };
-    let varying = (0..first.len())
-        .filter(|&d| shapes.iter().any(|(_, s)| s[d] != first[d]))
-        .collect();
+    }
     let op = Op::ReshapeByAxes {
         count,
         axes_rank,
         shapes,
-        varying,
     };
     let outs = ctx.emit(op, vec![Some(ctx.required(0)?), Some(axes)], 2)?;
     ctx.bind_output(0, outs[0]);
