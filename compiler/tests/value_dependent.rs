@@ -70,9 +70,28 @@ fn run_compiled(loaded: &Loaded, g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
         .collect()
 }
 
+/// Shapes equal and the elements bit for bit (`tol` None: these ops only select and
+/// copy), or within `tol` relative and absolute (ops that compute).
+fn assert_same(e: &Tensor, a: &Tensor, tol: Option<f64>, what: &str) {
+    assert_eq!(e.shape(), a.shape(), "{what}: shape");
+    match tol {
+        None => assert_eq!(e.to_le_bytes(), a.to_le_bytes(), "{what}: {a:?} vs {e:?}"),
+        Some(t) => {
+            for (x, y) in e.to_f64_vec().iter().zip(a.to_f64_vec()) {
+                assert!((x - y).abs() <= t * (1.0 + x.abs()), "{what}: {y} vs {x}");
+            }
+        }
+    }
+}
+
 /// Compares the compiled library with the interpreter on every input set: shapes and
 /// bits must match.
 fn check(g: &Graph, sets: &[Vec<Tensor>]) {
+    check_within(g, sets, None)
+}
+
+/// [`check`], the elements compared by [`assert_same`] with `tol`.
+fn check_within(g: &Graph, sets: &[Vec<Tensor>], tol: Option<f64>) {
     let loaded = load(g);
     assert_eq!(
         loaded.lib.bounded_axes().len(),
@@ -83,12 +102,7 @@ fn check(g: &Graph, sets: &[Vec<Tensor>]) {
         let expected = nnc::interp::run_graph(g, inputs).unwrap();
         let actual = run_compiled(&loaded, g, inputs);
         for (i, (e, a)) in expected.iter().zip(&actual).enumerate() {
-            assert_eq!(e.shape(), a.shape(), "set {k}, output {i}: shape");
-            assert_eq!(
-                e.to_le_bytes(),
-                a.to_le_bytes(),
-                "set {k}, output {i}: {a:?} vs {e:?}"
-            );
+            assert_same(e, a, tol, &format!("set {k}, output {i}"));
         }
     }
     if let Some(harness) = runner::aarch64_harness() {
@@ -97,12 +111,7 @@ fn check(g: &Graph, sets: &[Vec<Tensor>]) {
             let expected = nnc::interp::run_graph(g, inputs).unwrap();
             let actual = runner::run_on_aarch64_with(harness, g, inputs, &opts).unwrap();
             for (i, (e, a)) in expected.iter().zip(&actual).enumerate() {
-                assert_eq!(e.shape(), a.shape(), "aarch64 set {k}, output {i}: shape");
-                assert_eq!(
-                    e.to_le_bytes(),
-                    a.to_le_bytes(),
-                    "aarch64 set {k}, output {i}"
-                );
+                assert_same(e, a, tol, &format!("aarch64 set {k}, output {i}"));
             }
         }
     }
@@ -436,9 +445,15 @@ fn header_and_model_info_describe_the_bounded_axis() {
 /// Imports with `input` frozen to `value`: the static model a user would compile with
 /// `--freeze-input`, the reference for the run-time parameter.
 fn import_frozen(bytes: &[u8], input: &str, value: Tensor) -> Graph {
+    import_frozen_all(bytes, &[(input, value)])
+}
+
+fn import_frozen_all(bytes: &[u8], frozen: &[(&str, Tensor)]) -> Graph {
     let model = ModelProto::decode(bytes).unwrap();
     let mut opts = ImportOptions::default();
-    opts.frozen_inputs.insert(input.into(), value);
+    for (input, value) in frozen {
+        opts.frozen_inputs.insert(input.to_string(), value.clone());
+    }
     let mut g = import_model(&model, None, &opts).unwrap().graph;
     nnc::passes::PassManager::default().run(&mut g).unwrap();
     g
@@ -610,6 +625,168 @@ fn squeeze_and_unsqueeze_with_axes_given_at_run_time() {
         }
         for bad in bad_sets {
             run_fails_with(&g, &[x.clone(), Tensor::from_vec(&[2], bad.to_vec())], 3);
+        }
+    }
+}
+
+/// Every set of run-time parameters (named `params`, after input `x`) gives the frozen
+/// model's outputs bit for bit, and the interpreter's on aarch64 too.
+fn check_params_against_frozen(bytes: &[u8], x: &Tensor, params: &[&str], sets: &[Vec<Tensor>]) {
+    check_params_within(bytes, x, params, sets, None)
+}
+
+/// [`check_params_against_frozen`], the elements compared by [`assert_same`] with `tol`.
+fn check_params_within(
+    bytes: &[u8],
+    x: &Tensor,
+    params: &[&str],
+    sets: &[Vec<Tensor>],
+    tol: Option<f64>,
+) {
+    let g = import(bytes).unwrap();
+    let loaded = load(&g);
+    for set in sets {
+        let frozen: Vec<(&str, Tensor)> = params.iter().copied().zip(set.iter().cloned()).collect();
+        let expected =
+            nnc::interp::run_graph(&import_frozen_all(bytes, &frozen), std::slice::from_ref(x))
+                .unwrap();
+        let mut inputs = vec![x.clone()];
+        inputs.extend(set.iter().cloned());
+        let actual = run_compiled(&loaded, &g, &inputs);
+        assert_eq!(expected.len(), actual.len());
+        for (e, a) in expected.iter().zip(&actual) {
+            assert_same(e, a, tol, &format!("{params:?} = {set:?}"));
+        }
+    }
+    let with_x: Vec<Vec<Tensor>> = (sets.iter())
+        .map(|set| {
+            std::iter::once(x.clone())
+                .chain(set.iter().cloned())
+                .collect()
+        })
+        .collect();
+    check_within(&g, &with_x, tol);
+}
+
+fn i64s(v: &[i64]) -> Tensor {
+    Tensor::from_vec(&[v.len()], v.to_vec())
+}
+
+#[test]
+fn slice_with_positions_given_at_run_time() {
+    let mut m = ModelBuilder::new(13);
+    let x = m.input("x", &[3, 4, 5]);
+    let params = ["starts", "ends", "axes", "steps"];
+    let ins: Vec<String> = (params.iter()).map(|p| m.typed_input(p, 7, &[2])).collect();
+    let y = m.node("Slice", &[&x, &ins[0], &ins[1], &ins[2], &ins[3]], vec![]);
+    m.output(&y);
+    let bytes = m.encode();
+    let x = f32s(&[3, 4, 5], (0..60).map(|i| i as f32).collect());
+    let big = i64::MAX;
+    let sets: Vec<Vec<Tensor>> = [
+        ([0, 1], [3, 4], [0, 1], [1, 1]),
+        ([1, 0], [2, 5], [1, 2], [1, 2]),
+        ([-1, -2], [-big, 0], [2, 1], [-1, -1]),
+        ([4, 3], [0, 0], [-1, -3], [-2, i64::MIN]),
+        ([2, 2], [2, 1], [0, 1], [1, 1]),
+        ([-big, -100], [big, 100], [0, 2], [3, 1]),
+    ]
+    .iter()
+    .map(|(s, e, a, st)| vec![i64s(s), i64s(e), i64s(a), i64s(st)])
+    .collect();
+    check_params_against_frozen(&bytes, &x, &params, &sets);
+    let g = import(&bytes).unwrap();
+    // A repeated axis, one out of range, a step of 0.
+    for (axes, steps) in [([0, 0], [1, 1]), ([3, 0], [1, 1]), ([0, 1], [1, 0])] {
+        let inputs = [
+            x.clone(),
+            i64s(&[0, 0]),
+            i64s(&[2, 2]),
+            i64s(&axes),
+            i64s(&steps),
+        ];
+        run_fails_with(&g, &inputs, 3);
+    }
+}
+
+#[test]
+fn slice_with_only_starts_at_run_time_keeps_other_axes_static() {
+    let mut m = ModelBuilder::new(13);
+    let x = m.input("x", &[4, 6]);
+    let starts = m.typed_input("starts", 7, &[1]);
+    let ends = m.int_init(&[5]);
+    let axes = m.int_init(&[1]);
+    let y = m.node("Slice", &[&x, &starts, &ends, &axes], vec![]);
+    m.output(&y);
+    let bytes = m.encode();
+    let x = f32s(&[4, 6], (0..24).map(|i| i as f32 * 0.5).collect());
+    let sets: Vec<Vec<Tensor>> = [-7i64, -1, 0, 3, 5, 9]
+        .iter()
+        .map(|&s| vec![i64s(&[s])])
+        .collect();
+    check_params_against_frozen(&bytes, &x, &["starts"], &sets);
+    let g = import(&bytes).unwrap();
+    assert_eq!(g.bounded_axes(), vec![(0, 1)], "only axis 1 is sliced");
+}
+
+#[test]
+fn split_with_sizes_given_at_run_time() {
+    let mut m = ModelBuilder::new(13);
+    let x = m.input("x", &[2, 7, 3]);
+    let sizes = m.typed_input("split", 7, &[3]);
+    let outs: Vec<String> = (0..3).map(|k| format!("y{k}")).collect();
+    multi_output_node(&mut m, "Split", vec![x, sizes], &outs, Some(("axis", 1)));
+    let bytes = m.encode();
+    let x = f32s(&[2, 7, 3], (0..42).map(|i| i as f32).collect());
+    let sets: Vec<Vec<Tensor>> = [[2i64, 4, 1], [0, 7, 0], [7, 0, 0], [3, 3, 1]]
+        .iter()
+        .map(|s| vec![i64s(s)])
+        .collect();
+    check_params_against_frozen(&bytes, &x, &["split"], &sets);
+    let g = import(&bytes).unwrap();
+    // Sizes that do not sum to the axis, a negative one, one past the axis.
+    for bad in [[3i64, 3, 3], [-1, 4, 4], [8, -1, 0], [1, 1, 1]] {
+        run_fails_with(&g, &[x.clone(), i64s(&bad)], 3);
+    }
+}
+
+#[test]
+fn dft_along_an_axis_given_at_run_time() {
+    // A full transform keeps the shape whatever the axis; a one-sided one shortens the
+    // axis it runs along, so its output's shape depends on the value.
+    for (onesided, bounded) in [(0, false), (1, true)] {
+        let mut m = ModelBuilder::new(20);
+        let x = m.input("x", &[2, 6, 5, 1]);
+        let axis = m.typed_input("axis", 7, &[]);
+        let y = m.node(
+            "DFT",
+            &[&x, "", &axis],
+            vec![("onesided", Attr::I(onesided))],
+        );
+        m.output(&y);
+        let mut model = ModelProto::decode(m.encode().as_slice()).unwrap();
+        model.opset_import[0].version = 20;
+        let bytes = model.encode_to_vec();
+        let x = f32s(
+            &[2, 6, 5, 1],
+            (0..60).map(|i| ((i * 5) % 13) as f32 - 6.0).collect(),
+        );
+        let axes: Vec<Vec<Tensor>> = [0i64, 1, 2, -4, -3, -2]
+            .iter()
+            .map(|&a| vec![Tensor::from_vec(&[], vec![a])])
+            .collect();
+        // The transform is a matrix product, summed in another order than the frozen
+        // model's: hence a tolerance.
+        check_params_within(&bytes, &x, &["axis"], &axes, Some(1e-5));
+        let g = import(&bytes).unwrap();
+        assert_eq!(
+            !g.bounded_axes().is_empty(),
+            bounded,
+            "onesided = {onesided}"
+        );
+        // The complex axis, and axes out of range.
+        for bad in [3i64, -1, 4, -5] {
+            run_fails_with(&g, &[x.clone(), Tensor::from_vec(&[], vec![bad])], 3);
         }
     }
 }

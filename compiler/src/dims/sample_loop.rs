@@ -362,7 +362,10 @@ fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<()
         | Op::NonMaxSuppression { .. }
         | Op::TopKRunTime { .. }
         | Op::ReduceRunTimeAxes { .. }
-        | Op::ReshapeByAxes { .. } => false,
+        | Op::ReshapeByAxes { .. }
+        | Op::SliceRunTime { .. }
+        | Op::SplitRunTime { .. }
+        | Op::Choose { .. } => false,
         Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
             *axis != 0 && elementwise()
         }

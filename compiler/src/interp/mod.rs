@@ -97,9 +97,9 @@ pub fn eval_op(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, Strin
     // An extent the values decide may be anything up to its bound.
     let within_bounds = |(k, (a, e)): (usize, (&TensorType, &TensorType))| {
         let axes: Vec<usize> = (op.counted_outputs().into_iter())
-            .flat_map(|c| c.outputs.into_iter())
-            .filter(|(o, _)| *o == k)
-            .map(|(_, axis)| axis)
+            .flat_map(|c| c.axes.into_iter())
+            .filter(|(o, _, _)| *o == k)
+            .map(|(_, axis, _)| axis)
             .collect();
         a.dtype == e.dtype
             && a.rank() == e.rank()
@@ -260,6 +260,26 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let y = x()?.reshape(shape);
             let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
             return Ok(vec![y, Tensor::from_vec(&[s.len()], s)]);
+        }
+        Op::Choose { shapes } => {
+            let i = required(inputs, 0)?.to_i64_vec()[0];
+            let n = shapes.len() as i64;
+            let k = if i < 0 { i + n } else { i };
+            let picked = (usize::try_from(k).ok())
+                .filter(|&k| k < shapes.len() && shapes[k].is_some())
+                .and_then(|k| optional(inputs, 1 + k))
+                .ok_or_else(|| format!("index {i} picks no candidate"))?;
+            let s: Vec<i64> = picked.shape().iter().map(|&d| d as i64).collect();
+            return Ok(vec![picked.clone(), Tensor::from_vec(&[s.len()], s)]);
+        }
+        Op::SliceRunTime { .. } => {
+            let ints = |i: usize| optional(inputs, i).map(Tensor::to_i64_vec);
+            let positions = [ints(1), ints(2), ints(3), ints(4)];
+            return value_dependent::slice_run_time(x()?, &positions);
+        }
+        Op::SplitRunTime { axis, .. } => {
+            let sizes = required(inputs, 1)?.to_i64_vec();
+            return value_dependent::split_run_time(x()?, *axis, &sizes);
         }
         Op::NonZero => return value_dependent::non_zero(x()?),
         Op::Compress { axis } => {

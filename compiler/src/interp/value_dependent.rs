@@ -215,3 +215,75 @@ pub(super) fn non_max_suppression(
     let rows = out.len() / 3;
     Ok(vec![shaped(&[rows, 3], out)?, count(rows)])
 }
+
+/// Slice with its positions given as values (`[starts, ends, axes, steps]`, the last
+/// two optional): the slice, then its shape.
+pub(super) fn slice_run_time(
+    x: &Tensor,
+    [starts, ends, axes, steps]: &[Option<Vec<i64>>; 4],
+) -> Result<Vec<Tensor>, String> {
+    let dims = x.shape().to_vec();
+    let rank = dims.len();
+    let (starts, ends) = (starts.as_ref(), ends.as_ref());
+    let (starts, ends) = starts.zip(ends).ok_or("Slice needs starts and ends")?;
+    let n = starts.len();
+    let axes = axes.clone().unwrap_or_else(|| (0..n as i64).collect());
+    let steps = steps.clone().unwrap_or_else(|| vec![1; n]);
+    let mut begin = vec![0usize; rank];
+    let mut step = vec![1i64; rank];
+    let mut shape = dims.clone();
+    let mut seen = vec![false; rank];
+    for i in 0..n {
+        let a = axes[i];
+        let axis = if a < 0 { a + rank as i64 } else { a };
+        let axis = usize::try_from(axis)
+            .ok()
+            .filter(|&v| v < rank && !seen[v])
+            .ok_or_else(|| format!("axis {a} is out of range or repeated"))?;
+        seen[axis] = true;
+        if steps[i] == 0 {
+            return Err("slice step must not be zero".into());
+        }
+        (begin[axis], shape[axis]) =
+            crate::ops::infer::slice_run(starts[i], ends[i], steps[i], dims[axis]);
+        step[axis] = steps[i];
+    }
+    let y = super::shape::slice(x, &begin, &step, &shape)?;
+    let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    Ok(vec![y, Tensor::from_vec(&[rank], s)])
+}
+
+/// Split by sizes given as values: the pieces, then each one's extent along `axis`.
+pub(super) fn split_run_time(
+    x: &Tensor,
+    axis: usize,
+    sizes: &[i64],
+) -> Result<Vec<Tensor>, String> {
+    let dims = x.shape().to_vec();
+    let lens = (sizes.iter())
+        .map(|&s| usize::try_from(s).map_err(|_| format!("split size {s} is negative")))
+        .collect::<Result<Vec<usize>, String>>()?;
+    if lens.iter().try_fold(0usize, |t, &l| t.checked_add(l)) != Some(dims[axis]) {
+        return Err(format!(
+            "split sizes {sizes:?} do not sum to the axis's {}",
+            dims[axis]
+        ));
+    }
+    let mut pieces = Vec::with_capacity(2 * lens.len());
+    let mut start = 0;
+    for &len in &lens {
+        let mut begin = vec![0; dims.len()];
+        begin[axis] = start;
+        let mut shape = dims.clone();
+        shape[axis] = len;
+        pieces.push(super::shape::slice(
+            x,
+            &begin,
+            &vec![1; dims.len()],
+            &shape,
+        )?);
+        start += len;
+    }
+    pieces.extend(lens.iter().map(|&l| count(l)));
+    Ok(pieces)
+}

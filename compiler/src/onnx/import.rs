@@ -889,8 +889,8 @@ impl NodeCtx<'_> {
             self.b.graph.values[outputs[0].0].run_extent = Some(e);
         }
         if let Some(counted) = op.counted_outputs() {
-            let count = outputs[counted.count];
-            for (k, axis) in counted.outputs {
+            for (k, axis, count) in counted.axes {
+                let count = outputs[count];
                 let e = &mut self.b.graph.values[outputs[k].0].run_extent;
                 e.get_or_insert_with(|| RunExtent {
                     axes: vec![],

@@ -560,6 +560,71 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 TensorType::new(DType::I64, shape),
             ])
         }
+        Op::SliceRunTime { count, varying } => {
+            let xt = x()?;
+            for (i, t) in inputs.iter().enumerate().take(5).skip(1) {
+                let Some(t) = t else { continue };
+                if !t.dtype.is_int() || t.rank() != 1 || t.numel() != *count {
+                    return Err(format!(
+                        "Slice's input {i} must be {count} integers, not {t}"
+                    ));
+                }
+            }
+            if inputs.get(1).is_none_or(Option::is_none)
+                || inputs.get(2).is_none_or(Option::is_none)
+            {
+                return Err("Slice needs starts and ends".into());
+            }
+            if varying.iter().any(|&a| a >= xt.rank()) {
+                return Err("a sliced axis is out of range".into());
+            }
+            Ok(vec![
+                xt.clone(),
+                TensorType::new(DType::I64, vec![xt.rank()]),
+            ])
+        }
+        Op::Choose { shapes } => {
+            let index = input(inputs, 0)?;
+            if !index.dtype.is_int() || index.numel() != 1 {
+                return Err(format!("the index must be one integer, not {index}"));
+            }
+            let mut candidates = (shapes.iter().enumerate())
+                .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+                .map(|(i, s)| match inputs.get(1 + i) {
+                    Some(Some(t)) if t.shape == *s => Ok(t),
+                    _ => Err(format!("candidate {i} must be shaped {s:?}")),
+                });
+            let first = candidates.next().ok_or("no candidate")??;
+            for c in candidates {
+                let c = c?;
+                if c.dtype != first.dtype || c.rank() != first.rank() {
+                    return Err(format!(
+                        "candidates {first} and {c} differ in dtype or rank"
+                    ));
+                }
+            }
+            let bound: Vec<usize> = (0..first.rank())
+                .map(|d| shapes.iter().flatten().map(|s| s[d]).max().unwrap_or(0))
+                .collect();
+            Ok(vec![
+                TensorType::new(first.dtype, bound.clone()),
+                TensorType::new(DType::I64, vec![bound.len()]),
+            ])
+        }
+        Op::SplitRunTime { axis, parts } => {
+            let (xt, sizes) = (x()?, input(inputs, 1)?);
+            if !sizes.dtype.is_int() || sizes.numel() != *parts || sizes.rank() != 1 {
+                return Err(format!(
+                    "Split's sizes must be {parts} integers, not {sizes}"
+                ));
+            }
+            if *axis >= xt.rank() {
+                return Err("axis is out of range".into());
+            }
+            let mut out = vec![xt.clone(); *parts];
+            out.extend(vec![TensorType::new(DType::I64, vec![]); *parts]);
+            Ok(out)
+        }
         Op::TopKRunTime { axis, .. } => {
             let (xt, k) = (x()?, input(inputs, 1)?);
             if !k.dtype.is_int() || k.numel() != 1 {
@@ -683,6 +748,26 @@ fn shaped_by_run_time_axes(
         TensorType::new(xt.dtype, bound.clone()),
         TensorType::new(DType::I64, vec![bound.len()]),
     ])
+}
+
+/// `(start, len)` of ONNX Slice's `start..end` by `step` (non-zero) on an axis of `dim`
+/// elements: negative positions count from the end, then positive steps clamp into
+/// `[0, dim]` and negative ones into `[-1, dim - 1]`; an empty slice starts at 0.
+pub fn slice_run(start: i64, end: i64, step: i64, dim: usize) -> (usize, usize) {
+    let dim = dim as i64;
+    let clamp = |v: i64| {
+        let v = if v < 0 { v + dim } else { v };
+        if step > 0 {
+            v.clamp(0, dim)
+        } else {
+            v.clamp(-1, dim - 1)
+        }
+    };
+    let (s, e) = (clamp(start), clamp(end));
+    let span = if step > 0 { e - s } else { s - e }.max(0);
+    // step may be i64::MIN: its magnitude as u64 cannot overflow.
+    let len = (span as u64).div_ceil(step.unsigned_abs()) as usize;
+    (if len > 0 { s as usize } else { 0 }, len)
 }
 
 /// The axes on which `shapes` (of one rank) differ: the extents a run decides.

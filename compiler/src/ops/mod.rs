@@ -21,13 +21,19 @@ use crate::ir::DType;
 /// See [`Op::counted_outputs`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CountedOutputs {
-    /// `(output, axis)`: an axis of that output whose extent the count holds.
-    pub outputs: Vec<(usize, usize)>,
-    /// The output holding the count.
-    pub count: usize,
-    /// The count is an int64 `[rank]`, the output's whole shape (one output only);
-    /// else an int64 scalar, the extent of each listed axis.
+    /// `(output, axis, count)`: an axis of output `output` whose extent output `count`
+    /// holds.
+    pub axes: Vec<(usize, usize, usize)>,
+    /// Each count is an int64 `[rank]`, its output's whole shape; else an int64 scalar,
+    /// the extent of each axis listed with it.
     pub whole_shape: bool,
+}
+
+impl CountedOutputs {
+    /// How many outputs the op has: the counts come last.
+    pub fn outputs(&self) -> usize {
+        self.axes.iter().map(|&(_, _, c)| c + 1).max().unwrap_or(0)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -179,6 +185,33 @@ pub enum Op {
         axes_rank: usize,
         shapes: Vec<(u64, Vec<usize>)>,
     },
+    /// Slice with starts, ends and optionally axes and steps (inputs 1–4, `count`
+    /// integers each) read at run time, ONNX's clamping applied: output 0 is planned at
+    /// the input's shape (no slice is longer) and filled densely for the actual one,
+    /// which output 1 (int64 `[rank]`) holds; `varying` lists the axes a slice may
+    /// shorten. An axis out of range or repeated, or a step of 0, is a bad index.
+    SliceRunTime {
+        count: usize,
+        varying: Vec<usize>,
+    },
+    /// Split along `axis` into `parts` pieces whose sizes (input 1, `parts` integers
+    /// that must sum to the axis) are read at run time: outputs `0..parts` are planned
+    /// at the whole axis and filled densely, outputs `parts..2·parts` hold each one's
+    /// extent along `axis` (int64 scalars). Sizes that are negative or do not sum to
+    /// the axis are a bad index.
+    SplitRunTime {
+        axis: usize,
+        parts: usize,
+    },
+    /// One of several values picked by an index read at run time (input 0, one
+    /// integer in `[-n, n)` for `n = shapes.len()`, negative counting from the end):
+    /// candidate `i` is input `1 + i`, of shape `shapes[i]` (all of one rank and
+    /// dtype); `None` (an omitted input) marks an index that is invalid, failing like
+    /// one out of range. Output 0 is planned at the largest extent of each axis and
+    /// holds the pick densely; output 1 (int64 `[rank]`) its shape.
+    Choose {
+        shapes: Vec<Option<Vec<usize>>>,
+    },
     /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
     /// element in row-major order. `n` is known only at run time (see
     /// [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
@@ -275,35 +308,37 @@ impl Op {
     /// such an axis, and which output holds that extent (an int64 scalar). Those outputs
     /// are typed at the largest extent possible and stored densely for the actual one.
     pub fn counted_outputs(&self) -> Option<CountedOutputs> {
-        let (outputs, count): (Vec<(usize, usize)>, usize) = match self {
-            Op::NonZero => (vec![(0, 1)], 1),
-            Op::Compress { axis } => (vec![(0, axis.unwrap_or(0))], 1),
+        let whole_shape = |axes: Vec<usize>| CountedOutputs {
+            axes: axes.into_iter().map(|a| (0, a, 1)).collect(),
+            whole_shape: true,
+        };
+        let axes: Vec<(usize, usize, usize)> = match self {
+            Op::NonZero => vec![(0, 1, 1)],
+            Op::Compress { axis } => vec![(0, axis.unwrap_or(0), 1)],
             Op::Unique { axis, .. } => {
                 let a = axis.unwrap_or(0);
-                (vec![(0, a), (1, 0), (3, 0)], 4)
+                vec![(0, a, 4), (1, 0, 4), (3, 0, 4)]
             }
-            Op::NonMaxSuppression { .. } => (vec![(0, 0)], 1),
-            Op::TopKRunTime { axis, .. } => (vec![(0, *axis), (1, *axis)], 2),
-            Op::ReduceRunTimeAxes { varying, .. } => {
-                return Some(CountedOutputs {
-                    outputs: varying.iter().map(|&a| (0, a)).collect(),
-                    count: 1,
-                    whole_shape: true,
-                });
+            Op::NonMaxSuppression { .. } => vec![(0, 0, 1)],
+            Op::TopKRunTime { axis, .. } => vec![(0, *axis, 2), (1, *axis, 2)],
+            Op::SplitRunTime { axis, parts } => {
+                (0..*parts).map(|k| (k, *axis, parts + k)).collect()
+            }
+            Op::ReduceRunTimeAxes { varying, .. } | Op::SliceRunTime { varying, .. } => {
+                return Some(whole_shape(varying.clone()))
             }
             Op::ReshapeByAxes { shapes, .. } => {
                 let varying = infer::varying_axes(shapes.iter().map(|(_, s)| s.as_slice()));
-                return Some(CountedOutputs {
-                    outputs: varying.into_iter().map(|a| (0, a)).collect(),
-                    count: 1,
-                    whole_shape: true,
-                });
+                return Some(whole_shape(varying));
+            }
+            Op::Choose { shapes } => {
+                let varying = infer::varying_axes(shapes.iter().flatten().map(Vec::as_slice));
+                return Some(whole_shape(varying));
             }
             _ => return None,
         };
         Some(CountedOutputs {
-            outputs,
-            count,
+            axes,
             whole_shape: false,
         })
     }

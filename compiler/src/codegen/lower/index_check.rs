@@ -31,11 +31,15 @@ pub enum OnBadIndex {
 /// (it then returns an i32 status). Indices that are a constant of the model were
 /// either folded or are clamped as before: only data can be bad at run time.
 pub fn node_checks_indices(op: &Op, indices_constant: bool, mode: IndexChecks) -> bool {
-    mode == IndexChecks::Error && reads_runtime_indices(op) && !indices_constant
+    // Slice's and Split's other inputs are read at run time even when input 1 is not.
+    let run_time =
+        !indices_constant || matches!(op, Op::SliceRunTime { .. } | Op::SplitRunTime { .. });
+    mode == IndexChecks::Error && reads_runtime_indices(op) && run_time
 }
 
 /// The ops whose input 1 holds indices into input 0 (or into the output), or, TopK's,
-/// a count of its axis.
+/// a count of its axis, or, Slice's and Split's, positions and extents on its axes, or,
+/// Choose's (input 0), which candidate to take.
 fn reads_runtime_indices(op: &Op) -> bool {
     matches!(
         op,
@@ -47,6 +51,9 @@ fn reads_runtime_indices(op: &Op) -> bool {
             | Op::TopKRunTime { .. }
             | Op::ReduceRunTimeAxes { .. }
             | Op::ReshapeByAxes { .. }
+            | Op::SliceRunTime { .. }
+            | Op::SplitRunTime { .. }
+            | Op::Choose { .. }
     )
 }
 

@@ -19,6 +19,7 @@ mod pool;
 mod quant;
 mod reduce;
 mod resize;
+mod run_time_slice;
 mod value_dependent;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -432,6 +433,9 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             axes_rank,
             shapes,
         } => value_dependent::reshape_by_axes(ctx, *count, *axes_rank, shapes),
+        Op::Choose { shapes } => run_time_slice::choose(ctx, shapes),
+        Op::SliceRunTime { count, .. } => run_time_slice::slice_run_time(ctx, *count),
+        Op::SplitRunTime { axis, parts } => run_time_slice::split_run_time(ctx, *axis, *parts),
         Op::NonZero => value_dependent::non_zero(ctx),
         Op::Compress { axis } => value_dependent::compress(ctx, *axis),
         Op::Unique { axis, sorted } => value_dependent::unique(ctx, *axis, *sorted),

@@ -5,7 +5,7 @@ use crate::ir::{Tensor, ValueId};
 use crate::onnx::attributes::{axis_and_dim, normalize_axis};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::onnx::tensor_proto::tensor_from_proto;
-use crate::ops::infer::broadcast_shapes;
+use crate::ops::infer::{broadcast_shapes, slice_run};
 use crate::ops::{Op, PadAttrs, PadMode};
 
 fn emit_reshape(ctx: &mut NodeCtx, x: ValueId, shape: Vec<usize>) -> ImportResult<ValueId> {
@@ -266,6 +266,19 @@ pub fn split(ctx: &mut NodeCtx) -> ImportResult {
     }
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?;
     let n_out = ctx.node.output.len();
+    if let Some(sizes) = (ctx.input(1)).filter(|v| ctx.opset() >= 13 && ctx.constant(*v).is_none())
+    {
+        let st = ctx.ty(sizes);
+        if !st.dtype.is_int() || st.rank() != 1 || st.numel() != n_out {
+            return Err(
+                format!("split must hold {n_out} integers (one per output), not {st}").into(),
+            );
+        }
+        let op = Op::SplitRunTime { axis, parts: n_out };
+        let outs = ctx.emit(op, vec![Some(ctx.required(0)?), Some(sizes)], 2 * n_out)?;
+        ctx.bind_outputs(&outs[..n_out]);
+        return Ok(());
+    }
     let explicit = if ctx.opset() < 13 {
         ctx.attrs.ints_opt("split")?
     } else {
@@ -306,8 +319,39 @@ pub fn split(ctx: &mut NodeCtx) -> ImportResult {
     Ok(())
 }
 
+/// Slice whose starts, ends, axes or steps are computed at run time: planned at the
+/// input's shape, the axes a slice may shorten those the constant axes name (every axis
+/// when the axes are read at run time too).
+fn slice_run_time(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let starts = ctx.required(1)?;
+    let count = ctx.ty(starts).numel();
+    let varying = match ctx.input(3) {
+        None => {
+            if count > x.rank() {
+                return Err(format!("{count} starts for the rank-{} input", x.rank()).into());
+            }
+            (0..count).collect()
+        }
+        Some(a) => match ctx.constant(a) {
+            Some(t) => (t.to_i64_vec().iter())
+                .map(|&a| axis_and_dim(a, &x.shape).map(|(a, _)| a))
+                .collect::<Result<Vec<usize>, _>>()?,
+            None => (0..x.rank()).collect(),
+        },
+    };
+    let inputs: Vec<Option<ValueId>> = (0..5).map(|i| ctx.input(i)).collect();
+    let outs = ctx.emit(Op::SliceRunTime { count, varying }, inputs, 2)?;
+    ctx.bind_output(0, outs[0]);
+    Ok(())
+}
+
 pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
+    let run_time = |v: ValueId| ctx.constant(v).is_none();
+    if ctx.opset() >= 10 && (1..5).filter_map(|i| ctx.input(i)).any(run_time) {
+        return slice_run_time(ctx);
+    }
     let (starts, ends, axes, steps) = if ctx.opset() < 10 {
         let a = &ctx.attrs;
         (
@@ -338,31 +382,14 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let mut shape = x.shape.clone();
     for i in 0..starts.len() {
         let (axis, dim) = axis_and_dim(axes[i], &x.shape)?;
-        let dim = dim as i64;
         let step = steps[i];
         if step == 0 {
             return Err("slice step cannot be 0".into());
         }
-        // numpy clamping: positive steps clamp to [0, dim], negative to [-1, dim-1].
-        let clamp = |v: i64| {
-            let v = if v < 0 { v + dim } else { v };
-            if step > 0 {
-                v.clamp(0, dim)
-            } else {
-                v.clamp(-1, dim - 1)
-            }
-        };
-        let (s, e) = (clamp(starts[i]), clamp(ends[i]));
-        // step may be i64::MIN: its magnitude as u64 cannot overflow.
-        let (span, stride) = if step > 0 {
-            ((e - s).max(0), step.unsigned_abs())
-        } else {
-            ((s - e).max(0), step.unsigned_abs())
-        };
-        let len = (span as u64).div_ceil(stride) as i64;
-        out_starts[axis] = if len > 0 { s as usize } else { 0 };
+        let (start, len) = slice_run(starts[i], ends[i], step, dim);
+        out_starts[axis] = start;
         out_steps[axis] = step;
-        shape[axis] = len as usize;
+        shape[axis] = len;
     }
     let y = ctx.emit1(
         Op::Slice {

@@ -28,6 +28,10 @@ enum Transform {
 pub fn dft(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.required(0)?;
     let rank = ctx.ty(x).rank();
+    let run_time_axis = (ctx.input(2)).filter(|v| ctx.opset() >= 20 && ctx.constant(*v).is_none());
+    if let Some(axis) = run_time_axis {
+        return dft_along_run_time_axis(ctx, x, axis);
+    }
     let axis = if ctx.opset() >= 20 {
         match ctx.const_input(2, "axis")? {
             Some(t) => *t.to_i64_vec().first().ok_or("axis must hold one value")?,
@@ -40,15 +44,30 @@ pub fn dft(ctx: &mut NodeCtx) -> ImportResult {
     if rank < 2 || axis == rank - 1 {
         return Err(format!("axis {axis} must be a signal axis of the rank-{rank} input, not its last (complex) axis").into());
     }
+    let transform = dft_transform(ctx)?;
+    let n = dft_length(ctx, transform, ctx.ty(x).shape[axis])?;
+    if n == 0 {
+        return Err("the DFT length is 0".into());
+    }
+    let y = transform_axis(ctx, x, axis, n, transform)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+fn dft_transform(ctx: &NodeCtx) -> ImportResult<Transform> {
     let inverse = ctx.attrs.int("inverse", 0)? != 0;
     let onesided = ctx.attrs.int("onesided", 0)? != 0;
-    let transform = match (inverse, onesided) {
+    Ok(match (inverse, onesided) {
         (false, onesided) => Transform::Forward { onesided },
         (true, false) => Transform::Inverse,
         (true, true) => Transform::InverseOneSided,
-    };
-    let length = ctx.ty(x).shape[axis];
-    let n = match ctx.const_input(1, "dft_length")? {
+    })
+}
+
+/// The transform's length: dft_length (a positive constant) or what the signal axis
+/// of `length` elements gives.
+fn dft_length(ctx: &NodeCtx, transform: Transform, length: usize) -> ImportResult<usize> {
+    Ok(match ctx.const_input(1, "dft_length")? {
         Some(t) => {
             let v = *t
                 .to_i64_vec()
@@ -61,12 +80,38 @@ pub fn dft(ctx: &mut NodeCtx) -> ImportResult {
         }
         None if transform == Transform::InverseOneSided => 2 * length.saturating_sub(1),
         None => length,
-    };
-    if n == 0 {
-        return Err("the DFT length is 0".into());
+    })
+}
+
+/// DFT along an axis read at run time: the transform along every signal axis, the one
+/// the value names chosen (its shape reported when the axes' results differ in
+/// shape). The complex axis, and an axis whose transform would be empty, are invalid
+/// choices and fail like an index out of range.
+fn dft_along_run_time_axis(ctx: &mut NodeCtx, x: ValueId, axis: ValueId) -> ImportResult {
+    let at = ctx.ty(axis).clone();
+    if !at.dtype.is_int() || at.numel() != 1 {
+        return Err(format!("axis must hold one integer, not {at}").into());
     }
-    let y = transform_axis(ctx, x, axis, n, transform)?;
-    ctx.bind_output(0, y);
+    let rank = ctx.ty(x).rank();
+    if rank < 2 {
+        return Err(format!("the rank-{rank} input has no signal axis").into());
+    }
+    let transform = dft_transform(ctx)?;
+    let mut inputs = vec![Some(axis)];
+    let mut shapes = Vec::with_capacity(rank);
+    for a in 0..rank {
+        let n = dft_length(ctx, transform, ctx.ty(x).shape[a])?;
+        if a == rank - 1 || n == 0 {
+            inputs.push(None);
+            shapes.push(None);
+            continue;
+        }
+        let y = transform_axis(ctx, x, a, n, transform)?;
+        shapes.push(Some(ctx.ty(y).shape.clone()));
+        inputs.push(Some(y));
+    }
+    let outs = ctx.emit(Op::Choose { shapes }, inputs, 2)?;
+    ctx.bind_output(0, outs[0]);
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use crate::ops::Op;
 
 /// Emits `op` and binds its ONNX outputs (the extent output is the IR's own).
 fn emit_counted(ctx: &mut NodeCtx, op: Op, onnx_outputs: usize) -> ImportResult {
-    let count = op.counted_outputs().map_or(0, |c| c.count + 1);
+    let count = op.counted_outputs().map_or(0, |c| c.outputs());
     let inputs = ctx.inputs.clone();
     let outs = ctx.emit(op, inputs, count)?;
     ctx.bind_outputs(&outs[..onnx_outputs]);
