@@ -790,3 +790,29 @@ fn dft_along_an_axis_given_at_run_time() {
         }
     }
 }
+
+#[test]
+fn shape_and_size_of_a_bounded_value_are_read_at_run_time() {
+    let mut m = ModelBuilder::new(21);
+    let x = m.input("x", &[2, 3]);
+    let nz = m.node("NonZero", &[&x], vec![]);
+    let shape = m.node("Shape", &[&nz], vec![]);
+    let tail = m.node("Shape", &[&nz], vec![("start", Attr::I(-1))]);
+    let size = m.node("Size", &[&nz], vec![]);
+    for o in [&shape, &tail, &size] {
+        m.output(o);
+    }
+    let g = import(&m.encode()).unwrap();
+    let loaded = load(&g);
+    for nonzero in [0usize, 1, 4, 6] {
+        let x = f32s(
+            &[2, 3],
+            (0..6).map(|i| f32::from(u8::from(i < nonzero))).collect(),
+        );
+        let out = run_compiled(&loaded, &g, std::slice::from_ref(&x));
+        let n = nonzero as i64;
+        assert_eq!(out[0].to_i64_vec(), vec![2, n], "Shape, {nonzero} nonzero");
+        assert_eq!(out[1].to_i64_vec(), vec![n], "Shape from -1");
+        assert_eq!(out[2].to_i64_vec(), vec![2 * n], "Size");
+    }
+}

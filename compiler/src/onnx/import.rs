@@ -777,6 +777,11 @@ impl NodeCtx<'_> {
         self.b.graph.constant(v)
     }
 
+    /// The extents of `v` only the run knows, if any (see [`RunExtent`]).
+    pub fn run_extent(&self, v: ValueId) -> Option<&RunExtent> {
+        self.b.graph.value(v).run_extent.as_ref()
+    }
+
     /// An input that must be known at compile time (shapes, axes, pads...).
     pub fn const_input(&self, i: usize, what: &str) -> ImportResult<Option<Tensor>> {
         match self.input(i) {

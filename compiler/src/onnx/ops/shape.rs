@@ -582,20 +582,64 @@ pub fn shape_of(ctx: &mut NodeCtx) -> ImportResult {
     let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
     let start = clamp(ctx.attrs.int("start", 0)?);
     let end = clamp(ctx.attrs.int("end", r)?);
-    let dims: Vec<i64> = x.shape[start..end.max(start)]
-        .iter()
-        .map(|&d| d as i64)
-        .collect();
-    let t = Tensor::from_vec(&[dims.len()], dims);
-    let v = ctx.constant_value(ctx.name, t);
+    let v = shape_value(ctx, ctx.required(0)?, start..end.max(start))?;
     ctx.bind_output(0, v);
     Ok(())
 }
 
+/// Axes `axes` of `v`'s shape as an int64 `[len]`: a constant, or, when `v` has extents
+/// only the run knows among them, computed from its count value at run time.
+fn shape_value(
+    ctx: &mut NodeCtx,
+    v: ValueId,
+    axes: std::ops::Range<usize>,
+) -> ImportResult<ValueId> {
+    let dims: Vec<i64> = ctx.ty(v).shape[axes.clone()]
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
+    let extent = ctx.run_extent(v).cloned();
+    let Some(extent) = extent.filter(|e| axes.clone().any(|a| e.axes.contains(&a))) else {
+        return Ok(ctx.constant_value(ctx.name, Tensor::from_vec(&[dims.len()], dims)));
+    };
+    let mut pieces = Vec::with_capacity(dims.len());
+    for (a, &d) in axes.zip(&dims) {
+        let piece = if !extent.axes.contains(&a) {
+            ctx.constant_value(ctx.name, Tensor::from_vec(&[1], vec![d]))
+        } else if extent.whole_shape {
+            let op = Op::Slice {
+                starts: vec![a],
+                steps: vec![1],
+                shape: vec![1],
+            };
+            ctx.emit1(op, vec![Some(extent.count)])?
+        } else {
+            emit_reshape(ctx, extent.count, vec![1])?
+        };
+        pieces.push(Some(piece));
+    }
+    if pieces.len() == 1 {
+        return Ok(pieces[0].expect("one piece"));
+    }
+    ctx.emit1(Op::Concat { axis: 0 }, pieces)
+}
+
 pub fn size_of(ctx: &mut NodeCtx) -> ImportResult {
-    let n = ctx.input_ty(0)?.numel() as i64;
-    let v = ctx.constant_value(ctx.name, Tensor::scalar(n));
-    ctx.bind_output(0, v);
+    let xv = ctx.required(0)?;
+    let x = ctx.input_ty(0)?;
+    if ctx.run_extent(xv).is_none() {
+        let v = ctx.constant_value(ctx.name, Tensor::scalar(x.numel() as i64));
+        ctx.bind_output(0, v);
+        return Ok(());
+    }
+    let shape = shape_value(ctx, xv, 0..x.rank())?;
+    let op = Op::Reduce(crate::ops::ReduceAttrs {
+        kind: crate::ops::ReduceKind::Prod,
+        axes: vec![0],
+        keepdims: false,
+    });
+    let n = ctx.emit1(op, vec![Some(shape)])?;
+    ctx.bind_output(0, n);
     Ok(())
 }
 
