@@ -816,3 +816,93 @@ fn shape_and_size_of_a_bounded_value_are_read_at_run_time() {
         assert_eq!(out[2].to_i64_vec(), vec![2 * n], "Size");
     }
 }
+
+/// A detector's post-processing: NonMaxSuppression's selected rows feed a Gather of the
+/// box index, a Gather of the boxes, scaling, a Cast and a Concat: every node after it
+/// runs on the selected rows only.
+fn detections_model() -> Vec<u8> {
+    let mut m = ModelBuilder::new(22);
+    let boxes = m.input("boxes", &[1, 12, 4]);
+    let scores = m.input("scores", &[1, 2, 12]);
+    let max_out = m.int_init(&[5]);
+    let iou = m.float_init(&[1], vec![0.4]);
+    let threshold = m.float_init(&[1], vec![0.2]);
+    let selected = m.node(
+        "NonMaxSuppression",
+        &[&boxes, &scores, &max_out, &iou, &threshold],
+        vec![],
+    );
+    let column = m.int_init(&[2]);
+    let which = m.node("Gather", &[&selected, &column], vec![("axis", Attr::I(1))]);
+    let flat_shape = m.int_init(&[-1]);
+    let which = m.node("Reshape", &[&which, &flat_shape], vec![]);
+    let box_shape = m.int_init(&[12, 4]);
+    let all_boxes = m.node("Reshape", &[&boxes, &box_shape], vec![]);
+    let picked = m.node("Gather", &[&all_boxes, &which], vec![("axis", Attr::I(0))]);
+    let scale = m.float_init(&[4], vec![320.0, 240.0, 320.0, 240.0]);
+    let scaled = m.node("Mul", &[&picked, &scale], vec![]);
+    let class = m.int_init(&[1]);
+    let class = m.node("Gather", &[&selected, &class], vec![("axis", Attr::I(1))]);
+    let class = m.node("Cast", &[&class], vec![("to", Attr::I(1))]);
+    let rows = m.node("Concat", &[&scaled, &class], vec![("axis", Attr::I(1))]);
+    m.output(&rows);
+    m.encode()
+}
+
+#[test]
+fn nodes_after_a_bounded_value_run_on_its_actual_rows() {
+    let g = import(&detections_model()).unwrap();
+    assert_eq!(
+        g.ty(g.outputs[0]).shape,
+        vec![10, 5],
+        "2 classes × 5 at most"
+    );
+    assert_eq!(g.bounded_axes(), vec![(0, 0)]);
+    let mut rng = models::Rng::new(23);
+    let mut sets = vec![];
+    for threshold_hits in [0usize, 1, 3, 12] {
+        let boxes = clustered_boxes(&mut rng, 1, 12, false);
+        // The first `threshold_hits` boxes of each class score above the threshold.
+        let scores: Vec<f32> = (0..24)
+            .map(|i| {
+                if i % 12 < threshold_hits {
+                    0.3 + rng.uniform() * 0.6
+                } else {
+                    0.1
+                }
+            })
+            .collect();
+        sets.push(vec![f32s(&[1, 12, 4], boxes), f32s(&[1, 2, 12], scores)]);
+    }
+    check(&g, &sets);
+    // Independently of the interpreter's handling of the rows: each output row is the
+    // selected box scaled, then its class.
+    let loaded = load(&g);
+    for set in &sets {
+        let out = run_compiled(&loaded, &g, set);
+        let boxes = set[0].to_f64_vec();
+        let rows = out[0].to_f64_vec();
+        let n = out[0].shape()[0];
+        let mut nms = ModelBuilder::new(24);
+        let b = nms.input("boxes", &[1, 12, 4]);
+        let s = nms.input("scores", &[1, 2, 12]);
+        let (k, iou, thr) = (
+            nms.int_init(&[5]),
+            nms.float_init(&[1], vec![0.4]),
+            nms.float_init(&[1], vec![0.2]),
+        );
+        let sel = nms.node("NonMaxSuppression", &[&b, &s, &k, &iou, &thr], vec![]);
+        nms.output(&sel);
+        let sel_graph = import(&nms.encode()).unwrap();
+        let selected = nnc::interp::run_graph(&sel_graph, set).unwrap()[0].to_i64_vec();
+        assert_eq!(selected.len(), 3 * n);
+        for r in 0..n {
+            let (class, index) = (selected[3 * r + 1] as usize, selected[3 * r + 2] as usize);
+            for (c, scale) in [320.0f32, 240.0, 320.0, 240.0].iter().enumerate() {
+                let want = (boxes[4 * index + c] as f32) * scale;
+                assert_eq!(rows[5 * r + c], f64::from(want), "row {r}");
+            }
+            assert_eq!(rows[5 * r + 4], class as f64, "row {r}");
+        }
+    }
+}

@@ -188,8 +188,8 @@ fn a_failing_compile_quotes_the_node_in_plain_text() {
     let want = format!(
         "error: unsupported operators (1)\n  --> {}, node 'Neg_2' (Neg)\n   |  \
          t2 = Neg(t1: int64[2,12])\n   = note: it reads 't1', whose extent is known only at \
-         run time; nnc passes such values only to graph outputs and elementwise ops of one \
-         input so far\n",
+         run time (axis 1); nnc runs the nodes after such a value row by row, which needs its \
+         leading axis to be the one that varies\n",
         m.display()
     );
     assert_eq!(stderr, want);

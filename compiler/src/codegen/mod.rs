@@ -11,6 +11,7 @@ mod model_info;
 pub mod options;
 pub mod plan;
 pub mod rodata_pool;
+mod row_loops;
 mod run;
 mod sample_loop;
 mod shared_tables;
@@ -140,37 +141,6 @@ fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisEx
         .collect()
 }
 
-/// Refuses a graph in which a node reads a value whose extent only the run knows
-/// (every kernel is compiled for fixed extents) unless it is elementwise and passes the
-/// extents on to its output.
-fn check_run_extents(graph: &Graph) -> Result<()> {
-    for node in &graph.nodes {
-        let passes =
-            |v: &ValueId| node.inputs.len() == 1 && node.op.passes_run_extent(graph.ty(*v).dtype);
-        let reads = |v: &&ValueId| graph.value(**v).run_extent.is_some() && !passes(v);
-        if let Some(v) = (node.inputs.iter().flatten()).find(reads) {
-            return Err(NncError::node(
-                &node.name,
-                &node.onnx_op,
-                format!(
-                    "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs and elementwise ops of one input so far",
-                    graph.value(*v).name
-                ),
-            ));
-        }
-        let reads_extent =
-            (node.inputs.iter().flatten()).any(|v| graph.value(*v).run_extent.is_some());
-        if reads_extent && graph.value(node.outputs[0]).run_extent.is_none() {
-            return Err(NncError::node(
-                &node.name,
-                &node.onnx_op,
-                "its output lost the run-time extents of its input (a graph pass rewrote it)",
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     compile_graph_reporting(graph, opts, &crate::progress::Silent)
@@ -182,7 +152,9 @@ pub fn compile_graph_reporting(
     opts: &CompileOptions,
     progress: &dyn crate::progress::Progress,
 ) -> Result<CompiledModel> {
-    check_run_extents(graph)?;
+    let row_loops = row_loops::plan(graph)?;
+    // The graph code is generated from: row-looped nodes at one row.
+    let lowered = row_loops.lowered.as_ref().unwrap_or(graph);
     let isa = opts.target.isa("speed")?;
     let builder = ObjectBuilder::new(
         isa.clone(),
@@ -192,7 +164,15 @@ pub fn compile_graph_reporting(
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
 
-    let kernels = kernel_plan::plan_kernels_for(graph, &opts.target, &opts.kernels, opts.weights);
+    let mut kernels =
+        kernel_plan::plan_kernels_for(lowered, &opts.target, &opts.kernels, opts.weights);
+    // A row-looped node's call is one row: never split into tasks.
+    for (k, l) in row_loops.loops.iter().enumerate() {
+        if l.is_some() {
+            kernels.nodes[k].tasks = 1;
+            kernels.nodes[k].rows = None;
+        }
+    }
     let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
     // Constants the generated code reads (filled in as nodes are lowered).
     let mut const_read = vec![false; graph.values.len()];
@@ -223,7 +203,7 @@ pub fn compile_graph_reporting(
     // Per split node: its arguments without the task index, and which is the scratch.
     let mut task_args: Vec<Option<(usize, Option<usize>)>> = vec![None; graph.nodes.len()];
     progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
-    for (k, node) in graph.nodes.iter().enumerate() {
+    for (k, node) in lowered.nodes.iter().enumerate() {
         progress.step(crate::progress::Task::CodeGeneration);
         if plan.is_view[k] {
             continue;
@@ -254,15 +234,15 @@ pub fn compile_graph_reporting(
                 .inputs
                 .iter()
                 .flatten()
-                .filter(|v| graph.constant(**v).is_some())
-                .max_by_key(|v| graph.ty(**v).numel())
-                .map_or_else(|| node.name.clone(), |v| graph.values[v.0].name.clone());
+                .filter(|v| lowered.constant(**v).is_some())
+                .max_by_key(|v| lowered.ty(**v).numel())
+                .map_or_else(|| node.name.clone(), |v| lowered.values[v.0].name.clone());
             let indices_constant = node
                 .inputs
                 .get(1)
                 .copied()
                 .flatten()
-                .is_some_and(|v| graph.constant(v).is_some());
+                .is_some_and(|v| lowered.constant(v).is_some());
             // A node that checks indices returns NNC_OK or NNC_ERR_INDEX_OUT_OF_RANGE; the
             // others return nothing (so `--index-checks clamp` code is what it always was).
             let checks_indices = lower::index_check::node_checks_indices(
@@ -312,8 +292,8 @@ pub fn compile_graph_reporting(
                         .map(|i| {
                             i.map(|v| Operand {
                                 ptr: ptrs.next().expect("one pointer per input"),
-                                ty: graph.ty(v).clone(),
-                                constant: graph.constant(v).cloned(),
+                                ty: lowered.ty(v).clone(),
+                                constant: lowered.constant(v).cloned(),
                             })
                         })
                         .collect();
@@ -322,7 +302,7 @@ pub fn compile_graph_reporting(
                         .iter()
                         .map(|o| Operand {
                             ptr: ptrs.next().expect("one pointer per output"),
-                            ty: graph.ty(*o).clone(),
+                            ty: lowered.ty(*o).clone(),
                             constant: None,
                         })
                         .collect();
@@ -391,7 +371,7 @@ pub fn compile_graph_reporting(
                     };
                     lower::lower_row_task(&mut lctx, &node.op).map_err(|m| {
                         NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
-                            .with_excerpt(|| node_excerpt(graph, node))
+                            .with_excerpt(|| node_excerpt(lowered, node))
                     })?;
                     node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
                     match fail {
@@ -421,7 +401,7 @@ pub fn compile_graph_reporting(
                 .entry_block()
                 .expect("node functions have a body");
             let params = ctx.func.dfg.block_params(entry).to_vec();
-            for (j, v) in node.inputs.iter().flatten().enumerate() {
+            for (j, v) in graph.nodes[k].inputs.iter().flatten().enumerate() {
                 let root = plan.root[v.0];
                 if graph.values[root].constant.is_some()
                     && (table || value_is_used(&ctx.func, params[j]))
@@ -497,6 +477,7 @@ pub fn compile_graph_reporting(
         clear_upper,
         pass_workspace: expand.is_some(),
         pooled: &pooled,
+        row_loops: &row_loops.loops,
     };
     // A one-sample graph's node sequence is local: the exported entry points loop over
     // the samples (see `sample_loop`).
@@ -908,6 +889,7 @@ struct NodeSequence<'a> {
     clear_upper: Option<FuncId>,
     pass_workspace: bool,
     pooled: &'a run::Pooled,
+    row_loops: &'a [Option<row_loops::RowLoop>],
 }
 
 /// `infer_with_workspace(inputs, outputs, workspace)`: every node in order, a split
@@ -931,6 +913,7 @@ fn define_infer_with_workspace(
         clear_upper,
         pass_workspace,
         pooled,
+        row_loops,
     } = *seq;
     let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
     let linkage = if with_pool || graph.sample_loop.is_some() {
@@ -993,6 +976,33 @@ fn define_infer_with_workspace(
                         None => b.ins().iconst(PTR, 0),
                     })
                 };
+                if let Some(rows) = &row_loops[k] {
+                    let mut addresses = vec![];
+                    while let Some(a) = operand_address(b) {
+                        addresses.push(a);
+                    }
+                    let count = plan.storage[rows.count.0].expect("a count has storage");
+                    let count = addr_of(b, count);
+                    let count = offset_by(b, count, plan.offset[rows.count.0] + rows.within);
+                    let mut extra = vec![];
+                    if let Some(off) = plan.scratch[k] {
+                        extra.push(addr_of(b, Storage::Arena(off)));
+                    }
+                    if pass_workspace {
+                        extra.push(ws);
+                    }
+                    let table = plan.operand_tables[k].map(|off| addr_of(b, Storage::Arena(off)));
+                    let fref = module.declare_func_in_func(fid, b.func);
+                    let call = RowCall {
+                        fref,
+                        addresses: &addresses,
+                        row_bytes: &rows.row_bytes,
+                        table,
+                        extra: &extra,
+                    };
+                    emit_row_loop(b, &call, count, &mut fail_status);
+                    continue;
+                }
                 let mut args = vec![];
                 if let Some(off) = plan.operand_tables[k] {
                     // Each address is stored as soon as it is computed, so only one is
@@ -1023,19 +1033,7 @@ fn define_infer_with_workspace(
                 }
                 let fref = module.declare_func_in_func(fid, b.func);
                 let call = b.ins().call(fref, &args);
-                // A node that checks indices returns its status: stop at the first failure.
-                if let Some(&status) = b.inst_results(call).first() {
-                    let fail = *fail_status.get_or_insert_with(|| {
-                        let blk = b.create_block();
-                        b.append_block_param(blk, types::I32);
-                        blk
-                    });
-                    let next = b.create_block();
-                    b.ins()
-                        .brif(status, fail, &[BlockArg::Value(status)], next, &[]);
-                    b.seal_block(next);
-                    b.switch_to_block(next);
-                }
+                stop_on_failure(b, call, &mut fail_status);
             }
             let cref = module.declare_func_in_func(copy_fn, b.func);
             for (v, i) in &plan.final_copies {
@@ -1066,6 +1064,76 @@ fn define_infer_with_workspace(
             Ok(())
         },
     )
+}
+
+/// A node that checks indices returns its status: stops at the first failure (the
+/// failure block, made on first use, returns it).
+fn stop_on_failure(
+    b: &mut FunctionBuilder,
+    call: cranelift_codegen::ir::Inst,
+    fail_status: &mut Option<cranelift_codegen::ir::Block>,
+) {
+    if let Some(&status) = b.inst_results(call).first() {
+        let fail = *fail_status.get_or_insert_with(|| {
+            let blk = b.create_block();
+            b.append_block_param(blk, types::I32);
+            blk
+        });
+        let next = b.create_block();
+        b.ins()
+            .brif(status, fail, &[BlockArg::Value(status)], next, &[]);
+        b.seal_block(next);
+        b.switch_to_block(next);
+    }
+}
+
+/// One call of a row-looped node's function per row (see [`row_loops`]).
+struct RowCall<'a> {
+    fref: cranelift_codegen::ir::FuncRef,
+    /// The operands' addresses at row 0.
+    addresses: &'a [Value],
+    /// Bytes per row of each operand that carries rows.
+    row_bytes: &'a [Option<usize>],
+    /// The operand table the addresses go into, when the node takes one.
+    table: Option<Value>,
+    /// Scratch and workspace arguments, after the operands.
+    extra: &'a [Value],
+}
+
+/// Calls the node once per row: the extent read from `count` (an int64 the producing
+/// node wrote, never more than the planned rows), each row-carrying operand advanced
+/// by its row.
+fn emit_row_loop(
+    b: &mut FunctionBuilder,
+    call: &RowCall,
+    count: Value,
+    fail_status: &mut Option<cranelift_codegen::ir::Block>,
+) {
+    let rows = b.ins().load(types::I64, flags(), count, 0);
+    let zero = kernel::iconst(b, 0);
+    kernel::range_loop(b, zero, rows, |b, i| {
+        let operands: Vec<Value> = (call.addresses.iter().zip(call.row_bytes))
+            .map(|(&a, bytes)| match bytes {
+                Some(n) => {
+                    let step = b.ins().imul_imm_s(i, *n as i64);
+                    b.ins().iadd(a, step)
+                }
+                None => a,
+            })
+            .collect();
+        let mut args = match call.table {
+            Some(table) => {
+                for (j, &a) in operands.iter().enumerate() {
+                    b.ins().store(flags(), a, table, (8 * j) as i32);
+                }
+                vec![table]
+            }
+            None => operands,
+        };
+        args.extend_from_slice(call.extra);
+        let inst = b.ins().call(call.fref, &args);
+        stop_on_failure(b, inst, fail_status);
+    });
 }
 
 fn define_infer(

@@ -119,6 +119,10 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
     for (k, n) in graph.nodes.iter().enumerate() {
         for i in n.inputs.iter().flatten() {
             last_use[i.0] = last_use[i.0].max(k);
+            // A node reading a value of run-time extents reads that extent too.
+            if let Some(e) = &graph.value(*i).run_extent {
+                last_use[e.count.0] = last_use[e.count.0].max(k);
+            }
         }
     }
     for (v, _) in &plan.final_copies {

@@ -282,7 +282,11 @@ fn mark_values(one: &Graph, others: &[(usize, Graph)]) -> std::result::Result<Ve
 /// A node reading marked values computes each sample from that sample alone, and marks
 /// every output; a node reading none marks none (but an Expand of a shared value to
 /// the samples, which repeats it).
-fn check_node(g: &Graph, node: &Node, marked: &[bool]) -> std::result::Result<(), String> {
+pub(crate) fn check_node(
+    g: &Graph,
+    node: &Node,
+    marked: &[bool],
+) -> std::result::Result<(), String> {
     let is_marked = |i: usize| {
         node.inputs
             .get(i)

@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use half::{bf16, f16};
 use ndarray::ArrayD;
 
-use crate::ir::{DType, Element, Graph, Tensor, TensorType, ValueId};
+use crate::ir::{DType, Element, Graph, Node, Tensor, TensorType, ValueId};
 use crate::ops::{self, Op};
 use crate::with_tensor;
 
@@ -500,6 +500,25 @@ pub fn run_graph_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Option<Tens
         .collect())
 }
 
+/// The node's op for the rows its inputs actually hold: a node computing row by row
+/// over a run-time extent (see [`ops::rows`]) has shapes in its attributes at the
+/// bound, which the actual extent replaces.
+fn at_actual_rows<'n>(graph: &Graph, node: &'n Node, args: &[Option<&Tensor>]) -> Cow<'n, Op> {
+    let Ok(Some(form)) = ops::rows::row_form(graph, node) else {
+        return Cow::Borrowed(&node.op);
+    };
+    let carrying = (form.inputs.iter().zip(args)).find_map(|(&c, a)| a.filter(|_| c));
+    let rows = carrying.and_then(|t| t.shape().first().copied());
+    let bound = (node.inputs.iter().zip(&form.inputs))
+        .find_map(|(v, &c)| v.filter(|_| c))
+        .and_then(|v| graph.ty(v).shape.first().copied());
+    match (rows, bound) {
+        (Some(rows), Some(bound)) => ops::rows::op_for_rows(&node.op, bound, rows)
+            .map_or(Cow::Borrowed(&node.op), Cow::Owned),
+        _ => Cow::Borrowed(&node.op),
+    }
+}
+
 fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Slot<'g>>, String> {
     let mut slots: Vec<Slot<'g>> = graph
         .values
@@ -524,7 +543,8 @@ fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Sl
                 }),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let results = eval_op(&node.op, &args).map_err(|e| format!("{}: {e}", context()))?;
+        let op = at_actual_rows(graph, node, &args);
+        let results = eval_op(&op, &args).map_err(|e| format!("{}: {e}", context()))?;
         if results.len() < node.outputs.len() {
             return Err(format!(
                 "{}: {} outputs expected, the op produced {}",

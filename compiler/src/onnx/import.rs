@@ -828,15 +828,7 @@ impl NodeCtx<'_> {
             _ => None,
         };
         let reads_extent = |v: &&ValueId| self.b.graph.value(**v).run_extent.is_some();
-        let refused = (inputs.iter().flatten())
-            .find(reads_extent)
-            .filter(|_| passed.is_none());
-        if let Some(v) = refused {
-            return Err(ImportError::Unsupported(format!(
-                "it reads '{}', whose extent is known only at run time; nnc passes such values only to graph outputs and elementwise ops of one input so far",
-                self.b.graph.value(*v).name
-            )));
-        }
+        let by_rows = passed.is_none() && inputs.iter().flatten().any(|v| reads_extent(&v));
         let types: Vec<Option<TensorType>> = inputs
             .iter()
             .map(|i| i.map(|v| self.ty(v).clone()))
@@ -893,6 +885,23 @@ impl NodeCtx<'_> {
         if let Some(e) = passed {
             self.b.graph.values[outputs[0].0].run_extent = Some(e);
         }
+        let node = Node {
+            name: self.name.to_string(),
+            onnx_op: self.node.op_type.clone(),
+            op,
+            inputs,
+            outputs: outputs.clone(),
+        };
+        if by_rows {
+            // Downstream of a value whose extent only the run knows: computed row by row
+            // (see `ops::rows`), the outputs sharing that extent.
+            let form = crate::ops::rows::row_form(&self.b.graph, &node)
+                .map_err(ImportError::Unsupported)?;
+            for (o, form) in outputs.iter().zip(std::iter::repeat(form).flatten()) {
+                self.b.graph.values[o.0].run_extent = Some(form.extent.clone());
+            }
+        }
+        let op = &node.op;
         if let Some(counted) = op.counted_outputs() {
             for (k, axis, count) in counted.axes {
                 let count = outputs[count];
@@ -906,13 +915,7 @@ impl NodeCtx<'_> {
                 .push(axis);
             }
         }
-        self.b.graph.nodes.push(Node {
-            name: self.name.to_string(),
-            onnx_op: self.node.op_type.clone(),
-            op,
-            inputs,
-            outputs: outputs.clone(),
-        });
+        self.b.graph.nodes.push(node);
         Ok(outputs)
     }
 

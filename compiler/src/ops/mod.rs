@@ -10,6 +10,7 @@ pub mod attrs;
 pub mod infer;
 pub mod planes;
 pub mod resize_sampling;
+pub mod rows;
 
 pub use attrs::*;
 pub use infer::infer_types;

@@ -1,0 +1,95 @@
+//! Nodes that run row by row over an extent only the run knows (see [`crate::ops::rows`]):
+//! the graph their code is generated from (each such node's op and row-carrying
+//! operands at one row) and the loop `infer` calls them in.
+
+use crate::error::{NncError, Result};
+use crate::ir::{Graph, ValueId};
+use crate::ops::rows::{row_form, RowForm};
+
+/// How `infer` calls one node's function: once per row of the extent `count` holds
+/// (`within` bytes into it), each operand (inputs, then outputs) with `Some(bytes)`
+/// advanced by that many bytes per row.
+#[derive(Clone, Debug)]
+pub struct RowLoop {
+    pub count: ValueId,
+    pub within: usize,
+    pub row_bytes: Vec<Option<usize>>,
+}
+
+/// The row loops of a graph, and the graph code is generated from.
+pub struct RowLoops {
+    /// The graph with each looped node at one row (`None`: no node loops); node `k` is
+    /// the graph's node `k`, its row-carrying operands new values at one row.
+    pub lowered: Option<Graph>,
+    pub loops: Vec<Option<RowLoop>>,
+}
+
+/// Finds how every node reading a value whose extent only the run knows handles it:
+/// elementwise ops of one input pass the extent on over the whole planned buffer, the
+/// others run row by row; any other node is refused by name.
+pub fn plan(graph: &Graph) -> Result<RowLoops> {
+    let mut lowered: Option<Graph> = None;
+    let mut loops = vec![None; graph.nodes.len()];
+    for (k, node) in graph.nodes.iter().enumerate() {
+        let refuse = |m: String| NncError::node(&node.name, &node.onnx_op, m);
+        let reads = |v: &ValueId| graph.value(*v).run_extent.is_some();
+        if !node.inputs.iter().flatten().any(reads) {
+            continue;
+        }
+        let lost = (node.outputs.iter()).any(|o| graph.value(*o).run_extent.is_none());
+        if lost {
+            return Err(refuse(
+                "its output lost the run-time extents of its input (a graph pass rewrote it)"
+                    .into(),
+            ));
+        }
+        let passes = node.inputs.len() == 1
+            && node.inputs[0].is_some_and(|v| node.op.passes_run_extent(graph.ty(v).dtype));
+        if passes {
+            continue;
+        }
+        let form = row_form(graph, node)
+            .map_err(refuse)?
+            .ok_or_else(|| refuse("no row form".into()))?;
+        let g = lowered.get_or_insert_with(|| graph.clone());
+        loops[k] = Some(row_loop(graph, k, &form));
+        at_one_row(g, k, &form);
+    }
+    Ok(RowLoops { lowered, loops })
+}
+
+fn row_loop(graph: &Graph, k: usize, form: &RowForm) -> RowLoop {
+    let node = &graph.nodes[k];
+    let row_bytes = |v: ValueId| RowForm::row_type(graph.ty(v)).byte_size();
+    let inputs = (node.inputs.iter().zip(&form.inputs))
+        .filter_map(|(v, &carries)| v.map(|v| carries.then(|| row_bytes(v))));
+    let outputs = node.outputs.iter().map(|o| Some(row_bytes(*o)));
+    RowLoop {
+        count: form.extent.count,
+        within: form.extent.offset_of(0).unwrap_or(0),
+        row_bytes: inputs.chain(outputs).collect(),
+    }
+}
+
+/// Rewrites node `k` of `g` to compute one row: its op, and new values at one row for
+/// its row-carrying inputs and its outputs.
+fn at_one_row(g: &mut Graph, k: usize, form: &RowForm) {
+    let row_value = |g: &mut Graph, v: ValueId| {
+        let info = g.value(v);
+        let (name, ty) = (info.name.clone(), RowForm::row_type(&info.ty));
+        g.add_value(name, ty, None)
+    };
+    let inputs = g.nodes[k].inputs.clone();
+    for (i, v) in inputs.iter().enumerate() {
+        if let (true, Some(v)) = (form.inputs[i], v) {
+            let r = row_value(g, *v);
+            g.nodes[k].inputs[i] = Some(r);
+        }
+    }
+    let outputs = g.nodes[k].outputs.clone();
+    for (j, o) in outputs.iter().enumerate() {
+        let r = row_value(g, *o);
+        g.nodes[k].outputs[j] = r;
+    }
+    g.nodes[k].op = form.op.clone();
+}
