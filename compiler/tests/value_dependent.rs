@@ -906,3 +906,73 @@ fn nodes_after_a_bounded_value_run_on_its_actual_rows() {
         }
     }
 }
+
+#[test]
+fn nonzero_indices_as_rows_feed_gathers() {
+    // `torch.nonzero(x)`: NonZero then Transpose, one row per element; and the 1-D
+    // case squeezed to a vector of indices.
+    let mut m = ModelBuilder::new(25);
+    let x = m.input("x", &[3, 4]);
+    let nz = m.node("NonZero", &[&x], vec![]);
+    let rows = m.node("Transpose", &[&nz], vec![("perm", Attr::Ints(vec![1, 0]))]);
+    let col = m.int_init(&[1]);
+    let cols = m.node("Gather", &[&rows, &col], vec![("axis", Attr::I(1))]);
+    let cols = m.node("Cast", &[&cols], vec![("to", Attr::I(1))]);
+    let two = m.float_init(&[1], vec![2.0]);
+    let doubled = m.node("Mul", &[&cols, &two], vec![]);
+    m.output(&rows);
+    m.output(&doubled);
+    let v = m.input("v", &[6]);
+    let nz1 = m.node("NonZero", &[&v], vec![]);
+    let zero = m.int_init(&[0]);
+    let idx = m.node("Squeeze", &[&nz1, &zero], vec![]);
+    let picked = m.node("Gather", &[&v, &idx], vec![("axis", Attr::I(0))]);
+    m.output(&picked);
+    let g = import(&m.encode()).unwrap();
+    assert_eq!(g.bounded_axes(), vec![(0, 0), (1, 0), (2, 0)]);
+    let sets: Vec<Vec<Tensor>> = [0usize, 1, 5, 12]
+        .iter()
+        .map(|&n| {
+            vec![
+                f32s(
+                    &[3, 4],
+                    (0..12)
+                        .map(|i| f32::from(u8::from((i * 7) % 12 < n)))
+                        .collect(),
+                ),
+                f32s(
+                    &[6],
+                    (0..6)
+                        .map(|i| {
+                            if i % 3 < n.min(3) {
+                                i as f32 + 0.5
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect(),
+                ),
+            ]
+        })
+        .collect();
+    check(&g, &sets);
+    // Independently: the rows are the nonzero elements' coordinates in row-major order.
+    let loaded = load(&g);
+    for set in &sets {
+        let out = run_compiled(&loaded, &g, set);
+        let x = set[0].to_f64_vec();
+        let want: Vec<i64> = (0..12)
+            .filter(|&i| x[i] != 0.0)
+            .flat_map(|i| [(i / 4) as i64, (i % 4) as i64])
+            .collect();
+        assert_eq!(out[0].to_i64_vec(), want);
+        let cols: Vec<f64> = want.chunks(2).map(|c| 2.0 * c[1] as f64).collect();
+        assert_eq!(out[1].to_f64_vec(), cols);
+        let v: Vec<f64> = set[1]
+            .to_f64_vec()
+            .into_iter()
+            .filter(|&e| e != 0.0)
+            .collect();
+        assert_eq!(out[2].to_f64_vec(), v);
+    }
+}

@@ -360,7 +360,7 @@ pub(crate) fn check_node(
             .filter(|&i| is_marked(i))
             .all(|i| rank(i) >= 3 && rank(i) == out_rank),
         // Their outputs' extents vary with the values, so samples cannot be stacked.
-        Op::NonZero
+        Op::NonZero { .. }
         | Op::Compress { .. }
         | Op::Unique { .. }
         | Op::NonMaxSuppression { .. }

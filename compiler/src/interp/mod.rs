@@ -281,7 +281,13 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let sizes = required(inputs, 1)?.to_i64_vec();
             return value_dependent::split_run_time(x()?, *axis, &sizes);
         }
-        Op::NonZero => return value_dependent::non_zero(x()?),
+        Op::NonZero { transposed } => {
+            let mut out = value_dependent::non_zero(x()?)?;
+            if *transposed {
+                out[0] = shape::transpose(&out[0], &[1, 0])?;
+            }
+            return Ok(out);
+        }
         Op::Compress { axis } => {
             return value_dependent::compress(x()?, required(inputs, 1)?, *axis)
         }
@@ -504,6 +510,17 @@ pub fn run_graph_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Option<Tens
 /// over a run-time extent (see [`ops::rows`]) has shapes in its attributes at the
 /// bound, which the actual extent replaces.
 fn at_actual_rows<'n>(graph: &Graph, node: &'n Node, args: &[Option<&Tensor>]) -> Cow<'n, Op> {
+    if let (Some(e), Op::Reshape { shape }) = (ops::rows::reshaped_extent(graph, node), &node.op) {
+        let rows = args.first().copied().flatten().and_then(|t| {
+            let x = node.inputs[0].and_then(|v| graph.value(v).run_extent.as_ref())?;
+            t.shape().get(x.axes[0]).copied()
+        });
+        if let Some(rows) = rows {
+            let mut shape = shape.clone();
+            shape[e.axes[0]] = rows;
+            return Cow::Owned(Op::Reshape { shape });
+        }
+    }
     let Ok(Some(form)) = ops::rows::row_form(graph, node) else {
         return Cow::Borrowed(&node.op);
     };

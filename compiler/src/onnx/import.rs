@@ -777,6 +777,18 @@ impl NodeCtx<'_> {
         self.b.graph.constant(v)
     }
 
+    /// The op of the node that computes `v` (`None` for inputs and constants).
+    pub fn producer_op(&self, v: ValueId) -> Option<&Op> {
+        let mut nodes = self.b.graph.nodes.iter().rev();
+        nodes.find(|n| n.outputs.contains(&v)).map(|n| &n.op)
+    }
+
+    /// The inputs of the node that computes `v` (empty for inputs and constants).
+    pub fn producer_inputs(&self, v: ValueId) -> Vec<Option<ValueId>> {
+        let mut nodes = self.b.graph.nodes.iter().rev();
+        (nodes.find(|n| n.outputs.contains(&v))).map_or(vec![], |n| n.inputs.clone())
+    }
+
     /// The extents of `v` only the run knows, if any (see [`RunExtent`]).
     pub fn run_extent(&self, v: ValueId) -> Option<&RunExtent> {
         self.b.graph.value(v).run_extent.as_ref()
@@ -827,6 +839,19 @@ impl NodeCtx<'_> {
             }
             _ => None,
         };
+        // The output's extents, once its type is known, for a Reshape that only moves the
+        // varying axis past unit axes.
+        let reshaped = |graph: &Graph, op: &Op, inputs: &[Option<ValueId>]| {
+            let node = Node {
+                name: String::new(),
+                onnx_op: String::new(),
+                op: op.clone(),
+                inputs: inputs.to_vec(),
+                outputs: vec![],
+            };
+            crate::ops::rows::reshaped_extent(graph, &node)
+        };
+        let passed = passed.or_else(|| reshaped(&self.b.graph, &op, &inputs));
         let reads_extent = |v: &&ValueId| self.b.graph.value(**v).run_extent.is_some();
         let by_rows = passed.is_none() && inputs.iter().flatten().any(|v| reads_extent(&v));
         let types: Vec<Option<TensorType>> = inputs

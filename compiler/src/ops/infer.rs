@@ -660,10 +660,14 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             let shapes: Vec<Vec<usize>> = shapes.iter().map(|(_, s)| s.clone()).collect();
             shaped_by_run_time_axes(xt, input(inputs, 1)?, *count, &shapes)
         }
-        Op::NonZero => {
+        Op::NonZero { transposed } => {
             let xt = x()?;
+            let shape = match transposed {
+                false => vec![xt.rank(), xt.numel()],
+                true => vec![xt.numel(), xt.rank()],
+            };
             Ok(vec![
-                TensorType::new(DType::I64, vec![xt.rank(), xt.numel()]),
+                TensorType::new(DType::I64, shape),
                 TensorType::new(DType::I64, vec![]),
             ])
         }

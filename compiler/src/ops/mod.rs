@@ -214,9 +214,12 @@ pub enum Op {
         shapes: Vec<Option<Vec<usize>>>,
     },
     /// The indices of the nonzero elements of x: int64 `[rank, n]`, one column per
-    /// element in row-major order. `n` is known only at run time (see
-    /// [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
-    NonZero,
+    /// element in row-major order (`transposed`: `[n, rank]`, one row per element, what
+    /// ONNX's NonZero followed by a Transpose gives). `n` is known only at run time
+    /// (see [`Op::counted_outputs`]); output 1 is it, an int64 scalar.
+    NonZero {
+        transposed: bool,
+    },
     /// `Compress(x, condition)`: the slices of x along `axis` (of x flattened when
     /// `None`) whose index has a true condition (a 1-D bool of any length: indices past
     /// it are dropped). Output 1: how many were kept.
@@ -314,7 +317,7 @@ impl Op {
             whole_shape: true,
         };
         let axes: Vec<(usize, usize, usize)> = match self {
-            Op::NonZero => vec![(0, 1, 1)],
+            Op::NonZero { transposed } => vec![(0, usize::from(!transposed), 1)],
             Op::Compress { axis } => vec![(0, axis.unwrap_or(0), 1)],
             Op::Unique { axis, .. } => {
                 let a = axis.unwrap_or(0);

@@ -109,6 +109,28 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
     }))
 }
 
+/// The extent of a Reshape's output that only adds or removes unit axes before the one
+/// axis of its input whose extent only the run knows (NonZero's `[1, n]` squeezed to
+/// `[n]`): the same elements in the same places, the axis moved. `None` for any other
+/// node.
+pub fn reshaped_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
+    let (Op::Reshape { shape }, [Some(x)]) = (&node.op, node.inputs.as_slice()) else {
+        return None;
+    };
+    let extent = graph.value(*x).run_extent.as_ref()?;
+    let (&[a], false) = (extent.axes.as_slice(), extent.whole_shape) else {
+        return None;
+    };
+    let input = &graph.ty(*x).shape;
+    let b = shape.len().checked_sub(input.len() - a)?;
+    let units = |s: &[usize]| s.iter().all(|&d| d == 1);
+    (units(&input[..a]) && units(&shape[..b]) && shape[b..] == input[a..]).then(|| RunExtent {
+        axes: vec![b],
+        count: extent.count,
+        whole_shape: false,
+    })
+}
+
 /// `op` computing one row of its output, for row-carrying operands whose leading axis
 /// is `bound` long; `None` for ops that cannot.
 fn row_op(op: &Op, bound: usize) -> Option<Op> {

@@ -436,7 +436,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Choose { shapes } => run_time_slice::choose(ctx, shapes),
         Op::SliceRunTime { count, .. } => run_time_slice::slice_run_time(ctx, *count),
         Op::SplitRunTime { axis, parts } => run_time_slice::split_run_time(ctx, *axis, *parts),
-        Op::NonZero => value_dependent::non_zero(ctx),
+        Op::NonZero { transposed } => value_dependent::non_zero(ctx, *transposed),
         Op::Compress { axis } => value_dependent::compress(ctx, *axis),
         Op::Unique { axis, sorted } => value_dependent::unique(ctx, *axis, *sorted),
         Op::NonMaxSuppression {

@@ -58,7 +58,7 @@ fn store_count(b: &mut FunctionBuilder, out: &Operand, n: Value) {
     b.ins().store(flags(), n, out.ptr, 0);
 }
 
-pub fn non_zero(ctx: &mut LowerCtx) -> LowerResult {
+pub fn non_zero(ctx: &mut LowerCtx, transposed: bool) -> LowerResult {
     let (x, out, count_out) = (ctx.input(0)?, ctx.output(0), ctx.output(1));
     let dtype = x.ty.dtype;
     check_dtype("NonZero", dtype)?;
@@ -88,8 +88,13 @@ pub fn non_zero(ctx: &mut LowerCtx) -> LowerResult {
                 for (a, (&d, &s)) in shape.iter().zip(&strides).enumerate() {
                     let q = b.ins().udiv_imm_u(i, s as i64);
                     let coord = b.ins().urem_imm_u(q, d as i64);
-                    let row = b.ins().imul_imm_s(n, a as i64);
-                    let at = b.ins().iadd(row, j);
+                    let at = if transposed {
+                        let row = b.ins().imul_imm_s(j, shape.len() as i64);
+                        b.ins().iadd_imm_s(row, a as i64)
+                    } else {
+                        let row = b.ins().imul_imm_s(n, a as i64);
+                        b.ins().iadd(row, j)
+                    };
                     let dst = kernel::elem_addr(b, out.ptr, at, 8);
                     b.ins().store(flags(), coord, dst, 0);
                 }

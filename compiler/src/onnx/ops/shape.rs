@@ -227,7 +227,16 @@ pub fn transpose(ctx: &mut NodeCtx) -> ImportResult {
         )
         .into());
     }
-    let y = ctx.emit1(Op::Transpose { perm }, vec![Some(ctx.required(0)?)])?;
+    let xv = ctx.required(0)?;
+    // NonZero's indices one row per element (as `torch.nonzero` exports): the NonZero
+    // writes them so, its varying extent leading, and what follows runs row by row.
+    if let (Some(Op::NonZero { transposed: false }), [1, 0]) = (ctx.producer_op(xv), &perm[..]) {
+        let data = ctx.producer_inputs(xv);
+        let outs = ctx.emit(Op::NonZero { transposed: true }, data, 2)?;
+        ctx.bind_output(0, outs[0]);
+        return Ok(());
+    }
+    let y = ctx.emit1(Op::Transpose { perm }, vec![Some(xv)])?;
     ctx.bind_output(0, y);
     Ok(())
 }

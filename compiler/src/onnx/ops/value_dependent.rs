@@ -19,7 +19,7 @@ fn emit_counted(ctx: &mut NodeCtx, op: Op, onnx_outputs: usize) -> ImportResult 
 
 pub fn non_zero(ctx: &mut NodeCtx) -> ImportResult {
     ctx.required(0)?;
-    emit_counted(ctx, Op::NonZero, 1)
+    emit_counted(ctx, Op::NonZero { transposed: false }, 1)
 }
 
 pub fn compress(ctx: &mut NodeCtx) -> ImportResult {
