@@ -510,7 +510,10 @@ pub fn run_graph_all(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Option<Tens
 /// over a run-time extent (see [`ops::rows`]) has shapes in its attributes at the
 /// bound, which the actual extent replaces.
 fn at_actual_rows<'n>(graph: &Graph, node: &'n Node, args: &[Option<&Tensor>]) -> Cow<'n, Op> {
-    if let (Some(e), Op::Reshape { shape }) = (ops::rows::reshaped_extent(graph, node), &node.op) {
+    if let (Some(e), Op::Reshape { shape }) = (
+        ops::rows::reshaped_extent(graph, &node.op, &node.inputs),
+        &node.op,
+    ) {
         let rows = args.first().copied().flatten().and_then(|t| {
             let x = node.inputs[0].and_then(|v| graph.value(v).run_extent.as_ref())?;
             t.shape().get(x.axes[0]).copied()

@@ -841,17 +841,8 @@ impl NodeCtx<'_> {
         };
         // The output's extents, once its type is known, for a Reshape that only moves the
         // varying axis past unit axes.
-        let reshaped = |graph: &Graph, op: &Op, inputs: &[Option<ValueId>]| {
-            let node = Node {
-                name: String::new(),
-                onnx_op: String::new(),
-                op: op.clone(),
-                inputs: inputs.to_vec(),
-                outputs: vec![],
-            };
-            crate::ops::rows::reshaped_extent(graph, &node)
-        };
-        let passed = passed.or_else(|| reshaped(&self.b.graph, &op, &inputs));
+        let passed =
+            passed.or_else(|| crate::ops::rows::reshaped_extent(&self.b.graph, &op, &inputs));
         let reads_extent = |v: &&ValueId| self.b.graph.value(**v).run_extent.is_some();
         let by_rows = passed.is_none() && inputs.iter().flatten().any(|v| reads_extent(&v));
         let types: Vec<Option<TensorType>> = inputs
@@ -922,8 +913,10 @@ impl NodeCtx<'_> {
             // (see `ops::rows`), the outputs sharing that extent.
             let form = crate::ops::rows::row_form(&self.b.graph, &node)
                 .map_err(ImportError::Unsupported)?;
-            for (o, form) in outputs.iter().zip(std::iter::repeat(form).flatten()) {
-                self.b.graph.values[o.0].run_extent = Some(form.extent.clone());
+            if let Some(form) = form {
+                for o in &outputs {
+                    self.b.graph.values[o.0].run_extent = Some(form.extent.clone());
+                }
             }
         }
         let op = &node.op;

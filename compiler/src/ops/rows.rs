@@ -9,7 +9,7 @@
 //! only advances the row-carrying operands by one row.
 
 use super::{infer_types, Op};
-use crate::ir::{Graph, Node, RunExtent, TensorType};
+use crate::ir::{Graph, Node, RunExtent, TensorType, ValueId};
 
 /// How a node runs row by row (see the module doc).
 #[derive(Clone, Debug, PartialEq)]
@@ -65,7 +65,7 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
     }
     let ty = |v| graph.ty(v);
     let bound = ty(first).shape[0];
-    let op = row_op(&node.op, bound).ok_or_else(|| {
+    let op = op_for_rows(&node.op, bound, 1).ok_or_else(|| {
         format!(
             "{reading}; nnc runs the nodes after such a value row by row, and {} does not run row by row",
             node.op.name()
@@ -113,8 +113,8 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
 /// axis of its input whose extent only the run knows (NonZero's `[1, n]` squeezed to
 /// `[n]`): the same elements in the same places, the axis moved. `None` for any other
 /// node.
-pub fn reshaped_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
-    let (Op::Reshape { shape }, [Some(x)]) = (&node.op, node.inputs.as_slice()) else {
+pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Option<RunExtent> {
+    let (Op::Reshape { shape }, [Some(x)]) = (op, inputs) else {
         return None;
     };
     let extent = graph.value(*x).run_extent.as_ref()?;
@@ -129,12 +129,6 @@ pub fn reshaped_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
         count: extent.count,
         whole_shape: false,
     })
-}
-
-/// `op` computing one row of its output, for row-carrying operands whose leading axis
-/// is `bound` long; `None` for ops that cannot.
-fn row_op(op: &Op, bound: usize) -> Option<Op> {
-    op_for_rows(op, bound, 1)
 }
 
 /// `op` computing `rows` rows of its output, for row-carrying operands whose leading
