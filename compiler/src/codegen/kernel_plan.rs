@@ -104,6 +104,13 @@ impl KernelPlan {
     pub fn scratch_bytes(&self) -> Vec<usize> {
         self.nodes.iter().map(|n| n.scratch_bytes).collect()
     }
+
+    /// Node `k` runs whole, never split into tasks: `infer` calls it once per row of an
+    /// extent only the run knows (see `codegen::row_loops`), each call one row.
+    pub fn run_whole(&mut self, k: usize) {
+        self.nodes[k].tasks = 1;
+        self.nodes[k].rows = None;
+    }
 }
 
 /// A node's operand types and constant values, as planners see them.

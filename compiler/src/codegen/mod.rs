@@ -166,11 +166,9 @@ pub fn compile_graph_reporting(
 
     let mut kernels =
         kernel_plan::plan_kernels_for(lowered, &opts.target, &opts.kernels, opts.weights);
-    // A row-looped node's call is one row: never split into tasks.
     for (k, l) in row_loops.loops.iter().enumerate() {
         if l.is_some() {
-            kernels.nodes[k].tasks = 1;
-            kernels.nodes[k].rows = None;
+            kernels.run_whole(k);
         }
     }
     let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
