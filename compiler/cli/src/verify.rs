@@ -240,47 +240,55 @@ pub fn bind_inputs(
     Ok(out)
 }
 
-/// Whether `shape` suits graph input `i`: its shape, or, for an input holding the
-/// samples of a dim set at run time, whole samples within the dim's range.
+/// Whether `shape` suits graph input `i`: its shape, or, for an input whose axes
+/// depend on dims set at run time, those axes at values within the dims' ranges.
 fn fits_input(graph: &Graph, i: usize, shape: &[usize]) -> bool {
-    let unit = &graph.ty(graph.inputs[i]).shape;
-    if shape == unit.as_slice() {
+    let declared = &graph.ty(graph.inputs[i]).shape;
+    if shape == declared.as_slice() {
         return true;
     }
-    let Some(sl) = graph.sample_loop.as_ref().filter(|sl| sl.inputs[i]) else {
-        return false;
-    };
-    let dim = &graph.dims[sl.dim];
-    shape.len() == unit.len()
-        && unit[0] > 0
-        && shape[1..] == unit[1..]
-        && shape[0].is_multiple_of(unit[0])
-        && (dim.min..=dim.max).contains(&(shape[0] / unit[0]))
+    let deps = nnc::dims::axis_dims(graph);
+    shape.len() == declared.len()
+        && (0..shape.len()).all(
+            |a| match deps.iter().find(|d| d.tensor == i && d.axis == a) {
+                Some(d) => {
+                    let range = &graph.dims[d.dim];
+                    d.scale > 0
+                        && shape[a].is_multiple_of(d.scale)
+                        && (range.min..=range.max).contains(&(shape[a] / d.scale))
+                }
+                None => shape[a] == declared[a],
+            },
+        )
 }
 
-/// What graph input `i` takes, for messages: its type, or, for an input holding the
-/// samples of a dim set at run time, `float32[N*u,...] with N in MIN..MAX`.
+/// What graph input `i` takes, for messages: its type, or, for an input whose axes
+/// depend on dims set at run time, `float32[N*u,...] with N in MIN..MAX`.
 fn expected_input(graph: &Graph, i: usize) -> String {
     let ty = graph.ty(graph.inputs[i]);
-    match graph.sample_loop.as_ref().filter(|sl| sl.inputs[i]) {
-        Some(sl) => {
-            let d = &graph.dims[sl.dim];
-            let mut axes: Vec<String> = ty.shape.iter().map(usize::to_string).collect();
-            axes[0] = match ty.shape[0] {
-                1 => d.name.clone(),
-                u => format!("{u}*{}", d.name),
-            };
-            format!(
-                "{}[{}] with {} in {}..{}",
-                ty.dtype,
-                axes.join(","),
-                d.name,
-                d.min,
-                d.max
-            )
-        }
-        None => ty.to_string(),
+    let deps: Vec<_> = (nnc::dims::axis_dims(graph).into_iter())
+        .filter(|d| d.tensor == i)
+        .collect();
+    if deps.is_empty() {
+        return ty.to_string();
     }
+    let mut axes: Vec<String> = ty.shape.iter().map(usize::to_string).collect();
+    let mut ranges = vec![];
+    for d in &deps {
+        let dim = &graph.dims[d.dim];
+        axes[d.axis] = match d.scale {
+            1 => dim.name.clone(),
+            u => format!("{u}*{}", dim.name),
+        };
+        ranges.push(format!("{} in {}..{}", dim.name, dim.min, dim.max));
+    }
+    ranges.dedup();
+    format!(
+        "{}[{}] with {}",
+        ty.dtype,
+        axes.join(","),
+        ranges.join(", ")
+    )
 }
 
 /// `dtype[shape]`, and min/max/mean for floating-point tensors.

@@ -11,6 +11,7 @@ mod model_info;
 pub mod options;
 pub mod plan;
 pub mod rodata_pool;
+mod row_dims;
 mod row_loops;
 mod run;
 mod sample_loop;
@@ -480,9 +481,11 @@ pub fn compile_graph_reporting(
     // A one-sample graph's node sequence is local: the exported entry points loop over
     // the samples (see `sample_loop`).
     let samples = sample_loop::SampleLayout::of(graph)?;
-    let infer_ws_name = match samples {
-        Some(_) => "nnc_sample_infer_with_workspace".to_string(),
-        None => format!("{}infer_with_workspace", opts.prefix),
+    let rows = row_dims::RowDimLayout::of(graph, &plan)?;
+    let infer_ws_name = match (&samples, &rows) {
+        (Some(_), _) => "nnc_sample_infer_with_workspace".to_string(),
+        (None, Some(_)) => "nnc_rows_infer_with_workspace".to_string(),
+        (None, None) => format!("{}infer_with_workspace", opts.prefix),
     };
     let infer_ws = define_infer_with_workspace(
         &mut module,
@@ -502,8 +505,8 @@ pub fn compile_graph_reporting(
         true,
         "nnc_run_pooled",
     )?;
-    let exported_infer_ws = match &samples {
-        Some(layout) => sample_loop::define_infer_with_workspace(
+    let exported_infer_ws = match (&samples, &rows) {
+        (Some(layout), _) => sample_loop::define_infer_with_workspace(
             &mut module,
             &mut ctx,
             &mut fctx,
@@ -512,7 +515,16 @@ pub fn compile_graph_reporting(
             infer_ws,
             &opts.prefix,
         )?,
-        None => infer_ws,
+        (None, Some(layout)) => row_dims::define_infer_with_workspace(
+            &mut module,
+            &mut ctx,
+            &mut fctx,
+            &isa,
+            layout,
+            infer_ws,
+            &opts.prefix,
+        )?,
+        (None, None) => infer_ws,
     };
     run::define_workspace_size(
         &mut module,
@@ -531,7 +543,11 @@ pub fn compile_graph_reporting(
         &pooled,
         plan.arena_size,
         (infer_ws, run_pooled),
-        (samples.as_ref(), &output_extents(graph, &plan)),
+        (
+            samples.as_ref(),
+            rows.as_ref(),
+            &output_extents(graph, &plan),
+        ),
         &opts.prefix,
     )?;
     define_infer(
@@ -914,7 +930,7 @@ fn define_infer_with_workspace(
         row_loops,
     } = *seq;
     let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
-    let linkage = if with_pool || graph.sample_loop.is_some() {
+    let linkage = if with_pool || graph.sample_loop.is_some() || !graph.row_dims.is_empty() {
         Linkage::Local
     } else {
         Linkage::Export

@@ -61,13 +61,13 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
 
 fn row_loop(graph: &Graph, k: usize, form: &RowForm) -> RowLoop {
     let node = &graph.nodes[k];
-    let row_bytes = |v: ValueId| RowForm::row_type(graph.ty(v)).byte_size();
-    let inputs = (node.inputs.iter().zip(&form.inputs))
-        .filter_map(|(v, &carries)| v.map(|v| carries.then(|| row_bytes(v))));
-    let outputs = node.outputs.iter().map(|o| Some(row_bytes(*o)));
+    let row_bytes = |v: ValueId, a| RowForm::row_type(graph.ty(v), a).byte_size();
+    let inputs = (node.inputs.iter().zip(&form.input_axes))
+        .filter_map(|(v, a)| v.map(|v| a.map(|a| row_bytes(v, a))));
+    let outputs = node.outputs.iter().map(|o| Some(row_bytes(*o, form.axis)));
     RowLoop {
         count: form.extent.count,
-        within: form.extent.offset_of(0).unwrap_or(0),
+        within: form.extent.offset_of(form.axis).unwrap_or(0),
         row_bytes: inputs.chain(outputs).collect(),
     }
 }
@@ -75,21 +75,21 @@ fn row_loop(graph: &Graph, k: usize, form: &RowForm) -> RowLoop {
 /// Rewrites node `k` of `g` to compute one row: its op, and new values at one row for
 /// its row-carrying inputs and its outputs.
 fn at_one_row(g: &mut Graph, k: usize, form: &RowForm) {
-    let row_value = |g: &mut Graph, v: ValueId| {
+    let row_value = |g: &mut Graph, v: ValueId, axis: usize| {
         let info = g.value(v);
-        let (name, ty) = (info.name.clone(), RowForm::row_type(&info.ty));
+        let (name, ty) = (info.name.clone(), RowForm::row_type(&info.ty, axis));
         g.add_value(name, ty, None)
     };
     let inputs = g.nodes[k].inputs.clone();
     for (i, v) in inputs.iter().enumerate() {
-        if let (true, Some(v)) = (form.inputs[i], v) {
-            let r = row_value(g, *v);
+        if let (Some(a), Some(v)) = (form.input_axes[i], v) {
+            let r = row_value(g, *v, a);
             g.nodes[k].inputs[i] = Some(r);
         }
     }
     let outputs = g.nodes[k].outputs.clone();
     for (j, o) in outputs.iter().enumerate() {
-        let r = row_value(g, *o);
+        let r = row_value(g, *o, form.axis);
         g.nodes[k].outputs[j] = r;
     }
     g.nodes[k].op = form.op.clone();

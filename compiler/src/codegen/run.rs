@@ -26,6 +26,7 @@ use cranelift_module::{FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
 use super::kernel::{flags, PTR};
+use super::row_dims::RowDimLayout;
 use super::sample_loop::{self, SampleLayout};
 use super::{define_function, plan, Result};
 use nnc_runtime_abi::abi::{
@@ -314,7 +315,11 @@ pub(super) fn define_run(
     pooled: &Pooled,
     arena: usize,
     (infer_ws, run_pooled): (FuncId, FuncId),
-    (samples, output_shapes): (Option<&SampleLayout>, &[Vec<AxisExtent>]),
+    (samples, rows, output_shapes): (
+        Option<&SampleLayout>,
+        Option<&RowDimLayout>,
+        &[Vec<AxisExtent>],
+    ),
     prefix: &str,
 ) -> Result<()> {
     let sig = super::ptr_signature(module, 4, true);
@@ -338,12 +343,17 @@ pub(super) fn define_run(
             check_workspace_bytes(b, options, size, needed, too_small);
             let (r, count) = match samples {
                 Some(layout) => {
-                    let count = sample_count(b, options, size, layout, out_of_range);
+                    let range = (layout.dim, layout.min, layout.max);
+                    let count = dim_value(b, options, size, range, out_of_range);
                     let args = (inputs, outputs, ws);
                     let r = sample_loop::emit_loop(b, module, layout, infer_ws, args, None, count);
                     (r, Some(count))
                 }
                 None => {
+                    if let Some(rows) = rows {
+                        let n = dim_value(b, options, size, rows.range(), out_of_range);
+                        rows.store(b, ws, n);
+                    }
                     let f = module.declare_func_in_func(infer_ws, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws]);
                     (b.inst_results(call)[0], None)
@@ -363,7 +373,8 @@ pub(super) fn define_run(
             check_workspace_bytes(b, options, size, needed, too_small);
             let (r, count) = match samples {
                 Some(layout) => {
-                    let count = sample_count(b, options, size, layout, out_of_range);
+                    let range = (layout.dim, layout.min, layout.max);
+                    let count = dim_value(b, options, size, range, out_of_range);
                     let args = (inputs, outputs, ws);
                     let r = sample_loop::emit_loop(
                         b,
@@ -377,6 +388,10 @@ pub(super) fn define_run(
                     (r, Some(count))
                 }
                 None => {
+                    if let Some(rows) = rows {
+                        let n = dim_value(b, options, size, rows.range(), out_of_range);
+                        rows.store(b, ws, n);
+                    }
                     let f = module.declare_func_in_func(run_pooled, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
                     (b.inst_results(call)[0], None)
@@ -451,14 +466,14 @@ fn write_output_shapes(
     b.switch_to_block(join);
 }
 
-/// The number of samples to run: the looped dim from `options->dims` when the options
-/// reach that field and it is not NULL (jumping to `out_of_range` for a value outside
-/// the dim's range), else the dim's maximum.
-fn sample_count(
+/// The value of dim `range.0` (a sample count, or a row dim's rows): read from
+/// `options->dims` when the options reach that field and it is not NULL (jumping to
+/// `out_of_range` for a value outside `range.1..=range.2`), else the maximum.
+fn dim_value(
     b: &mut FunctionBuilder,
     options: Value,
     size: Value,
-    layout: &SampleLayout,
+    range: (usize, i64, i64),
     out_of_range: Block,
 ) -> Value {
     let zero = b.ins().iconst(PTR, 0);
@@ -483,7 +498,7 @@ fn sample_count(
     b.seal_block(join);
     b.switch_to_block(join);
     let dims = b.block_params(join)[0];
-    sample_loop::emit_dim_value(b, dims, (layout.dim, layout.min, layout.max), out_of_range)
+    sample_loop::emit_dim_value(b, dims, range, out_of_range)
 }
 
 /// Jumps to `too_small` when the options carry a nonzero `workspace_bytes` below

@@ -12,12 +12,13 @@
 //! values of the dim) and names the node that breaks them.
 
 pub mod range;
+pub mod row_extent;
 pub mod sample_loop;
 
 pub use range::{parse_range, DimRange, DimSite};
 pub use sample_loop::import_with_ranges;
 
-use crate::ir::{Graph, Tensor};
+use crate::ir::{Graph, Tensor, ValueId};
 
 /// A dimension of a compiled graph the caller sets at run time, in `[min, max]`:
 /// what `model_info` lists, in the order of `nnc_run_options.dims`.
@@ -39,6 +40,15 @@ pub struct SampleLoop {
     pub outputs: Vec<bool>,
 }
 
+/// A dim covered by the row strategy ([`row_extent`]): `count` holds its value while
+/// the graph runs, written by `run` from `options->dims` (by `infer`: the maximum), and
+/// is the run-time extent of every value that grows with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowDim {
+    pub dim: usize,
+    pub count: ValueId,
+}
+
 /// How one axis of an input or output depends on a dim: its size is `scale · dims[dim]`.
 /// `tensor` counts the inputs first, then the outputs, as `nnc_axis_dim` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +64,7 @@ pub struct AxisDim {
 /// `unit · dim` samples, `unit` being the graph's own size there.
 pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
     let Some(sl) = &graph.sample_loop else {
-        return vec![];
+        return row_axis_dims(graph);
     };
     (graph.inputs.iter().chain(&graph.outputs))
         .zip(sl.inputs.iter().chain(&sl.outputs))
@@ -65,6 +75,24 @@ pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
             axis: 0,
             dim: sl.dim,
             scale: graph.ty(*v).shape[0],
+        })
+        .collect()
+}
+
+/// The axes of the inputs and outputs whose extent is a row dim's value (see
+/// [`row_extent`]).
+fn row_axis_dims(graph: &Graph) -> Vec<AxisDim> {
+    let tensors = graph.inputs.iter().chain(&graph.outputs).enumerate();
+    tensors
+        .filter_map(|(tensor, v)| {
+            let e = graph.value(*v).run_extent.as_ref()?;
+            let d = graph.row_dims.iter().find(|d| d.count == e.count)?;
+            Some(AxisDim {
+                tensor,
+                axis: *e.axes.first()?,
+                dim: d.dim,
+                scale: 1,
+            })
         })
         .collect()
 }

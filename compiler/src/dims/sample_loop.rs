@@ -61,6 +61,25 @@ pub fn import_with_ranges(
             )));
         }
     }
+    let sample_loop = import_sample_loop(model, base_dir, opts, range);
+    let Err(NncError::Model(by_samples)) = sample_loop else {
+        return sample_loop;
+    };
+    super::row_extent::import_with_row_extent(model, base_dir, opts, range).map_err(|e| {
+        let message = e.to_string();
+        let prefix = format!("dimension '{}': ", range.name);
+        let by_rows = message.strip_prefix(&prefix).unwrap_or(&message);
+        NncError::Model(format!("{by_samples}; nor can it vary by rows: {by_rows}"))
+    })
+}
+
+/// The sample loop's import (see the module doc).
+fn import_sample_loop(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+    range: &super::DimRange,
+) -> Result<Imported> {
     let at = |k: usize| {
         import_model(model, base_dir, &opts.bound(&[k])).map_err(|e| {
             NncError::Model(format!(
@@ -87,7 +106,7 @@ pub fn import_with_ranges(
     let why = |m: String| NncError::Model(format!("dimension '{}': {m}", range.name));
     let g = &one.graph;
     for (_, other) in &others {
-        same_structure(g, other).map_err(why)?;
+        same_structure(g, other, without_sample_extent).map_err(why)?;
     }
     let marked = mark_values(g, &others).map_err(why)?;
     if !g.inputs.iter().any(|i| marked[i.0]) {
@@ -99,7 +118,7 @@ pub fn import_with_ranges(
         }));
     }
     for node in &two.nodes {
-        check_node(two, node, &marked).map_err(|m| {
+        check_node(two, node, &marked, 0).map_err(|m| {
             why(format!(
                 "node '{}' ({}) {m}; only a batch-like dimension (axis 0, samples computed \
                  independently) can vary so far",
@@ -170,8 +189,13 @@ fn named_ranges(model: &ModelProto, opts: &ImportOptions) -> ImportOptions {
     o
 }
 
-/// The same values, nodes, ops and wiring: only shapes and contents may differ.
-fn same_structure(a: &Graph, b: &Graph) -> std::result::Result<(), String> {
+/// The same values, nodes, ops and wiring: only shapes and contents may differ, and
+/// the attributes `blank` blanks.
+pub(super) fn same_structure(
+    a: &Graph,
+    b: &Graph,
+    blank: fn(&Op) -> String,
+) -> std::result::Result<(), String> {
     let differs = || "the model's graph changes with it (different nodes)".to_string();
     if a.values.len() != b.values.len()
         || a.nodes.len() != b.nodes.len()
@@ -184,7 +208,7 @@ fn same_structure(a: &Graph, b: &Graph) -> std::result::Result<(), String> {
         if x.inputs != y.inputs
             || x.outputs != y.outputs
             || x.onnx_op != y.onnx_op
-            || without_sample_extent(&x.op) != without_sample_extent(&y.op)
+            || blank(&x.op) != blank(&y.op)
         {
             return Err(format!(
                 "node '{}' ({}) is imported differently at different values",
@@ -282,10 +306,13 @@ fn mark_values(one: &Graph, others: &[(usize, Graph)]) -> std::result::Result<Ve
 /// A node reading marked values computes each sample from that sample alone, and marks
 /// every output; a node reading none marks none (but an Expand of a shared value to
 /// the samples, which repeats it).
+/// `axis` is the one holding the samples (or rows) in every marked operand, every axis
+/// before it a unit axis: 0 for the sample loop.
 pub(crate) fn check_node(
     g: &Graph,
     node: &Node,
     marked: &[bool],
+    axis: usize,
 ) -> std::result::Result<(), String> {
     let is_marked = |i: usize| {
         node.inputs
@@ -301,7 +328,7 @@ pub(crate) fn check_node(
             .flatten()
             .map_or(0, |v| g.ty(v).rank())
     };
-    let shape0 = |v: ValueId| g.ty(v).shape.first().copied();
+    let extent = |v: ValueId| g.ty(v).shape.get(axis).copied();
     let out_rank = g.ty(node.outputs[0]).rank();
     let any_input = (0..node.inputs.len()).any(is_marked);
     let all_outputs = node.outputs.iter().all(|o| marked[o.0]);
@@ -321,10 +348,13 @@ pub(crate) fn check_node(
             .filter(|&i| is_marked(i))
             .all(|i| allowed.contains(&i) && rank(i) == out_rank)
     };
+    // A lower-rank operand broadcasts from the right: its varying axis can only land on
+    // `axis` if fewer axes than `axis` are missing (none for the sample loop); the row
+    // form checks where it lands.
     let elementwise = || {
         (0..node.inputs.len())
             .filter(|&i| is_marked(i))
-            .all(|i| rank(i) == out_rank)
+            .all(|i| rank(i) <= out_rank && out_rank - rank(i) <= axis)
     };
     let ok = match &node.op {
         Op::Unary(_)
@@ -340,25 +370,28 @@ pub(crate) fn check_node(
             } else {
                 &[]
             };
-            let a_ok = !is_marked(0) || (rank(0) >= 2 && rank(0) == out_rank);
-            let b_ok = !is_marked(1) || (rank(1) >= 3 && rank(1) == out_rank);
+            // The varying axis is a row or batch axis of A, a batch axis of B.
+            let a_ok = !is_marked(0) || (rank(0) >= axis + 2 && rank(0) == out_rank);
+            let b_ok = !is_marked(1) || (rank(1) >= axis + 3 && rank(1) == out_rank);
             let rows_only = !(is_marked(1) && rank(0) == 2);
             let rest = (2..node.inputs.len())
                 .filter(|&i| is_marked(i))
                 .all(|i| extra.contains(&i) && rank(i) == out_rank);
             a_ok && b_ok && rows_only && rest
         }
-        Op::Gemm(a) => !a.trans_a && !is_marked(1) && only(&[0, 2, 3]),
-        Op::Conv(_) | Op::ConvU8S8 { .. } => only(&[0, 3]),
+        Op::Gemm(a) => axis == 0 && !a.trans_a && !is_marked(1) && only(&[0, 2, 3]),
+        Op::Conv(_) | Op::ConvU8S8 { .. } => axis == 0 && only(&[0, 3]),
         Op::ConvTranspose(_)
         | Op::Pool(_)
         | Op::ConvInteger(_)
         | Op::QuantizeToPlanes(_)
-        | Op::PackPlanes(_)
-        | Op::LayerNorm { .. } => only(&[0]) && !matches!(node.op, Op::LayerNorm { axis: 0, .. }),
+        | Op::PackPlanes(_) => axis == 0 && only(&[0]),
+        Op::LayerNorm {
+            axis: normalized, ..
+        } => *normalized > axis && only(&[0]),
         Op::Attention => (0..node.inputs.len())
             .filter(|&i| is_marked(i))
-            .all(|i| rank(i) >= 3 && rank(i) == out_rank),
+            .all(|i| rank(i) >= axis + 3 && rank(i) == out_rank),
         // Their outputs' extents vary with the values, so samples cannot be stacked.
         Op::NonZero { .. }
         | Op::Compress { .. }
@@ -370,46 +403,49 @@ pub(crate) fn check_node(
         | Op::SliceRunTime { .. }
         | Op::SplitRunTime { .. }
         | Op::Choose { .. } => false,
-        Op::Softmax { axis, .. } | Op::CumSum { axis, .. } | Op::TopK { axis, .. } => {
-            *axis != 0 && elementwise()
-        }
+        Op::Softmax { axis: along, .. }
+        | Op::CumSum { axis: along, .. }
+        | Op::TopK { axis: along, .. } => *along != axis && elementwise(),
         // Element i reads (or writes) data at i's own position on the other axes: every
         // operand must hold the same samples, row for row.
-        Op::GatherElements { axis } | Op::ScatterElements { axis, .. } => {
-            let out0 = shape0(node.outputs[0]);
-            *axis != 0
+        Op::GatherElements { axis: along } | Op::ScatterElements { axis: along, .. } => {
+            let out = extent(node.outputs[0]);
+            *along != axis
                 && (0..node.inputs.len()).all(|i| {
-                    is_marked(i) && rank(i) == out_rank && node.inputs[i].and_then(shape0) == out0
+                    is_marked(i) && rank(i) == out_rank && node.inputs[i].and_then(extent) == out
                 })
         }
-        Op::ArgReduce(a) => a.axis != 0 && only(&[0]),
-        Op::Reduce(r) => !r.axes.is_empty() && !r.axes.contains(&0) && only(&[0]),
+        Op::ArgReduce(a) => a.axis != axis && only(&[0]),
+        Op::Reduce(r) => !r.axes.is_empty() && !r.axes.contains(&axis) && only(&[0]),
         Op::Reshape { .. } => true,
         Op::Expand { .. } => rank(0) == out_rank,
-        Op::Transpose { perm } => perm.first() == Some(&0),
-        Op::Concat { axis } => *axis != 0 && (0..node.inputs.len()).all(is_marked),
+        Op::Transpose { perm } => perm.iter().take(axis + 1).enumerate().all(|(i, &p)| p == i),
+        Op::Concat { axis: along } => *along != axis && (0..node.inputs.len()).all(is_marked),
         Op::Slice { starts, steps, .. } => {
             let input = node.inputs[0].expect("Slice has its data input");
-            starts.first() == Some(&0)
-                && steps.first() == Some(&1)
-                && shape0(input) == shape0(node.outputs[0])
+            starts.get(axis) == Some(&0)
+                && steps.get(axis) == Some(&1)
+                && extent(input) == extent(node.outputs[0])
         }
-        Op::Gather { axis } => {
-            (is_marked(0) && !is_marked(1) && *axis != 0)
-                || (!is_marked(0) && is_marked(1) && *axis == 0 && rank(1) >= 1)
+        // Gathering by marked indices along axis 0 puts their varying axis where it was.
+        Op::Gather { axis: along } => {
+            (is_marked(0) && !is_marked(1) && *along > axis)
+                || (!is_marked(0) && is_marked(1) && *along == 0 && rank(1) > axis)
         }
-        Op::GatherND { batch_dims } => *batch_dims >= 1 && is_marked(0) && is_marked(1),
-        Op::Pad(p) => p.pads.first() == Some(&0) && p.pads.get(out_rank) == Some(&0) && only(&[0]),
+        Op::GatherND { batch_dims } => *batch_dims > axis && is_marked(0) && is_marked(1),
+        Op::Pad(p) => {
+            p.pads.get(axis) == Some(&0) && p.pads.get(out_rank + axis) == Some(&0) && only(&[0])
+        }
         // Axis 0 kept as it is: scale 1 (not only the same length, which a scale of 1.2
         // gives too while blending neighbouring rows) and no crop on it.
         Op::Resize(r) => {
             let input = node.inputs[0].expect("Resize has its data input");
             let rank = g.ty(input).rank();
             only(&[0])
-                && shape0(input) == shape0(node.outputs[0])
-                && r.scales.first().is_none_or(|&s| s == 1.0)
+                && extent(input) == extent(node.outputs[0])
+                && r.scales.get(axis).is_none_or(|&s| s == 1.0)
                 && (r.coordinate_transform != crate::ops::CoordinateTransform::TfCropAndResize
-                    || (r.roi.first() == Some(&0.0) && r.roi.get(rank) == Some(&1.0)))
+                    || (r.roi.get(axis) == Some(&0.0) && r.roi.get(rank + axis) == Some(&1.0)))
         }
         Op::ScatterND { .. } => false,
     };

@@ -527,13 +527,13 @@ fn at_actual_rows<'n>(graph: &Graph, node: &'n Node, args: &[Option<&Tensor>]) -
     let Ok(Some(form)) = ops::rows::row_form(graph, node) else {
         return Cow::Borrowed(&node.op);
     };
-    let carrying = (form.inputs.iter().zip(args)).find_map(|(&c, a)| a.filter(|_| c));
-    let rows = carrying.and_then(|t| t.shape().first().copied());
-    let bound = (node.inputs.iter().zip(&form.inputs))
-        .find_map(|(v, &c)| v.filter(|_| c))
-        .and_then(|v| graph.ty(v).shape.first().copied());
+    let carrying = (form.input_axes.iter().zip(args)).find_map(|(a, t)| a.zip(*t));
+    let rows = carrying.and_then(|(a, t)| t.shape().get(a).copied());
+    let bound = (node.inputs.iter().zip(&form.input_axes))
+        .find_map(|(v, a)| v.zip(*a))
+        .and_then(|(v, a)| graph.ty(v).shape.get(a).copied());
     match (rows, bound) {
-        (Some(rows), Some(bound)) => ops::rows::op_for_rows(&node.op, bound, rows)
+        (Some(rows), Some(bound)) => ops::rows::op_for_rows(&node.op, form.axis, bound, rows)
             .map_or(Cow::Borrowed(&node.op), Cow::Owned),
         _ => Cow::Borrowed(&node.op),
     }
@@ -618,8 +618,16 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
             inputs.len()
         ));
     }
+    let mut rows = None;
     for (id, tensor) in graph.inputs.iter().zip(inputs) {
         let declared = graph.ty(*id);
+        if let Some(n) = row_dim_rows(graph, *id, tensor) {
+            if *rows.get_or_insert(n) != n {
+                return Err("the inputs hold different numbers of rows of a dim".into());
+            }
+            slots[id.0] = Slot::Owned(tensor.clone());
+            continue;
+        }
         if tensor.dtype() != declared.dtype || tensor.shape() != declared.shape.as_slice() {
             return Err(format!(
                 "input {} must be {}, got {}",
@@ -630,7 +638,38 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
         }
         slots[id.0] = Slot::Owned(tensor.clone());
     }
+    // The row dim's count, and the constants growing with it cut to its rows.
+    for d in &graph.row_dims {
+        let n = rows.unwrap_or(graph.dims[d.dim].max);
+        slots[d.count.0] = Slot::Owned(Tensor::from_vec(&[1], vec![n as i64]));
+        for (i, info) in graph.values.iter().enumerate() {
+            let (Some(c), Some(e)) = (&info.constant, &info.run_extent) else {
+                continue;
+            };
+            if e.count == d.count {
+                let axis = e.axes[0];
+                let t = ops::rows::first_rows(c, axis, n);
+                slots[i] = Slot::Owned(t);
+            }
+        }
+    }
     Ok(())
+}
+
+/// The rows `tensor` holds along a row dim's axis of input `id` when it differs from
+/// the declared type there only (and has a value in the dim's range).
+fn row_dim_rows(graph: &Graph, id: ValueId, tensor: &Tensor) -> Option<usize> {
+    let e = graph.value(id).run_extent.as_ref()?;
+    let d = graph.row_dims.iter().find(|d| d.count == e.count)?;
+    let (declared, actual) = (&graph.ty(id).shape, tensor.shape());
+    let axis = e.axes[0];
+    let n = *actual.get(axis)?;
+    let range = &graph.dims[d.dim];
+    let fits = tensor.dtype() == graph.ty(id).dtype
+        && actual.len() == declared.len()
+        && (0..declared.len()).all(|a| a == axis || actual[a] == declared[a])
+        && (range.min..=range.max).contains(&n);
+    fits.then_some(n)
 }
 
 /// How long a value must live while a graph runs.

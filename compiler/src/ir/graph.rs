@@ -67,6 +67,8 @@ pub struct Graph {
     pub dims: Vec<crate::dims::SymbolicDim>,
     /// Set when the graph is one sample's and `run` loops over the samples of `dims`.
     pub sample_loop: Option<crate::dims::SampleLoop>,
+    /// The dims whose values are the run-time extents of the values growing with them.
+    pub row_dims: Vec<crate::dims::RowDim>,
 }
 
 impl Graph {

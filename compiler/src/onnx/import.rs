@@ -832,19 +832,6 @@ impl NodeCtx<'_> {
         inputs: Vec<Option<ValueId>>,
         n_outputs: usize,
     ) -> ImportResult<Vec<ValueId>> {
-        let passed = match inputs.as_slice() {
-            [Some(v)] => {
-                let info = self.b.graph.value(*v);
-                (info.run_extent.clone()).filter(|_| op.passes_run_extent(info.ty.dtype))
-            }
-            _ => None,
-        };
-        // The output's extents, once its type is known, for a Reshape that only moves the
-        // varying axis past unit axes.
-        let passed =
-            passed.or_else(|| crate::ops::rows::reshaped_extent(&self.b.graph, &op, &inputs));
-        let reads_extent = |v: &&ValueId| self.b.graph.value(**v).run_extent.is_some();
-        let by_rows = passed.is_none() && inputs.iter().flatten().any(|v| reads_extent(&v));
         let types: Vec<Option<TensorType>> = inputs
             .iter()
             .map(|i| i.map(|v| self.ty(v).clone()))
@@ -898,9 +885,6 @@ impl NodeCtx<'_> {
                 self.b.graph.add_value(name, ty, None)
             })
             .collect();
-        if let Some(e) = passed {
-            self.b.graph.values[outputs[0].0].run_extent = Some(e);
-        }
         let node = Node {
             name: self.name.to_string(),
             onnx_op: self.node.op_type.clone(),
@@ -908,15 +892,12 @@ impl NodeCtx<'_> {
             inputs,
             outputs: outputs.clone(),
         };
-        if by_rows {
-            // Downstream of a value whose extent only the run knows: computed row by row
-            // (see `ops::rows`), the outputs sharing that extent.
-            let form = crate::ops::rows::row_form(&self.b.graph, &node)
-                .map_err(ImportError::Unsupported)?;
-            if let Some(form) = form {
-                for o in &outputs {
-                    self.b.graph.values[o.0].run_extent = Some(form.extent.clone());
-                }
+        // Downstream of a value whose extent only the run knows (see `ops::rows`).
+        let extent = crate::ops::rows::output_extent(&self.b.graph, &node)
+            .map_err(ImportError::Unsupported)?;
+        if let Some(e) = extent {
+            for o in &outputs {
+                self.b.graph.values[o.0].run_extent = Some(e.clone());
             }
         }
         let op = &node.op;

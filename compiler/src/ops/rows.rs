@@ -5,11 +5,12 @@
 //! row, so every downstream kernel runs on the actual extent, whatever it is.
 //!
 //! The values are stored densely for their actual extents; with the varying axis
-//! leading, row `i` sits where it would in the planned (bound) layout, so each call
-//! only advances the row-carrying operands by one row.
+//! leading (every axis before it a unit axis, as in a one-sample `[1, seq, d]`), row
+//! `i` sits where it would in the planned (bound) layout, so each call only advances
+//! the row-carrying operands by one row.
 
 use super::{infer_types, Op};
-use crate::ir::{Graph, Node, RunExtent, TensorType, ValueId};
+use crate::ir::{Graph, Node, RunExtent, Tensor, TensorType, ValueId};
 
 /// How a node runs row by row (see the module doc).
 #[derive(Clone, Debug, PartialEq)]
@@ -20,82 +21,126 @@ pub struct RowForm {
     pub inputs: Vec<bool>,
     /// The extent every row-carrying input and every output shares.
     pub extent: RunExtent,
+    /// The axis the rows run along in each row-carrying input (see [`row_axis`]).
+    pub input_axes: Vec<Option<usize>>,
+    /// The axis the rows run along in the outputs.
+    pub axis: usize,
 }
 
 impl RowForm {
-    /// `ty` with its leading axis cut to one row.
-    pub fn row_type(ty: &TensorType) -> TensorType {
+    /// `ty` with axis `axis` cut to one row.
+    pub fn row_type(ty: &TensorType, axis: usize) -> TensorType {
         let mut shape = ty.shape.clone();
-        if let Some(d) = shape.first_mut() {
+        if let Some(d) = shape.get_mut(axis) {
             *d = 1;
         }
         TensorType::new(ty.dtype, shape)
     }
 }
 
+/// The axis rows of a value of type `ty` and extent `e` run along: its one varying
+/// axis, when every axis before it is a unit axis.
+pub fn row_axis(ty: &TensorType, e: &RunExtent) -> Option<usize> {
+    match e.axes.as_slice() {
+        &[a] if a < ty.rank() && ty.shape[..a].iter().all(|&d| d == 1) => Some(a),
+        _ => None,
+    }
+}
+
 /// How `node` runs row by row, `None` when it reads no value with a run-time extent,
 /// or why it cannot (the message names what it would need).
 pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
-    let extent_of = |i: usize| {
-        (node.inputs.get(i).copied().flatten()).and_then(|v| graph.value(v).run_extent.as_ref())
-    };
-    let carrying: Vec<bool> = (0..node.inputs.len())
-        .map(|i| extent_of(i).is_some())
+    let ty = |v| graph.ty(v);
+    let extent_of = |v: ValueId| graph.value(v).run_extent.as_ref();
+    let carrying: Vec<bool> = (node.inputs.iter())
+        .map(|v| v.is_some_and(|v| extent_of(v).is_some()))
         .collect();
-    let Some(first) = (node.inputs.iter().zip(&carrying)).find_map(|(v, &c)| v.filter(|_| c))
-    else {
+    let carried: Vec<ValueId> = (node.inputs.iter().zip(&carrying))
+        .filter_map(|(v, &c)| v.filter(|_| c))
+        .collect();
+    let Some(&first) = carried.first() else {
         return Ok(None);
     };
-    let Some(extent) = graph.value(first).run_extent.as_ref() else {
-        return Ok(None);
-    };
+    let extent = extent_of(first).expect("a carried value has an extent");
     let reading = format!(
         "it reads '{}', whose extent is known only at run time",
         graph.value(first).name
     );
-    if (0..node.inputs.len()).any(|i| extent_of(i).is_some_and(|e| e != extent)) {
-        return Err(format!("{reading}, with values of other run-time extents"));
+    // Each carried value's rows run along its one varying axis, only unit axes before.
+    let mut row_axes = vec![None; node.inputs.len()];
+    for (i, v) in node.inputs.iter().enumerate() {
+        let Some(v) = v.filter(|_| carrying[i]) else {
+            continue;
+        };
+        let e = extent_of(v).expect("a carried value has an extent");
+        let Some(a) = row_axis(ty(v), e) else {
+            let axes: Vec<String> = e.axes.iter().map(|a| a.to_string()).collect();
+            return Err(format!(
+                "it reads '{}', whose extent is known only at run time (axis {}); nnc runs the nodes after such a value row by row, which needs its leading axis to be the one that varies",
+                graph.value(v).name,
+                axes.join(", ")
+            ));
+        };
+        if e.count != extent.count || e.offset_of(a) != extent.offset_of(row_axes_first(extent)) {
+            return Err(format!("{reading}, with values of other run-time extents"));
+        }
+        row_axes[i] = Some(a);
     }
-    if extent.axes != [0] {
-        let axes: Vec<String> = extent.axes.iter().map(|a| a.to_string()).collect();
+    // The output's axis the rows run along: the inputs' own, or for a broadcasting
+    // elementwise op, where their axes land once aligned from the right.
+    let out_rank = node.outputs.first().map_or(0, |o| ty(*o).rank());
+    let broadcasting = matches!(
+        node.op,
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::CastCodes { .. }
+    );
+    let landing = |i: usize, a: usize| match broadcasting {
+        true => (a + out_rank).checked_sub(node.inputs[i].map_or(0, |v| ty(v).rank())),
+        false => Some(a),
+    };
+    let landed: Vec<Option<usize>> = (row_axes.iter().enumerate())
+        .filter_map(|(i, a)| a.map(|a| landing(i, a)))
+        .collect();
+    let axis = landed[0];
+    let Some(axis) = axis.filter(|_| landed.iter().all(|&l| l == axis)) else {
         return Err(format!(
-            "{reading} (axis {}); nnc runs the nodes after such a value row by row, which needs its leading axis to be the one that varies",
-            axes.join(", ")
+            "{reading}, and values whose varying axis is elsewhere ({})",
+            carried
+                .iter()
+                .map(|v| format!("'{}' {}", graph.value(*v).name, ty(*v)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
-    }
-    let ty = |v| graph.ty(v);
-    let bound = ty(first).shape[0];
-    let op = op_for_rows(&node.op, bound, 1).ok_or_else(|| {
+    };
+    let bound = ty(first).shape[row_axes.iter().flatten().next().copied().unwrap_or(0)];
+    let op = op_for_rows(&node.op, axis, bound, 1).ok_or_else(|| {
         format!(
             "{reading}; nnc runs the nodes after such a value row by row, and {} does not run row by row",
             node.op.name()
         )
     })?;
     let mut marked = vec![false; graph.values.len()];
-    for (i, v) in node.inputs.iter().enumerate() {
-        if let (true, Some(v)) = (carrying[i], v) {
-            marked[v.0] = true;
-        }
+    for v in &carried {
+        marked[v.0] = true;
     }
     for o in &node.outputs {
         marked[o.0] = true;
     }
-    crate::dims::sample_loop::check_node(graph, node, &marked)
+    crate::dims::sample_loop::check_node(graph, node, &marked, axis)
         .map_err(|e| format!("{reading}; run row by row, it {e}"))?;
-    let row_inputs: Vec<Option<TensorType>> = (node.inputs.iter().enumerate())
-        .map(|(i, v)| {
-            v.map(|v| match carrying[i] {
-                true => RowForm::row_type(ty(v)),
-                false => ty(v).clone(),
+    let row_inputs: Vec<Option<TensorType>> = (node.inputs.iter().zip(&row_axes))
+        .map(|(v, a)| {
+            v.map(|v| match a {
+                Some(a) => RowForm::row_type(ty(v), *a),
+                None => ty(v).clone(),
             })
         })
         .collect();
     let row_outputs = infer_types(&op, &row_inputs)?;
-    let rows_match = node
-        .outputs
-        .iter()
-        .zip(&row_outputs)
-        .all(|(o, r)| ty(*o).shape.first() == Some(&bound) && RowForm::row_type(ty(*o)) == *r);
+    let rows_match = node.outputs.iter().zip(&row_outputs).all(|(o, r)| {
+        ty(*o).shape.get(axis) == Some(&bound)
+            && ty(*o).shape[..axis].iter().all(|&d| d == 1)
+            && RowForm::row_type(ty(*o), axis) == *r
+    });
     if !rows_match {
         return Err(format!(
             "{reading}; run row by row, {} would not keep its leading axis",
@@ -105,8 +150,38 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
     Ok(Some(RowForm {
         op,
         inputs: carrying,
-        extent: extent.clone(),
+        extent: RunExtent {
+            axes: vec![axis],
+            count: extent.count,
+            whole_shape: false,
+        },
+        input_axes: row_axes,
+        axis,
     }))
+}
+
+/// The first varying axis of `e`.
+fn row_axes_first(e: &RunExtent) -> usize {
+    e.axes.first().copied().unwrap_or(0)
+}
+
+/// The run-time extent of `node`'s outputs, `None` when it reads no value with one: an
+/// elementwise op of one input passes its input's on, a Reshape moving the varying
+/// axis past unit axes moves it ([`reshaped_extent`]), a node that runs row by row
+/// gives its outputs the rows' extent. Errors say why the node can do none of these.
+pub fn output_extent(graph: &Graph, node: &Node) -> Result<Option<RunExtent>, String> {
+    if let [Some(v)] = node.inputs.as_slice() {
+        let info = graph.value(*v);
+        if let Some(e) =
+            (info.run_extent.as_ref()).filter(|_| node.op.passes_run_extent(info.ty.dtype))
+        {
+            return Ok(Some(e.clone()));
+        }
+    }
+    if let Some(e) = reshaped_extent(graph, &node.op, &node.inputs) {
+        return Ok(Some(e));
+    }
+    Ok(row_form(graph, node)?.map(|f| f.extent))
 }
 
 /// The extent of a Reshape's output that only adds or removes unit axes before the one
@@ -131,14 +206,14 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
     })
 }
 
-/// `op` computing `rows` rows of its output, for row-carrying operands whose leading
-/// axis is `bound` long (the shapes in its attributes are cut to `rows`); `None` for
-/// ops that cannot compute row by row.
-pub fn op_for_rows(op: &Op, bound: usize, rows: usize) -> Option<Op> {
+/// `op` computing `rows` rows of its output, for row-carrying operands whose axis
+/// `axis` is `bound` long (the shapes in its attributes are cut to `rows` there);
+/// `None` for ops that cannot compute row by row.
+pub fn op_for_rows(op: &Op, axis: usize, bound: usize, rows: usize) -> Option<Op> {
     let one_row = |shape: &[usize]| -> Option<Vec<usize>> {
-        (shape.first() == Some(&bound)).then(|| {
+        (shape.get(axis) == Some(&bound)).then(|| {
             let mut s = shape.to_vec();
-            s[0] = rows;
+            s[axis] = rows;
             s
         })
     };
@@ -154,7 +229,7 @@ pub fn op_for_rows(op: &Op, bound: usize, rows: usize) -> Option<Op> {
             steps,
             shape,
         } => {
-            if starts.first() != Some(&0) || steps.first() != Some(&1) {
+            if starts.get(axis) != Some(&0) || steps.get(axis) != Some(&1) {
                 return None;
             }
             Op::Slice {
@@ -185,4 +260,15 @@ pub fn op_for_rows(op: &Op, bound: usize, rows: usize) -> Option<Op> {
         | Op::DequantizeLinear { .. } => op.clone(),
         _ => return None,
     })
+}
+
+/// The first `rows` rows of `t` along `axis` (every axis before it a unit axis, so they
+/// are its first bytes).
+pub fn first_rows(t: &Tensor, axis: usize, rows: usize) -> Tensor {
+    let mut shape = t.shape().to_vec();
+    shape[axis] = rows;
+    let ty = TensorType::new(t.dtype(), shape);
+    let bytes = t.to_le_bytes();
+    let n = ty.byte_size().min(bytes.len());
+    Tensor::from_le_bytes(&ty, &bytes[..n]).unwrap_or_else(|| t.clone())
 }

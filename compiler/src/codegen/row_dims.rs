@@ -1,0 +1,106 @@
+//! The entry points of a graph with a row dim (see [`crate::dims::row_extent`]): the
+//! node sequence reads the dim's value from its count in the workspace, which `run`
+//! writes from `nnc_run_options.dims` (after checking its range) and
+//! `infer_with_workspace` writes as the maximum, before the first node.
+
+use std::sync::Arc;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_module::{FuncId, Linkage, Module};
+use cranelift_object::ObjectModule;
+
+use super::kernel::flags;
+use super::plan::{MemoryPlan, Storage};
+use super::{define_function, Result};
+use crate::ir::Graph;
+
+/// Where a row dim's value goes and its range.
+pub(super) struct RowDimLayout {
+    pub dim: usize,
+    pub min: i64,
+    pub max: i64,
+    /// Bytes into the workspace of its count.
+    pub count_offset: usize,
+}
+
+impl RowDimLayout {
+    /// The graph's row dim (`None`: it has none).
+    pub fn of(graph: &Graph, plan: &MemoryPlan) -> Result<Option<RowDimLayout>> {
+        let Some(d) = graph.row_dims.first() else {
+            return Ok(None);
+        };
+        let fail = |m: &str| crate::error::NncError::Codegen {
+            context: "the row dim".into(),
+            message: m.into(),
+        };
+        if graph.row_dims.len() > 1 {
+            return Err(fail("only one row dim per graph so far"));
+        }
+        let Some(Storage::Arena(at)) = plan.storage[plan.root[d.count.0]] else {
+            return Err(fail("its count has no place in the workspace"));
+        };
+        let range = &graph.dims[d.dim];
+        Ok(Some(RowDimLayout {
+            dim: d.dim,
+            min: range.min as i64,
+            max: range.max as i64,
+            count_offset: at + plan.offset[d.count.0],
+        }))
+    }
+
+    pub fn range(&self) -> (usize, i64, i64) {
+        (self.dim, self.min, self.max)
+    }
+
+    /// Writes `value` to the count in the workspace `ws`, unless `ws` is NULL (which the
+    /// node sequence then reports).
+    pub fn store(&self, b: &mut FunctionBuilder, ws: Value, value: Value) {
+        let (write, join) = (b.create_block(), b.create_block());
+        let null = b.ins().icmp_imm_u(IntCC::Equal, ws, 0);
+        b.ins().brif(null, join, &[], write, &[]);
+        b.seal_block(write);
+        b.switch_to_block(write);
+        b.ins().store(flags(), value, ws, self.count_offset as i32);
+        b.ins().jump(join, &[]);
+        b.seal_block(join);
+        b.switch_to_block(join);
+    }
+}
+
+/// `PREFIXinfer_with_workspace(inputs, outputs, workspace)`: the dim at its maximum,
+/// then the node sequence `body` (which checks the pointers; a NULL workspace is left
+/// to it).
+pub(super) fn define_infer_with_workspace(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    isa: &Arc<dyn TargetIsa>,
+    layout: &RowDimLayout,
+    body: FuncId,
+    prefix: &str,
+) -> Result<FuncId> {
+    let sig = super::ptr_signature(module, 3, true);
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &format!("{prefix}infer_with_workspace"),
+        Linkage::Export,
+        sig,
+        |b, module, p| {
+            let ws = p[2];
+            let max = b.ins().iconst(types::I64, layout.max);
+            layout.store(b, ws, max);
+            let f = module.declare_func_in_func(body, b.func);
+            let r = b.ins().call(f, &[p[0], p[1], ws]);
+            let status = b.inst_results(r)[0];
+            b.ins().return_(&[status]);
+            Ok(())
+        },
+    )
+}
