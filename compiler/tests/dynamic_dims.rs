@@ -743,3 +743,161 @@ fn an_input_shape_range_on_a_named_axis_takes_its_name() {
     assert_eq!(status, 0);
     assert_close(&expected, &got, "batch=4 from --input-shape ids=1..6,5");
 }
+
+/// A token-wise model over `[1, seq]` ids: word embeddings plus position embeddings
+/// gathered by `Range(0, Shape(ids)[1])` (a constant growing with the dim once
+/// imported), LayerNorm, an erf-GELU MLP with biases and a residual. Every node
+/// computes each token's row from that token's rows alone.
+fn tokens(seed: u64, d: usize, f: usize, max_len: usize) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let ids = m.typed_input("ids", 7, &[1, 1]);
+    symbolic(&mut m, &ids, 1, "seq");
+    let table = m.weight(&[50, d], 1.0);
+    let x = m.node("Gather", &[&table, &ids], vec![("axis", Attr::I(0))]);
+    let shape = m.node("Shape", &[&ids], vec![]);
+    let one = m.int_init(&[1]);
+    let len = m.node("Gather", &[&shape, &one], vec![("axis", Attr::I(0))]);
+    let len = m.node("Squeeze", &[&len], vec![]);
+    let (zero, step) = (m.int_init(&[0]), m.int_init(&[1]));
+    let zero = m.node("Squeeze", &[&zero], vec![]);
+    let step = m.node("Squeeze", &[&step], vec![]);
+    let positions = m.node("Range", &[&zero, &len, &step], vec![]);
+    let pos_table = m.weight(&[max_len, d], 0.5);
+    let pos = m.node("Gather", &[&pos_table, &positions], vec![("axis", Attr::I(0))]);
+    let x = m.node("Add", &[&x, &pos], vec![]);
+    let (g, b) = (m.weight(&[d], 1.0), m.weight(&[d], 0.1));
+    let h = m.node(
+        "LayerNormalization",
+        &[&x, &g, &b],
+        vec![("axis", Attr::I(-1))],
+    );
+    let (w1, b1) = (m.weight(&[d, f], 0.3), m.weight(&[f], 0.1));
+    let h = m.node("MatMul", &[&h, &w1], vec![]);
+    let h = m.node("Add", &[&h, &b1], vec![]);
+    let r2 = m.float_init(&[], vec![std::f32::consts::FRAC_1_SQRT_2]);
+    let e = m.node("Mul", &[&h, &r2], vec![]);
+    let e = m.node("Erf", &[&e], vec![]);
+    let onef = m.float_init(&[], vec![1.0]);
+    let e = m.node("Add", &[&e, &onef], vec![]);
+    let half = m.float_init(&[], vec![0.5]);
+    let h = m.node("Mul", &[&h, &e], vec![]);
+    let h = m.node("Mul", &[&h, &half], vec![]);
+    let (w2, b2) = (m.weight(&[f, d], 0.3), m.weight(&[d], 0.1));
+    let h = m.node("MatMul", &[&h, &w2], vec![]);
+    let h = m.node("Add", &[&h, &b2], vec![]);
+    let y = m.node("Add", &[&h, &x], vec![]);
+    m.output(&y);
+    m.encode()
+}
+
+/// The row strategy: a dim on axis 1 of `[1, seq]` runs every length in range from one
+/// library compiled at the maximum (including the GEMM tile tails MR−1 and MR+1),
+/// matching the interpreter on the model imported at that length; the shapes are
+/// reported, out-of-range lengths write nothing, and NULL dims run the maximum.
+#[test]
+fn a_sequence_dim_runs_by_rows_from_one_library() {
+    let model = decode(&tokens(21, 16, 40, 40));
+    let g = import(&model, &with_range("seq", 1, 40)).unwrap();
+    assert!(g.sample_loop.is_none());
+    assert_eq!(g.row_dims.len(), 1);
+    let deps = nnc::dims::axis_dims(&g);
+    assert_eq!(
+        deps.iter()
+            .map(|d| (d.tensor, d.axis, d.dim, d.scale))
+            .collect::<Vec<_>>(),
+        vec![(0, 1, 0, 1), (1, 1, 0, 1)],
+        "ids and the output depend on seq along axis 1"
+    );
+    let lib = Dynamic::new(g);
+    let pool = ThreadPool::new(2).unwrap();
+    let raw = pool.as_raw();
+    let mr = nnc::codegen::kernels::gemm::MR;
+    for (s, seed) in [(1usize, 1u64), (mr - 1, 2), (mr + 1, 3), (17, 4), (40, 5)] {
+        let reference = static_at(&model, "seq", s);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let shapes = lib.output_shapes(s as i64);
+        assert_eq!(shapes, vec![vec![1, s, 16]]);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes);
+        assert_eq!(status, 0, "seq={s}");
+        assert_close(&expected, &got, &format!("seq={s} vs the interpreter"));
+        let (status, pooled) = lib.run(Some(&[s as i64]), &inputs, Some(&raw), &shapes);
+        assert_eq!(status, 0);
+        assert_eq!(pooled, got, "seq={s}: pooled run");
+        // The interpreter runs the graph with the dim too, on the actual rows.
+        let interp = nnc::interp::run_graph(&lib.graph, &inputs).unwrap();
+        assert_close(&expected, &interp, &format!("seq={s}: interpreter, by rows"));
+    }
+    let reference = static_at(&model, "seq", 40);
+    let inputs = inputs_for(&reference, 6);
+    let shapes = lib.output_shapes(40);
+    for bad in [0i64, 41, -1, i64::MAX] {
+        let (status, outputs) = lib.run(Some(&[bad]), &inputs, None, &shapes);
+        assert_eq!(status, NNC_ERR_DIM_OUT_OF_RANGE, "seq={bad}");
+        assert!(
+            outputs[0].to_le_bytes().iter().all(|&b| b == SENTINEL),
+            "seq={bad} wrote"
+        );
+    }
+    let (status, at_max) = lib.run(None, &inputs, None, &shapes);
+    assert_eq!(status, 0);
+    let infer = lib.compiled.run(&reference, &inputs).unwrap();
+    assert_eq!(infer, at_max, "infer runs at the maximum");
+}
+
+/// A constant the dim reaches that is not the first rows of its value at the maximum
+/// (positions counted from the end) is refused by name, as is an attention whose heads
+/// move the varying axis behind a longer one.
+#[test]
+fn a_sequence_dim_that_cannot_run_by_rows_is_refused() {
+    let mut m = ModelBuilder::new(23);
+    let x = m.input("x", &[1, 1, 4]);
+    symbolic(&mut m, &x, 1, "seq");
+    let shape = m.node("Shape", &[&x], vec![]);
+    let one = m.int_init(&[1]);
+    let len = m.node("Gather", &[&shape, &one], vec![("axis", Attr::I(0))]);
+    let len = m.node("Squeeze", &[&len], vec![]);
+    let (zero, minus) = (m.int_init(&[0]), m.int_init(&[-1]));
+    let zero = m.node("Squeeze", &[&zero], vec![]);
+    let minus = m.node("Squeeze", &[&minus], vec![]);
+    let last = m.node("Sub", &[&len, &one], vec![]);
+    let last = m.node("Squeeze", &[&last], vec![]);
+    let minus_one = m.node("Sub", &[&zero, &one], vec![]);
+    let minus_one = m.node("Squeeze", &[&minus_one], vec![]);
+    let backwards = m.node("Range", &[&last, &minus_one, &minus], vec![]);
+    let table = m.weight(&[16, 4], 1.0);
+    let pos = m.node("Gather", &[&table, &backwards], vec![("axis", Attr::I(0))]);
+    let y = m.node("Add", &[&x, &pos], vec![]);
+    m.output(&y);
+    let model = decode(&m.encode());
+    let err = import(&model, &with_range("seq", 1, 16)).unwrap_err().to_string();
+    assert!(err.contains("is not the first"), "{err}");
+
+    let model = decode(&encoder(24, 6, 8, 2));
+    let mut opts = with_range("seq", 1, 6);
+    opts.ranges[0].site = DimSite::InputAxis {
+        input: "ids".into(),
+        axis: 1,
+    };
+    opts.input_shapes.insert("ids".into(), vec![1, 6]);
+    opts.input_shapes.insert("mask".into(), vec![1, 6]);
+    let err = import(&model, &opts).unwrap_err().to_string();
+    assert!(err.contains("nor can it vary by rows"), "{err}");
+}
+
+#[test]
+fn aarch64_runs_a_sequence_dim_under_qemu() {
+    let model = decode(&tokens(25, 16, 24, 12));
+    let g = import(&model, &with_range("seq", 1, 7)).unwrap();
+    assert_eq!(g.row_dims.len(), 1);
+    let reference = static_at(&model, "seq", 7);
+    let inputs = inputs_for(&reference, 4);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let Some(harness) = runner::aarch64_harness() else {
+        return;
+    };
+    let opts = runner::options(Target::new(nnc::codegen::Arch::Aarch64, None).unwrap());
+    let got =
+        runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+    assert_close(&expected, &got, "aarch64, seq=7");
+}
