@@ -85,16 +85,15 @@ struct Field {
     len: usize,
     shape: Vec<usize>,
     dtype: DType,
-    /// For a tensor holding the samples of a dim: (the dim, elements per sample).
+    /// For a tensor whose axis depends on a dim: (the dim, elements per unit of it).
     per_sample: Option<(usize, usize)>,
 }
 
-/// `marks[i]`: whether `ids[i]` holds the samples of the graph's looped dim.
-fn fields(graph: &Graph, ids: &[ValueId], marks: &[bool], taken: &mut Vec<String>) -> Vec<Field> {
-    let looped = graph
-        .sample_loop
-        .as_ref()
-        .map(|sl| (sl.dim, graph.dims[sl.dim].max));
+/// The fields of `ids`, the graph's tensors numbered from `first` (inputs first, then
+/// outputs, as [`crate::dims::axis_dims`] numbers them): a tensor whose axis depends on
+/// a dim holds, per unit of the dim, its elements at the dim's value 1.
+fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>) -> Vec<Field> {
+    let deps = crate::dims::axis_dims(graph);
     field_names(graph, ids, taken)
         .into_iter()
         .zip(ids)
@@ -107,16 +106,17 @@ fn fields(graph: &Graph, ids: &[ValueId], marks: &[bool], taken: &mut Vec<String
             } else {
                 info.ty.byte_size()
             };
-            let per_sample = looped
-                .filter(|_| marks.get(i) == Some(&true))
-                .map(|(d, _)| (d, unit));
-            let (len, shape) = match (per_sample, looped) {
-                (Some(_), Some((_, max))) => {
+            let dep = deps.iter().find(|d| d.tensor == first + i);
+            let (len, shape, per_sample) = match dep {
+                Some(d) => {
+                    let max = graph.dims[d.dim].max;
+                    let planned = info.ty.shape[d.axis].max(1);
+                    let per_unit = unit / planned * d.scale;
                     let mut shape = info.ty.shape.clone();
-                    shape[0] *= max;
-                    (unit * max, shape)
+                    shape[d.axis] = d.scale * max;
+                    (per_unit * max, shape, Some((d.dim, per_unit)))
                 }
-                _ => (unit, info.ty.shape.clone()),
+                None => (unit, info.ty.shape.clone(), None),
             };
             Field {
                 name,
@@ -137,13 +137,10 @@ fn fields(graph: &Graph, ids: &[ValueId], marks: &[bool], taken: &mut Vec<String
 pub fn generate(graph: &Graph, name: &str, workspace_size: usize, origin: &str) -> String {
     let prefix = crate::codegen::symbol_prefix(name);
     let align = crate::codegen::plan::ALIGN;
-    let (in_marks, out_marks) = graph.sample_loop.as_ref().map_or((vec![], vec![]), |sl| {
-        (sl.inputs.clone(), sl.outputs.clone())
-    });
     let mut taken = vec![];
-    let inputs = fields(graph, &graph.inputs, &in_marks, &mut taken);
+    let inputs = fields(graph, &graph.inputs, 0, &mut taken);
     let mut taken = vec![];
-    let outputs = fields(graph, &graph.outputs, &out_marks, &mut taken);
+    let outputs = fields(graph, &graph.outputs, graph.inputs.len(), &mut taken);
     let mut s = String::new();
     let mut line = |t: &str| {
         s.push_str(t);

@@ -369,7 +369,10 @@ pub fn debug_graph(graph: &Graph) -> Graph {
     let mut g = graph.clone();
     // Its outputs are no longer those the sample loop knows: a plain one-sample graph.
     g.sample_loop = None;
-    g.dims.clear();
+    // A row dim stays: its count is the extent of the values its nodes run on.
+    if g.row_dims.is_empty() {
+        g.dims.clear();
+    }
     for n in &graph.nodes {
         for o in &n.outputs {
             if !g.outputs.contains(o) {
