@@ -2,14 +2,17 @@
 //! range on an axis of `--input-shape`, numbered in the ABI's order, and the way code
 //! generation covers them.
 //!
-//! One strategy exists so far, the *sample loop*: when a dim is a leading factor of
+//! Two strategies exist so far. The *sample loop*: when a dim is a leading factor of
 //! axis 0 of every value it reaches and no node mixes values across that axis (a
 //! batch), the graph is compiled for one sample (the dim at 1) and `run` calls it once
 //! per sample, each marked input and output advanced by its bytes per sample. Weights,
 //! packed panels, the memory plan and the workspace are those of one sample, so the
 //! library is as small as a static one, and every value in range runs exactly.
 //! [`sample_loop`] proves the conditions from the model itself (importing it at three
-//! values of the dim) and names the node that breaks them.
+//! values of the dim) and names the node that breaks them. Otherwise, *rows*
+//! ([`row_extent`]): a dim on an axis only unit axes precede, through nodes that compute
+//! each row from the same rows, is the run-time extent of the values it reaches in the
+//! graph compiled at its maximum.
 
 pub mod range;
 pub mod row_extent;
