@@ -153,7 +153,12 @@ pub fn compile_graph_reporting(
     opts: &CompileOptions,
     progress: &dyn crate::progress::Progress,
 ) -> Result<CompiledModel> {
-    let row_loops = row_loops::plan(graph)?;
+    // The x86 machine-code GEMM takes a row count at run time (see `row_loops`).
+    let gemm_rows = matches!(
+        kernels::gemm::Geometry::for_target(&opts.target, &opts.kernels).kernel,
+        kernels::gemm::KernelKind::X86(_)
+    );
+    let row_loops = row_loops::plan(graph, gemm_rows)?;
     // The graph code is generated from: row-looped nodes at one row.
     let lowered = row_loops.lowered.as_ref().unwrap_or(graph);
     let isa = opts.target.isa("speed")?;
@@ -223,11 +228,13 @@ pub fn compile_graph_reporting(
             let shared = split
                 && (kernels.nodes[k].prologue || expand.is_some())
                 && plan.scratch[k].is_some();
+            let whole_rows = row_loops.loops[k].as_ref().and_then(|l| l.whole);
             let n_args = if table { 1 } else { n_operands }
                 + usize::from(plan.scratch[k].is_some())
                 + usize::from(expand.is_some())
                 + usize::from(split)
-                + usize::from(shared);
+                + usize::from(shared)
+                + usize::from(whole_rows.is_some());
             let mut node_half_bytes = 0;
             let weight_label = node
                 .inputs
@@ -313,6 +320,13 @@ pub fn compile_graph_reporting(
                     let workspace = expand.map(|_| next.next().expect("the workspace parameter"));
                     let task = if split { next.next() } else { None };
                     let shared_scratch = if shared { next.next() } else { scratch };
+                    let run_rows = whole_rows.map(|bound| {
+                        let at = next.next().expect("the row count parameter");
+                        lower::RunRows {
+                            count: b.ins().load(types::I64, flags(), at, 0),
+                            bound,
+                        }
+                    });
                     // A split node's half weights are expanded by its prologue: task
                     // index `tasks` branches to a block that the lowering fills with
                     // the expansions and that then goes on to the node's own prologue
@@ -367,6 +381,7 @@ pub fn compile_graph_reporting(
                         rodata: &mut rodata,
                         node_index: k,
                         weight_label: &weight_label,
+                        run_rows,
                     };
                     lower::lower_row_task(&mut lctx, &node.op).map_err(|m| {
                         NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
@@ -1007,6 +1022,22 @@ fn define_infer_with_workspace(
                     }
                     let table = plan.operand_tables[k].map(|off| addr_of(b, Storage::Arena(off)));
                     let fref = module.declare_func_in_func(fid, b.func);
+                    if rows.whole.is_some() {
+                        let mut args = match table {
+                            Some(table) => {
+                                for (j, &a) in addresses.iter().enumerate() {
+                                    b.ins().store(flags(), a, table, (j * 8) as i32);
+                                }
+                                vec![table]
+                            }
+                            None => addresses,
+                        };
+                        args.extend(extra);
+                        args.push(count);
+                        let call = b.ins().call(fref, &args);
+                        stop_on_failure(b, call, &mut fail_status);
+                        continue;
+                    }
                     let call = RowCall {
                         fref,
                         addresses: &addresses,

@@ -14,6 +14,10 @@ pub struct RowLoop {
     pub count: ValueId,
     pub within: usize,
     pub row_bytes: Vec<Option<usize>>,
+    /// Called once for all the rows instead, the count's address its last argument
+    /// (a MatMul by constant weights: one GEMM of that many rows), its operands
+    /// planned for `bound` rows.
+    pub whole: Option<usize>,
 }
 
 /// The row loops of a graph, and the graph code is generated from.
@@ -25,9 +29,11 @@ pub struct RowLoops {
 }
 
 /// Finds how every node reading a value whose extent only the run knows handles it:
-/// elementwise ops of one input pass the extent on over the whole planned buffer, the
-/// others run row by row; any other node is refused by name.
-pub fn plan(graph: &Graph) -> Result<RowLoops> {
+/// elementwise ops of one input pass the extent on over the whole planned buffer, a
+/// MatMul by constant weights runs one GEMM of the actual rows when `gemm_rows` (the
+/// target's GEMM takes its row count at run time), the others run row by row; any
+/// other node is refused by name.
+pub fn plan(graph: &Graph, gemm_rows: bool) -> Result<RowLoops> {
     let mut lowered: Option<Graph> = None;
     let mut loops = vec![None; graph.nodes.len()];
     for (k, node) in graph.nodes.iter().enumerate() {
@@ -52,11 +58,36 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
         let form = row_form(graph, node)
             .map_err(refuse)?
             .ok_or_else(|| refuse("no row form".into()))?;
+        let mut looped = row_loop(graph, k, &form);
+        if gemm_rows && one_gemm(graph, node, &form) {
+            let a = node.inputs[0].expect("a MatMul has A");
+            looped.whole = Some(graph.ty(a).shape[form.input_axes[0].unwrap_or(0)]);
+            loops[k] = Some(looped);
+            continue;
+        }
         let g = lowered.get_or_insert_with(|| graph.clone());
-        loops[k] = Some(row_loop(graph, k, &form));
+        loops[k] = Some(looped);
         at_one_row(g, k, &form);
     }
     Ok(RowLoops { lowered, loops })
+}
+
+/// Whether `node` is a float32 MatMul of row-carrying A (and residual) by constant
+/// 2-D weights: its rows are one GEMM's, A's of all rows contiguous.
+fn one_gemm(graph: &Graph, node: &crate::ir::Node, form: &RowForm) -> bool {
+    let carried = |i: usize| form.input_axes.get(i).copied().flatten().is_some();
+    let weights = node.inputs.get(1).copied().flatten();
+    matches!(node.op, crate::ops::Op::MatMul(_))
+        && node.outputs.len() == 1
+        && graph.ty(node.outputs[0]).dtype == crate::ir::DType::F32
+        && carried(0)
+        && !carried(1)
+        && !carried(2)
+        && weights.is_some_and(|w| graph.constant(w).is_some() && graph.ty(w).rank() == 2)
+        && node.inputs[0].is_some_and(|a| {
+            let rank = graph.ty(a).rank();
+            form.input_axes[0].is_some_and(|axis| axis + 2 <= rank)
+        })
 }
 
 fn row_loop(graph: &Graph, k: usize, form: &RowForm) -> RowLoop {
@@ -69,6 +100,7 @@ fn row_loop(graph: &Graph, k: usize, form: &RowForm) -> RowLoop {
         count: form.extent.count,
         within: form.extent.offset_of(form.axis).unwrap_or(0),
         row_bytes: inputs.chain(outputs).collect(),
+        whole: None,
     }
 }
 

@@ -94,6 +94,9 @@ pub struct GemmSpec {
     pub geometry: Geometry,
     /// Byte offset of each K row for [`BLayout::Taps`]; empty otherwise.
     pub b_taps: Vec<i32>,
+    /// The kernel takes the number of rows to compute (at most `m`, which the plan is
+    /// for) as its last argument: rows whose count only the run knows.
+    pub rows_at_run_time: bool,
 }
 
 /// Which kernel family computes a GEMM.

@@ -199,6 +199,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         activation: Activation::None,
         geometry: geom,
         b_taps: vec![],
+        rows_at_run_time: false,
     };
     let output_spec = |rows: usize| GemmSpec {
         m: rows,
@@ -222,6 +223,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         activation: Activation::None,
         geometry: geom,
         b_taps: vec![],
+        rows_at_run_time: false,
     };
     let full_blocks = dims.m / plan.block_rows;
     let tail_rows = dims.m % plan.block_rows;

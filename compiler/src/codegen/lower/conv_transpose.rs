@@ -239,6 +239,7 @@ fn transpose_gemm_taps(
             // Columns scatter with the stride: only the Cranelift kernel stores that way.
             geometry,
             b_taps: vec![],
+            rows_at_run_time: false,
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

@@ -35,7 +35,8 @@ pub struct GemmKernel {
 impl GemmKernel {
     /// Defines the out-of-line function computing `spec`.
     pub fn define(ctx: &mut LowerCtx, spec: &GemmSpec) -> Result<GemmKernel, String> {
-        let params = 3 + spec.addends.len();
+        let counted = usize::from(spec.rows_at_run_time);
+        let params = 3 + spec.addends.len() + counted;
         let packed = spec.a == ALayout::Packed
             || matches!(
                 spec.b,
@@ -55,10 +56,19 @@ impl GemmKernel {
                 let (m, n, ldc) = (spec.m, spec.n, spec.ldc);
                 // At "speed": the activation's polynomial math is ordinary code, and
                 // at "none" every intermediate went through the stack.
-                post = Some(define_out_of_line_at(ctx, 1, "speed", |b, p| {
-                    apply_activation(b, act, p[0], m, n, ldc)
+                post = Some(define_out_of_line_at(ctx, 1 + counted, "speed", |b, p| {
+                    let rows = match p.get(1) {
+                        Some(&rows) => rows,
+                        None => crate::codegen::kernel::iconst(b, m as i64),
+                    };
+                    apply_activation(b, act, p[0], rows, n, ldc)
                 })?);
                 define_machine_code(ctx, params, &x86::gemm::emit(&without_activation, isa)?)?
+            }
+            _ if spec.rows_at_run_time => {
+                return Err(format!(
+                    "rows counted at run time need the x86 machine-code GEMM: {spec:?}"
+                ))
             }
             KernelKind::X86(_) if packed => {
                 return Err(format!(
@@ -94,26 +104,43 @@ impl GemmKernel {
         addends: &[Value],
     ) {
         debug_assert_eq!(addends.len(), self.addends, "one address per addend");
+        self.call_rows(b, a, b_ptr, c, addends, None);
+    }
+
+    /// [`Self::call`] for a kernel of rows counted at run time: `rows` of them.
+    pub fn call_rows(
+        &self,
+        b: &mut FunctionBuilder,
+        a: Value,
+        b_ptr: Value,
+        c: Value,
+        addends: &[Value],
+        rows: Option<Value>,
+    ) {
         let mut args = vec![a, b_ptr, c];
         args.extend_from_slice(addends);
+        args.extend(rows);
         b.ins().call(self.func, &args);
         if let Some(post) = self.post {
-            b.ins().call(post, &[c]);
+            let mut args = vec![c];
+            args.extend(rows);
+            b.ins().call(post, &args);
         }
     }
 }
 
-/// `C[i, j] = act(C[i, j])` over `m × n` with rows `ldc` floats apart.
+/// `C[i, j] = act(C[i, j])` over `rows × n` with rows `ldc` floats apart.
 fn apply_activation(
     b: &mut FunctionBuilder,
     act: Activation,
     c: Value,
-    m: usize,
+    rows: Value,
     n: usize,
     ldc: usize,
 ) -> Result<(), String> {
     let mut failure = None;
-    crate::codegen::kernel::counted_loop(b, 0, m as i64, 1, |b, i| {
+    let zero = crate::codegen::kernel::iconst(b, 0);
+    crate::codegen::kernel::range_loop(b, zero, rows, |b, i| {
         let row = crate::codegen::kernel::elem_addr(b, c, i, ldc * 4);
         if let Err(e) = super::elementwise::activate_run(b, row, row, None, n, act) {
             failure = Some(e);

@@ -343,9 +343,25 @@ fn matmul_f32(
         activation: attrs.activation,
         geometry: geom,
         b_taps: vec![],
+        rows_at_run_time: false,
     };
     let dims = (s.k, s.n, s.n);
     let batches: usize = s.batch.iter().product();
+    if let Some(run) = ctx.run_rows {
+        // One call for the rows the run has, the A rows of all of them contiguous.
+        if !(folded || batches == 1) || pack_into.is_some() || !rows.is_multiple_of(run.bound) {
+            return Err("rows counted at run time need one GEMM over constant weights".into());
+        }
+        let spec = GemmSpec {
+            rows_at_run_time: true,
+            ..spec
+        };
+        let kernel = GemmKernel::define(ctx, &spec)?;
+        let rows_now = ctx.b.ins().imul_imm_s(run.count, (rows / run.bound) as i64);
+        let addends: Vec<Value> = bias.into_iter().chain(residual).map(|t| t.ptr).collect();
+        kernel.call_rows(ctx.b, a.ptr, b_base, y.ptr, &addends, Some(rows_now));
+        return Ok(());
+    }
     if folded || batches == 1 {
         let addends: Vec<Value> = bias.into_iter().chain(residual).map(|t| t.ptr).collect();
         let b_ptr = match pack_into {
@@ -631,6 +647,7 @@ fn gemm_f32(
         activation: g.activation,
         geometry: geom,
         b_taps: vec![],
+        rows_at_run_time: false,
     };
     let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
     gemm::call_split(ctx, split_axis(ctx), &spec, a.ptr, b_ptr, y.ptr, &c_ptrs)

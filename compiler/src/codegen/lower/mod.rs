@@ -107,6 +107,18 @@ pub struct LowerCtx<'a, 'f> {
     /// (what its weight blobs are reported as).
     pub node_index: usize,
     pub weight_label: &'a str,
+    /// For a node computing rows whose number only the run knows (see
+    /// [`crate::codegen::row_loops`]): that number, of the `bound` its operands are
+    /// planned for.
+    pub run_rows: Option<RunRows>,
+}
+
+/// The rows a node computes when only the run knows how many: `count` (an i64) of the
+/// `bound` its row-carrying operands are planned for.
+#[derive(Clone, Copy)]
+pub struct RunRows {
+    pub count: Value,
+    pub bound: usize,
 }
 
 /// The expansion area of FP16 weights (see [`f16_weights`]): the node's weights are

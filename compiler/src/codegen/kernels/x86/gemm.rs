@@ -42,6 +42,9 @@ pub fn supports(spec: &GemmSpec) -> bool {
         }
         && spec.addends.iter().all(|a| a.col_stride <= 1)
         && gemm_supports_activation(spec.activation)
+        && (!spec.rows_at_run_time
+            || (matches!(spec.a, ALayout::Strided { .. })
+                && !matches!(spec.b, BLayout::Taps { .. })))
 }
 
 /// The GEMM tile has three free registers after its K loop (B's and the broadcasts'),
@@ -112,10 +115,15 @@ fn prefetch_next_panel(s: &GemmSpec) -> bool {
 /// Addend base addresses: the first three arrive in registers and are saved to the
 /// frame (freeing rcx, r8 and r9 for the loops), the rest are on the stack.
 const ADDEND_REGS: [AsmRegister64; 3] = [rcx, r8, r9];
-/// Frame bytes below the saved registers: the three addend registers, then the end
-/// column of the current output row's full panels (implicit-GEMM conv).
-const FRAME: usize = 32;
+/// Frame bytes below the saved registers: the three addend registers, the end column
+/// of the current output row's full panels (implicit-GEMM conv), then for rows counted
+/// at run time their number and the end of their full row tiles.
+const FRAME: usize = 48;
 const PANEL_END_SLOT: i32 = 24;
+const ROWS_SLOT: i32 = 32;
+const FULL_ROWS_END_SLOT: i32 = 40;
+/// The System V integer argument registers, in order.
+const ARG_REGS: [AsmRegister64; 6] = [rdi, rsi, rdx, rcx, r8, r9];
 /// Callee-saved registers the kernel uses, pushed in this order.
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
@@ -196,6 +204,10 @@ impl Emitter<'_> {
         for (n, r) in ADDEND_REGS.iter().enumerate() {
             a.mov(qword_ptr(rsp + (n * 8) as i32), *r)?;
         }
+        let mut exit = a.create_label();
+        if s.rows_at_run_time {
+            self.count_rows(a, exit)?;
+        }
         if s.m > 0 && s.n > 0 {
             if panels_outer(s) {
                 self.panels_outer(a)?;
@@ -203,6 +215,7 @@ impl Emitter<'_> {
                 self.k_blocks(a, &mut |e, a, block| e.pass(a, block))?;
             }
         }
+        a.set_label(&mut exit)?;
         a.add(rsp, FRAME as i32)?;
         for r in SAVED.iter().rev() {
             a.pop(*r)?;
@@ -210,6 +223,35 @@ impl Emitter<'_> {
         a.vzeroupper()?;
         a.ret()?;
         self.data(a)
+    }
+
+    /// Reads the run-time row count (the argument after the addends) into the frame,
+    /// with the end of its full row tiles; jumps to `exit` when it is 0. Clobbers rax,
+    /// r10 and r11 (rdx, C's address, is restored).
+    fn count_rows(&mut self, a: &mut CodeAssembler, exit: CodeLabel) -> AsmResult<()> {
+        let arg = 3 + self.spec.addends.len();
+        match ARG_REGS.get(arg) {
+            Some(&r) => a.mov(rax, r)?,
+            None => a.mov(
+                rax,
+                qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + arg - ARG_REGS.len()) * 8)?),
+            )?,
+        }
+        // Never more rows than planned for.
+        a.mov(r10, self.spec.m as u64)?;
+        a.cmp(rax, r10)?;
+        a.cmova(rax, r10)?;
+        a.mov(qword_ptr(rsp + ROWS_SLOT), rax)?;
+        a.test(rax, rax)?;
+        a.jz(exit)?;
+        a.mov(r11, rdx)?;
+        a.xor(edx, edx)?;
+        a.mov(r10, self.mr as u64)?;
+        a.div(r10)?;
+        a.imul_3(rax, rax, imm(self.mr)?)?;
+        a.mov(qword_ptr(rsp + FULL_ROWS_END_SLOT), rax)?;
+        a.mov(rdx, r11)?;
+        Ok(())
     }
 
     /// Emits `body` for each K block in turn, r15 = the block's first K step: the same
@@ -407,6 +449,9 @@ impl Emitter<'_> {
             prefetch_next: false,
         };
         a.xor(ebx, ebx)?;
+        if s.rows_at_run_time {
+            return self.counted_row_tiles(a, full);
+        }
         // The first full tile, peeled off the loop, is the one that prefetches.
         let peel = full_rows > 1 && prefetch_next_panel(s);
         if peel {
@@ -436,6 +481,36 @@ impl Emitter<'_> {
                 },
             )?;
         }
+        Ok(())
+    }
+
+    /// [`Self::row_tiles`] for the row count in the frame: full tiles up to the end
+    /// the frame holds, then the 1 to MR−1 rows left as tiles of 4, 2 and 1 rows (three
+    /// copies of the tile code rather than MR−1; each reads the panel once more).
+    fn counted_row_tiles(&mut self, a: &mut CodeAssembler, full: TileShape) -> AsmResult<()> {
+        let mut tail = a.create_label();
+        a.cmp(rbx, qword_ptr(rsp + FULL_ROWS_END_SLOT))?;
+        a.jae(tail)?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        self.tile(a, full)?;
+        a.add(rbx, imm(self.mr)?)?;
+        a.cmp(rbx, qword_ptr(rsp + FULL_ROWS_END_SLOT))?;
+        a.jb(top)?;
+        a.set_label(&mut tail)?;
+        let mr = self.mr;
+        for rows in [4, 2, 1].into_iter().filter(|&r| r < mr) {
+            let mut skip = a.create_label();
+            a.mov(rax, qword_ptr(rsp + ROWS_SLOT))?;
+            a.sub(rax, rbx)?;
+            a.test(rax, imm(rows)?)?;
+            a.jz(skip)?;
+            self.tile(a, TileShape { rows, ..full })?;
+            a.add(rbx, imm(rows)?)?;
+            a.set_label(&mut skip)?;
+        }
+        // The code after may open with a label of its own (one per instruction).
+        a.nop()?;
         Ok(())
     }
 

@@ -210,6 +210,7 @@ pub(super) fn conv_implicit_gemm(
         },
         ldc: wide,
         b_taps: taps.clone(),
+        rows_at_run_time: false,
         ..spec.clone()
     };
     let full_kernel = match loop_chunks {
@@ -460,6 +461,7 @@ pub(super) fn conv_implicit_rows(
         },
         ldc: g.out_size(),
         b_taps: taps.clone(),
+        rows_at_run_time: false,
         ..spec.clone()
     };
     let full_kernel = match loop_chunks {

@@ -715,6 +715,7 @@ fn group_gemm(
         activation: ops.activation,
         geometry: weights.geom,
         b_taps: vec![],
+        rows_at_run_time: false,
     }
 }
 

@@ -508,6 +508,7 @@ fn products_spec(plan: &Plan, geom: Geometry, tiles: usize) -> GemmSpec {
         activation: Activation::None,
         geometry: geom,
         b_taps: vec![],
+        rows_at_run_time: false,
     }
 }
 
