@@ -905,19 +905,47 @@ fn a_sequence_dim_that_cannot_run_by_rows_is_refused() {
     assert!(err.contains("nor can it vary by rows"), "{err}");
 }
 
+/// The harness runs `infer` (the maximum): ranges ending at 7, 4 and 3 take the
+/// Cranelift GEMM's row count through a whole tile and 2-row tail, a 4-row tail, and
+/// 2- and 1-row tails.
 #[test]
 fn aarch64_runs_a_sequence_dim_under_qemu() {
     let model = decode(&tokens(25, 16, 24, 12));
-    let g = import(&model, &with_range("seq", 1, 7)).unwrap();
-    assert_eq!(g.row_dims.len(), 1);
-    let reference = static_at(&model, "seq", 7);
-    let inputs = inputs_for(&reference, 4);
-    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
     let Some(harness) = runner::aarch64_harness() else {
         return;
     };
     let opts = runner::options(Target::new(nnc::codegen::Arch::Aarch64, None).unwrap());
-    let got =
-        runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
-    assert_close(&expected, &got, "aarch64, seq=7");
+    for max in [7, 4, 3] {
+        let g = import(&model, &with_range("seq", 1, max)).unwrap();
+        assert_eq!(g.row_dims.len(), 1);
+        let reference = static_at(&model, "seq", max);
+        let inputs = inputs_for(&reference, max as u64);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let got =
+            runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+        assert_close(&expected, &got, &format!("aarch64, seq={max}"));
+    }
+}
+
+/// The Cranelift GEMM (every target but x86-64's machine code) takes its row count at
+/// run time too: `--kernel gemm=clif` on this host, at every tail of its 5-row tiles.
+#[test]
+fn the_cranelift_gemm_runs_a_sequence_dim() {
+    let model = decode(&tokens(26, 16, 24, 16));
+    let g = import(&model, &with_range("seq", 1, 16)).unwrap();
+    let mut opts = runner::options(Target::host());
+    opts.kernels = nnc::codegen::options::KernelOptions::parse(["gemm=clif"]).unwrap();
+    let lib = Dynamic {
+        compiled: runner::Compiled::with_options(&g, &opts).unwrap(),
+        graph: g,
+    };
+    for s in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 11, 16] {
+        let reference = static_at(&model, "seq", s);
+        let inputs = inputs_for(&reference, s as u64);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let shapes = lib.output_shapes(s as i64);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes);
+        assert_eq!(status, 0, "seq={s}");
+        assert_close(&expected, &got, &format!("gemm=clif, seq={s}"));
+    }
 }

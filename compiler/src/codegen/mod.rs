@@ -153,12 +153,7 @@ pub fn compile_graph_reporting(
     opts: &CompileOptions,
     progress: &dyn crate::progress::Progress,
 ) -> Result<CompiledModel> {
-    // The x86 machine-code GEMM takes a row count at run time (see `row_loops`).
-    let gemm_rows = matches!(
-        kernels::gemm::Geometry::for_target(&opts.target, &opts.kernels).kernel,
-        kernels::gemm::KernelKind::X86(_)
-    );
-    let row_loops = row_loops::plan(graph, gemm_rows)?;
+    let row_loops = row_loops::plan(graph)?;
     // The graph code is generated from: row-looped nodes at one row.
     let lowered = row_loops.lowered.as_ref().unwrap_or(graph);
     let isa = opts.target.isa("speed")?;

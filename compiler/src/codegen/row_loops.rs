@@ -30,10 +30,10 @@ pub struct RowLoops {
 
 /// Finds how every node reading a value whose extent only the run knows handles it:
 /// elementwise ops of one input pass the extent on over the whole planned buffer, a
-/// MatMul by constant weights runs one GEMM of the actual rows when `gemm_rows` (the
-/// target's GEMM takes its row count at run time), the others run row by row; any
-/// other node is refused by name.
-pub fn plan(graph: &Graph, gemm_rows: bool) -> Result<RowLoops> {
+/// MatMul by constant weights runs one GEMM of the actual rows (every GEMM kernel takes
+/// its row count at run time), the others run row by row; any other node is refused by
+/// name.
+pub fn plan(graph: &Graph) -> Result<RowLoops> {
     let mut lowered: Option<Graph> = None;
     let mut loops = vec![None; graph.nodes.len()];
     for (k, node) in graph.nodes.iter().enumerate() {
@@ -59,7 +59,7 @@ pub fn plan(graph: &Graph, gemm_rows: bool) -> Result<RowLoops> {
             .map_err(refuse)?
             .ok_or_else(|| refuse("no row form".into()))?;
         let mut looped = row_loop(graph, k, &form);
-        if gemm_rows && one_gemm(graph, node, &form) {
+        if one_gemm(graph, node, &form) {
             let a = node.inputs[0].expect("a MatMul has A");
             looped.whole = Some(graph.ty(a).shape[form.input_axes[0].unwrap_or(0)]);
             loops[k] = Some(looped);

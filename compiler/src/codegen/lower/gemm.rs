@@ -65,9 +65,9 @@ impl GemmKernel {
                 })?);
                 define_machine_code(ctx, params, &x86::gemm::emit(&without_activation, isa)?)?
             }
-            _ if spec.rows_at_run_time => {
+            KernelKind::X86(_) if spec.rows_at_run_time => {
                 return Err(format!(
-                    "rows counted at run time need the x86 machine-code GEMM: {spec:?}"
+                    "rows counted at run time the x86 kernel cannot compute: {spec:?}"
                 ))
             }
             KernelKind::X86(_) if packed => {

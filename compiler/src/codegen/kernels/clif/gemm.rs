@@ -205,7 +205,8 @@ pub(crate) fn emit(
     spec: &GemmSpec,
     params: &[Value],
 ) -> Result<(), String> {
-    if params.len() != 3 + spec.addends.len() {
+    let counted = usize::from(spec.rows_at_run_time);
+    if params.len() != 3 + spec.addends.len() + counted {
         return Err("GEMM kernel called with the wrong number of arguments".into());
     }
     if spec.m == 0 || spec.n == 0 {
@@ -226,14 +227,23 @@ pub(crate) fn emit(
             a: params[0],
             b: params[1],
             c: params[2],
-            addends: &params[3..],
+            addends: &params[3..3 + spec.addends.len()],
         },
     };
+    // The row count, read at run time: never more rows than planned for.
+    let rows = spec.rows_at_run_time.then(|| {
+        let planned = kernel::iconst(b, spec.m as i64);
+        b.ins().umin(params[params.len() - 1], planned)
+    });
     // K blocks outermost; then column panels, row tiles inside: one panel of B stays in
     // L1 while every row tile of A's block streams past it from L2.
     for kb in k_blocks(spec.k) {
         for run in column_runs(spec.n, spec.b) {
             strided_loop(b, run.start, run.count, run.width, |b, j0| {
+                if let Some(rows) = rows {
+                    e.counted_row_tiles(b, rows, j0, run, kb);
+                    return;
+                }
                 let full_rows = spec.m / MR * MR;
                 strided_loop(b, 0, spec.m / MR, MR, |b, i0| {
                     e.tile(b, i0, MR, j0, run, kb)
@@ -297,6 +307,38 @@ impl Emitter<'_> {
     }
 
     /// A's rows `i0..i0+rows` from K step `k0` on.
+    /// The row tiles of one column panel for `rows` rows counted at run time: whole MR
+    /// tiles, then the 1 to MR−1 rows left as tiles of 4, 2 and 1 rows.
+    fn counted_row_tiles(
+        &self,
+        b: &mut FunctionBuilder,
+        rows: Value,
+        j0: Value,
+        run: ColRun,
+        kb: KBlock,
+    ) {
+        let tiles = b.ins().udiv_imm(rows, MR as i64);
+        let zero = kernel::iconst(b, 0);
+        kernel::range_loop(b, zero, tiles, |b, t| {
+            let i0 = b.ins().imul_imm_s(t, MR as i64);
+            self.tile(b, i0, MR, j0, run, kb);
+        });
+        let mut i0 = b.ins().imul_imm_s(tiles, MR as i64);
+        let left = b.ins().isub(rows, i0);
+        for part in [4usize, 2, 1].into_iter().filter(|&r| r < MR) {
+            let (then, next) = (b.create_block(), b.create_block());
+            let bit = b.ins().band_imm(left, part as i64);
+            b.ins().brif(bit, then, &[], next, &[]);
+            b.seal_block(then);
+            b.switch_to_block(then);
+            self.tile(b, i0, part, j0, run, kb);
+            b.ins().jump(next, &[]);
+            b.seal_block(next);
+            b.switch_to_block(next);
+            i0 = b.ins().iadd(i0, bit);
+        }
+    }
+
     fn a_tile(&self, b: &mut FunctionBuilder, i0: Value, rows: usize, k0: usize) -> ATile {
         let tile = self.a_tile_at_k0(b, i0, rows);
         ATile {
