@@ -317,7 +317,7 @@ impl Emitter<'_> {
         run: ColRun,
         kb: KBlock,
     ) {
-        let tiles = b.ins().udiv_imm(rows, MR as i64);
+        let tiles = b.ins().udiv_imm_u(rows, MR as i64);
         let zero = kernel::iconst(b, 0);
         kernel::range_loop(b, zero, tiles, |b, t| {
             let i0 = b.ins().imul_imm_s(t, MR as i64);
@@ -327,7 +327,7 @@ impl Emitter<'_> {
         let left = b.ins().isub(rows, i0);
         for part in [4usize, 2, 1].into_iter().filter(|&r| r < MR) {
             let (then, next) = (b.create_block(), b.create_block());
-            let bit = b.ins().band_imm(left, part as i64);
+            let bit = b.ins().band_imm_u(left, part as i64);
             b.ins().brif(bit, then, &[], next, &[]);
             b.seal_block(then);
             b.switch_to_block(then);
