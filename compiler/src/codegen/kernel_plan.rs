@@ -47,6 +47,10 @@ pub struct NodeKernel {
     /// their size), run by the pool as a first `parallel_for` before the tasks; 1: the
     /// launching thread runs it alone.
     pub prologue_parts: usize,
+    /// A node over rows only the run counts, computing all of them in one call (one
+    /// GEMM of that many rows) instead of one call per row: its operands are planned
+    /// for this many rows, and its function takes the count's address last.
+    pub rows_at_run_time: Option<usize>,
 }
 
 /// How a node is computed. Families with one code shape are [`Strategy::Clif`]; the
@@ -106,10 +110,16 @@ impl KernelPlan {
     }
 
     /// Node `k` runs whole, never split into tasks: `infer` calls it once per row of an
-    /// extent only the run knows (see `codegen::row_loops`), each call one row.
-    pub fn run_whole(&mut self, k: usize) {
-        self.nodes[k].tasks = 1;
-        self.nodes[k].rows = None;
+    /// extent only the run knows (see `codegen::row_loops`), each call one row, or with
+    /// `rows_at_run_time` (the rows its operands are planned for) once for all of them.
+    pub fn run_whole(&mut self, k: usize, rows_at_run_time: Option<usize>) {
+        let node = &mut self.nodes[k];
+        node.tasks = 1;
+        node.rows = None;
+        node.rows_at_run_time = rows_at_run_time;
+        if rows_at_run_time.is_some() {
+            node.reason += "; one call for the rows the run counts";
+        }
     }
 }
 
@@ -158,6 +168,7 @@ impl NodeKernel {
             rows: None,
             prologue: false,
             prologue_parts: 1,
+            rows_at_run_time: None,
         }
     }
 

@@ -168,8 +168,8 @@ pub fn compile_graph_reporting(
     let mut kernels =
         kernel_plan::plan_kernels_for(lowered, &opts.target, &opts.kernels, opts.weights);
     for (k, l) in row_loops.loops.iter().enumerate() {
-        if l.is_some() {
-            kernels.run_whole(k);
+        if let Some(l) = l {
+            kernels.run_whole(k, l.whole);
         }
     }
     let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
@@ -223,7 +223,7 @@ pub fn compile_graph_reporting(
             let shared = split
                 && (kernels.nodes[k].prologue || expand.is_some())
                 && plan.scratch[k].is_some();
-            let whole_rows = row_loops.loops[k].as_ref().and_then(|l| l.whole);
+            let whole_rows = kernels.nodes[k].rows_at_run_time;
             let n_args = if table { 1 } else { n_operands }
                 + usize::from(plan.scratch[k].is_some())
                 + usize::from(expand.is_some())
@@ -515,24 +515,27 @@ pub fn compile_graph_reporting(
         true,
         "nnc_run_pooled",
     )?;
+    // With dims, the exported entry point sets every dim at its maximum around the
+    // local node sequence.
     let exported_infer_ws = match (&samples, &rows) {
-        (Some(layout), _) => sample_loop::define_infer_with_workspace(
-            &mut module,
-            &mut ctx,
-            &mut fctx,
-            &isa,
-            layout,
-            infer_ws,
+        (Some(layout), _) => define_exported_infer_with_workspace(
+            (&mut module, &mut ctx, &mut fctx, &isa),
             &opts.prefix,
+            |b, module, p| {
+                let count = b.ins().iconst(PTR, layout.max);
+                sample_loop::emit_loop(b, module, layout, infer_ws, p, None, count)
+            },
         )?,
-        (None, Some(layout)) => row_dims::define_infer_with_workspace(
-            &mut module,
-            &mut ctx,
-            &mut fctx,
-            &isa,
-            layout,
-            infer_ws,
+        (None, Some(layout)) => define_exported_infer_with_workspace(
+            (&mut module, &mut ctx, &mut fctx, &isa),
             &opts.prefix,
+            |b, module, (inputs, outputs, ws)| {
+                let max = b.ins().iconst(types::I64, layout.max);
+                layout.store(b, ws, max);
+                let f = module.declare_func_in_func(infer_ws, b.func);
+                let call = b.ins().call(f, &[inputs, outputs, ws]);
+                b.inst_results(call)[0]
+            },
         )?,
         (None, None) => infer_ws,
     };
@@ -919,6 +922,36 @@ struct NodeSequence<'a> {
 /// `infer_with_workspace(inputs, outputs, workspace)`: every node in order, a split
 /// node's tasks in a loop; or, `with_pool`, the local `run_pooled(inputs, outputs,
 /// workspace, pool)` that launches the split nodes' tasks on the pool.
+/// `PREFIXinfer_with_workspace(inputs, outputs, workspace)` of a graph with dims:
+/// `emit` runs its node sequence with every dim at its maximum and returns the status.
+fn define_exported_infer_with_workspace(
+    (module, ctx, fctx, isa): (
+        &mut ObjectModule,
+        &mut Context,
+        &mut FunctionBuilderContext,
+        &Arc<dyn TargetIsa>,
+    ),
+    prefix: &str,
+    emit: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, (Value, Value, Value)) -> Value,
+) -> Result<FuncId> {
+    let sig = ptr_signature(module, 3, true);
+    let name = format!("{prefix}infer_with_workspace");
+    define_function(
+        module,
+        ctx,
+        fctx,
+        isa,
+        &name,
+        Linkage::Export,
+        sig,
+        |b, module, p| {
+            let status = emit(b, module, (p[0], p[1], p[2]));
+            b.ins().return_(&[status]);
+            Ok(())
+        },
+    )
+}
+
 fn define_infer_with_workspace(
     module: &mut ObjectModule,
     ctx: &mut Context,

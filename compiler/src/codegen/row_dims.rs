@@ -1,21 +1,16 @@
 //! The entry points of a graph with a row dim (see [`crate::dims::row_extent`]): the
 //! node sequence reads the dim's value from its count in the workspace, which `run`
 //! writes from `nnc_run_options.dims` (after checking its range) and
-//! `infer_with_workspace` writes as the maximum, before the first node.
-
-use std::sync::Arc;
+//! `infer_with_workspace` writes as the maximum, before the first node (see
+//! `define_exported_infer_with_workspace`).
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, InstBuilder, Value};
-use cranelift_codegen::isa::TargetIsa;
-use cranelift_codegen::Context;
-use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_module::{FuncId, Linkage, Module};
-use cranelift_object::ObjectModule;
+use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
 
 use super::kernel::flags;
 use super::plan::{MemoryPlan, Storage};
-use super::{define_function, Result};
+use super::Result;
 use crate::ir::Graph;
 
 /// Where a row dim's value goes and its range.
@@ -69,38 +64,4 @@ impl RowDimLayout {
         b.seal_block(join);
         b.switch_to_block(join);
     }
-}
-
-/// `PREFIXinfer_with_workspace(inputs, outputs, workspace)`: the dim at its maximum,
-/// then the node sequence `body` (which checks the pointers; a NULL workspace is left
-/// to it).
-pub(super) fn define_infer_with_workspace(
-    module: &mut ObjectModule,
-    ctx: &mut Context,
-    fctx: &mut FunctionBuilderContext,
-    isa: &Arc<dyn TargetIsa>,
-    layout: &RowDimLayout,
-    body: FuncId,
-    prefix: &str,
-) -> Result<FuncId> {
-    let sig = super::ptr_signature(module, 3, true);
-    define_function(
-        module,
-        ctx,
-        fctx,
-        isa,
-        &format!("{prefix}infer_with_workspace"),
-        Linkage::Export,
-        sig,
-        |b, module, p| {
-            let ws = p[2];
-            let max = b.ins().iconst(types::I64, layout.max);
-            layout.store(b, ws, max);
-            let f = module.declare_func_in_func(body, b.func);
-            let r = b.ins().call(f, &[p[0], p[1], ws]);
-            let status = b.inst_results(r)[0];
-            b.ins().return_(&[status]);
-            Ok(())
-        },
-    )
 }

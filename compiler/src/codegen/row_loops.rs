@@ -49,10 +49,7 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
                     .into(),
             ));
         }
-        let passes = (node.inputs.len() == 1
-            && node.inputs[0].is_some_and(|v| node.op.passes_run_extent(graph.ty(v).dtype)))
-            || crate::ops::rows::reshaped_extent(graph, &node.op, &node.inputs).is_some();
-        if passes {
+        if crate::ops::rows::passed_extent(graph, node).is_some() {
             continue;
         }
         let form = row_form(graph, node)

@@ -185,35 +185,6 @@ pub(super) fn emit_dim_value(
     b.block_params(join)[0]
 }
 
-/// `PREFIXinfer_with_workspace(inputs, outputs, workspace)` of a one-sample graph:
-/// every sample of the dim at its maximum.
-pub(super) fn define_infer_with_workspace(
-    module: &mut ObjectModule,
-    ctx: &mut Context,
-    fctx: &mut FunctionBuilderContext,
-    isa: &Arc<dyn TargetIsa>,
-    layout: &SampleLayout,
-    body: FuncId,
-    prefix: &str,
-) -> Result<FuncId> {
-    let sig = super::ptr_signature(module, 3, true);
-    define_function(
-        module,
-        ctx,
-        fctx,
-        isa,
-        &format!("{prefix}infer_with_workspace"),
-        Linkage::Export,
-        sig,
-        |b, module, p| {
-            let count = b.ins().iconst(PTR, layout.max);
-            let status = emit_loop(b, module, layout, body, (p[0], p[1], p[2]), None, count);
-            b.ins().return_(&[status]);
-            Ok(())
-        },
-    )
-}
-
 /// `PREFIXshapes(dims, shapes)`: for the dims' values `dims` (NULL: each at its
 /// maximum), writes the sizes of every input's axes, then every output's, into
 /// `shapes`; `NNC_ERR_DIM_OUT_OF_RANGE` (writing nothing) for a value out of range,

@@ -82,6 +82,20 @@ pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
         .collect()
 }
 
+/// The row dim whose value `count` holds, if it is one's.
+pub fn row_dim_of(graph: &Graph, count: ValueId) -> Option<&RowDim> {
+    graph.row_dims.iter().find(|d| d.count == count)
+}
+
+/// Per value: whether a node or the graph's outputs read it.
+pub(crate) fn read_values(graph: &Graph) -> Vec<bool> {
+    let mut read = vec![false; graph.values.len()];
+    for v in (graph.nodes.iter().flat_map(|n| n.inputs.iter().flatten())).chain(&graph.outputs) {
+        read[v.0] = true;
+    }
+    read
+}
+
 /// The axes of the inputs and outputs whose extent is a row dim's value (see
 /// [`row_extent`]).
 fn row_axis_dims(graph: &Graph) -> Vec<AxisDim> {
@@ -89,7 +103,7 @@ fn row_axis_dims(graph: &Graph) -> Vec<AxisDim> {
     tensors
         .filter_map(|(tensor, v)| {
             let e = graph.value(*v).run_extent.as_ref()?;
-            let d = graph.row_dims.iter().find(|d| d.count == e.count)?;
+            let d = row_dim_of(graph, e.count)?;
             Some(AxisDim {
                 tensor,
                 axis: *e.axes.first()?,

@@ -80,12 +80,10 @@ pub fn import_with_row_extent(
         }
     }
     propagate(g).map_err(why)?;
+    let read = super::read_values(g);
     for (i, grows) in growth.iter().enumerate() {
         let reached = g.values[i].run_extent.as_ref().map(|e| e.axes.clone());
-        let read = (g.nodes.iter().flat_map(|n| n.inputs.iter().flatten()))
-            .chain(&g.outputs)
-            .any(|v| v.0 == i);
-        if read && reached != grows.map(|a| vec![a]) {
+        if read[i] && reached != grows.map(|a| vec![a]) {
             return Err(why(format!(
                 "the value '{}' {} with it, but the rows computed at run time {}",
                 g.values[i].name,
@@ -131,10 +129,7 @@ fn growth(
     max: usize,
     others: &[(usize, Graph)],
 ) -> std::result::Result<Vec<Option<usize>>, String> {
-    let mut read = vec![false; top.values.len()];
-    for v in (top.nodes.iter().flat_map(|n| n.inputs.iter().flatten())).chain(&top.outputs) {
-        read[v.0] = true;
-    }
+    let read = super::read_values(top);
     let mut grows = vec![None; top.values.len()];
     for (i, g) in grows.iter_mut().enumerate() {
         let v = ValueId(i);
@@ -227,9 +222,4 @@ pub fn propagate(g: &mut Graph) -> std::result::Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The count each row dim's value is written to, if `v` is one.
-pub fn row_dim_of(g: &Graph, count: ValueId) -> Option<&RowDim> {
-    g.row_dims.iter().find(|d| d.count == count)
 }

@@ -245,15 +245,7 @@ fn without_sample_extent(op: &Op) -> String {
 /// on a value the dim reaches any other way.
 fn mark_values(one: &Graph, others: &[(usize, Graph)]) -> std::result::Result<Vec<bool>, String> {
     // Constants no node reads (shape chains folded into attributes) may differ freely.
-    let mut read = vec![false; one.values.len()];
-    for v in one
-        .nodes
-        .iter()
-        .flat_map(|n| n.inputs.iter().flatten())
-        .chain(&one.outputs)
-    {
-        read[v.0] = true;
-    }
+    let read = super::read_values(one);
     let mut marked = vec![false; one.values.len()];
     for (i, m) in marked.iter_mut().enumerate() {
         let v = ValueId(i);

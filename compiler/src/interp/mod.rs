@@ -660,7 +660,7 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
 /// the declared type there only (and has a value in the dim's range).
 fn row_dim_rows(graph: &Graph, id: ValueId, tensor: &Tensor) -> Option<usize> {
     let e = graph.value(id).run_extent.as_ref()?;
-    let d = graph.row_dims.iter().find(|d| d.count == e.count)?;
+    let d = crate::dims::row_dim_of(graph, e.count)?;
     let (declared, actual) = (&graph.ty(id).shape, tensor.shape());
     let axis = e.axes[0];
     let n = *actual.get(axis)?;

@@ -170,18 +170,25 @@ fn row_axes_first(e: &RunExtent) -> usize {
 /// axis past unit axes moves it ([`reshaped_extent`]), a node that runs row by row
 /// gives its outputs the rows' extent. Errors say why the node can do none of these.
 pub fn output_extent(graph: &Graph, node: &Node) -> Result<Option<RunExtent>, String> {
+    match passed_extent(graph, node) {
+        Some(e) => Ok(Some(e)),
+        None => Ok(row_form(graph, node)?.map(|f| f.extent)),
+    }
+}
+
+/// The run-time extent `node` passes on without running row by row: an elementwise op
+/// of one input over the whole planned buffer, or a Reshape moving the varying axis
+/// past unit axes ([`reshaped_extent`]).
+pub fn passed_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
     if let [Some(v)] = node.inputs.as_slice() {
         let info = graph.value(*v);
         if let Some(e) =
             (info.run_extent.as_ref()).filter(|_| node.op.passes_run_extent(info.ty.dtype))
         {
-            return Ok(Some(e.clone()));
+            return Some(e.clone());
         }
     }
-    if let Some(e) = reshaped_extent(graph, &node.op, &node.inputs) {
-        return Ok(Some(e));
-    }
-    Ok(row_form(graph, node)?.map(|f| f.extent))
+    reshaped_extent(graph, &node.op, &node.inputs)
 }
 
 /// The extent of a Reshape's output that only adds or removes unit axes before the one
