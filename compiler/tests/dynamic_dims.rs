@@ -949,3 +949,134 @@ fn the_cranelift_gemm_runs_a_sequence_dim() {
         assert_close(&expected, &got, &format!("gemm=clif, seq={s}"));
     }
 }
+
+/// A BERT-style encoder over one sentence of `seq` tokens (`max_len` positions): token
+/// and position embeddings, `layers` attention layers with a padding mask (heads split
+/// by `Reshape [0, 0, H, dh]` and `Transpose`, the scores divided in even layers and
+/// multiplied in odd ones, as exporters write either), residuals, LayerNorms and a GELU
+/// MLP; outputs the hidden states and a pooler over the first token.
+fn sentence_encoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: usize) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let ids = m.typed_input("ids", 7, &[1, 1]);
+    let mask = m.input("mask", &[1, 1]);
+    symbolic(&mut m, &ids, 1, "seq");
+    symbolic(&mut m, &mask, 1, "seq");
+    let table = m.weight(&[50, d], 1.0);
+    let x = m.node("Gather", &[&table, &ids], vec![("axis", Attr::I(0))]);
+    let shape = m.node("Shape", &[&ids], vec![]);
+    let one = m.int_init(&[1]);
+    let len = m.node("Gather", &[&shape, &one], vec![("axis", Attr::I(0))]);
+    let (zero, axis0) = (m.int_init(&[0]), m.int_init(&[0]));
+    let pos_table = m.weight(&[max_len, d], 0.5);
+    let pos = m.node("Slice", &[&pos_table, &zero, &len, &axis0], vec![]);
+    let x = m.node("Add", &[&x, &pos], vec![]);
+    let layer_norm = |m: &mut ModelBuilder, x: &str| {
+        let (g, b) = (m.weight(&[d], 1.0), m.weight(&[d], 0.1));
+        m.node(
+            "LayerNormalization",
+            &[x, &g, &b],
+            vec![("axis", Attr::I(-1))],
+        )
+    };
+    let mut x = layer_norm(&mut m, &x);
+    let onef = m.float_init(&[], vec![1.0]);
+    let neg = m.float_init(&[], vec![-1e4]);
+    let pad = m.node("Sub", &[&onef, &mask], vec![]);
+    let pad = m.node("Mul", &[&pad, &neg], vec![]);
+    let axes = m.int_init(&[1, 2]);
+    let pad = m.node("Unsqueeze", &[&pad, &axes], vec![]);
+    let dh = d / heads;
+    let split = m.int_init(&[0, 0, heads as i64, dh as i64]);
+    let merge = m.int_init(&[0, 0, d as i64]);
+    for layer in 0..layers {
+        let proj = |m: &mut ModelBuilder, x: &str, perm: Vec<i64>| {
+            let (w, b) = (m.weight(&[d, d], 0.3), m.weight(&[d], 0.1));
+            let y = m.node("MatMul", &[x, &w], vec![]);
+            let y = m.node("Add", &[&b, &y], vec![]);
+            let y = m.node("Reshape", &[&y, &split], vec![]);
+            m.node("Transpose", &[&y], vec![("perm", Attr::Ints(perm))])
+        };
+        let q = proj(&mut m, &x, vec![0, 2, 1, 3]);
+        let k = proj(&mut m, &x, vec![0, 2, 3, 1]);
+        let v = proj(&mut m, &x, vec![0, 2, 1, 3]);
+        let s = m.node("MatMul", &[&q, &k], vec![]);
+        let s = if layer % 2 == 0 {
+            let c = m.float_init(&[], vec![(dh as f32).sqrt()]);
+            m.node("Div", &[&s, &c], vec![])
+        } else {
+            let c = m.float_init(&[], vec![1.0 / (dh as f32).sqrt()]);
+            m.node("Mul", &[&s, &c], vec![])
+        };
+        let s = m.node("Add", &[&s, &pad], vec![]);
+        let p = m.node("Softmax", &[&s], vec![("axis", Attr::I(-1))]);
+        let o = m.node("MatMul", &[&p, &v], vec![]);
+        let o = m.node(
+            "Transpose",
+            &[&o],
+            vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        );
+        let o = m.node("Reshape", &[&o, &merge], vec![]);
+        let (wo, bo) = (m.weight(&[d, d], 0.3), m.weight(&[d], 0.1));
+        let o = m.node("MatMul", &[&o, &wo], vec![]);
+        let o = m.node("Add", &[&o, &bo], vec![]);
+        let r = m.node("Add", &[&x, &o], vec![]);
+        let h = layer_norm(&mut m, &r);
+        let (w1, b1) = (m.weight(&[d, 2 * d], 0.3), m.weight(&[2 * d], 0.1));
+        let f = m.node("MatMul", &[&h, &w1], vec![]);
+        let f = m.node("Add", &[&f, &b1], vec![]);
+        let f = m.node("Relu", &[&f], vec![]);
+        let (w2, b2) = (m.weight(&[2 * d, d], 0.3), m.weight(&[d], 0.1));
+        let f = m.node("MatMul", &[&f, &w2], vec![]);
+        let f = m.node("Add", &[&f, &b2], vec![]);
+        let r = m.node("Add", &[&h, &f], vec![]);
+        x = layer_norm(&mut m, &r);
+    }
+    let first = m.int_init(&[0]);
+    let first = m.node("Squeeze", &[&first], vec![]);
+    let cls = m.node("Gather", &[&x, &first], vec![("axis", Attr::I(1))]);
+    let (wp, bp) = (m.weight(&[d, d], 0.3), m.weight(&[d], 0.1));
+    let pooled = m.node("Gemm", &[&cls, &wp, &bp], vec![]);
+    let pooled = m.node("Tanh", &[&pooled], vec![]);
+    m.output(&x);
+    m.output(&pooled);
+    m.encode()
+}
+
+/// Attention across a sequence dim: the heads are fused and read in place, the
+/// queries and keys counted at run time, each length running its key bucket's code
+/// (16, 32, 64): lengths at, below and just above each bucket, and at the block tails,
+/// match the interpreter on the model imported at that length; the pooler over the
+/// first token has a fixed shape.
+#[test]
+fn attention_across_a_sequence_dim_runs_from_one_library() {
+    let model = decode(&sentence_encoder(31, 32, 4, 2, 64));
+    let g = import(&model, &with_range("seq", 1, 64)).unwrap();
+    assert_eq!(g.row_dims.len(), 1);
+    let fused = (g.nodes.iter())
+        .filter(|n| matches!(n.op, nnc::ops::Op::HeadsAttention { heads: 4, .. }))
+        .count();
+    assert_eq!(fused, 2, "both layers' attention fused");
+    let lib = Dynamic::new(g);
+    for (s, seed) in [
+        (1usize, 1u64),
+        (2, 2),
+        (7, 3),
+        (16, 4),
+        (17, 5),
+        (32, 6),
+        (33, 7),
+        (63, 8),
+        (64, 9),
+    ] {
+        let reference = static_at(&model, "seq", s);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let shapes = lib.output_shapes(s as i64);
+        assert_eq!(shapes, vec![vec![1, s, 32], vec![1, 32]]);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes);
+        assert_eq!(status, 0, "seq={s}");
+        assert_close(&expected, &got, &format!("seq={s} vs the interpreter"));
+        let interp = nnc::interp::run_graph(&lib.graph, &inputs).unwrap();
+        assert_close(&expected, &interp, &format!("seq={s}: interpreter, fused"));
+    }
+}

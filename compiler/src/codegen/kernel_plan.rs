@@ -70,6 +70,9 @@ pub enum Strategy {
     Softmax(Option<X86Isa>),
     /// Attention a block of query rows at a time: two GEMMs and softmax rows.
     Attention(AttentionPlan),
+    /// Multi-head attention over heads side by side, per key bucket (see
+    /// [`lower::HeadsAttentionPlan`]).
+    HeadsAttention(lower::HeadsAttentionPlan),
     /// The INT8 convolution.
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
@@ -192,6 +195,7 @@ impl NodeKernel {
             Strategy::Pool(p) => p.name().into(),
             Strategy::Softmax(_) => "softmax-rows".into(),
             Strategy::Attention(_) => "attention-rows".into(),
+            Strategy::HeadsAttention(_) => "heads-attention-rows".into(),
             Strategy::ConvU8S8(
                 Int8Conv::Vnni { tiles_outer: true }
                 | Int8Conv::Ymm {
@@ -221,10 +225,11 @@ impl NodeKernel {
             Strategy::Pool(p) => p.kernels(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
-            Strategy::Attention(p) => vec![
-                gemm_kernel_name(&p.gemm),
-                match p.softmax {
-                    Some(isa) => format!("f32-softmax-{}", isa_suffix(isa)),
+            Strategy::Attention(AttentionPlan { gemm, softmax, .. })
+            | Strategy::HeadsAttention(lower::HeadsAttentionPlan { gemm, softmax, .. }) => vec![
+                gemm_kernel_name(gemm),
+                match softmax {
+                    Some(isa) => format!("f32-softmax-{}", isa_suffix(*isa)),
                     None => "f32-softmax-clif".into(),
                 },
             ],
@@ -254,6 +259,7 @@ impl NodeKernel {
             Strategy::Gemm(g) => g,
             Strategy::Conv(c) => c.gemm()?,
             Strategy::Attention(p) => &p.gemm,
+            Strategy::HeadsAttention(p) => &p.gemm,
             _ => return None,
         };
         Some((g.mr, g.nr))
@@ -348,6 +354,9 @@ pub fn plan_node(
         Op::Pool(p) => lower::plan_pool(p, node, target, options),
         Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
         Op::Attention => lower::plan_attention(node, target, options),
+        Op::HeadsAttention { heads, .. } => {
+            lower::plan_heads_attention(*heads, node, target, options)
+        }
         Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node, target, options),
         Op::ConvU8S8 {
             conv,

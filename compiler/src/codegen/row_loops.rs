@@ -42,6 +42,9 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
         if !node.inputs.iter().flatten().any(reads) {
             continue;
         }
+        if crate::dims::reads_fewest_rows(graph, node) {
+            continue;
+        }
         let lost = (node.outputs.iter()).any(|o| graph.value(*o).run_extent.is_none());
         if lost {
             return Err(refuse(
@@ -50,6 +53,19 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
             ));
         }
         if crate::ops::rows::passed_extent(graph, node).is_some() {
+            continue;
+        }
+        if let crate::ops::Op::HeadsAttention { .. } = node.op {
+            // One call over all the rows: its queries attend to every key.
+            let e = crate::ops::rows::heads_attention_extent(graph, node).map_err(refuse)?;
+            let axis = e.axes[0];
+            let q = node.inputs[0].expect("the queries");
+            loops[k] = Some(RowLoop {
+                count: e.count,
+                within: e.offset_of(axis).unwrap_or(0),
+                row_bytes: vec![],
+                whole: Some(graph.ty(q).shape[axis]),
+            });
             continue;
         }
         let form = row_form(graph, node)

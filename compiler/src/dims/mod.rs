@@ -216,3 +216,19 @@ pub fn first_sample(graph: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
         })
         .collect()
 }
+
+/// Whether `node` reads only rows that every run of its row-counted input has (see
+/// [`crate::ops::rows::reads_first_rows`]), at least the range's minimum of them.
+pub fn reads_fewest_rows(graph: &Graph, node: &crate::ir::Node) -> bool {
+    let Some(Some(x)) = node.inputs.first() else {
+        return false;
+    };
+    let Some(e) = graph.value(*x).run_extent.as_ref() else {
+        return false;
+    };
+    let min = (graph.row_dims.iter())
+        .find(|r| r.count == e.count)
+        .and_then(|r| graph.dims.get(r.dim))
+        .map(|d| d.min);
+    min.is_some_and(|min| crate::ops::rows::reads_first_rows(graph, node, min))
+}

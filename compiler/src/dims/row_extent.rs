@@ -12,6 +12,8 @@
 //! axes whose extent is the dim, a constant the dim reaches (position ids, their
 //! embeddings) must hold at each value the first rows of the maximum's, and the values
 //! that grow must be exactly those the run-time extents reach, along the same axis.
+//! Multi-head attention is fused first ([`crate::passes::heads_attention`]): its
+//! queries and keys are the same rows, counted by the same value.
 
 use std::path::Path;
 
@@ -33,9 +35,14 @@ pub fn import_with_row_extent(
     range: &DimRange,
 ) -> Result<Imported> {
     let why = |m: String| NncError::Model(format!("dimension '{}': {m}", range.name));
+    // Attention heads split off a sequence would put its rows behind the head axis:
+    // fused, the heads are read in place.
     let at = |k: usize| {
-        import_model(model, base_dir, &opts.bound(&[k]))
-            .map_err(|e| why(format!("importing the model with it at {k} fails: {e}")))
+        let mut imported = import_model(model, base_dir, &opts.bound(&[k]))
+            .map_err(|e| why(format!("importing the model with it at {k} fails: {e}")))?;
+        crate::passes::heads_attention::run(&mut imported.graph)
+            .map_err(|e| why(format!("fusing attention heads with it at {k}: {e}")))?;
+        Ok::<_, NncError>(imported)
     };
     let mut top = at(range.max)?;
     if !top.unsupported.is_empty() {
@@ -79,6 +86,12 @@ pub fn import_with_row_extent(
             g.values[i].run_extent = Some(extent(*axis));
         }
     }
+    g.dims = vec![SymbolicDim {
+        name: range.name.clone(),
+        min: range.min,
+        max: range.max,
+    }];
+    g.row_dims = vec![RowDim { dim: 0, count }];
     propagate(g).map_err(why)?;
     let read = super::read_values(g);
     for (i, grows) in growth.iter().enumerate() {
@@ -98,12 +111,6 @@ pub fn import_with_row_extent(
             )));
         }
     }
-    g.dims = vec![SymbolicDim {
-        name: range.name.clone(),
-        min: range.min,
-        max: range.max,
-    }];
-    g.row_dims = vec![RowDim { dim: 0, count }];
     Ok(top)
 }
 
@@ -133,8 +140,9 @@ fn growth(
     let mut grows = vec![None; top.values.len()];
     for (i, g) in grows.iter_mut().enumerate() {
         let v = ValueId(i);
-        // Constants no node reads (shape chains folded into attributes) may differ freely.
-        if top.constant(v).is_some() && !read[i] {
+        // Values no node reads (shape chains folded into attributes, the nodes a fusion
+        // replaced) may differ freely.
+        if !read[i] && !top.inputs.contains(&v) {
             continue;
         }
         let name = &top.value(v).name;
@@ -211,6 +219,9 @@ pub fn propagate(g: &mut Graph) -> std::result::Result<(), String> {
         let node = &g.nodes[k];
         let reads = |v: &ValueId| g.value(*v).run_extent.is_some();
         if !node.inputs.iter().flatten().any(reads) {
+            continue;
+        }
+        if super::reads_fewest_rows(g, node) {
             continue;
         }
         let refuse = |m: String| format!("node '{}' ({}): {m}", node.name, node.onnx_op);

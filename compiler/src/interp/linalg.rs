@@ -246,3 +246,45 @@ fn int_gemm<T: MatMulElement>(
         None => Ok(ab),
     }
 }
+
+/// [`crate::ops::Op::HeadsAttention`] as the nodes it was fused from compute it: the
+/// heads split off and moved before the sequence axis, the scaled scores with the mask
+/// added, their softmax times V, and the heads merged back.
+pub(super) fn heads_attention(
+    heads: usize,
+    scale: f32,
+    [q, k, v]: [&Tensor; 3],
+    mask: Option<&Tensor>,
+) -> Result<Tensor, String> {
+    use super::{elementwise, norm, shape};
+    use crate::ops::BinaryOp;
+    let r = q.shape().len();
+    if r < 2 || heads == 0 {
+        return Err("HeadsAttention operands must have rank ≥ 2".into());
+    }
+    // [..., S, H·d] → [..., H, S, d] (or [..., H, d, S] for K).
+    let split = |x: &Tensor, keys_transposed: bool| -> Result<Tensor, String> {
+        let s = x.shape();
+        let mut four = s[..r - 1].to_vec();
+        four.extend([heads, s[r - 1] / heads]);
+        let mut perm: Vec<usize> = (0..r - 2).collect();
+        perm.extend(match keys_transposed {
+            true => [r - 1, r, r - 2],
+            false => [r - 1, r - 2, r],
+        });
+        shape::transpose(&x.reshape(&four), &perm)
+    };
+    let scores = matmul(&split(q, false)?, &split(k, true)?)?;
+    let mut scores = elementwise::binary(BinaryOp::Mul, &scores, &Tensor::scalar(scale))?;
+    if let Some(m) = mask {
+        scores = elementwise::binary(BinaryOp::Add, &scores, m)?;
+    }
+    let p = norm::softmax(&scores, r, false)?;
+    let y = matmul(&p, &split(v, false)?)?;
+    let mut perm: Vec<usize> = (0..r - 2).collect();
+    perm.extend([r - 1, r - 2, r]);
+    let y = shape::transpose(&y, &perm)?;
+    let mut merged = q.shape().to_vec();
+    merged[r - 1] = v.shape()[r - 1];
+    Ok(y.reshape(&merged))
+}

@@ -170,9 +170,87 @@ fn row_axes_first(e: &RunExtent) -> usize {
 /// axis past unit axes moves it ([`reshaped_extent`]), a node that runs row by row
 /// gives its outputs the rows' extent. Errors say why the node can do none of these.
 pub fn output_extent(graph: &Graph, node: &Node) -> Result<Option<RunExtent>, String> {
-    match passed_extent(graph, node) {
-        Some(e) => Ok(Some(e)),
-        None => Ok(row_form(graph, node)?.map(|f| f.extent)),
+    if let Some(e) = passed_extent(graph, node) {
+        return Ok(Some(e));
+    }
+    if let Op::HeadsAttention { .. } = node.op {
+        return heads_attention_extent(graph, node).map(Some);
+    }
+    Ok(row_form(graph, node)?.map(|f| f.extent))
+}
+
+/// The extent of a [`Op::HeadsAttention`]'s output when its queries, keys and values
+/// are the same run-time rows (and its mask's keys too): the queries'. The node reads
+/// all of them at once (see `codegen::lower::heads_attention`).
+pub fn heads_attention_extent(graph: &Graph, node: &Node) -> Result<RunExtent, String> {
+    let extent_of = |v: ValueId| graph.value(v).run_extent.as_ref();
+    let q = node.inputs[0].ok_or("HeadsAttention has no queries")?;
+    let e = extent_of(q).ok_or("its queries' count is fixed while its keys' is not")?;
+    let rows = |i: usize, axis_from_end: usize| -> bool {
+        node.inputs.get(i).copied().flatten().is_some_and(|v| {
+            let ty = graph.ty(v);
+            extent_of(v).is_some_and(|ev| {
+                ev.count == e.count && row_axis(ty, ev) == ty.rank().checked_sub(axis_from_end)
+            })
+        })
+    };
+    let mask_ok = match node.inputs.get(3).copied().flatten() {
+        None => true,
+        Some(m) => extent_of(m).is_none() && graph.ty(m).shape.last() == Some(&1) || rows(3, 1),
+    };
+    if !(rows(0, 2) && rows(1, 2) && rows(2, 2) && mask_ok) {
+        return Err(
+            "its queries, keys and values must be the same rows counted at run time, its mask \
+             (if any) one row over those keys"
+                .into(),
+        );
+    }
+    Ok(RunExtent {
+        axes: vec![graph.ty(q).rank() - 2],
+        count: e.count,
+        whole_shape: false,
+    })
+}
+
+/// Whether `node` reads only rows every run has of a value whose extent the run
+/// counts, at least `min_rows` of them (a pooler's `Gather` of token 0, a `Slice` of
+/// the first rows): its output is the same whatever the count.
+pub fn reads_first_rows(graph: &Graph, node: &Node, min_rows: usize) -> bool {
+    let Some(Some(x)) = node.inputs.first() else {
+        return false;
+    };
+    let Some(e) = graph.value(*x).run_extent.as_ref() else {
+        return false;
+    };
+    let Some(a) = row_axis(graph.ty(*x), e) else {
+        return false;
+    };
+    let others_fixed = (node.inputs[1..].iter().flatten())
+        .all(|v| graph.value(*v).run_extent.is_none() && graph.constant(*v).is_some());
+    if !others_fixed {
+        return false;
+    }
+    match &node.op {
+        Op::Gather { axis } if *axis == a => node
+            .inputs
+            .get(1)
+            .copied()
+            .flatten()
+            .and_then(|i| graph.constant(i))
+            .is_some_and(|idx| {
+                idx.to_i64_vec()
+                    .iter()
+                    .all(|&i| (0..min_rows as i64).contains(&i))
+            }),
+        Op::Slice {
+            starts,
+            steps,
+            shape,
+        } => {
+            let (start, step, len) = (starts[a], steps[a], shape[a]);
+            len > 0 && step > 0 && start + (len - 1) * (step as usize) < min_rows
+        }
+        _ => false,
     }
 }
 

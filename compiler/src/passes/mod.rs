@@ -45,6 +45,7 @@ pub mod dead_taps;
 pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
+pub mod heads_attention;
 pub mod qdq;
 pub mod scale_operand;
 pub mod small_powers;
