@@ -602,7 +602,19 @@ fn dims_that_cannot_vary_are_refused_naming_the_node() {
         site: DimSite::Param,
     });
     let e = import(&decode(&cnn(7)), &opts).err().unwrap().to_string();
-    assert!(e.contains("only one dimension can vary"), "{e}");
+    assert!(
+        e.contains("can vary together only as a batch of samples each a sequence of rows")
+            && e.contains("dimension 'other': no input of the model has an axis"),
+        "{e}"
+    );
+    opts.ranges.push(DimRange {
+        name: "third".into(),
+        min: 1,
+        max: 2,
+        site: DimSite::Param,
+    });
+    let e = import(&decode(&cnn(7)), &opts).err().unwrap().to_string();
+    assert!(e.contains("at most two dimensions can vary"), "{e}");
 }
 
 /// Rows of a MatMul through a library of one row: `--input-shape x=1..9,4`.
@@ -959,8 +971,10 @@ fn sentence_encoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: u
     let mut m = ModelBuilder::new(seed);
     let ids = m.typed_input("ids", 7, &[1, 1]);
     let mask = m.input("mask", &[1, 1]);
-    symbolic(&mut m, &ids, 1, "seq");
-    symbolic(&mut m, &mask, 1, "seq");
+    for input in [&ids, &mask] {
+        symbolic(&mut m, input, 0, "batch");
+        symbolic(&mut m, input, 1, "seq");
+    }
     let table = m.weight(&[50, d], 1.0);
     let x = m.node("Gather", &[&table, &ids], vec![("axis", Attr::I(0))]);
     let shape = m.node("Shape", &[&ids], vec![]);
@@ -1050,7 +1064,9 @@ fn sentence_encoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: u
 #[test]
 fn attention_across_a_sequence_dim_runs_from_one_library() {
     let model = decode(&sentence_encoder(31, 32, 4, 2, 64));
-    let g = import(&model, &with_range("seq", 1, 64)).unwrap();
+    let mut opts = with_range("seq", 1, 64);
+    opts.dims.insert("batch".into(), 1);
+    let g = import(&model, &opts).unwrap();
     assert_eq!(g.row_dims.len(), 1);
     let fused = (g.nodes.iter())
         .filter(|n| matches!(n.op, nnc::ops::Op::HeadsAttention { heads: 4, .. }))
@@ -1068,7 +1084,7 @@ fn attention_across_a_sequence_dim_runs_from_one_library() {
         (63, 8),
         (64, 9),
     ] {
-        let reference = static_at(&model, "seq", s);
+        let reference = static_at_values(&model, &[("batch", 1), ("seq", s)]);
         let inputs = inputs_for(&reference, seed);
         let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
         let shapes = lib.output_shapes(s as i64);
@@ -1078,5 +1094,84 @@ fn attention_across_a_sequence_dim_runs_from_one_library() {
         assert_close(&expected, &got, &format!("seq={s} vs the interpreter"));
         let interp = nnc::interp::run_graph(&lib.graph, &inputs).unwrap();
         assert_close(&expected, &interp, &format!("seq={s}: interpreter, fused"));
+    }
+}
+
+/// The model imported with each dim fixed at its value.
+fn static_at_values(model: &ModelProto, values: &[(&str, usize)]) -> Graph {
+    let mut opts = ImportOptions::default();
+    for (param, value) in values {
+        opts.dims.insert((*param).into(), *value);
+    }
+    import(model, &opts).unwrap()
+}
+
+/// A batch of sentences whose length varies too (`--dim batch=1..3 --dim seq=1..40`):
+/// one sample's graph by rows, called per sample with each sample's rows as long as the
+/// run's; dims numbered by first appearance (batch, then seq), every (batch, seq)
+/// matching the interpreter at that shape, shapes reported and out-of-range values of
+/// either dim writing nothing.
+#[test]
+fn a_batch_of_sequences_runs_from_one_library() {
+    let model = decode(&sentence_encoder(32, 32, 4, 2, 40));
+    let mut opts = with_range("seq", 1, 40);
+    opts.ranges.insert(
+        0,
+        DimRange {
+            name: "batch".into(),
+            min: 1,
+            max: 3,
+            site: DimSite::Param,
+        },
+    );
+    let g = import(&model, &opts).unwrap();
+    let names: Vec<&str> = g.dims.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["batch", "seq"]);
+    assert!(g.sample_loop.is_some() && g.row_dims.len() == 1);
+    let lib = Dynamic::new(g);
+    for (k, s, seed) in [
+        (1usize, 1usize, 1u64),
+        (2, 7, 2),
+        (3, 17, 3),
+        (2, 40, 4),
+        (3, 33, 5),
+    ] {
+        let reference = static_at_values(&model, &[("batch", k), ("seq", s)]);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let dims = [k as i64, s as i64];
+        let (status, shapes) = lib.shapes(Some(&dims));
+        assert_eq!(status, 0);
+        assert_eq!(
+            shapes,
+            vec![vec![k, s], vec![k, s], vec![k, s, 32], vec![k, 32]]
+        );
+        let shapes = shapes[2..].to_vec();
+        let (status, got) = lib.run(Some(&dims), &inputs, None, &shapes);
+        assert_eq!(status, 0, "batch={k} seq={s}");
+        assert_close(
+            &expected,
+            &got,
+            &format!("batch={k} seq={s} vs the interpreter"),
+        );
+        let interp = nnc::interp::run_graph(&lib.graph, &inputs).unwrap();
+        assert_close(
+            &expected,
+            &interp,
+            &format!("batch={k} seq={s}: interpreter"),
+        );
+    }
+    let reference = static_at_values(&model, &[("batch", 2), ("seq", 5)]);
+    let inputs = inputs_for(&reference, 9);
+    let shapes = vec![vec![2, 5, 32], vec![2, 32]];
+    for bad in [[0i64, 5], [4, 5], [2, 0], [2, 41]] {
+        let (status, outputs) = lib.run(Some(&bad), &inputs, None, &shapes);
+        assert_eq!(status, NNC_ERR_DIM_OUT_OF_RANGE, "dims {bad:?}");
+        assert!(
+            outputs
+                .iter()
+                .all(|o| o.to_le_bytes().iter().all(|&b| b == SENTINEL)),
+            "dims {bad:?} wrote"
+        );
     }
 }

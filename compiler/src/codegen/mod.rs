@@ -518,12 +518,17 @@ pub fn compile_graph_reporting(
     // With dims, the exported entry point sets every dim at its maximum around the
     // local node sequence.
     let exported_infer_ws = match (&samples, &rows) {
-        (Some(layout), _) => define_exported_infer_with_workspace(
+        (Some(layout), rows) => define_exported_infer_with_workspace(
             (&mut module, &mut ctx, &mut fctx, &isa),
             &opts.prefix,
             |b, module, p| {
                 let count = b.ins().iconst(PTR, layout.max);
-                sample_loop::emit_loop(b, module, layout, infer_ws, p, None, count)
+                let rows = rows.as_ref().map(|rows| {
+                    let max = b.ins().iconst(types::I64, rows.max);
+                    rows.store(b, p.2, max);
+                    max
+                });
+                sample_loop::emit_loop(b, module, layout, infer_ws, p, None, (count, rows))
             },
         )?,
         (None, Some(layout)) => define_exported_infer_with_workspace(

@@ -345,8 +345,10 @@ pub(super) fn define_run(
                 Some(layout) => {
                     let range = (layout.dim, layout.min, layout.max);
                     let count = dim_value(b, options, size, range, out_of_range);
+                    let n = rows_value(b, (options, size, ws), rows, out_of_range);
                     let args = (inputs, outputs, ws);
-                    let r = sample_loop::emit_loop(b, module, layout, infer_ws, args, None, count);
+                    let r =
+                        sample_loop::emit_loop(b, module, layout, infer_ws, args, None, (count, n));
                     (r, Some(count))
                 }
                 None => {
@@ -375,6 +377,7 @@ pub(super) fn define_run(
                 Some(layout) => {
                     let range = (layout.dim, layout.min, layout.max);
                     let count = dim_value(b, options, size, range, out_of_range);
+                    let n = rows_value(b, (options, size, ws), rows, out_of_range);
                     let args = (inputs, outputs, ws);
                     let r = sample_loop::emit_loop(
                         b,
@@ -383,7 +386,7 @@ pub(super) fn define_run(
                         run_pooled,
                         args,
                         Some(pool),
-                        count,
+                        (count, n),
                     );
                     (r, Some(count))
                 }
@@ -414,6 +417,19 @@ pub(super) fn define_run(
         },
     )?;
     Ok(())
+}
+
+/// The row dim's value (see [`dim_value`]), stored in its count in the workspace `ws`.
+fn rows_value(
+    b: &mut FunctionBuilder,
+    (options, size, ws): (Value, Value, Value),
+    rows: Option<&RowDimLayout>,
+    out_of_range: Block,
+) -> Option<Value> {
+    let rows = rows?;
+    let n = dim_value(b, options, size, rows.range(), out_of_range);
+    rows.store(b, ws, n);
+    Some(n)
 }
 
 /// After a successful run, writes every output's shape to `options->output_shapes`

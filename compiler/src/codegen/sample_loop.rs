@@ -28,6 +28,10 @@ pub(super) struct SampleLayout {
     /// Bytes per sample of each input and output; 0 for one all samples share.
     pub inputs: Vec<i64>,
     pub outputs: Vec<i64>,
+    /// Per input and output whose samples are rows of a row dim: the bytes per row
+    /// (a sample then holds as many rows as the run has).
+    pub input_rows: Vec<Option<i64>>,
+    pub output_rows: Vec<Option<i64>>,
     /// The looped dim: its index in `nnc_run_options.dims` and its range.
     pub dim: usize,
     pub min: i64,
@@ -60,10 +64,24 @@ impl SampleLayout {
                 })
                 .collect()
         };
+        let row_bytes = |vs: &[crate::ir::ValueId], marks: &[bool]| {
+            vs.iter()
+                .zip(marks)
+                .map(|(v, &m)| {
+                    let e = graph.value(*v).run_extent.as_ref().filter(|_| m)?;
+                    crate::dims::row_dim_of(graph, e.count)?;
+                    let ty = graph.ty(*v);
+                    let rows = *ty.shape.get(*e.axes.first()?)?;
+                    Some((ty.byte_size() / rows.max(1)) as i64)
+                })
+                .collect()
+        };
         let d = &graph.dims[sl.dim];
         Ok(Some(SampleLayout {
             inputs: bytes(&graph.inputs, &sl.inputs),
             outputs: bytes(&graph.outputs, &sl.outputs),
+            input_rows: row_bytes(&graph.inputs, &sl.inputs),
+            output_rows: row_bytes(&graph.outputs, &sl.outputs),
             dim: sl.dim,
             min: d.min as i64,
             max: d.max as i64,
@@ -73,7 +91,8 @@ impl SampleLayout {
 
 /// Emits `for s in 0..count { status = body(inputs_s, outputs_s, ws[, extra]) }`,
 /// stopping at the first nonzero status, and returns the status (0 after the last
-/// sample). `inputs_s[i]` is `inputs[i] + s · bytes[i]`, built in a stack array; NULL
+/// sample). `inputs_s[i]` is `inputs[i] + s · bytes[i]` (`bytes[i]` being `rows` times
+/// its bytes per row for a sample of rows), built in a stack array; NULL
 /// `inputs` or `outputs` arrays give `NNC_ERR_NULL_POINTER` before anything runs (a
 /// NULL element is caught by the first sample's own checks, before it writes).
 pub(super) fn emit_loop(
@@ -83,7 +102,7 @@ pub(super) fn emit_loop(
     body: FuncId,
     (inputs, outputs, ws): (Value, Value, Value),
     extra: Option<Value>,
-    count: Value,
+    (count, rows): (Value, Option<Value>),
 ) -> Value {
     let exit = b.create_block();
     b.append_block_param(exit, types::I32);
@@ -109,6 +128,19 @@ pub(super) fn emit_loop(
         ));
         b.ins().stack_addr(PTR, s, 0)
     };
+    // Each sample's bytes, computed once.
+    let mut sample_bytes = |fixed: &[i64], per_row: &[Option<i64>]| -> Vec<Option<Value>> {
+        fixed
+            .iter()
+            .zip(per_row)
+            .map(|(&bytes, row)| match (row, rows) {
+                (Some(row), Some(n)) => Some(b.ins().imul_imm_s(n, *row)),
+                _ => (bytes != 0).then(|| b.ins().iconst(PTR, bytes)),
+            })
+            .collect()
+    };
+    let in_bytes = sample_bytes(&layout.inputs, &layout.input_rows);
+    let out_bytes = sample_bytes(&layout.outputs, &layout.output_rows);
     let ins_s = slot(b, layout.inputs.len());
     let outs_s = slot(b, layout.outputs.len());
     let header = b.create_block();
@@ -124,14 +156,11 @@ pub(super) fn emit_loop(
         .brif(more, step, &[], exit, &[BlockArg::Value(done)]);
     b.seal_block(step);
     b.switch_to_block(step);
-    for (src, dst, strides) in [
-        (inputs, ins_s, &layout.inputs),
-        (outputs, outs_s, &layout.outputs),
-    ] {
-        for (i, &bytes) in strides.iter().enumerate() {
+    for (src, dst, strides) in [(inputs, ins_s, &in_bytes), (outputs, outs_s, &out_bytes)] {
+        for (i, bytes) in strides.iter().enumerate() {
             let mut p = b.ins().load(PTR, flags(), src, (i * 8) as i32);
-            if bytes != 0 {
-                let off = b.ins().imul_imm_s(s, bytes);
+            if let Some(bytes) = *bytes {
+                let off = b.ins().imul(s, bytes);
                 p = b.ins().iadd(p, off);
             }
             b.ins().store(flags(), p, dst, (i * 8) as i32);

@@ -69,7 +69,7 @@ pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
     let Some(sl) = &graph.sample_loop else {
         return row_axis_dims(graph);
     };
-    (graph.inputs.iter().chain(&graph.outputs))
+    let samples = (graph.inputs.iter().chain(&graph.outputs))
         .zip(sl.inputs.iter().chain(&sl.outputs))
         .enumerate()
         .filter(|(_, (_, &marked))| marked)
@@ -78,8 +78,8 @@ pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
             axis: 0,
             dim: sl.dim,
             scale: graph.ty(*v).shape[0],
-        })
-        .collect()
+        });
+    samples.chain(row_axis_dims(graph)).collect()
 }
 
 /// The row dim whose value `count` holds, if it is one's.
@@ -140,6 +140,13 @@ pub fn run_samples(
     let Some(sl) = &graph.sample_loop else {
         return run_one(inputs);
     };
+    // A sample's axes are the graph's but for axis 0 (the samples) and a row dim's
+    // axis, whose extent the inputs set.
+    let rows_axis = |v: ValueId| {
+        (graph.value(v).run_extent.as_ref())
+            .filter(|e| row_dim_of(graph, e.count).is_some())
+            .and_then(|e| e.axes.first().copied())
+    };
     let mut samples = None;
     for ((v, t), &marked) in graph.inputs.iter().zip(inputs).zip(&sl.inputs) {
         let unit = graph.ty(*v);
@@ -147,7 +154,8 @@ pub fn run_samples(
             continue;
         }
         let (s, u) = (t.shape(), &unit.shape);
-        let k = (s.len() == u.len() && u[0] > 0 && s[0] % u[0] == 0 && s[1..] == u[1..])
+        let same_axes = (1..u.len()).all(|a| s.get(a) == u.get(a) || Some(a) == rows_axis(*v));
+        let k = (s.len() == u.len() && u[0] > 0 && s[0] % u[0] == 0 && same_axes)
             .then(|| s[0] / u[0])
             .ok_or_else(|| {
                 format!(
@@ -165,7 +173,7 @@ pub fn run_samples(
         return run_one(inputs);
     }
     let input_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-    let mut outputs: Vec<Vec<u8>> = vec![vec![]; graph.outputs.len()];
+    let mut outputs: Vec<(Vec<usize>, Vec<u8>)> = vec![(vec![], vec![]); graph.outputs.len()];
     for s in 0..k {
         let sample: Vec<Tensor> = (graph.inputs.iter().zip(&input_bytes).zip(&sl.inputs))
             .zip(inputs)
@@ -173,27 +181,28 @@ pub fn run_samples(
                 if !marked {
                     return Ok(t.clone());
                 }
-                let ty = graph.ty(*v);
+                let mut shape = t.shape().to_vec();
+                shape[0] = graph.ty(*v).shape[0];
+                let ty = crate::ir::TensorType::new(t.dtype(), shape);
                 let n = ty.byte_size();
-                Tensor::from_le_bytes(ty, &bytes[s * n..(s + 1) * n])
+                Tensor::from_le_bytes(&ty, &bytes[s * n..(s + 1) * n])
                     .ok_or_else(|| "an input's bytes".to_string())
             })
             .collect::<Result<_, String>>()?;
         for ((out, t), &marked) in outputs.iter_mut().zip(run_one(&sample)?).zip(&sl.outputs) {
             if marked || s == 0 {
-                out.extend(t.to_le_bytes());
+                out.0 = t.shape().to_vec();
+                out.1.extend(t.to_le_bytes());
             }
         }
     }
     (graph.outputs.iter().zip(outputs).zip(&sl.outputs))
-        .map(|((v, bytes), &marked)| {
-            let ty = graph.ty(*v);
-            let mut shape = ty.shape.clone();
+        .map(|((v, (mut shape, bytes)), &marked)| {
             if marked {
                 shape[0] *= k;
             }
-            Tensor::from_le_bytes(&crate::ir::TensorType::new(ty.dtype, shape), &bytes)
-                .ok_or_else(|| "an output's bytes".to_string())
+            let ty = crate::ir::TensorType::new(graph.ty(*v).dtype, shape);
+            Tensor::from_le_bytes(&ty, &bytes).ok_or_else(|| "an output's bytes".to_string())
         })
         .collect()
 }
@@ -206,12 +215,17 @@ pub fn first_sample(graph: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
     };
     (graph.inputs.iter().zip(inputs).zip(&sl.inputs))
         .map(|((v, t), &marked)| {
-            let unit = graph.ty(*v);
+            // A row dim's axis keeps the input's extent.
+            let mut shape = t.shape().to_vec();
+            if let (Some(d), Some(&u)) = (shape.first_mut(), graph.ty(*v).shape.first()) {
+                *d = u;
+            }
+            let unit = crate::ir::TensorType::new(t.dtype(), shape);
             if !marked || t.shape() == unit.shape.as_slice() {
                 return t.clone();
             }
             let bytes = t.to_le_bytes();
-            Tensor::from_le_bytes(unit, &bytes[..unit.byte_size().min(bytes.len())])
+            Tensor::from_le_bytes(&unit, &bytes[..unit.byte_size().min(bytes.len())])
                 .unwrap_or_else(|| t.clone())
         })
         .collect()

@@ -75,6 +75,18 @@ impl ImportOptions {
         }
         o
     }
+
+    /// These options with range `which` bound to `value`, the others still ranges.
+    pub fn with_range_fixed(&self, which: usize, value: usize) -> ImportOptions {
+        let mut one = self.clone();
+        one.ranges = vec![self.ranges[which].clone()];
+        let mut o = one.bound(&[value]);
+        o.ranges = (self.ranges.iter().enumerate())
+            .filter(|(i, _)| *i != which)
+            .map(|(_, r)| r.clone())
+            .collect();
+        o
+    }
 }
 
 #[cfg(test)]

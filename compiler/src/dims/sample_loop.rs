@@ -35,14 +35,31 @@ pub fn import_with_ranges(
     let range = match opts.ranges.as_slice() {
         [] => return import_model(model, base_dir, opts),
         [r] => r,
-        [first, second, ..] => {
+        [_, _] => return import_samples_of_rows(model, base_dir, opts),
+        [first, second, third, ..] => {
             return Err(NncError::Model(format!(
-                "dimension '{}': only one dimension can vary per library so far ('{}' is \
-                 declared as a range too); give the others a value",
-                second.name, first.name
+                "dimension '{}': at most two dimensions can vary per library so far (a batch \
+                 and a sequence; '{}' and '{}' are declared as ranges too); give the others a \
+                 value",
+                third.name, first.name, second.name
             )))
         }
     };
+    check_range(range, opts)?;
+    let sample_loop = import_sample_loop(model, base_dir, opts, range);
+    let Err(NncError::Model(by_samples)) = sample_loop else {
+        return sample_loop;
+    };
+    super::row_extent::import_with_row_extent(model, base_dir, opts, range).map_err(|e| {
+        let message = e.to_string();
+        let prefix = format!("dimension '{}': ", range.name);
+        let by_rows = message.strip_prefix(&prefix).unwrap_or(&message);
+        NncError::Model(format!("{by_samples}; nor can it vary by rows: {by_rows}"))
+    })
+}
+
+/// A range's bounds, and the axis it names.
+fn check_range(range: &super::DimRange, opts: &ImportOptions) -> Result<()> {
     if range.min == 0 || range.min > range.max || range.max > super::range::MAX_DIM_VALUE {
         return Err(NncError::Model(format!(
             "dimension '{}': the range {}..{} must have 1 <= MIN <= MAX <= {}",
@@ -61,16 +78,112 @@ pub fn import_with_ranges(
             )));
         }
     }
-    let sample_loop = import_sample_loop(model, base_dir, opts, range);
-    let Err(NncError::Model(by_samples)) = sample_loop else {
-        return sample_loop;
+    Ok(())
+}
+
+/// Two ranges: one a batch of samples (proved with the other at its maximum), the other
+/// the rows of each sample (proved with one sample). The graph is one sample's, by rows;
+/// `run` sets the rows' count, then calls it once per sample, each sample's inputs and
+/// outputs as many rows long as the run has.
+fn import_samples_of_rows(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported> {
+    let ranges = &opts.ranges;
+    for r in ranges {
+        check_range(r, opts)?;
+    }
+    let mut why_not = vec![];
+    for (s, r) in [(0, 1), (1, 0)] {
+        let at_max = opts.with_range_fixed(r, ranges[r].max);
+        let samples = match import_sample_loop(model, base_dir, &at_max, &ranges[s]) {
+            Ok(i) if i.unsupported.is_empty() => i,
+            Ok(i) => return Ok(i),
+            Err(e) => {
+                why_not.push(e.to_string());
+                continue;
+            }
+        };
+        let one_sample = opts.with_range_fixed(s, 1);
+        let mut rows = match super::row_extent::import_with_row_extent(
+            model,
+            base_dir,
+            &one_sample,
+            &ranges[r],
+        ) {
+            Ok(i) => i,
+            Err(e) => {
+                why_not.push(e.to_string());
+                continue;
+            }
+        };
+        let sl = samples
+            .graph
+            .sample_loop
+            .expect("the sample loop's import sets it");
+        let g = &mut rows.graph;
+        if sl.inputs.len() != g.inputs.len() || sl.outputs.len() != g.outputs.len() {
+            why_not.push("the graphs for one sample and for all differ in their inputs".into());
+            continue;
+        }
+        // The ABI numbers dims by first appearance over the inputs' axes.
+        let order = appearance_order(model, ranges);
+        let index = |i: usize| order.iter().position(|&o| o == i).unwrap_or(i);
+        g.dims = (order.iter())
+            .map(|&i| SymbolicDim {
+                name: ranges[i].name.clone(),
+                min: ranges[i].min,
+                max: ranges[i].max,
+            })
+            .collect();
+        for d in &mut g.row_dims {
+            d.dim = index(r);
+        }
+        g.sample_loop = Some(SampleLoop {
+            dim: index(s),
+            ..sl
+        });
+        return Ok(rows);
+    }
+    Err(NncError::Model(format!(
+        "dimensions '{}' and '{}' can vary together only as a batch of samples each a \
+         sequence of rows: {}",
+        ranges[0].name,
+        ranges[1].name,
+        why_not.join("; ")
+    )))
+}
+
+/// The ranges' indices in order of first appearance over the model's inputs (in the
+/// model's order) and their axes.
+fn appearance_order(model: &ModelProto, ranges: &[super::DimRange]) -> Vec<usize> {
+    use crate::onnx::proto::{tensor_shape_proto::dimension, type_proto};
+    let inputs = model.graph.as_ref().map_or(&[][..], |g| g.input.as_slice());
+    let position = |r: &super::DimRange| -> (usize, usize) {
+        for (i, input) in inputs.iter().enumerate() {
+            if let DimSite::InputAxis { input: name, axis } = &r.site {
+                if &input.name == name {
+                    return (i, *axis);
+                }
+            }
+            let Some(type_proto::Value::TensorType(t)) =
+                input.r#type.as_ref().and_then(|t| t.value.as_ref())
+            else {
+                continue;
+            };
+            let dims = t.shape.as_ref().map_or(&[][..], |s| s.dim.as_slice());
+            for (axis, d) in dims.iter().enumerate() {
+                if matches!(&d.value, Some(dimension::Value::DimParam(p)) if *p == r.name) {
+                    return (i, axis);
+                }
+            }
+        }
+        (usize::MAX, usize::MAX)
     };
-    super::row_extent::import_with_row_extent(model, base_dir, opts, range).map_err(|e| {
-        let message = e.to_string();
-        let prefix = format!("dimension '{}': ", range.name);
-        let by_rows = message.strip_prefix(&prefix).unwrap_or(&message);
-        NncError::Model(format!("{by_samples}; nor can it vary by rows: {by_rows}"))
-    })
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| position(&ranges[i]));
+    order
 }
 
 /// The sample loop's import (see the module doc).
