@@ -2,11 +2,13 @@
 """One library for a range of a dim against libraries compiled for each value, and
 onnxruntime, in one process, alternating call by call.
 
-usage: benches/dynamic_vs_static.py MODEL.onnx --dim NAME=MIN..MAX [--values 1,8]
+usage: benches/dynamic_vs_static.py MODEL.onnx --dim NAME=MIN..MAX [--dim ...] [--values 1,8]
                                     [--rounds N] [--nnc-args "..."] [--json FILE]
 
-MODEL must name the dim (an ONNX dim_param, as `dynamic_axes` exports write). The model
-is compiled once with `--dim NAME=MIN..MAX` and once per value with `--dim NAME=VALUE`.
+MODEL must name the dims (ONNX dim_params, as `dynamic_axes` exports write). The model
+is compiled once with `--dim NAME=MIN..MAX` (each dim given) and once per value with
+`--dim NAME=VALUE`. With several dims, each value is a tuple in the order the dims are
+given, `x`-separated: `--dim batch=1..8 --dim seq=1..512 --values 1x128,8x128`.
 For each value, all three engines run the same random inputs (single thread: nnc's
 `run` without a pool, onnxruntime with one intra-op thread); prints ms per call (the
 statistic of --stat over rounds), dynamic/static and dynamic/onnxruntime, the
@@ -71,17 +73,28 @@ def random_feeds(specs, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
-    ap.add_argument("--dim", required=True, help="NAME=MIN..MAX")
-    ap.add_argument("--values", default=None, help="comma-separated (default: MIN,MAX)")
+    ap.add_argument("--dim", required=True, action="append", help="NAME=MIN..MAX (repeatable)")
+    ap.add_argument("--values", default=None,
+                    help="comma-separated, each x-separated per dim (default: the MINs, the MAXs)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=0, help="calls per round (default: ~0.2 s)")
     ap.add_argument("--stat", choices=["median", "min"], default="median")
     ap.add_argument("--nnc-args", default="")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    name, rng = a.dim.split("=", 1)
-    lo, hi = (int(x) for x in rng.split(".."))
-    values = [int(v) for v in a.values.split(",")] if a.values else [lo, hi]
+    names, bounds = [], []
+    for d in a.dim:
+        name, rng = d.split("=", 1)
+        lo, hi = (int(x) for x in rng.split(".."))
+        names.append(name)
+        bounds.append((lo, hi))
+    if a.values:
+        values = [tuple(int(x) for x in v.split("x")) for v in a.values.split(",")]
+    else:
+        values = [tuple(lo for lo, _ in bounds), tuple(hi for _, hi in bounds)]
+    if any(len(v) != len(names) for v in values):
+        raise SystemExit("each value needs one number per --dim")
+    name = ",".join(names)
     extra = shlex.split(a.nnc_args)
     stat = statistics.median if a.stat == "median" else min
     import onnxruntime as ort
@@ -93,37 +106,43 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         dyn_so = os.path.join(tmp, "dynamic.so")
-        dyn_size = compile_to(a.model, dyn_so, ["--dim", a.dim, *extra])
+        dyn_size = compile_to(a.model, dyn_so, [x for d in a.dim for x in ("--dim", d)] + extra)
         for v in values:
-            st_so = os.path.join(tmp, f"static{v}.so")
-            st_size = compile_to(a.model, st_so, ["--dim", f"{name}={v}", *extra])
+            label = "x".join(str(x) for x in v)
+            st_so = os.path.join(tmp, f"static{label}.so")
+            fixed = [x for n, k in zip(names, v) for x in ("--dim", f"{n}={k}")]
+            st_size = compile_to(a.model, st_so, fixed + extra)
             static = NncModel(st_so)
-            feeds = random_feeds(static.inputs, v)
+            feeds = random_feeds(static.inputs, sum(v))
             static.bind(feeds)
-            dynamic = DynamicRun(dyn_so, [v], feeds, static.outputs)
+            dynamic = DynamicRun(dyn_so, list(v), feeds, static.outputs)
             ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
             engines = {"static": static.run, "dynamic": dynamic, "ort": lambda: sess.run(None, ort_feeds)}
             for fn in engines.values():
                 fn()
-            for s, d in zip(static.results, dynamic.results):
+            ort_out = engines["ort"]()
+            for s, d, o in zip(static.results, dynamic.results, ort_out):
                 if not np.allclose(s, d, rtol=1e-3, atol=1e-4):
-                    raise SystemExit(f"{name}={v}: dynamic and static outputs differ")
+                    raise SystemExit(f"{name}={label}: dynamic and static outputs differ")
+                if not np.allclose(d, o, rtol=1e-3, atol=1e-4):
+                    err = float(np.max(np.abs(d - o)))
+                    raise SystemExit(f"{name}={label}: dynamic and onnxruntime outputs differ (max {err:g})")
             calls = a.calls or max(1, int(0.2 / max(1e-4, time_calls(static.run, 1) / 1e3)))
             times = {k: [] for k in engines}
             for _ in range(a.rounds):
                 for k, fn in engines.items():
                     times[k].append(time_calls(fn, calls))
             t = {k: stat(x) for k, x in times.items()}
-            row = {"value": v, "static_ms": t["static"], "dynamic_ms": t["dynamic"], "ort_ms": t["ort"],
+            row = {"value": label, "static_ms": t["static"], "dynamic_ms": t["dynamic"], "ort_ms": t["ort"],
                    "dynamic_over_static": t["dynamic"] / t["static"], "dynamic_over_ort": t["dynamic"] / t["ort"],
                    "static_bytes": st_size, "dynamic_bytes": dyn_size, "size_ratio": dyn_size / st_size}
             rows.append(row)
-            print(f"{name}={v:<5} static {t['static']:8.3f}  dynamic {t['dynamic']:8.3f}  ort {t['ort']:8.3f} ms  "
+            print(f"{name}={label:<7} static {t['static']:8.3f}  dynamic {t['dynamic']:8.3f}  ort {t['ort']:8.3f} ms  "
                   f"dynamic/static {row['dynamic_over_static']:.3f}  dynamic/ort {row['dynamic_over_ort']:.3f}  "
                   f"size {dyn_size}/{st_size} = {row['size_ratio']:.3f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cpu": cpu_line(), "model": a.model, "dim": a.dim, "rows": rows}, f, indent=1)
+            json.dump({"cpu": cpu_line(), "model": a.model, "dims": a.dim, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -198,6 +198,52 @@ fn inputs_for(g: &Graph, seed: u64) -> Vec<Tensor> {
         .collect()
 }
 
+/// Bytes that end where an inaccessible page begins: a read past them faults.
+struct FencedBytes {
+    base: *mut c_void,
+    len: usize,
+    at: usize,
+}
+
+impl FencedBytes {
+    fn new(bytes: &[u8]) -> FencedBytes {
+        let page = 4096;
+        let body = bytes.len().next_multiple_of(page).max(page);
+        let len = body + page;
+        // SAFETY: a fresh private anonymous mapping, written only within `body`.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            assert_eq!(
+                libc::mprotect(base.cast::<u8>().add(body).cast(), page, libc::PROT_NONE),
+                0
+            );
+            let at = body - bytes.len();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.cast::<u8>().add(at), bytes.len());
+            FencedBytes { base, len, at }
+        }
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        // SAFETY: `at` is within the mapping.
+        unsafe { self.base.cast::<u8>().add(self.at) }
+    }
+}
+
+impl Drop for FencedBytes {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
 /// A compiled one-sample library and the raw entry points of ABI 4.
 struct Dynamic {
     compiled: runner::Compiled,
@@ -226,8 +272,9 @@ impl Dynamic {
         unsafe { *f() }
     }
 
-    /// Calls `run` with `dims` (and `pool`) on `inputs`; returns the status and the
-    /// outputs sized by `shapes(dims)`, each followed by guard bytes checked intact.
+    /// Calls `run` with `dims` (and `pool`) on `inputs` (each ending at an inaccessible
+    /// page); returns the status and the outputs sized by `shapes(dims)`, each followed
+    /// by guard bytes checked intact.
     fn run(
         &self,
         dims: Option<&[i64]>,
@@ -245,7 +292,10 @@ impl Dynamic {
         let bytes = unsafe { size(&options) } as usize;
         let mut ws = vec![0u8; bytes + 64];
         let pad = ws.as_ptr().align_offset(64);
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
+        let in_bytes: Vec<FencedBytes> = inputs
+            .iter()
+            .map(|t| FencedBytes::new(&t.to_le_bytes()))
+            .collect();
         let types: Vec<nnc::ir::TensorType> = (self.graph.outputs.iter().zip(out_shapes))
             .map(|(o, s)| nnc::ir::TensorType::new(self.graph.ty(*o).dtype, s.clone()))
             .collect();
@@ -966,11 +1016,12 @@ fn the_cranelift_gemm_runs_a_sequence_dim() {
 /// and position embeddings, `layers` attention layers with a padding mask (heads split
 /// by `Reshape [0, 0, H, dh]` and `Transpose`, the scores divided in even layers and
 /// multiplied in odd ones, as exporters write either), residuals, LayerNorms and a GELU
-/// MLP; outputs the hidden states and a pooler over the first token.
+/// MLP; outputs the hidden states (through an Identity) and a pooler over the first
+/// token. The mask is int64, cast to float.
 fn sentence_encoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: usize) -> Vec<u8> {
     let mut m = ModelBuilder::new(seed);
     let ids = m.typed_input("ids", 7, &[1, 1]);
-    let mask = m.input("mask", &[1, 1]);
+    let mask = m.typed_input("mask", 7, &[1, 1]);
     for input in [&ids, &mask] {
         symbolic(&mut m, input, 0, "batch");
         symbolic(&mut m, input, 1, "seq");
@@ -995,6 +1046,8 @@ fn sentence_encoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: u
     let mut x = layer_norm(&mut m, &x);
     let onef = m.float_init(&[], vec![1.0]);
     let neg = m.float_init(&[], vec![-1e4]);
+    // An int64 mask cast where the caller's buffer holds only the run's rows.
+    let mask = m.node("Cast", &[&mask], vec![("to", Attr::I(1))]);
     let pad = m.node("Sub", &[&onef, &mask], vec![]);
     let pad = m.node("Mul", &[&pad, &neg], vec![]);
     let axes = m.int_init(&[1, 2]);
@@ -1051,6 +1104,8 @@ fn sentence_encoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: u
     let (wp, bp) = (m.weight(&[d, d], 0.3), m.weight(&[d], 0.1));
     let pooled = m.node("Gemm", &[&cls, &wp, &bp], vec![]);
     let pooled = m.node("Tanh", &[&pooled], vec![]);
+    // Copied out as the caller's buffer holds it.
+    let x = m.node("Identity", &[&x], vec![]);
     m.output(&x);
     m.output(&pooled);
     m.encode()

@@ -6,6 +6,7 @@ pub mod kernel;
 pub mod kernel_plan;
 pub mod kernels;
 pub mod lower;
+pub mod machine_code_pool;
 pub mod math;
 mod model_info;
 pub mod options;
@@ -142,6 +143,15 @@ fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisEx
         .collect()
 }
 
+/// For a value whose rows a row dim counts: that count and the bytes per row.
+fn counted_row_bytes(graph: &Graph, v: ValueId) -> Option<(ValueId, usize)> {
+    let e = graph.value(v).run_extent.as_ref()?;
+    crate::dims::row_dim_of(graph, e.count)?;
+    let ty = graph.ty(v);
+    let rows = *ty.shape.get(*e.axes.first()?)?;
+    Some((e.count, ty.byte_size() / rows.max(1)))
+}
+
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     compile_graph_reporting(graph, opts, &crate::progress::Silent)
@@ -196,6 +206,7 @@ pub fn compile_graph_reporting(
     let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
     let mut half_area = 0usize;
     let mut rodata = RodataPool::default();
+    let mut machine_code = machine_code_pool::MachineCodePool::default();
     let mut node_fns = vec![None; graph.nodes.len()];
     // Split nodes' task functions (see `run.rs`).
     let mut task_fns: Vec<Option<cranelift_module::FuncId>> = vec![None; graph.nodes.len()];
@@ -374,6 +385,7 @@ pub fn compile_graph_reporting(
                         half,
                         on_bad_index,
                         rodata: &mut rodata,
+                        machine_code: &mut machine_code,
                         node_index: k,
                         weight_label: &weight_label,
                         run_rows,
@@ -1118,7 +1130,16 @@ fn define_infer_with_workspace(
                 let src = addr_of(b, plan.storage[v.0].expect("copied outputs have storage"));
                 let src = offset_by(b, src, plan.offset[v.0]);
                 let dst = addr_of(b, Storage::Output(*i));
-                let n = kernel::iconst(b, graph.ty(*v).byte_size() as i64);
+                let n = match counted_row_bytes(graph, *v) {
+                    // The caller's buffer holds the run's rows.
+                    Some((count, row_bytes)) => {
+                        let at = addr_of(b, plan.storage[count.0].expect("a count has storage"));
+                        let at = offset_by(b, at, plan.offset[count.0]);
+                        let rows = b.ins().load(types::I64, flags(), at, 0);
+                        b.ins().imul_imm_s(rows, row_bytes as i64)
+                    }
+                    None => kernel::iconst(b, graph.ty(*v).byte_size() as i64),
+                };
                 b.ins().call(cref, &[dst, src, n]);
             }
             let ok = b.ins().iconst(types::I32, NNC_OK as i64);

@@ -36,6 +36,7 @@ pub struct RowLoops {
 pub fn plan(graph: &Graph) -> Result<RowLoops> {
     let mut lowered: Option<Graph> = None;
     let mut loops = vec![None; graph.nodes.len()];
+    let in_inputs = in_caller_inputs(graph);
     for (k, node) in graph.nodes.iter().enumerate() {
         let refuse = |m: String| NncError::node(&node.name, &node.onnx_op, m);
         let reads = |v: &ValueId| graph.value(*v).run_extent.is_some();
@@ -52,7 +53,11 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
                     .into(),
             ));
         }
-        if crate::ops::rows::passed_extent(graph, node).is_some() {
+        // Over the whole planned buffer, unless that is a caller's buffer, which holds
+        // only the rows the run has (a graph input or output of a row dim).
+        if crate::ops::rows::passed_extent(graph, node).is_some()
+            && !touches_caller_rows(graph, node, &in_inputs)
+        {
             continue;
         }
         if let crate::ops::Op::HeadsAttention { .. } = node.op {
@@ -68,9 +73,12 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
             });
             continue;
         }
-        let form = row_form(graph, node)
-            .map_err(refuse)?
-            .ok_or_else(|| refuse("no row form".into()))?;
+        let form = match reshaped_rows(graph, node) {
+            Some(form) => form,
+            None => row_form(graph, node)
+                .map_err(refuse)?
+                .ok_or_else(|| refuse("no row form".into()))?,
+        };
         let mut looped = row_loop(graph, k, &form);
         if one_gemm(graph, node, &form) {
             let a = node.inputs[0].expect("a MatMul has A");
@@ -138,4 +146,62 @@ fn at_one_row(g: &mut Graph, k: usize, form: &RowForm) {
         g.nodes[k].outputs[j] = r;
     }
     g.nodes[k].op = form.op.clone();
+}
+
+/// Whether `node` reads a graph input (or a view of one: a Reshape, Identity or
+/// BitCast of it, which the memory plan places in the caller's buffer) or writes a
+/// graph output whose rows a row dim counts: the caller's buffer holds only the run's
+/// rows.
+fn touches_caller_rows(graph: &Graph, node: &crate::ir::Node, in_inputs: &[bool]) -> bool {
+    let counted = |v: &ValueId| {
+        (graph.value(*v).run_extent.as_ref())
+            .is_some_and(|e| crate::dims::row_dim_of(graph, e.count).is_some())
+    };
+    node.inputs
+        .iter()
+        .flatten()
+        .any(|v| in_inputs[v.0] && counted(v))
+        || node
+            .outputs
+            .iter()
+            .any(|v| graph.outputs.contains(v) && counted(v))
+}
+
+/// Per value: whether it is a graph input or a view of one (see
+/// [`touches_caller_rows`]).
+fn in_caller_inputs(graph: &Graph) -> Vec<bool> {
+    use crate::ops::{Op, UnaryOp};
+    let mut marked = vec![false; graph.values.len()];
+    for v in &graph.inputs {
+        marked[v.0] = true;
+    }
+    for n in &graph.nodes {
+        let view = matches!(
+            n.op,
+            Op::Reshape { .. } | Op::Unary(UnaryOp::Identity) | Op::BitCast { .. }
+        );
+        if let (true, [Some(x)], [y]) = (view, n.inputs.as_slice(), n.outputs.as_slice()) {
+            marked[y.0] |= marked[x.0] && !graph.outputs.contains(y);
+        }
+    }
+    marked
+}
+
+/// A Reshape adding or removing unit axes before the rows (see
+/// [`crate::ops::rows::reshaped_extent`]) run row by row: one row of its input becomes
+/// one row of its output, along the output's axis.
+fn reshaped_rows(graph: &Graph, node: &crate::ir::Node) -> Option<RowForm> {
+    let extent = crate::ops::rows::reshaped_extent(graph, &node.op, &node.inputs)?;
+    let x = node.inputs.first().copied().flatten()?;
+    let input_axis = *graph.value(x).run_extent.as_ref()?.axes.first()?;
+    let axis = *extent.axes.first()?;
+    let mut shape = graph.ty(*node.outputs.first()?).shape.clone();
+    shape[axis] = 1;
+    Some(RowForm {
+        op: crate::ops::Op::Reshape { shape },
+        inputs: vec![true],
+        extent,
+        input_axes: vec![Some(input_axis)],
+        axis,
+    })
 }

@@ -217,16 +217,24 @@ fn declare_kernel(ctx: &mut LowerCtx, params: usize) -> Result<(FuncId, Signatur
 }
 
 /// Defines a function of `params` pointer arguments from machine code without
-/// relocations, and imports it into the function being lowered.
+/// relocations (once per distinct code, see [`crate::codegen::machine_code_pool`]),
+/// and imports it into the function being lowered.
 pub(super) fn define_machine_code(
     ctx: &mut LowerCtx,
     params: usize,
     code: &[u8],
 ) -> Result<FuncRef, String> {
-    let (id, _) = declare_kernel(ctx, params)?;
-    ctx.module
-        .define_function_bytes(id, 64, code, &[])
-        .map_err(|e| e.to_string())?;
+    let id = match ctx.machine_code.get(params, code) {
+        Some(id) => id,
+        None => {
+            let (id, _) = declare_kernel(ctx, params)?;
+            ctx.module
+                .define_function_bytes(id, 64, code, &[])
+                .map_err(|e| e.to_string())?;
+            ctx.machine_code.insert(params, code, id);
+            id
+        }
+    };
     Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
 }
 

@@ -105,6 +105,8 @@ pub struct LowerCtx<'a, 'f> {
     pub on_bad_index: index_check::OnBadIndex,
     /// The artifact's read-only data, one symbol per distinct content.
     pub rodata: &'a mut RodataPool,
+    /// The machine-code kernels defined so far, one function per distinct code.
+    pub machine_code: &'a mut crate::codegen::machine_code_pool::MachineCodePool,
     /// This node's index in the graph, and the name of its largest constant input
     /// (what its weight blobs are reported as).
     pub node_index: usize,
