@@ -180,7 +180,8 @@ fn static_at(model: &ModelProto, param: &str, value: usize) -> Graph {
     import(model, &opts).unwrap()
 }
 
-/// Random inputs for `g` (ids below 50), as the static graph at some value shapes them.
+/// Random inputs for `g` (ids below 50, an int64 `mask` of 0 and 1), as the static graph at
+/// some value shapes them.
 fn inputs_for(g: &Graph, seed: u64) -> Vec<Tensor> {
     let mut rng = models::Rng::new(seed);
     g.inputs
@@ -188,6 +189,13 @@ fn inputs_for(g: &Graph, seed: u64) -> Vec<Tensor> {
         .map(|v| {
             let ty = g.ty(*v);
             match ty.dtype {
+                // A padding mask: mostly 1 (attend), some 0.
+                nnc::ir::DType::I64 if g.value(*v).name == "mask" => Tensor::from_vec(
+                    &ty.shape,
+                    (0..ty.numel())
+                        .map(|_| i64::from(rng.below(4) != 0))
+                        .collect(),
+                ),
                 nnc::ir::DType::I64 => Tensor::from_vec(
                     &ty.shape,
                     (0..ty.numel()).map(|_| rng.below(50) as i64).collect(),
@@ -986,6 +994,20 @@ fn aarch64_runs_a_sequence_dim_under_qemu() {
         let got =
             runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
         assert_close(&expected, &got, &format!("aarch64, seq={max}"));
+    }
+    // Attention across the sequence: Cranelift's GEMMs and softmax rows, in the bound's
+    // key bucket (7: the only one; 20: after the 16-key bucket).
+    let model = decode(&sentence_encoder(27, 16, 2, 1, 20));
+    for max in [7, 20] {
+        let mut opts_at = with_range("seq", 1, max);
+        opts_at.dims.insert("batch".into(), 1);
+        let g = import(&model, &opts_at).unwrap();
+        let reference = static_at_values(&model, &[("batch", 1), ("seq", max)]);
+        let inputs = inputs_for(&reference, max as u64);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let got =
+            runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+        assert_close(&expected, &got, &format!("aarch64 attention, seq={max}"));
     }
 }
 
