@@ -1009,6 +1009,14 @@ fn aarch64_runs_a_sequence_dim_under_qemu() {
             runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
         assert_close(&expected, &got, &format!("aarch64 attention, seq={max}"));
     }
+    let model = decode(&decoder(28, 16, 2, 2, 20));
+    let g = import(&model, &with_range("seq", 1, 20)).unwrap();
+    let reference = static_at(&model, "seq", 20);
+    let inputs = inputs_for(&reference, 20);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let got =
+        runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+    assert_close(&expected, &got, "aarch64 causal attention, seq=20");
 }
 
 /// The Cranelift GEMM (every target but x86-64's machine code) takes its row count at
@@ -1250,5 +1258,141 @@ fn a_batch_of_sequences_runs_from_one_library() {
                 .all(|o| o.to_le_bytes().iter().all(|&b| b == SENTINEL)),
             "dims {bad:?} wrote"
         );
+    }
+}
+
+/// A GPT-style decoder over `seq` tokens (`max_len` positions): token and position
+/// embeddings, `layers` pre-LayerNorm blocks of causal multi-head self-attention and a
+/// ReLU MLP with residuals, a final LayerNorm and logits over the vocabulary. The
+/// causal mask is a constant `[1, 1, max_len, max_len]` sliced to the sequence by
+/// `Shape`, as exports write it: a boolean `Where(mask, scores, -1e9)` in even layers,
+/// an additive `0 / -1e9` mask in odd ones.
+fn decoder(seed: u64, d: usize, heads: usize, layers: usize, max_len: usize) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let vocab = 50;
+    let ids = m.typed_input("ids", 7, &[1, 1]);
+    symbolic(&mut m, &ids, 1, "seq");
+    let table = m.weight(&[vocab, d], 1.0);
+    let x = m.node("Gather", &[&table, &ids], vec![("axis", Attr::I(0))]);
+    let shape = m.node("Shape", &[&ids], vec![]);
+    let one = m.int_init(&[1]);
+    let len = m.node("Gather", &[&shape, &one], vec![("axis", Attr::I(0))]);
+    let (zero, axis0) = (m.int_init(&[0]), m.int_init(&[0]));
+    let pos_table = m.weight(&[max_len, d], 0.5);
+    let pos = m.node("Slice", &[&pos_table, &zero, &len, &axis0], vec![]);
+    let mut x = m.node("Add", &[&x, &pos], vec![]);
+    let below = |i: usize, j: usize| j <= i;
+    let tril: Vec<f32> = (0..max_len * max_len)
+        .map(|k| f32::from(u8::from(below(k / max_len, k % max_len))))
+        .collect();
+    let tril = m.float_init(&[1, 1, max_len, max_len], tril);
+    let tril = m.node("Cast", &[&tril], vec![("to", Attr::I(9))]);
+    let additive: Vec<f32> = (0..max_len * max_len)
+        .map(|k| {
+            if below(k / max_len, k % max_len) {
+                0.0
+            } else {
+                -1e9
+            }
+        })
+        .collect();
+    let additive = m.float_init(&[1, 1, max_len, max_len], additive);
+    let (starts, axes) = (m.int_init(&[0, 0]), m.int_init(&[2, 3]));
+    let ends = m.node("Concat", &[&len, &len], vec![("axis", Attr::I(0))]);
+    let tril = m.node("Slice", &[&tril, &starts, &ends, &axes], vec![]);
+    let additive = m.node("Slice", &[&additive, &starts, &ends, &axes], vec![]);
+    let fill = m.float_init(&[], vec![-1e9]);
+    let dh = d / heads;
+    let split = m.int_init(&[0, 0, heads as i64, dh as i64]);
+    let merge = m.int_init(&[0, 0, d as i64]);
+    let layer_norm = |m: &mut ModelBuilder, x: &str| {
+        let (g, b) = (m.weight(&[d], 1.0), m.weight(&[d], 0.1));
+        m.node(
+            "LayerNormalization",
+            &[x, &g, &b],
+            vec![("axis", Attr::I(-1))],
+        )
+    };
+    for layer in 0..layers {
+        let h = layer_norm(&mut m, &x);
+        let proj = |m: &mut ModelBuilder, perm: Vec<i64>| {
+            let (w, b) = (m.weight(&[d, d], 0.3), m.weight(&[d], 0.1));
+            let y = m.node("MatMul", &[&h, &w], vec![]);
+            let y = m.node("Add", &[&y, &b], vec![]);
+            let y = m.node("Reshape", &[&y, &split], vec![]);
+            m.node("Transpose", &[&y], vec![("perm", Attr::Ints(perm))])
+        };
+        let q = proj(&mut m, vec![0, 2, 1, 3]);
+        let k = proj(&mut m, vec![0, 2, 3, 1]);
+        let v = proj(&mut m, vec![0, 2, 1, 3]);
+        let s = m.node("MatMul", &[&q, &k], vec![]);
+        let c = m.float_init(&[], vec![(dh as f32).sqrt()]);
+        let s = m.node("Div", &[&s, &c], vec![]);
+        let s = if layer % 2 == 0 {
+            m.node("Where", &[&tril, &s, &fill], vec![])
+        } else {
+            m.node("Add", &[&s, &additive], vec![])
+        };
+        let p = m.node("Softmax", &[&s], vec![("axis", Attr::I(-1))]);
+        let o = m.node("MatMul", &[&p, &v], vec![]);
+        let o = m.node(
+            "Transpose",
+            &[&o],
+            vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+        );
+        let o = m.node("Reshape", &[&o, &merge], vec![]);
+        let (wo, bo) = (m.weight(&[d, d], 0.3), m.weight(&[d], 0.1));
+        let o = m.node("MatMul", &[&o, &wo], vec![]);
+        let o = m.node("Add", &[&o, &bo], vec![]);
+        x = m.node("Add", &[&x, &o], vec![]);
+        let h = layer_norm(&mut m, &x);
+        let (w1, b1) = (m.weight(&[d, 2 * d], 0.3), m.weight(&[2 * d], 0.1));
+        let f = m.node("MatMul", &[&h, &w1], vec![]);
+        let f = m.node("Add", &[&f, &b1], vec![]);
+        let f = m.node("Relu", &[&f], vec![]);
+        let (w2, b2) = (m.weight(&[2 * d, d], 0.3), m.weight(&[d], 0.1));
+        let f = m.node("MatMul", &[&f, &w2], vec![]);
+        let f = m.node("Add", &[&f, &b2], vec![]);
+        x = m.node("Add", &[&x, &f], vec![]);
+    }
+    let h = layer_norm(&mut m, &x);
+    let head = m.weight(&[d, vocab], 0.3);
+    let logits = m.node("MatMul", &[&h, &head], vec![]);
+    m.output(&logits);
+    m.encode()
+}
+
+/// A decoder's causal attention across a sequence dim: the constant mask sliced to
+/// the sequence is recognized (boolean and additive forms), each query attends to the
+/// keys up to it in every key bucket, at lengths at, below and above the buckets.
+#[test]
+fn causal_attention_across_a_sequence_dim_runs_from_one_library() {
+    let model = decode(&decoder(33, 32, 4, 2, 40));
+    let g = import(&model, &with_range("seq", 1, 40)).unwrap();
+    let causal = (g.nodes.iter())
+        .filter(|n| matches!(n.op, nnc::ops::Op::HeadsAttention { causal: true, .. }))
+        .count();
+    assert_eq!(causal, 2, "both layers' attention fused, causally");
+    let lib = Dynamic::new(g);
+    for (s, seed) in [
+        (1usize, 1u64),
+        (2, 2),
+        (7, 3),
+        (16, 4),
+        (17, 5),
+        (32, 6),
+        (33, 7),
+        (40, 8),
+    ] {
+        let reference = static_at(&model, "seq", s);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let shapes = lib.output_shapes(s as i64);
+        assert_eq!(shapes, vec![vec![1, s, 50]]);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes);
+        assert_eq!(status, 0, "seq={s}");
+        assert_close(&expected, &got, &format!("seq={s} vs the interpreter"));
+        let interp = nnc::interp::run_graph(&lib.graph, &inputs).unwrap();
+        assert_close(&expected, &interp, &format!("seq={s}: interpreter, fused"));
     }
 }

@@ -251,8 +251,7 @@ fn int_gemm<T: MatMulElement>(
 /// heads split off and moved before the sequence axis, the scaled scores with the mask
 /// added, their softmax times V, and the heads merged back.
 pub(super) fn heads_attention(
-    heads: usize,
-    scale: f32,
+    (heads, scale, causal): (usize, f32, bool),
     [q, k, v]: [&Tensor; 3],
     mask: Option<&Tensor>,
 ) -> Result<Tensor, String> {
@@ -276,6 +275,14 @@ pub(super) fn heads_attention(
     };
     let scores = matmul(&split(q, false)?, &split(k, true)?)?;
     let mut scores = elementwise::binary(BinaryOp::Mul, &scores, &Tensor::scalar(scale))?;
+    if causal {
+        // Key j of query i is masked when j > i.
+        let (s, t) = (q.shape()[r - 2], k.shape()[r - 2]);
+        let above: Vec<f32> = (0..s * t)
+            .map(|x| if x % t > x / t { f32::MIN } else { 0.0 })
+            .collect();
+        scores = elementwise::binary(BinaryOp::Add, &scores, &Tensor::from_vec(&[s, t], above))?;
+    }
     if let Some(m) = mask {
         scores = elementwise::binary(BinaryOp::Add, &scores, m)?;
     }

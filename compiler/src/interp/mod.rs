@@ -148,9 +148,12 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let p = norm::softmax(&scores, rank - 1, false)?;
             linalg::matmul(&p, required(inputs, 2)?)?
         }
-        Op::HeadsAttention { heads, scale } => linalg::heads_attention(
-            *heads,
-            *scale,
+        Op::HeadsAttention {
+            heads,
+            scale,
+            causal,
+        } => linalg::heads_attention(
+            (*heads, *scale, *causal),
             [x()?, required(inputs, 1)?, required(inputs, 2)?],
             optional(inputs, 3),
         )?,

@@ -90,9 +90,11 @@ pub enum Op {
     /// additive mask broadcast to the scores `[..., H, S, T]`; output `[..., S, H·dv]`,
     /// head `h` of it `Softmax(scale·Q_h·K_hᵀ + mask_h)·V_h`. The operands are read in
     /// place, so a sequence whose length only the run knows needs no transposed copies.
+    /// `causal`: query `i` attends to keys `0..=i` only (a decoder's mask).
     HeadsAttention {
         heads: usize,
         scale: f32,
+        causal: bool,
     },
     /// Softmax or LogSoftmax along one axis (opset ≥ 13 semantics; older opsets are
     /// rewritten at import as a flatten to 2-D around this).

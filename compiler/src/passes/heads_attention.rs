@@ -103,19 +103,24 @@ fn match_heads_attention(
     {
         return None;
     }
-    // `[c ·|÷] MatMul(Qh, Kt)`: Qh, Kt and the scale.
-    let scores = |x: ValueId| -> Option<(ValueId, ValueId, f32)> {
+    // `[causal mask of] [c ·|÷] MatMul(Qh, Kt)`: Qh, Kt, the scale and whether it is
+    // masked causally.
+    let scores = |x: ValueId| -> Option<(ValueId, ValueId, f32, bool)> {
         let mut n = from(x)?;
+        let causal = causally_masked(g, n);
+        if let Some(inner) = causal {
+            n = from(inner)?;
+        }
         let mut scale = 1.0f32;
         if let Op::Binary(op @ (BinaryOp::Mul | BinaryOp::Div)) = g.nodes[n].op {
             let c = util::scalar_f32(g, input(n, 1)?)?;
             scale = if op == BinaryOp::Mul { c } else { 1.0 / c };
             n = from(input(n, 0)?)?;
         }
-        plain_matmul(n).then_some((input(n, 0)?, input(n, 1)?, scale))
+        plain_matmul(n).then_some((input(n, 0)?, input(n, 1)?, scale, causal.is_some()))
     };
     let s = input(softmax, 0)?;
-    let ((qh, kt, scale), mask) = match scores(s) {
+    let ((qh, kt, scale, causal), mask) = match scores(s) {
         Some(found) => (found, None),
         None => {
             let add = from(s)?;
@@ -148,7 +153,11 @@ fn match_heads_attention(
     if !f32s || !one_row {
         return None;
     }
-    let op = Op::HeadsAttention { heads, scale };
+    let op = Op::HeadsAttention {
+        heads,
+        scale,
+        causal,
+    };
     let inputs = vec![Some(q), Some(k), Some(v), mask];
     let types: Vec<_> = inputs.iter().map(|x| x.map(|x| g.ty(x).clone())).collect();
     let out = infer::infer_types(&op, &types).ok()?;
@@ -158,4 +167,54 @@ fn match_heads_attention(
         None => inputs[..3].to_vec(),
     };
     Some((op, inputs))
+}
+
+/// The scores node `n` masks causally, as decoders export it: `Where(tril, x, fill)`
+/// with a constant lower-triangular condition and a fill of -10⁴ or less, or `x + m`
+/// with a constant `m` of 0 on and below the diagonal and -10⁴ or less above it. `x`,
+/// when it is.
+fn causally_masked(g: &Graph, n: usize) -> Option<ValueId> {
+    let node = &g.nodes[n];
+    let input = |k: usize| node.inputs.get(k).copied().flatten();
+    // `pick(i, j)`: whether constant `c`, `[..., S, S]` with unit leading axes, is
+    // `below(i, j)` where `j ≤ i` and `above(i, j)` elsewhere.
+    let triangular = |c: ValueId, below: &dyn Fn(f64) -> bool, above: &dyn Fn(f64) -> bool| {
+        let t = g.constant(c)?;
+        let shape = t.shape();
+        let r = shape.len();
+        let square =
+            r >= 2 && shape[r - 1] == shape[r - 2] && shape[..r - 2].iter().all(|&d| d == 1);
+        let s = shape.get(r.wrapping_sub(1)).copied()?;
+        let values = t.to_f64_vec();
+        let ok = square
+            && values
+                .iter()
+                .enumerate()
+                .all(|(x, &v)| match x % s <= x / s {
+                    true => below(v),
+                    false => above(v),
+                });
+        ok.then_some(())
+    };
+    let masking = |v: f64| v <= -1e4;
+    match node.op {
+        Op::Where => {
+            let (c, x, fill) = (input(0)?, input(1)?, input(2)?);
+            triangular(c, &|v| v != 0.0, &|v| v == 0.0)?;
+            masking(f64::from(util::scalar_f32(g, fill)?)).then_some(x)
+        }
+        Op::Binary(BinaryOp::Add) => {
+            let (a, b) = (input(0)?, input(1)?);
+            let zero = |v: f64| v == 0.0;
+            match (
+                triangular(b, &zero, &masking),
+                triangular(a, &zero, &masking),
+            ) {
+                (Some(()), _) => Some(a),
+                (None, Some(())) => Some(b),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }

@@ -189,7 +189,7 @@ struct BucketCode {
     output_tail: GemmKernel,
 }
 
-pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32) -> LowerResult {
+pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: bool) -> LowerResult {
     let Strategy::HeadsAttention(plan) = ctx.kernel.strategy.clone() else {
         return Err("no heads-attention plan for this node".into());
     };
@@ -331,7 +331,7 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32) -> LowerRes
                 }),
             };
             choose_bucket(b, &codes, n, &|b, code| {
-                run_head(b, code, (&dims, &geom), &head, n, scratch);
+                run_head(b, code, (&dims, &geom), (&head, causal), n, scratch);
             });
         });
     });
@@ -390,7 +390,7 @@ fn run_head(
     b: &mut FunctionBuilder,
     code: &BucketCode,
     (dims, geom): (&Dims, &Geometry),
-    head: &Head,
+    (head, causal): (&Head, bool),
     n: Value,
     scratch: Value,
 ) {
@@ -466,6 +466,10 @@ fn run_head(
         let r0 = b.ins().imul_imm_s(blk, rows as i64);
         let q_rows = kernel::elem_addr(b, head.q, r0, hd * F32);
         code.scores.call(b, q_rows, kt_b, scores, &[mask_row]);
+        if causal {
+            let rows = kernel::iconst(b, rows as i64);
+            mask_after_diagonal(b, scores, w, r0, rows);
+        }
         code.softmax.call(b, scores);
         let y_rows = kernel::elem_addr(b, head.y, r0, hdv * F32);
         code.output.call(b, scores, v_b, y_rows, &[]);
@@ -480,6 +484,9 @@ fn run_head(
             let q_rows = kernel::elem_addr(b, head.q, r0, hd * F32);
             code.scores_tail
                 .call_rows(b, q_rows, kt_b, scores, &[mask_row], Some(tail));
+            if causal {
+                mask_after_diagonal(b, scores, w, r0, tail);
+            }
             kernel::dynamic_loop(b, tail, |b, i| {
                 let row = kernel::elem_addr(b, scores, i, w * F32);
                 code.softmax_row.call(b, row);
@@ -490,4 +497,20 @@ fn run_head(
         },
         |_| {},
     );
+}
+
+/// Sets the scores of query `r0 + i` (row `i` of the block at `scores`, `w` keys wide,
+/// `i < rows`) for the keys after it to `f32::MIN`: a decoder's causal mask.
+fn mask_after_diagonal(b: &mut FunctionBuilder, scores: Value, w: usize, r0: Value, rows: Value) {
+    let masked = b.ins().f32const(f32::MIN);
+    let end = kernel::iconst(b, w as i64);
+    kernel::dynamic_loop(b, rows, |b, i| {
+        let row = kernel::elem_addr(b, scores, i, w * F32);
+        let query = b.ins().iadd(r0, i);
+        let first = b.ins().iadd_imm_s(query, 1);
+        kernel::range_loop(b, first, end, |b, j| {
+            let at = kernel::elem_addr(b, row, j, F32);
+            b.ins().store(flags(), masked, at, 0);
+        });
+    });
 }

@@ -415,9 +415,11 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Pad(p) => movement::pad(ctx, p),
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Attention => attention::attention(ctx),
-        Op::HeadsAttention { heads, scale } => {
-            heads_attention::heads_attention(ctx, *heads, *scale)
-        }
+        Op::HeadsAttention {
+            heads,
+            scale,
+            causal,
+        } => heads_attention::heads_attention(ctx, *heads, *scale, *causal),
         Op::Gemm(g) => linalg::gemm(ctx, g),
         Op::Conv(c) => conv::conv(ctx, c),
         Op::ConvTranspose(c) => conv_transpose::conv_transpose(ctx, c),
