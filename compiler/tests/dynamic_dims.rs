@@ -1396,3 +1396,191 @@ fn causal_attention_across_a_sequence_dim_runs_from_one_library() {
         assert_close(&expected, &interp, &format!("seq={s}: interpreter, fused"));
     }
 }
+
+/// Runs `model` on `inputs` (raw little-endian files written here) with onnxruntime:
+/// every output, or `None` when python3 with onnx and onnxruntime is missing (reported
+/// by [`tools::skip`]).
+fn onnxruntime_outputs(
+    dir: &std::path::Path,
+    model: &std::path::Path,
+    inputs: &[(&str, &Tensor)],
+) -> Option<Vec<Tensor>> {
+    let mut args = vec![model.to_string_lossy().to_string()];
+    for (k, (name, t)) in inputs.iter().enumerate() {
+        let path = dir.join(format!("in{k}.bin"));
+        std::fs::write(&path, t.to_le_bytes()).unwrap();
+        let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+        args.push(format!("{name}={}:{}", path.display(), shape.join(",")));
+    }
+    const SCRIPT: &str = r#"
+import sys, numpy as np, onnxruntime as ort
+so = ort.SessionOptions(); so.intra_op_num_threads = 1
+sess = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+types = {i.name: i.type for i in sess.get_inputs()}
+feeds = {}
+for arg in sys.argv[2:]:
+    name, rest = arg.split("=", 1)
+    path, shape = rest.rsplit(":", 1)
+    dt = np.int64 if types[name] == "tensor(int64)" else np.float32
+    feeds[name] = np.fromfile(path, dt).reshape([int(d) for d in shape.split(",")])
+for k, y in enumerate(sess.run(None, feeds)):
+    y = np.ascontiguousarray(y, np.float32)
+    y.tofile(sys.argv[1] + f".out{k}")
+    print(",".join(str(d) for d in y.shape))
+"#;
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import onnx, onnxruntime, numpy"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        tools::skip("python3 with onnx, onnxruntime and numpy is needed to compare with onnxruntime (pip install onnx onnxruntime numpy)");
+        return None;
+    }
+    let out = tools::run(
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg(SCRIPT)
+            .args(&args),
+    );
+    let shapes = String::from_utf8(out.stdout).unwrap();
+    Some(
+        shapes
+            .lines()
+            .enumerate()
+            .map(|(k, line)| {
+                let shape: Vec<usize> = line
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|d| d.parse().unwrap())
+                    .collect();
+                let bytes = std::fs::read(format!("{}.out{k}", model.display())).unwrap();
+                let ty = nnc::ir::TensorType::new(nnc::ir::DType::F32, shape);
+                Tensor::from_le_bytes(&ty, &bytes).unwrap()
+            })
+            .collect(),
+    )
+}
+
+/// Writes `benches/{script}` `args` to `dir/name.onnx`, or `None` (skipped) without
+/// python3 and onnx.
+fn exported(
+    dir: &std::path::Path,
+    script: &str,
+    name: &str,
+    args: &[&str],
+) -> Option<std::path::PathBuf> {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import onnx, numpy"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        tools::skip("python3 with onnx and numpy is needed to write the exported models (pip install onnx numpy)");
+        return None;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let path = dir.join(format!("{name}.onnx"));
+    tools::run(
+        std::process::Command::new("python3")
+            .arg(root.join("benches").join(script))
+            .arg(&path)
+            .args(args),
+    );
+    Some(path)
+}
+
+/// Token inputs for an exported model at `shape`: ids below the vocabulary, a padding
+/// mask of mostly 1 with the last token of odd samples masked.
+fn token_inputs(names: &[&str], shape: [usize; 2], seed: u64) -> Vec<Tensor> {
+    let mut rng = models::Rng::new(seed);
+    let n = shape[0] * shape[1];
+    names
+        .iter()
+        .map(|name| match *name {
+            "attention_mask" => Tensor::from_vec(
+                &shape,
+                (0..n)
+                    .map(|i| {
+                        i64::from(
+                            !(i % shape[1] == shape[1] - 1
+                                && (i / shape[1]) % 2 == 1
+                                && shape[1] > 1),
+                        )
+                    })
+                    .collect(),
+            ),
+            _ => Tensor::from_vec(&shape, (0..n).map(|_| rng.below(1000) as i64).collect()),
+        })
+        .collect()
+}
+
+/// Issue 22's measured models, small: a BERT-style encoder exported with dynamic batch
+/// and sequence axes compiled once with `batch=1..8, seq=1..512`, and a GPT-style
+/// decoder with a dynamic sequence compiled with `seq=1..512`, each matching
+/// onnxruntime (rtol 1e-3, atol 1e-4) at the measured shapes.
+#[test]
+fn exported_encoder_and_decoder_with_dynamic_axes_match_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = ["--layers", "2", "--d", "64", "--heads", "4", "--ffn", "128"];
+    let Some(bert) = exported(dir.path(), "bert_model.py", "bert", &small) else {
+        return;
+    };
+    let Some(gpt) = exported(dir.path(), "gpt_model.py", "gpt", &small) else {
+        return;
+    };
+    let range = |name: &str, max: usize| DimRange {
+        name: name.into(),
+        min: 1,
+        max,
+        site: DimSite::Param,
+    };
+    let cases: [(&std::path::Path, Vec<DimRange>, Vec<[usize; 2]>); 2] = [
+        (
+            &bert,
+            vec![range("batch", 8), range("seq", 512)],
+            vec![[1, 1], [1, 7], [2, 64], [8, 129], [1, 512]],
+        ),
+        (
+            &gpt,
+            vec![range("seq", 512)],
+            vec![[1, 1], [1, 7], [1, 64], [1, 129], [1, 512]],
+        ),
+    ];
+    for (path, ranges, shapes) in cases {
+        let model = decode(&std::fs::read(path).unwrap());
+        let opts = ImportOptions {
+            ranges,
+            ..Default::default()
+        };
+        let g = import(&model, &opts).unwrap();
+        let names: Vec<String> = g.inputs.iter().map(|v| g.value(*v).name.clone()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let lib = Dynamic::new(g);
+        for (k, shape) in shapes.into_iter().enumerate() {
+            let inputs = token_inputs(&names, shape, k as u64);
+            let feeds: Vec<(&str, &Tensor)> = names.iter().copied().zip(&inputs).collect();
+            let Some(expected) = onnxruntime_outputs(dir.path(), path, &feeds) else {
+                return;
+            };
+            let dims: Vec<i64> = match opts.ranges.len() {
+                2 => vec![shape[0] as i64, shape[1] as i64],
+                _ => vec![shape[1] as i64],
+            };
+            let (status, all) = lib.shapes(Some(&dims));
+            assert_eq!(status, 0);
+            let out_shapes = all[names.len()..].to_vec();
+            let (status, got) = lib.run(Some(&dims), &inputs, None, &out_shapes);
+            assert_eq!(status, 0, "{}: {shape:?}", path.display());
+            for (e, g) in expected.iter().zip(&got) {
+                assert_eq!(e.shape(), g.shape(), "{}: {shape:?}", path.display());
+                let (e, g) = (e.to_f64_vec(), g.to_f64_vec());
+                for (a, b) in e.iter().zip(&g) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 + 1e-3 * a.abs(),
+                        "{} at {shape:?}: onnxruntime {a}, nnc {b}",
+                        path.display()
+                    );
+                }
+            }
+        }
+    }
+}
