@@ -1513,6 +1513,9 @@ fn token_inputs(names: &[&str], shape: [usize; 2], seed: u64) -> Vec<Tensor> {
         .collect()
 }
 
+/// A model file, the ranges it is compiled with and the `[batch, seq]` shapes it runs.
+type ExportCase<'a> = (&'a std::path::Path, Vec<DimRange>, Vec<[usize; 2]>);
+
 /// Issue 22's measured models, small: a BERT-style encoder exported with dynamic batch
 /// and sequence axes compiled once with `batch=1..8, seq=1..512`, and a GPT-style
 /// decoder with a dynamic sequence compiled with `seq=1..512`, each matching
@@ -1533,7 +1536,7 @@ fn exported_encoder_and_decoder_with_dynamic_axes_match_onnxruntime() {
         max,
         site: DimSite::Param,
     };
-    let cases: [(&std::path::Path, Vec<DimRange>, Vec<[usize; 2]>); 2] = [
+    let cases: [ExportCase; 2] = [
         (
             &bert,
             vec![range("batch", 8), range("seq", 512)],
