@@ -1180,6 +1180,22 @@ fn attention_across_a_sequence_dim_runs_from_one_library() {
         let interp = nnc::interp::run_graph(&lib.graph, &inputs).unwrap();
         assert_close(&expected, &interp, &format!("seq={s}: interpreter, fused"));
     }
+    // Compiled statically too (the bound's bucket only), with a batch of two.
+    let mut opts = ImportOptions::default();
+    opts.dims
+        .extend([("seq".to_string(), 20), ("batch".to_string(), 2)]);
+    let mut g = import_model(&model, None, &opts).unwrap().graph;
+    nnc::passes::heads_attention::run(&mut g).unwrap();
+    nnc::passes::PassManager::default().run(&mut g).unwrap();
+    assert!(g
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, nnc::ops::Op::HeadsAttention { .. })));
+    let reference = static_at_values(&model, &[("batch", 2), ("seq", 20)]);
+    let inputs = inputs_for(&reference, 11);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let got = runner::run_compiled(&g, &inputs, Target::host()).unwrap();
+    assert_close(&expected, &got, "static, batch=2 seq=20");
 }
 
 /// The model imported with each dim fixed at its value.
