@@ -1262,6 +1262,15 @@ fn a_batch_of_sequences_runs_from_one_library() {
             &format!("batch={k} seq={s}: interpreter"),
         );
     }
+    // NULL dims and `infer` run both maxima.
+    let reference = static_at_values(&model, &[("batch", 3), ("seq", 40)]);
+    let inputs = inputs_for(&reference, 12);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let (status, at_max) = lib.run(None, &inputs, None, &[vec![3, 40, 32], vec![3, 32]]);
+    assert_eq!(status, 0);
+    assert_close(&expected, &at_max, "NULL dims: batch=3 seq=40");
+    let infer = lib.compiled.run(&reference, &inputs).unwrap();
+    assert_eq!(infer, at_max, "infer runs both maxima");
     let reference = static_at_values(&model, &[("batch", 2), ("seq", 5)]);
     let inputs = inputs_for(&reference, 9);
     let shapes = vec![vec![2, 5, 32], vec![2, 32]];
