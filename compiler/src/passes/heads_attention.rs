@@ -3,14 +3,15 @@
 //!
 //! ```text
 //! Qh = Transpose(Reshape(Q, [..., S, H, d]), [.., H, S, d])
-//! Kt = Transpose(Reshape(K, [..., T, H, d]), [.., H, d, T])
+//! Kt = Transpose(Reshape(K, [..., T, H, d]), [.., H, d, T])   (or two Transposes)
 //! Vh = Transpose(Reshape(V, [..., T, H, dv]), [.., H, T, dv])
 //! Y  = Reshape(Transpose(MatMul(Softmax(MatMul(Qh, Kt) [·/÷ c] [+ mask]), Vh),
 //!              [.., S, H, dv]), [..., S, H·dv])
 //! ```
 //!
-//! The mask must be one row per head (broadcast over the queries, as padding masks
-//! are). Run where a sequence's length is known only at run time
+//! A scalar may also multiply Qh and Kt (√scale on each, as exported
+//! `scaled_dot_product_attention` writes it). The mask must be one row per head
+//! (broadcast over the queries, as padding masks are). Run where a sequence's length is known only at run time
 //! ([`crate::dims::row_extent`]): the transposed `[.., H, S, d]` values would put
 //! that length behind the head axis, where rows of a run-time count are not
 //! contiguous; the fused op reads the rows as they are.
@@ -67,6 +68,7 @@ fn match_heads_attention(
     let perm = |tail: [usize; 3]| -> Vec<usize> { lead.iter().copied().chain(tail).collect() };
     let heads_first = perm([p + 1, p, p + 2]);
     let keys_last = perm([p + 1, p + 2, p]);
+    let swap_last = perm([p, p + 2, p + 1]);
     // `Transpose(v)` with `perm`: its input.
     let transposed = |v: ValueId, want: &[usize]| -> Option<ValueId> {
         let n = from(v)?;
@@ -135,8 +137,28 @@ fn match_heads_attention(
             }
         }
     };
+    // A scalar on Q or Kᵀ (√scale on each, as scaled_dot_product_attention exports).
+    let scaled = |v: ValueId| -> (ValueId, f32) {
+        let on = |n: usize| -> Option<(ValueId, f32)> {
+            if g.nodes[n].op != Op::Binary(BinaryOp::Mul) {
+                return None;
+            }
+            let (a, b) = (input(n, 0)?, input(n, 1)?);
+            match (util::scalar_f32(g, b), util::scalar_f32(g, a)) {
+                (Some(c), _) => Some((a, c)),
+                (None, Some(c)) => Some((b, c)),
+                _ => None,
+            }
+        };
+        from(v).and_then(on).unwrap_or((v, 1.0))
+    };
+    let ((qh, q_scale), (kt, k_scale)) = (scaled(qh), scaled(kt));
+    let scale = scale * q_scale * k_scale;
+    // Kᵀ in one Transpose, or the heads moved first and then the last two axes swapped.
+    let k_heads_first = transposed(kt, &keys_last)
+        .or_else(|| transposed(transposed(kt, &swap_last)?, &heads_first))?;
     let (q, heads) = split(transposed(qh, &heads_first)?)?;
-    let (k, k_heads) = split(transposed(kt, &keys_last)?)?;
+    let (k, k_heads) = split(k_heads_first)?;
     let (v, v_heads) = split(transposed(vh, &heads_first)?)?;
     if k_heads != heads || v_heads != heads {
         return None;
