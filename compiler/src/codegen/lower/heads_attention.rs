@@ -30,6 +30,7 @@ use crate::codegen::kernels::gemm::packed_b_len;
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::Target;
+use crate::ir::TensorType;
 use crate::ops::Activation;
 
 const F32: usize = 4;
@@ -73,27 +74,28 @@ struct Dims {
     lead: usize,
 }
 
-fn dims(node: &NodeOperands, heads: usize) -> Option<Dims> {
-    let (q, v) = (node.input(0)?, node.input(2)?);
-    let k = node.input(1)?;
-    let r = q.rank();
-    if r < 2 || heads == 0 {
-        return None;
+impl Dims {
+    fn of(heads: usize, [q, k, v]: [&TensorType; 3]) -> Option<Dims> {
+        let r = q.rank();
+        if r < 2 || heads == 0 || k.rank() != r || v.rank() != r {
+            return None;
+        }
+        Some(Dims {
+            heads,
+            d: q.shape[r - 1] / heads,
+            dv: v.shape[r - 1] / heads,
+            s: q.shape[r - 2],
+            t: k.shape[r - 2],
+            lead: q.shape[..r - 2].iter().product(),
+        })
     }
-    Some(Dims {
-        heads,
-        d: q.shape[r - 1] / heads,
-        dv: v.shape[r - 1] / heads,
-        s: q.shape[r - 2],
-        t: k.shape[r - 2],
-        lead: q.shape[..r - 2].iter().product(),
-    })
 }
 
 impl KeyBucket {
     fn new(keys: usize, dims: &Dims, gemm: &Geometry) -> KeyBucket {
         let per_block = (SCORES_BLOCK_BYTES / (keys * F32)).max(1);
-        let queries = dims.s.min(keys.max(dims.s.min(FIRST_BUCKET)));
+        // A bucket runs at most as many queries as it has keys (self-attention).
+        let queries = dims.s.min(keys);
         let block_rows = if per_block >= queries {
             queries.max(1)
         } else {
@@ -154,7 +156,7 @@ pub fn plan_heads_attention(
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let dims = dims(node, heads)?;
+    let dims = Dims::of(heads, [node.input(0)?, node.input(1)?, node.input(2)?])?;
     let gemm = Geometry::for_target(target, options);
     let buckets: Vec<KeyBucket> = bucket_widths(dims.t)
         .into_iter()
@@ -196,14 +198,8 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
     let (q, k, v, y) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output(0));
     let mask = ctx.inputs.get(3).cloned().flatten();
     let r = q.ty.rank();
-    let dims = Dims {
-        heads,
-        d: q.ty.shape[r - 1] / heads,
-        dv: v.ty.shape[r - 1] / heads,
-        s: q.ty.shape[r - 2],
-        t: k.ty.shape[r - 2],
-        lead: q.ty.shape[..r - 2].iter().product(),
-    };
+    let dims =
+        Dims::of(heads, [&q.ty, &k.ty, &v.ty]).ok_or("HeadsAttention operands of no one rank")?;
     let run_rows = ctx.run_rows;
     if run_rows.is_some() && (dims.s != dims.t || dims.lead != 1) {
         return Err(format!(
