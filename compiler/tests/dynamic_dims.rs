@@ -1198,6 +1198,70 @@ fn attention_across_a_sequence_dim_runs_from_one_library() {
     assert_close(&expected, &got, "static, batch=2 seq=20");
 }
 
+/// Cross-attention: `s` queries from `x` attend `t` keys and values from `memory`, with
+/// an additive mask row per key.
+fn cross_attention(seed: u64, d: usize, heads: usize, s: usize, t: usize) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("x", &[1, s, d]);
+    let memory = m.input("memory", &[1, t, d]);
+    let pad = m.input("pad", &[1, t]);
+    let axes = m.int_init(&[1, 2]);
+    let pad = m.node("Unsqueeze", &[&pad, &axes], vec![]);
+    let dh = d / heads;
+    let split = m.int_init(&[0, 0, heads as i64, dh as i64]);
+    let merge = m.int_init(&[0, 0, d as i64]);
+    let proj = |m: &mut ModelBuilder, x: &str, perm: Vec<i64>| {
+        let w = m.weight(&[d, d], 0.3);
+        let y = m.node("MatMul", &[x, &w], vec![]);
+        let y = m.node("Reshape", &[&y, &split], vec![]);
+        m.node("Transpose", &[&y], vec![("perm", Attr::Ints(perm))])
+    };
+    let q = proj(&mut m, &x, vec![0, 2, 1, 3]);
+    let k = proj(&mut m, &memory, vec![0, 2, 3, 1]);
+    let v = proj(&mut m, &memory, vec![0, 2, 1, 3]);
+    let scores = m.node("MatMul", &[&q, &k], vec![]);
+    let c = m.float_init(&[], vec![1.0 / (dh as f32).sqrt()]);
+    let scores = m.node("Mul", &[&scores, &c], vec![]);
+    let scores = m.node("Add", &[&scores, &pad], vec![]);
+    let p = m.node("Softmax", &[&scores], vec![("axis", Attr::I(-1))]);
+    let o = m.node("MatMul", &[&p, &v], vec![]);
+    let o = m.node(
+        "Transpose",
+        &[&o],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let o = m.node("Reshape", &[&o, &merge], vec![]);
+    m.output(&o);
+    m.encode()
+}
+
+/// Fused statically, cross-attention with fewer or more queries than keys weighs every
+/// key: the keys' count, not the queries', bounds the real keys.
+#[test]
+fn static_cross_attention_with_unequal_lengths_matches_the_interpreter() {
+    for (s, t, seed) in [(5usize, 37usize, 1u64), (40, 9, 2), (3, 64, 3)] {
+        let model = decode(&cross_attention(seed, 32, 4, s, t));
+        let reference = import(&model, &ImportOptions::default()).unwrap();
+        let mut g = import_model(&model, None, &ImportOptions::default())
+            .unwrap()
+            .graph;
+        nnc::passes::heads_attention::run(&mut g).unwrap();
+        nnc::passes::PassManager::default().run(&mut g).unwrap();
+        assert!(
+            (g.nodes.iter()).any(|n| matches!(n.op, nnc::ops::Op::HeadsAttention { .. })),
+            "s={s} t={t}: fused"
+        );
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let got = runner::run_compiled(&g, &inputs, Target::host()).unwrap();
+        assert_close(
+            &expected,
+            &got,
+            &format!("static cross-attention s={s} t={t}"),
+        );
+    }
+}
+
 /// The model imported with each dim fixed at its value.
 fn static_at_values(model: &ModelProto, values: &[(&str, usize)]) -> Graph {
     let mut opts = ImportOptions::default();

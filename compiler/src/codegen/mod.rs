@@ -143,15 +143,6 @@ fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisEx
         .collect()
 }
 
-/// For a value whose rows a row dim counts: that count and the bytes per row.
-fn counted_row_bytes(graph: &Graph, v: ValueId) -> Option<(ValueId, usize)> {
-    let e = graph.value(v).run_extent.as_ref()?;
-    crate::dims::row_dim_of(graph, e.count)?;
-    let ty = graph.ty(v);
-    let rows = *ty.shape.get(*e.axes.first()?)?;
-    Some((e.count, ty.byte_size() / rows.max(1)))
-}
-
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     compile_graph_reporting(graph, opts, &crate::progress::Silent)
@@ -936,9 +927,6 @@ struct NodeSequence<'a> {
     row_loops: &'a [Option<row_loops::RowLoop>],
 }
 
-/// `infer_with_workspace(inputs, outputs, workspace)`: every node in order, a split
-/// node's tasks in a loop; or, `with_pool`, the local `run_pooled(inputs, outputs,
-/// workspace, pool)` that launches the split nodes' tasks on the pool.
 /// `PREFIXinfer_with_workspace(inputs, outputs, workspace)` of a graph with dims:
 /// `emit` runs its node sequence with every dim at its maximum and returns the status.
 fn define_exported_infer_with_workspace(
@@ -969,6 +957,9 @@ fn define_exported_infer_with_workspace(
     )
 }
 
+/// `infer_with_workspace(inputs, outputs, workspace)`: every node in order, a split
+/// node's tasks in a loop; or, `with_pool`, the local `run_pooled(inputs, outputs,
+/// workspace, pool)` that launches the split nodes' tasks on the pool.
 fn define_infer_with_workspace(
     module: &mut ObjectModule,
     ctx: &mut Context,
@@ -1130,9 +1121,10 @@ fn define_infer_with_workspace(
                 let src = addr_of(b, plan.storage[v.0].expect("copied outputs have storage"));
                 let src = offset_by(b, src, plan.offset[v.0]);
                 let dst = addr_of(b, Storage::Output(*i));
-                let n = match counted_row_bytes(graph, *v) {
+                let n = match crate::dims::counted_rows(graph, *v) {
                     // The caller's buffer holds the run's rows.
-                    Some((count, row_bytes)) => {
+                    Some(rows) => {
+                        let (count, row_bytes) = (rows.count, rows.row_bytes(graph, *v));
                         let at = addr_of(b, plan.storage[count.0].expect("a count has storage"));
                         let at = offset_by(b, at, plan.offset[count.0]);
                         let rows = b.ins().load(types::I64, flags(), at, 0);

@@ -65,7 +65,7 @@ fn align(n: usize) -> usize {
 }
 
 /// True for nodes that only reinterpret their input's shape (or, BitCast, its bits).
-fn is_view_op(op: &Op) -> bool {
+pub(super) fn is_view_op(op: &Op) -> bool {
     matches!(
         op,
         Op::Reshape { .. } | Op::Unary(UnaryOp::Identity) | Op::BitCast { .. }

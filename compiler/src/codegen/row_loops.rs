@@ -153,10 +153,7 @@ fn at_one_row(g: &mut Graph, k: usize, form: &RowForm) {
 /// graph output whose rows a row dim counts: the caller's buffer holds only the run's
 /// rows.
 fn touches_caller_rows(graph: &Graph, node: &crate::ir::Node, in_inputs: &[bool]) -> bool {
-    let counted = |v: &ValueId| {
-        (graph.value(*v).run_extent.as_ref())
-            .is_some_and(|e| crate::dims::row_dim_of(graph, e.count).is_some())
-    };
+    let counted = |v: &ValueId| crate::dims::counted_rows(graph, *v).is_some();
     node.inputs
         .iter()
         .flatten()
@@ -170,16 +167,12 @@ fn touches_caller_rows(graph: &Graph, node: &crate::ir::Node, in_inputs: &[bool]
 /// Per value: whether it is a graph input or a view of one (see
 /// [`touches_caller_rows`]).
 fn in_caller_inputs(graph: &Graph) -> Vec<bool> {
-    use crate::ops::{Op, UnaryOp};
     let mut marked = vec![false; graph.values.len()];
     for v in &graph.inputs {
         marked[v.0] = true;
     }
     for n in &graph.nodes {
-        let view = matches!(
-            n.op,
-            Op::Reshape { .. } | Op::Unary(UnaryOp::Identity) | Op::BitCast { .. }
-        );
+        let view = super::plan::is_view_op(&n.op);
         if let (true, [Some(x)], [y]) = (view, n.inputs.as_slice(), n.outputs.as_slice()) {
             marked[y.0] |= marked[x.0] && !graph.outputs.contains(y);
         }

@@ -352,10 +352,7 @@ pub(super) fn define_run(
                     (r, Some(count))
                 }
                 None => {
-                    if let Some(rows) = rows {
-                        let n = dim_value(b, options, size, rows.range(), out_of_range);
-                        rows.store(b, ws, n);
-                    }
+                    rows_value(b, (options, size, ws), rows, out_of_range);
                     let f = module.declare_func_in_func(infer_ws, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws]);
                     (b.inst_results(call)[0], None)
@@ -391,10 +388,7 @@ pub(super) fn define_run(
                     (r, Some(count))
                 }
                 None => {
-                    if let Some(rows) = rows {
-                        let n = dim_value(b, options, size, rows.range(), out_of_range);
-                        rows.store(b, ws, n);
-                    }
+                    rows_value(b, (options, size, ws), rows, out_of_range);
                     let f = module.declare_func_in_func(run_pooled, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
                     (b.inst_results(call)[0], None)

@@ -68,11 +68,8 @@ impl SampleLayout {
             vs.iter()
                 .zip(marks)
                 .map(|(v, &m)| {
-                    let e = graph.value(*v).run_extent.as_ref().filter(|_| m)?;
-                    crate::dims::row_dim_of(graph, e.count)?;
-                    let ty = graph.ty(*v);
-                    let rows = *ty.shape.get(*e.axes.first()?)?;
-                    Some((ty.byte_size() / rows.max(1)) as i64)
+                    let rows = crate::dims::counted_rows(graph, *v).filter(|_| m)?;
+                    Some(rows.row_bytes(graph, *v) as i64)
                 })
                 .collect()
         };

@@ -87,6 +87,33 @@ pub fn row_dim_of(graph: &Graph, count: ValueId) -> Option<&RowDim> {
     graph.row_dims.iter().find(|d| d.count == count)
 }
 
+/// Where a value's rows are counted by a row dim: the count and the axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountedRows {
+    pub count: ValueId,
+    pub axis: usize,
+}
+
+impl CountedRows {
+    /// Bytes per row of `v` (its rows contiguous: only unit axes before them).
+    pub fn row_bytes(&self, graph: &Graph, v: ValueId) -> usize {
+        let ty = graph.ty(v);
+        ty.byte_size() / ty.shape[self.axis].max(1)
+    }
+}
+
+/// How a row dim counts `v`'s rows, if it does (a value of run-time extent whose count
+/// is a row dim's, not a value-dependent output's).
+pub fn counted_rows(graph: &Graph, v: ValueId) -> Option<CountedRows> {
+    let e = graph.value(v).run_extent.as_ref()?;
+    row_dim_of(graph, e.count)?;
+    let axis = *e.axes.first()?;
+    (axis < graph.ty(v).rank()).then_some(CountedRows {
+        count: e.count,
+        axis,
+    })
+}
+
 /// Per value: whether a node or the graph's outputs read it.
 pub(crate) fn read_values(graph: &Graph) -> Vec<bool> {
     let mut read = vec![false; graph.values.len()];
@@ -142,11 +169,7 @@ pub fn run_samples(
     };
     // A sample's axes are the graph's but for axis 0 (the samples) and a row dim's
     // axis, whose extent the inputs set.
-    let rows_axis = |v: ValueId| {
-        (graph.value(v).run_extent.as_ref())
-            .filter(|e| row_dim_of(graph, e.count).is_some())
-            .and_then(|e| e.axes.first().copied())
-    };
+    let rows_axis = |v: ValueId| counted_rows(graph, v).map(|c| c.axis);
     let mut samples = None;
     for ((v, t), &marked) in graph.inputs.iter().zip(inputs).zip(&sl.inputs) {
         let unit = graph.ty(*v);
@@ -240,8 +263,7 @@ pub fn reads_fewest_rows(graph: &Graph, node: &crate::ir::Node) -> bool {
     let Some(e) = graph.value(*x).run_extent.as_ref() else {
         return false;
     };
-    let min = (graph.row_dims.iter())
-        .find(|r| r.count == e.count)
+    let min = row_dim_of(graph, e.count)
         .and_then(|r| graph.dims.get(r.dim))
         .map(|d| d.min);
     min.is_some_and(|min| crate::ops::rows::reads_first_rows(graph, node, min))

@@ -1,8 +1,8 @@
 //! Multi-head attention with the heads side by side in the last axis
 //! (`Op::HeadsAttention`), for sequences whose length may be known only at run time.
 //!
-//! Per leading index and head `h`, with `n` queries and keys (the run's count, or the
-//! static extent):
+//! Per leading index and head `h`, with `n` keys (the run's count, or the static
+//! extent):
 //! 1. the keys of head `h` are copied transposed into a `d × W` block whose columns
 //!    `n..W` are zero, its values into a `W × dv` block whose rows `n..W` are zero, and
 //!    the mask's row into `W` floats ending in `f32::MIN` (so padded keys get no weight),
@@ -94,8 +94,12 @@ impl Dims {
 impl KeyBucket {
     fn new(keys: usize, dims: &Dims, gemm: &Geometry) -> KeyBucket {
         let per_block = (SCORES_BLOCK_BYTES / (keys * F32)).max(1);
-        // A bucket runs at most as many queries as it has keys (self-attention).
-        let queries = dims.s.min(keys);
+        // Below the bound, a bucket runs self-attention: as many queries as keys.
+        let queries = if keys >= dims.t {
+            dims.s
+        } else {
+            dims.s.min(keys)
+        };
         let block_rows = if per_block >= queries {
             queries.max(1)
         } else {
@@ -300,13 +304,15 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
         .scratch
         .ok_or("the heads-attention plan gave no scratch")?;
     let b = &mut *ctx.b;
-    let n = match run_rows {
-        Some(run) => run.count,
-        None => kernel::iconst(b, dims.s as i64),
+    // A counted sequence is both the queries and the keys (checked above).
+    let (queries, keys) = match run_rows {
+        Some(run) => (run.count, run.count),
+        None => (
+            kernel::iconst(b, dims.s as i64),
+            kernel::iconst(b, dims.t as i64),
+        ),
     };
-    let lead_shape = vec![dims.lead];
-    kernel::nested_loop(b, &lead_shape, &mut |b, idx| {
-        let l = idx[0];
+    kernel::counted_loop(b, 0, dims.lead as i64, 1, |b, l| {
         kernel::counted_loop(b, 0, heads as i64, 1, |b, h| {
             let head = Head {
                 q: operand_at(b, q.ptr, l, dims.s * hd, h, dims.d),
@@ -326,8 +332,15 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
                     (b.ins().iadd(at, head_off), s[r])
                 }),
             };
-            choose_bucket(b, &codes, n, &|b, code| {
-                run_head(b, code, (&dims, &geom), (&head, causal), n, scratch);
+            choose_bucket(b, &codes, keys, &|b, code| {
+                run_head(
+                    b,
+                    code,
+                    (&dims, &geom),
+                    (&head, causal),
+                    (queries, keys),
+                    scratch,
+                );
             });
         });
     });
@@ -382,12 +395,13 @@ fn choose_bucket(
     }
 }
 
+/// One head with bucket `code`: `queries` query rows against `n` keys.
 fn run_head(
     b: &mut FunctionBuilder,
     code: &BucketCode,
     (dims, geom): (&Dims, &Geometry),
     (head, causal): (&Head, bool),
-    n: Value,
+    (queries, n): (Value, Value),
     scratch: Value,
 ) {
     let w = code.bucket.keys;
@@ -457,7 +471,7 @@ fn run_head(
         v_rows
     };
     let rows = code.bucket.block_rows;
-    let full = b.ins().udiv_imm_u(n, rows as i64);
+    let full = b.ins().udiv_imm_u(queries, rows as i64);
     kernel::dynamic_loop(b, full, |b, blk| {
         let r0 = b.ins().imul_imm_s(blk, rows as i64);
         let q_rows = kernel::elem_addr(b, head.q, r0, hd * F32);
@@ -471,7 +485,7 @@ fn run_head(
         code.output.call(b, scores, v_b, y_rows, &[]);
     });
     let r0 = b.ins().imul_imm_s(full, rows as i64);
-    let tail = b.ins().isub(n, r0);
+    let tail = b.ins().isub(queries, r0);
     let any = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, tail, 0);
     kernel::if_else(
         b,
