@@ -1198,6 +1198,115 @@ fn attention_across_a_sequence_dim_runs_from_one_library() {
     assert_close(&expected, &got, "static, batch=2 seq=20");
 }
 
+/// A CNN classifier over images of any size (`size` on both plane axes, `N` images
+/// when `batch`): a padded conv with batch norm and ReLU, a padded max pool, a
+/// strided conv, a pointwise conv with a residual, a depthwise conv, a ceil-mode
+/// average pool, global pooling and a classifier.
+fn image_classifier(seed: u64, batch: bool) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[1, 3, 16, 16]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    if batch {
+        symbolic(&mut m, &x, 0, "N");
+    }
+    let conv = |m: &mut ModelBuilder, x: &str, shape: [usize; 4], attrs: Vec<(&str, Attr)>| {
+        let w = m.weight(&shape, 0.4);
+        let b = m.weight(&[shape[0]], 0.1);
+        m.node("Conv", &[x, &w, &b], attrs)
+    };
+    let y = conv(
+        &mut m,
+        &x,
+        [8, 3, 3, 3],
+        vec![("pads", Attr::Ints(vec![1; 4]))],
+    );
+    let (sc, bi, mean) = (
+        m.weight(&[8], 1.0),
+        m.weight(&[8], 0.1),
+        m.weight(&[8], 0.1),
+    );
+    let var = m.float_init(&[8], vec![0.5; 8]);
+    let y = m.node("BatchNormalization", &[&y, &sc, &bi, &mean, &var], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = m.node(
+        "MaxPool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ("strides", Attr::Ints(vec![2, 2])),
+            ("pads", Attr::Ints(vec![1; 4])),
+        ],
+    );
+    let y = conv(
+        &mut m,
+        &y,
+        [16, 8, 3, 3],
+        vec![("strides", Attr::Ints(vec![2, 2]))],
+    );
+    let y = m.node("Relu", &[&y], vec![]);
+    let z = conv(&mut m, &y, [16, 16, 1, 1], vec![]);
+    let y = m.node("Add", &[&z, &y], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(
+        &mut m,
+        &y,
+        [16, 1, 3, 3],
+        vec![("pads", Attr::Ints(vec![1; 4])), ("group", Attr::I(16))],
+    );
+    let y = m.node(
+        "AveragePool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+            ("ceil_mode", Attr::I(1)),
+        ],
+    );
+    let y = m.node("GlobalAveragePool", &[&y], vec![]);
+    let y = m.node("Flatten", &[&y], vec![("axis", Attr::I(1))]);
+    let wc = m.weight(&[10, 16], 0.5);
+    let bc = m.weight(&[10], 0.1);
+    let y = m.node("Gemm", &[&y, &wc, &bc], vec![("transB", Attr::I(1))]);
+    m.output(&y);
+    m.encode()
+}
+
+/// Images of every size in range from one library (`--dim size=9..40`): the planes'
+/// extents follow each conv and pool at run time, the outputs match the interpreter on
+/// the model imported at that size, sizes out of range write nothing.
+#[test]
+fn an_image_size_dim_runs_every_size_from_one_library() {
+    let model = decode(&image_classifier(41, false));
+    let g = import(&model, &with_range("size", 9, 40)).unwrap();
+    assert_eq!(g.row_dims.len(), 1);
+    let lib = Dynamic::new(g);
+    for (s, seed) in [
+        (9usize, 1u64),
+        (10, 2),
+        (16, 3),
+        (17, 4),
+        (23, 5),
+        (39, 6),
+        (40, 7),
+    ] {
+        let reference = static_at(&model, "size", s);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let (status, shapes) = lib.shapes(Some(&[s as i64]));
+        assert_eq!(status, 0);
+        assert_eq!(shapes, vec![vec![1, 3, s, s], vec![1, 10]]);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
+        assert_eq!(status, 0, "size={s}");
+        assert_close(&expected, &got, &format!("size={s} vs the interpreter"));
+    }
+    let reference = static_at(&model, "size", 9);
+    let inputs = inputs_for(&reference, 8);
+    let (status, got) = lib.run(Some(&[8]), &inputs, None, &[vec![1, 10]]);
+    assert_eq!(status, NNC_ERR_DIM_OUT_OF_RANGE);
+    assert!(got[0].to_le_bytes().iter().all(|&x| x == SENTINEL));
+}
+
 /// Cross-attention: `s` queries from `x` attend `t` keys and values from `memory`, with
 /// an additive mask row per key.
 fn cross_attention(seed: u64, d: usize, heads: usize, s: usize, t: usize) -> Vec<u8> {

@@ -73,6 +73,9 @@ pub enum Strategy {
     /// Multi-head attention over heads side by side, per key bucket (see
     /// [`lower::HeadsAttentionPlan`]).
     HeadsAttention(lower::HeadsAttentionPlan),
+    /// A node on image planes whose size only the run knows (see
+    /// [`lower::PlanesPlan`]).
+    Planes(lower::PlanesPlan),
     /// The INT8 convolution.
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
@@ -196,6 +199,7 @@ impl NodeKernel {
             Strategy::Softmax(_) => "softmax-rows".into(),
             Strategy::Attention(_) => "attention-rows".into(),
             Strategy::HeadsAttention(_) => "heads-attention-rows".into(),
+            Strategy::Planes(_) => "run-time-planes".into(),
             Strategy::ConvU8S8(
                 Int8Conv::Vnni { tiles_outer: true }
                 | Int8Conv::Ymm {
@@ -223,6 +227,7 @@ impl NodeKernel {
             Strategy::Gemm(g) => vec![gemm_kernel_name(g)],
             Strategy::Conv(c) => c.kernels(),
             Strategy::Pool(p) => p.kernels(),
+            Strategy::Planes(p) => p.gemm.iter().map(|(g, _)| gemm_kernel_name(g)).collect(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
             Strategy::Attention(AttentionPlan { gemm, softmax, .. })
@@ -302,6 +307,14 @@ pub fn plan_kernels_for(
             .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
             .collect(),
     };
+    // Nodes on run-time planes (but elementwise ones, which run over the whole buffer).
+    for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
+        if crate::ops::rows::passed_extent(graph, node).is_none() {
+            if let Some(planes) = lower::plan_planes(graph, node, target, options) {
+                *k = planes;
+            }
+        }
+    }
     for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
         if k.tasks == 1 {
             if let Some(rows) = super::tasks::row_slicing(graph, node) {

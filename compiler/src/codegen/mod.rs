@@ -143,6 +143,20 @@ fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisEx
         .collect()
 }
 
+/// `unit_bytes · n^axes`: the bytes of a caller's buffer whose `axes` axes are each
+/// `n` long (see [`crate::dims::CountedRows`]).
+pub(super) fn counted_bytes(
+    b: &mut FunctionBuilder,
+    n: Value,
+    (unit_bytes, axes): (i64, u32),
+) -> Value {
+    let mut bytes = b.ins().imul_imm_s(n, unit_bytes);
+    for _ in 1..axes {
+        bytes = b.ins().imul(bytes, n);
+    }
+    bytes
+}
+
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     compile_graph_reporting(graph, opts, &crate::progress::Silent)
@@ -1124,11 +1138,11 @@ fn define_infer_with_workspace(
                 let n = match crate::dims::counted_rows(graph, *v) {
                     // The caller's buffer holds the run's rows.
                     Some(rows) => {
-                        let (count, row_bytes) = (rows.count, rows.row_bytes(graph, *v));
+                        let (count, unit_bytes) = (rows.count, rows.unit_bytes(graph, *v));
                         let at = addr_of(b, plan.storage[count.0].expect("a count has storage"));
                         let at = offset_by(b, at, plan.offset[count.0]);
-                        let rows = b.ins().load(types::I64, flags(), at, 0);
-                        b.ins().imul_imm_s(rows, row_bytes as i64)
+                        let n = b.ins().load(types::I64, flags(), at, 0);
+                        counted_bytes(b, n, (unit_bytes as i64, rows.axes))
                     }
                     None => kernel::iconst(b, graph.ty(*v).byte_size() as i64),
                 };

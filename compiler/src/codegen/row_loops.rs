@@ -46,6 +46,22 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
         if crate::dims::reads_fewest_rows(graph, node) {
             continue;
         }
+        // Unless elementwise (over the whole buffer, below).
+        if let Some(e) = reads_planes(graph, node)
+            .filter(|_| crate::ops::rows::passed_extent(graph, node).is_none())
+        {
+            // One call: the node computes every extent from the dim's count.
+            let bound = crate::dims::row_dim_of(graph, e.count)
+                .and_then(|r| graph.dims.get(r.dim))
+                .map_or(1, |d| d.max);
+            loops[k] = Some(RowLoop {
+                count: e.count,
+                within: 0,
+                row_bytes: vec![],
+                whole: Some(bound),
+            });
+            continue;
+        }
         let lost = (node.outputs.iter()).any(|o| graph.value(*o).run_extent.is_none());
         if lost {
             return Err(refuse(
@@ -91,6 +107,12 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
         at_one_row(g, k, &form);
     }
     Ok(RowLoops { lowered, loops })
+}
+
+/// The planes `node`'s first input carries, if it reads run-time planes.
+fn reads_planes<'g>(graph: &'g Graph, node: &crate::ir::Node) -> Option<&'g crate::ir::RunExtent> {
+    let x = node.inputs.first().copied().flatten()?;
+    graph.value(x).run_extent.as_ref().filter(|e| e.is_planes())
 }
 
 /// Whether `node` is a float32 MatMul of row-carrying A (and residual) by constant

@@ -29,9 +29,10 @@ pub(super) struct SampleLayout {
     pub inputs: Vec<i64>,
     pub outputs: Vec<i64>,
     /// Per input and output whose samples are rows of a row dim: the bytes per row
-    /// (a sample then holds as many rows as the run has).
-    pub input_rows: Vec<Option<i64>>,
-    pub output_rows: Vec<Option<i64>>,
+    /// and the number of counted axes (a sample then holds `unit · rows^axes` bytes,
+    /// see [`crate::dims::CountedRows`]).
+    pub input_rows: Vec<Option<(i64, u32)>>,
+    pub output_rows: Vec<Option<(i64, u32)>>,
     /// The looped dim: its index in `nnc_run_options.dims` and its range.
     pub dim: usize,
     pub min: i64,
@@ -69,7 +70,7 @@ impl SampleLayout {
                 .zip(marks)
                 .map(|(v, &m)| {
                     let rows = crate::dims::counted_rows(graph, *v).filter(|_| m)?;
-                    Some(rows.row_bytes(graph, *v) as i64)
+                    Some((rows.unit_bytes(graph, *v) as i64, rows.axes))
                 })
                 .collect()
         };
@@ -126,12 +127,12 @@ pub(super) fn emit_loop(
         b.ins().stack_addr(PTR, s, 0)
     };
     // Each sample's bytes, computed once.
-    let mut sample_bytes = |fixed: &[i64], per_row: &[Option<i64>]| -> Vec<Option<Value>> {
+    let mut sample_bytes = |fixed: &[i64], per_row: &[Option<(i64, u32)>]| -> Vec<Option<Value>> {
         fixed
             .iter()
             .zip(per_row)
             .map(|(&bytes, row)| match (row, rows) {
-                (Some(row), Some(n)) => Some(b.ins().imul_imm_s(n, *row)),
+                (Some(row), Some(n)) => Some(super::counted_bytes(b, n, *row)),
                 _ => (bytes != 0).then(|| b.ins().iconst(PTR, bytes)),
             })
             .collect()

@@ -14,6 +14,7 @@
 //! each row from the same rows, is the run-time extent of the values it reaches in the
 //! graph compiled at its maximum.
 
+pub mod planes;
 pub mod range;
 pub mod row_extent;
 pub mod sample_loop;
@@ -87,30 +88,48 @@ pub fn row_dim_of(graph: &Graph, count: ValueId) -> Option<&RowDim> {
     graph.row_dims.iter().find(|d| d.count == count)
 }
 
-/// Where a value's rows are counted by a row dim: the count and the axis.
+/// Where a value's rows are counted by a row dim: the count and the axis, and for an
+/// image's planes the dim itself along `axes` axes from `axis` (the caller's buffer
+/// then holds `count^axes` units of [`CountedRows::unit_bytes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CountedRows {
     pub count: ValueId,
     pub axis: usize,
+    pub axes: u32,
 }
 
 impl CountedRows {
     /// Bytes per row of `v` (its rows contiguous: only unit axes before them).
     pub fn row_bytes(&self, graph: &Graph, v: ValueId) -> usize {
+        self.unit_bytes(graph, v)
+    }
+
+    /// Bytes of `v` per unit of each counted axis: its bytes at the bound divided by
+    /// the counted axes' bounds.
+    pub fn unit_bytes(&self, graph: &Graph, v: ValueId) -> usize {
         let ty = graph.ty(v);
-        ty.byte_size() / ty.shape[self.axis].max(1)
+        let e = graph.value(v).run_extent.as_ref();
+        let axes = e.map_or(&[][..], |e| e.axes.as_slice());
+        let bounds: usize = axes.iter().map(|&a| ty.shape[a].max(1)).product();
+        ty.byte_size() / bounds.max(1)
     }
 }
 
 /// How a row dim counts `v`'s rows, if it does (a value of run-time extent whose count
-/// is a row dim's, not a value-dependent output's).
+/// is a row dim's, not a value-dependent output's): along one axis, or along an image's
+/// planes that are each the dim itself.
 pub fn counted_rows(graph: &Graph, v: ValueId) -> Option<CountedRows> {
     let e = graph.value(v).run_extent.as_ref()?;
     row_dim_of(graph, e.count)?;
     let axis = *e.axes.first()?;
+    if e.is_planes() && !e.sizes.iter().all(|s| s.is_dim()) {
+        return None;
+    }
+    let axes = if e.is_planes() { e.axes.len() } else { 1 };
     (axis < graph.ty(v).rank()).then_some(CountedRows {
         count: e.count,
         axis,
+        axes: axes as u32,
     })
 }
 
@@ -131,13 +150,15 @@ fn row_axis_dims(graph: &Graph) -> Vec<AxisDim> {
         .filter_map(|(tensor, v)| {
             let e = graph.value(*v).run_extent.as_ref()?;
             let d = row_dim_of(graph, e.count)?;
-            Some(AxisDim {
+            let counted = if e.is_planes() { e.axes.len() } else { 1 };
+            Some(e.axes[..counted].iter().map(move |&axis| AxisDim {
                 tensor,
-                axis: *e.axes.first()?,
+                axis,
                 dim: d.dim,
                 scale: 1,
-            })
+            }))
         })
+        .flatten()
         .collect()
 }
 
@@ -169,7 +190,14 @@ pub fn run_samples(
     };
     // A sample's axes are the graph's but for axis 0 (the samples) and a row dim's
     // axis, whose extent the inputs set.
-    let rows_axis = |v: ValueId| counted_rows(graph, v).map(|c| c.axis);
+    let counted_axis = |v: ValueId, a: usize| {
+        let e = graph.value(v).run_extent.as_ref();
+        e.filter(|_| counted_rows(graph, v).is_some())
+            .is_some_and(|e| match e.is_planes() {
+                true => e.axes.contains(&a),
+                false => e.axes.first() == Some(&a),
+            })
+    };
     let mut samples = None;
     for ((v, t), &marked) in graph.inputs.iter().zip(inputs).zip(&sl.inputs) {
         let unit = graph.ty(*v);
@@ -177,7 +205,7 @@ pub fn run_samples(
             continue;
         }
         let (s, u) = (t.shape(), &unit.shape);
-        let same_axes = (1..u.len()).all(|a| s.get(a) == u.get(a) || Some(a) == rows_axis(*v));
+        let same_axes = (1..u.len()).all(|a| s.get(a) == u.get(a) || counted_axis(*v, a));
         let k = (s.len() == u.len() && u[0] > 0 && s[0] % u[0] == 0 && same_axes)
             .then(|| s[0] / u[0])
             .ok_or_else(|| {

@@ -69,6 +69,7 @@ pub fn import_with_row_extent(
     let extent = |axis: usize| RunExtent {
         axes: vec![axis],
         count,
+        sizes: vec![],
         whole_shape: false,
     };
     let mut any_input = false;

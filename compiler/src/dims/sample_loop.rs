@@ -50,11 +50,31 @@ pub fn import_with_ranges(
     let Err(NncError::Model(by_samples)) = sample_loop else {
         return sample_loop;
     };
-    super::row_extent::import_with_row_extent(model, base_dir, opts, range).map_err(|e| {
+    import_by_rows_or_planes(model, base_dir, opts, range).map_err(|e| {
         let message = e.to_string();
         let prefix = format!("dimension '{}': ", range.name);
         let by_rows = message.strip_prefix(&prefix).unwrap_or(&message);
         NncError::Model(format!("{by_samples}; nor can it vary by rows: {by_rows}"))
+    })
+}
+
+/// `range` varying by rows or, failing that, as the planes of images; the error says
+/// why neither works.
+fn import_by_rows_or_planes(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+    range: &super::DimRange,
+) -> Result<Imported> {
+    let by_rows = match super::row_extent::import_with_row_extent(model, base_dir, opts, range) {
+        Ok(i) => return Ok(i),
+        Err(e) => e.to_string(),
+    };
+    super::planes::import_with_planes(model, base_dir, opts, range).map_err(|e| {
+        let prefix = format!("dimension '{}': ", range.name);
+        let planes = e.to_string();
+        let planes = planes.strip_prefix(&prefix).unwrap_or(&planes).to_string();
+        NncError::Model(format!("{by_rows}; nor as an image's planes: {planes}"))
     })
 }
 
@@ -106,12 +126,7 @@ fn import_samples_of_rows(
             }
         };
         let one_sample = opts.with_range_fixed(s, 1);
-        let mut rows = match super::row_extent::import_with_row_extent(
-            model,
-            base_dir,
-            &one_sample,
-            &ranges[r],
-        ) {
+        let mut rows = match import_by_rows_or_planes(model, base_dir, &one_sample, &ranges[r]) {
             Ok(i) => i,
             Err(e) => {
                 why_not.push(e.to_string());

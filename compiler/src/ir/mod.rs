@@ -2,10 +2,12 @@
 
 pub mod code_elements;
 pub mod dtype;
+pub mod extent_expr;
 pub mod graph;
 pub mod low_precision;
 pub mod tensor;
 
 pub use dtype::{DType, TensorType};
+pub use extent_expr::{ExtentExpr, ExtentStep};
 pub use graph::{Graph, Node, RunExtent, ValueId, ValueInfo};
 pub use tensor::{Element, Tensor};

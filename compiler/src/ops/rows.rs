@@ -41,6 +41,9 @@ impl RowForm {
 /// The axis rows of a value of type `ty` and extent `e` run along: its one varying
 /// axis, when every axis before it is a unit axis.
 pub fn row_axis(ty: &TensorType, e: &RunExtent) -> Option<usize> {
+    if e.is_planes() {
+        return None;
+    }
     match e.axes.as_slice() {
         &[a] if a < ty.rank() && ty.shape[..a].iter().all(|&d| d == 1) => Some(a),
         _ => None,
@@ -154,6 +157,7 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
             axes: vec![axis],
             count: extent.count,
             whole_shape: false,
+            sizes: vec![],
         },
         input_axes: row_axes,
         axis,
@@ -209,6 +213,7 @@ pub fn heads_attention_extent(graph: &Graph, node: &Node) -> Result<RunExtent, S
         axes: vec![graph.ty(q).rank() - 2],
         count: e.count,
         whole_shape: false,
+        sizes: vec![],
     })
 }
 
@@ -266,7 +271,23 @@ pub fn passed_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
             return Some(e.clone());
         }
     }
-    reshaped_extent(graph, &node.op, &node.inputs)
+    planes_elementwise(graph, node).or_else(|| reshaped_extent(graph, &node.op, &node.inputs))
+}
+
+/// The planes an elementwise op of planes of one size (and scalars) passes on: it runs
+/// over the whole planned buffer, each value dense at the same extents.
+fn planes_elementwise(graph: &Graph, node: &Node) -> Option<RunExtent> {
+    if !matches!(node.op, Op::Binary(_) | Op::Where) || node.outputs.len() != 1 {
+        return None;
+    }
+    let out = &graph.ty(node.outputs[0]).shape;
+    let extent_of = |v: ValueId| graph.value(v).run_extent.as_ref();
+    let e = node.inputs.iter().flatten().find_map(|v| extent_of(*v))?;
+    let same = node.inputs.iter().flatten().all(|v| match extent_of(*v) {
+        Some(ev) => ev == e && graph.ty(*v).shape == *out,
+        None => graph.ty(*v).numel() == 1,
+    });
+    (e.is_planes() && same).then(|| e.clone())
 }
 
 /// The extent of a Reshape's output that only adds or removes unit axes before the one
@@ -278,7 +299,11 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
         return None;
     };
     let extent = graph.value(*x).run_extent.as_ref()?;
-    let (&[a], false) = (extent.axes.as_slice(), extent.whole_shape) else {
+    let (&[a], false, false) = (
+        extent.axes.as_slice(),
+        extent.whole_shape,
+        extent.is_planes(),
+    ) else {
         return None;
     };
     let input = &graph.ty(*x).shape;
@@ -288,6 +313,7 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
         axes: vec![b],
         count: extent.count,
         whole_shape: false,
+        sizes: vec![],
     })
 }
 

@@ -16,6 +16,7 @@ mod linalg;
 mod low_precision;
 mod movement;
 mod norm;
+mod planes;
 mod pool;
 mod quant;
 mod reduce;
@@ -46,6 +47,7 @@ pub use gemm::{Geometry, KernelKind};
 pub use heads_attention::{plan_heads_attention, HeadsAttentionPlan};
 pub use linalg::plan_gemm;
 pub use norm::plan_softmax;
+pub use planes::{plan_planes, PlanesPlan};
 pub use pool::{plan_pool, PoolStrategy};
 pub use quant::plan_integer;
 pub use value_dependent::{nms_scratch, unique_scratch};
@@ -325,6 +327,9 @@ impl LowerCtx<'_, '_> {
 /// the task's slice (its operands narrowed to those rows), through code for the full
 /// slices and for the last one.
 pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
+    if let Strategy::Planes(_) = ctx.kernel.strategy {
+        return planes::lower_planes(ctx, op);
+    }
     let (Some(task), Some(rows)) = (ctx.task, ctx.kernel.rows) else {
         return lower_node(ctx, op);
     };

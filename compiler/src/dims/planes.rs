@@ -1,0 +1,348 @@
+//! The *planes* strategy: a dim on spatial axes of an image (`[1, 3, size, size]`, a
+//! text line's `[1, 1, 32, width]`) whose every value in range the library runs
+//! exactly, each value stored densely at its actual extents.
+//!
+//! The graph is the one imported with the dim at its maximum, its memory planned
+//! there. A value the dim reaches carries a [`RunExtent`] whose `sizes` give each
+//! varying axis's extent as an [`ExtentExpr`] of the dim: the inputs' axes are the dim
+//! itself, a Conv or a windowed pool maps them through its output-size formula, an
+//! elementwise op keeps them, a global pool ends them. Nodes reading such values run
+//! once per call with the dim's count and compute every extent from it
+//! (`codegen::lower::planes`). The model is also imported at other values in range:
+//! the graphs must have the same nodes, and every value's shape there must be the one
+//! its extents predict (the others keeping shape and contents), which checks each
+//! formula against the importer's own shape inference.
+
+use std::path::Path;
+
+use super::range::DimRange;
+use super::sample_loop::same_structure;
+use super::{RowDim, SymbolicDim};
+use crate::error::{NncError, Result};
+use crate::ir::{DType, ExtentExpr, Graph, Node, RunExtent, TensorType, ValueId};
+use crate::onnx::proto::ModelProto;
+use crate::onnx::{import_model, ImportOptions, Imported};
+use crate::ops::{Op, PoolAttrs, PoolKind};
+
+/// Imports `model` with `range` varying the planes of its images (see the module doc).
+pub fn import_with_planes(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+    range: &DimRange,
+) -> Result<Imported> {
+    let why = |m: String| NncError::Model(format!("dimension '{}': {m}", range.name));
+    // The graph passes first: batch norms and activations fused into the convs leave
+    // only ops with planes for the analysis.
+    let at = |k: usize| {
+        let mut imported = import_model(model, base_dir, &opts.bound(&[k]))
+            .map_err(|e| why(format!("importing the model with it at {k} fails: {e}")))?;
+        if imported.unsupported.is_empty() {
+            crate::passes::PassManager::default()
+                .run(&mut imported.graph)
+                .map_err(|e| why(format!("the graph passes with it at {k}: {e}")))?;
+        }
+        Ok::<_, NncError>(imported)
+    };
+    let mut top = at(range.max)?;
+    if !top.unsupported.is_empty() {
+        return Ok(top);
+    }
+    let mut values = vec![
+        range.min,
+        range.min + 1,
+        range.min + 2,
+        (range.min + range.max) / 2,
+        range.max.saturating_sub(1),
+    ];
+    values.retain(|&k| k >= range.min && k < range.max);
+    values.sort_unstable();
+    values.dedup();
+    let mut others = vec![];
+    for k in values {
+        others.push((k, at(k)?.graph));
+    }
+    let g = &mut top.graph;
+    for (_, other) in &others {
+        same_structure(g, other, without_window_sizes).map_err(why)?;
+    }
+    let count = g.add_value(
+        format!("{} (dim)", range.name),
+        TensorType::new(DType::I64, vec![1]),
+        None,
+    );
+    let mut any_input = false;
+    for v in g.inputs.clone() {
+        let axes = input_axes(g, v, range.max, &others).map_err(why)?;
+        if !axes.is_empty() {
+            g.values[v.0].run_extent = Some(RunExtent {
+                sizes: vec![ExtentExpr::dim(); axes.len()],
+                axes,
+                count,
+                whole_shape: false,
+            });
+            any_input = true;
+        }
+    }
+    if !any_input {
+        return Err(why("no input of the model has an axis it sets".into()));
+    }
+    for k in 0..g.nodes.len() {
+        let node = &g.nodes[k];
+        let reads = |v: &ValueId| g.value(*v).run_extent.is_some();
+        if !node.inputs.iter().flatten().any(reads) {
+            continue;
+        }
+        let extent = output_planes(g, node)
+            .map_err(|m| why(format!("node '{}' ({}): {m}", node.name, node.onnx_op)))?;
+        for o in node.outputs.clone() {
+            g.values[o.0].run_extent = extent.clone();
+        }
+    }
+    check_predictions(g, &others).map_err(why)?;
+    check_sizes(g, range).map_err(why)?;
+    g.dims = vec![SymbolicDim {
+        name: range.name.clone(),
+        min: range.min,
+        max: range.max,
+    }];
+    g.row_dims = vec![RowDim { dim: 0, count }];
+    Ok(top)
+}
+
+/// `op` with the window sizes that follow the planes blanked (a global pool's kernel,
+/// a pool's output size): the predictions check them.
+fn without_window_sizes(op: &Op) -> String {
+    let mut op = op.clone();
+    if let Op::Pool(p) = &mut op {
+        // A global pool's window is the plane: stride 1, no pads, one output.
+        let global = (p.strides.iter().all(|&s| s == 1) && p.pads.iter().all(|&d| d == 0))
+            && p.output_spatial.iter().all(|&d| d == 1);
+        if global {
+            p.kernel.iter_mut().for_each(|d| *d = 0);
+        }
+        p.output_spatial.iter_mut().for_each(|d| *d = 0);
+    }
+    format!("{op:?}")
+}
+
+/// The axes of input `v` that are the dim: `max` long in `top`, `k` long in the graph
+/// imported at `k`.
+fn input_axes(
+    top: &Graph,
+    v: ValueId,
+    max: usize,
+    others: &[(usize, Graph)],
+) -> std::result::Result<Vec<usize>, String> {
+    let s = &top.ty(v).shape;
+    let mut axes = vec![];
+    for a in 0..s.len() {
+        if others
+            .iter()
+            .all(|(_, o)| o.ty(v).shape.get(a) == Some(&s[a]))
+        {
+            continue;
+        }
+        let follows = s[a] == max
+            && (others.iter()).all(|(k, o)| o.ty(v).rank() == s.len() && o.ty(v).shape[a] == *k);
+        if !follows {
+            return Err(format!(
+                "input '{}' ({}) changes along axis {a} other than as the dim itself",
+                top.value(v).name,
+                top.ty(v)
+            ));
+        }
+        axes.push(a);
+    }
+    if !axes.is_empty() && axes[0] < 2 {
+        return Err(format!(
+            "input '{}' ({}) varies along axis {}: an image's planes are its axes after the \
+             batch and the channels",
+            top.value(v).name,
+            top.ty(v),
+            axes[0]
+        ));
+    }
+    Ok(axes)
+}
+
+/// The planes of `node`'s outputs (`None`: fixed again, after a global pool), or why
+/// the node cannot run on planes whose size only the run knows.
+fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent>, String> {
+    let extent_of = |v: ValueId| g.value(v).run_extent.as_ref();
+    let x = node.inputs.first().copied().flatten();
+    let first = x.and_then(extent_of);
+    let cannot = || {
+        Err(format!(
+            "{} cannot run on planes whose size is known only at run time (only Conv, pools, \
+             elementwise ops of planes of one size and global pools can so far)",
+            node.op.name()
+        ))
+    };
+    let Some(e) = first else {
+        return cannot();
+    };
+    let (x, dtype) = (x.expect("an input"), g.ty(x.expect("an input")).dtype);
+    if dtype != DType::F32 || !e.is_planes() || e.whole_shape {
+        return cannot();
+    }
+    let others_fixed =
+        |from: usize| (node.inputs.iter().skip(from).flatten()).all(|v| extent_of(*v).is_none());
+    match &node.op {
+        Op::Conv(c) => {
+            let sp = c.kernel.len();
+            let mut out = e.clone();
+            for (i, &a) in e.axes.iter().enumerate() {
+                let s = a - 2;
+                let span = (c.dilations[s] * (c.kernel[s] - 1) + 1) as i64;
+                let pads = (c.pads[s] + c.pads[s + sp]) as i64;
+                out.sizes[i] = e.sizes[i].window(pads, span, c.strides[s] as u64, false);
+            }
+            // A fused residual is shaped like the output.
+            let residual_ok = node.inputs.get(3).copied().flatten().is_none_or(|r| {
+                extent_of(r) == Some(&out) && g.ty(r).shape == g.ty(node.outputs[0]).shape
+            });
+            let params = &node.inputs[1..node.inputs.len().min(3)];
+            if params.iter().flatten().any(|v| extent_of(*v).is_some()) {
+                return Err("its weights or bias vary with the planes".into());
+            }
+            if !residual_ok {
+                return Err("its residual's planes differ from its output's".into());
+            }
+            Ok(Some(out))
+        }
+        Op::Pool(p) => {
+            if !others_fixed(1) || matches!(p.kind, PoolKind::Lp { .. }) {
+                return cannot();
+            }
+            pool_planes(g.ty(x), e, p)
+        }
+        op if op.passes_run_extent(dtype) && node.inputs.len() == 1 => Ok(Some(e.clone())),
+        Op::Binary(_) | Op::Where => {
+            // Over the whole planned buffer: every operand with planes has these, and
+            // the others are scalars.
+            let out = &g.ty(node.outputs[0]).shape;
+            let same = node.inputs.iter().flatten().all(|v| match extent_of(*v) {
+                Some(ev) => ev == e && g.ty(*v).shape == *out,
+                None => g.ty(*v).numel() == 1,
+            });
+            if !same {
+                return Err(format!(
+                    "{} reads planes of different sizes, or broadcasts a tensor over them \
+                     (only scalars can be, so far)",
+                    node.op.name()
+                ));
+            }
+            Ok(Some(e.clone()))
+        }
+        _ => cannot(),
+    }
+}
+
+/// A pool's output planes: none after a global pool (its window the whole plane), else
+/// each axis through the window formula, rounded down or, `ceil_mode`, up (which one
+/// the resolved output size at the maximum tells).
+fn pool_planes(
+    x: &TensorType,
+    e: &RunExtent,
+    p: &PoolAttrs,
+) -> std::result::Result<Option<RunExtent>, String> {
+    let sp = p.kernel.len();
+    let global = (e.axes.iter()).all(|&a| {
+        let s = a - 2;
+        p.kernel[s] == x.shape[a] && p.strides[s] == 1 && p.pads[s] + p.pads[s + sp] == 0
+    }) && p.output_spatial.iter().all(|&d| d == 1);
+    if global {
+        return Ok(None);
+    }
+    let mut out = e.clone();
+    for (i, &a) in e.axes.iter().enumerate() {
+        let s = a - 2;
+        let span = (p.dilations[s] * (p.kernel[s] - 1) + 1) as i64;
+        let (pb, pe) = (p.pads[s] as i64, p.pads[s + sp] as i64);
+        let stride = p.strides[s] as i64;
+        let at_max = |ceil: bool| {
+            ExtentExpr::dim()
+                .window(pb + pe, span, stride as u64, ceil)
+                .eval(x.shape[a] as i64)
+        };
+        let want = Some(p.output_spatial[s] as i64);
+        let ceil = if at_max(false) == want {
+            false
+        } else if at_max(true) == want && pb + pe == 0 && stride <= span {
+            // Without pads and with windows overlapping, the last window rounded up
+            // always starts inside the plane, so no window is dropped.
+            true
+        } else {
+            return Err(format!(
+                "its output size {} along axis {a} follows no formula nnc runs at run time \
+                 (ceil_mode with pads, or a stride past the window)",
+                p.output_spatial[s]
+            ));
+        };
+        out.sizes[i] = e.sizes[i].window(pb + pe, span, stride as u64, ceil);
+    }
+    Ok(Some(out))
+}
+
+/// Every value read or output: at each other value `k` of the dim, its shape is its
+/// planes' prediction (the others' shapes and constants unchanged).
+fn check_predictions(g: &Graph, others: &[(usize, Graph)]) -> std::result::Result<(), String> {
+    let read = super::read_values(g);
+    for (i, &r) in read.iter().enumerate() {
+        let v = ValueId(i);
+        if !r && !g.outputs.contains(&v) || g.values[i].name.ends_with(" (dim)") {
+            continue;
+        }
+        let info = g.value(v);
+        for (k, o) in others {
+            let mut want = info.ty.shape.clone();
+            if let Some(e) = &info.run_extent {
+                for (a, size) in e.axes.iter().zip(&e.sizes) {
+                    want[*a] = size.eval(*k as i64).unwrap_or(-1).max(0) as usize;
+                }
+            }
+            let got = &o.ty(v).shape;
+            if *got != want {
+                return Err(format!(
+                    "the value '{}' has shape {got:?} with it at {k}, but {want:?} follows from \
+                     the planes nnc computes",
+                    info.name
+                ));
+            }
+            if info.run_extent.is_none() && info.constant.as_ref() != o.constant(v) {
+                return Err(format!("the constant '{}' is computed from it", info.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every plane at least one element long over the whole range, and the outputs'
+/// planes the dim itself (what `model_info` can describe).
+fn check_sizes(g: &Graph, range: &DimRange) -> std::result::Result<(), String> {
+    for info in &g.values {
+        let Some(e) = &info.run_extent else { continue };
+        for (a, size) in e.axes.iter().zip(&e.sizes) {
+            let bad = (range.min..=range.max).find(|&n| size.eval(n as i64).unwrap_or(0) < 1);
+            if let Some(n) = bad {
+                return Err(format!(
+                    "the value '{}' would have no elements along axis {a} with it at {n} \
+                     (extent {size}); narrow the range",
+                    info.name
+                ));
+            }
+        }
+    }
+    for v in &g.outputs {
+        let e = g.value(*v).run_extent.as_ref();
+        if e.is_some_and(|e| !e.sizes.iter().all(ExtentExpr::is_dim)) {
+            return Err(format!(
+                "output '{}' has planes of a size derived from it; nnc reports outputs whose \
+                 planes are the dim itself so far",
+                g.value(*v).name
+            ));
+        }
+    }
+    Ok(())
+}
