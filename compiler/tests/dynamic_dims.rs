@@ -1307,6 +1307,62 @@ fn an_image_size_dim_runs_every_size_from_one_library() {
     assert!(got[0].to_le_bytes().iter().all(|&x| x == SENTINEL));
 }
 
+/// A batch of images of any size (`--dim N=1..3 --dim size=9..24`): one image's
+/// graph on planes, called per image with each image's planes as large as the run's;
+/// every (N, size) matches the interpreter at that shape, both maxima run with NULL
+/// dims, and out-of-range values of either dim write nothing.
+#[test]
+fn a_batch_of_images_of_any_size_runs_from_one_library() {
+    let model = decode(&image_classifier(42, true));
+    let mut opts = with_range("size", 9, 24);
+    opts.ranges.insert(
+        0,
+        DimRange {
+            name: "N".into(),
+            min: 1,
+            max: 3,
+            site: DimSite::Param,
+        },
+    );
+    let g = import(&model, &opts).unwrap();
+    let names: Vec<&str> = g.dims.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["N", "size"]);
+    assert!(g.sample_loop.is_some() && g.row_dims.len() == 1);
+    let lib = Dynamic::new(g);
+    for (k, s, seed) in [(1usize, 9usize, 1u64), (2, 13, 2), (3, 24, 3), (3, 10, 4)] {
+        let reference = static_at_values(&model, &[("N", k), ("size", s)]);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let dims = [k as i64, s as i64];
+        let (status, shapes) = lib.shapes(Some(&dims));
+        assert_eq!(status, 0);
+        assert_eq!(shapes, vec![vec![k, 3, s, s], vec![k, 10]]);
+        let (status, got) = lib.run(Some(&dims), &inputs, None, &shapes[1..]);
+        assert_eq!(status, 0, "N={k} size={s}");
+        assert_close(
+            &expected,
+            &got,
+            &format!("N={k} size={s} vs the interpreter"),
+        );
+    }
+    let reference = static_at_values(&model, &[("N", 3), ("size", 24)]);
+    let inputs = inputs_for(&reference, 12);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let (status, at_max) = lib.run(None, &inputs, None, &[vec![3, 10]]);
+    assert_eq!(status, 0);
+    assert_close(&expected, &at_max, "NULL dims: N=3 size=24");
+    let reference = static_at_values(&model, &[("N", 2), ("size", 12)]);
+    let inputs = inputs_for(&reference, 9);
+    for bad in [[0i64, 12], [4, 12], [2, 8], [2, 25]] {
+        let (status, outputs) = lib.run(Some(&bad), &inputs, None, &[vec![2, 10]]);
+        assert_eq!(status, NNC_ERR_DIM_OUT_OF_RANGE, "dims {bad:?}");
+        assert!(
+            outputs[0].to_le_bytes().iter().all(|&b| b == SENTINEL),
+            "dims {bad:?} wrote"
+        );
+    }
+}
+
 /// Cross-attention: `s` queries from `x` attend `t` keys and values from `memory`, with
 /// an additive mask row per key.
 fn cross_attention(seed: u64, d: usize, heads: usize, s: usize, t: usize) -> Vec<u8> {
