@@ -38,7 +38,7 @@ pub fn import_with_planes(
         let mut imported = import_model(model, base_dir, &opts.bound(&[k]))
             .map_err(|e| why(format!("importing the model with it at {k} fails: {e}")))?;
         if imported.unsupported.is_empty() {
-            crate::passes::PassManager::default()
+            crate::passes::PassManager::for_any_plane_size()
                 .run(&mut imported.graph)
                 .map_err(|e| why(format!("the graph passes with it at {k}: {e}")))?;
         }

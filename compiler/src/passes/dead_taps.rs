@@ -88,6 +88,10 @@ fn cut_dead_taps(g: &mut Graph, i: usize) {
     let (Some(x), Some(w)) = (n.inputs[0], n.inputs.get(1).copied().flatten()) else {
         return;
     };
+    // Planes sized at run time: which taps are dead depends on the size.
+    if g.value(x).run_extent.is_some() {
+        return;
+    }
     // Attributes far beyond any real conv are left alone, so that the tap arithmetic
     // cannot overflow whatever their values.
     if attrs

@@ -93,6 +93,10 @@ pub const PASSES: &[(&str, PassFn)] = &[
 pub const ON_DEMAND_PASSES: &[(&str, PassFn)] =
     &[("heads_attention", |g, _| heads_attention::run(g))];
 
+/// Passes that rewrite a conv by which of its taps reach the map, which depends on the
+/// map's size.
+const SIZE_DEPENDENT_PASSES: &[&str] = &["dead_taps", "tap_split"];
+
 /// Looks a pass up by name.
 pub fn pass(name: &str) -> Option<PassFn> {
     (PASSES.iter().chain(ON_DEMAND_PASSES))
@@ -127,6 +131,15 @@ impl Default for PassManager {
 }
 
 impl PassManager {
+    /// The default pipeline without the passes whose rewrites depend on the planes'
+    /// sizes (dead and split kernel taps): for models whose image size varies.
+    pub fn for_any_plane_size() -> PassManager {
+        let mut p = PassManager::default();
+        p.pipeline
+            .retain(|(n, _)| !SIZE_DEPENDENT_PASSES.contains(&n.as_str()));
+        p
+    }
+
     /// A pipeline of the named passes, in order; `"none"` (or empty) is no pass and
     /// `"default"` the default pipeline.
     pub fn from_list(list: &str) -> Result<PassManager, PassError> {

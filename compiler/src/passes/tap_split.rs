@@ -59,6 +59,8 @@ fn split(g: &mut Graph, i: usize) -> usize {
         || attrs.strides.iter().any(|&s| s != 1)
         || attrs.activation != Activation::None
         || n.inputs.len() > 3
+        // Planes sized at run time: which taps reach which outputs depends on the size.
+        || n.inputs[0].is_some_and(|x| g.value(x).run_extent.is_some())
     {
         return 0;
     }

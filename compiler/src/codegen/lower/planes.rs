@@ -15,7 +15,8 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, ALayout, Addend, GemmKernel, GemmSpec, Geometry};
+use super::gemm::{self, packed_b_len, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::linalg::{pack_b_at_run_time, packs_runtime_b_of};
 use super::{LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
@@ -25,8 +26,9 @@ use crate::ir::{ExtentExpr, Graph, Node, Tensor};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
 
 const F32: usize = 4;
-/// Bytes of gathered patches per block: about half of L2, with `Yᵀ` beside them.
-const PATCH_BLOCK_BYTES: usize = 192 << 10;
+/// Bytes of gathered patches per block: about half of L2, with their packed copy and
+/// the output block beside them.
+const PATCH_BLOCK_BYTES: usize = 512 << 10;
 
 /// How a node on run-time planes runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,22 +72,51 @@ pub fn plan_planes(
     };
     let mut scratch = 0;
     let reason = match &node.op {
-        Op::Conv(c) => {
+        Op::Conv(c) if !depthwise(c, graph.ty(x), graph.ty(y)) => {
             let (xt, yt) = (graph.ty(x), graph.ty(y));
             let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
             let m = yt.shape[1] / c.group.max(1);
             let geom = Geometry::for_target(target, options);
             let positions: usize = yt.shape[2..].iter().product();
-            let block = (PATCH_BLOCK_BYTES / (k * F32)).max(geom.mr) / geom.mr * geom.mr;
-            let block = block.min(positions.next_multiple_of(geom.mr)).max(1);
-            scratch = (k * block + block * m) * F32;
+            // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES.
+            let block = (PATCH_BLOCK_BYTES / (k * F32)).max(geom.nr) / geom.nr * geom.nr;
+            let block = block.min(positions.next_multiple_of(geom.nr)).max(1);
+            scratch = ConvScratch::new(k, block, m, &geom).bytes;
             plan.gemm = Some((geom, block));
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
              transposed into the planes"
         }
+        Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
+            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads);
+            "per channel: the plane copied into a zero border, then the taps' multiply-adds \
+             four outputs at a time"
+        }
+        Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
+            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p));
+            "per channel: the plane copied into a -inf border, then each window's maximum"
+        }
         _ => "direct loops over the planes the run has",
     };
     Some(NodeKernel::new(Strategy::Planes(plan), scratch, reason))
+}
+
+/// A 2-D conv with one input channel and one output map per group, float32.
+fn depthwise(c: &ConvAttrs, x: &crate::ir::TensorType, y: &crate::ir::TensorType) -> bool {
+    c.kernel.len() == 2
+        && x.rank() == 4
+        && c.group == x.shape[1]
+        && y.shape[1] == x.shape[1]
+        && x.dtype == crate::ir::DType::F32
+}
+
+/// Bytes of one plane of extents `planes` (the bound) with `pads` (begin..., end...)
+/// around it, plus a vector of slack.
+fn padded_plane_bytes(planes: &[usize], pads: &[usize]) -> usize {
+    let sp = planes.len();
+    let floats: usize = (0..sp)
+        .map(|a| planes[a] + pads[a] + pads[a + sp])
+        .product();
+    (floats + 8) * F32
 }
 
 /// The extents of `axes` at the dim's `count`: constants where fixed.
@@ -127,7 +158,13 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         .run_rows
         .ok_or("a node on run-time planes needs the dim's count")?;
     match op {
+        Op::Conv(c) if depthwise(c, &ctx.input(0)?.ty, &ctx.output(0).ty) => {
+            depthwise_conv(ctx, c, &plan, run.count)
+        }
         Op::Conv(c) => conv(ctx, c, &plan, run.count),
+        Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
+            max_pool_2d(ctx, p, &plan, run.count)
+        }
         Op::Pool(p) => pool(ctx, p, &plan, run.count),
         other => Err(format!(
             "{} does not run on run-time planes (the import should have refused it)",
@@ -155,35 +192,33 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let taps: usize = c.kernel.iter().product();
     let k = cg * taps;
     let weights: Vec<f32> = weights.iter().copied().collect();
-    // Each group's Wᵀ[K, Mg] packed, the groups one after another.
+    // Each group's W[Mg, K] packed as the GEMM's A, the groups one after another.
     let mut packed = vec![];
-    let mut b_layout = None;
-    let mut group_floats = 0;
     for gi in 0..group {
-        let (p, l) =
-            gemm::pack_weights_b(&geom, k, mg, true, |kk, j| weights[(gi * mg + j) * k + kk]);
-        group_floats = p.len();
-        packed.extend(p);
-        b_layout = Some(l);
+        let rows = &weights[gi * mg * k..(gi + 1) * mg * k];
+        packed.extend(gemm::pack_a(&geom, mg, k, |i, kk| rows[i * k + kk]));
     }
+    let group_floats = packed.len() / group.max(1);
     let w_ptr = ctx.weights_f32(&packed)?;
-    let spec = |rows_at_run_time: bool| GemmSpec {
-        m: block,
-        n: mg,
+    let pack_b = packs_runtime_b_of(mg, k, block, &geom);
+    let spec = GemmSpec {
+        m: mg,
+        n: block,
         k,
-        a: ALayout::Strided {
-            row_stride: 1,
-            col_stride: block,
+        a: ALayout::Packed,
+        b: if pack_b {
+            BLayout::Packed
+        } else {
+            BLayout::Rows { row_stride: block }
         },
-        b: b_layout.expect("at least one group"),
-        ldc: mg,
+        ldc: block,
         c_col_stride: 1,
         alpha: 1.0,
         addends: bias
             .iter()
             .map(|_| Addend {
-                row_stride: 0,
-                col_stride: 1,
+                row_stride: 1,
+                col_stride: 0,
                 scale: 1.0,
             })
             .collect(),
@@ -194,15 +229,17 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         },
         geometry: geom,
         b_taps: vec![],
-        rows_at_run_time,
+        rows_at_run_time: false,
     };
-    let full = GemmKernel::define(ctx, &spec(false))?;
-    let tail = GemmKernel::define(ctx, &spec(true))?;
+    let kernel = GemmKernel::define(ctx, &spec)?;
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
+    let layout = ConvScratch::new(k, block, mg, &geom);
     let b = &mut *ctx.b;
     let patches = scratch;
-    let yt = b.ins().iadd_imm_s(scratch, (k * block * F32) as i64);
+    let packed_at = b.ins().iadd_imm_s(scratch, layout.packed as i64);
+    let out_block = b.ins().iadd_imm_s(scratch, layout.out as i64);
+    let b_operand = if pack_b { packed_at } else { patches };
     let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
     let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
     let in_plane = product(b, &in_ext);
@@ -210,7 +247,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let in_image = b.ins().imul_imm_s(in_plane, (channels * F32) as i64);
     let out_plane_bytes = b.ins().imul_imm_s(positions, F32 as i64);
     let out_image = b.ins().imul_imm_s(out_plane_bytes, maps as i64);
-    let geometry = Window {
+    let window = Window {
         kernel: c.kernel.clone(),
         strides: c.strides.clone(),
         dilations: c.dilations.clone(),
@@ -236,34 +273,276 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             let bias_g = bias
                 .as_ref()
                 .map(|t| kernel::elem_addr(b, t.ptr, gi, mg * F32));
-            let blocks = b.ins().udiv_imm_u(positions, block as i64);
-            let mut run_block = |b: &mut FunctionBuilder, p0: Value, rows: Option<Value>| {
-                let r = rows.unwrap_or_else(|| kernel::iconst(b, block as i64));
-                gather_patches(
-                    b,
-                    &geometry,
-                    (x_g, cg, &in_ext),
-                    (&out_ext, p0, r),
-                    patches,
-                    block,
-                );
-                let addends: Vec<Value> = bias_g.iter().copied().collect();
-                match rows {
-                    None => full.call(b, patches, w_g, yt, &addends),
-                    Some(_) => tail.call_rows(b, patches, w_g, yt, &addends, rows),
-                }
-                if let Err(e) = transpose_out(b, yt, (y_g, r_g), (positions, p0, r), mg, act) {
-                    failure = Some(e);
-                }
-            };
+            let blocks = b.ins().iadd_imm_s(positions, block as i64 - 1);
+            let blocks = b.ins().udiv_imm_u(blocks, block as i64);
             kernel::dynamic_loop(b, blocks, |b, blk| {
                 let p0 = b.ins().imul_imm_s(blk, block as i64);
-                run_block(b, p0, None);
+                let left = b.ins().isub(positions, p0);
+                let cap = kernel::iconst(b, block as i64);
+                let r = b.ins().smin(left, cap);
+                if sp == 2 {
+                    gather_rows_2d(
+                        b,
+                        &window,
+                        (x_g, cg, &in_ext),
+                        (&out_ext, p0, r),
+                        patches,
+                        block,
+                    );
+                } else {
+                    gather_patches(
+                        b,
+                        &window,
+                        (x_g, cg, &in_ext),
+                        (&out_ext, p0, r),
+                        patches,
+                        block,
+                    );
+                }
+                if pack_b {
+                    pack_b_at_run_time(b, &geom, (k, block, block), patches, packed_at);
+                }
+                let addends: Vec<Value> = bias_g.iter().copied().collect();
+                kernel.call(b, w_g, b_operand, out_block, &addends);
+                if let Err(e) = copy_out(
+                    b,
+                    out_block,
+                    (y_g, r_g),
+                    (positions, p0, r),
+                    (mg, block),
+                    act,
+                ) {
+                    failure = Some(e);
+                }
             });
-            let p0 = b.ins().imul_imm_s(blocks, block as i64);
-            let rest = b.ins().isub(positions, p0);
-            let any = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, rest, 0);
-            kernel::if_else(b, any, |b| run_block(b, p0, Some(rest)), |_| {});
+        });
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// Scratch offsets of a conv on planes: the patches `[K][B]`, their packed panels, the
+/// GEMM's output block `[Mg][B]`.
+struct ConvScratch {
+    packed: usize,
+    out: usize,
+    bytes: usize,
+}
+
+impl ConvScratch {
+    fn new(k: usize, block: usize, mg: usize, geom: &Geometry) -> ConvScratch {
+        let packed = (k * block * F32).next_multiple_of(64);
+        let out = packed + (packed_b_len(geom, k, block) * F32).next_multiple_of(64);
+        ConvScratch {
+            packed,
+            out,
+            bytes: out + mg * block * F32,
+        }
+    }
+}
+
+/// `Aᵀ`'s rows for a 2-D conv, one output row's run of positions at a time: per tap
+/// and channel, the run's input row segment, zero where it leaves the plane (stride 1:
+/// a zero fill, a contiguous copy, a zero fill).
+fn gather_rows_2d(
+    b: &mut FunctionBuilder,
+    win: &Window,
+    (x, channels, in_ext): (Value, usize, &[Value]),
+    (out_ext, p0, rows): (&[Value], Value, Value),
+    patches: Value,
+    block: usize,
+) {
+    let (h, w) = (in_ext[0], in_ext[1]);
+    let ow = out_ext[1];
+    let taps = win.kernel[0] * win.kernel[1];
+    let in_plane = b.ins().imul(h, w);
+    let (i_var, oy_var, ox_var) = (
+        b.declare_var(types::I64),
+        b.declare_var(types::I64),
+        b.declare_var(types::I64),
+    );
+    let zero_i = kernel::iconst(b, 0);
+    b.def_var(i_var, zero_i);
+    let oy0 = b.ins().udiv(p0, ow);
+    let ox0 = b.ins().urem(p0, ow);
+    b.def_var(oy_var, oy0);
+    b.def_var(ox_var, ox0);
+    kernel::while_loop(
+        b,
+        |b| {
+            let i = b.use_var(i_var);
+            b.ins().icmp(IntCC::SignedLessThan, i, rows)
+        },
+        |b| {
+            let (i, oy, ox) = (b.use_var(i_var), b.use_var(oy_var), b.use_var(ox_var));
+            let row_left = b.ins().isub(ow, ox);
+            let block_left = b.ins().isub(rows, i);
+            let len = b.ins().smin(row_left, block_left);
+            let zero = kernel::iconst(b, 0);
+            for ky in 0..win.kernel[0] {
+                let iy = b.ins().imul_imm_s(oy, win.strides[0] as i64);
+                let iy = b
+                    .ins()
+                    .iadd_imm_s(iy, (ky * win.dilations[0]) as i64 - win.pads[0] as i64);
+                let row_ok = b.ins().icmp(IntCC::UnsignedLessThan, iy, h);
+                let iy = b.ins().select(row_ok, iy, zero);
+                for kx in 0..win.kernel[1] {
+                    let t = ky * win.kernel[1] + kx;
+                    let ix0 = b.ins().imul_imm_s(ox, win.strides[1] as i64);
+                    let ix0 = b
+                        .ins()
+                        .iadd_imm_s(ix0, (kx * win.dilations[1]) as i64 - win.pads[1] as i64);
+                    // Positions j in [lo, hi) read inside the row.
+                    let (lo, hi) = if win.strides[1] == 1 {
+                        let neg = b.ins().ineg(ix0);
+                        let lo = b.ins().smax(neg, zero);
+                        let lo = b.ins().smin(lo, len);
+                        let room = b.ins().isub(w, ix0);
+                        let hi = b.ins().smax(room, zero);
+                        let hi = b.ins().smin(hi, len);
+                        (lo, hi)
+                    } else {
+                        strided_span(b, ix0, w, len, win.strides[1])
+                    };
+                    let lo = b.ins().select(row_ok, lo, len);
+                    let hi = b.ins().select(row_ok, hi, len);
+                    let hi = b.ins().smax(hi, lo);
+                    let row_off = b.ins().imul(iy, w);
+                    let src_off = b.ins().iadd(row_off, ix0);
+                    kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
+                        let kk = b.ins().imul_imm_s(ch, taps as i64);
+                        let kk = b.ins().iadd_imm_s(kk, t as i64);
+                        let dst = kernel::elem_addr(b, patches, kk, block * F32);
+                        let dst = kernel::elem_addr(b, dst, i, F32);
+                        let plane = b.ins().imul(ch, in_plane);
+                        let src = b.ins().iadd(plane, src_off);
+                        // `src` may point before the plane; only [lo, hi) is read.
+                        let src = b.ins().ishl_imm_u(src, 2);
+                        let src = b.ins().iadd(x, src);
+                        fill_zero(b, dst, zero, lo);
+                        if win.strides[1] == 1 {
+                            copy_run(b, dst, src, lo, hi);
+                        } else {
+                            copy_strided(b, dst, src, (lo, hi), win.strides[1]);
+                        }
+                        fill_zero(b, dst, hi, len);
+                    });
+                }
+            }
+            let next = b.ins().iadd(i, len);
+            b.def_var(i_var, next);
+            let oy1 = b.ins().iadd_imm_s(oy, 1);
+            b.def_var(oy_var, oy1);
+            b.def_var(ox_var, zero);
+        },
+    );
+}
+
+/// For stride `s`: the positions `j < len` whose column `ix0 + j·s` lies in `[0, w)`.
+fn strided_span(
+    b: &mut FunctionBuilder,
+    ix0: Value,
+    w: Value,
+    len: Value,
+    s: usize,
+) -> (Value, Value) {
+    let zero = kernel::iconst(b, 0);
+    // lo = ceil(-ix0 / s) for ix0 < 0.
+    let neg = b.ins().ineg(ix0);
+    let neg = b.ins().smax(neg, zero);
+    let lo = b.ins().iadd_imm_s(neg, s as i64 - 1);
+    let lo = b.ins().udiv_imm_u(lo, s as i64);
+    let lo = b.ins().smin(lo, len);
+    // hi = ceil((w - ix0) / s) when positive.
+    let room = b.ins().isub(w, ix0);
+    let room = b.ins().smax(room, zero);
+    let hi = b.ins().iadd_imm_s(room, s as i64 - 1);
+    let hi = b.ins().udiv_imm_u(hi, s as i64);
+    let hi = b.ins().smin(hi, len);
+    (lo, hi)
+}
+
+/// Floats `from..to` of `dst` set to zero.
+fn fill_zero(b: &mut FunctionBuilder, dst: Value, from: Value, to: Value) {
+    let z = b.ins().f32const(0.0);
+    kernel::range_loop(b, from, to, |b, j| {
+        let at = kernel::elem_addr(b, dst, j, F32);
+        b.ins().store(flags(), z, at, 0);
+    });
+}
+
+/// `dst[j] = src[j]` for `j` in `from..to`, four floats at a time.
+fn copy_run(b: &mut FunctionBuilder, dst: Value, src: Value, from: Value, to: Value) {
+    let n = b.ins().isub(to, from);
+    let quads = b.ins().ushr_imm_u(n, 2);
+    let d0 = kernel::elem_addr(b, dst, from, F32);
+    let s0 = kernel::elem_addr(b, src, from, F32);
+    kernel::dynamic_loop(b, quads, |b, q| {
+        let s = kernel::elem_addr(b, s0, q, 4 * F32);
+        let v = b.ins().load(types::F32X4, flags(), s, 0);
+        let d = kernel::elem_addr(b, d0, q, 4 * F32);
+        b.ins().store(flags(), v, d, 0);
+    });
+    let done = b.ins().ishl_imm_u(quads, 2);
+    let rest = b.ins().iadd(from, done);
+    kernel::range_loop(b, rest, to, |b, j| {
+        let s = kernel::elem_addr(b, src, j, F32);
+        let v = b.ins().load(types::F32, flags(), s, 0);
+        let d = kernel::elem_addr(b, dst, j, F32);
+        b.ins().store(flags(), v, d, 0);
+    });
+}
+
+/// `dst[j] = src[j·stride]` for `j` in `from..to`.
+fn copy_strided(
+    b: &mut FunctionBuilder,
+    dst: Value,
+    src: Value,
+    (from, to): (Value, Value),
+    stride: usize,
+) {
+    kernel::range_loop(b, from, to, |b, j| {
+        let s = kernel::elem_addr(b, src, j, stride * F32);
+        let v = b.ins().load(types::F32, flags(), s, 0);
+        let d = kernel::elem_addr(b, dst, j, F32);
+        b.ins().store(flags(), v, d, 0);
+    });
+}
+
+/// `Y[j][p0 + i] = C[j][i]` (+ `R[j][p0 + i]`, then the activation, when there is a
+/// residual) for the `rows` positions of a block and `maps` maps; `C` rows `block`
+/// floats apart, planes `positions` floats long.
+fn copy_out(
+    b: &mut FunctionBuilder,
+    c: Value,
+    (y, r): (Value, Option<Value>),
+    (positions, p0, rows): (Value, Value, Value),
+    (maps, block): (usize, usize),
+    act: Activation,
+) -> LowerResult {
+    let mut failure = None;
+    kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
+        let src = kernel::elem_addr(b, c, j, block * F32);
+        let plane = b.ins().imul(j, positions);
+        let first = b.ins().iadd(plane, p0);
+        let dst = kernel::elem_addr(b, y, first, F32);
+        let Some(r) = r else {
+            let zero = kernel::iconst(b, 0);
+            copy_run(b, dst, src, zero, rows);
+            return;
+        };
+        let res = kernel::elem_addr(b, r, first, F32);
+        kernel::dynamic_loop(b, rows, |b, i| {
+            let s = kernel::elem_addr(b, src, i, F32);
+            let mut v = b.ins().load(types::F32, flags(), s, 0);
+            let at = kernel::elem_addr(b, res, i, F32);
+            let rv = b.ins().load(types::F32, flags(), at, 0);
+            v = b.ins().fadd(v, rv);
+            match super::elementwise::activation(b, act, v) {
+                Ok(a) => v = a,
+                Err(e) => failure = Some(e),
+            }
+            let d = kernel::elem_addr(b, dst, i, F32);
+            b.ins().store(flags(), v, d, 0);
         });
     });
     failure.map_or(Ok(()), Err)
@@ -355,43 +634,6 @@ fn gather_patches(
             });
         }
     });
-}
-
-/// `Y[j][p0 + i] = Yᵀ[i][j]` (+ `R[j][p0 + i]`, then the activation, when there is a
-/// residual) for the `rows` positions of a block and `maps` maps; planes `positions`
-/// floats long.
-fn transpose_out(
-    b: &mut FunctionBuilder,
-    yt: Value,
-    (y, r): (Value, Option<Value>),
-    (positions, p0, rows): (Value, Value, Value),
-    maps: usize,
-    act: Activation,
-) -> LowerResult {
-    let mut failure = None;
-    kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
-        let src = kernel::elem_addr(b, yt, j, F32);
-        let plane = b.ins().imul(j, positions);
-        let first = b.ins().iadd(plane, p0);
-        let dst = kernel::elem_addr(b, y, first, F32);
-        let res = r.map(|r| kernel::elem_addr(b, r, first, F32));
-        kernel::dynamic_loop(b, rows, |b, i| {
-            let s = kernel::elem_addr(b, src, i, maps * F32);
-            let mut v = b.ins().load(types::F32, flags(), s, 0);
-            if let Some(res) = res {
-                let at = kernel::elem_addr(b, res, i, F32);
-                let rv = b.ins().load(types::F32, flags(), at, 0);
-                v = b.ins().fadd(v, rv);
-                match super::elementwise::activation(b, act, v) {
-                    Ok(a) => v = a,
-                    Err(e) => failure = Some(e),
-                }
-            }
-            let d = kernel::elem_addr(b, dst, i, F32);
-            b.ins().store(flags(), v, d, 0);
-        });
-    });
-    failure.map_or(Ok(()), Err)
 }
 
 fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
@@ -549,4 +791,239 @@ fn accumulate(b: &mut FunctionBuilder, src: Value, n: Value, sum: bool, init: f3
         b.def_var(acc_var, next);
     });
     b.use_var(acc_var)
+}
+
+/// Copies plane `src` (`h × w`) into `dst` with `pads` `[top, left, bottom, right]`
+/// of `fill` around it; returns the padded row length `w + left + right`.
+fn pad_plane(
+    b: &mut FunctionBuilder,
+    src: Value,
+    (h, w): (Value, Value),
+    pads: &[usize],
+    dst: Value,
+    fill: f32,
+) -> Value {
+    let (top, left, bottom, right) = (pads[0], pads[1], pads[2], pads[3]);
+    let pw = b.ins().iadd_imm_s(w, (left + right) as i64);
+    let ph = b.ins().iadd_imm_s(h, (top + bottom) as i64);
+    let fill_v = b.ins().f32const(fill);
+    let fill_row = |b: &mut FunctionBuilder, at: Value, from: Value, to: Value| {
+        kernel::range_loop(b, from, to, |b, j| {
+            let d = kernel::elem_addr(b, at, j, F32);
+            b.ins().store(flags(), fill_v, d, 0);
+        });
+    };
+    let zero = kernel::iconst(b, 0);
+    let border_rows = |b: &mut FunctionBuilder, from: Value, to: Value| {
+        kernel::range_loop(b, from, to, |b, r| {
+            let row = b.ins().imul(r, pw);
+            let at = kernel::elem_addr(b, dst, row, F32);
+            fill_row(b, at, zero, pw);
+        });
+    };
+    let top_v = kernel::iconst(b, top as i64);
+    border_rows(b, zero, top_v);
+    kernel::dynamic_loop(b, h, |b, r| {
+        let pr = b.ins().iadd_imm_s(r, top as i64);
+        let row = b.ins().imul(pr, pw);
+        let at = kernel::elem_addr(b, dst, row, F32);
+        let left_v = kernel::iconst(b, left as i64);
+        fill_row(b, at, zero, left_v);
+        let inside = b.ins().iadd_imm_s(at, (left * F32) as i64);
+        let src_row = b.ins().imul(r, w);
+        let src_at = kernel::elem_addr(b, src, src_row, F32);
+        copy_run(b, inside, src_at, zero, w);
+        let end = b.ins().iadd_imm_s(w, left as i64);
+        fill_row(b, at, end, pw);
+    });
+    let bottom_from = b.ins().iadd_imm_s(h, top as i64);
+    border_rows(b, bottom_from, ph);
+    pw
+}
+
+/// A 2-D max pool's pads, the ends grown by a stride less one: a ceil-mode window may
+/// reach that far past the plane, where nothing is read (-inf).
+fn pool_pads(p: &PoolAttrs) -> Vec<usize> {
+    let mut pads = p.pads.clone();
+    pads[2] += p.strides[0] - 1;
+    pads[3] += p.strides[1] - 1;
+    pads
+}
+
+/// Max pool of 2-D windows: per plane, a copy with a -inf border, then each window's
+/// maximum without bounds checks.
+fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
+    let x = ctx.input(0)?;
+    let y = ctx.output(0);
+    let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
+    let planes = x.ty.shape[0] * x.ty.shape[1];
+    let b = &mut *ctx.b;
+    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
+    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let in_plane = product(b, &in_ext);
+    let positions = product(b, &out_ext);
+    let (kh, kw) = (p.kernel[0], p.kernel[1]);
+    let (sy, sx) = (p.strides[0], p.strides[1]);
+    let (dy, dx) = (p.dilations[0], p.dilations[1]);
+    let pads = pool_pads(p);
+    kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
+        let base = b.ins().imul(c, in_plane);
+        let src = kernel::elem_addr(b, x.ptr, base, F32);
+        let pw = pad_plane(
+            b,
+            src,
+            (in_ext[0], in_ext[1]),
+            &pads,
+            scratch,
+            f32::NEG_INFINITY,
+        );
+        let out_base = b.ins().imul(c, positions);
+        let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
+        kernel::dynamic_loop(b, out_ext[0], |b, oy| {
+            let rows: Vec<Value> = (0..kh)
+                .map(|ky| {
+                    let r = b.ins().imul_imm_s(oy, sy as i64);
+                    let r = b.ins().iadd_imm_s(r, (ky * dy) as i64);
+                    let r = b.ins().imul(r, pw);
+                    kernel::elem_addr(b, scratch, r, F32)
+                })
+                .collect();
+            let out_row = b.ins().imul(oy, out_ext[1]);
+            let out_row = kernel::elem_addr(b, dst, out_row, F32);
+            kernel::dynamic_loop(b, out_ext[1], |b, ox| {
+                let col = b.ins().imul_imm_s(ox, (sx * F32) as i64);
+                let mut acc = None;
+                for row in &rows {
+                    let at = b.ins().iadd(*row, col);
+                    for kx in 0..kw {
+                        let v = b
+                            .ins()
+                            .load(types::F32, flags(), at, (kx * dx * F32) as i32);
+                        acc = Some(match acc {
+                            None => v,
+                            Some(a) => b.ins().fmax(a, v),
+                        });
+                    }
+                }
+                let d = kernel::elem_addr(b, out_row, ox, F32);
+                b.ins()
+                    .store(flags(), acc.expect("a window has taps"), d, 0);
+            });
+        });
+    });
+    Ok(())
+}
+
+/// A depthwise 2-D conv: per channel, the plane copied into a zero border, then each
+/// output's taps multiplied and added (four outputs at a time at stride 1), plus the
+/// bias, the residual and the activation.
+fn depthwise_conv(
+    ctx: &mut LowerCtx,
+    c: &ConvAttrs,
+    plan: &PlanesPlan,
+    count: Value,
+) -> LowerResult {
+    let x = ctx.input(0)?;
+    let w = ctx.input(1)?;
+    let bias = ctx.inputs.get(2).cloned().flatten();
+    let residual = ctx.inputs.get(3).cloned().flatten();
+    let y = ctx.output(0);
+    let Some(Tensor::F32(weights)) = &w.constant else {
+        return Err("a depthwise conv on run-time planes needs constant float32 weights".into());
+    };
+    let weights: Vec<f32> = weights.iter().copied().collect();
+    let w_ptr = ctx.weights_f32(&weights)?;
+    let fma = gemm::has_fma(ctx.target);
+    let scratch = ctx
+        .scratch
+        .ok_or("a depthwise conv on planes needs scratch")?;
+    let (batch, channels) = (x.ty.shape[0], x.ty.shape[1]);
+    let (kh, kw) = (c.kernel[0], c.kernel[1]);
+    let taps = kh * kw;
+    let (sy, sx) = (c.strides[0], c.strides[1]);
+    let (dy, dx) = (c.dilations[0], c.dilations[1]);
+    let act = c.activation;
+    let b = &mut *ctx.b;
+    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
+    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let in_plane = product(b, &in_ext);
+    let positions = product(b, &out_ext);
+    let mut failure = None;
+    kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
+        let ch = b.ins().urem_imm_u(nc, channels as i64);
+        let base = b.ins().imul(nc, in_plane);
+        let src = kernel::elem_addr(b, x.ptr, base, F32);
+        let pw = pad_plane(b, src, (in_ext[0], in_ext[1]), &c.pads, scratch, 0.0);
+        let out_base = b.ins().imul(nc, positions);
+        let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
+        let res = residual
+            .as_ref()
+            .map(|r| kernel::elem_addr(b, r.ptr, out_base, F32));
+        let w_c = kernel::elem_addr(b, w_ptr, ch, taps * F32);
+        let ws: Vec<Value> = (0..taps)
+            .map(|t| b.ins().load(types::F32, flags(), w_c, (t * F32) as i32))
+            .collect();
+        let bias_v = match &bias {
+            Some(t) => {
+                let at = kernel::elem_addr(b, t.ptr, ch, F32);
+                b.ins().load(types::F32, flags(), at, 0)
+            }
+            None => b.ins().f32const(0.0),
+        };
+        kernel::dynamic_loop(b, out_ext[0], |b, oy| {
+            let rows: Vec<Value> = (0..kh)
+                .map(|ky| {
+                    let r = b.ins().imul_imm_s(oy, sy as i64);
+                    let r = b.ins().iadd_imm_s(r, (ky * dy) as i64);
+                    let r = b.ins().imul(r, pw);
+                    kernel::elem_addr(b, scratch, r, F32)
+                })
+                .collect();
+            let out_row = b.ins().imul(oy, out_ext[1]);
+            // One output (scalar) or four (vectors, stride 1) at `ox`.
+            let mut outputs = |b: &mut FunctionBuilder, ox: Value, ty: types::Type| {
+                let splat = |b: &mut FunctionBuilder, v: Value| {
+                    if ty == types::F32 {
+                        v
+                    } else {
+                        b.ins().splat(ty, v)
+                    }
+                };
+                let col = b.ins().imul_imm_s(ox, (sx * F32) as i64);
+                let mut acc = splat(b, bias_v);
+                for (ky, row) in rows.iter().enumerate() {
+                    let at = b.ins().iadd(*row, col);
+                    for kx in 0..kw {
+                        let v = b.ins().load(ty, flags(), at, (kx * dx * F32) as i32);
+                        let wv = splat(b, ws[ky * kw + kx]);
+                        acc = gemm::mul_add(b, fma, wv, v, acc);
+                    }
+                }
+                let pos = b.ins().iadd(out_row, ox);
+                if let Some(res) = res {
+                    let at = kernel::elem_addr(b, res, pos, F32);
+                    let rv = b.ins().load(ty, flags(), at, 0);
+                    acc = b.ins().fadd(acc, rv);
+                }
+                match super::elementwise::activation(b, act, acc) {
+                    Ok(a) => acc = a,
+                    Err(e) => failure = Some(e),
+                }
+                let d = kernel::elem_addr(b, dst, pos, F32);
+                b.ins().store(flags(), acc, d, 0);
+            };
+            let quads = if sx == 1 {
+                let q = b.ins().ushr_imm_u(out_ext[1], 2);
+                kernel::dynamic_loop(b, q, |b, i| {
+                    let ox = b.ins().ishl_imm_u(i, 2);
+                    outputs(b, ox, types::F32X4);
+                });
+                b.ins().ishl_imm_u(q, 2)
+            } else {
+                kernel::iconst(b, 0)
+            };
+            kernel::range_loop(b, quads, out_ext[1], |b, ox| outputs(b, ox, types::F32));
+        });
+    });
+    failure.map_or(Ok(()), Err)
 }
