@@ -30,6 +30,9 @@ const F32: usize = 4;
 /// the output block beside them.
 const PATCH_BLOCK_BYTES: usize = 512 << 10;
 
+/// Columns per conv block at most, in panels: more only widens the last block.
+const MAX_BLOCK_PANELS: usize = 8;
+
 /// How a node on run-time planes runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanesPlan {
@@ -80,7 +83,10 @@ pub fn plan_planes(
             let positions: usize = yt.shape[2..].iter().product();
             // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES.
             let block = (PATCH_BLOCK_BYTES / (k * F32)).max(geom.nr) / geom.nr * geom.nr;
-            let block = block.min(positions.next_multiple_of(geom.nr)).max(1);
+            let block = block
+                .min(MAX_BLOCK_PANELS * geom.nr)
+                .min(positions.next_multiple_of(geom.nr))
+                .max(1);
             scratch = ConvScratch::new(k, block, m, &geom).bytes;
             plan.gemm = Some((geom, block));
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
@@ -201,9 +207,9 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let group_floats = packed.len() / group.max(1);
     let w_ptr = ctx.weights_f32(&packed)?;
     let pack_b = packs_runtime_b_of(mg, k, block, &geom);
-    let spec = GemmSpec {
+    let spec = |n: usize| GemmSpec {
         m: mg,
-        n: block,
+        n,
         k,
         a: ALayout::Packed,
         b: if pack_b {
@@ -231,7 +237,19 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         b_taps: vec![],
         rows_at_run_time: false,
     };
-    let kernel = GemmKernel::define(ctx, &spec)?;
+    // The last block's columns round up to the narrowest of these widths: whole panels
+    // doubling up to the block, so a small image does not pay for a whole block.
+    let mut widths = vec![];
+    let mut width = geom.nr.min(block);
+    while width < block {
+        widths.push(width);
+        width *= 2;
+    }
+    widths.push(block);
+    let kernels: Vec<(usize, GemmKernel)> = widths
+        .iter()
+        .map(|&n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
+        .collect::<Result<_, String>>()?;
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg, &geom);
@@ -273,13 +291,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             let bias_g = bias
                 .as_ref()
                 .map(|t| kernel::elem_addr(b, t.ptr, gi, mg * F32));
-            let blocks = b.ins().iadd_imm_s(positions, block as i64 - 1);
-            let blocks = b.ins().udiv_imm_u(blocks, block as i64);
-            kernel::dynamic_loop(b, blocks, |b, blk| {
-                let p0 = b.ins().imul_imm_s(blk, block as i64);
-                let left = b.ins().isub(positions, p0);
-                let cap = kernel::iconst(b, block as i64);
-                let r = b.ins().smin(left, cap);
+            let mut run_block = |b: &mut FunctionBuilder, p0: Value, r: Value, n: usize| {
                 if sp == 2 {
                     gather_rows_2d(
                         b,
@@ -300,10 +312,15 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                     );
                 }
                 if pack_b {
-                    pack_b_at_run_time(b, &geom, (k, block, block), patches, packed_at);
+                    pack_b_at_run_time(b, &geom, (k, n, block), patches, packed_at);
                 }
                 let addends: Vec<Value> = bias_g.iter().copied().collect();
-                kernel.call(b, w_g, b_operand, out_block, &addends);
+                let gemm = &kernels
+                    .iter()
+                    .find(|(w, _)| *w == n)
+                    .expect("a kernel per width")
+                    .1;
+                gemm.call(b, w_g, b_operand, out_block, &addends);
                 if let Err(e) = copy_out(
                     b,
                     out_block,
@@ -314,10 +331,60 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                 ) {
                     failure = Some(e);
                 }
+            };
+            let full = b.ins().udiv_imm_u(positions, block as i64);
+            kernel::dynamic_loop(b, full, |b, blk| {
+                let p0 = b.ins().imul_imm_s(blk, block as i64);
+                let r = kernel::iconst(b, block as i64);
+                run_block(b, p0, r, block);
             });
+            let p0 = b.ins().imul_imm_s(full, block as i64);
+            let rest = b.ins().isub(positions, p0);
+            tail_widths(b, &widths, rest, &mut |b, n| run_block(b, p0, rest, n));
         });
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// Runs `body` with the narrowest of `widths` (ascending) holding `rest` columns; nothing
+/// when `rest` is 0.
+fn tail_widths(
+    b: &mut FunctionBuilder,
+    widths: &[usize],
+    rest: Value,
+    body: &mut dyn FnMut(&mut FunctionBuilder, usize),
+) {
+    let any = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, rest, 0);
+    kernel::if_else(b, any, |b| narrowest(b, widths, rest, body), |_| {});
+}
+
+fn narrowest(
+    b: &mut FunctionBuilder,
+    widths: &[usize],
+    rest: Value,
+    body: &mut dyn FnMut(&mut FunctionBuilder, usize),
+) {
+    match widths {
+        [] => {}
+        [last] => body(b, *last),
+        [first, others @ ..] => {
+            let fits = b
+                .ins()
+                .icmp_imm_s(IntCC::SignedLessThanOrEqual, rest, *first as i64);
+            let (yes, no, join) = (b.create_block(), b.create_block(), b.create_block());
+            b.ins().brif(fits, yes, &[], no, &[]);
+            b.seal_block(yes);
+            b.seal_block(no);
+            b.switch_to_block(yes);
+            body(b, *first);
+            b.ins().jump(join, &[]);
+            b.switch_to_block(no);
+            narrowest(b, others, rest, body);
+            b.ins().jump(join, &[]);
+            b.seal_block(join);
+            b.switch_to_block(join);
+        }
+    }
 }
 
 /// Scratch offsets of a conv on planes: the patches `[K][B]`, their packed panels, the
