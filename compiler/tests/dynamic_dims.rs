@@ -1017,6 +1017,15 @@ fn aarch64_runs_a_sequence_dim_under_qemu() {
     let got =
         runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
     assert_close(&expected, &got, "aarch64 causal attention, seq=20");
+    // Planes: convs on Cranelift's GEMM, depthwise convs and pools, at the bound.
+    let model = decode(&image_classifier(29, false));
+    let g = import(&model, &with_range("size", 13, 21)).unwrap();
+    let reference = static_at(&model, "size", 21);
+    let inputs = inputs_for(&reference, 21);
+    let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+    let got =
+        runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+    assert_close(&expected, &got, "aarch64 image planes, size=21");
 }
 
 /// The Cranelift GEMM (every target but x86-64's machine code) takes its row count at
