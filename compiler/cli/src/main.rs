@@ -740,7 +740,12 @@ fn verify_model(
             println!("input {name}: {} random (seed {seed})", graph.ty(*v));
         }
     }
-    let report = verify::verify_graphs(&graph, &graph, &inputs, tol).map_err(NncError::Model)?;
+    let reference = match verify::reference_at_input_dims(&graph, &inputs, import) {
+        Some(fixed) => verify::load(path, &fixed)?,
+        None => graph.clone(),
+    };
+    let report =
+        verify::verify_graphs(&reference, &graph, &inputs, tol).map_err(NncError::Model)?;
     let mut ok = report.passed();
     println!(
         "compiled vs interpreter (rtol {}, atol {}):",

@@ -473,6 +473,31 @@ impl Report {
     }
 }
 
+/// For a graph on run-time image planes, which the interpreter runs only at its
+/// bound: the import options with every dim fixed at the value `inputs` give it (the
+/// model imported so is the reference). `None` for any other graph.
+pub fn reference_at_input_dims(
+    graph: &Graph,
+    inputs: &[Tensor],
+    import: &nnc::onnx::ImportOptions,
+) -> Option<nnc::onnx::ImportOptions> {
+    let planes =
+        (graph.values.iter()).any(|v| v.run_extent.as_ref().is_some_and(|e| e.is_planes()));
+    if !planes {
+        return None;
+    }
+    let deps = nnc::dims::axis_dims(graph);
+    let value_of = |name: &str| -> Option<usize> {
+        let d = graph.dims.iter().position(|d| d.name == name)?;
+        let at = deps
+            .iter()
+            .find(|a| a.dim == d && a.tensor < inputs.len())?;
+        Some(inputs[at.tensor].shape().get(at.axis)? / at.scale.max(1))
+    };
+    let values: Option<Vec<usize>> = import.ranges.iter().map(|r| value_of(&r.name)).collect();
+    Some(import.bound(&values?))
+}
+
 /// Compiles `compiled` for the host, runs it on `inputs`, and compares its outputs with
 /// the interpreter's on `reference`; on a mismatch, localizes the first diverging node
 /// ([`first_divergence`]). Normally both are the same graph; tests give `compiled` a

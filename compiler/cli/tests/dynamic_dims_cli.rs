@@ -2,6 +2,9 @@
 //! refusals, and `nnc run` / `nnc verify` on inputs of any batch in range, checked
 //! against onnx.reference's output for the examples' batch model.
 
+#[path = "../../tests/common/models.rs"]
+mod models;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -246,4 +249,64 @@ fn int8_calibrates_one_sample_at_a_time_and_runs_any_batch() {
             &mut [Out::from(&mut probs[..])],
         )
         .is_err());
+}
+
+/// A conv net over `[1, 2, size, size]` images (`size` an ONNX dim_param on both plane
+/// axes): a padded conv with ReLU, a strided max pool, global pooling, a classifier.
+fn image_model() -> Vec<u8> {
+    use models::{Attr, ModelBuilder};
+    use nnc::onnx::proto::{tensor_shape_proto, type_proto};
+    let mut m = ModelBuilder::new(5);
+    let x = m.input("image", &[1, 2, 16, 16]);
+    let vi = m.graph.input.iter_mut().find(|i| i.name == x).unwrap();
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_mut().unwrap().value.as_mut() else {
+        unreachable!()
+    };
+    for axis in [2, 3] {
+        t.shape.as_mut().unwrap().dim[axis].value = Some(
+            tensor_shape_proto::dimension::Value::DimParam("size".into()),
+        );
+    }
+    let w = m.weight(&[4, 2, 3, 3], 0.5);
+    let y = m.node("Conv", &[&x, &w], vec![("pads", Attr::Ints(vec![1; 4]))]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = m.node(
+        "MaxPool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let y = m.node("GlobalAveragePool", &[&y], vec![]);
+    let y = m.node("Flatten", &[&y], vec![("axis", Attr::I(1))]);
+    let wc = m.weight(&[3, 4], 0.5);
+    let y = m.node("Gemm", &[&y, &wc], vec![("transB", Attr::I(1))]);
+    m.output(&y);
+    m.encode()
+}
+
+/// `nnc verify` of an image size dim on an image smaller than the bound: the reference
+/// is the model imported at the image's size.
+#[test]
+fn verify_checks_an_image_of_any_size_in_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("image.onnx");
+    std::fs::write(&model, image_model()).unwrap();
+    let v: Vec<f32> = (0..2 * 13 * 13)
+        .map(|i| ((i * 7) % 11) as f32 / 11.0)
+        .collect();
+    let image = Tensor::from_vec(&[1, 2, 13, 13], v);
+    let path = dir.path().join("image.npy");
+    std::fs::write(&path, nnc_host::npy::to_bytes(&image).unwrap()).unwrap();
+    let o = nnc(&[
+        "verify",
+        model.to_str().unwrap(),
+        "--dim",
+        "size=4..24",
+        "--input",
+        &format!("image={}", path.display()),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("PASS"), "{}", text(&o));
 }
