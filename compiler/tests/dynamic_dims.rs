@@ -1382,6 +1382,66 @@ fn a_batch_of_images_of_any_size_runs_from_one_library() {
     }
 }
 
+/// A 1-D conv net over a signal of any length (`[1, 4, width]`): padded and strided
+/// convs, a max pool and an average pool with pads counted, global max pooling.
+fn signal_classifier(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("signal", &[1, 4, 32]);
+    symbolic(&mut m, &x, 2, "width");
+    let w1 = m.weight(&[8, 4, 5], 0.4);
+    let y = m.node("Conv", &[&x, &w1], vec![("pads", Attr::Ints(vec![2, 2]))]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = m.node(
+        "MaxPool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3])),
+            ("strides", Attr::Ints(vec![2])),
+            ("pads", Attr::Ints(vec![1, 1])),
+        ],
+    );
+    let w2 = m.weight(&[8, 8, 3], 0.4);
+    let b2 = m.weight(&[8], 0.1);
+    let y = m.node(
+        "Conv",
+        &[&y, &w2, &b2],
+        vec![
+            ("strides", Attr::Ints(vec![2])),
+            ("dilations", Attr::Ints(vec![2])),
+        ],
+    );
+    let y = m.node(
+        "AveragePool",
+        &[&y],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![3])),
+            ("pads", Attr::Ints(vec![1, 1])),
+            ("count_include_pad", Attr::I(1)),
+        ],
+    );
+    let y = m.node("GlobalMaxPool", &[&y], vec![]);
+    let y = m.node("Flatten", &[&y], vec![("axis", Attr::I(1))]);
+    m.output(&y);
+    m.encode()
+}
+
+/// A signal length dim on the one plane axis of 1-D convs and pools (the generic
+/// patch gather and pool loops), every length matching the interpreter.
+#[test]
+fn a_signal_length_dim_runs_every_length_from_one_library() {
+    let model = decode(&signal_classifier(43));
+    let g = import(&model, &with_range("width", 9, 48)).unwrap();
+    let lib = Dynamic::new(g);
+    for (w, seed) in [(9usize, 1u64), (10, 2), (11, 3), (30, 4), (47, 5), (48, 6)] {
+        let reference = static_at(&model, "width", w);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let (status, got) = lib.run(Some(&[w as i64]), &inputs, None, &[vec![1, 8]]);
+        assert_eq!(status, 0, "width={w}");
+        assert_close(&expected, &got, &format!("width={w} vs the interpreter"));
+    }
+}
+
 /// Cross-attention: `s` queries from `x` attend `t` keys and values from `memory`, with
 /// an additive mask row per key.
 fn cross_attention(seed: u64, d: usize, heads: usize, s: usize, t: usize) -> Vec<u8> {
