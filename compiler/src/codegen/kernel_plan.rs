@@ -307,19 +307,20 @@ pub fn plan_kernels_for(
             .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
             .collect(),
     };
-    // Nodes on run-time planes (but elementwise ones, which run over the whole buffer).
-    for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
-        if crate::ops::rows::passed_extent(graph, node).is_none() {
-            if let Some(planes) = lower::plan_planes(graph, node, target, options) {
-                *k = planes;
-            }
-        }
-    }
     for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
         if k.tasks == 1 {
             if let Some(rows) = super::tasks::row_slicing(graph, node) {
                 k.tasks = rows.tasks;
                 k.rows = Some(rows);
+            }
+        }
+    }
+    // Nodes on run-time planes (but elementwise ones, which run over the whole buffer):
+    // one call each, never split.
+    for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
+        if crate::ops::rows::passed_extent(graph, node).is_none() {
+            if let Some(planes) = lower::plan_planes(graph, node, target, options) {
+                *k = planes;
             }
         }
     }
