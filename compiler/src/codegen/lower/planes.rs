@@ -3,13 +3,16 @@
 //! by its [`ExtentExpr`].
 //!
 //! * Conv, per group, a block of output positions at a time: the positions' input
-//!   patches gathered into `Aᵀ[K][B]` (zeros where a patch leaves the plane), the GEMM
-//!   `Yᵀ[B, M] = A · Wᵀ` on the weights packed at compile time (bias and, without a
-//!   residual, the activation in its epilogue; the last block's rows counted at run
-//!   time), then `Yᵀ` copied transposed into the output planes (adding the residual and
-//!   applying the activation after it).
-//! * Max and average pools, windowed or global: direct loops, windows clipped to the
-//!   plane.
+//!   patches gathered into `P[K][B]` (zeros where a patch leaves the plane; for 2-D
+//!   convs one output row's run at a time, contiguous copies at stride 1), the GEMM
+//!   `C[Mg, B] = W · P` on the weights packed at compile time (bias and, without a
+//!   residual, the activation in its epilogue; the last block on the narrowest width
+//!   holding it), then `C`'s rows copied into the output planes (adding the residual
+//!   and applying the activation after it).
+//! * Depthwise 2-D convs and 2-D max pools: per channel, the plane copied into a
+//!   border (zeros, or -inf) in scratch, then the windows read without bounds checks,
+//!   a depthwise conv four outputs at a time at stride 1.
+//! * Other pools, windowed or global: direct loops, windows clipped to the plane.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
@@ -90,7 +93,7 @@ pub fn plan_planes(
             scratch = ConvScratch::new(k, block, m, &geom).bytes;
             plan.gemm = Some((geom, block));
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
-             transposed into the planes"
+             rows copied into the planes"
         }
         Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads);
@@ -407,7 +410,7 @@ impl ConvScratch {
     }
 }
 
-/// `Aᵀ`'s rows for a 2-D conv, one output row's run of positions at a time: per tap
+/// The patches `P` of a 2-D conv, one output row's run of positions at a time: per tap
 /// and channel, the run's input row segment, zero where it leaves the plane (stride 1:
 /// a zero fill, a contiguous copy, a zero fill).
 fn gather_rows_2d(
@@ -639,7 +642,7 @@ fn unflatten(b: &mut FunctionBuilder, p: Value, ext: &[Value]) -> Vec<Value> {
     coords
 }
 
-/// `Aᵀ[kk][i]` for `rows` positions from `p0`: channel `c` at tap `t` of position
+/// `P[kk][i]` for `rows` positions from `p0`: channel `c` at tap `t` of position
 /// `p0 + i`'s window, 0 outside the plane; rows `block` floats apart.
 fn gather_patches(
     b: &mut FunctionBuilder,
