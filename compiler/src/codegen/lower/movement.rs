@@ -340,6 +340,7 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
     let elem = dtype.size();
     let b = &mut *ctx.b;
     let ys = kernel::strides_of(&y.ty.shape);
+    let x_empty = x.ty.numel() == 0;
     kernel::nested_loop(b, &y.ty.shape, &mut |b, idx| {
         // Sum the per-axis offsets; any i64::MIN entry makes the sum negative.
         let mut off = kernel::iconst(b, 0);
@@ -354,8 +355,6 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
             let v = b.ins().select(f, z, v);
             off = b.ins().iadd(off, v);
         }
-        let src = kernel::elem_addr(b, x.ptr, off, elem);
-        let raw = b.ins().load(kernel::mem_type(dtype), flags(), src, 0);
         let fill_v = match elem {
             8 => b.ins().iconst(
                 types::I64,
@@ -378,7 +377,15 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
         } else {
             fill_v
         };
-        let v = b.ins().select(any_fill, fill_v, raw);
+        // An empty input has no element to read (its pointer may be dangling): every
+        // output element is the fill.
+        let v = if x_empty {
+            fill_v
+        } else {
+            let src = kernel::elem_addr(b, x.ptr, off, elem);
+            let raw = b.ins().load(mem_ty, flags(), src, 0);
+            b.ins().select(any_fill, fill_v, raw)
+        };
         let o = kernel::linear_offset(b, idx, &ys);
         let d = kernel::elem_addr(b, y.ptr, o, elem);
         b.ins().store(flags(), v, d, 0);
