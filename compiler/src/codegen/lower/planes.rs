@@ -10,8 +10,8 @@
 //!   holding it), then `C`'s rows copied into the output planes (adding the residual
 //!   and applying the activation after it).
 //! * Depthwise 2-D convs and 2-D max pools: per channel, the plane copied into a
-//!   border (zeros, or -inf) in scratch, then the windows read without bounds checks,
-//!   a depthwise conv four outputs at a time at stride 1.
+//!   border (zeros, or -inf) in scratch, each row split into its stride's column
+//!   phases, then the windows read without bounds checks, four outputs at a time.
 //! * Other pools, windowed or global: direct loops, windows clipped to the plane.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -96,13 +96,14 @@ pub fn plan_planes(
              rows copied into the planes"
         }
         Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
-            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads);
-            "per channel: the plane copied into a zero border, then the taps' multiply-adds \
-             four outputs at a time"
+            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads, c.strides[1]);
+            "per channel: the plane copied into a zero border (columns split by stride \
+             phase), then the taps' multiply-adds four outputs at a time"
         }
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
-            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p));
-            "per channel: the plane copied into a -inf border, then each window's maximum"
+            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
+            "per channel: the plane copied into a -inf border (columns split by stride \
+             phase), then the windows' maxima four outputs at a time"
         }
         _ => "direct loops over the planes the run has",
     };
@@ -118,14 +119,13 @@ fn depthwise(c: &ConvAttrs, x: &crate::ir::TensorType, y: &crate::ir::TensorType
         && x.dtype == crate::ir::DType::F32
 }
 
-/// Bytes of one plane of extents `planes` (the bound) with `pads` (begin..., end...)
-/// around it, plus a vector of slack.
-fn padded_plane_bytes(planes: &[usize], pads: &[usize]) -> usize {
-    let sp = planes.len();
-    let floats: usize = (0..sp)
-        .map(|a| planes[a] + pads[a] + pads[a + sp])
-        .product();
-    (floats + 8) * F32
+/// Bytes of one 2-D plane of extents `planes` (the bound) with `pads` (begin...,
+/// end...) around it, its rows split into `phases` column phases (see [`pad_plane`]),
+/// plus a vector of slack.
+fn padded_plane_bytes(planes: &[usize], pads: &[usize], phases: usize) -> usize {
+    let rows = planes[0] + pads[0] + pads[2];
+    let row = (planes[1] + pads[1] + pads[3]).div_ceil(phases) * phases;
+    (rows * row + 8) * F32
 }
 
 /// The extents of `axes` at the dim's `count`: constants where fixed.
@@ -863,22 +863,72 @@ fn accumulate(b: &mut FunctionBuilder, src: Value, n: Value, sum: bool, init: f3
     b.use_var(acc_var)
 }
 
+/// A plane copied into scratch with a border (see [`pad_plane`]).
+struct PaddedPlane {
+    /// Bytes from one padded row to the next.
+    row_bytes: Value,
+    /// Bytes from a row's start to each of its column phases.
+    phase_bytes: Vec<Value>,
+}
+
+impl PaddedPlane {
+    /// Per window row `ky` of output row `oy`, per phase: the address of the phase's
+    /// first float. The tap at column `kx` of output column `ox` is then float
+    /// `ox + (kx·dx) div s` of phase `(kx·dx) mod s`: four adjacent outputs read four
+    /// adjacent floats at any stride.
+    fn window_rows(
+        &self,
+        b: &mut FunctionBuilder,
+        base: Value,
+        oy: Value,
+        (kh, sy, dy): (usize, usize, usize),
+    ) -> Vec<Vec<Value>> {
+        (0..kh)
+            .map(|ky| {
+                let r = b.ins().imul_imm_s(oy, sy as i64);
+                let r = b.ins().iadd_imm_s(r, (ky * dy) as i64);
+                let r = b.ins().imul(r, self.row_bytes);
+                let row = b.ins().iadd(base, r);
+                (self.phase_bytes.iter())
+                    .map(|&p| b.ins().iadd(row, p))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
 /// Copies plane `src` (`h × w`) into `dst` with `pads` `[top, left, bottom, right]`
-/// of `fill` around it; returns the padded row length `w + left + right`.
+/// of `fill` around it, each padded row stored as `phases` runs: phase `p` holds the
+/// padded columns `p, p + phases, p + 2·phases, …` (one run, the row itself, at
+/// `phases` 1). A strided window's taps then read consecutive floats.
 fn pad_plane(
     b: &mut FunctionBuilder,
     src: Value,
     (h, w): (Value, Value),
     pads: &[usize],
+    phases: usize,
     dst: Value,
     fill: f32,
-) -> Value {
-    let (top, left, bottom, right) = (pads[0], pads[1], pads[2], pads[3]);
-    let pw = b.ins().iadd_imm_s(w, (left + right) as i64);
+) -> PaddedPlane {
+    let (top, left, bottom) = (pads[0], pads[1], pads[2]);
+    let pw = b.ins().iadd_imm_s(w, (left + pads[3]) as i64);
+    let phase_w = b.ins().iadd_imm_s(pw, phases as i64 - 1);
+    let phase_w = b.ins().udiv_imm_u(phase_w, phases as i64);
+    let row_w = b.ins().imul_imm_s(phase_w, phases as i64);
     let ph = b.ins().iadd_imm_s(h, (top + bottom) as i64);
     let fill_v = b.ins().f32const(fill);
+    let fill_x4 = b.ins().splat(types::F32X4, fill_v);
     let fill_row = |b: &mut FunctionBuilder, at: Value, from: Value, to: Value| {
-        kernel::range_loop(b, from, to, |b, j| {
+        let n = b.ins().isub(to, from);
+        let quads = b.ins().ushr_imm_u(n, 2);
+        let start = kernel::elem_addr(b, at, from, F32);
+        kernel::dynamic_loop(b, quads, |b, q| {
+            let d = kernel::elem_addr(b, start, q, 4 * F32);
+            b.ins().store(flags(), fill_x4, d, 0);
+        });
+        let done = b.ins().ishl_imm_u(quads, 2);
+        let rest = b.ins().iadd(from, done);
+        kernel::range_loop(b, rest, to, |b, j| {
             let d = kernel::elem_addr(b, at, j, F32);
             b.ins().store(flags(), fill_v, d, 0);
         });
@@ -886,29 +936,95 @@ fn pad_plane(
     let zero = kernel::iconst(b, 0);
     let border_rows = |b: &mut FunctionBuilder, from: Value, to: Value| {
         kernel::range_loop(b, from, to, |b, r| {
-            let row = b.ins().imul(r, pw);
+            let row = b.ins().imul(r, row_w);
             let at = kernel::elem_addr(b, dst, row, F32);
-            fill_row(b, at, zero, pw);
+            fill_row(b, at, zero, row_w);
         });
     };
     let top_v = kernel::iconst(b, top as i64);
     border_rows(b, zero, top_v);
     kernel::dynamic_loop(b, h, |b, r| {
         let pr = b.ins().iadd_imm_s(r, top as i64);
-        let row = b.ins().imul(pr, pw);
+        let row = b.ins().imul(pr, row_w);
         let at = kernel::elem_addr(b, dst, row, F32);
-        let left_v = kernel::iconst(b, left as i64);
-        fill_row(b, at, zero, left_v);
-        let inside = b.ins().iadd_imm_s(at, (left * F32) as i64);
         let src_row = b.ins().imul(r, w);
         let src_at = kernel::elem_addr(b, src, src_row, F32);
-        copy_run(b, inside, src_at, zero, w);
-        let end = b.ins().iadd_imm_s(w, left as i64);
-        fill_row(b, at, end, pw);
+        if phases == 1 {
+            let left_v = kernel::iconst(b, left as i64);
+            fill_row(b, at, zero, left_v);
+            let inside = b.ins().iadd_imm_s(at, (left * F32) as i64);
+            copy_run(b, inside, src_at, zero, w);
+            let end = b.ins().iadd_imm_s(w, left as i64);
+            fill_row(b, at, end, row_w);
+        } else {
+            // The border columns are spread over the phases: fill the whole row, then
+            // place each input column at its phase.
+            fill_row(b, at, zero, row_w);
+            let scattered = if phases == 2 {
+                deinterleave_pairs(b, src_at, w, at, (left, phase_w))
+            } else {
+                kernel::iconst(b, 0)
+            };
+            kernel::range_loop(b, scattered, w, |b, j| {
+                let s = kernel::elem_addr(b, src_at, j, F32);
+                let v = b.ins().load(types::F32, flags(), s, 0);
+                let col = b.ins().iadd_imm_s(j, left as i64);
+                let phase = b.ins().urem_imm_u(col, phases as i64);
+                let index = b.ins().udiv_imm_u(col, phases as i64);
+                let at_phase = b.ins().imul(phase, phase_w);
+                let d = b.ins().iadd(at_phase, index);
+                let d = kernel::elem_addr(b, at, d, F32);
+                b.ins().store(flags(), v, d, 0);
+            });
+        }
     });
     let bottom_from = b.ins().iadd_imm_s(h, top as i64);
     border_rows(b, bottom_from, ph);
-    pw
+    let row_bytes = b.ins().imul_imm_s(row_w, F32 as i64);
+    let phase_stride = b.ins().imul_imm_s(phase_w, F32 as i64);
+    let phase_bytes = (0..phases as i64)
+        .map(|p| b.ins().imul_imm_s(phase_stride, p))
+        .collect();
+    PaddedPlane {
+        row_bytes,
+        phase_bytes,
+    }
+}
+
+/// Stride-2 phases of one padded row: input columns `0..8·⌊w/8⌋` of `src` (eight at a
+/// time, split into evens and odds by two shuffles) to row `row`, whose phases are
+/// `phase_w` floats long, column `j` landing at padded column `j + left`. Returns the
+/// columns done.
+fn deinterleave_pairs(
+    b: &mut FunctionBuilder,
+    src: Value,
+    w: Value,
+    row: Value,
+    (left, phase_w): (usize, Value),
+) -> Value {
+    let phase_bytes = b.ins().imul_imm_s(phase_w, F32 as i64);
+    // Even input columns land in phase `left mod 2` from float `left div 2`, odd ones
+    // in the other phase from float `(left + 1) div 2`.
+    let at_phase = |b: &mut FunctionBuilder, phase: usize, first: usize| {
+        let p = b.ins().imul_imm_s(phase_bytes, phase as i64);
+        let p = b.ins().iadd(row, p);
+        b.ins().iadd_imm_s(p, (first * F32) as i64)
+    };
+    let evens_at = at_phase(b, left % 2, left / 2);
+    let odds_at = at_phase(b, (left + 1) % 2, left.div_ceil(2));
+    let octets = b.ins().ushr_imm_u(w, 3);
+    kernel::dynamic_loop(b, octets, |b, o| {
+        let s = kernel::elem_addr(b, src, o, 8 * F32);
+        let lo = b.ins().load(types::F32X4, flags(), s, 0);
+        let hi = b.ins().load(types::F32X4, flags(), s, (4 * F32) as i32);
+        let evens = crate::codegen::math::pick_lanes(b, lo, hi, [0, 2, 4, 6]);
+        let odds = crate::codegen::math::pick_lanes(b, lo, hi, [1, 3, 5, 7]);
+        let d = kernel::elem_addr(b, evens_at, o, 4 * F32);
+        b.ins().store(flags(), evens, d, 0);
+        let d = kernel::elem_addr(b, odds_at, o, 4 * F32);
+        b.ins().store(flags(), odds, d, 0);
+    });
+    b.ins().ishl_imm_u(octets, 3)
 }
 
 /// A 2-D max pool's pads, the ends grown by a stride less one: a ceil-mode window may
@@ -939,36 +1055,30 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
     kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
         let base = b.ins().imul(c, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);
-        let pw = pad_plane(
+        let plane = pad_plane(
             b,
             src,
             (in_ext[0], in_ext[1]),
             &pads,
+            sx,
             scratch,
             f32::NEG_INFINITY,
         );
         let out_base = b.ins().imul(c, positions);
         let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
         kernel::dynamic_loop(b, out_ext[0], |b, oy| {
-            let rows: Vec<Value> = (0..kh)
-                .map(|ky| {
-                    let r = b.ins().imul_imm_s(oy, sy as i64);
-                    let r = b.ins().iadd_imm_s(r, (ky * dy) as i64);
-                    let r = b.ins().imul(r, pw);
-                    kernel::elem_addr(b, scratch, r, F32)
-                })
-                .collect();
+            let rows = plane.window_rows(b, scratch, oy, (kh, sy, dy));
             let out_row = b.ins().imul(oy, out_ext[1]);
             let out_row = kernel::elem_addr(b, dst, out_row, F32);
-            kernel::dynamic_loop(b, out_ext[1], |b, ox| {
-                let col = b.ins().imul_imm_s(ox, (sx * F32) as i64);
+            // One output (scalar) or four (vectors) at `ox`.
+            let outputs = |b: &mut FunctionBuilder, ox: Value, ty: types::Type| {
+                let col = b.ins().imul_imm_s(ox, F32 as i64);
                 let mut acc = None;
-                for row in &rows {
-                    let at = b.ins().iadd(*row, col);
+                for phases in &rows {
                     for kx in 0..kw {
-                        let v = b
-                            .ins()
-                            .load(types::F32, flags(), at, (kx * dx * F32) as i32);
+                        let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
+                        let at = b.ins().iadd(phases[phase], col);
+                        let v = b.ins().load(ty, flags(), at, (index * F32) as i32);
                         acc = Some(match acc {
                             None => v,
                             Some(a) => b.ins().fmax(a, v),
@@ -978,7 +1088,14 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
                 let d = kernel::elem_addr(b, out_row, ox, F32);
                 b.ins()
                     .store(flags(), acc.expect("a window has taps"), d, 0);
+            };
+            let quads = b.ins().ushr_imm_u(out_ext[1], 2);
+            kernel::dynamic_loop(b, quads, |b, i| {
+                let ox = b.ins().ishl_imm_u(i, 2);
+                outputs(b, ox, types::F32X4);
             });
+            let done = b.ins().ishl_imm_u(quads, 2);
+            kernel::range_loop(b, done, out_ext[1], |b, ox| outputs(b, ox, types::F32));
         });
     });
     Ok(())
@@ -1023,7 +1140,7 @@ fn depthwise_conv(
         let ch = b.ins().urem_imm_u(nc, channels as i64);
         let base = b.ins().imul(nc, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);
-        let pw = pad_plane(b, src, (in_ext[0], in_ext[1]), &c.pads, scratch, 0.0);
+        let plane = pad_plane(b, src, (in_ext[0], in_ext[1]), &c.pads, sx, scratch, 0.0);
         let out_base = b.ins().imul(nc, positions);
         let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
         let res = residual
@@ -1041,16 +1158,9 @@ fn depthwise_conv(
             None => b.ins().f32const(0.0),
         };
         kernel::dynamic_loop(b, out_ext[0], |b, oy| {
-            let rows: Vec<Value> = (0..kh)
-                .map(|ky| {
-                    let r = b.ins().imul_imm_s(oy, sy as i64);
-                    let r = b.ins().iadd_imm_s(r, (ky * dy) as i64);
-                    let r = b.ins().imul(r, pw);
-                    kernel::elem_addr(b, scratch, r, F32)
-                })
-                .collect();
+            let rows = plane.window_rows(b, scratch, oy, (kh, sy, dy));
             let out_row = b.ins().imul(oy, out_ext[1]);
-            // One output (scalar) or four (vectors, stride 1) at `ox`.
+            // One output (scalar) or four (vectors) at `ox`.
             let mut outputs = |b: &mut FunctionBuilder, ox: Value, ty: types::Type| {
                 let splat = |b: &mut FunctionBuilder, v: Value| {
                     if ty == types::F32 {
@@ -1059,12 +1169,13 @@ fn depthwise_conv(
                         b.ins().splat(ty, v)
                     }
                 };
-                let col = b.ins().imul_imm_s(ox, (sx * F32) as i64);
+                let col = b.ins().imul_imm_s(ox, F32 as i64);
                 let mut acc = splat(b, bias_v);
-                for (ky, row) in rows.iter().enumerate() {
-                    let at = b.ins().iadd(*row, col);
+                for (ky, phases) in rows.iter().enumerate() {
                     for kx in 0..kw {
-                        let v = b.ins().load(ty, flags(), at, (kx * dx * F32) as i32);
+                        let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
+                        let at = b.ins().iadd(phases[phase], col);
+                        let v = b.ins().load(ty, flags(), at, (index * F32) as i32);
                         let wv = splat(b, ws[ky * kw + kx]);
                         acc = gemm::mul_add(b, fma, wv, v, acc);
                     }
@@ -1082,16 +1193,12 @@ fn depthwise_conv(
                 let d = kernel::elem_addr(b, dst, pos, F32);
                 b.ins().store(flags(), acc, d, 0);
             };
-            let quads = if sx == 1 {
-                let q = b.ins().ushr_imm_u(out_ext[1], 2);
-                kernel::dynamic_loop(b, q, |b, i| {
-                    let ox = b.ins().ishl_imm_u(i, 2);
-                    outputs(b, ox, types::F32X4);
-                });
-                b.ins().ishl_imm_u(q, 2)
-            } else {
-                kernel::iconst(b, 0)
-            };
+            let q = b.ins().ushr_imm_u(out_ext[1], 2);
+            kernel::dynamic_loop(b, q, |b, i| {
+                let ox = b.ins().ishl_imm_u(i, 2);
+                outputs(b, ox, types::F32X4);
+            });
+            let quads = b.ins().ishl_imm_u(q, 2);
             kernel::range_loop(b, quads, out_ext[1], |b, ox| outputs(b, ox, types::F32));
         });
     });
