@@ -65,8 +65,77 @@ const EXACT_OPS: &[&str] = &[
     "Clip",
 ];
 
+/// Ops whose result jumps where their input crosses a threshold: after an op that may
+/// round, a difference in the last place can move the result by a whole step (`Floor`
+/// of `-1e-9` against `Floor` of `0`), so no tolerance applies.
+const STEP_OPS: &[&str] = &[
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "IsInf",
+    "Cast",
+    "CastLike",
+    "ArgMax",
+    "ArgMin",
+    "TopK",
+    "Mod",
+    "NonZero",
+];
+
 pub fn is_exact_op(op_type: &str) -> bool {
     EXACT_OPS.contains(&op_type)
+}
+
+/// How an output of the model can be compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Comparable {
+    /// Computed by exact ops only: every element equal.
+    Exactly,
+    /// Some op may round: floats within [`tolerance`], integers and bools not compared.
+    WithinTolerance,
+    /// A step op read a rounded value: not compared.
+    Not,
+}
+
+/// Per graph output of `model`, how it can be compared (see [`Comparable`]): each
+/// value takes the worst of its inputs, an inexact op makes it at least rounded, a
+/// step op on a rounded input makes it incomparable.
+pub fn comparable_outputs(model: &nnc::onnx::proto::ModelProto) -> Vec<Comparable> {
+    use std::collections::HashMap;
+    let Some(graph) = &model.graph else {
+        return vec![];
+    };
+    let mut of: HashMap<&str, Comparable> = HashMap::new();
+    for node in &graph.node {
+        let worst = (node.input.iter())
+            .filter_map(|i| of.get(i.as_str()).copied())
+            .max()
+            .unwrap_or(Comparable::Exactly);
+        let op = node.op_type.as_str();
+        let result = if worst == Comparable::WithinTolerance && STEP_OPS.contains(&op) {
+            Comparable::Not
+        } else if !is_exact_op(op) {
+            worst.max(Comparable::WithinTolerance)
+        } else {
+            worst
+        };
+        for o in &node.output {
+            of.insert(o.as_str(), result);
+        }
+    }
+    (graph.output.iter())
+        .map(|o| {
+            of.get(o.name.as_str())
+                .copied()
+                .unwrap_or(Comparable::Exactly)
+        })
+        .collect()
 }
 
 /// Relative tolerance of a float output: a few units in the last place of the type for
@@ -78,13 +147,19 @@ fn tolerance(dtype: DType) -> f64 {
     }
 }
 
-/// `None` when `got` matches `expected`; otherwise where and how they differ. Integer
-/// and bool outputs must be equal when `exact`, and are not compared otherwise. NaN
+/// `None` when `got` matches `expected` as `how` says; otherwise where and how they
+/// differ. Integer and bool outputs must be equal when compared `Exactly`, and are not
+/// compared otherwise. NaN
 /// matches NaN only; infinities match themselves only.
-pub fn mismatch(got: &Tensor, expected: &Tensor, exact: bool) -> Option<String> {
+pub fn mismatch(got: &Tensor, expected: &Tensor, how: Comparable) -> Option<String> {
     if got.ty() != expected.ty() {
         return Some(format!("type {} vs {}", got.ty(), expected.ty()));
     }
+    let exact = match how {
+        Comparable::Exactly => true,
+        Comparable::WithinTolerance => false,
+        Comparable::Not => return None,
+    };
     let dtype = expected.dtype();
     let float = !dtype.is_int() && dtype != DType::Bool;
     if !float && !exact {

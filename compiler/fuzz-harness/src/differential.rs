@@ -5,7 +5,7 @@ use nnc::interp;
 use nnc::passes::PassManager;
 use nnc_host::LoadedModel;
 
-use crate::compare::{is_exact_op, mismatch};
+use crate::compare::{comparable_outputs, mismatch, Comparable};
 use crate::pipeline::{fuzz_target, imported_graph};
 use crate::random_model::{random_model, tensor};
 use nnc::codegen::CompileOptions;
@@ -42,14 +42,17 @@ pub fn differential_case(data: &[u8]) {
     let Ok(got) = library.run(&inputs) else {
         return;
     };
-    let exact = model
-        .graph
-        .iter()
-        .flat_map(|g| &g.node)
-        .all(|n| is_exact_op(&n.op_type));
+    let comparable = comparable_outputs(&model);
     assert_eq!(got.len(), expected.len(), "number of outputs");
     for (k, (g, e)) in got.iter().zip(&expected).enumerate() {
-        if let Some(m) = mismatch(g, e, exact) {
+        if let Some(m) = mismatch(
+            g,
+            e,
+            comparable
+                .get(k)
+                .copied()
+                .unwrap_or(Comparable::WithinTolerance),
+        ) {
             panic!(
                 "output {k} ('{}'): compiled and interpreted differ: {m}\nmodel: {model:?}\ninputs: {inputs:?}",
                 imported.values[imported.outputs[k].0].name
@@ -104,11 +107,7 @@ pub fn dims_case(data: &[u8]) -> bool {
     let Ok(library) = LoadedModel::compile_with_options(&one_sample, &options) else {
         return false;
     };
-    let exact = model
-        .graph
-        .iter()
-        .flat_map(|g| &g.node)
-        .all(|n| is_exact_op(&n.op_type));
+    let comparable = comparable_outputs(&model);
     for k in [2usize, 3] {
         let mut fixed = ImportOptions::default();
         fixed.dims.insert("N".into(), k);
@@ -135,7 +134,14 @@ pub fn dims_case(data: &[u8]) -> bool {
                 e.shape(),
                 "N={k}: output {j}'s shape\nmodel: {model:?}"
             );
-            if let Some(m) = mismatch(g, e, exact) {
+            if let Some(m) = mismatch(
+                g,
+                e,
+                comparable
+                    .get(j)
+                    .copied()
+                    .unwrap_or(Comparable::WithinTolerance),
+            ) {
                 panic!("N={k}: output {j}: one-sample library and interpreter differ: {m}\nmodel: {model:?}\ninputs: {inputs:?}");
             }
         }
