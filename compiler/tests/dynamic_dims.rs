@@ -1382,6 +1382,103 @@ fn a_batch_of_images_of_any_size_runs_from_one_library() {
     }
 }
 
+/// A conv net with squeeze-and-excitation blocks (MobileNetV3's, EfficientNet's): each
+/// image's channel scales, computed from its globally pooled planes, multiply its planes
+/// (planes first, then scales first), and per-channel constants are added, subtracted
+/// and divided by over the planes.
+fn squeeze_excite_classifier(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[2, 3, 16, 16]);
+    symbolic(&mut m, &x, 0, "N");
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let conv = |m: &mut ModelBuilder, x: &str, shape: [usize; 4], attrs: Vec<(&str, Attr)>| {
+        let w = m.weight(&shape, 0.4);
+        let b = m.weight(&[shape[0]], 0.1);
+        m.node("Conv", &[x, &w, &b], attrs)
+    };
+    let pad1 = || vec![("pads", Attr::Ints(vec![1; 4]))];
+    let y = conv(&mut m, &x, [8, 3, 3, 3], pad1());
+    let y = m.node("Relu", &[&y], vec![]);
+    let excite = |m: &mut ModelBuilder, y: &str, scales_first: bool| {
+        let s = m.node("GlobalAveragePool", &[y], vec![]);
+        let s = conv(m, &s, [4, 8, 1, 1], vec![]);
+        let s = m.node("Relu", &[&s], vec![]);
+        let s = conv(m, &s, [8, 4, 1, 1], vec![]);
+        let s = m.node("HardSigmoid", &[&s], vec![]);
+        if scales_first {
+            m.node("Mul", &[&s, y], vec![])
+        } else {
+            m.node("Mul", &[y, &s], vec![])
+        }
+    };
+    let y = excite(&mut m, &y, false);
+    let shift = m.weight(&[8, 1, 1], 0.5);
+    let y = m.node("Add", &[&shift, &y], vec![]);
+    let y = conv(
+        &mut m,
+        &y,
+        [8, 8, 3, 3],
+        vec![
+            ("pads", Attr::Ints(vec![1; 4])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = excite(&mut m, &y, true);
+    let mean = m.weight(&[1, 8, 1, 1], 0.5);
+    let y = m.node("Sub", &[&y, &mean], vec![]);
+    let spread = m.float_init(&[8, 1, 1], (0..8).map(|i| 0.5 + 0.25 * i as f32).collect());
+    let y = m.node("Div", &[&y, &spread], vec![]);
+    let y = conv(&mut m, &y, [8, 8, 3, 3], pad1());
+    let y = m.node("GlobalAveragePool", &[&y], vec![]);
+    let y = m.node("Flatten", &[&y], vec![("axis", Attr::I(1))]);
+    let wc = m.weight(&[5, 8], 0.5);
+    let y = m.node("Gemm", &[&y, &wc], vec![("transB", Attr::I(1))]);
+    m.output(&y);
+    m.encode()
+}
+
+/// Squeeze-and-excitation over planes of any size in a batch (`--dim N=1..3 --dim
+/// size=9..30`): every per-plane broadcast runs at the run's size and matches the
+/// interpreter on the model imported at that shape.
+#[test]
+fn squeeze_and_excitation_runs_on_images_of_any_size() {
+    let model = decode(&squeeze_excite_classifier(43));
+    let mut opts = with_range("size", 9, 30);
+    opts.ranges.insert(
+        0,
+        DimRange {
+            name: "N".into(),
+            min: 1,
+            max: 3,
+            site: DimSite::Param,
+        },
+    );
+    let g = import(&model, &opts).unwrap();
+    assert!(g.sample_loop.is_some() && g.row_dims.len() == 1);
+    let lib = Dynamic::new(g);
+    for (k, s, seed) in [
+        (1usize, 9usize, 1u64),
+        (2, 10, 2),
+        (3, 17, 3),
+        (1, 30, 4),
+        (2, 23, 5),
+    ] {
+        let reference = static_at_values(&model, &[("N", k), ("size", s)]);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let dims = [k as i64, s as i64];
+        let (status, got) = lib.run(Some(&dims), &inputs, None, &[vec![k, 5]]);
+        assert_eq!(status, 0, "N={k} size={s}");
+        assert_close(
+            &expected,
+            &got,
+            &format!("N={k} size={s} vs the interpreter"),
+        );
+    }
+}
+
 /// A 1-D conv net over a signal of any length (`[1, 4, width]`): padded and strided
 /// convs, a max pool and an average pool with pads counted, global max pooling.
 fn signal_classifier(seed: u64) -> Vec<u8> {

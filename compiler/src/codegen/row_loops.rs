@@ -109,10 +109,15 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
     Ok(RowLoops { lowered, loops })
 }
 
-/// The planes `node`'s first input carries, if it reads run-time planes.
+/// The run-time planes `node` reads (its first input carrying them), if any.
 fn reads_planes<'g>(graph: &'g Graph, node: &crate::ir::Node) -> Option<&'g crate::ir::RunExtent> {
-    let x = node.inputs.first().copied().flatten()?;
-    graph.value(x).run_extent.as_ref().filter(|e| e.is_planes())
+    (node.inputs.iter().flatten()).find_map(|v| {
+        graph
+            .value(*v)
+            .run_extent
+            .as_ref()
+            .filter(|e| e.is_planes())
+    })
 }
 
 /// Whether `node` is a float32 MatMul of row-carrying A (and residual) by constant

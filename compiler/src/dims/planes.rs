@@ -170,7 +170,11 @@ fn input_axes(
 /// the node cannot run on planes whose size only the run knows.
 fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent>, String> {
     let extent_of = |v: ValueId| g.value(v).run_extent.as_ref();
-    let x = node.inputs.first().copied().flatten();
+    // A binary op may carry the planes in either operand (`Mul(scale, x)`).
+    let x = match node.op {
+        Op::Binary(_) => (node.inputs.iter().flatten().copied()).find(|v| extent_of(*v).is_some()),
+        _ => node.inputs.first().copied().flatten(),
+    };
     let first = x.and_then(extent_of);
     let cannot = || {
         Err(format!(
@@ -226,10 +230,14 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
                 Some(ev) => ev == e && g.ty(*v).shape == *out,
                 None => g.ty(*v).numel() == 1,
             });
-            if !same {
+            let per_plane = match node.op {
+                Op::Binary(op) => crate::ops::rows::broadcasts_per_plane(g, node, op).is_some(),
+                _ => false,
+            };
+            if !same && !per_plane {
                 return Err(format!(
                     "{} reads planes of different sizes, or broadcasts a tensor over them \
-                     (only scalars can be, so far)",
+                     other than one value per plane (`[N, C, 1, 1]`) or a scalar",
                     node.op.name()
                 ));
             }

@@ -600,7 +600,7 @@ pub fn binary(ctx: &mut LowerCtx, op: BinaryOp) -> LowerResult {
     )
 }
 
-fn binary_float(
+pub(super) fn binary_float(
     b: &mut FunctionBuilder,
     op: BinaryOp,
     x: Value,

@@ -66,10 +66,14 @@ pub fn plan_planes(
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let x = node.inputs.first().copied().flatten()?;
-    if !graph.value(x).run_extent.as_ref()?.is_planes() {
-        return None;
-    }
+    let planes = |v: &crate::ir::ValueId| {
+        graph
+            .value(*v)
+            .run_extent
+            .as_ref()
+            .is_some_and(|e| e.is_planes())
+    };
+    let x = *node.inputs.iter().flatten().find(|v| planes(v))?;
     let y = *node.outputs.first()?;
     let mut plan = PlanesPlan {
         input: spatial(graph, x),
@@ -104,6 +108,9 @@ pub fn plan_planes(
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
             "per channel: the plane copied into a -inf border (columns split by stride \
              phase), then the windows' maxima four outputs at a time"
+        }
+        Op::Binary(_) => {
+            "per plane: the other operand's value for that plane applied four floats at a time"
         }
         _ => "direct loops over the planes the run has",
     };
@@ -175,6 +182,7 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             max_pool_2d(ctx, p, &plan, run.count)
         }
         Op::Pool(p) => pool(ctx, p, &plan, run.count),
+        Op::Binary(kind) => per_plane_binary(ctx, *kind, &plan, run.count),
         other => Err(format!(
             "{} does not run on run-time planes (the import should have refused it)",
             other.name()
@@ -344,6 +352,74 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             let p0 = b.ins().imul_imm_s(full, block as i64);
             let rest = b.ins().isub(positions, p0);
             tail_widths(b, &widths, rest, &mut |b, n| run_block(b, p0, rest, n));
+        });
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// A binary op of planes by a fixed operand holding one value per plane (see
+/// [`crate::ops::rows::broadcasts_per_plane`]), either operand first.
+fn per_plane_binary(
+    ctx: &mut LowerCtx,
+    op: crate::ops::BinaryOp,
+    plan: &PlanesPlan,
+    count: Value,
+) -> LowerResult {
+    let (a, c) = (ctx.input(0)?, ctx.input(1)?);
+    let y = ctx.output(0);
+    // The planes operand is shaped like the output; the other is not (else the op would
+    // run over the whole buffer as an elementwise op of one size).
+    let planes_first = a.ty.shape == y.ty.shape;
+    let (x, s) = if planes_first { (a, c) } else { (c, a) };
+    let rank = y.ty.rank();
+    let (batch, channels) = (y.ty.shape[0], y.ty.shape[1]);
+    // Floats from one sample's (channel's) value of `s` to the next; 0 when broadcast.
+    let s_dim = |axis: usize| {
+        let lead = rank - s.ty.rank();
+        axis.checked_sub(lead).map_or(1, |i| s.ty.shape[i])
+    };
+    let s_channel = usize::from(s_dim(1) != 1);
+    let s_sample = if s_dim(0) != 1 { s_dim(1) } else { 0 };
+    let b = &mut *ctx.b;
+    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let plane = product(b, &out_ext);
+    let mut failure = None;
+    kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
+        kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
+            let si = b.ins().imul_imm_s(n, s_sample as i64);
+            let sc = b.ins().imul_imm_s(ch, s_channel as i64);
+            let si = b.ins().iadd(si, sc);
+            let at = kernel::elem_addr(b, s.ptr, si, F32);
+            let sv = b.ins().load(types::F32, flags(), at, 0);
+            let nc = b.ins().imul_imm_s(n, channels as i64);
+            let nc = b.ins().iadd(nc, ch);
+            let base = b.ins().imul(nc, plane);
+            let src = kernel::elem_addr(b, x.ptr, base, F32);
+            let dst = kernel::elem_addr(b, y.ptr, base, F32);
+            let mut apply = |b: &mut FunctionBuilder, i: Value, ty: types::Type| {
+                let at = kernel::elem_addr(b, src, i, F32);
+                let xv = b.ins().load(ty, flags(), at, 0);
+                let svv = if ty == types::F32 {
+                    sv
+                } else {
+                    b.ins().splat(ty, sv)
+                };
+                let (l, r) = if planes_first { (xv, svv) } else { (svv, xv) };
+                match super::elementwise::binary_float(b, op, l, r) {
+                    Ok(v) => {
+                        let at = kernel::elem_addr(b, dst, i, F32);
+                        b.ins().store(flags(), v, at, 0);
+                    }
+                    Err(e) => failure = Some(e),
+                }
+            };
+            let quads = b.ins().ushr_imm_u(plane, 2);
+            kernel::dynamic_loop(b, quads, |b, q| {
+                let i = b.ins().ishl_imm_u(q, 2);
+                apply(b, i, types::F32X4);
+            });
+            let done = b.ins().ishl_imm_u(quads, 2);
+            kernel::range_loop(b, done, plane, |b, i| apply(b, i, types::F32));
         });
     });
     failure.map_or(Ok(()), Err)
