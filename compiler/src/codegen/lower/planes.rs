@@ -1223,9 +1223,13 @@ fn depthwise_conv(
             .as_ref()
             .map(|r| kernel::elem_addr(b, r.ptr, out_base, F32));
         let w_c = kernel::elem_addr(b, w_ptr, ch, taps * F32);
-        let ws: Vec<Value> = (0..taps)
-            .map(|t| b.ins().load(types::F32, flags(), w_c, (t * F32) as i32))
-            .collect();
+        // A 3×3 kernel's weights stay in registers; more (a 5×5's 25) spilled, and are
+        // loaded per use instead (a broadcast from L1).
+        let held: Option<Vec<Value>> = (taps <= 9).then(|| {
+            (0..taps)
+                .map(|t| b.ins().load(types::F32, flags(), w_c, (t * F32) as i32))
+                .collect()
+        });
         let bias_v = match &bias {
             Some(t) => {
                 let at = kernel::elem_addr(b, t.ptr, ch, F32);
@@ -1252,7 +1256,12 @@ fn depthwise_conv(
                         let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
                         let at = b.ins().iadd(phases[phase], col);
                         let v = b.ins().load(ty, flags(), at, (index * F32) as i32);
-                        let wv = splat(b, ws[ky * kw + kx]);
+                        let t = ky * kw + kx;
+                        let wt = match &held {
+                            Some(ws) => ws[t],
+                            None => b.ins().load(types::F32, flags(), w_c, (t * F32) as i32),
+                        };
+                        let wv = splat(b, wt);
                         acc = gemm::mul_add(b, fma, wv, v, acc);
                     }
                 }
