@@ -65,9 +65,10 @@ const EXACT_OPS: &[&str] = &[
     "Clip",
 ];
 
-/// Ops whose result jumps where their input crosses a threshold: after an op that may
-/// round, a difference in the last place can move the result by a whole step (`Floor`
-/// of `-1e-9` against `Floor` of `0`), so no tolerance applies.
+/// Ops whose result jumps where their input crosses a threshold, or magnifies a
+/// difference without bound: after an op that may round, a difference in the last place
+/// can move the result by a whole step (`Floor` of `-1e-9` against `Floor` of `0`), so
+/// no tolerance applies.
 const STEP_OPS: &[&str] = &[
     "Floor",
     "Ceil",
@@ -86,6 +87,14 @@ const STEP_OPS: &[&str] = &[
     "TopK",
     "Mod",
     "NonZero",
+    // Normalizations divide by a spread that rounding alone makes of a near-constant
+    // input: LayerNorm of an earlier LayerNorm's output of a constant is noise scaled
+    // to unit variance.
+    "LayerNormalization",
+    "InstanceNormalization",
+    "GroupNormalization",
+    "MeanVarianceNormalization",
+    "LpNormalization",
 ];
 
 pub fn is_exact_op(op_type: &str) -> bool {
