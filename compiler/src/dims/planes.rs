@@ -22,7 +22,7 @@ use crate::error::{NncError, Result};
 use crate::ir::{DType, ExtentExpr, Graph, Node, RunExtent, TensorType, ValueId};
 use crate::onnx::proto::ModelProto;
 use crate::onnx::{import_model, ImportOptions, Imported};
-use crate::ops::{Op, PoolAttrs, PoolKind};
+use crate::ops::{BinaryOp, Op, PoolAttrs, PoolKind};
 
 /// Imports `model` with `range` varying the planes of its images (see the module doc).
 pub fn import_with_planes(
@@ -231,7 +231,7 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
                 None => g.ty(*v).numel() == 1,
             });
             let per_plane = match node.op {
-                Op::Binary(op) => crate::ops::rows::broadcasts_per_plane(g, node, op).is_some(),
+                Op::Binary(op) => broadcasts_per_plane(g, node, op),
                 _ => false,
             };
             if !same && !per_plane {
@@ -245,6 +245,50 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
         }
         _ => cannot(),
     }
+}
+
+/// Whether `node` is a float32 binary op of planes by a fixed operand holding one value
+/// per plane (`[N, C, 1, 1]`, `[C, 1, 1]`: a squeeze-and-excitation scale, a
+/// per-channel bias): exactly one operand carries planes, shaped like the output.
+fn broadcasts_per_plane(graph: &Graph, node: &Node, op: BinaryOp) -> bool {
+    let vectorizable = matches!(
+        op,
+        BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Max
+            | BinaryOp::Min
+    );
+    let ([Some(a), Some(b)], Some(&y)) = (node.inputs.as_slice(), node.outputs.first()) else {
+        return false;
+    };
+    let out = graph.ty(y);
+    let planes = |v: ValueId| {
+        graph
+            .value(v)
+            .run_extent
+            .as_ref()
+            .is_some_and(|e| e.is_planes())
+    };
+    let (x, s) = match (planes(*a), planes(*b)) {
+        (true, false) => (*a, *b),
+        (false, true) => (*b, *a),
+        _ => return false,
+    };
+    let (xt, st) = (graph.ty(x), graph.ty(s));
+    let rank = out.rank();
+    let per_plane = st.rank() <= rank
+        && st.shape.iter().rev().enumerate().all(|(from_end, &d)| {
+            let axis = rank - 1 - from_end;
+            d == 1 || (axis < 2 && d == out.shape[axis])
+        });
+    vectorizable
+        && rank >= 3
+        && out.dtype == DType::F32
+        && st.dtype == DType::F32
+        && xt.shape == out.shape
+        && per_plane
 }
 
 /// A pool's output planes: none after a global pool (its window the whole plane), else

@@ -9,8 +9,8 @@
 //! `i` sits where it would in the planned (bound) layout, so each call only advances
 //! the row-carrying operands by one row.
 
-use super::{infer_types, BinaryOp, Op};
-use crate::ir::{DType, Graph, Node, RunExtent, Tensor, TensorType, ValueId};
+use super::{infer_types, Op};
+use crate::ir::{Graph, Node, RunExtent, Tensor, TensorType, ValueId};
 
 /// How a node runs row by row (see the module doc).
 #[derive(Clone, Debug, PartialEq)]
@@ -288,52 +288,6 @@ fn planes_elementwise(graph: &Graph, node: &Node) -> Option<RunExtent> {
         None => graph.ty(*v).numel() == 1,
     });
     (e.is_planes() && same).then(|| e.clone())
-}
-
-/// For a float32 binary op of planes by a fixed operand holding one value per plane
-/// (`[N, C, 1, 1]`, `[C, 1, 1]`: a squeeze-and-excitation scale, a per-channel bias):
-/// the planes operand's index. `None` for any other node.
-pub fn broadcasts_per_plane(graph: &Graph, node: &Node, op: BinaryOp) -> Option<usize> {
-    let vectorizable = matches!(
-        op,
-        BinaryOp::Add
-            | BinaryOp::Sub
-            | BinaryOp::Mul
-            | BinaryOp::Div
-            | BinaryOp::Max
-            | BinaryOp::Min
-    );
-    let [Some(a), Some(b)] = node.inputs.as_slice() else {
-        return None;
-    };
-    let out = graph.ty(*node.outputs.first()?);
-    let planes = |v: ValueId| {
-        graph
-            .value(v)
-            .run_extent
-            .as_ref()
-            .is_some_and(|e| e.is_planes())
-    };
-    let at = match (planes(*a), planes(*b)) {
-        (true, false) => 0,
-        (false, true) => 1,
-        _ => return None,
-    };
-    let (x, s) = if at == 0 { (*a, *b) } else { (*b, *a) };
-    let (xt, st) = (graph.ty(x), graph.ty(s));
-    let rank = out.rank();
-    let per_plane = st.rank() <= rank
-        && st.shape.iter().rev().enumerate().all(|(from_end, &d)| {
-            let axis = rank - 1 - from_end;
-            d == 1 || (axis < 2 && d == out.shape[axis])
-        });
-    (vectorizable
-        && rank >= 3
-        && out.dtype == DType::F32
-        && st.dtype == DType::F32
-        && xt.shape == out.shape
-        && per_plane)
-        .then_some(at)
 }
 
 /// The extent of a Reshape's output that only adds or removes unit axes before the one

@@ -358,7 +358,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
 }
 
 /// A binary op of planes by a fixed operand holding one value per plane (see
-/// [`crate::ops::rows::broadcasts_per_plane`]), either operand first.
+/// `crate::dims::planes::broadcasts_per_plane`), either operand first.
 fn per_plane_binary(
     ctx: &mut LowerCtx,
     op: crate::ops::BinaryOp,
