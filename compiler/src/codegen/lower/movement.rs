@@ -280,33 +280,51 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
 }
 
 /// Source index along one axis for each output index (`-1`: the constant fill).
-fn pad_axis_table(mode: PadMode, size: usize, before: i64, out: usize) -> Vec<i64> {
-    let n = size as i64;
-    (0..out as i64)
+/// Negative pads crop first; edge, wrap and reflect then read the cropped range only.
+fn pad_axis_table(
+    mode: PadMode,
+    size: usize,
+    (before, after): (i64, i64),
+    out: usize,
+) -> Result<Vec<i64>, String> {
+    let cut_begin = before.saturating_neg().max(0);
+    let cut_end = after.saturating_neg().max(0);
+    let n = (size as i64).saturating_sub(cut_begin.saturating_add(cut_end));
+    if n < 0 {
+        return Err("pads crop an axis below zero".into());
+    }
+    if n == 0 && mode != PadMode::Constant && out > 0 {
+        return Err(format!(
+            "cannot pad an axis cropped to nothing in {mode:?} mode"
+        ));
+    }
+    let grow_before = before.max(0);
+    Ok((0..out as i64)
         .map(|o| {
-            let i = o - before;
-            if (0..n).contains(&i) {
-                return i;
-            }
-            match mode {
-                PadMode::Constant => -1,
-                PadMode::Edge => i.clamp(0, n - 1),
-                PadMode::Wrap => i.rem_euclid(n),
-                PadMode::Reflect => {
-                    if n == 1 {
-                        return 0;
-                    }
-                    let period = 2 * (n - 1);
-                    let m = i.rem_euclid(period);
-                    if m < n {
-                        m
-                    } else {
-                        period - m
+            let i = o - grow_before;
+            let j = if (0..n).contains(&i) {
+                i
+            } else {
+                match mode {
+                    PadMode::Constant => return -1,
+                    PadMode::Edge => i.clamp(0, n - 1),
+                    PadMode::Wrap => i.rem_euclid(n),
+                    PadMode::Reflect if n == 1 => 0,
+                    PadMode::Reflect => {
+                        // Reflection without repeating the edge has period 2(n − 1).
+                        let period = 2 * (n - 1);
+                        let m = i.rem_euclid(period);
+                        if m < n {
+                            m
+                        } else {
+                            period - m
+                        }
                     }
                 }
-            }
+            };
+            cut_begin + j
         })
-        .collect()
+        .collect())
 }
 
 pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
@@ -328,7 +346,8 @@ pub fn pad(ctx: &mut LowerCtx, p: &PadAttrs) -> LowerResult {
     let mut table_at = vec![];
     for (d, &stride) in xs.iter().enumerate() {
         table_at.push(table_bytes.len() / 8);
-        for v in pad_axis_table(p.mode, x.ty.shape[d], p.pads[d], y.ty.shape[d]) {
+        let pads = (p.pads[d], p.pads[d + r]);
+        for v in pad_axis_table(p.mode, x.ty.shape[d], pads, y.ty.shape[d])? {
             let e = if v < 0 { i64::MIN } else { v * stride as i64 };
             table_bytes.extend(e.to_le_bytes());
         }
