@@ -16,6 +16,8 @@ mod tools;
 use std::ffi::{c_void, CStr};
 
 use models::{Attr, ModelBuilder};
+use nnc::codegen::kernel_plan::{plan_kernels, Strategy};
+use nnc::codegen::options::{KernelOptions, WinogradChoice};
 use nnc::codegen::Target;
 use nnc::dims::{DimRange, DimSite};
 use nnc::ir::{Graph, Tensor};
@@ -265,6 +267,16 @@ impl Dynamic {
     fn new(graph: Graph) -> Dynamic {
         Dynamic {
             compiled: runner::Compiled::new(&graph).unwrap(),
+            graph,
+        }
+    }
+
+    /// Compiled for the host with `kernels`' choices.
+    fn with_kernels(graph: Graph, kernels: KernelOptions) -> Dynamic {
+        let mut opts = runner::options(Target::host());
+        opts.kernels = kernels;
+        Dynamic {
+            compiled: runner::Compiled::with_options(&graph, &opts).unwrap(),
             graph,
         }
     }
@@ -1379,6 +1391,83 @@ fn a_batch_of_images_of_any_size_runs_from_one_library() {
             outputs[0].to_le_bytes().iter().all(|&b| b == SENTINEL),
             "dims {bad:?} wrote"
         );
+    }
+}
+
+/// Three 3×3 stride-1 convs of `channels` maps over planes of any size: bias and ReLU,
+/// bias and a residual (the image) then ReLU, and one with asymmetric pads (two rows on
+/// top, two columns on the right) and no bias; the planes are the output.
+fn winograd_convs(seed: u64, channels: usize) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[1, channels, 24, 24]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let scale = 1.0 / (3.0 * channels as f32).sqrt();
+    let conv = |m: &mut ModelBuilder, x: &str, bias: bool, pads: [i64; 4]| {
+        let w = m.weight(&[channels, channels, 3, 3], scale);
+        let mut inputs = vec![x.to_string(), w];
+        if bias {
+            inputs.push(m.weight(&[channels], 0.1));
+        }
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        m.node("Conv", &inputs, vec![("pads", Attr::Ints(pads.to_vec()))])
+    };
+    let y = conv(&mut m, &x, true, [1; 4]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(&mut m, &y, true, [1; 4]);
+    let y = m.node("Add", &[&y, &x], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(&mut m, &y, false, [2, 0, 0, 2]);
+    m.output(&y);
+    m.encode()
+}
+
+/// 3×3 convs on planes run by Winograd, F(4×4) and F(2×2), at sizes whose tiles end
+/// at every column and row of a tile and whose chunks of tiles start and end inside
+/// tile rows (64 channels: chunks of at most about 56 tiles; 100 tiles at size 40):
+/// every size matches the interpreter on the model imported at that size.
+#[test]
+fn winograd_convs_on_planes_run_every_size() {
+    let model = decode(&winograd_convs(44, 64));
+    let g = import(&model, &with_range("size", 9, 40)).unwrap();
+    for (choice, m) in [(WinogradChoice::Auto, 4), (WinogradChoice::F2, 2)] {
+        let kernels = KernelOptions {
+            winograd: choice,
+            ..Default::default()
+        };
+        let plan = plan_kernels(&g, &Target::host(), &kernels);
+        let tiles: Vec<usize> = plan
+            .nodes
+            .iter()
+            .filter_map(|k| match &k.strategy {
+                Strategy::Planes(p) => p.winograd.as_ref().map(|w| w.m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tiles, [m; 3], "every conv by F({m}×{m}, 3×3)");
+        let lib = Dynamic::with_kernels(g.clone(), kernels);
+        for (s, seed) in [
+            (9usize, 1u64),
+            (10, 2),
+            (11, 3),
+            (12, 4),
+            (17, 5),
+            (26, 6),
+            (40, 7),
+        ] {
+            let reference = static_at(&model, "size", s);
+            let inputs = inputs_for(&reference, seed);
+            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+            let (status, shapes) = lib.shapes(Some(&[s as i64]));
+            assert_eq!(status, 0);
+            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
+            assert_eq!(status, 0, "size={s}");
+            assert_close(
+                &expected,
+                &got,
+                &format!("F({m}×{m}) size={s} vs the interpreter"),
+            );
+        }
     }
 }
 

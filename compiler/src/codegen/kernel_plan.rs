@@ -227,7 +227,10 @@ impl NodeKernel {
             Strategy::Gemm(g) => vec![gemm_kernel_name(g)],
             Strategy::Conv(c) => c.kernels(),
             Strategy::Pool(p) => p.kernels(),
-            Strategy::Planes(p) => p.gemm.iter().map(|(g, _)| gemm_kernel_name(g)).collect(),
+            Strategy::Planes(p) => (p.gemm.iter().map(|(g, _)| g))
+                .chain(p.winograd.iter().map(|w| &w.geometry))
+                .map(gemm_kernel_name)
+                .collect(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
             Strategy::Attention(AttentionPlan { gemm, softmax, .. })

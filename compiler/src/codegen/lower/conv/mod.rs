@@ -64,7 +64,7 @@ mod im2col;
 mod implicit_gemm;
 mod narrow;
 mod scalar;
-mod winograd;
+pub(super) mod winograd;
 
 pub(super) use im2col::unravel;
 use im2col::*;

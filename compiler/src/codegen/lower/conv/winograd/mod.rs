@@ -64,26 +64,26 @@ use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::tasks::{self, Split};
 use crate::codegen::Target;
-use crate::ir::Tensor;
-use crate::ops::Activation;
+use crate::ir::{Tensor, TensorType};
+use crate::ops::{Activation, ConvAttrs};
 
 mod by_maps;
 
-const LANES: usize = 4;
+pub(in crate::codegen::lower) const LANES: usize = 4;
 /// The transforms go through memory between their two 1-D passes: a 6×6 tile of f32x4
 /// is 36 vectors, and kept in registers (16 on x86-64) it spilled badly. Staged, each
 /// pass keeps ~12 vectors live. Two stages of 36 vectors.
-const STAGE_BYTES: usize = 2 * 36 * LANES * F32;
+pub(in crate::codegen::lower) const STAGE_BYTES: usize = 2 * 36 * LANES * F32;
 /// Bytes of V and M for one chunk of tile rows. Whole, they were 3.6 MB for ResNet's
 /// 64-channel 56×56 convs: written and read back through L3, the transforms ran at
 /// ~0.7 instructions per cycle and the conv was no faster than the implicit GEMM. A
 /// chunk stays in L2 (2 MB here) from its input transform through its GEMMs to its
 /// output transform.
-const CHUNK_BYTES: usize = 1 << 20;
+pub(in crate::codegen::lower) const CHUNK_BYTES: usize = 1 << 20;
 
 /// One F(m×m, 3×3) algorithm: the weight transform `G` (rows); the input and output
 /// transforms `Bᵀ` and `Aᵀ` are [`input_1d`] and [`output_1d`].
-struct Algorithm {
+pub(in crate::codegen::lower) struct Algorithm {
     m: usize,
     g: &'static [[f64; 3]],
 }
@@ -113,8 +113,13 @@ const F4: Algorithm = Algorithm {
 };
 
 impl Algorithm {
+    /// Output tile side.
+    pub(in crate::codegen::lower) fn m(&self) -> usize {
+        self.m
+    }
+
     /// Input tile side, m + 2.
-    fn a(&self) -> usize {
+    pub(in crate::codegen::lower) fn a(&self) -> usize {
         self.m + 2
     }
 }
@@ -334,7 +339,7 @@ impl Plan {
 /// 4 KB (ResNet's 64 channels × 80 floats) those 36 lines fall into one L1 set (12 ways)
 /// and alias each other's loads: the input transform ran ~5× slower than its
 /// instruction count. An odd line count spreads them over 36 sets.
-fn skewed(bytes: usize) -> usize {
+pub(in crate::codegen::lower) fn skewed(bytes: usize) -> usize {
     let lines = bytes.div_ceil(64);
     (lines | 1) * 64
 }
@@ -463,6 +468,37 @@ fn transformed_weights(g: &ConvGeometry, alg: &Algorithm, w: &[f32], geom: &Geom
         }));
     }
     packed
+}
+
+/// For a conv on run-time planes (`lower::planes::winograd`): the F(m×m, 3×3) this
+/// conv takes at its largest extents, if any.
+pub(in crate::codegen::lower) fn on_planes(
+    c: &ConvAttrs,
+    (x, w, y): (&TensorType, &TensorType, &TensorType),
+    options: &KernelOptions,
+) -> Option<&'static Algorithm> {
+    let g = ConvGeometry::new(c, x, w, y).ok()?;
+    algorithm(&g, options)
+}
+
+/// F(m×m, 3×3) by its m (2 or 4; F4 otherwise).
+pub(in crate::codegen::lower) fn algorithm_of(m: usize) -> &'static Algorithm {
+    match m {
+        2 => &F2,
+        _ => &F4,
+    }
+}
+
+/// `U_ξν = G g Gᵀ` of a conv on run-time planes, each U_ξν packed as the GEMM's A.
+pub(in crate::codegen::lower) fn weights_on_planes(
+    c: &ConvAttrs,
+    (x, w_ty, y): (&TensorType, &TensorType, &TensorType),
+    alg: &'static Algorithm,
+    w: &[f32],
+    geom: &Geometry,
+) -> Result<Vec<f32>, String> {
+    let g = ConvGeometry::new(c, x, w_ty, y)?;
+    Ok(transformed_weights(&g, alg, w, geom))
 }
 
 /// `u[ξν][map][channel]`, computed in f64.
@@ -886,7 +922,7 @@ impl Chunk {
 }
 
 /// 4×4 transpose of f32x4 rows.
-fn transpose4(b: &mut FunctionBuilder, r: [Value; 4]) -> [Value; 4] {
+pub(in crate::codegen::lower) fn transpose4(b: &mut FunctionBuilder, r: [Value; 4]) -> [Value; 4] {
     let lo01 = math::pick_lanes(b, r[0], r[1], [0, 4, 1, 5]);
     let hi01 = math::pick_lanes(b, r[0], r[1], [2, 6, 3, 7]);
     let lo23 = math::pick_lanes(b, r[2], r[3], [0, 4, 1, 5]);
@@ -899,11 +935,16 @@ fn transpose4(b: &mut FunctionBuilder, r: [Value; 4]) -> [Value; 4] {
     ]
 }
 
-fn load4(b: &mut FunctionBuilder, addr: Value, off: usize) -> Value {
+pub(in crate::codegen::lower) fn load4(b: &mut FunctionBuilder, addr: Value, off: usize) -> Value {
     b.ins().load(types::F32X4, flags(), addr, off as i32)
 }
 
-fn store4(b: &mut FunctionBuilder, v: Value, addr: Value, off: usize) {
+pub(in crate::codegen::lower) fn store4(
+    b: &mut FunctionBuilder,
+    v: Value,
+    addr: Value,
+    off: usize,
+) {
     b.ins().store(flags(), v, addr, off as i32);
 }
 
@@ -946,7 +987,12 @@ fn split_phases(
 /// F4 Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
 ///          0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
 /// ```
-fn input_1d(b: &mut FunctionBuilder, fma: bool, m: usize, d: &[Value]) -> Vec<Value> {
+pub(in crate::codegen::lower) fn input_1d(
+    b: &mut FunctionBuilder,
+    fma: bool,
+    m: usize,
+    d: &[Value],
+) -> Vec<Value> {
     let add = |b: &mut FunctionBuilder, x, y| b.ins().fadd(x, y);
     let sub = |b: &mut FunctionBuilder, x, y| b.ins().fsub(x, y);
     if m == 2 {
@@ -976,7 +1022,12 @@ fn input_1d(b: &mut FunctionBuilder, fma: bool, m: usize, d: &[Value]) -> Vec<Va
 /// F2 Aᵀ = [1 1 1 0; 0 1 -1 -1]
 /// F4 Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
 /// ```
-fn output_1d(b: &mut FunctionBuilder, fma: bool, m: usize, x: &[Value]) -> Vec<Value> {
+pub(in crate::codegen::lower) fn output_1d(
+    b: &mut FunctionBuilder,
+    fma: bool,
+    m: usize,
+    x: &[Value],
+) -> Vec<Value> {
     let add = |b: &mut FunctionBuilder, p, q| b.ins().fadd(p, q);
     let sub = |b: &mut FunctionBuilder, p, q| b.ins().fsub(p, q);
     if m == 2 {
@@ -995,7 +1046,7 @@ fn output_1d(b: &mut FunctionBuilder, fma: bool, m: usize, x: &[Value]) -> Vec<V
     vec![o0, o1, o2, o3]
 }
 
-fn splat(b: &mut FunctionBuilder, c: f64) -> Value {
+pub(in crate::codegen::lower) fn splat(b: &mut FunctionBuilder, c: f64) -> Value {
     let s = b.ins().f32const(c as f32);
     b.ins().splat(types::F32X4, s)
 }

@@ -28,6 +28,10 @@ use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node, Tensor};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
 
+mod winograd;
+
+pub use winograd::WinogradPlan;
+
 const F32: usize = 4;
 /// Bytes of gathered patches per block: about half of L2, with their packed copy and
 /// the output block beside them.
@@ -44,6 +48,8 @@ pub struct PlanesPlan {
     pub output: Vec<Option<ExtentExpr>>,
     /// A conv's GEMM and positions per block.
     pub gemm: Option<(Geometry, usize)>,
+    /// A 3×3 conv's Winograd plan, where it takes that path.
+    pub winograd: Option<WinogradPlan>,
 }
 
 /// The spatial extents of value `v` (axes 2..) as expressions, `None` where fixed.
@@ -79,14 +85,26 @@ pub fn plan_planes(
         input: spatial(graph, x),
         output: spatial(graph, y),
         gemm: None,
+        winograd: None,
     };
     let mut scratch = 0;
     let reason = match &node.op {
         Op::Conv(c) if !depthwise(c, graph.ty(x), graph.ty(y)) => {
             let (xt, yt) = (graph.ty(x), graph.ty(y));
+            let wt = graph.ty(*node.inputs.get(1)?.as_ref()?);
+            let geom = Geometry::for_target(target, options);
+            if let Some(wp) = WinogradPlan::new(c, (xt, wt, yt), geom, options) {
+                let scratch = wp.scratch_bytes();
+                plan.winograd = Some(wp);
+                return Some(NodeKernel::new(
+                    Strategy::Planes(plan),
+                    scratch,
+                    "Winograd: per chunk of tiles, the input transform, a GEMM per transform \
+                     point on the transformed weights, the output transform into the planes",
+                ));
+            }
             let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
             let m = yt.shape[1] / c.group.max(1);
-            let geom = Geometry::for_target(target, options);
             let positions: usize = yt.shape[2..].iter().product();
             // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES.
             let block = (PATCH_BLOCK_BYTES / (k * F32)).max(geom.nr) / geom.nr * geom.nr;
@@ -177,7 +195,10 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Conv(c) if depthwise(c, &ctx.input(0)?.ty, &ctx.output(0).ty) => {
             depthwise_conv(ctx, c, &plan, run.count)
         }
-        Op::Conv(c) => conv(ctx, c, &plan, run.count),
+        Op::Conv(c) => match &plan.winograd {
+            Some(wp) => winograd::conv(ctx, c, &plan, wp, run.count),
+            None => conv(ctx, c, &plan, run.count),
+        },
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
             max_pool_2d(ctx, p, &plan, run.count)
         }

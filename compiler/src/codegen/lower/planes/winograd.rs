@@ -1,0 +1,730 @@
+//! 3×3, stride-1, one-group convs on run-time planes by Winograd F(m×m, 3×3) (the
+//! algorithm, its transforms and its weights: `conv::winograd`), every extent from the
+//! run. Per image:
+//!
+//! 1. each input channel copied with a zero border into m column phases,
+//!    `X[c][row][p][j] = padded[c][row][j·m + p]`, at a layout fixed by the largest
+//!    extents: the same tap of four horizontally adjacent tiles is one f32x4, at an
+//!    immediate offset from the tiles' base;
+//! 2. the tiles, numbered row-major over the image, a chunk of a fixed count at a time
+//!    (V and M of a chunk stay in L2, see `CHUNK_BYTES`): the input transform writes
+//!    `V_ξν[c][t]` four tiles at a time, (m+2)² GEMMs `M_ξν = U_ξν · V_ξν` run on the
+//!    chunk's tiles in calls of whole panels, and the output transform adds the bias
+//!    and the residual, applies the activation and stores each tile's rows and columns
+//!    that lie inside the output plane.
+//!
+//! A chunk starts and ends anywhere in a tile row, so a small image fills the GEMM's
+//! panels as a large one does. Four-tile groups at the end of a chunk's part of a row
+//! compute lanes past it; their V columns are overwritten by the next row's tiles (the
+//! writes go in increasing tile order) or fall in the rows' slack, and the output
+//! transform does not store them.
+
+use std::cell::Cell;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::FunctionBuilder;
+
+use super::super::conv::winograd::{
+    self as wino, input_1d, load4, output_1d, skewed, store4, transpose4, Algorithm, CHUNK_BYTES,
+    LANES,
+};
+use super::super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::super::{LowerCtx, LowerResult};
+use super::{extents, product, PlanesPlan, F32};
+use crate::codegen::kernel::{self, flags};
+use crate::codegen::math;
+use crate::codegen::options::KernelOptions;
+use crate::ir::{Tensor, TensorType};
+use crate::ops::{Activation, ConvAttrs};
+
+/// Vectors of staging for one four-tile group: the row pass's (m+2)·m, the column
+/// pass's m², and the m rows of 4·m output floats a partial group stores from.
+const STAGE_VECTORS: usize = 6 * 4 + 16 + 16;
+
+/// How a conv on planes runs by Winograd: sizes fixed by the largest extents.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WinogradPlan {
+    /// Output tile side (2 or 4).
+    pub m: usize,
+    pub channels: usize,
+    pub maps: usize,
+    /// Tiles per chunk: whole panels of the GEMM.
+    pub chunk_tiles: usize,
+    /// Rows of a padded channel, and floats of each of its rows' m phases.
+    pub padded_rows: usize,
+    pub phase_floats: usize,
+    pub geometry: Geometry,
+}
+
+impl WinogradPlan {
+    /// The plan for conv `c` from `x` to `y` (at their largest extents), or `None` when
+    /// Winograd does not apply (see `conv::winograd`'s choice).
+    pub fn new(
+        c: &ConvAttrs,
+        (x, w, y): (&TensorType, &TensorType, &TensorType),
+        geometry: Geometry,
+        options: &KernelOptions,
+    ) -> Option<WinogradPlan> {
+        if x.rank() != 4 || c.pads.len() != 4 {
+            return None;
+        }
+        let alg = wino::on_planes(c, (x, w, y), options)?;
+        let (m, a) = (alg.m(), alg.a());
+        let (channels, maps) = (x.shape[1], y.shape[1]);
+        let tiles = y.shape[2].div_ceil(m) * y.shape[3].div_ceil(m);
+        let nr = geometry.nr;
+        let fit = CHUNK_BYTES / (a * a * (channels + maps) * F32);
+        let chunk_tiles = (fit / nr).max(1) * nr;
+        let chunk_tiles = chunk_tiles.min(tiles.next_multiple_of(nr));
+        // Rows and columns read past the pads by the last tile row and column, and
+        // four phase floats of slack for a group's spill.
+        let padded_rows = x.shape[2] + c.pads[0] + c.pads[2] + m - 1;
+        let padded_cols = x.shape[3] + c.pads[1] + c.pads[3] + m - 1;
+        Some(WinogradPlan {
+            m,
+            channels,
+            maps,
+            chunk_tiles,
+            padded_rows,
+            phase_floats: padded_cols.div_ceil(m) + LANES,
+            geometry,
+        })
+    }
+
+    fn alg(&self) -> &'static Algorithm {
+        wino::algorithm_of(self.m)
+    }
+
+    fn a(&self) -> usize {
+        self.m + 2
+    }
+
+    /// Floats per row of V and M: a chunk's tiles and a group's spill.
+    fn row_floats(&self) -> usize {
+        self.chunk_tiles + LANES
+    }
+
+    fn v_plane(&self) -> usize {
+        skewed(self.channels * self.row_floats() * F32)
+    }
+
+    fn m_plane(&self) -> usize {
+        skewed(self.maps * self.row_floats() * F32)
+    }
+
+    fn padded_row_bytes(&self) -> usize {
+        self.m * self.phase_floats * F32
+    }
+
+    fn channel_bytes(&self) -> usize {
+        (self.padded_rows * self.padded_row_bytes()).next_multiple_of(64)
+    }
+
+    /// Scratch offsets: padded channels (and a vector of slack for the last group's
+    /// spill), V, M, staging.
+    fn v_at(&self) -> usize {
+        self.channels * self.channel_bytes() + 64
+    }
+
+    fn m_at(&self) -> usize {
+        self.v_at() + self.a() * self.a() * self.v_plane()
+    }
+
+    fn stage_at(&self) -> usize {
+        self.m_at() + self.a() * self.a() * self.m_plane()
+    }
+
+    pub fn scratch_bytes(&self) -> usize {
+        self.stage_at() + STAGE_VECTORS * LANES * F32
+    }
+
+    /// Widths of the GEMM's calls, widest first: the chunk, then whole panels halving
+    /// down to one.
+    fn widths(&self) -> Vec<usize> {
+        let nr = self.geometry.nr;
+        let mut widths = vec![self.chunk_tiles];
+        let mut w = (self.chunk_tiles / nr).next_power_of_two() * nr;
+        while w > nr {
+            w /= 2;
+            if w < self.chunk_tiles {
+                widths.push(w);
+            }
+        }
+        widths
+    }
+}
+
+/// The run's extents a conv's chunks need (i64 values).
+#[derive(Clone, Copy)]
+struct Extents {
+    out_h: Value,
+    out_w: Value,
+    /// Tiles per tile row.
+    tw: Value,
+}
+
+/// Tiles `t0 .. t0 + n` of the image, row-major.
+#[derive(Clone, Copy)]
+struct Chunk {
+    t0: Value,
+    n: Value,
+}
+
+/// `body(ti, tx_lo, tx_hi)` for each tile row `ti` the chunk covers, with the chunk's
+/// tiles of that row `tx_lo .. tx_hi`.
+fn tile_rows(
+    b: &mut FunctionBuilder,
+    ext: &Extents,
+    chunk: &Chunk,
+    mut body: impl FnMut(&mut FunctionBuilder, Value, Value, Value),
+) {
+    let end = b.ins().iadd(chunk.t0, chunk.n);
+    let first = b.ins().udiv(chunk.t0, ext.tw);
+    let last = b.ins().iadd_imm_s(end, -1);
+    let last = b.ins().udiv(last, ext.tw);
+    let rows_end = b.ins().iadd_imm_s(last, 1);
+    kernel::range_loop(b, first, rows_end, |b, ti| {
+        let row_start = b.ins().imul(ti, ext.tw);
+        let lo = b.ins().isub(chunk.t0, row_start);
+        let zero = kernel::iconst(b, 0);
+        let before = b.ins().icmp(IntCC::SignedLessThan, lo, zero);
+        let lo = b.ins().select(before, zero, lo);
+        let hi = b.ins().isub(end, row_start);
+        let past = b.ins().icmp(IntCC::SignedGreaterThan, hi, ext.tw);
+        let hi = b.ins().select(past, ext.tw, hi);
+        body(b, ti, lo, hi);
+    });
+}
+
+/// `min(x, k)` of i64 `x` and constant `k`.
+fn min_imm(b: &mut FunctionBuilder, x: Value, k: i64) -> Value {
+    let kv = kernel::iconst(b, k);
+    let more = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, x, k);
+    b.ins().select(more, kv, x)
+}
+
+pub(super) fn conv(
+    ctx: &mut LowerCtx,
+    c: &ConvAttrs,
+    plan: &PlanesPlan,
+    wp: &WinogradPlan,
+    count: Value,
+) -> LowerResult {
+    let x = ctx.input(0)?;
+    let w = ctx.input(1)?;
+    let bias = ctx.inputs.get(2).cloned().flatten();
+    let residual = ctx.inputs.get(3).cloned().flatten();
+    let y = ctx.output(0);
+    let Some(Tensor::F32(weights)) = &w.constant else {
+        return Err("a Winograd conv on run-time planes needs constant float32 weights".into());
+    };
+    let weights: Vec<f32> = weights.iter().copied().collect();
+    let alg = wp.alg();
+    let u = wino::weights_on_planes(c, (&x.ty, &w.ty, &y.ty), alg, &weights, &wp.geometry)?;
+    let u_ab_bytes = u.len() / (wp.a() * wp.a()) * F32;
+    let u_ptr = ctx.weights_f32(&u)?;
+    let spec = |n: usize| GemmSpec {
+        m: wp.maps,
+        n,
+        k: wp.channels,
+        a: ALayout::Packed,
+        b: BLayout::Rows {
+            row_stride: wp.row_floats(),
+        },
+        ldc: wp.row_floats(),
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: vec![],
+        activation: Activation::None,
+        geometry: wp.geometry,
+        b_taps: vec![],
+        rows_at_run_time: false,
+    };
+    let kernels: Vec<(usize, GemmKernel)> = wp
+        .widths()
+        .into_iter()
+        .map(|n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
+        .collect::<Result<_, String>>()?;
+    let scratch = ctx
+        .scratch
+        .ok_or("a Winograd conv on planes needs scratch")?;
+    let fma = gemm::has_fma(ctx.target);
+    let batch = x.ty.shape[0];
+    let pads = [c.pads[0], c.pads[1], c.pads[2], c.pads[3]];
+    let act = c.activation;
+    let b = &mut *ctx.b;
+    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
+    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let in_plane = product(b, &in_ext);
+    let positions = product(b, &out_ext);
+    let in_image = b.ins().imul_imm_s(in_plane, (wp.channels * F32) as i64);
+    let out_plane_bytes = b.ins().imul_imm_s(positions, F32 as i64);
+    let out_image = b.ins().imul_imm_s(out_plane_bytes, wp.maps as i64);
+    let m = wp.m as i64;
+    let tile_count = |b: &mut FunctionBuilder, extent: Value| {
+        let e = b.ins().iadd_imm_s(extent, m - 1);
+        b.ins().udiv_imm_u(e, m)
+    };
+    let th = tile_count(b, out_ext[0]);
+    let tw = tile_count(b, out_ext[1]);
+    let tiles = b.ins().imul(th, tw);
+    let chunks = b.ins().iadd_imm_s(tiles, wp.chunk_tiles as i64 - 1);
+    let chunks = b.ins().udiv_imm_u(chunks, wp.chunk_tiles as i64);
+    let ext = Extents {
+        out_h: out_ext[0],
+        out_w: out_ext[1],
+        tw,
+    };
+    let bufs = Buffers {
+        padded: scratch,
+        v: b.ins().iadd_imm_s(scratch, wp.v_at() as i64),
+        mt: b.ins().iadd_imm_s(scratch, wp.m_at() as i64),
+        stage: b.ins().iadd_imm_s(scratch, wp.stage_at() as i64),
+    };
+    let failure = Cell::new(None);
+    kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
+        let off = b.ins().imul(n, in_image);
+        let x_n = b.ins().iadd(x.ptr, off);
+        let off = b.ins().imul(n, out_image);
+        let y_n = b.ins().iadd(y.ptr, off);
+        let r_n = residual.as_ref().map(|r| b.ins().iadd(r.ptr, off));
+        pad_phases(b, wp, x_n, (in_ext[0], in_ext[1]), &pads, bufs.padded);
+        let out = Output {
+            y: y_n,
+            residual: r_n,
+            bias: bias.as_ref().map(|t| t.ptr),
+            plane_bytes: out_plane_bytes,
+            act,
+        };
+        kernel::dynamic_loop(b, chunks, |b, k| {
+            let t0 = b.ins().imul_imm_s(k, wp.chunk_tiles as i64);
+            let left = b.ins().isub(tiles, t0);
+            let n = min_imm(b, left, wp.chunk_tiles as i64);
+            let chunk = Chunk { t0, n };
+            input_transform(b, wp, fma, &bufs, &ext, &chunk);
+            products(b, wp, (&bufs, u_ptr, u_ab_bytes), &kernels, chunk.n);
+            if let Err(e) = output_transform(b, wp, fma, &bufs, &ext, &chunk, &out) {
+                failure.set(Some(e));
+            }
+        });
+    });
+    failure.take().map_or(Ok(()), Err)
+}
+
+struct Buffers {
+    padded: Value,
+    v: Value,
+    mt: Value,
+    stage: Value,
+}
+
+/// Copies the `channels` planes at `x` (`h × w` each) into `wp`'s phase layout at
+/// `dst` with `pads` `[top, left, bottom, right]` of zeros, the bottom and right grown
+/// by m − 1 for the rows and columns the last tiles read.
+fn pad_phases(
+    b: &mut FunctionBuilder,
+    wp: &WinogradPlan,
+    x: Value,
+    (h, w): (Value, Value),
+    pads: &[usize; 4],
+    dst: Value,
+) {
+    let m = wp.m;
+    let [top, left, bottom, right] = *pads;
+    let rows = b.ins().iadd_imm_s(h, (top + bottom + m - 1) as i64);
+    let cols = b.ins().iadd_imm_s(w, (left + right + 2 * (m - 1)) as i64);
+    let phase_w = b.ins().udiv_imm_u(cols, m as i64);
+    let zero_f = b.ins().f32const(0.0);
+    let zero_x4 = b.ins().splat(types::F32X4, zero_f);
+    let quads = b.ins().iadd_imm_s(phase_w, 3);
+    let quads = b.ins().ushr_imm_u(quads, 2);
+    let in_plane = b.ins().imul(h, w);
+    let row_bytes = wp.padded_row_bytes();
+    let phase_bytes = wp.phase_floats * F32;
+    kernel::counted_loop(b, 0, wp.channels as i64, 1, |b, c| {
+        let chan = kernel::elem_addr(b, dst, c, wp.channel_bytes());
+        // Zeros over every phase of every row (whole quads: phases have slack).
+        kernel::dynamic_loop(b, rows, |b, r| {
+            let row = kernel::elem_addr(b, chan, r, row_bytes);
+            kernel::dynamic_loop(b, quads, |b, q| {
+                let at = kernel::elem_addr(b, row, q, LANES * F32);
+                for p in 0..m {
+                    b.ins()
+                        .store(flags(), zero_x4, at, (p * phase_bytes) as i32);
+                }
+            });
+        });
+        let base = b.ins().imul(c, in_plane);
+        let src_c = kernel::elem_addr(b, x, base, F32);
+        kernel::dynamic_loop(b, h, |b, r| {
+            let pr = b.ins().iadd_imm_s(r, top as i64);
+            let row = kernel::elem_addr(b, chan, pr, row_bytes);
+            let src_row = b.ins().imul(r, w);
+            let src = kernel::elem_addr(b, src_c, src_row, F32);
+            // Input column j lands at padded column j + left: phase (j + left) mod m,
+            // float (j + left) div m. A run of 4m columns is four floats per phase.
+            let run = 4 * m;
+            let runs = b.ins().udiv_imm_u(w, run as i64);
+            kernel::dynamic_loop(b, runs, |b, o| {
+                let s = kernel::elem_addr(b, src, o, run * F32);
+                let d = kernel::elem_addr(b, row, o, LANES * F32);
+                let v: Vec<Value> = (0..m).map(|q| load4(b, s, q * LANES * F32)).collect();
+                let split: Vec<Value> = match m {
+                    4 => transpose4(b, [v[0], v[1], v[2], v[3]]).to_vec(),
+                    _ => vec![
+                        math::pick_lanes(b, v[0], v[1], [0, 2, 4, 6]),
+                        math::pick_lanes(b, v[0], v[1], [1, 3, 5, 7]),
+                    ],
+                };
+                for (q, val) in split.into_iter().enumerate() {
+                    let (phase, index) = ((left + q) % m, (left + q) / m);
+                    store4(b, val, d, phase * phase_bytes + index * F32);
+                }
+            });
+            let done = b.ins().imul_imm_s(runs, run as i64);
+            kernel::range_loop(b, done, w, |b, j| {
+                let s = kernel::elem_addr(b, src, j, F32);
+                let v = b.ins().load(types::F32, flags(), s, 0);
+                let col = b.ins().iadd_imm_s(j, left as i64);
+                let phase = b.ins().urem_imm_u(col, m as i64);
+                let index = b.ins().udiv_imm_u(col, m as i64);
+                let d = kernel::elem_addr(b, row, phase, phase_bytes);
+                let d = kernel::elem_addr(b, d, index, F32);
+                b.ins().store(flags(), v, d, 0);
+            });
+        });
+    });
+}
+
+/// `V_ξν[c][t..t+4] = (Bᵀ d B)_ξν` for every channel and four-tile group of the chunk.
+fn input_transform(
+    b: &mut FunctionBuilder,
+    wp: &WinogradPlan,
+    fma: bool,
+    bufs: &Buffers,
+    ext: &Extents,
+    chunk: &Chunk,
+) {
+    let (m, a) = (wp.m, wp.a());
+    let (row_floats, phase) = (wp.m * wp.phase_floats, wp.phase_floats);
+    let v_ab_bytes = wp.v_plane();
+    let stage = bufs.stage;
+    let tile_row_bytes = m * wp.padded_row_bytes();
+    kernel::counted_loop(b, 0, wp.channels as i64, 1, |b, c| {
+        let chan = kernel::elem_addr(b, bufs.padded, c, wp.channel_bytes());
+        let v_c = kernel::elem_addr(b, bufs.v, c, wp.row_floats() * F32);
+        tile_rows(b, ext, chunk, |b, ti, lo, hi| {
+            let src_row = kernel::elem_addr(b, chan, ti, tile_row_bytes);
+            let row_start = b.ins().imul(ti, ext.tw);
+            let col0 = b.ins().isub(row_start, chunk.t0);
+            let groups = b.ins().isub(hi, lo);
+            let groups = b.ins().iadd_imm_s(groups, LANES as i64 - 1);
+            let groups = b.ins().ushr_imm_u(groups, 2);
+            kernel::dynamic_loop(b, groups, |b, gi| {
+                let g4 = b.ins().ishl_imm_u(gi, 2);
+                let tx = b.ins().iadd(lo, g4);
+                let src = kernel::elem_addr(b, src_row, tx, F32);
+                let col = b.ins().iadd(col0, tx);
+                let dst = kernel::elem_addr(b, v_c, col, F32);
+                // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], staged.
+                for s in 0..a {
+                    let d: Vec<Value> = (0..a)
+                        .map(|r| load4(b, src, (r * row_floats + (s % m) * phase + s / m) * F32))
+                        .collect();
+                    for (xi, t) in input_1d(b, fma, m, &d).into_iter().enumerate() {
+                        store4(b, t, stage, (xi * a + s) * LANES * F32);
+                    }
+                }
+                // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
+                for xi in 0..a {
+                    let t: Vec<Value> = (0..a)
+                        .map(|s| load4(b, stage, (xi * a + s) * LANES * F32))
+                        .collect();
+                    for (nu, val) in input_1d(b, fma, m, &t).into_iter().enumerate() {
+                        store4(b, val, dst, (xi * a + nu) * v_ab_bytes);
+                    }
+                }
+            });
+        });
+    });
+}
+
+/// `M_ξν = U_ξν · V_ξν` over the chunk's `n` tiles: calls of the widest width while it
+/// fits, then of each narrower one the rest still holds, then one panel for the last
+/// columns (computing a few past them, in the rows' slack).
+fn products(
+    b: &mut FunctionBuilder,
+    wp: &WinogradPlan,
+    (bufs, u, u_ab_bytes): (&Buffers, Value, usize),
+    kernels: &[(usize, GemmKernel)],
+    n: Value,
+) {
+    let a2 = wp.a() * wp.a();
+    kernel::counted_loop(b, 0, a2 as i64, 1, |b, ab| {
+        let ua = kernel::elem_addr(b, u, ab, u_ab_bytes);
+        let vb = kernel::elem_addr(b, bufs.v, ab, wp.v_plane());
+        let mc = kernel::elem_addr(b, bufs.mt, ab, wp.m_plane());
+        let call = |b: &mut FunctionBuilder, k: &GemmKernel, p0: Value| {
+            let vp = kernel::elem_addr(b, vb, p0, F32);
+            let mp = kernel::elem_addr(b, mc, p0, F32);
+            k.call(b, ua, vp, mp, &[]);
+        };
+        let (widest, first) = &kernels[0];
+        let full = b.ins().udiv_imm_u(n, *widest as i64);
+        kernel::dynamic_loop(b, full, |b, i| {
+            let p0 = b.ins().imul_imm_s(i, *widest as i64);
+            call(b, first, p0);
+        });
+        let mut p0 = b.ins().imul_imm_s(full, *widest as i64);
+        for (width, k) in &kernels[1..] {
+            let rest = b.ins().isub(n, p0);
+            let fits = b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, rest, *width as i64);
+            let (on, join) = (b.create_block(), b.create_block());
+            b.append_block_param(join, types::I64);
+            let next = b.ins().iadd_imm_s(p0, *width as i64);
+            b.ins().brif(
+                fits,
+                on,
+                &[],
+                join,
+                &[cranelift_codegen::ir::BlockArg::Value(p0)],
+            );
+            b.seal_block(on);
+            b.switch_to_block(on);
+            call(b, k, p0);
+            b.ins()
+                .jump(join, &[cranelift_codegen::ir::BlockArg::Value(next)]);
+            b.seal_block(join);
+            b.switch_to_block(join);
+            p0 = b.block_params(join)[0];
+        }
+        let (_, narrowest) = kernels.last().expect("a GEMM width");
+        let rest = b.ins().isub(n, p0);
+        let some = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, rest, 0);
+        kernel::if_else(b, some, |b| call(b, narrowest, p0), |_| {});
+    });
+}
+
+/// Where the output transform writes one image and what it adds.
+struct Output {
+    y: Value,
+    residual: Option<Value>,
+    bias: Option<Value>,
+    plane_bytes: Value,
+    act: Activation,
+}
+
+/// `Y[map][ti·m + i][tx·m + j] = act((Aᵀ M A)[i][j] + bias + R)` for every map and
+/// tile of the chunk, inside the plane.
+fn output_transform(
+    b: &mut FunctionBuilder,
+    wp: &WinogradPlan,
+    fma: bool,
+    bufs: &Buffers,
+    ext: &Extents,
+    chunk: &Chunk,
+    out: &Output,
+) -> LowerResult {
+    let m = wp.m;
+    let failure = Cell::new(None);
+    let row_bytes = b.ins().imul_imm_s(ext.out_w, F32 as i64);
+    kernel::counted_loop(b, 0, wp.maps as i64, 1, |b, map| {
+        let bias = out.bias.map(|p| {
+            let at = kernel::elem_addr(b, p, map, F32);
+            b.ins().load(types::F32, flags(), at, 0)
+        });
+        let m_map = kernel::elem_addr(b, bufs.mt, map, wp.row_floats() * F32);
+        let plane_at = b.ins().imul(map, out.plane_bytes);
+        let y_map = b.ins().iadd(out.y, plane_at);
+        let r_map = out.residual.map(|r| b.ins().iadd(r, plane_at));
+        tile_rows(b, ext, chunk, |b, ti, lo, hi| {
+            let row_start = b.ins().imul(ti, ext.tw);
+            let col0 = b.ins().isub(row_start, chunk.t0);
+            let y0 = b.ins().imul_imm_s(ti, m as i64);
+            let rows_left = b.ins().isub(ext.out_h, y0);
+            let valid_rows = min_imm(b, rows_left, m as i64);
+            let y_row = b.ins().imul(y0, row_bytes);
+            let groups = b.ins().isub(hi, lo);
+            let groups = b.ins().iadd_imm_s(groups, LANES as i64 - 1);
+            let groups = b.ins().ushr_imm_u(groups, 2);
+            kernel::dynamic_loop(b, groups, |b, gi| {
+                let g4 = b.ins().ishl_imm_u(gi, 2);
+                let tx = b.ins().iadd(lo, g4);
+                let col = b.ins().iadd(col0, tx);
+                let src = kernel::elem_addr(b, m_map, col, F32);
+                let x0 = b.ins().imul_imm_s(tx, m as i64);
+                // Valid columns: the group's tiles in the chunk, inside the plane.
+                let tiles_left = b.ins().isub(hi, tx);
+                let tiles = min_imm(b, tiles_left, LANES as i64);
+                let by_tiles = b.ins().imul_imm_s(tiles, m as i64);
+                let cols_left = b.ins().isub(ext.out_w, x0);
+                let past = b.ins().icmp(IntCC::SignedGreaterThan, by_tiles, cols_left);
+                let valid_cols = b.ins().select(past, cols_left, by_tiles);
+                let x0_bytes = b.ins().imul_imm_s(x0, F32 as i64);
+                let at = b.ins().iadd(y_row, x0_bytes);
+                let group = Group {
+                    y: b.ins().iadd(y_map, at),
+                    r: r_map.map(|r| b.ins().iadd(r, at)),
+                    row_bytes,
+                    bias,
+                    act: out.act,
+                };
+                let o = transform_group(b, wp, fma, bufs.stage, src);
+                let rows_full = b.ins().icmp_imm_s(IntCC::Equal, valid_rows, m as i64);
+                let cols_full = b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, valid_cols, (LANES * m) as i64);
+                let full = b.ins().band(rows_full, cols_full);
+                let mut whole = None;
+                let mut part = None;
+                kernel::if_else(
+                    b,
+                    full,
+                    |b| whole = group.store_whole(b, m, &o).err(),
+                    |b| {
+                        part = group
+                            .store_part(b, m, &o, bufs.stage, (valid_rows, valid_cols))
+                            .err()
+                    },
+                );
+                if let Some(e) = whole.or(part) {
+                    failure.set(Some(e));
+                }
+            });
+        });
+    });
+    failure.take().map_or(Ok(()), Err)
+}
+
+/// `o[i][j] = (Aᵀ M A)[i][j]` of four tiles (lanes) whose M column is at `src`.
+fn transform_group(
+    b: &mut FunctionBuilder,
+    wp: &WinogradPlan,
+    fma: bool,
+    stage: Value,
+    src: Value,
+) -> Vec<Value> {
+    let (m, a) = (wp.m, wp.a());
+    let m_ab_bytes = wp.m_plane();
+    let vec = LANES * F32;
+    // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
+    for xi in 0..a {
+        let row: Vec<Value> = (0..a)
+            .map(|nu| load4(b, src, (xi * a + nu) * m_ab_bytes))
+            .collect();
+        for (j, z) in output_1d(b, fma, m, &row).into_iter().enumerate() {
+            store4(b, z, stage, (xi * m + j) * vec);
+        }
+    }
+    // Column pass: o[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j].
+    let mut o = vec![None; m * m];
+    for j in 0..m {
+        let col: Vec<Value> = (0..a)
+            .map(|xi| load4(b, stage, (xi * m + j) * vec))
+            .collect();
+        for (i, v) in output_1d(b, fma, m, &col).into_iter().enumerate() {
+            o[i * m + j] = Some(v);
+        }
+    }
+    o.into_iter().map(|v| v.expect("every output")).collect()
+}
+
+/// One four-tile group's place in the output.
+struct Group {
+    /// Output (and residual) at the group's first row and column.
+    y: Value,
+    r: Option<Value>,
+    row_bytes: Value,
+    bias: Option<Value>,
+    act: Activation,
+}
+
+impl Group {
+    /// Output row `i` of the four tiles as runs of four columns: run `k` holds columns
+    /// 4k .. 4k+4 of the group, plus the bias.
+    fn row_runs(&self, b: &mut FunctionBuilder, m: usize, o: &[Value], i: usize) -> Vec<Value> {
+        let row = &o[i * m..(i + 1) * m];
+        let runs = match m {
+            4 => transpose4(b, [row[0], row[1], row[2], row[3]]).to_vec(),
+            _ => vec![
+                math::pick_lanes(b, row[0], row[1], [0, 4, 1, 5]),
+                math::pick_lanes(b, row[0], row[1], [2, 6, 3, 7]),
+            ],
+        };
+        match self.bias {
+            Some(bias) => {
+                let bias = b.ins().splat(types::F32X4, bias);
+                runs.into_iter().map(|v| b.ins().fadd(v, bias)).collect()
+            }
+            None => runs,
+        }
+    }
+
+    /// All m rows and 4·m columns inside the plane.
+    fn store_whole(&self, b: &mut FunctionBuilder, m: usize, o: &[Value]) -> LowerResult {
+        let mut y = self.y;
+        let mut r = self.r;
+        for i in 0..m {
+            if i > 0 {
+                y = b.ins().iadd(y, self.row_bytes);
+                r = r.map(|r| b.ins().iadd(r, self.row_bytes));
+            }
+            for (k, mut val) in self.row_runs(b, m, o, i).into_iter().enumerate() {
+                let off = k * LANES * F32;
+                if let Some(r) = r {
+                    let rv = load4(b, r, off);
+                    val = b.ins().fadd(val, rv);
+                }
+                val = crate::codegen::lower::elementwise::activation(b, self.act, val)?;
+                store4(b, val, y, off);
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's first `rows` rows and `cols` columns: staged, then one float at a
+    /// time.
+    fn store_part(
+        &self,
+        b: &mut FunctionBuilder,
+        m: usize,
+        o: &[Value],
+        stage: Value,
+        (rows, cols): (Value, Value),
+    ) -> LowerResult {
+        let staged = (STAGE_VECTORS - 16) * LANES * F32;
+        let row_floats = LANES * m;
+        for i in 0..m {
+            for (k, val) in self.row_runs(b, m, o, i).into_iter().enumerate() {
+                store4(b, val, stage, staged + (i * row_floats + k * LANES) * F32);
+            }
+        }
+        let from = b.ins().iadd_imm_s(stage, staged as i64);
+        let failure = Cell::new(None);
+        kernel::dynamic_loop(b, rows, |b, i| {
+            let s_row = kernel::elem_addr(b, from, i, row_floats * F32);
+            let at = b.ins().imul(i, self.row_bytes);
+            let y_row = b.ins().iadd(self.y, at);
+            let r_row = self.r.map(|r| b.ins().iadd(r, at));
+            kernel::dynamic_loop(b, cols, |b, j| {
+                let s = kernel::elem_addr(b, s_row, j, F32);
+                let mut v = b.ins().load(types::F32, flags(), s, 0);
+                if let Some(r) = r_row {
+                    let ra = kernel::elem_addr(b, r, j, F32);
+                    let rv = b.ins().load(types::F32, flags(), ra, 0);
+                    v = b.ins().fadd(v, rv);
+                }
+                match crate::codegen::lower::elementwise::activation(b, self.act, v) {
+                    Ok(a) => v = a,
+                    Err(e) => failure.set(Some(e)),
+                }
+                let d = kernel::elem_addr(b, y_row, j, F32);
+                b.ins().store(flags(), v, d, 0);
+            });
+        });
+        failure.take().map_or(Ok(()), Err)
+    }
+}
