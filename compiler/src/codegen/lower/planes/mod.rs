@@ -112,7 +112,8 @@ pub fn plan_planes(
                 .min(MAX_BLOCK_PANELS * geom.nr)
                 .min(positions.next_multiple_of(geom.nr))
                 .max(1);
-            scratch = ConvScratch::new(k, block, m, &geom).bytes;
+            let padded = padded_image_bytes(c, xt);
+            scratch = ConvScratch::new(k, block, m, &geom).bytes + padded;
             plan.gemm = Some((geom, block));
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
              rows copied into the planes"
@@ -142,6 +143,25 @@ fn depthwise(c: &ConvAttrs, x: &crate::ir::TensorType, y: &crate::ir::TensorType
         && c.group == x.shape[1]
         && y.shape[1] == x.shape[1]
         && x.dtype == crate::ir::DType::F32
+}
+
+/// Whether a 2-D conv's patches are gathered from a copy of its input with a zero
+/// border, each row split into its stride's column phases: every tap's run of a row is
+/// then one contiguous copy, without bounds. Not for 1×1 convs of stride 1 without
+/// pads, whose patches are the planes themselves.
+fn gathers_from_padded(c: &ConvAttrs) -> bool {
+    c.kernel.len() == 2
+        && !(c.kernel == [1, 1] && c.strides == [1, 1] && c.pads.iter().all(|&p| p == 0))
+}
+
+/// Scratch for one group's channels copied with their border (see
+/// [`gathers_from_padded`]) at the largest extents, or 0.
+fn padded_image_bytes(c: &ConvAttrs, x: &crate::ir::TensorType) -> usize {
+    if !gathers_from_padded(c) || x.rank() != 4 {
+        return 0;
+    }
+    let cg = x.shape[1] / c.group.max(1);
+    cg * padded_plane_bytes(&x.shape[2..], &c.pads, c.strides[1]).next_multiple_of(64)
 }
 
 /// Bytes of one 2-D plane of extents `planes` (the bound) with `pads` (begin...,
@@ -285,10 +305,16 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg, &geom);
+    let from_padded = sp == 2 && gathers_from_padded(c);
+    let padded_chan = match from_padded {
+        true => padded_plane_bytes(&x.ty.shape[2..], &c.pads, c.strides[1]).next_multiple_of(64),
+        false => 0,
+    };
     let b = &mut *ctx.b;
     let patches = scratch;
     let packed_at = b.ins().iadd_imm_s(scratch, layout.packed as i64);
     let out_block = b.ins().iadd_imm_s(scratch, layout.out as i64);
+    let padded_at = b.ins().iadd_imm_s(scratch, layout.bytes as i64);
     let b_operand = if pack_b { packed_at } else { patches };
     let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
     let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
@@ -323,8 +349,28 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             let bias_g = bias
                 .as_ref()
                 .map(|t| kernel::elem_addr(b, t.ptr, gi, mg * F32));
+            let padded = from_padded.then(|| {
+                let pads = &c.pads;
+                kernel::counted_loop(b, 0, cg as i64, 1, |b, ch| {
+                    let src = b.ins().imul(ch, in_plane);
+                    let src = kernel::elem_addr(b, x_g, src, F32);
+                    let dst = kernel::elem_addr(b, padded_at, ch, padded_chan);
+                    pad_plane(b, src, (in_ext[0], in_ext[1]), pads, window.strides[1], dst, 0.0);
+                });
+                let layout = padded_layout(b, in_ext[1], pads, window.strides[1]);
+                (layout, padded_chan)
+            });
             let mut run_block = |b: &mut FunctionBuilder, p0: Value, r: Value, n: usize| {
-                if sp == 2 {
+                if let Some((layout, chan_bytes)) = &padded {
+                    gather_rows_padded(
+                        b,
+                        &window,
+                        (padded_at, *chan_bytes, layout, cg),
+                        (&out_ext, p0, r),
+                        patches,
+                        block,
+                    );
+                } else if sp == 2 {
                     gather_rows_2d(
                         b,
                         &window,
@@ -592,6 +638,70 @@ fn gather_rows_2d(
                             copy_strided(b, dst, src, (lo, hi), win.strides[1]);
                         }
                         fill_zero(b, dst, hi, len);
+                    });
+                }
+            }
+            let next = b.ins().iadd(i, len);
+            b.def_var(i_var, next);
+            let oy1 = b.ins().iadd_imm_s(oy, 1);
+            b.def_var(oy_var, oy1);
+            b.def_var(ox_var, zero);
+        },
+    );
+}
+
+/// The patches `P` of a 2-D conv from its group's channels copied with their border
+/// (`cg` planes `chan_bytes` apart in `layout`, see [`pad_plane`]), one output row's
+/// run of positions at a time: per tap and channel, one contiguous copy.
+fn gather_rows_padded(
+    b: &mut FunctionBuilder,
+    win: &Window,
+    (padded, chan_bytes, layout, channels): (Value, usize, &PaddedPlane, usize),
+    (out_ext, p0, rows): (&[Value], Value, Value),
+    patches: Value,
+    block: usize,
+) {
+    let ow = out_ext[1];
+    let taps = win.kernel[0] * win.kernel[1];
+    let (sx, dx) = (win.strides[1], win.dilations[1]);
+    let (i_var, oy_var, ox_var) = (
+        b.declare_var(types::I64),
+        b.declare_var(types::I64),
+        b.declare_var(types::I64),
+    );
+    let zero_i = kernel::iconst(b, 0);
+    b.def_var(i_var, zero_i);
+    let oy0 = b.ins().udiv(p0, ow);
+    let ox0 = b.ins().urem(p0, ow);
+    b.def_var(oy_var, oy0);
+    b.def_var(ox_var, ox0);
+    kernel::while_loop(
+        b,
+        |b| {
+            let i = b.use_var(i_var);
+            b.ins().icmp(IntCC::SignedLessThan, i, rows)
+        },
+        |b| {
+            let (i, oy, ox) = (b.use_var(i_var), b.use_var(oy_var), b.use_var(ox_var));
+            let row_left = b.ins().isub(ow, ox);
+            let block_left = b.ins().isub(rows, i);
+            let len = b.ins().smin(row_left, block_left);
+            let zero = kernel::iconst(b, 0);
+            let rows_at = layout.window_rows(b, padded, oy, (win.kernel[0], win.strides[0], win.dilations[0]));
+            let col = b.ins().imul_imm_s(ox, F32 as i64);
+            let dst_i = kernel::elem_addr(b, patches, i, F32);
+            for (ky, phases) in rows_at.iter().enumerate() {
+                for kx in 0..win.kernel[1] {
+                    let t = ky * win.kernel[1] + kx;
+                    let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
+                    let src_t = b.ins().iadd(phases[phase], col);
+                    let src_t = b.ins().iadd_imm_s(src_t, (index * F32) as i64);
+                    kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
+                        let kk = b.ins().imul_imm_s(ch, taps as i64);
+                        let kk = b.ins().iadd_imm_s(kk, t as i64);
+                        let dst = kernel::elem_addr(b, dst_i, kk, block * F32);
+                        let src = kernel::elem_addr(b, src_t, ch, chan_bytes);
+                        copy_run(b, dst, src, zero, len);
                     });
                 }
             }
@@ -1008,10 +1118,7 @@ fn pad_plane(
     fill: f32,
 ) -> PaddedPlane {
     let (top, left, bottom) = (pads[0], pads[1], pads[2]);
-    let pw = b.ins().iadd_imm_s(w, (left + pads[3]) as i64);
-    let phase_w = b.ins().iadd_imm_s(pw, phases as i64 - 1);
-    let phase_w = b.ins().udiv_imm_u(phase_w, phases as i64);
-    let row_w = b.ins().imul_imm_s(phase_w, phases as i64);
+    let (phase_w, row_w) = padded_row(b, w, pads, phases);
     let ph = b.ins().iadd_imm_s(h, (top + bottom) as i64);
     let fill_v = b.ins().f32const(fill);
     let fill_x4 = b.ins().splat(types::F32X4, fill_v);
@@ -1077,6 +1184,22 @@ fn pad_plane(
     });
     let bottom_from = b.ins().iadd_imm_s(h, top as i64);
     border_rows(b, bottom_from, ph);
+    padded_layout(b, w, pads, phases)
+}
+
+/// Floats per phase and per row of a plane `w` wide padded by `pads` into `phases`
+/// column phases (see [`pad_plane`]).
+fn padded_row(b: &mut FunctionBuilder, w: Value, pads: &[usize], phases: usize) -> (Value, Value) {
+    let pw = b.ins().iadd_imm_s(w, (pads[1] + pads[3]) as i64);
+    let phase_w = b.ins().iadd_imm_s(pw, phases as i64 - 1);
+    let phase_w = b.ins().udiv_imm_u(phase_w, phases as i64);
+    let row_w = b.ins().imul_imm_s(phase_w, phases as i64);
+    (phase_w, row_w)
+}
+
+/// The layout [`pad_plane`] writes a plane `w` wide in.
+fn padded_layout(b: &mut FunctionBuilder, w: Value, pads: &[usize], phases: usize) -> PaddedPlane {
+    let (phase_w, row_w) = padded_row(b, w, pads, phases);
     let row_bytes = b.ins().imul_imm_s(row_w, F32 as i64);
     let phase_stride = b.ins().imul_imm_s(phase_w, F32 as i64);
     let phase_bytes = (0..phases as i64)
