@@ -36,6 +36,11 @@ const F32: usize = 4;
 /// Bytes of gathered patches per block: about half of L2, with their packed copy and
 /// the output block beside them.
 const PATCH_BLOCK_BYTES: usize = 512 << 10;
+/// Bytes of patches per block at most when the weights are larger than the patches:
+/// every block's GEMM streams all the weights, so ResNet's 3×3×512 convs (9.4 MB of
+/// weights, 49 positions at 224×224) ran as blocks of 48 and 1 positions, reading the
+/// weights twice.
+const LARGE_WEIGHTS_PATCH_BYTES: usize = 4 << 20;
 
 /// Columns per conv block at most, in panels: more only widens the last block.
 const MAX_BLOCK_PANELS: usize = 8;
@@ -106,8 +111,11 @@ pub fn plan_planes(
             let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
             let m = yt.shape[1] / c.group.max(1);
             let positions: usize = yt.shape[2..].iter().product();
-            // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES.
-            let block = (PATCH_BLOCK_BYTES / (k * F32)).max(geom.nr) / geom.nr * geom.nr;
+            // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES, or
+            // up to as many bytes as the weights have.
+            let weights = m * k * F32;
+            let patch_bytes = PATCH_BLOCK_BYTES.max(weights.min(LARGE_WEIGHTS_PATCH_BYTES));
+            let block = (patch_bytes / (k * F32)).max(geom.nr) / geom.nr * geom.nr;
             let block = block
                 .min(MAX_BLOCK_PANELS * geom.nr)
                 .min(positions.next_multiple_of(geom.nr))
