@@ -1322,32 +1322,48 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
             let rows = plane.window_rows(b, scratch, oy, (kh, sy, dy));
             let out_row = b.ins().imul(oy, out_ext[1]);
             let out_row = kernel::elem_addr(b, dst, out_row, F32);
-            // One output (scalar) or four (vectors) at `ox`.
-            let outputs = |b: &mut FunctionBuilder, ox: Value, ty: types::Type| {
+            // `n` adjacent outputs (scalars) or vectors of four from `ox`, each window's
+            // maximum taken as a tree: a chain of maxima ran at their latency.
+            let outputs = |b: &mut FunctionBuilder, ox: Value, ty: types::Type, n: usize| {
+                let step = ty.bytes() as usize;
                 let col = b.ins().imul_imm_s(ox, F32 as i64);
-                let mut acc = None;
-                for phases in &rows {
-                    for kx in 0..kw {
-                        let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
-                        let at = b.ins().iadd(phases[phase], col);
-                        let v = b.ins().load(ty, flags(), at, (index * F32) as i32);
-                        acc = Some(match acc {
-                            None => v,
-                            Some(a) => b.ins().fmax(a, v),
-                        });
-                    }
-                }
                 let d = kernel::elem_addr(b, out_row, ox, F32);
-                b.ins()
-                    .store(flags(), acc.expect("a window has taps"), d, 0);
+                for u in 0..n {
+                    let mut taps = vec![];
+                    for phases in &rows {
+                        for kx in 0..kw {
+                            let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
+                            let at = b.ins().iadd(phases[phase], col);
+                            let off = (index * F32 + u * step) as i32;
+                            taps.push(b.ins().load(ty, flags(), at, off));
+                        }
+                    }
+                    while taps.len() > 1 {
+                        taps = taps
+                            .chunks(2)
+                            .map(|p| match p {
+                                [x, y] => b.ins().fmax(*x, *y),
+                                [x] => *x,
+                                _ => unreachable!("chunks of two"),
+                            })
+                            .collect();
+                    }
+                    b.ins().store(flags(), taps[0], d, (u * step) as i32);
+                }
             };
+            let wide = b.ins().ushr_imm_u(out_ext[1], 4);
+            kernel::dynamic_loop(b, wide, |b, i| {
+                let ox = b.ins().ishl_imm_u(i, 4);
+                outputs(b, ox, types::F32X4, 4);
+            });
+            let from = b.ins().ishl_imm_u(wide, 2);
             let quads = b.ins().ushr_imm_u(out_ext[1], 2);
-            kernel::dynamic_loop(b, quads, |b, i| {
+            kernel::range_loop(b, from, quads, |b, i| {
                 let ox = b.ins().ishl_imm_u(i, 2);
-                outputs(b, ox, types::F32X4);
+                outputs(b, ox, types::F32X4, 1);
             });
             let done = b.ins().ishl_imm_u(quads, 2);
-            kernel::range_loop(b, done, out_ext[1], |b, ox| outputs(b, ox, types::F32));
+            kernel::range_loop(b, done, out_ext[1], |b, ox| outputs(b, ox, types::F32, 1));
         });
     });
     Ok(())
