@@ -1436,7 +1436,14 @@ fn depthwise_conv(
             // `n` adjacent outputs (scalars) or vectors of four from `ox`: independent
             // accumulators, so the taps' multiply-adds do not wait on each other (one
             // vector at a time ran at the FMA's latency, 4× slower).
-            let mut outputs = |b: &mut FunctionBuilder, ox: Value, ty: types::Type, n: usize| {
+            // With `tail`, one vector of which only the first `tail` (1 to 3) outputs
+            // are in the row: every lane is computed (the padded plane has the columns
+            // and slack after its last row), only those are stored.
+            let mut outputs = |b: &mut FunctionBuilder,
+                               ox: Value,
+                               ty: types::Type,
+                               n: usize,
+                               tail: Option<Value>| {
                 let splat = |b: &mut FunctionBuilder, v: Value| {
                     if ty == types::F32 {
                         v
@@ -1468,6 +1475,32 @@ fn depthwise_conv(
                 let pos = b.ins().iadd(out_row, ox);
                 let res_at = res.map(|r| kernel::elem_addr(b, r, pos, F32));
                 let d = kernel::elem_addr(b, dst, pos, F32);
+                if let Some(valid) = tail {
+                    for lane in 0..3u8 {
+                        let inside =
+                            b.ins()
+                                .icmp_imm_s(IntCC::SignedGreaterThan, valid, lane as i64);
+                        let off = lane as i32 * F32 as i32;
+                        let mut v = b.ins().extractlane(acc[0], lane);
+                        kernel::if_else(
+                            b,
+                            inside,
+                            |b| {
+                                if let Some(r) = res_at {
+                                    let rv = b.ins().load(types::F32, flags(), r, off);
+                                    v = b.ins().fadd(v, rv);
+                                }
+                                match super::elementwise::activation(b, act, v) {
+                                    Ok(a) => v = a,
+                                    Err(e) => failure = Some(e),
+                                }
+                                b.ins().store(flags(), v, d, off);
+                            },
+                            |_| {},
+                        );
+                    }
+                    return;
+                }
                 for (u, mut a) in acc.into_iter().enumerate() {
                     let off = (u * step) as i32;
                     if let Some(r) = res_at {
@@ -1485,16 +1518,23 @@ fn depthwise_conv(
             let wide = b.ins().ushr_imm_u(out_ext[1], 4);
             kernel::dynamic_loop(b, wide, |b, i| {
                 let ox = b.ins().ishl_imm_u(i, 4);
-                outputs(b, ox, types::F32X4, UNROLL);
+                outputs(b, ox, types::F32X4, UNROLL, None);
             });
             let from = b.ins().ishl_imm_u(wide, 2);
             let q = b.ins().ushr_imm_u(out_ext[1], 2);
             kernel::range_loop(b, from, q, |b, i| {
                 let ox = b.ins().ishl_imm_u(i, 2);
-                outputs(b, ox, types::F32X4, 1);
+                outputs(b, ox, types::F32X4, 1, None);
             });
             let quads = b.ins().ishl_imm_u(q, 2);
-            kernel::range_loop(b, quads, out_ext[1], |b, ox| outputs(b, ox, types::F32, 1));
+            let rest = b.ins().isub(out_ext[1], quads);
+            let some = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, rest, 0);
+            kernel::if_else(
+                b,
+                some,
+                |b| outputs(b, quads, types::F32X4, 1, Some(rest)),
+                |_| {},
+            );
         });
     });
     failure.map_or(Ok(()), Err)
