@@ -759,6 +759,33 @@ fn aarch64_runs_the_sample_loop_under_qemu() {
     assert_eq!(pooled, got, "aarch64 pooled");
 }
 
+/// The planes' kernels on aarch64 (the harness calls `infer`, which runs the dim at its
+/// maximum): Winograd F(4×4) and F(2×2) over chunks crossing tile rows, and the image
+/// classifier's strided, padded, depthwise and pooled planes.
+#[test]
+fn aarch64_runs_planes_under_qemu() {
+    let Some(harness) = runner::aarch64_harness() else {
+        return;
+    };
+    let mut opts = runner::options(Target::new(nnc::codegen::Arch::Aarch64, None).unwrap());
+    let cases = [
+        (winograd_convs(45, 64), 40, WinogradChoice::Auto),
+        (winograd_convs(46, 64), 40, WinogradChoice::F2),
+        (image_classifier(47, false), 40, WinogradChoice::Auto),
+    ];
+    for (bytes, max, choice) in cases {
+        let model = decode(&bytes);
+        let g = import(&model, &with_range("size", 13, max)).unwrap();
+        let reference = static_at(&model, "size", max);
+        let inputs = inputs_for(&reference, 5);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        opts.kernels.winograd = choice;
+        let got =
+            runner::run_on_aarch64_shaped(harness, (&g, &reference), &inputs, &opts, &[]).unwrap();
+        assert_close(&expected, &got, &format!("aarch64, size={max}, {choice:?}"));
+    }
+}
+
 #[test]
 fn concurrent_runs_with_different_dims_share_one_pool() {
     let model = decode(&cnn(17));

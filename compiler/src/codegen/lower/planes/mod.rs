@@ -2,9 +2,11 @@
 //! every operand dense at its actual extents, each extent computed from the dim's count
 //! by its [`ExtentExpr`].
 //!
-//! * Conv, per group, a block of output positions at a time: the positions' input
-//!   patches gathered into `P[K][B]` (zeros where a patch leaves the plane; for 2-D
-//!   convs one output row's run at a time, contiguous copies at stride 1), the GEMM
+//! * 3×3 stride-1 convs by Winograd with run-time tile counts ([`winograd`]).
+//! * Other convs, per group, a block of output positions at a time: the positions' input
+//!   patches gathered into `P[K][B]` (2-D convs: one output row's run at a time, from
+//!   a copy of the group's planes with a zero border split by stride phase, so every
+//!   tap's run is one contiguous copy; others: zeros where a patch leaves the plane), the GEMM
 //!   `C[Mg, B] = W · P` on the weights packed at compile time (bias and, without a
 //!   residual, the activation in its epilogue; the last block on the narrowest width
 //!   holding it), then `C`'s rows copied into the output planes (adding the residual
