@@ -227,7 +227,7 @@ impl NodeKernel {
             Strategy::Gemm(g) => vec![gemm_kernel_name(g)],
             Strategy::Conv(c) => c.kernels(),
             Strategy::Pool(p) => p.kernels(),
-            Strategy::Planes(p) => (p.gemm.iter().map(|(g, _)| g))
+            Strategy::Planes(p) => (p.gemm.iter().map(|g| &g.geometry))
                 .chain(p.winograd.iter().map(|w| &w.geometry))
                 .map(gemm_kernel_name)
                 .collect(),

@@ -47,7 +47,7 @@ pub use gemm::{Geometry, KernelKind};
 pub use heads_attention::{plan_heads_attention, HeadsAttentionPlan};
 pub use linalg::plan_gemm;
 pub use norm::plan_softmax;
-pub use planes::{plan_planes, PlanesPlan, WinogradPlan};
+pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};
 pub use pool::{plan_pool, PoolStrategy};
 pub use quant::plan_integer;
 pub use value_dependent::{nms_scratch, unique_scratch};

@@ -22,7 +22,7 @@ use cranelift_frontend::FunctionBuilder;
 
 use super::gemm::{self, packed_b_len, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
 use super::linalg::{pack_b_at_run_time, packs_runtime_b_of};
-use super::{LowerCtx, LowerResult};
+use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
 use crate::codegen::options::KernelOptions;
@@ -57,10 +57,69 @@ pub struct PlanesPlan {
     /// Per spatial axis of input 0 and of output 0: its extent, `None` when fixed.
     pub input: Vec<Option<ExtentExpr>>,
     pub output: Vec<Option<ExtentExpr>>,
-    /// A conv's GEMM and positions per block.
-    pub gemm: Option<(Geometry, usize)>,
+    /// A conv's blocks of output positions, where it runs a GEMM per block.
+    pub gemm: Option<ConvBlocks>,
     /// A 3×3 conv's Winograd plan, where it takes that path.
     pub winograd: Option<WinogradPlan>,
+}
+
+/// How a conv on planes runs by blocks of output positions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvBlocks {
+    pub geometry: Geometry,
+    /// Output positions per block.
+    pub block: usize,
+    /// The GEMM's widths, ascending, the last the block: the last block's columns round
+    /// up to the narrowest holding them.
+    pub widths: Vec<usize>,
+    /// Bytes of one channel copied with its border (see [`gathers_from_padded`]), 0
+    /// when the patches are gathered from the planes themselves.
+    pub padded_channel_bytes: usize,
+}
+
+impl ConvBlocks {
+    fn new(
+        c: &ConvAttrs,
+        x: &crate::ir::TensorType,
+        (k, m, positions): (usize, usize, usize),
+        geometry: Geometry,
+    ) -> ConvBlocks {
+        let nr = geometry.nr;
+        // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES, or up to
+        // as many bytes as the weights have.
+        let weights = m * k * F32;
+        let patch_bytes = PATCH_BLOCK_BYTES.max(weights.min(LARGE_WEIGHTS_PATCH_BYTES));
+        let block = ((patch_bytes / (k * F32)).max(nr) / nr * nr)
+            .min(MAX_BLOCK_PANELS * nr)
+            .min(positions.next_multiple_of(nr))
+            .max(1);
+        // Small images do not pay for a whole block: whole panels doubling up to the
+        // block and, where a column costs many multiply-adds, every multiple of the
+        // vector up to two panels (ResNet's 7×7 planes are 49 positions: 48 + 16, not
+        // 96). Each width is a kernel in the library: MobileNetV2's 1×1 convs with them
+        // all grew it by 6%.
+        let by_vectors = m * k >= VECTOR_WIDTHS_MIN_MACS;
+        let mut widths = vec![];
+        let mut width = if by_vectors { geometry.lanes } else { nr }.min(block);
+        while width < block {
+            widths.push(width);
+            width = match by_vectors && width < 2 * nr {
+                true => width + geometry.lanes,
+                false => width * 2,
+            };
+        }
+        widths.push(block);
+        let padded_channel_bytes = match gathers_from_padded(c) && x.rank() == 4 {
+            true => padded_plane_bytes(&x.shape[2..], &c.pads, c.strides[1]).next_multiple_of(64),
+            false => 0,
+        };
+        ConvBlocks {
+            geometry,
+            block,
+            widths,
+            padded_channel_bytes,
+        }
+    }
 }
 
 /// The spatial extents of value `v` (axes 2..) as expressions, `None` where fixed.
@@ -117,18 +176,11 @@ pub fn plan_planes(
             let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
             let m = yt.shape[1] / c.group.max(1);
             let positions: usize = yt.shape[2..].iter().product();
-            // Columns per block: whole panels, the patches about PATCH_BLOCK_BYTES, or
-            // up to as many bytes as the weights have.
-            let weights = m * k * F32;
-            let patch_bytes = PATCH_BLOCK_BYTES.max(weights.min(LARGE_WEIGHTS_PATCH_BYTES));
-            let block = (patch_bytes / (k * F32)).max(geom.nr) / geom.nr * geom.nr;
-            let block = block
-                .min(MAX_BLOCK_PANELS * geom.nr)
-                .min(positions.next_multiple_of(geom.nr))
-                .max(1);
-            let padded = padded_image_bytes(c, xt);
-            scratch = ConvScratch::new(k, block, m, &geom).bytes + padded;
-            plan.gemm = Some((geom, block));
+            let blocks = ConvBlocks::new(c, xt, (k, m, positions), geom);
+            let cg = xt.shape[1] / c.group.max(1);
+            scratch = ConvScratch::new(k, blocks.block, m, &geom).bytes
+                + cg * blocks.padded_channel_bytes;
+            plan.gemm = Some(blocks);
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
              rows copied into the planes"
         }
@@ -166,16 +218,6 @@ fn depthwise(c: &ConvAttrs, x: &crate::ir::TensorType, y: &crate::ir::TensorType
 fn gathers_from_padded(c: &ConvAttrs) -> bool {
     c.kernel.len() == 2
         && !(c.kernel == [1, 1] && c.strides == [1, 1] && c.pads.iter().all(|&p| p == 0))
-}
-
-/// Scratch for one group's channels copied with their border (see
-/// [`gathers_from_padded`]) at the largest extents, or 0.
-fn padded_image_bytes(c: &ConvAttrs, x: &crate::ir::TensorType) -> usize {
-    if !gathers_from_padded(c) || x.rank() != 4 {
-        return 0;
-    }
-    let cg = x.shape[1] / c.group.max(1);
-    cg * padded_plane_bytes(&x.shape[2..], &c.pads, c.strides[1]).next_multiple_of(64)
 }
 
 /// Bytes of one 2-D plane of extents `planes` (the bound) with `pads` (begin...,
@@ -245,16 +287,47 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
     }
 }
 
-fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
-    let (geom, block) = plan.gemm.ok_or("a conv on planes has a GEMM plan")?;
-    let x = ctx.input(0)?;
+/// A conv's input, output, bias and residual, and its weights, which a conv on planes
+/// needs constant and float32 (`what` names the conv in the error).
+fn conv_operands(ctx: &LowerCtx, what: &str) -> Result<(ConvIo, Vec<f32>), String> {
     let w = ctx.input(1)?;
-    let bias = ctx.inputs.get(2).cloned().flatten();
-    let residual = ctx.inputs.get(3).cloned().flatten();
-    let y = ctx.output(0);
     let Some(Tensor::F32(weights)) = &w.constant else {
-        return Err("a conv on run-time planes needs constant float32 weights".into());
+        return Err(format!(
+            "{what} on run-time planes needs constant float32 weights"
+        ));
     };
+    let io = ConvIo {
+        x: ctx.input(0)?,
+        bias: ctx.inputs.get(2).cloned().flatten(),
+        residual: ctx.inputs.get(3).cloned().flatten(),
+        y: ctx.output(0),
+    };
+    Ok((io, weights.iter().copied().collect()))
+}
+
+/// The operands of a conv on planes besides its weights.
+struct ConvIo {
+    x: Operand,
+    bias: Option<Operand>,
+    residual: Option<Operand>,
+    y: Operand,
+}
+
+fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
+    let blocks = plan
+        .gemm
+        .as_ref()
+        .ok_or("a conv on planes has a GEMM plan")?;
+    let (geom, block, widths) = (blocks.geometry, blocks.block, &blocks.widths);
+    let (
+        ConvIo {
+            x,
+            bias,
+            residual,
+            y,
+        },
+        weights,
+    ) = conv_operands(ctx, "a conv")?;
     let sp = c.kernel.len();
     if x.ty.rank() != sp + 2 || sp == 0 || sp > 3 {
         return Err("a conv on run-time planes is 1-, 2- or 3-D".into());
@@ -263,7 +336,6 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let (cg, mg) = (channels / group, maps / group);
     let taps: usize = c.kernel.iter().product();
     let k = cg * taps;
-    let weights: Vec<f32> = weights.iter().copied().collect();
     // Each group's W[Mg, K] packed as the GEMM's A, the groups one after another.
     let mut packed = vec![];
     for gi in 0..group {
@@ -303,22 +375,6 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         b_taps: vec![],
         rows_at_run_time: false,
     };
-    // The last block's columns round up to the narrowest of these widths, so a small
-    // image does not pay for a whole block: whole panels doubling up to the block and,
-    // where a column costs many multiply-adds, every multiple of the vector up to two
-    // panels (ResNet's 7×7 planes are 49 positions: 48 + 16, not 96). Each width is a
-    // kernel in the library: MobileNetV2's 1×1 convs with them all grew it by 6%.
-    let by_vectors = mg * k >= VECTOR_WIDTHS_MIN_MACS;
-    let mut widths = vec![];
-    let mut width = if by_vectors { geom.lanes } else { geom.nr }.min(block);
-    while width < block {
-        widths.push(width);
-        width = match by_vectors && width < 2 * geom.nr {
-            true => width + geom.lanes,
-            false => width * 2,
-        };
-    }
-    widths.push(block);
     let kernels: Vec<(usize, GemmKernel)> = widths
         .iter()
         .map(|&n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
@@ -326,11 +382,8 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg, &geom);
-    let from_padded = sp == 2 && gathers_from_padded(c);
-    let padded_chan = match from_padded {
-        true => padded_plane_bytes(&x.ty.shape[2..], &c.pads, c.strides[1]).next_multiple_of(64),
-        false => 0,
-    };
+    let padded_chan = blocks.padded_channel_bytes;
+    let from_padded = sp == 2 && padded_chan > 0;
     let b = &mut *ctx.b;
     let patches = scratch;
     let packed_at = b.ins().iadd_imm_s(scratch, layout.packed as i64);
@@ -447,7 +500,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             });
             let p0 = b.ins().imul_imm_s(full, block as i64);
             let rest = b.ins().isub(positions, p0);
-            tail_widths(b, &widths, rest, &mut |b, n| run_block(b, p0, rest, n));
+            tail_widths(b, widths, rest, &mut |b, n| run_block(b, p0, rest, n));
         });
     });
     failure.map_or(Ok(()), Err)
@@ -597,86 +650,59 @@ fn gather_rows_2d(
     let ow = out_ext[1];
     let taps = win.kernel[0] * win.kernel[1];
     let in_plane = b.ins().imul(h, w);
-    let (i_var, oy_var, ox_var) = (
-        b.declare_var(types::I64),
-        b.declare_var(types::I64),
-        b.declare_var(types::I64),
-    );
-    let zero_i = kernel::iconst(b, 0);
-    b.def_var(i_var, zero_i);
-    let oy0 = b.ins().udiv(p0, ow);
-    let ox0 = b.ins().urem(p0, ow);
-    b.def_var(oy_var, oy0);
-    b.def_var(ox_var, ox0);
-    kernel::while_loop(
-        b,
-        |b| {
-            let i = b.use_var(i_var);
-            b.ins().icmp(IntCC::SignedLessThan, i, rows)
-        },
-        |b| {
-            let (i, oy, ox) = (b.use_var(i_var), b.use_var(oy_var), b.use_var(ox_var));
-            let row_left = b.ins().isub(ow, ox);
-            let block_left = b.ins().isub(rows, i);
-            let len = b.ins().smin(row_left, block_left);
-            let zero = kernel::iconst(b, 0);
-            for ky in 0..win.kernel[0] {
-                let iy = b.ins().imul_imm_s(oy, win.strides[0] as i64);
-                let iy = b
+    row_runs(b, ow, p0, rows, |b, i, oy, ox, len| {
+        let zero = kernel::iconst(b, 0);
+        for ky in 0..win.kernel[0] {
+            let iy = b.ins().imul_imm_s(oy, win.strides[0] as i64);
+            let iy = b
+                .ins()
+                .iadd_imm_s(iy, (ky * win.dilations[0]) as i64 - win.pads[0] as i64);
+            let row_ok = b.ins().icmp(IntCC::UnsignedLessThan, iy, h);
+            let iy = b.ins().select(row_ok, iy, zero);
+            for kx in 0..win.kernel[1] {
+                let t = ky * win.kernel[1] + kx;
+                let ix0 = b.ins().imul_imm_s(ox, win.strides[1] as i64);
+                let ix0 = b
                     .ins()
-                    .iadd_imm_s(iy, (ky * win.dilations[0]) as i64 - win.pads[0] as i64);
-                let row_ok = b.ins().icmp(IntCC::UnsignedLessThan, iy, h);
-                let iy = b.ins().select(row_ok, iy, zero);
-                for kx in 0..win.kernel[1] {
-                    let t = ky * win.kernel[1] + kx;
-                    let ix0 = b.ins().imul_imm_s(ox, win.strides[1] as i64);
-                    let ix0 = b
-                        .ins()
-                        .iadd_imm_s(ix0, (kx * win.dilations[1]) as i64 - win.pads[1] as i64);
-                    // Positions j in [lo, hi) read inside the row.
-                    let (lo, hi) = if win.strides[1] == 1 {
-                        let neg = b.ins().ineg(ix0);
-                        let lo = b.ins().smax(neg, zero);
-                        let lo = b.ins().smin(lo, len);
-                        let room = b.ins().isub(w, ix0);
-                        let hi = b.ins().smax(room, zero);
-                        let hi = b.ins().smin(hi, len);
-                        (lo, hi)
+                    .iadd_imm_s(ix0, (kx * win.dilations[1]) as i64 - win.pads[1] as i64);
+                // Positions j in [lo, hi) read inside the row.
+                let (lo, hi) = if win.strides[1] == 1 {
+                    let neg = b.ins().ineg(ix0);
+                    let lo = b.ins().smax(neg, zero);
+                    let lo = b.ins().smin(lo, len);
+                    let room = b.ins().isub(w, ix0);
+                    let hi = b.ins().smax(room, zero);
+                    let hi = b.ins().smin(hi, len);
+                    (lo, hi)
+                } else {
+                    strided_span(b, ix0, w, len, win.strides[1])
+                };
+                let lo = b.ins().select(row_ok, lo, len);
+                let hi = b.ins().select(row_ok, hi, len);
+                let hi = b.ins().smax(hi, lo);
+                let row_off = b.ins().imul(iy, w);
+                let src_off = b.ins().iadd(row_off, ix0);
+                kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
+                    let kk = b.ins().imul_imm_s(ch, taps as i64);
+                    let kk = b.ins().iadd_imm_s(kk, t as i64);
+                    let dst = kernel::elem_addr(b, patches, kk, block * F32);
+                    let dst = kernel::elem_addr(b, dst, i, F32);
+                    let plane = b.ins().imul(ch, in_plane);
+                    let src = b.ins().iadd(plane, src_off);
+                    // `src` may point before the plane; only [lo, hi) is read.
+                    let src = b.ins().ishl_imm_u(src, 2);
+                    let src = b.ins().iadd(x, src);
+                    fill_zero(b, dst, zero, lo);
+                    if win.strides[1] == 1 {
+                        copy_run(b, dst, src, lo, hi);
                     } else {
-                        strided_span(b, ix0, w, len, win.strides[1])
-                    };
-                    let lo = b.ins().select(row_ok, lo, len);
-                    let hi = b.ins().select(row_ok, hi, len);
-                    let hi = b.ins().smax(hi, lo);
-                    let row_off = b.ins().imul(iy, w);
-                    let src_off = b.ins().iadd(row_off, ix0);
-                    kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
-                        let kk = b.ins().imul_imm_s(ch, taps as i64);
-                        let kk = b.ins().iadd_imm_s(kk, t as i64);
-                        let dst = kernel::elem_addr(b, patches, kk, block * F32);
-                        let dst = kernel::elem_addr(b, dst, i, F32);
-                        let plane = b.ins().imul(ch, in_plane);
-                        let src = b.ins().iadd(plane, src_off);
-                        // `src` may point before the plane; only [lo, hi) is read.
-                        let src = b.ins().ishl_imm_u(src, 2);
-                        let src = b.ins().iadd(x, src);
-                        fill_zero(b, dst, zero, lo);
-                        if win.strides[1] == 1 {
-                            copy_run(b, dst, src, lo, hi);
-                        } else {
-                            copy_strided(b, dst, src, (lo, hi), win.strides[1]);
-                        }
-                        fill_zero(b, dst, hi, len);
-                    });
-                }
+                        copy_strided(b, dst, src, (lo, hi), win.strides[1]);
+                    }
+                    fill_zero(b, dst, hi, len);
+                });
             }
-            let next = b.ins().iadd(i, len);
-            b.def_var(i_var, next);
-            let oy1 = b.ins().iadd_imm_s(oy, 1);
-            b.def_var(oy_var, oy1);
-            b.def_var(ox_var, zero);
-        },
-    );
+        }
+    });
 }
 
 /// The patches `P` of a 2-D conv from its group's channels copied with their border
@@ -693,13 +719,51 @@ fn gather_rows_padded(
     let ow = out_ext[1];
     let taps = win.kernel[0] * win.kernel[1];
     let (sx, dx) = (win.strides[1], win.dilations[1]);
+    row_runs(b, ow, p0, rows, |b, i, oy, ox, len| {
+        let zero = kernel::iconst(b, 0);
+        let rows_at = layout.window_rows(
+            b,
+            padded,
+            oy,
+            (win.kernel[0], win.strides[0], win.dilations[0]),
+        );
+        let col = b.ins().imul_imm_s(ox, F32 as i64);
+        let dst_i = kernel::elem_addr(b, patches, i, F32);
+        for (ky, phases) in rows_at.iter().enumerate() {
+            for kx in 0..win.kernel[1] {
+                let t = ky * win.kernel[1] + kx;
+                let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
+                let src_t = b.ins().iadd(phases[phase], col);
+                let src_t = b.ins().iadd_imm_s(src_t, (index * F32) as i64);
+                kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
+                    let kk = b.ins().imul_imm_s(ch, taps as i64);
+                    let kk = b.ins().iadd_imm_s(kk, t as i64);
+                    let dst = kernel::elem_addr(b, dst_i, kk, block * F32);
+                    let src = kernel::elem_addr(b, src_t, ch, chan_bytes);
+                    copy_run(b, dst, src, zero, len);
+                });
+            }
+        }
+    });
+}
+
+/// `body(i, oy, ox, len)` for each run of a block's `rows` positions from flat
+/// position `p0` (row length `ow`) that lies in one output row: `len` positions from
+/// `(oy, ox)`, the run's first at index `i` of the block.
+fn row_runs(
+    b: &mut FunctionBuilder,
+    ow: Value,
+    p0: Value,
+    rows: Value,
+    mut body: impl FnMut(&mut FunctionBuilder, Value, Value, Value, Value),
+) {
     let (i_var, oy_var, ox_var) = (
         b.declare_var(types::I64),
         b.declare_var(types::I64),
         b.declare_var(types::I64),
     );
-    let zero_i = kernel::iconst(b, 0);
-    b.def_var(i_var, zero_i);
+    let zero = kernel::iconst(b, 0);
+    b.def_var(i_var, zero);
     let oy0 = b.ins().udiv(p0, ow);
     let ox0 = b.ins().urem(p0, ow);
     b.def_var(oy_var, oy0);
@@ -715,34 +779,12 @@ fn gather_rows_padded(
             let row_left = b.ins().isub(ow, ox);
             let block_left = b.ins().isub(rows, i);
             let len = b.ins().smin(row_left, block_left);
-            let zero = kernel::iconst(b, 0);
-            let rows_at = layout.window_rows(
-                b,
-                padded,
-                oy,
-                (win.kernel[0], win.strides[0], win.dilations[0]),
-            );
-            let col = b.ins().imul_imm_s(ox, F32 as i64);
-            let dst_i = kernel::elem_addr(b, patches, i, F32);
-            for (ky, phases) in rows_at.iter().enumerate() {
-                for kx in 0..win.kernel[1] {
-                    let t = ky * win.kernel[1] + kx;
-                    let (phase, index) = ((kx * dx) % sx, (kx * dx) / sx);
-                    let src_t = b.ins().iadd(phases[phase], col);
-                    let src_t = b.ins().iadd_imm_s(src_t, (index * F32) as i64);
-                    kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
-                        let kk = b.ins().imul_imm_s(ch, taps as i64);
-                        let kk = b.ins().iadd_imm_s(kk, t as i64);
-                        let dst = kernel::elem_addr(b, dst_i, kk, block * F32);
-                        let src = kernel::elem_addr(b, src_t, ch, chan_bytes);
-                        copy_run(b, dst, src, zero, len);
-                    });
-                }
-            }
+            body(b, i, oy, ox, len);
             let next = b.ins().iadd(i, len);
             b.def_var(i_var, next);
             let oy1 = b.ins().iadd_imm_s(oy, 1);
             b.def_var(oy_var, oy1);
+            let zero = kernel::iconst(b, 0);
             b.def_var(ox_var, zero);
         },
     );
@@ -1380,15 +1422,15 @@ fn depthwise_conv(
     plan: &PlanesPlan,
     count: Value,
 ) -> LowerResult {
-    let x = ctx.input(0)?;
-    let w = ctx.input(1)?;
-    let bias = ctx.inputs.get(2).cloned().flatten();
-    let residual = ctx.inputs.get(3).cloned().flatten();
-    let y = ctx.output(0);
-    let Some(Tensor::F32(weights)) = &w.constant else {
-        return Err("a depthwise conv on run-time planes needs constant float32 weights".into());
-    };
-    let weights: Vec<f32> = weights.iter().copied().collect();
+    let (
+        ConvIo {
+            x,
+            bias,
+            residual,
+            y,
+        },
+        weights,
+    ) = conv_operands(ctx, "a depthwise conv")?;
     let w_ptr = ctx.weights_f32(&weights)?;
     let fma = gemm::has_fma(ctx.target);
     let scratch = ctx

@@ -26,21 +26,22 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::super::conv::winograd::{
-    self as wino, input_1d, load4, output_1d, skewed, store4, transpose4, Algorithm, CHUNK_BYTES,
-    LANES,
+    self as wino, input_tile, load4, output_row_runs, output_tile, skewed, store4, transpose4,
+    Algorithm, CHUNK_BYTES, LANES, OUTPUT_TILE_AT,
 };
 use super::super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
 use super::super::{LowerCtx, LowerResult};
-use super::{extents, product, PlanesPlan, F32};
+use super::{conv_operands, extents, product, ConvIo, PlanesPlan, F32};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::math;
 use crate::codegen::options::KernelOptions;
-use crate::ir::{Tensor, TensorType};
+use crate::ir::TensorType;
 use crate::ops::{Activation, ConvAttrs};
 
-/// Vectors of staging for one four-tile group: the row pass's (m+2)·m, the column
-/// pass's m², and the m rows of 4·m output floats a partial group stores from.
-const STAGE_VECTORS: usize = 6 * 4 + 16 + 16;
+/// Vectors of staging for one four-tile group: the transforms' (`OUTPUT_TILE_AT`, then
+/// the output tile's m²), and the m rows of 4·m output floats a partial group stores
+/// from.
+const STAGE_VECTORS: usize = OUTPUT_TILE_AT / (LANES * F32) + 16 + 16;
 
 /// How a conv on planes runs by Winograd: sizes fixed by the largest extents.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,44 +165,77 @@ struct Extents {
     tw: Value,
 }
 
-/// Tiles `t0 .. t0 + n` of the image, row-major.
+/// Tiles `t0 .. t0 + n` of the image, row-major, in tile rows `first_row .. rows_end`.
 #[derive(Clone, Copy)]
 struct Chunk {
     t0: Value,
     n: Value,
+    first_row: Value,
+    rows_end: Value,
 }
 
-/// `body(ti, tx_lo, tx_hi)` for each tile row `ti` the chunk covers, with the chunk's
-/// tiles of that row `tx_lo .. tx_hi`.
+impl Chunk {
+    fn new(b: &mut FunctionBuilder, t0: Value, n: Value, tw: Value) -> Chunk {
+        let first_row = b.ins().udiv(t0, tw);
+        let end = b.ins().iadd(t0, n);
+        let last = b.ins().iadd_imm_s(end, -1);
+        let last = b.ins().udiv(last, tw);
+        let rows_end = b.ins().iadd_imm_s(last, 1);
+        Chunk {
+            t0,
+            n,
+            first_row,
+            rows_end,
+        }
+    }
+}
+
+/// The chunk's tiles of tile row `ti`: `lo .. hi`, tile `tx` at column `col0 + tx` of V
+/// and M, `groups` four-tile groups.
+#[derive(Clone, Copy)]
+struct TileRow {
+    ti: Value,
+    lo: Value,
+    hi: Value,
+    col0: Value,
+    groups: Value,
+}
+
+/// `body` for each tile row the chunk covers.
 fn tile_rows(
     b: &mut FunctionBuilder,
     ext: &Extents,
     chunk: &Chunk,
-    mut body: impl FnMut(&mut FunctionBuilder, Value, Value, Value),
+    mut body: impl FnMut(&mut FunctionBuilder, TileRow),
 ) {
-    let end = b.ins().iadd(chunk.t0, chunk.n);
-    let first = b.ins().udiv(chunk.t0, ext.tw);
-    let last = b.ins().iadd_imm_s(end, -1);
-    let last = b.ins().udiv(last, ext.tw);
-    let rows_end = b.ins().iadd_imm_s(last, 1);
-    kernel::range_loop(b, first, rows_end, |b, ti| {
+    kernel::range_loop(b, chunk.first_row, chunk.rows_end, |b, ti| {
         let row_start = b.ins().imul(ti, ext.tw);
-        let lo = b.ins().isub(chunk.t0, row_start);
+        let col0 = b.ins().isub(row_start, chunk.t0);
+        let lo = b.ins().ineg(col0);
         let zero = kernel::iconst(b, 0);
-        let before = b.ins().icmp(IntCC::SignedLessThan, lo, zero);
-        let lo = b.ins().select(before, zero, lo);
-        let hi = b.ins().isub(end, row_start);
-        let past = b.ins().icmp(IntCC::SignedGreaterThan, hi, ext.tw);
-        let hi = b.ins().select(past, ext.tw, hi);
-        body(b, ti, lo, hi);
+        let lo = b.ins().smax(lo, zero);
+        let hi = b.ins().isub(chunk.n, col0);
+        let hi = b.ins().smin(hi, ext.tw);
+        let groups = b.ins().isub(hi, lo);
+        let groups = b.ins().iadd_imm_s(groups, LANES as i64 - 1);
+        let groups = b.ins().ushr_imm_u(groups, 2);
+        body(
+            b,
+            TileRow {
+                ti,
+                lo,
+                hi,
+                col0,
+                groups,
+            },
+        );
     });
 }
 
 /// `min(x, k)` of i64 `x` and constant `k`.
 fn min_imm(b: &mut FunctionBuilder, x: Value, k: i64) -> Value {
-    let kv = kernel::iconst(b, k);
-    let more = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, x, k);
-    b.ins().select(more, kv, x)
+    let k = kernel::iconst(b, k);
+    b.ins().smin(x, k)
 }
 
 pub(super) fn conv(
@@ -211,17 +245,18 @@ pub(super) fn conv(
     wp: &WinogradPlan,
     count: Value,
 ) -> LowerResult {
-    let x = ctx.input(0)?;
-    let w = ctx.input(1)?;
-    let bias = ctx.inputs.get(2).cloned().flatten();
-    let residual = ctx.inputs.get(3).cloned().flatten();
-    let y = ctx.output(0);
-    let Some(Tensor::F32(weights)) = &w.constant else {
-        return Err("a Winograd conv on run-time planes needs constant float32 weights".into());
-    };
-    let weights: Vec<f32> = weights.iter().copied().collect();
+    let (
+        ConvIo {
+            x,
+            bias,
+            residual,
+            y,
+        },
+        weights,
+    ) = conv_operands(ctx, "a Winograd conv")?;
+    let w_ty = ctx.input(1)?.ty;
     let alg = wp.alg();
-    let u = wino::weights_on_planes(c, (&x.ty, &w.ty, &y.ty), alg, &weights, &wp.geometry)?;
+    let u = wino::weights_on_planes(c, (&x.ty, &w_ty, &y.ty), alg, &weights, &wp.geometry)?;
     let u_ab_bytes = u.len() / (wp.a() * wp.a()) * F32;
     let u_ptr = ctx.weights_f32(&u)?;
     let spec = |n: usize| GemmSpec {
@@ -301,7 +336,7 @@ pub(super) fn conv(
             let t0 = b.ins().imul_imm_s(k, wp.chunk_tiles as i64);
             let left = b.ins().isub(tiles, t0);
             let n = min_imm(b, left, wp.chunk_tiles as i64);
-            let chunk = Chunk { t0, n };
+            let chunk = Chunk::new(b, t0, n, tw);
             input_transform(b, wp, fma, &bufs, &ext, &chunk);
             products(b, wp, (&bufs, u_ptr, u_ab_bytes), &kernels, chunk.n);
             if let Err(e) = output_transform(b, wp, fma, &bufs, &ext, &chunk, &out) {
@@ -406,7 +441,7 @@ fn input_transform(
     ext: &Extents,
     chunk: &Chunk,
 ) {
-    let (m, a) = (wp.m, wp.a());
+    let m = wp.m;
     let (row_floats, phase) = (wp.m * wp.phase_floats, wp.phase_floats);
     let v_ab_bytes = wp.v_plane();
     let stage = bufs.stage;
@@ -414,37 +449,16 @@ fn input_transform(
     kernel::counted_loop(b, 0, wp.channels as i64, 1, |b, c| {
         let chan = kernel::elem_addr(b, bufs.padded, c, wp.channel_bytes());
         let v_c = kernel::elem_addr(b, bufs.v, c, wp.row_floats() * F32);
-        tile_rows(b, ext, chunk, |b, ti, lo, hi| {
-            let src_row = kernel::elem_addr(b, chan, ti, tile_row_bytes);
-            let row_start = b.ins().imul(ti, ext.tw);
-            let col0 = b.ins().isub(row_start, chunk.t0);
-            let groups = b.ins().isub(hi, lo);
-            let groups = b.ins().iadd_imm_s(groups, LANES as i64 - 1);
-            let groups = b.ins().ushr_imm_u(groups, 2);
-            kernel::dynamic_loop(b, groups, |b, gi| {
+        tile_rows(b, ext, chunk, |b, row| {
+            let src_row = kernel::elem_addr(b, chan, row.ti, tile_row_bytes);
+            kernel::dynamic_loop(b, row.groups, |b, gi| {
                 let g4 = b.ins().ishl_imm_u(gi, 2);
-                let tx = b.ins().iadd(lo, g4);
+                let tx = b.ins().iadd(row.lo, g4);
                 let src = kernel::elem_addr(b, src_row, tx, F32);
-                let col = b.ins().iadd(col0, tx);
+                let col = b.ins().iadd(row.col0, tx);
                 let dst = kernel::elem_addr(b, v_c, col, F32);
-                // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], staged.
-                for s in 0..a {
-                    let d: Vec<Value> = (0..a)
-                        .map(|r| load4(b, src, (r * row_floats + (s % m) * phase + s / m) * F32))
-                        .collect();
-                    for (xi, t) in input_1d(b, fma, m, &d).into_iter().enumerate() {
-                        store4(b, t, stage, (xi * a + s) * LANES * F32);
-                    }
-                }
-                // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
-                for xi in 0..a {
-                    let t: Vec<Value> = (0..a)
-                        .map(|s| load4(b, stage, (xi * a + s) * LANES * F32))
-                        .collect();
-                    for (nu, val) in input_1d(b, fma, m, &t).into_iter().enumerate() {
-                        store4(b, val, dst, (xi * a + nu) * v_ab_bytes);
-                    }
-                }
+                let tap = |r: usize, s: usize| (r * row_floats + (s % m) * phase + s / m) * F32;
+                input_tile(b, fma, m, (src, tap), stage, (dst, v_ab_bytes));
             });
         });
     });
@@ -540,29 +554,23 @@ fn output_transform(
         let plane_at = b.ins().imul(map, out.plane_bytes);
         let y_map = b.ins().iadd(out.y, plane_at);
         let r_map = out.residual.map(|r| b.ins().iadd(r, plane_at));
-        tile_rows(b, ext, chunk, |b, ti, lo, hi| {
-            let row_start = b.ins().imul(ti, ext.tw);
-            let col0 = b.ins().isub(row_start, chunk.t0);
-            let y0 = b.ins().imul_imm_s(ti, m as i64);
+        tile_rows(b, ext, chunk, |b, row| {
+            let y0 = b.ins().imul_imm_s(row.ti, m as i64);
             let rows_left = b.ins().isub(ext.out_h, y0);
             let valid_rows = min_imm(b, rows_left, m as i64);
             let y_row = b.ins().imul(y0, row_bytes);
-            let groups = b.ins().isub(hi, lo);
-            let groups = b.ins().iadd_imm_s(groups, LANES as i64 - 1);
-            let groups = b.ins().ushr_imm_u(groups, 2);
-            kernel::dynamic_loop(b, groups, |b, gi| {
+            kernel::dynamic_loop(b, row.groups, |b, gi| {
                 let g4 = b.ins().ishl_imm_u(gi, 2);
-                let tx = b.ins().iadd(lo, g4);
-                let col = b.ins().iadd(col0, tx);
+                let tx = b.ins().iadd(row.lo, g4);
+                let col = b.ins().iadd(row.col0, tx);
                 let src = kernel::elem_addr(b, m_map, col, F32);
                 let x0 = b.ins().imul_imm_s(tx, m as i64);
                 // Valid columns: the group's tiles in the chunk, inside the plane.
-                let tiles_left = b.ins().isub(hi, tx);
+                let tiles_left = b.ins().isub(row.hi, tx);
                 let tiles = min_imm(b, tiles_left, LANES as i64);
                 let by_tiles = b.ins().imul_imm_s(tiles, m as i64);
                 let cols_left = b.ins().isub(ext.out_w, x0);
-                let past = b.ins().icmp(IntCC::SignedGreaterThan, by_tiles, cols_left);
-                let valid_cols = b.ins().select(past, cols_left, by_tiles);
+                let valid_cols = b.ins().smin(by_tiles, cols_left);
                 let x0_bytes = b.ins().imul_imm_s(x0, F32 as i64);
                 let at = b.ins().iadd(y_row, x0_bytes);
                 let group = Group {
@@ -607,29 +615,10 @@ fn transform_group(
     stage: Value,
     src: Value,
 ) -> Vec<Value> {
-    let (m, a) = (wp.m, wp.a());
-    let m_ab_bytes = wp.m_plane();
-    let vec = LANES * F32;
-    // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
-    for xi in 0..a {
-        let row: Vec<Value> = (0..a)
-            .map(|nu| load4(b, src, (xi * a + nu) * m_ab_bytes))
-            .collect();
-        for (j, z) in output_1d(b, fma, m, &row).into_iter().enumerate() {
-            store4(b, z, stage, (xi * m + j) * vec);
-        }
-    }
-    // Column pass: o[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j].
-    let mut o = vec![None; m * m];
-    for j in 0..m {
-        let col: Vec<Value> = (0..a)
-            .map(|xi| load4(b, stage, (xi * m + j) * vec))
-            .collect();
-        for (i, v) in output_1d(b, fma, m, &col).into_iter().enumerate() {
-            o[i * m + j] = Some(v);
-        }
-    }
-    o.into_iter().map(|v| v.expect("every output")).collect()
+    output_tile(b, fma, wp.m, (src, wp.m_plane()), stage);
+    (0..wp.m * wp.m)
+        .map(|k| load4(b, stage, OUTPUT_TILE_AT + k * LANES * F32))
+        .collect()
 }
 
 /// One four-tile group's place in the output.
@@ -646,14 +635,7 @@ impl Group {
     /// Output row `i` of the four tiles as runs of four columns: run `k` holds columns
     /// 4k .. 4k+4 of the group, plus the bias.
     fn row_runs(&self, b: &mut FunctionBuilder, m: usize, o: &[Value], i: usize) -> Vec<Value> {
-        let row = &o[i * m..(i + 1) * m];
-        let runs = match m {
-            4 => transpose4(b, [row[0], row[1], row[2], row[3]]).to_vec(),
-            _ => vec![
-                math::pick_lanes(b, row[0], row[1], [0, 4, 1, 5]),
-                math::pick_lanes(b, row[0], row[1], [2, 6, 3, 7]),
-            ],
-        };
+        let runs = output_row_runs(b, &o[i * m..(i + 1) * m]);
         match self.bias {
             Some(bias) => {
                 let bias = b.ins().splat(types::F32X4, bias);

@@ -987,12 +987,7 @@ fn split_phases(
 /// F4 Bᵀ = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0;
 ///          0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
 /// ```
-pub(in crate::codegen::lower) fn input_1d(
-    b: &mut FunctionBuilder,
-    fma: bool,
-    m: usize,
-    d: &[Value],
-) -> Vec<Value> {
+fn input_1d(b: &mut FunctionBuilder, fma: bool, m: usize, d: &[Value]) -> Vec<Value> {
     let add = |b: &mut FunctionBuilder, x, y| b.ins().fadd(x, y);
     let sub = |b: &mut FunctionBuilder, x, y| b.ins().fsub(x, y);
     if m == 2 {
@@ -1022,12 +1017,7 @@ pub(in crate::codegen::lower) fn input_1d(
 /// F2 Aᵀ = [1 1 1 0; 0 1 -1 -1]
 /// F4 Aᵀ = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
 /// ```
-pub(in crate::codegen::lower) fn output_1d(
-    b: &mut FunctionBuilder,
-    fma: bool,
-    m: usize,
-    x: &[Value],
-) -> Vec<Value> {
+fn output_1d(b: &mut FunctionBuilder, fma: bool, m: usize, x: &[Value]) -> Vec<Value> {
     let add = |b: &mut FunctionBuilder, p, q| b.ins().fadd(p, q);
     let sub = |b: &mut FunctionBuilder, p, q| b.ins().fsub(p, q);
     if m == 2 {
@@ -1046,7 +1036,7 @@ pub(in crate::codegen::lower) fn output_1d(
     vec![o0, o1, o2, o3]
 }
 
-pub(in crate::codegen::lower) fn splat(b: &mut FunctionBuilder, c: f64) -> Value {
+fn splat(b: &mut FunctionBuilder, c: f64) -> Value {
     let s = b.ins().f32const(c as f32);
     b.ins().splat(types::F32X4, s)
 }
@@ -1062,9 +1052,88 @@ fn mul_add(b: &mut FunctionBuilder, fma: bool, x: Value, k: f64, y: Value) -> Va
     }
 }
 
+/// `V_ξν = (Bᵀ d B)_ξν` of four tiles (lanes) at `dst`, one ξν `v_ab_bytes` after the
+/// other, `d[r][s]` at `src + tap(r, s)`; the column pass staged in `stage`.
+pub(in crate::codegen::lower) fn input_tile(
+    b: &mut FunctionBuilder,
+    fma: bool,
+    m: usize,
+    (src, tap): (Value, impl Fn(usize, usize) -> usize),
+    stage: Value,
+    (dst, v_ab_bytes): (Value, usize),
+) {
+    let a = m + 2;
+    // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], staged.
+    for s in 0..a {
+        let d: Vec<Value> = (0..a).map(|r| load4(b, src, tap(r, s))).collect();
+        for (xi, t) in input_1d(b, fma, m, &d).into_iter().enumerate() {
+            store4(b, t, stage, (xi * a + s) * LANES * F32);
+        }
+    }
+    // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
+    for xi in 0..a {
+        let t: Vec<Value> = (0..a)
+            .map(|s| load4(b, stage, (xi * a + s) * LANES * F32))
+            .collect();
+        for (nu, val) in input_1d(b, fma, m, &t).into_iter().enumerate() {
+            store4(b, val, dst, (xi * a + nu) * v_ab_bytes);
+        }
+    }
+}
+
+/// Where [`output_tile`] stages `o[i][j]`, in bytes from the stage (after `z`).
+pub(in crate::codegen::lower) const OUTPUT_TILE_AT: usize = 36 * LANES * F32;
+
+/// `o = Aᵀ M A` of four tiles (lanes) whose `M_ξν` are at `src`, one `m_ab_bytes`
+/// after the other: both passes staged in `stage`, `o[i][j]` at
+/// `OUTPUT_TILE_AT + (i·m + j)` vectors.
+pub(in crate::codegen::lower) fn output_tile(
+    b: &mut FunctionBuilder,
+    fma: bool,
+    m: usize,
+    (src, m_ab_bytes): (Value, usize),
+    stage: Value,
+) {
+    let a = m + 2;
+    let vec = LANES * F32;
+    // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
+    for xi in 0..a {
+        let row: Vec<Value> = (0..a)
+            .map(|nu| load4(b, src, (xi * a + nu) * m_ab_bytes))
+            .collect();
+        for (j, z) in output_1d(b, fma, m, &row).into_iter().enumerate() {
+            store4(b, z, stage, (xi * m + j) * vec);
+        }
+    }
+    // Column pass: o[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j], staged after z.
+    for j in 0..m {
+        let col: Vec<Value> = (0..a)
+            .map(|xi| load4(b, stage, (xi * m + j) * vec))
+            .collect();
+        for (i, o) in output_1d(b, fma, m, &col).into_iter().enumerate() {
+            store4(b, o, stage, OUTPUT_TILE_AT + (i * m + j) * vec);
+        }
+    }
+}
+
+/// One output row `o[i][0..m]` of four tiles (lanes are tiles) as runs of output
+/// columns: run `k` holds columns 4k .. 4k+4 of the four tiles.
+pub(in crate::codegen::lower) fn output_row_runs(
+    b: &mut FunctionBuilder,
+    o: &[Value],
+) -> Vec<Value> {
+    match o.len() {
+        4 => transpose4(b, [o[0], o[1], o[2], o[3]]).to_vec(),
+        _ => vec![
+            math::pick_lanes(b, o[0], o[1], [0, 4, 1, 5]),
+            math::pick_lanes(b, o[0], o[1], [2, 6, 3, 7]),
+        ],
+    }
+}
+
 /// `V_ξν[c][t..t+4] = (Bᵀ d B)_ξν` for every channel, tile row and four-tile group.
 fn input_transform(b: &mut FunctionBuilder, plan: &Plan, fma: bool, bufs: &Buffers, chunk: &Chunk) {
-    let (m, a) = (plan.alg.m, plan.alg.a());
+    let m = plan.alg.m;
     let chan_bytes = plan.hp * plan.wp() * F32;
     let v_ab_bytes = plan.v_plane();
     let stage = bufs.stage;
@@ -1084,24 +1153,8 @@ fn input_transform(b: &mut FunctionBuilder, plan: &Plan, fma: bool, bufs: &Buffe
             let t0 = b.ins().iadd(t0, g4);
             let dst = kernel::elem_addr(b, bufs.v, c, plan.ts * F32);
             let dst = kernel::elem_addr(b, dst, t0, F32);
-            // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], staged.
-            for s in 0..a {
-                let d: Vec<Value> = (0..a)
-                    .map(|r| load4(b, src, ((r * m + s % m) * plan.lp + s / m) * F32))
-                    .collect();
-                for (xi, t) in input_1d(b, fma, m, &d).into_iter().enumerate() {
-                    store4(b, t, stage, (xi * a + s) * LANES * F32);
-                }
-            }
-            // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
-            for xi in 0..a {
-                let t: Vec<Value> = (0..a)
-                    .map(|s| load4(b, stage, (xi * a + s) * LANES * F32))
-                    .collect();
-                for (nu, val) in input_1d(b, fma, m, &t).into_iter().enumerate() {
-                    store4(b, val, dst, (xi * a + nu) * v_ab_bytes);
-                }
-            }
+            let tap = |r: usize, s: usize| ((r * m + s % m) * plan.lp + s / m) * F32;
+            input_tile(b, fma, m, (src, tap), stage, (dst, v_ab_bytes));
         },
     );
 }
@@ -1204,33 +1257,15 @@ impl OutputGroup<'_> {
         gi: Value,
     ) -> LowerResult {
         let plan = self.plan;
-        let (m, a) = (plan.alg.m, plan.alg.a());
+        let m = plan.alg.m;
         let t0 = b.ins().imul_imm_s(ti, plan.tw as i64);
         let g4 = b.ins().imul_imm_s(gi, LANES as i64);
         let t0 = b.ins().iadd(t0, g4);
         let src = kernel::elem_addr(b, m_map, t0, F32);
-        let m_ab_bytes = plan.m_plane();
         let stage = self.stage;
         let vec = LANES * F32;
-        // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
-        for xi in 0..a {
-            let row: Vec<Value> = (0..a)
-                .map(|nu| load4(b, src, (xi * a + nu) * m_ab_bytes))
-                .collect();
-            for (j, z) in output_1d(b, self.fma, m, &row).into_iter().enumerate() {
-                store4(b, z, stage, (xi * m + j) * vec);
-            }
-        }
-        // Column pass: o[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j], staged after z at o[i·m + j].
-        let o_at = 36 * vec;
-        for j in 0..m {
-            let col: Vec<Value> = (0..a)
-                .map(|xi| load4(b, stage, (xi * m + j) * vec))
-                .collect();
-            for (i, o) in output_1d(b, self.fma, m, &col).into_iter().enumerate() {
-                store4(b, o, stage, o_at + (i * m + j) * vec);
-            }
-        }
+        output_tile(b, self.fma, m, (src, plan.m_plane()), stage);
+        let o_at = OUTPUT_TILE_AT;
         // Output (row ti·m, column gi·4·m).
         let row0 = b.ins().imul_imm_s(ti_global, (m * self.out_w) as i64);
         let col0 = b.ins().imul_imm_s(gi, (LANES * m) as i64);
@@ -1241,15 +1276,7 @@ impl OutputGroup<'_> {
             let o: Vec<Value> = (0..m)
                 .map(|j| load4(b, stage, o_at + (i * m + j) * vec))
                 .collect();
-            // Lanes are tiles; make them runs of output columns: chunk k holds columns
-            // 4k .. 4k+4 of the group.
-            let chunks: Vec<Value> = match m {
-                4 => transpose4(b, [o[0], o[1], o[2], o[3]]).to_vec(),
-                _ => vec![
-                    math::pick_lanes(b, o[0], o[1], [0, 4, 1, 5]),
-                    math::pick_lanes(b, o[0], o[1], [2, 6, 3, 7]),
-                ],
-            };
+            let chunks = output_row_runs(b, &o);
             for (k, mut val) in chunks.into_iter().enumerate() {
                 let first = k * LANES;
                 if first >= self.cols {
