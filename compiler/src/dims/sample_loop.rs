@@ -527,6 +527,8 @@ pub(crate) fn check_node(
         | Op::SliceRunTime { .. }
         | Op::SplitRunTime { .. }
         | Op::Choose { .. } => false,
+        // Its batch is axis 1 of its operands; one sample's steps are no rows of others.
+        Op::LstmSequence { .. } => false,
         Op::Softmax { axis: along, .. }
         | Op::CumSum { axis: along, .. }
         | Op::TopK { axis: along, .. } => *along != axis && elementwise(),

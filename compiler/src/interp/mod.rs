@@ -77,6 +77,7 @@ mod linalg;
 mod norm;
 mod pool;
 mod quant;
+mod recurrent;
 mod reduce;
 mod resize;
 mod scalar;
@@ -213,6 +214,15 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             product,
         } => indexing::cumsum(x()?, *axis, *exclusive, *reverse, *product)?,
         Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
+        Op::LstmSequence { reverse } => {
+            return recurrent::lstm_sequence(
+                x()?,
+                required(inputs, 1)?,
+                optional(inputs, 2),
+                optional(inputs, 3),
+                reverse,
+            )
+        }
         Op::TopKRunTime { axis, largest } => {
             let k = required(inputs, 1)?.to_i64_vec()[0];
             let dim = x()?.shape()[*axis];

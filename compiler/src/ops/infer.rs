@@ -544,6 +544,7 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             Ok(vec![x.clone()])
         }
+        Op::LstmSequence { reverse } => lstm_sequence_types(reverse.len(), inputs),
         Op::GatherND { batch_dims } => {
             let (d, i) = (x()?, input(inputs, 1)?);
             let k = *i.shape.last().ok_or("indices must have rank ≥ 1")?;
@@ -992,4 +993,28 @@ fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {
         shape.push(n);
     }
     Ok(vec![TensorType::new(a.dtype, shape)])
+}
+
+/// `Op::LstmSequence`'s outputs, from `xw` `[T, B, D·4H]` and `R` `[D, 4H, H]`.
+fn lstm_sequence_types(dirs: usize, inputs: &[Option<TensorType>]) -> InferResult {
+    let (xw, r) = (input(inputs, 0)?, input(inputs, 1)?);
+    let (&[t, b, cols], &[d, gh, h]) = (xw.shape.as_slice(), r.shape.as_slice()) else {
+        return Err(format!(
+            "LstmSequence needs xw [T, B, D·4H] and R [D, 4H, H], not {xw} and {r}"
+        ));
+    };
+    let state = TensorType::new(DType::F32, vec![dirs, b, h]);
+    let consistent = d == dirs && gh == 4 * h && cols == dirs * gh && h > 0;
+    let states_ok = (2..4).all(|i| inputs.get(i).cloned().flatten().is_none_or(|s| s == state));
+    if !consistent || xw.dtype != DType::F32 || r.dtype != DType::F32 || !states_ok {
+        return Err(format!(
+            "LstmSequence of {dirs} direction(s) needs float32 xw [T, B, D·4H], R [D, 4H, H] \
+             and states {state}, not {xw} and {r}"
+        ));
+    }
+    Ok(vec![
+        TensorType::new(DType::F32, vec![t, dirs, b, h]),
+        state.clone(),
+        state,
+    ])
 }

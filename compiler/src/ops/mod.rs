@@ -166,6 +166,15 @@ pub enum Op {
         reverse: bool,
         product: bool,
     },
+    /// An LSTM's recurrence over a float32 sequence, one step after another (the
+    /// input projections already computed, see `onnx::ops::recurrent`). Inputs: `xw`
+    /// `[T, B, D·4H]` (per direction d, columns `[d·4H, (d+1)·4H)` hold gates i, o, f, c
+    /// of `X·Wᵀ + Wb + Rb`), `R` `[D, 4H, H]`, and optional initial `h`, `c` `[D, B, H]`
+    /// (zero when omitted). Outputs: `Y` `[T, D, B, H]`, the last `Y_h` and `Y_c`
+    /// `[D, B, H]`. Direction d walks t = 0 … T−1, or T−1 … 0 when `reverse[d]`.
+    LstmSequence {
+        reverse: Vec<bool>,
+    },
     /// The `k` largest (or smallest) elements along `axis`, sorted, ties to the lower
     /// index; two outputs: values and int64 indices.
     TopK {

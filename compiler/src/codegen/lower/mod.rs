@@ -19,6 +19,7 @@ mod norm;
 mod planes;
 mod pool;
 mod quant;
+mod recurrence;
 mod reduce;
 mod resize;
 mod run_time_slice;
@@ -50,6 +51,7 @@ pub use norm::plan_softmax;
 pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};
 pub use pool::{plan_pool, PoolStrategy};
 pub use quant::plan_integer;
+pub use recurrence::lstm_scratch;
 pub use value_dependent::{nms_scratch, unique_scratch};
 
 pub type LowerResult = Result<(), String>;
@@ -447,6 +449,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             product,
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, Some(*k), *largest),
+        Op::LstmSequence { reverse } => recurrence::lstm_sequence(ctx, reverse),
         Op::TopKRunTime { axis, largest } => indexing::top_k(ctx, *axis, None, *largest),
         Op::ReduceRunTimeAxes {
             kind,

@@ -496,6 +496,15 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
         }
     };
     let (h0, c0) = (initial(ctx, 5)?, initial(ctx, 6)?);
+    if runs_as_sequence(ctx, &spec, &acts, &lengths) {
+        let shape = Sequence {
+            seq,
+            batch,
+            hidden,
+            layout,
+        };
+        return lstm_sequence(ctx, x, shape, &reverse, h0, c0);
+    }
     let zeros = Tensor::from_vec(&[batch, hidden], vec![0.0f64; batch * hidden]).cast(dtype);
     let zero = scalar(ctx, "zero", dtype, 0.0);
     let want_y = wants_output(ctx, 0);
@@ -619,6 +628,87 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
         let y_c = finals(ctx, last_c)?;
         ctx.bind_output(2, y_c);
     }
+    Ok(())
+}
+
+/// Whether the LSTM is one `Op::LstmSequence` (whose loop runs over a sequence of any
+/// length, so the graph is the same at every length): float32, the default
+/// activations, no clip, no peepholes (or zero ones), every row the whole sequence.
+fn runs_as_sequence(ctx: &NodeCtx, spec: &Spec, acts: &[Vec<Act>], lengths: &Lengths) -> bool {
+    let default_acts = acts
+        .iter()
+        .all(|a| matches!(a[..], [Act::Sigmoid, Act::Tanh, Act::Tanh]));
+    let no_peepholes = ctx.input(7).is_none_or(|p| {
+        ctx.constant(p)
+            .is_some_and(|t| t.to_f64_vec().iter().all(|&v| v == 0.0))
+    });
+    matches!(
+        spec.cell,
+        Cell::Lstm {
+            input_forget: false
+        }
+    ) && spec.dtype == DType::F32
+        && spec.clip.is_none()
+        && matches!(lengths, Lengths::Full)
+        && default_acts
+        && no_peepholes
+}
+
+/// An LSTM's extents and layout.
+struct Sequence {
+    seq: usize,
+    batch: usize,
+    hidden: usize,
+    layout: i64,
+}
+
+/// The LSTM as one Gemm projecting every step's input for all directions and one
+/// `Op::LstmSequence`; `x` is `[T·B, I]`, the initial states `[D, B, H]`.
+fn lstm_sequence(
+    ctx: &mut NodeCtx,
+    x: ValueId,
+    shape: Sequence,
+    reverse: &[bool],
+    h0: Option<ValueId>,
+    c0: Option<ValueId>,
+) -> ImportResult {
+    let Sequence {
+        seq,
+        batch,
+        hidden,
+        layout,
+    } = shape;
+    let (dirs, gh) = (reverse.len(), 4 * hidden);
+    let (w_all, r_all) = (ctx.required(1)?, ctx.required(2)?);
+    let input_size = ctx.ty(w_all).shape[2];
+    let w = reshape(ctx, w_all, vec![dirs * gh, input_size])?;
+    let bias = match ctx.input(3) {
+        Some(b) => {
+            let wb = slice(ctx, b, vec![0, 0], vec![dirs, gh])?;
+            let rb = slice(ctx, b, vec![0, gh], vec![dirs, gh])?;
+            let sum = binary(ctx, BinaryOp::Add, wb, rb)?;
+            Some(reshape(ctx, sum, vec![dirs * gh])?)
+        }
+        None => None,
+    };
+    let xw = gemm_bt(ctx, x, w, bias)?;
+    let xw = reshape(ctx, xw, vec![seq, batch, dirs * gh])?;
+    let op = Op::LstmSequence {
+        reverse: reverse.to_vec(),
+    };
+    let outs = ctx.emit(op, vec![Some(xw), Some(r_all), h0, c0], 3)?;
+    let (y, y_h, y_c) = (outs[0], outs[1], outs[2]);
+    // [T, D, B, H], or [B, T, D, H] with layout 1; the states [D, B, H] or [B, D, H].
+    let y = match layout {
+        1 => transpose(ctx, y, vec![2, 0, 1, 3])?,
+        _ => y,
+    };
+    let states = |ctx: &mut NodeCtx, v: ValueId| match layout {
+        1 => transpose(ctx, v, vec![1, 0, 2]),
+        _ => Ok(v),
+    };
+    let (y_h, y_c) = (states(ctx, y_h)?, states(ctx, y_c)?);
+    ctx.bind_outputs(&[y, y_h, y_c]);
     Ok(())
 }
 
