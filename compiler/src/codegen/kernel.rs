@@ -190,6 +190,19 @@ pub fn iconst(b: &mut FunctionBuilder, v: i64) -> Value {
     b.ins().iconst(types::I64, v)
 }
 
+/// The extent `e` of the dim's value `n` (an i64): each step `⌊(x + add) / div⌋`, the
+/// sums never negative over the dim's range (`dims::planes` checks every extent ≥ 1).
+pub fn extent_value(b: &mut FunctionBuilder, n: Value, e: &crate::ir::ExtentExpr) -> Value {
+    let mut x = n;
+    for s in &e.steps {
+        x = b.ins().iadd_imm_s(x, s.add);
+        if s.div != 1 {
+            x = b.ins().udiv_imm_u(x, s.div as i64);
+        }
+    }
+    x
+}
+
 /// Emits `for i in (start..end).step_by(step) { body(i) }` with constant bounds. The
 /// loop is bottom-tested since trip counts are known; no code is emitted for an empty
 /// range.

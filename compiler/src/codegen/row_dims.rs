@@ -11,39 +11,44 @@ use cranelift_frontend::FunctionBuilder;
 use super::kernel::flags;
 use super::plan::{MemoryPlan, Storage};
 use super::Result;
-use crate::ir::Graph;
+use crate::ir::{ExtentExpr, Graph};
 
 /// Where a row dim's value goes and its range.
 pub(super) struct RowDimLayout {
     pub dim: usize,
     pub min: i64,
     pub max: i64,
-    /// Bytes into the workspace of its count.
-    pub count_offset: usize,
+    /// Bytes into the workspace of each count of the dim, with what it holds (the dim
+    /// itself, or an extent computed from it).
+    pub counts: Vec<(usize, ExtentExpr)>,
 }
 
 impl RowDimLayout {
     /// The graph's row dim (`None`: it has none).
     pub fn of(graph: &Graph, plan: &MemoryPlan) -> Result<Option<RowDimLayout>> {
-        let Some(d) = graph.row_dims.first() else {
+        let Some(first) = graph.row_dims.first() else {
             return Ok(None);
         };
         let fail = |m: &str| crate::error::NncError::Codegen {
             context: "the row dim".into(),
             message: m.into(),
         };
-        if graph.row_dims.len() > 1 {
+        if graph.row_dims.iter().any(|d| d.dim != first.dim) {
             return Err(fail("only one row dim per graph so far"));
         }
-        let Some(Storage::Arena(at)) = plan.storage[plan.root[d.count.0]] else {
-            return Err(fail("its count has no place in the workspace"));
-        };
-        let range = &graph.dims[d.dim];
+        let mut counts = vec![];
+        for d in &graph.row_dims {
+            let Some(Storage::Arena(at)) = plan.storage[plan.root[d.count.0]] else {
+                return Err(fail("its count has no place in the workspace"));
+            };
+            counts.push((at + plan.offset[d.count.0], d.size.clone()));
+        }
+        let range = &graph.dims[first.dim];
         Ok(Some(RowDimLayout {
-            dim: d.dim,
+            dim: first.dim,
             min: range.min as i64,
             max: range.max as i64,
-            count_offset: at + plan.offset[d.count.0],
+            counts,
         }))
     }
 
@@ -51,15 +56,18 @@ impl RowDimLayout {
         (self.dim, self.min, self.max)
     }
 
-    /// Writes `value` to the count in the workspace `ws`, unless `ws` is NULL (which the
-    /// node sequence then reports).
+    /// Writes the counts for the dim's `value` in the workspace `ws`, unless `ws` is
+    /// NULL (which the node sequence then reports).
     pub fn store(&self, b: &mut FunctionBuilder, ws: Value, value: Value) {
         let (write, join) = (b.create_block(), b.create_block());
         let null = b.ins().icmp_imm_u(IntCC::Equal, ws, 0);
         b.ins().brif(null, join, &[], write, &[]);
         b.seal_block(write);
         b.switch_to_block(write);
-        b.ins().store(flags(), value, ws, self.count_offset as i32);
+        for (offset, size) in &self.counts {
+            let n = super::kernel::extent_value(b, value, size);
+            b.ins().store(flags(), n, ws, *offset as i32);
+        }
         b.ins().jump(join, &[]);
         b.seal_block(join);
         b.switch_to_block(join);

@@ -62,6 +62,18 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
             });
             continue;
         }
+        if let crate::ops::Op::LstmSequence { .. } = node.op {
+            // One call: the recurrence runs over the steps the run counts.
+            let e = crate::ops::rows::lstm_steps_extent(graph, node).map_err(refuse)?;
+            let xw = node.inputs[0].expect("an LSTM has inputs");
+            loops[k] = Some(RowLoop {
+                count: e.count,
+                within: 0,
+                row_bytes: vec![],
+                whole: Some(graph.ty(xw).shape[0]),
+            });
+            continue;
+        }
         let lost = (node.outputs.iter()).any(|o| graph.value(*o).run_extent.is_none());
         if lost {
             return Err(refuse(

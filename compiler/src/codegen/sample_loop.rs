@@ -17,7 +17,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
-use super::kernel::{flags, PTR};
+use super::kernel::{self, flags, PTR};
 use super::{define_function, Result};
 use crate::dims::{AxisDim, SymbolicDim};
 use crate::ir::Graph;
@@ -260,7 +260,10 @@ pub(super) fn define_shapes(
             for (t, shape) in shapes.iter().enumerate() {
                 for (axis, &size) in shape.iter().enumerate() {
                     let v = match deps.iter().find(|d| d.tensor == t && d.axis == axis) {
-                        Some(d) => b.ins().imul_imm_s(values[d.dim], d.scale as i64),
+                        Some(d) => {
+                            let n = b.ins().imul_imm_s(values[d.dim], d.scale as i64);
+                            kernel::extent_value(b, n, &d.size)
+                        }
                         None => b.ins().iconst(types::I64, size as i64),
                     };
                     b.ins().store(flags(), v, out, at);

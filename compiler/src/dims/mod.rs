@@ -47,20 +47,44 @@ pub struct SampleLoop {
 /// A dim covered by the row strategy ([`row_extent`]): `count` holds its value while
 /// the graph runs, written by `run` from `options->dims` (by `infer`: the maximum), and
 /// is the run-time extent of every value that grows with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowDim {
     pub dim: usize,
     pub count: ValueId,
+    /// What the count holds: the dim's value put through this (the dim itself, or the
+    /// columns a text line's convs leave, which a CRNN's recurrence runs over).
+    pub size: crate::ir::ExtentExpr,
 }
 
-/// How one axis of an input or output depends on a dim: its size is `scale · dims[dim]`.
+impl RowDim {
+    /// The count of the dim `dim` itself.
+    pub fn of(dim: usize, count: ValueId) -> RowDim {
+        RowDim {
+            dim,
+            count,
+            size: crate::ir::ExtentExpr::dim(),
+        }
+    }
+}
+
+/// How one axis of an input or output depends on a dim: its size is `scale · dims[dim]`
+/// put through `size` (a conv's output-size formula; the dim itself for every input).
 /// `tensor` counts the inputs first, then the outputs, as `nnc_axis_dim` does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AxisDim {
     pub tensor: usize,
     pub axis: usize,
     pub dim: usize,
     pub scale: usize,
+    pub size: crate::ir::ExtentExpr,
+}
+
+impl AxisDim {
+    /// The axis's size when its dim is `value`.
+    pub fn at(&self, value: usize) -> usize {
+        let n = (self.scale * value) as i64;
+        self.size.eval(n).unwrap_or(0).max(0) as usize
+    }
 }
 
 /// How the inputs' and outputs' axes depend on the dims set at run time (none for a
@@ -79,6 +103,7 @@ pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
             axis: 0,
             dim: sl.dim,
             scale: graph.ty(*v).shape[0],
+            size: crate::ir::ExtentExpr::dim(),
         });
     samples.chain(row_axis_dims(graph)).collect()
 }
@@ -151,11 +176,13 @@ fn row_axis_dims(graph: &Graph) -> Vec<AxisDim> {
             let e = graph.value(*v).run_extent.as_ref()?;
             let d = row_dim_of(graph, e.count)?;
             let counted = if e.is_planes() { e.axes.len() } else { 1 };
-            Some(e.axes[..counted].iter().map(move |&axis| AxisDim {
+            Some((0..counted).map(move |i| AxisDim {
                 tensor,
-                axis,
+                axis: e.axes[i],
                 dim: d.dim,
                 scale: 1,
+                // Planes carry their own formula of the dim; rows, their count's.
+                size: e.sizes.get(i).cloned().unwrap_or_else(|| d.size.clone()),
             }))
         })
         .flatten()
@@ -172,7 +199,7 @@ pub fn concrete_shape(
 ) -> Vec<usize> {
     let mut s = shape.to_vec();
     for d in deps.iter().filter(|d| d.tensor == tensor) {
-        s[d.axis] = d.scale * values[d.dim];
+        s[d.axis] = d.at(values[d.dim]);
     }
     s
 }

@@ -22,7 +22,7 @@ use crate::error::{NncError, Result};
 use crate::ir::{DType, ExtentExpr, Graph, Node, RunExtent, TensorType, ValueId};
 use crate::onnx::proto::ModelProto;
 use crate::onnx::{import_model, ImportOptions, Imported};
-use crate::ops::{BinaryOp, Op, PoolAttrs, PoolKind};
+use crate::ops::{rows, BinaryOp, Op, PoolAttrs, PoolKind};
 
 /// Imports `model` with `range` varying the planes of its images (see the module doc).
 pub fn import_with_planes(
@@ -87,16 +87,30 @@ pub fn import_with_planes(
     if !any_input {
         return Err(why("no input of the model has an axis it sets".into()));
     }
+    g.row_dims = vec![RowDim::of(0, count)];
     for k in 0..g.nodes.len() {
-        let node = &g.nodes[k];
-        let reads = |v: &ValueId| g.value(*v).run_extent.is_some();
-        if !node.inputs.iter().flatten().any(reads) {
+        let node = &g.nodes[k].clone();
+        let extent_of = |v: &ValueId| g.value(*v).run_extent.as_ref();
+        if !node.inputs.iter().flatten().any(|v| extent_of(v).is_some()) {
             continue;
         }
-        let extent = output_planes(g, node)
-            .map_err(|m| why(format!("node '{}' ({}): {m}", node.name, node.onnx_op)))?;
-        for o in node.outputs.clone() {
-            g.values[o.0].run_extent = extent.clone();
+        let refuse = |m: String| why(format!("node '{}' ({}): {m}", node.name, node.onnx_op));
+        let on_planes =
+            (node.inputs.iter().flatten()).any(|v| extent_of(v).is_some_and(RunExtent::is_planes));
+        let extents = if on_planes {
+            let extent = output_planes(g, node).map_err(refuse)?;
+            let extent = match extent.as_ref().and_then(|e| as_rows(g, node, e)) {
+                Some((axis, size)) => Some(rows_of(g, count, axis, size)),
+                None => extent,
+            };
+            vec![extent; node.outputs.len()]
+        } else if super::reads_fewest_rows(g, node) {
+            continue;
+        } else {
+            rows::outputs_extents(g, node).map_err(refuse)?
+        };
+        for (o, e) in node.outputs.clone().into_iter().zip(extents) {
+            g.values[o.0].run_extent = e;
         }
     }
     check_predictions(g, &others).map_err(why)?;
@@ -106,12 +120,61 @@ pub fn import_with_planes(
         min: range.min,
         max: range.max,
     }];
-    g.row_dims = vec![RowDim { dim: 0, count }];
     Ok(top)
 }
 
-/// `op` with the window sizes that follow the planes blanked (a global pool's kernel,
-/// a pool's output size): the predictions check them.
+/// Where a Transpose or Reshape of planes leaves one varying axis with only unit axes
+/// before it (a CRNN's `[1, C, 1, w]` columns made a sequence `[w, 1, C]`): that axis
+/// and its extent. Its output is then rows, which the nodes after it run on as the row
+/// strategy's do, counted by a count holding that extent.
+fn as_rows(g: &Graph, node: &Node, e: &RunExtent) -> Option<(usize, ExtentExpr)> {
+    if !matches!(node.op, Op::Transpose { .. } | Op::Reshape { .. }) {
+        return None;
+    }
+    let (&[axis], [size]) = (e.axes.as_slice(), e.sizes.as_slice()) else {
+        return None;
+    };
+    let shape = &g.ty(*node.outputs.first()?).shape;
+    shape[..axis]
+        .iter()
+        .all(|&d| d == 1)
+        .then(|| (axis, size.clone()))
+}
+
+/// Rows along `axis` counted by the count of the dim's extent `size`: the dim's own
+/// count, or one computed from it (added to the graph's row dims once per extent).
+fn rows_of(g: &mut Graph, dim_count: ValueId, axis: usize, size: ExtentExpr) -> RunExtent {
+    let count = match g.row_dims.iter().find(|d| d.size == size) {
+        Some(d) => d.count,
+        None => {
+            let name = format!("{} → {size} (dim)", g.value(dim_count).name);
+            let c = g.add_value(name, TensorType::new(DType::I64, vec![1]), None);
+            g.row_dims.push(RowDim {
+                dim: 0,
+                count: c,
+                size,
+            });
+            c
+        }
+    };
+    RunExtent {
+        axes: vec![axis],
+        count,
+        whole_shape: false,
+        sizes: vec![],
+    }
+}
+
+/// The extent of each axis of `e` (the planes' own, or for rows their count's).
+fn axis_sizes<'a>(g: &'a Graph, e: &'a RunExtent) -> Vec<(usize, &'a ExtentExpr)> {
+    let counted = g.row_dims.iter().find(|d| d.count == e.count);
+    (e.axes.iter().enumerate())
+        .filter_map(|(i, &a)| Some((a, e.sizes.get(i).or(counted.map(|d| &d.size))?)))
+        .collect()
+}
+
+/// `op` with the sizes that follow the planes blanked (a global pool's kernel, a pool's
+/// output size, a Reshape's target): the predictions check them.
 fn without_window_sizes(op: &Op) -> String {
     let mut op = op.clone();
     if let Op::Pool(p) = &mut op {
@@ -122,6 +185,9 @@ fn without_window_sizes(op: &Op) -> String {
             p.kernel.iter_mut().for_each(|d| *d = 0);
         }
         p.output_spatial.iter_mut().for_each(|d| *d = 0);
+    }
+    if let Op::Reshape { shape } = &mut op {
+        shape.iter_mut().for_each(|d| *d = 0);
     }
     format!("{op:?}")
 }
@@ -179,7 +245,8 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
     let cannot = || {
         Err(format!(
             "{} cannot run on planes whose size is known only at run time (only Conv, pools, \
-             elementwise ops of planes of one size and global pools can so far)",
+             elementwise ops of planes of one size, global pools, Reshapes adding or removing \
+             unit axes and Transposes can so far)",
             node.op.name()
         ))
     };
@@ -221,6 +288,19 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
             }
             pool_planes(g.ty(x), e, p)
         }
+        // Dense at the actual extents before and after: the same bytes.
+        Op::Reshape { shape } => squeezed_planes(&g.ty(x).shape, shape, e).map(Some),
+        Op::Transpose { perm } => {
+            let mut moved: Vec<(usize, ExtentExpr)> = (e.axes.iter().zip(&e.sizes))
+                .map(|(&a, size)| (perm.iter().position(|&p| p == a).unwrap_or(a), size.clone()))
+                .collect();
+            moved.sort_by_key(|(a, _)| *a);
+            Ok(Some(RunExtent {
+                axes: moved.iter().map(|(a, _)| *a).collect(),
+                sizes: moved.into_iter().map(|(_, s)| s).collect(),
+                ..e.clone()
+            }))
+        }
         op if op.passes_run_extent(dtype) && node.inputs.len() == 1 => Ok(Some(e.clone())),
         Op::Binary(_) | Op::Where => {
             // Over the whole planned buffer: every operand with planes has these, and
@@ -244,6 +324,29 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
             Ok(Some(e.clone()))
         }
         _ => cannot(),
+    }
+}
+
+/// The planes of a Reshape of planes `e` from `from` to `to` that only adds or removes
+/// unit axes (a CRNN's height of 1 squeezed away): each varying axis keeps its place
+/// among the axes longer than 1.
+fn squeezed_planes(
+    from: &[usize],
+    to: &[usize],
+    e: &RunExtent,
+) -> std::result::Result<RunExtent, String> {
+    let long = |s: &[usize]| (0..s.len()).filter(|&a| s[a] != 1).collect::<Vec<_>>();
+    let (a, b) = (long(from), long(to));
+    let same = a.len() == b.len() && a.iter().zip(&b).all(|(&i, &j)| from[i] == to[j]);
+    let axes: Option<Vec<usize>> = (e.axes.iter())
+        .map(|x| a.iter().position(|i| i == x).map(|k| b[k]))
+        .collect();
+    match axes {
+        Some(axes) if same => Ok(RunExtent { axes, ..e.clone() }),
+        _ => Err(format!(
+            "a Reshape of planes whose size only the run knows, from {from:?} to {to:?}, must \
+             only add or remove axes of 1"
+        )),
     }
 }
 
@@ -350,8 +453,8 @@ fn check_predictions(g: &Graph, others: &[(usize, Graph)]) -> std::result::Resul
         for (k, o) in others {
             let mut want = info.ty.shape.clone();
             if let Some(e) = &info.run_extent {
-                for (a, size) in e.axes.iter().zip(&e.sizes) {
-                    want[*a] = size.eval(*k as i64).unwrap_or(-1).max(0) as usize;
+                for (a, size) in axis_sizes(g, e) {
+                    want[a] = size.eval(*k as i64).unwrap_or(-1).max(0) as usize;
                 }
             }
             let got = &o.ty(v).shape;
@@ -370,12 +473,11 @@ fn check_predictions(g: &Graph, others: &[(usize, Graph)]) -> std::result::Resul
     Ok(())
 }
 
-/// Every plane at least one element long over the whole range, and the outputs'
-/// planes the dim itself (what `model_info` can describe).
+/// Every plane (and every row count) at least one element long over the whole range.
 fn check_sizes(g: &Graph, range: &DimRange) -> std::result::Result<(), String> {
     for info in &g.values {
         let Some(e) = &info.run_extent else { continue };
-        for (a, size) in e.axes.iter().zip(&e.sizes) {
+        for (a, size) in axis_sizes(g, e) {
             let bad = (range.min..=range.max).find(|&n| size.eval(n as i64).unwrap_or(0) < 1);
             if let Some(n) = bad {
                 return Err(format!(
@@ -384,16 +486,6 @@ fn check_sizes(g: &Graph, range: &DimRange) -> std::result::Result<(), String> {
                     info.name
                 ));
             }
-        }
-    }
-    for v in &g.outputs {
-        let e = g.value(*v).run_extent.as_ref();
-        if e.is_some_and(|e| !e.sizes.iter().all(ExtentExpr::is_dim)) {
-            return Err(format!(
-                "output '{}' has planes of a size derived from it; nnc reports outputs whose \
-                 planes are the dim itself so far",
-                g.value(*v).name
-            ));
         }
     }
     Ok(())

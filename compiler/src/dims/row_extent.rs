@@ -92,7 +92,7 @@ pub fn import_with_row_extent(
         min: range.min,
         max: range.max,
     }];
-    g.row_dims = vec![RowDim { dim: 0, count }];
+    g.row_dims = vec![RowDim::of(0, count)];
     propagate(g).map_err(why)?;
     let read = super::read_values(g);
     for (i, grows) in growth.iter().enumerate() {
@@ -226,11 +226,9 @@ pub fn propagate(g: &mut Graph) -> std::result::Result<(), String> {
             continue;
         }
         let refuse = |m: String| format!("node '{}' ({}): {m}", node.name, node.onnx_op);
-        let extent = rows::output_extent(g, node)
-            .map_err(refuse)?
-            .ok_or_else(|| refuse("it cannot run on rows known only at run time".into()))?;
-        for o in node.outputs.clone() {
-            g.values[o.0].run_extent = Some(extent.clone());
+        let extents = rows::outputs_extents(g, node).map_err(refuse)?;
+        for (o, e) in node.outputs.clone().into_iter().zip(extents) {
+            g.values[o.0].run_extent = e;
         }
     }
     Ok(())

@@ -681,17 +681,18 @@ fn lstm_sequence(
     let (dirs, gh) = (reverse.len(), 4 * hidden);
     let (w_all, r_all) = (ctx.required(1)?, ctx.required(2)?);
     let input_size = ctx.ty(w_all).shape[2];
+    // A MatMul by Wᵀ (transposed once when constant) and the bias added: a GEMM of
+    // the steps' rows however many the run has.
     let w = reshape(ctx, w_all, vec![dirs * gh, input_size])?;
-    let bias = match ctx.input(3) {
-        Some(b) => {
-            let wb = slice(ctx, b, vec![0, 0], vec![dirs, gh])?;
-            let rb = slice(ctx, b, vec![0, gh], vec![dirs, gh])?;
-            let sum = binary(ctx, BinaryOp::Add, wb, rb)?;
-            Some(reshape(ctx, sum, vec![dirs * gh])?)
-        }
-        None => None,
-    };
-    let xw = gemm_bt(ctx, x, w, bias)?;
+    let wt = transpose(ctx, w, vec![1, 0])?;
+    let mut xw = ctx.emit1(Op::MatMul(Default::default()), vec![Some(x), Some(wt)])?;
+    if let Some(b) = ctx.input(3) {
+        let wb = slice(ctx, b, vec![0, 0], vec![dirs, gh])?;
+        let rb = slice(ctx, b, vec![0, gh], vec![dirs, gh])?;
+        let sum = binary(ctx, BinaryOp::Add, wb, rb)?;
+        let bias = reshape(ctx, sum, vec![dirs * gh])?;
+        xw = binary(ctx, BinaryOp::Add, xw, bias)?;
+    }
     let xw = reshape(ctx, xw, vec![seq, batch, dirs * gh])?;
     let op = Op::LstmSequence {
         reverse: reverse.to_vec(),

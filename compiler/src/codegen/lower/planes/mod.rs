@@ -30,6 +30,7 @@ use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node, Tensor};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
 
+mod movement;
 mod winograd;
 
 pub use winograd::WinogradPlan;
@@ -57,6 +58,8 @@ pub struct PlanesPlan {
     /// Per spatial axis of input 0 and of output 0: its extent, `None` when fixed.
     pub input: Vec<Option<ExtentExpr>>,
     pub output: Vec<Option<ExtentExpr>>,
+    /// Per axis of the input carrying planes (all of them, for the movement ops).
+    pub extents: Vec<Option<ExtentExpr>>,
     /// A conv's blocks of output positions, where it runs a GEMM per block.
     pub gemm: Option<ConvBlocks>,
     /// A 3×3 conv's Winograd plan, where it takes that path.
@@ -124,9 +127,14 @@ impl ConvBlocks {
 
 /// The spatial extents of value `v` (axes 2..) as expressions, `None` where fixed.
 fn spatial(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
+    every_axis(graph, v).split_off(2.min(graph.ty(v).rank()))
+}
+
+/// The extents of every axis of value `v` as expressions, `None` where fixed.
+fn every_axis(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
     let rank = graph.ty(v).rank();
     let e = graph.value(v).run_extent.as_ref();
-    (2..rank)
+    (0..rank)
         .map(|a| {
             let e = e?;
             let i = e.axes.iter().position(|&x| x == a)?;
@@ -154,6 +162,7 @@ pub fn plan_planes(
     let mut plan = PlanesPlan {
         input: spatial(graph, x),
         output: spatial(graph, y),
+        extents: every_axis(graph, x),
         gemm: None,
         winograd: None,
     };
@@ -197,6 +206,8 @@ pub fn plan_planes(
         Op::Binary(_) => {
             "per plane: the other operand's value for that plane applied four floats at a time"
         }
+        Op::Reshape { .. } => "the elements the run has, copied",
+        Op::Transpose { .. } => "the output in order, each input axis's stride from the extents",
         _ => "direct loops over the planes the run has",
     };
     Some(NodeKernel::new(Strategy::Planes(plan), scratch, reason))
@@ -241,16 +252,7 @@ fn extents(
         .zip(fixed)
         .map(|(e, &f)| match e {
             None => kernel::iconst(b, f as i64),
-            Some(e) => {
-                let mut x = count;
-                for s in &e.steps {
-                    x = b.ins().iadd_imm_s(x, s.add);
-                    if s.div != 1 {
-                        x = b.ins().udiv_imm_u(x, s.div as i64);
-                    }
-                }
-                x
-            }
+            Some(e) => kernel::extent_value(b, count, e),
         })
         .collect()
 }
@@ -280,6 +282,8 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         }
         Op::Pool(p) => pool(ctx, p, &plan, run.count),
         Op::Binary(kind) => per_plane_binary(ctx, *kind, &plan, run.count),
+        Op::Reshape { .. } => movement::reshape(ctx, &plan, run.count),
+        Op::Transpose { perm } => movement::transpose(ctx, perm, &plan, run.count),
         other => Err(format!(
             "{} does not run on run-time planes (the import should have refused it)",
             other.name()
