@@ -85,8 +85,9 @@ struct Field {
     len: usize,
     shape: Vec<usize>,
     dtype: DType,
-    /// For a tensor whose axis depends on a dim: (the dim, elements per unit of it).
-    per_sample: Option<(usize, usize)>,
+    /// For a tensor whose axes depend on dims: its length for the values `dims` (a
+    /// Rust expression over `dims` and the generated `extent`).
+    len_of_dims: Option<String>,
 }
 
 /// The fields of `ids`, the graph's tensors numbered from `first` (inputs first, then
@@ -106,18 +107,29 @@ fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>)
             } else {
                 info.ty.byte_size()
             };
-            let dep = deps.iter().find(|d| d.tensor == first + i);
-            let (len, shape, per_sample) = match dep {
-                Some(d) => {
-                    let max = graph.dims[d.dim].max;
-                    let planned = info.ty.shape[d.axis].max(1);
-                    let per_unit = unit / planned * d.scale;
-                    let mut shape = info.ty.shape.clone();
-                    shape[d.axis] = d.scale * max;
-                    (per_unit * max, shape, Some((d.dim, per_unit)))
+            let t = first + i;
+            let own: Vec<_> = deps.iter().filter(|d| d.tensor == t).collect();
+            let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
+            let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
+            let planned: usize = own.iter().map(|d| info.ty.shape[d.axis].max(1)).product();
+            let per_unit = unit / planned.max(1);
+            let at_max: usize = own.iter().map(|d| shape[d.axis]).product();
+            let len = per_unit * at_max;
+            let len_of_dims = (!own.is_empty()).then(|| {
+                let mut factors = vec![per_unit.to_string()];
+                for d in &own {
+                    let steps: Vec<String> = (d.size.steps.iter())
+                        .map(|s| format!("({}, {})", s.add, s.div))
+                        .collect();
+                    factors.push(format!(
+                        "extent({} * dims[{}], &[{}])",
+                        d.scale,
+                        d.dim,
+                        steps.join(", ")
+                    ));
                 }
-                None => (unit, info.ty.shape.clone(), None),
-            };
+                factors.join(" * ")
+            });
             Field {
                 name,
                 onnx_name: info.name.clone(),
@@ -125,7 +137,7 @@ fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>)
                 len,
                 shape,
                 dtype: info.ty.dtype,
-                per_sample,
+                len_of_dims,
             }
         })
         .collect()
@@ -457,6 +469,11 @@ fn dims_api(
         line("    }");
         line("");
     };
+    line("    /// An axis's size: `x` put through its steps `(add, div)`, each `⌊(x + add) / div⌋`.");
+    line("    fn extent(x: usize, steps: &[(i64, i64)]) -> usize {");
+    line("        steps.iter().fold(x as i64, |x, &(add, div)| (x + add).max(0) / div) as usize");
+    line("    }");
+    line("");
     slices(line, inputs, "Inputs", "");
     slices(line, outputs, "Outputs", "mut ");
     line("    impl Workspace {");
@@ -471,8 +488,8 @@ fn dims_api(
     for (f, access) in
         (inputs.iter().map(|f| (f, "inputs"))).chain(outputs.iter().map(|f| (f, "outputs")))
     {
-        let expected = match f.per_sample {
-            Some((d, unit)) => format!("{unit} * dims[{d}]"),
+        let expected = match &f.len_of_dims {
+            Some(e) => e.clone(),
             None => f.len.to_string(),
         };
         line(&format!(

@@ -62,8 +62,7 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
                 .enumerate()
                 .map(
                     |(axis, d)| match deps.iter().find(|a| a.tensor == t && a.axis == axis) {
-                        Some(a) if a.scale == 1 => format!("{} <= {d}", graph.dims[a.dim].name),
-                        Some(a) => format!("{}*{} <= {d}", a.scale, graph.dims[a.dim].name),
+                        Some(a) => format!("{} <= {d}", a.written(&graph.dims[a.dim].name)),
                         None if bounded.contains(&axis) => format!("<= {d}"),
                         None => d.to_string(),
                     },

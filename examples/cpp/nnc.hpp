@@ -200,7 +200,15 @@ class Model {
         std::vector<int64_t> shape(t.dims, t.dims + t.rank);
         for (uint32_t k = 0; dims && k < info_->num_axis_dims; k++) {
             const nnc_axis_dim &a = info_->axis_dims[k];
-            if (a.tensor == tensor && a.axis < shape.size()) shape[a.axis] = a.scale * dims[a.dim];
+            if (a.tensor != tensor || a.axis >= shape.size()) continue;
+            int64_t size = a.scale * dims[a.dim];
+            // Since ABI 6: an output's size derived from the dim (a conv's formula).
+            if (info_->abi_version >= 6 && info_->axis_extents) {
+                const nnc_axis_extent &e = info_->axis_extents[k];
+                for (uint32_t s = 0; s < e.num_steps; s++)
+                    size = (size + e.steps[s].add) / e.steps[s].div;
+            }
+            shape[a.axis] = size;
         }
         return shape;
     }
@@ -270,10 +278,12 @@ class Model {
         return shapes;
     }
 
+    // ABI 5 libraries run too: version 6 only appended axis_extents, which this
+    // wrapper reads behind an abi_version check.
     static const nnc_model_info *checked(const nnc_model_info *info) {
-        if (info->abi_version != NNC_ABI_VERSION)
+        if (info->abi_version < 5 || info->abi_version > NNC_ABI_VERSION)
             throw Error(ERR_ABI_VERSION, "model built for ABI version " +
-                                             std::to_string(info->abi_version) + ", expected " +
+                                             std::to_string(info->abi_version) + ", expected 5 to " +
                                              std::to_string(NNC_ABI_VERSION));
         return info;
     }

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 5
+#define NNC_ABI_VERSION 6
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -130,6 +130,10 @@ typedef struct nnc_tensor_info {
  * One library runs exactly every value in range. The axes of inputs and
  * outputs that depend on a dim are listed as nnc_axis_dim entries: axis
  * `axis` of tensor `tensor` (inputs first, then outputs) has the size
+ * `scale * dims[dim]`, put through the steps of its nnc_axis_extent when
+ * model_info()->axis_extents is not NULL (since ABI version 6: an output
+ * whose size a conv's or a pool's formula derives from the dim, a text
+ * line's columns after a recognizer's convs). Inputs' axes are always
  * `scale * dims[dim]`. PREFIXshapes gives every input's and output's shape
  * for given values. infer and infer_with_workspace, and run with NULL
  * `dims`, use each dim at its maximum (the sizes in nnc_tensor_info). */
@@ -146,6 +150,21 @@ typedef struct nnc_axis_dim {
     uint32_t reserved;
     int64_t scale;
 } nnc_axis_dim;
+
+/* Since ABI version 6: one step of an axis's extent, x -> floor((x + add) / div),
+ * with div >= 1 and x + add >= 0 for every value in the dims' ranges. */
+typedef struct nnc_extent_step {
+    int64_t add;
+    int64_t div;
+} nnc_extent_step;
+
+/* Since ABI version 6: the extent of axis_dims[i]'s axis is `scale * dims[dim]`
+ * put through `num_steps` steps in order (none: that product itself). */
+typedef struct nnc_axis_extent {
+    uint32_t num_steps;
+    uint32_t reserved;
+    const nnc_extent_step *steps; /* num_steps entries */
+} nnc_axis_extent;
 
 /* Since ABI version 5: axis `axis` of outputs[output] has an extent that the
  * input values decide (NonZero, Unique, Compress, NonMaxSuppression): its size
@@ -175,6 +194,9 @@ typedef struct nnc_model_info {
     /* Since ABI version 5 (read only when abi_version >= 5): */
     uint32_t num_bounded_axes;
     const nnc_bounded_axis *bounded_axes; /* num_bounded_axes entries */
+    /* Since ABI version 6 (read only when abi_version >= 6): */
+    const nnc_axis_extent *axis_extents; /* num_axis_dims entries, or NULL when
+                                            every axis is scale * dims[dim] */
 } nnc_model_info;
 
 /* ---- Threads: a caller-owned pool (since ABI version 3) ------------------

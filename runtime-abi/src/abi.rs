@@ -11,13 +11,14 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 5;
+pub const NNC_ABI_VERSION: u32 = 6;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
 /// older libraries lack (see [`NncRunOptions`]); version 4 appended symbolic dims
 /// to [`NncModelInfo`] and [`NncRunOptions`] and added `shapes`; version 5 appended
-/// bounded output axes to [`NncModelInfo`] and `output_shapes` to [`NncRunOptions`].
+/// bounded output axes to [`NncModelInfo`] and `output_shapes` to [`NncRunOptions`];
+/// version 6 appended the axes' extent steps to [`NncModelInfo`].
 pub const NNC_ABI_VERSION_OLDEST: u32 = 1;
 
 /// Success: every output buffer has been written.
@@ -204,6 +205,9 @@ pub struct NncModelInfo {
     /// the input values decide.
     pub num_bounded_axes: u32,
     pub bounded_axes: *const NncBoundedAxis,
+    /// ABI 6 (present only when `abi_version >= 6`): per entry of `axis_dims`, the
+    /// steps its extent goes through; NULL when every axis is `scale · dims[dim]`.
+    pub axis_extents: *const NncAxisExtent,
 }
 
 /// Bytes of `nnc_model_info` in libraries before ABI 4 (the fields up to
@@ -211,6 +215,8 @@ pub struct NncModelInfo {
 pub const NNC_MODEL_INFO_V3_SIZE: usize = 48;
 /// Bytes of `nnc_model_info` in ABI 4 libraries (the fields up to `axis_dims`).
 pub const NNC_MODEL_INFO_V4_SIZE: usize = 72;
+/// Bytes of `nnc_model_info` in ABI 5 libraries (the fields up to `bounded_axes`).
+pub const NNC_MODEL_INFO_V5_SIZE: usize = 88;
 
 /// `nnc_dim_info`: a dim the caller sets at run time (ABI 4).
 #[repr(C)]
@@ -232,6 +238,24 @@ pub struct NncAxisDim {
     pub dim: u32,
     pub reserved: u32,
     pub scale: i64,
+}
+
+/// `nnc_extent_step`: `x ↦ ⌊(x + add) / div⌋` (ABI 6).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NncExtentStep {
+    pub add: i64,
+    pub div: i64,
+}
+
+/// `nnc_axis_extent`: the steps the extent of an `nnc_axis_dim`'s axis goes through
+/// after `scale · dims[dim]` (ABI 6).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NncAxisExtent {
+    pub num_steps: u32,
+    pub reserved: u32,
+    pub steps: *const NncExtentStep,
 }
 
 /// `nnc_bounded_axis`: axis `axis` of output `output` has an extent the input values
@@ -453,7 +477,7 @@ mod tests {
         assert_eq!(offset_of!(NncTensorInfo, rank), 12);
         assert_eq!(offset_of!(NncTensorInfo, dims), 16);
 
-        assert_eq!(size_of::<NncModelInfo>(), 88);
+        assert_eq!(size_of::<NncModelInfo>(), 96);
         assert_eq!(align_of::<NncModelInfo>(), 8);
         assert_eq!(offset_of!(NncModelInfo, abi_version), 0);
         assert_eq!(offset_of!(NncModelInfo, num_inputs), 4);
@@ -471,6 +495,14 @@ mod tests {
             NNC_MODEL_INFO_V4_SIZE
         );
         assert_eq!(offset_of!(NncModelInfo, bounded_axes), 80);
+        assert_eq!(
+            offset_of!(NncModelInfo, axis_extents),
+            NNC_MODEL_INFO_V5_SIZE
+        );
+        assert_eq!(size_of::<NncExtentStep>(), 16);
+        assert_eq!(offset_of!(NncExtentStep, div), 8);
+        assert_eq!(size_of::<NncAxisExtent>(), 16);
+        assert_eq!(offset_of!(NncAxisExtent, steps), 8);
         assert_eq!(size_of::<NncBoundedAxis>(), 8);
         assert_eq!(align_of::<NncBoundedAxis>(), 4);
         assert_eq!(offset_of!(NncBoundedAxis, output), 0);
@@ -582,6 +614,7 @@ mod tests {
             axis_dims: std::ptr::null(),
             num_bounded_axes: 1,
             bounded_axes: bounded.as_ptr(),
+            axis_extents: std::ptr::null(),
         };
         assert_eq!(unsafe { info.bounded_axes_slice() }, &bounded);
         // An ABI 4 struct ends before these fields: whatever a copy holds there is
@@ -625,6 +658,7 @@ mod tests {
             axis_dims: std::ptr::null(),
             num_bounded_axes: 0,
             bounded_axes: std::ptr::null(),
+            axis_extents: std::ptr::null(),
         };
         unsafe {
             let inputs = info.inputs_slice();

@@ -97,13 +97,27 @@ pub struct DimDesc {
 }
 
 /// Axis `axis` of tensor `tensor` (inputs first, then outputs) has the size
-/// `scale · dims[dim]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `scale · dims[dim]` put through `steps`, each `(add, div)` mapping x to
+/// `⌊(x + add) / div⌋` (ABI 6; none for an input's axis).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AxisDep {
     pub tensor: usize,
     pub axis: usize,
     pub dim: usize,
     pub scale: usize,
+    pub steps: Vec<(i64, i64)>,
+}
+
+impl AxisDep {
+    /// The axis's size when its dim is `value` (`None` on overflow).
+    pub fn size_at(&self, value: usize) -> Option<usize> {
+        let x = i64::try_from(self.scale.checked_mul(value)?).ok()?;
+        let x = (self.steps.iter()).try_fold(x, |x, &(add, div)| {
+            let y = x.checked_add(add)?;
+            (y >= 0 && div >= 1).then(|| y / div)
+        })?;
+        usize::try_from(x).ok()
+    }
 }
 
 /// Axis `axis` of output `output` has an extent the input values decide (ABI 5): its
@@ -448,7 +462,7 @@ impl Library {
         let concrete = |k: usize, t: &TensorDesc| -> Result<TensorDesc, Error> {
             let mut t = t.clone();
             for a in self.axis_deps.iter().filter(|a| a.tensor == k) {
-                t.shape[a.axis] = a.scale.checked_mul(dims[a.dim]).ok_or_else(overflow)?;
+                t.shape[a.axis] = a.size_at(dims[a.dim]).ok_or_else(overflow)?;
             }
             let count = (t.shape.iter()).try_fold(1usize, |n, &d| n.checked_mul(d));
             t.byte_size = count
@@ -474,7 +488,7 @@ impl Library {
                 let a = self
                     .axis_deps
                     .iter()
-                    .find(|a| a.dim == j && a.tensor < self.inputs.len())
+                    .find(|a| a.dim == j && a.tensor < self.inputs.len() && a.steps.is_empty())
                     .ok_or_else(|| {
                         Error::Mismatch(format!("no input depends on '{}'", self.dims[j].name))
                     })?;
@@ -720,15 +734,15 @@ fn check_buffers(
 unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
     // SAFETY: every version starts with `abi_version`.
     let version = unsafe { std::ptr::read(info.cast::<u32>()) };
-    if version >= 5 {
-        // SAFETY: an ABI 5 library's struct has every field (later ones append).
+    if version >= 6 {
+        // SAFETY: an ABI 6 library's struct has every field (later ones append).
         return unsafe { std::ptr::read(info) };
     }
     // Only the older struct's bytes may be read: what follows it is other data.
-    let size = if version == 4 {
-        NNC_MODEL_INFO_V4_SIZE
-    } else {
-        NNC_MODEL_INFO_V3_SIZE
+    let size = match version {
+        5 => NNC_MODEL_INFO_V5_SIZE,
+        4 => NNC_MODEL_INFO_V4_SIZE,
+        _ => NNC_MODEL_INFO_V3_SIZE,
     };
     let mut out = NncModelInfo {
         abi_version: 0,
@@ -744,6 +758,7 @@ unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
         axis_dims: std::ptr::null(),
         num_bounded_axes: 0,
         bounded_axes: std::ptr::null(),
+        axis_extents: std::ptr::null(),
     };
     // SAFETY: an older struct has its version's first `size` bytes, laid out as ours.
     unsafe {
@@ -790,15 +805,41 @@ unsafe fn read_dims(info: &NncModelInfo) -> Result<(Vec<DimDesc>, Vec<AxisDep>),
         .map(|j| {
             // SAFETY: `num_axis_dims` entries (caller).
             let a = unsafe { &*info.axis_dims.add(j) };
+            let steps = match info.axis_extents.is_null() {
+                true => vec![],
+                // SAFETY: `num_axis_dims` entries when not NULL (caller).
+                false => unsafe { read_steps(&*info.axis_extents.add(j)) }?,
+            };
             Ok(AxisDep {
                 tensor: a.tensor as usize,
                 axis: a.axis as usize,
                 dim: a.dim as usize,
                 scale: usize::try_from(a.scale).map_err(|_| format!("axis scale {}", a.scale))?,
+                steps,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok((dims, deps))
+}
+
+/// The steps of one axis's extent.
+///
+/// # Safety
+/// `e.steps` points to `e.num_steps` entries (or is NULL with none).
+unsafe fn read_steps(e: &NncAxisExtent) -> Result<Vec<(i64, i64)>, String> {
+    if e.num_steps > 0 && e.steps.is_null() {
+        return Err("an axis extent's steps are NULL with a nonzero count".into());
+    }
+    (0..e.num_steps as usize)
+        .map(|k| {
+            // SAFETY: `num_steps` entries (caller).
+            let s = unsafe { &*e.steps.add(k) };
+            match s.div >= 1 {
+                true => Ok((s.add, s.div)),
+                false => Err(format!("an axis extent divides by {}", s.div)),
+            }
+        })
+        .collect()
 }
 
 fn check_count(what: &str, given: usize, expected: usize) -> Result<(), Error> {

@@ -45,6 +45,11 @@ int main(void) {
     FACT("offsetof(nnc_model_info, axis_dims)", offsetof(nnc_model_info, axis_dims));
     FACT("offsetof(nnc_model_info, num_bounded_axes)", offsetof(nnc_model_info, num_bounded_axes));
     FACT("offsetof(nnc_model_info, bounded_axes)", offsetof(nnc_model_info, bounded_axes));
+    FACT("offsetof(nnc_model_info, axis_extents)", offsetof(nnc_model_info, axis_extents));
+    FACT("sizeof(nnc_extent_step)", sizeof(nnc_extent_step));
+    FACT("offsetof(nnc_extent_step, div)", offsetof(nnc_extent_step, div));
+    FACT("sizeof(nnc_axis_extent)", sizeof(nnc_axis_extent));
+    FACT("offsetof(nnc_axis_extent, steps)", offsetof(nnc_axis_extent, steps));
     FACT("sizeof(nnc_dim_info)", sizeof(nnc_dim_info));
     FACT("offsetof(nnc_dim_info, min)", offsetof(nnc_dim_info, min));
     FACT("offsetof(nnc_dim_info, max)", offsetof(nnc_dim_info, max));
@@ -80,7 +85,7 @@ int main(void) {
 
 /// The same facts as `LAYOUT_PROBE_C` prints, from the Rust definitions.
 fn expected_facts() -> String {
-    let facts: [(&str, usize); 50] = [
+    let facts: [(&str, usize); 55] = [
         ("sizeof(nnc_tensor_info)", size_of::<NncTensorInfo>()),
         ("alignof(nnc_tensor_info)", align_of::<NncTensorInfo>()),
         (
@@ -152,6 +157,20 @@ fn expected_facts() -> String {
         (
             "offsetof(nnc_model_info, bounded_axes)",
             offset_of!(NncModelInfo, bounded_axes),
+        ),
+        (
+            "offsetof(nnc_model_info, axis_extents)",
+            offset_of!(NncModelInfo, axis_extents),
+        ),
+        ("sizeof(nnc_extent_step)", size_of::<NncExtentStep>()),
+        (
+            "offsetof(nnc_extent_step, div)",
+            offset_of!(NncExtentStep, div),
+        ),
+        ("sizeof(nnc_axis_extent)", size_of::<NncAxisExtent>()),
+        (
+            "offsetof(nnc_axis_extent, steps)",
+            offset_of!(NncAxisExtent, steps),
         ),
         ("sizeof(nnc_dim_info)", size_of::<NncDimInfo>()),
         ("offsetof(nnc_dim_info, min)", offset_of!(NncDimInfo, min)),

@@ -72,6 +72,7 @@ static const nnc_model_info info = {
     FAKE_ABI, 1, 2, inputs_info, outputs_info, 0, WORKSPACE_ALIGN,
     NUM_DIMS, NUM_AXIS_DIMS, dims_info, axis_dims,
     1, bounded,
+    NULL, /* axis_extents (ABI 6): the loader of an ABI 5 library never reads it */
 };
 
 const nnc_model_info *model_info(void) { return &info; }

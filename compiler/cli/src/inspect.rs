@@ -122,7 +122,8 @@ pub struct TensorInfo {
     pub dtype: String,
     /// With every dim set at run time at its maximum.
     pub shape: Vec<usize>,
-    /// Per axis: the dim set at run time it holds (`scale · dim`), if any.
+    /// Per axis: the dim set at run time it follows (`scale · dim`, through a conv's
+    /// formula for some outputs), if any.
     pub axis_dims: Vec<Option<AxisDimInfo>>,
     /// The axes whose extents the input values decide (at most their `shape`).
     pub bounded_axes: Vec<usize>,
@@ -132,6 +133,8 @@ pub struct TensorInfo {
 pub struct AxisDimInfo {
     pub dim: String,
     pub scale: usize,
+    /// The axis's size as a formula of the dim (`batch`, `(width - 4)/4`).
+    pub size: String,
 }
 
 /// A dim set at run time (`--dim NAME=MIN..MAX`).
@@ -140,7 +143,7 @@ pub struct DimInfo {
     pub name: String,
     pub min: usize,
     pub max: usize,
-    /// How the code covers it: `sample loop` (compiled for one sample).
+    /// How the code covers it: `sample loop`, `rows` or `planes` (see `nnc::dims`).
     pub strategy: String,
 }
 
@@ -182,12 +185,23 @@ pub struct NodeRef {
     pub op: String,
 }
 
+/// How the code covers dim `j` of `g` (see `nnc::dims`).
+fn dim_strategy(g: &nnc::ir::Graph, j: usize) -> &'static str {
+    let planes = (g.values.iter()).any(|v| v.run_extent.as_ref().is_some_and(|e| e.is_planes()));
+    match (g.sample_loop.as_ref().is_some_and(|s| s.dim == j), planes) {
+        (true, _) => "sample loop: compiled for one sample",
+        (false, true) => "planes: compiled at its maximum, every extent computed from it",
+        (false, false) => "rows: compiled at its maximum, the rows the run has computed",
+    }
+}
+
 /// Imports `path` (keeping unsupported ops) and plans it as `nnc compile` would.
 pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> Result<Report> {
     let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
     let deps = nnc::dims::axis_dims(g);
     let maxima: Vec<usize> = g.dims.iter().map(|d| d.max).collect();
+    let n_in = g.inputs.len();
     let tensor = |(k, v): (usize, &nnc::ir::ValueId)| TensorInfo {
         name: g.value(*v).name.clone(),
         dtype: g.ty(*v).dtype.to_string(),
@@ -199,12 +213,15 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
                     .map(|a| AxisDimInfo {
                         dim: g.dims[a.dim].name.clone(),
                         scale: a.scale,
+                        size: a.written(&g.dims[a.dim].name),
                     })
             })
             .collect(),
-        bounded_axes: (g.value(*v).run_extent.as_ref()).map_or(vec![], |e| e.axes.clone()),
+        bounded_axes: (g.bounded_axes().into_iter())
+            .filter(|&(o, _)| n_in + o == k)
+            .map(|(_, a)| a)
+            .collect(),
     };
-    let n_in = g.inputs.len();
     let mut report = Report {
         model: path.display().to_string(),
         opset: imported.opset,
@@ -212,12 +229,12 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
         outputs: (g.outputs.iter().enumerate())
             .map(|(k, v)| tensor((n_in + k, v)))
             .collect(),
-        dims: (g.dims.iter())
-            .map(|d| DimInfo {
+        dims: (g.dims.iter().enumerate())
+            .map(|(j, d)| DimInfo {
                 name: d.name.clone(),
                 min: d.min,
                 max: d.max,
-                strategy: "sample loop".into(),
+                strategy: dim_strategy(g, j).into(),
             })
             .collect(),
         operators: imported
@@ -388,8 +405,7 @@ pub fn text(r: &Report) -> String {
         for t in list {
             let dims: Vec<String> = (t.shape.iter().zip(&t.axis_dims).enumerate())
                 .map(|(axis, (d, a))| match a {
-                    Some(a) if a.scale == 1 => a.dim.clone(),
-                    Some(a) => format!("{}*{}", a.scale, a.dim),
+                    Some(a) => a.size.clone(),
                     None if t.bounded_axes.contains(&axis) => format!("<={d}"),
                     None => d.to_string(),
                 })
@@ -400,7 +416,7 @@ pub fn text(r: &Report) -> String {
     for d in &r.dims {
         let _ = writeln!(
             s,
-            "dim: {} {}..{} (set at run time; {}: compiled for one sample)",
+            "dim: {} {}..{} (set at run time; {})",
             d.name, d.min, d.max, d.strategy
         );
     }

@@ -10,12 +10,15 @@ use crate::ir::{Graph, ValueId};
 use nnc_runtime_abi::abi::NNC_ABI_VERSION;
 
 /// `sizeof(nnc_model_info)`, `sizeof(nnc_tensor_info)`, `sizeof(nnc_dim_info)`,
-/// `sizeof(nnc_axis_dim)` and `sizeof(nnc_bounded_axis)` on LP64 targets.
-const MODEL_INFO_SIZE: usize = 88;
+/// `sizeof(nnc_axis_dim)`, `sizeof(nnc_bounded_axis)`, `sizeof(nnc_axis_extent)` and
+/// `sizeof(nnc_extent_step)` on LP64 targets.
+const MODEL_INFO_SIZE: usize = 96;
 const TENSOR_INFO_SIZE: usize = 24;
 const DIM_INFO_SIZE: usize = 24;
 const AXIS_DIM_SIZE: usize = 24;
 const BOUNDED_AXIS_SIZE: usize = 8;
+const AXIS_EXTENT_SIZE: usize = 16;
+const EXTENT_STEP_SIZE: usize = 16;
 
 /// Defines one data object holding the struct, its tensor-info arrays, sizes, symbolic
 /// dims and names; pointers inside it are relocations against itself. An axis that
@@ -44,7 +47,12 @@ pub fn define(
     let axis_dims_at = dim_infos_at + DIM_INFO_SIZE * graph.dims.len();
     let bounded = graph.bounded_axes();
     let bounded_at = axis_dims_at + AXIS_DIM_SIZE * axis_dims.len();
-    let strings_at = bounded_at + BOUNDED_AXIS_SIZE * bounded.len();
+    // Steps only when some axis is more than `scale · dim` (else NULL).
+    let derived = axis_dims.iter().any(|a| !a.size.is_dim());
+    let extents_at = bounded_at + BOUNDED_AXIS_SIZE * bounded.len();
+    let steps_at = extents_at + if derived { AXIS_EXTENT_SIZE * axis_dims.len() } else { 0 };
+    let steps: usize = axis_dims.iter().map(|a| a.size.steps.len()).sum();
+    let strings_at = steps_at + if derived { EXTENT_STEP_SIZE * steps } else { 0 };
 
     let mut bytes = vec![0u8; strings_at];
     let mut relocs: Vec<(usize, usize)> = vec![]; // (where, target offset in this blob)
@@ -71,6 +79,22 @@ pub fn define(
     put32(&mut bytes, 72, bounded.len() as u32);
     if !bounded.is_empty() {
         relocs.push((80, bounded_at));
+    }
+    if derived {
+        relocs.push((88, extents_at));
+        let mut step_at = steps_at;
+        for (j, a) in axis_dims.iter().enumerate() {
+            let at = extents_at + j * AXIS_EXTENT_SIZE;
+            put32(&mut bytes, at, a.size.steps.len() as u32);
+            if !a.size.steps.is_empty() {
+                relocs.push((at + 8, step_at));
+            }
+            for s in &a.size.steps {
+                put64(&mut bytes, step_at, s.add as u64);
+                put64(&mut bytes, step_at + 8, s.div);
+                step_at += EXTENT_STEP_SIZE;
+            }
+        }
     }
     for (j, &(output, axis)) in bounded.iter().enumerate() {
         put32(

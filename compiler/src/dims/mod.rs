@@ -80,6 +80,16 @@ pub struct AxisDim {
 }
 
 impl AxisDim {
+    /// The axis's size as a formula of the dim named `name` (`2*batch`,
+    /// `(width - 4)/4`).
+    pub fn written(&self, name: &str) -> String {
+        let x = match self.scale {
+            1 => name.to_string(),
+            s => format!("{s}*{name}"),
+        };
+        self.size.written(&x)
+    }
+
     /// The axis's size when its dim is `value`.
     pub fn at(&self, value: usize) -> usize {
         let n = (self.scale * value) as i64;

@@ -62,6 +62,30 @@ impl ExtentExpr {
     }
 }
 
+impl ExtentExpr {
+    /// This extent of `x` in ASCII arithmetic of non-negative integers, `/` rounding
+    /// down as C's does (`(width - 4)/4`), for headers and listings.
+    pub fn written(&self, x: &str) -> String {
+        let mut e = x.to_string();
+        for (i, s) in self.steps.iter().enumerate() {
+            let sum = match s.add {
+                0 => e,
+                a if a > 0 => format!("{e} + {a}"),
+                a => format!("{e} - {}", -a),
+            };
+            let last = i + 1 == self.steps.len();
+            let atom = sum.chars().all(|c| c.is_alphanumeric() || "_.".contains(c));
+            e = match (s.div, last || atom) {
+                (1, true) => sum,
+                (1, false) => format!("({sum})"),
+                (d, true) if atom => format!("{sum}/{d}"),
+                (d, _) => format!("({sum})/{d}"),
+            };
+        }
+        e
+    }
+}
+
 impl fmt::Display for ExtentExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut e = "n".to_string();

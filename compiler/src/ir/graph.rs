@@ -106,7 +106,10 @@ impl Graph {
     pub fn bounded_axes(&self) -> Vec<(usize, usize)> {
         (self.outputs.iter().enumerate())
             .flat_map(|(i, v)| {
-                let axes = self.values[v.0].run_extent.as_ref().map(|e| e.axes.clone());
+                // Extents a dim's value sets are its axis dims, not bounded.
+                let axes = (self.values[v.0].run_extent.as_ref())
+                    .filter(|e| !self.row_dims.iter().any(|d| d.count == e.count))
+                    .map(|e| e.axes.clone());
                 axes.unwrap_or_default().into_iter().map(move |a| (i, a))
             })
             .collect()
