@@ -469,7 +469,9 @@ fn dims_api(
         line("    }");
         line("");
     };
-    line("    /// An axis's size: `x` put through its steps `(add, div)`, each `⌊(x + add) / div⌋`.");
+    line(
+        "    /// An axis's size: `x` put through its steps `(add, div)`, each `⌊(x + add) / div⌋`.",
+    );
     line("    fn extent(x: usize, steps: &[(i64, i64)]) -> usize {");
     line("        steps.iter().fold(x as i64, |x, &(add, div)| (x + add).max(0) / div) as usize");
     line("    }");

@@ -769,14 +769,20 @@ fn aarch64_runs_planes_under_qemu() {
     };
     let mut opts = runner::options(Target::new(nnc::codegen::Arch::Aarch64, None).unwrap());
     let cases = [
-        (winograd_convs(45, 64), 40, WinogradChoice::Auto),
-        (winograd_convs(46, 64), 40, WinogradChoice::F2),
-        (image_classifier(47, false), 40, WinogradChoice::Auto),
+        (winograd_convs(45, 64), "size", 40, WinogradChoice::Auto),
+        (winograd_convs(46, 64), "size", 40, WinogradChoice::F2),
+        (
+            image_classifier(47, false),
+            "size",
+            40,
+            WinogradChoice::Auto,
+        ),
+        (text_recognizer(49), "width", 40, WinogradChoice::Auto),
     ];
-    for (bytes, max, choice) in cases {
+    for (bytes, dim, max, choice) in cases {
         let model = decode(&bytes);
-        let g = import(&model, &with_range("size", 13, max)).unwrap();
-        let reference = static_at(&model, "size", max);
+        let g = import(&model, &with_range(dim, 13, max)).unwrap();
+        let reference = static_at(&model, dim, max);
         let inputs = inputs_for(&reference, 5);
         let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
         opts.kernels.winograd = choice;
@@ -1328,6 +1334,128 @@ fn image_classifier(seed: u64, batch: bool) -> Vec<u8> {
     let y = m.node("Gemm", &[&y, &wc, &bc], vec![("transB", Attr::I(1))]);
     m.output(&y);
     m.encode()
+}
+
+/// A CRNN-style text recognizer over a grey line `[1, 1, 8, width]`: two conv + max
+/// pool stages and a 2×2 conv down to a height of 1, the columns squeezed and transposed
+/// into a sequence `[(width/2)/2 - 1, 1, 16]`, a bidirectional LSTM (hidden 10: gates
+/// padded to whole vectors) with a bias, its directions merged by Transpose and
+/// Reshape, a per-step classifier and LogSoftmax.
+fn text_recognizer(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("line", &[1, 1, 8, 40]);
+    symbolic(&mut m, &x, 3, "width");
+    let conv = |m: &mut ModelBuilder, x: &str, shape: [usize; 4], pads: i64| {
+        let w = m.weight(&shape, 0.5);
+        let b = m.weight(&[shape[0]], 0.1);
+        let y = m.node(
+            "Conv",
+            &[x, &w, &b],
+            vec![("pads", Attr::Ints(vec![pads; 4]))],
+        );
+        m.node("Relu", &[&y], vec![])
+    };
+    let pool = |m: &mut ModelBuilder, x: &str| {
+        let k = vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ];
+        m.node("MaxPool", &[x], k)
+    };
+    let y = conv(&mut m, &x, [8, 1, 3, 3], 1);
+    let y = pool(&mut m, &y);
+    let y = conv(&mut m, &y, [16, 8, 3, 3], 1);
+    let y = pool(&mut m, &y);
+    let y = conv(&mut m, &y, [16, 16, 2, 2], 0);
+    let axes = m.int_init(&[2]);
+    let y = m.node("Squeeze", &[&y, &axes], vec![]);
+    let y = m.node(
+        "Transpose",
+        &[&y],
+        vec![("perm", Attr::Ints(vec![2, 0, 1]))],
+    );
+    let (w, r, b) = (
+        m.weight(&[2, 40, 16], 0.3),
+        m.weight(&[2, 40, 10], 0.3),
+        m.weight(&[2, 80], 0.1),
+    );
+    let y = m.node(
+        "LSTM",
+        &[&y, &w, &r, &b],
+        vec![
+            ("hidden_size", Attr::I(10)),
+            ("direction", Attr::S("bidirectional")),
+        ],
+    );
+    let y = m.node(
+        "Transpose",
+        &[&y],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let shape = m.int_init(&[0, 0, -1]);
+    let y = m.node("Reshape", &[&y, &shape], vec![]);
+    let (wc, bc) = (m.weight(&[20, 7], 0.5), m.weight(&[7], 0.1));
+    let y = m.node("MatMul", &[&y, &wc], vec![]);
+    let y = m.node("Add", &[&y, &bc], vec![]);
+    let y = m.node("LogSoftmax", &[&y], vec![("axis", Attr::I(2))]);
+    m.output(&y);
+    m.encode()
+}
+
+/// Text lines of every width in range from one library (`--dim width=12..40`): the
+/// convs' planes follow the width, the columns become a sequence whose length is
+/// `(width/2)/2 - 1`, which the LSTM's recurrence and the classifier run over; the
+/// outputs match the interpreter on the model imported at that width, `shapes` and
+/// `model_info` give the output's steps from the width, and widths out of range write
+/// nothing.
+#[test]
+fn a_text_line_width_runs_every_width_from_one_library() {
+    let model = decode(&text_recognizer(48));
+    let g = import(&model, &with_range("width", 12, 40)).unwrap();
+    let lib = Dynamic::new(g);
+    for (w, seed) in [
+        (12usize, 1u64),
+        (13, 2),
+        (15, 3),
+        (16, 4),
+        (17, 5),
+        (31, 6),
+        (40, 7),
+    ] {
+        let reference = static_at(&model, "width", w);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let steps = w / 2 / 2 - 1;
+        let (status, shapes) = lib.shapes(Some(&[w as i64]));
+        assert_eq!(status, 0);
+        assert_eq!(shapes, vec![vec![1, 1, 8, w], vec![steps, 1, 7]]);
+        let (status, got) = lib.run(Some(&[w as i64]), &inputs, None, &shapes[1..]);
+        assert_eq!(status, 0, "width={w}");
+        assert_close(&expected, &got, &format!("width={w} vs the interpreter"));
+    }
+    let handle = lib.lib();
+    let info = lib.info(&handle);
+    assert_eq!(info.abi_version, 6);
+    assert_eq!((info.num_axis_dims, info.num_bounded_axes), (2, 0));
+    assert!(!info.axis_extents.is_null());
+    let steps = |j: usize| -> Vec<(i64, i64)> {
+        let e = unsafe { &*info.axis_extents.add(j) };
+        (0..e.num_steps as usize)
+            .map(|k| unsafe { *e.steps.add(k) })
+            .map(|s| (s.add, s.div))
+            .collect()
+    };
+    let at = |j: usize| unsafe { *info.axis_dims.add(j) };
+    assert_eq!((at(0).tensor, at(0).axis), (0, 3));
+    assert_eq!(steps(0), vec![]);
+    assert_eq!((at(1).tensor, at(1).axis, at(1).scale), (1, 0, 1));
+    let size = |w: i64| steps(1).iter().fold(w, |x, &(add, div)| (x + add) / div);
+    assert!((12..=40).all(|w| size(w) == w / 2 / 2 - 1));
+    let reference = static_at(&model, "width", 12);
+    let inputs = inputs_for(&reference, 8);
+    let (status, got) = lib.run(Some(&[11]), &inputs, None, &[vec![1, 1, 7]]);
+    assert_eq!(status, NNC_ERR_DIM_OUT_OF_RANGE);
+    assert!(got[0].to_le_bytes().iter().all(|&x| x == SENTINEL));
 }
 
 /// Images of every size in range from one library (`--dim size=13..40`): the planes'

@@ -50,7 +50,12 @@ pub fn define(
     // Steps only when some axis is more than `scale · dim` (else NULL).
     let derived = axis_dims.iter().any(|a| !a.size.is_dim());
     let extents_at = bounded_at + BOUNDED_AXIS_SIZE * bounded.len();
-    let steps_at = extents_at + if derived { AXIS_EXTENT_SIZE * axis_dims.len() } else { 0 };
+    let steps_at = extents_at
+        + if derived {
+            AXIS_EXTENT_SIZE * axis_dims.len()
+        } else {
+            0
+        };
     let steps: usize = axis_dims.iter().map(|a| a.size.steps.len()).sum();
     let strings_at = steps_at + if derived { EXTENT_STEP_SIZE * steps } else { 0 };
 

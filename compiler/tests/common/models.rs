@@ -153,6 +153,23 @@ impl ModelBuilder {
         out
     }
 
+    /// A node with `n` outputs (an empty name for an omitted one is not needed here):
+    /// their names, in order.
+    pub fn node_n(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        attrs: Vec<(&str, Attr)>,
+        n: usize,
+    ) -> Vec<String> {
+        let first = self.node(op, inputs, attrs);
+        let node = self.graph.node.last_mut().expect("just added");
+        for k in 1..n {
+            node.output.push(format!("{first}_{k}"));
+        }
+        node.output.clone()
+    }
+
     pub fn encode(self) -> Vec<u8> {
         ModelProto {
             ir_version: 8,
