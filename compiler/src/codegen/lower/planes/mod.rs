@@ -99,14 +99,17 @@ impl ConvBlocks {
         // Small images do not pay for a whole block: whole panels doubling up to the
         // block and, where a column costs many multiply-adds, every multiple of the
         // vector up to two panels (ResNet's 7×7 planes are 49 positions: 48 + 16, not
-        // 96). Each width is a kernel in the library: MobileNetV2's 1×1 convs with them
-        // all grew it by 6%.
+        // 96), or up to the block when the weights outweigh a block of patches (a
+        // CRNN's 3×3×512 convs over 4×25 planes: 100 positions ran as 192 columns,
+        // and a second call would stream the 9 MB of weights again). Each width is a
+        // kernel in the library: MobileNetV2's 1×1 convs with them all grew it by 6%.
         let by_vectors = m * k >= VECTOR_WIDTHS_MIN_MACS;
+        let heavy = weights > PATCH_BLOCK_BYTES;
         let mut widths = vec![];
         let mut width = if by_vectors { geometry.lanes } else { nr }.min(block);
         while width < block {
             widths.push(width);
-            width = match by_vectors && width < 2 * nr {
+            width = match by_vectors && (width < 2 * nr || heavy) {
                 true => width + geometry.lanes,
                 false => width * 2,
             };
