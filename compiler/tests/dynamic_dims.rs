@@ -1458,6 +1458,71 @@ fn a_text_line_width_runs_every_width_from_one_library() {
     assert!(got[0].to_le_bytes().iter().all(|&x| x == SENTINEL));
 }
 
+/// A sequence tagger over `ids` `[1, seq]`: embeddings `[1, seq, 16]` transposed to the
+/// `[seq, 1, 16]` an LSTM reads (moving only a unit axis), a bidirectional LSTM of 12,
+/// its directions merged, a per-token classifier.
+fn sequence_tagger(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let ids = m.typed_input("ids", 7, &[1, 64]);
+    symbolic(&mut m, &ids, 1, "seq");
+    let table = m.weight(&[50, 16], 0.5);
+    let e = m.node("Gather", &[&table, &ids], vec![]);
+    let e = m.node(
+        "Transpose",
+        &[&e],
+        vec![("perm", Attr::Ints(vec![1, 0, 2]))],
+    );
+    let (w, r, b) = (
+        m.weight(&[2, 48, 16], 0.3),
+        m.weight(&[2, 48, 12], 0.3),
+        m.weight(&[2, 96], 0.1),
+    );
+    let y = m.node(
+        "LSTM",
+        &[&e, &w, &r, &b],
+        vec![
+            ("hidden_size", Attr::I(12)),
+            ("direction", Attr::S("bidirectional")),
+        ],
+    );
+    let y = m.node(
+        "Transpose",
+        &[&y],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let shape = m.int_init(&[0, 0, -1]);
+    let y = m.node("Reshape", &[&y, &shape], vec![]);
+    let wc = m.weight(&[24, 5], 0.5);
+    let y = m.node("MatMul", &[&y, &wc], vec![]);
+    m.output(&y);
+    m.encode()
+}
+
+/// An LSTM over a sequence dim (`--dim seq=1..64`) runs by rows: the recurrence over the
+/// run's count of steps, matching the interpreter at every length, with a pool too.
+#[test]
+fn an_lstm_over_a_sequence_dim_runs_every_length() {
+    let model = decode(&sequence_tagger(50));
+    let g = import(&model, &with_range("seq", 1, 64)).unwrap();
+    assert!(g.sample_loop.is_none());
+    let lib = Dynamic::new(g);
+    let pool = ThreadPool::new(2).unwrap();
+    let raw = pool.as_raw();
+    for (s, seed) in [(1usize, 1u64), (2, 2), (7, 3), (9, 4), (33, 5), (64, 6)] {
+        let reference = static_at(&model, "seq", s);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let shapes = lib.output_shapes(s as i64);
+        assert_eq!(shapes, vec![vec![s, 1, 5]]);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes);
+        assert_eq!(status, 0, "seq={s}");
+        assert_close(&expected, &got, &format!("seq={s} vs the interpreter"));
+        let (status, pooled) = lib.run(Some(&[s as i64]), &inputs, Some(&raw), &shapes);
+        assert_eq!(status, 0);
+        assert_eq!(pooled, got, "seq={s}: pooled run");
+    }
+}
+
 /// Images of every size in range from one library (`--dim size=13..40`): the planes'
 /// extents follow each conv and pool at run time, the outputs match the interpreter on
 /// the model imported at that size, sizes out of range write nothing.

@@ -302,7 +302,37 @@ pub fn passed_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
             return Some(e.clone());
         }
     }
-    planes_elementwise(graph, node).or_else(|| reshaped_extent(graph, &node.op, &node.inputs))
+    planes_elementwise(graph, node)
+        .or_else(|| reshaped_extent(graph, &node.op, &node.inputs))
+        .or_else(|| transposed_extent(graph, &node.op, &node.inputs))
+}
+
+/// The extent of a Transpose's output that only moves unit axes (a sequence's
+/// `[1, seq, d]` as the `[seq, 1, d]` an RNN reads): the axes longer than 1 keep their
+/// order, so the elements keep their places and the varying axis moves with its
+/// axis. `None` for any other node.
+fn transposed_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Option<RunExtent> {
+    let (Op::Transpose { perm }, [Some(x)]) = (op, inputs) else {
+        return None;
+    };
+    let extent = graph.value(*x).run_extent.as_ref()?;
+    let (&[a], false, false) = (
+        extent.axes.as_slice(),
+        extent.whole_shape,
+        extent.is_planes(),
+    ) else {
+        return None;
+    };
+    let shape = &graph.ty(*x).shape;
+    let long: Vec<usize> = perm.iter().copied().filter(|&p| shape[p] != 1).collect();
+    let in_order = long.windows(2).all(|w| w[0] < w[1]);
+    let to = perm.iter().position(|&p| p == a)?;
+    (in_order && shape[a] != 1).then(|| RunExtent {
+        axes: vec![to],
+        count: extent.count,
+        whole_shape: false,
+        sizes: vec![],
+    })
 }
 
 /// The planes an elementwise op of planes of one size (and scalars) passes on: it runs
@@ -321,10 +351,10 @@ fn planes_elementwise(graph: &Graph, node: &Node) -> Option<RunExtent> {
     (e.is_planes() && same).then(|| e.clone())
 }
 
-/// The extent of a Reshape's output that only adds or removes unit axes before the one
-/// axis of its input whose extent only the run knows (NonZero's `[1, n]` squeezed to
-/// `[n]`): the same elements in the same places, the axis moved. `None` for any other
-/// node.
+/// The extent of a Reshape's output that only adds, removes or moves unit axes around
+/// the one axis of its input whose extent only the run knows, leading in both
+/// (NonZero's `[1, n]` squeezed to `[n]`, a sequence's `[1, seq, d]` as `[seq, 1, d]`):
+/// the same elements in the same places, the axis moved. `None` for any other node.
 pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Option<RunExtent> {
     let (Op::Reshape { shape }, [Some(x)]) = (op, inputs) else {
         return None;
@@ -338,9 +368,12 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
         return None;
     };
     let input = &graph.ty(*x).shape;
-    let b = shape.len().checked_sub(input.len() - a)?;
+    // The axes longer than 1 in order, the varying one first (only unit axes before).
+    let long = |s: &[usize]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+    let b = shape.iter().position(|&d| d != 1)?;
     let units = |s: &[usize]| s.iter().all(|&d| d == 1);
-    (units(&input[..a]) && units(&shape[..b]) && shape[b..] == input[a..]).then(|| RunExtent {
+    let same = long(input) == long(shape) && input[a] != 1 && shape[b] == input[a];
+    (units(&input[..a]) && units(&shape[..b]) && same).then(|| RunExtent {
         axes: vec![b],
         count: extent.count,
         whole_shape: false,
