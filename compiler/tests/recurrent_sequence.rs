@@ -1,4 +1,5 @@
-//! ONNX LSTMs imported as one `LstmSequence` (float32, default activations, no clip or
+//! ONNX RNNs, GRUs (`linear_before_reset`, as PyTorch exports them) and LSTMs imported
+//! as one `RnnSequence` (float32, default activations, no clip or
 //! peepholes, whole sequences) against the same LSTMs unrolled step by step into core
 //! ops, which the importer does for any `clip`: with a clip no pre-activation reaches,
 //! both compute the same function. Each model is run by the interpreter both ways and
@@ -17,10 +18,10 @@ use models::{Attr, ModelBuilder};
 use nnc::codegen::{Arch, Target};
 use nnc::ir::{Graph, Tensor};
 use nnc::onnx::{import_model, ImportOptions};
-use nnc::ops::Op;
+use nnc::ops::{Op, RnnCell};
 use prost::Message;
 
-/// One LSTM case: sequence length, batch, input size, hidden size, direction, whether
+/// One case of each op: sequence length, batch, input size, hidden size, direction, whether
 /// B and the initial states are given, the layout, whether R is an input (packed at
 /// run time) rather than a weight.
 struct Case {
@@ -93,8 +94,14 @@ const CASES: [Case; 5] = [
     },
 ];
 
-/// The case as a model with outputs Y, Y_h and Y_c; `clip` forces the unrolled import.
-fn lstm_model(c: &Case, clip: Option<f32>, seed: u64) -> Vec<u8> {
+/// The case as a model of `op` (`RNN`, `GRU` or `LSTM`) with outputs Y, Y_h (and an
+/// LSTM's Y_c); `clip` forces the unrolled import.
+fn recurrent_model(op: &str, c: &Case, clip: Option<f32>, seed: u64) -> Vec<u8> {
+    let g = match op {
+        "RNN" => 1,
+        "GRU" => 3,
+        _ => 4,
+    };
     let mut m = ModelBuilder::new(seed);
     let dirs = if c.direction == "bidirectional" { 2 } else { 1 };
     let x_shape = match c.layout {
@@ -106,19 +113,23 @@ fn lstm_model(c: &Case, clip: Option<f32>, seed: u64) -> Vec<u8> {
         _ => [c.batch, dirs, c.hidden],
     };
     let x = m.input("x", &x_shape);
-    let w = m.weight(&[dirs, 4 * c.hidden, c.input], 0.5);
+    let w = m.weight(&[dirs, g * c.hidden, c.input], 0.5);
     let r = match c.r_input {
-        true => m.input("r", &[dirs, 4 * c.hidden, c.hidden]),
-        false => m.weight(&[dirs, 4 * c.hidden, c.hidden], 0.5),
+        true => m.input("r", &[dirs, g * c.hidden, c.hidden]),
+        false => m.weight(&[dirs, g * c.hidden, c.hidden], 0.5),
     };
     let b = if c.bias {
-        m.weight(&[dirs, 8 * c.hidden], 0.3)
+        m.weight(&[dirs, 2 * g * c.hidden], 0.3)
     } else {
         String::new()
     };
-    let (h0, c0) = match c.states {
-        true => (m.input("h0", &state_shape), m.input("c0", &state_shape)),
-        false => (String::new(), String::new()),
+    let h0 = match c.states {
+        true => m.input("h0", &state_shape),
+        false => String::new(),
+    };
+    let c0 = match c.states && op == "LSTM" {
+        true => m.input("c0", &state_shape),
+        false => String::new(),
     };
     let mut attrs = vec![
         ("hidden_size", Attr::I(c.hidden as i64)),
@@ -128,8 +139,15 @@ fn lstm_model(c: &Case, clip: Option<f32>, seed: u64) -> Vec<u8> {
     if let Some(clip) = clip {
         attrs.push(("clip", Attr::F(clip)));
     }
+    if op == "GRU" {
+        attrs.push(("linear_before_reset", Attr::I(1)));
+    }
     let empty = String::new();
-    let outs = m.node_n("LSTM", &[&x, &w, &r, &b, &empty, &h0, &c0], attrs, 3);
+    let (inputs, outputs) = match op {
+        "LSTM" => (vec![x.as_str(), &w, &r, &b, &empty, &h0, &c0], 3),
+        _ => (vec![x.as_str(), &w, &r, &b, &empty, &h0], 2),
+    };
+    let outs = m.node_n(op, &inputs, attrs, outputs);
     for o in &outs {
         m.output(o);
     }
@@ -170,36 +188,38 @@ fn assert_close(expected: &[Tensor], actual: &[Tensor], what: &str) {
 }
 
 #[test]
-fn lstm_sequence_matches_the_unrolled_lstm() {
+fn rnn_sequence_matches_the_unrolled_ops() {
     let harness = runner::aarch64_harness();
-    for (k, c) in CASES.iter().enumerate() {
-        let seed = 60 + k as u64;
-        let looped = import(&lstm_model(c, None, seed));
-        let unrolled = import(&lstm_model(c, Some(1e30), seed));
-        let what = format!(
-            "case {k} ({} hidden {}, layout {})",
-            c.direction, c.hidden, c.layout
-        );
-        let is_loop = |g: &Graph| {
-            g.nodes
-                .iter()
-                .any(|n| matches!(n.op, Op::LstmSequence { .. }))
-        };
-        assert!(
-            is_loop(&looped) && !is_loop(&unrolled),
-            "{what}: the two imports"
-        );
-        let inputs = inputs_for(&looped, seed);
-        let expected = nnc::interp::run_graph(&unrolled, &inputs).unwrap();
-        let interpreted = nnc::interp::run_graph(&looped, &inputs).unwrap();
-        assert_close(&expected, &interpreted, &format!("{what}: interpreter"));
-        let compiled = runner::run_compiled(&looped, &inputs, Target::host()).unwrap();
-        assert_close(&expected, &compiled, &format!("{what}: compiled"));
-        if let Some(h) = harness {
-            let target = Target::new(Arch::Aarch64, None).unwrap();
-            let got =
-                runner::run_on_aarch64_with(h, &looped, &inputs, &runner::options(target)).unwrap();
-            assert_close(&expected, &got, &format!("{what}: aarch64"));
+    for (op, cell) in [
+        ("LSTM", RnnCell::Lstm),
+        ("GRU", RnnCell::Gru),
+        ("RNN", RnnCell::Simple),
+    ] {
+        for (k, c) in CASES.iter().enumerate() {
+            let seed = 60 + k as u64;
+            let looped = import(&recurrent_model(op, c, None, seed));
+            let unrolled = import(&recurrent_model(op, c, Some(1e30), seed));
+            let what = format!(
+                "{op} case {k} ({} hidden {}, layout {})",
+                c.direction, c.hidden, c.layout
+            );
+            let runs = |g: &Graph| {
+                (g.nodes.iter())
+                    .any(|n| matches!(&n.op, Op::RnnSequence { cell: c, .. } if *c == cell))
+            };
+            assert!(runs(&looped) && !runs(&unrolled), "{what}: the two imports");
+            let inputs = inputs_for(&looped, seed);
+            let expected = nnc::interp::run_graph(&unrolled, &inputs).unwrap();
+            let interpreted = nnc::interp::run_graph(&looped, &inputs).unwrap();
+            assert_close(&expected, &interpreted, &format!("{what}: interpreter"));
+            let compiled = runner::run_compiled(&looped, &inputs, Target::host()).unwrap();
+            assert_close(&expected, &compiled, &format!("{what}: compiled"));
+            if let Some(h) = harness {
+                let target = Target::new(Arch::Aarch64, None).unwrap();
+                let opts = runner::options(target);
+                let got = runner::run_on_aarch64_with(h, &looped, &inputs, &opts).unwrap();
+                assert_close(&expected, &got, &format!("{what}: aarch64"));
+            }
         }
     }
 }

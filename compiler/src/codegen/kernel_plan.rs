@@ -395,10 +395,10 @@ pub fn plan_node(
             let bytes = lower::nms_scratch(b.shape.get(1).copied().unwrap_or(0), *per_class);
             NodeKernel::new(Strategy::Clif, bytes, "candidate flags and kept boxes")
         }),
-        Op::LstmSequence { reverse } => node.input(0).zip(node.input(1)).map(|(xw, r)| {
+        Op::RnnSequence { cell, reverse } => node.input(0).zip(node.input(1)).map(|(xw, r)| {
             let (batch, hidden) = (xw.shape[1], r.shape[2]);
             let r_constant = node.constant(1).is_some();
-            let bytes = lower::lstm_scratch(reverse.len(), batch, hidden, r_constant);
+            let bytes = lower::rnn_scratch(*cell, reverse.len(), batch, hidden, r_constant);
             NodeKernel::new(
                 Strategy::Clif,
                 bytes,

@@ -62,9 +62,9 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
             });
             continue;
         }
-        if let crate::ops::Op::LstmSequence { .. } = node.op {
+        if let crate::ops::Op::RnnSequence { .. } = node.op {
             // One call: the recurrence runs over the steps the run counts.
-            let e = crate::ops::rows::lstm_steps_extent(graph, node).map_err(refuse)?;
+            let e = crate::ops::rows::rnn_steps_extent(graph, node).map_err(refuse)?;
             let xw = node.inputs[0].expect("an LSTM has inputs");
             loops[k] = Some(RowLoop {
                 count: e.count,

@@ -325,11 +325,21 @@ pub(super) fn same_structure(
     blank: fn(&Op) -> String,
 ) -> std::result::Result<(), String> {
     let differs = || "the model's graph changes with it (different nodes)".to_string();
-    if a.values.len() != b.values.len()
-        || a.nodes.len() != b.nodes.len()
-        || a.inputs != b.inputs
-        || a.outputs != b.outputs
-    {
+    if a.nodes.len() != b.nodes.len() {
+        // The first ONNX node imported as more or fewer nodes: an op unrolled over the
+        // dim (an RNN, GRU or LSTM that nnc does not run as one loop).
+        let at = (a.nodes.iter().zip(&b.nodes)).position(|(x, y)| x.name != y.name);
+        let node = at.map_or(a.nodes.last(), |i| a.nodes.get(i));
+        return Err(match node {
+            Some(n) => format!(
+                "node '{}' ({}) is imported as a different number of nodes at different \
+                 values (unrolled over the dim)",
+                n.name, n.onnx_op
+            ),
+            None => differs(),
+        });
+    }
+    if a.values.len() != b.values.len() || a.inputs != b.inputs || a.outputs != b.outputs {
         return Err(differs());
     }
     for (x, y) in a.nodes.iter().zip(&b.nodes) {
@@ -528,7 +538,7 @@ pub(crate) fn check_node(
         | Op::SplitRunTime { .. }
         | Op::Choose { .. } => false,
         // Its batch is axis 1 of its operands; one sample's steps are no rows of others.
-        Op::LstmSequence { .. } => false,
+        Op::RnnSequence { .. } => false,
         Op::Softmax { axis: along, .. }
         | Op::CumSum { axis: along, .. }
         | Op::TopK { axis: along, .. } => *along != axis && elementwise(),

@@ -214,8 +214,9 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             product,
         } => indexing::cumsum(x()?, *axis, *exclusive, *reverse, *product)?,
         Op::TopK { axis, k, largest } => return indexing::top_k(x()?, *axis, *k, *largest),
-        Op::LstmSequence { reverse } => {
-            return recurrent::lstm_sequence(
+        Op::RnnSequence { cell, reverse } => {
+            return recurrent::rnn_sequence(
+                *cell,
                 x()?,
                 required(inputs, 1)?,
                 optional(inputs, 2),

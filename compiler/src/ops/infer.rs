@@ -544,7 +544,7 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             Ok(vec![x.clone()])
         }
-        Op::LstmSequence { reverse } => lstm_sequence_types(reverse.len(), inputs),
+        Op::RnnSequence { cell, reverse } => rnn_sequence_types(*cell, reverse.len(), inputs),
         Op::GatherND { batch_dims } => {
             let (d, i) = (x()?, input(inputs, 1)?);
             let k = *i.shape.last().ok_or("indices must have rank ≥ 1")?;
@@ -995,26 +995,42 @@ fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {
     Ok(vec![TensorType::new(a.dtype, shape)])
 }
 
-/// `Op::LstmSequence`'s outputs, from `xw` `[T, B, D·4H]` and `R` `[D, 4H, H]`.
-fn lstm_sequence_types(dirs: usize, inputs: &[Option<TensorType>]) -> InferResult {
+/// `Op::RnnSequence`'s outputs, from `xw` `[T, B, D·G·H]` and `R` `[D, G·H, H]`.
+fn rnn_sequence_types(cell: RnnCell, dirs: usize, inputs: &[Option<TensorType>]) -> InferResult {
     let (xw, r) = (input(inputs, 0)?, input(inputs, 1)?);
     let (&[t, b, cols], &[d, gh, h]) = (xw.shape.as_slice(), r.shape.as_slice()) else {
         return Err(format!(
-            "LstmSequence needs xw [T, B, D·4H] and R [D, 4H, H], not {xw} and {r}"
+            "RnnSequence needs xw [T, B, D·G·H] and R [D, G·H, H], not {xw} and {r}"
         ));
     };
     let state = TensorType::new(DType::F32, vec![dirs, b, h]);
-    let consistent = d == dirs && gh == 4 * h && cols == dirs * gh && h > 0;
-    let states_ok = (2..4).all(|i| inputs.get(i).cloned().flatten().is_none_or(|s| s == state));
-    if !consistent || xw.dtype != DType::F32 || r.dtype != DType::F32 || !states_ok {
+    let third = match cell {
+        RnnCell::Lstm => state.clone(),
+        _ => TensorType::new(DType::F32, vec![dirs, h]),
+    };
+    let given =
+        |i: usize, want: &TensorType| inputs.get(i).cloned().flatten().is_none_or(|s| s == *want);
+    let g = cell.gates();
+    let consistent = d == dirs && gh == g * h && cols == dirs * gh && h > 0;
+    let extra_ok = cell != RnnCell::Simple || inputs.get(3).cloned().flatten().is_none();
+    if !consistent
+        || xw.dtype != DType::F32
+        || r.dtype != DType::F32
+        || !given(2, &state)
+        || !given(3, &third)
+        || !extra_ok
+    {
         return Err(format!(
-            "LstmSequence of {dirs} direction(s) needs float32 xw [T, B, D·4H], R [D, 4H, H] \
-             and states {state}, not {xw} and {r}"
+            "RnnSequence ({cell:?}) of {dirs} direction(s) needs float32 xw [T, B, D·{g}·H], \
+             R [D, {g}·H, H] and states {state}, not {xw} and {r}"
         ));
     }
-    Ok(vec![
+    let mut out = vec![
         TensorType::new(DType::F32, vec![t, dirs, b, h]),
         state.clone(),
-        state,
-    ])
+    ];
+    if cell == RnnCell::Lstm {
+        out.push(state);
+    }
+    Ok(out)
 }

@@ -37,6 +37,37 @@ impl CountedOutputs {
     }
 }
 
+/// The cell an [`Op::RnnSequence`] runs, with ONNX's gate order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RnnCell {
+    /// `h = tanh(xw + h·Rᵀ)`.
+    Simple,
+    /// Gates z, r, h, `linear_before_reset`: `h̃ = tanh(xw_h + r ⊙ (h·R_hᵀ + Rb_h))`,
+    /// `h = h̃ + z ⊙ (h − h̃)`.
+    Gru,
+    /// Gates i, o, f, c: `c = f ⊙ c + i ⊙ tanh(g_c)`, `h = o ⊙ tanh(c)`.
+    Lstm,
+}
+
+impl RnnCell {
+    pub fn gates(self) -> usize {
+        match self {
+            RnnCell::Simple => 1,
+            RnnCell::Gru => 3,
+            RnnCell::Lstm => 4,
+        }
+    }
+
+    /// `Y`, `Y_h`, and an LSTM's `Y_c`.
+    pub fn outputs(self) -> usize {
+        if self == RnnCell::Lstm {
+            3
+        } else {
+            2
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Elementwise, one input, same shape out. Output dtype: see [`UnaryOp::output_dtype`].
@@ -166,13 +197,16 @@ pub enum Op {
         reverse: bool,
         product: bool,
     },
-    /// An LSTM's recurrence over a float32 sequence, one step after another (the
-    /// input projections already computed, see `onnx::ops::recurrent`). Inputs: `xw`
-    /// `[T, B, D·4H]` (per direction d, columns `[d·4H, (d+1)·4H)` hold gates i, o, f, c
-    /// of `X·Wᵀ + Wb + Rb`), `R` `[D, 4H, H]`, and optional initial `h`, `c` `[D, B, H]`
-    /// (zero when omitted). Outputs: `Y` `[T, D, B, H]`, the last `Y_h` and `Y_c`
-    /// `[D, B, H]`. Direction d walks t = 0 … T−1, or T−1 … 0 when `reverse[d]`.
-    LstmSequence {
+    /// A recurrent cell's recurrence over a float32 sequence, one step after another
+    /// (the input projections already computed, see `onnx::ops::recurrent`). Inputs:
+    /// `xw` `[T, B, D·G·H]` (per direction d, columns `[d·G·H, (d+1)·G·H)` hold the G
+    /// gates of `X·Wᵀ + Wb + Rb`, without GRU's `Rb` of its h gate), `R` `[D, G·H, H]`,
+    /// an optional initial `h` `[D, B, H]`, and input 3: an LSTM's optional initial `c`
+    /// `[D, B, H]`, a GRU's `Rb` of its h gate `[D, H]` (zero when omitted). Outputs:
+    /// `Y` `[T, D, B, H]`, the last `Y_h` `[D, B, H]` (and an LSTM's last `Y_c`).
+    /// Direction d walks t = 0 … T−1, or T−1 … 0 when `reverse[d]`.
+    RnnSequence {
+        cell: RnnCell,
         reverse: Vec<bool>,
     },
     /// The `k` largest (or smallest) elements along `axis`, sorted, ties to the lower

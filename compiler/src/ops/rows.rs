@@ -187,19 +187,21 @@ pub fn output_extent(graph: &Graph, node: &Node) -> Result<Option<RunExtent>, St
 /// same, but an LSTM's, whose steps are `Y`'s rows while its last states keep their
 /// shape.
 pub fn outputs_extents(graph: &Graph, node: &Node) -> Result<Vec<Option<RunExtent>>, String> {
-    if let Op::LstmSequence { .. } = node.op {
-        return Ok(vec![Some(lstm_steps_extent(graph, node)?), None, None]);
+    if let Op::RnnSequence { .. } = node.op {
+        let mut extents = vec![None; node.outputs.len()];
+        extents[0] = Some(rnn_steps_extent(graph, node)?);
+        return Ok(extents);
     }
     let e = output_extent(graph, node)?.ok_or("it cannot run on rows known only at run time")?;
     Ok(vec![Some(e); node.outputs.len()])
 }
 
-/// The extent of an [`Op::LstmSequence`]'s `Y` when its projected inputs' steps (axis
+/// The extent of an [`Op::RnnSequence`]'s `Y` when its projected inputs' steps (axis
 /// 0) are counted at run time and nothing else is: the steps'. The node runs its
 /// recurrence over the count (see `codegen::lower::recurrence`).
-pub fn lstm_steps_extent(graph: &Graph, node: &Node) -> Result<RunExtent, String> {
+pub fn rnn_steps_extent(graph: &Graph, node: &Node) -> Result<RunExtent, String> {
     let extent_of = |v: &Option<ValueId>| v.and_then(|v| graph.value(v).run_extent.clone());
-    let xw = node.inputs[0].ok_or("LstmSequence has no inputs")?;
+    let xw = node.inputs[0].ok_or("RnnSequence has no inputs")?;
     let e = extent_of(&node.inputs[0])
         .filter(|e| row_axis(graph.ty(xw), e) == Some(0))
         .ok_or("its steps are not the rows counted at run time")?;

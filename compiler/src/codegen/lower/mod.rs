@@ -51,7 +51,7 @@ pub use norm::plan_softmax;
 pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};
 pub use pool::{plan_pool, PoolStrategy};
 pub use quant::plan_integer;
-pub use recurrence::lstm_scratch;
+pub use recurrence::rnn_scratch;
 pub use value_dependent::{nms_scratch, unique_scratch};
 
 pub type LowerResult = Result<(), String>;
@@ -449,7 +449,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             product,
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, Some(*k), *largest),
-        Op::LstmSequence { reverse } => recurrence::lstm_sequence(ctx, reverse),
+        Op::RnnSequence { cell, reverse } => recurrence::rnn_sequence(ctx, *cell, reverse),
         Op::TopKRunTime { axis, largest } => indexing::top_k(ctx, *axis, None, *largest),
         Op::ReduceRunTimeAxes {
             kind,

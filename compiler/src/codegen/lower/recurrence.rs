@@ -1,13 +1,14 @@
-//! `Op::LstmSequence`: an LSTM's recurrence, one step after another, over as many steps
-//! as the sequence has (a constant, or the count of rows only the run knows).
+//! `Op::RnnSequence`: a recurrent cell's recurrence (RNN, GRU, LSTM), one step after
+//! another, over as many steps as the sequence has (a constant, or the count of rows
+//! only the run knows).
 //!
-//! Per direction and step, each batch row's gates are `xw[t] + h·Rᵀ`: the recurrent
+//! Per direction and step, each batch row's gates are `xw[t]` and `h·Rᵀ`: the recurrent
 //! product runs over R packed as column blocks of [`BLOCK`] gate units, each block's K
 //! rows contiguous (one 128-byte row per unit of h), accumulating eight f32x4 vectors.
-//! The gate units are laid out gate by gate, each gate padded to `Hp` (a multiple of
-//! eight) units: the padding's weights are zero, so its units' cell and hidden states
+//! The gate units are laid out gate by gate, each gate padded to `Hp` units (so that
+//! the gates fill whole blocks): the padding's weights are zero, so its units' states
 //! stay zero, and every step is whole vectors. The states live in scratch; `Y` gets
-//! each step's `h`, `Y_h` and `Y_c` the last ones.
+//! each step's `h`, `Y_h` (and an LSTM's `Y_c`) the last ones.
 
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -17,49 +18,62 @@ use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::gemm;
 use crate::codegen::math;
 use crate::codegen::plan::ALIGN;
+use crate::ops::RnnCell;
 
 /// Gate units (columns of the recurrent product) one pass accumulates.
 const BLOCK: usize = 32;
 const LANES: usize = 4;
 
-/// The units of a gate as stored: `hidden` rounded up to a multiple of eight.
-fn padded_hidden(hidden: usize) -> usize {
-    hidden.next_multiple_of(8)
+/// The units of a gate as stored: `hidden` rounded up so that the cell's gates fill
+/// whole blocks (to a multiple of 8 for an LSTM's four gates, of 32 for one or three).
+fn padded_hidden(hidden: usize, cell: RnnCell) -> usize {
+    let unit = match cell.gates() % 4 {
+        0 => BLOCK / 4,
+        2 => BLOCK / 2,
+        _ => BLOCK,
+    };
+    hidden.next_multiple_of(unit)
 }
 
 /// Bytes of the packed recurrence weights of `dirs` directions.
-fn packed_bytes(dirs: usize, hidden: usize) -> usize {
-    dirs * 4 * padded_hidden(hidden) * hidden * 4
+fn packed_bytes(cell: RnnCell, dirs: usize, hidden: usize) -> usize {
+    dirs * cell.gates() * padded_hidden(hidden, cell) * hidden * 4
 }
 
 /// Scratch bytes: the states h and c of every batch row, one row's gates, and the
 /// packed weights when R is known only at run time.
-pub fn lstm_scratch(dirs: usize, batch: usize, hidden: usize, r_constant: bool) -> usize {
-    let hp = padded_hidden(hidden);
+pub fn rnn_scratch(
+    cell: RnnCell,
+    dirs: usize,
+    batch: usize,
+    hidden: usize,
+    r_constant: bool,
+) -> usize {
+    let hp = padded_hidden(hidden, cell);
     let states = (2 * batch * hp * 4).next_multiple_of(ALIGN);
-    let gates = (4 * hp * 4).next_multiple_of(ALIGN);
+    let gates = (cell.gates() * hp * 4).next_multiple_of(ALIGN);
     let packed = if r_constant {
         0
     } else {
-        packed_bytes(dirs, hidden)
+        packed_bytes(cell, dirs, hidden)
     };
     states + gates + packed
 }
 
-/// `R` `[D, 4H, H]` packed: per direction, per block of [`BLOCK`] gate units, per unit
+/// `R` `[D, G·H, H]` packed: per direction, per block of [`BLOCK`] gate units, per unit
 /// k of h, the block's weights (unit j of gate g is column `g·Hp + j`).
-fn pack(r: &[f32], dirs: usize, hidden: usize) -> Vec<f32> {
-    let hp = padded_hidden(hidden);
-    let blocks = 4 * hp / BLOCK;
-    let mut out = vec![0f32; packed_bytes(dirs, hidden) / 4];
+fn pack(r: &[f32], cell: RnnCell, dirs: usize, hidden: usize) -> Vec<f32> {
+    let (hp, gates) = (padded_hidden(hidden, cell), cell.gates());
+    let blocks = gates * hp / BLOCK;
+    let mut out = vec![0f32; packed_bytes(cell, dirs, hidden) / 4];
     for d in 0..dirs {
-        for g in 0..4 {
+        for g in 0..gates {
             for j in 0..hidden {
                 let col = g * hp + j;
                 let (blk, l) = (col / BLOCK, col % BLOCK);
                 for k in 0..hidden {
                     let at = ((d * blocks + blk) * hidden + k) * BLOCK + l;
-                    out[at] = r[((d * 4 + g) * hidden + j) * hidden + k];
+                    out[at] = r[((d * gates + g) * hidden + j) * hidden + k];
                 }
             }
         }
@@ -102,21 +116,24 @@ fn for_unit_groups(
     }
 }
 
-pub fn lstm_sequence(ctx: &mut LowerCtx, reverse: &[bool]) -> LowerResult {
+pub fn rnn_sequence(ctx: &mut LowerCtx, cell: RnnCell, reverse: &[bool]) -> LowerResult {
     let (xw, r) = (ctx.input(0)?, ctx.input(1)?);
-    let state_input = |i: usize| ctx.inputs.get(i).cloned().flatten();
-    let (h0, c0) = (state_input(2), state_input(3));
-    let (y, y_h, y_c) = (ctx.output(0), ctx.output(1), ctx.output(2));
+    let optional = |i: usize| ctx.inputs.get(i).cloned().flatten();
+    let (h0, extra) = (optional(2), optional(3));
+    let c0 = extra.clone().filter(|_| cell == RnnCell::Lstm);
+    let rb_h = extra.filter(|_| cell == RnnCell::Gru).map(|o| o.ptr);
+    let (y, y_h) = (ctx.output(0), ctx.output(1));
+    let y_c = (cell == RnnCell::Lstm).then(|| ctx.output(2));
     let (&[t_max, batch, cols], &[dirs, _, hidden]) =
         (xw.ty.shape.as_slice(), r.ty.shape.as_slice())
     else {
-        return Err("LstmSequence needs 3-D xw and R".into());
+        return Err("RnnSequence needs 3-D xw and R".into());
     };
     if t_max == 0 || batch == 0 || hidden == 0 || dirs != reverse.len() {
-        return Err("LstmSequence over an empty sequence, batch or state".into());
+        return Err("RnnSequence over an empty sequence, batch or state".into());
     }
-    let hp = padded_hidden(hidden);
-    let scratch = ctx.scratch.ok_or("LstmSequence was planned no scratch")?;
+    let (hp, gates_n) = (padded_hidden(hidden, cell), cell.gates());
+    let scratch = ctx.scratch.ok_or("RnnSequence was planned no scratch")?;
     let gates = ctx
         .b
         .ins()
@@ -124,12 +141,12 @@ pub fn lstm_sequence(ctx: &mut LowerCtx, reverse: &[bool]) -> LowerResult {
     let packed = match &r.constant {
         Some(t) => {
             let floats: Vec<f32> = t.to_f64_vec().iter().map(|&v| v as f32).collect();
-            ctx.weights_f32(&pack(&floats, dirs, hidden))?
+            ctx.weights_f32(&pack(&floats, cell, dirs, hidden))?
         }
         None => {
-            let at = (4 * hp * 4).next_multiple_of(ALIGN) as i64;
+            let at = (gates_n * hp * 4).next_multiple_of(ALIGN) as i64;
             let dst = ctx.b.ins().iadd_imm_s(gates, at);
-            pack_at_run_time(ctx.b, &r, dst, dirs, hidden);
+            pack_at_run_time(ctx.b, &r, dst, cell, dirs, hidden);
             dst
         }
     };
@@ -145,7 +162,7 @@ pub fn lstm_sequence(ctx: &mut LowerCtx, reverse: &[bool]) -> LowerResult {
     for (d, &rev) in reverse.iter().enumerate() {
         let weights = b
             .ins()
-            .iadd_imm_s(packed, (d * packed_bytes(1, hidden)) as i64);
+            .iadd_imm_s(packed, (d * packed_bytes(cell, 1, hidden)) as i64);
         // The initial states, the padding zero.
         for (state, init) in [(h, &h0), (c, &c0)] {
             kernel::counted_loop(b, 0, batch as i64, 1, |b, bi| {
@@ -177,7 +194,7 @@ pub fn lstm_sequence(ctx: &mut LowerCtx, reverse: &[bool]) -> LowerResult {
                 s
             };
             let x_at = b.ins().imul_imm_s(t, (batch * cols * 4) as i64);
-            let x_at = b.ins().iadd_imm_s(x_at, (d * 4 * hidden * 4) as i64);
+            let x_at = b.ins().iadd_imm_s(x_at, (d * gates_n * hidden * 4) as i64);
             let x_step = b.ins().iadd(xw.ptr, x_at);
             let y_at = b.ins().imul_imm_s(t, (dirs * batch) as i64 * row);
             let y_at = b.ins().iadd_imm_s(y_at, (d * batch) as i64 * row);
@@ -189,12 +206,22 @@ pub fn lstm_sequence(ctx: &mut LowerCtx, reverse: &[bool]) -> LowerResult {
                 let x_row = b.ins().iadd(x_step, x_off);
                 let y_off = b.ins().imul_imm_s(bi, row);
                 let y_row = b.ins().iadd(y_step, y_off);
-                recurrent_product(b, fma, weights, hb, gates, hidden);
-                step_states(b, fma, gates, x_row, hb, cb, y_row, hidden);
+                recurrent_product(b, fma, weights, hb, gates, (hidden, hp, gates_n));
+                let rb = rb_h.map(|p| b.ins().iadd_imm_s(p, (d * hidden * 4) as i64));
+                let step = Step {
+                    gates,
+                    x: x_row,
+                    h: hb,
+                    c: cb,
+                    y: y_row,
+                    rb,
+                };
+                step_states(b, fma, cell, &step, (hidden, hp));
             });
         });
         // The last states.
-        for (state, out) in [(h, &y_h), (c, &y_c)] {
+        for (state, out) in [(h, Some(&y_h)), (c, y_c.as_ref())] {
+            let Some(out) = out else { continue };
             kernel::counted_loop(b, 0, batch as i64, 1, |b, bi| {
                 let src = b.ins().imul_imm_s(bi, state_row);
                 let src = b.ins().iadd(state, src);
@@ -213,16 +240,16 @@ pub fn lstm_sequence(ctx: &mut LowerCtx, reverse: &[bool]) -> LowerResult {
     Ok(())
 }
 
-/// `gates = h·Rᵀ` for one batch row (all `4·Hp` units), block by block.
+/// `gates = h·Rᵀ` for one batch row (all `G·Hp` units), block by block.
 fn recurrent_product(
     b: &mut FunctionBuilder,
     fma: bool,
     weights: Value,
     h: Value,
     gates: Value,
-    hidden: usize,
+    (hidden, hp, gates_n): (usize, usize, usize),
 ) {
-    let blocks = 4 * padded_hidden(hidden) / BLOCK;
+    let blocks = gates_n * hp / BLOCK;
     let vectors = BLOCK / LANES;
     kernel::counted_loop(b, 0, blocks as i64, 1, |b, blk| {
         let w_at = b.ins().imul_imm_s(blk, (hidden * BLOCK * 4) as i64);
@@ -255,68 +282,110 @@ fn recurrent_product(
     });
 }
 
-/// One step of one batch row: the gates' pre-activations (`gates` plus the step's input
-/// projection `x`, gates i o f c), the new cell and hidden states, and `h` into `y`.
-#[allow(clippy::too_many_arguments)]
-fn step_states(
-    b: &mut FunctionBuilder,
-    fma: bool,
+/// Where one step of one batch row reads and writes.
+struct Step {
+    /// `h·Rᵀ`, gate by gate (`Hp` units each).
     gates: Value,
+    /// The step's input projection, gate by gate (`H` units each).
     x: Value,
+    /// The states (`Hp` units) and the step's row of `Y` (`H` units).
     h: Value,
     c: Value,
     y: Value,
-    hidden: usize,
+    /// A GRU's `Rb` of its h gate (`H` units), when given.
+    rb: Option<Value>,
+}
+
+/// One step of one batch row: the gates' pre-activations, the new states, and `h`
+/// into `y`.
+fn step_states(
+    b: &mut FunctionBuilder,
+    fma: bool,
+    cell: RnnCell,
+    s: &Step,
+    (hidden, hp): (usize, usize),
 ) {
-    let hp4 = (padded_hidden(hidden) * 4) as i32;
+    let hp4 = (hp * 4) as i32;
     let x_gate = (hidden * 4) as i32;
     for_unit_groups(b, hidden, |b, at, lanes| {
-        let g_at = b.ins().iadd(gates, at);
-        let x_at = b.ins().iadd(x, at);
-        let mut pre = [None; 4];
-        for (g, p) in pre.iter_mut().enumerate() {
-            let v = b.ins().load(types::F32X4, flags(), g_at, g as i32 * hp4);
-            let xv = load_part(b, x_at, g as i32 * x_gate, lanes);
-            *p = Some(b.ins().fadd(v, xv));
-        }
-        let [i, o, f, cand] = pre.map(|p| p.expect("four gates"));
-        let (i, o, f) = (
-            math::sigmoid(b, i),
-            math::sigmoid(b, o),
-            math::sigmoid(b, f),
-        );
-        let cand = math::tanh(b, cand);
-        let c_at = b.ins().iadd(c, at);
-        let c_prev = b.ins().load(types::F32X4, flags(), c_at, 0);
-        let kept = b.ins().fmul(f, c_prev);
-        let c_new = gemm::mul_add(b, fma, i, cand, kept);
-        b.ins().store(flags(), c_new, c_at, 0);
-        let tc = math::tanh(b, c_new);
-        let h_new = b.ins().fmul(o, tc);
-        let h_at = b.ins().iadd(h, at);
+        let g_at = b.ins().iadd(s.gates, at);
+        let x_at = b.ins().iadd(s.x, at);
+        let product =
+            |b: &mut FunctionBuilder, g: i32| b.ins().load(types::F32X4, flags(), g_at, g * hp4);
+        let input = |b: &mut FunctionBuilder, g: i32| load_part(b, x_at, g * x_gate, lanes);
+        let pre = |b: &mut FunctionBuilder, g: i32| {
+            let (p, x) = (product(b, g), input(b, g));
+            b.ins().fadd(p, x)
+        };
+        let h_at = b.ins().iadd(s.h, at);
+        let h_new = match cell {
+            RnnCell::Simple => {
+                let p = pre(b, 0);
+                math::tanh(b, p)
+            }
+            RnnCell::Gru => {
+                let (z, r) = (pre(b, 0), pre(b, 1));
+                let (z, r) = (math::sigmoid(b, z), math::sigmoid(b, r));
+                let mut hr = product(b, 2);
+                if let Some(rb) = s.rb {
+                    let rb_at = b.ins().iadd(rb, at);
+                    let bias = load_part(b, rb_at, 0, lanes);
+                    hr = b.ins().fadd(hr, bias);
+                }
+                let xh = input(b, 2);
+                let cand = gemm::mul_add(b, fma, r, hr, xh);
+                let cand = math::tanh(b, cand);
+                let h_prev = b.ins().load(types::F32X4, flags(), h_at, 0);
+                let diff = b.ins().fsub(h_prev, cand);
+                gemm::mul_add(b, fma, z, diff, cand)
+            }
+            RnnCell::Lstm => {
+                let [i, o, f, cand] = [0, 1, 2, 3].map(|g| pre(b, g));
+                let (i, o, f) = (
+                    math::sigmoid(b, i),
+                    math::sigmoid(b, o),
+                    math::sigmoid(b, f),
+                );
+                let cand = math::tanh(b, cand);
+                let c_at = b.ins().iadd(s.c, at);
+                let c_prev = b.ins().load(types::F32X4, flags(), c_at, 0);
+                let kept = b.ins().fmul(f, c_prev);
+                let c_new = gemm::mul_add(b, fma, i, cand, kept);
+                b.ins().store(flags(), c_new, c_at, 0);
+                let tc = math::tanh(b, c_new);
+                b.ins().fmul(o, tc)
+            }
+        };
         b.ins().store(flags(), h_new, h_at, 0);
-        let y_at = b.ins().iadd(y, at);
+        let y_at = b.ins().iadd(s.y, at);
         kernel::store_lanes(b, h_new, y_at, 0, lanes);
     });
 }
 
 /// Packs a run-time `R` (see [`pack`]) into `dst`, zeroing the padding first.
-fn pack_at_run_time(b: &mut FunctionBuilder, r: &Operand, dst: Value, dirs: usize, hidden: usize) {
-    let hp = padded_hidden(hidden);
+fn pack_at_run_time(
+    b: &mut FunctionBuilder,
+    r: &Operand,
+    dst: Value,
+    cell: RnnCell,
+    dirs: usize,
+    hidden: usize,
+) {
+    let (hp, gates) = (padded_hidden(hidden, cell), cell.gates());
     let zero = b.ins().f32const(0.0);
     let zero = b.ins().splat(types::F32X4, zero);
-    let bytes = packed_bytes(dirs, hidden);
+    let bytes = packed_bytes(cell, dirs, hidden);
     kernel::strided_loop(b, bytes / 16, &[(dst, 16)], |b, p| {
         b.ins().store(flags(), zero, p[0], 0);
     });
-    let blocks = 4 * hp / BLOCK;
+    let blocks = gates * hp / BLOCK;
     for d in 0..dirs {
-        for g in 0..4 {
+        for g in 0..gates {
             kernel::counted_loop(b, 0, hidden as i64, 1, |b, j| {
                 let col = b.ins().iadd_imm_s(j, (g * hp) as i64);
                 let blk = b.ins().ushr_imm_s(col, BLOCK.trailing_zeros() as i64);
                 let l = b.ins().band_imm_s(col, (BLOCK - 1) as i64);
-                let src = b.ins().iadd_imm_s(j, ((d * 4 + g) * hidden) as i64);
+                let src = b.ins().iadd_imm_s(j, ((d * gates + g) * hidden) as i64);
                 let src = b.ins().imul_imm_s(src, (hidden * 4) as i64);
                 let src = b.ins().iadd(r.ptr, src);
                 let at = b.ins().iadd_imm_s(blk, (d * blocks) as i64);

@@ -23,7 +23,7 @@
 use super::build::{binary, concat, reshape, scalar, slice, transpose, unary};
 use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
-use crate::ops::{Activation as Fused, BinaryOp, GemmAttrs, Op, UnaryOp};
+use crate::ops::{Activation as Fused, BinaryOp, GemmAttrs, Op, RnnCell, UnaryOp};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Cell {
@@ -496,14 +496,14 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
         }
     };
     let (h0, c0) = (initial(ctx, 5)?, initial(ctx, 6)?);
-    if runs_as_sequence(ctx, &spec, &acts, &lengths) {
+    if let Some(cell) = sequence_cell(ctx, &spec, &acts, &lengths) {
         let shape = Sequence {
             seq,
             batch,
             hidden,
             layout,
         };
-        return lstm_sequence(ctx, x, shape, &reverse, h0, c0);
+        return rnn_sequence(ctx, cell, x, shape, &reverse, (h0, c0));
     }
     let zeros = Tensor::from_vec(&[batch, hidden], vec![0.0f64; batch * hidden]).cast(dtype);
     let zero = scalar(ctx, "zero", dtype, 0.0);
@@ -631,30 +631,47 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
     Ok(())
 }
 
-/// Whether the LSTM is one `Op::LstmSequence` (whose loop runs over a sequence of any
-/// length, so the graph is the same at every length): float32, the default
-/// activations, no clip, no peepholes (or zero ones), every row the whole sequence.
-fn runs_as_sequence(ctx: &NodeCtx, spec: &Spec, acts: &[Vec<Act>], lengths: &Lengths) -> bool {
-    let default_acts = acts
-        .iter()
-        .all(|a| matches!(a[..], [Act::Sigmoid, Act::Tanh, Act::Tanh]));
+/// The cell as one `Op::RnnSequence` (whose loop runs over a sequence of any length,
+/// so the graph is the same at every length), if it is one the op runs: float32, the
+/// default activations, no clip, every row the whole sequence; an LSTM without
+/// peepholes (or zero ones) and coupled gates, a GRU with `linear_before_reset` (what
+/// PyTorch exports).
+fn sequence_cell(
+    ctx: &NodeCtx,
+    spec: &Spec,
+    acts: &[Vec<Act>],
+    lengths: &Lengths,
+) -> Option<RnnCell> {
     let no_peepholes = ctx.input(7).is_none_or(|p| {
         ctx.constant(p)
             .is_some_and(|t| t.to_f64_vec().iter().all(|&v| v == 0.0))
     });
-    matches!(
-        spec.cell,
+    let (cell, default_acts) = match spec.cell {
         Cell::Lstm {
-            input_forget: false
-        }
-    ) && spec.dtype == DType::F32
-        && spec.clip.is_none()
-        && matches!(lengths, Lengths::Full)
-        && default_acts
-        && no_peepholes
+            input_forget: false,
+        } if no_peepholes => (
+            RnnCell::Lstm,
+            acts.iter()
+                .all(|a| matches!(a[..], [Act::Sigmoid, Act::Tanh, Act::Tanh])),
+        ),
+        Cell::Gru {
+            linear_before_reset: true,
+        } => (
+            RnnCell::Gru,
+            acts.iter()
+                .all(|a| matches!(a[..], [Act::Sigmoid, Act::Tanh])),
+        ),
+        Cell::Rnn => (
+            RnnCell::Simple,
+            acts.iter().all(|a| matches!(a[..], [Act::Tanh])),
+        ),
+        _ => return None,
+    };
+    let plain = spec.dtype == DType::F32 && spec.clip.is_none() && matches!(lengths, Lengths::Full);
+    (plain && default_acts).then_some(cell)
 }
 
-/// An LSTM's extents and layout.
+/// A recurrent op's extents and layout.
 struct Sequence {
     seq: usize,
     batch: usize,
@@ -662,15 +679,17 @@ struct Sequence {
     layout: i64,
 }
 
-/// The LSTM as one Gemm projecting every step's input for all directions and one
-/// `Op::LstmSequence`; `x` is `[T·B, I]`, the initial states `[D, B, H]`.
-fn lstm_sequence(
+/// The recurrent op as one MatMul projecting every step's input for all directions
+/// (biases added: both of each gate's, but GRU's `Rb` of its h gate, which the
+/// recurrence adds inside the reset) and one `Op::RnnSequence`; `x` is `[T·B, I]`, the
+/// initial states `[D, B, H]`.
+fn rnn_sequence(
     ctx: &mut NodeCtx,
+    cell: RnnCell,
     x: ValueId,
     shape: Sequence,
     reverse: &[bool],
-    h0: Option<ValueId>,
-    c0: Option<ValueId>,
+    (h0, c0): (Option<ValueId>, Option<ValueId>),
 ) -> ImportResult {
     let Sequence {
         seq,
@@ -678,7 +697,7 @@ fn lstm_sequence(
         hidden,
         layout,
     } = shape;
-    let (dirs, gh) = (reverse.len(), 4 * hidden);
+    let (dirs, gh) = (reverse.len(), cell.gates() * hidden);
     let (w_all, r_all) = (ctx.required(1)?, ctx.required(2)?);
     let input_size = ctx.ty(w_all).shape[2];
     // A MatMul by Wᵀ (transposed once when constant) and the bias added: a GEMM of
@@ -686,30 +705,43 @@ fn lstm_sequence(
     let w = reshape(ctx, w_all, vec![dirs * gh, input_size])?;
     let wt = transpose(ctx, w, vec![1, 0])?;
     let mut xw = ctx.emit1(Op::MatMul(Default::default()), vec![Some(x), Some(wt)])?;
+    let mut third = c0.filter(|_| cell == RnnCell::Lstm);
     if let Some(b) = ctx.input(3) {
         let wb = slice(ctx, b, vec![0, 0], vec![dirs, gh])?;
         let rb = slice(ctx, b, vec![0, gh], vec![dirs, gh])?;
         let sum = binary(ctx, BinaryOp::Add, wb, rb)?;
-        let bias = reshape(ctx, sum, vec![dirs * gh])?;
+        let bias = match cell {
+            RnnCell::Gru => {
+                // z and r take both biases; h only Wb (Rb_h goes inside the reset).
+                let zr = slice(ctx, sum, vec![0, 0], vec![dirs, 2 * hidden])?;
+                let wb_h = slice(ctx, wb, vec![0, 2 * hidden], vec![dirs, hidden])?;
+                third = Some(slice(ctx, rb, vec![0, 2 * hidden], vec![dirs, hidden])?);
+                concat(ctx, vec![zr, wb_h], 1)?
+            }
+            _ => sum,
+        };
+        let bias = reshape(ctx, bias, vec![dirs * gh])?;
         xw = binary(ctx, BinaryOp::Add, xw, bias)?;
     }
     let xw = reshape(ctx, xw, vec![seq, batch, dirs * gh])?;
-    let op = Op::LstmSequence {
+    let op = Op::RnnSequence {
+        cell,
         reverse: reverse.to_vec(),
     };
-    let outs = ctx.emit(op, vec![Some(xw), Some(r_all), h0, c0], 3)?;
-    let (y, y_h, y_c) = (outs[0], outs[1], outs[2]);
+    let outs = ctx.emit(op, vec![Some(xw), Some(r_all), h0, third], cell.outputs())?;
     // [T, D, B, H], or [B, T, D, H] with layout 1; the states [D, B, H] or [B, D, H].
     let y = match layout {
-        1 => transpose(ctx, y, vec![2, 0, 1, 3])?,
-        _ => y,
+        1 => transpose(ctx, outs[0], vec![2, 0, 1, 3])?,
+        _ => outs[0],
     };
-    let states = |ctx: &mut NodeCtx, v: ValueId| match layout {
-        1 => transpose(ctx, v, vec![1, 0, 2]),
-        _ => Ok(v),
-    };
-    let (y_h, y_c) = (states(ctx, y_h)?, states(ctx, y_c)?);
-    ctx.bind_outputs(&[y, y_h, y_c]);
+    let mut bound = vec![y];
+    for &state in &outs[1..] {
+        bound.push(match layout {
+            1 => transpose(ctx, state, vec![1, 0, 2])?,
+            _ => state,
+        });
+    }
+    ctx.bind_outputs(&bound);
     Ok(())
 }
 
