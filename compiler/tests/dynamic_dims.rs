@@ -532,6 +532,31 @@ fn dims_that_cannot_vary_are_refused_naming_the_node() {
     let e = refusal(m.encode(), "b");
     assert!(e.contains("Softmax") && e.contains("mixes samples"), "{e}");
 
+    // A Transpose moving an image's plane onto the batch axis of a Conv.
+    let mut m = ModelBuilder::new(11);
+    let x = m.input("x", &[1, 3, 4, 4]);
+    symbolic(&mut m, &x, 2, "s");
+    symbolic(&mut m, &x, 3, "s");
+    let t = m.node(
+        "Transpose",
+        &[&x],
+        vec![("perm", Attr::Ints(vec![2, 1, 0, 3]))],
+    );
+    let w = m.weight(&[4, 3, 1, 3], 0.5);
+    let y = m.node(
+        "Conv",
+        &[&t, &w],
+        vec![("pads", Attr::Ints(vec![0, 1, 0, 1]))],
+    );
+    m.output(&y);
+    let e = import(&decode(&m.encode()), &with_range("s", 2, 4))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Conv") && e.contains("batch or channel axis"),
+        "{e}"
+    );
+
     // A mean over the samples.
     let mut m = ModelBuilder::new(2);
     let x = m.input("x", &[1, 6]);

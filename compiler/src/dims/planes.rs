@@ -259,6 +259,14 @@ fn output_planes(g: &Graph, node: &Node) -> std::result::Result<Option<RunExtent
     }
     let others_fixed =
         |from: usize| (node.inputs.iter().skip(from).flatten()).all(|v| extent_of(*v).is_none());
+    // A Transpose may have moved the planes to the batch or channel axis.
+    if matches!(node.op, Op::Conv(_) | Op::Pool(_)) && e.axes.iter().any(|&a| a < 2) {
+        return Err(format!(
+            "its input '{}' ({}) varies along its batch or channel axis, not only its planes",
+            g.value(x).name,
+            g.ty(x)
+        ));
+    }
     match &node.op {
         Op::Conv(c) => {
             let sp = c.kernel.len();
