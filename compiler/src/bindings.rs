@@ -95,6 +95,7 @@ struct Field {
 /// a dim holds, per unit of the dim, its elements at the dim's value 1.
 fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>) -> Vec<Field> {
     let deps = crate::dims::axis_dims(graph);
+    let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     field_names(graph, ids, taken)
         .into_iter()
         .zip(ids)
@@ -109,7 +110,6 @@ fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>)
             };
             let t = first + i;
             let own: Vec<_> = deps.iter().filter(|d| d.tensor == t).collect();
-            let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
             let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
             let planned: usize = own.iter().map(|d| info.ty.shape[d.axis].max(1)).product();
             let per_unit = unit / planned.max(1);

@@ -1361,6 +1361,32 @@ fn image_classifier(seed: u64, batch: bool) -> Vec<u8> {
     m.encode()
 }
 
+/// A bidirectional LSTM of `hidden` (with a bias) over the sequence `x` `[T, 1, input]`,
+/// its directions merged as exporters write it (Transpose, Reshape `[0, 0, -1]`):
+/// `[T, 1, 2·hidden]`.
+fn bidirectional_lstm(m: &mut ModelBuilder, x: &str, input: usize, hidden: usize) -> String {
+    let (w, r, b) = (
+        m.weight(&[2, 4 * hidden, input], 0.3),
+        m.weight(&[2, 4 * hidden, hidden], 0.3),
+        m.weight(&[2, 8 * hidden], 0.1),
+    );
+    let y = m.node(
+        "LSTM",
+        &[x, &w, &r, &b],
+        vec![
+            ("hidden_size", Attr::I(hidden as i64)),
+            ("direction", Attr::S("bidirectional")),
+        ],
+    );
+    let y = m.node(
+        "Transpose",
+        &[&y],
+        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
+    );
+    let shape = m.int_init(&[0, 0, -1]);
+    m.node("Reshape", &[&y, &shape], vec![])
+}
+
 /// A CRNN-style text recognizer over a grey line `[1, 1, 8, width]`: two conv + max
 /// pool stages and a 2×2 conv down to a height of 1, the columns squeezed and transposed
 /// into a sequence `[(width/2)/2 - 1, 1, 16]`, a bidirectional LSTM (hidden 10: gates
@@ -1399,26 +1425,7 @@ fn text_recognizer(seed: u64) -> Vec<u8> {
         &[&y],
         vec![("perm", Attr::Ints(vec![2, 0, 1]))],
     );
-    let (w, r, b) = (
-        m.weight(&[2, 40, 16], 0.3),
-        m.weight(&[2, 40, 10], 0.3),
-        m.weight(&[2, 80], 0.1),
-    );
-    let y = m.node(
-        "LSTM",
-        &[&y, &w, &r, &b],
-        vec![
-            ("hidden_size", Attr::I(10)),
-            ("direction", Attr::S("bidirectional")),
-        ],
-    );
-    let y = m.node(
-        "Transpose",
-        &[&y],
-        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
-    );
-    let shape = m.int_init(&[0, 0, -1]);
-    let y = m.node("Reshape", &[&y, &shape], vec![]);
+    let y = bidirectional_lstm(&mut m, &y, 16, 10);
     let (wc, bc) = (m.weight(&[20, 7], 0.5), m.weight(&[7], 0.1));
     let y = m.node("MatMul", &[&y, &wc], vec![]);
     let y = m.node("Add", &[&y, &bc], vec![]);
@@ -1497,26 +1504,7 @@ fn sequence_tagger(seed: u64) -> Vec<u8> {
         &[&e],
         vec![("perm", Attr::Ints(vec![1, 0, 2]))],
     );
-    let (w, r, b) = (
-        m.weight(&[2, 48, 16], 0.3),
-        m.weight(&[2, 48, 12], 0.3),
-        m.weight(&[2, 96], 0.1),
-    );
-    let y = m.node(
-        "LSTM",
-        &[&e, &w, &r, &b],
-        vec![
-            ("hidden_size", Attr::I(12)),
-            ("direction", Attr::S("bidirectional")),
-        ],
-    );
-    let y = m.node(
-        "Transpose",
-        &[&y],
-        vec![("perm", Attr::Ints(vec![0, 2, 1, 3]))],
-    );
-    let shape = m.int_init(&[0, 0, -1]);
-    let y = m.node("Reshape", &[&y, &shape], vec![]);
+    let y = bidirectional_lstm(&mut m, &e, 16, 12);
     let wc = m.weight(&[24, 5], 0.5);
     let y = m.node("MatMul", &[&y, &wc], vec![]);
     m.output(&y);

@@ -576,6 +576,23 @@ pub fn zeroed_vector_vars(
         .collect()
 }
 
+/// The first `lanes` floats at `base + offset` as an f32x4, the other lanes zero: the
+/// whole vector when all four are wanted, else lane by lane (a row's last columns).
+pub fn load_lanes(b: &mut FunctionBuilder, base: Value, offset: i32, lanes: usize) -> Value {
+    if lanes == 4 {
+        return b.ins().load(types::F32X4, flags(), base, offset);
+    }
+    let zero = b.ins().f32const(0.0);
+    let mut v = b.ins().splat(types::F32X4, zero);
+    for lane in 0..lanes {
+        let x = b
+            .ins()
+            .load(types::F32, flags(), base, offset + 4 * lane as i32);
+        v = b.ins().insertlane(v, x, lane as u8);
+    }
+    v
+}
+
 /// Stores the first `lanes` 32-bit lanes of the 4-lane vector `v` at `base + offset`:
 /// the whole vector when all four are wanted, else lane by lane (a tile's last columns).
 pub fn store_lanes(b: &mut FunctionBuilder, v: Value, base: Value, offset: i32, lanes: usize) {

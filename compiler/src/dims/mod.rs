@@ -92,8 +92,7 @@ impl AxisDim {
 
     /// The axis's size when its dim is `value`.
     pub fn at(&self, value: usize) -> usize {
-        let n = (self.scale * value) as i64;
-        self.size.eval(n).unwrap_or(0).max(0) as usize
+        self.size.size_at(self.scale * value)
     }
 }
 

@@ -343,14 +343,11 @@ fn squeezed_planes(
     to: &[usize],
     e: &RunExtent,
 ) -> std::result::Result<RunExtent, String> {
-    let long = |s: &[usize]| (0..s.len()).filter(|&a| s[a] != 1).collect::<Vec<_>>();
-    let (a, b) = (long(from), long(to));
-    let same = a.len() == b.len() && a.iter().zip(&b).all(|(&i, &j)| from[i] == to[j]);
     let axes: Option<Vec<usize>> = (e.axes.iter())
-        .map(|x| a.iter().position(|i| i == x).map(|k| b[k]))
+        .map(|&x| rows::moved_long_axis(from, to, x))
         .collect();
     match axes {
-        Some(axes) if same => Ok(RunExtent { axes, ..e.clone() }),
+        Some(axes) => Ok(RunExtent { axes, ..e.clone() }),
         _ => Err(format!(
             "a Reshape of planes whose size only the run knows, from {from:?} to {to:?}, must \
              only add or remove axes of 1"
@@ -462,7 +459,7 @@ fn check_predictions(g: &Graph, others: &[(usize, Graph)]) -> std::result::Resul
             let mut want = info.ty.shape.clone();
             if let Some(e) = &info.run_extent {
                 for (a, size) in axis_sizes(g, e) {
-                    want[a] = size.eval(*k as i64).unwrap_or(-1).max(0) as usize;
+                    want[a] = size.size_at(*k);
                 }
             }
             let got = &o.ty(v).shape;

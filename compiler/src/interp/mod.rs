@@ -661,7 +661,7 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
     // The row dim's count, and the constants growing with it cut to its rows.
     for d in &graph.row_dims {
         let value = rows.unwrap_or(graph.dims[d.dim].max);
-        let n = d.size.eval(value as i64).unwrap_or(0).max(0) as usize;
+        let n = d.size.size_at(value);
         slots[d.count.0] = Slot::Owned(Tensor::from_vec(&[1], vec![n as i64]));
         for (i, info) in graph.values.iter().enumerate() {
             let (Some(c), Some(e)) = (&info.constant, &info.run_extent) else {

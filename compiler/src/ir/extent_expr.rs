@@ -63,6 +63,11 @@ impl ExtentExpr {
 }
 
 impl ExtentExpr {
+    /// The extent when the dim is `n`, 0 where the formula leaves none.
+    pub fn size_at(&self, n: usize) -> usize {
+        self.eval(n as i64).unwrap_or(0).max(0) as usize
+    }
+
     /// This extent of `x` in ASCII arithmetic of non-negative integers, `/` rounding
     /// down as C's does (`(width - 4)/4`), for headers and listings.
     pub fn written(&self, x: &str) -> String {

@@ -310,31 +310,20 @@ pub fn passed_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
 }
 
 /// The extent of a Transpose's output that only moves unit axes (a sequence's
-/// `[1, seq, d]` as the `[seq, 1, d]` an RNN reads): the axes longer than 1 keep their
-/// order, so the elements keep their places and the varying axis moves with its
-/// axis. `None` for any other node.
+/// `[1, seq, d]` as the `[seq, 1, d]` an RNN reads): with the axes longer than 1 in
+/// their order it is the Reshape to its output shape ([`reshaped_extent`]). `None` for
+/// any other node.
 fn transposed_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Option<RunExtent> {
     let (Op::Transpose { perm }, [Some(x)]) = (op, inputs) else {
         return None;
     };
-    let extent = graph.value(*x).run_extent.as_ref()?;
-    let (&[a], false, false) = (
-        extent.axes.as_slice(),
-        extent.whole_shape,
-        extent.is_planes(),
-    ) else {
-        return None;
-    };
     let shape = &graph.ty(*x).shape;
     let long: Vec<usize> = perm.iter().copied().filter(|&p| shape[p] != 1).collect();
-    let in_order = long.windows(2).all(|w| w[0] < w[1]);
-    let to = perm.iter().position(|&p| p == a)?;
-    (in_order && shape[a] != 1).then(|| RunExtent {
-        axes: vec![to],
-        count: extent.count,
-        whole_shape: false,
-        sizes: vec![],
-    })
+    if !long.windows(2).all(|w| w[0] < w[1]) {
+        return None;
+    }
+    let to: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    reshaped_extent(graph, &Op::Reshape { shape: to }, inputs)
 }
 
 /// The planes an elementwise op of planes of one size (and scalars) passes on: it runs
@@ -370,17 +359,25 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
         return None;
     };
     let input = &graph.ty(*x).shape;
-    // The axes longer than 1 in order, the varying one first (only unit axes before).
-    let long = |s: &[usize]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
-    let b = shape.iter().position(|&d| d != 1)?;
+    let b = moved_long_axis(input, shape, a)?;
     let units = |s: &[usize]| s.iter().all(|&d| d == 1);
-    let same = long(input) == long(shape) && input[a] != 1 && shape[b] == input[a];
-    (units(&input[..a]) && units(&shape[..b]) && same).then(|| RunExtent {
+    (units(&input[..a]) && units(&shape[..b])).then(|| RunExtent {
         axes: vec![b],
         count: extent.count,
         whole_shape: false,
         sizes: vec![],
     })
+}
+
+/// Where axis `axis` of shape `from` lands in shape `to`, when `to` only adds, removes or
+/// moves axes of 1 (the axes longer than 1 the same, in the same order, so the
+/// elements keep their places) and `axis` is longer than 1; `None` otherwise.
+pub fn moved_long_axis(from: &[usize], to: &[usize], axis: usize) -> Option<usize> {
+    let long = |s: &[usize]| (0..s.len()).filter(|&a| s[a] != 1).collect::<Vec<_>>();
+    let (a, b) = (long(from), long(to));
+    let same = a.len() == b.len() && a.iter().zip(&b).all(|(&i, &j)| from[i] == to[j]);
+    let k = a.iter().position(|&i| i == axis)?;
+    same.then(|| b[k])
 }
 
 /// `op` computing `rows` rows of its output, for row-carrying operands whose axis

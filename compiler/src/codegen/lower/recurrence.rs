@@ -40,8 +40,14 @@ fn packed_bytes(cell: RnnCell, dirs: usize, hidden: usize) -> usize {
     dirs * cell.gates() * padded_hidden(hidden, cell) * hidden * 4
 }
 
-/// Scratch bytes: the states h and c of every batch row, one row's gates, and the
-/// packed weights when R is known only at run time.
+/// Bytes of the states in scratch: h (and an LSTM's c) of every batch row.
+fn states_bytes(cell: RnnCell, batch: usize, hp: usize) -> usize {
+    let states = if cell == RnnCell::Lstm { 2 } else { 1 };
+    (states * batch * hp * 4).next_multiple_of(ALIGN)
+}
+
+/// Scratch bytes: the states, one row's gates, and the packed weights when R is known
+/// only at run time.
 pub fn rnn_scratch(
     cell: RnnCell,
     dirs: usize,
@@ -50,7 +56,7 @@ pub fn rnn_scratch(
     r_constant: bool,
 ) -> usize {
     let hp = padded_hidden(hidden, cell);
-    let states = (2 * batch * hp * 4).next_multiple_of(ALIGN);
+    let states = states_bytes(cell, batch, hp);
     let gates = (cell.gates() * hp * 4).next_multiple_of(ALIGN);
     let packed = if r_constant {
         0
@@ -79,22 +85,6 @@ fn pack(r: &[f32], cell: RnnCell, dirs: usize, hidden: usize) -> Vec<f32> {
         }
     }
     out
-}
-
-/// The first `lanes` floats at `addr` as a vector, the others zero.
-fn load_part(b: &mut FunctionBuilder, addr: Value, offset: i32, lanes: usize) -> Value {
-    if lanes == LANES {
-        return b.ins().load(types::F32X4, flags(), addr, offset);
-    }
-    let zero = b.ins().f32const(0.0);
-    let mut v = b.ins().splat(types::F32X4, zero);
-    for lane in 0..lanes {
-        let x = b
-            .ins()
-            .load(types::F32, flags(), addr, offset + 4 * lane as i32);
-        v = b.ins().insertlane(v, x, lane as u8);
-    }
-    v
 }
 
 /// For each group of four units of a gate: `body(b, byte offset, lanes)` with the
@@ -137,7 +127,7 @@ pub fn rnn_sequence(ctx: &mut LowerCtx, cell: RnnCell, reverse: &[bool]) -> Lowe
     let gates = ctx
         .b
         .ins()
-        .iadd_imm_s(scratch, (2 * batch * hp * 4).next_multiple_of(ALIGN) as i64);
+        .iadd_imm_s(scratch, states_bytes(cell, batch, hp) as i64);
     let packed = match &r.constant {
         Some(t) => {
             let floats: Vec<f32> = t.to_f64_vec().iter().map(|&v| v as f32).collect();
@@ -157,14 +147,20 @@ pub fn rnn_sequence(ctx: &mut LowerCtx, cell: RnnCell, reverse: &[bool]) -> Lowe
     let fma = gemm::has_fma(ctx.target);
     let b = &mut *ctx.b;
     let h = scratch;
+    // An LSTM's cell states follow its hidden ones (the other cells have none).
     let c = b.ins().iadd_imm_s(scratch, (batch * hp * 4) as i64);
     let (row, state_row) = ((hidden * 4) as i64, (hp * 4) as i64);
     for (d, &rev) in reverse.iter().enumerate() {
         let weights = b
             .ins()
             .iadd_imm_s(packed, (d * packed_bytes(cell, 1, hidden)) as i64);
+        let rb = rb_h.map(|p| b.ins().iadd_imm_s(p, (d * hidden * 4) as i64));
         // The initial states, the padding zero.
-        for (state, init) in [(h, &h0), (c, &c0)] {
+        let states = match cell {
+            RnnCell::Lstm => vec![(h, &h0), (c, &c0)],
+            _ => vec![(h, &h0)],
+        };
+        for (state, init) in states {
             kernel::counted_loop(b, 0, batch as i64, 1, |b, bi| {
                 let dst = b.ins().imul_imm_s(bi, state_row);
                 let dst = b.ins().iadd(state, dst);
@@ -179,7 +175,7 @@ pub fn rnn_sequence(ctx: &mut LowerCtx, cell: RnnCell, reverse: &[bool]) -> Lowe
                     let src = b.ins().iadd(init.ptr, src);
                     for_unit_groups(b, hidden, |b, at, lanes| {
                         let s = b.ins().iadd(src, at);
-                        let v = load_part(b, s, 0, lanes);
+                        let v = kernel::load_lanes(b, s, 0, lanes);
                         let t = b.ins().iadd(dst, at);
                         b.ins().store(flags(), v, t, 0);
                     });
@@ -207,7 +203,6 @@ pub fn rnn_sequence(ctx: &mut LowerCtx, cell: RnnCell, reverse: &[bool]) -> Lowe
                 let y_off = b.ins().imul_imm_s(bi, row);
                 let y_row = b.ins().iadd(y_step, y_off);
                 recurrent_product(b, fma, weights, hb, gates, (hidden, hp, gates_n));
-                let rb = rb_h.map(|p| b.ins().iadd_imm_s(p, (d * hidden * 4) as i64));
                 let step = Step {
                     gates,
                     x: x_row,
@@ -312,7 +307,8 @@ fn step_states(
         let x_at = b.ins().iadd(s.x, at);
         let product =
             |b: &mut FunctionBuilder, g: i32| b.ins().load(types::F32X4, flags(), g_at, g * hp4);
-        let input = |b: &mut FunctionBuilder, g: i32| load_part(b, x_at, g * x_gate, lanes);
+        let input =
+            |b: &mut FunctionBuilder, g: i32| kernel::load_lanes(b, x_at, g * x_gate, lanes);
         let pre = |b: &mut FunctionBuilder, g: i32| {
             let (p, x) = (product(b, g), input(b, g));
             b.ins().fadd(p, x)
@@ -329,7 +325,7 @@ fn step_states(
                 let mut hr = product(b, 2);
                 if let Some(rb) = s.rb {
                     let rb_at = b.ins().iadd(rb, at);
-                    let bias = load_part(b, rb_at, 0, lanes);
+                    let bias = kernel::load_lanes(b, rb_at, 0, lanes);
                     hr = b.ins().fadd(hr, bias);
                 }
                 let xh = input(b, 2);

@@ -1288,11 +1288,7 @@ impl OutputGroup<'_> {
                     val = b.ins().fadd(val, bias);
                 }
                 if let Some(r) = r {
-                    let rv = if valid == LANES {
-                        load4(b, r, off)
-                    } else {
-                        load_lanes(b, r, off, valid)
-                    };
+                    let rv = kernel::load_lanes(b, r, off as i32, valid);
                     val = b.ins().fadd(val, rv);
                 }
                 val = super::super::elementwise::activation(b, self.act, val)?;
@@ -1308,18 +1304,6 @@ impl OutputGroup<'_> {
         }
         Ok(())
     }
-}
-
-/// The first `n` floats at `addr + off` in the low lanes of a vector (others zero).
-fn load_lanes(b: &mut FunctionBuilder, addr: Value, off: usize, n: usize) -> Value {
-    let mut v = splat(b, 0.0);
-    for l in 0..n {
-        let x = b
-            .ins()
-            .load(types::F32, flags(), addr, (off + l * F32) as i32);
-        v = b.ins().insertlane(v, x, l as u8);
-    }
-    v
 }
 
 #[cfg(test)]
