@@ -4,6 +4,7 @@ attributes each sample to the graph node whose code (node function or the GEMM /
 out-of-line kernels it defined) was running.
 
 usage: profile_model.py MODEL.onnx [--seconds S] [--cpu CPU] [--top N] [--nnc-args "ARGS"]
+                        [--dims V,V,...]
 
 --nnc-args passes more options to `nnc compile`, e.g.
 `--nnc-args "--quantize int8 --calibration calib.npy"`.
@@ -12,7 +13,9 @@ Needs perf and gcc. The model is compiled to an object (`nnc compile -o X.o`, wh
 keeps the local symbols `nnc_node_K` and `.LfnID`) and linked with gcc into a .so
 perf can symbolize. Kernels are anonymous functions declared right after the node
 that defines them, so `.LfnID` belongs to the last `nnc_node_K` declared before ID.
-Inputs are random (or MODEL.input.NAME.npy beside the model). Prints the share of
+Inputs are random (or MODEL.input.NAME.npy beside the model). A library compiled with
+ranges (`--nnc-args "--dim size=64..320"`) runs through `run` at `--dims`, its shapes
+from `shapes`. Prints the share of
 samples per node (top N) and per op kind; shares are of all samples of the process,
 so the remainder is Python's loop and library code.
 """
@@ -30,11 +33,38 @@ src = open(spec.origin).read().replace("\nmain()\n", "\n")
 ns = {"__file__": spec.origin}
 exec(compile(src, spec.origin, "exec"), ns)
 model = ns["NncModel"](sys.argv[1])
+dims = [int(x) for x in sys.argv[6].split(",")] if sys.argv[6] else []
+call = model.run
+if dims:
+    import ctypes, numpy as np
+    lib = model.lib
+    values = (ctypes.c_int64 * len(dims))(*dims)
+    ranks = [len(s) for _, _, s in model.inputs + model.outputs]
+    shapes = (ctypes.c_int64 * sum(ranks))()
+    if lib.shapes(values, shapes) != 0:
+        raise SystemExit(f"shapes({dims}) failed")
+    at, concrete = 0, []
+    for r in ranks:
+        concrete.append(tuple(shapes[at:at + r]))
+        at += r
+    n_in = len(model.inputs)
+    model.inputs = [(n, d, s) for (n, d, _), s in zip(model.inputs, concrete[:n_in])]
+    model.outputs = [(n, d, s) for (n, d, _), s in zip(model.outputs, concrete[n_in:])]
+    class RunOptions(ctypes.Structure):
+        _fields_ = [("size", ctypes.c_uint32), ("pool", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
+                    ("dims", ctypes.POINTER(ctypes.c_int64))]
+    opts = RunOptions(ctypes.sizeof(RunOptions), None, 0, values)
+    lib.workspace_size.restype = ctypes.c_uint64
+    ws = np.zeros(lib.workspace_size(ctypes.byref(opts)) + 64, np.uint8)
+    ws_ptr = ctypes.c_void_p(ws.ctypes.data + (-ws.ctypes.data) % 64)
+    def call():
+        if lib.run(model.in_ptrs, model.out_ptrs, ws_ptr, ctypes.byref(opts)) != 0:
+            raise RuntimeError("run failed")
 model.bind(ns["model_inputs"](os.path.dirname(sys.argv[2]), os.path.basename(sys.argv[2])[:-5], model.inputs))
 end = time.time() + float(sys.argv[3])
 runs, cpu = 0, time.thread_time()
 while time.time() < end:
-    model.run()
+    call()
     runs += 1
 with open(sys.argv[5], "w") as f:
     f.write(str((time.thread_time() - cpu) / runs * 1e3))
@@ -65,6 +95,9 @@ def main():
     ap.add_argument("--cpu", default="native")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--nnc-args", default="", help="more `nnc compile` options (one string)")
+    ap.add_argument("--dims", default="",
+                    help="comma-separated values of the model's symbolic dims (in `nnc_model_info` order) "
+                         "to run at, for a library compiled with ranges")
     ap.add_argument("--symbols", action="store_true",
                     help="also print the top symbols (a node's own code vs the kernels it calls)")
     args = ap.parse_args()
@@ -76,7 +109,7 @@ def main():
         kinds = node_kinds(r.stdout + r.stderr)
         subprocess.run(["gcc", "-shared", "-o", lib, obj], check=True)
         subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-o", data, sys.executable, "-c", LOOP,
-                        lib, os.path.abspath(args.model), str(args.seconds), ROOT, per_run],
+                        lib, os.path.abspath(args.model), str(args.seconds), ROOT, per_run, args.dims],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         nm = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
         report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym", "--stdio"],

@@ -97,6 +97,11 @@ pub struct GemmSpec {
     /// The kernel takes the number of rows to compute (at most `m`, which the plan is
     /// for) as its last argument: rows whose count only the run knows.
     pub rows_at_run_time: bool,
+    /// The kernel takes the number of columns to compute (at most `n`) as its last
+    /// argument (after the rows' count, if any): a block whose width only the run
+    /// knows, computed without rounding it up to a planned width. B must be
+    /// [`BLayout::Rows`] (read with masks where the columns end); x86 machine code only.
+    pub cols_at_run_time: bool,
 }
 
 /// Which kernel family computes a GEMM.

@@ -240,6 +240,7 @@ fn transpose_gemm_taps(
             geometry,
             b_taps: vec![],
             rows_at_run_time: false,
+            cols_at_run_time: false,
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

@@ -36,7 +36,7 @@ impl GemmKernel {
     /// Defines the out-of-line function computing `spec`.
     pub fn define(ctx: &mut LowerCtx, spec: &GemmSpec) -> Result<GemmKernel, String> {
         let counted = usize::from(spec.rows_at_run_time);
-        let params = 3 + spec.addends.len() + counted;
+        let params = 3 + spec.addends.len() + counted + usize::from(spec.cols_at_run_time);
         let packed = spec.a == ALayout::Packed
             || matches!(
                 spec.b,
@@ -65,10 +65,13 @@ impl GemmKernel {
                 })?);
                 define_machine_code(ctx, params, &x86::gemm::emit(&without_activation, isa)?)?
             }
-            KernelKind::X86(_) if spec.rows_at_run_time => {
+            KernelKind::X86(_) if spec.rows_at_run_time || spec.cols_at_run_time => {
                 return Err(format!(
-                    "rows counted at run time the x86 kernel cannot compute: {spec:?}"
+                    "rows or columns counted at run time the x86 kernel cannot compute: {spec:?}"
                 ))
+            }
+            _ if spec.cols_at_run_time => {
+                return Err("columns counted at run time need the x86 machine-code GEMM".into())
             }
             KernelKind::X86(_) if packed => {
                 return Err(format!(
@@ -117,9 +120,23 @@ impl GemmKernel {
         addends: &[Value],
         rows: Option<Value>,
     ) {
+        self.call_counted(b, (a, b_ptr, c), addends, rows, None);
+    }
+
+    /// [`Self::call`] for a kernel of rows or columns counted at run time (the spec's
+    /// `rows_at_run_time`, `cols_at_run_time`).
+    pub fn call_counted(
+        &self,
+        b: &mut FunctionBuilder,
+        (a, b_ptr, c): (Value, Value, Value),
+        addends: &[Value],
+        rows: Option<Value>,
+        cols: Option<Value>,
+    ) {
         let mut args = vec![a, b_ptr, c];
         args.extend_from_slice(addends);
         args.extend(rows);
+        args.extend(cols);
         b.ins().call(self.func, &args);
         if let Some(post) = self.post {
             let mut args = vec![c];

@@ -257,6 +257,8 @@ impl Vecs {
 #[derive(Default)]
 pub(crate) struct TailMasks {
     table: Option<CodeLabel>,
+    /// Opmasks of 0 to 16 lanes, one word each, for counts known at run time.
+    opmasks: Option<CodeLabel>,
 }
 
 impl TailMasks {
@@ -276,6 +278,34 @@ impl TailMasks {
                 a.kmovw(k, eax)?;
             }
             X86Isa::Avx2 => self.ymm(a, y, lanes, rax)?,
+        }
+        Ok(())
+    }
+
+    /// [`Self::set`] for a lane count (1 to the ISA's lanes) in register `lanes`,
+    /// with `via` clobbered for a table's address and `lanes` for its offset.
+    pub(crate) fn set_counted(
+        &mut self,
+        a: &mut CodeAssembler,
+        isa: X86Isa,
+        k: AsmRegisterK,
+        y: usize,
+        lanes: AsmRegister64,
+        via: AsmRegister64,
+    ) -> AsmResult<()> {
+        match isa {
+            X86Isa::Avx512 => {
+                let table = *self.opmasks.get_or_insert_with(|| a.create_label());
+                a.lea(via, ptr(table))?;
+                a.kmovw(k, word_ptr(via + lanes * 2))?;
+            }
+            X86Isa::Avx2 => {
+                // The mask of n lanes starts 8 − n elements into the table.
+                let table = *self.table.get_or_insert_with(|| a.create_label());
+                a.lea(via, ptr(table))?;
+                a.neg(lanes)?;
+                a.vmovups(YMM[y], ymmword_ptr(via + lanes * 4 + imm(8 * F32)?))?;
+            }
         }
         Ok(())
     }
@@ -302,6 +332,11 @@ impl TailMasks {
             let mut t = vec![u32::MAX; 8];
             t.extend([0u32; 8]);
             a.dd(&t)?;
+        }
+        if let Some(mut l) = self.opmasks.take() {
+            a.set_label(&mut l)?;
+            let t: Vec<u16> = (0..=16u32).map(|n| ((1u32 << n) - 1) as u16).collect();
+            a.dw(&t)?;
         }
         Ok(())
     }

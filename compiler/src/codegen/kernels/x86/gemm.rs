@@ -45,6 +45,7 @@ pub fn supports(spec: &GemmSpec) -> bool {
         && (!spec.rows_at_run_time
             || (matches!(spec.a, ALayout::Strided { .. })
                 && !matches!(spec.b, BLayout::Taps { .. })))
+        && (!spec.cols_at_run_time || matches!(spec.b, BLayout::Rows { .. }))
 }
 
 /// The GEMM tile has three free registers after its K loop (B's and the broadcasts'),
@@ -116,12 +117,15 @@ fn prefetch_next_panel(s: &GemmSpec) -> bool {
 /// frame (freeing rcx, r8 and r9 for the loops), the rest are on the stack.
 const ADDEND_REGS: [AsmRegister64; 3] = [rcx, r8, r9];
 /// Frame bytes below the saved registers: the three addend registers, the end column
-/// of the current output row's full panels (implicit-GEMM conv), then for rows counted
-/// at run time their number and the end of their full row tiles.
-const FRAME: usize = 48;
+/// of the current output row's full panels (implicit-GEMM conv), for rows counted at
+/// run time their number and the end of their full row tiles, and for columns counted
+/// at run time their number and the end of their full panels.
+const FRAME: usize = 64;
 const PANEL_END_SLOT: i32 = 24;
 const ROWS_SLOT: i32 = 32;
 const FULL_ROWS_END_SLOT: i32 = 40;
+const COLS_SLOT: i32 = 48;
+const FULL_COLS_END_SLOT: i32 = 56;
 /// The System V integer argument registers, in order.
 const ARG_REGS: [AsmRegister64; 6] = [rdi, rsi, rdx, rcx, r8, r9];
 /// Callee-saved registers the kernel uses, pushed in this order.
@@ -152,8 +156,9 @@ struct Block {
 struct TileShape {
     rows: usize,
     vecs: usize,
-    /// Valid lanes of the last vector, when the tile's columns end inside it.
-    tail_lanes: Option<usize>,
+    /// Whether the tile's columns end inside its last vector (whose lanes the mask
+    /// register holds).
+    masked: bool,
     /// Floats per K step of this panel of packed B (its width).
     packed_b_width: usize,
     block: Block,
@@ -208,6 +213,9 @@ impl Emitter<'_> {
         if s.rows_at_run_time {
             self.count_rows(a, exit)?;
         }
+        if s.cols_at_run_time {
+            self.count_cols(a, exit)?;
+        }
         if s.m > 0 && s.n > 0 {
             if panels_outer(s) {
                 self.panels_outer(a)?;
@@ -251,6 +259,104 @@ impl Emitter<'_> {
         a.imul_3(rax, rax, imm(self.mr)?)?;
         a.mov(qword_ptr(rsp + FULL_ROWS_END_SLOT), rax)?;
         a.mov(rdx, r11)?;
+        Ok(())
+    }
+
+    /// Reads the run-time column count (the last argument) into the frame, with the end
+    /// of its full panels; jumps to `exit` when it is 0. Clobbers rax, r10 and r11.
+    fn count_cols(&mut self, a: &mut CodeAssembler, exit: CodeLabel) -> AsmResult<()> {
+        let s = self.spec;
+        let arg = 3 + s.addends.len() + usize::from(s.rows_at_run_time);
+        match ARG_REGS.get(arg) {
+            Some(&r) => a.mov(rax, r)?,
+            None => a.mov(
+                rax,
+                qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + arg - ARG_REGS.len()) * 8)?),
+            )?,
+        }
+        // Never more columns than planned for.
+        a.mov(r10, s.n as u64)?;
+        a.cmp(rax, r10)?;
+        a.cmova(rax, r10)?;
+        a.mov(qword_ptr(rsp + COLS_SLOT), rax)?;
+        a.test(rax, rax)?;
+        a.jz(exit)?;
+        a.mov(r11, rdx)?;
+        a.xor(edx, edx)?;
+        a.mov(r10, self.nr as u64)?;
+        a.div(r10)?;
+        a.imul_3(rax, rax, imm(self.nr)?)?;
+        a.mov(qword_ptr(rsp + FULL_COLS_END_SLOT), rax)?;
+        a.mov(rdx, r11)?;
+        Ok(())
+    }
+
+    /// Emits `body` for each column panel, rbp = its first column: the full panels in a
+    /// loop, then the partial one (`body(vecs, masked, packed_b_width)`), its width
+    /// fixed by the spec or, for columns counted at run time, chosen among 1 to NR/lanes
+    /// vectors by the count, the last vector's mask set from it.
+    fn columns(
+        &mut self,
+        a: &mut CodeAssembler,
+        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize, bool, usize) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        let s = self.spec;
+        let lanes = self.v.isa.lanes();
+        let (_, vecs) = self.v.isa.tile();
+        let nr = self.nr;
+        a.xor(ebp, ebp)?;
+        if s.cols_at_run_time {
+            let mut tail = a.create_label();
+            a.cmp(rbp, qword_ptr(rsp + FULL_COLS_END_SLOT))?;
+            a.jae(tail)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            body(self, a, vecs, false, nr)?;
+            a.add(rbp, imm(nr)?)?;
+            a.cmp(rbp, qword_ptr(rsp + FULL_COLS_END_SLOT))?;
+            a.jb(top)?;
+            a.set_label(&mut tail)?;
+            let mut done = a.create_label();
+            a.mov(rax, qword_ptr(rsp + COLS_SLOT))?;
+            a.sub(rax, rbp)?;
+            a.jz(done)?;
+            for v in 1..=vecs {
+                let mut wider = a.create_label();
+                if v < vecs {
+                    a.cmp(rax, imm(v * lanes)?)?;
+                    a.ja(wider)?;
+                }
+                a.sub(rax, imm((v - 1) * lanes)?)?;
+                self.masks
+                    .set_counted(a, self.v.isa, k1, AVX2_MASK, rax, r13)?;
+                body(self, a, v, true, v * lanes)?;
+                if v < vecs {
+                    a.jmp(done)?;
+                    a.set_label(&mut wider)?;
+                }
+            }
+            a.set_label(&mut done)?;
+            // The code after may open with a label of its own.
+            a.nop()?;
+            return Ok(());
+        }
+        let (full_panels, rem) = (s.n / nr, s.n % nr);
+        if full_panels > 0 {
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            body(self, a, vecs, false, nr)?;
+            a.add(rbp, imm(nr)?)?;
+            a.cmp(rbp, imm(full_panels * nr)?)?;
+            a.jb(top)?;
+        }
+        if rem > 0 {
+            let vecs = rem.div_ceil(lanes);
+            let masked = rem % lanes != 0;
+            if masked {
+                self.set_mask(a, rem % lanes)?;
+            }
+            body(self, a, vecs, masked, vecs * lanes)?;
+        }
         Ok(())
     }
 
@@ -315,31 +421,11 @@ impl Emitter<'_> {
     /// Column panel after column panel, each through every K block (see
     /// [`panels_outer`]); rbp = the panel's first column.
     fn panels_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
-        let s = self.spec;
-        let lanes = self.v.isa.lanes();
-        let (full_panels, rem) = (s.n / self.nr, s.n % self.nr);
-        let (_, vecs) = self.v.isa.tile();
-        let nr = self.nr;
-        a.xor(ebp, ebp)?;
-        if full_panels > 0 {
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            self.k_blocks(a, &mut |e, a, block| e.row_tiles(a, block, vecs, None, nr))?;
-            a.add(rbp, imm(nr)?)?;
-            a.cmp(rbp, imm(full_panels * nr)?)?;
-            a.jb(top)?;
-        }
-        if rem > 0 {
-            let vecs = rem.div_ceil(lanes);
-            let tail_lanes = (rem % lanes != 0).then_some(rem % lanes);
-            if let Some(n) = tail_lanes {
-                self.set_mask(a, n)?;
-            }
-            self.k_blocks(a, &mut |e, a, block| {
-                e.row_tiles(a, block, vecs, tail_lanes, vecs * lanes)
-            })?;
-        }
-        Ok(())
+        self.columns(a, &mut |e, a, vecs, masked, width| {
+            e.k_blocks(a, &mut |e, a, block| {
+                e.row_tiles(a, block, vecs, masked, width)
+            })
+        })
     }
 
     /// All tiles of C for the K steps `r15 .. r15 + block.steps`.
@@ -352,30 +438,9 @@ impl Emitter<'_> {
         {
             return self.conv_pass(a, block, out_w, out_h, row_step);
         }
-        let s = self.spec;
-        let lanes = self.v.isa.lanes();
-        let full_panels = s.n / self.nr;
-        let rem = s.n % self.nr;
-        a.xor(ebp, ebp)?;
-        if full_panels > 0 {
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            let (_, vecs) = self.v.isa.tile();
-            self.row_tiles(a, block, vecs, None, self.nr)?;
-            a.add(rbp, imm(self.nr)?)?;
-            a.cmp(rbp, imm(full_panels * self.nr)?)?;
-            a.jb(top)?;
-        }
-        if rem > 0 {
-            let vecs = rem.div_ceil(lanes);
-            let tail = rem % lanes;
-            let tail_lanes = (tail != 0).then_some(tail);
-            if let Some(n) = tail_lanes {
-                self.set_mask(a, n)?;
-            }
-            self.row_tiles(a, block, vecs, tail_lanes, vecs * lanes)?;
-        }
-        Ok(())
+        self.columns(a, &mut |e, a, vecs, masked, width| {
+            e.row_tiles(a, block, vecs, masked, width)
+        })
     }
 
     /// [`Pass`] over an implicit-GEMM conv: output row by output row (rcx counts them,
@@ -403,19 +468,18 @@ impl Emitter<'_> {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
             let (_, vecs) = self.v.isa.tile();
-            self.row_tiles(a, block, vecs, None, self.nr)?;
+            self.row_tiles(a, block, vecs, false, self.nr)?;
             a.add(rbp, imm(self.nr)?)?;
             a.cmp(rbp, qword_ptr(rsp + PANEL_END_SLOT))?;
             a.jb(top)?;
         }
         if rem > 0 {
             let vecs = rem.div_ceil(lanes);
-            let tail = rem % lanes;
-            let tail_lanes = (tail != 0).then_some(tail);
-            if let Some(n) = tail_lanes {
-                self.set_mask(a, n)?;
+            let masked = rem % lanes != 0;
+            if masked {
+                self.set_mask(a, rem % lanes)?;
             }
-            self.row_tiles(a, block, vecs, tail_lanes, vecs * lanes)?;
+            self.row_tiles(a, block, vecs, masked, vecs * lanes)?;
             a.add(rbp, imm(rem)?)?;
         }
         a.add(r8, imm(row_step - out_w)?)?;
@@ -434,7 +498,7 @@ impl Emitter<'_> {
         a: &mut CodeAssembler,
         block: Block,
         vecs: usize,
-        tail_lanes: Option<usize>,
+        masked: bool,
         packed_b_width: usize,
     ) -> AsmResult<()> {
         let s = self.spec;
@@ -443,7 +507,7 @@ impl Emitter<'_> {
         let full = TileShape {
             rows: self.mr,
             vecs,
-            tail_lanes,
+            masked,
             packed_b_width,
             block,
             prefetch_next: false,
@@ -552,9 +616,9 @@ impl Emitter<'_> {
             BLayout::Packed => (s.k * F32, t.packed_b_width * F32, false),
             // Panel p of the current K block: columns p·nr .. at block start + p·nr·steps.
             BLayout::PackedBlocks => (t.block.steps * F32, t.packed_b_width * F32, false),
-            BLayout::Rows { row_stride } => (F32, row_stride * F32, t.tail_lanes.is_some()),
+            BLayout::Rows { row_stride } => (F32, row_stride * F32, t.masked),
             // Per-step offsets come from the table (r9); a tail may end past the input.
-            BLayout::Taps { .. } => (F32, 0, t.tail_lanes.is_some()),
+            BLayout::Taps { .. } => (F32, 0, t.masked),
             BLayout::Gather { .. } => unreachable!("excluded by supports()"),
         };
         a.imul_3(r10, rbx, imm(a_tile_stride)?)?;
@@ -701,7 +765,7 @@ impl Emitter<'_> {
             // The earlier blocks' sum, stored in C.
             for i in 0..t.rows {
                 for v in 0..t.vecs {
-                    let masked = t.tail_lanes.is_some() && v + 1 == t.vecs;
+                    let masked = t.masked && v + 1 == t.vecs;
                     let r = self.acc(t, i, v);
                     self.v
                         .load(a, tmp, r12 + imm(i * s.ldc * F32 + v * vb)?, masked)?;
@@ -717,7 +781,7 @@ impl Emitter<'_> {
         }
         for i in 0..t.rows {
             for v in 0..t.vecs {
-                let masked = t.tail_lanes.is_some() && v + 1 == t.vecs;
+                let masked = t.masked && v + 1 == t.vecs;
                 self.v.store(
                     a,
                     r12 + imm(i * s.ldc * F32 + v * vb)?,
@@ -766,7 +830,7 @@ impl Emitter<'_> {
             for v in 0..t.vecs {
                 let r = self.acc(t, i, v);
                 if ad.col_stride == 1 {
-                    let masked = t.tail_lanes.is_some() && v + 1 == t.vecs;
+                    let masked = t.masked && v + 1 == t.vecs;
                     self.v.load(a, tmp, r13 + imm(row + v * vb)?, masked)?;
                 }
                 if scaled {

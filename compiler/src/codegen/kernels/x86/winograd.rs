@@ -48,9 +48,15 @@ pub(crate) struct TransformSpec {
     pub rows: usize,
     pub tw: usize,
     pub groups: usize,
-    /// Phase row length and padded input height (channel stride of the phase planes).
+    /// Phase row length.
     pub lp: usize,
-    pub hp: usize,
+    /// Bytes from one channel's phase planes to the next.
+    pub channel_bytes: usize,
+    /// One tile row per call, its counts (groups; valid rows and columns, row and
+    /// plane bytes of the output) from the arguments: planes whose extents only the
+    /// run knows (`lower::planes::winograd`). `rows`, `tw`, `groups`, `out_h`,
+    /// `out_w` and `last_rows` are then unused.
+    pub tile_row: bool,
     /// Row length of V and M (floats), bytes from one V_ξν (M_ξν) to the next.
     pub ts: usize,
     pub v_plane: usize,
@@ -229,7 +235,8 @@ fn assemble(a: &mut CodeAssembler) -> Result<Vec<u8>, String> {
 }
 
 /// The input transform of one chunk: `(phases, V)`, System V; `phases` at the chunk's
-/// first tile row (channel 0), `V` at (ξν 0, channel 0, tile 0).
+/// first tile row (channel 0), `V` at (ξν 0, channel 0, tile 0). With `tile_row`:
+/// `(phases, V, groups)`, the groups of one tile row.
 pub(crate) fn emit_input(s: &TransformSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     input_code(&mut a, s).map_err(|AsmError(e)| e)?;
@@ -244,7 +251,17 @@ fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
     let (m, an, vb, lanes) = (s.m, s.a(), s.vb(), s.lanes());
     let wp = m * s.lp;
     let v_ab = s.v_plane;
-    enter(a, &[], an * an * vb)?;
+    let saved: &[AsmRegister64] = if s.tile_row { &[rbx] } else { &[] };
+    enter(a, saved, an * an * vb)?;
+    let mut exit = a.create_label();
+    let rows = if s.tile_row {
+        a.mov(rbx, rdx)?;
+        a.test(rbx, rbx)?;
+        a.jz(exit)?;
+        1
+    } else {
+        s.rows
+    };
     let (d, o): (Vec<usize>, Vec<usize>) = ((0..an).collect(), (an..2 * an).collect());
     let t = [2 * an, 2 * an + 1];
     a.mov(r8, s.channels as u64)?;
@@ -252,12 +269,16 @@ fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
     a.set_label(&mut chan_top)?;
     a.mov(r10, rdi)?;
     a.mov(r11, rsi)?;
-    a.mov(r9, s.rows as u64)?;
+    a.mov(r9, rows as u64)?;
     let mut row_top = a.create_label();
     a.set_label(&mut row_top)?;
     a.mov(rax, r10)?;
     a.mov(rdx, r11)?;
-    a.mov(rcx, s.groups as u64)?;
+    if s.tile_row {
+        a.mov(rcx, rbx)?;
+    } else {
+        a.mov(rcx, s.groups as u64)?;
+    }
     let mut group_top = a.create_label();
     a.set_label(&mut group_top)?;
     // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], d[r][s] at phase s mod m, column
@@ -292,11 +313,12 @@ fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
     a.add(r11, imm(s.tw * F32)?)?;
     a.dec(r9)?;
     a.jnz(row_top)?;
-    a.add(rdi, imm(s.hp * wp * F32)?)?;
+    a.add(rdi, imm(s.channel_bytes)?)?;
     a.add(rsi, imm(s.ts * F32)?)?;
     a.dec(r8)?;
     a.jnz(chan_top)?;
-    leave(a, &[])?;
+    a.set_label(&mut exit)?;
+    leave(a, saved)?;
     emit_consts(a, &mut consts, lanes)
 }
 
@@ -305,7 +327,10 @@ const OUT_SAVED: [AsmRegister64; 5] = [rbx, r12, r13, r14, r15];
 
 /// The output transform of one chunk: `(M, Y, bias, R)`, System V; `M` at (ξν 0, map 0,
 /// tile 0), `Y` and `R` at (map 0, the chunk's first output row); bias and R are
-/// ignored unless the spec has them.
+/// ignored unless the spec has them. With `tile_row`: `(M, Y, bias, R, counts)`, `M`
+/// at the tile row's first tile, `Y` and `R` at its first output row and column, and
+/// `counts` the address of four i64: the valid output rows (1 to m) and columns of the
+/// tile row, the bytes of an output row and of an output plane.
 pub(crate) fn emit_output(s: &TransformSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
     let mut e = OutputEmitter {
@@ -333,6 +358,23 @@ struct OutputEmitter<'s> {
 /// Free registers of the output epilogue's activation.
 const OUTPUT_TEMPS: [usize; 2] = [12, 13];
 
+/// Frame slots (i64) of the `tile_row` output kernel after its stage: the four counts
+/// of its arguments, then the row's whole groups and its columns after them.
+const ROWS_SLOT: usize = 0;
+const ROW_BYTES_SLOT: usize = 2;
+const PLANE_SLOT: usize = 3;
+const GROUPS_SLOT: usize = 4;
+const REST_SLOT: usize = 5;
+const COUNT_SLOTS: usize = 6;
+
+/// Which columns of a group of tiles the `tile_row` output kernel stores.
+#[derive(Clone, Copy, PartialEq)]
+enum Columns {
+    Whole,
+    /// The frame's rest of the row's valid columns.
+    Counted,
+}
+
 /// Register of the splat bias (AVX2 keeps its tail mask in ymm15).
 fn bias_reg(isa: X86Isa) -> usize {
     match isa {
@@ -343,6 +385,9 @@ fn bias_reg(isa: X86Isa) -> usize {
 
 impl OutputEmitter<'_> {
     fn code(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        if self.s.tile_row {
+            return self.tile_row_code(a);
+        }
         let s = self.s;
         let (an, m, vb) = (s.a(), s.m, s.vb());
         enter(a, &OUT_SAVED, (an * m + m * m) * vb)?;
@@ -376,12 +421,184 @@ impl OutputEmitter<'_> {
         a.dec(r8)?;
         a.jnz(map_top)?;
         leave(a, &OUT_SAVED)?;
-        emit_consts(a, &mut self.consts, s.lanes())?;
+        self.data(a)
+    }
+
+    /// Constants, masks and permutation indices, after the code.
+    fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        emit_consts(a, &mut self.consts, self.s.lanes())?;
         self.masks.emit_table(a)?;
         for (idx, mut l) in std::mem::take(&mut self.indices) {
             a.set_label(&mut l)?;
             a.dd(&idx)?;
         }
+        Ok(())
+    }
+
+    /// The `tile_row` kernel: for each map, the row's whole groups of tiles, then the
+    /// group where its valid columns end (masked by their count), each output row of a
+    /// group stored only when it is one of the valid rows.
+    fn tile_row_code(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let (an, m, vb, lanes) = (s.a(), s.m, s.vb(), s.lanes());
+        let span = lanes * m;
+        let stage = (an * m + m * m) * vb;
+        enter(a, &OUT_SAVED, stage + COUNT_SLOTS * 8)?;
+        // The counts, then the whole groups and the columns after them, in the frame.
+        for k in 0..4 {
+            a.mov(rax, qword_ptr(r8 + k * 8))?;
+            a.mov(qword_ptr(rsp + imm(stage + k as usize * 8)?), rax)?;
+        }
+        a.mov(rax, qword_ptr(r8 + 8))?;
+        a.shr(rax, span.trailing_zeros())?;
+        a.mov(qword_ptr(rsp + imm(stage + GROUPS_SLOT * 8)?), rax)?;
+        a.mov(rax, qword_ptr(r8 + 8))?;
+        a.and(rax, imm(span - 1)?)?;
+        a.mov(qword_ptr(rsp + imm(stage + REST_SLOT * 8)?), rax)?;
+        a.mov(r8, s.maps as u64)?;
+        let mut map_top = a.create_label();
+        a.set_label(&mut map_top)?;
+        if s.bias {
+            self.ops.v.broadcast(a, bias_reg(s.isa), rdx + 0)?;
+        }
+        a.mov(r14, rdi)?;
+        a.mov(r15, rsi)?;
+        a.mov(rbx, rcx)?;
+        let mut rest = a.create_label();
+        a.mov(r13, qword_ptr(rsp + imm(stage + GROUPS_SLOT * 8)?))?;
+        a.test(r13, r13)?;
+        a.jz(rest)?;
+        let mut top = a.create_label();
+        a.set_label(&mut top)?;
+        self.transform_group(a)?;
+        self.store_group(a, Columns::Whole, stage)?;
+        a.add(r14, imm(lanes * F32)?)?;
+        a.add(r15, imm(span * F32)?)?;
+        a.add(rbx, imm(span * F32)?)?;
+        a.dec(r13)?;
+        a.jnz(top)?;
+        a.set_label(&mut rest)?;
+        let mut next_map = a.create_label();
+        a.cmp(qword_ptr(rsp + imm(stage + REST_SLOT * 8)?), 0)?;
+        a.je(next_map)?;
+        self.transform_group(a)?;
+        self.store_group(a, Columns::Counted, stage)?;
+        a.set_label(&mut next_map)?;
+        a.add(rdi, imm(s.ts * F32)?)?;
+        a.add(rsi, qword_ptr(rsp + imm(stage + PLANE_SLOT * 8)?))?;
+        a.add(rcx, qword_ptr(rsp + imm(stage + PLANE_SLOT * 8)?))?;
+        a.add(rdx, F32 as i32)?;
+        a.dec(r8)?;
+        a.jnz(map_top)?;
+        leave(a, &OUT_SAVED)?;
+        self.data(a)
+    }
+
+    /// `Aᵀ M A` of the group of tiles at r14 into the stage: output row i, column j of
+    /// every tile at `rsp + (an·m + i·m + j)·vb`.
+    fn transform_group(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let s = self.s;
+        let (an, m, vb) = (s.a(), s.m, s.vb());
+        let m_ab = s.m_plane;
+        let x: Vec<usize> = (0..an).collect();
+        let o: Vec<usize> = (6..6 + m).collect();
+        let t = [10, 11, 12, 13];
+        // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
+        for xi in 0..an {
+            for (nu, &xr) in x.iter().enumerate() {
+                self.ops
+                    .v
+                    .load(a, xr, r14 + imm((xi * an + nu) * m_ab)?, false)?;
+            }
+            self.ops.output_1d(a, &mut self.consts, m, &x, &o, t)?;
+            for (j, &oj) in o.iter().enumerate() {
+                self.ops
+                    .v
+                    .store(a, rsp + imm((xi * m + j) * vb)?, oj, false)?;
+            }
+        }
+        // Column pass: out[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j], staged after z.
+        let o_at = an * m * vb;
+        for j in 0..m {
+            for (xi, &xr) in x.iter().enumerate() {
+                self.ops
+                    .v
+                    .load(a, xr, rsp + imm((xi * m + j) * vb)?, false)?;
+            }
+            self.ops.output_1d(a, &mut self.consts, m, &x, &o, t)?;
+            for (i, &oi) in o.iter().enumerate() {
+                self.ops
+                    .v
+                    .store(a, rsp + imm(o_at + (i * m + j) * vb)?, oi, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores the staged group (r15 = Y, rbx = R at its first row and column) with
+    /// bias, residual and activation: its valid rows (the frame's count) and all
+    /// `lanes·m` columns or the frame's rest of them. Uses r9 and r12 for the rows.
+    fn store_group(
+        &mut self,
+        a: &mut CodeAssembler,
+        cols: Columns,
+        counts: usize,
+    ) -> AsmResult<()> {
+        let s = self.s;
+        let (an, m, vb, lanes) = (s.a(), s.m, s.vb(), s.lanes());
+        let o_at = an * m * vb;
+        let mut done = a.create_label();
+        a.mov(r9, r15)?;
+        a.mov(r12, rbx)?;
+        for i in 0..m {
+            if i > 0 {
+                a.cmp(qword_ptr(rsp + imm(counts + ROWS_SLOT * 8)?), imm(i)?)?;
+                a.jbe(done)?;
+                a.add(r9, qword_ptr(rsp + imm(counts + ROW_BYTES_SLOT * 8)?))?;
+                a.add(r12, qword_ptr(rsp + imm(counts + ROW_BYTES_SLOT * 8)?))?;
+            }
+            for j in 0..m {
+                self.ops
+                    .v
+                    .load(a, j, rsp + imm(o_at + (i * m + j) * vb)?, false)?;
+            }
+            let outs = self.tiles_to_columns(a)?;
+            for (q, &r) in outs.iter().enumerate() {
+                let masked = cols == Columns::Counted;
+                if masked {
+                    // Lanes of this vector inside the row: rest − q·lanes in 0..=lanes.
+                    a.mov(rax, qword_ptr(rsp + imm(counts + REST_SLOT * 8)?))?;
+                    a.sub(rax, imm(q * lanes)?)?;
+                    a.xor(r10d, r10d)?;
+                    a.cmp(rax, 0)?;
+                    a.cmovl(rax, r10)?;
+                    a.mov(r10, lanes as u64)?;
+                    a.cmp(rax, r10)?;
+                    a.cmovg(rax, r10)?;
+                    self.masks.set_counted(a, s.isa, k1, AVX2_MASK, rax, r10)?;
+                }
+                let off = imm(q * lanes * F32)?;
+                if s.bias {
+                    self.ops.add(a, r, r, bias_reg(s.isa))?;
+                }
+                if s.residual {
+                    self.ops.v.load(a, 12, r12 + off, masked)?;
+                    self.ops.add(a, r, r, 12)?;
+                }
+                activate(
+                    a,
+                    &self.ops.v,
+                    &mut self.consts,
+                    s.activation,
+                    &[r],
+                    &OUTPUT_TEMPS,
+                )?;
+                self.ops.v.store(a, r9 + off, r, masked)?;
+            }
+        }
+        a.set_label(&mut done)?;
+        // The code after may open with a label of its own.
+        a.nop()?;
         Ok(())
     }
 
@@ -419,39 +636,8 @@ impl OutputEmitter<'_> {
     fn group(&mut self, a: &mut CodeAssembler, rows: usize, cols: usize) -> AsmResult<()> {
         let s = self.s;
         let (an, m, vb, lanes) = (s.a(), s.m, s.vb(), s.lanes());
-        let m_ab = s.m_plane;
-        let x: Vec<usize> = (0..an).collect();
-        let o: Vec<usize> = (6..6 + m).collect();
-        let t = [10, 11, 12, 13];
-        // Row pass: z[ξ][j] = Σ_ν Aᵀ[j][ν] M[ξ][ν], staged at z[ξ·m + j].
-        for xi in 0..an {
-            for (nu, &xr) in x.iter().enumerate() {
-                self.ops
-                    .v
-                    .load(a, xr, r14 + imm((xi * an + nu) * m_ab)?, false)?;
-            }
-            self.ops.output_1d(a, &mut self.consts, m, &x, &o, t)?;
-            for (j, &oj) in o.iter().enumerate() {
-                self.ops
-                    .v
-                    .store(a, rsp + imm((xi * m + j) * vb)?, oj, false)?;
-            }
-        }
-        // Column pass: out[i][j] = Σ_ξ Aᵀ[i][ξ] z[ξ][j], staged after z.
+        self.transform_group(a)?;
         let o_at = an * m * vb;
-        for j in 0..m {
-            for (xi, &xr) in x.iter().enumerate() {
-                self.ops
-                    .v
-                    .load(a, xr, rsp + imm((xi * m + j) * vb)?, false)?;
-            }
-            self.ops.output_1d(a, &mut self.consts, m, &x, &o, t)?;
-            for (i, &oi) in o.iter().enumerate() {
-                self.ops
-                    .v
-                    .store(a, rsp + imm(o_at + (i * m + j) * vb)?, oi, false)?;
-            }
-        }
         for i in 0..rows {
             for j in 0..m {
                 self.ops

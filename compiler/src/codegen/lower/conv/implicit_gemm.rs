@@ -211,6 +211,7 @@ pub(super) fn conv_implicit_gemm(
         ldc: wide,
         b_taps: taps.clone(),
         rows_at_run_time: false,
+        cols_at_run_time: false,
         ..spec.clone()
     };
     let full_kernel = match loop_chunks {
@@ -462,6 +463,7 @@ pub(super) fn conv_implicit_rows(
         ldc: g.out_size(),
         b_taps: taps.clone(),
         rows_at_run_time: false,
+        cols_at_run_time: false,
         ..spec.clone()
     };
     let full_kernel = match loop_chunks {

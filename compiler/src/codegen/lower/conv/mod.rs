@@ -716,6 +716,7 @@ fn group_gemm(
         geometry: weights.geom,
         b_taps: vec![],
         rows_at_run_time: false,
+        cols_at_run_time: false,
     }
 }
 

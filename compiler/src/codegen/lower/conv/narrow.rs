@@ -175,6 +175,7 @@ pub(super) fn conv_transposed_gemm(
         geometry: geom,
         b_taps: vec![],
         rows_at_run_time: false,
+        cols_at_run_time: false,
     };
     let tables = if pointwise {
         None

@@ -175,7 +175,7 @@ pub fn plan_planes(
             let (xt, yt) = (graph.ty(x), graph.ty(y));
             let wt = graph.ty(*node.inputs.get(1)?.as_ref()?);
             let geom = Geometry::for_target(target, options);
-            if let Some(wp) = WinogradPlan::new(c, (xt, wt, yt), geom, options) {
+            if let Some(wp) = WinogradPlan::new(c, (xt, wt, yt), (geom, target), options) {
                 let scratch = wp.scratch_bytes();
                 plan.winograd = Some(wp);
                 return Some(NodeKernel::new(
@@ -381,6 +381,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         geometry: geom,
         b_taps: vec![],
         rows_at_run_time: false,
+        cols_at_run_time: false,
     };
     let kernels: Vec<(usize, GemmKernel)> = widths
         .iter()

@@ -22,19 +22,21 @@
 use std::cell::Cell;
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::super::conv::winograd::{
     self as wino, input_tile, load4, output_row_runs, output_tile, skewed, store4, transpose4,
     Algorithm, CHUNK_BYTES, LANES, OUTPUT_TILE_AT,
 };
-use super::super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
 use super::super::{LowerCtx, LowerResult};
 use super::{conv_operands, extents, product, ConvIo, PlanesPlan, F32};
-use crate::codegen::kernel::{self, flags};
+use crate::codegen::kernel::{self, flags, PTR};
+use crate::codegen::kernels::x86::{self, asm::X86Isa, winograd::TransformSpec};
 use crate::codegen::math;
-use crate::codegen::options::KernelOptions;
+use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::Target;
 use crate::ir::TensorType;
 use crate::ops::{Activation, ConvAttrs};
 
@@ -56,7 +58,15 @@ pub struct WinogradPlan {
     pub padded_rows: usize,
     pub phase_floats: usize,
     pub geometry: Geometry,
+    /// The widest machine-code transforms (x86), where they apply: each call
+    /// transforms one tile row by groups of 16 (zmm) or 8 (ymm) tiles, the narrower
+    /// for rows of at most 8 tiles. `None`: the Cranelift transforms, 4 tiles a group.
+    pub transforms: Option<X86Isa>,
 }
+
+/// Floats of slack after each phase row and each row of V and M: a group of tiles
+/// reads and writes past the tiles it has, up to a zmm's 16 lanes.
+const GROUP_SLACK: usize = 16;
 
 impl WinogradPlan {
     /// The plan for conv `c` from `x` to `y` (at their largest extents), or `None` when
@@ -64,7 +74,7 @@ impl WinogradPlan {
     pub fn new(
         c: &ConvAttrs,
         (x, w, y): (&TensorType, &TensorType, &TensorType),
-        geometry: Geometry,
+        (geometry, target): (Geometry, &Target),
         options: &KernelOptions,
     ) -> Option<WinogradPlan> {
         if x.rank() != 4 || c.pads.len() != 4 {
@@ -82,14 +92,19 @@ impl WinogradPlan {
         // four phase floats of slack for a group's spill.
         let padded_rows = x.shape[2] + c.pads[0] + c.pads[2] + m - 1;
         let padded_cols = x.shape[3] + c.pads[1] + c.pads[3] + m - 1;
+        let transforms = X86Isa::for_target(target).filter(|_| {
+            options.winograd_transform != KernelSource::Clif
+                && x86::winograd::supports(c.activation)
+        });
         Some(WinogradPlan {
             m,
             channels,
             maps,
             chunk_tiles,
             padded_rows,
-            phase_floats: padded_cols.div_ceil(m) + LANES,
+            phase_floats: padded_cols.div_ceil(m) + GROUP_SLACK,
             geometry,
+            transforms,
         })
     }
 
@@ -103,7 +118,7 @@ impl WinogradPlan {
 
     /// Floats per row of V and M: a chunk's tiles and a group's spill.
     fn row_floats(&self) -> usize {
-        self.chunk_tiles + LANES
+        self.chunk_tiles + GROUP_SLACK
     }
 
     fn v_plane(&self) -> usize {
@@ -144,11 +159,12 @@ impl WinogradPlan {
     /// down to one.
     fn widths(&self) -> Vec<usize> {
         let nr = self.geometry.nr;
-        let mut widths = vec![self.chunk_tiles];
-        let mut w = (self.chunk_tiles / nr).next_power_of_two() * nr;
+        let widest = self.chunk_tiles;
+        let mut widths = vec![widest];
+        let mut w = (widest / nr).next_power_of_two() * nr;
         while w > nr {
             w /= 2;
-            if w < self.chunk_tiles {
+            if w < widest {
                 widths.push(w);
             }
         }
@@ -275,12 +291,25 @@ pub(super) fn conv(
         geometry: wp.geometry,
         b_taps: vec![],
         rows_at_run_time: false,
+        cols_at_run_time: false,
     };
-    let kernels: Vec<(usize, GemmKernel)> = wp
-        .widths()
-        .into_iter()
-        .map(|n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
-        .collect::<Result<_, String>>()?;
+    let kernels = match wp.geometry.kernel {
+        KernelKind::X86(_) => Products::Counted(GemmKernel::define(
+            ctx,
+            &GemmSpec {
+                cols_at_run_time: true,
+                ..spec(wp.chunk_tiles)
+            },
+        )?),
+        KernelKind::Clif => Products::Widths(
+            wp.widths()
+                .into_iter()
+                .map(|n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
+                .collect::<Result<_, String>>()?,
+        ),
+    };
+    let transforms =
+        RowTransforms::define(ctx, wp, bias.is_some(), residual.is_some(), c.activation)?;
     let scratch = ctx
         .scratch
         .ok_or("a Winograd conv on planes needs scratch")?;
@@ -304,8 +333,15 @@ pub(super) fn conv(
     let th = tile_count(b, out_ext[0]);
     let tw = tile_count(b, out_ext[1]);
     let tiles = b.ins().imul(th, tw);
+    // As few chunks as hold the tiles, the tiles' vectors (the GEMM's columns by
+    // vectors) dealt evenly between them: 49 tiles in chunks of 48 ran as 48 + 1, the
+    // second streaming all of U for one tile, and dealt tile by tile, widths such as
+    // 33 computed a whole panel each.
     let chunks = b.ins().iadd_imm_s(tiles, wp.chunk_tiles as i64 - 1);
     let chunks = b.ins().udiv_imm_u(chunks, wp.chunk_tiles as i64);
+    let lanes = wp.geometry.lanes as i64;
+    let vectors = b.ins().iadd_imm_s(tiles, lanes - 1);
+    let vectors = b.ins().udiv_imm_u(vectors, lanes);
     let ext = Extents {
         out_h: out_ext[0],
         out_w: out_ext[1],
@@ -317,6 +353,10 @@ pub(super) fn conv(
         mt: b.ins().iadd_imm_s(scratch, wp.m_at() as i64),
         stage: b.ins().iadd_imm_s(scratch, wp.stage_at() as i64),
     };
+    let counts = transforms.as_ref().map(|_| {
+        let s = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 32, 3));
+        b.ins().stack_addr(PTR, s, 0)
+    });
     let failure = Cell::new(None);
     kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
         let off = b.ins().imul(n, in_image);
@@ -333,18 +373,184 @@ pub(super) fn conv(
             act,
         };
         kernel::dynamic_loop(b, chunks, |b, k| {
-            let t0 = b.ins().imul_imm_s(k, wp.chunk_tiles as i64);
-            let left = b.ins().isub(tiles, t0);
-            let n = min_imm(b, left, wp.chunk_tiles as i64);
+            let first_vector = |b: &mut FunctionBuilder, k: Value| {
+                let v = b.ins().imul(k, vectors);
+                let v = b.ins().udiv(v, chunks);
+                b.ins().imul_imm_s(v, lanes)
+            };
+            let t0 = first_vector(b, k);
+            let k1 = b.ins().iadd_imm_s(k, 1);
+            let t1 = first_vector(b, k1);
+            let t1 = b.ins().smin(t1, tiles);
+            let n = b.ins().isub(t1, t0);
             let chunk = Chunk::new(b, t0, n, tw);
-            input_transform(b, wp, fma, &bufs, &ext, &chunk);
-            products(b, wp, (&bufs, u_ptr, u_ab_bytes), &kernels, chunk.n);
-            if let Err(e) = output_transform(b, wp, fma, &bufs, &ext, &chunk, &out) {
-                failure.set(Some(e));
+            match (&transforms, counts) {
+                (Some(t), Some(counts)) => {
+                    t.input(b, wp, &bufs, &ext, &chunk);
+                    products(b, wp, (&bufs, u_ptr, u_ab_bytes), &kernels, chunk.n);
+                    t.output(b, wp, &bufs, &ext, &chunk, &out, counts);
+                }
+                _ => {
+                    input_transform(b, wp, fma, &bufs, &ext, &chunk);
+                    products(b, wp, (&bufs, u_ptr, u_ab_bytes), &kernels, chunk.n);
+                    if let Err(e) = output_transform(b, wp, fma, &bufs, &ext, &chunk, &out) {
+                        failure.set(Some(e));
+                    }
+                }
             }
         });
     });
     failure.take().map_or(Ok(()), Err)
+}
+
+/// The machine-code transforms of one tile row (`x86::winograd`'s `tile_row`
+/// kernels), ymm and, on AVX-512, zmm: `(lanes, input, output)`, narrowest first.
+struct RowTransforms {
+    variants: Vec<(usize, FuncRef, FuncRef)>,
+}
+
+impl RowTransforms {
+    fn define(
+        ctx: &mut LowerCtx,
+        wp: &WinogradPlan,
+        bias: bool,
+        residual: bool,
+        activation: Activation,
+    ) -> Result<Option<RowTransforms>, String> {
+        let Some(widest) = wp.transforms else {
+            return Ok(None);
+        };
+        let isas = match widest {
+            X86Isa::Avx512 => vec![X86Isa::Avx2, X86Isa::Avx512],
+            X86Isa::Avx2 => vec![X86Isa::Avx2],
+        };
+        let mut variants = vec![];
+        for isa in isas {
+            let spec = TransformSpec {
+                m: wp.m,
+                isa,
+                channels: wp.channels,
+                maps: wp.maps,
+                rows: 1,
+                tw: 0,
+                groups: 0,
+                lp: wp.phase_floats,
+                channel_bytes: wp.channel_bytes(),
+                tile_row: true,
+                ts: wp.row_floats(),
+                v_plane: wp.v_plane(),
+                m_plane: wp.m_plane(),
+                out_h: 0,
+                out_w: 0,
+                last_rows: wp.m,
+                bias,
+                residual,
+                activation,
+            };
+            let input = gemm::define_machine_code(ctx, 3, &x86::winograd::emit_input(&spec)?)?;
+            let output = gemm::define_machine_code(ctx, 5, &x86::winograd::emit_output(&spec)?)?;
+            variants.push((isa.lanes(), input, output));
+        }
+        Ok(Some(RowTransforms { variants }))
+    }
+
+    /// `call(lanes, input, output)` of the variant for a tile row of `tiles` tiles: the
+    /// narrowest whose vector they fill, else the widest.
+    fn pick(
+        &self,
+        b: &mut FunctionBuilder,
+        tiles: Value,
+        call: &mut dyn FnMut(&mut FunctionBuilder, usize, FuncRef, FuncRef),
+    ) {
+        let (lanes, input, output) = self.variants[0];
+        let Some(&(wide, wide_input, wide_output)) = self.variants.get(1) else {
+            return call(b, lanes, input, output);
+        };
+        let narrow = b
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThanOrEqual, tiles, lanes as i64);
+        let (on_narrow, on_wide, join) = (b.create_block(), b.create_block(), b.create_block());
+        b.ins().brif(narrow, on_narrow, &[], on_wide, &[]);
+        for (block, (lanes, input, output)) in [
+            (on_narrow, (lanes, input, output)),
+            (on_wide, (wide, wide_input, wide_output)),
+        ] {
+            b.seal_block(block);
+            b.switch_to_block(block);
+            call(b, lanes, input, output);
+            b.ins().jump(join, &[]);
+        }
+        b.seal_block(join);
+        b.switch_to_block(join);
+    }
+
+    /// The input transform of the chunk's tiles, tile row by tile row.
+    fn input(
+        &self,
+        b: &mut FunctionBuilder,
+        wp: &WinogradPlan,
+        bufs: &Buffers,
+        ext: &Extents,
+        chunk: &Chunk,
+    ) {
+        let tile_row_bytes = wp.m * wp.padded_row_bytes();
+        tile_rows(b, ext, chunk, |b, row| {
+            let src = kernel::elem_addr(b, bufs.padded, row.ti, tile_row_bytes);
+            let src = kernel::elem_addr(b, src, row.lo, F32);
+            let col = b.ins().iadd(row.col0, row.lo);
+            let dst = kernel::elem_addr(b, bufs.v, col, F32);
+            let tiles = b.ins().isub(row.hi, row.lo);
+            self.pick(b, tiles, &mut |b, lanes, input, _| {
+                let groups = b.ins().iadd_imm_s(tiles, lanes as i64 - 1);
+                let groups = b.ins().udiv_imm_u(groups, lanes as i64);
+                b.ins().call(input, &[src, dst, groups]);
+            });
+        });
+    }
+
+    /// The output transform of the chunk's tiles into the planes, tile row by tile
+    /// row, with `counts` (32 bytes) passing each row's extents.
+    #[allow(clippy::too_many_arguments)]
+    fn output(
+        &self,
+        b: &mut FunctionBuilder,
+        wp: &WinogradPlan,
+        bufs: &Buffers,
+        ext: &Extents,
+        chunk: &Chunk,
+        out: &Output,
+        counts: Value,
+    ) {
+        let m = wp.m as i64;
+        let row_bytes = b.ins().imul_imm_s(ext.out_w, F32 as i64);
+        let zero = kernel::iconst(b, 0);
+        tile_rows(b, ext, chunk, |b, row| {
+            let y0 = b.ins().imul_imm_s(row.ti, m);
+            let rows_left = b.ins().isub(ext.out_h, y0);
+            let valid_rows = min_imm(b, rows_left, m);
+            let x0 = b.ins().imul_imm_s(row.lo, m);
+            let x_end = b.ins().imul_imm_s(row.hi, m);
+            let x_end = b.ins().smin(x_end, ext.out_w);
+            let valid_cols = b.ins().isub(x_end, x0);
+            for (k, v) in [valid_rows, valid_cols, row_bytes, out.plane_bytes]
+                .into_iter()
+                .enumerate()
+            {
+                b.ins().store(flags(), v, counts, (k * 8) as i32);
+            }
+            let col = b.ins().iadd(row.col0, row.lo);
+            let src = kernel::elem_addr(b, bufs.mt, col, F32);
+            let at = b.ins().imul(y0, row_bytes);
+            let at = kernel::elem_addr(b, at, x0, F32);
+            let y = b.ins().iadd(out.y, at);
+            let r = out.residual.map_or(zero, |r| b.ins().iadd(r, at));
+            let bias = out.bias.unwrap_or(zero);
+            let tiles = b.ins().isub(row.hi, row.lo);
+            self.pick(b, tiles, &mut |b, _, _, output| {
+                b.ins().call(output, &[src, y, bias, r, counts]);
+            });
+        });
+    }
 }
 
 struct Buffers {
@@ -464,14 +670,22 @@ fn input_transform(
     });
 }
 
-/// `M_ξν = U_ξν · V_ξν` over the chunk's `n` tiles: calls of the widest width while it
-/// fits, then of each narrower one the rest still holds, then one panel for the last
-/// columns (computing a few past them, in the rows' slack).
+/// The GEMMs of a chunk's products.
+enum Products {
+    /// One kernel taking the chunk's tile count (the x86 machine code).
+    Counted(GemmKernel),
+    /// Kernels of fixed widths, widest first (see [`WinogradPlan::widths`]).
+    Widths(Vec<(usize, GemmKernel)>),
+}
+
+/// `M_ξν = U_ξν · V_ξν` over the chunk's `n` tiles: one call of `n` columns, or calls
+/// of the widest width while it fits, then of each narrower one the rest still holds,
+/// then one panel for the last columns (computing a few past them, in the rows' slack).
 fn products(
     b: &mut FunctionBuilder,
     wp: &WinogradPlan,
     (bufs, u, u_ab_bytes): (&Buffers, Value, usize),
-    kernels: &[(usize, GemmKernel)],
+    kernels: &Products,
     n: Value,
 ) {
     let a2 = wp.a() * wp.a();
@@ -479,6 +693,10 @@ fn products(
         let ua = kernel::elem_addr(b, u, ab, u_ab_bytes);
         let vb = kernel::elem_addr(b, bufs.v, ab, wp.v_plane());
         let mc = kernel::elem_addr(b, bufs.mt, ab, wp.m_plane());
+        let kernels = match kernels {
+            Products::Counted(k) => return k.call_counted(b, (ua, vb, mc), &[], None, Some(n)),
+            Products::Widths(k) => k,
+        };
         let call = |b: &mut FunctionBuilder, k: &GemmKernel, p0: Value| {
             let vp = kernel::elem_addr(b, vb, p0, F32);
             let mp = kernel::elem_addr(b, mc, p0, F32);

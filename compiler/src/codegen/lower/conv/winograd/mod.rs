@@ -545,6 +545,7 @@ fn products_spec(plan: &Plan, geom: Geometry, tiles: usize) -> GemmSpec {
         geometry: geom,
         b_taps: vec![],
         rows_at_run_time: false,
+        cols_at_run_time: false,
     }
 }
 
@@ -567,7 +568,8 @@ fn transform_spec(
         tw: plan.tw,
         groups: plan.groups,
         lp: plan.lp,
-        hp: plan.hp,
+        channel_bytes: plan.hp * plan.wp() * F32,
+        tile_row: false,
         ts: plan.ts,
         v_plane: plan.v_plane(),
         m_plane: plan.m_plane(),
