@@ -166,6 +166,16 @@ struct TileShape {
     prefetch_next: bool,
 }
 
+/// One column panel of [`Emitter::columns`].
+#[derive(Clone, Copy)]
+struct Panel {
+    vecs: usize,
+    /// Whether its columns end inside the last vector (the mask register holds them).
+    masked: bool,
+    /// Floats per K step of its packed B.
+    packed_b_width: usize,
+}
+
 struct Emitter<'s> {
     spec: &'s GemmSpec,
     v: Vecs,
@@ -292,13 +302,13 @@ impl Emitter<'_> {
     }
 
     /// Emits `body` for each column panel, rbp = its first column: the full panels in a
-    /// loop, then the partial one (`body(vecs, masked, packed_b_width)`), its width
+    /// loop, then the partial one, its width
     /// fixed by the spec or, for columns counted at run time, chosen among 1 to NR/lanes
     /// vectors by the count, the last vector's mask set from it.
     fn columns(
         &mut self,
         a: &mut CodeAssembler,
-        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize, bool, usize) -> AsmResult<()>,
+        body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, Panel) -> AsmResult<()>,
     ) -> AsmResult<()> {
         let s = self.spec;
         let lanes = self.v.isa.lanes();
@@ -311,7 +321,15 @@ impl Emitter<'_> {
             a.jae(tail)?;
             let mut top = a.create_label();
             a.set_label(&mut top)?;
-            body(self, a, vecs, false, nr)?;
+            body(
+                self,
+                a,
+                Panel {
+                    vecs,
+                    masked: false,
+                    packed_b_width: nr,
+                },
+            )?;
             a.add(rbp, imm(nr)?)?;
             a.cmp(rbp, qword_ptr(rsp + FULL_COLS_END_SLOT))?;
             a.jb(top)?;
@@ -329,7 +347,15 @@ impl Emitter<'_> {
                 a.sub(rax, imm((v - 1) * lanes)?)?;
                 self.masks
                     .set_counted(a, self.v.isa, k1, AVX2_MASK, rax, r13)?;
-                body(self, a, v, true, v * lanes)?;
+                body(
+                    self,
+                    a,
+                    Panel {
+                        vecs: v,
+                        masked: true,
+                        packed_b_width: v * lanes,
+                    },
+                )?;
                 if v < vecs {
                     a.jmp(done)?;
                     a.set_label(&mut wider)?;
@@ -344,18 +370,34 @@ impl Emitter<'_> {
         if full_panels > 0 {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
-            body(self, a, vecs, false, nr)?;
+            body(
+                self,
+                a,
+                Panel {
+                    vecs,
+                    masked: false,
+                    packed_b_width: nr,
+                },
+            )?;
             a.add(rbp, imm(nr)?)?;
             a.cmp(rbp, imm(full_panels * nr)?)?;
             a.jb(top)?;
         }
         if rem > 0 {
             let vecs = rem.div_ceil(lanes);
-            let masked = rem % lanes != 0;
+            let masked = !rem.is_multiple_of(lanes);
             if masked {
                 self.set_mask(a, rem % lanes)?;
             }
-            body(self, a, vecs, masked, vecs * lanes)?;
+            body(
+                self,
+                a,
+                Panel {
+                    vecs,
+                    masked,
+                    packed_b_width: vecs * lanes,
+                },
+            )?;
         }
         Ok(())
     }
@@ -421,9 +463,9 @@ impl Emitter<'_> {
     /// Column panel after column panel, each through every K block (see
     /// [`panels_outer`]); rbp = the panel's first column.
     fn panels_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
-        self.columns(a, &mut |e, a, vecs, masked, width| {
+        self.columns(a, &mut |e, a, p| {
             e.k_blocks(a, &mut |e, a, block| {
-                e.row_tiles(a, block, vecs, masked, width)
+                e.row_tiles(a, block, p.vecs, p.masked, p.packed_b_width)
             })
         })
     }
@@ -438,8 +480,8 @@ impl Emitter<'_> {
         {
             return self.conv_pass(a, block, out_w, out_h, row_step);
         }
-        self.columns(a, &mut |e, a, vecs, masked, width| {
-            e.row_tiles(a, block, vecs, masked, width)
+        self.columns(a, &mut |e, a, p| {
+            e.row_tiles(a, block, p.vecs, p.masked, p.packed_b_width)
         })
     }
 
@@ -475,7 +517,7 @@ impl Emitter<'_> {
         }
         if rem > 0 {
             let vecs = rem.div_ceil(lanes);
-            let masked = rem % lanes != 0;
+            let masked = !rem.is_multiple_of(lanes);
             if masked {
                 self.set_mask(a, rem % lanes)?;
             }
