@@ -273,7 +273,12 @@ impl Dynamic {
 
     /// Compiled for the host with `kernels`' choices.
     fn with_kernels(graph: Graph, kernels: KernelOptions) -> Dynamic {
-        let mut opts = runner::options(Target::host());
+        Dynamic::for_target(graph, Target::host(), kernels)
+    }
+
+    /// Compiled for `target` (which the host must run) with `kernels`' choices.
+    fn for_target(graph: Graph, target: Target, kernels: KernelOptions) -> Dynamic {
+        let mut opts = runner::options(target);
         opts.kernels = kernels;
         Dynamic {
             compiled: runner::Compiled::with_options(&graph, &opts).unwrap(),
@@ -1655,20 +1660,41 @@ fn winograd_convs(seed: u64, channels: usize) -> Vec<u8> {
     m.encode()
 }
 
+/// The targets a test of machine-code kernels runs on: the host and every x86-64
+/// family below it the host runs (AVX-512: zmm and ymm kernels; AVX2: ymm; baseline:
+/// Cranelift's).
+fn host_and_lower_families() -> Vec<(String, Target)> {
+    let mut targets = vec![("host".to_string(), Target::host())];
+    if cfg!(target_arch = "x86_64") {
+        for cpu in ["x86-64-v3", "baseline"] {
+            if tools::host_runs(cpu) {
+                let t = Target::new(nnc::codegen::Arch::X86_64, Some(cpu)).unwrap();
+                targets.push((cpu.to_string(), t));
+            }
+        }
+    }
+    targets
+}
+
 /// 3×3 convs on planes run by Winograd, F(4×4) and F(2×2), at sizes whose tiles end
 /// at every column and row of a tile and whose chunks of tiles start and end inside
-/// tile rows (64 channels: chunks of at most about 56 tiles; 100 tiles at size 40):
-/// every size matches the interpreter on the model imported at that size.
+/// tile rows (64 channels: chunks of at most about 56 tiles; 100 tiles at size 40),
+/// with the transforms of each CPU family the host runs (tile rows of up to 8 tiles
+/// and of more, each group's columns ending at every lane): every size matches the
+/// interpreter on the model imported at that size.
 #[test]
 fn winograd_convs_on_planes_run_every_size() {
     let model = decode(&winograd_convs(44, 64));
     let g = import(&model, &with_range("size", 9, 40)).unwrap();
-    for (choice, m) in [(WinogradChoice::Auto, 4), (WinogradChoice::F2, 2)] {
+    for ((choice, m), (cpu, target)) in [(WinogradChoice::Auto, 4), (WinogradChoice::F2, 2)]
+        .into_iter()
+        .flat_map(|c| host_and_lower_families().into_iter().map(move |t| (c, t)))
+    {
         let kernels = KernelOptions {
             winograd: choice,
             ..Default::default()
         };
-        let plan = plan_kernels(&g, &Target::host(), &kernels);
+        let plan = plan_kernels(&g, &target, &kernels);
         let tiles: Vec<usize> = plan
             .nodes
             .iter()
@@ -1678,7 +1704,7 @@ fn winograd_convs_on_planes_run_every_size() {
             })
             .collect();
         assert_eq!(tiles, [m; 3], "every conv by F({m}×{m}, 3×3)");
-        let lib = Dynamic::with_kernels(g.clone(), kernels);
+        let lib = Dynamic::for_target(g.clone(), target, kernels);
         for (s, seed) in [
             (9usize, 1u64),
             (10, 2),
@@ -1686,6 +1712,7 @@ fn winograd_convs_on_planes_run_every_size() {
             (12, 4),
             (17, 5),
             (26, 6),
+            (33, 8),
             (40, 7),
         ] {
             let reference = static_at(&model, "size", s);
@@ -1698,7 +1725,7 @@ fn winograd_convs_on_planes_run_every_size() {
             assert_close(
                 &expected,
                 &got,
-                &format!("F({m}×{m}) size={s} vs the interpreter"),
+                &format!("F({m}×{m}) {cpu} size={s} vs the interpreter"),
             );
         }
     }
