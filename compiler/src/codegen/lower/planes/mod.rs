@@ -20,7 +20,9 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, packed_b_len, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::gemm::{
+    self, packed_b_len, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind,
+};
 use super::linalg::{pack_b_at_run_time, packs_runtime_b_of};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
@@ -351,7 +353,10 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     }
     let group_floats = packed.len() / group.max(1);
     let w_ptr = ctx.weights_f32(&packed)?;
-    let pack_b = packs_runtime_b_of(mg, k, block, &geom);
+    let pack_b = packs_runtime_b_of(mg, k, block, &geom) && std::env::var("NNC_X_PACK").is_ok();
+    // The x86 kernel computes a block of any width up to `block`; the Cranelift one
+    // and packed patches run the block's width rounded up to one of `widths`.
+    let counted = matches!(geom.kernel, KernelKind::X86(_)) && !pack_b;
     let spec = |n: usize| GemmSpec {
         m: mg,
         n,
@@ -383,10 +388,22 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         rows_at_run_time: false,
         cols_at_run_time: false,
     };
-    let kernels: Vec<(usize, GemmKernel)> = widths
-        .iter()
-        .map(|&n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
-        .collect::<Result<_, String>>()?;
+    let kernels: Vec<(usize, GemmKernel)> = match counted {
+        true => vec![(
+            block,
+            GemmKernel::define(
+                ctx,
+                &GemmSpec {
+                    cols_at_run_time: true,
+                    ..spec(block)
+                },
+            )?,
+        )],
+        false => widths
+            .iter()
+            .map(|&n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
+            .collect::<Result<_, String>>()?,
+    };
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg, &geom);
@@ -488,7 +505,8 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                     .find(|(w, _)| *w == n)
                     .expect("a kernel per width")
                     .1;
-                gemm.call(b, w_g, b_operand, out_block, &addends);
+                let cols = counted.then_some(r);
+                gemm.call_counted(b, (w_g, b_operand, out_block), &addends, None, cols);
                 if let Err(e) = copy_out(
                     b,
                     out_block,
@@ -508,6 +526,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             });
             let p0 = b.ins().imul_imm_s(full, block as i64);
             let rest = b.ins().isub(positions, p0);
+            let widths: &[usize] = if counted { &[block] } else { widths };
             tail_widths(b, widths, rest, &mut |b, n| run_block(b, p0, rest, n));
         });
     });
