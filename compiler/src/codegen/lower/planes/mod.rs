@@ -20,10 +20,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{
-    self, packed_b_len, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind,
-};
-use super::linalg::{pack_b_at_run_time, packs_runtime_b_of};
+use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
@@ -109,6 +106,10 @@ impl ConvBlocks {
         let heavy = weights > PATCH_BLOCK_BYTES;
         let mut widths = vec![];
         let mut width = if by_vectors { geometry.lanes } else { nr }.min(block);
+        // The x86 kernel takes the last block's width at run time.
+        if matches!(geometry.kernel, KernelKind::X86(_)) {
+            width = block;
+        }
         while width < block {
             widths.push(width);
             width = match by_vectors && (width < 2 * nr || heavy) {
@@ -192,8 +193,7 @@ pub fn plan_planes(
             let positions: usize = yt.shape[2..].iter().product();
             let blocks = ConvBlocks::new(c, xt, (k, m, positions), geom);
             let cg = xt.shape[1] / c.group.max(1);
-            scratch = ConvScratch::new(k, blocks.block, m, &geom).bytes
-                + cg * blocks.padded_channel_bytes;
+            scratch = ConvScratch::new(k, blocks.block, m).bytes + cg * blocks.padded_channel_bytes;
             plan.gemm = Some(blocks);
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
              rows copied into the planes"
@@ -353,20 +353,18 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     }
     let group_floats = packed.len() / group.max(1);
     let w_ptr = ctx.weights_f32(&packed)?;
-    let pack_b = packs_runtime_b_of(mg, k, block, &geom) && std::env::var("NNC_X_PACK").is_ok();
     // The x86 kernel computes a block of any width up to `block`; the Cranelift one
-    // and packed patches run the block's width rounded up to one of `widths`.
-    let counted = matches!(geom.kernel, KernelKind::X86(_)) && !pack_b;
+    // runs the block's width rounded up to one of `widths`. The patches are read as
+    // rows (a block's rows are at most `MAX_BLOCK_PANELS` panels long): packed into
+    // panels first, like a MatMul's wide B, MobileNetV2's 96→576 conv on 14×14 took
+    // 1.6× as long.
+    let counted = matches!(geom.kernel, KernelKind::X86(_));
     let spec = |n: usize| GemmSpec {
         m: mg,
         n,
         k,
         a: ALayout::Packed,
-        b: if pack_b {
-            BLayout::Packed
-        } else {
-            BLayout::Rows { row_stride: block }
-        },
+        b: BLayout::Rows { row_stride: block },
         ldc: block,
         c_col_stride: 1,
         alpha: 1.0,
@@ -406,15 +404,13 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     };
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
-    let layout = ConvScratch::new(k, block, mg, &geom);
+    let layout = ConvScratch::new(k, block, mg);
     let padded_chan = blocks.padded_channel_bytes;
     let from_padded = sp == 2 && padded_chan > 0;
     let b = &mut *ctx.b;
     let patches = scratch;
-    let packed_at = b.ins().iadd_imm_s(scratch, layout.packed as i64);
     let out_block = b.ins().iadd_imm_s(scratch, layout.out as i64);
     let padded_at = b.ins().iadd_imm_s(scratch, layout.bytes as i64);
-    let b_operand = if pack_b { packed_at } else { patches };
     let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
     let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
     let in_plane = product(b, &in_ext);
@@ -496,9 +492,6 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                         block,
                     );
                 }
-                if pack_b {
-                    pack_b_at_run_time(b, &geom, (k, n, block), patches, packed_at);
-                }
                 let addends: Vec<Value> = bias_g.iter().copied().collect();
                 let gemm = &kernels
                     .iter()
@@ -506,7 +499,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                     .expect("a kernel per width")
                     .1;
                 let cols = counted.then_some(r);
-                gemm.call_counted(b, (w_g, b_operand, out_block), &addends, None, cols);
+                gemm.call_counted(b, (w_g, patches, out_block), &addends, None, cols);
                 if let Err(e) = copy_out(
                     b,
                     out_block,
@@ -642,20 +635,17 @@ fn narrowest(
     }
 }
 
-/// Scratch offsets of a conv on planes: the patches `[K][B]`, their packed panels, the
-/// GEMM's output block `[Mg][B]`.
+/// Scratch offsets of a conv on planes: the patches `[K][B]`, then the GEMM's output
+/// block `[Mg][B]`.
 struct ConvScratch {
-    packed: usize,
     out: usize,
     bytes: usize,
 }
 
 impl ConvScratch {
-    fn new(k: usize, block: usize, mg: usize, geom: &Geometry) -> ConvScratch {
-        let packed = (k * block * F32).next_multiple_of(64);
-        let out = packed + (packed_b_len(geom, k, block) * F32).next_multiple_of(64);
+    fn new(k: usize, block: usize, mg: usize) -> ConvScratch {
+        let out = (k * block * F32).next_multiple_of(64);
         ConvScratch {
-            packed,
             out,
             bytes: out + mg * block * F32,
         }
