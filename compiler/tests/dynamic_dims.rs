@@ -271,11 +271,6 @@ impl Dynamic {
         }
     }
 
-    /// Compiled for the host with `kernels`' choices.
-    fn with_kernels(graph: Graph, kernels: KernelOptions) -> Dynamic {
-        Dynamic::for_target(graph, Target::host(), kernels)
-    }
-
     /// Compiled for `target` (which the host must run) with `kernels`' choices.
     fn for_target(graph: Graph, target: Target, kernels: KernelOptions) -> Dynamic {
         let mut opts = runner::options(target);
