@@ -1726,6 +1726,83 @@ fn winograd_convs_on_planes_run_every_size() {
     }
 }
 
+/// Pointwise convs over planes of any size: 16 → 40 maps with bias and ReLU, 40 → 16
+/// with bias plus a residual (the image) then ReLU (the residual fused into the conv),
+/// a grouped one (two groups of 8 → 12) without bias, and a strided 1×1 (blocks).
+fn pointwise_convs(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[1, 16, 20, 20]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let conv =
+        |m: &mut ModelBuilder, x: &str, (c, maps, group): (usize, usize, i64), bias: bool| {
+            let w = m.weight(&[maps, c / group as usize, 1, 1], 0.3);
+            let mut inputs = vec![x.to_string(), w];
+            if bias {
+                inputs.push(m.weight(&[maps], 0.1));
+            }
+            let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            m.node("Conv", &inputs, vec![("group", Attr::I(group))])
+        };
+    let y = conv(&mut m, &x, (16, 40, 1), true);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(&mut m, &y, (40, 16, 1), true);
+    let y = m.node("Add", &[&y, &x], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(&mut m, &y, (16, 24, 2), false);
+    let w = m.weight(&[8, 24, 1, 1], 0.3);
+    let y = m.node("Conv", &[&y, &w], vec![("strides", Attr::Ints(vec![2, 2]))]);
+    m.output(&y);
+    m.encode()
+}
+
+/// Pointwise convs on planes run as one GEMM reading and writing the planes in place
+/// (x86; blocks elsewhere), the plane size its column count: sizes whose planes end at
+/// every part of a column panel and vector (1 to 400 positions), on every CPU family
+/// the host runs, match the interpreter on the model imported at that size.
+#[test]
+fn pointwise_convs_on_planes_run_every_size() {
+    let model = decode(&pointwise_convs(45));
+    let g = import(&model, &with_range("size", 1, 20)).unwrap();
+    for (cpu, target) in host_and_lower_families() {
+        let plan = plan_kernels(&g, &target, &KernelOptions::default());
+        let in_place = plan
+            .nodes
+            .iter()
+            .filter(|k| matches!(&k.strategy, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.in_place)))
+            .count();
+        let x86 = target.arch == nnc::codegen::Arch::X86_64 && cpu != "baseline";
+        assert_eq!(
+            in_place,
+            if x86 { 3 } else { 0 },
+            "{cpu}: the stride-1 convs in place"
+        );
+        let lib = Dynamic::for_target(g.clone(), target, KernelOptions::default());
+        for (s, seed) in [
+            (1usize, 1u64),
+            (4, 2),
+            (7, 3),
+            (8, 4),
+            (11, 5),
+            (16, 6),
+            (20, 7),
+        ] {
+            let reference = static_at(&model, "size", s);
+            let inputs = inputs_for(&reference, seed);
+            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+            let (status, shapes) = lib.shapes(Some(&[s as i64]));
+            assert_eq!(status, 0);
+            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
+            assert_eq!(status, 0, "size={s}");
+            assert_close(
+                &expected,
+                &got,
+                &format!("{cpu} size={s} vs the interpreter"),
+            );
+        }
+    }
+}
+
 /// A conv net with squeeze-and-excitation blocks (MobileNetV3's, EfficientNet's): each
 /// image's channel scales, computed from its globally pooled planes, multiply its planes
 /// (planes first, then scales first), and per-channel constants are added, subtracted

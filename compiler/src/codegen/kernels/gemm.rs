@@ -102,6 +102,11 @@ pub struct GemmSpec {
     /// knows, computed without rounding it up to a planned width. B must be
     /// [`BLayout::Rows`] (read with masks where the columns end); x86 machine code only.
     pub cols_at_run_time: bool,
+    /// The kernel takes, as its last argument, one row stride in floats for B (its
+    /// `row_stride` unused), C (`ldc` unused) and every addend read per column (their
+    /// `row_stride` unused): planes whose size only the run knows, read and written in
+    /// place. B must be [`BLayout::Rows`]; x86 machine code only.
+    pub strides_at_run_time: bool,
 }
 
 /// Which kernel family computes a GEMM.

@@ -201,6 +201,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     };
     let output_spec = |rows: usize| GemmSpec {
         m: rows,
@@ -226,6 +227,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     };
     let full_blocks = dims.m / plan.block_rows;
     let tail_rows = dims.m % plan.block_rows;

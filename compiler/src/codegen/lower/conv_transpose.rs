@@ -241,6 +241,7 @@ fn transpose_gemm_taps(
             b_taps: vec![],
             rows_at_run_time: false,
             cols_at_run_time: false,
+            strides_at_run_time: false,
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

@@ -36,7 +36,11 @@ impl GemmKernel {
     /// Defines the out-of-line function computing `spec`.
     pub fn define(ctx: &mut LowerCtx, spec: &GemmSpec) -> Result<GemmKernel, String> {
         let counted = usize::from(spec.rows_at_run_time);
-        let params = 3 + spec.addends.len() + counted + usize::from(spec.cols_at_run_time);
+        let params = 3
+            + spec.addends.len()
+            + counted
+            + usize::from(spec.cols_at_run_time)
+            + usize::from(spec.strides_at_run_time);
         let packed = spec.a == ALayout::Packed
             || matches!(
                 spec.b,
@@ -51,7 +55,9 @@ impl GemmKernel {
             KernelKind::X86(isa) if x86::gemm::supports(spec) => {
                 define_machine_code(ctx, params, &x86::gemm::emit(spec, isa)?)?
             }
-            KernelKind::X86(isa) if x86::gemm::supports(&without_activation) => {
+            KernelKind::X86(isa)
+                if x86::gemm::supports(&without_activation) && !spec.strides_at_run_time =>
+            {
                 let act = spec.activation;
                 let (m, n, ldc) = (spec.m, spec.n, spec.ldc);
                 // At "speed": the activation's polynomial math is ordinary code, and
@@ -65,13 +71,15 @@ impl GemmKernel {
                 })?);
                 define_machine_code(ctx, params, &x86::gemm::emit(&without_activation, isa)?)?
             }
-            KernelKind::X86(_) if spec.rows_at_run_time || spec.cols_at_run_time => {
+            KernelKind::X86(_)
+                if spec.rows_at_run_time || spec.cols_at_run_time || spec.strides_at_run_time =>
+            {
                 return Err(format!(
                     "rows or columns counted at run time the x86 kernel cannot compute: {spec:?}"
                 ))
             }
-            _ if spec.cols_at_run_time => {
-                return Err("columns counted at run time need the x86 machine-code GEMM".into())
+            _ if spec.cols_at_run_time || spec.strides_at_run_time => {
+                return Err("columns or strides at run time need the x86 machine-code GEMM".into())
             }
             KernelKind::X86(_) if packed => {
                 return Err(format!(
@@ -133,10 +141,23 @@ impl GemmKernel {
         rows: Option<Value>,
         cols: Option<Value>,
     ) {
+        self.call_strided(b, (a, b_ptr, c), addends, (rows, cols), None);
+    }
+
+    /// [`Self::call_counted`] for a kernel of `strides_at_run_time`: `stride` floats.
+    pub fn call_strided(
+        &self,
+        b: &mut FunctionBuilder,
+        (a, b_ptr, c): (Value, Value, Value),
+        addends: &[Value],
+        (rows, cols): (Option<Value>, Option<Value>),
+        stride: Option<Value>,
+    ) {
         let mut args = vec![a, b_ptr, c];
         args.extend_from_slice(addends);
         args.extend(rows);
         args.extend(cols);
+        args.extend(stride);
         b.ins().call(self.func, &args);
         if let Some(post) = self.post {
             let mut args = vec![c];

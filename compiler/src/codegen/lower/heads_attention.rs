@@ -264,6 +264,7 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
             b_taps: vec![],
             rows_at_run_time: counted,
             cols_at_run_time: false,
+            strides_at_run_time: false,
         };
         let output_spec = |rows: usize, counted: bool| GemmSpec {
             m: rows,
@@ -289,6 +290,7 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
             b_taps: vec![],
             rows_at_run_time: counted,
             cols_at_run_time: false,
+            strides_at_run_time: false,
         };
         let rows = bucket.block_rows;
         codes.push(BucketCode {

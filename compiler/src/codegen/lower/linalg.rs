@@ -345,6 +345,7 @@ fn matmul_f32(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     };
     let dims = (s.k, s.n, s.n);
     let batches: usize = s.batch.iter().product();
@@ -356,6 +357,7 @@ fn matmul_f32(
         let spec = GemmSpec {
             rows_at_run_time: true,
             cols_at_run_time: false,
+            strides_at_run_time: false,
             ..spec
         };
         let kernel = GemmKernel::define(ctx, &spec)?;
@@ -651,6 +653,7 @@ fn gemm_f32(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     };
     let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
     gemm::call_split(ctx, split_axis(ctx), &spec, a.ptr, b_ptr, y.ptr, &c_ptrs)

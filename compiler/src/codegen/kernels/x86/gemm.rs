@@ -46,6 +46,7 @@ pub fn supports(spec: &GemmSpec) -> bool {
             || (matches!(spec.a, ALayout::Strided { .. })
                 && !matches!(spec.b, BLayout::Taps { .. })))
         && (!spec.cols_at_run_time || matches!(spec.b, BLayout::Rows { .. }))
+        && (!spec.strides_at_run_time || matches!(spec.b, BLayout::Rows { .. }))
 }
 
 /// The GEMM tile has three free registers after its K loop (B's and the broadcasts'),
@@ -225,6 +226,21 @@ impl Emitter<'_> {
         }
         if s.cols_at_run_time {
             self.count_cols(a, exit)?;
+        }
+        if s.strides_at_run_time {
+            // r8 = the row stride in bytes (r8 is free but for tap convs).
+            let arg = 3
+                + s.addends.len()
+                + usize::from(s.rows_at_run_time)
+                + usize::from(s.cols_at_run_time);
+            match ARG_REGS.get(arg) {
+                Some(&r) => a.mov(r8, r)?,
+                None => a.mov(
+                    r8,
+                    qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + arg - ARG_REGS.len()) * 8)?),
+                )?,
+            }
+            a.shl(r8, 2)?;
         }
         if s.m > 0 && s.n > 0 {
             if panels_outer(s) {
@@ -691,7 +707,11 @@ impl Emitter<'_> {
                 }
                 _ => b_k_bytes,
             };
-            if !taps {
+            if s.strides_at_run_time {
+                a.mov(r14, r15)?;
+                a.imul_2(r14, r8)?;
+                a.add(r11, r14)?;
+            } else if !taps {
                 a.imul_3(r14, r15, imm(b_block_bytes)?)?;
                 a.add(r11, r14)?;
             }
@@ -716,11 +736,19 @@ impl Emitter<'_> {
                     a.prefetcht1(byte_ptr(r11 + imm(row + line)?))?;
                 }
             }
+            // With strides at run time r11 walks B's rows, one add per step.
+            let b_step = match s.strides_at_run_time {
+                true => 0,
+                false => u * b_k_bytes,
+            };
             for v in 0..t.vecs {
                 let masked = b_masked && v + 1 == t.vecs;
-                let off = imm(u * b_k_bytes + v * e.v.bytes() as usize)?;
+                let off = imm(b_step + v * e.v.bytes() as usize)?;
                 let at = if taps { r11 + r14 + off } else { r11 + off };
                 e.v.load(a, e.b_reg(v), at, masked)?;
+            }
+            if s.strides_at_run_time {
+                a.add(r11, r8)?;
             }
             for i in 0..t.rows {
                 let off = imm(i * a_row_bytes + u * a_k_bytes)?;
@@ -744,7 +772,7 @@ impl Emitter<'_> {
             a.add(r10, imm(K_UNROLL * a_k_bytes)?)?;
             if taps {
                 a.add(r9, imm(K_UNROLL * 4)?)?;
-            } else {
+            } else if !s.strides_at_run_time {
                 a.add(r11, imm(K_UNROLL * b_k_bytes)?)?;
             }
             a.dec(rax)?;
@@ -790,7 +818,12 @@ impl Emitter<'_> {
         let tmp = mr * vecs;
         let scale_reg = tmp + 1;
         // r12 = C tile = C + (rbx·ldc + rbp)·4.
-        a.imul_3(r12, rbx, imm(s.ldc * F32)?)?;
+        if s.strides_at_run_time {
+            a.mov(r12, rbx)?;
+            a.imul_2(r12, r8)?;
+        } else {
+            a.imul_3(r12, rbx, imm(s.ldc * F32)?)?;
+        }
         a.add(r12, rdx)?;
         a.lea(r12, r12 + rbp * 4)?;
         if s.alpha != 1.0 {
@@ -806,11 +839,11 @@ impl Emitter<'_> {
         if matches!(pass, Pass::Middle | Pass::Last) {
             // The earlier blocks' sum, stored in C.
             for i in 0..t.rows {
+                let (row, at) = self.row_at(a, r12, rax, i, s.ldc * F32)?;
                 for v in 0..t.vecs {
                     let masked = t.masked && v + 1 == t.vecs;
                     let r = self.acc(t, i, v);
-                    self.v
-                        .load(a, tmp, r12 + imm(i * s.ldc * F32 + v * vb)?, masked)?;
+                    self.v.load(a, tmp, row + imm(at + v * vb)?, masked)?;
                     self.v.op(a, VOp::Add, r, r, tmp)?;
                 }
             }
@@ -822,17 +855,35 @@ impl Emitter<'_> {
             self.activation(a, t, tmp)?;
         }
         for i in 0..t.rows {
+            let (row, at) = self.row_at(a, r12, rax, i, s.ldc * F32)?;
             for v in 0..t.vecs {
                 let masked = t.masked && v + 1 == t.vecs;
-                self.v.store(
-                    a,
-                    r12 + imm(i * s.ldc * F32 + v * vb)?,
-                    self.acc(t, i, v),
-                    masked,
-                )?;
+                self.v
+                    .store(a, row + imm(at + v * vb)?, self.acc(t, i, v), masked)?;
             }
         }
         Ok(())
+    }
+
+    /// Where row `i` of a matrix whose row 0 is at `base` starts: `base` and
+    /// `i·stride_bytes`, or with strides at run time `walker` (set to `base` at row 0,
+    /// advanced by r8 at each next row, so rows must come in order) and 0.
+    fn row_at(
+        &self,
+        a: &mut CodeAssembler,
+        base: AsmRegister64,
+        walker: AsmRegister64,
+        i: usize,
+        stride_bytes: usize,
+    ) -> AsmResult<(AsmRegister64, usize)> {
+        if !self.spec.strides_at_run_time {
+            return Ok((base, i * stride_bytes));
+        }
+        match i {
+            0 => a.mov(walker, base)?,
+            _ => a.add(walker, r8)?,
+        }
+        Ok((walker, 0))
     }
 
     /// `acc += scale · T[i·row_stride + j·col_stride]` with r13 = T's tile address.
@@ -854,7 +905,14 @@ impl Emitter<'_> {
                 qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + n - ADDEND_REGS.len()) * 8)?),
             )?,
         }
-        a.imul_3(r14, rbx, imm(ad.row_stride * F32)?)?;
+        // Per-column addends take the run's row stride, like C.
+        let run_time_rows = self.spec.strides_at_run_time && ad.col_stride == 1;
+        if run_time_rows {
+            a.mov(r14, rbx)?;
+            a.imul_2(r14, r8)?;
+        } else {
+            a.imul_3(r14, rbx, imm(ad.row_stride * F32)?)?;
+        }
         a.add(r13, r14)?;
         if ad.col_stride == 1 {
             a.lea(r13, r13 + rbp * 4)?;
@@ -865,15 +923,18 @@ impl Emitter<'_> {
             self.v.load(a, scale_reg, c, false)?;
         }
         for i in 0..t.rows {
-            let row = i * ad.row_stride * F32;
+            let (base, row) = match run_time_rows {
+                true => self.row_at(a, r13, r14, i, 0)?,
+                false => (r13, i * ad.row_stride * F32),
+            };
             if ad.col_stride == 0 {
-                self.v.broadcast(a, tmp, r13 + imm(row)?)?;
+                self.v.broadcast(a, tmp, base + imm(row)?)?;
             }
             for v in 0..t.vecs {
                 let r = self.acc(t, i, v);
                 if ad.col_stride == 1 {
                     let masked = t.masked && v + 1 == t.vecs;
-                    self.v.load(a, tmp, r13 + imm(row + v * vb)?, masked)?;
+                    self.v.load(a, tmp, base + imm(row + v * vb)?, masked)?;
                 }
                 if scaled {
                     self.v.fma(a, r, tmp, scale_reg)?;

@@ -717,6 +717,7 @@ fn group_gemm(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     }
 }
 

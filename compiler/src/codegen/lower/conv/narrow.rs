@@ -176,6 +176,7 @@ pub(super) fn conv_transposed_gemm(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     };
     let tables = if pointwise {
         None

@@ -292,6 +292,7 @@ pub(super) fn conv(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     };
     let kernels = match wp.geometry.kernel {
         KernelKind::X86(_) => Products::Counted(GemmKernel::define(

@@ -546,6 +546,7 @@ fn products_spec(plan: &Plan, geom: Geometry, tiles: usize) -> GemmSpec {
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
+        strides_at_run_time: false,
     }
 }
 
