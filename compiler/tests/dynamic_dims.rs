@@ -1803,6 +1803,82 @@ fn pointwise_convs_on_planes_run_every_size() {
     }
 }
 
+/// Depthwise convs over planes of any size (MobileNet's): 3×3 pad 1 with bias and
+/// Clip(0, 6), 3×3 stride 2, 5×5 pad 2 plus a residual (its input) then ReLU, 5×5
+/// stride 2 without bias, and a dilated 3×3.
+fn depthwise_convs(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let c = 8;
+    let x = m.input("image", &[1, c, 30, 30]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let dw = |m: &mut ModelBuilder, x: &str, k: usize, stride: i64, dil: i64, bias: bool| {
+        let w = m.weight(&[c, 1, k, k], 0.4);
+        let mut inputs = vec![x.to_string(), w];
+        if bias {
+            inputs.push(m.weight(&[c], 0.1));
+        }
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let pad = (k as i64 - 1) / 2 * dil;
+        m.node(
+            "Conv",
+            &inputs,
+            vec![
+                ("group", Attr::I(c as i64)),
+                ("pads", Attr::Ints(vec![pad; 4])),
+                ("strides", Attr::Ints(vec![stride; 2])),
+                ("dilations", Attr::Ints(vec![dil; 2])),
+            ],
+        )
+    };
+    let y = dw(&mut m, &x, 3, 1, 1, true);
+    let lo = m.float_init(&[], vec![0.0]);
+    let hi = m.float_init(&[], vec![6.0]);
+    let y = m.node("Clip", &[&y, &lo, &hi], vec![]);
+    let y = dw(&mut m, &y, 3, 2, 1, true);
+    let z = dw(&mut m, &y, 5, 1, 1, true);
+    let y = m.node("Add", &[&z, &y], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = dw(&mut m, &y, 5, 2, 1, false);
+    let y = dw(&mut m, &y, 3, 1, 2, true);
+    m.output(&y);
+    m.encode()
+}
+
+/// Depthwise convs on planes (x86: the machine-code row kernel, copying stride-1
+/// planes itself; elsewhere Cranelift's loops) at sizes whose rows end at every part of
+/// a vector, on every CPU family the host runs, match the interpreter.
+#[test]
+fn depthwise_convs_on_planes_run_every_size() {
+    let model = decode(&depthwise_convs(46));
+    let g = import(&model, &with_range("size", 9, 70)).unwrap();
+    for (cpu, target) in host_and_lower_families() {
+        let lib = Dynamic::for_target(g.clone(), target, KernelOptions::default());
+        for (s, seed) in [
+            (9usize, 1u64),
+            (12, 2),
+            (17, 3),
+            (33, 4),
+            (40, 5),
+            (63, 6),
+            (70, 7),
+        ] {
+            let reference = static_at(&model, "size", s);
+            let inputs = inputs_for(&reference, seed);
+            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+            let (status, shapes) = lib.shapes(Some(&[s as i64]));
+            assert_eq!(status, 0);
+            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
+            assert_eq!(status, 0, "size={s}");
+            assert_close(
+                &expected,
+                &got,
+                &format!("{cpu} size={s} vs the interpreter"),
+            );
+        }
+    }
+}
+
 /// A conv net with squeeze-and-excitation blocks (MobileNetV3's, EfficientNet's): each
 /// image's channel scales, computed from its globally pooled planes, multiply its planes
 /// (planes first, then scales first), and per-channel constants are added, subtracted

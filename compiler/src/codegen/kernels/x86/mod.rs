@@ -9,6 +9,7 @@ pub mod asm;
 pub mod conv_u8s8;
 pub mod conv_u8s8_ymm;
 pub mod dwconv;
+pub mod dwconv_rows;
 pub mod gemm;
 pub mod gemm_u8s8_ymm;
 pub mod maxpool2d;

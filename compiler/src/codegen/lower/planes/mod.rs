@@ -17,13 +17,14 @@
 //! * Other pools, windowed or global: direct loops, windows clipped to the plane.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{types, InstBuilder, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
+use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
 use crate::codegen::options::KernelOptions;
 use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node, Tensor};
@@ -215,7 +216,12 @@ pub fn plan_planes(
              rows copied into the planes"
         }
         Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
-            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads, c.strides[1]);
+            // The row kernel's last vector reads on past the last row.
+            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads, c.strides[1])
+                + dwconv_rows::slack_bytes(
+                    [c.kernel[0], *c.kernel.get(1).unwrap_or(&1)],
+                    [c.dilations[0], *c.dilations.get(1).unwrap_or(&1)],
+                );
             "per channel: the plane copied into a zero border (columns split by stride \
              phase), then the taps' multiply-adds four outputs at a time"
         }
@@ -296,6 +302,31 @@ fn pointwise_in_place(
         && crate::codegen::kernels::x86::gemm::supports(&pointwise_spec(
             c, sizes, addends, geometry,
         ))
+}
+
+/// The machine-code row kernel of a depthwise conv on planes for `target`, where one
+/// applies: x86 with AVX2 or AVX-512, a window it unrolls, an activation it has.
+fn depthwise_rows_spec(
+    c: &ConvAttrs,
+    target: &Target,
+    (bias, residual): (bool, bool),
+) -> Option<dwconv_rows::DwRowsSpec> {
+    let isa = X86Isa::for_target(target)?;
+    if c.kernel.len() != 2 {
+        return None;
+    }
+    let spec = dwconv_rows::DwRowsSpec {
+        isa,
+        k: [c.kernel[0], c.kernel[1]],
+        stride: [c.strides[0], c.strides[1]],
+        dil: [c.dilations[0], c.dilations[1]],
+        pad: [c.pads[0], c.pads[1]],
+        copies: c.strides[1] == 1,
+        bias,
+        residual,
+        activation: c.activation,
+    };
+    dwconv_rows::supports(&spec).then_some(spec)
 }
 
 /// A 2-D conv with one input channel and one output map per group, float32.
@@ -1579,11 +1610,69 @@ fn depthwise_conv(
     let (sy, sx) = (c.strides[0], c.strides[1]);
     let (dy, dx) = (c.dilations[0], c.dilations[1]);
     let act = c.activation;
+    let rows_kernel = match depthwise_rows_spec(c, ctx.target, (bias.is_some(), residual.is_some()))
+    {
+        Some(spec) => Some((
+            spec.copies,
+            gemm::define_machine_code(ctx, 6, &dwconv_rows::emit(&spec)?)?,
+        )),
+        None => None,
+    };
     let b = &mut *ctx.b;
     let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
     let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
+    if let Some((copies, kernel)) = rows_kernel {
+        let layout = padded_layout(b, in_ext[1], &c.pads, sx);
+        let counts =
+            b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 56, 3));
+        let counts = b.ins().stack_addr(kernel::PTR, counts, 0);
+        for (k, v) in [
+            in_ext[0],
+            in_ext[1],
+            out_ext[0],
+            out_ext[1],
+            layout.row_bytes,
+            layout.phase_bytes[sx - 1],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            b.ins().store(flags(), v, counts, (k * 8) as i32);
+        }
+        if copies {
+            // The border, zero for every channel: the kernel copies only the inside.
+            let rows = b
+                .ins()
+                .iadd_imm_s(in_ext[0], (c.pads[0] + c.pads[2]) as i64);
+            let bytes = b.ins().imul(rows, layout.row_bytes);
+            let floats = b.ins().ushr_imm_u(bytes, 2);
+            let zero = kernel::iconst(b, 0);
+            fill_zero(b, scratch, zero, floats);
+        }
+        let null = kernel::iconst(b, 0);
+        kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
+            let ch = b.ins().urem_imm_u(nc, channels as i64);
+            let base = b.ins().imul(nc, in_plane);
+            let src = kernel::elem_addr(b, x.ptr, base, F32);
+            if !copies {
+                pad_plane(b, src, (in_ext[0], in_ext[1]), &c.pads, sx, scratch, 0.0);
+            }
+            let out_base = b.ins().imul(nc, positions);
+            let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
+            let res = residual
+                .as_ref()
+                .map_or(null, |r| kernel::elem_addr(b, r.ptr, out_base, F32));
+            let w_c = kernel::elem_addr(b, w_ptr, ch, taps * F32);
+            if let Some(t) = &bias {
+                let at = kernel::elem_addr(b, t.ptr, ch, F32);
+                b.ins().store(flags(), at, counts, 48);
+            }
+            b.ins().call(kernel, &[src, scratch, w_c, dst, res, counts]);
+        });
+        return Ok(());
+    }
     let mut failure = None;
     kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
         let ch = b.ins().urem_imm_u(nc, channels as i64);
