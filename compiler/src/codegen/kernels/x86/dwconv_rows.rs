@@ -306,7 +306,7 @@ impl Emitter<'_> {
                 false => self.v.zero(a, acc)?,
             }
         }
-        for ky in 0..s.k[0] {
+        for (ky, &row) in ROW_PTRS.iter().enumerate().take(s.k[0]) {
             for kx in 0..s.k[1] {
                 let t = ky * s.k[1] + kx;
                 let w = match s.taps_in_registers() {
@@ -321,8 +321,8 @@ impl Emitter<'_> {
                 for acc in 0..u {
                     let off = imm(index * F32 + acc * vb)?;
                     let m = match phase {
-                        0 => ROW_PTRS[ky] + off,
-                        _ => ROW_PTRS[ky] + r11 + off,
+                        0 => row + off,
+                        _ => row + r11 + off,
                     };
                     self.fma_mem(a, acc, w, m)?;
                 }
