@@ -74,7 +74,7 @@ pub const KERNELS: &[KernelInfo] = &[
         "f32-gemm-8x48-avx512f",
         AVX512,
         About(
-            "C = act(alpha·A·B + addends): packed or strided A and B, tap-table B (implicit conv), unit-stride C",
+            "C = act(alpha·A·B + addends): packed or strided A and B, tap-table B (implicit conv), unit-stride C; rows, columns or one row stride of B, C and residual counted at run time",
             "kernels::x86::gemm::emit",
             "none: packed B comes from the node (im2col panels, packed weights)",
         ),
