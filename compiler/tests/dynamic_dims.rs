@@ -1879,6 +1879,88 @@ fn depthwise_convs_on_planes_run_every_size() {
     }
 }
 
+/// Convs of many maps over small planes (ResNet's last stage): 3×3 16 → 128 with bias
+/// and ReLU, 3×3 128 → 128 with bias plus a residual then ReLU, and a strided 3×3.
+fn many_maps_convs(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[1, 16, 11, 11]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let conv =
+        |m: &mut ModelBuilder, x: &str, (c, maps, stride): (usize, usize, i64), bias: bool| {
+            let w = m.weight(&[maps, c, 3, 3], 1.0 / (9.0 * c as f32).sqrt());
+            let mut inputs = vec![x.to_string(), w];
+            if bias {
+                inputs.push(m.weight(&[maps], 0.1));
+            }
+            let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let attrs = vec![
+                ("pads", Attr::Ints(vec![1; 4])),
+                ("strides", Attr::Ints(vec![stride; 2])),
+            ];
+            m.node("Conv", &inputs, attrs)
+        };
+    let y = conv(&mut m, &x, (16, 128, 1), true);
+    let y = m.node("Relu", &[&y], vec![]);
+    let z = conv(&mut m, &y, (128, 128, 1), true);
+    let y = m.node("Add", &[&z, &y], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(&mut m, &y, (128, 128, 2), false);
+    m.output(&y);
+    m.encode()
+}
+
+/// Convs of many maps on planes of at most 121 positions (Winograd off, which the
+/// stride-1 ones would take) run their blocks transposed on x86 (the positions the
+/// GEMM's rows, counted at run time: every row-tile tail), and match the interpreter at
+/// every size on every CPU family the host runs.
+#[test]
+fn many_maps_on_small_planes_run_every_size() {
+    let model = decode(&many_maps_convs(47));
+    let g = import(&model, &with_range("size", 1, 11)).unwrap();
+    let no_winograd = KernelOptions {
+        winograd: WinogradChoice::Off,
+        ..Default::default()
+    };
+    for (cpu, target) in host_and_lower_families() {
+        let plan = plan_kernels(&g, &target, &no_winograd.clone());
+        let transposed = plan
+            .nodes
+            .iter()
+            .filter(|k| matches!(&k.strategy, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.transposed)))
+            .count();
+        let x86 = target.arch == nnc::codegen::Arch::X86_64 && cpu != "baseline";
+        assert_eq!(
+            transposed,
+            if x86 { 3 } else { 0 },
+            "{cpu}: every conv transposed"
+        );
+        let lib = Dynamic::for_target(g.clone(), target, no_winograd.clone());
+        for (s, seed) in [
+            (1usize, 1u64),
+            (2, 2),
+            (3, 3),
+            (5, 4),
+            (7, 5),
+            (9, 6),
+            (11, 7),
+        ] {
+            let reference = static_at(&model, "size", s);
+            let inputs = inputs_for(&reference, seed);
+            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+            let (status, shapes) = lib.shapes(Some(&[s as i64]));
+            assert_eq!(status, 0);
+            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
+            assert_eq!(status, 0, "size={s}");
+            assert_close(
+                &expected,
+                &got,
+                &format!("{cpu} size={s} vs the interpreter"),
+            );
+        }
+    }
+}
+
 /// A conv net with squeeze-and-excitation blocks (MobileNetV3's, EfficientNet's): each
 /// image's channel scales, computed from its globally pooled planes, multiply its planes
 /// (planes first, then scales first), and per-channel constants are added, subtracted

@@ -82,6 +82,27 @@ pub struct ConvBlocks {
     /// in place, the planes' size its column count and row stride (see
     /// [`pointwise_in_place`]): no blocks, no scratch.
     pub in_place: bool,
+    /// Many maps over few positions: each block's GEMM transposed, `Cᵀ[B, Mg] = Pᵀ ·
+    /// Wᵀ`, the block's positions the rows (counted at run time), the maps the columns
+    /// (see [`transposes`]).
+    pub transposed: bool,
+}
+
+/// Output positions at most (at the largest extents) ...
+const TRANSPOSED_MAX_POSITIONS: usize = 128;
+/// ... and maps at least for which a conv's blocks run transposed: the kernels
+/// vectorize along the GEMM's columns, and ResNet's 3×3×512 convs on 7×7 planes (49
+/// positions) ran as a 48-column panel and a 16-lane one holding one column, 1.5×
+/// the static library's transposed GEMM (`conv::narrow`, whose rule this follows).
+const TRANSPOSED_MIN_MAPS: usize = 128;
+
+/// Whether a conv's blocks run transposed: few positions, many maps, the x86 kernel
+/// with the activation in its epilogue (rows counted at run time have no other).
+fn transposes(c: &ConvAttrs, mg: usize, positions: usize, geometry: &Geometry) -> bool {
+    mg >= TRANSPOSED_MIN_MAPS
+        && positions <= TRANSPOSED_MAX_POSITIONS
+        && matches!(geometry.kernel, KernelKind::X86(_))
+        && crate::codegen::kernels::x86::supports_activation_with(c.activation, 3)
 }
 
 impl ConvBlocks {
@@ -129,6 +150,7 @@ impl ConvBlocks {
         };
         ConvBlocks {
             in_place: false,
+            transposed: transposes(c, m, positions, &geometry),
             geometry,
             block,
             widths,
@@ -456,11 +478,21 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let (cg, mg) = (channels / group, maps / group);
     let taps: usize = c.kernel.iter().product();
     let k = cg * taps;
-    // Each group's W[Mg, K] packed as the GEMM's A, the groups one after another.
+    // Each group's W[Mg, K] packed as the GEMM's A (or Wᵀ as its B), the groups one
+    // after another.
     let mut packed = vec![];
+    let mut b_layout = BLayout::Packed;
     for gi in 0..group {
         let rows = &weights[gi * mg * k..(gi + 1) * mg * k];
-        packed.extend(gemm::pack_a(&geom, mg, k, |i, kk| rows[i * k + kk]));
+        if blocks.transposed {
+            let by_columns = ctx.kernel.weights_by_columns;
+            let (p, layout) =
+                gemm::pack_weights_b(&geom, k, mg, by_columns, |kk, j| rows[j * k + kk]);
+            packed.extend(p);
+            b_layout = layout;
+        } else {
+            packed.extend(gemm::pack_a(&geom, mg, k, |i, kk| rows[i * k + kk]));
+        }
     }
     let group_floats = packed.len() / group.max(1);
     let w_ptr = ctx.weights_f32(&packed)?;
@@ -537,8 +569,33 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         cols_at_run_time: false,
         strides_at_run_time: false,
     };
-    let kernels: Vec<(usize, GemmKernel)> = match counted {
-        true => vec![(
+    let transposed_spec = GemmSpec {
+        m: block,
+        n: mg,
+        k,
+        a: ALayout::Strided {
+            row_stride: 1,
+            col_stride: block,
+        },
+        b: b_layout,
+        ldc: mg,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: bias
+            .iter()
+            .map(|_| Addend {
+                row_stride: 0,
+                col_stride: 1,
+                scale: 1.0,
+            })
+            .collect(),
+        rows_at_run_time: true,
+        cols_at_run_time: false,
+        ..spec(block)
+    };
+    let kernels: Vec<(usize, GemmKernel)> = match (blocks.transposed, counted) {
+        (true, _) => vec![(block, GemmKernel::define(ctx, &transposed_spec)?)],
+        (false, true) => vec![(
             block,
             GemmKernel::define(
                 ctx,
@@ -548,11 +605,12 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                 },
             )?,
         )],
-        false => widths
+        (false, false) => widths
             .iter()
             .map(|&n| Ok((n, GemmKernel::define(ctx, &spec(n))?)))
             .collect::<Result<_, String>>()?,
     };
+    let transposed = blocks.transposed;
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg);
@@ -649,16 +707,22 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                     .find(|(w, _)| *w == n)
                     .expect("a kernel per width")
                     .1;
-                let cols = counted.then_some(r);
-                gemm.call_counted(b, (w_g, patches, out_block), &addends, None, cols);
-                if let Err(e) = copy_out(
-                    b,
-                    out_block,
-                    (y_g, r_g),
-                    (positions, p0, r),
-                    (mg, block),
-                    act,
-                ) {
+                let copied = if transposed {
+                    gemm.call_rows(b, patches, w_g, out_block, &addends, Some(r));
+                    copy_out_transposed(b, out_block, (y_g, r_g), (positions, p0, r), mg, act)
+                } else {
+                    let cols = counted.then_some(r);
+                    gemm.call_counted(b, (w_g, patches, out_block), &addends, None, cols);
+                    copy_out(
+                        b,
+                        out_block,
+                        (y_g, r_g),
+                        (positions, p0, r),
+                        (mg, block),
+                        act,
+                    )
+                };
+                if let Err(e) = copied {
                     failure = Some(e);
                 }
             };
@@ -1061,6 +1125,41 @@ fn copy_out(
             match super::elementwise::activation(b, act, v) {
                 Ok(a) => v = a,
                 Err(e) => failure = Some(e),
+            }
+            let d = kernel::elem_addr(b, dst, i, F32);
+            b.ins().store(flags(), v, d, 0);
+        });
+    });
+    failure.map_or(Ok(()), Err)
+}
+
+/// [`copy_out`] of a transposed block `Cᵀ[rows][maps]`: map j's positions are column j.
+fn copy_out_transposed(
+    b: &mut FunctionBuilder,
+    c: Value,
+    (y, r): (Value, Option<Value>),
+    (positions, p0, rows): (Value, Value, Value),
+    maps: usize,
+    act: Activation,
+) -> LowerResult {
+    let mut failure = None;
+    kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
+        let src = kernel::elem_addr(b, c, j, F32);
+        let plane = b.ins().imul(j, positions);
+        let first = b.ins().iadd(plane, p0);
+        let dst = kernel::elem_addr(b, y, first, F32);
+        let res = r.map(|r| kernel::elem_addr(b, r, first, F32));
+        kernel::dynamic_loop(b, rows, |b, i| {
+            let s = kernel::elem_addr(b, src, i, maps * F32);
+            let mut v = b.ins().load(types::F32, flags(), s, 0);
+            if let Some(res) = res {
+                let at = kernel::elem_addr(b, res, i, F32);
+                let rv = b.ins().load(types::F32, flags(), at, 0);
+                v = b.ins().fadd(v, rv);
+                match super::elementwise::activation(b, act, v) {
+                    Ok(a) => v = a,
+                    Err(e) => failure = Some(e),
+                }
             }
             let d = kernel::elem_addr(b, dst, i, F32);
             b.ins().store(flags(), v, d, 0);
