@@ -3,17 +3,26 @@
 //! by its [`ExtentExpr`].
 //!
 //! * 3×3 stride-1 convs by Winograd with run-time tile counts ([`winograd`]).
+//! * Pointwise convs (1×1, stride 1, no pads) on x86: one GEMM per image and group that
+//!   reads the input planes and writes the output planes in place, their size the
+//!   GEMM's column count and every row stride (bias, residual, activation in its
+//!   epilogue).
 //! * Other convs, per group, a block of output positions at a time: the positions' input
 //!   patches gathered into `P[K][B]` (2-D convs: one output row's run at a time, from
 //!   a copy of the group's planes with a zero border split by stride phase, so every
 //!   tap's run is one contiguous copy; others: zeros where a patch leaves the plane), the GEMM
 //!   `C[Mg, B] = W · P` on the weights packed at compile time (bias and, without a
-//!   residual, the activation in its epilogue; the last block on the narrowest width
-//!   holding it), then `C`'s rows copied into the output planes (adding the residual
-//!   and applying the activation after it).
-//! * Depthwise 2-D convs and 2-D max pools: per channel, the plane copied into a
-//!   border (zeros, or -inf) in scratch, each row split into its stride's column
-//!   phases, then the windows read without bounds checks, four outputs at a time.
+//!   residual, the activation in its epilogue; on x86 the last block's width counted
+//!   at run time, else rounded up to the narrowest width holding it), then `C`'s rows
+//!   copied into the output planes (adding the residual and applying the activation
+//!   after it). Many maps over few positions run it transposed, `Cᵀ = Pᵀ · Wᵀ`, the
+//!   block's positions the GEMM's rows.
+//! * Depthwise 2-D convs: per channel, the plane copied into a zero border in scratch,
+//!   each row split into its stride's column phases, then on x86 a machine-code kernel
+//!   over the run's rows and columns (`kernels::x86::dwconv_rows`, which also makes the
+//!   stride-1 copy), elsewhere Cranelift's loops four outputs at a time.
+//! * 2-D max pools: per channel, the plane copied into a -inf border split by stride
+//!   phase, then the windows read without bounds checks, four outputs at a time.
 //! * Other pools, windowed or global: direct loops, windows clipped to the plane.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};

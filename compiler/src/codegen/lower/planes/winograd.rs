@@ -6,12 +6,16 @@
 //!    `X[c][row][p][j] = padded[c][row][j·m + p]`, at a layout fixed by the largest
 //!    extents: the same tap of four horizontally adjacent tiles is one f32x4, at an
 //!    immediate offset from the tiles' base;
-//! 2. the tiles, numbered row-major over the image, a chunk of a fixed count at a time
-//!    (V and M of a chunk stay in L2, see `CHUNK_BYTES`): the input transform writes
-//!    `V_ξν[c][t]` four tiles at a time, (m+2)² GEMMs `M_ξν = U_ξν · V_ξν` run on the
-//!    chunk's tiles in calls of whole panels, and the output transform adds the bias
-//!    and the residual, applies the activation and stores each tile's rows and columns
-//!    that lie inside the output plane.
+//! 2. the tiles, numbered row-major over the image, a chunk at a time (as few chunks of
+//!    at most a fixed count as hold them, their vectors of tiles dealt evenly; V and M
+//!    of a chunk stay in L2, see `CHUNK_BYTES`): the input transform writes `V_ξν[c][t]`
+//!    a group of tiles at a time, (m+2)² GEMMs `M_ξν = U_ξν · V_ξν` run on the chunk's
+//!    tiles (on x86 one call of the chunk's count, else calls of whole panels), and the
+//!    output transform adds the bias and the residual, applies the activation and
+//!    stores each tile's rows and columns that lie inside the output plane. On x86 the
+//!    transforms are machine code called per tile row (`x86::winograd`'s `tile_row`
+//!    kernels: groups of 16 or 8 tiles, the row's counts at run time); elsewhere
+//!    Cranelift's, four tiles a group.
 //!
 //! A chunk starts and ends anywhere in a tile row, so a small image fills the GEMM's
 //! panels as a large one does. Four-tile groups at the end of a chunk's part of a row
