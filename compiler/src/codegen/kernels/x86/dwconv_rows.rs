@@ -77,9 +77,10 @@ impl DwRowsSpec {
         self.k[0] * self.k[1]
     }
 
-    /// Taps held in registers (AVX-512, up to 24 of them), else broadcast per group.
+    /// Taps held in registers (AVX-512, up to 25 of them: a 5×5), else broadcast per
+    /// group.
     fn taps_in_registers(&self) -> bool {
-        self.isa == X86Isa::Avx512 && self.taps() <= 24
+        self.isa == X86Isa::Avx512 && self.taps() <= 32 - FIRST_TAP_REG
     }
 
     /// Output vectors per group: four independent accumulators.
@@ -89,13 +90,12 @@ impl DwRowsSpec {
 }
 
 /// Vector registers: accumulators 0..4, the activation's temporaries (the first also
-/// loads the residual), the bias, the broadcast tap (AVX2) or the taps from 8
-/// (AVX-512), and AVX2's mask in 15.
+/// loads the residual), the broadcast tap (AVX2) or the taps from 7 (AVX-512), and
+/// AVX2's mask in 15. The bias is broadcast into the accumulators from the frame.
 const ACT_TEMPS: [usize; 3] = [4, 5, 6];
 const RESIDUAL: usize = 4;
-const BIAS: usize = 7;
-const TAP: usize = 8;
-const FIRST_TAP_REG: usize = 8;
+const TAP: usize = 7;
+const FIRST_TAP_REG: usize = 7;
 
 /// Frame slots (i64) below the saved registers.
 const OUT_H: i32 = 0;
@@ -103,6 +103,7 @@ const OUT_W: i32 = 8;
 const OUT_ROW_BYTES: i32 = 16;
 const ROW_STEP: i32 = 24;
 const PHASE_BYTES: i32 = 32;
+const BIAS_SLOT: i32 = 40;
 const FRAME: i32 = 48;
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 /// Window row pointers.
@@ -144,7 +145,8 @@ impl Emitter<'_> {
         a.mov(qword_ptr(rsp + PHASE_BYTES), r11)?;
         if s.bias {
             a.mov(rax, qword_ptr(r9 + 48))?;
-            self.v.broadcast(a, BIAS, rax + 0)?;
+            a.mov(eax, dword_ptr(rax))?;
+            a.mov(dword_ptr(rsp + BIAS_SLOT), eax)?;
         }
         a.mov(rax, qword_ptr(r9 + 16))?;
         a.mov(qword_ptr(rsp + OUT_H), rax)?;
@@ -302,7 +304,7 @@ impl Emitter<'_> {
         let vb = s.isa.lanes() * F32;
         for acc in 0..u {
             match s.bias {
-                true => self.mov(a, acc, BIAS)?,
+                true => self.v.broadcast(a, acc, rsp + BIAS_SLOT)?,
                 false => self.v.zero(a, acc)?,
             }
         }
@@ -347,14 +349,6 @@ impl Emitter<'_> {
         for acc in 0..u {
             let last = masked && acc + 1 == u;
             self.v.store(a, rdi + imm(acc * vb)?, acc, last)?;
-        }
-        Ok(())
-    }
-
-    fn mov(&self, a: &mut CodeAssembler, d: usize, x: usize) -> AsmResult<()> {
-        match self.s.isa {
-            X86Isa::Avx2 => a.vmovaps(YMM[d], YMM[x])?,
-            X86Isa::Avx512 => a.vmovaps(ZMM[d], ZMM[x])?,
         }
         Ok(())
     }

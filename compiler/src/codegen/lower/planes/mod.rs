@@ -1407,7 +1407,47 @@ fn accumulate(b: &mut FunctionBuilder, src: Value, n: Value, sum: bool, init: f3
     let acc_var = b.declare_var(types::F32);
     let init = b.ins().f32const(init);
     b.def_var(acc_var, init);
-    kernel::dynamic_loop(b, n, |b, i| {
+    // Sums: sixteen floats per step into four f32x4 accumulators (a global pool over a
+    // plane's every float ran one dependent add per float), folded into one, then
+    // the rest one at a time.
+    let done = if sum {
+        let zero = b.ins().f32const(0.0);
+        let zero4 = b.ins().splat(types::F32X4, zero);
+        let vars: Vec<_> = (0..4)
+            .map(|_| {
+                let v = b.declare_var(types::F32X4);
+                b.def_var(v, zero4);
+                v
+            })
+            .collect();
+        let steps = b.ins().ushr_imm_u(n, 4);
+        kernel::dynamic_loop(b, steps, |b, i| {
+            let at = kernel::elem_addr(b, src, i, 16 * F32);
+            for (k, &v) in vars.iter().enumerate() {
+                let x = b
+                    .ins()
+                    .load(types::F32X4, flags(), at, (k * 4 * F32) as i32);
+                let acc = b.use_var(v);
+                let next = b.ins().fadd(acc, x);
+                b.def_var(v, next);
+            }
+        });
+        let mut total = b.use_var(vars[0]);
+        for &v in &vars[1..] {
+            let x = b.use_var(v);
+            total = b.ins().fadd(total, x);
+        }
+        let mut sum = b.use_var(acc_var);
+        for lane in 0..4 {
+            let x = b.ins().extractlane(total, lane);
+            sum = b.ins().fadd(sum, x);
+        }
+        b.def_var(acc_var, sum);
+        b.ins().ishl_imm_u(steps, 4)
+    } else {
+        kernel::iconst(b, 0)
+    };
+    kernel::range_loop(b, done, n, |b, i| {
         let at = kernel::elem_addr(b, src, i, F32);
         let v = b.ins().load(types::F32, flags(), at, 0);
         let acc = b.use_var(acc_var);
