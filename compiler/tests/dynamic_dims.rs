@@ -1655,6 +1655,25 @@ fn winograd_convs(seed: u64, channels: usize) -> Vec<u8> {
     m.encode()
 }
 
+/// Runs `lib` at each `(size, seed)` and compares it with the interpreter on the model
+/// imported at that size (`label` names the library in failures).
+fn check_sizes(lib: &Dynamic, model: &ModelProto, sizes: &[(usize, u64)], label: &str) {
+    for &(s, seed) in sizes {
+        let reference = static_at(model, "size", s);
+        let inputs = inputs_for(&reference, seed);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let (status, shapes) = lib.shapes(Some(&[s as i64]));
+        assert_eq!(status, 0);
+        let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
+        assert_eq!(status, 0, "size={s}");
+        assert_close(
+            &expected,
+            &got,
+            &format!("{label} size={s} vs the interpreter"),
+        );
+    }
+}
+
 /// The targets a test of machine-code kernels runs on: the host and every x86-64
 /// family below it the host runs (AVX-512: zmm and ymm kernels; AVX2: ymm; baseline:
 /// Cranelift's).
@@ -1700,29 +1719,22 @@ fn winograd_convs_on_planes_run_every_size() {
             .collect();
         assert_eq!(tiles, [m; 3], "every conv by F({m}×{m}, 3×3)");
         let lib = Dynamic::for_target(g.clone(), target, kernels);
-        for (s, seed) in [
-            (9usize, 1u64),
-            (10, 2),
-            (11, 3),
-            (12, 4),
-            (17, 5),
-            (26, 6),
-            (33, 8),
-            (40, 7),
-        ] {
-            let reference = static_at(&model, "size", s);
-            let inputs = inputs_for(&reference, seed);
-            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
-            let (status, shapes) = lib.shapes(Some(&[s as i64]));
-            assert_eq!(status, 0);
-            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
-            assert_eq!(status, 0, "size={s}");
-            assert_close(
-                &expected,
-                &got,
-                &format!("F({m}×{m}) {cpu} size={s} vs the interpreter"),
-            );
-        }
+        let label = format!("F({m}×{m}) {cpu}");
+        check_sizes(
+            &lib,
+            &model,
+            &[
+                (9usize, 1u64),
+                (10, 2),
+                (11, 3),
+                (12, 4),
+                (17, 5),
+                (26, 6),
+                (33, 8),
+                (40, 7),
+            ],
+            &label,
+        );
     }
 }
 
@@ -1778,28 +1790,20 @@ fn pointwise_convs_on_planes_run_every_size() {
             "{cpu}: the stride-1 convs in place"
         );
         let lib = Dynamic::for_target(g.clone(), target, KernelOptions::default());
-        for (s, seed) in [
-            (1usize, 1u64),
-            (4, 2),
-            (7, 3),
-            (8, 4),
-            (11, 5),
-            (16, 6),
-            (20, 7),
-        ] {
-            let reference = static_at(&model, "size", s);
-            let inputs = inputs_for(&reference, seed);
-            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
-            let (status, shapes) = lib.shapes(Some(&[s as i64]));
-            assert_eq!(status, 0);
-            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
-            assert_eq!(status, 0, "size={s}");
-            assert_close(
-                &expected,
-                &got,
-                &format!("{cpu} size={s} vs the interpreter"),
-            );
-        }
+        check_sizes(
+            &lib,
+            &model,
+            &[
+                (1usize, 1u64),
+                (4, 2),
+                (7, 3),
+                (8, 4),
+                (11, 5),
+                (16, 6),
+                (20, 7),
+            ],
+            &cpu,
+        );
     }
 }
 
@@ -1854,28 +1858,20 @@ fn depthwise_convs_on_planes_run_every_size() {
     let g = import(&model, &with_range("size", 9, 70)).unwrap();
     for (cpu, target) in host_and_lower_families() {
         let lib = Dynamic::for_target(g.clone(), target, KernelOptions::default());
-        for (s, seed) in [
-            (9usize, 1u64),
-            (12, 2),
-            (17, 3),
-            (33, 4),
-            (40, 5),
-            (63, 6),
-            (70, 7),
-        ] {
-            let reference = static_at(&model, "size", s);
-            let inputs = inputs_for(&reference, seed);
-            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
-            let (status, shapes) = lib.shapes(Some(&[s as i64]));
-            assert_eq!(status, 0);
-            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
-            assert_eq!(status, 0, "size={s}");
-            assert_close(
-                &expected,
-                &got,
-                &format!("{cpu} size={s} vs the interpreter"),
-            );
-        }
+        check_sizes(
+            &lib,
+            &model,
+            &[
+                (9usize, 1u64),
+                (12, 2),
+                (17, 3),
+                (33, 4),
+                (40, 5),
+                (63, 6),
+                (70, 7),
+            ],
+            &cpu,
+        );
     }
 }
 
@@ -1936,28 +1932,20 @@ fn many_maps_on_small_planes_run_every_size() {
             "{cpu}: every conv transposed"
         );
         let lib = Dynamic::for_target(g.clone(), target, no_winograd.clone());
-        for (s, seed) in [
-            (1usize, 1u64),
-            (2, 2),
-            (3, 3),
-            (5, 4),
-            (7, 5),
-            (9, 6),
-            (11, 7),
-        ] {
-            let reference = static_at(&model, "size", s);
-            let inputs = inputs_for(&reference, seed);
-            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
-            let (status, shapes) = lib.shapes(Some(&[s as i64]));
-            assert_eq!(status, 0);
-            let (status, got) = lib.run(Some(&[s as i64]), &inputs, None, &shapes[1..]);
-            assert_eq!(status, 0, "size={s}");
-            assert_close(
-                &expected,
-                &got,
-                &format!("{cpu} size={s} vs the interpreter"),
-            );
-        }
+        check_sizes(
+            &lib,
+            &model,
+            &[
+                (1usize, 1u64),
+                (2, 2),
+                (3, 3),
+                (5, 4),
+                (7, 5),
+                (9, 6),
+                (11, 7),
+            ],
+            &cpu,
+        );
     }
 }
 

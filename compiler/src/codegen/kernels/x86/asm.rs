@@ -190,6 +190,20 @@ impl Vecs {
         }
     }
 
+    /// `acc += w · [m]`, the load folded into the FMA.
+    pub(crate) fn fma_mem(
+        &self,
+        a: &mut CodeAssembler,
+        acc: usize,
+        w: usize,
+        m: AsmMemoryOperand,
+    ) -> Result<(), IcedError> {
+        match self.isa {
+            X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[w], ymmword_ptr(m)),
+            X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[w], zmmword_ptr(m)),
+        }
+    }
+
     /// `d = x op [m]` for a full vector in memory.
     pub(crate) fn op_mem(
         &self,

@@ -695,7 +695,7 @@ impl<'s> Emitter<'s> {
                     for v in 0..t.vecs {
                         let col = self.l.lead[phase] + v * self.lanes + shift;
                         let off = imm(row + phase * phase_bytes + col * F32)?;
-                        self.fma_mem(a, acc(r, v), w, r13 + rbx + off)?;
+                        self.v.fma_mem(a, acc(r, v), w, r13 + rbx + off)?;
                     }
                 }
             }
@@ -731,21 +731,6 @@ impl<'s> Emitter<'s> {
                 self.v
                     .store(a, r12 + rbx + out_off(r, v)?, acc(r, v), masked(v))?;
             }
-        }
-        Ok(())
-    }
-
-    /// `acc += w · [m]` (the input load folded into the FMA).
-    fn fma_mem(
-        &self,
-        a: &mut CodeAssembler,
-        acc: usize,
-        w: usize,
-        m: AsmMemoryOperand,
-    ) -> AsmResult<()> {
-        match self.v.isa {
-            X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[w], ymmword_ptr(m))?,
-            X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[w], zmmword_ptr(m))?,
         }
         Ok(())
     }

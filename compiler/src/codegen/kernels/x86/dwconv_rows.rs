@@ -25,8 +25,7 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, activation_temps};
 use super::asm::{
-    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM,
-    ZMM,
+    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
 };
 use crate::ops::Activation;
 
@@ -326,7 +325,7 @@ impl Emitter<'_> {
                         0 => row + off,
                         _ => row + r11 + off,
                     };
-                    self.fma_mem(a, acc, w, m)?;
+                    self.v.fma_mem(a, acc, w, m)?;
                 }
             }
         }
@@ -349,21 +348,6 @@ impl Emitter<'_> {
         for acc in 0..u {
             let last = masked && acc + 1 == u;
             self.v.store(a, rdi + imm(acc * vb)?, acc, last)?;
-        }
-        Ok(())
-    }
-
-    /// `acc += w · [m]`.
-    fn fma_mem(
-        &self,
-        a: &mut CodeAssembler,
-        acc: usize,
-        w: usize,
-        m: AsmMemoryOperand,
-    ) -> AsmResult<()> {
-        match self.s.isa {
-            X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[w], ymmword_ptr(m))?,
-            X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[w], zmmword_ptr(m))?,
         }
         Ok(())
     }

@@ -233,13 +233,7 @@ impl Emitter<'_> {
                 + s.addends.len()
                 + usize::from(s.rows_at_run_time)
                 + usize::from(s.cols_at_run_time);
-            match ARG_REGS.get(arg) {
-                Some(&r) => a.mov(r8, r)?,
-                None => a.mov(
-                    r8,
-                    qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + arg - ARG_REGS.len()) * 8)?),
-                )?,
-            }
+            self.read_arg(a, r8, arg)?;
             a.shl(r8, 2)?;
         }
         if s.m > 0 && s.n > 0 {
@@ -260,59 +254,58 @@ impl Emitter<'_> {
     }
 
     /// Reads the run-time row count (the argument after the addends) into the frame,
-    /// with the end of its full row tiles; jumps to `exit` when it is 0. Clobbers rax,
-    /// r10 and r11 (rdx, C's address, is restored).
+    /// with the end of its full row tiles; jumps to `exit` when it is 0.
     fn count_rows(&mut self, a: &mut CodeAssembler, exit: CodeLabel) -> AsmResult<()> {
         let arg = 3 + self.spec.addends.len();
-        match ARG_REGS.get(arg) {
-            Some(&r) => a.mov(rax, r)?,
-            None => a.mov(
-                rax,
-                qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + arg - ARG_REGS.len()) * 8)?),
-            )?,
-        }
-        // Never more rows than planned for.
-        a.mov(r10, self.spec.m as u64)?;
-        a.cmp(rax, r10)?;
-        a.cmova(rax, r10)?;
-        a.mov(qword_ptr(rsp + ROWS_SLOT), rax)?;
-        a.test(rax, rax)?;
-        a.jz(exit)?;
-        a.mov(r11, rdx)?;
-        a.xor(edx, edx)?;
-        a.mov(r10, self.mr as u64)?;
-        a.div(r10)?;
-        a.imul_3(rax, rax, imm(self.mr)?)?;
-        a.mov(qword_ptr(rsp + FULL_ROWS_END_SLOT), rax)?;
-        a.mov(rdx, r11)?;
-        Ok(())
+        let (m, mr) = (self.spec.m, self.mr);
+        self.read_count(a, arg, (m, mr), (ROWS_SLOT, FULL_ROWS_END_SLOT), exit)
     }
 
     /// Reads the run-time column count (the last argument) into the frame, with the end
-    /// of its full panels; jumps to `exit` when it is 0. Clobbers rax, r10 and r11.
+    /// of its full panels; jumps to `exit` when it is 0.
     fn count_cols(&mut self, a: &mut CodeAssembler, exit: CodeLabel) -> AsmResult<()> {
         let s = self.spec;
         let arg = 3 + s.addends.len() + usize::from(s.rows_at_run_time);
+        let (n, nr) = (s.n, self.nr);
+        self.read_count(a, arg, (n, nr), (COLS_SLOT, FULL_COLS_END_SLOT), exit)
+    }
+
+    /// Argument `arg` into `reg`, from its register or the stack.
+    fn read_arg(&self, a: &mut CodeAssembler, reg: AsmRegister64, arg: usize) -> AsmResult<()> {
         match ARG_REGS.get(arg) {
-            Some(&r) => a.mov(rax, r)?,
+            Some(&r) => a.mov(reg, r)?,
             None => a.mov(
-                rax,
+                reg,
                 qword_ptr(rsp + imm(FRAME + (SAVED.len() + 1 + arg - ARG_REGS.len()) * 8)?),
             )?,
         }
-        // Never more columns than planned for.
-        a.mov(r10, s.n as u64)?;
+        Ok(())
+    }
+
+    /// A count argument, at most `planned`, into frame slot `slot` and the end of its
+    /// whole `tile`s into `end_slot`; jumps to `exit` when it is 0. Clobbers rax, r10
+    /// and r11 (rdx, C's address, is restored).
+    fn read_count(
+        &mut self,
+        a: &mut CodeAssembler,
+        arg: usize,
+        (planned, tile): (usize, usize),
+        (slot, end_slot): (i32, i32),
+        exit: CodeLabel,
+    ) -> AsmResult<()> {
+        self.read_arg(a, rax, arg)?;
+        a.mov(r10, planned as u64)?;
         a.cmp(rax, r10)?;
         a.cmova(rax, r10)?;
-        a.mov(qword_ptr(rsp + COLS_SLOT), rax)?;
+        a.mov(qword_ptr(rsp + slot), rax)?;
         a.test(rax, rax)?;
         a.jz(exit)?;
         a.mov(r11, rdx)?;
         a.xor(edx, edx)?;
-        a.mov(r10, self.nr as u64)?;
+        a.mov(r10, tile as u64)?;
         a.div(r10)?;
-        a.imul_3(rax, rax, imm(self.nr)?)?;
-        a.mov(qword_ptr(rsp + FULL_COLS_END_SLOT), rax)?;
+        a.imul_3(rax, rax, imm(tile)?)?;
+        a.mov(qword_ptr(rsp + end_slot), rax)?;
         a.mov(rdx, r11)?;
         Ok(())
     }

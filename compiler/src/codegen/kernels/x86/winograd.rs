@@ -578,22 +578,7 @@ impl OutputEmitter<'_> {
                     self.masks.set_counted(a, s.isa, k1, AVX2_MASK, rax, r10)?;
                 }
                 let off = imm(q * lanes * F32)?;
-                if s.bias {
-                    self.ops.add(a, r, r, bias_reg(s.isa))?;
-                }
-                if s.residual {
-                    self.ops.v.load(a, 12, r12 + off, masked)?;
-                    self.ops.add(a, r, r, 12)?;
-                }
-                activate(
-                    a,
-                    &self.ops.v,
-                    &mut self.consts,
-                    s.activation,
-                    &[r],
-                    &OUTPUT_TEMPS,
-                )?;
-                self.ops.v.store(a, r9 + off, r, masked)?;
+                self.store_output(a, r, (r9 + off, r12 + off), masked)?;
             }
         }
         a.set_label(&mut done)?;
@@ -656,25 +641,38 @@ impl OutputEmitter<'_> {
                     self.masks.set(a, s.isa, k1, AVX2_MASK, valid)?;
                 }
                 let off = imm((i * s.out_w + first) * F32)?;
-                if s.bias {
-                    self.ops.add(a, r, r, bias_reg(s.isa))?;
-                }
-                if s.residual {
-                    self.ops.v.load(a, 12, rbx + off, masked)?;
-                    self.ops.add(a, r, r, 12)?;
-                }
-                activate(
-                    a,
-                    &self.ops.v,
-                    &mut self.consts,
-                    s.activation,
-                    &[r],
-                    &OUTPUT_TEMPS,
-                )?;
-                self.ops.v.store(a, r15 + off, r, masked)?;
+                self.store_output(a, r, (r15 + off, rbx + off), masked)?;
             }
         }
         Ok(())
+    }
+
+    /// Stores output vector `r` at `y` after the bias, the residual at `res` (through
+    /// register 12) and the activation; `masked` by the mask register.
+    fn store_output(
+        &mut self,
+        a: &mut CodeAssembler,
+        r: usize,
+        (y, res): (AsmMemoryOperand, AsmMemoryOperand),
+        masked: bool,
+    ) -> AsmResult<()> {
+        let s = self.s;
+        if s.bias {
+            self.ops.add(a, r, r, bias_reg(s.isa))?;
+        }
+        if s.residual {
+            self.ops.v.load(a, 12, res, masked)?;
+            self.ops.add(a, r, r, 12)?;
+        }
+        activate(
+            a,
+            &self.ops.v,
+            &mut self.consts,
+            s.activation,
+            &[r],
+            &OUTPUT_TEMPS,
+        )?;
+        Ok(self.ops.v.store(a, y, r, masked)?)
     }
 
     /// Transposes registers 0..m (lane t = tile t, register j = column j of each tile)

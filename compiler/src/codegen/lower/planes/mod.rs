@@ -716,21 +716,23 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                     .find(|(w, _)| *w == n)
                     .expect("a kernel per width")
                     .1;
-                let copied = if transposed {
+                // C[map][position] one map's row at a time, or Cᵀ by columns.
+                let strides = if transposed {
                     gemm.call_rows(b, patches, w_g, out_block, &addends, Some(r));
-                    copy_out_transposed(b, out_block, (y_g, r_g), (positions, p0, r), mg, act)
+                    (1, mg)
                 } else {
                     let cols = counted.then_some(r);
                     gemm.call_counted(b, (w_g, patches, out_block), &addends, None, cols);
-                    copy_out(
-                        b,
-                        out_block,
-                        (y_g, r_g),
-                        (positions, p0, r),
-                        (mg, block),
-                        act,
-                    )
+                    (block, 1)
                 };
+                let copied = copy_out(
+                    b,
+                    out_block,
+                    (y_g, r_g),
+                    (positions, p0, r),
+                    (mg, strides),
+                    act,
+                );
                 if let Err(e) = copied {
                     failure = Some(e);
                 }
@@ -1102,64 +1104,32 @@ fn copy_strided(
     });
 }
 
-/// `Y[j][p0 + i] = C[j][i]` (+ `R[j][p0 + i]`, then the activation, when there is a
-/// residual) for the `rows` positions of a block and `maps` maps; `C` rows `block`
-/// floats apart, planes `positions` floats long.
+/// `Y[j][p0 + i] = C(j, i)` (+ `R[j][p0 + i]`, then the activation, when there is a
+/// residual) for the `rows` positions of a block and `maps` maps; `C(j, i)` at
+/// `j·map_stride + i·position_stride` floats (a block `[maps][B]`, or transposed), planes
+/// `positions` floats long.
 fn copy_out(
     b: &mut FunctionBuilder,
     c: Value,
     (y, r): (Value, Option<Value>),
     (positions, p0, rows): (Value, Value, Value),
-    (maps, block): (usize, usize),
+    (maps, (map_stride, position_stride)): (usize, (usize, usize)),
     act: Activation,
 ) -> LowerResult {
     let mut failure = None;
     kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
-        let src = kernel::elem_addr(b, c, j, block * F32);
+        let src = kernel::elem_addr(b, c, j, map_stride * F32);
         let plane = b.ins().imul(j, positions);
         let first = b.ins().iadd(plane, p0);
         let dst = kernel::elem_addr(b, y, first, F32);
-        let Some(r) = r else {
+        if r.is_none() && position_stride == 1 {
             let zero = kernel::iconst(b, 0);
             copy_run(b, dst, src, zero, rows);
             return;
-        };
-        let res = kernel::elem_addr(b, r, first, F32);
-        kernel::dynamic_loop(b, rows, |b, i| {
-            let s = kernel::elem_addr(b, src, i, F32);
-            let mut v = b.ins().load(types::F32, flags(), s, 0);
-            let at = kernel::elem_addr(b, res, i, F32);
-            let rv = b.ins().load(types::F32, flags(), at, 0);
-            v = b.ins().fadd(v, rv);
-            match super::elementwise::activation(b, act, v) {
-                Ok(a) => v = a,
-                Err(e) => failure = Some(e),
-            }
-            let d = kernel::elem_addr(b, dst, i, F32);
-            b.ins().store(flags(), v, d, 0);
-        });
-    });
-    failure.map_or(Ok(()), Err)
-}
-
-/// [`copy_out`] of a transposed block `Cᵀ[rows][maps]`: map j's positions are column j.
-fn copy_out_transposed(
-    b: &mut FunctionBuilder,
-    c: Value,
-    (y, r): (Value, Option<Value>),
-    (positions, p0, rows): (Value, Value, Value),
-    maps: usize,
-    act: Activation,
-) -> LowerResult {
-    let mut failure = None;
-    kernel::counted_loop(b, 0, maps as i64, 1, |b, j| {
-        let src = kernel::elem_addr(b, c, j, F32);
-        let plane = b.ins().imul(j, positions);
-        let first = b.ins().iadd(plane, p0);
-        let dst = kernel::elem_addr(b, y, first, F32);
+        }
         let res = r.map(|r| kernel::elem_addr(b, r, first, F32));
         kernel::dynamic_loop(b, rows, |b, i| {
-            let s = kernel::elem_addr(b, src, i, maps * F32);
+            let s = kernel::elem_addr(b, src, i, position_stride * F32);
             let mut v = b.ins().load(types::F32, flags(), s, 0);
             if let Some(res) = res {
                 let at = kernel::elem_addr(b, res, i, F32);
