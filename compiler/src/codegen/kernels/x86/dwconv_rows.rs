@@ -42,7 +42,7 @@ pub(crate) fn slack_bytes(k: [usize; 2], dilations: [usize; 2]) -> usize {
 
 /// One depthwise conv's row kernel.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct DwRowsSpec {
+pub struct DwRowsSpec {
     pub isa: X86Isa,
     pub k: [usize; 2],
     pub stride: [usize; 2],

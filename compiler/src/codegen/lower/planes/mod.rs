@@ -73,6 +73,8 @@ pub struct PlanesPlan {
     pub gemm: Option<ConvBlocks>,
     /// A 3×3 conv's Winograd plan, where it takes that path.
     pub winograd: Option<WinogradPlan>,
+    /// A depthwise conv's machine-code row kernel, where one applies.
+    pub depthwise_rows: Option<Box<dwconv_rows::DwRowsSpec>>,
 }
 
 /// How a conv on planes runs by blocks of output positions.
@@ -208,6 +210,7 @@ pub fn plan_planes(
         extents: every_axis(graph, x),
         gemm: None,
         winograd: None,
+        depthwise_rows: None,
     };
     let mut scratch = 0;
     let reason = match &node.op {
@@ -247,6 +250,9 @@ pub fn plan_planes(
              rows copied into the planes"
         }
         Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
+            let given = |i: usize| node.inputs.get(i).is_some_and(Option::is_some);
+            plan.depthwise_rows =
+                depthwise_rows_spec(c, target, (given(2), given(3))).map(Box::new);
             // The row kernel's last vector reads on past the last row.
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads, c.strides[1])
                 + dwconv_rows::slack_bytes(
@@ -1728,11 +1734,10 @@ fn depthwise_conv(
     let (sy, sx) = (c.strides[0], c.strides[1]);
     let (dy, dx) = (c.dilations[0], c.dilations[1]);
     let act = c.activation;
-    let rows_kernel = match depthwise_rows_spec(c, ctx.target, (bias.is_some(), residual.is_some()))
-    {
+    let rows_kernel = match &plan.depthwise_rows {
         Some(spec) => Some((
             spec.copies,
-            gemm::define_machine_code(ctx, 6, &dwconv_rows::emit(&spec)?)?,
+            gemm::define_machine_code(ctx, 6, &dwconv_rows::emit(spec)?)?,
         )),
         None => None,
     };
