@@ -6,9 +6,10 @@
 //! stride's column phases `phase_bytes` apart, so every tap of a vector of outputs is one
 //! contiguous load): `(X_c, P, W_c, Y_c, R_c, counts)`, System V, with `W_c` the
 //! channel's taps and `counts` seven i64: input height and width, output height and
-//! width, `row_bytes`, `phase_bytes`, and the address of the channel's bias. With `copies` (stride 1), the kernel
-//! first copies the channel's rows into the interior of `P`, whose border the caller
-//! zeroed once for all channels; else the caller filled `P`.
+//! width, `row_bytes`, `phase_bytes`, and the address of the channel's bias. With
+//! `copies`, the kernel first copies the channel's rows into the interior of `P`
+//! (`super::plane_phases`), whose border the caller zeroed once for all channels; else
+//! the caller filled `P`.
 //!
 //! Per output row, the window's rows are `kh` pointers advanced a group of vectors at a
 //! time; a group is `U` output vectors, each tap broadcast once (AVX2) or held in a
@@ -27,6 +28,7 @@ use super::activation::{activate, activation_temps};
 use super::asm::{
     emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
 };
+use super::plane_phases::{PhaseCopy, PhasesSpec};
 use crate::ops::Activation;
 
 const F32: usize = 4;
@@ -63,7 +65,6 @@ pub(crate) fn supports(s: &DwRowsSpec) -> bool {
         && s.k[0] >= 1
         && s.k[1] >= 1
         && matches!(s.stride[1], 1 | 2)
-        && (!s.copies || s.stride[1] == 1)
         && activation_temps(s.act()) <= ACT_TEMPS.len()
 }
 
@@ -156,8 +157,14 @@ impl Emitter<'_> {
         a.imul_3(rax, r10, imm(s.stride[0])?)?;
         a.mov(qword_ptr(rsp + ROW_STEP), rax)?;
         let mut exit = a.create_label();
+        let phases = PhasesSpec {
+            isa: s.isa,
+            phases: s.stride[1],
+            pad: s.pad,
+        };
+        let mut copy = PhaseCopy::new(&phases);
         if s.copies {
-            self.copy(a)?;
+            copy.emit(a, &mut self.masks)?;
         }
         // The taps in registers (AVX-512); r9 = W_c from here on.
         a.mov(r9, rdx)?;
@@ -189,54 +196,8 @@ impl Emitter<'_> {
         a.vzeroupper()?;
         a.ret()?;
         emit_consts(a, &mut self.consts, s.isa.lanes())?;
+        copy.emit_tables(a)?;
         self.masks.emit_table(a)
-    }
-
-    /// Copies the channel's `in_h × in_w` floats at rdi into the plane at rsi, at row
-    /// `pad[0]` and column `pad[1]` (stride 1: one phase). Clobbers rax, rbx, r12, r13,
-    /// r14, r15 and the mask.
-    fn copy(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
-        let s = self.s;
-        let lanes = s.isa.lanes();
-        let vb = lanes * F32;
-        // r12 = source row, r13 = destination row, r14 = rows left.
-        a.mov(r12, rdi)?;
-        a.imul_3(r13, r10, imm(s.pad[0])?)?;
-        a.lea(r13, r13 + rsi + imm(s.pad[1] * F32)?)?;
-        a.mov(r14, qword_ptr(r9))?;
-        let mut done = a.create_label();
-        a.test(r14, r14)?;
-        a.jle(done)?;
-        let mut row_top = a.create_label();
-        a.set_label(&mut row_top)?;
-        // rax = floats left in the row, r15 = byte offset.
-        a.mov(rax, qword_ptr(r9 + 8))?;
-        a.xor(r15d, r15d)?;
-        let (mut tail, mut row_end) = (a.create_label(), a.create_label());
-        let mut vec_top = a.create_label();
-        a.set_label(&mut vec_top)?;
-        a.cmp(rax, imm(lanes)?)?;
-        a.jl(tail)?;
-        self.v.load(a, 0, r12 + r15, false)?;
-        self.v.store(a, r13 + r15, 0, false)?;
-        a.add(r15, imm(vb)?)?;
-        a.sub(rax, imm(lanes)?)?;
-        a.jmp(vec_top)?;
-        a.set_label(&mut tail)?;
-        a.test(rax, rax)?;
-        a.jz(row_end)?;
-        self.masks.set_counted(a, s.isa, k1, AVX2_MASK, rax, rbx)?;
-        self.v.load(a, 0, r12 + r15, true)?;
-        self.v.store(a, r13 + r15, 0, true)?;
-        a.set_label(&mut row_end)?;
-        a.mov(rax, qword_ptr(r9 + 8))?;
-        a.lea(r12, r12 + rax * 4)?;
-        a.add(r13, r10)?;
-        a.dec(r14)?;
-        a.jnz(row_top)?;
-        a.set_label(&mut done)?;
-        a.nop()?;
-        Ok(())
     }
 
     /// One output row: the window's row pointers from rbp, then groups of `U` vectors,

@@ -26,13 +26,14 @@
 //! * Other pools, windowed or global: direct loops, windows clipped to the plane.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, StackSlotData, StackSlotKind, Value};
+use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
+use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
 use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
 use crate::codegen::options::KernelOptions;
 use crate::codegen::Target;
@@ -75,6 +76,9 @@ pub struct PlanesPlan {
     pub winograd: Option<WinogradPlan>,
     /// A depthwise conv's machine-code row kernel, where one applies.
     pub depthwise_rows: Option<Box<dwconv_rows::DwRowsSpec>>,
+    /// The machine-code copy of each input plane into its bordered copy (a max pool's,
+    /// a conv's gathered from padded planes), where one applies; else [`pad_plane`].
+    pub phase_copy: Option<PhasesSpec>,
 }
 
 /// How a conv on planes runs by blocks of output positions.
@@ -211,6 +215,7 @@ pub fn plan_planes(
         gemm: None,
         winograd: None,
         depthwise_rows: None,
+        phase_copy: None,
     };
     let mut scratch = 0;
     let reason = match &node.op {
@@ -245,6 +250,9 @@ pub fn plan_planes(
                 ));
             }
             scratch = ConvScratch::new(k, blocks.block, m).bytes + cg * blocks.padded_channel_bytes;
+            if blocks.padded_channel_bytes > 0 {
+                plan.phase_copy = phase_copy_spec(target, &c.pads, c.strides[1]);
+            }
             plan.gemm = Some(blocks);
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
              rows copied into the planes"
@@ -264,6 +272,7 @@ pub fn plan_planes(
         }
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
+            plan.phase_copy = phase_copy_spec(target, &p.pads, p.strides[1]);
             "per channel: the plane copied into a -inf border (columns split by stride \
              phase), then the windows' maxima four outputs at a time"
         }
@@ -358,12 +367,23 @@ fn depthwise_rows_spec(
         stride: [c.strides[0], c.strides[1]],
         dil: [c.dilations[0], c.dilations[1]],
         pad: [c.pads[0], c.pads[1]],
-        copies: c.strides[1] == 1,
+        copies: true,
         bias,
         residual,
         activation: c.activation,
     };
     dwconv_rows::supports(&spec).then_some(spec)
+}
+
+/// The machine-code plane copy for `target`, where one applies: x86 with AVX2 or
+/// AVX-512, column stride 1 or 2.
+fn phase_copy_spec(target: &Target, pads: &[usize], phases: usize) -> Option<PhasesSpec> {
+    let spec = PhasesSpec {
+        isa: X86Isa::for_target(target)?,
+        phases,
+        pad: [pads[0], pads[1]],
+    };
+    plane_phases::supports(&spec).then_some(spec)
 }
 
 /// A 2-D conv with one input channel and one output map per group, float32.
@@ -626,6 +646,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             .collect::<Result<_, String>>()?,
     };
     let transposed = blocks.transposed;
+    let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg);
@@ -649,6 +670,21 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         pads: c.pads[..sp].to_vec(),
         pads_end: c.pads[sp..].to_vec(),
     };
+    let copier = from_padded.then(|| {
+        let copier = PlaneCopier::new(
+            b,
+            copy_kernel,
+            (in_ext[0], in_ext[1]),
+            &c.pads,
+            window.strides[1],
+            0.0,
+        );
+        kernel::counted_loop(b, 0, cg as i64, 1, |b, ch| {
+            let dst = kernel::elem_addr(b, padded_at, ch, padded_chan);
+            copier.fill_border(b, dst);
+        });
+        copier
+    });
     let mut failure = None;
     kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
         let off = b.ins().imul(n, in_image);
@@ -668,23 +704,14 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
             let bias_g = bias
                 .as_ref()
                 .map(|t| kernel::elem_addr(b, t.ptr, gi, mg * F32));
-            let padded = from_padded.then(|| {
-                let pads = &c.pads;
+            let padded = copier.as_ref().map(|copier| {
                 kernel::counted_loop(b, 0, cg as i64, 1, |b, ch| {
                     let src = b.ins().imul(ch, in_plane);
                     let src = kernel::elem_addr(b, x_g, src, F32);
                     let dst = kernel::elem_addr(b, padded_at, ch, padded_chan);
-                    pad_plane(
-                        b,
-                        src,
-                        (in_ext[0], in_ext[1]),
-                        pads,
-                        window.strides[1],
-                        dst,
-                        0.0,
-                    );
+                    copier.copy(b, src, dst);
                 });
-                let layout = padded_layout(b, in_ext[1], pads, window.strides[1]);
+                let layout = padded_layout(b, in_ext[1], &c.pads, window.strides[1]);
                 (layout, padded_chan)
             });
             let mut run_block = |b: &mut FunctionBuilder, p0: Value, r: Value, n: usize| {
@@ -1069,6 +1096,22 @@ fn fill_zero(b: &mut FunctionBuilder, dst: Value, from: Value, to: Value) {
     kernel::range_loop(b, from, to, |b, j| {
         let at = kernel::elem_addr(b, dst, j, F32);
         b.ins().store(flags(), z, at, 0);
+    });
+}
+
+/// `dst[j] = value` for `j` in `0..n`, four floats at a time.
+fn fill_plane(b: &mut FunctionBuilder, dst: Value, n: Value, value: f32) {
+    let v = b.ins().f32const(value);
+    let vx4 = b.ins().splat(types::F32X4, v);
+    let quads = b.ins().ushr_imm_u(n, 2);
+    kernel::dynamic_loop(b, quads, |b, q| {
+        let d = kernel::elem_addr(b, dst, q, 4 * F32);
+        b.ins().store(flags(), vx4, d, 0);
+    });
+    let done = b.ins().ishl_imm_u(quads, 2);
+    kernel::range_loop(b, done, n, |b, j| {
+        let d = kernel::elem_addr(b, dst, j, F32);
+        b.ins().store(flags(), v, d, 0);
     });
 }
 
@@ -1472,6 +1515,84 @@ impl PaddedPlane {
     }
 }
 
+/// How a node copies its input planes into bordered copies (see [`pad_plane`]): the
+/// machine-code kernel of the plan's `phase_copy` (the border filled once per copy's
+/// place, [`PlaneCopier::fill_border`], each plane then copied into the interior), or
+/// Cranelift's [`pad_plane`].
+struct PlaneCopier {
+    /// The kernel and its counts (`kernels::x86::plane_phases`) on the stack.
+    kernel: Option<(FuncRef, Value)>,
+    extents: (Value, Value),
+    pads: Vec<usize>,
+    phases: usize,
+    fill: f32,
+}
+
+impl PlaneCopier {
+    fn define(ctx: &mut LowerCtx, plan: &PlanesPlan) -> Result<Option<FuncRef>, String> {
+        match &plan.phase_copy {
+            Some(spec) => Ok(Some(gemm::define_machine_code(
+                ctx,
+                3,
+                &plane_phases::emit(spec)?,
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    fn new(
+        b: &mut FunctionBuilder,
+        kernel: Option<FuncRef>,
+        (h, w): (Value, Value),
+        pads: &[usize],
+        phases: usize,
+        fill: f32,
+    ) -> PlaneCopier {
+        let kernel = kernel.map(|k| {
+            let layout = padded_layout(b, w, pads, phases);
+            let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, 48, 3);
+            let counts = b.create_sized_stack_slot(slot);
+            let counts = b.ins().stack_addr(kernel::PTR, counts, 0);
+            let phase_bytes = layout.phase_bytes[phases - 1];
+            for (at, v) in [(0, h), (8, w), (32, layout.row_bytes), (40, phase_bytes)] {
+                b.ins().store(flags(), v, counts, at);
+            }
+            (k, counts)
+        });
+        PlaneCopier {
+            kernel,
+            extents: (h, w),
+            pads: pads.to_vec(),
+            phases,
+            fill,
+        }
+    }
+
+    /// Fills the whole bordered copy at `dst` with the border's value, once before the
+    /// kernel copies planes there (Cranelift's copy writes every border itself).
+    fn fill_border(&self, b: &mut FunctionBuilder, dst: Value) {
+        if self.kernel.is_some() {
+            let (h, w) = self.extents;
+            let (_, row_w) = padded_row(b, w, &self.pads, self.phases);
+            let rows = b.ins().iadd_imm_s(h, (self.pads[0] + self.pads[2]) as i64);
+            let floats = b.ins().imul(rows, row_w);
+            fill_plane(b, dst, floats, self.fill);
+        }
+    }
+
+    /// Copies the plane at `src` into the bordered copy at `dst`.
+    fn copy(&self, b: &mut FunctionBuilder, src: Value, dst: Value) -> PaddedPlane {
+        let (h, w) = self.extents;
+        match self.kernel {
+            Some((kernel, counts)) => {
+                b.ins().call(kernel, &[src, dst, counts]);
+                padded_layout(b, w, &self.pads, self.phases)
+            }
+            None => pad_plane(b, src, (h, w), &self.pads, self.phases, dst, self.fill),
+        }
+    }
+}
+
 /// Copies plane `src` (`h × w`) into `dst` with `pads` `[top, left, bottom, right]`
 /// of `fill` around it, each padded row stored as `phases` runs: phase `p` holds the
 /// padded columns `p, p + phases, p + 2·phases, …` (one run, the row itself, at
@@ -1631,6 +1752,7 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
     let y = ctx.output(0);
     let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
     let planes = x.ty.shape[0] * x.ty.shape[1];
+    let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let b = &mut *ctx.b;
     let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
     let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
@@ -1640,18 +1762,19 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
     let (sy, sx) = (p.strides[0], p.strides[1]);
     let (dy, dx) = (p.dilations[0], p.dilations[1]);
     let pads = pool_pads(p);
+    let copier = PlaneCopier::new(
+        b,
+        copy_kernel,
+        (in_ext[0], in_ext[1]),
+        &pads,
+        sx,
+        f32::NEG_INFINITY,
+    );
+    copier.fill_border(b, scratch);
     kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
         let base = b.ins().imul(c, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);
-        let plane = pad_plane(
-            b,
-            src,
-            (in_ext[0], in_ext[1]),
-            &pads,
-            sx,
-            scratch,
-            f32::NEG_INFINITY,
-        );
+        let plane = copier.copy(b, src, scratch);
         let out_base = b.ins().imul(c, positions);
         let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
         kernel::dynamic_loop(b, out_ext[0], |b, oy| {
@@ -1771,8 +1894,7 @@ fn depthwise_conv(
                 .iadd_imm_s(in_ext[0], (c.pads[0] + c.pads[2]) as i64);
             let bytes = b.ins().imul(rows, layout.row_bytes);
             let floats = b.ins().ushr_imm_u(bytes, 2);
-            let zero = kernel::iconst(b, 0);
-            fill_zero(b, scratch, zero, floats);
+            fill_plane(b, scratch, floats, 0.0);
         }
         let null = kernel::iconst(b, 0);
         kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
