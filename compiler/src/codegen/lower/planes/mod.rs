@@ -78,7 +78,7 @@ pub struct PlanesPlan {
     pub depthwise_rows: Option<Box<dwconv_rows::DwRowsSpec>>,
     /// The machine-code copy of each input plane into its bordered copy (a max pool's,
     /// a conv's gathered from padded planes), where one applies; else [`pad_plane`].
-    pub phase_copy: Option<PhasesSpec>,
+    pub phase_copy: Option<Box<PhasesSpec>>,
 }
 
 /// How a conv on planes runs by blocks of output positions.
@@ -251,7 +251,7 @@ pub fn plan_planes(
             }
             scratch = ConvScratch::new(k, blocks.block, m).bytes + cg * blocks.padded_channel_bytes;
             if blocks.padded_channel_bytes > 0 {
-                plan.phase_copy = phase_copy_spec(target, &c.pads, c.strides[1]);
+                plan.phase_copy = phase_copy_spec(target, &c.pads, c.strides[1]).map(Box::new);
             }
             plan.gemm = Some(blocks);
             "blocks of output positions: patches gathered, one GEMM on packed weights, \
@@ -272,7 +272,7 @@ pub fn plan_planes(
         }
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
-            plan.phase_copy = phase_copy_spec(target, &p.pads, p.strides[1]);
+            plan.phase_copy = phase_copy_spec(target, &p.pads, p.strides[1]).map(Box::new);
             "per channel: the plane copied into a -inf border (columns split by stride \
              phase), then the windows' maxima four outputs at a time"
         }
