@@ -1949,6 +1949,80 @@ fn many_maps_on_small_planes_run_every_size() {
     }
 }
 
+/// Convs of few maps by blocks of output positions (Winograd off): a 3×3 3 → 16 stem of
+/// stride 2 with bias and ReLU, a 3×3 16 → 16 plus a residual then ReLU, a 5×5 of
+/// stride 2 with Clip, and a 3×3 with a residual and no bias.
+fn block_convs(seed: u64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(seed);
+    let x = m.input("image", &[1, 3, 40, 40]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let conv = |m: &mut ModelBuilder,
+                x: &str,
+                (c, maps, k, stride): (usize, usize, usize, i64),
+                bias: bool| {
+        let w = m.weight(&[maps, c, k, k], 1.0 / ((k * k * c) as f32).sqrt());
+        let mut inputs = vec![x.to_string(), w];
+        if bias {
+            inputs.push(m.weight(&[maps], 0.1));
+        }
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        let attrs = vec![
+            ("pads", Attr::Ints(vec![(k as i64 - 1) / 2; 4])),
+            ("strides", Attr::Ints(vec![stride; 2])),
+        ];
+        m.node("Conv", &inputs, attrs)
+    };
+    let y = conv(&mut m, &x, (3, 16, 3, 2), true);
+    let y = m.node("Relu", &[&y], vec![]);
+    let z = conv(&mut m, &y, (16, 16, 3, 1), true);
+    let y = m.node("Add", &[&z, &y], vec![]);
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv(&mut m, &y, (16, 24, 5, 2), true);
+    let lo = m.float_init(&[], vec![0.0]);
+    let hi = m.float_init(&[], vec![6.0]);
+    let y = m.node("Clip", &[&y, &lo, &hi], vec![]);
+    let z = conv(&mut m, &y, (24, 24, 3, 1), false);
+    let y = m.node("Add", &[&y, &z], vec![]);
+    m.output(&y);
+    m.encode()
+}
+
+/// Convs by blocks of output positions whose GEMM writes the planes itself on x86 (the
+/// plane size its row stride, the residual and activation in its epilogue), over
+/// several blocks and a counted last one, match the interpreter at every size on every
+/// CPU family the host runs.
+#[test]
+fn block_convs_on_planes_run_every_size() {
+    let model = decode(&block_convs(48));
+    let g = import(&model, &with_range("size", 5, 90)).unwrap();
+    let no_winograd = KernelOptions {
+        winograd: WinogradChoice::Off,
+        ..Default::default()
+    };
+    for (cpu, target) in host_and_lower_families() {
+        let plan = plan_kernels(&g, &target, &no_winograd.clone());
+        let writing = plan
+            .nodes
+            .iter()
+            .filter(|k| matches!(&k.strategy, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.writes_planes)))
+            .count();
+        let x86 = target.arch == nnc::codegen::Arch::X86_64 && cpu != "baseline";
+        assert_eq!(
+            writing,
+            if x86 { 4 } else { 0 },
+            "{cpu}: every conv's GEMM writes the planes"
+        );
+        let lib = Dynamic::for_target(g.clone(), target, no_winograd.clone());
+        check_sizes(
+            &lib,
+            &model,
+            &[(5usize, 1u64), (8, 2), (17, 3), (40, 4), (63, 5), (90, 6)],
+            &cpu,
+        );
+    }
+}
+
 /// A conv net with squeeze-and-excitation blocks (MobileNetV3's, EfficientNet's): each
 /// image's channel scales, computed from its globally pooled planes, multiply its planes
 /// (planes first, then scales first), and per-channel constants are added, subtracted

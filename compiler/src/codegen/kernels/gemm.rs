@@ -102,11 +102,35 @@ pub struct GemmSpec {
     /// knows, computed without rounding it up to a planned width. B must be
     /// [`BLayout::Rows`] (read with masks where the columns end); x86 machine code only.
     pub cols_at_run_time: bool,
-    /// The kernel takes, as its last argument, one row stride in floats for B (its
-    /// `row_stride` unused), C (`ldc` unused) and every addend read per column (their
-    /// `row_stride` unused): planes whose size only the run knows, read and written in
-    /// place. B must be [`BLayout::Rows`]; x86 machine code only.
-    pub strides_at_run_time: bool,
+    /// Row strides the kernel takes at run time.
+    pub run_time_strides: RunTimeStrides,
+}
+
+/// Which row strides of a GEMM the kernel takes at run time, as its last argument (in
+/// floats): planes whose size only the run knows. x86 machine code only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunTimeStrides {
+    /// Every stride is the spec's.
+    None,
+    /// One stride for B (its `row_stride` unused), C (`ldc` unused) and every addend
+    /// read per column (their `row_stride` unused): planes read and written in place.
+    /// B must be [`BLayout::Rows`].
+    BAndC,
+    /// One stride for C and every addend read per column, B's the spec's: a block of
+    /// gathered patches whose GEMM writes the planes.
+    C,
+}
+
+impl RunTimeStrides {
+    /// Whether the kernel takes a stride argument.
+    pub fn any(self) -> bool {
+        self != RunTimeStrides::None
+    }
+
+    /// Whether B's rows are the run's stride apart.
+    pub fn b(self) -> bool {
+        self == RunTimeStrides::BAndC
+    }
 }
 
 /// Which kernel family computes a GEMM.

@@ -16,7 +16,7 @@
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::gemm::{ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides};
 use super::linalg::{batch_ptr, pack_b_at_run_time, packs_runtime_b_of, MatMulShape};
 use super::norm::SoftmaxRows;
 use super::{LowerCtx, LowerResult};
@@ -201,7 +201,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     };
     let output_spec = |rows: usize| GemmSpec {
         m: rows,
@@ -227,7 +227,7 @@ pub fn attention(ctx: &mut LowerCtx) -> LowerResult {
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     };
     let full_blocks = dims.m / plan.block_rows;
     let tail_rows = dims.m % plan.block_rows;

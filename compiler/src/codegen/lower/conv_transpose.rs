@@ -7,7 +7,9 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::conv::{unravel, ConvOperands, F32};
-use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES};
+use super::gemm::{
+    self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides, LANES,
+};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
@@ -241,7 +243,7 @@ fn transpose_gemm_taps(
             b_taps: vec![],
             rows_at_run_time: false,
             cols_at_run_time: false,
-            strides_at_run_time: false,
+            run_time_strides: RunTimeStrides::None,
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

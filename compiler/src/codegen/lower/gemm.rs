@@ -40,7 +40,7 @@ impl GemmKernel {
             + spec.addends.len()
             + counted
             + usize::from(spec.cols_at_run_time)
-            + usize::from(spec.strides_at_run_time);
+            + usize::from(spec.run_time_strides.any());
         let packed = spec.a == ALayout::Packed
             || matches!(
                 spec.b,
@@ -56,7 +56,7 @@ impl GemmKernel {
                 define_machine_code(ctx, params, &x86::gemm::emit(spec, isa)?)?
             }
             KernelKind::X86(isa)
-                if x86::gemm::supports(&without_activation) && !spec.strides_at_run_time =>
+                if x86::gemm::supports(&without_activation) && !spec.run_time_strides.any() =>
             {
                 let act = spec.activation;
                 let (m, n, ldc) = (spec.m, spec.n, spec.ldc);
@@ -72,13 +72,15 @@ impl GemmKernel {
                 define_machine_code(ctx, params, &x86::gemm::emit(&without_activation, isa)?)?
             }
             KernelKind::X86(_)
-                if spec.rows_at_run_time || spec.cols_at_run_time || spec.strides_at_run_time =>
+                if spec.rows_at_run_time
+                    || spec.cols_at_run_time
+                    || spec.run_time_strides.any() =>
             {
                 return Err(format!(
                     "rows or columns counted at run time the x86 kernel cannot compute: {spec:?}"
                 ))
             }
-            _ if spec.cols_at_run_time || spec.strides_at_run_time => {
+            _ if spec.cols_at_run_time || spec.run_time_strides.any() => {
                 return Err("columns or strides at run time need the x86 machine-code GEMM".into())
             }
             KernelKind::X86(_) if packed => {
@@ -144,7 +146,7 @@ impl GemmKernel {
         self.call_strided(b, (a, b_ptr, c), addends, (rows, cols), None);
     }
 
-    /// [`Self::call_counted`] for a kernel of `strides_at_run_time`: `stride` floats.
+    /// [`Self::call_counted`] for a kernel of `run_time_strides`: `stride` floats.
     pub fn call_strided(
         &self,
         b: &mut FunctionBuilder,

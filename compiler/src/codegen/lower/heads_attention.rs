@@ -20,7 +20,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::gemm::{ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides};
 use super::linalg::{pack_b_at_run_time, packs_runtime_b_of};
 use super::norm::SoftmaxRows;
 use super::{LowerCtx, LowerResult};
@@ -264,7 +264,7 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
             b_taps: vec![],
             rows_at_run_time: counted,
             cols_at_run_time: false,
-            strides_at_run_time: false,
+            run_time_strides: RunTimeStrides::None,
         };
         let output_spec = |rows: usize, counted: bool| GemmSpec {
             m: rows,
@@ -290,7 +290,7 @@ pub fn heads_attention(ctx: &mut LowerCtx, heads: usize, scale: f32, causal: boo
             b_taps: vec![],
             rows_at_run_time: counted,
             cols_at_run_time: false,
-            strides_at_run_time: false,
+            run_time_strides: RunTimeStrides::None,
         };
         let rows = bucket.block_rows;
         codes.push(BucketCode {

@@ -12,7 +12,7 @@ use crate::codegen::Target;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
@@ -345,7 +345,7 @@ fn matmul_f32(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     };
     let dims = (s.k, s.n, s.n);
     let batches: usize = s.batch.iter().product();
@@ -357,7 +357,7 @@ fn matmul_f32(
         let spec = GemmSpec {
             rows_at_run_time: true,
             cols_at_run_time: false,
-            strides_at_run_time: false,
+            run_time_strides: RunTimeStrides::None,
             ..spec
         };
         let kernel = GemmKernel::define(ctx, &spec)?;
@@ -653,7 +653,7 @@ fn gemm_f32(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     };
     let c_ptrs: Vec<Value> = c.into_iter().chain(residual).map(|c| c.ptr).collect();
     gemm::call_split(ctx, split_axis(ctx), &spec, a.ptr, b_ptr, y.ptr, &c_ptrs)

@@ -46,7 +46,7 @@ pub fn supports(spec: &GemmSpec) -> bool {
             || (matches!(spec.a, ALayout::Strided { .. })
                 && !matches!(spec.b, BLayout::Taps { .. })))
         && (!spec.cols_at_run_time || matches!(spec.b, BLayout::Rows { .. }))
-        && (!spec.strides_at_run_time || matches!(spec.b, BLayout::Rows { .. }))
+        && (!spec.run_time_strides.b() || matches!(spec.b, BLayout::Rows { .. }))
 }
 
 /// The GEMM tile has three free registers after its K loop (B's and the broadcasts'),
@@ -227,7 +227,7 @@ impl Emitter<'_> {
         if s.cols_at_run_time {
             self.count_cols(a, exit)?;
         }
-        if s.strides_at_run_time {
+        if s.run_time_strides.any() {
             // r8 = the row stride in bytes (r8 is free but for tap convs).
             let arg = 3
                 + s.addends.len()
@@ -700,7 +700,7 @@ impl Emitter<'_> {
                 }
                 _ => b_k_bytes,
             };
-            if s.strides_at_run_time {
+            if s.run_time_strides.b() {
                 a.mov(r14, r15)?;
                 a.imul_2(r14, r8)?;
                 a.add(r11, r14)?;
@@ -730,7 +730,7 @@ impl Emitter<'_> {
                 }
             }
             // With strides at run time r11 walks B's rows, one add per step.
-            let b_step = match s.strides_at_run_time {
+            let b_step = match s.run_time_strides.b() {
                 true => 0,
                 false => u * b_k_bytes,
             };
@@ -740,7 +740,7 @@ impl Emitter<'_> {
                 let at = if taps { r11 + r14 + off } else { r11 + off };
                 e.v.load(a, e.b_reg(v), at, masked)?;
             }
-            if s.strides_at_run_time {
+            if s.run_time_strides.b() {
                 a.add(r11, r8)?;
             }
             for i in 0..t.rows {
@@ -765,7 +765,7 @@ impl Emitter<'_> {
             a.add(r10, imm(K_UNROLL * a_k_bytes)?)?;
             if taps {
                 a.add(r9, imm(K_UNROLL * 4)?)?;
-            } else if !s.strides_at_run_time {
+            } else if !s.run_time_strides.b() {
                 a.add(r11, imm(K_UNROLL * b_k_bytes)?)?;
             }
             a.dec(rax)?;
@@ -811,7 +811,7 @@ impl Emitter<'_> {
         let tmp = mr * vecs;
         let scale_reg = tmp + 1;
         // r12 = C tile = C + (rbx·ldc + rbp)·4.
-        if s.strides_at_run_time {
+        if s.run_time_strides.any() {
             a.mov(r12, rbx)?;
             a.imul_2(r12, r8)?;
         } else {
@@ -869,7 +869,7 @@ impl Emitter<'_> {
         i: usize,
         stride_bytes: usize,
     ) -> AsmResult<(AsmRegister64, usize)> {
-        if !self.spec.strides_at_run_time {
+        if !self.spec.run_time_strides.any() {
             return Ok((base, i * stride_bytes));
         }
         match i {
@@ -899,7 +899,7 @@ impl Emitter<'_> {
             )?,
         }
         // Per-column addends take the run's row stride, like C.
-        let run_time_rows = self.spec.strides_at_run_time && ad.col_stride == 1;
+        let run_time_rows = self.spec.run_time_strides.any() && ad.col_stride == 1;
         if run_time_rows {
             a.mov(r14, rbx)?;
             a.imul_2(r14, r8)?;

@@ -212,7 +212,7 @@ pub(super) fn conv_implicit_gemm(
         b_taps: taps.clone(),
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
         ..spec.clone()
     };
     let full_kernel = match loop_chunks {
@@ -465,7 +465,7 @@ pub(super) fn conv_implicit_rows(
         b_taps: taps.clone(),
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
         ..spec.clone()
     };
     let full_kernel = match loop_chunks {

@@ -44,7 +44,8 @@ use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::gemm::{
-    self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES, PANEL_QUANTUM,
+    self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides, LANES,
+    PANEL_QUANTUM,
 };
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
@@ -717,7 +718,7 @@ fn group_gemm(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     }
 }
 

@@ -19,7 +19,9 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, ALayout, Addend, GemmKernel, GemmSpec, Geometry, KernelKind};
+use super::gemm::{
+    self, ALayout, Addend, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
+};
 use super::{
     align_up, choose_path, copy_padded, i32_bytes, im2col_panel, im2col_tables, input_group,
     output_and_bias, tap_offsets, ConvGeometry, ConvOperands, ConvPath, TablePtrs, F32,
@@ -176,7 +178,7 @@ pub(super) fn conv_transposed_gemm(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     };
     let tables = if pointwise {
         None

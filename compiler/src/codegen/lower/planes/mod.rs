@@ -13,10 +13,11 @@
 //!   tap's run is one contiguous copy; others: zeros where a patch leaves the plane), the GEMM
 //!   `C[Mg, B] = W · P` on the weights packed at compile time (bias and, without a
 //!   residual, the activation in its epilogue; on x86 the last block's width counted
-//!   at run time, else rounded up to the narrowest width holding it), then `C`'s rows
-//!   copied into the output planes (adding the residual and applying the activation
-//!   after it). Many maps over few positions run it transposed, `Cᵀ = Pᵀ · Wᵀ`, the
-//!   block's positions the GEMM's rows.
+//!   at run time, else rounded up to the narrowest width holding it). On x86 the GEMM
+//!   writes the output planes itself (C's row stride the plane size, the residual and
+//!   the activation in its epilogue); else `C`'s rows are copied into them (adding the
+//!   residual and applying the activation after it). Many maps over few positions run
+//!   it transposed, `Cᵀ = Pᵀ · Wᵀ`, the block's positions the GEMM's rows.
 //! * Depthwise 2-D convs: per channel, the plane copied into a zero border in scratch,
 //!   each row split into its stride's column phases, then on x86 a machine-code kernel
 //!   over the run's rows and columns (`kernels::x86::dwconv_rows`, which also makes the
@@ -29,7 +30,9 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
+use super::gemm::{
+    self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
+};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
@@ -101,6 +104,9 @@ pub struct ConvBlocks {
     /// Wᵀ`, the block's positions the rows (counted at run time), the maps the columns
     /// (see [`transposes`]).
     pub transposed: bool,
+    /// Each block's GEMM writes the output planes itself (C's row stride, the plane
+    /// size, at run time; the residual and the activation in its epilogue), no copy.
+    pub writes_planes: bool,
 }
 
 /// Output positions at most (at the largest extents) ...
@@ -165,6 +171,7 @@ impl ConvBlocks {
         };
         ConvBlocks {
             in_place: false,
+            writes_planes: false,
             transposed: transposes(c, m, positions, &geometry),
             geometry,
             block,
@@ -249,13 +256,34 @@ pub fn plan_planes(
                      their size its columns and row stride",
                 ));
             }
-            scratch = ConvScratch::new(k, blocks.block, m).bytes + cg * blocks.padded_channel_bytes;
+            let given = |i: usize| node.inputs.get(i).is_some_and(Option::is_some);
+            blocks.writes_planes = !blocks.transposed
+                && matches!(geom.kernel, KernelKind::X86(_))
+                && crate::codegen::kernels::x86::gemm::supports(&blocks_spec(
+                    c,
+                    (k, m, blocks.block, blocks.block),
+                    (given(2), given(3)),
+                    geom,
+                    true,
+                ));
+            let out_block = !blocks.writes_planes;
+            let blocks_write = blocks.writes_planes;
+            scratch = ConvScratch::new(k, blocks.block, m, out_block).bytes
+                + cg * blocks.padded_channel_bytes;
             if blocks.padded_channel_bytes > 0 {
                 plan.phase_copy = phase_copy_spec(target, &c.pads, c.strides[1]).map(Box::new);
             }
             plan.gemm = Some(blocks);
-            "blocks of output positions: patches gathered, one GEMM on packed weights, \
-             rows copied into the planes"
+            match blocks_write {
+                true => {
+                    "blocks of output positions: patches gathered, one GEMM on packed \
+                     weights writing the planes"
+                }
+                false => {
+                    "blocks of output positions: patches gathered, one GEMM on packed \
+                     weights, rows copied into the planes"
+                }
+            }
         }
         Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
             let given = |i: usize| node.inputs.get(i).is_some_and(Option::is_some);
@@ -284,6 +312,58 @@ pub fn plan_planes(
         _ => "direct loops over the planes the run has",
     };
     Some(NodeKernel::new(Strategy::Planes(plan), scratch, reason))
+}
+
+/// The GEMM of a conv's block of `n` output positions: `C[Mg, n] = W · P` on the
+/// weights packed as A and the patches `P[K][block]`, the bias per row.
+/// With `writes_planes`, C is the output planes (their row stride at run time, the
+/// residual added per column at that stride, the activation after it); else a block
+/// in scratch, the activation applied here only without a residual.
+fn blocks_spec(
+    c: &ConvAttrs,
+    (k, mg, n, block): (usize, usize, usize, usize),
+    (bias, residual): (bool, bool),
+    geometry: Geometry,
+    writes_planes: bool,
+) -> GemmSpec {
+    let per_row = Addend {
+        row_stride: 1,
+        col_stride: 0,
+        scale: 1.0,
+    };
+    let per_column = Addend {
+        row_stride: 0,
+        col_stride: 1,
+        scale: 1.0,
+    };
+    let with_residual = residual && writes_planes;
+    let addends = [(bias, per_row), (with_residual, per_column)]
+        .into_iter()
+        .filter_map(|(given, a)| given.then_some(a))
+        .collect();
+    GemmSpec {
+        m: mg,
+        n,
+        k,
+        a: ALayout::Packed,
+        b: BLayout::Rows { row_stride: block },
+        ldc: block,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends,
+        activation: match residual && !writes_planes {
+            true => Activation::None,
+            false => c.activation,
+        },
+        geometry,
+        b_taps: vec![],
+        rows_at_run_time: false,
+        cols_at_run_time: writes_planes,
+        run_time_strides: match writes_planes {
+            true => RunTimeStrides::C,
+            false => RunTimeStrides::None,
+        },
+    }
 }
 
 /// The GEMM of a pointwise conv in place: `Y_g = W_g · X_g` per group, `mg` maps of
@@ -327,7 +407,7 @@ fn pointwise_spec(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: true,
-        strides_at_run_time: true,
+        run_time_strides: RunTimeStrides::BAndC,
     }
 }
 
@@ -576,34 +656,9 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     // panels first, like a MatMul's wide B, MobileNetV2's 96→576 conv on 14×14 took
     // 1.6× as long.
     let counted = matches!(geom.kernel, KernelKind::X86(_));
-    let spec = |n: usize| GemmSpec {
-        m: mg,
-        n,
-        k,
-        a: ALayout::Packed,
-        b: BLayout::Rows { row_stride: block },
-        ldc: block,
-        c_col_stride: 1,
-        alpha: 1.0,
-        addends: bias
-            .iter()
-            .map(|_| Addend {
-                row_stride: 1,
-                col_stride: 0,
-                scale: 1.0,
-            })
-            .collect(),
-        activation: if residual.is_some() {
-            Activation::None
-        } else {
-            c.activation
-        },
-        geometry: geom,
-        b_taps: vec![],
-        rows_at_run_time: false,
-        cols_at_run_time: false,
-        strides_at_run_time: false,
-    };
+    let writes_planes = blocks.writes_planes;
+    let addends = (bias.is_some(), residual.is_some());
+    let spec = |n: usize| blocks_spec(c, (k, mg, n, block), addends, geom, writes_planes);
     let transposed_spec = GemmSpec {
         m: block,
         n: mg,
@@ -649,7 +704,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
-    let layout = ConvScratch::new(k, block, mg);
+    let layout = ConvScratch::new(k, block, mg, !writes_planes);
     let padded_chan = blocks.padded_channel_bytes;
     let from_padded = sp == 2 && padded_chan > 0;
     let b = &mut *ctx.b;
@@ -743,12 +798,19 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                         block,
                     );
                 }
-                let addends: Vec<Value> = bias_g.iter().copied().collect();
+                let mut addends: Vec<Value> = bias_g.iter().copied().collect();
                 let gemm = &kernels
                     .iter()
                     .find(|(w, _)| *w == n)
                     .expect("a kernel per width")
                     .1;
+                if writes_planes {
+                    addends.extend(r_g.map(|r| kernel::elem_addr(b, r, p0, F32)));
+                    let c_at = kernel::elem_addr(b, y_g, p0, F32);
+                    let cols = (None, Some(r));
+                    gemm.call_strided(b, (w_g, patches, c_at), &addends, cols, Some(positions));
+                    return;
+                }
                 // C[map][position] one map's row at a time, or Cᵀ by columns.
                 let strides = if transposed {
                     gemm.call_rows(b, patches, w_g, out_block, &addends, Some(r));
@@ -902,11 +964,12 @@ struct ConvScratch {
 }
 
 impl ConvScratch {
-    fn new(k: usize, block: usize, mg: usize) -> ConvScratch {
+    /// Without `out_block`, the GEMM writes the planes.
+    fn new(k: usize, block: usize, mg: usize, out_block: bool) -> ConvScratch {
         let out = (k * block * F32).next_multiple_of(64);
         ConvScratch {
             out,
-            bytes: out + mg * block * F32,
+            bytes: out + usize::from(out_block) * mg * block * F32,
         }
     }
 }

@@ -33,7 +33,9 @@ use super::super::conv::winograd::{
     self as wino, input_tile, load4, output_row_runs, output_tile, skewed, store4, transpose4,
     Algorithm, CHUNK_BYTES, LANES, OUTPUT_TILE_AT,
 };
-use super::super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind};
+use super::super::gemm::{
+    self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
+};
 use super::super::{LowerCtx, LowerResult};
 use super::{conv_operands, extents, product, ConvIo, PlanesPlan, F32};
 use crate::codegen::kernel::{self, flags, PTR};
@@ -296,7 +298,7 @@ pub(super) fn conv(
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     };
     let kernels = match wp.geometry.kernel {
         KernelKind::X86(_) => Products::Counted(GemmKernel::define(

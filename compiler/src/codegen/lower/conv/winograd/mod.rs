@@ -49,7 +49,7 @@ use cranelift_frontend::FunctionBuilder;
 
 use cranelift_codegen::ir::FuncRef;
 
-use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry};
+use super::gemm::{self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides};
 use super::{
     align_up, copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, WinogradSplit,
     WinogradTransforms, F32,
@@ -546,7 +546,7 @@ fn products_spec(plan: &Plan, geom: Geometry, tiles: usize) -> GemmSpec {
         b_taps: vec![],
         rows_at_run_time: false,
         cols_at_run_time: false,
-        strides_at_run_time: false,
+        run_time_strides: RunTimeStrides::None,
     }
 }
 
