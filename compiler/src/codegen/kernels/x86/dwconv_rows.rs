@@ -96,6 +96,8 @@ const ACT_TEMPS: [usize; 3] = [4, 5, 6];
 const RESIDUAL: usize = 4;
 const TAP: usize = 7;
 const FIRST_TAP_REG: usize = 7;
+/// Partial sums of a lone vector's taps (in the group's accumulators).
+const SPLITS: usize = 4;
 
 /// Frame slots (i64) below the saved registers.
 const OUT_H: i32 = 0;
@@ -262,8 +264,12 @@ impl Emitter<'_> {
     fn vectors(&mut self, a: &mut CodeAssembler, u: usize, masked: bool) -> AsmResult<()> {
         let s = self.s;
         let vb = s.isa.lanes() * F32;
-        for acc in 0..u {
-            match s.bias {
+        // One vector's taps go round-robin into `splits` partial sums, added up after:
+        // a single chain of 25 multiply-adds waited on each one's latency (a plane
+        // one vector wide, 14×14 on AVX-512, is all single vectors).
+        let splits = if u == 1 { SPLITS } else { 1 };
+        for acc in 0..u.max(splits) {
+            match s.bias && acc < u {
                 true => self.v.broadcast(a, acc, rsp + BIAS_SLOT)?,
                 false => self.v.zero(a, acc)?,
             }
@@ -286,8 +292,16 @@ impl Emitter<'_> {
                         0 => row + off,
                         _ => row + r11 + off,
                     };
-                    self.v.fma_mem(a, acc, w, m)?;
+                    self.v.fma_mem(a, acc + t % splits, w, m)?;
                 }
+            }
+        }
+        // Pairwise: 0 + 1 and 2 + 3, then their sum.
+        let mut width = splits;
+        while width > 1 {
+            width /= 2;
+            for part in 0..width {
+                self.v.op(a, VOp::Add, part, part, part + width)?;
             }
         }
         for acc in 0..u {

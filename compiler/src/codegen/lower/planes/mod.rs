@@ -903,8 +903,19 @@ fn per_plane_binary(
                     Err(e) => failure = Some(e),
                 }
             };
+            // Four vectors per step (one a step ran at the loop's overhead), then single
+            // vectors, then floats.
+            let wide = b.ins().ushr_imm_u(plane, 4);
+            kernel::dynamic_loop(b, wide, |b, q| {
+                let i = b.ins().ishl_imm_u(q, 4);
+                for u in 0..4 {
+                    let at = b.ins().iadd_imm_s(i, 4 * u);
+                    apply(b, at, types::F32X4);
+                }
+            });
+            let from = b.ins().ishl_imm_u(wide, 2);
             let quads = b.ins().ushr_imm_u(plane, 2);
-            kernel::dynamic_loop(b, quads, |b, q| {
+            kernel::range_loop(b, from, quads, |b, q| {
                 let i = b.ins().ishl_imm_u(q, 2);
                 apply(b, i, types::F32X4);
             });
