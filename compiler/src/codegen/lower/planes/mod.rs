@@ -36,6 +36,7 @@ use super::gemm::{
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
+use crate::codegen::kernels::x86::patch_rows::{self, PatchRowsSpec};
 use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
 use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
 use crate::codegen::options::KernelOptions;
@@ -107,6 +108,9 @@ pub struct ConvBlocks {
     /// Each block's GEMM writes the output planes itself (C's row stride, the plane
     /// size, at run time; the residual and the activation in its epilogue), no copy.
     pub writes_planes: bool,
+    /// The machine-code gather of the patches from the padded copies, where one
+    /// applies.
+    pub patch_rows: Option<Box<PatchRowsSpec>>,
 }
 
 /// Output positions at most (at the largest extents) ...
@@ -172,6 +176,7 @@ impl ConvBlocks {
         ConvBlocks {
             in_place: false,
             writes_planes: false,
+            patch_rows: None,
             transposed: transposes(c, m, positions, &geometry),
             geometry,
             block,
@@ -272,6 +277,7 @@ pub fn plan_planes(
                 + cg * blocks.padded_channel_bytes;
             if blocks.padded_channel_bytes > 0 {
                 plan.phase_copy = phase_copy_spec(target, &c.pads, c.strides[1]).map(Box::new);
+                blocks.patch_rows = patch_rows_spec(c, target, cg, &blocks).map(Box::new);
             }
             plan.gemm = Some(blocks);
             match blocks_write {
@@ -464,6 +470,27 @@ fn phase_copy_spec(target: &Target, pads: &[usize], phases: usize) -> Option<Pha
         pad: [pads[0], pads[1]],
     };
     plane_phases::supports(&spec).then_some(spec)
+}
+
+/// The machine-code patch gather of a conv's blocks for `target`, where one applies:
+/// x86 with AVX2 or AVX-512, the planes copied by [`phase_copy_spec`]'s kernel.
+fn patch_rows_spec(
+    c: &ConvAttrs,
+    target: &Target,
+    cg: usize,
+    blocks: &ConvBlocks,
+) -> Option<PatchRowsSpec> {
+    phase_copy_spec(target, &c.pads, c.strides[1])?;
+    let spec = PatchRowsSpec {
+        isa: X86Isa::for_target(target)?,
+        channels: cg,
+        k: [c.kernel[0], c.kernel[1]],
+        stride: c.strides[1],
+        dil: [c.dilations[0], c.dilations[1]],
+        chan_bytes: blocks.padded_channel_bytes,
+        block: blocks.block,
+    };
+    patch_rows::supports(&spec).then_some(spec)
 }
 
 /// A 2-D conv with one input channel and one output map per group, float32.
@@ -702,6 +729,10 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     };
     let transposed = blocks.transposed;
     let copy_kernel = PlaneCopier::define(ctx, plan)?;
+    let gather = match &blocks.patch_rows {
+        Some(spec) => Some(gemm::define_machine_code(ctx, 5, &patch_rows::emit(spec)?)?),
+        None => None,
+    };
     let scratch = ctx.scratch.ok_or("a conv on planes needs scratch")?;
     let act = c.activation;
     let layout = ConvScratch::new(k, block, mg, !writes_planes);
@@ -776,8 +807,8 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                         &window,
                         (padded_at, *chan_bytes, layout, cg),
                         (&out_ext, p0, r),
-                        patches,
-                        block,
+                        (patches, block),
+                        gather,
                     );
                 } else if sp == 2 {
                     gather_rows_2d(
@@ -1057,19 +1088,31 @@ fn gather_rows_2d(
 
 /// The patches `P` of a 2-D conv from its group's channels copied with their border
 /// (`cg` planes `chan_bytes` apart in `layout`, see [`pad_plane`]), one output row's
-/// run of positions at a time: per tap and channel, one contiguous copy.
+/// run of positions at a time: per tap and channel, one contiguous copy (by the
+/// machine-code `gather`, one call per run, where there is one).
 fn gather_rows_padded(
     b: &mut FunctionBuilder,
     win: &Window,
     (padded, chan_bytes, layout, channels): (Value, usize, &PaddedPlane, usize),
     (out_ext, p0, rows): (&[Value], Value, Value),
-    patches: Value,
-    block: usize,
+    (patches, block): (Value, usize),
+    gather: Option<FuncRef>,
 ) {
     let ow = out_ext[1];
     let taps = win.kernel[0] * win.kernel[1];
     let (sx, dx) = (win.strides[1], win.dilations[1]);
     row_runs(b, ow, p0, rows, |b, i, oy, ox, len| {
+        if let Some(gather) = gather {
+            let row = b.ins().imul_imm_s(oy, win.strides[0] as i64);
+            let row = b.ins().imul(row, layout.row_bytes);
+            let src = b.ins().iadd(padded, row);
+            let src = kernel::elem_addr(b, src, ox, F32);
+            let dst = kernel::elem_addr(b, patches, i, F32);
+            let phase_bytes = layout.phase_bytes[sx - 1];
+            let args = [src, dst, len, layout.row_bytes, phase_bytes];
+            b.ins().call(gather, &args);
+            return;
+        }
         let zero = kernel::iconst(b, 0);
         let rows_at = layout.window_rows(
             b,
