@@ -976,3 +976,54 @@ fn nonzero_indices_as_rows_feed_gathers() {
         assert_eq!(out[2].to_f64_vec(), v);
     }
 }
+
+#[test]
+fn gather_nd_by_nonzero_rows_picks_scores_and_boxes() {
+    // torchvision's detection post-processing: `scores[keep]` and `boxes[keep]` for a
+    // boolean mask export as NonZero, Transpose and GatherND over the index rows.
+    let mut m = ModelBuilder::new(26);
+    let scores = m.input("scores", &[7]);
+    let boxes = m.input("boxes", &[7, 4]);
+    let half = m.float_init(&[], vec![0.5]);
+    let keep = m.node("Greater", &[&scores, &half], vec![]);
+    let nz = m.node("NonZero", &[&keep], vec![]);
+    let rows = m.node("Transpose", &[&nz], vec![("perm", Attr::Ints(vec![1, 0]))]);
+    let kept_scores = m.node("GatherND", &[&scores, &rows], vec![]);
+    let kept_boxes = m.node("GatherND", &[&boxes, &rows], vec![]);
+    let two = m.float_init(&[], vec![2.0]);
+    let scaled = m.node("Mul", &[&kept_boxes, &two], vec![]);
+    m.output(&kept_scores);
+    m.output(&scaled);
+    let g = import(&m.encode()).unwrap();
+    assert_eq!(g.bounded_axes(), vec![(0, 0), (1, 0)]);
+    let sets: Vec<Vec<Tensor>> = [0usize, 1, 4, 7]
+        .iter()
+        .map(|&n| {
+            let s: Vec<f32> = (0..7)
+                .map(|i| {
+                    if (i * 3) % 7 < n {
+                        0.6 + i as f32 / 20.0
+                    } else {
+                        0.1
+                    }
+                })
+                .collect();
+            let b: Vec<f32> = (0..28).map(|i| i as f32 * 0.25 - 3.0).collect();
+            vec![f32s(&[7], s), f32s(&[7, 4], b)]
+        })
+        .collect();
+    check(&g, &sets);
+    // Independently: the kept scores and boxes, in order.
+    let loaded = load(&g);
+    for set in &sets {
+        let out = run_compiled(&loaded, &g, set);
+        let (s, b) = (set[0].to_f64_vec(), set[1].to_f64_vec());
+        let kept: Vec<usize> = (0..7).filter(|&i| s[i] > 0.5).collect();
+        let want_s: Vec<f64> = kept.iter().map(|&i| s[i]).collect();
+        let want_b: Vec<f64> = (kept.iter())
+            .flat_map(|&i| b[4 * i..4 * i + 4].iter().map(|v| 2.0 * v))
+            .collect();
+        assert_eq!(out[0].to_f64_vec(), want_s);
+        assert_eq!(out[1].to_f64_vec(), want_b);
+    }
+}

@@ -568,7 +568,12 @@ pub(crate) fn check_node(
             (is_marked(0) && !is_marked(1) && *along > axis)
                 || (!is_marked(0) && is_marked(1) && *along == 0 && rank(1) > axis)
         }
-        Op::GatherND { batch_dims } => *batch_dims > axis && is_marked(0) && is_marked(1),
+        // Shared batch axes holding the samples; or rows of index tuples into shared
+        // data (a detector's scores at NonZero's positions), each output row its tuple's.
+        Op::GatherND { batch_dims } => {
+            (*batch_dims > axis && is_marked(0) && is_marked(1))
+                || (*batch_dims == 0 && !is_marked(0) && is_marked(1) && rank(1) > axis + 1)
+        }
         Op::Pad(p) => {
             p.pads.get(axis) == Some(&0) && p.pads.get(out_rank + axis) == Some(&0) && only(&[0])
         }

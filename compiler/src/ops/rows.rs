@@ -424,6 +424,7 @@ pub fn op_for_rows(op: &Op, axis: usize, bound: usize, rows: usize) -> Option<Op
         | Op::Concat { .. }
         | Op::Gather { .. }
         | Op::GatherElements { .. }
+        | Op::GatherND { .. }
         | Op::Softmax { .. }
         | Op::LayerNorm { .. }
         | Op::Reduce(_)
