@@ -17,8 +17,12 @@
 //! (`-- --nocapture`) lists, per kernel, the cpus it ran on and those it was only
 //! compiled for.
 
+#[path = "common/dynamic.rs"]
+mod dynamic;
 #[path = "common/graphs.rs"]
 mod graphs;
+#[path = "common/models.rs"]
+mod models;
 #[path = "common/quant_cases.rs"]
 mod quant_cases;
 #[path = "common/runner.rs"]
@@ -948,6 +952,134 @@ fn all_cases() -> Vec<Case> {
     cases
 }
 
+// ---- planes whose size only the run knows ----------------------------------------------
+
+/// A model over images of a run-time `size` (`--dim size=MIN..MAX`), whose nodes run on
+/// planes, and the sizes it runs at (rows ending at every part of a vector).
+struct PlanesCase {
+    name: &'static str,
+    model: Vec<u8>,
+    range: (usize, usize),
+    sizes: &'static [usize],
+}
+
+/// An image `[1, c, s, s]` with both spatial axes `size`.
+fn image(m: &mut models::ModelBuilder, c: usize, s: usize) -> String {
+    let x = m.input("image", &[1, c, s, s]);
+    dynamic::symbolic(m, &x, 2, "size");
+    dynamic::symbolic(m, &x, 3, "size");
+    x
+}
+
+fn conv_node(
+    m: &mut models::ModelBuilder,
+    x: &str,
+    (c, maps, k, stride, group): (usize, usize, usize, i64, usize),
+) -> String {
+    use models::Attr;
+    let w = m.weight(&[maps, c / group, k, k], 0.4);
+    let b = m.weight(&[maps], 0.1);
+    let attrs = vec![
+        ("pads", Attr::Ints(vec![(k as i64 - 1) / 2; 4])),
+        ("strides", Attr::Ints(vec![stride; 2])),
+        ("group", Attr::I(group as i64)),
+    ];
+    m.node("Conv", &[x, &w, &b], attrs)
+}
+
+fn planes_cases() -> Vec<PlanesCase> {
+    use models::{Attr, ModelBuilder};
+    // Depthwise 3×3 of stride 1 and 5×5 of stride 2: the row kernel, copying its plane.
+    let mut m = ModelBuilder::new(60);
+    let x = image(&mut m, 8, 40);
+    let y = conv_node(&mut m, &x, (8, 8, 3, 1, 8));
+    let y = m.node("Relu", &[&y], vec![]);
+    let y = conv_node(&mut m, &y, (8, 8, 5, 2, 8));
+    m.output(&y);
+    let depthwise = m.encode();
+    // A strided conv and a max pool: padded copies by phase, patches by row runs.
+    let mut m = ModelBuilder::new(61);
+    let x = image(&mut m, 3, 40);
+    let y = conv_node(&mut m, &x, (3, 16, 3, 2, 1));
+    let pool = vec![
+        ("kernel_shape", Attr::Ints(vec![3, 3])),
+        ("strides", Attr::Ints(vec![2, 2])),
+        ("pads", Attr::Ints(vec![1; 4])),
+    ];
+    let y = m.node("MaxPool", &[&y], pool);
+    m.output(&y);
+    let strided = m.encode();
+    // A 3×3 conv of stride 1: Winograd, transformed a tile row at a time.
+    let mut m = ModelBuilder::new(62);
+    let x = image(&mut m, 16, 40);
+    let y = conv_node(&mut m, &x, (16, 32, 3, 1, 1));
+    m.output(&y);
+    let winograd = m.encode();
+    vec![
+        PlanesCase {
+            name: "planes depthwise",
+            model: depthwise,
+            range: (5, 80),
+            sizes: &[5, 9, 17, 33, 80],
+        },
+        PlanesCase {
+            name: "planes strided conv and max pool",
+            model: strided,
+            range: (5, 80),
+            sizes: &[5, 12, 31, 66, 80],
+        },
+        PlanesCase {
+            name: "planes winograd",
+            model: winograd,
+            range: (6, 70),
+            sizes: &[6, 13, 35, 70],
+        },
+    ]
+}
+
+/// A planes case on every cpu: planned (every kernel in the library and runnable
+/// there), compiled, and where the host executes the cpu run at every size against the
+/// interpreter on the model imported at that size.
+fn run_planes_case(c: &PlanesCase, cpus: &[Cpu]) -> Outcome {
+    let mut out = Outcome::default();
+    let model = dynamic::decode(&c.model);
+    let g = dynamic::import(&model, &dynamic::with_range("size", c.range.0, c.range.1))
+        .expect("the case imports with its range");
+    for cpu in cpus {
+        let label = format!("{} --cpu {}", c.name, cpu.target.cpu);
+        let plan = plan_kernels(&g, &cpu.target, &KernelOptions::default());
+        let names: BTreeSet<String> = (plan.nodes.iter())
+            .filter(|k| matches!(k.strategy, Strategy::Planes(_)))
+            .flat_map(|k| k.kernels())
+            .collect();
+        let mut library = vec![];
+        for name in &names {
+            match kernels::find(name) {
+                Some(k) if k.runs_on(&cpu.target) => library.push(k.name),
+                _ => out
+                    .failures
+                    .push(format!("{label}: plans {name}, not in KERNELS for it")),
+            }
+        }
+        if let Err(e) = compile_graph(&g, &CompileOptions::new(cpu.target.clone())) {
+            out.failures.push(format!("{label}: compile: {e}"));
+            continue;
+        }
+        out.compilations += 1;
+        if cpu.runs {
+            out.runs += 1;
+            let lib =
+                dynamic::Dynamic::for_target(g.clone(), cpu.target.clone(), Default::default());
+            let sizes: Vec<(usize, u64)> = c.sizes.iter().map(|&s| (s, s as u64)).collect();
+            dynamic::check_sizes(&lib, &model, &sizes, &label);
+        }
+        let cpu_name = cpu.target.cpu.clone();
+        out.kernels
+            .extend(library.into_iter().map(|k| (k, cpu_name.clone(), cpu.runs)));
+    }
+    out
+}
+
 // ---- the run --------------------------------------------------------------------------
 
 /// A `--cpu` value, and whether this machine executes its code.
@@ -1117,7 +1249,8 @@ fn every_kernel_matches_its_reference_on_every_cpu() {
             });
         }
     });
-    let outcomes = outcomes.into_inner().unwrap();
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.extend(planes_cases().iter().map(|c| run_planes_case(c, &cpus)));
 
     let mut coverage: BTreeMap<&str, Coverage> = BTreeMap::new();
     let mut failures = vec![];

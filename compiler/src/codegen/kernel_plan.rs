@@ -227,10 +227,7 @@ impl NodeKernel {
             Strategy::Gemm(g) => vec![gemm_kernel_name(g)],
             Strategy::Conv(c) => c.kernels(),
             Strategy::Pool(p) => p.kernels(),
-            Strategy::Planes(p) => (p.gemm.iter().map(|g| &g.geometry))
-                .chain(p.winograd.iter().map(|w| &w.geometry))
-                .map(gemm_kernel_name)
-                .collect(),
+            Strategy::Planes(p) => p.kernels(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
             Strategy::Attention(AttentionPlan { gemm, softmax, .. })

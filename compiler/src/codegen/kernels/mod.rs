@@ -107,10 +107,64 @@ pub const KERNELS: &[KernelInfo] = &[
         ),
     ),
     x86(
+        "f32-dwconv-rows-avx512f",
+        AVX512,
+        About(
+            "depthwise 2-D conv of one channel on planes of run-time size: window up to 5x7, column stride 1 or 2, its plane copied in (plane-phases layout), fused bias, residual and activation",
+            "kernels::x86::dwconv_rows::emit",
+            "one padded plane split by stride phase, with slack (lower::planes)",
+        ),
+    ),
+    x86(
+        "f32-dwconv-rows-avx2-fma",
+        AVX2_FMA,
+        About(
+            "as f32-dwconv-rows-avx512f",
+            "kernels::x86::dwconv_rows::emit",
+            "as f32-dwconv-rows-avx512f",
+        ),
+    ),
+    x86(
+        "f32-plane-phases-avx512f",
+        AVX512,
+        About(
+            "a plane of run-time size copied into the interior of its bordered copy, rows split into 1 or 2 column phases (a max pool's, a padded conv's input)",
+            "kernels::x86::plane_phases::emit",
+            "none: writes the node's padded planes",
+        ),
+    ),
+    x86(
+        "f32-plane-phases-avx2-fma",
+        AVX2_FMA,
+        About(
+            "as f32-plane-phases-avx512f",
+            "kernels::x86::plane_phases::emit",
+            "none",
+        ),
+    ),
+    x86(
+        "f32-patch-rows-avx512f",
+        AVX512,
+        About(
+            "a conv's patches P[K][block] for a run of one output row, every tap and channel one contiguous copy from the plane-phases layout (column stride 1 or 2)",
+            "kernels::x86::patch_rows::emit",
+            "none: writes the node's patch block",
+        ),
+    ),
+    x86(
+        "f32-patch-rows-avx2-fma",
+        AVX2_FMA,
+        About(
+            "as f32-patch-rows-avx512f",
+            "kernels::x86::patch_rows::emit",
+            "none",
+        ),
+    ),
+    x86(
         "f32-winograd-f4-input-avx512f",
         AVX512,
         About(
-            "Winograd F(4x4, 3x3) input transform of a chunk of tile rows, 16 tiles per vector",
+            "Winograd F(4x4, 3x3) input transform of a chunk of tile rows, 16 tiles per vector; or of one tile row of run-time planes (tile_row)",
             "kernels::x86::winograd::emit_input",
             "the transformed tiles V (winograd Plan)",
         ),

@@ -85,6 +85,40 @@ pub struct PlanesPlan {
     pub phase_copy: Option<Box<PhasesSpec>>,
 }
 
+impl PlanesPlan {
+    /// The micro-kernels the node calls, by their kernel-library names.
+    pub fn kernels(&self) -> Vec<String> {
+        use crate::codegen::kernel_plan::{gemm_kernel_name, isa_suffix};
+        let mut names: Vec<String> = (self.gemm.iter().map(|g| &g.geometry))
+            .chain(self.winograd.iter().map(|w| &w.geometry))
+            .map(gemm_kernel_name)
+            .collect();
+        if let Some(w) = &self.winograd {
+            let isas: &[X86Isa] = match w.transforms {
+                Some(X86Isa::Avx512) => &[X86Isa::Avx2, X86Isa::Avx512],
+                Some(X86Isa::Avx2) => &[X86Isa::Avx2],
+                None => &[],
+            };
+            for isa in isas {
+                for part in ["input", "output"] {
+                    names.push(format!("f32-winograd-f{}-{part}-{}", w.m, isa_suffix(*isa)));
+                }
+            }
+        }
+        let patch_rows = self.gemm.iter().filter_map(|g| g.patch_rows.as_ref());
+        let named = [
+            self.depthwise_rows.as_ref().map(|d| ("dwconv-rows", d.isa)),
+            self.phase_copy.as_ref().map(|p| ("plane-phases", p.isa)),
+        ];
+        for (kind, isa) in
+            (named.into_iter().flatten()).chain(patch_rows.map(|p| ("patch-rows", p.isa)))
+        {
+            names.push(format!("f32-{kind}-{}", isa_suffix(isa)));
+        }
+        names
+    }
+}
+
 /// How a conv on planes runs by blocks of output positions.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvBlocks {
