@@ -541,6 +541,7 @@ fn pool_cases(cases: &mut Vec<Case>) {
             pads: pads.to_vec(),
             dilations: dilations.to_vec(),
             output_spatial: out.to_vec(),
+            ceil_mode: false,
         })
     };
     // (9 + 1 + 1 − 5) / 2 + 1 = 4, (8 + 0 + 2 − 3) / 1 + 1 = 8

@@ -1017,6 +1017,7 @@ fn pool_attrs(
         pads: pads.to_vec(),
         dilations: dilations.to_vec(),
         output_spatial: out.to_vec(),
+        ceil_mode: false,
     })
 }
 

@@ -548,6 +548,7 @@ fn max_pool(
         pads: pads.to_vec(),
         dilations: vec![1, 1],
         output_spatial,
+        ceil_mode: false,
     })
 }
 

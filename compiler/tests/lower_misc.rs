@@ -155,6 +155,7 @@ fn pool(
         pads: pads.to_vec(),
         dilations: dilations.to_vec(),
         output_spatial,
+        ceil_mode: false,
     })
 }
 
@@ -386,6 +387,7 @@ fn global_pooling() {
                     pads: zeros,
                     dilations: ones.clone(),
                     output_spatial: ones,
+                    ceil_mode: false,
                 });
                 cases.push((
                     format!("global {kind:?} {dtype} {shape:?}"),
@@ -403,6 +405,7 @@ fn global_pooling() {
         pads: vec![0; 4],
         dilations: vec![1, 1],
         output_spatial: vec![1, 1],
+        ceil_mode: false,
     });
     cases.push((
         "global max uint8".into(),
@@ -437,6 +440,7 @@ fn max_pool_nan_never_wins() {
         pads: vec![0; 4],
         dilations: vec![1, 1],
         output_spatial: vec![1, 1],
+        ceil_mode: false,
     });
     cases.push(("global max pool with NaN".into(), global, vec![x]));
     check_all(cases);
@@ -455,6 +459,7 @@ fn average_pool_window_past_the_padded_end() {
         pads: vec![1, 1],
         dilations: vec![1],
         output_spatial: vec![4],
+        ceil_mode: false,
     });
     let x = given(&[1, 1, 6], |i| i as f32 + 1.0);
     let (g, inputs) = try_one_node(op, vec![x], 0).unwrap();
@@ -1479,6 +1484,7 @@ fn runs_on_aarch64_under_qemu() {
         pads: vec![0; 4],
         dilations: vec![1, 1],
         output_spatial: vec![1, 1],
+        ceil_mode: false,
     });
     cases.push(("global average".into(), global, vec![f32s(&[2, 5, 7, 7])]));
     for (axis, log) in [(0, false), (1, true), (2, false), (2, true)] {

@@ -45,17 +45,44 @@ use nnc::passes::PassManager;
 
 struct FileTest {
     passes: String,
+    /// `; dims: NAME=MIN..MAX, ...`: dims set at run time (input axes may be named).
+    ranges: Vec<(String, usize, usize)>,
     /// Inputs turned into constants after import.
     const_inputs: Vec<String>,
     model: ModelProto,
     expected: Option<String>,
 }
 
-fn value_info(name: &str, shape: &[i64]) -> ValueInfoProto {
+/// One axis of an input: a size, or a dim's name.
+enum Axis {
+    Size(i64),
+    Named(String),
+}
+
+fn parse_axes(s: &str) -> Result<Vec<Axis>, String> {
+    let s = s.trim().trim_start_matches('[').trim_end_matches(']');
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.parse::<i64>() {
+            Ok(d) => Ok(Axis::Size(d)),
+            Err(_) if t.chars().all(|c| c.is_alphanumeric() || c == '_') => {
+                Ok(Axis::Named(t.to_string()))
+            }
+            Err(_) => Err(format!("bad axis '{t}'")),
+        })
+        .collect()
+}
+
+fn value_info(name: &str, shape: &[Axis]) -> ValueInfoProto {
+    use tensor_shape_proto::dimension::Value;
     let dim = shape
         .iter()
-        .map(|&d| tensor_shape_proto::Dimension {
-            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+        .map(|d| tensor_shape_proto::Dimension {
+            value: Some(match d {
+                Axis::Size(d) => Value::DimValue(*d),
+                Axis::Named(n) => Value::DimParam(n.clone()),
+            }),
         })
         .collect();
     ValueInfoProto {
@@ -140,6 +167,7 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
         ..Default::default()
     };
     let mut passes = None;
+    let mut ranges = vec![];
     let mut const_inputs = vec![];
     for (ln, raw) in body.lines().enumerate() {
         let err = |m: String| format!("line {}: {m}: {raw}", ln + 1);
@@ -151,6 +179,16 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
                 .or(c.trim().strip_prefix("pass:"))
             {
                 passes = Some(p.trim().to_string());
+            }
+            if let Some(d) = c.trim().strip_prefix("dims:") {
+                for r in d.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+                    let bad = || err("dims: NAME=MIN..MAX, ...".into());
+                    let (name, range) = r.split_once('=').ok_or_else(bad)?;
+                    let (lo, hi) = range.split_once("..").ok_or_else(bad)?;
+                    let lo = lo.trim().parse().map_err(|_| bad())?;
+                    let hi = hi.trim().parse().map_err(|_| bad())?;
+                    ranges.push((name.trim().to_string(), lo, hi));
+                }
             }
             continue;
         }
@@ -170,7 +208,7 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
             };
             graph
                 .input
-                .push(value_info(name, &parse_ints(shape).map_err(err)?));
+                .push(value_info(name, &parse_axes(shape).map_err(err)?));
         } else if let Some(rest) = line.strip_prefix("output ") {
             graph.output.push(ValueInfoProto {
                 name: rest.trim().to_string(),
@@ -278,7 +316,11 @@ fn parse(text: &str, seed: u64) -> Result<FileTest, String> {
         ..Default::default()
     };
     Ok(FileTest {
-        passes: passes.ok_or("no '; passes:' line")?,
+        passes: match ranges.is_empty() {
+            true => passes.ok_or("no '; passes:' line")?,
+            false => passes.unwrap_or_default(),
+        },
+        ranges,
         const_inputs,
         model,
         expected,
@@ -355,6 +397,155 @@ fn pass_filetests() {
     let mut failures = vec![];
     for (i, f) in files.iter().enumerate() {
         if let Err(e) = run_file(f, 1 + i as u64) {
+            failures.push(format!("{}: {e}", f.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Each value whose extent a row dim counts, its axes written as formulas of the dims
+/// (`%c: float32[1, 8, (size + 1)/2, (size + 1)/2]`), inputs first, then in node order.
+fn symbolic_shapes(g: &Graph) -> Vec<(String, Vec<Extent>)> {
+    let ids = (g.inputs.iter().copied()).chain(g.nodes.iter().flat_map(|n| n.outputs.clone()));
+    ids.filter_map(|v| {
+        let e = g.value(v).run_extent.as_ref()?;
+        let rd = nnc::dims::row_dim_of(g, e.count)?;
+        let ty = g.ty(v);
+        let axes = (0..ty.rank())
+            .map(|a| match e.axes.iter().position(|&x| x == a) {
+                Some(i) => Extent::Of(
+                    rd.dim,
+                    e.sizes.get(i).cloned().unwrap_or_else(|| rd.size.clone()),
+                ),
+                None => Extent::Fixed(ty.shape[a]),
+            })
+            .collect();
+        Some((g.value(v).name.clone(), axes))
+    })
+    .collect()
+}
+
+/// An axis's extent: fixed, or a formula of dim `.0`.
+enum Extent {
+    Fixed(usize),
+    Of(usize, nnc::ir::ExtentExpr),
+}
+
+fn written(g: &Graph, shapes: &[(String, Vec<Extent>)]) -> String {
+    let lines: Vec<String> = shapes
+        .iter()
+        .map(|(name, axes)| {
+            let axes: Vec<String> = axes
+                .iter()
+                .map(|a| match a {
+                    Extent::Fixed(d) => d.to_string(),
+                    Extent::Of(dim, e) => e.written(&g.dims[*dim].name),
+                })
+                .collect();
+            format!("%{name}: [{}]", axes.join(", "))
+        })
+        .collect();
+    lines.join("\n")
+}
+
+/// A dims file test: the model imported with its ranges; each value's symbolic shape
+/// against the expected dump, and independently, at the ranges' ends and middle, every
+/// formula against the shape of the same value in the model imported at that value.
+fn run_dims_file(path: &Path, seed: u64) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let test = parse(&text, seed)?;
+    let import = |opts: &ImportOptions| -> Result<Graph, String> {
+        let mut g = import_model(&test.model, None, opts)
+            .map_err(|e| e.to_string())?
+            .graph;
+        PassManager::default()
+            .run(&mut g)
+            .map_err(|e| e.to_string())?;
+        Ok(g)
+    };
+    let ranges = test
+        .ranges
+        .iter()
+        .map(|(name, min, max)| nnc::dims::DimRange {
+            name: name.clone(),
+            min: *min,
+            max: *max,
+            site: nnc::dims::DimSite::Param,
+        });
+    let ranged = import(&ImportOptions {
+        ranges: ranges.collect(),
+        ..Default::default()
+    })?;
+    let shapes = symbolic_shapes(&ranged);
+    let actual = written(&ranged, &shapes);
+    for pick in [0usize, 1, 2] {
+        let mut opts = ImportOptions::default();
+        let mut values = vec![];
+        for (name, min, max) in &test.ranges {
+            let v = [*min, (min + max) / 2, *max][pick];
+            opts.dims.insert(name.clone(), v);
+            values.push(v);
+        }
+        let fixed = import(&opts)?;
+        let mut compared = 0;
+        for (name, axes) in &shapes {
+            let Some(v) = fixed.values.iter().position(|x| x.name == *name) else {
+                continue;
+            };
+            let want: Vec<usize> = axes
+                .iter()
+                .map(|a| match a {
+                    Extent::Fixed(d) => *d,
+                    Extent::Of(dim, e) => {
+                        let at = ranged.dims[*dim].name.as_str();
+                        let i = test.ranges.iter().position(|r| r.0 == at).unwrap_or(0);
+                        e.size_at(values[i])
+                    }
+                })
+                .collect();
+            let got = &fixed.ty(nnc::ir::ValueId(v)).shape;
+            if *got != want {
+                return Err(format!(
+                    "%{name} at {values:?}: the formulas give {want:?}, the model imported there has {got:?}"
+                ));
+            }
+            compared += 1;
+        }
+        if compared == 0 {
+            return Err(format!("no value to compare at {values:?}"));
+        }
+    }
+    if std::env::var("NNC_BLESS").is_ok_and(|v| v == "1") {
+        let body = text.split("\n---\n").next().unwrap_or(&text).trim_end();
+        std::fs::write(path, format!("{body}\n---\n{actual}\n")).map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    match test.expected {
+        Some(e) if e == actual => Ok(()),
+        Some(e) => Err(format!(
+            "symbolic shapes differ.\n--- expected\n{e}\n--- actual\n{actual}"
+        )),
+        None => Err(format!(
+            "no expected shapes ('---' section); actual:\n{actual}"
+        )),
+    }
+}
+
+/// Symbolic shape inference, one op family per file in `tests/dims/*.nir` (a
+/// `; dims:` line, input axes named by dims, the expected shapes after `---`).
+#[test]
+fn dims_filetests() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/dims");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/dims exists")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "nir"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .nir files in {}", dir.display());
+    let mut failures = vec![];
+    for (i, f) in files.iter().enumerate() {
+        if let Err(e) = run_dims_file(f, 1 + i as u64) {
             failures.push(format!("{}: {e}", f.display()));
         }
     }

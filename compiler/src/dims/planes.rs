@@ -400,8 +400,7 @@ fn broadcasts_per_plane(graph: &Graph, node: &Node, op: BinaryOp) -> bool {
 }
 
 /// A pool's output planes: none after a global pool (its window the whole plane), else
-/// each axis through the window formula, rounded down or, `ceil_mode`, up (which one
-/// the resolved output size at the maximum tells).
+/// each axis through the window formula, rounded down or, `ceil_mode`, up.
 fn pool_planes(
     x: &TensorType,
     e: &RunExtent,
@@ -427,19 +426,17 @@ fn pool_planes(
                 .eval(x.shape[a] as i64)
         };
         let want = Some(p.output_spatial[s] as i64);
-        let ceil = if at_max(false) == want {
-            false
-        } else if at_max(true) == want && pb + pe == 0 && stride <= span {
-            // Without pads and with windows overlapping, the last window rounded up
-            // always starts inside the plane, so no window is dropped.
-            true
-        } else {
+        // Rounded up, the last window starts inside the plane or its leading pad (and
+        // ONNX drops none) at every size when the stride plus the trailing pad is at
+        // most the window; else the output size follows no one formula.
+        let ceil = p.ceil_mode;
+        if at_max(ceil) != want || (ceil && stride + pe > span) {
             return Err(format!(
                 "its output size {} along axis {a} follows no formula nnc runs at run time \
-                 (ceil_mode with pads, or a stride past the window)",
+                 (ceil_mode with a stride and trailing pad past the window)",
                 p.output_spatial[s]
             ));
-        };
+        }
         out.sizes[i] = e.sizes[i].window(pb + pe, span, stride as u64, ceil);
     }
     Ok(Some(out))

@@ -196,6 +196,9 @@ pub struct PoolAttrs {
     pub dilations: Vec<usize>,
     /// The spatial output size, already resolved (ceil_mode and auto_pad applied).
     pub output_spatial: Vec<usize>,
+    /// ONNX's `ceil_mode`: the output sizes round up, which the planes' formula of a
+    /// size known only at run time follows.
+    pub ceil_mode: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

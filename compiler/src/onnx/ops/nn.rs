@@ -306,13 +306,15 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
             pads: vec![0; 2 * n],
             dilations: vec![1; n],
             output_spatial: vec![1; n],
+            ceil_mode: false,
         }
     } else {
         let kernel = ctx
             .attrs
             .usizes_opt("kernel_shape")?
             .ok_or("attribute 'kernel_shape' is required")?;
-        let win = window(ctx, spatial, kernel, ctx.attrs.int("ceil_mode", 0)? != 0)?;
+        let ceil_mode = ctx.attrs.int("ceil_mode", 0)? != 0;
+        let win = window(ctx, spatial, kernel, ceil_mode)?;
         PoolAttrs {
             kind,
             kernel: win.kernel,
@@ -320,6 +322,7 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
             pads: win.pads,
             dilations: win.dilations,
             output_spatial: win.output,
+            ceil_mode,
         }
     };
     let xv = ctx.required(0)?;

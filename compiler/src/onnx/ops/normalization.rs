@@ -204,6 +204,7 @@ pub fn lrn(ctx: &mut NodeCtx) -> ImportResult {
         pads: vec![(size - 1) / 2, 0, size / 2, 0],
         dilations: vec![1, 1],
         output_spatial: vec![c, spatial],
+        ceil_mode: false,
     });
     let avg = ctx.emit1(pool, vec![Some(sq)])?;
     let avg = reshape(ctx, avg, x.shape.clone())?;
