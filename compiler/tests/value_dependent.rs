@@ -1027,3 +1027,52 @@ fn gather_nd_by_nonzero_rows_picks_scores_and_boxes() {
         assert_eq!(out[1].to_f64_vec(), want_b);
     }
 }
+
+#[test]
+fn top_k_of_the_kept_scores_reads_every_kept_row() {
+    // torchvision's per-class step: `score.topk(min(k, score.size(0)))` over the scores
+    // a threshold kept: TopK along the rows NonZero left, k from their count.
+    let mut m = ModelBuilder::new(27);
+    let scores = m.input("scores", &[9]);
+    let half = m.float_init(&[], vec![0.5]);
+    let keep = m.node("Greater", &[&scores, &half], vec![]);
+    let nz = m.node("NonZero", &[&keep], vec![]);
+    let rows = m.node("Transpose", &[&nz], vec![("perm", Attr::Ints(vec![1, 0]))]);
+    let kept = m.node("GatherND", &[&scores, &rows], vec![]);
+    let n = m.node("Shape", &[&kept], vec![]);
+    let three = m.int_init(&[3]);
+    let k = m.node("Min", &[&n, &three], vec![]);
+    let top = m.node_n("TopK", &[&kept, &k], vec![], 2);
+    m.output(&top[0]);
+    m.output(&top[1]);
+    let g = import(&m.encode()).unwrap();
+    // Fewer kept scores after more: rows past the count hold the earlier run's.
+    let sets: Vec<Vec<Tensor>> = [9usize, 5, 2, 1, 0]
+        .iter()
+        .map(|&n| {
+            let s: Vec<f32> = (0..9)
+                .map(|i| match (i * 4) % 9 < n {
+                    true => 0.55 + ((i * 7) % 9) as f32 / 20.0,
+                    false => 0.2,
+                })
+                .collect();
+            vec![f32s(&[9], s)]
+        })
+        .collect();
+    check(&g, &sets);
+    // Independently: the min(3, n) largest kept scores, and where they are among the kept.
+    let loaded = load(&g);
+    for set in &sets {
+        let out = run_compiled(&loaded, &g, set);
+        let kept: Vec<f64> = (set[0].to_f64_vec().into_iter())
+            .filter(|&v| v > 0.5)
+            .collect();
+        let mut order: Vec<usize> = (0..kept.len()).collect();
+        order.sort_by(|&a, &b| kept[b].total_cmp(&kept[a]).then(a.cmp(&b)));
+        order.truncate(3);
+        let want: Vec<f64> = order.iter().map(|&i| kept[i]).collect();
+        assert_eq!(out[0].to_f64_vec(), want);
+        let idx: Vec<i64> = order.iter().map(|&i| i as i64).collect();
+        assert_eq!(out[1].to_i64_vec(), idx);
+    }
+}

@@ -74,6 +74,16 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
             });
             continue;
         }
+        if let Some((count, bound)) = crate::ops::rows::reads_all_rows(graph, node) {
+            // One call over all the rows (its outputs counted by itself).
+            loops[k] = Some(RowLoop {
+                count,
+                within: 0,
+                row_bytes: vec![],
+                whole: Some(bound),
+            });
+            continue;
+        }
         let lost = (node.outputs.iter()).any(|o| graph.value(*o).run_extent.is_none());
         if lost {
             return Err(refuse(

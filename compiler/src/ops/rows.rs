@@ -180,7 +180,27 @@ pub fn output_extent(graph: &Graph, node: &Node) -> Result<Option<RunExtent>, St
     if let Op::HeadsAttention { .. } = node.op {
         return heads_attention_extent(graph, node).map(Some);
     }
+    if reads_all_rows(graph, node).is_some() {
+        // Its outputs' extents are its own counts.
+        return Ok(None);
+    }
     Ok(row_form(graph, node)?.map(|f| f.extent))
+}
+
+/// A node reading every row the run has of its first input at once, along the axis it
+/// reduces, its outputs counted by itself (TopK of the kept scores, `k` at run time,
+/// after NonZero): the input's count and its rows' bound.
+pub fn reads_all_rows(graph: &Graph, node: &Node) -> Option<(ValueId, usize)> {
+    let Op::TopKRunTime { axis, .. } = node.op else {
+        return None;
+    };
+    let x = (*node.inputs.first()?)?;
+    let e = graph.value(x).run_extent.as_ref()?;
+    let single = e.axes.len() == 1 && !e.whole_shape;
+    let others_fixed =
+        (node.inputs[1..].iter().flatten()).all(|v| graph.value(*v).run_extent.is_none());
+    (single && others_fixed && row_axis(graph.ty(x), e) == Some(axis))
+        .then(|| (e.count, graph.ty(x).shape[axis]))
 }
 
 /// The run-time extent of each of `node`'s outputs (see [`output_extent`]): all the

@@ -137,6 +137,15 @@ pub fn check(b: &mut FunctionBuilder, i: Value, dim: usize, fail: Block) {
     b.switch_to_block(ok);
 }
 
+/// [`check`] against an extent only the run knows.
+pub fn check_below(b: &mut FunctionBuilder, i: Value, dim: Value, fail: Block) {
+    let bad = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, dim);
+    let ok = b.create_block();
+    b.ins().brif(bad, fail, &[], ok, &[]);
+    b.seal_block(ok);
+    b.switch_to_block(ok);
+}
+
 /// Wraps a negative index and clamps it into `[0, dim)`: a bad index reads or writes a
 /// wrong element of the tensor but never memory outside it.
 fn clamp(b: &mut FunctionBuilder, i: Value, dim: usize) -> Value {

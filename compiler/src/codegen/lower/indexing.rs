@@ -411,6 +411,13 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
     if bound > dim {
         return Err(format!("k = {bound} exceeds the axis of {dim}"));
     }
+    // The axis's actual extent: the rows the run has of an input whose rows only the
+    // run knows (every axis before them a unit axis), else the axis.
+    let rows = ctx.run_rows.filter(|_| outer == 1 && k.is_none());
+    let extent = match rows {
+        Some(r) => r.count,
+        None => kernel::iconst(ctx.b, dim as i64),
+    };
     let k_value = match k {
         Some(k) => kernel::iconst(ctx.b, k as i64),
         None => {
@@ -418,17 +425,17 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
             let count = ctx.output(2);
             let b = &mut *ctx.b;
             let raw = kernel::load_elem(b, k_in.ty.dtype, k_in.ptr, 0);
-            // Valid values are [0, dim]: checked as an index into an axis of dim + 1.
+            // Valid values are [0, extent]: checked as an index into an axis one longer.
             let k = match ctx.on_bad_index {
                 index_check::OnBadIndex::Fail(fail) => {
-                    index_check::check(b, raw, dim + 1, fail);
+                    let longer = b.ins().iadd_imm_s(extent, 1);
+                    index_check::check_below(b, raw, longer, fail);
                     raw
                 }
                 index_check::OnBadIndex::Clamp => {
                     let zero = kernel::iconst(b, 0);
-                    let top = kernel::iconst(b, dim as i64);
                     let k = b.ins().smax(raw, zero);
-                    b.ins().smin(k, top)
+                    b.ins().smin(k, extent)
                 }
             };
             b.ins().store(flags(), k, count.ptr, 0);
@@ -457,7 +464,7 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
             let best_key = var(b, all_ones);
             let best_idx = var(b, sentinel);
             let (pk, pi) = (b.use_var(prev_key), b.use_var(prev_idx));
-            kernel::counted_loop(b, 0, dim as i64, 1, |b, p| {
+            kernel::dynamic_loop(b, extent, |b, p| {
                 let at = b.ins().imul_imm_s(p, inner as i64);
                 let at = b.ins().iadd(at, lane);
                 let src = kernel::elem_addr(b, x.ptr, at, elem);
@@ -485,8 +492,8 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
             let (bk, bi) = (b.use_var(best_key), b.use_var(best_idx));
             b.def_var(prev_key, bk);
             b.def_var(prev_idx, bi);
-            // Always true when k ≤ dim; the clamp only guards the load.
-            let last = kernel::iconst(b, dim as i64 - 1);
+            // Always true when k ≤ the extent; the clamp only guards the load.
+            let last = b.ins().iadd_imm_s(extent, -1);
             let bi = b.ins().smin(bi, last);
             let at = b.ins().imul_imm_s(bi, inner as i64);
             let at = b.ins().iadd(at, lane);
