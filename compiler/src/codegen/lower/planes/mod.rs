@@ -335,8 +335,16 @@ pub fn plan_planes(
                     [c.kernel[0], *c.kernel.get(1).unwrap_or(&1)],
                     [c.dilations[0], *c.dilations.get(1).unwrap_or(&1)],
                 );
-            "per channel: the plane copied into a zero border (columns split by stride \
-             phase), then the taps' multiply-adds four outputs at a time"
+            match plan.depthwise_rows.is_some() {
+                true => {
+                    "per channel: the row kernel copies the plane into a zero border \
+                     (columns split by stride phase), then a group of vectors a step"
+                }
+                false => {
+                    "per channel: the plane copied into a zero border (columns split by \
+                     stride phase), then the taps' multiply-adds four outputs at a time"
+                }
+            }
         }
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
