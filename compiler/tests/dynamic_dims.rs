@@ -1588,6 +1588,53 @@ fn depthwise_convs_on_planes_run_every_size() {
     }
 }
 
+/// A `k`×`k` conv of `c` channels to `maps` at `stride`, "same" pads, weights scaled
+/// by the fan-in, with a bias when `bias`.
+fn conv(
+    m: &mut ModelBuilder,
+    x: &str,
+    (c, maps, k, stride): (usize, usize, usize, i64),
+    bias: bool,
+) -> String {
+    let w = m.weight(&[maps, c, k, k], 1.0 / ((k * k * c) as f32).sqrt());
+    let mut inputs = vec![x.to_string(), w];
+    if bias {
+        inputs.push(m.weight(&[maps], 0.1));
+    }
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let attrs = vec![
+        ("pads", Attr::Ints(vec![(k as i64 - 1) / 2; 4])),
+        ("strides", Attr::Ints(vec![stride; 2])),
+    ];
+    m.node("Conv", &inputs, attrs)
+}
+
+/// The convs of `model` with a range of `size` and Winograd off, on every CPU family
+/// the host runs: `on_x86` of its nodes' plans have `property` on x86 machine code
+/// (none elsewhere), and every size matches the interpreter.
+fn check_conv_plans(
+    model: &[u8],
+    range: (usize, usize),
+    (what, property): (&str, fn(&Strategy) -> bool),
+    on_x86: usize,
+    sizes: &[(usize, u64)],
+) {
+    let model = decode(model);
+    let g = import(&model, &with_range("size", range.0, range.1)).unwrap();
+    let no_winograd = KernelOptions {
+        winograd: WinogradChoice::Off,
+        ..Default::default()
+    };
+    for (cpu, target) in host_and_lower_families() {
+        let plan = plan_kernels(&g, &target, &no_winograd.clone());
+        let with = plan.nodes.iter().filter(|k| property(&k.strategy)).count();
+        let x86 = target.arch == nnc::codegen::Arch::X86_64 && cpu != "baseline";
+        assert_eq!(with, if x86 { on_x86 } else { 0 }, "{cpu}: {what}");
+        let lib = Dynamic::for_target(g.clone(), target, no_winograd.clone());
+        check_sizes(&lib, &model, sizes, &cpu);
+    }
+}
+
 /// Convs of many maps over small planes (ResNet's last stage): 3×3 16 → 128 with bias
 /// and ReLU, 3×3 128 → 128 with bias plus a residual then ReLU, and a strided 3×3.
 fn many_maps_convs(seed: u64) -> Vec<u8> {
@@ -1595,26 +1642,12 @@ fn many_maps_convs(seed: u64) -> Vec<u8> {
     let x = m.input("image", &[1, 16, 11, 11]);
     symbolic(&mut m, &x, 2, "size");
     symbolic(&mut m, &x, 3, "size");
-    let conv =
-        |m: &mut ModelBuilder, x: &str, (c, maps, stride): (usize, usize, i64), bias: bool| {
-            let w = m.weight(&[maps, c, 3, 3], 1.0 / (9.0 * c as f32).sqrt());
-            let mut inputs = vec![x.to_string(), w];
-            if bias {
-                inputs.push(m.weight(&[maps], 0.1));
-            }
-            let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-            let attrs = vec![
-                ("pads", Attr::Ints(vec![1; 4])),
-                ("strides", Attr::Ints(vec![stride; 2])),
-            ];
-            m.node("Conv", &inputs, attrs)
-        };
-    let y = conv(&mut m, &x, (16, 128, 1), true);
+    let y = conv(&mut m, &x, (16, 128, 3, 1), true);
     let y = m.node("Relu", &[&y], vec![]);
-    let z = conv(&mut m, &y, (128, 128, 1), true);
+    let z = conv(&mut m, &y, (128, 128, 3, 1), true);
     let y = m.node("Add", &[&z, &y], vec![]);
     let y = m.node("Relu", &[&y], vec![]);
-    let y = conv(&mut m, &y, (128, 128, 2), false);
+    let y = conv(&mut m, &y, (128, 128, 3, 2), false);
     m.output(&y);
     m.encode()
 }
@@ -1625,41 +1658,22 @@ fn many_maps_convs(seed: u64) -> Vec<u8> {
 /// every size on every CPU family the host runs.
 #[test]
 fn many_maps_on_small_planes_run_every_size() {
-    let model = decode(&many_maps_convs(47));
-    let g = import(&model, &with_range("size", 1, 11)).unwrap();
-    let no_winograd = KernelOptions {
-        winograd: WinogradChoice::Off,
-        ..Default::default()
-    };
-    for (cpu, target) in host_and_lower_families() {
-        let plan = plan_kernels(&g, &target, &no_winograd.clone());
-        let transposed = plan
-            .nodes
-            .iter()
-            .filter(|k| matches!(&k.strategy, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.transposed)))
-            .count();
-        let x86 = target.arch == nnc::codegen::Arch::X86_64 && cpu != "baseline";
-        assert_eq!(
-            transposed,
-            if x86 { 3 } else { 0 },
-            "{cpu}: every conv transposed"
-        );
-        let lib = Dynamic::for_target(g.clone(), target, no_winograd.clone());
-        check_sizes(
-            &lib,
-            &model,
-            &[
-                (1usize, 1u64),
-                (2, 2),
-                (3, 3),
-                (5, 4),
-                (7, 5),
-                (9, 6),
-                (11, 7),
-            ],
-            &cpu,
-        );
-    }
+    let transposed = |s: &Strategy| matches!(s, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.transposed));
+    check_conv_plans(
+        &many_maps_convs(47),
+        (1, 11),
+        ("every conv transposed", transposed),
+        3,
+        &[
+            (1usize, 1u64),
+            (2, 2),
+            (3, 3),
+            (5, 4),
+            (7, 5),
+            (9, 6),
+            (11, 7),
+        ],
+    );
 }
 
 /// Convs of few maps by blocks of output positions (Winograd off): a 3×3 3 → 16 stem of
@@ -1670,22 +1684,6 @@ fn block_convs(seed: u64) -> Vec<u8> {
     let x = m.input("image", &[1, 3, 40, 40]);
     symbolic(&mut m, &x, 2, "size");
     symbolic(&mut m, &x, 3, "size");
-    let conv = |m: &mut ModelBuilder,
-                x: &str,
-                (c, maps, k, stride): (usize, usize, usize, i64),
-                bias: bool| {
-        let w = m.weight(&[maps, c, k, k], 1.0 / ((k * k * c) as f32).sqrt());
-        let mut inputs = vec![x.to_string(), w];
-        if bias {
-            inputs.push(m.weight(&[maps], 0.1));
-        }
-        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
-        let attrs = vec![
-            ("pads", Attr::Ints(vec![(k as i64 - 1) / 2; 4])),
-            ("strides", Attr::Ints(vec![stride; 2])),
-        ];
-        m.node("Conv", &inputs, attrs)
-    };
     let y = conv(&mut m, &x, (3, 16, 3, 2), true);
     let y = m.node("Relu", &[&y], vec![]);
     let z = conv(&mut m, &y, (16, 16, 3, 1), true);
@@ -1707,33 +1705,14 @@ fn block_convs(seed: u64) -> Vec<u8> {
 /// CPU family the host runs.
 #[test]
 fn block_convs_on_planes_run_every_size() {
-    let model = decode(&block_convs(48));
-    let g = import(&model, &with_range("size", 5, 90)).unwrap();
-    let no_winograd = KernelOptions {
-        winograd: WinogradChoice::Off,
-        ..Default::default()
-    };
-    for (cpu, target) in host_and_lower_families() {
-        let plan = plan_kernels(&g, &target, &no_winograd.clone());
-        let writing = plan
-            .nodes
-            .iter()
-            .filter(|k| matches!(&k.strategy, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.writes_planes)))
-            .count();
-        let x86 = target.arch == nnc::codegen::Arch::X86_64 && cpu != "baseline";
-        assert_eq!(
-            writing,
-            if x86 { 4 } else { 0 },
-            "{cpu}: every conv's GEMM writes the planes"
-        );
-        let lib = Dynamic::for_target(g.clone(), target, no_winograd.clone());
-        check_sizes(
-            &lib,
-            &model,
-            &[(5usize, 1u64), (8, 2), (17, 3), (40, 4), (63, 5), (90, 6)],
-            &cpu,
-        );
-    }
+    let writing = |s: &Strategy| matches!(s, Strategy::Planes(p) if p.gemm.as_ref().is_some_and(|b| b.writes_planes));
+    check_conv_plans(
+        &block_convs(48),
+        (5, 90),
+        ("every conv's GEMM writes the planes", writing),
+        4,
+        &[(5usize, 1u64), (8, 2), (17, 3), (40, 4), (63, 5), (90, 6)],
+    );
 }
 
 /// A conv net with squeeze-and-excitation blocks (MobileNetV3's, EfficientNet's): each

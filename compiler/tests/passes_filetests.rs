@@ -367,28 +367,42 @@ fn run_file(path: &Path, seed: u64) -> Result<(), String> {
     let want = run_graph(&before, &inputs)?;
     let got = run_graph(&after, &inputs).map_err(|e| format!("after the passes: {e}"))?;
     check_same(&want, &got)?;
-    let actual = after.to_string();
+    expect(path, &text, test.expected, &after.to_string(), "dump")
+}
+
+/// `actual` against the file's expected section (after `---`); with `NNC_BLESS=1` the
+/// file's section is rewritten to it instead.
+fn expect(
+    path: &Path,
+    text: &str,
+    expected: Option<String>,
+    actual: &str,
+    what: &str,
+) -> Result<(), String> {
     if std::env::var("NNC_BLESS").is_ok_and(|v| v == "1") {
-        let body = text.split("\n---\n").next().unwrap_or(&text).trim_end();
+        let body = text.split("\n---\n").next().unwrap_or(text).trim_end();
         std::fs::write(path, format!("{body}\n---\n{actual}\n")).map_err(|e| e.to_string())?;
         return Ok(());
     }
-    match test.expected {
+    match expected {
         Some(e) if e == actual => Ok(()),
         Some(e) => Err(format!(
-            "dump differs.\n--- expected\n{e}\n--- actual\n{actual}"
+            "{what} differs.\n--- expected\n{e}\n--- actual\n{actual}"
         )),
         None => Err(format!(
-            "no expected dump ('---' section); actual:\n{actual}"
+            "no expected {what} ('---' section); actual:\n{actual}"
         )),
     }
 }
 
-#[test]
-fn pass_filetests() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
+/// Runs `run` on every `.nir` file of `tests/DIR`, in name order, and fails naming
+/// each file that failed.
+fn run_dir(dir: &str, run: fn(&Path, u64) -> Result<(), String>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/passes exists")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("a directory entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "nir"))
         .collect();
@@ -396,11 +410,16 @@ fn pass_filetests() {
     assert!(!files.is_empty(), "no .nir files in {}", dir.display());
     let mut failures = vec![];
     for (i, f) in files.iter().enumerate() {
-        if let Err(e) = run_file(f, 1 + i as u64) {
+        if let Err(e) = run(f, 1 + i as u64) {
             failures.push(format!("{}: {e}", f.display()));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn pass_filetests() {
+    run_dir("passes", run_file);
 }
 
 /// Each value whose extent a row dim counts, its axes written as formulas of the dims
@@ -515,39 +534,12 @@ fn run_dims_file(path: &Path, seed: u64) -> Result<(), String> {
             return Err(format!("no value to compare at {values:?}"));
         }
     }
-    if std::env::var("NNC_BLESS").is_ok_and(|v| v == "1") {
-        let body = text.split("\n---\n").next().unwrap_or(&text).trim_end();
-        std::fs::write(path, format!("{body}\n---\n{actual}\n")).map_err(|e| e.to_string())?;
-        return Ok(());
-    }
-    match test.expected {
-        Some(e) if e == actual => Ok(()),
-        Some(e) => Err(format!(
-            "symbolic shapes differ.\n--- expected\n{e}\n--- actual\n{actual}"
-        )),
-        None => Err(format!(
-            "no expected shapes ('---' section); actual:\n{actual}"
-        )),
-    }
+    expect(path, &text, test.expected, &actual, "symbolic shapes")
 }
 
 /// Symbolic shape inference, one op family per file in `tests/dims/*.nir` (a
 /// `; dims:` line, input axes named by dims, the expected shapes after `---`).
 #[test]
 fn dims_filetests() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/dims");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/dims exists")
-        .map(|e| e.expect("a directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "nir"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no .nir files in {}", dir.display());
-    let mut failures = vec![];
-    for (i, f) in files.iter().enumerate() {
-        if let Err(e) = run_dims_file(f, 1 + i as u64) {
-            failures.push(format!("{}: {e}", f.display()));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    run_dir("dims", run_dims_file);
 }

@@ -6,10 +6,9 @@
 //! stride's column phases `phase_bytes` apart, so every tap of a vector of outputs is one
 //! contiguous load): `(X_c, P, W_c, Y_c, R_c, counts)`, System V, with `W_c` the
 //! channel's taps and `counts` seven i64: input height and width, output height and
-//! width, `row_bytes`, `phase_bytes`, and the address of the channel's bias. With
-//! `copies`, the kernel first copies the channel's rows into the interior of `P`
-//! (`super::plane_phases`), whose border the caller zeroed once for all channels; else
-//! the caller filled `P`.
+//! width, `row_bytes`, `phase_bytes`, and the address of the channel's bias. The kernel
+//! first copies the channel's rows into the interior of `P` (`super::plane_phases`),
+//! whose border the caller zeroed once for all channels.
 //!
 //! Per output row, the window's rows are `kh` pointers advanced a group of vectors at a
 //! time; a group is `U` output vectors, each tap broadcast once (AVX2) or held in a
@@ -49,9 +48,8 @@ pub struct DwRowsSpec {
     pub k: [usize; 2],
     pub stride: [usize; 2],
     pub dil: [usize; 2],
-    /// Leading pads (top, left): where `copies` puts the input in the plane.
+    /// Leading pads (top, left): where the copy puts the input in the plane.
     pub pad: [usize; 2],
-    pub copies: bool,
     pub bias: bool,
     pub residual: bool,
     pub activation: Activation,
@@ -165,9 +163,7 @@ impl Emitter<'_> {
             pad: s.pad,
         };
         let mut copy = PhaseCopy::new(&phases);
-        if s.copies {
-            copy.emit(a, &mut self.masks)?;
-        }
+        copy.emit(a, &mut self.masks)?;
         // The taps in registers (AVX-512); r9 = W_c from here on.
         a.mov(r9, rdx)?;
         if s.taps_in_registers() {

@@ -362,6 +362,25 @@ pub fn plan_planes(
     Some(NodeKernel::new(Strategy::Planes(plan), scratch, reason))
 }
 
+/// A conv GEMM's addends where given: the bias per row (map), then the residual per
+/// column (position).
+fn bias_and_residual(bias: bool, residual: bool) -> Vec<Addend> {
+    let per_row = Addend {
+        row_stride: 1,
+        col_stride: 0,
+        scale: 1.0,
+    };
+    let per_column = Addend {
+        row_stride: 0,
+        col_stride: 1,
+        scale: 1.0,
+    };
+    [(bias, per_row), (residual, per_column)]
+        .into_iter()
+        .filter_map(|(given, a)| given.then_some(a))
+        .collect()
+}
+
 /// The GEMM of a conv's block of `n` output positions: `C[Mg, n] = W · P` on the
 /// weights packed as A and the patches `P[K][block]`, the bias per row.
 /// With `writes_planes`, C is the output planes (their row stride at run time, the
@@ -374,21 +393,7 @@ fn blocks_spec(
     geometry: Geometry,
     writes_planes: bool,
 ) -> GemmSpec {
-    let per_row = Addend {
-        row_stride: 1,
-        col_stride: 0,
-        scale: 1.0,
-    };
-    let per_column = Addend {
-        row_stride: 0,
-        col_stride: 1,
-        scale: 1.0,
-    };
-    let with_residual = residual && writes_planes;
-    let addends = [(bias, per_row), (with_residual, per_column)]
-        .into_iter()
-        .filter_map(|(given, a)| given.then_some(a))
-        .collect();
+    let addends = bias_and_residual(bias, residual && writes_planes);
     GemmSpec {
         m: mg,
         n,
@@ -424,20 +429,7 @@ fn pointwise_spec(
     (bias, residual): (bool, bool),
     geometry: Geometry,
 ) -> GemmSpec {
-    let per_row = Addend {
-        row_stride: 1,
-        col_stride: 0,
-        scale: 1.0,
-    };
-    let per_column = Addend {
-        row_stride: 0,
-        col_stride: 1,
-        scale: 1.0,
-    };
-    let addends = [(bias, per_row), (residual, per_column)]
-        .into_iter()
-        .filter_map(|(given, a)| given.then_some(a))
-        .collect();
+    let addends = bias_and_residual(bias, residual);
     GemmSpec {
         m: mg,
         n: positions,
@@ -495,7 +487,6 @@ fn depthwise_rows_spec(
         stride: [c.strides[0], c.strides[1]],
         dil: [c.dilations[0], c.dilations[1]],
         pad: [c.pads[0], c.pads[1]],
-        copies: true,
         bias,
         residual,
         activation: c.activation,
@@ -839,8 +830,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
                     let dst = kernel::elem_addr(b, padded_at, ch, padded_chan);
                     copier.copy(b, src, dst);
                 });
-                let layout = padded_layout(b, in_ext[1], &c.pads, window.strides[1]);
-                (layout, padded_chan)
+                (&copier.layout, padded_chan)
             });
             let mut run_block = |b: &mut FunctionBuilder, p0: Value, r: Value, n: usize| {
                 if let Some((layout, chan_bytes)) = &padded {
@@ -1685,6 +1675,8 @@ struct PlaneCopier {
     pads: Vec<usize>,
     phases: usize,
     fill: f32,
+    /// Where the copy puts the plane.
+    layout: PaddedPlane,
 }
 
 impl PlaneCopier {
@@ -1707,8 +1699,8 @@ impl PlaneCopier {
         phases: usize,
         fill: f32,
     ) -> PlaneCopier {
+        let layout = padded_layout(b, w, pads, phases);
         let kernel = kernel.map(|k| {
-            let layout = padded_layout(b, w, pads, phases);
             let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, 48, 3);
             let counts = b.create_sized_stack_slot(slot);
             let counts = b.ins().stack_addr(kernel::PTR, counts, 0);
@@ -1724,6 +1716,7 @@ impl PlaneCopier {
             pads: pads.to_vec(),
             phases,
             fill,
+            layout,
         }
     }
 
@@ -1731,25 +1724,45 @@ impl PlaneCopier {
     /// kernel copies planes there (Cranelift's copy writes every border itself).
     fn fill_border(&self, b: &mut FunctionBuilder, dst: Value) {
         if self.kernel.is_some() {
-            let (h, w) = self.extents;
-            let (_, row_w) = padded_row(b, w, &self.pads, self.phases);
-            let rows = b.ins().iadd_imm_s(h, (self.pads[0] + self.pads[2]) as i64);
-            let floats = b.ins().imul(rows, row_w);
-            fill_plane(b, dst, floats, self.fill);
+            fill_bordered(b, dst, self.extents.0, &self.pads, &self.layout, self.fill);
         }
     }
 
-    /// Copies the plane at `src` into the bordered copy at `dst`.
-    fn copy(&self, b: &mut FunctionBuilder, src: Value, dst: Value) -> PaddedPlane {
-        let (h, w) = self.extents;
+    /// Copies the plane at `src` into the bordered copy at `dst` (at `self.layout`).
+    fn copy(&self, b: &mut FunctionBuilder, src: Value, dst: Value) {
         match self.kernel {
             Some((kernel, counts)) => {
                 b.ins().call(kernel, &[src, dst, counts]);
-                padded_layout(b, w, &self.pads, self.phases)
             }
-            None => pad_plane(b, src, (h, w), &self.pads, self.phases, dst, self.fill),
+            None => {
+                pad_plane(
+                    b,
+                    src,
+                    self.extents,
+                    &self.pads,
+                    self.phases,
+                    dst,
+                    self.fill,
+                );
+            }
         }
     }
+}
+
+/// Fills the whole bordered copy (`layout`) of a plane `h` rows high at `dst` with
+/// `fill`: its border, once, before a kernel copies planes into its interior.
+fn fill_bordered(
+    b: &mut FunctionBuilder,
+    dst: Value,
+    h: Value,
+    pads: &[usize],
+    layout: &PaddedPlane,
+    fill: f32,
+) {
+    let rows = b.ins().iadd_imm_s(h, (pads[0] + pads[2]) as i64);
+    let bytes = b.ins().imul(rows, layout.row_bytes);
+    let floats = b.ins().ushr_imm_u(bytes, 2);
+    fill_plane(b, dst, floats, fill);
 }
 
 /// Copies plane `src` (`h × w`) into `dst` with `pads` `[top, left, bottom, right]`
@@ -1768,22 +1781,10 @@ fn pad_plane(
     let (top, left, bottom) = (pads[0], pads[1], pads[2]);
     let (phase_w, row_w) = padded_row(b, w, pads, phases);
     let ph = b.ins().iadd_imm_s(h, (top + bottom) as i64);
-    let fill_v = b.ins().f32const(fill);
-    let fill_x4 = b.ins().splat(types::F32X4, fill_v);
     let fill_row = |b: &mut FunctionBuilder, at: Value, from: Value, to: Value| {
         let n = b.ins().isub(to, from);
-        let quads = b.ins().ushr_imm_u(n, 2);
         let start = kernel::elem_addr(b, at, from, F32);
-        kernel::dynamic_loop(b, quads, |b, q| {
-            let d = kernel::elem_addr(b, start, q, 4 * F32);
-            b.ins().store(flags(), fill_x4, d, 0);
-        });
-        let done = b.ins().ishl_imm_u(quads, 2);
-        let rest = b.ins().iadd(from, done);
-        kernel::range_loop(b, rest, to, |b, j| {
-            let d = kernel::elem_addr(b, at, j, F32);
-            b.ins().store(flags(), fill_v, d, 0);
-        });
+        fill_plane(b, start, n, fill);
     };
     let zero = kernel::iconst(b, 0);
     let border_rows = |b: &mut FunctionBuilder, from: Value, to: Value| {
@@ -1933,7 +1934,8 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
     kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
         let base = b.ins().imul(c, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);
-        let plane = copier.copy(b, src, scratch);
+        copier.copy(b, src, scratch);
+        let plane = &copier.layout;
         let out_base = b.ins().imul(c, positions);
         let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
         kernel::dynamic_loop(b, out_ext[0], |b, oy| {
@@ -2017,10 +2019,11 @@ fn depthwise_conv(
     let (dy, dx) = (c.dilations[0], c.dilations[1]);
     let act = c.activation;
     let rows_kernel = match &plan.depthwise_rows {
-        Some(spec) => Some((
-            spec.copies,
-            gemm::define_machine_code(ctx, 6, &dwconv_rows::emit(spec)?)?,
-        )),
+        Some(spec) => Some(gemm::define_machine_code(
+            ctx,
+            6,
+            &dwconv_rows::emit(spec)?,
+        )?),
         None => None,
     };
     let b = &mut *ctx.b;
@@ -2028,7 +2031,7 @@ fn depthwise_conv(
     let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
-    if let Some((copies, kernel)) = rows_kernel {
+    if let Some(kernel) = rows_kernel {
         let layout = padded_layout(b, in_ext[1], &c.pads, sx);
         let counts =
             b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 56, 3));
@@ -2046,23 +2049,13 @@ fn depthwise_conv(
         {
             b.ins().store(flags(), v, counts, (k * 8) as i32);
         }
-        if copies {
-            // The border, zero for every channel: the kernel copies only the inside.
-            let rows = b
-                .ins()
-                .iadd_imm_s(in_ext[0], (c.pads[0] + c.pads[2]) as i64);
-            let bytes = b.ins().imul(rows, layout.row_bytes);
-            let floats = b.ins().ushr_imm_u(bytes, 2);
-            fill_plane(b, scratch, floats, 0.0);
-        }
+        // The border, zero for every channel: the kernel copies only the inside.
+        fill_bordered(b, scratch, in_ext[0], &c.pads, &layout, 0.0);
         let null = kernel::iconst(b, 0);
         kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
             let ch = b.ins().urem_imm_u(nc, channels as i64);
             let base = b.ins().imul(nc, in_plane);
             let src = kernel::elem_addr(b, x.ptr, base, F32);
-            if !copies {
-                pad_plane(b, src, (in_ext[0], in_ext[1]), &c.pads, sx, scratch, 0.0);
-            }
             let out_base = b.ins().imul(nc, positions);
             let dst = kernel::elem_addr(b, y.ptr, out_base, F32);
             let res = residual
