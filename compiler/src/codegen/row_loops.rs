@@ -39,8 +39,7 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
     let in_inputs = in_caller_inputs(graph);
     for (k, node) in graph.nodes.iter().enumerate() {
         let refuse = |m: String| NncError::node(&node.name, &node.onnx_op, m);
-        let reads = |v: &ValueId| graph.value(*v).run_extent.is_some();
-        if !node.inputs.iter().flatten().any(reads) {
+        if !crate::ops::rows::reads_run_rows(graph, node) {
             continue;
         }
         if crate::dims::reads_fewest_rows(graph, node) {

@@ -532,6 +532,8 @@ pub(crate) fn check_node(
         | Op::Unique { .. }
         | Op::NonMaxSuppression { .. }
         | Op::TopKRunTime { .. }
+        | Op::ConcatRows { .. }
+        | Op::FirstRows { .. }
         | Op::ReduceRunTimeAxes { .. }
         | Op::ReshapeByAxes { .. }
         | Op::SliceRunTime { .. }

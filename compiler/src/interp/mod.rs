@@ -224,9 +224,32 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
                 reverse,
             )
         }
-        Op::TopKRunTime { axis, largest } => {
+        Op::ConcatRows { axis, parts } => {
+            let values = (0..*parts)
+                .map(|i| required(inputs, i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let rows: usize = values.iter().map(|t| t.shape()[*axis]).sum();
+            return Ok(vec![
+                shape::concat(&values, *axis)?,
+                Tensor::scalar(rows as i64),
+            ]);
+        }
+        Op::FirstRows { axis } => {
+            let xt = x()?;
+            let n = required(inputs, 2)?.to_i64_vec()[0].max(0) as usize;
+            let rows = n.min(xt.shape()[*axis]);
+            return Ok(vec![
+                ops::rows::first_rows(xt, *axis, rows),
+                Tensor::scalar(rows as i64),
+            ]);
+        }
+        Op::TopKRunTime {
+            axis,
+            largest,
+            max_k,
+        } => {
             let k = required(inputs, 1)?.to_i64_vec()[0];
-            let dim = x()?.shape()[*axis];
+            let dim = x()?.shape()[*axis].min(*max_k);
             let k = usize::try_from(k)
                 .ok()
                 .filter(|&k| k <= dim)
@@ -543,6 +566,12 @@ fn at_actual_rows<'n>(graph: &Graph, node: &'n Node, args: &[Option<&Tensor>]) -
             shape[e.axes[0]] = rows;
             return Cow::Owned(Op::Reshape { shape });
         }
+    }
+    if let (Op::Expand { .. }, [_, Some(like)]) = (&node.op, args) {
+        // A fill taking the shape its input 1 actually has.
+        return Cow::Owned(Op::Expand {
+            shape: like.shape().to_vec(),
+        });
     }
     let Ok(Some(form)) = ops::rows::row_form(graph, node) else {
         return Cow::Borrowed(&node.op);

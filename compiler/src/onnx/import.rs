@@ -106,6 +106,8 @@ pub fn import_model(
         scope: String::new(),
         sequences: HashMap::new(),
         absent: HashSet::new(),
+        run_shapes: HashMap::new(),
+        row_sums: HashMap::new(),
         limits: opts.limits,
         weights: WeightBudget::new(opts.limits.max_weight_bytes),
         origins: HashMap::new(),
@@ -153,6 +155,13 @@ pub struct GraphBuilder {
     /// Empty optional values (an `Optional` without input, an --absent-input), by the
     /// placeholder value their name is bound to.
     absent: HashSet<ValueId>,
+    /// Shapes computed at run time from a value's counted extents (a `Shape` of kept
+    /// scores), by the shape value: the value whose shape it is.
+    run_shapes: HashMap<ValueId, ValueId>,
+    /// The count of rows concatenated from values of these counts (`None`: a fixed
+    /// extent) and bounds, so two Concats of the same counts (boxes, and their scores)
+    /// give rows of one count.
+    row_sums: HashMap<Vec<(Option<ValueId>, usize)>, ValueId>,
     /// Sizes no tensor may exceed and constant folding keeps to.
     pub limits: Limits,
     /// `--max-weight-bytes`, charged by every weight tensor the model declares.
@@ -787,6 +796,73 @@ impl NodeCtx<'_> {
     pub fn producer_inputs(&self, v: ValueId) -> Vec<Option<ValueId>> {
         let mut nodes = self.b.graph.nodes.iter().rev();
         (nodes.find(|n| n.outputs.contains(&v))).map_or(vec![], |n| n.inputs.clone())
+    }
+
+    /// Records that `shape` holds the whole shape of `v`, whose extents only the run
+    /// knows.
+    pub fn note_run_shape(&mut self, shape: ValueId, v: ValueId) {
+        self.b.run_shapes.insert(shape, v);
+    }
+
+    /// The value whose whole run-time shape `shape` holds (see [`Self::note_run_shape`]).
+    pub fn run_shape_of(&self, shape: ValueId) -> Option<ValueId> {
+        self.b.run_shapes.get(&shape).copied()
+    }
+
+    /// The count of rows concatenated from values of `counts` (see
+    /// [`GraphBuilder::row_sums`]): the one recorded first, else `count`, recorded.
+    pub fn shared_row_sum(&mut self, counts: Vec<(Option<ValueId>, usize)>, count: ValueId) -> ValueId {
+        *self.b.row_sums.entry(counts).or_insert(count)
+    }
+
+    /// Gives `v` the run-time extents `e`.
+    pub fn set_run_extent(&mut self, v: ValueId, e: RunExtent) {
+        self.b.graph.values[v.0].run_extent = Some(e);
+    }
+
+    /// A bound on every element of the integer value `v` the model itself puts (a
+    /// constant, a Min with one, a ReduceMin over a Concat holding one: `min(300, n)`),
+    /// through reshapes and casts; `None` when none is found.
+    pub fn upper_bound(&self, v: ValueId) -> Option<i64> {
+        self.upper_bound_within(v, 16)
+    }
+
+    fn upper_bound_within(&self, v: ValueId, depth: usize) -> Option<i64> {
+        if let Some(t) = self.constant(v) {
+            return t.dtype().is_int().then(|| t.to_i64_vec().into_iter().max())?;
+        }
+        let depth = depth.checked_sub(1)?;
+        let inputs = self.producer_inputs(v);
+        let of = |i: usize| inputs.get(i).copied().flatten();
+        let bound = |i: usize| of(i).and_then(|x| self.upper_bound_within(x, depth));
+        match self.producer_op(v)? {
+            Op::Reshape { .. } | Op::Unary(crate::ops::UnaryOp::Identity) => bound(0),
+            Op::Cast { to: DType::I64 } if of(0).is_some_and(|x| self.ty(x).dtype.is_int()) => {
+                bound(0)
+            }
+            Op::Binary(crate::ops::BinaryOp::Min) => match (bound(0), bound(1)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            Op::Reduce(r) if r.kind == crate::ops::ReduceKind::Min => {
+                // The least element is at most any element's bound.
+                let x = of(0).filter(|x| self.ty(*x).numel() > 0)?;
+                match self.producer_op(x) {
+                    Some(Op::Concat { .. }) => (self.producer_inputs(x).iter().flatten())
+                        .filter(|p| self.ty(**p).numel() > 0)
+                        .filter_map(|p| self.upper_bound_within(*p, depth))
+                        .min(),
+                    _ => bound(0),
+                }
+            }
+            Op::Concat { .. } => (0..inputs.len()).map(bound).try_fold(i64::MIN, |m, b| Some(m.max(b?))),
+            _ => None,
+        }
+    }
+
+    /// The name `v` has in the model.
+    pub fn value_name(&self, v: ValueId) -> &str {
+        &self.b.graph.value(v).name
     }
 
     /// The extents of `v` only the run knows, if any (see [`RunExtent`]).

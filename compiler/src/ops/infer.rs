@@ -631,7 +631,27 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             out.extend(vec![TensorType::new(DType::I64, vec![]); *parts]);
             Ok(out)
         }
-        Op::TopKRunTime { axis, .. } => {
+        Op::ConcatRows { axis, parts } => {
+            let mut types = inputs[..(*parts).min(inputs.len())].to_vec();
+            types.resize(*parts, None);
+            let out = (infer_types(&Op::Concat { axis: *axis }, &types)?.into_iter().next())
+                .ok_or("Concat gives one output")?;
+            let counts_ok = (inputs.get(*parts..).unwrap_or_default().iter().flatten())
+                .all(|c| c.dtype == DType::I64 && c.numel() == 1);
+            if !counts_ok {
+                return Err("the counts of the rows concatenated must be int64 scalars".into());
+            }
+            Ok(vec![out, TensorType::new(DType::I64, vec![])])
+        }
+        Op::FirstRows { axis } => {
+            let xt = x()?;
+            let n = input(inputs, 2)?;
+            if *axis >= xt.rank() || !n.dtype.is_int() || n.numel() != 1 {
+                return Err(format!("cannot take rows of axis {axis} of {xt} by {n}"));
+            }
+            Ok(vec![xt.clone(), TensorType::new(DType::I64, vec![])])
+        }
+        Op::TopKRunTime { axis, max_k, .. } => {
             let (xt, k) = (x()?, input(inputs, 1)?);
             if !k.dtype.is_int() || k.numel() != 1 {
                 return Err(format!("TopK's k must be one integer, not {k}"));
@@ -639,9 +659,11 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             if *axis >= xt.rank() {
                 return Err("axis is out of range".into());
             }
+            let mut shape = xt.shape.clone();
+            shape[*axis] = (*max_k).min(xt.shape[*axis]);
             Ok(vec![
-                xt.clone(),
-                TensorType::new(DType::I64, xt.shape.clone()),
+                TensorType::new(xt.dtype, shape.clone()),
+                TensorType::new(DType::I64, shape),
                 TensorType::new(DType::I64, vec![]),
             ])
         }

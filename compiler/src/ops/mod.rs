@@ -138,6 +138,8 @@ pub enum Op {
         axis: usize,
         epsilon: f32,
     },
+    /// A reduction; an input 1 (an int64 scalar) is the run's count of the rows of the
+    /// one axis reduced, when only the run knows it (only unit axes before it).
     Reduce(ReduceAttrs),
     /// ArgMax / ArgMin, output int64.
     ArgReduce(ArgReduceAttrs),
@@ -158,11 +160,15 @@ pub enum Op {
         steps: Vec<i64>,
         shape: Vec<usize>,
     },
-    /// `Gather(data, indices)` along `axis`; negative indices wrap.
+    /// `Gather(data, indices)` along `axis`; negative indices wrap. An input 2 (an int64
+    /// scalar) is the run's count of data's rows along `axis` when only the run knows it
+    /// (only unit axes before it): indices are checked against it, data read whole.
     Gather {
         axis: usize,
     },
-    /// Broadcast the input to `shape`.
+    /// Broadcast the input to `shape`. An input 1, when present, is a value of that shape
+    /// whose extents only the run knows (a ConstantOfShape of its shape): the output has
+    /// them too, input 0 then a scalar.
     Expand {
         shape: Vec<usize>,
     },
@@ -216,11 +222,29 @@ pub enum Op {
         k: usize,
         largest: bool,
     },
-    /// TopK with k read at run time (input 1, one integer in `[0, dim]`): outputs planned
-    /// for the whole axis and filled densely for k; output 2 holds k.
+    /// Concat along `axis` of `parts` values whose rows there the run counts (only unit
+    /// axes before it): inputs `0..parts` the values, `parts..2·parts` their counts
+    /// (int64 scalars; omitted for a value of fixed extent). Output 0 is planned for
+    /// every value's bound and holds their actual rows densely, in order; output 1
+    /// (int64 scalar) their sum.
+    ConcatRows {
+        axis: usize,
+        parts: usize,
+    },
+    /// The first `min(count, n)` rows along `axis` (only unit axes before it) of input 0,
+    /// of which the run has `count` (input 1, an int64 scalar; omitted: its extent) and
+    /// `n` is input 2 (an int64 scalar, negative taken as 0): a Slice from 0 of rows the
+    /// run counts, an `If` choosing between them and none. Output 1 holds that number.
+    FirstRows {
+        axis: usize,
+    },
+    /// TopK with k read at run time (input 1, one integer in `[0, min(dim, max_k)]`, the
+    /// model bounding k by `max_k`, as `min(300, n)` does): outputs planned for `max_k`
+    /// and filled densely for k; output 2 holds k.
     TopKRunTime {
         axis: usize,
         largest: bool,
+        max_k: usize,
     },
     /// A reduction over `count` distinct axes read at run time (input 1, integers in
     /// `[-rank, rank)`): output 0 is planned at the largest shape any such set of axes
@@ -381,6 +405,7 @@ impl Op {
             }
             Op::NonMaxSuppression { .. } => vec![(0, 0, 1)],
             Op::TopKRunTime { axis, .. } => vec![(0, *axis, 2), (1, *axis, 2)],
+            Op::ConcatRows { axis, .. } | Op::FirstRows { axis } => vec![(0, *axis, 1)],
             Op::SplitRunTime { axis, parts } => {
                 (0..*parts).map(|k| (k, *axis, parts + k)).collect()
             }

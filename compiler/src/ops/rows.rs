@@ -55,8 +55,8 @@ pub fn row_axis(ty: &TensorType, e: &RunExtent) -> Option<usize> {
 pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
     let ty = |v| graph.ty(v);
     let extent_of = |v: ValueId| graph.value(v).run_extent.as_ref();
-    let carrying: Vec<bool> = (node.inputs.iter())
-        .map(|v| v.is_some_and(|v| extent_of(v).is_some()))
+    let carrying: Vec<bool> = (node.inputs.iter().enumerate())
+        .map(|(i, v)| v.is_some_and(|v| extent_of(v).is_some()) && !reads_whole(node, i))
         .collect();
     let carried: Vec<ValueId> = (node.inputs.iter().zip(&carrying))
         .filter_map(|(v, &c)| v.filter(|_| c))
@@ -162,6 +162,28 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
         input_axes: row_axes,
         axis,
     }))
+}
+
+/// Whether `node` reads its input `input` whole, whatever extent the run has: a
+/// Gather's data whose rows the run counts, that count its input 2 (every index checked
+/// against it), so the node runs row by row over its indices' rows alone.
+pub fn reads_whole(node: &Node, input: usize) -> bool {
+    match node.op {
+        Op::Gather { .. } => input == 0 && node.inputs.len() == 3,
+        // The count of the rows reduced is input 1.
+        Op::Reduce(_) => input == 0 && node.inputs.len() == 2,
+        Op::ConcatRows { .. } | Op::FirstRows { .. } => true,
+        Op::NonMaxSuppression { .. } => node.inputs.len() == 6,
+        _ => false,
+    }
+}
+
+/// Whether `node` reads a value whose extent the run counts row by row (not whole,
+/// see [`reads_whole`]).
+pub fn reads_run_rows(graph: &Graph, node: &Node) -> bool {
+    (node.inputs.iter().enumerate()).any(|(i, v)| {
+        v.is_some_and(|v| graph.value(v).run_extent.is_some()) && !reads_whole(node, i)
+    })
 }
 
 /// The first varying axis of `e`.
@@ -323,6 +345,11 @@ pub fn passed_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
         {
             return Some(e.clone());
         }
+    }
+    if let (Op::Expand { .. }, [Some(fill), Some(like)]) = (&node.op, node.inputs.as_slice()) {
+        // A fill shaped like `like` (see [`Op::Expand`]).
+        let e = graph.value(*like).run_extent.as_ref()?;
+        return (graph.ty(*fill).numel() == 1).then(|| e.clone());
     }
     planes_elementwise(graph, node)
         .or_else(|| reshaped_extent(graph, &node.op, &node.inputs))

@@ -397,7 +397,24 @@ pub(super) fn sort_key(b: &mut FunctionBuilder, dtype: DType, v: Value) -> Value
 /// `k`: the count, or `None` for TopK's run-time k (input 1, one integer): the outputs
 /// are then planned for the whole axis and filled densely for k, which output 2 holds;
 /// a k outside `[0, dim]` fails as a bad index (or is clamped into it).
+/// TopK with k read at run time, at most `max_k`.
+pub fn top_k_run_time(ctx: &mut LowerCtx, axis: usize, max_k: usize, largest: bool) -> LowerResult {
+    top_k_up_to(ctx, axis, None, max_k, largest)
+}
+
 pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -> LowerResult {
+    let dim = ctx.input(0)?.ty.shape.get(axis).copied().unwrap_or(0);
+    top_k_up_to(ctx, axis, k, dim, largest)
+}
+
+/// TopK of `k` (or, `None`, of input 1's at run time, at most `max_k`).
+fn top_k_up_to(
+    ctx: &mut LowerCtx,
+    axis: usize,
+    k: Option<usize>,
+    max_k: usize,
+    largest: bool,
+) -> LowerResult {
     let (x, values, indices) = (ctx.input(0)?, ctx.output(0), ctx.output(1));
     let dtype = x.ty.dtype;
     if dtype == DType::Bool {
@@ -407,7 +424,7 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
     let outer: usize = shape[..axis].iter().product();
     let dim = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
-    let bound = k.unwrap_or(dim);
+    let bound = k.unwrap_or(max_k.min(dim));
     if bound > dim {
         return Err(format!("k = {bound} exceeds the axis of {dim}"));
     }
@@ -418,6 +435,9 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
         Some(r) => r.count,
         None => kernel::iconst(ctx.b, dim as i64),
     };
+    // The most k may be: the extent, and the bound the model gives it.
+    let most = kernel::iconst(ctx.b, bound as i64);
+    let most = ctx.b.ins().smin(extent, most);
     let k_value = match k {
         Some(k) => kernel::iconst(ctx.b, k as i64),
         None => {
@@ -425,17 +445,17 @@ pub fn top_k(ctx: &mut LowerCtx, axis: usize, k: Option<usize>, largest: bool) -
             let count = ctx.output(2);
             let b = &mut *ctx.b;
             let raw = kernel::load_elem(b, k_in.ty.dtype, k_in.ptr, 0);
-            // Valid values are [0, extent]: checked as an index into an axis one longer.
+            // Valid values are [0, most]: checked as an index into an axis one longer.
             let k = match ctx.on_bad_index {
                 index_check::OnBadIndex::Fail(fail) => {
-                    let longer = b.ins().iadd_imm_s(extent, 1);
+                    let longer = b.ins().iadd_imm_s(most, 1);
                     index_check::check_below(b, raw, longer, fail);
                     raw
                 }
                 index_check::OnBadIndex::Clamp => {
                     let zero = kernel::iconst(b, 0);
                     let k = b.ins().smax(raw, zero);
-                    b.ins().smin(k, extent)
+                    b.ins().smin(k, most)
                 }
             };
             b.ins().store(flags(), k, count.ptr, 0);

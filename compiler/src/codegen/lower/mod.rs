@@ -3,6 +3,7 @@
 
 mod attention;
 mod conv;
+mod counted_rows;
 mod conv_transpose;
 pub(crate) mod conv_u8s8;
 pub(crate) mod elementwise;
@@ -433,7 +434,10 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Pool(p) => pool::pool(ctx, p),
         Op::Softmax { axis, log } => norm::softmax(ctx, *axis, *log),
         Op::LayerNorm { axis, epsilon } => norm::layer_norm(ctx, *axis, *epsilon),
+        Op::Reduce(r) if ctx.inputs.len() == 2 => counted_rows::reduce_rows(ctx, r),
         Op::Reduce(r) => reduce::reduce(ctx, r),
+        Op::ConcatRows { axis, parts } => counted_rows::concat_rows(ctx, *axis, *parts),
+        Op::FirstRows { axis } => counted_rows::first_rows(ctx, *axis),
         Op::ArgReduce(a) => reduce::arg_reduce(ctx, a),
         Op::Resize(r) => resize::resize(ctx, r),
         Op::GatherElements { axis } => indexing::gather_elements(ctx, *axis),
@@ -450,7 +454,11 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::TopK { axis, k, largest } => indexing::top_k(ctx, *axis, Some(*k), *largest),
         Op::RnnSequence { cell, reverse } => recurrence::rnn_sequence(ctx, *cell, reverse),
-        Op::TopKRunTime { axis, largest } => indexing::top_k(ctx, *axis, None, *largest),
+        Op::TopKRunTime {
+            axis,
+            largest,
+            max_k,
+        } => indexing::top_k_run_time(ctx, *axis, *max_k, *largest),
         Op::ReduceRunTimeAxes {
             kind,
             keepdims,

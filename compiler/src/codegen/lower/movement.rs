@@ -9,7 +9,7 @@ use cranelift_module::Module;
 use super::index_check;
 use super::{f16_weights, LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, flags};
-use crate::ir::Tensor;
+use crate::ir::{DType, Tensor};
 use crate::ops::{PadAttrs, PadMode};
 
 /// A strided view: element `idx` lives at `base + Σ idx[d] * strides[d]` (elements).
@@ -231,6 +231,9 @@ pub fn concat(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
 const HALF_TABLE_MIN_BYTES: usize = 64 << 10;
 
 pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
+    if ctx.inputs.len() == 3 {
+        return gather_counted(ctx, axis);
+    }
     let (data, indices, y) = (ctx.input(0)?, ctx.input(1)?, ctx.output(0));
     let elem = data.ty.dtype.size();
     let outer: usize = data.ty.shape[..axis].iter().product();
@@ -275,6 +278,68 @@ pub fn gather(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
                 }
             }
         });
+    });
+    Ok(())
+}
+
+/// Gather from data whose rows along `axis` (only unit axes before it) the run counts,
+/// that count input 2: a negative index counts from the last actual row and one past
+/// it fails (or is clamped into them), so rows the run does not have are never read.
+fn gather_counted(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
+    let (data, indices, count, y) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output(0));
+    if data.ty.shape[..axis].iter().any(|&d| d != 1) {
+        return Err("the counted rows of a Gather's data must lead".into());
+    }
+    let elem = data.ty.dtype.size();
+    let dim = data.ty.shape[axis];
+    let row = data.ty.shape[axis + 1..].iter().product::<usize>() * elem;
+    let n_idx = indices.ty.numel();
+    if y.ty.numel() == 0 || dim == 0 {
+        return Ok(());
+    }
+    let on_bad = ctx.on_bad_index;
+    let b = &mut *ctx.b;
+    let raw = kernel::load_elem(b, DType::I64, count.ptr, 0);
+    let zero = kernel::iconst(b, 0);
+    let rows = b.ins().smax(raw, zero);
+    let dim_v = kernel::iconst(b, dim as i64);
+    let rows = b.ins().smin(rows, dim_v);
+    let resolve = |b: &mut FunctionBuilder, j: Value, check: bool| {
+        let ia = kernel::elem_addr(b, indices.ptr, j, indices.ty.dtype.size());
+        let i = kernel::load_elem(b, indices.ty.dtype, ia, 0);
+        let i = if index_check::is_unsigned(indices.ty.dtype) {
+            i
+        } else {
+            let wrapped = b.ins().iadd(i, rows);
+            let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, i, 0);
+            b.ins().select(neg, wrapped, i)
+        };
+        match on_bad {
+            index_check::OnBadIndex::Fail(fail) => {
+                if check {
+                    index_check::check_below(b, i, rows, fail);
+                }
+                i
+            }
+            index_check::OnBadIndex::Clamp => {
+                let zero = kernel::iconst(b, 0);
+                let last = b.ins().iadd_imm_s(rows, -1);
+                let i = b.ins().smin(i, last);
+                b.ins().smax(i, zero)
+            }
+        }
+    };
+    // Checked once before anything is written.
+    if matches!(on_bad, index_check::OnBadIndex::Fail(_)) {
+        kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
+            resolve(b, j, true);
+        });
+    }
+    kernel::counted_loop(b, 0, n_idx as i64, 1, |b, j| {
+        let i = resolve(b, j, false);
+        let d = kernel::elem_addr(b, y.ptr, j, row);
+        let s = kernel::elem_addr(b, data.ptr, i, row);
+        copy_bytes(b, d, s, row);
     });
     Ok(())
 }

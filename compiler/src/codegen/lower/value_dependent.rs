@@ -602,6 +602,17 @@ pub fn non_max_suppression(
         return Ok(());
     }
     let scratch = scratch.ok_or("NonMaxSuppression needs scratch")?;
+    // The boxes the run has (input 5, when only the run knows it), at most the n
+    // planned.
+    let boxes_had = match ctx.inputs.get(5).cloned().flatten() {
+        Some(c) => {
+            let raw = b.ins().load(types::I64, flags(), c.ptr, 0);
+            let r = b.ins().smax(raw, zero);
+            let planned = kernel::iconst(b, n as i64);
+            b.ins().smin(r, planned)
+        }
+        None => kernel::iconst(b, n as i64),
+    };
     let candidate = scratch;
     let kept = b.ins().iadd_imm_s(scratch, (n * 8) as i64);
     let max_out = scalar_or(b, &limits[0], types::I64, zero);
@@ -620,7 +631,7 @@ pub fn non_max_suppression(
         let s_row = b.ins().imul_imm_s(s_row, (n * 4) as i64);
         let s_base = b.ins().iadd(scores.ptr, s_row);
         let remaining = var(b, zero);
-        kernel::counted_loop(b, 0, n as i64, 1, |b, i| {
+        kernel::dynamic_loop(b, boxes_had, |b, i| {
             let flag = match &score_threshold {
                 Some(t) => {
                     let thr = b.ins().load(types::F32, flags(), t.ptr, 0);
@@ -651,7 +662,7 @@ pub fn non_max_suppression(
                 let sentinel = kernel::iconst(b, n as i64);
                 let best = var(b, sentinel);
                 let best_key = var(b, zero);
-                kernel::counted_loop(b, 0, n as i64, 1, |b, i| {
+                kernel::dynamic_loop(b, boxes_had, |b, i| {
                     let at = kernel::elem_addr(b, candidate, i, 8);
                     let c = b.ins().load(types::I64, flags(), at, 0);
                     let is_c = b.ins().icmp_imm_u(IntCC::NotEqual, c, 0);

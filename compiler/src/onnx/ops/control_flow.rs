@@ -92,7 +92,7 @@ pub fn if_op(ctx: &mut NodeCtx) -> ImportResult {
         };
         for &(t, e) in &list {
             let (tt, et) = (ctx.ty(t), ctx.ty(e));
-            if tt != et {
+            if tt != et && none_or_rows(ctx, t, e).is_none() {
                 return Err(differs(format!("then {tt}, else {et}")));
             }
         }
@@ -109,6 +109,8 @@ pub fn if_op(ctx: &mut NodeCtx) -> ImportResult {
         for (t, e) in list {
             selected.push(if t == e {
                 t
+            } else if let Some(rows) = none_or_rows(ctx, t, e) {
+                choose_rows(ctx, cond, rows)?
             } else {
                 ctx.emit1(Op::Where, vec![Some(cond), Some(t), Some(e)])?
             });
@@ -120,6 +122,63 @@ pub fn if_op(ctx: &mut NodeCtx) -> ImportResult {
         }
     }
     Ok(())
+}
+
+/// One branch's output holds no rows (a constant) and the other's rows the run counts:
+/// a detector's "no boxes" branch against its NMS.
+struct NoneOrRows {
+    /// The counted value.
+    rows: ValueId,
+    /// Whether the then branch gives the rows.
+    then_rows: bool,
+    axis: usize,
+}
+
+/// The outputs `t` and `e` as [`NoneOrRows`], when they are that: of one dtype and
+/// rank, one a constant of 0 rows along the axis the other's count runs along, their
+/// other axes the same.
+fn none_or_rows(ctx: &NodeCtx, t: ValueId, e: ValueId) -> Option<NoneOrRows> {
+    let fits = |none: ValueId, rows: ValueId| -> Option<usize> {
+        let (nt, rt) = (ctx.ty(none), ctx.ty(rows));
+        ctx.constant(none)?;
+        let extent = ctx.run_extent(rows).filter(|e| !e.whole_shape)?;
+        let axis = crate::ops::rows::row_axis(rt, extent)?;
+        let same_others = nt.rank() == rt.rank()
+            && (0..nt.rank()).all(|a| a == axis || nt.shape[a] == rt.shape[a]);
+        (nt.dtype == rt.dtype && same_others && nt.shape[axis] == 0).then_some(axis)
+    };
+    if let Some(axis) = fits(t, e) {
+        return Some(NoneOrRows {
+            rows: e,
+            then_rows: false,
+            axis,
+        });
+    }
+    fits(e, t).map(|axis| NoneOrRows {
+        rows: t,
+        then_rows: true,
+        axis,
+    })
+}
+
+/// The counted rows when their branch is taken, none otherwise: their first
+/// `cond ? all : 0` rows (or the reverse).
+fn choose_rows(ctx: &mut NodeCtx, cond: ValueId, choice: NoneOrRows) -> ImportResult<ValueId> {
+    let extent = ctx.run_extent(choice.rows).cloned().expect("counted rows");
+    let bound = ctx.ty(choice.rows).shape[choice.axis] as i64;
+    let all = ctx.constant_value("all_rows", Tensor::scalar(bound));
+    let none = ctx.constant_value("no_rows", Tensor::scalar(0i64));
+    let (when_true, when_false) = match choice.then_rows {
+        true => (all, none),
+        false => (none, all),
+    };
+    let n = ctx.emit1(Op::Where, vec![Some(cond), Some(when_true), Some(when_false)])?;
+    let outs = ctx.emit(
+        Op::FirstRows { axis: choice.axis },
+        vec![Some(choice.rows), Some(extent.count), Some(n)],
+        2,
+    )?;
+    Ok(outs[0])
 }
 
 pub fn loop_op(ctx: &mut NodeCtx) -> ImportResult {

@@ -152,8 +152,16 @@ pub fn top_k(ctx: &mut NodeCtx) -> ImportResult {
     if let (true, Some(k)) = (ctx.opset() >= 10, k_input) {
         let (axis, _) = axis_and_dim(ctx.attrs.int("axis", -1)?, &x.shape)?;
         let largest = ctx.attrs.int("largest", 1)? != 0;
+        // A bound the model puts on k (`min(300, n)`) plans the outputs for it.
+        let max_k = (ctx.upper_bound(k)).map_or(x.shape[axis], |m| {
+            usize::try_from(m.max(0)).unwrap_or(0).min(x.shape[axis])
+        });
         let outs = ctx.emit(
-            Op::TopKRunTime { axis, largest },
+            Op::TopKRunTime {
+                axis,
+                largest,
+                max_k,
+            },
             vec![Some(ctx.required(0)?), Some(k)],
             3,
         )?;

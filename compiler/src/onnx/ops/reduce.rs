@@ -56,6 +56,9 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
     };
     axes.sort_unstable();
     axes.dedup();
+    if let Some(rows) = counted_axis(ctx, xv).filter(|a| axes.contains(a)) {
+        return reduce_counted_rows(ctx, kind, xv, &axes, keepdims, rows);
+    }
     let y = ctx.emit1(
         Op::Reduce(ReduceAttrs {
             kind,
@@ -64,6 +67,59 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
         }),
         vec![Some(xv)],
     )?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// The axis of `v` whose rows the run counts (only unit axes before it), if any.
+fn counted_axis(ctx: &NodeCtx, v: ValueId) -> Option<usize> {
+    let e = ctx.run_extent(v)?;
+    crate::ops::rows::row_axis(ctx.ty(v), e).filter(|_| !e.whole_shape)
+}
+
+/// A reduction over rows the run counts (along `rows`) and maybe other axes: the other
+/// axes first, row by row, then the actual rows alone (their count input 1 of the
+/// reduction), then the shape the node gives.
+fn reduce_counted_rows(
+    ctx: &mut NodeCtx,
+    kind: ReduceKind,
+    x: ValueId,
+    axes: &[usize],
+    keepdims: bool,
+    rows: usize,
+) -> ImportResult {
+    let count = ctx.run_extent(x).expect("counted rows").count;
+    let others: Vec<usize> = axes.iter().copied().filter(|&a| a != rows).collect();
+    // How the reduction splits into one over the other axes and one over the rows.
+    let (inner, outer) = match kind {
+        ReduceKind::Max | ReduceKind::Min | ReduceKind::Sum | ReduceKind::Prod => (kind, kind),
+        ReduceKind::L1 | ReduceKind::SumSquare => (kind, ReduceKind::Sum),
+        ReduceKind::Mean | ReduceKind::L2 if others.is_empty() => (kind, kind),
+        _ => {
+            return Err(format!(
+                "it reduces rows whose count only the run knows with {}, which nnc does only over those rows alone or for Max, Min, Sum, Prod, L1 and SumSquare",
+                ctx.node.op_type
+            )
+            .into())
+        }
+    };
+    let mut v = x;
+    if !others.is_empty() {
+        let op = Op::Reduce(ReduceAttrs {
+            kind: inner,
+            axes: others,
+            keepdims: true,
+        });
+        v = ctx.emit1(op, vec![Some(v)])?;
+    }
+    let op = Op::Reduce(ReduceAttrs {
+        kind: outer,
+        axes: vec![rows],
+        keepdims: true,
+    });
+    v = ctx.emit1(op, vec![Some(v), Some(count)])?;
+    let shape = crate::ops::infer::reduced_shape(&ctx.ty(x).shape, axes, keepdims);
+    let y = ctx.emit1(Op::Reshape { shape }, vec![Some(v)])?;
     ctx.bind_output(0, y);
     Ok(())
 }

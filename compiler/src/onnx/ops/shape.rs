@@ -1,7 +1,7 @@
 //! Shape and data-movement ONNX ops. Everything that only describes shapes (Shape, Size,
 //! ConstantOfShape, Range, Constant) becomes a constant: nnc's shapes are static.
 
-use crate::ir::{Tensor, ValueId};
+use crate::ir::{RunExtent, Tensor, ValueId};
 use crate::onnx::attributes::{axis_and_dim, normalize_axis};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::onnx::tensor_proto::tensor_from_proto;
@@ -250,7 +250,52 @@ pub fn concat(ctx: &mut NodeCtx) -> ImportResult {
         x.rank(),
     )?;
     let ins: Vec<_> = ctx.inputs.iter().flatten().map(|v| Some(*v)).collect();
+    if ins.iter().flatten().any(|v| counted_on(ctx, *v, axis)) {
+        return concat_rows(ctx, axis, ins);
+    }
     let y = ctx.emit1(Op::Concat { axis }, ins)?;
+    ctx.bind_output(0, y);
+    Ok(())
+}
+
+/// Whether the run counts `v`'s extent along `axis`.
+fn counted_on(ctx: &NodeCtx, v: ValueId, axis: usize) -> bool {
+    ctx.run_extent(v)
+        .is_some_and(|e| !e.is_planes() && e.axes.contains(&axis))
+}
+
+/// Concat along an axis whose extent the run counts in some of the values (the kept
+/// boxes of each class): their rows one after another, the count summed at run time.
+fn concat_rows(ctx: &mut NodeCtx, axis: usize, ins: Vec<Option<ValueId>>) -> ImportResult {
+    let mut counts = Vec::with_capacity(ins.len());
+    let mut key = Vec::with_capacity(ins.len());
+    for v in ins.iter().flatten() {
+        let count = counted_rows_on(ctx, *v, axis)?;
+        if count.is_none() && ctx.ty(*v).shape[..axis].iter().any(|&d| d != 1) {
+            return Err(format!(
+                "it concatenates rows the run counts with '{}', whose axes before {axis} are not all 1",
+                ctx.value_name(*v)
+            )
+            .into());
+        }
+        key.push((count, ctx.ty(*v).shape[axis]));
+        counts.push(count);
+    }
+    let parts = ins.len();
+    let mut inputs = ins;
+    inputs.extend(counts);
+    let outs = ctx.emit(Op::ConcatRows { axis, parts }, inputs, 2)?;
+    let (y, count) = (outs[0], outs[1]);
+    let count = ctx.shared_row_sum(key, count);
+    ctx.set_run_extent(
+        y,
+        RunExtent {
+            axes: vec![axis],
+            count,
+            whole_shape: false,
+            sizes: vec![],
+        },
+    );
     ctx.bind_output(0, y);
     Ok(())
 }
@@ -389,8 +434,26 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let mut out_starts = vec![0usize; r];
     let mut out_steps = vec![1i64; r];
     let mut shape = x.shape.clone();
+    let xv = ctx.required(0)?;
+    // Along rows the run counts, only the first ones: start 0, step 1, a non-negative
+    // end, taken after the other axes are sliced.
+    let mut first_rows = None;
+    let mut slices_counted = false;
     for i in 0..starts.len() {
         let (axis, dim) = axis_and_dim(axes[i], &x.shape)?;
+        if counted_on(ctx, xv, axis) {
+            if (starts[i], steps[i]) != (0, 1) || ends[i] < 0 {
+                return Err(format!(
+                    "it slices axis {axis} of '{}', whose extent only the run knows, from {} to {} by {}; nnc slices such rows from 0 by 1 to a non-negative end",
+                    ctx.value_name(xv), starts[i], ends[i], steps[i]
+                )
+                .into());
+            }
+            slices_counted = true;
+            // An end past the bound keeps every row the run has.
+            first_rows = (ends[i] < dim as i64).then_some((axis, ends[i]));
+            continue;
+        }
         let step = steps[i];
         if step == 0 {
             return Err("slice step cannot be 0".into());
@@ -400,14 +463,20 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
         out_steps[axis] = step;
         shape[axis] = len;
     }
-    let y = ctx.emit1(
-        Op::Slice {
+    let mut y = xv;
+    if shape != x.shape || !slices_counted {
+        let op = Op::Slice {
             starts: out_starts,
             steps: out_steps,
             shape,
-        },
-        vec![Some(ctx.required(0)?)],
-    )?;
+        };
+        y = ctx.emit1(op, vec![Some(xv)])?;
+    }
+    if let Some((axis, n)) = first_rows {
+        let count = counted_rows_on(ctx, y, axis)?.expect("the rows stay counted");
+        let n = ctx.constant_value("rows", Tensor::scalar(n));
+        y = ctx.emit(Op::FirstRows { axis }, vec![Some(y), Some(count), Some(n)], 2)?[0];
+    }
     ctx.bind_output(0, y);
     Ok(())
 }
@@ -418,10 +487,39 @@ pub fn gather(ctx: &mut NodeCtx) -> ImportResult {
         return Err("cannot gather from a scalar".into());
     }
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?;
-    let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?)];
+    let data = ctx.required(0)?;
+    let mut ins = vec![Some(data), Some(ctx.required(1)?)];
+    // Rows of data the run counts (kept boxes after a NonZero) are read whole, an index
+    // checked against their count: input 2.
+    if let Some(count) = counted_rows_on(ctx, data, axis)? {
+        ins.push(Some(count));
+    }
     let y = ctx.emit1(Op::Gather { axis }, ins)?;
     ctx.bind_output(0, y);
     Ok(())
+}
+
+/// The run's count of `v`'s rows along `axis` as an int64 scalar, when the run counts
+/// them and only unit axes precede (`None` when the run does not count that axis).
+fn counted_rows_on(ctx: &mut NodeCtx, v: ValueId, axis: usize) -> ImportResult<Option<ValueId>> {
+    let Some(e) = ctx.run_extent(v).cloned() else {
+        return Ok(None);
+    };
+    if e.is_planes() || !e.axes.contains(&axis) {
+        return Ok(None);
+    }
+    if crate::ops::rows::row_axis(ctx.ty(v), &e) != Some(axis) {
+        return Err(format!(
+            "it reads '{}' by indices along axis {axis}, whose extent only the run knows; nnc needs that axis to lead (only axes of 1 before it)",
+            ctx.value_name(v)
+        )
+        .into());
+    }
+    if !e.whole_shape {
+        return Ok(Some(e.count));
+    }
+    let count = shape_value(ctx, v, axis..axis + 1)?;
+    emit_reshape(ctx, count, vec![]).map(Some)
 }
 
 pub fn expand(ctx: &mut NodeCtx) -> ImportResult {
@@ -591,7 +689,11 @@ pub fn shape_of(ctx: &mut NodeCtx) -> ImportResult {
     let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
     let start = clamp(ctx.attrs.int("start", 0)?);
     let end = clamp(ctx.attrs.int("end", r)?);
-    let v = shape_value(ctx, ctx.required(0)?, start..end.max(start))?;
+    let x = ctx.required(0)?;
+    let v = shape_value(ctx, x, start..end.max(start))?;
+    if (start, end) == (0, r as usize) && ctx.run_extent(x).is_some() {
+        ctx.note_run_shape(v, x);
+    }
     ctx.bind_output(0, v);
     Ok(())
 }
@@ -653,6 +755,9 @@ pub fn size_of(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn constant_of_shape(ctx: &mut NodeCtx) -> ImportResult {
+    if let Some(like) = ctx.input(0).and_then(|s| ctx.run_shape_of(s)) {
+        return fill_like(ctx, like);
+    }
     let dims = ctx
         .const_input(0, "shape")?
         .ok_or("input 'shape' is required")?
@@ -681,6 +786,23 @@ pub fn constant_of_shape(ctx: &mut NodeCtx) -> ImportResult {
     let filled = crate::map_tensor!(&one, a => a.broadcast(ndarray::IxDyn(&shape)).ok_or("bad shape")?.to_owned());
     let v = ctx.constant_value(ctx.name, filled);
     ctx.bind_output(0, v);
+    Ok(())
+}
+
+/// ConstantOfShape of the shape of `like`, a value whose extents only the run knows:
+/// the fill expanded to its planned shape, taking its extents (input 1 of the Expand).
+fn fill_like(ctx: &mut NodeCtx, like: ValueId) -> ImportResult {
+    let fill = match ctx.attrs.tensor_opt("value")? {
+        Some(t) => tensor_from_proto(t, None)?,
+        None => Tensor::scalar(0f32),
+    };
+    if fill.len() != 1 {
+        return Err("attribute 'value' must hold one element".into());
+    }
+    let scalar = ctx.constant_value("value", fill.reshape(&[]));
+    let shape = ctx.ty(like).shape.clone();
+    let y = ctx.emit1(Op::Expand { shape }, vec![Some(scalar), Some(like)])?;
+    ctx.bind_output(0, y);
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 //! its input shapes allow (see [`crate::ops::Op::counted_outputs`]); a Compress whose
 //! condition is constant is a Gather of the kept indices, of static shape.
 
-use crate::ir::{DType, Tensor};
+use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::Op;
@@ -112,12 +112,44 @@ pub fn non_max_suppression(ctx: &mut NodeCtx) -> ImportResult {
         None if ctx.input(2).is_none() => 0,
         None => boxes_per_batch,
     };
-    emit_counted(
-        ctx,
-        Op::NonMaxSuppression {
-            center_point_box,
-            per_class,
-        },
-        1,
-    )
+    let op = Op::NonMaxSuppression {
+        center_point_box,
+        per_class,
+    };
+    match counted_boxes(ctx)? {
+        None => emit_counted(ctx, op, 1),
+        Some(count) => {
+            // The boxes the run has: their count input 5.
+            let mut inputs = ctx.inputs.clone();
+            inputs.resize(5, None);
+            inputs.push(Some(count));
+            let outs = ctx.emit(op, inputs, 2)?;
+            ctx.bind_outputs(&outs[..1]);
+            Ok(())
+        }
+    }
+}
+
+/// The run's count of NonMaxSuppression's boxes, when only the run knows it (kept
+/// candidates of one batch): the boxes' axis 1 and the scores' axis 2, of one count.
+fn counted_boxes(ctx: &NodeCtx) -> ImportResult<Option<ValueId>> {
+    let (boxes, scores) = (ctx.required(0)?, ctx.required(1)?);
+    let (eb, es) = (ctx.run_extent(boxes), ctx.run_extent(scores));
+    if eb.is_none() && es.is_none() {
+        return Ok(None);
+    }
+    let rows = |v: ValueId, e: Option<&crate::ir::RunExtent>| {
+        e.filter(|e| !e.whole_shape)
+            .and_then(|e| crate::ops::rows::row_axis(ctx.ty(v), e).map(|a| (a, e.count)))
+    };
+    match (rows(boxes, eb), rows(scores, es)) {
+        (Some((1, b)), Some((2, s))) if b == s => Ok(Some(b)),
+        _ => Err(ImportError::Unsupported(format!(
+            "its boxes ('{}' {}) and scores ('{}' {}) vary at run time; nnc needs one batch and one class, the boxes counted on axis 1 and the scores on axis 2 by one count",
+            ctx.value_name(boxes),
+            ctx.ty(boxes),
+            ctx.value_name(scores),
+            ctx.ty(scores)
+        ))),
+    }
 }
