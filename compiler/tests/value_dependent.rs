@@ -1076,3 +1076,234 @@ fn top_k_of_the_kept_scores_reads_every_kept_row() {
         assert_eq!(out[1].to_i64_vec(), idx);
     }
 }
+
+/// torchvision's detection post-processing, as `torch.onnx.export` writes it for
+/// SSD/RetinaNet (`postprocess_detections` and `batched_nms`), over `n` anchors and
+/// `classes` classes (class 0 the background): per class, the scores above 0.3 and
+/// their boxes (NonZero, GatherND), the `min(k, kept)` best (TopK, Gather), a label
+/// column (ConstantOfShape of their shape); all classes concatenated; an `If` giving
+/// nothing when no box is left, else NMS of the boxes offset per label; the first
+/// `detections` kept (Slice) and their boxes, scores and labels (Gather).
+fn detector_postprocess_model(n: usize, classes: usize, k: i64, detections: i64) -> Vec<u8> {
+    let mut m = ModelBuilder::new(28);
+    let scores = m.input("scores", &[n, classes]);
+    let boxes = m.input("boxes", &[n, 4]);
+    let threshold = m.float_init(&[], vec![0.3]);
+    let (zero, k_max) = (m.int_init(&[0]), m.int_init(&[k]));
+    let one_d = m.int_init(&[1]);
+    let (mut all_boxes, mut all_scores, mut all_labels) = (vec![], vec![], vec![]);
+    for c in 1..classes {
+        let class = m.int_init(&[c as i64]);
+        let class = m.node("Squeeze", &[&class, &zero], vec![]);
+        let column = m.node("Gather", &[&scores, &class], vec![("axis", Attr::I(1))]);
+        let keep = m.node("Greater", &[&column, &threshold], vec![]);
+        let nz = m.node("NonZero", &[&keep], vec![]);
+        let rows = m.node("Transpose", &[&nz], vec![("perm", Attr::Ints(vec![1, 0]))]);
+        let kept = m.node("GatherND", &[&column, &rows], vec![]);
+        let kept_boxes = m.node("GatherND", &[&boxes, &rows], vec![]);
+        let shape = m.node("Shape", &[&kept], vec![]);
+        let first = m.node("Gather", &[&shape, &zero], vec![("axis", Attr::I(0))]);
+        let both = m.node("Concat", &[&k_max, &first], vec![("axis", Attr::I(0))]);
+        let top_k = m.node("ReduceMin", &[&both], vec![("keepdims", Attr::I(0))]);
+        let top_k = m.node("Reshape", &[&top_k, &one_d], vec![]);
+        let top = m.node_n("TopK", &[&kept, &top_k], vec![], 2);
+        let picked = m.node(
+            "Gather",
+            &[&kept_boxes, &top[1]],
+            vec![("axis", Attr::I(0))],
+        );
+        let top_shape = m.node("Shape", &[&top[0]], vec![]);
+        let label = Attr::I64Tensor(c as i64);
+        let labels = m.node("ConstantOfShape", &[&top_shape], vec![("value", label)]);
+        all_boxes.push(picked);
+        all_scores.push(top[0].clone());
+        all_labels.push(labels);
+    }
+    let cat = |m: &mut ModelBuilder, parts: &[String]| {
+        let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+        m.node("Concat", &refs, vec![("axis", Attr::I(0))])
+    };
+    let boxes_all = cat(&mut m, &all_boxes);
+    let scores_all = cat(&mut m, &all_scores);
+    let labels_all = cat(&mut m, &all_labels);
+    let shape = m.node("Shape", &[&boxes_all], vec![]);
+    let size = m.node("ReduceProd", &[&shape], vec![("keepdims", Attr::I(0))]);
+    let zero_scalar = m.node("Squeeze", &[&zero, &zero], vec![]);
+    let empty = m.node("Equal", &[&size, &zero_scalar], vec![]);
+    let none = m.int_init(&[]);
+    let then_branch = m.branch(|m| vec![m.node("Identity", &[&none], vec![])]);
+    let else_branch = m.branch(|m| {
+        let largest = m.node("ReduceMax", &[&boxes_all], vec![("keepdims", Attr::I(0))]);
+        let labels = m.node("Cast", &[&labels_all], vec![("to", Attr::I(1))]);
+        let one = m.float_init(&[], vec![1.0]);
+        let step = m.node("Add", &[&largest, &one], vec![]);
+        let offsets = m.node("Mul", &[&labels, &step], vec![]);
+        let offsets = m.node("Unsqueeze", &[&offsets, &one_d], vec![]);
+        let moved = m.node("Add", &[&boxes_all, &offsets], vec![]);
+        let b3 = m.node("Unsqueeze", &[&moved, &zero], vec![]);
+        let s3 = m.node("Unsqueeze", &[&scores_all, &zero], vec![]);
+        let s3 = m.node("Unsqueeze", &[&s3, &zero], vec![]);
+        let iou = m.float_init(&[1], vec![0.45]);
+        let max_out = m.int_init(&[i64::MAX]);
+        let sel = m.node("NonMaxSuppression", &[&b3, &s3, &max_out, &iou], vec![]);
+        let two = m.int_init(&[2]);
+        let column = m.node("Gather", &[&sel, &two], vec![("axis", Attr::I(1))]);
+        vec![m.node("Squeeze", &[&column, &one_d], vec![])]
+    });
+    let keep = m.node(
+        "If",
+        &[&empty],
+        vec![
+            ("then_branch", Attr::G(then_branch)),
+            ("else_branch", Attr::G(else_branch)),
+        ],
+    );
+    let (start, end) = (m.int_init(&[0]), m.int_init(&[detections]));
+    let keep = m.node("Slice", &[&keep, &start, &end, &zero], vec![]);
+    for all in [&boxes_all, &scores_all, &labels_all] {
+        let picked = m.node("Gather", &[all, &keep], vec![("axis", Attr::I(0))]);
+        m.output(&picked);
+    }
+    m.encode()
+}
+
+/// The detections [`detector_postprocess_model`] gives, computed directly: (box,
+/// score, label) in order.
+fn detector_postprocess_reference(
+    scores: &[f32],
+    boxes: &[f32],
+    classes: usize,
+    k: usize,
+    detections: usize,
+) -> Vec<([f32; 4], f32, i64)> {
+    let n = boxes.len() / 4;
+    let box_at = |i: usize| {
+        [
+            boxes[4 * i],
+            boxes[4 * i + 1],
+            boxes[4 * i + 2],
+            boxes[4 * i + 3],
+        ]
+    };
+    let mut candidates = vec![];
+    for c in 1..classes {
+        let mut kept: Vec<usize> = (0..n).filter(|&i| scores[i * classes + c] > 0.3).collect();
+        // Stable: ties keep the lower index first, as TopK does.
+        kept.sort_by(|&a, &b| scores[b * classes + c].total_cmp(&scores[a * classes + c]));
+        kept.truncate(k);
+        candidates.extend(
+            kept.iter()
+                .map(|&i| (box_at(i), scores[i * classes + c], c as i64)),
+        );
+    }
+    if candidates.is_empty() {
+        return vec![];
+    }
+    let largest = (candidates.iter().flat_map(|c| c.0)).fold(f32::NEG_INFINITY, f32::max);
+    let moved: Vec<[f32; 4]> = (candidates.iter())
+        .map(|(b, _, l)| b.map(|v| v + *l as f32 * (largest + 1.0)))
+        .collect();
+    let area = |b: &[f32; 4]| (b[2] - b[0]).abs() * (b[3] - b[1]).abs();
+    let iou = |a: &[f32; 4], b: &[f32; 4]| {
+        let (ay, ax) = (
+            (a[0].min(a[2]), a[0].max(a[2])),
+            (a[1].min(a[3]), a[1].max(a[3])),
+        );
+        let (by, bx) = (
+            (b[0].min(b[2]), b[0].max(b[2])),
+            (b[1].min(b[3]), b[1].max(b[3])),
+        );
+        let h = ay.1.min(by.1) - ay.0.max(by.0);
+        let w = ax.1.min(bx.1) - ax.0.max(bx.0);
+        if h <= 0.0 || w <= 0.0 {
+            return 0.0;
+        }
+        let inter = h * w;
+        inter / (area(a) + area(b) - inter)
+    };
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| candidates[b].1.total_cmp(&candidates[a].1));
+    let mut kept: Vec<usize> = vec![];
+    for i in order {
+        if kept.iter().all(|&j| iou(&moved[i], &moved[j]) <= 0.45) {
+            kept.push(i);
+        }
+    }
+    kept.truncate(detections);
+    kept.iter().map(|&i| candidates[i]).collect()
+}
+
+#[test]
+fn detector_postprocessing_runs_on_the_kept_boxes_of_every_class() {
+    let (n, classes, k, detections) = (12, 4, 3, 5);
+    let g = import(&detector_postprocess_model(
+        n,
+        classes,
+        k as i64,
+        detections as i64,
+    ))
+    .unwrap();
+    // Planned for k per class, at most all of them kept.
+    assert_eq!(g.ty(g.outputs[0]).shape, vec![detections, 4]);
+    assert_eq!(g.bounded_axes(), vec![(0, 0), (1, 0), (2, 0)]);
+    let mut rng = models::Rng::new(29);
+    let mut sets = vec![];
+    // From every class scoring above the threshold somewhere to none at all.
+    for above in [0.9f32, 0.5, 0.2, 0.0] {
+        let boxes = clustered_boxes(&mut rng, 1, n, false);
+        let scores: Vec<f32> = (0..n * classes)
+            .map(|_| rng.uniform().abs() * above + 0.05)
+            .collect();
+        sets.push(vec![f32s(&[n, classes], scores), f32s(&[n, 4], boxes)]);
+    }
+    check(&g, &sets);
+    let loaded = load(&g);
+    let mut counts = vec![];
+    for set in &sets {
+        let out = run_compiled(&loaded, &g, set);
+        let (scores, boxes) = (set[0].to_f64_vec(), set[1].to_f64_vec());
+        let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect::<Vec<f32>>();
+        let want = detector_postprocess_reference(&f(scores), &f(boxes), classes, k, detections);
+        counts.push(want.len());
+        let got_boxes = f(out[0].to_f64_vec());
+        let got_scores = f(out[1].to_f64_vec());
+        let got_labels = out[2].to_i64_vec();
+        assert_eq!(got_labels.len(), want.len(), "detections");
+        for (r, (b, s, l)) in want.iter().enumerate() {
+            assert_eq!(&got_boxes[4 * r..4 * r + 4], b, "row {r}");
+            assert_eq!((got_scores[r], got_labels[r]), (*s, *l), "row {r}");
+        }
+    }
+    assert!(
+        counts.contains(&0) && counts.contains(&detections),
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn gather_from_counted_rows_checks_indices_against_their_count() {
+    // Indices from one mask's NonZero into the rows another mask kept: an index past
+    // the kept rows (inside the planned buffer) is an error, not a stale row.
+    let mut m = ModelBuilder::new(30);
+    let x = m.input("x", &[6]);
+    let pick = m.input("pick", &[6]);
+    let zero = m.float_init(&[], vec![0.0]);
+    let kept = m.node("Greater", &[&x, &zero], vec![]);
+    let nz = m.node("NonZero", &[&kept], vec![]);
+    let rows = m.node("Transpose", &[&nz], vec![("perm", Attr::Ints(vec![1, 0]))]);
+    let values = m.node("GatherND", &[&x, &rows], vec![]);
+    let chosen = m.node("Greater", &[&pick, &zero], vec![]);
+    let idx = m.node("NonZero", &[&chosen], vec![]);
+    let axis0 = m.int_init(&[0]);
+    let idx = m.node("Squeeze", &[&idx, &axis0], vec![]);
+    let got = m.node("Gather", &[&values, &idx], vec![("axis", Attr::I(0))]);
+    m.output(&got);
+    let g = import(&m.encode()).unwrap();
+    let x = f32s(&[6], vec![1.0, -1.0, 2.0, 3.0, -1.0, 4.0]);
+    // Positions 0, 2 and 3 of the 4 kept values.
+    let pick = f32s(&[6], vec![1.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+    check(&g, &[vec![x.clone(), pick]]);
+    // Position 4 is past the 4 kept.
+    let past = f32s(&[6], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+    run_fails_with(&g, &[x, past], 3);
+}

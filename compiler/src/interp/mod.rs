@@ -234,10 +234,10 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
                 Tensor::scalar(rows as i64),
             ]);
         }
-        Op::FirstRows { axis } => {
+        Op::FirstRows { axis, bound } => {
             let xt = x()?;
             let n = required(inputs, 2)?.to_i64_vec()[0].max(0) as usize;
-            let rows = n.min(xt.shape()[*axis]);
+            let rows = n.min(xt.shape()[*axis]).min(*bound);
             return Ok(vec![
                 ops::rows::first_rows(xt, *axis, rows),
                 Tensor::scalar(rows as i64),

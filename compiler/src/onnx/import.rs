@@ -811,7 +811,11 @@ impl NodeCtx<'_> {
 
     /// The count of rows concatenated from values of `counts` (see
     /// [`GraphBuilder::row_sums`]): the one recorded first, else `count`, recorded.
-    pub fn shared_row_sum(&mut self, counts: Vec<(Option<ValueId>, usize)>, count: ValueId) -> ValueId {
+    pub fn shared_row_sum(
+        &mut self,
+        counts: Vec<(Option<ValueId>, usize)>,
+        count: ValueId,
+    ) -> ValueId {
         *self.b.row_sums.entry(counts).or_insert(count)
     }
 
@@ -829,7 +833,10 @@ impl NodeCtx<'_> {
 
     fn upper_bound_within(&self, v: ValueId, depth: usize) -> Option<i64> {
         if let Some(t) = self.constant(v) {
-            return t.dtype().is_int().then(|| t.to_i64_vec().into_iter().max())?;
+            return t
+                .dtype()
+                .is_int()
+                .then(|| t.to_i64_vec().into_iter().max())?;
         }
         let depth = depth.checked_sub(1)?;
         let inputs = self.producer_inputs(v);
@@ -855,7 +862,9 @@ impl NodeCtx<'_> {
                     _ => bound(0),
                 }
             }
-            Op::Concat { .. } => (0..inputs.len()).map(bound).try_fold(i64::MIN, |m, b| Some(m.max(b?))),
+            Op::Concat { .. } => (0..inputs.len())
+                .map(bound)
+                .try_fold(i64::MIN, |m, b| Some(m.max(b?))),
             _ => None,
         }
     }

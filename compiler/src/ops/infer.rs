@@ -634,8 +634,10 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
         Op::ConcatRows { axis, parts } => {
             let mut types = inputs[..(*parts).min(inputs.len())].to_vec();
             types.resize(*parts, None);
-            let out = (infer_types(&Op::Concat { axis: *axis }, &types)?.into_iter().next())
-                .ok_or("Concat gives one output")?;
+            let out = (infer_types(&Op::Concat { axis: *axis }, &types)?
+                .into_iter()
+                .next())
+            .ok_or("Concat gives one output")?;
             let counts_ok = (inputs.get(*parts..).unwrap_or_default().iter().flatten())
                 .all(|c| c.dtype == DType::I64 && c.numel() == 1);
             if !counts_ok {
@@ -643,13 +645,18 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             }
             Ok(vec![out, TensorType::new(DType::I64, vec![])])
         }
-        Op::FirstRows { axis } => {
+        Op::FirstRows { axis, bound } => {
             let xt = x()?;
             let n = input(inputs, 2)?;
             if *axis >= xt.rank() || !n.dtype.is_int() || n.numel() != 1 {
                 return Err(format!("cannot take rows of axis {axis} of {xt} by {n}"));
             }
-            Ok(vec![xt.clone(), TensorType::new(DType::I64, vec![])])
+            let mut shape = xt.shape.clone();
+            shape[*axis] = (*bound).min(shape[*axis]);
+            Ok(vec![
+                TensorType::new(xt.dtype, shape),
+                TensorType::new(DType::I64, vec![]),
+            ])
         }
         Op::TopKRunTime { axis, max_k, .. } => {
             let (xt, k) = (x()?, input(inputs, 1)?);
@@ -742,15 +749,16 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 && boxes.shape[2] == 4
                 && scores.rank() == 3
                 && scores.shape[0] == boxes.shape[0]
-                && scores.shape[2] == boxes.shape[1]
-                && *per_class <= boxes.shape[1];
+                && scores.shape[2] == boxes.shape[1];
             if !ok {
                 return Err(format!(
                     "NonMaxSuppression needs boxes [B, N, 4] and scores [B, C, N], not {boxes} and {scores}"
                 ));
             }
+            // Boxes the run counts may be fewer than the bound planned for.
+            let per_class = (*per_class).min(boxes.shape[1]);
             let rows = (boxes.shape[0].checked_mul(scores.shape[1]))
-                .and_then(|r| r.checked_mul(*per_class))
+                .and_then(|r| r.checked_mul(per_class))
                 .ok_or("NonMaxSuppression's output size overflows")?;
             Ok(vec![
                 TensorType::new(DType::I64, vec![rows, 3]),

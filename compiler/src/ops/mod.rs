@@ -235,8 +235,10 @@ pub enum Op {
     /// of which the run has `count` (input 1, an int64 scalar; omitted: its extent) and
     /// `n` is input 2 (an int64 scalar, negative taken as 0): a Slice from 0 of rows the
     /// run counts, an `If` choosing between them and none. Output 1 holds that number.
+    /// Output 0 is planned for `bound` rows (at most input 0's), `n` never more.
     FirstRows {
         axis: usize,
+        bound: usize,
     },
     /// TopK with k read at run time (input 1, one integer in `[0, min(dim, max_k)]`, the
     /// model bounding k by `max_k`, as `min(300, n)` does): outputs planned for `max_k`
@@ -405,7 +407,7 @@ impl Op {
             }
             Op::NonMaxSuppression { .. } => vec![(0, 0, 1)],
             Op::TopKRunTime { axis, .. } => vec![(0, *axis, 2), (1, *axis, 2)],
-            Op::ConcatRows { axis, .. } | Op::FirstRows { axis } => vec![(0, *axis, 1)],
+            Op::ConcatRows { axis, .. } | Op::FirstRows { axis, .. } => vec![(0, *axis, 1)],
             Op::SplitRunTime { axis, parts } => {
                 (0..*parts).map(|k| (k, *axis, parts + k)).collect()
             }

@@ -45,6 +45,10 @@ pub enum Attr {
     F(f32),
     S(&'static str),
     Ints(Vec<i64>),
+    /// A subgraph (an `If`'s branch), built with [`ModelBuilder::branch`].
+    G(GraphProto),
+    /// An int64 scalar tensor (ConstantOfShape's `value`).
+    I64Tensor(i64),
 }
 
 impl ModelBuilder {
@@ -138,6 +142,19 @@ impl ModelBuilder {
                         p.r#type = attribute_type::INTS;
                         p.ints = v;
                     }
+                    Attr::G(g) => {
+                        p.r#type = attribute_type::GRAPH;
+                        p.g = Some(Box::new(g));
+                    }
+                    Attr::I64Tensor(v) => {
+                        p.r#type = attribute_type::TENSOR;
+                        p.t = Some(TensorProto {
+                            dims: vec![1],
+                            data_type: 7,
+                            int64_data: vec![v],
+                            ..Default::default()
+                        });
+                    }
                 }
                 p
             })
@@ -168,6 +185,28 @@ impl ModelBuilder {
             node.output.push(format!("{first}_{k}"));
         }
         node.output.clone()
+    }
+
+    /// A subgraph whose nodes `build` adds (they may read this graph's values), its
+    /// outputs the names `build` returns.
+    pub fn branch(&mut self, build: impl FnOnce(&mut ModelBuilder) -> Vec<String>) -> GraphProto {
+        let name = self.fresh("branch");
+        let outer = std::mem::replace(
+            &mut self.graph,
+            GraphProto {
+                name,
+                ..Default::default()
+            },
+        );
+        let outputs = build(self);
+        let mut g = std::mem::replace(&mut self.graph, outer);
+        g.output = (outputs.iter())
+            .map(|n| ValueInfoProto {
+                name: n.clone(),
+                r#type: None,
+            })
+            .collect();
+        g
     }
 
     pub fn encode(self) -> Vec<u8> {

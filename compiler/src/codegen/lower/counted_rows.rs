@@ -68,7 +68,7 @@ pub fn concat_rows(ctx: &mut LowerCtx, axis: usize, parts: usize) -> LowerResult
     Ok(())
 }
 
-/// [`crate::ops::Op::FirstRows`]: `min(count, n)` rows copied.
+/// [`crate::ops::Op::FirstRows`]: `min(count, n)` rows copied, at most the output's.
 pub fn first_rows(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     let (x, y, taken) = (ctx.input(0)?, ctx.output(0), ctx.output(1));
     let count = ctx.inputs.get(1).cloned().flatten();
@@ -80,6 +80,8 @@ pub fn first_rows(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
     let zero = kernel::iconst(b, 0);
     let wanted = b.ins().smax(wanted, zero);
     let rows = b.ins().smin(rows, wanted);
+    let planned = kernel::iconst(b, y.ty.shape[axis] as i64);
+    let rows = b.ins().smin(rows, planned);
     copy_rows(b, y.ptr, x.ptr, rows, row);
     b.ins().store(flags(), rows, taken.ptr, 0);
     Ok(())
@@ -128,9 +130,11 @@ pub fn reduce_rows(ctx: &mut LowerCtx, r: &ReduceAttrs) -> LowerResult {
         b.ins().jump(header, &[zero.into(), start.into()]);
         b.switch_to_block(header);
         let (j, sum) = (b.block_params(header)[0], b.block_params(header)[1]);
-        let more = b
-            .ins()
-            .icmp(cranelift_codegen::ir::condcodes::IntCC::SignedLessThan, j, rows);
+        let more = b.ins().icmp(
+            cranelift_codegen::ir::condcodes::IntCC::SignedLessThan,
+            j,
+            rows,
+        );
         b.ins().brif(more, body, &[], acc, &[sum.into()]);
         b.switch_to_block(body);
         b.seal_block(body);

@@ -3,9 +3,9 @@
 
 mod attention;
 mod conv;
-mod counted_rows;
 mod conv_transpose;
 pub(crate) mod conv_u8s8;
+mod counted_rows;
 pub(crate) mod elementwise;
 pub mod f16_weights;
 mod gather_packed;
@@ -437,7 +437,7 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Reduce(r) if ctx.inputs.len() == 2 => counted_rows::reduce_rows(ctx, r),
         Op::Reduce(r) => reduce::reduce(ctx, r),
         Op::ConcatRows { axis, parts } => counted_rows::concat_rows(ctx, *axis, *parts),
-        Op::FirstRows { axis } => counted_rows::first_rows(ctx, *axis),
+        Op::FirstRows { axis, .. } => counted_rows::first_rows(ctx, *axis),
         Op::ArgReduce(a) => reduce::arg_reduce(ctx, a),
         Op::Resize(r) => resize::resize(ctx, r),
         Op::GatherElements { axis } => indexing::gather_elements(ctx, *axis),

@@ -172,9 +172,15 @@ fn choose_rows(ctx: &mut NodeCtx, cond: ValueId, choice: NoneOrRows) -> ImportRe
         true => (all, none),
         false => (none, all),
     };
-    let n = ctx.emit1(Op::Where, vec![Some(cond), Some(when_true), Some(when_false)])?;
+    let n = ctx.emit1(
+        Op::Where,
+        vec![Some(cond), Some(when_true), Some(when_false)],
+    )?;
     let outs = ctx.emit(
-        Op::FirstRows { axis: choice.axis },
+        Op::FirstRows {
+            axis: choice.axis,
+            bound: bound as usize,
+        },
         vec![Some(choice.rows), Some(extent.count), Some(n)],
         2,
     )?;

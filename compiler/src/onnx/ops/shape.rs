@@ -474,8 +474,10 @@ pub fn slice(ctx: &mut NodeCtx) -> ImportResult {
     }
     if let Some((axis, n)) = first_rows {
         let count = counted_rows_on(ctx, y, axis)?.expect("the rows stay counted");
+        let bound = usize::try_from(n).unwrap_or(0);
         let n = ctx.constant_value("rows", Tensor::scalar(n));
-        y = ctx.emit(Op::FirstRows { axis }, vec![Some(y), Some(count), Some(n)], 2)?[0];
+        let op = Op::FirstRows { axis, bound };
+        y = ctx.emit(op, vec![Some(y), Some(count), Some(n)], 2)?[0];
     }
     ctx.bind_output(0, y);
     Ok(())
