@@ -383,6 +383,15 @@ pub fn plan_node(
                 .map_or(1, |x| x.shape.first().copied().unwrap_or(1));
             lower::plan_quantize_to_planes(layout, batch, target, options)
         }
+        Op::TopKRunTime { axis, .. } => node.input(0).map(|x| {
+            let dim = x.shape.get(*axis).copied().unwrap_or(0);
+            let bytes = lower::top_k_sorted_scratch(x.dtype, dim);
+            NodeKernel::new(
+                Strategy::Clif,
+                bytes,
+                "the axis sorted once as (key, position) pairs",
+            )
+        }),
         Op::Unique { axis, .. } => node.input(0).map(|x| {
             let slices = axis.map_or(x.numel(), |a| x.shape[a]);
             let bytes = lower::unique_scratch(slices);

@@ -397,6 +397,16 @@ pub(super) fn sort_key(b: &mut FunctionBuilder, dtype: DType, v: Value) -> Value
 /// `k`: the count, or `None` for TopK's run-time k (input 1, one integer): the outputs
 /// are then planned for the whole axis and filled densely for k, which output 2 holds;
 /// a k outside `[0, dim]` fails as a bad index (or is clamped into it).
+/// Scratch bytes of TopK with k read at run time over an axis of `dim` elements of
+/// `dtype`: float32 sorts the whole axis once, as (key, position) pairs; other types
+/// pick each of the k in turn and need none.
+pub fn top_k_sorted_scratch(dtype: DType, dim: usize) -> usize {
+    match dtype {
+        DType::F32 => dim * 8 + super::sort::sort_scratch(dim),
+        _ => 0,
+    }
+}
+
 /// TopK with k read at run time, at most `max_k`.
 pub fn top_k_run_time(ctx: &mut LowerCtx, axis: usize, max_k: usize, largest: bool) -> LowerResult {
     top_k_up_to(ctx, axis, None, max_k, largest)
@@ -466,6 +476,51 @@ fn top_k_up_to(
         return Ok(());
     }
     let elem = dtype.size();
+    if let (Some(scratch), None, DType::F32) = (ctx.scratch, k, dtype) {
+        // The whole axis sorted once (see `top_k_sorted_scratch`), its first k taken.
+        let b = &mut *ctx.b;
+        let pairs = scratch;
+        let sort_scratch = b.ins().iadd_imm_s(scratch, (dim * 8) as i64);
+        kernel::nested_loop(b, &[outer, inner], &mut |b, idx| {
+            let (o, i) = (idx[0], idx[1]);
+            let lane = b.ins().imul_imm_s(o, (dim * inner) as i64);
+            let lane = b.ins().iadd(lane, i);
+            kernel::dynamic_loop(b, extent, |b, p| {
+                let at = b.ins().imul_imm_s(p, inner as i64);
+                let at = b.ins().iadd(at, lane);
+                let src = kernel::elem_addr(b, x.ptr, at, elem);
+                let v = kernel::load_elem(b, dtype, src, 0);
+                let key = sort_key(b, dtype, v);
+                let key = match largest {
+                    true => b.ins().bxor_imm_u(key, 0xffff_ffff),
+                    false => key,
+                };
+                let key = b.ins().ishl_imm_u(key, 32);
+                let pair = b.ins().bor(key, p);
+                let dst = kernel::elem_addr(b, pairs, p, 8);
+                b.ins().store(flags(), pair, dst, 0);
+            });
+            super::sort::sort_by_key(b, pairs, sort_scratch, extent);
+            let out_lane = b.ins().imul(o, k_value);
+            let out_lane = b.ins().imul_imm_s(out_lane, inner as i64);
+            let out_lane = b.ins().iadd(out_lane, i);
+            kernel::dynamic_loop(b, k_value, |b, j| {
+                let at = kernel::elem_addr(b, pairs, j, 8);
+                let pair = b.ins().load(types::I64, flags(), at, 0);
+                let p = b.ins().band_imm_u(pair, 0xffff_ffff);
+                let at = b.ins().imul_imm_s(p, inner as i64);
+                let at = b.ins().iadd(at, lane);
+                let src = kernel::elem_addr(b, x.ptr, at, elem);
+                let dst = b.ins().imul_imm_s(j, inner as i64);
+                let dst = b.ins().iadd(dst, out_lane);
+                let vdst = kernel::elem_addr(b, values.ptr, dst, elem);
+                copy_elem(b, dtype, vdst, src);
+                let idst = kernel::elem_addr(b, indices.ptr, dst, 8);
+                b.ins().store(flags(), p, idst, 0);
+            });
+        });
+        return Ok(());
+    }
     let b = &mut *ctx.b;
     kernel::nested_loop(b, &[outer, inner], &mut |b, idx| {
         let (o, i) = (idx[0], idx[1]);

@@ -24,6 +24,7 @@ mod recurrence;
 mod reduce;
 mod resize;
 mod run_time_slice;
+mod sort;
 mod value_dependent;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -47,6 +48,7 @@ pub use conv_transpose::plan_conv_transpose;
 pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
 pub use gemm::{Geometry, KernelKind};
 pub use heads_attention::{plan_heads_attention, HeadsAttentionPlan};
+pub use indexing::top_k_sorted_scratch;
 pub use linalg::plan_gemm;
 pub use norm::plan_softmax;
 pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};

@@ -10,6 +10,7 @@ use cranelift_frontend::{FunctionBuilder, Variable};
 
 use super::indexing::{sort_key, var};
 use super::movement::copy_bytes;
+use super::sort;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::ir::DType;
@@ -483,9 +484,9 @@ pub fn unique_scratch(dim: usize) -> usize {
 }
 
 /// Scratch bytes of NonMaxSuppression with `n` boxes and `per_class` kept at most: a
-/// candidate flag per box, then the kept boxes' indices.
+/// (score, box) pair per box and the sort's buffers, then the kept boxes' extents.
 pub fn nms_scratch(n: usize, per_class: usize) -> usize {
-    n * 8 + per_class * 8
+    n * 8 + sort::sort_scratch(n) + kept_columns(per_class) * 5 * 4
 }
 
 /// One box's `(min, max)` along x, then along y, as the reference computes them.
@@ -511,16 +512,79 @@ fn box_extent(b: &mut FunctionBuilder, at: Value, center_point_box: bool) -> [(V
     }
 }
 
-/// Whether box `a` suppresses box `b`: their IoU exceeds `threshold`, with the
-/// reference's early outs (no overlap, an empty box) as false.
-fn suppresses(
+/// A box as the IoU reads it: its `(min, max)` along x and along y, and its area.
+type BoxExtent = ([(Value, Value); 2], Value);
+
+/// [`box_extent`] of the box at `at`, with its area.
+fn box_with_area(b: &mut FunctionBuilder, at: Value, center_point_box: bool) -> BoxExtent {
+    let e = box_extent(b, at, center_point_box);
+    let w = b.ins().fsub(e[0].1, e[0].0);
+    let h = b.ins().fsub(e[1].1, e[1].0);
+    (e, b.ins().fmul(w, h))
+}
+
+/// The kept boxes' extents, stored as five columns of `lanes` f32 each (x min, x max,
+/// y min, y max, area), so four kept boxes are checked at once.
+fn kept_columns(per_class: usize) -> usize {
+    per_class.div_ceil(4) * 4
+}
+
+/// Stores `e` as kept box `k` of the columns at `kept`, each `lanes` long.
+fn store_extent(b: &mut FunctionBuilder, e: &BoxExtent, kept: Value, k: Value, lanes: usize) {
+    let ([(x0, x1), (y0, y1)], area) = *e;
+    let at = kernel::elem_addr(b, kept, k, 4);
+    for (c, v) in [x0, x1, y0, y1, area].into_iter().enumerate() {
+        b.ins().store(flags(), v, at, (c * lanes * 4) as i32);
+    }
+}
+
+/// Whether one of kept boxes `k..k + 4` (those below `kept_n`) suppresses `a`:
+/// [`suppresses`] lane by lane.
+fn any_suppresses(
     b: &mut FunctionBuilder,
-    (a, c): (Value, Value),
-    center_point_box: bool,
+    a: &BoxExtent,
+    (kept, lanes): (Value, usize),
+    k: Value,
+    kept_n: Value,
     threshold: Value,
 ) -> Value {
-    let [ax, ay] = box_extent(b, a, center_point_box);
-    let [cx, cy] = box_extent(b, c, center_point_box);
+    let at = kernel::elem_addr(b, kept, k, 4);
+    let col = |b: &mut FunctionBuilder, c: usize| {
+        b.ins()
+            .load(types::F32X4, flags(), at, (c * lanes * 4) as i32)
+    };
+    let c: Vec<Value> = (0..5).map(|i| col(b, i)).collect();
+    let splat = |b: &mut FunctionBuilder, v: Value| b.ins().splat(types::F32X4, v);
+    let ([ax, ay], area_a) = *a;
+    let a_v = [ax.0, ax.1, ay.0, ay.1, area_a].map(|v| splat(b, v));
+    let other: BoxExtent = ([(c[0], c[1]), (c[2], c[3])], c[4]);
+    let mine: BoxExtent = ([(a_v[0], a_v[1]), (a_v[2], a_v[3])], a_v[4]);
+    let t = splat(b, threshold);
+    let hit = suppresses(b, &mine, &other, t);
+    // Lanes past the kept boxes hold stale values.
+    let first = b.ins().ireduce(types::I32, k);
+    let first = b.ins().splat(types::I32X4, first);
+    let lane = b.func.dfg.constants.insert(
+        [0u32, 1, 2, 3]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
+    );
+    let lane = b.ins().vconst(types::I32X4, lane);
+    let index = b.ins().iadd(first, lane);
+    let n = b.ins().ireduce(types::I32, kept_n);
+    let n = b.ins().splat(types::I32X4, n);
+    let live = b.ins().icmp(IntCC::SignedLessThan, index, n);
+    let hit = b.ins().band(hit, live);
+    b.ins().vany_true(hit)
+}
+
+/// Whether box `a` suppresses box `c`: their IoU exceeds `threshold`, with the
+/// reference's early outs (no overlap, an empty box) as false.
+fn suppresses(b: &mut FunctionBuilder, a: &BoxExtent, c: &BoxExtent, threshold: Value) -> Value {
+    let ([ax, ay], area_a) = *a;
+    let ([cx, cy], area_c) = *c;
     let lo_x = b.ins().fmax(ax.0, cx.0);
     let hi_x = b.ins().fmin(ax.1, cx.1);
     let lo_y = b.ins().fmax(ay.0, cy.0);
@@ -531,13 +595,11 @@ fn suppresses(
     let h = b.ins().fsub(hi_y, lo_y);
     let inter = b.ins().fmul(w, h);
     let zero = b.ins().f32const(0.0);
-    let inter_pos = b.ins().fcmp(FloatCC::GreaterThan, inter, zero);
-    let area = |b: &mut FunctionBuilder, e: [(Value, Value); 2]| {
-        let w = b.ins().fsub(e[0].1, e[0].0);
-        let h = b.ins().fsub(e[1].1, e[1].0);
-        b.ins().fmul(w, h)
+    let zero = match b.func.dfg.value_type(inter) {
+        types::F32 => zero,
+        vector => b.ins().splat(vector, zero),
     };
-    let (area_a, area_c) = (area(b, [ax, ay]), area(b, [cx, cy]));
+    let inter_pos = b.ins().fcmp(FloatCC::GreaterThan, inter, zero);
     let sum = b.ins().fadd(area_a, area_c);
     let union = b.ins().fsub(sum, inter);
     let pos_a = b.ins().fcmp(FloatCC::GreaterThan, area_a, zero);
@@ -583,7 +645,7 @@ pub fn non_max_suppression(
     let (out, count_out) = (ctx.output(0), ctx.output(1));
     let (batches, n) = (boxes.ty.shape[0], boxes.ty.shape[1]);
     let classes = scores.ty.shape[1];
-    // Each kept box scans every box (and the kept ones): n · per_class per class.
+    // Each candidate is checked against the kept boxes: n · per_class per class.
     let work = (batches * classes)
         .saturating_mul(n)
         .saturating_mul(per_class.max(1));
@@ -613,8 +675,14 @@ pub fn non_max_suppression(
         }
         None => kernel::iconst(b, n as i64),
     };
-    let candidate = scratch;
-    let kept = b.ins().iadd_imm_s(scratch, (n * 8) as i64);
+    // The candidates as (descending score key, box) pairs, sorted once; then each in
+    // turn is kept unless a kept box suppresses it.
+    let pairs = scratch;
+    let sort_scratch = b.ins().iadd_imm_s(scratch, (n * 8) as i64);
+    let kept = b
+        .ins()
+        .iadd_imm_s(sort_scratch, sort::sort_scratch(n) as i64);
+    let lanes = kept_columns(per_class);
     let max_out = scalar_or(b, &limits[0], types::I64, zero);
     let max_out = b.ins().smax(max_out, zero);
     let bound = kernel::iconst(b, per_class as i64);
@@ -630,76 +698,73 @@ pub fn non_max_suppression(
         let s_row = b.ins().iadd(s_row, ci);
         let s_row = b.ins().imul_imm_s(s_row, (n * 4) as i64);
         let s_base = b.ins().iadd(scores.ptr, s_row);
-        let remaining = var(b, zero);
+        let candidates = var(b, zero);
         kernel::dynamic_loop(b, boxes_had, |b, i| {
+            let at = kernel::elem_addr(b, s_base, i, 4);
+            let s = b.ins().load(types::F32, flags(), at, 0);
             let flag = match &score_threshold {
                 Some(t) => {
                     let thr = b.ins().load(types::F32, flags(), t.ptr, 0);
-                    let at = kernel::elem_addr(b, s_base, i, 4);
-                    let s = b.ins().load(types::F32, flags(), at, 0);
                     let gt = b.ins().fcmp(FloatCC::GreaterThan, s, thr);
                     b.ins().uextend(types::I64, gt)
                 }
                 None => kernel::iconst(b, 1),
             };
-            let dst = kernel::elem_addr(b, candidate, i, 8);
-            b.ins().store(flags(), flag, dst, 0);
-            let r = b.use_var(remaining);
-            let r = b.ins().iadd(r, flag);
-            b.def_var(remaining, r);
+            // Written always, counted only when a candidate: no branch.
+            let key = sort_key(b, DType::F32, s);
+            let key = b.ins().bxor_imm_u(key, 0xffff_ffff);
+            let key = b.ins().ishl_imm_u(key, 32);
+            let pair = b.ins().bor(key, i);
+            let m = b.use_var(candidates);
+            let dst = kernel::elem_addr(b, pairs, m, 8);
+            b.ins().store(flags(), pair, dst, 0);
+            let m = b.ins().iadd(m, flag);
+            b.def_var(candidates, m);
         });
+        let m = b.use_var(candidates);
+        sort::sort_by_key(b, pairs, sort_scratch, m);
         let kept_n = var(b, zero);
+        let next = var(b, zero);
         kernel::while_loop(
             b,
             |b| {
-                let r = b.use_var(remaining);
+                let j = b.use_var(next);
                 let k = b.use_var(kept_n);
-                let any = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, r, 0);
+                let any = b.ins().icmp(IntCC::SignedLessThan, j, m);
                 let room = b.ins().icmp(IntCC::SignedLessThan, k, max_out);
                 b.ins().band(any, room)
             },
             |b| {
-                let sentinel = kernel::iconst(b, n as i64);
-                let best = var(b, sentinel);
-                let best_key = var(b, zero);
-                kernel::dynamic_loop(b, boxes_had, |b, i| {
-                    let at = kernel::elem_addr(b, candidate, i, 8);
-                    let c = b.ins().load(types::I64, flags(), at, 0);
-                    let is_c = b.ins().icmp_imm_u(IntCC::NotEqual, c, 0);
-                    let at = kernel::elem_addr(b, s_base, i, 4);
-                    let s = b.ins().load(types::F32, flags(), at, 0);
-                    let key = sort_key(b, DType::F32, s);
-                    let bk = b.use_var(best_key);
-                    let better = b.ins().icmp(IntCC::UnsignedGreaterThan, key, bk);
-                    let take = b.ins().band(is_c, better);
-                    let nk = b.ins().select(take, key, bk);
-                    let cur = b.use_var(best);
-                    let ni = b.ins().select(take, i, cur);
-                    b.def_var(best_key, nk);
-                    b.def_var(best, ni);
-                });
-                let pick = b.use_var(best);
-                // `remaining > 0` guarantees a candidate; the clamp only guards memory.
-                let last = kernel::iconst(b, n as i64 - 1);
-                let pick = b.ins().umin(pick, last);
-                let at = kernel::elem_addr(b, candidate, pick, 8);
-                b.ins().store(flags(), zero, at, 0);
-                let r = b.use_var(remaining);
-                let r = b.ins().iadd_imm_s(r, -1);
-                b.def_var(remaining, r);
+                let j = b.use_var(next);
+                let at = kernel::elem_addr(b, pairs, j, 8);
+                let pair = b.ins().load(types::I64, flags(), at, 0);
+                let pick = b.ins().band_imm_u(pair, 0xffff_ffff);
+                let j = b.ins().iadd_imm_s(j, 1);
+                b.def_var(next, j);
                 let pick_box = kernel::elem_addr(b, box_base, pick, 16);
+                let picked = box_with_area(b, pick_box, center_point_box);
+                // The kept boxes in the order kept, until one suppresses it.
                 let suppressed = var(b, zero);
-                let k_end = b.use_var(kept_n);
-                kernel::range_loop(b, zero, k_end, |b, k| {
-                    let at = kernel::elem_addr(b, kept, k, 8);
-                    let other = b.ins().load(types::I64, flags(), at, 0);
-                    let other_box = kernel::elem_addr(b, box_base, other, 16);
-                    let s = suppresses(b, (pick_box, other_box), center_point_box, iou);
-                    let s = b.ins().uextend(types::I64, s);
-                    let cur = b.use_var(suppressed);
-                    let cur = b.ins().bor(cur, s);
-                    b.def_var(suppressed, cur);
-                });
+                let k_at = var(b, zero);
+                kernel::while_loop(
+                    b,
+                    |b| {
+                        let (k, s) = (b.use_var(k_at), b.use_var(suppressed));
+                        let k_end = b.use_var(kept_n);
+                        let more = b.ins().icmp(IntCC::SignedLessThan, k, k_end);
+                        let none = b.ins().icmp_imm_u(IntCC::Equal, s, 0);
+                        b.ins().band(more, none)
+                    },
+                    |b| {
+                        let k = b.use_var(k_at);
+                        let k_end = b.use_var(kept_n);
+                        let s = any_suppresses(b, &picked, (kept, lanes), k, k_end, iou);
+                        let s = b.ins().uextend(types::I64, s);
+                        b.def_var(suppressed, s);
+                        let k = b.ins().iadd_imm_s(k, 4);
+                        b.def_var(k_at, k);
+                    },
+                );
                 let s = b.use_var(suppressed);
                 let keep = b.ins().icmp_imm_u(IntCC::Equal, s, 0);
                 kernel::if_else(
@@ -707,8 +772,7 @@ pub fn non_max_suppression(
                     keep,
                     |b| {
                         let k = b.use_var(kept_n);
-                        let at = kernel::elem_addr(b, kept, k, 8);
-                        b.ins().store(flags(), pick, at, 0);
+                        store_extent(b, &picked, kept, k, lanes);
                         let k = b.ins().iadd_imm_s(k, 1);
                         b.def_var(kept_n, k);
                         let r = b.use_var(rows);
