@@ -559,8 +559,6 @@ fn any_suppresses(
     let a_v = [ax.0, ax.1, ay.0, ay.1, area_a].map(|v| splat(b, v));
     let other: BoxExtent = ([(c[0], c[1]), (c[2], c[3])], c[4]);
     let mine: BoxExtent = ([(a_v[0], a_v[1]), (a_v[2], a_v[3])], a_v[4]);
-    let t = splat(b, threshold);
-    let hit = suppresses(b, &mine, &other, t);
     // Lanes past the kept boxes hold stale values.
     let first = b.ins().ireduce(types::I32, k);
     let first = b.ins().splat(types::I32X4, first);
@@ -576,8 +574,32 @@ fn any_suppresses(
     let n = b.ins().ireduce(types::I32, kept_n);
     let n = b.ins().splat(types::I32X4, n);
     let live = b.ins().icmp(IntCC::SignedLessThan, index, n);
-    let hit = b.ins().band(hit, live);
-    b.ins().vany_true(hit)
+    // Most pairs do not overlap: `min(a1, c1) > max(a0, c0)` holds exactly when each
+    // end is past each start (NaN failing both), four compares where the IoU takes
+    // far more; the IoU only when a lane overlaps.
+    let mut overlaps = live;
+    for ((a0, a1), (c0, c1)) in [(mine.0[0], other.0[0]), (mine.0[1], other.0[1])] {
+        for (end, start) in [(a1, a0), (a1, c0), (c1, a0), (c1, c0)] {
+            let past = b.ins().fcmp(FloatCC::GreaterThan, end, start);
+            overlaps = b.ins().band(overlaps, past);
+        }
+    }
+    let any = b.ins().vany_true(overlaps);
+    let zero = b.ins().iconst(types::I8, 0);
+    let result = var(b, zero);
+    kernel::if_else(
+        b,
+        any,
+        |b| {
+            let t = splat(b, threshold);
+            let hit = suppresses(b, &mine, &other, t);
+            let hit = b.ins().band(hit, live);
+            let hit = b.ins().vany_true(hit);
+            b.def_var(result, hit);
+        },
+        |_| {},
+    );
+    b.use_var(result)
 }
 
 /// Whether box `a` suppresses box `c`: their IoU exceeds `threshold`, with the
