@@ -103,9 +103,50 @@ class _OutTensor:
         return Wrap(m).eval()
 
 
+def scene_image(h, w, seed=0):
+    """A real-looking photograph stand-in, [3, h, w] in [0, 1]: sky and ground
+    gradients, a sun, a house with a roof and windows, a tree, a car, sensor noise
+    and a little blur, so a detector sees edges, textures and objects at several
+    scales rather than uniform noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.zeros((3, h, w), np.float32)
+    horizon = 0.6 * h
+    sky = y < horizon
+    for c, (top, bottom) in enumerate([(0.35, 0.75), (0.55, 0.85), (0.9, 0.95)]):
+        img[c][sky] = (top + (bottom - top) * y / horizon)[sky]
+    for c, (near, far) in enumerate([(0.25, 0.4), (0.45, 0.6), (0.15, 0.25)]):
+        t = (y - horizon) / (h - horizon)
+        img[c][~sky] = (far + (near - far) * t)[~sky]
+    def fill(mask, rgb):
+        for c in range(3):
+            img[c][mask] = rgb[c]
+    fill((x - 0.82 * w) ** 2 + (y - 0.15 * h) ** 2 < (0.07 * w) ** 2, (1.0, 0.9, 0.5))
+    wall = (x > 0.15 * w) & (x < 0.45 * w) & (y > 0.38 * h) & (y < 0.68 * h)
+    fill(wall, (0.75, 0.55, 0.4))
+    roof = (y > 0.22 * h) & (y <= 0.38 * h) & (np.abs(x - 0.3 * w) < (y - 0.22 * h) * 1.0)
+    fill(roof, (0.5, 0.15, 0.1))
+    for wx in (0.2, 0.34):
+        fill((x > wx * w) & (x < (wx + 0.07) * w) & (y > 0.45 * h) & (y < 0.53 * h), (0.6, 0.8, 0.95))
+    fill((x > 0.27 * w) & (x < 0.33 * w) & (y > 0.55 * h) & (y < 0.68 * h), (0.35, 0.2, 0.1))
+    fill((x > 0.62 * w) & (x < 0.65 * w) & (y > 0.45 * h) & (y < 0.7 * h), (0.4, 0.25, 0.1))
+    fill((x - 0.635 * w) ** 2 + (y - 0.4 * h) ** 2 < (0.09 * w) ** 2, (0.1, 0.45, 0.15))
+    body = (x > 0.55 * w) & (x < 0.85 * w) & (y > 0.74 * h) & (y < 0.84 * h)
+    fill(body, (0.8, 0.1, 0.1))
+    fill((x > 0.6 * w) & (x < 0.78 * w) & (y > 0.67 * h) & (y <= 0.74 * h), (0.7, 0.1, 0.1))
+    for cx in (0.61, 0.79):
+        fill((x - cx * w) ** 2 + (y - 0.85 * h) ** 2 < (0.035 * w) ** 2, (0.05, 0.05, 0.05))
+    img += rng.normal(0, 0.02, img.shape).astype(np.float32)
+    blurred = img.copy()
+    for dy, dx in ((0, 1), (1, 0), (0, -1), (-1, 0)):
+        blurred += np.roll(img, (dy, dx), axis=(1, 2))
+    return np.clip(blurred / 5, 0, 1).astype(np.float32)
+
+
 def ssdlite():
     """SSDlite320 MobileNetV3 detector, whole model: backbone, heads, box decoding and
-    per-class NMS, exporting boxes, scores and labels (data-dependent output sizes)."""
+    per-class NMS, exporting boxes, scores and labels (data-dependent output sizes),
+    run on a synthetic street scene (`scene_image`)."""
     import torch
     import torchvision.models.detection as tvd
     m = tvd.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None).eval()
@@ -119,7 +160,8 @@ def ssdlite():
         def forward(self, x):
             d = self.inner([x[0]])[0]
             return d["boxes"], d["scores"], d["labels"]
-    return Wrap(m).eval(), (torch.rand(1, 3, 320, 320),), ["image"], ["boxes", "scores", "labels"], False
+    image = torch.from_numpy(scene_image(320, 320))[None]
+    return Wrap(m).eval(), (image,), ["image"], ["boxes", "scores", "labels"], "detector"
 
 
 def ssdlite_heads():
@@ -438,13 +480,27 @@ def compile_nnc(nnc, path, so_path, extra=()):
     return so_path, secs, None
 
 
+class RunOptions(ctypes.Structure):
+    """`nnc_run_options` of ABI 5 (runtime-abi/include/nnc.h): no pool, every dim at
+    its maximum, each output's shape reported (a bounded axis at the run's extent)."""
+    _fields_ = [("size", ctypes.c_uint32), ("pool", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64),
+                ("dims", ctypes.c_void_p), ("output_shapes", ctypes.POINTER(ctypes.c_int64))]
+
+
 class Nnc:
-    """ctypes caller of a compiled model: `int infer(const void* const* in, void* const* out)`."""
+    """ctypes caller of a compiled model through `run`, each output cut to the shape
+    the run reports (outputs whose extent the values decide: a detector's boxes)."""
 
     def __init__(self, so_path, feeds):
         self.lib = ctypes.CDLL(os.path.abspath(so_path))
-        self.lib.infer.restype = ctypes.c_int32
+        self.lib.run.restype = ctypes.c_int32
+        self.lib.workspace_size.restype = ctypes.c_uint64
         self.inputs, self.outputs = model_info(self.lib)
+        self.shapes = (ctypes.c_int64 * max(1, sum(len(s) for _, _, s in self.outputs)))()
+        self.opts = RunOptions(ctypes.sizeof(RunOptions), None, 0, None, self.shapes)
+        size = self.lib.workspace_size(ctypes.byref(self.opts))
+        self.ws = np.zeros(size + 64, np.uint8)
+        self.ws_ptr = ctypes.c_void_p(self.ws.ctypes.data + (-self.ws.ctypes.data) % 64)
         self.arrays = []
         for n, dt, shape in self.inputs:
             if n not in feeds:
@@ -455,10 +511,36 @@ class Nnc:
         self.out_ptrs = (ctypes.c_void_p * len(self.results))(*[r.ctypes.data for r in self.results])
 
     def run(self):
-        rc = self.lib.infer(self.in_ptrs, self.out_ptrs)
+        rc = self.lib.run(self.in_ptrs, self.out_ptrs, self.ws_ptr, ctypes.byref(self.opts))
         if rc != 0:
-            raise RuntimeError(f"infer returned {rc}")
-        return {n: r for (n, _, _), r in zip(self.outputs, self.results)}
+            raise RuntimeError(f"run returned {rc}")
+        out, at = {}, 0
+        for (n, _, s), r in zip(self.outputs, self.results):
+            shape = tuple(self.shapes[at:at + len(s)])
+            at += len(s)
+            out[n] = r.reshape(-1)[:int(np.prod(shape))].reshape(shape)
+        return out
+
+
+def same_detections(ref, got, names=("boxes", "scores", "labels")):
+    """Whether two detectors' outputs hold the same detections: as many, and each of
+    the reference's (label, box, score) found once in the other's within rtol 1e-3 /
+    atol 1e-4 (boxes) and 1e-6 (scores): detections whose scores tie to float32
+    rounding may come in either order. Returns that, how many are in the same place,
+    and (when the same) the other's detections in the reference's order."""
+    (rb, rs, rl), (gb, gs, gl) = ([d[n] for n in names] for d in (ref, got))
+    if len(rl) != len(gl):
+        return False, 0, None
+    in_place = int(np.sum(gl == rl))
+    unused, order = set(range(len(gl))), []
+    for i in range(len(rl)):
+        near = [j for j in unused if gl[j] == rl[i] and abs(float(gs[j]) - float(rs[i])) <= 1e-6
+                and np.all(np.abs(gb[j] - rb[i]) <= 1e-4 + 1e-3 * np.abs(rb[i]))]
+        if not near:
+            return False, in_place, None
+        order.append(min(near, key=lambda j: abs(j - i)))
+        unused.remove(order[-1])
+    return True, in_place, {n: got[n][order] for n in names}
 
 
 def compare(ref, got):
@@ -537,6 +619,12 @@ def run_model(name, kind, builder, args):
     row["status"] = "ok"
     model = Nnc(so, feeds)
     got = model.run()
+    same = None
+    if classifier == "detector":
+        same, in_place, aligned = same_detections(ort_out, got)
+        row["detections"] = f"{len(got['labels'])} ({len(ort_out['labels'])} ref), {in_place} in place"
+        print(f"   detections: {row['detections']}, same set: {same}", file=sys.stderr, flush=True)
+        got = aligned or got
     worst = None
     ok_strict = ok_loose = True
     for n, ref in ort_out.items():
@@ -545,8 +633,11 @@ def run_model(name, kind, builder, args):
         ok_loose &= c["loose"]
         if worst is None or c["abs"] > worst["abs"] or not c["finite"]:
             worst = c
+    if same is not None:
+        ok_strict &= same
+        ok_loose &= same
     top1 = True
-    if classifier:
+    if classifier is True:
         ref = next(iter(ort_out.values()))
         top1 = int(np.argmax(ref)) == int(np.argmax(got[next(iter(ort_out))]))
     row.update(abs=worst["abs"], rel=worst["rel"], cos=worst["cos"])
