@@ -1307,3 +1307,56 @@ fn gather_from_counted_rows_checks_indices_against_their_count() {
     let past = f32s(&[6], vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
     run_fails_with(&g, &[x, past], 3);
 }
+
+#[test]
+fn reductions_over_kept_rows_read_only_those_rows() {
+    // `boxes[keep].max()` and the like: a reduction over rows NonZero kept (and over
+    // their other axis too), in float32 and int32.
+    let mut m = ModelBuilder::new(31);
+    let scores = m.input("scores", &[7]);
+    let boxes = m.input("boxes", &[7, 3]);
+    let half = m.float_init(&[], vec![0.5]);
+    let keep = m.node("Greater", &[&scores, &half], vec![]);
+    let nz = m.node("NonZero", &[&keep], vec![]);
+    let rows = m.node("Transpose", &[&nz], vec![("perm", Attr::Ints(vec![1, 0]))]);
+    let kept = m.node("GatherND", &[&boxes, &rows], vec![]);
+    for op in [
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceSum",
+        "ReduceProd",
+        "ReduceSumSquare",
+    ] {
+        let r = m.node(op, &[&kept], vec![("keepdims", Attr::I(0))]);
+        m.output(&r);
+    }
+    let axes = m.int_init(&[0]);
+    let mean = m.node("ReduceSum", &[&kept, &axes], vec![("keepdims", Attr::I(1))]);
+    m.output(&mean);
+    let kept_mean = m.node("ReduceMean", &[&kept], vec![("axes", Attr::Ints(vec![0]))]);
+    m.output(&kept_mean);
+    let ints = m.node("Cast", &[&kept], vec![("to", Attr::I(6))]);
+    for op in ["ReduceMax", "ReduceMin", "ReduceSum"] {
+        let r = m.node(op, &[&ints], vec![("keepdims", Attr::I(0))]);
+        m.output(&r);
+    }
+    let g = import(&m.encode()).unwrap();
+    let mut rng = models::Rng::new(32);
+    let sets: Vec<Vec<Tensor>> = [1usize, 3, 7]
+        .iter()
+        .map(|&n| {
+            let s: Vec<f32> = (0..7).map(|i| if i < n { 0.9 } else { 0.1 }).collect();
+            let b: Vec<f32> = (0..21).map(|_| (rng.uniform() * 8.0).round()).collect();
+            vec![f32s(&[7], s), f32s(&[7, 3], b)]
+        })
+        .collect();
+    check_within(&g, &sets, Some(1e-6));
+    // Independently: the sum over the first set's one kept row is that row.
+    let loaded = load(&g);
+    let out = run_compiled(&loaded, &g, &sets[0]);
+    let row: Vec<f64> = sets[0][1].to_f64_vec()[..3].to_vec();
+    assert_eq!(out[5].to_f64_vec(), row);
+    let max = row.iter().copied().fold(f64::MIN, f64::max);
+    assert_eq!(out[0].to_f64_vec(), vec![max]);
+    assert_eq!(out[7].to_f64_vec(), vec![max]);
+}

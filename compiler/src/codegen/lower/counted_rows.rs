@@ -180,8 +180,12 @@ fn initial(b: &mut FunctionBuilder, kind: ReduceKind, dtype: DType, lane: Type) 
         types::F32 => b.ins().f32const(v as f32),
         _ => b.ins().f64const(v),
     };
-    let int = |b: &mut FunctionBuilder, v: i64| b.ins().iconst(lane, v);
     let bits = lane.bits();
+    // Cranelift takes a narrow type's immediate as its bits, zero-extended.
+    let int = |b: &mut FunctionBuilder, v: i64| match bits {
+        64 => b.ins().iconst(lane, v),
+        _ => b.ins().iconst(lane, v & ((1i64 << bits) - 1)),
+    };
     match (kind, dtype.is_float()) {
         (ReduceKind::Prod, true) => float(b, 1.0),
         (ReduceKind::Prod, false) => int(b, 1),
@@ -189,9 +193,7 @@ fn initial(b: &mut FunctionBuilder, kind: ReduceKind, dtype: DType, lane: Type) 
         (ReduceKind::Min, true) => float(b, f64::INFINITY),
         (ReduceKind::Max, false) if dtype.is_signed_int() => int(b, i64::MIN >> (64 - bits)),
         (ReduceKind::Max, false) => int(b, 0),
-        (ReduceKind::Min, false) if dtype.is_signed_int() => {
-            int(b, (i64::MAX >> (64 - bits)) as i64)
-        }
+        (ReduceKind::Min, false) if dtype.is_signed_int() => int(b, i64::MAX >> (64 - bits)),
         (ReduceKind::Min, false) => int(b, -1),
         (_, true) => float(b, 0.0),
         (_, false) => int(b, 0),
