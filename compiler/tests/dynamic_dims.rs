@@ -1451,6 +1451,56 @@ fn winograd_convs_on_planes_run_every_size() {
     }
 }
 
+/// Convs of many maps (128) take Winograd only where even the range's smallest planes
+/// have too many positions to run transposed on the plain weights: from size 9 (81
+/// positions) they keep the plain weights a library for size 9 stores (the library no
+/// larger than that one), from size 12 (144) they take F(4×4); both match the
+/// interpreter.
+#[test]
+fn many_maps_over_small_planes_keep_their_plain_weights() {
+    let model = decode(&winograd_convs(47, 128));
+    let target = Target::host();
+    let kernels = KernelOptions::default();
+    let mut sizes = vec![];
+    for (least, winograd) in [(9usize, false), (12, true)] {
+        let g = import(&model, &with_range("size", least, 24)).unwrap();
+        let plan = plan_kernels(&g, &target, &kernels);
+        let planes: Vec<bool> = (plan.nodes.iter())
+            .filter_map(|k| match &k.strategy {
+                Strategy::Planes(p) if p.gemm.is_some() || p.winograd.is_some() => {
+                    Some(p.winograd.is_some())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(planes, [winograd; 3], "from size {least}");
+        let lib = Dynamic::for_target(g.clone(), target.clone(), kernels.clone());
+        check_sizes(
+            &lib,
+            &model,
+            &[(least, 1u64), (24, 2)],
+            &format!("from {least}"),
+        );
+        sizes.push(file_size(&lib.compiled));
+    }
+    let static_9 =
+        runner::Compiled::with_options(&static_at(&model, "size", 9), &runner::options(target))
+            .unwrap();
+    let static_9 = file_size(&static_9);
+    assert!(
+        sizes[0] as f64 <= 1.05 * static_9 as f64,
+        "{sizes:?} vs {static_9}"
+    );
+    assert!(
+        sizes[1] > 2 * static_9,
+        "F(4×4) stores four times the weights"
+    );
+}
+
+fn file_size(compiled: &runner::Compiled) -> u64 {
+    std::fs::metadata(compiled.library_path()).unwrap().len()
+}
+
 /// Pointwise convs over planes of any size: 16 → 40 maps with bias and ReLU, 40 → 16
 /// with bias plus a residual (the image) then ReLU (the residual fused into the conv),
 /// a grouped one (two groups of 8 → 12) without bias, and a strided 1×1 (blocks).

@@ -39,7 +39,7 @@ use crate::codegen::kernel_plan::{NodeKernel, Strategy};
 use crate::codegen::kernels::x86::patch_rows::{self, PatchRowsSpec};
 use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
 use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
-use crate::codegen::options::KernelOptions;
+use crate::codegen::options::{KernelOptions, WinogradChoice};
 use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node, Tensor};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
@@ -220,6 +220,26 @@ impl ConvBlocks {
     }
 }
 
+/// The positions (the product of the spatial axes) of planes `v` at the smallest value
+/// of the dim their extents follow; `None` for a value that is not planes.
+fn positions_at_least(graph: &Graph, v: crate::ir::ValueId) -> Option<usize> {
+    let e = graph
+        .value(v)
+        .run_extent
+        .as_ref()
+        .filter(|e| e.is_planes())?;
+    let row = crate::dims::row_dim_of(graph, e.count)?;
+    let least = row.size.eval(graph.dims.get(row.dim)?.min as i64)?;
+    let shape = &graph.ty(v).shape;
+    (2..shape.len()).try_fold(1usize, |p, a| {
+        let extent = match e.axes.iter().position(|&x| x == a) {
+            Some(i) => usize::try_from(e.sizes.get(i)?.eval(least)?).ok()?,
+            None => shape[a],
+        };
+        Some(p * extent)
+    })
+}
+
 /// The spatial extents of value `v` (axes 2..) as expressions, `None` where fixed.
 fn spatial(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
     every_axis(graph, v).split_off(2.min(graph.ty(v).rank()))
@@ -269,7 +289,18 @@ pub fn plan_planes(
             let (xt, yt) = (graph.ty(x), graph.ty(y));
             let wt = graph.ty(*node.inputs.get(1)?.as_ref()?);
             let geom = Geometry::for_target(target, options);
-            if let Some(wp) = WinogradPlan::new(c, (xt, wt, yt), (geom, target), options) {
+            let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
+            let m = yt.shape[1] / c.group.max(1);
+            // At the smallest extents in range a conv of many maps runs transposed on its
+            // plain weights, as a library compiled for them stores them: Winograd's
+            // transformed ones, (m+2)²/9 times as many bytes, would grow the library for
+            // the larger extents alone (a CRNN's 256-map convs over its shortest lines).
+            let transposed_at_least = options.winograd == WinogradChoice::Auto
+                && (positions_at_least(graph, y)).is_some_and(|p| transposes(c, m, p, &geom));
+            let winograd = (!transposed_at_least)
+                .then(|| WinogradPlan::new(c, (xt, wt, yt), (geom, target), options))
+                .flatten();
+            if let Some(wp) = winograd {
                 let scratch = wp.scratch_bytes();
                 plan.winograd = Some(wp);
                 return Some(NodeKernel::new(
@@ -279,8 +310,6 @@ pub fn plan_planes(
                      point on the transformed weights, the output transform into the planes",
                 ));
             }
-            let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
-            let m = yt.shape[1] / c.group.max(1);
             let positions: usize = yt.shape[2..].iter().product();
             let mut blocks = ConvBlocks::new(c, xt, (k, m, positions), geom);
             let cg = xt.shape[1] / c.group.max(1);
