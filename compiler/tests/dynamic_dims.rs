@@ -1451,50 +1451,50 @@ fn winograd_convs_on_planes_run_every_size() {
     }
 }
 
-/// Convs of many maps (128) take Winograd only where even the range's smallest planes
-/// have too many positions to run transposed on the plain weights: from size 9 (81
-/// positions) they keep the plain weights a library for size 9 stores (the library no
-/// larger than that one), from size 12 (144) they take F(4×4); both match the
-/// interpreter.
+/// Convs of many maps (128) that run transposed on their plain weights at the range's
+/// smallest planes (size 8: 64 positions, as a library for size 8 runs them) keep
+/// those weights where Winograd would be F(2×2) (sizes up to 15), the library no
+/// larger than the one for size 8; from size 12
+/// (144 positions) they take F(2×2), and F(4×4) (sizes up to 24) whatever the smallest.
+/// Every case matches the interpreter.
 #[test]
 fn many_maps_over_small_planes_keep_their_plain_weights() {
     let model = decode(&winograd_convs(47, 128));
     let target = Target::host();
     let kernels = KernelOptions::default();
-    let mut sizes = vec![];
-    for (least, winograd) in [(9usize, false), (12, true)] {
-        let g = import(&model, &with_range("size", least, 24)).unwrap();
+    let static_8 = runner::Compiled::with_options(
+        &static_at(&model, "size", 8),
+        &runner::options(target.clone()),
+    )
+    .unwrap();
+    let static_8 = file_size(&static_8);
+    for (least, most, winograd) in [(8usize, 15, None), (12, 15, Some(2)), (8, 24, Some(4))] {
+        let g = import(&model, &with_range("size", least, most)).unwrap();
         let plan = plan_kernels(&g, &target, &kernels);
-        let planes: Vec<bool> = (plan.nodes.iter())
+        let planes: Vec<Option<usize>> = (plan.nodes.iter())
             .filter_map(|k| match &k.strategy {
                 Strategy::Planes(p) if p.gemm.is_some() || p.winograd.is_some() => {
-                    Some(p.winograd.is_some())
+                    Some(p.winograd.as_ref().map(|w| w.m))
                 }
                 _ => None,
             })
             .collect();
-        assert_eq!(planes, [winograd; 3], "from size {least}");
+        assert_eq!(planes, [winograd; 3], "sizes {least}..{most}");
         let lib = Dynamic::for_target(g.clone(), target.clone(), kernels.clone());
-        check_sizes(
-            &lib,
-            &model,
-            &[(least, 1u64), (24, 2)],
-            &format!("from {least}"),
-        );
-        sizes.push(file_size(&lib.compiled));
+        let label = format!("sizes {least}..{most}");
+        check_sizes(&lib, &model, &[(least, 1u64), (most, 2)], &label);
+        let size = file_size(&lib.compiled) as f64;
+        match winograd {
+            None => assert!(
+                size <= 1.05 * static_8 as f64,
+                "{label}: {size} vs {static_8}"
+            ),
+            Some(_) => assert!(
+                size > 1.3 * static_8 as f64,
+                "{label}: {size} vs {static_8}"
+            ),
+        }
     }
-    let static_9 =
-        runner::Compiled::with_options(&static_at(&model, "size", 9), &runner::options(target))
-            .unwrap();
-    let static_9 = file_size(&static_9);
-    assert!(
-        sizes[0] as f64 <= 1.05 * static_9 as f64,
-        "{sizes:?} vs {static_9}"
-    );
-    assert!(
-        sizes[1] > 2 * static_9,
-        "F(4×4) stores four times the weights"
-    );
 }
 
 fn file_size(compiled: &runner::Compiled) -> u64 {

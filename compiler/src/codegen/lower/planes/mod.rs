@@ -292,14 +292,15 @@ pub fn plan_planes(
             let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
             let m = yt.shape[1] / c.group.max(1);
             // At the smallest extents in range a conv of many maps runs transposed on its
-            // plain weights, as a library compiled for them stores them: Winograd's
-            // transformed ones, (m+2)²/9 times as many bytes, would grow the library for
-            // the larger extents alone (a CRNN's 256-map convs over its shortest lines).
+            // plain weights, as a library compiled for them stores them. Where Winograd
+            // would be F(2×2) (its transformed weights 16/9 of the plain ones, for a
+            // gain of about a tenth: see `winograd::algorithm`) the library keeps the
+            // plain weights instead, no larger than that one (a CRNN's 256-map convs
+            // over its shortest lines); F(4×4)'s gain is worth its bytes.
             let transposed_at_least = options.winograd == WinogradChoice::Auto
                 && (positions_at_least(graph, y)).is_some_and(|p| transposes(c, m, p, &geom));
-            let winograd = (!transposed_at_least)
-                .then(|| WinogradPlan::new(c, (xt, wt, yt), (geom, target), options))
-                .flatten();
+            let winograd = WinogradPlan::new(c, (xt, wt, yt), (geom, target), options)
+                .filter(|wp| !(transposed_at_least && wp.m == 2));
             if let Some(wp) = winograd {
                 let scratch = wp.scratch_bytes();
                 plan.winograd = Some(wp);
