@@ -107,12 +107,40 @@ fn sum(values: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
+/// IEEE 754-2019 `maximum`: NaN propagates and +0 is above −0, so the result does not
+/// depend on the order of the elements (the compiled reductions' vector lanes fold them
+/// in another order than this loop).
+fn ieee_max(m: f64, v: f64) -> f64 {
+    if m == v {
+        if m.is_sign_negative() {
+            v
+        } else {
+            m
+        }
+    } else {
+        m.max_nan(v)
+    }
+}
+
+/// IEEE 754-2019 `minimum`: NaN propagates and −0 is below +0 (see [`ieee_max`]).
+fn ieee_min(m: f64, v: f64) -> f64 {
+    if m == v {
+        if m.is_sign_negative() {
+            m
+        } else {
+            v
+        }
+    } else {
+        m.min_nan(v)
+    }
+}
+
 fn float_reduce(kind: ReduceKind, c: &[f64]) -> f64 {
     match kind {
         ReduceKind::Sum => sum(c.iter().copied()),
         ReduceKind::Mean => sum(c.iter().copied()) / c.len() as f64,
-        ReduceKind::Max => c.iter().fold(f64::NEG_INFINITY, |m, &v| m.max_nan(v)),
-        ReduceKind::Min => c.iter().fold(f64::INFINITY, |m, &v| m.min_nan(v)),
+        ReduceKind::Max => c.iter().fold(f64::NEG_INFINITY, |m, &v| ieee_max(m, v)),
+        ReduceKind::Min => c.iter().fold(f64::INFINITY, |m, &v| ieee_min(m, v)),
         ReduceKind::Prod => c.iter().product(),
         ReduceKind::L1 => sum(c.iter().map(|v| v.abs())),
         ReduceKind::L2 => sum(c.iter().map(|v| v * v)).sqrt(),

@@ -3,7 +3,6 @@
 //! rows of a counted value, a reduction over counted rows. Each count is clamped into
 //! `[0, bound]` before use, so whatever it holds nothing outside a buffer is touched.
 
-use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
@@ -204,16 +203,9 @@ fn combine(b: &mut FunctionBuilder, kind: ReduceKind, dtype: DType, acc: Value, 
     let signed = dtype.is_signed_int();
     if dtype.is_float() {
         return match kind {
-            ReduceKind::Max | ReduceKind::Min => {
-                // NaN propagates, as the reference's comparisons do.
-                let pick = match kind {
-                    ReduceKind::Max => b.ins().fcmp(FloatCC::GreaterThan, v, acc),
-                    _ => b.ins().fcmp(FloatCC::LessThan, v, acc),
-                };
-                let nan = b.ins().fcmp(FloatCC::Unordered, v, v);
-                let pick = b.ins().bor(pick, nan);
-                b.ins().select(pick, v, acc)
-            }
+            // IEEE maximum and minimum: NaN propagates, −0 below +0.
+            ReduceKind::Max => b.ins().fmax(acc, v),
+            ReduceKind::Min => b.ins().fmin(acc, v),
             ReduceKind::Prod => b.ins().fmul(acc, v),
             ReduceKind::L1 => {
                 let a = b.ins().fabs(v);
