@@ -1870,3 +1870,25 @@ fn eval_op_reports_errors_instead_of_panicking() {
     );
     assert!(eval_op(&unary(UnaryOp::Exp), &[Some(&t(&[1], &[1i32]))]).is_err());
 }
+
+#[test]
+fn reduce_max_and_min_order_signed_zeros() {
+    // IEEE maximum/minimum: +0 above -0 whatever their order, as the compiled vector
+    // folds give (numpy's first-wins fold would not).
+    for data in [[0.0f32, -0.0], [-0.0, 0.0]] {
+        let x = t(&[2], &data);
+        for (kind, negative) in [(ReduceKind::Max, false), (ReduceKind::Min, true)] {
+            let op = Op::Reduce(ReduceAttrs {
+                kind,
+                axes: vec![0],
+                keepdims: false,
+            });
+            let y = run1(&op, &[&x]).to_f64_vec()[0];
+            assert_eq!(
+                (y, y.is_sign_negative()),
+                (0.0, negative),
+                "{kind:?} of {data:?}"
+            );
+        }
+    }
+}
