@@ -95,9 +95,11 @@ const STEP_OPS: &[&str] = &[
     "GroupNormalization",
     "MeanVarianceNormalization",
     "LpNormalization",
-    // Its slope 1/x is unbounded near 0: `log(log(y))` for y about 1 + 1e-5 turns a
-    // float32 rounding of y into a difference in the second decimal.
+    // Their slopes (1/x, -1/x²) are unbounded near 0: `log(log(y))` for y about
+    // 1 + 1e-5 turns a float32 rounding of y into a difference in the second decimal,
+    // and so does `sin(1/tanh(x))` for a normalized x near 0.
     "Log",
+    "Reciprocal",
 ];
 
 pub fn is_exact_op(op_type: &str) -> bool {
