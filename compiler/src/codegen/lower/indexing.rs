@@ -397,6 +397,27 @@ pub(super) fn sort_key(b: &mut FunctionBuilder, dtype: DType, v: Value) -> Value
 /// `k`: the count, or `None` for TopK's run-time k (input 1, one integer): the outputs
 /// are then planned for the whole axis and filled densely for k, which output 2 holds;
 /// a k outside `[0, dim]` fails as a bad index (or is clamped into it).
+/// Writes element `p` of `x`'s lane (`lane`, elements `inner` apart) as TopK's `j`-th
+/// value and its index into the output lane `out_lane`.
+fn emit_taken(
+    b: &mut FunctionBuilder,
+    (x, lane, inner): (&Operand, Value, usize),
+    p: Value,
+    (values, indices, out_lane): (&Operand, &Operand, Value),
+    j: Value,
+) {
+    let elem = x.ty.dtype.size();
+    let at = b.ins().imul_imm_s(p, inner as i64);
+    let at = b.ins().iadd(at, lane);
+    let src = kernel::elem_addr(b, x.ptr, at, elem);
+    let dst = b.ins().imul_imm_s(j, inner as i64);
+    let dst = b.ins().iadd(dst, out_lane);
+    let vdst = kernel::elem_addr(b, values.ptr, dst, elem);
+    copy_elem(b, x.ty.dtype, vdst, src);
+    let idst = kernel::elem_addr(b, indices.ptr, dst, 8);
+    b.ins().store(flags(), p, idst, 0);
+}
+
 /// Scratch bytes of TopK with k read at run time over an axis of `dim` elements of
 /// `dtype`: float32 sorts the whole axis once, as (key, position) pairs; other types
 /// pick each of the k in turn and need none.
@@ -508,15 +529,8 @@ fn top_k_up_to(
                 let at = kernel::elem_addr(b, pairs, j, 8);
                 let pair = b.ins().load(types::I64, flags(), at, 0);
                 let p = b.ins().band_imm_u(pair, 0xffff_ffff);
-                let at = b.ins().imul_imm_s(p, inner as i64);
-                let at = b.ins().iadd(at, lane);
-                let src = kernel::elem_addr(b, x.ptr, at, elem);
-                let dst = b.ins().imul_imm_s(j, inner as i64);
-                let dst = b.ins().iadd(dst, out_lane);
-                let vdst = kernel::elem_addr(b, values.ptr, dst, elem);
-                copy_elem(b, dtype, vdst, src);
-                let idst = kernel::elem_addr(b, indices.ptr, dst, 8);
-                b.ins().store(flags(), p, idst, 0);
+                let out = (&values, &indices, out_lane);
+                emit_taken(b, (&x, lane, inner), p, out, j);
             });
         });
         return Ok(());
@@ -570,15 +584,7 @@ fn top_k_up_to(
             // Always true when k ≤ the extent; the clamp only guards the load.
             let last = b.ins().iadd_imm_s(extent, -1);
             let bi = b.ins().smin(bi, last);
-            let at = b.ins().imul_imm_s(bi, inner as i64);
-            let at = b.ins().iadd(at, lane);
-            let src = kernel::elem_addr(b, x.ptr, at, elem);
-            let dst = b.ins().imul_imm_s(j, inner as i64);
-            let dst = b.ins().iadd(dst, out_lane);
-            let vdst = kernel::elem_addr(b, values.ptr, dst, elem);
-            copy_elem(b, dtype, vdst, src);
-            let idst = kernel::elem_addr(b, indices.ptr, dst, 8);
-            b.ins().store(flags(), bi, idst, 0);
+            emit_taken(b, (&x, lane, inner), bi, (&values, &indices, out_lane), j);
         });
     });
     Ok(())
