@@ -155,11 +155,21 @@ pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result
     } else {
         0o644
     };
-    artifact::write_atomically_with_mode(output, &bytes, mode)
-        .map_err(|e| NncError::write(output, e))?;
-    if let Err(e) = artifact::write_atomically(&header, text.as_bytes()) {
-        let _ = std::fs::remove_file(output);
-        return Err(NncError::write(&header, e));
-    }
+    // The header sizes the caller's buffers for this library: the two are replaced as
+    // a pair, so concurrent compiles to one path never leave one's library beside
+    // another's header.
+    let files = [
+        artifact::FileToWrite {
+            path: output,
+            bytes: &bytes,
+            mode: Some(mode),
+        },
+        artifact::FileToWrite {
+            path: &header,
+            bytes: text.as_bytes(),
+            mode: None,
+        },
+    ];
+    artifact::write_atomically_together(&files).map_err(|e| NncError::write(output, e))?;
     Ok(header)
 }

@@ -4,6 +4,11 @@
 //! flushed to disk, and renamed over the destination. A reader therefore sees
 //! either the old file or the complete new one, never a truncated library, and
 //! a failed compile leaves no partial output behind.
+//!
+//! Files that describe each other (a library and its header) are renamed into
+//! place together under an exclusive `flock` of their directory
+//! ([`write_atomically_together`]): of several processes writing the same pair,
+//! the last to take the lock leaves both of its files, never one file of each.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -24,6 +29,78 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// non-Unix platforms.
 pub fn write_atomically_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     write_impl(path, bytes, Some(mode))
+}
+
+/// One file of [`write_atomically_together`]: its destination, contents and
+/// permission bits (`None`: the defaults for new files).
+pub struct FileToWrite<'a> {
+    pub path: &'a Path,
+    pub bytes: &'a [u8],
+    pub mode: Option<u32>,
+}
+
+/// Replaces every file of `files` (all in one directory) so that they change
+/// together: each is written to a temporary and flushed first, then all are
+/// renamed into place while this process holds an exclusive lock on the
+/// directory, which every nnc writing to that directory takes too. On failure
+/// nothing new is left behind (files already renamed are removed).
+pub fn write_atomically_together(files: &[FileToWrite]) -> io::Result<()> {
+    let Some(first) = files.first() else {
+        return Ok(());
+    };
+    let (dir, _) = split_path(first.path)?;
+    let mut temps: Vec<PathBuf> = Vec::with_capacity(files.len());
+    let cleanup = |temps: &[PathBuf]| {
+        for t in temps {
+            let _ = fs::remove_file(t);
+        }
+    };
+    for f in files {
+        let (file_dir, file_name) = split_path(f.path)?;
+        if file_dir != dir {
+            cleanup(&temps);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} and {} are not in one directory",
+                    first.path.display(),
+                    f.path.display()
+                ),
+            ));
+        }
+        let written = create_temp_file(&dir, &file_name).and_then(|(temp, file)| {
+            temps.push(temp.clone());
+            fill(file, f.bytes, f.mode)
+        });
+        if let Err(e) = written {
+            cleanup(&temps);
+            return Err(e);
+        }
+    }
+    let lock = lock_directory(&dir);
+    let mut renamed = Vec::with_capacity(files.len());
+    for (f, temp) in files.iter().zip(&temps) {
+        if let Err(e) = fs::rename(temp, f.path) {
+            for path in &renamed {
+                let _ = fs::remove_file(path);
+            }
+            cleanup(&temps[renamed.len()..]);
+            return Err(e);
+        }
+        renamed.push(f.path);
+    }
+    drop(lock);
+    sync_directory(&dir);
+    Ok(())
+}
+
+/// An exclusive `flock` of `dir`, released when the handle drops. `None` where the
+/// directory cannot be opened for reading (write-only directories): the files are
+/// then still each replaced atomically, only not as a pair against concurrent nnc runs.
+fn lock_directory(dir: &Path) -> Option<File> {
+    let handle = File::open(dir).ok()?;
+    handle.lock().ok()?;
+    Some(handle)
 }
 
 fn write_impl(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
@@ -79,21 +156,24 @@ fn create_temp_file(dir: &Path, file_name: &str) -> io::Result<(PathBuf, File)> 
 }
 
 fn fill_and_rename(
-    mut file: File,
+    file: File,
     temp_path: &Path,
     path: &Path,
     bytes: &[u8],
     mode: Option<u32>,
 ) -> io::Result<()> {
+    fill(file, bytes, mode)?;
+    fs::rename(temp_path, path)
+}
+
+fn fill(mut file: File, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
     file.write_all(bytes)?;
     if let Some(mode) = mode {
         set_mode(&file, mode)?;
     }
     // Data must be on disk before the rename makes it visible, otherwise a
     // crash could leave a complete-looking but empty file.
-    file.sync_all()?;
-    drop(file);
-    fs::rename(temp_path, path)
+    file.sync_all()
 }
 
 #[cfg(unix)]
@@ -161,6 +241,55 @@ mod tests {
         assert!(write_atomically(&path, b"data").is_err());
         assert!(leftovers(dir.path()).is_empty());
         assert!(path.is_dir());
+    }
+
+    #[test]
+    fn files_written_together_replace_both_or_neither() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("libm.so"), dir.path().join("libm.h"));
+        let files = |x: &'static [u8]| {
+            [(&a, x), (&b, x)].map(|(path, bytes)| FileToWrite {
+                path,
+                bytes,
+                mode: None,
+            })
+        };
+        write_atomically_together(&files(b"one")).unwrap();
+        assert_eq!(
+            (fs::read(&a).unwrap(), fs::read(&b).unwrap()),
+            (b"one".to_vec(), b"one".to_vec())
+        );
+        // The header's name is taken by a non-empty directory: its rename fails, and
+        // the library renamed before it is removed.
+        fs::remove_file(&b).unwrap();
+        fs::create_dir(&b).unwrap();
+        fs::write(b.join("inner"), b"x").unwrap();
+        assert!(write_atomically_together(&files(b"two")).is_err());
+        assert!(!a.exists());
+        assert!(leftovers(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn concurrent_pairs_stay_pairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("libm.so"), dir.path().join("libm.h"));
+        std::thread::scope(|scope| {
+            for t in 0..4u8 {
+                let (a, b) = (&a, &b);
+                scope.spawn(move || {
+                    for round in 0..25u8 {
+                        let bytes = [t, round];
+                        let files = [a, b].map(|path| FileToWrite {
+                            path,
+                            bytes: &bytes,
+                            mode: None,
+                        });
+                        write_atomically_together(&files).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(fs::read(&a).unwrap(), fs::read(&b).unwrap());
     }
 
     #[test]

@@ -16,7 +16,9 @@ mod link_plan;
 mod reloc;
 
 pub use archive::write_static_archive;
-pub use atomic_write::{write_atomically, write_atomically_with_mode};
+pub use atomic_write::{
+    write_atomically, write_atomically_together, write_atomically_with_mode, FileToWrite,
+};
 pub use shared_object::link_shared_object;
 
 /// Everything that can go wrong while turning an object file into an artifact.
