@@ -18,6 +18,7 @@ pub mod header;
 pub mod interp;
 pub mod ir;
 pub mod limits;
+pub mod memory;
 pub mod model_name;
 pub mod onnx;
 pub mod ops;

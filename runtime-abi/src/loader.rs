@@ -534,15 +534,26 @@ impl Library {
     }
 
     fn workspace_of(&self, bytes: usize) -> Workspace {
+        self.try_workspace_of(bytes)
+            .unwrap_or_else(|layout| std::alloc::handle_alloc_error(layout))
+    }
+
+    /// Like [`Library::workspace`], but `None` when the allocator refuses the block
+    /// (a tool reports that instead of aborting).
+    pub fn try_workspace(&self) -> Option<Workspace> {
+        self.try_workspace_of(self.workspace_size).ok()
+    }
+
+    fn try_workspace_of(&self, bytes: usize) -> Result<Workspace, std::alloc::Layout> {
         // A non-NULL workspace is required even when the size is 0.
         let layout = std::alloc::Layout::from_size_align(bytes.max(1), self.workspace_align)
             .expect("model_info gives a valid layout (checked in open)");
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return Err(layout);
         }
-        Workspace { ptr, layout }
+        Ok(Workspace { ptr, layout })
     }
 
     /// Runs the model: every input and output buffer is checked against

@@ -84,7 +84,7 @@ pub fn compare(expected: &Tensor, actual: &Tensor, tol: Tolerance) -> Comparison
         c.error = Some(format!("{} but expected {}", actual.ty(), expected.ty()));
         return c;
     }
-    for (&e, &a) in expected.to_f64_vec().iter().zip(&actual.to_f64_vec()) {
+    for (e, a) in expected.f64_values().zip(actual.f64_values()) {
         if (e.is_nan() && a.is_nan()) || e == a {
             continue;
         }
@@ -157,35 +157,60 @@ fn index_bound(graph: &Graph, v: ValueId) -> Option<usize> {
     bound
 }
 
-/// Deterministic random values for every input of `graph` (see the module docs).
-pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Tensor> {
+/// Deterministic random values for every input of `graph` (see the module docs); an
+/// input that does not fit in memory is an error naming it.
+pub fn random_inputs(graph: &Graph, seed: u64) -> Result<Vec<Tensor>, String> {
     graph
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, &v)| {
-            let mut rng = Rng::new(seed.wrapping_add(1_000_003 * i as u64));
-            random_tensor(graph.ty(v), index_bound(graph, v), &mut rng)
-        })
+        .map(|(i, _)| random_input(graph, i, seed))
         .collect()
 }
 
-fn random_tensor(ty: &TensorType, index_bound: Option<usize>, rng: &mut Rng) -> Tensor {
+/// The random values of input `i` that [`random_inputs`] gives.
+fn random_input(graph: &Graph, i: usize, seed: u64) -> Result<Tensor, String> {
+    let v = graph.inputs[i];
+    let mut rng = Rng::new(seed.wrapping_add(1_000_003 * i as u64));
+    let ty = graph.ty(v);
+    let what = || format!("input '{}' ({ty})", graph.value(v).name);
+    random_tensor(ty, index_bound(graph, v), &mut rng, &what)
+}
+
+fn random_tensor(
+    ty: &TensorType,
+    index_bound: Option<usize>,
+    rng: &mut Rng,
+    what: &dyn Fn() -> String,
+) -> Result<Tensor, String> {
     let n = ty.numel();
     let d = ty.dtype;
+    // The values are drawn as bools, float32 or int64, then cast: room for both.
+    let (drawn, native) = match d {
+        DType::Bool => (n, true),
+        _ if d.is_float() => (n.saturating_mul(4), d == DType::F32),
+        _ => (n.saturating_mul(8), d == DType::I64),
+    };
+    let cast = if native { 0 } else { ty.byte_size() };
+    nnc::memory::check_fits(drawn.saturating_add(cast), what)?;
     if d == DType::Bool {
-        return Tensor::from_vec(&ty.shape, (0..n).map(|_| rng.below(2) == 1).collect());
+        return Ok(Tensor::from_vec(
+            &ty.shape,
+            (0..n).map(|_| rng.below(2) == 1).collect(),
+        ));
     }
     if d.is_float() {
         let v: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
-        return Tensor::from_vec(&ty.shape, v).cast(d);
+        let t = Tensor::from_vec(&ty.shape, v);
+        return Ok(if d == DType::F32 { t } else { t.cast(d) });
     }
     let (lo, hi) = match index_bound {
         Some(b) => (0, b.max(1) as u64),
         None => (1, 8),
     };
     let v: Vec<i64> = (0..n).map(|_| (lo + rng.below(hi - lo)) as i64).collect();
-    Tensor::from_vec(&ty.shape, v).cast(d)
+    let t = Tensor::from_vec(&ty.shape, v);
+    Ok(if d == DType::I64 { t } else { t.cast(d) })
 }
 
 /// The graph's inputs in order, from `given` (name, tensor) pairs; with `fill`, inputs
@@ -212,7 +237,6 @@ pub fn bind_inputs(
             ));
         }
     }
-    let random = fill.map(|seed| random_inputs(graph, seed));
     let mut out = Vec::new();
     for (i, &v) in graph.inputs.iter().enumerate() {
         let (name, ty) = (&graph.value(v).name, graph.ty(v));
@@ -227,8 +251,8 @@ pub fn bind_inputs(
                 }
                 out.push(t.clone());
             }
-            None => match &random {
-                Some(r) => out.push(r[i].clone()),
+            None => match fill {
+                Some(seed) => out.push(random_input(graph, i, seed)?),
                 None => {
                     return Err(format!(
                         "missing input '{name}' ({ty}): pass --input {name}=FILE.npy"

@@ -118,3 +118,54 @@ fn max_tensor_bytes_sets_the_limit() {
     );
     assert!(out_path.exists());
 }
+
+/// `nnc verify` and `nnc run` hold whole tensors in this process: one that does not fit
+/// in the address space is an error naming what did not fit (exit 1), never an
+/// allocation abort (exit 134).
+#[test]
+fn verify_and_run_of_tensors_past_memory_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    // 512 MiB in and out under a 1 GiB address space: compiling needs little, a run
+    // holds the input at least twice (file and tensor, or tensor and call bytes).
+    let shape = [1usize, 1, 128, 1 << 20];
+    let mut m = ModelBuilder::new(3);
+    let x = m.input("x", &shape);
+    let y = m.node("Relu", &[&x], vec![]);
+    m.output(&y);
+    let p = write(dir.path(), "relu_512m.onnx", m);
+    let npy = dir.path().join("x.npy");
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 128, 1048576), }";
+    let header = format!("{header:<117}\n");
+    let mut file = b"\x93NUMPY\x01\x00".to_vec();
+    file.extend((header.len() as u16).to_le_bytes());
+    file.extend(header.as_bytes());
+    file.resize(file.len() + shape.iter().product::<usize>() * 4, 0);
+    std::fs::write(&npy, file).unwrap();
+    let out_dir = dir.path().join("out");
+    let verify = vec!["verify".to_string(), p.display().to_string()];
+    let run = vec![
+        "run".to_string(),
+        p.display().to_string(),
+        "--input".to_string(),
+        format!("x={}", npy.display()),
+        "--output".to_string(),
+        out_dir.display().to_string(),
+    ];
+    for args in [verify, run] {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 1048576; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_nnc"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "nnc {}: {stderr}", args[0]);
+        assert!(
+            stderr.contains("does not fit in memory") && !stderr.contains("panicked"),
+            "nnc {}: {stderr}",
+            args[0]
+        );
+    }
+    assert!(!out_dir.join("y.npy").exists(), "no partial output");
+}

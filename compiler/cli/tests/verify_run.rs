@@ -185,7 +185,7 @@ fn same_graph_verifies_and_has_no_divergence() {
     let dir = tempfile::tempdir().unwrap();
     let (model, _) = three_convs(dir.path());
     let g = verify::load(&model, &Default::default()).unwrap();
-    let inputs = verify::random_inputs(&g, 1);
+    let inputs = verify::random_inputs(&g, 1).unwrap();
     let report = verify::verify_graphs(&g, &g, &inputs, Tolerance::default()).unwrap();
     assert!(report.passed());
     assert!(report.divergence.is_none());
@@ -200,7 +200,7 @@ fn verify_points_at_the_node_whose_weights_were_corrupted() {
     let dir = tempfile::tempdir().unwrap();
     let (model, weights) = three_convs(dir.path());
     let g = verify::load(&model, &Default::default()).unwrap();
-    let inputs = verify::random_inputs(&g, 3);
+    let inputs = verify::random_inputs(&g, 3).unwrap();
     let mut named = Vec::new();
     for w in &weights {
         let v = value_named(&g, w);
@@ -254,7 +254,7 @@ fn random_index_inputs_are_valid() {
     let path = dir.path().join("gather.onnx");
     std::fs::write(&path, m.encode()).unwrap();
     let g = verify::load(&path, &Default::default()).unwrap();
-    let ids = verify::random_inputs(&g, 9).remove(0).to_i64_vec();
+    let ids = verify::random_inputs(&g, 9).unwrap().remove(0).to_i64_vec();
     assert!(ids.iter().all(|&i| (0..5).contains(&i)), "{ids:?}");
     assert!(ids.contains(&0) && ids.contains(&4), "{ids:?}");
     let o = nnc(&["verify", path.to_str().unwrap(), "--seed", "9"]);

@@ -97,6 +97,7 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, String> {
         })
         .collect::<Result<_, _>>()?;
     let ty = TensorType::new(dtype, shape);
+    nnc::memory::check_fits(ty.byte_size(), &|| format!("the .npy array {ty}"))?;
     Tensor::from_le_bytes(&ty, &bytes[data_start..]).ok_or_else(|| {
         format!(
             ".npy data holds {} bytes, {} needs {}",
@@ -127,7 +128,12 @@ pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>, String> {
         header.push(' ');
     }
     header.push('\n');
+    let what = || format!("the .npy bytes of {}", t.ty());
+    let bytes = t.ty().byte_size();
     let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    nnc::memory::reserve(&mut out, 2 + header.len() + bytes, &what)?;
+    // to_le_bytes makes its own buffer, copied into `out`: room for it too.
+    nnc::memory::check_fits(bytes, &what)?;
     out.extend((header.len() as u16).to_le_bytes());
     out.extend(header.as_bytes());
     out.extend(t.to_le_bytes());

@@ -73,7 +73,16 @@ impl LoadedModel {
         std::fs::write(&file.0, so)
             .map_err(|e| HostError::Load(format!("{}: {e}", file.0.display()).into()))?;
         let library = Library::open(&file.0, None).map_err(|e| HostError::Load(e.into()))?;
-        let workspace = Mutex::new(library.workspace());
+        let workspace = library.try_workspace().ok_or_else(|| {
+            HostError::Load(
+                format!(
+                    "the library's workspace ({} bytes) does not fit in memory",
+                    library.workspace_size()
+                )
+                .into(),
+            )
+        })?;
+        let workspace = Mutex::new(workspace);
         Ok(LoadedModel {
             library,
             workspace,
@@ -99,9 +108,18 @@ impl LoadedModel {
                 .map(|(t, d)| TensorType::new(t.dtype, d.shape))
                 .collect()
         };
-        let in_bytes: Vec<Vec<u8>> = inputs.iter().map(Tensor::to_le_bytes).collect();
-        let mut out_bytes: Vec<Vec<u8>> =
-            out_types.iter().map(|t| vec![0u8; t.byte_size()]).collect();
+        let fits = |e: String| HostError::Run(e.into());
+        let mut in_bytes = Vec::with_capacity(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            let what = || format!("the bytes of input {i} ({})", t.ty());
+            nnc::memory::check_fits(t.ty().byte_size(), &what).map_err(fits)?;
+            in_bytes.push(t.to_le_bytes());
+        }
+        let mut out_bytes = Vec::with_capacity(out_types.len());
+        for (i, t) in out_types.iter().enumerate() {
+            let what = || format!("output {i} ({t})");
+            out_bytes.push(nnc::memory::zeroed_bytes(t.byte_size(), &what).map_err(fits)?);
+        }
         let ins: Vec<loader::Tensor> = in_bytes.iter().map(|b| loader::Tensor::bytes(b)).collect();
         let mut outs: Vec<loader::TensorMut> = out_bytes
             .iter_mut()
@@ -135,6 +153,8 @@ impl LoadedModel {
             .iter()
             .zip(&out_bytes)
             .map(|(t, b)| {
+                let what = || format!("the tensor of output {t}");
+                nnc::memory::check_fits(t.byte_size(), &what).map_err(fits)?;
                 Tensor::from_le_bytes(t, &b[..t.byte_size()])
                     .ok_or_else(|| HostError::Run(format!("output {t}").into()))
             })

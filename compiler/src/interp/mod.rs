@@ -532,10 +532,12 @@ fn run_one_graph(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String
         .outputs
         .iter()
         .map(|id| {
-            slots[id.0]
-                .get()
-                .cloned()
-                .ok_or_else(|| format!("graph output {} was never computed", graph.value(*id).name))
+            let name = &graph.value(*id).name;
+            let value = (slots[id.0].get())
+                .ok_or_else(|| format!("graph output {name} was never computed"))?;
+            let what = || format!("the interpreter's output '{name}' ({})", value.ty());
+            crate::memory::check_fits(value.ty().byte_size(), &what)?;
+            Ok(value.clone())
         })
         .collect()
 }
@@ -588,6 +590,21 @@ fn at_actual_rows<'n>(graph: &Graph, node: &'n Node, args: &[Option<&Tensor>]) -
     }
 }
 
+/// Checks that the node's outputs, and one temporary as large as the largest of them
+/// (most ops build a result through one intermediate array), can be allocated: the
+/// interpreter's arrays allocate infallibly, so a value that does not fit would abort.
+fn check_outputs_fit(graph: &Graph, node: &Node) -> Result<(), String> {
+    let sizes = node.outputs.iter().map(|id| graph.ty(*id).byte_size());
+    let largest = sizes.clone().max().unwrap_or(0);
+    let total = sizes.fold(largest, usize::saturating_add);
+    crate::memory::check_fits(total, &|| {
+        let names: Vec<String> = (node.outputs.iter())
+            .map(|id| format!("'{}' ({})", graph.value(*id).name, graph.ty(*id)))
+            .collect();
+        format!("the interpreter's value {}", names.join(", "))
+    })
+}
+
 fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Slot<'g>>, String> {
     let mut slots: Vec<Slot<'g>> = graph
         .values
@@ -612,6 +629,7 @@ fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Sl
                 }),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        check_outputs_fit(graph, node).map_err(|e| format!("{}: {e}", context()))?;
         let op = at_actual_rows(graph, node, &args);
         let results = eval_op(&op, &args).map_err(|e| format!("{}: {e}", context()))?;
         if results.len() < node.outputs.len() {
@@ -670,6 +688,14 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
     let mut rows = None;
     for (id, tensor) in graph.inputs.iter().zip(inputs) {
         let declared = graph.ty(*id);
+        let what = || {
+            format!(
+                "the interpreter's copy of input '{}' ({})",
+                graph.value(*id).name,
+                tensor.ty()
+            )
+        };
+        crate::memory::check_fits(tensor.ty().byte_size(), &what)?;
         if let Some(n) = row_dim_rows(graph, *id, tensor) {
             if *rows.get_or_insert(n) != n {
                 return Err("the inputs hold different numbers of rows of a dim".into());

@@ -385,6 +385,11 @@ impl Tensor {
     }
 
     /// Elements as f64, row-major.
+    /// Elements as f64, row-major, without a copy of the tensor.
+    pub fn f64_values(&self) -> Box<dyn Iterator<Item = f64> + '_> {
+        with_tensor!(self, a => Box::new(a.iter().map(|v| v.to_f64())))
+    }
+
     pub fn to_f64_vec(&self) -> Vec<f64> {
         with_tensor!(self, a => a.iter().map(|v| v.to_f64()).collect())
     }
