@@ -521,3 +521,60 @@ fn out_of_range_attributes_are_refused_with_the_node() {
         failures.join("\n")
     );
 }
+
+/// A group that cannot divide the channels (2^63 - 1 once overflowed `w.shape[1] ×
+/// group` in shape inference) is one error naming the attribute, for Conv and
+/// ConvTranspose alike.
+#[test]
+fn impossible_groups_are_refused_naming_the_attribute() {
+    let w = || floats("w", &[4, 4, 3, 3], &[0.5; 144]);
+    for op in ["Conv", "ConvTranspose"] {
+        for g in [i64::MAX, 1 << 62, 3, 8] {
+            let m = one_node_model(op, &["w"], &[("group", A::I(g))], vec![w()]);
+            expect_refused(
+                &format!("{op} group {g}"),
+                &m,
+                &[
+                    "'N'",
+                    op,
+                    &format!("attribute 'group' is {g}"),
+                    "must divide",
+                ],
+            );
+        }
+    }
+}
+
+/// Flags (0/1 attributes) outside {0, 1} are refused naming the attribute: runtimes
+/// read them differently (onnxruntime: `largest == 1`, `sorted` 1000 as unsorted; the
+/// reference evaluator: nonzero), so nnc takes none of the readings.
+#[test]
+fn flags_outside_zero_and_one_are_refused_naming_the_attribute() {
+    let k = || ints("k", &[2]);
+    let cases: Vec<(&str, Vec<&str>, &str, Vec<TensorProto>)> = vec![
+        ("TopK", vec!["k"], "largest", vec![k()]),
+        ("TopK", vec!["k"], "sorted", vec![k()]),
+        ("Unique", vec![], "sorted", vec![]),
+        ("ReduceSum", vec![], "keepdims", vec![]),
+        ("ArgMax", vec![], "select_last_index", vec![]),
+        ("CumSum", vec!["k"], "exclusive", vec![ints("k", &[1])]),
+        ("Mod", vec!["x"], "fmod", vec![]),
+    ];
+    for (op, inputs, flag, extra) in cases {
+        for v in [3, 1 << 40, -1, 1000] {
+            let m = one_node_model(op, &inputs, &[(flag, A::I(v))], extra.clone());
+            expect_refused(
+                &format!("{op} {flag}={v}"),
+                &m,
+                &["'N'", op, &format!("attribute '{flag}' is {v}"), "0 or 1"],
+            );
+        }
+        // 0 and 1 still import.
+        for v in [0, 1] {
+            let m = one_node_model(op, &inputs, &[(flag, A::I(v))], extra.clone());
+            if let Err(e) = import_model(&m, None, &ImportOptions::default()) {
+                panic!("{op} {flag}={v}: {e}");
+            }
+        }
+    }
+}

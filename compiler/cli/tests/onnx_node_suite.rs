@@ -4,6 +4,8 @@
 //! atol 1e-4). Any case listed in `tests/onnx_<suite>_passing.txt` that fails is a
 //! regression.
 
+#[path = "../../tests/common/node_suite.rs"]
+mod node_suite;
 #[path = "../../tests/common/tools.rs"]
 mod tools;
 
@@ -14,43 +16,8 @@ fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Generates the suites once per target dir (the generator is deterministic). The
-/// tests of this file run in parallel and share the folder: one generates, the others
-/// wait for it.
 fn suite_dir() -> Option<PathBuf> {
-    static SUITES: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    SUITES.get_or_init(generate_suites).clone()
-}
-
-fn generate_suites() -> Option<PathBuf> {
-    let root = workspace_root();
-    let out = root.join("target").join("onnx-suite");
-    if out
-        .join("node")
-        .join("test_abs")
-        .join("model.onnx")
-        .exists()
-    {
-        return Some(out);
-    }
-    let onnx_ok = Command::new("python3")
-        .args([
-            "-c",
-            "import onnx, numpy; assert onnx.__version__ == '1.23.2'",
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !onnx_ok {
-        tools::skip("python3 with onnx==1.23.2 and numpy is needed to generate the node suite (pip install onnx==1.23.2 numpy)");
-        return None;
-    }
-    let status = Command::new("python3")
-        .arg(root.join("scripts/gen_onnx_suite.py"))
-        .arg(&out)
-        .status()
-        .expect("python3 runs");
-    assert!(status.success(), "scripts/gen_onnx_suite.py failed");
-    Some(out)
+    node_suite::suite_dir()
 }
 
 fn run_suite(suite: &str, passing_list: &str) {

@@ -41,6 +41,19 @@ impl<'a> Attributes<'a> {
         Ok(self.int_opt(name)?.unwrap_or(default))
     }
 
+    /// A flag attribute (`keepdims`, `largest`, `transA`, ...): ONNX declares it an
+    /// int meaning 0 or 1. Any other value is refused, naming the attribute, since
+    /// runtimes disagree on it (onnxruntime reads `largest` as `== 1` and `sorted` as
+    /// unsorted, the reference evaluator as `!= 0`), so no reading could be right.
+    pub fn flag(&self, name: &str, default: bool) -> AttrResult<bool> {
+        match self.int_opt(name)? {
+            None => Ok(default),
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            Some(v) => Err(format!("attribute '{name}' is {v}: a flag must be 0 or 1")),
+        }
+    }
+
     pub fn float_opt(&self, name: &str) -> AttrResult<Option<f32>> {
         Ok(self.typed(name, at::FLOAT, "a float")?.map(|a| a.f))
     }

@@ -385,7 +385,10 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                     xt.rank()
                 ));
             }
-            if c.group == 0 || xt.shape[1] != w.shape[1] * c.group || w.shape[0] % c.group != 0 {
+            if c.group == 0
+                || Some(xt.shape[1]) != w.shape[1].checked_mul(c.group)
+                || w.shape[0] % c.group != 0
+            {
                 return Err(format!(
                     "channels do not match: input has {}, weight expects {} × group {}",
                     xt.shape[1], w.shape[1], c.group

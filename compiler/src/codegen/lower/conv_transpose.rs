@@ -86,14 +86,15 @@ impl TransposeGeometry {
     /// For kernel offset `k` along `axis`, the input range whose outputs
     /// `i·s − pad + k·d` land inside the output: empty when none do.
     fn valid_inputs(&self, axis: usize, k: usize) -> std::ops::Range<usize> {
-        let (s, shift) = (
-            self.strides[axis] as i64,
-            (k * self.dilations[axis]) as i64 - self.pad_begin[axis] as i64,
-        );
+        // In i128: strides, dilations and pads are attributes up to 2^63, and their
+        // products and differences must not wrap.
+        let wide = |v: usize| v as i128;
+        let s = wide(self.strides[axis]);
+        let shift = wide(k) * wide(self.dilations[axis]) - wide(self.pad_begin[axis]);
         // i·s + shift ∈ [0, out)  ⇔  i ∈ [ceil(−shift / s), floor((out − 1 − shift) / s)].
-        let lo = ((-shift).max(0) as usize).div_ceil(s as usize) as i64;
-        let hi_incl = (self.output[axis] as i64 - 1 - shift).div_euclid(s);
-        let hi = (hi_incl + 1).clamp(0, self.input[axis] as i64);
+        let lo = ((-shift).max(0) + s - 1) / s;
+        let hi_incl = (wide(self.output[axis]) - 1 - shift).div_euclid(s);
+        let hi = (hi_incl + 1).clamp(0, wide(self.input[axis]));
         (lo.min(hi)) as usize..hi as usize
     }
 }
@@ -221,6 +222,13 @@ fn transpose_gemm_taps(
         if ranges.iter().any(|r| r.is_empty()) {
             continue;
         }
+        // A stride only matters between columns: one column takes stride 1, so huge
+        // strides (that leave one input per tap) reach no size arithmetic.
+        let col_stride = if ranges[last].len() > 1 {
+            g.strides[last]
+        } else {
+            1
+        };
         let spec = GemmSpec {
             m: g.mg,
             n: ranges[last].len(),
@@ -230,11 +238,11 @@ fn transpose_gemm_taps(
                 row_stride: in_plane,
             },
             ldc: out_plane,
-            c_col_stride: g.strides[last],
+            c_col_stride: col_stride,
             alpha: 1.0,
             addends: vec![Addend {
                 row_stride: out_plane,
-                col_stride: g.strides[last],
+                col_stride,
                 scale: 1.0,
             }],
             activation: Activation::None,
@@ -257,7 +265,13 @@ fn transpose_gemm_taps(
         // Window start in X and Y (elements within a plane), and steps per outer axis.
         let x_start: usize = (0..sp).map(|d| ranges[d].start * in_strides[d]).sum();
         let y_start: usize = (0..sp)
-            .map(|d| ranges[d].start * g.strides[d] + k[d] * g.dilations[d] - g.pad_begin[d])
+            .map(|d| {
+                // Inside the output (valid_inputs), though its terms may not fit alone.
+                let at = ranges[d].start as i128 * g.strides[d] as i128
+                    + k[d] as i128 * g.dilations[d] as i128
+                    - g.pad_begin[d] as i128;
+                at as usize
+            })
             .zip(&out_strides)
             .map(|(o, s)| o * s)
             .sum();
@@ -267,7 +281,10 @@ fn transpose_gemm_taps(
             .collect();
         let y_steps: Vec<usize> = std::iter::once(maps * out_plane)
             .chain([g.mg * out_plane])
-            .chain((0..last).map(|d| g.strides[d] * out_strides[d]))
+            .chain((0..last).map(|d| match ranges[d].len() {
+                0 | 1 => 0,
+                _ => g.strides[d] * out_strides[d],
+            }))
             .collect();
         let mut shape = vec![g.batch, g.group];
         shape.extend(ranges[..last].iter().map(|r| r.len()));

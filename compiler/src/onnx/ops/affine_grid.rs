@@ -52,7 +52,7 @@ pub fn affine_grid(ctx: &mut NodeCtx) -> ImportResult {
         .const_input(1, "size")?
         .ok_or("input 'size' is required")?
         .to_i64_vec();
-    let align_corners = ctx.attrs.int("align_corners", 0)? != 0;
+    let align_corners = ctx.attrs.flag("align_corners", false)?;
     let k = size.len().checked_sub(2).filter(|k| *k == 2 || *k == 3);
     let Some(k) = k else {
         return Err(format!("size {size:?} must be [N, C, H, W] or [N, C, D, H, W]").into());

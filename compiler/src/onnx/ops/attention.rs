@@ -148,7 +148,7 @@ pub fn attention(ctx: &mut NodeCtx) -> ImportResult {
     }
     let a = &ctx.attrs;
     let scale = a.float_opt("scale")?;
-    let is_causal = a.int("is_causal", 0)? != 0;
+    let is_causal = a.flag("is_causal", false)?;
     let q_heads_attr = a.int_opt("q_num_heads")?;
     let kv_heads_attr = a.int_opt("kv_num_heads")?;
     let softmax_precision = match a.int_opt("softmax_precision")? {
@@ -167,7 +167,9 @@ pub fn attention(ctx: &mut NodeCtx) -> ImportResult {
     let window = |name| -> ImportResult<Option<i64>> {
         match a.int(name, -1)? {
             -1 => Ok(None),
-            w if w >= 0 => Ok(Some(w)),
+            // A window past any sequence length masks nothing more: capped so that
+            // position arithmetic cannot overflow.
+            w if w >= 0 => Ok(Some(w.min(1 << 40))),
             w => Err(format!("{name} must be -1 or non-negative, not {w}").into()),
         }
     };

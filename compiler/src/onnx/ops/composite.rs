@@ -34,7 +34,7 @@ pub fn trilu(ctx: &mut NodeCtx) -> ImportResult {
     if x.rank() < 2 {
         return Err("input must have rank ≥ 2".into());
     }
-    let upper = ctx.attrs.int("upper", 1)? != 0;
+    let upper = ctx.attrs.flag("upper", true)?;
     let (n, m) = (x.shape[x.rank() - 2], x.shape[x.rank() - 1]);
     let k_input = ctx.input(1);
     let mask = match k_input.filter(|v| ctx.constant(*v).is_none()) {

@@ -78,8 +78,8 @@ pub fn unary(ctx: &mut NodeCtx) -> ImportResult {
         "BitwiseNot" => UnaryOp::BitwiseNot,
         "IsNaN" => UnaryOp::IsNaN,
         "IsInf" => UnaryOp::IsInf {
-            positive: a.int("detect_positive", 1)? != 0,
-            negative: a.int("detect_negative", 1)? != 0,
+            positive: a.flag("detect_positive", true)?,
+            negative: a.flag("detect_negative", true)?,
         },
         "Clip" => clip_bounds(ctx)?,
         other => {
@@ -145,7 +145,7 @@ pub fn binary_op(op_type: &str, ctx: &NodeCtx) -> ImportResult<BinaryOp> {
         "Max" => BinaryOp::Max,
         "Min" => BinaryOp::Min,
         "Mod" => BinaryOp::Mod {
-            fmod: ctx.attrs.int("fmod", 0)? != 0,
+            fmod: ctx.attrs.flag("fmod", false)?,
         },
         "PRelu" => BinaryOp::PRelu,
         "Equal" => BinaryOp::Equal,
@@ -201,7 +201,7 @@ fn legacy_broadcast(
     let start = if op == BinaryOp::PRelu {
         (bt.numel() > 1 && bt.rank() == 1 && ra >= 2 && bt.shape != ctx.ty(a).shape[ra - 1..])
             .then_some(1)
-    } else if ctx.attrs.int("broadcast", 0)? != 0 {
+    } else if ctx.attrs.flag("broadcast", false)? {
         match ctx.attrs.int_opt("axis")? {
             Some(axis) => Some(normalize_axis(axis, ra)?),
             None => None,

@@ -139,7 +139,7 @@ pub fn grid_sample(ctx: &mut NodeCtx) -> ImportResult {
             return Err(format!("padding_mode '{m}': expected zeros, border or reflection").into())
         }
     };
-    let align = ctx.attrs.int("align_corners", 0)? != 0;
+    let align = ctx.attrs.flag("align_corners", false)?;
     if !xt.dtype.is_float() || !gt.dtype.is_float() {
         return Err(ImportError::Unsupported(format!(
             "GridSample of {} with a {} grid",

@@ -71,8 +71,8 @@ pub fn gather_nd(ctx: &mut NodeCtx) -> ImportResult {
 pub fn cumsum(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let axis_input = ctx.required(1)?;
-    let exclusive = ctx.attrs.int("exclusive", 0)? != 0;
-    let reverse = ctx.attrs.int("reverse", 0)? != 0;
+    let exclusive = ctx.attrs.flag("exclusive", false)?;
+    let reverse = ctx.attrs.flag("reverse", false)?;
     let product = ctx.node.op_type == "CumProd";
     let op_along = move |axis: usize| -> ImportResult<Op> {
         Ok(Op::CumSum {
@@ -147,11 +147,13 @@ fn cumsum_along_run_time_axis(
 /// TopK: `k` from the attribute before opset 10, a constant input after. The outputs
 /// are always sorted (`sorted = 0` leaves the order unspecified).
 pub fn top_k(ctx: &mut NodeCtx) -> ImportResult {
+    // Sorted or not, the outputs come sorted; the flag is still checked like any other.
+    ctx.attrs.flag("sorted", true)?;
     let x = ctx.input_ty(0)?;
     let k_input = ctx.input(1).filter(|v| ctx.constant(*v).is_none());
     if let (true, Some(k)) = (ctx.opset() >= 10, k_input) {
         let (axis, _) = axis_and_dim(ctx.attrs.int("axis", -1)?, &x.shape)?;
-        let largest = ctx.attrs.int("largest", 1)? != 0;
+        let largest = ctx.attrs.flag("largest", true)?;
         // A bound the model puts on k (`min(300, n)`) plans the outputs for it.
         let max_k = (ctx.upper_bound(k)).map_or(x.shape[axis], |m| {
             usize::try_from(m.max(0)).unwrap_or(0).min(x.shape[axis])
@@ -185,7 +187,7 @@ pub fn top_k(ctx: &mut NodeCtx) -> ImportResult {
         .ok()
         .filter(|&k| k <= dim)
         .ok_or_else(|| ImportError::Invalid(format!("k = {k} must be in [0, {dim}]")))?;
-    let largest = ctx.attrs.int("largest", 1)? != 0;
+    let largest = ctx.attrs.flag("largest", true)?;
     let outs = ctx.emit(
         Op::TopK { axis, k, largest },
         vec![Some(ctx.required(0)?)],
@@ -356,18 +358,32 @@ pub fn max_unpool(ctx: &mut NodeCtx) -> ImportResult {
         .into());
     }
     let mut inferred = x.shape[..2].to_vec();
+    let too_large = || "the output's size overflows: kernel_shape or strides are too large";
     for i in 0..n {
-        let full = (x.shape[2 + i].max(1) - 1) * strides[i] + kernel[i];
-        let d = full
-            .checked_sub(pads[i] + pads[n + i])
+        let full = ((x.shape[2 + i].max(1) - 1).checked_mul(strides[i]))
+            .and_then(|f| f.checked_add(kernel[i]))
+            .ok_or_else(too_large)?;
+        let d = pads[i]
+            .checked_add(pads[n + i])
+            .and_then(|p| full.checked_sub(p))
             .ok_or("pads remove the whole output")?;
         inferred.push(d);
     }
-    let total: usize = inferred.iter().product();
-    let zeros = ctx.constant_value(
-        "zeros",
-        Tensor::zeros(&crate::ir::TensorType::new(x.dtype, vec![total])),
-    );
+    let total = (inferred.iter())
+        .try_fold(1usize, |t, &d| t.checked_mul(d))
+        .ok_or_else(too_large)?;
+    let zeros_ty = crate::ir::TensorType::new(x.dtype, vec![total]);
+    ctx.limits().check_tensor(&zeros_ty)?;
+    let zeros = if ctx.limits().may_fold([&zeros_ty]) {
+        ctx.constant_value("zeros", Tensor::zeros(&zeros_ty))
+    } else {
+        // Too big to carry as a weight: filled by infer().
+        let zero = ctx.constant_value(
+            "zero",
+            Tensor::zeros(&crate::ir::TensorType::new(x.dtype, vec![])),
+        );
+        ctx.emit1(Op::Expand { shape: vec![total] }, vec![Some(zero)])?
+    };
     let flat = |ctx: &mut NodeCtx, i: usize| -> ImportResult<crate::ir::ValueId> {
         let v = ctx.required(i)?;
         ctx.emit1(

@@ -10,7 +10,7 @@ use crate::ops::{BinaryOp, Op, UnaryOp};
 
 /// Cast's `saturate` (default 1) and `round_mode` (default "up") attributes.
 fn cast_attrs(ctx: &NodeCtx) -> ImportResult<(bool, E8m0Rounding)> {
-    let saturate = ctx.attrs.int("saturate", 1)? != 0;
+    let saturate = ctx.attrs.flag("saturate", true)?;
     let rounding = match ctx.attrs.string("round_mode", "up")?.as_str() {
         "up" => E8m0Rounding::Up,
         "down" => E8m0Rounding::Down,
@@ -89,7 +89,7 @@ fn along_axis(ctx: &mut NodeCtx, v: ValueId, axis: usize, rank: usize) -> Import
 /// saturate, per the `saturate` attribute, in the encoding).
 pub fn quantize(ctx: &mut NodeCtx, axis: usize, to: DType) -> ImportResult<ValueId> {
     let format = to.low_precision().expect("a low-precision target");
-    let saturate = ctx.attrs.int("saturate", 1)? != 0;
+    let saturate = ctx.attrs.flag("saturate", true)?;
     let x = ctx.required(0)?;
     let rank = ctx.ty(x).rank();
     let x = to_f32(ctx, x)?;

@@ -133,6 +133,23 @@ fn window(
     })
 }
 
+/// The `group` attribute of a (transposed) convolution, checked against the input's
+/// `channels` and the weight's leading axis: each group takes an equal share of both.
+pub(super) fn group_attr(group: i64, channels: usize, weight_rows: usize) -> ImportResult<usize> {
+    let g = usize::try_from(group)
+        .ok()
+        .filter(|g| *g > 0)
+        .ok_or_else(|| format!("attribute 'group' is {group}: it must be positive"))?;
+    if channels % g != 0 || weight_rows % g != 0 {
+        return Err(format!(
+            "attribute 'group' is {group}: it must divide the input's {channels} channels \
+             and the weight's {weight_rows} rows"
+        )
+        .into());
+    }
+    Ok(g)
+}
+
 /// Conv's attributes, checked against the input (input `xi`) and weight (input `wi`):
 /// shared by Conv, ConvInteger and QLinearConv.
 pub(super) fn conv_attrs(ctx: &NodeCtx, xi: usize, wi: usize) -> ImportResult<ConvAttrs> {
@@ -157,11 +174,7 @@ pub(super) fn conv_attrs(ctx: &NodeCtx, xi: usize, wi: usize) -> ImportResult<Co
         .into());
     }
     let win = window(ctx, &x.shape[2..], kernel, false)?;
-    let group = ctx.attrs.int("group", 1)?;
-    let group = usize::try_from(group)
-        .ok()
-        .filter(|g| *g > 0)
-        .ok_or("group must be positive")?;
+    let group = group_attr(ctx.attrs.int("group", 1)?, x.shape[1], w.shape[0])?;
     Ok(ConvAttrs {
         kernel: win.kernel,
         strides: win.strides,
@@ -196,10 +209,7 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
     let out_pad = a
         .usizes_opt("output_padding")?
         .unwrap_or_else(|| vec![0; n]);
-    let group = usize::try_from(a.int("group", 1)?)
-        .ok()
-        .filter(|g| *g > 0)
-        .ok_or("group must be positive")?;
+    let group = group_attr(a.int("group", 1)?, x.shape[1], w.shape[0])?;
     if kernel.len() != n || strides.len() != n || dilations.len() != n || out_pad.len() != n {
         return Err(format!("spatial attributes need {n} entries").into());
     }
@@ -220,25 +230,39 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
     if pads.len() != 2 * n {
         return Err(format!("pads needs {} entries", 2 * n).into());
     }
+    // Every attribute and extent is below 2^63, so sums of their pairwise products
+    // cannot overflow i128; results are checked on the way back to usize.
+    let wide = |v: usize| v as i128;
     let full = |i: usize| {
-        strides[i] * (x.shape[2 + i] - 1) + out_pad[i] + (kernel[i] - 1) * dilations[i] + 1
+        wide(strides[i]) * (wide(x.shape[2 + i]) - 1)
+            + wide(out_pad[i])
+            + (wide(kernel[i]) - 1) * wide(dilations[i])
+            + 1
     };
+    let too_large =
+        |what: &str| format!("the output's spatial axes overflow: {what} are too large");
     let output_shape = a.usizes_opt("output_shape")?;
     let mut output_spatial = Vec::with_capacity(n);
     for i in 0..n {
         let target = match (&output_shape, auto_pad.as_str()) {
             (Some(s), _) => Some(
-                *s.get(s.len().wrapping_sub(n) + i)
+                *s.len()
+                    .checked_sub(n)
+                    .and_then(|lead| s.get(lead + i))
                     .ok_or("output_shape has too few entries")?,
             ),
-            (None, "SAME_UPPER" | "SAME_LOWER") => Some(x.shape[2 + i] * strides[i]),
+            (None, "SAME_UPPER" | "SAME_LOWER") => Some(
+                x.shape[2 + i]
+                    .checked_mul(strides[i])
+                    .ok_or_else(|| too_large("strides"))?,
+            ),
             _ => None,
         };
         match target {
             Some(t) => {
                 // The spec's rule (and onnx.reference's): a negative total pads the
                 // end, i.e. the output extends past the full convolution with bias only.
-                let total = full(i) as i64 - t as i64;
+                let total = full(i) - wide(t);
                 let (b, e) = if auto_pad == "SAME_UPPER" {
                     (total.div_euclid(2), total - total.div_euclid(2))
                 } else {
@@ -246,15 +270,19 @@ pub fn conv_transpose(ctx: &mut NodeCtx) -> ImportResult {
                 };
                 pads[i] =
                     usize::try_from(b).map_err(|_| "output_shape needs a negative leading pad")?;
-                pads[n + i] = e.max(0) as usize;
+                pads[n + i] = usize::try_from(e.max(0))
+                    .map_err(|_| too_large("kernel_shape, strides and dilations"))?;
                 output_spatial.push(t);
             }
             None => {
-                let o = full(i)
-                    .checked_sub(pads[i] + pads[n + i])
-                    .filter(|o| *o > 0)
-                    .ok_or("pads remove the whole output")?;
-                output_spatial.push(o);
+                let o = full(i) - wide(pads[i]) - wide(pads[n + i]);
+                if o <= 0 {
+                    return Err("pads remove the whole output".into());
+                }
+                output_spatial.push(
+                    usize::try_from(o)
+                        .map_err(|_| too_large("kernel_shape, strides and dilations"))?,
+                );
             }
         }
     }
@@ -282,7 +310,7 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
     let kind = match op_type.trim_start_matches("Global") {
         "MaxPool" => PoolKind::Max,
         "AveragePool" => PoolKind::Average {
-            count_include_pad: ctx.attrs.int("count_include_pad", 0)? != 0,
+            count_include_pad: ctx.attrs.flag("count_include_pad", false)?,
         },
         "LpPool" => PoolKind::Lp {
             p: ctx.attrs.int("p", 2)? as f32,
@@ -313,7 +341,7 @@ pub fn pool(ctx: &mut NodeCtx) -> ImportResult {
             .attrs
             .usizes_opt("kernel_shape")?
             .ok_or("attribute 'kernel_shape' is required")?;
-        let ceil_mode = ctx.attrs.int("ceil_mode", 0)? != 0;
+        let ceil_mode = ctx.attrs.flag("ceil_mode", false)?;
         let win = window(ctx, spatial, kernel, ceil_mode)?;
         PoolAttrs {
             kind,
@@ -340,8 +368,8 @@ pub fn gemm(ctx: &mut NodeCtx) -> ImportResult {
     let attrs = GemmAttrs {
         alpha: a.float("alpha", 1.0)?,
         beta: a.float("beta", 1.0)?,
-        trans_a: a.int("transA", 0)? != 0,
-        trans_b: a.int("transB", 0)? != 0,
+        trans_a: a.flag("transA", false)?,
+        trans_b: a.flag("transB", false)?,
         activation: crate::ops::Activation::None,
     };
     let ins = vec![Some(ctx.required(0)?), Some(ctx.required(1)?), ctx.input(2)];
@@ -373,7 +401,7 @@ fn per_channel(
 /// `t = bias - mean * s`; with constant statistics s and t fold at import.
 pub fn batch_norm(ctx: &mut NodeCtx) -> ImportResult {
     let wants_running = ctx.node.output.iter().skip(1).any(|o| !o.is_empty());
-    if ctx.attrs.int("training_mode", 0)? != 0 || (wants_running && ctx.opset() >= 14) {
+    if ctx.attrs.flag("training_mode", false)? || (wants_running && ctx.opset() >= 14) {
         return batch_norm_training(ctx);
     }
     if wants_running {

@@ -6,7 +6,7 @@
 use super::elementwise::scalar_of;
 use crate::ir::{DType, Tensor, ValueId};
 use crate::onnx::attributes::normalize_axis;
-use crate::onnx::import::{ImportResult, NodeCtx};
+use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, PoolAttrs, PoolKind, ReduceAttrs, ReduceKind, UnaryOp};
 
 fn emit_bin(ctx: &mut NodeCtx, op: BinaryOp, a: ValueId, b: ValueId) -> ImportResult<ValueId> {
@@ -187,7 +187,12 @@ pub fn lrn(ctx: &mut NodeCtx) -> ImportResult {
     let size = usize::try_from(size)
         .ok()
         .filter(|s| *s > 0)
-        .ok_or("size must be positive")?;
+        .ok_or_else(|| format!("attribute 'size' is {size}: it must be positive"))?;
+    if size > 1 << 16 {
+        return Err(ImportError::Unsupported(format!(
+            "LRN over a window of {size} channels (at most 65536)"
+        )));
+    }
     let (n, c) = (x.shape[0], x.shape[1]);
     let spatial = x.numel() / (n * c).max(1);
     // Computed in float32 whatever the input's float type.

@@ -285,7 +285,7 @@ pub fn qlinear_binary(ctx: &mut NodeCtx) -> ImportResult {
 /// (`channels_last` 0): the mean over the spatial axes, kept, between dequantize and
 /// quantize.
 pub fn qlinear_global_average_pool(ctx: &mut NodeCtx) -> ImportResult {
-    if ctx.attrs.int("channels_last", 0)? != 0 {
+    if ctx.attrs.flag("channels_last", false)? {
         return Err(ImportError::Unsupported(
             "QLinearGlobalAveragePool with channels_last".into(),
         ));

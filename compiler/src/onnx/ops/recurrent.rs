@@ -750,7 +750,7 @@ pub fn rnn(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn gru(ctx: &mut NodeCtx) -> ImportResult {
-    let linear_before_reset = ctx.attrs.int("linear_before_reset", 0)? != 0;
+    let linear_before_reset = ctx.attrs.flag("linear_before_reset", false)?;
     recurrent(
         ctx,
         Cell::Gru {
@@ -760,6 +760,6 @@ pub fn gru(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 pub fn lstm(ctx: &mut NodeCtx) -> ImportResult {
-    let input_forget = ctx.attrs.int("input_forget", 0)? != 0;
+    let input_forget = ctx.attrs.flag("input_forget", false)?;
     recurrent(ctx, Cell::Lstm { input_forget })
 }

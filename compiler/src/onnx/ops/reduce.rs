@@ -39,8 +39,8 @@ pub fn reduce(ctx: &mut NodeCtx) -> ImportResult {
     } else {
         ctx.attrs.ints_opt("axes")?
     };
-    let keepdims = ctx.attrs.int("keepdims", 1)? != 0;
-    let noop = ctx.attrs.int("noop_with_empty_axes", 0)? != 0;
+    let keepdims = ctx.attrs.flag("keepdims", true)?;
+    let noop = ctx.attrs.flag("noop_with_empty_axes", false)?;
     let xv = ctx.required(0)?;
     let mut axes: Vec<usize> = match axes {
         Some(a) if !a.is_empty() => a
@@ -132,7 +132,7 @@ fn reduce_over_run_time_axes(ctx: &mut NodeCtx, kind: ReduceKind, axes: ValueId)
     if at.rank() != 1 || !at.dtype.is_int() {
         return Err(format!("axes must be a 1-D integer tensor, not {at}").into());
     }
-    let keepdims = ctx.attrs.int("keepdims", 1)? != 0;
+    let keepdims = ctx.attrs.flag("keepdims", true)?;
     let count = at.numel();
     let shapes: Vec<Vec<usize>> = crate::ops::infer::axis_sets(x.rank(), count)
         .iter()
@@ -158,8 +158,8 @@ pub fn arg_reduce(ctx: &mut NodeCtx) -> ImportResult {
     let attrs = ArgReduceAttrs {
         max: ctx.node.op_type == "ArgMax",
         axis: normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?,
-        keepdims: ctx.attrs.int("keepdims", 1)? != 0,
-        select_last_index: ctx.attrs.int("select_last_index", 0)? != 0,
+        keepdims: ctx.attrs.flag("keepdims", true)?,
+        select_last_index: ctx.attrs.flag("select_last_index", false)?,
     };
     let y = ctx.emit1(Op::ArgReduce(attrs), vec![Some(ctx.required(0)?)])?;
     ctx.bind_output(0, y);

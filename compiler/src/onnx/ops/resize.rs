@@ -46,7 +46,7 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         m => return Err(format!("unknown nearest_mode '{m}'").into()),
     };
     // Antialiasing widens linear and cubic kernels only; nearest ignores it.
-    let antialias = a.int("antialias", 0)? != 0 && mode != ResizeMode::Nearest;
+    let antialias = a.flag("antialias", false)? && mode != ResizeMode::Nearest;
     let axes: Vec<usize> = match a.ints_opt("axes")? {
         Some(v) => v
             .iter()
@@ -156,7 +156,7 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
         coordinate_transform,
         nearest_mode,
         cubic_coeff_a: a.float("cubic_coeff_a", -0.75)?,
-        exclude_outside: a.int("exclude_outside", 0)? != 0,
+        exclude_outside: a.flag("exclude_outside", false)?,
         extrapolation_value: a.float("extrapolation_value", 0.0)?,
         scales,
         roi,

@@ -85,6 +85,8 @@ pub fn roi_align(ctx: &mut NodeCtx) -> ImportResult {
         return Err("output_height and output_width must be positive, sampling_ratio ≥ 0".into());
     }
     let (n, c, h, w) = (xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]);
+    let output = crate::ir::TensorType::new(xt.dtype, vec![rt.shape[0], c, oh, ow]);
+    ctx.limits().check_tensor(&output)?;
     if h * w >= 1 << 24 {
         return Err(ImportError::Unsupported(
             "RoiAlign inputs of 2^24 pixels or more".into(),
@@ -99,7 +101,17 @@ pub fn roi_align(ctx: &mut NodeCtx) -> ImportResult {
         adaptive_grid(ctx, rois, (oh, ow), scale, half_pixel)?
     };
     let (gh, gw) = grid.max();
-    let s = oh * ow * gh * gw;
+    // The sample grid is built as constants of (rois ×) oh·ow·gh·gw steps: sizes from
+    // attributes and roi values, checked before anything is allocated.
+    let too_many = || {
+        format!("output_height × output_width × the sampling grid ({oh}×{ow}×{gh}×{gw}) overflows")
+    };
+    let s = [ow, gh, gw]
+        .iter()
+        .try_fold(oh, |p, &d| p.checked_mul(d))
+        .ok_or_else(too_many)?;
+    let step_rows = if grid.uniform() { 1 } else { r.max(1) };
+    ctx.check_computed_constant(&crate::ir::TensorType::new(DType::F32, vec![step_rows, s]))?;
 
     // The box corners in input pixels, [R, 1] each: x1, y1, x2, y2.
     let rf = to_f32(ctx, rois)?;

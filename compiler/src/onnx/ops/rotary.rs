@@ -36,7 +36,7 @@ fn slice_last(
 
 pub fn rotary_embedding(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
-    let interleaved = ctx.attrs.int("interleaved", 0)? != 0;
+    let interleaved = ctx.attrs.flag("interleaved", false)?;
     let num_heads = ctx.attrs.int("num_heads", 0)?;
     // A rank-4 view of X and the shape the caches take to broadcast against it:
     // [B, H, S, D] with caches [B, 1, S, d/2], or [B, S, H, D] with [B, S, 1, d/2].

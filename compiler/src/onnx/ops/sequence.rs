@@ -87,7 +87,7 @@ pub fn concat_from_sequence(ctx: &mut NodeCtx) -> ImportResult {
     let s = sequence(ctx, 0)?;
     let first = *s.first().ok_or("ConcatFromSequence of an empty sequence")?;
     let rank = ctx.ty(first).rank();
-    let new_axis = ctx.attrs.int("new_axis", 0)? != 0;
+    let new_axis = ctx.attrs.flag("new_axis", false)?;
     let axis = ctx
         .attrs
         .int_opt("axis")?
@@ -114,7 +114,7 @@ pub fn split_to_sequence(ctx: &mut NodeCtx) -> ImportResult {
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, xt.rank())?;
     let len = xt.shape[axis];
     let (sizes, squeeze) = match ctx.input(1) {
-        None => (vec![1; len], ctx.attrs.int("keepdims", 1)? == 0),
+        None => (vec![1; len], !ctx.attrs.flag("keepdims", true)?),
         Some(_) => {
             let t = ctx.const_input(1, "split")?.ok_or_else(|| {
                 ImportError::Unsupported("split sizes computed at run time".into())

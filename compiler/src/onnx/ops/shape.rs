@@ -36,7 +36,7 @@ pub fn reshape(ctx: &mut NodeCtx) -> ImportResult {
             .ok_or("input 'shape' is required")?
             .to_i64_vec()
     };
-    let allow_zero = ctx.attrs.int("allowzero", 0)? != 0;
+    let allow_zero = ctx.attrs.flag("allowzero", false)?;
     let mut shape = Vec::with_capacity(target.len());
     let mut infer_at = None;
     for (i, &d) in target.iter().enumerate() {
@@ -345,10 +345,14 @@ pub fn split(ctx: &mut NodeCtx) -> ImportResult {
             .map(|&v| usize::try_from(v).map_err(|_| format!("negative split size {v}")))
             .collect::<Result<_, _>>()?,
         None => {
-            let n = ctx.attrs.int("num_outputs", n_out as i64)? as usize;
-            if n == 0 {
-                return Err("cannot split into zero outputs".into());
+            let n = ctx.attrs.int("num_outputs", n_out as i64)?;
+            if n != n_out as i64 || n == 0 {
+                return Err(format!(
+                    "attribute 'num_outputs' is {n}: it must be the node's {n_out} outputs, at least one"
+                )
+                .into());
             }
+            let n = n_out;
             // opset 18: the last chunk is smaller when the axis does not divide evenly.
             let chunk = dim.div_ceil(n);
             (0..n)

@@ -55,8 +55,8 @@ pub fn dft(ctx: &mut NodeCtx) -> ImportResult {
 }
 
 fn dft_transform(ctx: &NodeCtx) -> ImportResult<Transform> {
-    let inverse = ctx.attrs.int("inverse", 0)? != 0;
-    let onesided = ctx.attrs.int("onesided", 0)? != 0;
+    let inverse = ctx.attrs.flag("inverse", false)?;
+    let onesided = ctx.attrs.flag("onesided", false)?;
     Ok(match (inverse, onesided) {
         (false, onesided) => Transform::Forward { onesided },
         (true, false) => Transform::Inverse,
@@ -188,7 +188,7 @@ pub fn stft(ctx: &mut NodeCtx) -> ImportResult {
         )?;
         framed = ctx.emit1(Op::Binary(BinaryOp::Mul), vec![Some(framed), Some(w)])?;
     }
-    let onesided = ctx.attrs.int("onesided", 1)? != 0;
+    let onesided = ctx.attrs.flag("onesided", true)?;
     let y = transform_axis(
         ctx,
         framed,

@@ -39,8 +39,9 @@ pub fn tfidf_vectorizer(ctx: &mut NodeCtx) -> ImportResult {
     if min_len < 1 || max_len < min_len || max_skip < 0 {
         return Err("gram lengths must satisfy 1 ≤ min ≤ max, max_skip_count ≥ 0".into());
     }
-    let out = usize::try_from(indexes.iter().copied().max().unwrap_or(-1) + 1)
-        .map_err(|_| "bad ngram_indexes")?;
+    let out = (indexes.iter().copied().max().unwrap_or(-1).checked_add(1))
+        .and_then(|o| usize::try_from(o).ok())
+        .ok_or("attribute 'ngram_indexes' holds an index past 2^63 - 2 or below 0")?;
     // The pool's n-grams in order: (size, tokens, global number).
     let mut grams: Vec<(usize, Vec<i64>, usize)> = vec![];
     let mut number = 0;

@@ -72,7 +72,7 @@ pub fn unique(ctx: &mut NodeCtx) -> ImportResult {
         Some(a) => Some(normalize_axis(a, x.rank())?),
         None => None,
     };
-    let sorted = ctx.attrs.int("sorted", 1)? != 0;
+    let sorted = ctx.attrs.flag("sorted", true)?;
     emit_counted(ctx, Op::Unique { axis, sorted }, 4)
 }
 

@@ -33,7 +33,7 @@ pub fn window(ctx: &mut NodeCtx) -> ImportResult {
         return Err(format!("size must hold one element, got shape {:?}", size.shape()).into());
     }
     let size = usize::try_from(size.to_i64_vec()[0]).map_err(|_| "size must not be negative")?;
-    let periodic = ctx.attrs.int("periodic", 1)? != 0;
+    let periodic = ctx.attrs.flag("periodic", true)?;
     let code = ctx.attrs.int("output_datatype", 1)?;
     let dtype = DType::from_onnx(code as i32)
         .filter(|d| d.low_precision().is_none())

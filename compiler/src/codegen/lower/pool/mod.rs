@@ -287,7 +287,10 @@ impl AxisWindows {
                 continue;
             }
             // In padded coordinates tap t sits at o·s + t·d; it counts while inside.
-            let padded = (0..k).filter(|t| o * s + t * d < size + pb + pe).count();
+            // (Counted in closed form: a kernel may have 2^40 taps.)
+            let padded = (size + pb + pe)
+                .checked_sub(o * s)
+                .map_or(0, |room| room.div_ceil(d).min(k));
             let first = (start + (first_tap * d) as i64).max(0) as usize;
             border.push(BorderOut {
                 o,
@@ -597,11 +600,11 @@ impl Gen {
 /// The number of innermost tap axes to unroll: static ones, while the unrolled window
 /// stays within [`UNROLL_TAPS`].
 fn unroll_depth(taps: &[Taps]) -> usize {
-    let mut product = 1;
+    let mut product = 1usize;
     let mut depth = 0;
     for t in taps.iter().rev() {
         match *t {
-            Taps::Static { count, .. } if product * count <= UNROLL_TAPS => {
+            Taps::Static { count, .. } if product.saturating_mul(count) <= UNROLL_TAPS => {
                 product *= count;
                 depth += 1;
             }
