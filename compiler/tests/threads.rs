@@ -652,3 +652,71 @@ fn aarch64_pools_under_qemu_match_infer() {
         }
     }
 }
+
+/// A pool that says it has 2^31 threads and runs each `parallel_for` on real threads,
+/// one per call, handing out worker numbers from the top of that range (a job system's
+/// thread ids need not start at 0).
+unsafe extern "C" fn scattered_parallel_for(
+    _ctx: *mut c_void,
+    n: u32,
+    task: NncTaskFn,
+    task_ctx: *mut c_void,
+) {
+    let task_ctx = task_ctx as usize;
+    std::thread::scope(|s| {
+        for i in 0..n {
+            let worker = (1u32 << 31) - 1 - i.wrapping_mul(7919) % (1 << 30);
+            s.spawn(move || unsafe { task(task_ctx as *mut c_void, i, worker) });
+        }
+    });
+}
+
+/// The workspace with a pool of `threads` threads.
+fn workspace_bytes(lib: &Compiled, threads: u32) -> usize {
+    let pool = NncThreadPool {
+        ctx: std::ptr::null_mut(),
+        num_threads: threads,
+        parallel_for: scattered_parallel_for,
+    };
+    lib.workspace_size(Some(&pool))
+        .expect("workspace_size is exported")
+}
+
+/// The per-worker scratch is sized by the most calls any split node's `parallel_for`
+/// makes, not by the pool: 2^31 threads need what that many need (it was about 10 PB
+/// for resnet18), and such a pool, running every call at once under worker numbers
+/// near 2^31, still gives `infer`'s outputs within its workspace.
+#[test]
+fn huge_pools_need_only_the_scratch_of_the_most_tasks() {
+    for model in [basic_block(), encoder_layer(), winograd_map_groups()] {
+        let g = optimized(&model);
+        let target = Target::host();
+        let plan = plan_kernels(&g, &target, &Default::default());
+        let most = (plan.nodes.iter())
+            .filter(|n| n.tasks > 1)
+            .map(|n| match n.prologue {
+                true => n.tasks.max(n.prologue_parts),
+                false => n.tasks,
+            })
+            .max()
+            .expect("some node splits") as u32;
+        let lib = Compiled::for_target(&g, target).expect("compiles");
+        let at_most = workspace_bytes(&lib, most);
+        assert!(
+            workspace_bytes(&lib, 2) < at_most,
+            "scratch grows up to {most} threads"
+        );
+        for threads in [most + 1, 1000, 1 << 31, u32::MAX] {
+            assert_eq!(workspace_bytes(&lib, threads), at_most, "{threads} threads");
+        }
+        let inputs = random_inputs(&g, 9);
+        let want = lib.run(&g, &inputs).expect("infer runs");
+        let pool = NncThreadPool {
+            ctx: std::ptr::null_mut(),
+            num_threads: 1 << 31,
+            parallel_for: scattered_parallel_for,
+        };
+        let got = lib.run_pooled(&g, &inputs, Some(&pool)).expect("runs");
+        assert!(got == want, "2^31 threads: outputs differ from infer's");
+    }
+}

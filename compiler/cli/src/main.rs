@@ -137,11 +137,13 @@ enum Command {
         /// How --quantize int8 picks each activation's range from the calibration
         /// samples: minmax (the extremes seen), percentile (clip |x| at --percentile),
         /// entropy (the clip that minimizes the KL divergence of the 8-bit histogram).
-        #[arg(long, value_enum, default_value = "minmax")]
-        calibration_method: CalibrationMethod,
-        /// The percentile of --calibration-method percentile.
-        #[arg(long, default_value_t = 99.99)]
-        percentile: f64,
+        /// (Default: minmax, or percentile when --percentile is given.)
+        #[arg(long, value_enum)]
+        calibration_method: Option<CalibrationMethod>,
+        /// The percentile of --calibration-method percentile (default 99.99); given
+        /// alone, it selects that method.
+        #[arg(long)]
+        percentile: Option<f64>,
         /// Layers (node names, comma-separated) --quantize int8 leaves in float32.
         #[arg(long, value_name = "NODE,...", value_delimiter = ',')]
         keep_fp32: Vec<String>,
@@ -152,8 +154,9 @@ enum Command {
         /// Whether --quantize int8 folds each layer's expected weight-rounding error
         /// (the rounding error times the calibration mean of the input it multiplies)
         /// into the int32 bias, so the outputs stay unbiased.
-        #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-        int8_bias_correction: String,
+        /// (Default: on.)
+        #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+        int8_bias_correction: Option<String>,
         /// Prints nnc's IR after the graph passes.
         #[arg(long)]
         dump_ir: bool,
@@ -297,15 +300,21 @@ enum Command {
 fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
     let bad = |flag: &str, v: &str, why: &str| NncError::Model(format!("--{flag} {v}: {why}"));
     let mut input_shapes = HashMap::new();
+    let mut shape_flags: HashMap<&str, &str> = HashMap::new();
     let mut ranges = vec![];
     for s in &shapes.input_shapes {
         let (name, dims) = s
             .split_once('=')
             .ok_or_else(|| bad("input-shape", s, "expected NAME=D0,D1,..."))?;
+        if let Some(earlier) = shape_flags.insert(name, s) {
+            return Err(twice("input-shape", name, earlier, s));
+        }
         let mut shape = vec![];
         if !dims.trim().is_empty() {
             for (axis, d) in dims.split(',').enumerate() {
                 match nnc::dims::parse_range(d).map_err(|why| bad("input-shape", s, &why))? {
+                    // MIN..MIN is the value MIN: a range of one value varies nothing.
+                    Some((min, max)) if min == max => shape.push(min),
                     Some((min, max)) => {
                         ranges.push(nnc::dims::DimRange {
                             name: format!("{name}.{axis}"),
@@ -355,11 +364,19 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         );
     }
     let mut dims = HashMap::new();
+    let mut dim_flags: HashMap<&str, &str> = HashMap::new();
     for s in &shapes.dims {
         let (name, v) = s
             .split_once('=')
             .ok_or_else(|| bad("dim", s, "expected PARAM=VALUE or PARAM=MIN..MAX"))?;
+        if let Some(earlier) = dim_flags.insert(name, s) {
+            return Err(twice("dim", name, earlier, s));
+        }
         match nnc::dims::parse_range(v).map_err(|why| bad("dim", s, &why))? {
+            // MIN..MIN is the value MIN: a range of one value varies nothing.
+            Some((min, max)) if min == max => {
+                dims.insert(name.to_string(), min);
+            }
             Some((min, max)) => ranges.push(nnc::dims::DimRange {
                 name: name.to_string(),
                 min,
@@ -405,6 +422,14 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         absent_inputs: shapes.absent_inputs.iter().cloned().collect(),
         limits,
     })
+}
+
+/// The error for a name two `--{flag}` flags give (a range or value given twice).
+fn twice(flag: &str, name: &str, earlier: &str, later: &str) -> NncError {
+    NncError::Model(format!(
+        "--{flag} {name} was given twice (--{flag} {earlier} and --{flag} {later}): give \
+         it once"
+    ))
 }
 
 /// `D0,D1,...` (empty: a scalar).
@@ -458,18 +483,23 @@ fn run(cli: Cli) -> Result<()> {
             kernels,
             index_checks,
         } => {
-            let method = match calibration_method {
-                CalibrationMethod::Minmax => Method::MinMax,
-                CalibrationMethod::Percentile if (0.0..=100.0).contains(&percentile) => {
-                    Method::Percentile(percentile)
-                }
-                CalibrationMethod::Percentile => {
-                    return Err(NncError::Model(format!(
-                        "--percentile {percentile}: expected 0 to 100"
-                    )))
-                }
-                CalibrationMethod::Entropy => Method::Entropy,
-            };
+            let method = calibration_method_of(calibration_method, percentile)?;
+            // The INT8 flags mean nothing without --quantize int8: refused, not ignored.
+            let int8_flags = [
+                ("--calibration-method", calibration_method.is_some()),
+                ("--percentile", percentile.is_some()),
+                ("--keep-fp32", !keep_fp32.is_empty()),
+                ("--int8-min-sqnr", int8_min_sqnr.is_some()),
+                ("--int8-bias-correction", int8_bias_correction.is_some()),
+            ];
+            if let (false, Some((flag, _))) = (
+                matches!(quantize, Some(Quantize::Int8)),
+                int8_flags.iter().find(|(_, given)| *given),
+            ) {
+                return Err(NncError::Model(format!(
+                    "{flag} applies to --quantize int8 only"
+                )));
+            }
             let (weights, int8) = match (quantize, calibration) {
                 (None, None) => (WeightFormat::F32, None),
                 (Some(Quantize::Fp16), None) => (WeightFormat::F16, None),
@@ -491,7 +521,7 @@ fn run(cli: Cli) -> Result<()> {
                             method,
                             keep_fp32,
                             min_sqnr_db: int8_min_sqnr,
-                            bias_correction: int8_bias_correction == "on",
+                            bias_correction: int8_bias_correction.as_deref() != Some("off"),
                         },
                     )),
                 ),
@@ -831,4 +861,32 @@ fn kernel_help() -> String {
         help.push_str(&format!("\n  {switch}"));
     }
     help
+}
+
+/// The range method of `--calibration-method` and `--percentile`: the percentile alone
+/// selects the percentile method; with another method it is an error (it would do
+/// nothing).
+fn calibration_method_of(
+    method: Option<CalibrationMethod>,
+    percentile: Option<f64>,
+) -> Result<Method, NncError> {
+    if let Some(p) = percentile.filter(|p| !(*p > 0.0 && *p <= 100.0)) {
+        return Err(NncError::Model(format!(
+            "--percentile {p}: expected a number above 0 and at most 100"
+        )));
+    }
+    match (method, percentile) {
+        (None | Some(CalibrationMethod::Minmax), None) => Ok(Method::MinMax),
+        (None | Some(CalibrationMethod::Percentile), p) => {
+            Ok(Method::Percentile(p.unwrap_or(99.99)))
+        }
+        (Some(CalibrationMethod::Entropy), None) => Ok(Method::Entropy),
+        (Some(other), Some(p)) => Err(NncError::Model(format!(
+            "--percentile {p} applies to --calibration-method percentile, not {}",
+            match other {
+                CalibrationMethod::Minmax => "minmax",
+                _ => "entropy",
+            }
+        ))),
+    }
 }

@@ -310,3 +310,64 @@ fn verify_checks_an_image_of_any_size_in_range() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("PASS"), "{}", text(&o));
 }
+
+/// `MIN..MIN` is the value MIN, whether by `--dim` or an `--input-shape` axis (it was
+/// refused as "imported differently at different values"); a name given twice is an
+/// error saying so.
+#[test]
+fn a_range_of_one_value_is_that_value_and_a_name_given_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("image.onnx");
+    std::fs::write(&model, image_model()).unwrap();
+    let header_of = |flags: &[&str]| {
+        let lib = dir.path().join("libimg.so");
+        let mut args = vec![
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            lib.to_str().unwrap(),
+        ];
+        args.extend(flags);
+        let o = nnc(&args);
+        assert!(o.status.success(), "{flags:?}: {}", text(&o));
+        std::fs::read_to_string(lib.with_extension("h")).unwrap()
+    };
+    let fixed = header_of(&["--dim", "size=5"]);
+    assert_eq!(header_of(&["--dim", "size=5..5"]), fixed);
+    assert_eq!(header_of(&["--dim", "size=5..=5"]), fixed);
+    assert_eq!(header_of(&["--input-shape", "image=1,2,5..5,5"]), fixed);
+    for (flags, needles) in [
+        (
+            vec!["--dim", "size=1..2", "--dim", "size=3..4"],
+            vec!["--dim size was given twice", "size=1..2", "size=3..4"],
+        ),
+        (
+            vec!["--dim", "size=8", "--dim", "size=8"],
+            vec!["--dim size was given twice"],
+        ),
+        (
+            vec![
+                "--input-shape",
+                "image=1,2,8,8",
+                "--input-shape",
+                "image=1,2,9,9",
+            ],
+            vec!["--input-shape image was given twice"],
+        ),
+    ] {
+        let mut args = vec!["compile", model.to_str().unwrap(), "-o"];
+        let lib = dir.path().join("librefused.so");
+        args.push(lib.to_str().unwrap());
+        args.extend(&flags);
+        let o = nnc(&args);
+        assert_eq!(o.status.code(), Some(1), "{flags:?}: {}", text(&o));
+        for n in needles {
+            assert!(
+                text(&o).contains(n),
+                "{flags:?}: '{n}' missing: {}",
+                text(&o)
+            );
+        }
+        assert!(!lib.exists());
+    }
+}

@@ -728,3 +728,120 @@ fn onnxruntime_qlinear_elementwise_ops_match_onnxruntime() {
         );
     }
 }
+
+/// Calibration data that would set a range to inf or NaN, and INT8 flags that would
+/// silently do nothing, are each one error saying why (exit 1), before any output.
+#[test]
+fn cli_refuses_non_finite_calibration_and_flags_that_do_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, shape) = models::cnn(2);
+    let path = dir.path().join("cnn.onnx");
+    std::fs::write(&path, model).unwrap();
+    let mut rng = models::Rng::new(1);
+    let write = |name: &str, t: &Tensor| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, nnc_host::npy::to_bytes(t).unwrap()).unwrap();
+        p.display().to_string()
+    };
+    let good = samples(&mut rng, 4, &shape);
+    let per_sample: usize = shape.iter().product();
+    let mut values = good.to_f64_vec();
+    values[2 * per_sample + 5] = f64::INFINITY;
+    let with_inf = write(
+        "with_inf.npy",
+        &Tensor::from_vec(good.shape(), values.iter().map(|&v| v as f32).collect()),
+    );
+    let huge = write(
+        "huge.npy",
+        &Tensor::from_vec(good.shape(), vec![3e38f32; good.len()]),
+    );
+    let good = write("good.npy", &good);
+    let out = dir.path().join("libq.so");
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["--calibration", &with_inf],
+            vec!["with_inf.npy", "input 'image'", "sample 2", "inf", "finite"],
+        ),
+        (
+            vec!["--calibration", &huge],
+            vec!["calibration sample 0", "inf", "finite values"],
+        ),
+        (
+            vec!["--calibration", &good, "--int8-min-sqnr", "nan"],
+            vec!["--int8-min-sqnr", "finite"],
+        ),
+        (
+            vec!["--calibration", &good, "--keep-fp32", "no_such_node"],
+            vec!["--keep-fp32", "'no_such_node'", "Conv"],
+        ),
+        (
+            vec![
+                "--calibration",
+                &good,
+                "--percentile",
+                "50",
+                "--calibration-method",
+                "minmax",
+            ],
+            vec!["--percentile 50", "not minmax"],
+        ),
+        (
+            vec!["--calibration", &good, "--percentile", "0"],
+            vec!["--percentile 0", "above 0"],
+        ),
+    ];
+    for (flags, needles) in cases {
+        let mut args = vec!["compile", path.to_str().unwrap(), "--quantize", "int8"];
+        args.extend(&flags);
+        args.extend(["-o", out.to_str().unwrap()]);
+        let os: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let r = nnc(&os.iter().map(|s| s.as_os_str()).collect::<Vec<_>>());
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{flags:?}: {stderr}");
+        for n in needles {
+            assert!(
+                stderr.contains(n),
+                "{flags:?}: '{n}' missing from: {stderr}"
+            );
+        }
+        assert!(!out.exists(), "{flags:?}: an output was written");
+    }
+    // --percentile alone selects the percentile method; INT8 flags without INT8 are
+    // refused.
+    let ok = nnc(&[
+        "compile".as_ref(),
+        path.as_os_str(),
+        "--quantize".as_ref(),
+        "int8".as_ref(),
+        "--calibration".as_ref(),
+        good.as_ref(),
+        "--percentile".as_ref(),
+        "99".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    for flag in [
+        ["--keep-fp32", "x"],
+        ["--percentile", "99"],
+        ["--int8-bias-correction", "off"],
+    ] {
+        let r = nnc(&[
+            "compile".as_ref(),
+            path.as_os_str(),
+            flag[0].as_ref(),
+            flag[1].as_ref(),
+            "-o".as_ref(),
+            dir.path().join("libf.so").as_os_str(),
+        ]);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(
+            r.status.code() == Some(1) && stderr.contains("applies to --quantize int8 only"),
+            "{flag:?}: {stderr}"
+        );
+    }
+}

@@ -123,3 +123,59 @@ fn concurrent_calls_with_distinct_workspaces_match_serial_calls() {
         }
     });
 }
+
+/// Two compiles of different models to one `-o`, run at once, leave a library and a
+/// header of the same model: the header's `WORKSPACE_SIZE` (which C code sizes its
+/// buffers by) is the library's `model_info()->workspace_size`, in every round.
+#[test]
+fn concurrent_compiles_to_one_output_leave_a_matching_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    let so = dir.path().join("libm.so");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/c");
+    let compile = |model: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nnc"))
+            .arg("compile")
+            .arg(examples.join(model))
+            .arg("-o")
+            .arg(&so)
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("nnc starts")
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..16 {
+        let children = [
+            compile("model.onnx", &[]),
+            compile("batch_model.onnx", &["--dim", "N=4"]),
+        ];
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let header = std::fs::read_to_string(so.with_extension("h")).unwrap();
+        let declared: usize = header
+            .lines()
+            .filter_map(|l| l.strip_prefix("#define "))
+            .find_map(|l| l.split_once("_WORKSPACE_SIZE ").map(|(_, v)| v))
+            .unwrap_or_else(|| panic!("no WORKSPACE_SIZE in:\n{header}"))
+            .trim()
+            .parse()
+            .unwrap();
+        // A private copy: dlopen of one path may hand back an earlier round's library.
+        let copy = dir.path().join(format!("libround{round}.so"));
+        std::fs::copy(&so, &copy).unwrap();
+        let actual = Library::open(&copy, None).unwrap().workspace_size();
+        assert_eq!(
+            declared, actual,
+            "round {round}: the header describes another library"
+        );
+        seen.insert(actual);
+    }
+    eprintln!("workspace sizes seen over 16 rounds: {seen:?}");
+}

@@ -122,6 +122,7 @@ fn split_one(t: &Tensor, input: &InputSpec) -> Result<Vec<Tensor>, String> {
             t.dtype()
         ));
     }
+    check_finite(t, want.iter().product(), &input.name)?;
     let per_sample: usize = want.iter().product();
     let count = if got.len() == want.len() + 1 && got[1..] == want[..] {
         got[0]
@@ -158,6 +159,27 @@ fn split_one(t: &Tensor, input: &InputSpec) -> Result<Vec<Tensor>, String> {
                 .ok_or_else(|| format!("sample {i} of input '{}'", input.name))
         })
         .collect()
+}
+
+/// Refuses an inf or NaN in a float array of samples of `per_sample` elements each,
+/// naming the input, the first bad sample and its value: one such value would set the
+/// input's range, and every scale after it, to nothing useful.
+fn check_finite(t: &Tensor, per_sample: usize, input: &str) -> Result<(), String> {
+    if !t.dtype().is_float() {
+        return Ok(());
+    }
+    match t.f64_values().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(at) => {
+            let value = t.f64_values().nth(at).unwrap_or(f64::NAN);
+            Err(format!(
+                "input '{input}': sample {} holds {value} (element {} of the sample): \
+                 calibration samples must be finite",
+                at / per_sample.max(1),
+                at % per_sample.max(1)
+            ))
+        }
+    }
 }
 
 /// Per-input sample lists (all of one length) zipped into samples.
@@ -258,6 +280,7 @@ fn from_data_set(dir: &Path, inputs: &[InputSpec]) -> Result<Vec<Tensor>, String
                     t.ty()
                 ));
             }
+            check_finite(&t, t.len(), &input.name).map_err(|e| format!("{shown}: {e}"))?;
             Ok(t)
         })
         .collect()

@@ -194,7 +194,7 @@ impl Model {
         let env = |k: &str| std::env::var(k).ok();
         let name = match &self.name {
             Some(n) => n.clone(),
-            None => default_name(&self.path),
+            None => default_name(&self.path)?,
         };
         nnc::model_name::check_model_name(&name).map_err(Error)?;
         let out_dir = match (&self.out_dir, env("OUT_DIR")) {
@@ -206,6 +206,25 @@ impl Model {
                 ))
             }
         };
+        // Paths go into `cargo:` lines, which end at a line break: one inside a path
+        // would cut the line and start another cargo would obey.
+        if self.cargo_metadata {
+            let mut printed = vec![
+                ("the model path", self.path.as_path()),
+                ("OUT_DIR", &out_dir),
+            ];
+            if let Quantize::Int8(calibration) = &self.quantize {
+                printed.push(("the calibration path", calibration));
+            }
+            for (what, path) in printed {
+                if path.to_string_lossy().contains(['\n', '\r']) {
+                    return Err(Error(format!(
+                        "{what} {path:?} holds a line break, which a cargo: line cannot carry"
+                    )));
+                }
+            }
+        }
+        claim_name(&out_dir, &name, &self.path)?;
         let triple = match (&self.target, env("TARGET")) {
             (Some(t), _) => t.clone(),
             (None, Some(t)) => t,
@@ -317,12 +336,51 @@ impl Model {
     }
 }
 
-/// `models/resnet-18.onnx` → `resnet_18`.
-fn default_name(path: &Path) -> String {
+/// Takes `name` in `out_dir` for the model at `path` for the rest of this build script:
+/// a second model mapping to the same name (`a-b.onnx` and `a_b.onnx` both give `a_b`)
+/// would overwrite the first one's archive, header and bindings, so it is an error
+/// naming both files. The same model compiled again under its name is allowed.
+fn claim_name(out_dir: &Path, name: &str, path: &Path) -> Result<(), Error> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static CLAIMED: Mutex<Option<HashMap<(PathBuf, String), PathBuf>>> = Mutex::new(None);
+    let mut claimed = CLAIMED.lock().unwrap_or_else(|p| p.into_inner());
+    let claimed = claimed.get_or_insert_with(HashMap::new);
+    let same = |a: &Path, b: &Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    match claimed.get(&(out_dir.to_path_buf(), name.to_string())) {
+        Some(first) if !same(first, path) => Err(Error(format!(
+            "{} and {} both compile to the name '{name}' (lib{name}.a in {}): give one of \
+             them another with .name()",
+            first.display(),
+            path.display(),
+            out_dir.display()
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            claimed.insert(
+                (out_dir.to_path_buf(), name.to_string()),
+                path.to_path_buf(),
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `models/resnet-18.onnx` → `resnet_18`; a path with no file stem (`/`, `..`, `.onnx`)
+/// names nothing and is an error.
+fn default_name(path: &Path) -> Result<String, Error> {
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+        .filter(|s| !s.is_empty() && path.file_name().is_some_and(|f| f != ".onnx"))
+        .ok_or_else(|| {
+            Error(format!(
+                "{}: no file name to name the model after; give it one with .name()",
+                path.display()
+            ))
+        })?;
     let mut name: String = stem
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -331,10 +389,10 @@ fn default_name(path: &Path) -> String {
         name.insert(0, 'm');
     }
     // A stem that is a keyword (`int.onnx`) or reserved gets a suffix.
-    if !name.is_empty() && nnc::model_name::check_model_name(&name).is_err() {
+    if nnc::model_name::check_model_name(&name).is_err() {
         name.push('_');
     }
-    name
+    Ok(name)
 }
 
 /// The architecture of a Linux target triple.
@@ -402,9 +460,48 @@ mod tests {
 
     #[test]
     fn default_names_are_c_identifiers() {
-        assert_eq!(default_name(Path::new("dir/9net.onnx")), "m9net");
-        assert_eq!(default_name(Path::new("int.onnx")), "int_");
-        assert_eq!(default_name(Path::new("my-model.v2.onnx")), "my_model_v2");
+        let name = |p: &str| default_name(Path::new(p)).unwrap();
+        assert_eq!(name("dir/9net.onnx"), "m9net");
+        assert_eq!(name("int.onnx"), "int_");
+        assert_eq!(name("my-model.v2.onnx"), "my_model_v2");
+        for nameless in ["/", "..", "dir/..", ".onnx", ""] {
+            let e = default_name(Path::new(nameless)).expect_err(nameless);
+            assert!(e.to_string().contains(".name()"), "{nameless}: {e}");
+        }
+    }
+
+    #[test]
+    fn paths_with_line_breaks_are_refused_before_any_cargo_line() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["a\ncargo:rustc-link-lib=evil.onnx", "a\rb.onnx"] {
+            let e = Model::new(dir.path().join(bad))
+                .name("m")
+                .out_dir(dir.path())
+                .try_compile()
+                .expect_err(bad);
+            assert!(e.to_string().contains("line break"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn two_models_taking_one_name_are_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = |file: &str| {
+            let p = dir.path().join(file);
+            std::fs::write(&p, b"not read: the name is claimed first").unwrap();
+            Model::new(p).out_dir(dir.path()).cargo_metadata(false)
+        };
+        // The first fails later (its bytes are no model) but keeps the name.
+        assert!(model("a-b.onnx").try_compile().is_err());
+        let e = model("a_b.onnx").try_compile().expect_err("a second a_b");
+        let text = e.to_string();
+        assert!(
+            text.contains("a-b.onnx") && text.contains("a_b.onnx") && text.contains("'a_b'"),
+            "{text}"
+        );
+        // The same file again is no collision (it fails on its bytes, not the name).
+        let again = model("a-b.onnx").try_compile().expect_err("not a model");
+        assert!(!again.to_string().contains("both compile"), "{again}");
     }
 
     #[test]

@@ -471,6 +471,13 @@ pub fn compile_graph_reporting(
             false => 0,
         })
         .collect();
+    // The most calls one parallel_for of any split node makes: no more scratch areas
+    // are ever in use at once, whatever the pool's size.
+    let max_parallel = (0..graph.nodes.len())
+        .filter(|&k| task_args[k].is_some() && task_fns[k].is_some())
+        .map(|k| tasks[k].max(task_prologues[k]))
+        .max()
+        .unwrap_or(1);
     let mut trampolines = vec![None; graph.nodes.len()];
     for (k, a) in task_args.iter().enumerate() {
         if let (Some((n_args, scratch_arg)), Some(fid)) = (a, task_fns[k]) {
@@ -483,6 +490,7 @@ pub fn compile_graph_reporting(
                 *n_args,
                 *scratch_arg,
                 (tasks[k], task_prologues[k], worker_stride),
+                max_parallel,
             )?);
         }
     }
@@ -493,6 +501,7 @@ pub fn compile_graph_reporting(
         record_offset,
         extra_offset,
         worker_stride,
+        max_parallel,
     };
     let sequence = NodeSequence {
         graph,

@@ -12,8 +12,12 @@
 //! outputs never depend on the pool.
 //!
 //! Workspace of a run with `t > 1` threads: the arena (`model_info()->workspace_size`),
-//! then the launch record, then `t − 1` scratch areas, one per worker other than 0
-//! (worker 0 uses the node's planned scratch in the arena).
+//! then the launch record, then `s − 1` scratch areas, `s = min(t, m)` where `m` is the
+//! most calls any split node's `parallel_for` makes (its tasks, or its prologue's
+//! parts). Slot 0 is the node's planned scratch in the arena. With `t ≤ m` a call takes
+//! the slot of the worker running it; with more threads than calls it takes the slot
+//! of its own index, distinct within a `parallel_for` whatever worker numbers the pool
+//! hands out, so a pool of 2^31 threads needs no more workspace than one of `m`.
 
 use std::sync::Arc;
 
@@ -78,6 +82,9 @@ pub(super) struct Pooled {
     /// Where worker 1's scratch starts, and the bytes between workers' scratch.
     pub extra_offset: usize,
     pub worker_stride: usize,
+    /// The most calls one `parallel_for` of any split node makes: the scratch slots a
+    /// pool of more threads than that still needs.
+    pub max_parallel: usize,
 }
 
 impl Pooled {
@@ -111,6 +118,7 @@ pub(super) fn define_trampoline(
     n_args: usize,
     scratch_arg: Option<usize>,
     (tasks, prologue_parts, worker_stride): (usize, usize, usize),
+    max_parallel: usize,
 ) -> Result<FuncId> {
     let prologue = prologue_parts > 0;
     let mut sig = module.make_signature();
@@ -128,6 +136,7 @@ pub(super) fn define_trampoline(
         |b, module, p| {
             let (record, index, worker) = (p[0], p[1], p[2]);
             let index = b.ins().uextend(PTR, index);
+            let call = index;
             let base = b.ins().load(PTR, flags(), record, (n_args * 8 + 16) as i32);
             let index = b.ins().iadd(index, base);
             let run = b.create_block();
@@ -146,9 +155,16 @@ pub(super) fn define_trampoline(
             if let Some(j) = scratch_arg {
                 let extra = b.ins().load(PTR, flags(), record, (n_args * 8) as i32);
                 let threads = b.ins().load(PTR, flags(), record, (n_args * 8 + 8) as i32);
-                let last = b.ins().iadd_imm_s(threads, -1);
+                // The slot: the worker's while the pool has no more threads than the
+                // most calls a launch makes, else the call's own index (see the
+                // module docs); clamped to the last slot either way.
                 let worker = b.ins().uextend(PTR, worker);
-                let w = b.ins().umin(worker, last);
+                let cap = b.ins().iconst(PTR, max_parallel as i64);
+                let many = b.ins().icmp(IntCC::UnsignedGreaterThan, threads, cap);
+                let key = b.ins().select(many, call, worker);
+                let slots = b.ins().umin(threads, cap);
+                let last = b.ins().iadd_imm_s(slots, -1);
+                let w = b.ins().umin(key, last);
                 // Worker w > 0: extra + (w − 1)·stride.
                 let above = b.ins().iadd_imm_s(w, -1);
                 let off = b.ins().imul_imm_s(above, worker_stride as i64);
@@ -252,7 +268,9 @@ fn pooled_bytes(b: &mut FunctionBuilder, pooled: &Pooled, arena: usize, threads:
     if !pooled.any() {
         return b.ins().iconst(PTR, arena as i64);
     }
-    let extra = b.ins().iadd_imm_s(threads, -1);
+    let cap = b.ins().iconst(PTR, pooled.max_parallel as i64);
+    let slots = b.ins().umin(threads, cap);
+    let extra = b.ins().iadd_imm_s(slots, -1);
     let extra = b.ins().imul_imm_s(extra, pooled.worker_stride as i64);
     b.ins().iadd_imm_s(extra, pooled.extra_offset as i64)
 }

@@ -77,6 +77,11 @@ pub fn import_model(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Imported> {
+    // A range of one value (MIN..MIN) varies nothing: it is that value.
+    if let Some(which) = opts.ranges.iter().position(|r| r.min == r.max) {
+        let value = opts.ranges[which].min;
+        return import_model(model, base_dir, &opts.with_range_fixed(which, value));
+    }
     if !opts.ranges.is_empty() {
         return crate::dims::import_with_ranges(model, base_dir, opts);
     }

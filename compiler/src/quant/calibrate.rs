@@ -21,10 +21,16 @@ pub struct Observed {
 }
 
 impl Observed {
-    fn observe(&mut self, t: &Tensor, channel_axis: usize) {
+    /// Folds `t` in; a non-finite value is refused (its position returned), since one
+    /// inf or NaN would make the range, and every scale derived from it, meaningless.
+    fn observe(&mut self, t: &Tensor, channel_axis: usize) -> Result<(), (usize, f32)> {
         let values = floats(t);
+        if let Some(at) = values.iter().position(|v| !v.is_finite()) {
+            return Err((at, values[at]));
+        }
         self.range.observe(&values);
         self.means.observe(&values, t.shape(), channel_axis);
+        Ok(())
     }
 }
 
@@ -60,21 +66,46 @@ pub fn observe(
     for (k, sample) in samples.iter().enumerate() {
         for (i, (v, axis)) in values.iter().enumerate() {
             if let Some(pos) = graph.inputs.iter().position(|x| x == v) {
-                observers[i].observe(&sample[pos], *axis);
+                (observers[i].observe(&sample[pos], *axis))
+                    .map_err(|bad| non_finite(graph, *v, k, bad, "holds"))?;
             }
         }
         if let Some(m) = &model {
             let outs = m
                 .run(sample)
                 .map_err(|e| QuantError::host(format!("calibration sample {k}"), e))?;
-            for ((i, _), t) in computed.iter().zip(&outs) {
-                observers[*i].observe(t, values[*i].1);
+            for ((i, v), t) in computed.iter().zip(&outs) {
+                (observers[*i].observe(t, values[*i].1)).map_err(|bad| {
+                    non_finite(graph, *v, k, bad, "makes the float32 model compute")
+                })?;
             }
         }
         progress.step(Task::Calibration);
     }
     progress.finish(Task::Calibration);
     Ok(observers)
+}
+
+/// The error for a non-finite value `(element, value)` of `v` in sample `k`.
+fn non_finite(
+    graph: &Graph,
+    v: ValueId,
+    k: usize,
+    (at, value): (usize, f32),
+    how: &str,
+) -> QuantError {
+    let producer = (graph.nodes.iter())
+        .find(|n| n.outputs.contains(&v))
+        .map(|n| format!(" (the output of node '{}', {})", n.name, n.onnx_op))
+        .unwrap_or_default();
+    QuantError::Calibration(
+        format!(
+            "calibration sample {k} {how} {value} in '{}'{producer} at element {at}: \
+             INT8 ranges need finite values (check the samples' scale)",
+            graph.value(v).name
+        )
+        .into(),
+    )
 }
 
 fn floats(t: &Tensor) -> Vec<f32> {

@@ -68,11 +68,56 @@ pub fn quantize_int8(
     report
 }
 
+impl Int8Options {
+    /// Refuses options that would silently do nothing or something else: a
+    /// `keep_fp32` name that is no quantizable layer of `graph` (a typo keeps nothing in
+    /// float32), a target SQNR that is not a finite number of dB (NaN compares false,
+    /// which kept every layer in float32).
+    pub fn check(&self, graph: &Graph) -> Result<(), QuantError> {
+        if let Some(db) = self.min_sqnr_db.filter(|db| !db.is_finite()) {
+            return Err(QuantError::Rewrite(format!(
+                "--int8-min-sqnr {db}: expected a finite number of dB"
+            )));
+        }
+        let layers = int8::candidates(graph, &[]);
+        let unknown: Vec<&str> = (self.keep_fp32.iter())
+            .filter(|name| !layers.iter().any(|l| l.node == **name))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            let mut names: Vec<&str> = layers.iter().map(|l| l.node.as_str()).collect();
+            let more = names.len().saturating_sub(12);
+            names.truncate(12);
+            return Err(QuantError::Rewrite(format!(
+                "--keep-fp32: no layer INT8 would quantize is named {} (its Conv, Gemm and \
+                 MatMul layers: {}{})",
+                unknown
+                    .iter()
+                    .map(|n| format!("'{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                },
+                if more > 0 {
+                    format!(" and {more} more; `nnc inspect --kernels` lists them")
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        Ok(())
+    }
+}
+
 fn quantize_plain(
     graph: &mut Graph,
     opts: &Int8Options,
     host: &Int8Host,
 ) -> Result<Int8Report, QuantError> {
+    opts.check(graph)?;
     let specs: Vec<InputSpec> = graph
         .inputs
         .iter()

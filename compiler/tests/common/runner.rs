@@ -157,6 +157,18 @@ impl Compiled {
         }
     }
 
+    /// `workspace_size(options)` with `pool` (None: no pool).
+    #[allow(dead_code)]
+    pub fn workspace_size(
+        &self,
+        pool: Option<&nnc_runtime_abi::NncThreadPool>,
+    ) -> Result<usize, String> {
+        use nnc_runtime_abi::{NncRunOptions, WorkspaceSizeFn};
+        let size = unsafe { self.lib.get::<WorkspaceSizeFn>(b"workspace_size\0") }
+            .map_err(|e| e.to_string())?;
+        Ok(unsafe { size(&NncRunOptions::new(pool, 0)) } as usize)
+    }
+
     /// Runs once through `run` with `pool` (None: no pool) on a workspace of exactly
     /// `workspace_size(options)` bytes followed by guard bytes that must stay intact;
     /// a nonzero status is an error.
