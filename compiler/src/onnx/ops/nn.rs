@@ -140,7 +140,7 @@ pub(super) fn group_attr(group: i64, channels: usize, weight_rows: usize) -> Imp
         .ok()
         .filter(|g| *g > 0)
         .ok_or_else(|| format!("attribute 'group' is {group}: it must be positive"))?;
-    if channels % g != 0 || weight_rows % g != 0 {
+    if !channels.is_multiple_of(g) || !weight_rows.is_multiple_of(g) {
         return Err(format!(
             "attribute 'group' is {group}: it must divide the input's {channels} channels \
              and the weight's {weight_rows} rows"
