@@ -313,8 +313,6 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         if !dims.trim().is_empty() {
             for (axis, d) in dims.split(',').enumerate() {
                 match nnc::dims::parse_range(d).map_err(|why| bad("input-shape", s, &why))? {
-                    // MIN..MIN is the value MIN: a range of one value varies nothing.
-                    Some((min, max)) if min == max => shape.push(min),
                     Some((min, max)) => {
                         ranges.push(nnc::dims::DimRange {
                             name: format!("{name}.{axis}"),
@@ -373,10 +371,6 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
             return Err(twice("dim", name, earlier, s));
         }
         match nnc::dims::parse_range(v).map_err(|why| bad("dim", s, &why))? {
-            // MIN..MIN is the value MIN: a range of one value varies nothing.
-            Some((min, max)) if min == max => {
-                dims.insert(name.to_string(), min);
-            }
             Some((min, max)) => ranges.push(nnc::dims::DimRange {
                 name: name.to_string(),
                 min,

@@ -168,17 +168,14 @@ fn check_finite(t: &Tensor, per_sample: usize, input: &str) -> Result<(), String
     if !t.dtype().is_float() {
         return Ok(());
     }
-    match t.f64_values().position(|v| !v.is_finite()) {
+    match t.f64_values().enumerate().find(|(_, v)| !v.is_finite()) {
         None => Ok(()),
-        Some(at) => {
-            let value = t.f64_values().nth(at).unwrap_or(f64::NAN);
-            Err(format!(
-                "input '{input}': sample {} holds {value} (element {} of the sample): \
+        Some((at, value)) => Err(format!(
+            "input '{input}': sample {} holds {value} (element {} of the sample): \
                  calibration samples must be finite",
-                at / per_sample.max(1),
-                at % per_sample.max(1)
-            ))
-        }
+            at / per_sample.max(1),
+            at % per_sample.max(1)
+        )),
     }
 }
 

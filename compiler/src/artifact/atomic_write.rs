@@ -104,16 +104,7 @@ fn lock_directory(dir: &Path) -> Option<File> {
 }
 
 fn write_impl(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
-    let (dir, file_name) = split_path(path)?;
-    let (temp_path, file) = create_temp_file(&dir, &file_name)?;
-    let result = fill_and_rename(file, &temp_path, path, bytes, mode);
-    if result.is_err() {
-        // Best effort: the original error is the one worth reporting.
-        let _ = fs::remove_file(&temp_path);
-        return result;
-    }
-    sync_directory(&dir);
-    Ok(())
+    write_atomically_together(&[FileToWrite { path, bytes, mode }])
 }
 
 fn split_path(path: &Path) -> io::Result<(PathBuf, String)> {
@@ -153,17 +144,6 @@ fn create_temp_file(dir: &Path, file_name: &str) -> io::Result<(PathBuf, File)> 
             Err(err) => return Err(err),
         }
     }
-}
-
-fn fill_and_rename(
-    file: File,
-    temp_path: &Path,
-    path: &Path,
-    bytes: &[u8],
-    mode: Option<u32>,
-) -> io::Result<()> {
-    fill(file, bytes, mode)?;
-    fs::rename(temp_path, path)
 }
 
 fn fill(mut file: File, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
