@@ -1,12 +1,14 @@
 //! nnc's graph IR: static-shaped tensors, constants, and nodes holding parsed ops.
 
 pub mod code_elements;
+pub mod dim;
 pub mod dtype;
 pub mod extent_expr;
 pub mod graph;
 pub mod low_precision;
 pub mod tensor;
 
+pub use dim::{Dim, SymbolId, SymbolTable};
 pub use dtype::{DType, TensorType};
 pub use extent_expr::{ExtentExpr, ExtentStep};
 pub use graph::{Graph, Node, RunExtent, ValueId, ValueInfo};
