@@ -543,3 +543,102 @@ fn run_dims_file(path: &Path, seed: u64) -> Result<(), String> {
 fn dims_filetests() {
     run_dir("dims", run_dims_file);
 }
+
+/// A symbolic-import file test: the model imported once with its ranges as symbols
+/// (`nnc::onnx::import_symbolic`), the dump of the graph (every value's axes as
+/// expressions; an import refused dumps `error: ...`) against the expected section,
+/// and, independently, at each range's ends, middle and an odd value, every value's
+/// expressions evaluated there against the shape the same value has in the model
+/// imported statically at that value.
+fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let test = parse(&text, seed)?;
+    let ranges: Vec<nnc::dims::DimRange> = (test.ranges.iter())
+        .map(|(name, min, max)| nnc::dims::DimRange {
+            name: name.clone(),
+            min: *min,
+            max: *max,
+            site: nnc::dims::DimSite::Param,
+        })
+        .collect();
+    let opts = ImportOptions {
+        ranges,
+        ..Default::default()
+    };
+    let imported = nnc::onnx::import_symbolic(&test.model, None, &opts);
+    let graph = match imported {
+        Err(e) => return expect(path, &text, test.expected, &format!("error: {e}"), "dump"),
+        Ok(i) if !i.unsupported.is_empty() => {
+            let why: Vec<String> = (i.unsupported.iter())
+                .map(|u| format!("unsupported: node '{}' ({}): {}", u.node, u.op, u.reason))
+                .collect();
+            return expect(path, &text, test.expected, &why.join("\n"), "dump");
+        }
+        Ok(i) => i.graph,
+    };
+    let mut dump = graph.to_string();
+    for c in &graph.dim_checks {
+        let e = c.expr.written(&|s| graph.symbols.name(s).to_string());
+        let rule = if c.zero { "= 0" } else { ">= 0" };
+        dump += &format!("\ncheck {e} {rule}: {}", c.what);
+    }
+    let picks = |min: usize, max: usize| {
+        let mut v = vec![min, (min + max) / 2, max, ((min + max) / 2) | 1];
+        v.dedup();
+        v
+    };
+    let mut compared = 0;
+    for k in 0..4 {
+        let mut static_opts = ImportOptions::default();
+        let mut values = vec![];
+        for (name, min, max) in &test.ranges {
+            let p = picks(*min, *max);
+            let v = p[k.min(p.len() - 1)];
+            static_opts.dims.insert(name.clone(), v);
+            values.push(v as i64);
+        }
+        if graph.dim_checks.iter().any(|c| !c.holds_at(&values)) {
+            continue; // the library refuses these values; the static import may too
+        }
+        let fixed = import_model(&test.model, None, &static_opts)
+            .map_err(|e| format!("static import at {values:?}: {e}"))?
+            .graph;
+        for (i, info) in graph.values.iter().enumerate() {
+            let Some(v) = fixed.values.iter().position(|x| x.name == info.name) else {
+                continue;
+            };
+            let want = fixed.ty(nnc::ir::ValueId(v)).shape.clone();
+            let got: Option<Vec<usize>> = (graph.ty(nnc::ir::ValueId(i)).dims().iter())
+                .map(|d| d.eval_at(&values).map(|x| x as usize))
+                .collect();
+            if got.as_ref() != Some(&want) {
+                return Err(format!(
+                    "%{} at {values:?}: the expressions give {got:?}, the model imported there has {want:?}",
+                    info.name
+                ));
+            }
+            if let Some(e) = &info.dim_elements {
+                let want = fixed.constant(nnc::ir::ValueId(v)).map(|t| t.to_i64_vec());
+                let got: Option<Vec<i64>> = e.iter().map(|d| d.eval_at(&values)).collect();
+                if want.is_some() && got != want {
+                    return Err(format!(
+                        "%{} at {values:?}: its elements give {got:?}, the model imported there has {want:?}",
+                        info.name
+                    ));
+                }
+            }
+            compared += 1;
+        }
+    }
+    if compared == 0 {
+        return Err("no value compared with a static import".into());
+    }
+    expect(path, &text, test.expected, &dump, "dump")
+}
+
+/// Symbolic shape inference, in `tests/symbolic/*.nir` (a `; dims:` line, input axes
+/// named by dims, the expected dump after `---`).
+#[test]
+fn symbolic_filetests() {
+    run_dir("symbolic", run_symbolic_file);
+}

@@ -294,7 +294,34 @@ enum Command {
         /// share and idle fraction and the model's speedup (implies --kernels).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         threads: Option<u32>,
+        /// Imports the model once with each --dim range a symbol and prints every
+        /// value's axes as expressions of them, the facts the run would check, and the
+        /// nodes that cannot take a symbolic extent yet (the symbolic import that
+        /// compiles will use).
+        #[arg(long, conflicts_with_all = ["kernels", "threads", "format"])]
+        symbolic_shapes: bool,
     },
+}
+
+/// `nnc inspect --symbolic-shapes`: the graph imported with symbols, its checks and
+/// what it could not import.
+fn print_symbolic_shapes(model: &std::path::Path, opts: &ImportOptions) -> Result<()> {
+    let imported = nnc::onnx::load_model_symbolic(model, opts)?;
+    let g = &imported.graph;
+    println!("{g}");
+    for c in &g.dim_checks {
+        let e = c.expr.written(&|s| g.symbols.name(s).to_string());
+        let rule = if c.zero { "= 0" } else { ">= 0" };
+        println!("check {e} {rule}: {}", c.what);
+    }
+    for u in &imported.unsupported {
+        println!("unsupported: node '{}' ({}): {}", u.node, u.op, u.reason);
+    }
+    if imported.unsupported.is_empty() {
+        Ok(())
+    } else {
+        Err(NncError::Unsupported(imported.unsupported).in_file(model))
+    }
 }
 
 fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
@@ -607,7 +634,11 @@ fn run(cli: Cli) -> Result<()> {
             cpu,
             kernel_overrides,
             threads,
+            symbolic_shapes,
         } => {
+            if symbolic_shapes {
+                return print_symbolic_shapes(&model, &parse_bindings(&shapes)?);
+            }
             let arch = match target {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
                 None => Arch::host(),

@@ -20,7 +20,7 @@ pub mod row_extent;
 pub mod sample_loop;
 
 pub use range::{parse_range, DimRange, DimSite};
-pub use sample_loop::import_with_ranges;
+pub use sample_loop::{import_with_ranges, named_ranges};
 
 use crate::ir::{Graph, Tensor, ValueId};
 

@@ -292,7 +292,7 @@ fn import_sample_loop(
 /// renamed after it: `--input-shape x=1..8,...` on an axis the model calls `batch` is
 /// `--dim batch=1..8`, so the other inputs' `batch` axes follow (and the ABI names it
 /// `batch`, not `x.0`).
-fn named_ranges(model: &ModelProto, opts: &ImportOptions) -> ImportOptions {
+pub fn named_ranges(model: &ModelProto, opts: &ImportOptions) -> ImportOptions {
     use crate::onnx::proto::{tensor_shape_proto::dimension, type_proto};
     let mut o = opts.clone();
     let inputs = model.graph.as_ref().map_or(&[][..], |g| g.input.as_slice());

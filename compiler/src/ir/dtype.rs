@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::dim::{Dim, SymbolTable};
+
 use super::low_precision::{packed_len, Format};
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -188,16 +190,85 @@ impl fmt::Display for DType {
     }
 }
 
-/// A fully static tensor type: nnc binds every dimension at import time.
+/// A tensor type. `shape` holds each axis's extent, or for an axis whose extent is an
+/// expression over the model's symbols (see [`super::dim`]) its largest value over the
+/// declared ranges: what buffers are planned for, as XLA's bounded dynamic shapes do.
+/// `dims` is set only then, one expression per axis (constants for the fixed ones).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct TensorType {
     pub dtype: DType,
     pub shape: Vec<usize>,
+    pub dims: Option<Vec<Dim>>,
 }
 
 impl TensorType {
     pub fn new(dtype: DType, shape: Vec<usize>) -> Self {
-        TensorType { dtype, shape }
+        TensorType {
+            dtype,
+            shape,
+            dims: None,
+        }
+    }
+
+    /// A type whose axes are `dims`: static where every one is a constant, otherwise
+    /// symbolic with `shape` the largest values `symbols` bounds them by. `Err` names an
+    /// axis that may be negative or has no bound.
+    pub fn from_dims(
+        dtype: DType,
+        dims: Vec<Dim>,
+        symbols: &SymbolTable,
+    ) -> Result<TensorType, String> {
+        let mut shape = Vec::with_capacity(dims.len());
+        for (axis, d) in dims.iter().enumerate() {
+            let written = || d.written(&|s| symbols.name(s).to_string());
+            let (lo, hi) = match d.as_const() {
+                Some(c) => (c, c),
+                None => symbols
+                    .min_value(d)
+                    .zip(symbols.max_value(d))
+                    .ok_or_else(|| format!("axis {axis} ({}) has no bound", written()))?,
+            };
+            if lo < 0 {
+                return Err(format!(
+                    "axis {axis} ({}) can be negative ({lo}) within the declared ranges",
+                    written()
+                ));
+            }
+            shape.push(usize::try_from(hi).map_err(|_| format!("axis {axis} is too large"))?);
+        }
+        let symbolic = dims.iter().any(|d| !d.is_const());
+        Ok(TensorType {
+            dtype,
+            shape,
+            dims: symbolic.then_some(dims),
+        })
+    }
+
+    /// Whether an axis's extent is set at run time.
+    pub fn is_symbolic(&self) -> bool {
+        self.dims.is_some()
+    }
+
+    /// Axis `axis` as an expression (a constant for a static axis).
+    pub fn dim(&self, axis: usize) -> Dim {
+        match &self.dims {
+            Some(d) => d[axis].clone(),
+            None => Dim::constant(self.shape[axis] as i64),
+        }
+    }
+
+    /// Every axis as an expression.
+    pub fn dims(&self) -> Vec<Dim> {
+        (0..self.rank()).map(|a| self.dim(a)).collect()
+    }
+
+    /// The first symbolic axis, with its expression.
+    pub fn first_symbolic_axis(&self) -> Option<(usize, &Dim)> {
+        self.dims
+            .as_ref()?
+            .iter()
+            .enumerate()
+            .find(|(_, d)| !d.is_const())
     }
 
     /// The element count; saturates at `usize::MAX` where it would overflow. Import
@@ -250,9 +321,20 @@ impl TensorType {
     }
 }
 
+/// A symbolic axis shows as `≤MAX` (the names live in the graph's symbol table; the
+/// graph's dump writes the expressions).
 impl fmt::Display for TensorType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        let symbolic = |a: usize| self.dims.as_ref().is_some_and(|d| !d[a].is_const());
+        let dims: Vec<String> = (self.shape.iter().enumerate())
+            .map(|(a, d)| {
+                if symbolic(a) {
+                    format!("≤{d}")
+                } else {
+                    d.to_string()
+                }
+            })
+            .collect();
         write!(f, "{}[{}]", self.dtype, dims.join(","))
     }
 }

@@ -17,6 +17,10 @@ pub struct ValueInfo {
     pub constant: Option<Tensor>,
     /// Set when one axis's extent is known only at run time.
     pub run_extent: Option<RunExtent>,
+    /// The elements of a 1-D (or scalar) int64 value computed from symbolic extents (a
+    /// `Shape`, and the exporters' arithmetic over it), one expression each; `None`
+    /// where the elements are a constant or data.
+    pub dim_elements: Option<Vec<super::Dim>>,
 }
 
 /// Axes whose extent the values of the inputs decide (NonZero's count, a reduction's
@@ -77,6 +81,12 @@ pub struct Graph {
     pub sample_loop: Option<crate::dims::SampleLoop>,
     /// The dims whose values are the run-time extents of the values growing with them.
     pub row_dims: Vec<crate::dims::RowDim>,
+    /// The symbols the extents of symbolic values are expressions over (the dims set
+    /// at run time, in `dims` order), with their ranges.
+    pub symbols: super::SymbolTable,
+    /// Facts about the symbols' values the run checks before anything else (see
+    /// [`super::dim::DimCheck`]).
+    pub dim_checks: Vec<super::dim::DimCheck>,
 }
 
 impl Graph {
@@ -98,6 +108,7 @@ impl Graph {
             ty,
             constant,
             run_extent: None,
+            dim_elements: None,
         });
         ValueId(self.values.len() - 1)
     }
@@ -135,21 +146,51 @@ impl Graph {
     }
 }
 
+impl Graph {
+    /// `v`'s type, symbolic axes written as expressions of the symbols' names
+    /// (`float32[batch,3,(h + 1)/2,(w + 1)/2]`), and the elements of a value computed
+    /// from them (`int64[3] = {batch, seq, 768}`).
+    pub fn type_text(&self, v: ValueId) -> String {
+        let info = &self.values[v.0];
+        let name = |s: super::SymbolId| self.symbols.name(s).to_string();
+        let ty = match &info.ty.dims {
+            None => info.ty.to_string(),
+            Some(dims) => {
+                let axes: Vec<String> = dims.iter().map(|d| d.written(&name)).collect();
+                format!("{}[{}]", info.ty.dtype, axes.join(","))
+            }
+        };
+        match &info.dim_elements {
+            None => ty,
+            Some(e) => {
+                let e: Vec<String> = e.iter().map(|d| d.written(&name)).collect();
+                format!("{ty} = {{{}}}", e.join(", "))
+            }
+        }
+    }
+}
+
 /// A stable textual dump, one node per line, used by pass tests and `--dump-ir`.
 impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = |id: &ValueId| format!("%{}", self.values[id.0].name);
+        if !self.symbols.is_empty() {
+            let syms: Vec<String> = (self.symbols.iter())
+                .map(|(_, s)| format!("{}={}..{}", s.name, s.min, s.max))
+                .collect();
+            writeln!(f, "symbols {}", syms.join(", "))?;
+        }
         let ins: Vec<String> = self
             .inputs
             .iter()
-            .map(|i| format!("{}: {}", name(i), self.ty(*i)))
+            .map(|i| format!("{}: {}", name(i), self.type_text(*i)))
             .collect();
         writeln!(f, "graph({}) {{", ins.join(", "))?;
         for n in &self.nodes {
             let outs: Vec<String> = n
                 .outputs
                 .iter()
-                .map(|o| format!("{}: {}", name(o), self.ty(*o)))
+                .map(|o| format!("{}: {}", name(o), self.type_text(*o)))
                 .collect();
             let args: Vec<String> = n
                 .inputs

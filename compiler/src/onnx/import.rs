@@ -16,7 +16,7 @@ use super::tensor_proto::tensor_from_proto;
 use super::weight_budget::WeightBudget;
 use crate::error::{NncError, NodeExcerpt, Result, UnsupportedOp};
 use crate::interp;
-use crate::ir::{DType, Graph, Node, RunExtent, Tensor, TensorType, ValueId};
+use crate::ir::{DType, Dim, Graph, Node, RunExtent, Tensor, TensorType, ValueId};
 use crate::limits::Limits;
 use crate::ops::{infer_types, Op};
 
@@ -72,6 +72,17 @@ pub fn load_model_partial(path: &Path, opts: &ImportOptions) -> Result<Imported>
     import_model(&model, path.parent(), opts).map_err(|e| e.in_file(path))
 }
 
+/// Reads a model file and imports it once with its ranges as symbols (see
+/// [`import_symbolic`]); unsupported nodes are returned, not failed on.
+pub fn load_model_symbolic(path: &Path, opts: &ImportOptions) -> Result<Imported> {
+    let bytes = crate::files::read_regular(path).map_err(|e| NncError::read(path, e))?;
+    let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    import_symbolic(&model, path.parent(), opts).map_err(|e| e.in_file(path))
+}
+
 pub fn import_model(
     model: &ModelProto,
     base_dir: Option<&Path>,
@@ -85,6 +96,27 @@ pub fn import_model(
     if !opts.ranges.is_empty() {
         return crate::dims::import_with_ranges(model, base_dir, opts);
     }
+    import_once(model, base_dir, opts, false)
+}
+
+/// Imports the model once with every declared range a symbol: each value's axes are
+/// expressions of them (see [`crate::ir::dim`]) and shape subgraphs fold to
+/// expressions. A node whose import cannot take a symbolic extent yet is reported
+/// unsupported, naming the input, the axis and the expression.
+pub fn import_symbolic(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported> {
+    import_once(model, base_dir, opts, true)
+}
+
+fn import_once(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+    symbolic: bool,
+) -> Result<Imported> {
     let graph = model
         .graph
         .as_ref()
@@ -117,7 +149,12 @@ pub fn import_model(
         weights: WeightBudget::new(opts.limits.max_weight_bytes),
         origins: HashMap::new(),
         default_opset_known,
+        symbolic,
+        symbol_sites: vec![],
     };
+    if symbolic {
+        b.declare_symbols(model, opts)?;
+    }
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
     let mut hist: Vec<(String, usize)> = vec![];
@@ -177,6 +214,10 @@ pub struct GraphBuilder {
     /// Whether the model imports an ai.onnx opset (or is old enough to default to 1):
     /// without one, the version of a default-domain op is unknown.
     default_opset_known: bool,
+    /// Whether declared ranges are symbols (see [`import_symbolic`]).
+    symbolic: bool,
+    /// Where each symbol's range applies, by symbol.
+    symbol_sites: Vec<crate::dims::DimSite>,
 }
 
 impl GraphBuilder {
@@ -298,6 +339,13 @@ impl GraphBuilder {
                 }
                 Ok(self.new_sequence(elements))
             }
+            Some(type_proto::Value::TensorType(t)) if self.symbolic => {
+                let ty = self.symbolic_input_type(&vi.name, t, opts)?;
+                opts.limits.check_tensor(&ty).map_err(err)?;
+                let id = self.graph.add_value(vi.name.clone(), ty, None);
+                self.graph.inputs.push(id);
+                Ok(id)
+            }
             Some(type_proto::Value::TensorType(t)) => {
                 let ty = tensor_input_type(&vi.name, t, opts.input_shapes.get(&vi.name), opts)?;
                 opts.limits.check_tensor(&ty).map_err(err)?;
@@ -342,6 +390,13 @@ impl GraphBuilder {
             })?;
             if id == POISON || self.absent.contains(&id) {
                 continue;
+            }
+            if self.graph.value(id).dim_elements.is_some() {
+                return Err(NncError::Model(format!(
+                    "graph output '{}' is computed from extents set at run time; \
+                     such an output is not supported yet",
+                    vi.name
+                )));
             }
             if let Some(elements) = self.sequences.get(&id).cloned() {
                 for (k, v) in elements.into_iter().enumerate() {
@@ -453,6 +508,8 @@ impl GraphBuilder {
             }
         }
         let attrs = Attributes::new(&node.attribute);
+        let symbolic_operand =
+            self.symbolic && inputs.iter().flatten().any(|v| self.is_symbolic(*v));
         let mut ctx = NodeCtx {
             b: self,
             node,
@@ -460,7 +517,12 @@ impl GraphBuilder {
             attrs,
             inputs,
         };
-        match import(&mut ctx) {
+        let imported = if symbolic_operand {
+            super::symbolic::import(&mut ctx, import)
+        } else {
+            import(&mut ctx)
+        };
+        match imported {
             Ok(()) => {}
             Err(ImportError::Unsupported(reason)) => return self.unsupported(node, &name, reason),
             Err(ImportError::Invalid(message)) => {
@@ -589,6 +651,86 @@ impl GraphBuilder {
             outputs: node.output.iter().map(operand).collect(),
             attributes: node.attribute.iter().map(format_attribute).collect(),
         }
+    }
+
+    /// Whether `v` has an extent set at run time or holds extents (a `Shape` of one).
+    fn is_symbolic(&self, v: ValueId) -> bool {
+        v != POISON && {
+            let info = self.graph.value(v);
+            info.ty.is_symbolic() || info.dim_elements.is_some()
+        }
+    }
+
+    /// One symbol per declared range, in the ranges' order (the ABI's `dims`).
+    fn declare_symbols(&mut self, model: &ModelProto, opts: &ImportOptions) -> Result<()> {
+        for r in crate::dims::named_ranges(model, opts).ranges {
+            if r.min == 0 || r.min > r.max || r.max > crate::dims::range::MAX_DIM_VALUE {
+                return Err(NncError::Model(format!(
+                    "dimension '{}': the range {}..{} must have 1 <= MIN <= MAX <= {}",
+                    r.name,
+                    r.min,
+                    r.max,
+                    crate::dims::range::MAX_DIM_VALUE
+                )));
+            }
+            if self.graph.symbols.find(&r.name).is_some() {
+                return Err(NncError::Model(format!(
+                    "dimension '{}' is declared twice",
+                    r.name
+                )));
+            }
+            self.graph.symbols.declare(
+                &r.name,
+                crate::ir::dim::SymbolKind::Dim,
+                r.min as i64,
+                r.max as i64,
+            );
+            self.symbol_sites.push(r.site);
+        }
+        Ok(())
+    }
+
+    /// An input's type with each axis a declared range covers a symbol: the axis the
+    /// model names after a `--dim`, or the one a range in `--input-shape` gives.
+    fn symbolic_input_type(
+        &self,
+        name: &str,
+        t: &type_proto::Tensor,
+        opts: &ImportOptions,
+    ) -> Result<TensorType> {
+        let at_max = opts.bound(
+            &self
+                .graph
+                .symbols
+                .maxima()
+                .iter()
+                .map(|&m| m as usize)
+                .collect::<Vec<_>>(),
+        );
+        let ty = tensor_input_type(name, t, at_max.input_shapes.get(name), &at_max)?;
+        let declared = t
+            .shape
+            .as_ref()
+            .map(|s| s.dim.as_slice())
+            .unwrap_or_default();
+        let mut dims: Vec<Dim> = ty.shape.iter().map(|&d| Dim::constant(d as i64)).collect();
+        for (i, site) in self.symbol_sites.iter().enumerate() {
+            let symbol = Dim::symbol(crate::ir::SymbolId(i as u32));
+            let sym_name = self.graph.symbols.name(crate::ir::SymbolId(i as u32));
+            for (axis, d) in dims.iter_mut().enumerate() {
+                let named = matches!(
+                    declared.get(axis).and_then(|d| d.value.as_ref()),
+                    Some(dimension::Value::DimParam(p)) if p == sym_name
+                ) && !opts.input_shapes.contains_key(name);
+                let at_site = matches!(site, crate::dims::DimSite::InputAxis { input, axis: a }
+                    if input == name && *a == axis);
+                if named || at_site {
+                    *d = symbol.clone();
+                }
+            }
+        }
+        TensorType::from_dims(ty.dtype, dims, &self.graph.symbols)
+            .map_err(|m| NncError::Model(format!("input '{name}': {m}")))
     }
 
     /// Whether `v` stands for a sequence or an empty optional rather than a tensor.
@@ -926,6 +1068,22 @@ impl NodeCtx<'_> {
             .iter()
             .map(|i| i.map(|v| self.ty(v).clone()))
             .collect();
+        if types.iter().flatten().any(TensorType::is_symbolic) {
+            let refs: Vec<Option<&TensorType>> = types.iter().map(Option::as_ref).collect();
+            let mut cx = crate::ops::infer_dims::DimContext {
+                symbols: &self.b.graph.symbols,
+                checks: vec![],
+            };
+            let dims = crate::ops::infer_dims::infer_dims(&op, &refs, &mut cx)
+                .map_err(ImportError::Unsupported)?;
+            let checks = cx.checks;
+            let outputs = self.emit_with_dims(op, inputs, dims)?;
+            self.add_checks(checks);
+            if outputs.len() < n_outputs {
+                return Err(format!("{n_outputs} outputs expected").into());
+            }
+            return Ok(outputs);
+        }
         let out_types = infer_types(&op, &types)?;
         if out_types.len() < n_outputs {
             return Err(ImportError::Invalid(format!(
@@ -1007,6 +1165,99 @@ impl NodeCtx<'_> {
         }
         self.b.graph.nodes.push(node);
         Ok(outputs)
+    }
+
+    /// The symbols extents are expressions over (empty for a static import).
+    pub fn symbols(&self) -> &crate::ir::SymbolTable {
+        &self.b.graph.symbols
+    }
+
+    /// Records facts the run must check (see [`crate::ir::dim::DimCheck`]), naming
+    /// this node in each.
+    pub fn add_checks(&mut self, checks: Vec<crate::ir::dim::DimCheck>) {
+        for mut c in checks {
+            c.what = format!("node '{}' ({}): {}", self.name, self.node.op_type, c.what);
+            if !self.b.graph.dim_checks.contains(&c) {
+                self.b.graph.dim_checks.push(c);
+            }
+        }
+    }
+
+    /// Adds a node whose output axes are `dims` (what an importer computed from
+    /// extents: a Reshape's target, an Expand's shape). The op's own attributes hold
+    /// the extents at the ranges' maxima; the static inference checks them there.
+    pub fn emit_with_dims(
+        &mut self,
+        op: Op,
+        inputs: Vec<Option<ValueId>>,
+        dims: Vec<Vec<Dim>>,
+    ) -> ImportResult<Vec<ValueId>> {
+        let types: Vec<Option<TensorType>> = inputs
+            .iter()
+            .map(|i| i.map(|v| self.ty(v).clone()))
+            .collect();
+        let at_max = infer_types(&op, &types)?;
+        if at_max.len() != dims.len() {
+            return Err(format!("{} outputs, {} with extents", at_max.len(), dims.len()).into());
+        }
+        let mut outputs = Vec::with_capacity(dims.len());
+        for (k, (ty, d)) in at_max.into_iter().zip(dims).enumerate() {
+            let ty = TensorType::from_dims(ty.dtype, d, &self.b.graph.symbols)
+                .map_err(|m| format!("output {k}: {m}"))?;
+            self.b.limits.check_tensor(&ty)?;
+            let name = match self.node.output.get(k) {
+                Some(n) if !n.is_empty() => n.clone(),
+                _ => format!("{}:{k}", self.name),
+            };
+            outputs.push(self.b.graph.add_value(name, ty, None));
+        }
+        self.b.graph.nodes.push(Node {
+            name: self.name.to_string(),
+            onnx_op: self.node.op_type.clone(),
+            op,
+            inputs,
+            outputs: outputs.clone(),
+        });
+        Ok(outputs)
+    }
+
+    /// The elements of the int64 value `v` as expressions: those it holds as extents,
+    /// or its constant ones (`None` for data or a tensor of rank above 1).
+    pub fn elements(&self, v: ValueId) -> Option<Vec<Dim>> {
+        let info = self.b.graph.value(v);
+        if let Some(e) = &info.dim_elements {
+            return Some(e.clone());
+        }
+        let t = info.constant.as_ref()?;
+        (t.dtype().is_int() && t.ty().rank() <= 1)
+            .then(|| t.to_i64_vec().into_iter().map(Dim::constant).collect())
+    }
+
+    /// Binds output `k` to an int64 value of `shape` (`[]` or `[n]`) whose elements are
+    /// `e`: a constant where every one is, else a value holding the expressions.
+    pub fn bind_elements(&mut self, k: usize, dtype: DType, shape: Vec<usize>, e: Vec<Dim>) {
+        let v = if let Some(c) = e.iter().map(Dim::as_const).collect::<Option<Vec<i64>>>() {
+            let t = Tensor::from_vec(&shape, c);
+            let t = match dtype {
+                DType::I64 => t,
+                to => interp::eval_op(&Op::Cast { to }, &[Some(&t)])
+                    .map(|mut r| r.remove(0))
+                    .unwrap_or(t),
+            };
+            self.constant_value(self.name, t)
+        } else {
+            let name = match self.node.output.get(k) {
+                Some(n) if !n.is_empty() => n.clone(),
+                _ => format!("{}:{k}", self.name),
+            };
+            let v = self
+                .b
+                .graph
+                .add_value(name, TensorType::new(dtype, shape), None);
+            self.b.graph.values[v.0].dim_elements = Some(e);
+            v
+        };
+        self.bind_output(k, v);
     }
 
     /// Emits a single-output op.

@@ -7,7 +7,11 @@ pub mod external_data;
 pub mod import;
 pub mod ops;
 pub mod proto;
+mod symbolic;
 pub mod tensor_proto;
 pub mod weight_budget;
 
-pub use import::{import_model, load_model, load_model_partial, ImportOptions, Imported};
+pub use import::{
+    import_model, import_symbolic, load_model, load_model_partial, load_model_symbolic,
+    ImportOptions, Imported,
+};

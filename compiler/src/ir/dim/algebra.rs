@@ -355,7 +355,7 @@ impl Dim {
         let mut kept: Vec<Dim> = vec![];
         'next: for a in flat {
             for k in kept.iter_mut() {
-                if let Some(diff) = a.checked_sub(k)?.as_const() {
+                if let Some(diff) = a.constant_difference(k)? {
                     if (diff < 0) == min && diff != 0 {
                         *k = a;
                     }
@@ -380,6 +380,26 @@ impl Dim {
                 }])
             }
         }
+    }
+
+    /// `self − o` when it is a constant of known sign: `Some(Some(d))` for a constant
+    /// `d`, and for two floor divisions by one constant whose numerators differ by a
+    /// constant, `±1` standing for "at least as large / as small" (`⌊(h + 7)/8⌋ ≥
+    /// ⌊(h + 3)/8⌋`). `None` on overflow.
+    fn constant_difference(&self, o: &Dim) -> Option<Option<i64>> {
+        let diff = self.checked_sub(o)?;
+        if let Some(d) = diff.as_const() {
+            return Some(Some(d));
+        }
+        let (Some((a, x)), Some((b, y))) =
+            (self.as_floor_div_by_const(), o.as_floor_div_by_const())
+        else {
+            return Some(None);
+        };
+        if x != y || x <= 0 {
+            return Some(None);
+        }
+        Some(a.checked_sub(&b)?.as_const().map(i64::signum))
     }
 
     fn as_single_atom(&self) -> Option<&Atom> {

@@ -237,6 +237,47 @@ pub fn floor_div_i64(n: i64, d: i64) -> Option<i64> {
     })
 }
 
+/// A fact about extents the compile could not prove and the run checks before it
+/// writes anything (returning an error code where it fails): `expr = 0` (two extents
+/// a broadcast, a Reshape or a matrix product needs equal) or `expr ≥ 0`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DimCheck {
+    pub expr: Dim,
+    pub zero: bool,
+    /// What needs it, for messages: "the inner axes of a matrix product".
+    pub what: String,
+}
+
+impl DimCheck {
+    /// `a = b`.
+    pub fn equal(a: &Dim, b: &Dim, what: &str) -> Result<DimCheck, String> {
+        Ok(DimCheck {
+            expr: a
+                .checked_sub(b)
+                .ok_or_else(|| format!("{what}: the extent arithmetic overflows"))?,
+            zero: true,
+            what: what.to_string(),
+        })
+    }
+
+    /// `a ≥ b`.
+    pub fn at_least(a: &Dim, b: &Dim, what: &str) -> Result<DimCheck, String> {
+        Ok(DimCheck {
+            zero: false,
+            ..DimCheck::equal(a, b, what)?
+        })
+    }
+
+    /// Whether the check passes at the symbols' values `values`.
+    pub fn holds_at(&self, values: &[i64]) -> bool {
+        match self.expr.eval_at(values) {
+            Some(v) if self.zero => v == 0,
+            Some(v) => v >= 0,
+            None => false,
+        }
+    }
+}
+
 impl From<i64> for Dim {
     fn from(v: i64) -> Dim {
         Dim::constant(v)

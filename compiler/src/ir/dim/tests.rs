@@ -190,6 +190,8 @@ fn shape_arithmetic_normalizes() {
     assert_eq!(d("max(n - 1, n + 3, 2)"), d("max(2, n + 3)"));
     assert_eq!(d("min(min(n, 3), seq)"), d("min(3, n, seq)"));
     assert_eq!(d("min(seq, n)").written(&names), "min(n, seq)");
+    assert_eq!(d("min((w + 3)/8, (w + 7)/8)"), d("(w + 3)/8"));
+    assert_eq!(d("max((w + 3)/8, (w + 7)/8)"), d("(w + 7)/8"));
     // Text as people write it.
     assert_eq!(d("seq*n*2 + 1").written(&names), "2*n*seq + 1");
     assert_eq!(d("2*((w + 1)/3)").written(&names), "2*((w + 1)/3)");
