@@ -87,13 +87,33 @@ def gpt2(out):
          {"seq": [1, 256]}, dynamo=True, dynamic_shapes={"input_ids": {1: seq}})
 
 
+class CausalEncoder(nn.Module):
+    """A decoder-only stack: the encoder with a causal mask built from the length."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, src):
+        pos = torch.arange(src.shape[0])
+        future = pos.unsqueeze(0) > pos.unsqueeze(1)
+        mask = torch.where(future, float("-inf"), 0.0)
+        return self.m(src, mask=mask, is_causal=True)
+
+
 def encoder(out):
+    # The legacy exporter bakes the traced length into MultiheadAttention's reshapes
+    # (onnxruntime fails at any other length), so these go through torch.export.
     layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, dropout=0.0)
     m = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
     x = torch.randn(16, 2, 128)
-    save(out, "encoder_bs", m, (x,), ["src"], ["out"],
-         {"src": {0: "seq", 1: "batch"}, "out": {0: "seq", 1: "batch"}},
-         {"batch": [1, 8], "seq": [1, 512]})
+    seq = torch.export.Dim("seq", min=2, max=512)
+    batch = torch.export.Dim("batch", min=2, max=8)
+    shapes = {"src": {0: seq, 1: batch}}
+    save(out, "encoder_bs", m, (x,), ["src"], ["out"], None,
+         {"batch": [1, 8], "seq": [1, 512]}, dynamo=True, dynamic_shapes=shapes)
+    save(out, "decoder_causal_bs", CausalEncoder(m), (x,), ["src"], ["out"], None,
+         {"batch": [1, 8], "seq": [1, 512]}, dynamo=True, dynamic_shapes=shapes)
 
 
 class Crnn(nn.Module):
@@ -123,7 +143,10 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
+    only = sys.argv[2:]
     for f in (resnet, bert, gpt2, encoder, crnn):
+        if only and f.__name__ not in only:
+            continue
         try:
             f(out)
         except Exception as e:  # one failed export must not hide the others

@@ -536,6 +536,7 @@ pub(crate) fn check_node(
         | Op::FirstRows { .. }
         | Op::ReduceRunTimeAxes { .. }
         | Op::ReshapeByAxes { .. }
+        | Op::DimValues { .. }
         | Op::SliceRunTime { .. }
         | Op::SplitRunTime { .. }
         | Op::Choose { .. } => false,

@@ -285,6 +285,9 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let shape: Vec<i64> = y.shape().iter().map(|&d| d as i64).collect();
             return Ok(vec![y, Tensor::from_vec(&[shape.len()], shape)]);
         }
+        Op::DimValues { .. } => {
+            return Err("DimValues needs the run's dims; the interpreter runs static graphs".into())
+        }
         Op::ReshapeByAxes {
             axes_rank, shapes, ..
         } => {

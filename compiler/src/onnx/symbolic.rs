@@ -16,72 +16,18 @@ use crate::ops::{Op, ReduceAttrs, ReduceKind};
 
 /// ONNX ops whose importers read no extent of their operands beyond the rank (they
 /// emit ops the symbolic inference types from the operands).
+#[rustfmt::skip]
 const EXTENT_FREE: &[&str] = &[
-    "Relu",
-    "LeakyRelu",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "Tanh",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Erf",
-    "Neg",
-    "Abs",
-    "Reciprocal",
-    "Softplus",
-    "Softsign",
-    "Elu",
-    "Selu",
-    "Gelu",
-    "Mish",
-    "Sin",
-    "Cos",
-    "Floor",
-    "Ceil",
-    "Round",
-    "Sign",
-    "Clip",
-    "Not",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Max",
-    "Min",
-    "Mean",
-    "Sum",
-    "Where",
-    "Cast",
-    "CastLike",
-    "Identity",
-    "Dropout",
-    "MatMul",
-    "Gemm",
-    "BatchNormalization",
-    "Transpose",
-    "Concat",
-    "LayerNormalization",
-    "Softmax",
-    "LogSoftmax",
-    "ReduceMean",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceL2",
-    "ReduceSumSquare",
-    "Conv",
-    "MaxPool",
-    "AveragePool",
-    "Gather",
-    "Equal",
-    "Less",
-    "Greater",
-    "And",
-    "Or",
+    "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Log",
+    "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Softplus", "Softsign", "Elu", "Selu",
+    "Gelu", "Mish", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Clip", "Not", "Add",
+    "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Where", "Cast", "CastLike",
+    "Identity", "Dropout", "MatMul", "Gemm", "BatchNormalization", "Transpose", "Concat",
+    "LayerNormalization", "Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax",
+    "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare", "Conv", "MaxPool",
+    "AveragePool", "Gather", "Equal", "Less", "Greater", "And", "Or", "LSTM", "GRU",
+    "RNN", "GatherElements", "GatherND", "CumSum", "GreaterOrEqual", "LessOrEqual", "Xor",
+    "IsNaN", "IsInf", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Trilu",
 ];
 
 pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {
@@ -99,7 +45,9 @@ pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {
         "Squeeze" | "Unsqueeze" => squeeze_or_unsqueeze(ctx, op == "Unsqueeze"),
         "GlobalAveragePool" | "GlobalMaxPool" => global_pool(ctx, op == "GlobalMaxPool"),
         "Slice" => slice(ctx),
-        _ if holds_extents => arithmetic(ctx, &op),
+        "Range" => range(ctx),
+        "Split" => split(ctx),
+        _ if holds_extents => arithmetic(ctx, &op, importer),
         "Conv" | "MaxPool" | "AveragePool" => {
             same_padding_fixed(ctx)?;
             importer(ctx)
@@ -208,6 +156,26 @@ fn size(ctx: &mut NodeCtx) -> ImportResult {
 fn reshape(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.required(0)?;
     let xd = ctx.ty(x).dims();
+    if let (Some(e), Some(target)) = (ctx.graph().value(x).dim_elements.clone(), ctx.input(1)) {
+        // A list of extents as a scalar or a list again (`[n]` ↔ `[]`, exporters'
+        // `view(-1)`): its elements are unchanged.
+        let t = ctx
+            .elements(target)
+            .and_then(|t| t.iter().map(Dim::as_const).collect::<Option<Vec<_>>>());
+        let shape = match t.as_deref() {
+            Some([]) if e.len() == 1 => vec![],
+            Some([n]) if *n == -1 || *n == e.len() as i64 => vec![e.len()],
+            _ => {
+                return Err(refusal(
+                    ctx,
+                    "a list of extents reshaped to more than one axis",
+                ))
+            }
+        };
+        let dtype = ctx.ty(x).dtype;
+        ctx.bind_elements(0, dtype, shape, e);
+        return Ok(());
+    }
     let target = match ctx.input(1) {
         _ if ctx.opset() < 5 => ctx
             .attrs
@@ -452,7 +420,9 @@ fn same_padding_fixed(ctx: &NodeCtx) -> ImportResult {
     Ok(())
 }
 
-/// A Gather along a symbolic axis counts negative indices from a varying end.
+/// A Gather along a symbolic axis counts negative indices from a varying end: constant
+/// ones are refused (the importer would resolve them against the largest extent); ones
+/// read at run time are resolved by the run against the run's extent.
 fn gather_forward(ctx: &NodeCtx) -> ImportResult {
     let x = ctx.input_ty(0)?;
     let axis = normalize_axis(ctx.attrs.int("axis", 0)?, x.rank())?;
@@ -461,14 +431,26 @@ fn gather_forward(ctx: &NodeCtx) -> ImportResult {
     }
     let negative = (ctx.input(1))
         .and_then(|v| ctx.constant(v))
-        .map(|t| t.to_i64_vec().iter().any(|&i| i < 0));
+        .is_some_and(|t| t.to_i64_vec().iter().any(|&i| i < 0));
     match negative {
-        Some(false) => Ok(()),
-        Some(true) => Err(refusal(ctx, "it gathers from the end of a symbolic axis")),
-        None => Err(refusal(
-            ctx,
-            "its indices along a symbolic axis must be constant",
-        )),
+        true => Err(refusal(ctx, "it gathers from the end of a symbolic axis")),
+        false => Ok(()),
+    }
+}
+
+/// Input `i` as expressions (its constant integers, or the extents it holds), or the
+/// ints attribute `attr` before opset 10.
+fn dim_list(ctx: &NodeCtx, i: usize, attr: &str) -> ImportResult<Option<Vec<Dim>>> {
+    if ctx.opset() < 10 {
+        let v = ctx.attrs.ints_opt(attr)?;
+        return Ok(v.map(|v| v.into_iter().map(Dim::constant).collect()));
+    }
+    match ctx.input(i) {
+        None => Ok(None),
+        Some(v) => ctx
+            .elements(v)
+            .map(Some)
+            .ok_or_else(|| refusal(ctx, &format!("its {attr} must be constant or extents"))),
     }
 }
 
@@ -477,29 +459,32 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let xt = ctx.ty(x).clone();
     let xd = xt.dims();
     let rank = xd.len();
-    let starts = const_ints(ctx, 1, "starts", 10)?.ok_or("starts are required")?;
-    let ends = const_ints(ctx, 2, "ends", 10)?.ok_or("ends are required")?;
-    let axes = match const_ints(ctx, 3, "axes", 10)? {
+    let starts = dim_list(ctx, 1, "starts")?.ok_or("starts are required")?;
+    let ends = dim_list(ctx, 2, "ends")?.ok_or("ends are required")?;
+    let consts = |v: Option<Vec<Dim>>, what: &str| -> ImportResult<Option<Vec<i64>>> {
+        v.map(|v| v.iter().map(Dim::as_const).collect::<Option<Vec<i64>>>())
+            .map(|v| v.ok_or_else(|| refusal(ctx, &format!("its {what} must be constant"))))
+            .transpose()
+    };
+    let axes = match consts(dim_list(ctx, 3, "axes")?, "axes")? {
         Some(a) => (a.iter())
             .map(|&a| normalize_axis(a, rank))
             .collect::<Result<Vec<_>, _>>()?,
         None => (0..starts.len()).collect(),
     };
-    let steps = if ctx.opset() < 10 {
-        vec![1; axes.len()]
-    } else {
-        const_ints(ctx, 4, "steps", 10)?.unwrap_or_else(|| vec![1; axes.len()])
-    };
+    let steps = consts(dim_list(ctx, 4, "steps")?, "steps")?.unwrap_or_else(|| vec![1; axes.len()]);
     if starts.len() != axes.len() || ends.len() != axes.len() || steps.len() != axes.len() {
         return Err("starts, ends, axes and steps differ in length".into());
     }
+    let starts = consts(Some(starts), "starts")?.unwrap_or_default();
     if let Some(e) = ctx.elements(x) {
         // Slicing a list of extents: its length is static.
-        let (s, en, st) = (starts[0], ends[0], steps[0]);
-        let n = e.len();
-        let (first, count) = crate::ops::infer::slice_run(s, en, st, n);
+        let end = ends[0]
+            .as_const()
+            .ok_or_else(|| refusal(ctx, "a list of extents sliced to a varying length"))?;
+        let (first, count) = crate::ops::infer::slice_run(starts[0], end, steps[0], e.len());
         let picked: Vec<Dim> = (0..count)
-            .map(|k| e[(first as i64 + k as i64 * st) as usize].clone())
+            .map(|k| e[(first as i64 + k as i64 * steps[0]) as usize].clone())
             .collect();
         ctx.bind_elements(0, xt.dtype, vec![picked.len()], picked);
         return Ok(());
@@ -509,9 +494,9 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let mut out = xd.clone();
     for (k, &a) in axes.iter().enumerate() {
         let n = &xd[a];
-        if let Some(len) = n.as_const() {
+        if let (Some(len), Some(end)) = (n.as_const(), ends[k].as_const()) {
             let (first, count) =
-                crate::ops::infer::slice_run(starts[k], ends[k], steps[k], len as usize);
+                crate::ops::infer::slice_run(starts[k], end, steps[k], len as usize);
             begin[a] = first;
             step_all[a] = steps[k];
             out[a] = Dim::constant(count as i64);
@@ -519,27 +504,30 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
         }
         let why = |m: &str| refusal(ctx, &format!("slicing axis {a}: {m}"));
         if steps[k] != 1 {
-            return Err(why("a step other than 1 along a symbolic axis"));
+            return Err(why("a step other than 1 with an extent set at run time"));
         }
-        let (s, e) = (starts[k], ends[k]);
+        let s = starts[k];
         if s < 0 || !ctx.symbols().prove_ge(n, &Dim::constant(s)) {
             return Err(why("a start that may lie past the axis's end"));
         }
-        let end = if e >= i32::MAX as i64 {
-            n.clone()
-        } else if e >= 0 {
-            Dim::min_of(&[n.clone(), Dim::constant(e)]).ok_or_else(overflow)?
-        } else {
-            n.add_const(e).ok_or_else(overflow)?
+        let end = match ends[k].as_const() {
+            Some(e) if e >= i32::MAX as i64 => n.clone(),
+            Some(e) if e < 0 => n.add_const(e).ok_or_else(overflow)?,
+            _ if !ctx.symbols().prove_ge(&ends[k], &Dim::zero()) => {
+                return Err(why("an end that may be negative"));
+            }
+            _ => Dim::min_of(&[n.clone(), ends[k].clone()]).ok_or_else(overflow)?,
         };
-        let count = end.add_const(-s).ok_or_else(overflow)?;
+        let count = ctx
+            .symbols()
+            .simplify(&end.add_const(-s).ok_or_else(overflow)?);
         let count = if ctx.symbols().prove_ge(&count, &Dim::zero()) {
             count
         } else {
             Dim::max_of(&[count, Dim::zero()]).ok_or_else(overflow)?
         };
         begin[a] = s as usize;
-        out[a] = ctx.symbols().simplify(&count);
+        out[a] = count;
     }
     let shape = maxima(ctx, &out)?;
     emit_dims(
@@ -554,9 +542,127 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
     )
 }
 
+/// Split along a fixed axis of a value whose other axes vary: one Slice per part.
+fn split(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.required(0)?;
+    let xt = ctx.ty(x).clone();
+    let axis = normalize_axis(ctx.attrs.int("axis", 0)?, xt.rank())?;
+    let Some(len) = xt.dim(axis).as_const() else {
+        return Err(refusal(
+            ctx,
+            &format!("it splits axis {axis}, whose extent varies"),
+        ));
+    };
+    let n_out = ctx.node.output.len();
+    let sizes: Vec<i64> = match const_ints(ctx, 1, "split", 13)? {
+        Some(s) => s,
+        None => {
+            let chunk = (len as usize).div_ceil(n_out.max(1)) as i64;
+            (0..n_out as i64)
+                .map(|i| chunk.min((len - i * chunk).max(0)))
+                .collect()
+        }
+    };
+    if sizes.len() != n_out || sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != len {
+        return Err(format!("split sizes {sizes:?} do not cover axis {axis} of size {len}").into());
+    }
+    let mut start = 0usize;
+    for (k, &part) in sizes.iter().enumerate() {
+        let mut dims = xt.dims();
+        dims[axis] = Dim::constant(part);
+        let mut starts = vec![0; xt.rank()];
+        starts[axis] = start;
+        let op = Op::Slice {
+            starts,
+            steps: vec![1; xt.rank()],
+            shape: maxima(ctx, &dims)?,
+        };
+        let y = ctx.emit_with_dims(op, vec![Some(x)], vec![dims])?;
+        ctx.bind_output(k, y[0]);
+        start += part as usize;
+    }
+    Ok(())
+}
+
+/// Range with a limit set at run time: the first elements of the range at the
+/// limit's largest value (a constant), as many as the limit leaves.
+fn range(ctx: &mut NodeCtx) -> ImportResult {
+    let scalar = |i: usize| -> ImportResult<Dim> {
+        let v = ctx.required(i)?;
+        match ctx.elements(v).as_deref() {
+            Some([d]) => Ok(d.clone()),
+            _ => Err(refusal(
+                ctx,
+                "its start, limit and delta must be integer scalars",
+            )),
+        }
+    };
+    let (start, limit, delta) = (scalar(0)?, scalar(1)?, scalar(2)?);
+    let (Some(first), Some(step)) = (start.as_const(), delta.as_const()) else {
+        return Err(refusal(ctx, "a start or delta set at run time"));
+    };
+    if step == 0 {
+        return Err("delta is 0".into());
+    }
+    let span = limit.add_const(-first).ok_or_else(overflow)?;
+    let count = ctx
+        .symbols()
+        .simplify(&span.ceil_div(&Dim::constant(step)).ok_or_else(overflow)?);
+    let count = if ctx.symbols().prove_ge(&count, &Dim::zero()) {
+        count
+    } else {
+        Dim::max_of(&[count, Dim::zero()]).ok_or_else(overflow)?
+    };
+    let most = ctx.symbols().max_value(&count).ok_or_else(overflow)?.max(0) as usize;
+    let dtype = ctx.input_ty(0)?.dtype;
+    let all = TensorType::new(dtype, vec![most]);
+    ctx.check_computed_constant(&all)?;
+    let values: Vec<i64> = (0..most as i64).map(|k| first + k * step).collect();
+    let t = Tensor::from_vec(&[most], values);
+    let t = match dtype {
+        DType::I64 => t,
+        to => crate::interp::eval_op(&Op::Cast { to }, &[Some(&t)])
+            .map_err(ImportError::Invalid)?
+            .remove(0),
+    };
+    let c = ctx.constant_value("range", t);
+    emit_dims(
+        ctx,
+        Op::Slice {
+            starts: vec![0],
+            steps: vec![1],
+            shape: vec![most],
+        },
+        c,
+        vec![count],
+    )
+}
+
+/// Replaces each of the node's operands that holds extents by a `DimValues` node
+/// computing them at run time.
+fn materialize_extents(ctx: &mut NodeCtx) -> ImportResult {
+    for i in 0..ctx.inputs.len() {
+        let Some(v) = ctx.input(i) else { continue };
+        let Some(values) = ctx.graph().value(v).dim_elements.clone() else {
+            continue;
+        };
+        let ty = ctx.ty(v).clone();
+        let op = Op::DimValues {
+            values,
+            scalar: ty.rank() == 0,
+        };
+        let mut m = ctx.emit1(op, vec![])?;
+        if ty.dtype != DType::I64 {
+            m = ctx.emit1(Op::Cast { to: ty.dtype }, vec![Some(m)])?;
+        }
+        ctx.inputs[i] = Some(m);
+    }
+    Ok(())
+}
+
 /// Arithmetic over values holding extents (the exporters' shape subgraphs): each
 /// element an expression, the result bound as extents or, decided, as constants.
-fn arithmetic(ctx: &mut NodeCtx, op: &str) -> ImportResult {
+fn arithmetic(ctx: &mut NodeCtx, op: &str, importer: Importer) -> ImportResult {
     let n_in = ctx.inputs.len();
     let mut operands = Vec::with_capacity(n_in);
     // Where's condition is a constant, read below; its operands are 1 and 2.
@@ -564,12 +670,15 @@ fn arithmetic(ctx: &mut NodeCtx, op: &str) -> ImportResult {
     operands.extend((0..first).map(|_| (TensorType::new(DType::Bool, vec![]), vec![])));
     for i in first..n_in {
         let v = ctx.required(i)?;
-        let e = ctx.elements(v).ok_or_else(|| {
-            refusal(
-                ctx,
-                &format!("{op} uses them as data, which is not supported yet"),
-            )
-        })?;
+        let Some(e) = ctx.elements(v) else {
+            // Extents used as data (`arange(batch) * seq`): each operand holding
+            // extents becomes a tensor of their values at run time.
+            materialize_extents(ctx)?;
+            return match EXTENT_FREE.contains(&op) {
+                true => importer(ctx),
+                false => Err(refusal(ctx, &format!("{op} cannot take it yet"))),
+            };
+        };
         operands.push((ctx.ty(v).clone(), e));
     }
     let len = operands.iter().map(|(_, e)| e.len()).max().unwrap_or(0);

@@ -687,6 +687,13 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
                 .collect();
             shaped_by_run_time_axes(xt, input(inputs, 1)?, *count, &shapes)
         }
+        Op::DimValues { values, scalar } => {
+            if *scalar && values.len() != 1 {
+                return Err("a scalar DimValues holds one extent".into());
+            }
+            let shape = if *scalar { vec![] } else { vec![values.len()] };
+            Ok(vec![TensorType::new(DType::I64, shape)])
+        }
         Op::ReshapeByAxes { count, shapes, .. } => {
             let xt = x()?;
             if shapes

@@ -155,6 +155,7 @@ pub fn infer_dims(op: &Op, inputs: &[Option<&TensorType>], cx: &mut DimContext) 
         | Op::BitCast { .. }
         | Op::CastCodes { .. }
         | Op::Softmax { .. }
+        | Op::CumSum { .. }
         | Op::LayerNorm { .. } => Ok(vec![dims(0)?]),
         Op::Binary(_) => {
             let shapes = [dims(0)?, dims(1)?];
@@ -231,6 +232,38 @@ pub fn infer_dims(op: &Op, inputs: &[Option<&TensorType>], cx: &mut DimContext) 
             let mut out = q.clone();
             out[r - 1] = v[vr - 1].clone();
             Ok(vec![out])
+        }
+        Op::GatherElements { .. } => Ok(vec![dims(1)?]),
+        Op::GatherND { batch_dims } => {
+            let (d, i) = (dims(0)?, dims(1)?);
+            let k = i
+                .last()
+                .and_then(Dim::as_const)
+                .ok_or("GatherND's index tuples must have a fixed length")?
+                as usize;
+            let mut out = i[..i.len() - 1].to_vec();
+            out.extend_from_slice(
+                d.get(batch_dims + k..)
+                    .ok_or("GatherND indexes past the rank")?,
+            );
+            Ok(vec![out])
+        }
+        Op::RnnSequence { cell, reverse } => {
+            // xw [T, B, D·G·H], R [D, G·H, H]: Y [T, D, B, H] and the states [D, B, H].
+            let (xw, r) = (dims(0)?, dims(1)?);
+            if xw.len() != 3 || r.len() != 3 {
+                return Err("RnnSequence needs xw [T, B, D·G·H] and R [D, G·H, H]".into());
+            }
+            let d = Dim::constant(reverse.len() as i64);
+            let state = vec![d.clone(), xw[1].clone(), r[2].clone()];
+            let mut out = vec![
+                vec![xw[0].clone(), d, xw[1].clone(), r[2].clone()],
+                state.clone(),
+            ];
+            if *cell == super::RnnCell::Lstm {
+                out.push(state);
+            }
+            Ok(out)
         }
         other => Err(format!(
             "{} cannot take an extent set at run time yet",

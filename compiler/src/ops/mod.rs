@@ -264,6 +264,13 @@ pub enum Op {
     /// `[-axes_rank, axes_rank)`): the data unchanged, its shape the one `shapes` gives
     /// for the set of axes (a bit mask); a set with no entry fails like a bad index.
     /// Output 1 (int64) holds the shape.
+    /// No inputs: an int64 tensor (a scalar, or `[n]`) holding the values of these
+    /// extents in this run; what a shape subgraph computes from the dims where the
+    /// model then uses it as data (`arange(batch) * seq`).
+    DimValues {
+        values: Vec<crate::ir::Dim>,
+        scalar: bool,
+    },
     ReshapeByAxes {
         count: usize,
         axes_rank: usize,

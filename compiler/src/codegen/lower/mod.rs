@@ -472,6 +472,9 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             axes_rank,
             shapes,
         } => value_dependent::reshape_by_axes(ctx, *count, *axes_rank, shapes),
+        Op::DimValues { .. } => {
+            Err("extents set at run time are not compiled yet (symbolic import only)".into())
+        }
         Op::Choose { shapes } => run_time_slice::choose(ctx, shapes),
         Op::SliceRunTime { count, .. } => run_time_slice::slice_run_time(ctx, *count),
         Op::SplitRunTime { axis, parts } => run_time_slice::split_run_time(ctx, *axis, *parts),

@@ -2,7 +2,7 @@
 //! ops (recurrent cells, Einsum): each adds one op, skipping it when it would be a no-op.
 
 use super::elementwise::scalar_of;
-use crate::ir::{DType, ValueId};
+use crate::ir::{DType, Dim, TensorType, ValueId};
 use crate::onnx::import::{ImportResult, NodeCtx};
 use crate::ops::{BinaryOp, Op, UnaryOp};
 
@@ -11,6 +11,48 @@ pub fn reshape(ctx: &mut NodeCtx, v: ValueId, shape: Vec<usize>) -> ImportResult
         return Ok(v);
     }
     ctx.emit1(Op::Reshape { shape }, vec![Some(v)])
+}
+
+/// `v` reshaped to axes `dims` (expressions where `v`'s extents vary at run time; a
+/// plain [`reshape`] where nothing does).
+pub fn reshape_dims(ctx: &mut NodeCtx, v: ValueId, dims: Vec<Dim>) -> ImportResult<ValueId> {
+    let fixed: Option<Vec<usize>> = dims
+        .iter()
+        .map(|d| d.as_const().map(|c| c as usize))
+        .collect();
+    let from = ctx.ty(v).clone();
+    match fixed {
+        Some(shape) if !from.is_symbolic() => reshape(ctx, v, shape),
+        _ => {
+            let numel = |d: &[Dim]| d.iter().try_fold(Dim::constant(1), |p, x| p.checked_mul(x));
+            let (a, b) = (numel(&from.dims()), numel(&dims));
+            match (a, b) {
+                (Some(a), Some(b)) if ctx.symbols().prove_eq(&a, &b) => {}
+                _ => return Err(format!("cannot reshape {from} to the axes given").into()),
+            }
+            let shape = TensorType::from_dims(from.dtype, dims.clone(), ctx.symbols())?.shape;
+            Ok(ctx.emit_with_dims(Op::Reshape { shape }, vec![Some(v)], vec![dims])?[0])
+        }
+    }
+}
+
+/// The block of `v` starting at `starts` whose axes are `dims` (step 1), for extents
+/// set at run time.
+pub fn slice_dims(
+    ctx: &mut NodeCtx,
+    v: ValueId,
+    starts: Vec<usize>,
+    dims: Vec<Dim>,
+) -> ImportResult<ValueId> {
+    let dtype = ctx.ty(v).dtype;
+    let shape = TensorType::from_dims(dtype, dims.clone(), ctx.symbols())?.shape;
+    let steps = vec![1; shape.len()];
+    let op = Op::Slice {
+        starts,
+        steps,
+        shape,
+    };
+    Ok(ctx.emit_with_dims(op, vec![Some(v)], vec![dims])?[0])
 }
 
 pub fn transpose(ctx: &mut NodeCtx, v: ValueId, perm: Vec<usize>) -> ImportResult<ValueId> {

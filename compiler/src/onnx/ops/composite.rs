@@ -72,6 +72,12 @@ pub fn trilu(ctx: &mut NodeCtx) -> ImportResult {
             ctx.constant_value("trilu_mask", Tensor::from_vec(&[n, m], mask))
         }
     };
+    // Extents set at run time: the mask at the largest ones, its leading block used
+    // (each entry depends only on its row, column and k).
+    let mask = match (x.dim(x.rank() - 2), x.dim(x.rank() - 1)) {
+        (r, c) if r.is_const() && c.is_const() => mask,
+        (r, c) => super::build::slice_dims(ctx, mask, vec![0, 0], vec![r, c])?,
+    };
     let zero = ctx.constant_value("zero", scalar_of(x.dtype, 0.0));
     let y = ctx.emit1(
         Op::Where,

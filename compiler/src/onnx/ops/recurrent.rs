@@ -20,8 +20,8 @@
 //! `Y` is 0. A reverse pass walks t = T−1 … 0 and a row starts updating at its own last
 //! step, so the masked state stays the initial one until then.
 
-use super::build::{binary, concat, reshape, scalar, slice, transpose, unary};
-use crate::ir::{DType, Tensor, ValueId};
+use super::build::{binary, concat, reshape, reshape_dims, scalar, slice, transpose, unary};
+use crate::ir::{DType, Dim, Tensor, ValueId};
 use crate::onnx::import::{ImportError, ImportResult, NodeCtx};
 use crate::ops::{Activation as Fused, BinaryOp, GemmAttrs, Op, RnnCell, UnaryOp};
 
@@ -394,6 +394,14 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
     let [d0, d1, input_size] = x_ty.shape[..] else {
         return Err(format!("X must be 3-D, not {x_ty}").into());
     };
+    // The steps may be set at run time (the symbolic import); nothing else may.
+    let seq_axis = usize::from(layout == 1);
+    let seq_dim = x_ty.dim(seq_axis);
+    if let Some((axis, _)) = (x_ty.first_symbolic_axis()).filter(|(a, _)| *a != seq_axis) {
+        return Err(ImportError::Unsupported(format!(
+            "X's axis {axis} varies at run time; only its steps may"
+        )));
+    }
     let (seq, batch) = match layout {
         0 => (d0, d1),
         1 => (d1, d0),
@@ -487,7 +495,8 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
     if layout == 1 {
         x = transpose(ctx, x, vec![1, 0, 2])?;
     }
-    let x = reshape(ctx, x, vec![seq * batch, input_size])?;
+    let rows = seq_dim.mul_const(batch as i64).ok_or("too many steps")?;
+    let x = reshape_dims(ctx, x, vec![rows, Dim::constant(input_size as i64)])?;
     // Initial states as [D, B, H].
     let initial = |ctx: &mut NodeCtx, i: usize| -> ImportResult<Option<ValueId>> {
         match ctx.input(i) {
@@ -498,12 +507,19 @@ fn recurrent(ctx: &mut NodeCtx, cell: Cell) -> ImportResult {
     let (h0, c0) = (initial(ctx, 5)?, initial(ctx, 6)?);
     if let Some(cell) = sequence_cell(ctx, &spec, &acts, &lengths) {
         let shape = Sequence {
-            seq,
+            seq: seq_dim,
             batch,
             hidden,
             layout,
         };
         return rnn_sequence(ctx, cell, x, shape, &reverse, (h0, c0));
+    }
+    if !seq_dim.is_const() {
+        return Err(ImportError::Unsupported(
+            "steps set at run time need the plain cell nnc runs as one loop (float32, \
+             default activations, no clip, no sequence_lens, no peepholes)"
+                .into(),
+        ));
     }
     let zeros = Tensor::from_vec(&[batch, hidden], vec![0.0f64; batch * hidden]).cast(dtype);
     let zero = scalar(ctx, "zero", dtype, 0.0);
@@ -673,7 +689,7 @@ fn sequence_cell(
 
 /// A recurrent op's extents and layout.
 struct Sequence {
-    seq: usize,
+    seq: Dim,
     batch: usize,
     hidden: usize,
     layout: i64,
@@ -723,7 +739,15 @@ fn rnn_sequence(
         let bias = reshape(ctx, bias, vec![dirs * gh])?;
         xw = binary(ctx, BinaryOp::Add, xw, bias)?;
     }
-    let xw = reshape(ctx, xw, vec![seq, batch, dirs * gh])?;
+    let xw = reshape_dims(
+        ctx,
+        xw,
+        vec![
+            seq,
+            Dim::constant(batch as i64),
+            Dim::constant((dirs * gh) as i64),
+        ],
+    )?;
     let op = Op::RnnSequence {
         cell,
         reverse: reverse.to_vec(),
