@@ -70,8 +70,8 @@ fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, 
         let fixed = import_model(&model, path.parent(), &fixed_opts)
             .map_err(|e| format!("static import at {values:?}: {e}"))?
             .graph;
-        // One ONNX node may give several values its output's name: the k-th of a name
-        // pairs with the k-th of the same name.
+        // One ONNX node may give several values its output's name, the last being the
+        // one bound to it: the last of each name are compared.
         let mut by_name: std::collections::HashMap<&str, Vec<usize>> = Default::default();
         for (i, v) in fixed
             .values
@@ -81,7 +81,9 @@ fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, 
         {
             by_name.entry(v.name.as_str()).or_default().push(i);
         }
-        let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+        let last: std::collections::HashMap<&str, usize> = (g.values.iter().enumerate())
+            .map(|(i, v)| (v.name.as_str(), i))
+            .collect();
         for (i, info) in g.values.iter().enumerate() {
             if info.constant.is_some() {
                 continue;

@@ -1167,6 +1167,11 @@ impl NodeCtx<'_> {
         Ok(outputs)
     }
 
+    /// Renames `v` (an output this node emitted) after the ONNX output it binds.
+    pub fn name_value(&mut self, v: ValueId, name: String) {
+        self.b.graph.values[v.0].name = name;
+    }
+
     /// The symbols extents are expressions over (empty for a static import).
     pub fn symbols(&self) -> &crate::ir::SymbolTable {
         &self.b.graph.symbols

@@ -578,6 +578,9 @@ fn split(ctx: &mut NodeCtx) -> ImportResult {
             shape: maxima(ctx, &dims)?,
         };
         let y = ctx.emit_with_dims(op, vec![Some(x)], vec![dims])?;
+        if let Some(name) = ctx.node.output.get(k).filter(|n| !n.is_empty()) {
+            ctx.name_value(y[0], name.clone());
+        }
         ctx.bind_output(k, y[0]);
         start += part as usize;
     }

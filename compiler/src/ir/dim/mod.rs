@@ -28,7 +28,8 @@ pub use symbols::{Bounds, SymbolKind, SymbolTable};
 pub struct SymbolId(pub u32);
 
 /// An integer expression over symbols, in canonical form (see the module docs).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+/// `Debug` writes it with symbols as `s0`, `s1`... (the names live in the table).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Dim {
     /// Sorted by monomial, each monomial once, no zero coefficient; empty is 0.
     terms: Vec<Term>,
@@ -223,6 +224,12 @@ impl Atom {
                 .map(|a| a.eval(values))
                 .try_fold(i64::MIN, |m, v| v.map(|v| m.max(v))),
         }
+    }
+}
+
+impl std::fmt::Debug for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.written(&|s| format!("s{}", s.0)))
     }
 }
 
