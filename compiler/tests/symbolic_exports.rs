@@ -88,12 +88,10 @@ fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, 
             if info.constant.is_some() {
                 continue;
             }
-            let nth = seen.entry(info.name.as_str()).or_default();
-            *nth += 1;
-            let Some(&j) = by_name
-                .get(info.name.as_str())
-                .and_then(|v| v.get(*nth - 1))
-            else {
+            if last.get(info.name.as_str()) != Some(&i) {
+                continue;
+            }
+            let Some(&j) = by_name.get(info.name.as_str()).and_then(|v| v.last()) else {
                 continue;
             };
             let want = &fixed.values[j].ty.shape;
