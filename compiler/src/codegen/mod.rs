@@ -2,6 +2,7 @@
 //! function per node, and the exported C ABI (`infer`, `infer_with_workspace`,
 //! `model_info`).
 
+pub mod dim_values;
 pub mod kernel;
 pub mod kernel_plan;
 pub mod kernels;

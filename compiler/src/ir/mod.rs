@@ -8,7 +8,7 @@ pub mod graph;
 pub mod low_precision;
 pub mod tensor;
 
-pub use dim::{Dim, SymbolId, SymbolTable};
+pub use dim::{Dim, DimAtom, SymbolId, SymbolTable};
 pub use dtype::{DType, TensorType};
 pub use extent_expr::{ExtentExpr, ExtentStep};
 pub use graph::{Graph, Node, RunExtent, ValueId, ValueInfo};

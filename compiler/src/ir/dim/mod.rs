@@ -210,6 +210,37 @@ impl Dim {
     }
 }
 
+/// One factor of a term, as [`Dim::terms`] shows it to code that evaluates
+/// expressions itself (code generation).
+#[derive(Clone, Copy, Debug)]
+pub enum DimAtom<'a> {
+    Symbol(SymbolId),
+    /// `⌊num / den⌋`.
+    FloorDiv(&'a Dim, &'a Dim),
+    Min(&'a [Dim]),
+    Max(&'a [Dim]),
+}
+
+impl Dim {
+    /// The terms `coef · Π atomᵖ` whose sum the expression is.
+    pub fn terms(&self) -> impl Iterator<Item = (i64, Vec<(DimAtom<'_>, u32)>)> {
+        self.terms.iter().map(|t| {
+            let atoms = (t.mono.0.iter())
+                .map(|(a, p)| {
+                    let view = match a {
+                        Atom::Sym(s) => DimAtom::Symbol(*s),
+                        Atom::FloorDiv(n, d) => DimAtom::FloorDiv(n, d),
+                        Atom::Min(args) => DimAtom::Min(args),
+                        Atom::Max(args) => DimAtom::Max(args),
+                    };
+                    (view, *p)
+                })
+                .collect();
+            (t.coef, atoms)
+        })
+    }
+}
+
 impl Atom {
     fn eval(&self, values: &dyn Fn(SymbolId) -> i64) -> Option<i64> {
         match self {
