@@ -47,7 +47,7 @@ impl<'a> DimEmitter<'a> {
             let term = match (term, coef) {
                 (None, c) => b.ins().iconst(types::I64, c),
                 (Some(t), 1) => t,
-                (Some(t), c) => b.ins().imul_imm(t, c),
+                (Some(t), c) => b.ins().imul_imm_s(t, c),
             };
             sum = Some(match sum {
                 None => term,
@@ -89,7 +89,7 @@ impl<'a> DimEmitter<'a> {
 
     /// `d`, or 1 with the flag raised where `d < 1`.
     fn positive(&mut self, b: &mut FunctionBuilder, d: Value) -> Value {
-        let below = b.ins().icmp_imm(IntCC::SignedLessThan, d, 1);
+        let below = b.ins().icmp_imm_s(IntCC::SignedLessThan, d, 1);
         self.bad_divisor = Some(match self.bad_divisor {
             None => below,
             Some(f) => b.ins().bor(f, below),
