@@ -27,7 +27,7 @@ const EXTENT_FREE: &[&str] = &[
     "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare", "Conv", "MaxPool",
     "AveragePool", "Gather", "Equal", "Less", "Greater", "And", "Or", "LSTM", "GRU",
     "RNN", "GatherElements", "GatherND", "CumSum", "GreaterOrEqual", "LessOrEqual", "Xor",
-    "IsNaN", "IsInf", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Trilu",
+    "IsNaN", "IsInf", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Trilu", "Pad",
 ];
 
 pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {
@@ -50,6 +50,17 @@ pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {
         _ if holds_extents => arithmetic(ctx, &op, importer),
         "Conv" | "MaxPool" | "AveragePool" => {
             same_padding_fixed(ctx)?;
+            importer(ctx)
+        }
+        "ConvTranspose" => {
+            if ctx.attrs.ints_opt("output_shape")?.is_some()
+                || ctx.attrs.string("auto_pad", "NOTSET")?.starts_with("SAME")
+            {
+                return Err(refusal(
+                    ctx,
+                    "an output_shape or SAME padding fixes its extents",
+                ));
+            }
             importer(ctx)
         }
         "Gather" => {

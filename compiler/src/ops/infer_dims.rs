@@ -233,6 +233,50 @@ pub fn infer_dims(op: &Op, inputs: &[Option<&TensorType>], cx: &mut DimContext) 
             out[r - 1] = v[vr - 1].clone();
             Ok(vec![out])
         }
+        Op::Pad(p) => {
+            let x = dims(0)?;
+            let r = x.len();
+            if p.pads.len() != 2 * r {
+                return Err("Pad's pads do not match the rank".into());
+            }
+            let out = (x.iter().enumerate())
+                .map(|(i, d)| {
+                    d.add_const(p.pads[i])
+                        .and_then(|d| d.add_const(p.pads[r + i]))
+                })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(overflow)?;
+            Ok(vec![out])
+        }
+        Op::ConvTranspose(c) => {
+            // out = stride·(in − 1) + span − pads + output_padding, the output padding
+            // recovered from the extents the importer computed at the largest input.
+            let (x, w) = (dims(0)?, dims(1)?);
+            let at_max = inputs[0].ok_or("missing input 0")?;
+            let n = c.kernel.len();
+            if x.len() != n + 2 || w.len() != n + 2 || c.output_spatial.len() != n {
+                return Err("ConvTranspose's input does not match its kernel".into());
+            }
+            let channels = w[1].mul_const(c.group as i64).ok_or_else(overflow)?;
+            let mut out = vec![x[0].clone(), channels];
+            for i in 0..n {
+                let (s, k, dil) = (
+                    c.strides[i] as i64,
+                    c.kernel[i] as i64,
+                    c.dilations[i] as i64,
+                );
+                let span = dil * (k - 1) + 1;
+                let pads = (c.pads[i] + c.pads[n + i]) as i64;
+                let big = at_max.shape[2 + i] as i64;
+                let extra = c.output_spatial[i] as i64 - (s * (big - 1) + span - pads);
+                let d = (x[2 + i].add_const(-1))
+                    .and_then(|d| d.mul_const(s))
+                    .and_then(|d| d.add_const(span - pads + extra))
+                    .ok_or_else(overflow)?;
+                out.push(d);
+            }
+            Ok(vec![out])
+        }
         Op::GatherElements { .. } => Ok(vec![dims(1)?]),
         Op::GatherND { batch_dims } => {
             let (d, i) = (dims(0)?, dims(1)?);
