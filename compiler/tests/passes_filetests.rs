@@ -549,7 +549,8 @@ fn dims_filetests() {
 /// expressions; an import refused dumps `error: ...`) against the expected section,
 /// and, independently, at each range's ends, middle and an odd value, every value's
 /// expressions evaluated there against the shape the same value has in the model
-/// imported statically at that value.
+/// imported statically at that value, and the graph's instance there
+/// (`ops::instantiate`) computing what the static import computes.
 fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let test = parse(&text, seed)?;
@@ -603,6 +604,17 @@ fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
         let fixed = import_model(&test.model, None, &static_opts)
             .map_err(|e| format!("static import at {values:?}: {e}"))?
             .graph;
+        // The instance computes what the static import computes.
+        let instance = nnc::ops::instantiate::instantiate(&graph, &values)
+            .map_err(|e| format!("the instance at {values:?}: {e}"))?;
+        let inputs = random_inputs(&fixed, seed + k as u64);
+        let want = run_graph(&fixed, &inputs)?;
+        let got = run_graph(&instance, &inputs)
+            .map_err(|e| format!("the instance at {values:?}: {e}"))?;
+        if got.len() != want.len() || want.is_empty() {
+            return Err(format!("{} outputs against {}", got.len(), want.len()));
+        }
+        check_same(&want, &got).map_err(|e| format!("at {values:?}: {e}"))?;
         // Constants differ (a mask built at the largest extents); one ONNX node may
         // give several values its output's name, the last being the one bound to it.
         let mut by_name: std::collections::HashMap<&str, Vec<usize>> = Default::default();

@@ -2,15 +2,22 @@
 //! TransformerEncoder, a CRNN: `scripts/export_dynamic_models.py DIR`) imported once
 //! with their ranges as symbols: no node refused, and at each range's ends, middle and
 //! an odd value, every value's expressions (and the extents a value holds) equal what
-//! a static import at those values gives.
+//! a static import at those values gives; at the smallest and the odd values the
+//! instance of the symbolic graph computes what the static import computes (nnc's
+//! interpreter, seeded random inputs).
 //!
 //! `NNC_DYNAMIC_MODELS=DIR cargo test --release --test symbolic_exports -- --ignored`
 //! (ignored by default: the exports need torch, torchvision and transformers).
 
 use std::path::Path;
 
+#[path = "common/graphs.rs"]
+mod graphs;
+
+use graphs::{compare, Rng, Scale};
 use nnc::dims::{DimRange, DimSite};
-use nnc::ir::ValueId;
+use nnc::interp::run_graph;
+use nnc::ir::{DType, Graph, Tensor, ValueId};
 use nnc::onnx::proto::ModelProto;
 use nnc::onnx::{import_model, import_symbolic, ImportOptions};
 use prost::Message;
@@ -35,7 +42,32 @@ fn ranges_of(json: &str) -> Vec<(String, usize, usize)> {
     out
 }
 
-fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, String> {
+/// Seeded inputs for `g`: floats, token ids below 100, masks of 0 and 1.
+fn inputs_for(g: &Graph, seed: u64) -> Vec<Tensor> {
+    let mut rng = Rng::new(seed);
+    (g.inputs.iter())
+        .map(|&v| {
+            let ty = g.ty(v);
+            let n = ty.numel();
+            match ty.dtype {
+                DType::F32 => Tensor::from_vec(&ty.shape, rng.f32s(n, 1.0)),
+                _ => {
+                    let top = if g.value(v).name.contains("mask") {
+                        2.0
+                    } else {
+                        100.0
+                    };
+                    let ids: Vec<i64> = (rng.f32s(n, 1.0).iter())
+                        .map(|x| ((x.abs() * top) as i64).min(top as i64 - 1))
+                        .collect();
+                    Tensor::from_vec(&ty.shape, ids).cast(ty.dtype)
+                }
+            }
+        })
+        .collect()
+}
+
+fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<(usize, usize), String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     let model = ModelProto::decode(bytes.as_slice()).map_err(|e| e.to_string())?;
     let opts = ImportOptions {
@@ -54,7 +86,7 @@ fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, 
         return Err(format!("node '{}' ({}): {}", u.node, u.op, u.reason));
     }
     let g = imported.graph;
-    let mut compared = 0;
+    let (mut compared, mut ran) = (0, 0);
     for k in 0..4 {
         let mut fixed_opts = ImportOptions::default();
         let mut values = vec![];
@@ -70,6 +102,22 @@ fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, 
         let fixed = import_model(&model, path.parent(), &fixed_opts)
             .map_err(|e| format!("static import at {values:?}: {e}"))?
             .graph;
+        if k == 0 || k == 3 {
+            let instance = nnc::ops::instantiate::instantiate(&g, &values)
+                .map_err(|e| format!("the instance at {values:?}: {e}"))?;
+            let inputs = inputs_for(&fixed, 7 + k as u64);
+            let want = run_graph(&fixed, &inputs)?;
+            let got = run_graph(&instance, &inputs)
+                .map_err(|e| format!("the instance at {values:?}: {e}"))?;
+            if got.len() != want.len() || want.is_empty() {
+                return Err(format!("{} outputs against {}", got.len(), want.len()));
+            }
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                compare(a, b, 1e-4, Scale::Whole)
+                    .map_err(|e| format!("output {i} at {values:?}: {e}"))?;
+            }
+            ran += 1;
+        }
         // One ONNX node may give several values its output's name, the last being the
         // one bound to it: the last of each name are compared.
         let mut by_name: std::collections::HashMap<&str, Vec<usize>> = Default::default();
@@ -107,7 +155,7 @@ fn check_model(path: &Path, ranges: &[(String, usize, usize)]) -> Result<usize, 
             compared += 1;
         }
     }
-    Ok(compared)
+    Ok((compared, ran))
 }
 
 #[test]
@@ -125,7 +173,10 @@ fn dynamic_exports_import_once_with_symbols() {
     for f in files {
         let json = std::fs::read_to_string(f.with_extension("json")).unwrap_or_default();
         match check_model(&f, &ranges_of(&json)) {
-            Ok(n) => eprintln!("{}: {n} values compared", f.display()),
+            Ok((n, ran)) => eprintln!(
+                "{}: {n} shapes compared; outputs equal to the static import's at {ran} values",
+                f.display()
+            ),
             Err(e) => failures.push(format!("{}: {e}", f.display())),
         }
     }

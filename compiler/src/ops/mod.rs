@@ -9,6 +9,7 @@
 pub mod attrs;
 pub mod infer;
 pub mod infer_dims;
+pub mod instantiate;
 pub mod planes;
 pub mod resize_sampling;
 pub mod rows;
