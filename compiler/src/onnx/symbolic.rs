@@ -503,6 +503,9 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
     let mut begin = vec![0usize; rank];
     let mut step_all = vec![1i64; rank];
     let mut out = xd.clone();
+    // Axes sliced from their varying end (`x[:, -1:]`): a Gather of the positions
+    // counted from the run's extent, after the Slice of the others.
+    let mut from_end: Vec<(usize, Vec<Dim>)> = vec![];
     for (k, &a) in axes.iter().enumerate() {
         let n = &xd[a];
         if let (Some(len), Some(end)) = (n.as_const(), ends[k].as_const()) {
@@ -518,6 +521,18 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
             return Err(why("a step other than 1 with an extent set at run time"));
         }
         let s = starts[k];
+        if s < 0 && ctx.symbols().prove_ge(n, &Dim::constant(-s)) {
+            let count = match ends[k].as_const() {
+                Some(e) if e >= i32::MAX as i64 => -s,
+                Some(e) if e < 0 && e > s => e - s,
+                _ => return Err(why("a start and end counted from a varying end")),
+            };
+            let positions = (0..count)
+                .map(|i| n.add_const(s + i).ok_or_else(overflow))
+                .collect::<ImportResult<Vec<_>>>()?;
+            from_end.push((a, positions));
+            continue;
+        }
         if s < 0 || !ctx.symbols().prove_ge(n, &Dim::constant(s)) {
             return Err(why("a start that may lie past the axis's end"));
         }
@@ -540,17 +555,26 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
         begin[a] = s as usize;
         out[a] = count;
     }
-    let shape = maxima(ctx, &out)?;
-    emit_dims(
-        ctx,
-        Op::Slice {
+    let mut y = x;
+    if out != xd {
+        let shape = maxima(ctx, &out)?;
+        let op = Op::Slice {
             starts: begin,
             steps: step_all,
             shape,
-        },
-        x,
-        out,
-    )
+        };
+        y = ctx.emit_with_dims(op, vec![Some(x)], vec![out])?[0];
+    }
+    for (axis, positions) in from_end {
+        let op = Op::DimValues {
+            values: positions,
+            scalar: false,
+        };
+        let index = ctx.emit1(op, vec![])?;
+        y = ctx.emit1(Op::Gather { axis }, vec![Some(y), Some(index)])?;
+    }
+    ctx.bind_output(0, y);
+    Ok(())
 }
 
 /// Split along a fixed axis of a value whose other axes vary: one Slice per part.
@@ -712,10 +736,14 @@ fn arithmetic(ctx: &mut NodeCtx, op: &str, importer: Importer) -> ImportResult {
         "Identity" | "Cast" if n_in == 1 => {
             let to = match op {
                 "Cast" => DType::from_onnx(ctx.attrs.int("to", 0)? as i32)
-                    .filter(|t| t.is_int())
-                    .ok_or_else(|| refusal(ctx, "only casts between integer types keep extents"))?,
+                    .ok_or("unsupported element type for Cast")?,
                 _ => dtype,
             };
+            if !to.is_int() {
+                // An extent as a float (a position scale, a mean's count): data.
+                materialize_extents(ctx)?;
+                return importer(ctx);
+            }
             let e = operands.remove(0).1;
             ctx.bind_elements(0, to, shape, e);
             Ok(())
@@ -826,6 +854,10 @@ fn arithmetic(ctx: &mut NodeCtx, op: &str, importer: Importer) -> ImportResult {
             let dtype = operands[1].0.dtype;
             ctx.bind_elements(0, dtype, shape, e);
             Ok(())
+        }
+        _ if EXTENT_FREE.contains(&op) => {
+            materialize_extents(ctx)?;
+            importer(ctx)
         }
         _ => Err(refusal(ctx, &format!("{op} cannot use them yet"))),
     }
