@@ -1182,7 +1182,10 @@ impl NodeCtx<'_> {
     pub fn add_checks(&mut self, checks: Vec<crate::ir::dim::DimCheck>) {
         for mut c in checks {
             c.what = format!("node '{}' ({}): {}", self.name, self.node.op_type, c.what);
-            if !self.b.graph.dim_checks.contains(&c) {
+            // One check per fact: the first node that needs it names it.
+            let known =
+                (self.b.graph.dim_checks.iter()).any(|k| k.expr == c.expr && k.zero == c.zero);
+            if !known {
                 self.b.graph.dim_checks.push(c);
             }
         }

@@ -27,7 +27,7 @@ const EXTENT_FREE: &[&str] = &[
     "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare", "Conv", "MaxPool",
     "AveragePool", "Gather", "Equal", "Less", "Greater", "And", "Or", "LSTM", "GRU",
     "RNN", "GatherElements", "GatherND", "CumSum", "GreaterOrEqual", "LessOrEqual", "Xor",
-    "IsNaN", "IsInf", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Trilu", "Pad",
+    "IsNaN", "IsInf", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Trilu", "Pad", "Resize", "Upsample",
 ];
 
 pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {

@@ -277,6 +277,31 @@ pub fn infer_dims(op: &Op, inputs: &[Option<&TensorType>], cx: &mut DimContext) 
             }
             Ok(vec![out])
         }
+        Op::Resize(r) => {
+            // A varying axis scales by a whole factor (`⌊n · k⌋ = k·n`); a fixed one
+            // keeps the extent its importer computed.
+            let x = dims(0)?;
+            if r.coordinate_transform == super::CoordinateTransform::TfCropAndResize {
+                return Err("Resize with tf_crop_and_resize over a varying axis".into());
+            }
+            let mut out = Vec::with_capacity(x.len());
+            for (i, d) in x.iter().enumerate() {
+                if d.is_const() {
+                    out.push(Dim::constant(r.output_shape[i] as i64));
+                    continue;
+                }
+                let k = r.scales[i];
+                if k < 1.0 || k.fract() != 0.0 || k > 1024.0 {
+                    return Err(format!(
+                        "axis {i} of its input is {} (set at run time); Resize scales it by {k}, \
+                         and only a whole factor keeps its extent an expression",
+                        cx.text(d)
+                    ));
+                }
+                out.push(d.mul_const(k as i64).ok_or_else(overflow)?);
+            }
+            Ok(vec![out])
+        }
         Op::GatherElements { .. } => Ok(vec![dims(1)?]),
         Op::GatherND { batch_dims } => {
             let (d, i) = (dims(0)?, dims(1)?);

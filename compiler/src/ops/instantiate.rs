@@ -1,7 +1,7 @@
 //! A symbolic graph at given values of its symbols: the static graph it stands for
 //! there. Every varying axis takes its expression's value, the ops whose attributes hold
 //! extents computed at the ranges' maxima (Reshape's, Expand's and Slice's shapes, a
-//! pool's and a transposed conv's output planes) take the extents of this instance,
+//! pool's and a transposed conv's output planes, Resize's output) take the extents of this instance,
 //! extents used as data become constants, and every fact the run checks is checked.
 //!
 //! The reference a library compiled with extents set at run time is held to: the
@@ -78,6 +78,7 @@ pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
             }
             Op::Pool(p) => p.output_spatial = out(0)[2..].to_vec(),
             Op::ConvTranspose(c) => c.output_spatial = out(0)[2..].to_vec(),
+            Op::Resize(r) => r.output_shape = out(0),
             Op::DimValues { values: e, .. } => {
                 let data = e.iter().map(&eval).collect::<Result<Vec<i64>, _>>()?;
                 let o = node.outputs[0];
