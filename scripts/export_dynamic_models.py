@@ -3,7 +3,7 @@
 axes (random weights), plus reference inputs and onnxruntime outputs at several
 values of each axis:
 
-    scripts/export_dynamic_models.py OUT_DIR
+    scripts/export_dynamic_models.py OUT_DIR [NAME ...]
 
 Writes OUT_DIR/NAME.onnx and OUT_DIR/NAME.json (the dynamic axes with the ranges the
 table compiles them with). Needs torch, torchvision and transformers.
@@ -139,12 +139,84 @@ def crnn(out):
          {"image": {3: "w"}, "logits": {1: "w_out"}}, {"w": [16, 1024]})
 
 
+def mobilenet(out):
+    import torchvision
+    m = torchvision.models.mobilenet_v3_small(weights=None)
+    x = torch.randn(1, 3, 224, 224)
+    save(out, "mobilenet_v3_small_bhw", m, (x,), ["input"], ["logits"],
+         {"input": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch"}},
+         {"batch": [1, 8], "height": [64, 512], "width": [64, 512]})
+
+
+def distilbert(out):
+    from transformers import DistilBertConfig, DistilBertModel
+    cfg = DistilBertConfig(dim=128, n_layers=2, n_heads=4, hidden_dim=256,
+                           attn_implementation="eager")
+    m = Kwargs(DistilBertModel(cfg))
+    ids = torch.randint(0, 1000, (1, 128))
+    mask = torch.ones(1, 128, dtype=torch.int64)
+    save(out, "distilbert_bs", m, (ids, mask), ["input_ids", "attention_mask"], ["hidden"],
+         {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
+          "hidden": {0: "batch", 1: "seq"}},
+         {"batch": [1, 8], "seq": [1, 512]})
+
+
+def efficientnet(out):
+    import torchvision
+    m = torchvision.models.efficientnet_b0(weights=None)
+    save(out, "efficientnet_b0_bhw", m, (torch.randn(1, 3, 224, 224),), ["input"], ["logits"],
+         {"input": {0: "batch", 2: "height", 3: "width"}},
+         {"batch": [1, 4], "height": [64, 384], "width": [64, 384]})
+
+
+class SegmentationOut(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x)["out"]
+
+
+def lraspp(out):
+    """Upsamples to the input's size: a Resize whose factor varies with the extent."""
+    import torchvision
+    m = torchvision.models.segmentation.lraspp_mobilenet_v3_large(weights=None,
+                                                                   weights_backbone=None)
+    save(out, "lraspp_hw", SegmentationOut(m), (torch.randn(1, 3, 224, 224),), ["input"],
+         ["out"], {"input": {2: "height", 3: "width"}}, {"height": [64, 384], "width": [64, 384]})
+
+
+class Vit(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(pixel_values=x).last_hidden_state
+
+
+def vit(out):
+    from transformers import ViTConfig, ViTModel
+    cfg = ViTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=256, image_size=64, patch_size=8,
+                    attn_implementation="eager")
+    save(out, "vit_b", Vit(ViTModel(cfg)), (torch.randn(1, 3, 64, 64),), ["pixels"], ["hidden"],
+         {"pixels": {0: "batch"}}, {"batch": [1, 8]})
+
+
+# The issue's table, then exports held out from the work on it.
+TABLE = ("resnet", "bert", "gpt2", "encoder", "crnn")
+HELD_OUT = ("mobilenet", "distilbert", "efficientnet", "lraspp", "vit")
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     only = sys.argv[2:]
-    for f in (resnet, bert, gpt2, encoder, crnn):
+    for f in (resnet, bert, gpt2, encoder, crnn, mobilenet, distilbert, efficientnet, lraspp,
+              vit):
         if only and f.__name__ not in only:
             continue
         try:
