@@ -291,6 +291,18 @@ fn broadcast(
             x
         } else if x.is_const() && y.is_const() {
             return Err(format!("shapes cannot be broadcast: {x:?} and {y:?}").into());
+        } else if (x.checked_sub(&y))
+            .and_then(|d| ctx.symbols().bounds(&d))
+            .is_some_and(|r| r.min > 0 || r.max < 0)
+        {
+            return Err(refusal(
+                ctx,
+                &format!(
+                    "it broadcasts {} with {}, never equal within the declared ranges",
+                    text(ctx, &x),
+                    text(ctx, &y)
+                ),
+            ));
         } else {
             checks.push(DimCheck::equal(&x, &y, "broadcasting")?);
             if x.is_const() {

@@ -34,6 +34,17 @@ impl DimContext<'_> {
         if let (Some(x), Some(y)) = (a.as_const(), b.as_const()) {
             return Err(format!("{what}: {x} and {y} differ"));
         }
+        // A check no value in range passes is a model the ranges cannot run.
+        let differ = (a.checked_sub(b))
+            .and_then(|d| self.symbols.bounds(&self.symbols.simplify(&d)))
+            .is_some_and(|r| r.min > 0 || r.max < 0);
+        if differ {
+            return Err(format!(
+                "{what}: {} and {} are never equal within the declared ranges",
+                self.text(a),
+                self.text(b)
+            ));
+        }
         self.checks.push(DimCheck::equal(a, b, what)?);
         // The constant side, where there is one, keeps more static.
         Ok(if a.is_const() { a.clone() } else { b.clone() })
