@@ -1245,13 +1245,7 @@ impl NodeCtx<'_> {
     /// `e`: a constant where every one is, else a value holding the expressions.
     pub fn bind_elements(&mut self, k: usize, dtype: DType, shape: Vec<usize>, e: Vec<Dim>) {
         let v = if let Some(c) = e.iter().map(Dim::as_const).collect::<Option<Vec<i64>>>() {
-            let t = Tensor::from_vec(&shape, c);
-            let t = match dtype {
-                DType::I64 => t,
-                to => interp::eval_op(&Op::Cast { to }, &[Some(&t)])
-                    .map(|mut r| r.remove(0))
-                    .unwrap_or(t),
-            };
+            let t = Tensor::from_vec(&shape, c).cast(dtype);
             self.constant_value(self.name, t)
         } else {
             let name = match self.node.output.get(k) {

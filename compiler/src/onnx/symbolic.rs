@@ -268,61 +268,18 @@ fn flatten(ctx: &mut NodeCtx) -> ImportResult {
     emit_dims(ctx, Op::Reshape { shape }, x, out)
 }
 
-/// numpy broadcasting of two shapes, recording what must hold at run time.
-fn broadcast(
-    ctx: &NodeCtx,
-    a: &[Dim],
-    b: &[Dim],
-    checks: &mut Vec<DimCheck>,
-) -> ImportResult<Vec<Dim>> {
-    let rank = a.len().max(b.len());
-    let one = Dim::constant(1);
-    let at = |s: &[Dim], i: usize| {
-        (i + s.len())
-            .checked_sub(rank)
-            .map_or(one.clone(), |j| s[j].clone())
-    };
-    let mut out = Vec::with_capacity(rank);
-    for i in 0..rank {
-        let (x, y) = (at(a, i), at(b, i));
-        out.push(if x == one {
-            y
-        } else if y == one || ctx.symbols().prove_eq(&x, &y) {
-            x
-        } else if x.is_const() && y.is_const() {
-            return Err(format!("shapes cannot be broadcast: {x:?} and {y:?}").into());
-        } else if (x.checked_sub(&y))
-            .and_then(|d| ctx.symbols().bounds(&d))
-            .is_some_and(|r| r.min > 0 || r.max < 0)
-        {
-            return Err(refusal(
-                ctx,
-                &format!(
-                    "it broadcasts {} with {}, never equal within the declared ranges",
-                    text(ctx, &x),
-                    text(ctx, &y)
-                ),
-            ));
-        } else {
-            checks.push(DimCheck::equal(&x, &y, "broadcasting")?);
-            if x.is_const() {
-                x
-            } else {
-                y
-            }
-        });
-    }
-    Ok(out)
-}
-
 fn expand(ctx: &mut NodeCtx) -> ImportResult {
     let x = ctx.required(0)?;
     let xd = ctx.ty(x).dims();
     let target = ctx
         .elements(ctx.required(1)?)
         .ok_or_else(|| refusal(ctx, "its shape must be constant or computed from extents"))?;
-    let mut checks = vec![];
-    let out = broadcast(ctx, &xd, &target, &mut checks)?;
+    let mut cx = crate::ops::infer_dims::DimContext {
+        symbols: ctx.symbols(),
+        checks: vec![],
+    };
+    let out = (cx.broadcast_all(&[xd, target])).map_err(|m| refusal(ctx, &m))?;
+    let checks = cx.checks;
     let shape = maxima(ctx, &out)?;
     emit_dims(ctx, Op::Expand { shape }, x, out)?;
     ctx.add_checks(checks);
@@ -559,11 +516,7 @@ fn slice(ctx: &mut NodeCtx) -> ImportResult {
         let count = ctx
             .symbols()
             .simplify(&end.add_const(-s).ok_or_else(overflow)?);
-        let count = if ctx.symbols().prove_ge(&count, &Dim::zero()) {
-            count
-        } else {
-            Dim::max_of(&[count, Dim::zero()]).ok_or_else(overflow)?
-        };
+        let count = clamped_at_zero(ctx, count)?;
         begin[a] = s as usize;
         out[a] = count;
     }
@@ -634,6 +587,13 @@ fn split(ctx: &mut NodeCtx) -> ImportResult {
     Ok(())
 }
 
+/// `max(d, 0)` as ONNX clamps a slice's or a range's count, the max gone where the
+/// ranges keep `d` non-negative.
+fn clamped_at_zero(ctx: &NodeCtx, d: Dim) -> ImportResult<Dim> {
+    let m = Dim::max_of(&[d, Dim::zero()]).ok_or_else(overflow)?;
+    Ok(ctx.symbols().simplify(&m))
+}
+
 /// Range with a limit set at run time: the first elements of the range at the
 /// limit's largest value (a constant), as many as the limit leaves.
 fn range(ctx: &mut NodeCtx) -> ImportResult {
@@ -658,23 +618,13 @@ fn range(ctx: &mut NodeCtx) -> ImportResult {
     let count = ctx
         .symbols()
         .simplify(&span.ceil_div(&Dim::constant(step)).ok_or_else(overflow)?);
-    let count = if ctx.symbols().prove_ge(&count, &Dim::zero()) {
-        count
-    } else {
-        Dim::max_of(&[count, Dim::zero()]).ok_or_else(overflow)?
-    };
+    let count = clamped_at_zero(ctx, count)?;
     let most = ctx.symbols().max_value(&count).ok_or_else(overflow)?.max(0) as usize;
     let dtype = ctx.input_ty(0)?.dtype;
     let all = TensorType::new(dtype, vec![most]);
     ctx.check_computed_constant(&all)?;
     let values: Vec<i64> = (0..most as i64).map(|k| first + k * step).collect();
-    let t = Tensor::from_vec(&[most], values);
-    let t = match dtype {
-        DType::I64 => t,
-        to => crate::interp::eval_op(&Op::Cast { to }, &[Some(&t)])
-            .map_err(ImportError::Invalid)?
-            .remove(0),
-    };
+    let t = Tensor::from_vec(&[most], values).cast(dtype);
     let c = ctx.constant_value("range", t);
     emit_dims(
         ctx,

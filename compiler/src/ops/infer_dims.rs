@@ -63,7 +63,8 @@ impl DimContext<'_> {
         self.same(a, b, &what)
     }
 
-    fn broadcast_all(&mut self, shapes: &[Vec<Dim>]) -> Result<Vec<Dim>, String> {
+    /// numpy broadcasting of any number of shapes.
+    pub fn broadcast_all(&mut self, shapes: &[Vec<Dim>]) -> Result<Vec<Dim>, String> {
         let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
         let mut out = vec![Dim::constant(1); rank];
         for s in shapes {

@@ -65,8 +65,7 @@ pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
         }
         if let Some(e) = v.dim_elements.take() {
             let data = e.iter().map(&eval).collect::<Result<Vec<i64>, _>>()?;
-            let t = Tensor::from_vec(&v.ty.shape, data);
-            v.constant = Some(cast_like(t, &v.ty)?);
+            v.constant = Some(Tensor::from_vec(&v.ty.shape, data).cast(v.ty.dtype));
         }
     }
     let mut nodes = Vec::with_capacity(g.nodes.len());
@@ -107,13 +106,4 @@ pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
     }
     g.nodes = nodes;
     Ok(g)
-}
-
-/// `t` (int64) as the element type of `ty`.
-fn cast_like(t: Tensor, ty: &TensorType) -> Result<Tensor, String> {
-    if ty.dtype == crate::ir::DType::I64 {
-        return Ok(t);
-    }
-    let mut r = crate::interp::eval_op(&Op::Cast { to: ty.dtype }, &[Some(&t)])?;
-    Ok(r.remove(0))
 }
