@@ -70,7 +70,75 @@ pub fn compile_model_reporting(
     passes: &PassManager,
     progress: &dyn Progress,
 ) -> Result<Compiled> {
-    let mut graph = onnx::load_model(path, import)?;
+    // Ranges compile into one library over symbolic shapes; a model whose nodes have
+    // no symbolic form yet goes the older way, and where that fails too the symbolic
+    // refusal (naming node, axis and expression) is the error.
+    let symbolic = match has_ranges(import) {
+        true => match compile_symbolic(path, import, opts, passes, progress) {
+            Ok(compiled) => return Ok(compiled),
+            Err(e) => Some(e),
+        },
+        false => None,
+    };
+    let compiled = (|| {
+        let mut graph = onnx::load_model(path, import)?;
+        passes
+            .run(&mut graph)
+            .map_err(|e| NncError::from(e).in_file(path))?;
+        let model = codegen::compile_graph_reporting(&graph, opts, progress)
+            .map_err(|e| e.in_file(path))?;
+        Ok(Compiled {
+            source: path.to_path_buf(),
+            graph,
+            model,
+        })
+    })();
+    match (compiled, symbolic) {
+        (Err(_), Some(symbolic)) => Err(symbolic),
+        (compiled, _) => compiled,
+    }
+}
+
+/// Whether the options declare a range that varies (`MIN < MAX`).
+fn has_ranges(import: &ImportOptions) -> bool {
+    import.ranges.iter().any(|r| r.min < r.max)
+}
+
+/// The passes that keep symbolic types: they never compute a new value's type from
+/// the planned maxima.
+const SYMBOLIC_PASSES: &[&str] = &[
+    "const_fold",
+    "cse",
+    "views",
+    "fold_affine",
+    "gelu",
+    "small_powers",
+    "fuse_epilogue",
+    "dce",
+];
+
+/// Imports the model once with its ranges as symbols and compiles it over symbolic
+/// shapes (see [`crate::ir::dim`]).
+pub fn compile_symbolic(
+    path: &Path,
+    import: &ImportOptions,
+    opts: &CompileOptions,
+    passes: &PassManager,
+    progress: &dyn Progress,
+) -> Result<Compiled> {
+    let imported = onnx::load_model_symbolic(path, import)?;
+    if !imported.unsupported.is_empty() {
+        return Err(NncError::Unsupported(imported.unsupported).in_file(path));
+    }
+    let mut graph = imported.graph;
+    let passes = PassManager {
+        pipeline: (passes.pipeline.iter())
+            .filter(|(n, _)| SYMBOLIC_PASSES.contains(&n.as_str()))
+            .cloned()
+            .collect(),
+        dump: passes.dump,
+        limits: passes.limits,
+    };
     passes
         .run(&mut graph)
         .map_err(|e| NncError::from(e).in_file(path))?;

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 6
+#define NNC_ABI_VERSION 7
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -74,6 +74,12 @@ extern "C" {
  * [min, max] (model_info()->dims). Nothing has been written. Since ABI
  * version 4. */
 #define NNC_ERR_DIM_OUT_OF_RANGE 6
+/* PREFIXrun and PREFIXshapes only: the values in `dims` are each in range but
+ * together break a fact about extents the model needs (a Reshape's element
+ * count, two extents a broadcast or a matrix product needs equal), which the
+ * compiler could not prove for every value. Nothing has been written. Since
+ * ABI version 7. */
+#define NNC_ERR_DIMS_INCONSISTENT 7
 
 /* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
 

@@ -11,7 +11,7 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 6;
+pub const NNC_ABI_VERSION: u32 = 7;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
@@ -40,6 +40,10 @@ pub const NNC_ERR_WORKSPACE_TOO_SMALL: i32 = 5;
 /// A value in `options->dims` (or `shapes`' `dims`) is outside its dim's declared
 /// range; nothing was written (ABI 4).
 pub const NNC_ERR_DIM_OUT_OF_RANGE: i32 = 6;
+/// The dims' values are each in range but together break a fact about extents the
+/// model needs (a Reshape's element count, two extents a broadcast or a matrix
+/// product needs equal); nothing was written (`run` and `shapes`, ABI 7).
+pub const NNC_ERR_DIMS_INCONSISTENT: i32 = 7;
 
 /// What an `infer` return code means, for error messages.
 pub fn status_message(code: i32) -> String {
@@ -60,6 +64,9 @@ pub fn status_message(code: i32) -> String {
             .into(),
         NNC_ERR_DIM_OUT_OF_RANGE => "a dimension value outside its declared range \
              (NNC_ERR_DIM_OUT_OF_RANGE)"
+            .into(),
+        NNC_ERR_DIMS_INCONSISTENT => "dimension values the model cannot run with together \
+             (NNC_ERR_DIMS_INCONSISTENT)"
             .into(),
         c => format!("unknown NNC error code {c}"),
     }

@@ -614,6 +614,16 @@ fn run(cli: Cli) -> Result<()> {
                 file_bytes,
                 started.elapsed().as_secs_f64()
             );
+            if !compiled.graph.symbols.is_empty() {
+                let dims: Vec<String> = (compiled.graph.symbols.iter())
+                    .map(|(_, s)| format!("{}={}..{}", s.name, s.min, s.max))
+                    .collect();
+                eprintln!(
+                    "nnc: symbolic shapes over {} ({} run-time checks)",
+                    dims.join(", "),
+                    compiled.graph.dim_checks.len()
+                );
+            }
             if !m.shared_weights.is_empty() {
                 let readers: usize = m.shared_weights.iter().map(|w| w.nodes.len()).sum();
                 eprintln!(

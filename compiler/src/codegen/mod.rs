@@ -18,6 +18,7 @@ mod row_loops;
 mod run;
 mod sample_loop;
 mod shared_tables;
+mod symbol_block;
 pub mod target;
 pub mod tasks;
 
@@ -42,7 +43,8 @@ use crate::ir::{Graph, ValueId};
 use kernel::{flags, PTR};
 use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{
-    NNC_ERR_INDEX_OUT_OF_RANGE, NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER, NNC_OK,
+    NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_INDEX_OUT_OF_RANGE, NNC_ERR_MISALIGNED_WORKSPACE,
+    NNC_ERR_NULL_POINTER, NNC_OK,
 };
 use rodata_pool::RodataPool;
 
@@ -112,7 +114,29 @@ fn node_excerpt(graph: &Graph, node: &crate::ir::Node) -> crate::error::NodeExce
 
 /// Where `run` finds each output axis's size: the value an extent node wrote, the
 /// looped dim, or the size itself.
-fn output_extents(graph: &Graph, plan: &plan::MemoryPlan) -> Vec<Vec<run::AxisExtent>> {
+fn output_extents(
+    graph: &Graph,
+    plan: &plan::MemoryPlan,
+    symbols: Option<&symbol_block::SymbolBlock>,
+) -> Vec<Vec<run::AxisExtent>> {
+    if let Some(block) = symbols {
+        return graph
+            .outputs
+            .iter()
+            .map(|v| {
+                let ty = graph.ty(*v);
+                (0..ty.rank())
+                    .map(|axis| match ty.dim(axis).as_const() {
+                        Some(c) => run::AxisExtent::Fixed(c as usize),
+                        None => run::AxisExtent::Symbolic {
+                            dim: ty.dim(axis),
+                            symbols: block.offset,
+                        },
+                    })
+                    .collect()
+            })
+            .collect();
+    }
     let deps = crate::dims::axis_dims(graph);
     let offset_of = |v: ValueId| match plan.storage[plan.root[v.0]] {
         Some(plan::Storage::Arena(off)) => Some(off + plan.offset[v.0]),
@@ -188,7 +212,23 @@ pub fn compile_graph_reporting(
             kernels.run_whole(k, l.whole);
         }
     }
+    // Nodes over symbolic extents run whole, reading the symbols' values (see
+    // `symbol_block`).
+    let symbolic_nodes: Vec<bool> = lowered
+        .nodes
+        .iter()
+        .map(|n| {
+            (n.inputs.iter().flatten().chain(&n.outputs)).any(|v| lowered.ty(*v).dims.is_some())
+        })
+        .collect();
+    for (k, &symbolic) in symbolic_nodes.iter().enumerate() {
+        if symbolic {
+            kernels.run_whole(k, None);
+        }
+    }
     let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
+    let symbols = symbol_block::SymbolBlock::reserve(graph, &mut plan);
+    let symbol_names: Vec<String> = graph.symbols.iter().map(|(_, s)| s.name.clone()).collect();
     // Constants the generated code reads (filled in as nodes are lowered).
     let mut const_read = vec![false; graph.values.len()];
     for (v, _) in &plan.final_copies {
@@ -241,9 +281,11 @@ pub fn compile_graph_reporting(
                 && (kernels.nodes[k].prologue || expand.is_some())
                 && plan.scratch[k].is_some();
             let whole_rows = kernels.nodes[k].rows_at_run_time;
+            let reads_symbols = symbolic_nodes[k] && symbols.is_some();
             let n_args = if table { 1 } else { n_operands }
                 + usize::from(plan.scratch[k].is_some())
                 + usize::from(expand.is_some())
+                + usize::from(reads_symbols)
                 + usize::from(split)
                 + usize::from(shared)
                 + usize::from(whole_rows.is_some());
@@ -330,6 +372,10 @@ pub fn compile_graph_reporting(
                         None
                     };
                     let workspace = expand.map(|_| next.next().expect("the workspace parameter"));
+                    let run_dims = reads_symbols.then(|| {
+                        let block = next.next().expect("the symbols parameter");
+                        lower::run_shape::RunDims::load(b, block, symbol_names.clone())
+                    });
                     let task = if split { next.next() } else { None };
                     let shared_scratch = if shared { next.next() } else { scratch };
                     let run_rows = whole_rows.map(|bound| {
@@ -395,6 +441,7 @@ pub fn compile_graph_reporting(
                         node_index: k,
                         weight_label: &weight_label,
                         run_rows,
+                        run_dims,
                     };
                     lower::lower_row_task(&mut lctx, &node.op).map_err(|m| {
                         NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
@@ -514,6 +561,8 @@ pub fn compile_graph_reporting(
         pass_workspace: expand.is_some(),
         pooled: &pooled,
         row_loops: &row_loops.loops,
+        symbols: symbols.as_ref(),
+        symbolic_nodes: &symbolic_nodes,
     };
     // A one-sample graph's node sequence is local: the exported entry points loop over
     // the samples (see `sample_loop`).
@@ -522,6 +571,7 @@ pub fn compile_graph_reporting(
     let infer_ws_name = match (&samples, &rows) {
         (Some(_), _) => "nnc_sample_infer_with_workspace".to_string(),
         (None, Some(_)) => "nnc_rows_infer_with_workspace".to_string(),
+        (None, None) if symbols.is_some() => "nnc_symbolic_infer_with_workspace".to_string(),
         (None, None) => format!("{}infer_with_workspace", opts.prefix),
     };
     let infer_ws = define_infer_with_workspace(
@@ -569,7 +619,20 @@ pub fn compile_graph_reporting(
                 b.inst_results(call)[0]
             },
         )?,
-        (None, None) => infer_ws,
+        (None, None) => match &symbols {
+            // Every symbol at its maximum, then the node sequence.
+            Some(block) => define_exported_infer_with_workspace(
+                (&mut module, &mut ctx, &mut fctx, &isa),
+                &opts.prefix,
+                |b, module, (inputs, outputs, ws)| {
+                    block.store_maxima(b, ws);
+                    let f = module.declare_func_in_func(infer_ws, b.func);
+                    let call = b.ins().call(f, &[inputs, outputs, ws]);
+                    b.inst_results(call)[0]
+                },
+            )?,
+            None => infer_ws,
+        },
     };
     run::define_workspace_size(
         &mut module,
@@ -591,7 +654,8 @@ pub fn compile_graph_reporting(
         (
             samples.as_ref(),
             rows.as_ref(),
-            &output_extents(graph, &plan),
+            &output_extents(graph, &plan, symbols.as_ref()),
+            symbols.as_ref(),
         ),
         &opts.prefix,
     )?;
@@ -949,6 +1013,10 @@ struct NodeSequence<'a> {
     pass_workspace: bool,
     pooled: &'a run::Pooled,
     row_loops: &'a [Option<row_loops::RowLoop>],
+    /// A graph with symbolic shapes: where the symbols' values are, and which nodes
+    /// read them.
+    symbols: Option<&'a symbol_block::SymbolBlock>,
+    symbolic_nodes: &'a [bool],
 }
 
 /// `PREFIXinfer_with_workspace(inputs, outputs, workspace)` of a graph with dims:
@@ -1003,9 +1071,15 @@ fn define_infer_with_workspace(
         pass_workspace,
         pooled,
         row_loops,
+        symbols,
+        symbolic_nodes,
     } = *seq;
     let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
-    let linkage = if with_pool || graph.sample_loop.is_some() || !graph.row_dims.is_empty() {
+    let linkage = if with_pool
+        || graph.sample_loop.is_some()
+        || !graph.row_dims.is_empty()
+        || symbols.is_some()
+    {
         Linkage::Local
     } else {
         Linkage::Export
@@ -1032,6 +1106,16 @@ fn define_infer_with_workspace(
                 (outputs, graph.outputs.len()),
                 ws,
             );
+            // The symbols' values, and the facts they must meet before anything runs.
+            let fail_dims = symbols.map(|_| b.create_block());
+            let symbol_values = match (symbols, fail_dims) {
+                (Some(block), Some(fail)) => {
+                    let values = block.load(b, ws);
+                    symbol_block::emit_checks(b, graph, &values, fail);
+                    values
+                }
+                _ => vec![],
+            };
 
             let wgv = module.declare_data_in_func(weights, b.func);
             let wbase = b.ins().symbol_value(PTR, wgv);
@@ -1130,6 +1214,9 @@ fn define_infer_with_workspace(
                 if pass_workspace {
                     args.push(ws);
                 }
+                if let (Some(block), true) = (symbols, symbolic_nodes[k]) {
+                    args.push(block.address(b, ws));
+                }
                 // With a pool, a split node's tasks go to it; otherwise the node's
                 // whole function runs, like any other.
                 if let (Some(pool), true) = (pool, pooled.tasks[k] > 1) {
@@ -1154,6 +1241,11 @@ fn define_infer_with_workspace(
                         let n = b.ins().load(types::I64, flags(), at, 0);
                         counted_bytes(b, n, (unit_bytes as i64, rows.axes))
                     }
+                    None if graph.ty(*v).dims.is_some() => symbol_block::Evaluator {
+                        values: &symbol_values,
+                        bad_divisor: None,
+                    }
+                    .bytes(b, graph.ty(*v)),
                     None => kernel::iconst(b, graph.ty(*v).byte_size() as i64),
                 };
                 b.ins().call(cref, &[dst, src, n]);
@@ -1161,10 +1253,14 @@ fn define_infer_with_workspace(
             let ok = b.ins().iconst(types::I32, NNC_OK as i64);
             b.ins().return_(&[ok]);
 
+            let dims_failure = fail_dims.map(|blk| (blk, NNC_ERR_DIMS_INCONSISTENT));
             for (blk, code) in [
                 (fail_null, NNC_ERR_NULL_POINTER),
                 (fail_align, NNC_ERR_MISALIGNED_WORKSPACE),
-            ] {
+            ]
+            .into_iter()
+            .chain(dims_failure)
+            {
                 b.switch_to_block(blk);
                 b.seal_block(blk);
                 let c = b.ins().iconst(types::I32, code as i64);

@@ -154,11 +154,15 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
         if n.outputs.len() != 1 || plan.storage[out.0].is_some() {
             continue;
         }
+        // Offsets computed from shapes hold only for fixed extents: a value with
+        // symbolic axes is laid out at the run's extents.
+        let symbolic =
+            (n.inputs.iter().flatten().chain(&n.outputs)).any(|v| graph.ty(*v).dims.is_some());
         if is_view_op(&n.op) {
             // Views may alias anything, even the caller's buffers or a constant.
             g.join(out.0, first.0, plan.offset[first.0], &mut plan.offset);
             plan.is_view[k] = true;
-        } else if let Some(at) = contiguous_slice_offset(graph, n) {
+        } else if let Some(at) = contiguous_slice_offset(graph, n).filter(|_| !symbolic) {
             // A slice that is one contiguous run of its input (a Gather of one constant
             // index, a Slice of leading axes): read where it lies.
             g.join(out.0, first.0, plan.offset[first.0] + at, &mut plan.offset);
@@ -178,6 +182,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
                     let ty = graph.ty(**x);
                     let r = g.root[x.0];
                     ty.shape == out_ty.shape
+                        && ty.dims == out_ty.dims
                         && ty.dtype.size() == out_ty.dtype.size()
                         && plannable(&plan, r)
                         && g.last[r] <= k
@@ -193,7 +198,7 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
             // Concat in place: with every axis before `axis` of size 1 each input is one
             // contiguous run of the output, so its producers can write there directly.
             let shape = &graph.ty(out).shape;
-            if shape[..axis].iter().any(|&d| d != 1) {
+            if symbolic || shape[..axis].iter().any(|&d| d != 1) {
                 continue;
             }
             let inner: usize = shape[axis + 1..].iter().product();

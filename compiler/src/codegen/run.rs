@@ -52,7 +52,7 @@ const OPTIONS_OUTPUT_SHAPES: i32 = 32;
 const OPTIONS_WITH_OUTPUT_SHAPES: i64 = 40;
 
 /// Where `run` finds the size of one output axis for `options->output_shapes`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum AxisExtent {
     Fixed(usize),
     /// `scale` times the looped dim's value (see `sample_loop`).
@@ -62,6 +62,12 @@ pub(super) enum AxisExtent {
     /// The int64 a node wrote at this workspace offset: an extent the values decide.
     Counted {
         offset: usize,
+    },
+    /// An expression over the symbols, whose values are `symbols` bytes into the
+    /// workspace (symbolic shapes).
+    Symbolic {
+        dim: crate::ir::Dim,
+        symbols: usize,
     },
 }
 const POOL_NUM_THREADS: i32 = 8;
@@ -333,11 +339,7 @@ pub(super) fn define_run(
     pooled: &Pooled,
     arena: usize,
     (infer_ws, run_pooled): (FuncId, FuncId),
-    (samples, rows, output_shapes): (
-        Option<&SampleLayout>,
-        Option<&RowDimLayout>,
-        &[Vec<AxisExtent>],
-    ),
+    (samples, rows, output_shapes, symbols): RunDims,
     prefix: &str,
 ) -> Result<()> {
     let sig = super::ptr_signature(module, 4, true);
@@ -371,6 +373,7 @@ pub(super) fn define_run(
                 }
                 None => {
                     rows_value(b, (options, size, ws), rows, out_of_range);
+                    symbol_values(b, (options, size, ws), symbols, out_of_range);
                     let f = module.declare_func_in_func(infer_ws, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws]);
                     (b.inst_results(call)[0], None)
@@ -407,6 +410,7 @@ pub(super) fn define_run(
                 }
                 None => {
                     rows_value(b, (options, size, ws), rows, out_of_range);
+                    symbol_values(b, (options, size, ws), symbols, out_of_range);
                     let f = module.declare_func_in_func(run_pooled, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
                     (b.inst_results(call)[0], None)
@@ -431,6 +435,15 @@ pub(super) fn define_run(
     Ok(())
 }
 
+/// How `run` sets the dims: the sample loop, the row dim, where each output axis's
+/// size comes from, and the symbols' block.
+pub(super) type RunDims<'a> = (
+    Option<&'a SampleLayout>,
+    Option<&'a RowDimLayout>,
+    &'a [Vec<AxisExtent>],
+    Option<&'a super::symbol_block::SymbolBlock>,
+);
+
 /// The row dim's value (see [`dim_value`]), stored in its count in the workspace `ws`.
 fn rows_value(
     b: &mut FunctionBuilder,
@@ -442,6 +455,31 @@ fn rows_value(
     let n = dim_value(b, options, size, rows.range(), out_of_range);
     rows.store(b, ws, n);
     Some(n)
+}
+
+/// Each symbol's value (see [`dim_value`]), stored in the symbols' block of `ws`.
+fn symbol_values(
+    b: &mut FunctionBuilder,
+    (options, size, ws): (Value, Value, Value),
+    symbols: Option<&super::symbol_block::SymbolBlock>,
+    out_of_range: Block,
+) {
+    let Some(block) = symbols else { return };
+    let values: Vec<Value> = (block.ranges.iter().enumerate())
+        .map(|(i, &(min, max))| dim_value(b, options, size, (i, min, max), out_of_range))
+        .collect();
+    // A NULL workspace is left for the node sequence to report.
+    let (write, join) = (b.create_block(), b.create_block());
+    let null = b.ins().icmp_imm_u(IntCC::Equal, ws, 0);
+    b.ins().brif(null, join, &[], write, &[]);
+    b.seal_block(write);
+    b.switch_to_block(write);
+    for (i, v) in values.into_iter().enumerate() {
+        block.store(b, ws, i, v);
+    }
+    b.ins().jump(join, &[]);
+    b.seal_block(join);
+    b.switch_to_block(join);
 }
 
 /// After a successful run, writes every output's shape to `options->output_shapes`
@@ -475,14 +513,33 @@ fn write_output_shapes(
     let mut at = 0i32;
     for axes in shapes {
         for axis in axes {
-            let v = match (*axis, samples) {
-                (AxisExtent::Samples { scale }, Some(n)) => b.ins().imul_imm_s(n, scale as i64),
-                (AxisExtent::Counted { offset }, _) => {
+            let v = match (axis, samples) {
+                (&AxisExtent::Samples { scale }, Some(n)) => b.ins().imul_imm_s(n, scale as i64),
+                (&AxisExtent::Counted { offset }, _) => {
                     let at = b.ins().iadd_imm_s(ws, offset as i64);
                     b.ins().load(types::I64, flags(), at, 0)
                 }
-                (AxisExtent::Fixed(size), _) | (AxisExtent::Samples { scale: size }, None) => {
+                (&AxisExtent::Fixed(size), _) | (&AxisExtent::Samples { scale: size }, None) => {
                     b.ins().iconst(types::I64, size as i64)
+                }
+                (AxisExtent::Symbolic { dim, symbols }, _) => {
+                    let n = dim
+                        .symbols()
+                        .iter()
+                        .map(|s| s.0 as usize + 1)
+                        .max()
+                        .unwrap_or(0);
+                    let values: Vec<Value> = (0..n)
+                        .map(|i| {
+                            b.ins()
+                                .load(types::I64, flags(), ws, (symbols + 8 * i) as i32)
+                        })
+                        .collect();
+                    super::symbol_block::Evaluator {
+                        values: &values,
+                        bad_divisor: None,
+                    }
+                    .emit(b, dim)
                 }
             };
             b.ins().store(flags(), v, out, at);

@@ -100,6 +100,9 @@ impl AxisDim {
 /// static graph): for a one-sample graph, axis 0 of each marked tensor holds
 /// `unit · dim` samples, `unit` being the graph's own size there.
 pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
+    if !graph.symbols.is_empty() {
+        return symbolic_axis_dims(graph);
+    }
     let Some(sl) = &graph.sample_loop else {
         return row_axis_dims(graph);
     };
@@ -115,6 +118,29 @@ pub fn axis_dims(graph: &Graph) -> Vec<AxisDim> {
             size: crate::ir::ExtentExpr::dim(),
         });
     samples.chain(row_axis_dims(graph)).collect()
+}
+
+/// The axes of a symbolic graph's inputs and outputs that are a multiple of one symbol
+/// (`scale · dim`); axes of other expressions are reported by `shapes` only.
+fn symbolic_axis_dims(graph: &Graph) -> Vec<AxisDim> {
+    let mut out = vec![];
+    for (tensor, v) in graph.inputs.iter().chain(&graph.outputs).enumerate() {
+        let Some(dims) = &graph.ty(*v).dims else {
+            continue;
+        };
+        for (axis, d) in dims.iter().enumerate() {
+            if let Some((scale, s)) = d.as_scaled_symbol() {
+                out.push(AxisDim {
+                    tensor,
+                    axis,
+                    dim: s.0 as usize,
+                    scale: scale as usize,
+                    size: crate::ir::ExtentExpr::dim(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The row dim whose value `count` holds, if it is one's.

@@ -685,6 +685,12 @@ impl GraphBuilder {
                 r.min as i64,
                 r.max as i64,
             );
+            // What model_info lists, in the order of `nnc_run_options.dims`.
+            self.graph.dims.push(crate::dims::SymbolicDim {
+                name: r.name.clone(),
+                min: r.min,
+                max: r.max,
+            });
             self.symbol_sites.push(r.site);
         }
         Ok(())

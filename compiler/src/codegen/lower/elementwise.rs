@@ -13,7 +13,7 @@ use crate::codegen::math;
 use crate::ir::DType;
 use crate::ops::{BinaryOp, UnaryOp};
 
-type ScalarFn<'a> = dyn Fn(&mut FunctionBuilder, &[Value]) -> Result<Value, String> + 'a;
+pub(super) type ScalarFn<'a> = dyn Fn(&mut FunctionBuilder, &[Value]) -> Result<Value, String> + 'a;
 
 /// Per-input strides after merging output axes that every operand traverses the same
 /// way; the last axis is the one the inner loop runs along.
@@ -70,6 +70,9 @@ fn map(
     scalar: &ScalarFn,
     vector: Option<&ScalarFn>,
 ) -> LowerResult {
+    if ctx.run_dims.is_some() && ins.iter().chain([out]).any(|o| o.ty.dims.is_some()) {
+        return super::symbolic::elementwise::map(ctx, ins, out, scalar, vector);
+    }
     let in_strides: Vec<Vec<usize>> = ins
         .iter()
         .map(|o| kernel::broadcast_strides(&o.ty.shape, &out.ty.shape))

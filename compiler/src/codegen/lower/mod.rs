@@ -23,8 +23,10 @@ mod quant;
 mod recurrence;
 mod reduce;
 mod resize;
+pub mod run_shape;
 mod run_time_slice;
 mod sort;
+mod symbolic;
 mod value_dependent;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -122,6 +124,9 @@ pub struct LowerCtx<'a, 'f> {
     /// [`crate::codegen::row_loops`]): that number, of the `bound` its operands are
     /// planned for.
     pub run_rows: Option<RunRows>,
+    /// In a graph with symbolic shapes: the dims' values this run, which a symbolic
+    /// node's extents are computed from (see [`run_shape`]).
+    pub run_dims: Option<run_shape::RunDims>,
 }
 
 /// The rows a node computes when only the run knows how many: `count` (an i64) of the
@@ -332,6 +337,9 @@ impl LowerCtx<'_, '_> {
 /// the task's slice (its operands narrowed to those rows), through code for the full
 /// slices and for the last one.
 pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
+    if ctx.run_dims.is_some() && symbolic::is_symbolic(ctx) {
+        return symbolic::lower(ctx, op);
+    }
     if let Strategy::Planes(_) = ctx.kernel.strategy {
         return planes::lower_planes(ctx, op);
     }

@@ -625,3 +625,172 @@ impl LayerNorm {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Rows the run counts (symbolic nodes).
+
+/// Softmax over `rows` contiguous rows of `n` elements, either extent the run's: rows
+/// of a fixed length run the static row code (the machine-code rows, one call per
+/// row); rows whose length the run sets run float32 rows over it.
+pub(super) fn softmax_rows(
+    ctx: &mut LowerCtx,
+    log: bool,
+    rows: super::run_shape::Ext,
+    n: super::run_shape::Ext,
+) -> LowerResult {
+    use super::run_shape::{self, Ext};
+    let (x, y) = (ctx.input(0)?, ctx.output(0));
+    let e = float_elems(x.ty.dtype, "Softmax")?;
+    let keep_exp = matches!(y.ty.dtype, DType::F32 | DType::F64);
+    if let Ext::Fixed(n) = n {
+        let s = Softmax {
+            e,
+            log,
+            n,
+            inner: 1,
+            keep_exp,
+        };
+        let row_bytes = n * e.dtype.size();
+        let machine = match ctx.kernel.strategy {
+            Strategy::Softmax(Some(isa)) if !log && n > 0 => {
+                let code = x86::softmax::emit(1, n, isa)?;
+                Some(gemm::define_machine_code(ctx, 2, &code)?)
+            }
+            _ => None,
+        };
+        run_shape::run_loop(ctx.b, rows, |b, r| {
+            let src = kernel::elem_addr(b, x.ptr, r, row_bytes);
+            let dst = kernel::elem_addr(b, y.ptr, r, row_bytes);
+            match machine {
+                Some(f) => {
+                    b.ins().call(f, &[src, dst]);
+                }
+                None => s.row(b, src, dst),
+            }
+        });
+        return Ok(());
+    }
+    if x.ty.dtype != DType::F32 || y.ty.dtype != DType::F32 {
+        return Err("a Softmax over an axis the run sets runs on float32 only".into());
+    }
+    let n_v = n.value(ctx.b);
+    let b = &mut *ctx.b;
+    let n4 = b.ins().band_imm_s(n_v, !3);
+    let row_len = n;
+    run_shape::run_loop(b, rows, |b, r| {
+        let at = row_len.times(b, r);
+        let src = kernel::elem_addr(b, x.ptr, at, 4);
+        let dst = kernel::elem_addr(b, y.ptr, at, 4);
+        // Both passes over the row: f32x4 to the last whole vector, then one by one.
+        let chunks =
+            |b: &mut FunctionBuilder, body: &mut dyn FnMut(&mut FunctionBuilder, Value, Type)| {
+                run_shape::run_loop_from(b, Ext::Fixed(0), Ext::Run(n4), 4, |b, i| {
+                    body(b, i, types::F32X4)
+                });
+                run_shape::run_loop_from(b, Ext::Run(n4), Ext::Run(n_v), 1, |b, i| {
+                    body(b, i, types::F32)
+                });
+            };
+        let neg_inf = fconst(b, types::F32, f64::NEG_INFINITY);
+        let neg_inf_v = b.ins().splat(types::F32X4, neg_inf);
+        let (max_v, max_s) = (var(b, neg_inf_v), var(b, neg_inf));
+        chunks(b, &mut |b, i, ty| {
+            let a = kernel::elem_addr(b, src, i, 4);
+            let v = b.ins().load(ty, flags(), a, 0);
+            update(b, if ty.is_vector() { max_v } else { max_s }, |b, m| {
+                b.ins().fmax(m, v)
+            });
+        });
+        let mv = b.use_var(max_v);
+        let mv = reduce::horizontal(b, Step::Max, mv);
+        let ms = b.use_var(max_s);
+        let max = b.ins().fmax(mv, ms);
+        let max_vec = b.ins().splat(types::F32X4, max);
+        let zero = fconst(b, types::F32, 0.0);
+        let zero_v = b.ins().splat(types::F32X4, zero);
+        let (sum_v, sum_s) = (var(b, zero_v), var(b, zero));
+        chunks(b, &mut |b, i, ty| {
+            let a = kernel::elem_addr(b, src, i, 4);
+            let v = b.ins().load(ty, flags(), a, 0);
+            let m = if ty.is_vector() { max_vec } else { max };
+            let shifted = b.ins().fsub(v, m);
+            let ex = math::exp_nonpositive(b, shifted);
+            if !log {
+                let d = kernel::elem_addr(b, dst, i, 4);
+                b.ins().store(flags(), ex, d, 0);
+            }
+            update(b, if ty.is_vector() { sum_v } else { sum_s }, |b, acc| {
+                b.ins().fadd(acc, ex)
+            });
+        });
+        let total = partial_sum(b, true, sum_v, sum_s);
+        let factor = if log {
+            math::log(b, total)
+        } else {
+            let one = fconst(b, types::F32, 1.0);
+            b.ins().fdiv(one, total)
+        };
+        let factor_v = b.ins().splat(types::F32X4, factor);
+        chunks(b, &mut |b, i, ty| {
+            let d = kernel::elem_addr(b, dst, i, 4);
+            let f = if ty.is_vector() { factor_v } else { factor };
+            let r = if log {
+                let s = kernel::elem_addr(b, src, i, 4);
+                let v = b.ins().load(ty, flags(), s, 0);
+                let m = if ty.is_vector() { max_vec } else { max };
+                let shifted = b.ins().fsub(v, m);
+                b.ins().fsub(shifted, f)
+            } else {
+                let ex = b.ins().load(ty, flags(), d, 0);
+                b.ins().fmul(ex, f)
+            };
+            b.ins().store(flags(), r, d, 0);
+        });
+    });
+    Ok(())
+}
+
+/// LayerNorm over `rows` rows the run counts, each of the fixed `shape[axis..]`; scale
+/// and bias cover one row (or are one value).
+pub(super) fn layer_norm_rows(
+    ctx: &mut LowerCtx,
+    axis: usize,
+    epsilon: f32,
+    rows: super::run_shape::Ext,
+) -> LowerResult {
+    let x = ctx.input(0)?;
+    let y = ctx.output(0);
+    let shape = x.ty.shape.clone();
+    let row_rank = shape.len() - axis;
+    let scale_op = ctx.input(1)?;
+    let bias_op = ctx.inputs.get(2).cloned().flatten();
+    for p in std::iter::once(&scale_op).chain(bias_op.as_ref()) {
+        if p.ty.rank() > row_rank || p.ty.dims.is_some() {
+            return Err("a symbolic LayerNorm's scale and bias must cover one row".into());
+        }
+    }
+    let mut e = float_elems(x.ty.dtype, "LayerNormalization")?;
+    let scale = Param::new(Some(scale_op), &shape, axis, "scale")?;
+    let bias = Param::new(bias_op, &shape, axis, "bias")?;
+    if matches!(scale, Param::General { .. }) || matches!(bias, Param::General { .. }) {
+        return Err("a symbolic LayerNorm's scale and bias must be a row or one value".into());
+    }
+    e.vector = e.vector && scale.is_f32_or_absent() && bias.is_f32_or_absent();
+    let ln = LayerNorm {
+        e,
+        row_shape: shape[axis..].to_vec(),
+        n: shape[axis..].iter().product(),
+        epsilon,
+    };
+    let row_bytes = ln.n * e.dtype.size();
+    let b = &mut *ctx.b;
+    super::run_shape::run_loop(b, rows, |b, r| {
+        let src = kernel::elem_addr(b, x.ptr, r, row_bytes);
+        let dst = kernel::elem_addr(b, y.ptr, r, row_bytes);
+        let vector = e.vector && ln.n >= 4;
+        let s = scale.for_row(b, &[], e.acc, vector);
+        let t = bias.for_row(b, &[], e.acc, vector);
+        ln.row(b, src, dst, &s, &t);
+    });
+    Ok(())
+}

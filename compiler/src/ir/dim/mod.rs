@@ -116,6 +116,17 @@ impl Dim {
         }
     }
 
+    /// `(c, s)` when the expression is `c · s` for one symbol `s` and `c ≥ 1`.
+    pub fn as_scaled_symbol(&self) -> Option<(i64, SymbolId)> {
+        match self.terms.as_slice() {
+            [Term { mono, coef }] if *coef >= 1 => match mono.0.as_slice() {
+                [(Atom::Sym(s), 1)] => Some((*coef, *s)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Every symbol the expression reads, in order.
     pub fn symbols(&self) -> Vec<SymbolId> {
         let mut out = vec![];
