@@ -117,6 +117,18 @@ const SYMBOLIC_PASSES: &[&str] = &[
     "dce",
 ];
 
+/// The passes of `passes` that run on symbolic graphs, in its order.
+pub fn symbolic_passes(passes: &PassManager) -> PassManager {
+    PassManager {
+        pipeline: (passes.pipeline.iter())
+            .filter(|(n, _)| SYMBOLIC_PASSES.contains(&n.as_str()))
+            .cloned()
+            .collect(),
+        dump: passes.dump,
+        limits: passes.limits,
+    }
+}
+
 /// Imports the model once with its ranges as symbols and compiles it over symbolic
 /// shapes (see [`crate::ir::dim`]).
 pub fn compile_symbolic(
@@ -131,15 +143,7 @@ pub fn compile_symbolic(
         return Err(NncError::Unsupported(imported.unsupported).in_file(path));
     }
     let mut graph = imported.graph;
-    let passes = PassManager {
-        pipeline: (passes.pipeline.iter())
-            .filter(|(n, _)| SYMBOLIC_PASSES.contains(&n.as_str()))
-            .cloned()
-            .collect(),
-        dump: passes.dump,
-        limits: passes.limits,
-    };
-    passes
+    symbolic_passes(passes)
         .run(&mut graph)
         .map_err(|e| NncError::from(e).in_file(path))?;
     let model =

@@ -27,8 +27,16 @@
 //!
 //! `NNC_BLESS=1 cargo test --test passes_filetests` rewrites the expected dumps.
 
+#[path = "common/dynamic.rs"]
+mod dynamic;
 #[path = "common/graphs.rs"]
 mod graphs;
+#[path = "common/models.rs"]
+mod models;
+#[path = "common/runner.rs"]
+mod runner;
+#[path = "common/tools.rs"]
+mod tools;
 
 use std::path::{Path, PathBuf};
 
@@ -583,6 +591,22 @@ fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
         let rule = if c.zero { "= 0" } else { ">= 0" };
         dump += &format!("\ncheck {e} {rule}: {}", c.what);
     }
+    // The library compiled over the symbols (after the passes `nnc compile` runs on
+    // symbolic graphs), run at each value below; a refusal is part of the dump.
+    let library = {
+        let mut g = graph.clone();
+        nnc::driver::symbolic_passes(&PassManager::default())
+            .run(&mut g)
+            .map_err(|e| format!("symbolic passes: {e}"))?;
+        match runner::Compiled::new(&g) {
+            Ok(compiled) => Some(dynamic::Dynamic { compiled, graph: g }),
+            Err(e) => {
+                let first = e.lines().next().unwrap_or_default().to_string();
+                dump += &format!("\ncodegen: {first}");
+                None
+            }
+        }
+    };
     let picks = |min: usize, max: usize| {
         let mut v = vec![min, (min + max) / 2, max, ((min + max) / 2) | 1];
         v.dedup();
@@ -605,6 +629,20 @@ fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
                     "a check fails at {values:?}, yet the instance exists"
                 ));
             }
+            if let Some(lib) = &library {
+                let (status, _) = lib.shapes(Some(&values));
+                if status != nnc_runtime_abi::abi::NNC_ERR_DIMS_INCONSISTENT {
+                    return Err(format!("shapes at {values:?} returned {status}"));
+                }
+                let inputs = random_inputs(&graph, seed);
+                let outs: Vec<Vec<usize>> = (graph.outputs.iter())
+                    .map(|o| vec![0; graph.ty(*o).rank()])
+                    .collect();
+                let (status, _) = lib.run(Some(&values), &inputs, None, &outs);
+                if status != nnc_runtime_abi::abi::NNC_ERR_DIMS_INCONSISTENT {
+                    return Err(format!("run at {values:?} returned {status}"));
+                }
+            }
             continue;
         }
         let fixed = import_model(&test.model, None, &static_opts)
@@ -621,6 +659,26 @@ fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
             return Err(format!("{} outputs against {}", got.len(), want.len()));
         }
         check_same(&want, &got).map_err(|e| format!("at {values:?}: {e}"))?;
+        if let Some(lib) = &library {
+            let (status, shapes) = lib.shapes(Some(&values));
+            if status != 0 {
+                return Err(format!("shapes at {values:?} returned {status}"));
+            }
+            let n_in = graph.inputs.len();
+            let expected: Vec<Vec<usize>> = (fixed.inputs.iter().chain(&fixed.outputs))
+                .map(|v| fixed.ty(*v).shape.clone())
+                .collect();
+            if shapes != expected {
+                return Err(format!(
+                    "shapes at {values:?}: {shapes:?}, expected {expected:?}"
+                ));
+            }
+            let (status, ran) = lib.run(Some(&values), &inputs, None, &shapes[n_in..]);
+            if status != 0 {
+                return Err(format!("the library at {values:?} returned {status}"));
+            }
+            check_same(&want, &ran).map_err(|e| format!("the library at {values:?}: {e}"))?;
+        }
         // Constants differ (a mask built at the largest extents); one ONNX node may
         // give several values its output's name, the last being the one bound to it.
         let mut by_name: std::collections::HashMap<&str, Vec<usize>> = Default::default();

@@ -40,6 +40,7 @@ pub use target::{Arch, CpuFeature, CpuFeatures, Target, CPU_PRESETS};
 
 use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
+use crate::ops::Op;
 use kernel::{flags, PTR};
 use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{
@@ -218,7 +219,9 @@ pub fn compile_graph_reporting(
         .nodes
         .iter()
         .map(|n| {
-            (n.inputs.iter().flatten().chain(&n.outputs)).any(|v| lowered.ty(*v).dims.is_some())
+            matches!(n.op, Op::DimValues { .. })
+                || (n.inputs.iter().flatten().chain(&n.outputs))
+                    .any(|v| lowered.ty(*v).dims.is_some())
         })
         .collect();
     for (k, &symbolic) in symbolic_nodes.iter().enumerate() {
@@ -682,6 +685,7 @@ pub fn compile_graph_reporting(
         &isa,
         (&io_shapes, &axis_dims),
         &graph.dims,
+        symbols.as_ref().map(|_| graph),
         &opts.prefix,
     )?;
     define_model_info_fn(&mut module, &mut ctx, &mut fctx, &isa, info, &opts.prefix)?;

@@ -21,7 +21,9 @@ use super::kernel::{self, flags, PTR};
 use super::{define_function, Result};
 use crate::dims::{AxisDim, SymbolicDim};
 use crate::ir::Graph;
-use nnc_runtime_abi::abi::{NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_NULL_POINTER, NNC_OK};
+use nnc_runtime_abi::abi::{
+    NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_NULL_POINTER, NNC_OK,
+};
 
 /// How the samples of a one-sample graph lie in the caller's buffers.
 pub(super) struct SampleLayout {
@@ -224,6 +226,7 @@ pub(super) fn define_shapes(
     isa: &Arc<dyn TargetIsa>,
     (shapes, deps): (&[&[usize]], &[AxisDim]),
     dims: &[SymbolicDim],
+    symbolic: Option<&crate::ir::Graph>,
     prefix: &str,
 ) -> Result<()> {
     let mut sig = module.make_signature();
@@ -242,6 +245,7 @@ pub(super) fn define_shapes(
             let (dims_ptr, out) = (p[0], p[1]);
             let out_of_range = b.create_block();
             let null_out = b.create_block();
+            let inconsistent = b.create_block();
             let values: Vec<Value> = dims
                 .iter()
                 .enumerate()
@@ -249,6 +253,14 @@ pub(super) fn define_shapes(
                     emit_dim_value(b, dims_ptr, (j, d.min as i64, d.max as i64), out_of_range)
                 })
                 .collect();
+            // Symbolic shapes: the facts the values must meet, and each axis's
+            // expression (below).
+            if let Some(graph) = symbolic {
+                super::symbol_block::emit_checks(b, graph, &values, inconsistent);
+            }
+            let io: Vec<crate::ir::ValueId> = symbolic
+                .map(|g| g.inputs.iter().chain(&g.outputs).copied().collect())
+                .unwrap_or_default();
             if shapes.iter().any(|s| !s.is_empty()) {
                 let ok = b.create_block();
                 let null = b.ins().icmp_imm_u(IntCC::Equal, out, 0);
@@ -259,7 +271,15 @@ pub(super) fn define_shapes(
             let mut at = 0i32;
             for (t, shape) in shapes.iter().enumerate() {
                 for (axis, &size) in shape.iter().enumerate() {
+                    let expr = symbolic.map(|g| g.ty(io[t]).dim(axis));
                     let v = match deps.iter().find(|d| d.tensor == t && d.axis == axis) {
+                        _ if expr.as_ref().is_some_and(|e| !e.is_const()) => {
+                            super::symbol_block::Evaluator {
+                                values: &values,
+                                bad_divisor: None,
+                            }
+                            .emit(b, expr.as_ref().expect("checked"))
+                        }
                         Some(d) => {
                             let n = b.ins().imul_imm_s(values[d.dim], d.scale as i64);
                             kernel::extent_value(b, n, &d.size)
@@ -275,6 +295,7 @@ pub(super) fn define_shapes(
             for (blk, code) in [
                 (out_of_range, NNC_ERR_DIM_OUT_OF_RANGE),
                 (null_out, NNC_ERR_NULL_POINTER),
+                (inconsistent, NNC_ERR_DIMS_INCONSISTENT),
             ] {
                 b.switch_to_block(blk);
                 b.seal_block(blk);

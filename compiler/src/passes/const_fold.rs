@@ -24,8 +24,11 @@ pub fn run(g: &mut Graph, limits: &Limits) -> Result<(), String> {
 /// true when it did (the node is then to be removed).
 fn fold(g: &mut Graph, i: usize, limits: &Limits) -> bool {
     let n = &g.nodes[i];
+    // A symbolic output's extents are the run's: folding at the maxima would lay it
+    // out at theirs.
     if n.inputs.iter().flatten().any(|v| g.constant(*v).is_none())
         || n.inputs.iter().flatten().next().is_none()
+        || n.outputs.iter().any(|v| g.ty(*v).dims.is_some())
     {
         return false;
     }

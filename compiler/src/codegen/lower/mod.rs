@@ -337,7 +337,8 @@ impl LowerCtx<'_, '_> {
 /// the task's slice (its operands narrowed to those rows), through code for the full
 /// slices and for the last one.
 pub fn lower_row_task(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
-    if ctx.run_dims.is_some() && symbolic::is_symbolic(ctx) {
+    if ctx.run_dims.is_some() && (symbolic::is_symbolic(ctx) || matches!(op, Op::DimValues { .. }))
+    {
         return symbolic::lower(ctx, op);
     }
     if let Strategy::Planes(_) = ctx.kernel.strategy {
