@@ -41,6 +41,9 @@ pub struct Compiled {
     pub source: PathBuf,
     pub graph: Graph,
     pub model: CompiledModel,
+    /// Why a model with ranges did not compile over symbolic shapes (it then went
+    /// the older way).
+    pub symbolic_refusal: Option<String>,
 }
 
 /// Imports and compiles a model in memory, running the default graph passes.
@@ -91,11 +94,16 @@ pub fn compile_model_reporting(
             source: path.to_path_buf(),
             graph,
             model,
+            symbolic_refusal: None,
         })
     })();
     match (compiled, symbolic) {
         (Err(_), Some(symbolic)) => Err(symbolic),
-        (compiled, _) => compiled,
+        (Ok(c), Some(symbolic)) => Ok(Compiled {
+            symbolic_refusal: Some(symbolic.to_string()),
+            ..c
+        }),
+        (compiled, None) => compiled,
     }
 }
 
@@ -152,6 +160,7 @@ pub fn compile_symbolic(
         source: path.to_path_buf(),
         graph,
         model,
+        symbolic_refusal: None,
     })
 }
 
@@ -179,6 +188,7 @@ pub fn compile_model_int8(
             source: path.to_path_buf(),
             graph,
             model,
+            symbolic_refusal: None,
         },
         report,
     ))

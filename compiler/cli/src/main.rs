@@ -614,6 +614,9 @@ fn run(cli: Cli) -> Result<()> {
                 file_bytes,
                 started.elapsed().as_secs_f64()
             );
+            if let Some(why) = &compiled.symbolic_refusal {
+                eprintln!("nnc: compiled per dim strategy, not over symbolic shapes: {why}");
+            }
             if !compiled.graph.symbols.is_empty() {
                 let dims: Vec<String> = (compiled.graph.symbols.iter())
                     .map(|(_, s)| format!("{}={}..{}", s.name, s.min, s.max))

@@ -4,6 +4,7 @@
 //! refused naming the axis and its expression.
 
 pub(super) mod elementwise;
+mod indexing;
 mod linalg;
 mod movement;
 
@@ -33,6 +34,14 @@ pub fn lower(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Expand { .. } => movement::expand(ctx),
         Op::Concat { axis } => movement::concat(ctx, *axis),
         Op::Gather { axis } => movement::gather(ctx, *axis),
+        Op::GatherElements { axis } => indexing::gather_elements(ctx, *axis),
+        Op::GatherND { batch_dims } => indexing::gather_nd(ctx, *batch_dims),
+        Op::CumSum {
+            axis,
+            exclusive,
+            reverse,
+            product,
+        } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm_op(ctx, g),
         Op::Softmax { axis, log } => {

@@ -171,7 +171,7 @@ pub fn concat(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
 
 /// Index `i` (as read) as a position on an axis of `dim` elements: wrapped when
 /// negative, then checked (or clamped) against `dim`.
-fn resolve(
+pub(super) fn resolve(
     b: &mut FunctionBuilder,
     indices: &Operand,
     i: Value,
