@@ -989,3 +989,84 @@ pub fn arg_reduce(ctx: &mut LowerCtx, a: &ArgReduceAttrs) -> LowerResult {
     });
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------
+// Reductions over extents the run computes (symbolic nodes).
+
+/// `reduce` over the run's extents: per output element, one scalar accumulator over
+/// the reduced axes (merged into one loop where they trail contiguously, a global
+/// pool's planes).
+pub(super) fn reduce_run(ctx: &mut LowerCtx, r: &ReduceAttrs) -> LowerResult {
+    use super::run_shape::{self, Ext};
+    let x = ctx.input(0)?;
+    let y = ctx.output(0);
+    let rank = x.ty.rank();
+    if r.axes.is_empty() || r.axes.iter().any(|&a| a >= rank) {
+        return Err(format!(
+            "reduction axes {:?} are invalid for rank {rank}",
+            r.axes
+        ));
+    }
+    let (step, shift_pass, elems) = recipe(r.kind, x.ty.dtype)?;
+    let dtype = x.ty.dtype;
+    if shift_pass || (!dtype.is_float() && matches!(r.kind, ReduceKind::Mean | ReduceKind::L2)) {
+        return Err(format!(
+            "Reduce{:?} of {dtype} has no symbolic form yet",
+            r.kind
+        ));
+    }
+    let dims = ctx.run_dims.as_ref().expect("symbolic");
+    let shape = dims.shape(ctx.b, &x.ty);
+    let b = &mut *ctx.b;
+    let strides = run_shape::strides(b, &shape);
+    let kept: Vec<usize> = (0..rank).filter(|a| !r.axes.contains(a)).collect();
+    // Reduced axes that trail contiguously merge into one run of elements.
+    let trailing = r
+        .axes
+        .iter()
+        .rev()
+        .zip((0..rank).rev())
+        .all(|(&a, d)| a == d);
+    let (reduced_shape, reduced_strides): (Vec<Ext>, Vec<Ext>) = if trailing {
+        let n = Ext::product(b, &shape[r.axes[0]..]);
+        (vec![n], vec![Ext::Fixed(1)])
+    } else {
+        (
+            r.axes.iter().map(|&a| shape[a]).collect(),
+            r.axes.iter().map(|&a| strides[a]).collect(),
+        )
+    };
+    let kept_shape: Vec<Ext> = kept.iter().map(|&a| shape[a]).collect();
+    let kept_strides: Vec<Ext> = kept.iter().map(|&a| strides[a]).collect();
+    let out_strides = run_shape::strides(b, &kept_shape);
+    let count = Ext::product(b, &reduced_shape).value(b);
+    let signed = dtype.is_signed_int();
+    let kind = r.kind;
+    run_shape::nested_run_loop(b, &kept_shape, &mut |b, idx| {
+        let base = run_shape::offset(b, idx, &kept_strides);
+        let init = identity(b, step, dtype, elems.acc);
+        let acc = var(b, init);
+        run_shape::nested_run_loop(b, &reduced_shape, &mut |b, ridx| {
+            let off = run_shape::offset(b, ridx, &reduced_strides);
+            let at = b.ins().iadd(base, off);
+            let a = kernel::elem_addr(b, x.ptr, at, dtype.size());
+            let v = elems.load(b, a, 0);
+            let cur = b.use_var(acc);
+            let next = fold(b, step, signed, cur, v, None);
+            b.def_var(acc, next);
+        });
+        let total = b.use_var(acc);
+        let result = match kind {
+            ReduceKind::Mean => {
+                let n = b.ins().fcvt_from_sint(elems.acc, count);
+                b.ins().fdiv(total, n)
+            }
+            _ if dtype.is_float() => finish_float(b, kind, 0, total, None),
+            _ => total,
+        };
+        let o = run_shape::offset(b, idx, &out_strides);
+        let d = kernel::elem_addr(b, y.ptr, o, dtype.size());
+        kernel::store_elem(b, dtype, result, d, 0);
+    });
+    Ok(())
+}

@@ -180,6 +180,7 @@ pub fn nested_run_loop(
 
 /// The symbols' values in a node function, loaded once at its entry (so every later
 /// block may use them), with their names for refusals.
+#[derive(Clone)]
 pub struct RunDims {
     pub values: Vec<Value>,
     pub names: Vec<String>,

@@ -33,6 +33,7 @@ use cranelift_frontend::FunctionBuilder;
 use super::gemm::{
     self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
 };
+use super::run_shape;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
@@ -223,6 +224,11 @@ impl ConvBlocks {
 /// The positions (the product of the spatial axes) of planes `v` at the smallest value
 /// of the dim their extents follow; `None` for a value that is not planes.
 fn positions_at_least(graph: &Graph, v: crate::ir::ValueId) -> Option<usize> {
+    if let Some(dims) = &graph.ty(v).dims {
+        return (dims.get(2..)?.iter()).try_fold(1usize, |p, d| {
+            Some(p * usize::try_from(graph.symbols.min_value(d)?).ok()?)
+        });
+    }
     let e = graph
         .value(v)
         .run_extent
@@ -248,6 +254,14 @@ fn spatial(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
 /// The extents of every axis of value `v` as expressions, `None` where fixed.
 fn every_axis(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
     let rank = graph.ty(v).rank();
+    // Symbolic shapes: a marker where the axis varies; its extent is the dimension
+    // expression (see `PlaneSource::Dims`).
+    if let Some(dims) = &graph.ty(v).dims {
+        return dims
+            .iter()
+            .map(|d| (!d.is_const()).then(ExtentExpr::dim))
+            .collect();
+    }
     let e = graph.value(v).run_extent.as_ref();
     (0..rank)
         .map(|a| {
@@ -265,12 +279,17 @@ pub fn plan_planes(
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
+    let symbolic = |v: &crate::ir::ValueId| {
+        let ty = graph.ty(*v);
+        matches!(node.op, Op::Conv(_) | Op::Pool(_)) && ty.rank() >= 3 && ty.dims.is_some()
+    };
     let planes = |v: &crate::ir::ValueId| {
-        graph
-            .value(*v)
-            .run_extent
-            .as_ref()
-            .is_some_and(|e| e.is_planes())
+        symbolic(v)
+            || graph
+                .value(*v)
+                .run_extent
+                .as_ref()
+                .is_some_and(|e| e.is_planes())
     };
     let x = *node.inputs.iter().flatten().find(|v| planes(v))?;
     let y = *node.outputs.first()?;
@@ -583,21 +602,46 @@ fn padded_plane_bytes(planes: &[usize], pads: &[usize], phases: usize) -> usize 
     (rows * row + 8) * F32
 }
 
-/// The extents of `axes` at the dim's `count`: constants where fixed.
+/// Where a node on planes finds its run-time extents: the count of the one dim they
+/// follow (each extent its [`ExtentExpr`] of it), or the symbols' values (each extent
+/// the operand's dimension expression).
+pub(in crate::codegen::lower) enum PlaneSource {
+    Count(Value),
+    Dims(super::run_shape::RunDims),
+}
+
+impl PlaneSource {
+    /// Axis 0 of a value of type `ty` (the images).
+    fn batch(&self, b: &mut FunctionBuilder, ty: &crate::ir::TensorType) -> super::run_shape::Ext {
+        match self {
+            PlaneSource::Count(_) => super::run_shape::Ext::Fixed(ty.shape[0]),
+            PlaneSource::Dims(d) => d.extent(b, &ty.dim(0)),
+        }
+    }
+}
+
+/// The extents of the axes of a value of type `ty` from axis `from` on: constants
+/// where fixed.
 fn extents(
     b: &mut FunctionBuilder,
-    count: Value,
+    src: &PlaneSource,
     exprs: &[Option<ExtentExpr>],
-    fixed: &[usize],
+    ty: &crate::ir::TensorType,
+    from: usize,
 ) -> Vec<Value> {
-    exprs
-        .iter()
-        .zip(fixed)
-        .map(|(e, &f)| match e {
-            None => kernel::iconst(b, f as i64),
-            Some(e) => kernel::extent_value(b, count, e),
-        })
-        .collect()
+    match src {
+        PlaneSource::Count(count) => exprs
+            .iter()
+            .zip(&ty.shape[from..])
+            .map(|(e, &f)| match e {
+                None => kernel::iconst(b, f as i64),
+                Some(e) => kernel::extent_value(b, *count, e),
+            })
+            .collect(),
+        PlaneSource::Dims(dims) => (dims.shape(b, ty)[from..].iter())
+            .map(|e| e.value(b))
+            .collect(),
+    }
 }
 
 fn product(b: &mut FunctionBuilder, xs: &[Value]) -> Value {
@@ -609,24 +653,26 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
     let Strategy::Planes(plan) = ctx.kernel.strategy.clone() else {
         return Err("no planes plan for this node".into());
     };
-    let run = ctx
-        .run_rows
-        .ok_or("a node on run-time planes needs the dim's count")?;
+    let src = match (&ctx.run_dims, ctx.run_rows) {
+        (Some(dims), _) => PlaneSource::Dims(dims.clone()),
+        (None, Some(run)) => PlaneSource::Count(run.count),
+        (None, None) => return Err("a node on run-time planes needs the dim's count".into()),
+    };
     match op {
         Op::Conv(c) if depthwise(c, &ctx.input(0)?.ty, &ctx.output(0).ty) => {
-            depthwise_conv(ctx, c, &plan, run.count)
+            depthwise_conv(ctx, c, &plan, &src)
         }
         Op::Conv(c) => match &plan.winograd {
-            Some(wp) => winograd::conv(ctx, c, &plan, wp, run.count),
-            None => conv(ctx, c, &plan, run.count),
+            Some(wp) => winograd::conv(ctx, c, &plan, wp, &src),
+            None => conv(ctx, c, &plan, &src),
         },
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
-            max_pool_2d(ctx, p, &plan, run.count)
+            max_pool_2d(ctx, p, &plan, &src)
         }
-        Op::Pool(p) => pool(ctx, p, &plan, run.count),
-        Op::Binary(kind) => per_plane_binary(ctx, *kind, &plan, run.count),
-        Op::Reshape { .. } => movement::reshape(ctx, &plan, run.count),
-        Op::Transpose { perm } => movement::transpose(ctx, perm, &plan, run.count),
+        Op::Pool(p) => pool(ctx, p, &plan, &src),
+        Op::Binary(kind) => per_plane_binary(ctx, *kind, &plan, &src),
+        Op::Reshape { .. } => movement::reshape(ctx, &plan, &src),
+        Op::Transpose { perm } => movement::transpose(ctx, perm, &plan, &src),
         other => Err(format!(
             "{} does not run on run-time planes (the import should have refused it)",
             other.name()
@@ -660,7 +706,7 @@ struct ConvIo {
     y: Operand,
 }
 
-fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
+fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, src: &PlaneSource) -> LowerResult {
     let blocks = plan
         .gemm
         .as_ref()
@@ -679,7 +725,8 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     if x.ty.rank() != sp + 2 || sp == 0 || sp > 3 {
         return Err("a conv on run-time planes is 1-, 2- or 3-D".into());
     }
-    let (batch, channels, maps, group) = (x.ty.shape[0], x.ty.shape[1], y.ty.shape[1], c.group);
+    let (channels, maps, group) = (x.ty.shape[1], y.ty.shape[1], c.group);
+    let batch = src.batch(ctx.b, &x.ty);
     let (cg, mg) = (channels / group, maps / group);
     let taps: usize = c.kernel.iter().product();
     let k = cg * taps;
@@ -711,10 +758,11 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         );
         let kernel = GemmKernel::define(ctx, &spec)?;
         let b = &mut *ctx.b;
-        let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+        let out_ext = extents(b, src, &plan.output, &y.ty, 2);
         let positions = product(b, &out_ext);
         let plane_bytes = b.ins().imul_imm_s(positions, F32 as i64);
-        kernel::counted_loop(b, 0, (batch * group) as i64, 1, |b, ng| {
+        let images = batch.scale(b, group);
+        run_shape::run_loop(b, images, |b, ng| {
             // Image n, group g: its channels' and maps' planes, one after another.
             let x_at = b.ins().imul_imm_s(plane_bytes, cg as i64);
             let x_at = b.ins().imul(ng, x_at);
@@ -805,8 +853,8 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
     let patches = scratch;
     let out_block = b.ins().iadd_imm_s(scratch, layout.out as i64);
     let padded_at = b.ins().iadd_imm_s(scratch, layout.bytes as i64);
-    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
-    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     let in_image = b.ins().imul_imm_s(in_plane, (channels * F32) as i64);
@@ -835,7 +883,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, count: Value) -> L
         copier
     });
     let mut failure = None;
-    kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
+    run_shape::run_loop(b, batch, |b, n| {
         let off = b.ins().imul(n, in_image);
         let x_n = b.ins().iadd(x.ptr, off);
         let off = b.ins().imul(n, out_image);
@@ -946,7 +994,7 @@ fn per_plane_binary(
     ctx: &mut LowerCtx,
     op: crate::ops::BinaryOp,
     plan: &PlanesPlan,
-    count: Value,
+    src: &PlaneSource,
 ) -> LowerResult {
     let (a, c) = (ctx.input(0)?, ctx.input(1)?);
     let y = ctx.output(0);
@@ -955,7 +1003,8 @@ fn per_plane_binary(
     let planes_first = a.ty.shape == y.ty.shape;
     let (x, s) = if planes_first { (a, c) } else { (c, a) };
     let rank = y.ty.rank();
-    let (batch, channels) = (y.ty.shape[0], y.ty.shape[1]);
+    let channels = y.ty.shape[1];
+    let batch = src.batch(ctx.b, &y.ty);
     // Floats from one sample's (channel's) value of `s` to the next; 0 when broadcast.
     let s_dim = |axis: usize| {
         let lead = rank - s.ty.rank();
@@ -964,10 +1013,10 @@ fn per_plane_binary(
     let s_channel = usize::from(s_dim(1) != 1);
     let s_sample = if s_dim(0) != 1 { s_dim(1) } else { 0 };
     let b = &mut *ctx.b;
-    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
     let plane = product(b, &out_ext);
     let mut failure = None;
-    kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
+    run_shape::run_loop(b, batch, |b, n| {
         kernel::counted_loop(b, 0, channels as i64, 1, |b, ch| {
             let si = b.ins().imul_imm_s(n, s_sample as i64);
             let sc = b.ins().imul_imm_s(ch, s_channel as i64);
@@ -1463,7 +1512,7 @@ fn gather_patches(
     });
 }
 
-fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
+fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, src: &PlaneSource) -> LowerResult {
     let x = ctx.input(0)?;
     let y = ctx.output(0);
     let sp = p.kernel.len();
@@ -1475,14 +1524,14 @@ fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> L
         PoolKind::Average { count_include_pad } => (true, count_include_pad),
         PoolKind::Lp { .. } => return Err("LpPool does not run on run-time planes".into()),
     };
-    let planes = x.ty.shape[0] * x.ty.shape[1];
     let b = &mut *ctx.b;
-    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
+    let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
+    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
     let in_plane = product(b, &in_ext);
     let global = plan.output.iter().all(Option::is_none) && y.ty.shape[2..].iter().all(|&d| d == 1);
     if global {
         // The whole plane: one sum or maximum per channel.
-        kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
+        run_shape::run_loop(b, planes, |b, c| {
             let base = b.ins().imul(c, in_plane);
             let src = kernel::elem_addr(b, x.ptr, base, F32);
             let init = if average { 0.0 } else { f32::NEG_INFINITY };
@@ -1498,7 +1547,7 @@ fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> L
         });
         return Ok(());
     }
-    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
     let positions = product(b, &out_ext);
     let win = Window {
         kernel: p.kernel.clone(),
@@ -1508,7 +1557,7 @@ fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> L
         pads_end: p.pads[sp..].to_vec(),
     };
     let taps: usize = p.kernel.iter().product();
-    kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
+    run_shape::run_loop(b, planes, |b, c| {
         let base = b.ins().imul(c, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);
         let out_base = b.ins().imul(c, positions);
@@ -1937,15 +1986,20 @@ fn pool_pads(p: &PoolAttrs) -> Vec<usize> {
 
 /// Max pool of 2-D windows: per plane, a copy with a -inf border, then each window's
 /// maximum without bounds checks.
-fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Value) -> LowerResult {
+fn max_pool_2d(
+    ctx: &mut LowerCtx,
+    p: &PoolAttrs,
+    plan: &PlanesPlan,
+    src: &PlaneSource,
+) -> LowerResult {
     let x = ctx.input(0)?;
     let y = ctx.output(0);
     let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
-    let planes = x.ty.shape[0] * x.ty.shape[1];
     let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let b = &mut *ctx.b;
-    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
-    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
+    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     let (kh, kw) = (p.kernel[0], p.kernel[1]);
@@ -1961,7 +2015,7 @@ fn max_pool_2d(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, count: Valu
         f32::NEG_INFINITY,
     );
     copier.fill_border(b, scratch);
-    kernel::counted_loop(b, 0, planes as i64, 1, |b, c| {
+    run_shape::run_loop(b, planes, |b, c| {
         let base = b.ins().imul(c, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);
         copier.copy(b, src, scratch);
@@ -2026,7 +2080,7 @@ fn depthwise_conv(
     ctx: &mut LowerCtx,
     c: &ConvAttrs,
     plan: &PlanesPlan,
-    count: Value,
+    src: &PlaneSource,
 ) -> LowerResult {
     let (
         ConvIo {
@@ -2042,7 +2096,8 @@ fn depthwise_conv(
     let scratch = ctx
         .scratch
         .ok_or("a depthwise conv on planes needs scratch")?;
-    let (batch, channels) = (x.ty.shape[0], x.ty.shape[1]);
+    let channels = x.ty.shape[1];
+    let batch = src.batch(ctx.b, &x.ty);
     let (kh, kw) = (c.kernel[0], c.kernel[1]);
     let taps = kh * kw;
     let (sy, sx) = (c.strides[0], c.strides[1]);
@@ -2057,8 +2112,8 @@ fn depthwise_conv(
         None => None,
     };
     let b = &mut *ctx.b;
-    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
-    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     if let Some(kernel) = rows_kernel {
@@ -2082,7 +2137,8 @@ fn depthwise_conv(
         // The border, zero for every channel: the kernel copies only the inside.
         fill_bordered(b, scratch, in_ext[0], &c.pads, &layout, 0.0);
         let null = kernel::iconst(b, 0);
-        kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
+        let planes = batch.scale(b, channels);
+        run_shape::run_loop(b, planes, |b, nc| {
             let ch = b.ins().urem_imm_u(nc, channels as i64);
             let base = b.ins().imul(nc, in_plane);
             let src = kernel::elem_addr(b, x.ptr, base, F32);
@@ -2101,7 +2157,8 @@ fn depthwise_conv(
         return Ok(());
     }
     let mut failure = None;
-    kernel::counted_loop(b, 0, (batch * channels) as i64, 1, |b, nc| {
+    let planes = batch.scale(b, channels);
+    run_shape::run_loop(b, planes, |b, nc| {
         let ch = b.ins().urem_imm_u(nc, channels as i64);
         let base = b.ins().imul(nc, in_plane);
         let src = kernel::elem_addr(b, x.ptr, base, F32);

@@ -37,7 +37,7 @@ use super::super::gemm::{
     self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
 };
 use super::super::{LowerCtx, LowerResult};
-use super::{conv_operands, extents, product, ConvIo, PlanesPlan, F32};
+use super::{conv_operands, extents, product, ConvIo, PlaneSource, PlanesPlan, F32};
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86::{self, asm::X86Isa, winograd::TransformSpec};
 use crate::codegen::math;
@@ -265,7 +265,7 @@ pub(super) fn conv(
     c: &ConvAttrs,
     plan: &PlanesPlan,
     wp: &WinogradPlan,
-    count: Value,
+    src: &PlaneSource,
 ) -> LowerResult {
     let (
         ConvIo {
@@ -321,12 +321,12 @@ pub(super) fn conv(
         .scratch
         .ok_or("a Winograd conv on planes needs scratch")?;
     let fma = gemm::has_fma(ctx.target);
-    let batch = x.ty.shape[0];
+    let batch = src.batch(ctx.b, &x.ty);
     let pads = [c.pads[0], c.pads[1], c.pads[2], c.pads[3]];
     let act = c.activation;
     let b = &mut *ctx.b;
-    let in_ext = extents(b, count, &plan.input, &x.ty.shape[2..]);
-    let out_ext = extents(b, count, &plan.output, &y.ty.shape[2..]);
+    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     let in_image = b.ins().imul_imm_s(in_plane, (wp.channels * F32) as i64);
@@ -365,7 +365,7 @@ pub(super) fn conv(
         b.ins().stack_addr(PTR, s, 0)
     });
     let failure = Cell::new(None);
-    kernel::counted_loop(b, 0, batch as i64, 1, |b, n| {
+    super::super::run_shape::run_loop(b, batch, |b, n| {
         let off = b.ins().imul(n, in_image);
         let x_n = b.ins().iadd(x.ptr, off);
         let off = b.ins().imul(n, out_image);

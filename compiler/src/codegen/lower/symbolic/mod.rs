@@ -25,6 +25,9 @@ pub fn is_symbolic(ctx: &LowerCtx) -> bool {
 }
 
 pub fn lower(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
+    if let crate::codegen::kernel_plan::Strategy::Planes(_) = ctx.kernel.strategy {
+        return super::planes::lower_planes(ctx, op);
+    }
     match op {
         // Their loop nests (`elementwise::map`) go symbolic by themselves.
         Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } => super::lower_node(ctx, op),
@@ -42,6 +45,7 @@ pub fn lower(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             reverse,
             product,
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
+        Op::Reduce(r) if ctx.inputs.len() == 1 => super::reduce::reduce_run(ctx, r),
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm_op(ctx, g),
         Op::Softmax { axis, log } => {
