@@ -46,6 +46,30 @@ pub fn lower(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             product,
         } => indexing::cumsum(ctx, *axis, *exclusive, *reverse, *product),
         Op::Reduce(r) if ctx.inputs.len() == 1 => super::reduce::reduce_run(ctx, r),
+        Op::RnnSequence { cell, reverse } => {
+            // The steps (axis 0 of the input projections) are the run's; the rest of
+            // every operand must be fixed.
+            let xw = ctx.input(0)?;
+            let fixed_after_steps = |ty: &crate::ir::TensorType| {
+                ty.dims
+                    .as_ref()
+                    .is_none_or(|d| d.iter().skip(1).all(|d| d.is_const()))
+            };
+            let others_fixed = (ctx.inputs.iter().flatten().skip(1))
+                .chain(ctx.outputs.iter().skip(1))
+                .all(|o| o.ty.dims.is_none());
+            if !fixed_after_steps(&xw.ty) || !fixed_after_steps(&ctx.outputs[0].ty) || !others_fixed
+            {
+                return Err(refusal(ctx));
+            }
+            let dims = ctx.run_dims.as_ref().expect("symbolic");
+            let steps = dims.extent(ctx.b, &xw.ty.dim(0)).value(ctx.b);
+            ctx.run_rows = Some(super::RunRows {
+                count: steps,
+                bound: xw.ty.shape[0],
+            });
+            super::recurrence::rnn_sequence(ctx, *cell, reverse)
+        }
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm_op(ctx, g),
         Op::Softmax { axis, log } => {
