@@ -81,6 +81,53 @@ fn rows_times_weights(
     Ok(())
 }
 
+/// The machine-code GEMM of `a · b` for a fixed K (`None` where the planned kernel
+/// family is not x86 machine code): rows at run time, and where `n` is the run's,
+/// columns too, B's and C's row stride the columns.
+fn fixed_k_kernel(
+    ctx: &mut LowerCtx,
+    a: &Operand,
+    bo: &Operand,
+    n: Ext,
+) -> Result<Option<GemmKernel>, String> {
+    let Ok(geom) = ctx.planned_gemm() else {
+        return Ok(None);
+    };
+    if !matches!(geom.kernel, gemm::KernelKind::X86(_)) {
+        return Ok(None);
+    }
+    let (ar, br) = (a.ty.rank(), bo.ty.rank());
+    let (max_m, k, max_n) = (a.ty.shape[ar - 2], a.ty.shape[ar - 1], bo.ty.shape[br - 1]);
+    let run_cols = n.fixed().is_none();
+    let spec = GemmSpec {
+        m: max_m,
+        n: max_n,
+        k,
+        a: ALayout::Strided {
+            row_stride: k,
+            col_stride: 1,
+        },
+        b: gemm::BLayout::Rows { row_stride: max_n },
+        ldc: max_n,
+        c_col_stride: 1,
+        alpha: 1.0,
+        addends: vec![],
+        activation: Activation::None,
+        geometry: geom,
+        b_taps: vec![],
+        rows_at_run_time: true,
+        cols_at_run_time: run_cols,
+        run_time_strides: match run_cols {
+            true => RunTimeStrides::BAndC,
+            false => RunTimeStrides::None,
+        },
+    };
+    if !crate::codegen::kernels::x86::gemm::supports(&spec) {
+        return Ok(None);
+    }
+    GemmKernel::define(ctx, &spec).map(Some)
+}
+
 /// A matrix operand of the tiled loop: `M[i, j]` at `ptr + (i·rows + j·cols)·4`.
 #[derive(Clone, Copy)]
 struct Matrix {
@@ -239,6 +286,43 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
             attrs.activation,
         );
     }
+    if let (Some(kf), Some(kernel)) = (k.fixed(), fixed_k_kernel(ctx, &a, &bo, n)?) {
+        // A fixed K (attention's scores over a head's width): the machine-code GEMM
+        // over the run's rows and columns, B's row stride and C's the columns.
+        let _ = kf;
+        let b = &mut *ctx.b;
+        let batch = &ysh[..yr - 2];
+        let a_batch = batch_strides(b, &ash[..ar - 2], &unit_axes(&a)[..ar - 2], batch);
+        let b_batch = batch_strides(b, &bsh[..br - 2], &unit_axes(&bo)[..br - 2], batch);
+        let (a_mat, b_mat, y_mat) = (m.mul(b, k), k.mul(b, n), m.mul(b, n));
+        let y_strides = run_shape::strides(b, batch);
+        let (rows, cols) = (m.value(b), n.value(b));
+        let run_cols = n.fixed().is_none();
+        run_shape::nested_run_loop(b, batch, &mut |b, idx| {
+            let ptr = |b: &mut FunctionBuilder, base: Value, strides: &[Ext], mat: Ext| {
+                let o = run_shape::offset(b, idx, strides);
+                let o = mat.times(b, o);
+                kernel::elem_addr(b, base, o, 4)
+            };
+            let ap = ptr(b, a.ptr, &a_batch, a_mat);
+            let bp = ptr(b, bo.ptr, &b_batch, b_mat);
+            let yp = ptr(b, y.ptr, &y_strides, y_mat);
+            match run_cols {
+                true => {
+                    kernel.call_strided(b, (ap, bp, yp), &[], (Some(rows), Some(cols)), Some(cols))
+                }
+                false => kernel.call_rows(b, ap, bp, yp, &[], Some(rows)),
+            }
+        });
+        return epilogue(
+            ctx,
+            &y,
+            &ysh,
+            n,
+            (bias.as_ref(), residual.as_ref()),
+            attrs.activation,
+        );
+    }
     let fma = gemm::has_fma(ctx.target);
     let b = &mut *ctx.b;
     let batch = &ysh[..yr - 2];
@@ -278,11 +362,31 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
             ),
         );
     });
-    if bias.is_none() && residual.is_none() && attrs.activation == Activation::None {
+    epilogue(
+        ctx,
+        &y,
+        &ysh,
+        n,
+        (bias.as_ref(), residual.as_ref()),
+        attrs.activation,
+    )
+}
+
+/// A product's fused epilogue after it, row by row over the whole output `y` of rows
+/// of `n`: `act(y + bias + residual)`.
+fn epilogue(
+    ctx: &mut LowerCtx,
+    y: &Operand,
+    ysh: &[Ext],
+    n: Ext,
+    (bias, residual): (Option<&Operand>, Option<&Operand>),
+    activation: Activation,
+) -> LowerResult {
+    if bias.is_none() && residual.is_none() && activation == Activation::None {
         return Ok(());
     }
-    // The fused epilogue, row by row over the whole output: `act(y + bias + residual)`.
-    let rows = Ext::product(b, &ysh[..yr - 1]);
+    let b = &mut *ctx.b;
+    let rows = Ext::product(b, &ysh[..ysh.len() - 1]);
     let mut result = Ok(());
     run_shape::run_loop(b, rows, |b, r| {
         let at = n.times(b, r);
@@ -293,17 +397,17 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
             let e = b.ins().iadd(at, j);
             let ya = kernel::elem_addr(b, y.ptr, e, 4);
             let mut v = b.ins().load(types::F32, flags(), ya, 0);
-            if let Some(bias) = &bias {
+            if let Some(bias) = bias {
                 let a = kernel::elem_addr(b, bias.ptr, j, 4);
                 let t = b.ins().load(types::F32, flags(), a, 0);
                 v = b.ins().fadd(v, t);
             }
-            if let Some(res) = &residual {
+            if let Some(res) = residual {
                 let a = kernel::elem_addr(b, res.ptr, e, 4);
                 let t = b.ins().load(types::F32, flags(), a, 0);
                 v = b.ins().fadd(v, t);
             }
-            match super::super::elementwise::activation(b, attrs.activation, v) {
+            match super::super::elementwise::activation(b, activation, v) {
                 Ok(v) => {
                     b.ins().store(flags(), v, ya, 0);
                 }
