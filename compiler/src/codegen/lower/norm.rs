@@ -673,6 +673,16 @@ pub(super) fn softmax_rows(
     if x.ty.dtype != DType::F32 || y.ty.dtype != DType::F32 {
         return Err("a Softmax over an axis the run sets runs on float32 only".into());
     }
+    if let Strategy::Softmax(Some(isa)) = ctx.kernel.strategy {
+        if !log {
+            // One call for every row: the machine code takes the rows and their length.
+            let code = x86::softmax::emit_counted(isa)?;
+            let f = gemm::define_machine_code(ctx, 4, &code)?;
+            let (rows, n) = (rows.value(ctx.b), n.value(ctx.b));
+            ctx.b.ins().call(f, &[x.ptr, y.ptr, rows, n]);
+            return Ok(());
+        }
+    }
     let n_v = n.value(ctx.b);
     let b = &mut *ctx.b;
     let n4 = b.ins().band_imm_s(n_v, !3);

@@ -44,40 +44,62 @@ pub(crate) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String
     if rows == 0 || n == 0 {
         return Err("empty softmax".into());
     }
+    assemble(isa, Some(n), |e, a| e.function(a, rows))
+}
+
+/// The kernel for rows whose count and length the run gives: `(X, Y, rows, n)`
+/// (System V), rows of `n` floats one after another; nothing for 0 rows or `n = 0`.
+pub(crate) fn emit_counted(isa: X86Isa) -> Result<Vec<u8>, String> {
+    assemble(isa, None, |e, a| e.counted_function(a))
+}
+
+fn assemble(
+    isa: X86Isa,
+    n: Option<usize>,
+    body: impl FnOnce(&mut Emitter, &mut CodeAssembler) -> AsmResult<()>,
+) -> Result<Vec<u8>, String> {
     let mut e = Emitter {
         v: Vecs { isa },
-        n,
+        n: n.unwrap_or(0),
+        counted: n.is_none(),
         consts: Consts { values: vec![] },
         masks: TailMasks::default(),
     };
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-    e.function(&mut a, rows)
-        .map_err(|e| format!("x86 softmax kernel: {}", e.0))?;
+    body(&mut e, &mut a).map_err(|e| format!("x86 softmax kernel: {}", e.0))?;
     a.assemble(0)
         .map_err(|e| format!("x86 softmax kernel: {e}"))
 }
 
-/// A vector's address relative to a row base: `base (+ rcx) + disp`.
+/// Registers of the run-time length (see [`Emitter::counted_function`]): the row's
+/// bytes, its full vectors' bytes, and where the loops unrolled by 4 and by 2 end.
+const ROW_BYTES: AsmRegister64 = r8;
+const FULL_BYTES: AsmRegister64 = r9;
+const END_BY_4: AsmRegister64 = r10;
+const END_BY_2: AsmRegister64 = r11;
+
+/// A vector's address relative to a row base: `base (+ index) + disp`.
 #[derive(Clone, Copy)]
 struct At {
-    indexed: bool,
+    index: Option<AsmRegister64>,
     disp: usize,
 }
 
 impl At {
     fn of(self, base: AsmRegister64) -> AsmResult<AsmMemoryOperand> {
         let disp = imm(self.disp)?;
-        Ok(if self.indexed {
-            base + rcx + disp
-        } else {
-            base + disp
+        Ok(match self.index {
+            Some(index) => base + index + disp,
+            None => base + disp,
         })
     }
 }
 
 struct Emitter {
     v: Vecs,
+    /// The row length, when fixed (`counted`: the run's, in [`ROW_BYTES`]).
     n: usize,
+    counted: bool,
     consts: Consts,
     masks: TailMasks,
 }
@@ -87,9 +109,72 @@ impl Emitter {
         self.v.isa.lanes()
     }
 
-    /// Whether the row ends inside a vector.
+    /// Whether the row may end inside a vector.
     fn has_tail(&self) -> bool {
-        !self.n.is_multiple_of(self.lanes())
+        self.counted || !self.n.is_multiple_of(self.lanes())
+    }
+
+    /// Emits `body` for the row's partial last vector: always where the length is
+    /// fixed (and has one), else when the run's length leaves one.
+    fn in_tail(
+        &mut self,
+        a: &mut CodeAssembler,
+        body: impl FnOnce(&mut Self, &mut CodeAssembler) -> AsmResult<()>,
+    ) -> AsmResult<()> {
+        if !self.counted {
+            return body(self, a);
+        }
+        let mut skip = a.create_label();
+        a.cmp(FULL_BYTES, ROW_BYTES)?;
+        a.je(skip)?;
+        body(self, a)?;
+        a.set_label(&mut skip)?;
+        Ok(())
+    }
+
+    /// `(X, Y, rows, n)`: rdi = X row, rsi = Y row, rax = rows left, rcx = byte offset
+    /// in the row; the length's registers set from `n` (see [`ROW_BYTES`]).
+    fn counted_function(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        let vb = self.lanes() * F32;
+        let mut end = a.create_label();
+        a.mov(rax, rdx)?;
+        a.test(rax, rax)?;
+        a.jle(end)?;
+        a.test(rcx, rcx)?;
+        a.jle(end)?;
+        a.lea(ROW_BYTES, rcx * 4)?;
+        a.mov(FULL_BYTES, rcx)?;
+        a.and(FULL_BYTES, -(self.lanes() as i32))?;
+        a.shl(FULL_BYTES, 2)?;
+        a.mov(END_BY_4, FULL_BYTES)?;
+        a.and(END_BY_4, -(4 * vb as i32))?;
+        a.mov(END_BY_2, FULL_BYTES)?;
+        a.and(END_BY_2, -(2 * vb as i32))?;
+        a.mov(rdx, rcx)?;
+        a.and(rdx, (self.lanes() - 1) as i32)?;
+        self.masks
+            .set_counted(a, self.v.isa, k1, AVX2_MASK, rdx, rcx)?;
+        let clamp = self.consts.get(a, -88.0);
+        self.v.load(a, CLAMP, clamp, false)?;
+        if !self.avx512() {
+            let neg_inf = self.consts.get(a, f32::NEG_INFINITY);
+            self.v.load(a, NEG_INF, neg_inf, false)?;
+        }
+        let mut row = a.create_label();
+        a.set_label(&mut row)?;
+        self.max_pass(a)?;
+        self.exp_pass(a)?;
+        self.scale_pass(a)?;
+        a.add(rdi, ROW_BYTES)?;
+        a.add(rsi, ROW_BYTES)?;
+        a.dec(rax)?;
+        a.jnz(row)?;
+        a.set_label(&mut end)?;
+        a.vzeroupper()?;
+        a.ret()?;
+        let lanes = self.lanes();
+        emit_consts(a, &mut self.consts, lanes)?;
+        self.masks.emit_table(a)
     }
 
     fn avx512(&self) -> bool {
@@ -138,10 +223,39 @@ impl Emitter {
         let full = self.n / self.lanes();
         let groups = full / unroll;
         let at = |u: usize| At {
-            indexed: true,
+            index: Some(rcx),
             disp: u * vb,
         };
         a.xor(ecx, ecx)?;
+        if self.counted {
+            // Groups of `unroll` vectors to their end, then one vector at a time.
+            let group_end = if unroll == 4 { END_BY_4 } else { END_BY_2 };
+            let (mut rest, mut top, mut one, mut done) = (
+                a.create_label(),
+                a.create_label(),
+                a.create_label(),
+                a.create_label(),
+            );
+            a.cmp(rcx, group_end)?;
+            a.jae(rest)?;
+            a.set_label(&mut top)?;
+            for u in 0..unroll {
+                body(self, a, u, at(u))?;
+            }
+            a.add(rcx, imm(unroll * vb)?)?;
+            a.cmp(rcx, group_end)?;
+            a.jb(top)?;
+            a.set_label(&mut rest)?;
+            a.cmp(rcx, FULL_BYTES)?;
+            a.jae(done)?;
+            a.set_label(&mut one)?;
+            body(self, a, 0, at(0))?;
+            a.add(rcx, imm(vb)?)?;
+            a.cmp(rcx, FULL_BYTES)?;
+            a.jb(one)?;
+            a.set_label(&mut done)?;
+            return Ok(());
+        }
         if groups > 0 {
             let mut top = a.create_label();
             a.set_label(&mut top)?;
@@ -160,9 +274,15 @@ impl Emitter {
 
     /// The tail vector's place: right after the full vectors.
     fn tail(&self) -> At {
-        At {
-            indexed: false,
-            disp: self.n / self.lanes() * self.lanes() * F32,
+        match self.counted {
+            true => At {
+                index: Some(FULL_BYTES),
+                disp: 0,
+            },
+            false => At {
+                index: None,
+                disp: self.n / self.lanes() * self.lanes() * F32,
+            },
         }
     }
 
@@ -178,14 +298,17 @@ impl Emitter {
                 .map_err(AsmError::from)
         })?;
         if self.has_tail() {
-            let m = self.tail().of(rdi)?;
-            if self.avx512() {
-                a.vmaxps(ZMM[0].k1(), ZMM[0], zmmword_ptr(m))?;
-            } else {
-                a.vmaskmovps(YMM[6], YMM[AVX2_MASK], ymmword_ptr(m))?;
-                a.vblendvps(YMM[6], YMM[NEG_INF], YMM[6], YMM[AVX2_MASK])?;
-                a.vmaxps(YMM[0], YMM[0], YMM[6])?;
-            }
+            self.in_tail(a, |e, a| {
+                let m = e.tail().of(rdi)?;
+                if e.avx512() {
+                    a.vmaxps(ZMM[0].k1(), ZMM[0], zmmword_ptr(m))?;
+                } else {
+                    a.vmaskmovps(YMM[6], YMM[AVX2_MASK], ymmword_ptr(m))?;
+                    a.vblendvps(YMM[6], YMM[NEG_INF], YMM[6], YMM[AVX2_MASK])?;
+                    a.vmaxps(YMM[0], YMM[0], YMM[6])?;
+                }
+                Ok(())
+            })?;
         }
         self.v.op(a, VOp::Max, 0, 0, 1)?;
         self.v.op(a, VOp::Max, 4, 4, 5)?;
@@ -228,8 +351,10 @@ impl Emitter {
         }
         self.full_vectors(a, 2, &mut |e, a, u, at| e.exp_vector(a, u, at, false))?;
         if self.has_tail() {
-            let at = self.tail();
-            self.exp_vector(a, 0, at, true)?;
+            self.in_tail(a, |e, a| {
+                let at = e.tail();
+                e.exp_vector(a, 0, at, true)
+            })?;
         }
         self.v.op(a, VOp::Add, SUMS[0], SUMS[0], SUMS[1])?;
         Ok(())
@@ -315,10 +440,12 @@ impl Emitter {
             e.v.store(a, m, r, false).map_err(AsmError::from)
         })?;
         if self.has_tail() {
-            let m = self.tail().of(rsi)?;
-            self.v.load(a, 4, m, true)?;
-            self.v.op(a, VOp::Mul, 4, 4, FACTOR)?;
-            self.v.store(a, m, 4, true)?;
+            self.in_tail(a, |e, a| {
+                let m = e.tail().of(rsi)?;
+                e.v.load(a, 4, m, true)?;
+                e.v.op(a, VOp::Mul, 4, 4, FACTOR)?;
+                e.v.store(a, m, 4, true).map_err(AsmError::from)
+            })?;
         }
         Ok(())
     }
