@@ -119,6 +119,11 @@ pub enum RunTimeStrides {
     /// One stride for C and every addend read per column, B's the spec's: a block of
     /// gathered patches whose GEMM writes the planes.
     C,
+    /// K is the run's (at most the spec's `k`), and A's rows are K floats apart: a
+    /// product of rows whose length only the run knows (attention's probabilities
+    /// times its values). A must be strided with unit columns and B
+    /// [`BLayout::Rows`]; C's stride is the spec's.
+    AK,
 }
 
 impl RunTimeStrides {
@@ -130,6 +135,11 @@ impl RunTimeStrides {
     /// Whether B's rows are the run's stride apart.
     pub fn b(self) -> bool {
         self == RunTimeStrides::BAndC
+    }
+
+    /// Whether C's rows (and the addends read per column) are the run's stride apart.
+    pub fn c(self) -> bool {
+        matches!(self, RunTimeStrides::BAndC | RunTimeStrides::C)
     }
 }
 

@@ -24,7 +24,7 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation_with};
 use super::asm::{emit_consts, imm, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK};
-use crate::codegen::kernels::gemm::{ALayout, Addend, BLayout, GemmSpec};
+use crate::codegen::kernels::gemm::{ALayout, Addend, BLayout, GemmSpec, RunTimeStrides};
 use crate::codegen::options::GemmOrder;
 use crate::ops::Activation;
 
@@ -47,6 +47,9 @@ pub fn supports(spec: &GemmSpec) -> bool {
                 && !matches!(spec.b, BLayout::Taps { .. })))
         && (!spec.cols_at_run_time || matches!(spec.b, BLayout::Rows { .. }))
         && (!spec.run_time_strides.b() || matches!(spec.b, BLayout::Rows { .. }))
+        && (spec.run_time_strides != RunTimeStrides::AK
+            || (matches!(spec.b, BLayout::Rows { .. })
+                && matches!(spec.a, ALayout::Strided { col_stride: 1, .. })))
 }
 
 /// The GEMM tile has three free registers after its K loop (B's and the broadcasts'),
@@ -235,6 +238,11 @@ impl Emitter<'_> {
                 + usize::from(s.cols_at_run_time);
             self.read_arg(a, r8, arg)?;
             a.shl(r8, 2)?;
+            if s.run_time_strides == RunTimeStrides::AK {
+                // r9 = three of A's rows, for addressing rows 3 and 7 (r9 is free but
+                // for tap convs).
+                a.lea(r9, r8 + r8 * 2)?;
+            }
         }
         if s.m > 0 && s.n > 0 {
             if panels_outer(s) {
@@ -421,7 +429,7 @@ impl Emitter<'_> {
         let k = self.spec.k;
         let kc = self.spec.geometry.k_block_len(k);
         a.xor(r15d, r15d)?;
-        if k <= kc {
+        if k <= kc || self.spec.run_time_strides == RunTimeStrides::AK {
             return body(
                 self,
                 a,
@@ -672,8 +680,19 @@ impl Emitter<'_> {
             BLayout::Taps { .. } => (F32, 0, t.masked),
             BLayout::Gather { .. } => unreachable!("excluded by supports()"),
         };
-        a.imul_3(r10, rbx, imm(a_tile_stride)?)?;
-        a.add(r10, rdi)?;
+        let run_k = s.run_time_strides == RunTimeStrides::AK;
+        if run_k {
+            // Rows the run's K apart; r14 = the tile's fifth row.
+            a.mov(r10, rbx)?;
+            a.imul_2(r10, r8)?;
+            a.add(r10, rdi)?;
+            if t.rows > 4 {
+                a.lea(r14, r10 + r8 * 4)?;
+            }
+        } else {
+            a.imul_3(r10, rbx, imm(a_tile_stride)?)?;
+            a.add(r10, rdi)?;
+        }
         if taps {
             a.lea(r11, rbp + r8)?;
             a.lea(r11, rsi + r11 * 4)?;
@@ -744,16 +763,64 @@ impl Emitter<'_> {
                 a.add(r11, r8)?;
             }
             for i in 0..t.rows {
-                let off = imm(i * a_row_bytes + u * a_k_bytes)?;
                 let bc = e.bcast_reg(i);
-                e.v.broadcast(a, bc, r10 + off)?;
+                if run_k {
+                    // Row i at r10 (rows 0–3) or r14 (rows 4–7) plus 0, 1, 2 or 3 rows.
+                    let base = if i < 4 { r10 } else { r14 };
+                    let off = imm(u * a_k_bytes)?;
+                    let at = match i % 4 {
+                        0 => base + off,
+                        1 => base + r8 + off,
+                        2 => base + r8 * 2 + off,
+                        _ => base + r9 + off,
+                    };
+                    e.v.broadcast(a, bc, at)?;
+                } else {
+                    let off = imm(i * a_row_bytes + u * a_k_bytes)?;
+                    e.v.broadcast(a, bc, r10 + off)?;
+                }
                 for v in 0..t.vecs {
                     e.v.fma(a, set + e.acc(&t, i, v), e.b_reg(v), bc)?;
                 }
             }
             Ok(())
         };
-        let steps = t.block.steps;
+        if run_k {
+            // K/4 groups of four steps (r8 = K·4 bytes), then K mod 4 single steps.
+            let (mut rest, mut done) = (a.create_label(), a.create_label());
+            let advance = |a: &mut CodeAssembler, steps: usize| -> AsmResult<()> {
+                a.add(r10, imm(steps * a_k_bytes)?)?;
+                if t.rows > 4 {
+                    a.add(r14, imm(steps * a_k_bytes)?)?;
+                }
+                a.add(r11, imm(steps * b_k_bytes)?)?;
+                Ok(())
+            };
+            a.mov(rax, r8)?;
+            a.shr(rax, 4)?;
+            a.jz(rest)?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            for u in 0..K_UNROLL {
+                step(self, a, u)?;
+            }
+            advance(a, K_UNROLL)?;
+            a.dec(rax)?;
+            a.jnz(top)?;
+            a.set_label(&mut rest)?;
+            a.mov(rax, r8)?;
+            a.shr(rax, 2)?;
+            a.and(eax, 3)?;
+            a.jz(done)?;
+            let mut one = a.create_label();
+            a.set_label(&mut one)?;
+            step(self, a, 0)?;
+            advance(a, 1)?;
+            a.dec(rax)?;
+            a.jnz(one)?;
+            a.set_label(&mut done)?;
+        }
+        let steps = if run_k { 0 } else { t.block.steps };
         let loops = steps / K_UNROLL;
         if loops > 0 {
             a.mov(rax, loops as u64)?;
@@ -811,7 +878,7 @@ impl Emitter<'_> {
         let tmp = mr * vecs;
         let scale_reg = tmp + 1;
         // r12 = C tile = C + (rbx·ldc + rbp)·4.
-        if s.run_time_strides.any() {
+        if s.run_time_strides.c() {
             a.mov(r12, rbx)?;
             a.imul_2(r12, r8)?;
         } else {
@@ -869,7 +936,7 @@ impl Emitter<'_> {
         i: usize,
         stride_bytes: usize,
     ) -> AsmResult<(AsmRegister64, usize)> {
-        if !self.spec.run_time_strides.any() {
+        if !self.spec.run_time_strides.c() {
             return Ok((base, i * stride_bytes));
         }
         match i {
@@ -899,7 +966,7 @@ impl Emitter<'_> {
             )?,
         }
         // Per-column addends take the run's row stride, like C.
-        let run_time_rows = self.spec.run_time_strides.any() && ad.col_stride == 1;
+        let run_time_rows = self.spec.run_time_strides.c() && ad.col_stride == 1;
         if run_time_rows {
             a.mov(r14, rbx)?;
             a.imul_2(r14, r8)?;

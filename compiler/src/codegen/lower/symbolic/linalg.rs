@@ -81,13 +81,15 @@ fn rows_times_weights(
     Ok(())
 }
 
-/// The machine-code GEMM of `a · b` for a fixed K (`None` where the planned kernel
-/// family is not x86 machine code): rows at run time, and where `n` is the run's,
-/// columns too, B's and C's row stride the columns.
-fn fixed_k_kernel(
+/// The machine-code GEMM of `a · b` (`None` where the planned kernel family is not
+/// x86 machine code, or K and N are both the run's): rows at run time; where `n` is the
+/// run's, columns too, B's and C's row stride the columns; where `k` is, K too, A's
+/// row stride K.
+fn machine_kernel(
     ctx: &mut LowerCtx,
     a: &Operand,
     bo: &Operand,
+    k: Ext,
     n: Ext,
 ) -> Result<Option<GemmKernel>, String> {
     let Ok(geom) = ctx.planned_gemm() else {
@@ -97,8 +99,11 @@ fn fixed_k_kernel(
         return Ok(None);
     }
     let (ar, br) = (a.ty.rank(), bo.ty.rank());
+    let (run_cols, run_k) = (n.fixed().is_none(), k.fixed().is_none());
     let (max_m, k, max_n) = (a.ty.shape[ar - 2], a.ty.shape[ar - 1], bo.ty.shape[br - 1]);
-    let run_cols = n.fixed().is_none();
+    if run_cols && run_k {
+        return Ok(None);
+    }
     let spec = GemmSpec {
         m: max_m,
         n: max_n,
@@ -117,9 +122,10 @@ fn fixed_k_kernel(
         b_taps: vec![],
         rows_at_run_time: true,
         cols_at_run_time: run_cols,
-        run_time_strides: match run_cols {
-            true => RunTimeStrides::BAndC,
-            false => RunTimeStrides::None,
+        run_time_strides: match (run_cols, run_k) {
+            (true, _) => RunTimeStrides::BAndC,
+            (false, true) => RunTimeStrides::AK,
+            (false, false) => RunTimeStrides::None,
         },
     };
     if !crate::codegen::kernels::x86::gemm::supports(&spec) {
@@ -286,18 +292,17 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
             attrs.activation,
         );
     }
-    if let (Some(kf), Some(kernel)) = (k.fixed(), fixed_k_kernel(ctx, &a, &bo, n)?) {
-        // A fixed K (attention's scores over a head's width): the machine-code GEMM
-        // over the run's rows and columns, B's row stride and C's the columns.
-        let _ = kf;
+    if let Some(kernel) = machine_kernel(ctx, &a, &bo, k, n)? {
+        // The machine-code GEMM over the run's rows, and its columns (B's and C's row
+        // stride) or its K (A's row stride).
         let b = &mut *ctx.b;
         let batch = &ysh[..yr - 2];
         let a_batch = batch_strides(b, &ash[..ar - 2], &unit_axes(&a)[..ar - 2], batch);
         let b_batch = batch_strides(b, &bsh[..br - 2], &unit_axes(&bo)[..br - 2], batch);
         let (a_mat, b_mat, y_mat) = (m.mul(b, k), k.mul(b, n), m.mul(b, n));
         let y_strides = run_shape::strides(b, batch);
-        let (rows, cols) = (m.value(b), n.value(b));
-        let run_cols = n.fixed().is_none();
+        let (rows, cols, depth) = (m.value(b), n.value(b), k.value(b));
+        let (run_cols, run_k) = (n.fixed().is_none(), k.fixed().is_none());
         run_shape::nested_run_loop(b, batch, &mut |b, idx| {
             let ptr = |b: &mut FunctionBuilder, base: Value, strides: &[Ext], mat: Ext| {
                 let o = run_shape::offset(b, idx, strides);
@@ -307,11 +312,14 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
             let ap = ptr(b, a.ptr, &a_batch, a_mat);
             let bp = ptr(b, bo.ptr, &b_batch, b_mat);
             let yp = ptr(b, y.ptr, &y_strides, y_mat);
-            match run_cols {
-                true => {
+            match (run_cols, run_k) {
+                (true, _) => {
                     kernel.call_strided(b, (ap, bp, yp), &[], (Some(rows), Some(cols)), Some(cols))
                 }
-                false => kernel.call_rows(b, ap, bp, yp, &[], Some(rows)),
+                (false, true) => {
+                    kernel.call_strided(b, (ap, bp, yp), &[], (Some(rows), None), Some(depth))
+                }
+                (false, false) => kernel.call_rows(b, ap, bp, yp, &[], Some(rows)),
             }
         });
         return epilogue(
