@@ -37,6 +37,10 @@ fn strided_copy(
         let dof = b.ins().iadd(dof, dst_base);
         let d_row = kernel::elem_addr(b, dst, dof, elem);
         let (ss, ds) = (src_strides[rank - 1], dst_strides[rank - 1]);
+        if ss.is_fixed(1) && ds.is_fixed(1) {
+            copy_row(b, elem, s_row, d_row, shape[rank - 1]);
+            return;
+        }
         run_shape::run_loop(b, shape[rank - 1], |b, i| {
             let si = ss.times(b, i);
             let s = kernel::elem_addr(b, s_row, si, elem);
@@ -44,6 +48,35 @@ fn strided_copy(
             let d = kernel::elem_addr(b, d_row, di, elem);
             copy_elem(b, elem, s, d);
         });
+    });
+}
+
+/// Copies `n` contiguous elements of `elem` bytes: 16 bytes at a time, then the rest
+/// element by element.
+fn copy_row(b: &mut FunctionBuilder, elem: usize, src: Value, dst: Value, n: Ext) {
+    use cranelift_codegen::ir::types;
+    let per = 16 / elem.clamp(1, 16);
+    let (whole, done) = match n {
+        Ext::Fixed(n) => (Ext::Fixed(n / per * per), Ext::Fixed(n / per * per)),
+        Ext::Run(v) => {
+            let w = b.ins().udiv_imm_u(v, per as i64);
+            let w = b.ins().imul_imm_s(w, per as i64);
+            (Ext::Run(w), Ext::Run(w))
+        }
+    };
+    if 16 % elem == 0 {
+        run_shape::run_loop_from(b, Ext::Fixed(0), whole, per, |b, i| {
+            let s = kernel::elem_addr(b, src, i, elem);
+            let d = kernel::elem_addr(b, dst, i, elem);
+            let v = b.ins().load(types::I8X16, kernel::flags(), s, 0);
+            b.ins().store(kernel::flags(), v, d, 0);
+        });
+    }
+    let start = if 16 % elem == 0 { done } else { Ext::Fixed(0) };
+    run_shape::run_loop_from(b, start, n, 1, |b, i| {
+        let s = kernel::elem_addr(b, src, i, elem);
+        let d = kernel::elem_addr(b, dst, i, elem);
+        copy_elem(b, elem, s, d);
     });
 }
 
