@@ -73,18 +73,7 @@ pub fn compile_model_reporting(
     passes: &PassManager,
     progress: &dyn Progress,
 ) -> Result<Compiled> {
-    // Ranges compile into one library over symbolic shapes; a model whose nodes have
-    // no symbolic form yet goes the older way, and where that fails too the symbolic
-    // refusal (naming node, axis and expression) is the error.
-    let symbolic = match has_ranges(import) {
-        true => match compile_symbolic(path, import, opts, passes, progress) {
-            Ok(compiled) => return Ok(compiled),
-            Err(e) => Some(e),
-        },
-        false => None,
-    };
-    let compiled = (|| {
-        let mut graph = onnx::load_model(path, import)?;
+    let compile = |mut graph: Graph| -> Result<Compiled> {
         passes
             .run(&mut graph)
             .map_err(|e| NncError::from(e).in_file(path))?;
@@ -96,14 +85,43 @@ pub fn compile_model_reporting(
             model,
             symbolic_refusal: None,
         })
-    })();
-    match (compiled, symbolic) {
-        (Err(_), Some(symbolic)) => Err(symbolic),
-        (Ok(c), Some(symbolic)) => Ok(Compiled {
-            symbolic_refusal: Some(symbolic.to_string()),
+    };
+    if !has_ranges(import) {
+        return compile(onnx::load_model(path, import)?);
+    }
+    // A batch the sample loop covers runs one sample's static code per sample: as fast
+    // as a static library and bit-identical to it. Other ranges compile into one
+    // library over symbolic shapes; a model with a node that has no symbolic form yet
+    // goes the older way. Where both fail, a refusal of code generation over symbolic
+    // shapes (naming node, axis and expression) is the error, else the older import's
+    // (whose checks of the options come first).
+    let older = onnx::load_model(path, import);
+    if let Ok(graph) = &older {
+        if graph.sample_loop.is_some() && graph.row_dims.is_empty() {
+            return compile(older?);
+        }
+    }
+    let symbolic = match import_symbolic_graph(path, import, passes) {
+        Ok(graph) => match codegen::compile_graph_reporting(&graph, opts, progress) {
+            Ok(model) => {
+                return Ok(Compiled {
+                    source: path.to_path_buf(),
+                    graph,
+                    model,
+                    symbolic_refusal: None,
+                })
+            }
+            Err(e) => Err(e.in_file(path)),
+        },
+        Err(e) => Ok(e),
+    };
+    match (older.and_then(compile), symbolic) {
+        (Ok(c), Err(why) | Ok(why)) => Ok(Compiled {
+            symbolic_refusal: Some(why.to_string()),
             ..c
         }),
-        (compiled, None) => compiled,
+        (Err(_), Err(codegen_refusal)) => Err(codegen_refusal),
+        (Err(e), Ok(_)) => Err(e),
     }
 }
 
@@ -137,15 +155,13 @@ pub fn symbolic_passes(passes: &PassManager) -> PassManager {
     }
 }
 
-/// Imports the model once with its ranges as symbols and compiles it over symbolic
-/// shapes (see [`crate::ir::dim`]).
-pub fn compile_symbolic(
+/// Imports the model once with its ranges as symbols (see [`crate::ir::dim`]) and
+/// runs the passes that keep symbolic types.
+pub fn import_symbolic_graph(
     path: &Path,
     import: &ImportOptions,
-    opts: &CompileOptions,
     passes: &PassManager,
-    progress: &dyn Progress,
-) -> Result<Compiled> {
+) -> Result<Graph> {
     let imported = onnx::load_model_symbolic(path, import)?;
     if !imported.unsupported.is_empty() {
         return Err(NncError::Unsupported(imported.unsupported).in_file(path));
@@ -154,14 +170,7 @@ pub fn compile_symbolic(
     symbolic_passes(passes)
         .run(&mut graph)
         .map_err(|e| NncError::from(e).in_file(path))?;
-    let model =
-        codegen::compile_graph_reporting(&graph, opts, progress).map_err(|e| e.in_file(path))?;
-    Ok(Compiled {
-        source: path.to_path_buf(),
-        graph,
-        model,
-        symbolic_refusal: None,
-    })
+    Ok(graph)
 }
 
 /// [`compile_model_with`] plus static INT8 quantization between the graph passes and

@@ -62,3 +62,86 @@ fn run_time_lengths_on_every_kernel_family() {
         }
     }
 }
+
+/// A small CNN over `[1, 3, size, size]`: 3×3 conv (Winograd or patches), max pool, a
+/// pointwise conv, a strided conv and a global average pool.
+fn small_cnn() -> Vec<u8> {
+    let mut m = ModelBuilder::new(3);
+    let x = m.input("x", &[1, 3, 8, 8]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let w1 = m.weight(&[8, 3, 3, 3], 0.5);
+    let b1 = m.weight(&[8], 0.1);
+    let c = m.node(
+        "Conv",
+        &[&x, &w1, &b1],
+        vec![("pads", Attr::Ints(vec![1, 1, 1, 1]))],
+    );
+    let r = m.node("Relu", &[&c], vec![]);
+    let p = m.node(
+        "MaxPool",
+        &[&r],
+        vec![
+            ("kernel_shape", Attr::Ints(vec![2, 2])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let w2 = m.weight(&[16, 8, 1, 1], 0.5);
+    let c2 = m.node("Conv", &[&p, &w2], vec![]);
+    let w3 = m.weight(&[16, 16, 3, 3], 0.3);
+    let c3 = m.node(
+        "Conv",
+        &[&c2, &w3],
+        vec![
+            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+            ("strides", Attr::Ints(vec![2, 2])),
+        ],
+    );
+    let g = m.node("GlobalAveragePool", &[&c3], vec![]);
+    m.output(&g);
+    m.encode()
+}
+
+#[test]
+fn convs_and_pools_over_run_time_planes_on_every_kernel_family() {
+    let model = decode(&small_cnn());
+    let opts = with_range("size", 2, 40);
+    let graph = import_symbolic(&model, None, &opts).unwrap().graph;
+    for (family, target) in host_and_lower_families() {
+        let lib = Dynamic::for_target(graph.clone(), target, KernelOptions::default());
+        for (i, &n) in [2usize, 3, 9, 16, 23, 40].iter().enumerate() {
+            let reference = static_at(&model, "size", n);
+            let inputs = inputs_for(&reference, 5 + i as u64);
+            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+            let (status, shapes) = lib.shapes(Some(&[n as i64]));
+            assert_eq!(status, 0);
+            let (status, got) = lib.run(Some(&[n as i64]), &inputs, None, &shapes[1..]);
+            assert_eq!(status, 0, "{family} at {n}");
+            assert_close(&expected, &got, &format!("{family} at {n}"));
+        }
+    }
+}
+
+/// Both models compiled over symbolic shapes for aarch64 and run under qemu (through
+/// `infer`, every dim at its maximum), against the interpreter at the maximum.
+#[test]
+fn symbolic_libraries_on_aarch64_under_qemu() {
+    let Some(harness) = runner::aarch64_harness() else {
+        return;
+    };
+    for (name, bytes, max) in [
+        ("attention", attention_like(), 80),
+        ("cnn", small_cnn(), 40),
+    ] {
+        let model = decode(&bytes);
+        let graph = import_symbolic(&model, None, &with_range("size", 2, max))
+            .unwrap()
+            .graph;
+        let reference = static_at(&model, "size", max);
+        let inputs = inputs_for(&reference, 9);
+        let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
+        let got = runner::run_on_aarch64(harness, &graph, &inputs, None)
+            .unwrap_or_else(|e| panic!("{name} on aarch64: {e}"));
+        assert_close(&expected, &got, &format!("{name} on aarch64"));
+    }
+}
