@@ -39,18 +39,17 @@ fn attention_like() -> Vec<u8> {
     m.encode()
 }
 
-#[test]
-fn run_time_lengths_on_every_kernel_family() {
-    let model = decode(&attention_like());
-    let opts = with_range("size", 1, 80);
-    let graph = import_symbolic(&model, None, &opts).unwrap().graph;
+/// `model` compiled once over `size` in `1..=max` for every kernel family, run at each
+/// of `values` against the interpreter on the model imported at that size.
+fn check_every_family(model: &[u8], (min, max): (usize, usize), values: &[usize]) {
+    let model = decode(model);
+    let graph = import_symbolic(&model, None, &with_range("size", min, max))
+        .unwrap()
+        .graph;
     assert!(!graph.symbols.is_empty());
     for (family, target) in host_and_lower_families() {
         let lib = Dynamic::for_target(graph.clone(), target, KernelOptions::default());
-        for (i, &n) in [1usize, 3, 7, 8, 15, 16, 17, 31, 33, 64, 80]
-            .iter()
-            .enumerate()
-        {
+        for (i, &n) in values.iter().enumerate() {
             let reference = static_at(&model, "size", n);
             let inputs = inputs_for(&reference, 11 + i as u64);
             let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
@@ -61,6 +60,12 @@ fn run_time_lengths_on_every_kernel_family() {
             assert_close(&expected, &got, &format!("{family} at {n}"));
         }
     }
+}
+
+#[test]
+fn run_time_lengths_on_every_kernel_family() {
+    let lengths = [1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 80];
+    check_every_family(&attention_like(), (1, 80), &lengths);
 }
 
 /// A small CNN over `[1, 3, size, size]`: 3×3 conv (Winograd or patches), max pool, a
@@ -104,22 +109,7 @@ fn small_cnn() -> Vec<u8> {
 
 #[test]
 fn convs_and_pools_over_run_time_planes_on_every_kernel_family() {
-    let model = decode(&small_cnn());
-    let opts = with_range("size", 2, 40);
-    let graph = import_symbolic(&model, None, &opts).unwrap().graph;
-    for (family, target) in host_and_lower_families() {
-        let lib = Dynamic::for_target(graph.clone(), target, KernelOptions::default());
-        for (i, &n) in [2usize, 3, 9, 16, 23, 40].iter().enumerate() {
-            let reference = static_at(&model, "size", n);
-            let inputs = inputs_for(&reference, 5 + i as u64);
-            let expected = nnc::interp::run_graph(&reference, &inputs).unwrap();
-            let (status, shapes) = lib.shapes(Some(&[n as i64]));
-            assert_eq!(status, 0);
-            let (status, got) = lib.run(Some(&[n as i64]), &inputs, None, &shapes[1..]);
-            assert_eq!(status, 0, "{family} at {n}");
-            assert_close(&expected, &got, &format!("{family} at {n}"));
-        }
-    }
+    check_every_family(&small_cnn(), (2, 40), &[2, 3, 9, 16, 23, 40]);
 }
 
 /// Both models compiled over symbolic shapes for aarch64 and run under qemu (through

@@ -190,6 +190,8 @@ static const char *status_name(int32_t status) {
         return "NNC_ERR_WORKSPACE_TOO_SMALL";
     case NNC_ERR_DIM_OUT_OF_RANGE:
         return "NNC_ERR_DIM_OUT_OF_RANGE";
+    case NNC_ERR_DIMS_INCONSISTENT:
+        return "NNC_ERR_DIMS_INCONSISTENT";
     default:
         return "unknown error code";
     }

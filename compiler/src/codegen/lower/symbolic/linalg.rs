@@ -134,6 +134,35 @@ fn machine_kernel(
     GemmKernel::define(ctx, &spec).map(Some)
 }
 
+/// Calls `body(A, B, Y)` with the addresses of the matrices of every batch index of
+/// the output (shapes `ash`, `bsh`, `ysh` at the run's extents), A's and B's batch axes
+/// broadcast.
+fn for_each_matrix(
+    b: &mut FunctionBuilder,
+    (a, bo, y): (&Operand, &Operand, &Operand),
+    (ash, bsh, ysh): (&[Ext], &[Ext], &[Ext]),
+    body: &mut dyn FnMut(&mut FunctionBuilder, Value, Value, Value),
+) {
+    let (ar, br, yr) = (ash.len(), bsh.len(), ysh.len());
+    let (m, k, n) = (ash[ar - 2], ash[ar - 1], bsh[br - 1]);
+    let batch = &ysh[..yr - 2];
+    let a_batch = batch_strides(b, &ash[..ar - 2], &unit_axes(a)[..ar - 2], batch);
+    let b_batch = batch_strides(b, &bsh[..br - 2], &unit_axes(bo)[..br - 2], batch);
+    let y_strides = run_shape::strides(b, batch);
+    let (a_mat, b_mat, y_mat) = (m.mul(b, k), k.mul(b, n), m.mul(b, n));
+    run_shape::nested_run_loop(b, batch, &mut |b, idx| {
+        let ptr = |b: &mut FunctionBuilder, base: Value, strides: &[Ext], mat: Ext| {
+            let o = run_shape::offset(b, idx, strides);
+            let o = mat.times(b, o);
+            kernel::elem_addr(b, base, o, 4)
+        };
+        let ap = ptr(b, a.ptr, &a_batch, a_mat);
+        let bp = ptr(b, bo.ptr, &b_batch, b_mat);
+        let yp = ptr(b, y.ptr, &y_strides, y_mat);
+        body(b, ap, bp, yp);
+    });
+}
+
 /// A matrix operand of the tiled loop: `M[i, j]` at `ptr + (i·rows + j·cols)·4`.
 #[derive(Clone, Copy)]
 struct Matrix {
@@ -270,7 +299,7 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
     let ash = dims.shape(ctx.b, &a.ty);
     let bsh = dims.shape(ctx.b, &bo.ty);
     let ysh = dims.shape(ctx.b, &y.ty);
-    let (ar, br, yr) = (ash.len(), bsh.len(), ysh.len());
+    let (ar, br) = (ash.len(), bsh.len());
     let (m, k, n) = (ash[ar - 2], ash[ar - 1], bsh[br - 1]);
     // Constant weights of fixed K and N: all of A's rows in one GEMM.
     if let (Some(values), Some(kf), Some(nf), 2) = (
@@ -296,22 +325,10 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
         // The machine-code GEMM over the run's rows, and its columns (B's and C's row
         // stride) or its K (A's row stride).
         let b = &mut *ctx.b;
-        let batch = &ysh[..yr - 2];
-        let a_batch = batch_strides(b, &ash[..ar - 2], &unit_axes(&a)[..ar - 2], batch);
-        let b_batch = batch_strides(b, &bsh[..br - 2], &unit_axes(&bo)[..br - 2], batch);
-        let (a_mat, b_mat, y_mat) = (m.mul(b, k), k.mul(b, n), m.mul(b, n));
-        let y_strides = run_shape::strides(b, batch);
         let (rows, cols, depth) = (m.value(b), n.value(b), k.value(b));
         let (run_cols, run_k) = (n.fixed().is_none(), k.fixed().is_none());
-        run_shape::nested_run_loop(b, batch, &mut |b, idx| {
-            let ptr = |b: &mut FunctionBuilder, base: Value, strides: &[Ext], mat: Ext| {
-                let o = run_shape::offset(b, idx, strides);
-                let o = mat.times(b, o);
-                kernel::elem_addr(b, base, o, 4)
-            };
-            let ap = ptr(b, a.ptr, &a_batch, a_mat);
-            let bp = ptr(b, bo.ptr, &b_batch, b_mat);
-            let yp = ptr(b, y.ptr, &y_strides, y_mat);
+        let shapes = (&ash[..], &bsh[..], &ysh[..]);
+        for_each_matrix(b, (&a, &bo, &y), shapes, &mut |b, ap, bp, yp| {
             match (run_cols, run_k) {
                 (true, _) => {
                     kernel.call_strided(b, (ap, bp, yp), &[], (Some(rows), Some(cols)), Some(cols))
@@ -320,7 +337,7 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
                     kernel.call_strided(b, (ap, bp, yp), &[], (Some(rows), None), Some(depth))
                 }
                 (false, false) => kernel.call_rows(b, ap, bp, yp, &[], Some(rows)),
-            }
+            };
         });
         return epilogue(
             ctx,
@@ -333,20 +350,8 @@ pub fn matmul(ctx: &mut LowerCtx, attrs: &MatMulAttrs) -> LowerResult {
     }
     let fma = gemm::has_fma(ctx.target);
     let b = &mut *ctx.b;
-    let batch = &ysh[..yr - 2];
-    let a_batch = batch_strides(b, &ash[..ar - 2], &unit_axes(&a)[..ar - 2], batch);
-    let b_batch = batch_strides(b, &bsh[..br - 2], &unit_axes(&bo)[..br - 2], batch);
-    let (a_mat, b_mat, y_mat) = (m.mul(b, k), k.mul(b, n), m.mul(b, n));
-    run_shape::nested_run_loop(b, batch, &mut |b, idx| {
-        let ptr = |b: &mut FunctionBuilder, base: Value, strides: &[Ext], mat: Ext| {
-            let o = run_shape::offset(b, idx, strides);
-            let o = mat.times(b, o);
-            kernel::elem_addr(b, base, o, 4)
-        };
-        let ap = ptr(b, a.ptr, &a_batch, a_mat);
-        let bp = ptr(b, bo.ptr, &b_batch, b_mat);
-        let y_strides = run_shape::strides(b, batch);
-        let yp = ptr(b, y.ptr, &y_strides, y_mat);
+    let shapes = (&ash[..], &bsh[..], &ysh[..]);
+    for_each_matrix(b, (&a, &bo, &y), shapes, &mut |b, ap, bp, yp| {
         tiled_gemm(
             b,
             fma,
