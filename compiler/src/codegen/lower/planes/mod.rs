@@ -246,6 +246,18 @@ fn positions_at_least(graph: &Graph, v: crate::ir::ValueId) -> Option<usize> {
     })
 }
 
+/// The positions (the product of the spatial axes) of a symbolic value `v` with each
+/// symbol at the geometric middle of its range; `None` for a value of fixed shape.
+fn positions_typical(graph: &Graph, v: crate::ir::ValueId) -> Option<usize> {
+    let dims = graph.ty(v).dims.as_ref()?;
+    let typical: Vec<i64> = (graph.symbols.iter())
+        .map(|(_, s)| (((s.min as f64) * (s.max as f64)).sqrt().round() as i64).clamp(s.min, s.max))
+        .collect();
+    (dims.get(2..)?.iter()).try_fold(1usize, |p, d| {
+        Some(p * usize::try_from(d.eval_at(&typical)?).ok()?)
+    })
+}
+
 /// The spatial extents of value `v` (axes 2..) as expressions, `None` where fixed.
 fn spatial(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
     every_axis(graph, v).split_off(2.min(graph.ty(v).rank()))
@@ -330,7 +342,11 @@ pub fn plan_planes(
                      point on the transformed weights, the output transform into the planes",
                 ));
             }
-            let positions: usize = yt.shape[2..].iter().product();
+            // Over symbolic shapes the blocks are shaped for a typical size (each
+            // symbol at the geometric middle of its range); the run computes as many
+            // blocks as its planes need.
+            let positions =
+                positions_typical(graph, y).unwrap_or_else(|| yt.shape[2..].iter().product());
             let mut blocks = ConvBlocks::new(c, xt, (k, m, positions), geom);
             let cg = xt.shape[1] / c.group.max(1);
             let given = |i: usize| node.inputs.get(i).is_some_and(Option::is_some);
