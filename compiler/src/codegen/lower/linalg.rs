@@ -85,7 +85,7 @@ impl MatMulShape {
 }
 
 /// The elements of a constant float32 tensor, row-major.
-fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
+pub(super) fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
     match t {
         Tensor::F32(a) => Some(a.iter().copied().collect()),
         _ => None,

@@ -9,9 +9,8 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use crate::codegen::dim_values::DimEmitter;
 use crate::codegen::kernel;
-use crate::ir::{Dim, SymbolId, TensorType};
+use crate::ir::{Dim, TensorType};
 
 /// One extent: a constant, or an `i64` the run computed (never negative where a
 /// check guards it; loops over a negative one run zero times).
@@ -203,10 +202,11 @@ impl RunDims {
         if let Some(c) = d.as_const() {
             return Ext::Fixed(c.max(0) as usize);
         }
-        let values = &self.values;
-        let mut read = |_: &mut FunctionBuilder, s: SymbolId| values[s.0 as usize];
-        let mut e = DimEmitter::new(&mut read);
-        Ext::Run(e.emit(b, d))
+        let mut ev = crate::codegen::symbol_block::Evaluator {
+            values: &self.values,
+            bad_divisor: None,
+        };
+        Ext::Run(ev.emit(b, d))
     }
 
     /// Every axis of a value of type `ty` at the run's dims.

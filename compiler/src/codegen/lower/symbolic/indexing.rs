@@ -9,18 +9,13 @@ use super::super::index_check::OnBadIndex;
 use super::super::reduce::var;
 use super::super::run_shape::{self, Ext};
 use super::super::{LowerCtx, LowerResult, Operand};
-use super::movement::resolve;
+use super::movement::{copy_elem, resolve};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::DType;
 
 fn load_index(b: &mut FunctionBuilder, indices: &Operand, at: Value) -> Value {
     let a = kernel::elem_addr(b, indices.ptr, at, indices.ty.dtype.size());
     kernel::load_elem(b, indices.ty.dtype, a, 0)
-}
-
-fn copy_elem(b: &mut FunctionBuilder, dtype: DType, src: Value, dst: Value) {
-    let v = kernel::load_elem(b, dtype, src, 0);
-    kernel::store_elem(b, dtype, v, dst, 0);
 }
 
 pub fn gather_elements(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
@@ -51,7 +46,7 @@ pub fn gather_elements(ctx: &mut LowerCtx, axis: usize) -> LowerResult {
         let src = run_shape::offset(b, &pos, &d_strides);
         let s = kernel::elem_addr(b, data.ptr, src, elem.size());
         let d = kernel::elem_addr(b, y.ptr, at, elem.size());
-        copy_elem(b, elem, s, d);
+        copy_elem(b, elem.size(), s, d);
     });
     Ok(())
 }
@@ -102,7 +97,7 @@ pub fn gather_nd(ctx: &mut LowerCtx, batch_dims: usize) -> LowerResult {
             let s = kernel::elem_addr(b, data.ptr, s, elem.size());
             let d = b.ins().iadd(dst, e);
             let d = kernel::elem_addr(b, y.ptr, d, elem.size());
-            copy_elem(b, elem, s, d);
+            copy_elem(b, elem.size(), s, d);
         });
     });
     Ok(())

@@ -8,21 +8,15 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 use super::super::gemm::{self, GemmKernel};
+use super::super::linalg::f32_values;
 use super::super::run_shape::{self, Ext};
 use super::super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::gemm::{
     mul_add, pack_weights_b, ALayout, Addend, GemmSpec, RunTimeStrides,
 };
-use crate::ir::{DType, Tensor};
+use crate::ir::DType;
 use crate::ops::{Activation, GemmAttrs, MatMulAttrs};
-
-fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
-    match t {
-        Tensor::F32(a) => Some(a.iter().copied().collect()),
-        _ => None,
-    }
-}
 
 /// `y = A·B (+ bias row) (+ residual)`, then `activation`, over `rows` rows the run
 /// counts, B a constant `[k, n]` read through `get(kk, j)`.

@@ -80,7 +80,7 @@ fn copy_row(b: &mut FunctionBuilder, elem: usize, src: Value, dst: Value, n: Ext
     });
 }
 
-fn copy_elem(b: &mut FunctionBuilder, elem: usize, s: Value, d: Value) {
+pub(super) fn copy_elem(b: &mut FunctionBuilder, elem: usize, s: Value, d: Value) {
     use cranelift_codegen::ir::types;
     let ty = match elem {
         1 => types::I8,
