@@ -1215,7 +1215,7 @@ fn a_text_line_width_runs_every_width_from_one_library() {
     }
     let handle = lib.lib();
     let info = lib.info(&handle);
-    assert_eq!(info.abi_version, 7);
+    assert_eq!(info.abi_version, nnc_runtime_abi::NNC_ABI_VERSION);
     assert_eq!((info.num_axis_dims, info.num_bounded_axes), (2, 0));
     assert!(!info.axis_extents.is_null());
     let steps = |j: usize| -> Vec<(i64, i64)> {

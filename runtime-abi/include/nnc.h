@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 7
+#define NNC_ABI_VERSION 8
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -80,6 +80,11 @@ extern "C" {
  * compiler could not prove for every value. Nothing has been written. Since
  * ABI version 7. */
 #define NNC_ERR_DIMS_INCONSISTENT 7
+/* An input the model reads as a shape (a Reshape's target, a Resize's sizes, a
+ * Tile's repeats, a OneHot's depth...) and computes nothing else from holds values
+ * other than those the output shapes the model declares imply, which the library
+ * was compiled for. Nothing has been written. Since ABI version 8. */
+#define NNC_ERR_SHAPE_INPUT_MISMATCH 8
 
 /* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
 

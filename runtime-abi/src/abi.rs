@@ -11,7 +11,7 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 7;
+pub const NNC_ABI_VERSION: u32 = 8;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
@@ -44,6 +44,9 @@ pub const NNC_ERR_DIM_OUT_OF_RANGE: i32 = 6;
 /// model needs (a Reshape's element count, two extents a broadcast or a matrix
 /// product needs equal); nothing was written (`run` and `shapes`, ABI 7).
 pub const NNC_ERR_DIMS_INCONSISTENT: i32 = 7;
+/// An input the model reads as a shape holds values other than those its declared
+/// output shapes imply, which the library was compiled for; nothing was written (ABI 8).
+pub const NNC_ERR_SHAPE_INPUT_MISMATCH: i32 = 8;
 
 /// What an `infer` return code means, for error messages.
 pub fn status_message(code: i32) -> String {
@@ -67,6 +70,9 @@ pub fn status_message(code: i32) -> String {
             .into(),
         NNC_ERR_DIMS_INCONSISTENT => "dimension values the model cannot run with together \
              (NNC_ERR_DIMS_INCONSISTENT)"
+            .into(),
+        NNC_ERR_SHAPE_INPUT_MISMATCH => "a shape input holding values other than those the \
+             library was compiled for (NNC_ERR_SHAPE_INPUT_MISMATCH)"
             .into(),
         c => format!("unknown NNC error code {c}"),
     }

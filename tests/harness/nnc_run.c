@@ -192,6 +192,8 @@ static const char *status_name(int32_t status) {
         return "NNC_ERR_DIM_OUT_OF_RANGE";
     case NNC_ERR_DIMS_INCONSISTENT:
         return "NNC_ERR_DIMS_INCONSISTENT";
+    case NNC_ERR_SHAPE_INPUT_MISMATCH:
+        return "NNC_ERR_SHAPE_INPUT_MISMATCH";
     default:
         return "unknown error code";
     }

@@ -3,6 +3,7 @@
 //! `model_info`).
 
 pub mod dim_values;
+mod input_guards;
 pub mod kernel;
 pub mod kernel_plan;
 pub mod kernels;
@@ -45,7 +46,7 @@ use kernel::{flags, PTR};
 use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{
     NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_INDEX_OUT_OF_RANGE, NNC_ERR_MISALIGNED_WORKSPACE,
-    NNC_ERR_NULL_POINTER, NNC_OK,
+    NNC_ERR_NULL_POINTER, NNC_ERR_SHAPE_INPUT_MISMATCH, NNC_OK,
 };
 use rodata_pool::RodataPool;
 
@@ -1110,6 +1111,11 @@ fn define_infer_with_workspace(
                 (outputs, graph.outputs.len()),
                 ws,
             );
+            // The shape inputs compiled as the values their outputs imply.
+            let fail_guards = (!graph.input_guards.is_empty()).then(|| b.create_block());
+            if let Some(fail) = fail_guards {
+                input_guards::emit(b, graph, inputs, fail);
+            }
             // The symbols' values, and the facts they must meet before anything runs.
             let fail_dims = symbols.map(|_| b.create_block());
             let symbol_values = match (symbols, fail_dims) {
@@ -1258,12 +1264,14 @@ fn define_infer_with_workspace(
             b.ins().return_(&[ok]);
 
             let dims_failure = fail_dims.map(|blk| (blk, NNC_ERR_DIMS_INCONSISTENT));
+            let guard_failure = fail_guards.map(|blk| (blk, NNC_ERR_SHAPE_INPUT_MISMATCH));
             for (blk, code) in [
                 (fail_null, NNC_ERR_NULL_POINTER),
                 (fail_align, NNC_ERR_MISALIGNED_WORKSPACE),
             ]
             .into_iter()
             .chain(dims_failure)
+            .chain(guard_failure)
             {
                 b.switch_to_block(blk);
                 b.seal_block(blk);

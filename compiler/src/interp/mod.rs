@@ -608,6 +608,27 @@ fn check_outputs_fit(graph: &Graph, node: &Node) -> Result<(), String> {
     })
 }
 
+/// Refuses shape inputs holding values other than those the graph was compiled for
+/// (see [`crate::ir::InputGuard`]), as the compiled code does.
+fn check_input_guards(graph: &Graph, slots: &[Slot]) -> Result<(), String> {
+    for g in &graph.input_guards {
+        let Some(t) = slots[g.input.0].get() else {
+            continue;
+        };
+        let values: Vec<i64> = t.f64_values().map(|x| x as i64).collect();
+        if !g.admits(&values) {
+            return Err(format!(
+                "input '{}' holds {values:?}; {} was compiled for the values its declared \
+                 output shape implies ({:?})",
+                graph.value(g.input).name,
+                g.site,
+                g.allowed
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Slot<'g>>, String> {
     let mut slots: Vec<Slot<'g>> = graph
         .values
@@ -615,6 +636,7 @@ fn execute<'g>(graph: &'g Graph, inputs: &[Tensor], free: bool) -> Result<Vec<Sl
         .map(|v| v.constant.as_ref().map_or(Slot::Empty, Slot::Borrowed))
         .collect();
     bind_inputs(graph, inputs, &mut slots)?;
+    check_input_guards(graph, &slots)?;
     let last_use = if free { last_uses(graph) } else { Vec::new() };
     for (index, node) in graph.nodes.iter().enumerate() {
         let context = || format!("node {} ({})", node.name, node.onnx_op);

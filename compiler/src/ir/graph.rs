@@ -87,6 +87,9 @@ pub struct Graph {
     /// Facts about the symbols' values the run checks before anything else (see
     /// [`super::dim::DimCheck`]).
     pub dim_checks: Vec<super::dim::DimCheck>,
+    /// Inputs read as shapes whose values the run checks before anything else (see
+    /// [`super::InputGuard`]).
+    pub input_guards: Vec<super::InputGuard>,
 }
 
 impl Graph {

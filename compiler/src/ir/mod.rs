@@ -5,6 +5,7 @@ pub mod dim;
 pub mod dtype;
 pub mod extent_expr;
 pub mod graph;
+pub mod input_guard;
 pub mod low_precision;
 pub mod tensor;
 
@@ -12,4 +13,5 @@ pub use dim::{Dim, DimAtom, SymbolId, SymbolTable};
 pub use dtype::{DType, TensorType};
 pub use extent_expr::{ExtentExpr, ExtentStep};
 pub use graph::{Graph, Node, RunExtent, ValueId, ValueInfo};
+pub use input_guard::InputGuard;
 pub use tensor::{Element, Tensor};

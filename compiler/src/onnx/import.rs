@@ -151,6 +151,11 @@ fn import_once(
         default_opset_known,
         symbolic,
         symbol_sites: vec![],
+        declared_shapes: match symbolic {
+            true => HashMap::new(),
+            false => declared_shapes(graph),
+        },
+        input_guards: Default::default(),
     };
     if symbolic {
         b.declare_symbols(model, opts)?;
@@ -166,6 +171,7 @@ fn import_once(
         b.import_node(node, i)?;
     }
     b.import_outputs(graph)?;
+    b.graph.input_guards = b.input_guards.into_inner();
     Ok(Imported {
         graph: b.graph,
         unsupported: b.unsupported,
@@ -174,9 +180,32 @@ fn import_once(
     })
 }
 
+/// The shapes `g` declares for its outputs and `value_info`, where every axis is a
+/// number.
+fn declared_shapes(g: &GraphProto) -> HashMap<String, Vec<usize>> {
+    let fixed = |vi: &super::proto::ValueInfoProto| -> Option<Vec<usize>> {
+        let t = match vi.r#type.as_ref()?.value.as_ref()? {
+            super::proto::type_proto::Value::TensorType(t) => t,
+            _ => return None,
+        };
+        (t.shape.as_ref()?.dim.iter())
+            .map(|d| match d.value {
+                Some(dimension::Value::DimValue(v)) => usize::try_from(v).ok(),
+                _ => None,
+            })
+            .collect()
+    };
+    (g.output.iter().chain(&g.value_info))
+        .filter_map(|vi| Some((vi.name.clone(), fixed(vi)?)))
+        .collect()
+}
+
 /// The newest ai.onnx opset the importer implements (that of the pinned `onnx` package
 /// whose node suite nnc passes); a model importing a newer one is refused.
 pub const MAX_OPSET: i64 = 28;
+
+/// The most elements a shape input checked at run time may have.
+const MAX_IMPLIED_ELEMENTS: usize = 64;
 
 /// Marks a value whose producer could not be imported: its consumers are skipped
 /// silently, so only the root causes are reported.
@@ -218,6 +247,13 @@ pub struct GraphBuilder {
     symbolic: bool,
     /// Where each symbol's range applies, by symbol.
     symbol_sites: Vec<crate::dims::DimSite>,
+    /// The fully static shapes the model declares for its values (graph outputs and
+    /// `value_info`), by name: what a shape input computed at run time must imply (see
+    /// [`super::implied_inputs`]).
+    declared_shapes: HashMap<String, Vec<usize>>,
+    /// The checks of the shape inputs compiled as those values, for the graph
+    /// (`input_guards`) once imported; recorded by importers holding `&self`.
+    input_guards: std::cell::RefCell<Vec<crate::ir::InputGuard>>,
 }
 
 impl GraphBuilder {
@@ -1033,16 +1069,62 @@ impl NodeCtx<'_> {
     }
 
     /// An input that must be known at compile time (shapes, axes, pads...).
+    ///
+    /// A graph input whose values the node's declared output shape determines is
+    /// compiled as holding them, and the run checks that it does (see
+    /// [`super::implied_inputs`]).
     pub fn const_input(&self, i: usize, what: &str) -> ImportResult<Option<Tensor>> {
         match self.input(i) {
             None => Ok(None),
             Some(v) => match self.constant(v) {
                 Some(t) => Ok(Some(t.clone())),
-                None => Err(ImportError::Unsupported(format!(
-                    "input {i} ({what}) is computed at run time; nnc needs it constant to keep shapes static"
-                ))),
+                None => self.implied_input(i, v, what).map(Some).ok_or_else(|| {
+                    ImportError::Unsupported(format!(
+                        "input {i} ({what}) is computed at run time; nnc needs it constant to keep shapes static"
+                    ))
+                }),
             },
         }
+    }
+
+    /// The values graph input `v` (the node's input `i`) must hold for the node to
+    /// produce its declared output shape, recorded as a check for the run.
+    fn implied_input(&self, i: usize, v: ValueId, what: &str) -> Option<Tensor> {
+        if !self.b.scope.is_empty() || !self.b.graph.inputs.contains(&v) {
+            return None;
+        }
+        let ty = self.ty(v).clone();
+        let readable = matches!(ty.dtype, DType::I64 | DType::I32 | DType::F32 | DType::F64);
+        if !readable || ty.rank() > 1 || ty.numel() > MAX_IMPLIED_ELEMENTS {
+            return None;
+        }
+        let output = self.node.output.first()?;
+        let declared = self.b.declared_shapes.get(output)?;
+        let inputs: Vec<Option<Vec<usize>>> = (self.inputs.iter())
+            .map(|x| x.map(|x| self.ty(x).shape.clone()))
+            .collect();
+        let shapes = super::implied_inputs::NodeShapes {
+            inputs: &inputs,
+            output: declared,
+        };
+        let (values, allowed, one_inferred) =
+            super::implied_inputs::implied_values(&self.node.op_type, i, &self.attrs, &shapes)?;
+        if values.len() != ty.numel() {
+            return None;
+        }
+        self.b
+            .input_guards
+            .borrow_mut()
+            .push(crate::ir::InputGuard {
+                input: v,
+                allowed,
+                one_inferred,
+                site: format!(
+                    "node '{}' ({}) input {i} ({what})",
+                    self.name, self.node.op_type
+                ),
+            });
+        Some(Tensor::from_vec(&ty.shape, values).cast(ty.dtype))
     }
 
     /// Sizes no tensor may exceed and constant folding keeps to.

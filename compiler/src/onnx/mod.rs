@@ -4,6 +4,7 @@
 pub mod attributes;
 pub mod constraints;
 pub mod external_data;
+mod implied_inputs;
 pub mod import;
 pub mod ops;
 pub mod proto;
