@@ -329,7 +329,8 @@ pub fn plan_planes(
             // plain weights instead, no larger than that one (a CRNN's 256-map convs
             // over its shortest lines); F(4×4)'s gain is worth its bytes.
             let transposed_at_least = options.winograd == WinogradChoice::Auto
-                && (positions_at_least(graph, y)).is_some_and(|p| transposes(c, m, p, &geom));
+                && (positions_typical(graph, y).or_else(|| positions_at_least(graph, y)))
+                    .is_some_and(|p| transposes(c, m, p, &geom));
             let winograd = WinogradPlan::new(c, (xt, wt, yt), (geom, target), options)
                 .filter(|wp| !(transposed_at_least && wp.m == 2));
             if let Some(wp) = winograd {
