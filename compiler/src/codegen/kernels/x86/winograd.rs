@@ -53,9 +53,10 @@ pub(crate) struct TransformSpec {
     /// Bytes from one channel's phase planes to the next.
     pub channel_bytes: usize,
     /// One tile row per call, its counts (groups; valid rows and columns, row and
-    /// plane bytes of the output) from the arguments: planes whose extents only the
-    /// run knows (`lower::planes::winograd`). `rows`, `tw`, `groups`, `out_h`,
-    /// `out_w` and `last_rows` are then unused.
+    /// plane bytes of the output) and the phase planes' layout (phase row and channel
+    /// bytes) from the arguments: planes whose extents only the run knows
+    /// (`lower::planes::winograd`). `rows`, `tw`, `groups`, `lp`, `channel_bytes`,
+    /// `out_h`, `out_w` and `last_rows` are then unused.
     pub tile_row: bool,
     /// Row length of V and M (floats), bytes from one V_ξν (M_ξν) to the next.
     pub ts: usize,
@@ -236,11 +237,94 @@ fn assemble(a: &mut CodeAssembler) -> Result<Vec<u8>, String> {
 
 /// The input transform of one chunk: `(phases, V)`, System V; `phases` at the chunk's
 /// first tile row (channel 0), `V` at (ξν 0, channel 0, tile 0). With `tile_row`:
-/// `(phases, V, groups)`, the groups of one tile row.
+/// `(phases, V, groups, phase_row_bytes, channel_bytes)`, the groups of one tile row
+/// in phase planes laid out for the run's extents.
 pub(crate) fn emit_input(s: &TransformSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-    input_code(&mut a, s).map_err(|AsmError(e)| e)?;
+    match s.tile_row {
+        true => input_row_code(&mut a, s),
+        false => input_code(&mut a, s),
+    }
+    .map_err(|AsmError(e)| e)?;
     assemble(&mut a)
+}
+
+/// The `tile_row` input transform: as [`input_code`]'s for one tile row, each padded
+/// row's phase `p` read at `p · phase_row_bytes` (r12) from a pointer that steps
+/// `m · phase_row_bytes` (r13) a row, channels `channel_bytes` (r14) apart.
+fn input_row_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
+    let ops = Ops {
+        v: Vecs { isa: s.isa },
+    };
+    let mut consts = Consts { values: vec![] };
+    let (m, an, vb, lanes) = (s.m, s.a(), s.vb(), s.lanes());
+    let v_ab = s.v_plane;
+    let saved = [rbx, r12, r13, r14, r15];
+    enter(a, &saved, an * an * vb)?;
+    let mut exit = a.create_label();
+    a.mov(rbx, rdx)?;
+    a.test(rbx, rbx)?;
+    a.jz(exit)?;
+    a.mov(r12, rcx)?;
+    a.imul_3(r13, rcx, m as i32)?;
+    a.mov(r14, r8)?;
+    let (d, o): (Vec<usize>, Vec<usize>) = ((0..an).collect(), (an..2 * an).collect());
+    let t = [2 * an, 2 * an + 1];
+    a.mov(r8, s.channels as u64)?;
+    let mut chan_top = a.create_label();
+    a.set_label(&mut chan_top)?;
+    a.mov(rax, rdi)?;
+    a.mov(rdx, rsi)?;
+    a.mov(rcx, rbx)?;
+    let mut group_top = a.create_label();
+    a.set_label(&mut group_top)?;
+    // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], d[r][s] at phase s mod m, column
+    // s div m of padded row r.
+    for col in 0..an {
+        match col % m {
+            0 => a.mov(r15, rax)?,
+            1 => a.lea(r15, rax + r12)?,
+            2 => a.lea(r15, rax + r12 * 2)?,
+            _ => {
+                a.lea(r15, rax + r12 * 2)?;
+                a.add(r15, r12)?;
+            }
+        }
+        let off = (col / m) * F32;
+        for (r, &dr) in d.iter().enumerate() {
+            ops.v.load(a, dr, r15 + imm(off)?, false)?;
+            if r + 1 < an {
+                a.add(r15, r13)?;
+            }
+        }
+        ops.input_1d(a, &mut consts, m, &d, &o, t)?;
+        for (xi, &ox) in o.iter().enumerate() {
+            ops.v
+                .store(a, rsp + imm((xi * an + col) * vb)?, ox, false)?;
+        }
+    }
+    // Row pass: V[ξ][ν] = Σ_s t[ξ][s] Bᵀ[ν][s].
+    for xi in 0..an {
+        for (col, &dr) in d.iter().enumerate() {
+            ops.v.load(a, dr, rsp + imm((xi * an + col) * vb)?, false)?;
+        }
+        ops.input_1d(a, &mut consts, m, &d, &o, t)?;
+        for (nu, &on) in o.iter().enumerate() {
+            ops.v
+                .store(a, rdx + imm((xi * an + nu) * v_ab)?, on, false)?;
+        }
+    }
+    a.add(rax, imm(lanes * F32)?)?;
+    a.add(rdx, imm(lanes * F32)?)?;
+    a.dec(rcx)?;
+    a.jnz(group_top)?;
+    a.add(rdi, r14)?;
+    a.add(rsi, imm(s.ts * F32)?)?;
+    a.dec(r8)?;
+    a.jnz(chan_top)?;
+    a.set_label(&mut exit)?;
+    leave(a, &saved)?;
+    emit_consts(a, &mut consts, lanes)
 }
 
 fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
@@ -251,17 +335,8 @@ fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
     let (m, an, vb, lanes) = (s.m, s.a(), s.vb(), s.lanes());
     let wp = m * s.lp;
     let v_ab = s.v_plane;
-    let saved: &[AsmRegister64] = if s.tile_row { &[rbx] } else { &[] };
-    enter(a, saved, an * an * vb)?;
-    let mut exit = a.create_label();
-    let rows = if s.tile_row {
-        a.mov(rbx, rdx)?;
-        a.test(rbx, rbx)?;
-        a.jz(exit)?;
-        1
-    } else {
-        s.rows
-    };
+    enter(a, &[], an * an * vb)?;
+    let rows = s.rows;
     let (d, o): (Vec<usize>, Vec<usize>) = ((0..an).collect(), (an..2 * an).collect());
     let t = [2 * an, 2 * an + 1];
     a.mov(r8, s.channels as u64)?;
@@ -274,11 +349,7 @@ fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
     a.set_label(&mut row_top)?;
     a.mov(rax, r10)?;
     a.mov(rdx, r11)?;
-    if s.tile_row {
-        a.mov(rcx, rbx)?;
-    } else {
-        a.mov(rcx, s.groups as u64)?;
-    }
+    a.mov(rcx, s.groups as u64)?;
     let mut group_top = a.create_label();
     a.set_label(&mut group_top)?;
     // Column pass: t[ξ][s] = Σ_r Bᵀ[ξ][r] d[r][s], d[r][s] at phase s mod m, column
@@ -317,8 +388,7 @@ fn input_code(a: &mut CodeAssembler, s: &TransformSpec) -> AsmResult<()> {
     a.add(rsi, imm(s.ts * F32)?)?;
     a.dec(r8)?;
     a.jnz(chan_top)?;
-    a.set_label(&mut exit)?;
-    leave(a, saved)?;
+    leave(a, &[])?;
     emit_consts(a, &mut consts, lanes)
 }
 

@@ -108,7 +108,7 @@ impl WinogradPlan {
             maps,
             chunk_tiles,
             padded_rows,
-            phase_floats: padded_cols.div_ceil(m) + GROUP_SLACK,
+            phase_floats: (padded_cols.div_ceil(m) + GROUP_SLACK).next_multiple_of(LANES),
             geometry,
             transforms,
         })
@@ -140,7 +140,51 @@ impl WinogradPlan {
     }
 
     fn channel_bytes(&self) -> usize {
-        (self.padded_rows * self.padded_row_bytes()).next_multiple_of(64)
+        skewed(self.padded_rows * self.padded_row_bytes())
+    }
+
+    /// The phase planes' layout: on the machine-code transforms, for the run's input
+    /// extents `(h, w)` (a small image's rows and channels lie close, as a library
+    /// compiled for its size lays them out, where the largest extents' layout spread
+    /// them over up to 8 times the cache lines); the Cranelift transforms address
+    /// them at the largest extents' fixed offsets.
+    fn layout(
+        &self,
+        b: &mut FunctionBuilder,
+        (h, w): (Value, Value),
+        pads: &[usize; 4],
+    ) -> PhaseLayout {
+        let fixed = |b: &mut FunctionBuilder, v: usize| kernel::iconst(b, v as i64);
+        if self.transforms.is_none() {
+            return PhaseLayout {
+                phase_bytes: fixed(b, self.phase_floats * F32),
+                row_bytes: fixed(b, self.padded_row_bytes()),
+                channel_bytes: fixed(b, self.channel_bytes()),
+            };
+        }
+        let [top, left, bottom, right] = *pads;
+        let m = self.m as i64;
+        // As `new` sizes the largest: columns and rows read past the pads by the last
+        // tile column and row, and a group's slack.
+        let cols = b.ins().iadd_imm_s(w, (left + right) as i64 + m - 1);
+        let lp = b.ins().iadd_imm_s(cols, m - 1);
+        let lp = b.ins().udiv_imm_u(lp, m);
+        let lp = b.ins().iadd_imm_s(lp, (GROUP_SLACK + LANES - 1) as i64);
+        let lp = b.ins().band_imm_s(lp, -(LANES as i64));
+        let phase_bytes = b.ins().imul_imm_s(lp, F32 as i64);
+        let row_bytes = b.ins().imul_imm_s(phase_bytes, m);
+        let rows = b.ins().iadd_imm_s(h, (top + bottom) as i64 + m - 1);
+        let bytes = b.ins().imul(rows, row_bytes);
+        // `skewed`: an odd count of cache lines.
+        let lines = b.ins().iadd_imm_s(bytes, 63);
+        let lines = b.ins().ushr_imm_u(lines, 6);
+        let lines = b.ins().bor_imm_u(lines, 1);
+        let channel_bytes = b.ins().ishl_imm_u(lines, 6);
+        PhaseLayout {
+            phase_bytes,
+            row_bytes,
+            channel_bytes,
+        }
     }
 
     /// Scratch offsets: padded channels (and a vector of slack for the last group's
@@ -176,6 +220,15 @@ impl WinogradPlan {
         }
         widths
     }
+}
+
+/// Bytes from one phase row of a padded channel to the next phase's, from one padded
+/// row to the next, and from one channel to the next (i64 values).
+#[derive(Clone, Copy)]
+struct PhaseLayout {
+    phase_bytes: Value,
+    row_bytes: Value,
+    channel_bytes: Value,
 }
 
 /// The run's extents a conv's chunks need (i64 values).
@@ -360,6 +413,7 @@ pub(super) fn conv(
         mt: b.ins().iadd_imm_s(scratch, wp.m_at() as i64),
         stage: b.ins().iadd_imm_s(scratch, wp.stage_at() as i64),
     };
+    let layout = wp.layout(b, (in_ext[0], in_ext[1]), &pads);
     let counts = transforms.as_ref().map(|_| {
         let s = b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 32, 3));
         b.ins().stack_addr(PTR, s, 0)
@@ -371,7 +425,14 @@ pub(super) fn conv(
         let off = b.ins().imul(n, out_image);
         let y_n = b.ins().iadd(y.ptr, off);
         let r_n = residual.as_ref().map(|r| b.ins().iadd(r.ptr, off));
-        pad_phases(b, wp, x_n, (in_ext[0], in_ext[1]), &pads, bufs.padded);
+        pad_phases(
+            b,
+            wp,
+            x_n,
+            (in_ext[0], in_ext[1]),
+            &pads,
+            (bufs.padded, &layout),
+        );
         let out = Output {
             y: y_n,
             residual: r_n,
@@ -393,7 +454,7 @@ pub(super) fn conv(
             let chunk = Chunk::new(b, t0, n, tw);
             match (&transforms, counts) {
                 (Some(t), Some(counts)) => {
-                    t.input(b, wp, &bufs, &ext, &chunk);
+                    t.input(b, wp, (&bufs, &layout), &ext, &chunk);
                     products(b, wp, (&bufs, u_ptr, u_ab_bytes), &kernels, chunk.n);
                     t.output(b, wp, &bufs, &ext, &chunk, &out, counts);
                 }
@@ -454,7 +515,7 @@ impl RowTransforms {
                 residual,
                 activation,
             };
-            let input = gemm::define_machine_code(ctx, 3, &x86::winograd::emit_input(&spec)?)?;
+            let input = gemm::define_machine_code(ctx, 5, &x86::winograd::emit_input(&spec)?)?;
             let output = gemm::define_machine_code(ctx, 5, &x86::winograd::emit_output(&spec)?)?;
             variants.push((isa.lanes(), input, output));
         }
@@ -496,13 +557,14 @@ impl RowTransforms {
         &self,
         b: &mut FunctionBuilder,
         wp: &WinogradPlan,
-        bufs: &Buffers,
+        (bufs, layout): (&Buffers, &PhaseLayout),
         ext: &Extents,
         chunk: &Chunk,
     ) {
-        let tile_row_bytes = wp.m * wp.padded_row_bytes();
+        let tile_row_bytes = b.ins().imul_imm_s(layout.row_bytes, wp.m as i64);
         tile_rows(b, ext, chunk, |b, row| {
-            let src = kernel::elem_addr(b, bufs.padded, row.ti, tile_row_bytes);
+            let at = b.ins().imul(row.ti, tile_row_bytes);
+            let src = b.ins().iadd(bufs.padded, at);
             let src = kernel::elem_addr(b, src, row.lo, F32);
             let col = b.ins().iadd(row.col0, row.lo);
             let dst = kernel::elem_addr(b, bufs.v, col, F32);
@@ -510,7 +572,9 @@ impl RowTransforms {
             self.pick(b, tiles, &mut |b, lanes, input, _| {
                 let groups = b.ins().iadd_imm_s(tiles, lanes as i64 - 1);
                 let groups = b.ins().udiv_imm_u(groups, lanes as i64);
-                b.ins().call(input, &[src, dst, groups]);
+                let layout = [layout.phase_bytes, layout.channel_bytes];
+                b.ins()
+                    .call(input, &[src, dst, groups, layout[0], layout[1]]);
             });
         });
     }
@@ -567,16 +631,16 @@ struct Buffers {
     stage: Value,
 }
 
-/// Copies the `channels` planes at `x` (`h × w` each) into `wp`'s phase layout at
-/// `dst` with `pads` `[top, left, bottom, right]` of zeros, the bottom and right grown
-/// by m − 1 for the rows and columns the last tiles read.
+/// Copies the `channels` planes at `x` (`h × w` each) into the phase planes at `dst`
+/// (laid out as `layout` says) with `pads` `[top, left, bottom, right]` of zeros, the
+/// bottom and right grown by m − 1 for the rows and columns the last tiles read.
 fn pad_phases(
     b: &mut FunctionBuilder,
     wp: &WinogradPlan,
     x: Value,
     (h, w): (Value, Value),
     pads: &[usize; 4],
-    dst: Value,
+    (dst, layout): (Value, &PhaseLayout),
 ) {
     let m = wp.m;
     let [top, left, bottom, right] = *pads;
@@ -588,18 +652,30 @@ fn pad_phases(
     let quads = b.ins().iadd_imm_s(phase_w, 3);
     let quads = b.ins().ushr_imm_u(quads, 2);
     let in_plane = b.ins().imul(h, w);
-    let row_bytes = wp.padded_row_bytes();
-    let phase_bytes = wp.phase_floats * F32;
+    let PhaseLayout {
+        phase_bytes,
+        row_bytes,
+        channel_bytes,
+    } = *layout;
+    // Phase p of a row at `row + phase_at[p]`.
+    let phase_at: Vec<Value> = (0..m)
+        .map(|p| b.ins().imul_imm_s(phase_bytes, p as i64))
+        .collect();
+    let at = |b: &mut FunctionBuilder, base: Value, index: Value, bytes: Value| {
+        let off = b.ins().imul(index, bytes);
+        b.ins().iadd(base, off)
+    };
     kernel::counted_loop(b, 0, wp.channels as i64, 1, |b, c| {
-        let chan = kernel::elem_addr(b, dst, c, wp.channel_bytes());
+        let chan = at(b, dst, c, channel_bytes);
         // Zeros over every phase of every row (whole quads: phases have slack).
         kernel::dynamic_loop(b, rows, |b, r| {
-            let row = kernel::elem_addr(b, chan, r, row_bytes);
+            let row = at(b, chan, r, row_bytes);
+            let phases: Vec<Value> = phase_at.iter().map(|&p| b.ins().iadd(row, p)).collect();
             kernel::dynamic_loop(b, quads, |b, q| {
-                let at = kernel::elem_addr(b, row, q, LANES * F32);
-                for p in 0..m {
-                    b.ins()
-                        .store(flags(), zero_x4, at, (p * phase_bytes) as i32);
+                let off = b.ins().imul_imm_s(q, (LANES * F32) as i64);
+                for &phase in &phases {
+                    let a = b.ins().iadd(phase, off);
+                    b.ins().store(flags(), zero_x4, a, 0);
                 }
             });
         });
@@ -607,7 +683,8 @@ fn pad_phases(
         let src_c = kernel::elem_addr(b, x, base, F32);
         kernel::dynamic_loop(b, h, |b, r| {
             let pr = b.ins().iadd_imm_s(r, top as i64);
-            let row = kernel::elem_addr(b, chan, pr, row_bytes);
+            let row = at(b, chan, pr, row_bytes);
+            let phases: Vec<Value> = phase_at.iter().map(|&p| b.ins().iadd(row, p)).collect();
             let src_row = b.ins().imul(r, w);
             let src = kernel::elem_addr(b, src_c, src_row, F32);
             // Input column j lands at padded column j + left: phase (j + left) mod m,
@@ -616,7 +693,7 @@ fn pad_phases(
             let runs = b.ins().udiv_imm_u(w, run as i64);
             kernel::dynamic_loop(b, runs, |b, o| {
                 let s = kernel::elem_addr(b, src, o, run * F32);
-                let d = kernel::elem_addr(b, row, o, LANES * F32);
+                let off = b.ins().imul_imm_s(o, (LANES * F32) as i64);
                 let v: Vec<Value> = (0..m).map(|q| load4(b, s, q * LANES * F32)).collect();
                 let split: Vec<Value> = match m {
                     4 => transpose4(b, [v[0], v[1], v[2], v[3]]).to_vec(),
@@ -627,20 +704,56 @@ fn pad_phases(
                 };
                 for (q, val) in split.into_iter().enumerate() {
                     let (phase, index) = ((left + q) % m, (left + q) / m);
-                    store4(b, val, d, phase * phase_bytes + index * F32);
+                    let d = b.ins().iadd(phases[phase], off);
+                    store4(b, val, d, index * F32);
                 }
             });
+            // The columns past the last whole run: as one more run ending at the row's
+            // end (rewriting some columns with their own values), its phases rotated
+            // by its start; a row shorter than a run, column by column.
             let done = b.ins().imul_imm_s(runs, run as i64);
-            kernel::range_loop(b, done, w, |b, j| {
+            let short = b.ins().icmp_imm_s(IntCC::SignedLessThan, w, run as i64);
+            let first = b.ins().select(short, done, w);
+            kernel::range_loop(b, first, w, |b, j| {
                 let s = kernel::elem_addr(b, src, j, F32);
                 let v = b.ins().load(types::F32, flags(), s, 0);
                 let col = b.ins().iadd_imm_s(j, left as i64);
                 let phase = b.ins().urem_imm_u(col, m as i64);
                 let index = b.ins().udiv_imm_u(col, m as i64);
-                let d = kernel::elem_addr(b, row, phase, phase_bytes);
+                let d = at(b, row, phase, phase_bytes);
                 let d = kernel::elem_addr(b, d, index, F32);
                 b.ins().store(flags(), v, d, 0);
             });
+            let partial = b.ins().icmp(IntCC::SignedLessThan, done, w);
+            let not_short = b.ins().bnot(short);
+            let last_run = b.ins().band(partial, not_short);
+            kernel::if_else(
+                b,
+                last_run,
+                |b| {
+                    let j0 = b.ins().iadd_imm_s(w, -(run as i64));
+                    let s = kernel::elem_addr(b, src, j0, F32);
+                    let v: Vec<Value> = (0..m).map(|q| load4(b, s, q * LANES * F32)).collect();
+                    let split: Vec<Value> = match m {
+                        4 => transpose4(b, [v[0], v[1], v[2], v[3]]).to_vec(),
+                        _ => vec![
+                            math::pick_lanes(b, v[0], v[1], [0, 2, 4, 6]),
+                            math::pick_lanes(b, v[0], v[1], [1, 3, 5, 7]),
+                        ],
+                    };
+                    // Vector q holds columns j0 + q + m·i: padded column j0 + left + q.
+                    let col0 = b.ins().iadd_imm_s(j0, left as i64);
+                    for (q, val) in split.into_iter().enumerate() {
+                        let col = b.ins().iadd_imm_s(col0, q as i64);
+                        let phase = b.ins().urem_imm_u(col, m as i64);
+                        let index = b.ins().udiv_imm_u(col, m as i64);
+                        let d = at(b, row, phase, phase_bytes);
+                        let d = kernel::elem_addr(b, d, index, F32);
+                        store4(b, val, d, 0);
+                    }
+                },
+                |_| {},
+            );
         });
     });
 }
