@@ -125,6 +125,34 @@ pub fn compile_model_reporting(
     }
 }
 
+/// The graph `nnc compile` compiles, after its passes, for tools that run it another
+/// way (`nnc run`, `nnc verify`): with ranges, the sample loop's where it covers them,
+/// else the graph over symbolic shapes where every node imports with a symbolic
+/// extent, else the older strategies' (as [`compile_model_reporting`] chooses, short
+/// of a refusal by code generation).
+pub fn load_graph(path: &Path, import: &ImportOptions, passes: &PassManager) -> Result<Graph> {
+    let older = || -> Result<Graph> {
+        let mut graph = onnx::load_model(path, import)?;
+        passes
+            .run(&mut graph)
+            .map_err(|e| NncError::from(e).in_file(path))?;
+        Ok(graph)
+    };
+    if !has_ranges(import) {
+        return older();
+    }
+    let plain = onnx::load_model(path, import);
+    if let Ok(graph) = &plain {
+        if graph.sample_loop.is_some() && graph.row_dims.is_empty() {
+            return older();
+        }
+    }
+    match import_symbolic_graph(path, import, passes) {
+        Ok(graph) => Ok(graph),
+        Err(symbolic) => older().map_err(|_| symbolic),
+    }
+}
+
 /// Whether the options declare a range that varies (`MIN < MAX`).
 fn has_ranges(import: &ImportOptions) -> bool {
     import.ranges.iter().any(|r| r.min < r.max)

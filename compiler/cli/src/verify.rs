@@ -349,13 +349,10 @@ pub fn file_stem(name: &str) -> String {
 }
 
 /// Imports `path` and runs the graph passes `nnc compile` runs by default.
+/// With ranges, the graph `nnc compile` would compile (over symbolic shapes where it
+/// can, see [`nnc::driver::load_graph`]).
 pub fn load(path: &Path, import: &nnc::onnx::ImportOptions) -> nnc::error::Result<Graph> {
-    use nnc::error::NncError;
-    let mut graph = nnc::onnx::load_model(path, import)?;
-    nnc::passes::PassManager::default()
-        .run(&mut graph)
-        .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
-    Ok(graph)
+    nnc::driver::load_graph(path, import, &nnc::passes::PassManager::default())
 }
 
 /// Compiles `graph` for the host and runs it once on `inputs`.
@@ -498,8 +495,9 @@ impl Report {
 }
 
 /// For a graph on run-time image planes, which the interpreter runs only at its
-/// bound: the import options with every dim fixed at the value `inputs` give it (the
-/// model imported so is the reference). `None` for any other graph.
+/// bound, or over symbolic shapes, which it does not run: the import options with
+/// every dim fixed at the value `inputs` give it (the model imported so is the
+/// reference). `None` for any other graph.
 pub fn reference_at_input_dims(
     graph: &Graph,
     inputs: &[Tensor],
@@ -507,7 +505,8 @@ pub fn reference_at_input_dims(
 ) -> Option<nnc::onnx::ImportOptions> {
     let planes =
         (graph.values.iter()).any(|v| v.run_extent.as_ref().is_some_and(|e| e.is_planes()));
-    if !planes {
+    let symbolic = graph.values.iter().any(|v| v.ty.dims.is_some());
+    if !planes && !symbolic {
         return None;
     }
     let deps = nnc::dims::axis_dims(graph);

@@ -254,6 +254,11 @@ fn int8_calibrates_one_sample_at_a_time_and_runs_any_batch() {
 /// A conv net over `[1, 2, size, size]` images (`size` an ONNX dim_param on both plane
 /// axes): a padded conv with ReLU, a strided max pool, global pooling, a classifier.
 fn image_model() -> Vec<u8> {
+    image_model_over(&[(2, "size"), (3, "size")])
+}
+
+/// [`image_model`] with the given axes of the image named dims instead.
+fn image_model_over(named: &[(usize, &str)]) -> Vec<u8> {
     use models::{Attr, ModelBuilder};
     use nnc::onnx::proto::{tensor_shape_proto, type_proto};
     let mut m = ModelBuilder::new(5);
@@ -262,10 +267,9 @@ fn image_model() -> Vec<u8> {
     let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_mut().unwrap().value.as_mut() else {
         unreachable!()
     };
-    for axis in [2, 3] {
-        t.shape.as_mut().unwrap().dim[axis].value = Some(
-            tensor_shape_proto::dimension::Value::DimParam("size".into()),
-        );
+    for &(axis, name) in named {
+        t.shape.as_mut().unwrap().dim[axis].value =
+            Some(tensor_shape_proto::dimension::Value::DimParam(name.into()));
     }
     let w = m.weight(&[4, 2, 3, 3], 0.5);
     let y = m.node("Conv", &[&x, &w], vec![("pads", Attr::Ints(vec![1; 4]))]);
@@ -309,6 +313,48 @@ fn verify_checks_an_image_of_any_size_in_range() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("PASS"), "{}", text(&o));
+}
+
+/// `nnc verify` and `nnc run` with three dims (batch, height and width, which only the
+/// compile over symbolic shapes takes): the library `nnc compile` would build, run at
+/// the image's values, against the model imported at them and onnxruntime.
+#[test]
+fn verify_and_run_take_batch_height_and_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("image.onnx");
+    std::fs::write(&model, image_model_over(&[(0, "n"), (2, "h"), (3, "w")])).unwrap();
+    let v: Vec<f32> = (0..2 * 2 * 13 * 9)
+        .map(|i| ((i * 7) % 11) as f32 / 11.0)
+        .collect();
+    let image = Tensor::from_vec(&[2, 2, 13, 9], v);
+    let path = dir.path().join("image.npy");
+    std::fs::write(&path, nnc_host::npy::to_bytes(&image).unwrap()).unwrap();
+    let dims = ["--dim", "n=1..4", "--dim", "h=4..24", "--dim", "w=4..24"];
+    let input = format!("image={}", path.display());
+    let mut args = vec!["verify", model.to_str().unwrap(), "--input", &input];
+    args.extend(dims);
+    let o = nnc(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("PASS"), "{}", text(&o));
+    assert!(!text(&o).contains("FAIL"), "{}", text(&o));
+    let out = dir.path().join("out");
+    let mut args = vec!["run", model.to_str().unwrap(), "--input", &input];
+    args.extend(["--output", out.to_str().unwrap()]);
+    args.extend(dims);
+    let o = nnc(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let y = nnc_host::npy::read(
+        &out.join(
+            std::fs::read_dir(&out)
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .file_name(),
+        ),
+    )
+    .unwrap();
+    assert_eq!(y.shape(), &[2, 3]);
 }
 
 /// `MIN..MIN` is the value MIN, whether by `--dim` or an `--input-shape` axis (it was
