@@ -634,21 +634,29 @@ impl OutputEmitter<'_> {
             }
             let outs = self.tiles_to_columns(a)?;
             for (q, &r) in outs.iter().enumerate() {
-                let masked = cols == Columns::Counted;
-                if masked {
-                    // Lanes of this vector inside the row: rest − q·lanes in 0..=lanes.
-                    a.mov(rax, qword_ptr(rsp + imm(counts + REST_SLOT * 8)?))?;
-                    a.sub(rax, imm(q * lanes)?)?;
-                    a.xor(r10d, r10d)?;
-                    a.cmp(rax, 0)?;
-                    a.cmovl(rax, r10)?;
-                    a.mov(r10, lanes as u64)?;
-                    a.cmp(rax, r10)?;
-                    a.cmovg(rax, r10)?;
-                    self.masks.set_counted(a, s.isa, k1, AVX2_MASK, rax, r10)?;
-                }
                 let off = imm(q * lanes * F32)?;
-                self.store_output(a, r, (r9 + off, r12 + off), masked)?;
+                if cols == Columns::Whole {
+                    self.store_output(a, r, (r9 + off, r12 + off), false)?;
+                    continue;
+                }
+                // Lanes of this vector inside the row: rest − q·lanes. A whole vector
+                // is stored plainly: a masked store (vmaskmovps) costs tens of cycles
+                // on AMD Zen, and only a row's last vector needs one.
+                let (mut partial, mut stored) = (a.create_label(), a.create_label());
+                a.mov(rax, qword_ptr(rsp + imm(counts + REST_SLOT * 8)?))?;
+                a.sub(rax, imm(q * lanes)?)?;
+                a.cmp(rax, lanes as i32)?;
+                a.jl(partial)?;
+                self.store_output(a, r, (r9 + off, r12 + off), false)?;
+                a.jmp(stored)?;
+                a.set_label(&mut partial)?;
+                a.xor(r10d, r10d)?;
+                a.cmp(rax, 0)?;
+                a.cmovl(rax, r10)?;
+                self.masks.set_counted(a, s.isa, k1, AVX2_MASK, rax, r10)?;
+                self.store_output(a, r, (r9 + off, r12 + off), true)?;
+                a.set_label(&mut stored)?;
+                a.nop()?;
             }
         }
         a.set_label(&mut done)?;
