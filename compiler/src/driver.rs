@@ -92,9 +92,11 @@ pub fn compile_model_reporting(
     // A batch the sample loop covers runs one sample's static code per sample: as fast
     // as a static library and bit-identical to it. Other ranges compile into one
     // library over symbolic shapes; a model with a node that has no symbolic form yet
-    // goes the older way. Where both fail, a refusal of code generation over symbolic
-    // shapes (naming node, axis and expression) is the error, else the older import's
-    // (whose checks of the options come first).
+    // goes the older way. Where both fail, the refusal over symbolic shapes (of code
+    // generation, or the import's unsupported nodes, naming node, input and
+    // expression) is the error: the older strategies' ("imported differently at
+    // different values") says less. Any other import error is the older import's,
+    // whose checks of the options come first.
     let older = onnx::load_model(path, import);
     if let Ok(graph) = &older {
         if graph.sample_loop.is_some() && graph.row_dims.is_empty() {
@@ -121,7 +123,10 @@ pub fn compile_model_reporting(
             ..c
         }),
         (Err(_), Err(codegen_refusal)) => Err(codegen_refusal),
-        (Err(e), Ok(_)) => Err(e),
+        (Err(e), Ok(import_refusal)) => match import_refusal.unsupported_ops() {
+            true => Err(import_refusal),
+            false => Err(e),
+        },
     }
 }
 
@@ -149,7 +154,10 @@ pub fn load_graph(path: &Path, import: &ImportOptions, passes: &PassManager) -> 
     }
     match import_symbolic_graph(path, import, passes) {
         Ok(graph) => Ok(graph),
-        Err(symbolic) => older().map_err(|_| symbolic),
+        Err(symbolic) => older().map_err(|e| match symbolic.unsupported_ops() {
+            true => symbolic,
+            false => e,
+        }),
     }
 }
 

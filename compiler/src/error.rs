@@ -179,6 +179,15 @@ impl NncError {
     }
 
     /// Attaches the model file's path, once (nested wrapping would repeat it).
+    /// Whether this is a list of unsupported operators (in a file or not).
+    pub fn unsupported_ops(&self) -> bool {
+        match self {
+            NncError::Unsupported(_) => true,
+            NncError::InFile { source, .. } => source.unsupported_ops(),
+            _ => false,
+        }
+    }
+
     pub fn in_file(self, path: impl Into<PathBuf>) -> Self {
         match self {
             e @ (NncError::InFile { .. } | NncError::Io { .. } | NncError::Decode { .. }) => e,

@@ -47,6 +47,10 @@ pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {
         "Slice" => slice(ctx),
         "Range" => range(ctx),
         "Split" => split(ctx),
+        "Resize" | "Upsample" if holds_extents => Err(refusal(
+            ctx,
+            "Resize to them has no form over symbolic shapes yet",
+        )),
         _ if holds_extents => arithmetic(ctx, &op, importer),
         "Conv" | "MaxPool" | "AveragePool" => {
             same_padding_fixed(ctx)?;
@@ -76,7 +80,8 @@ fn text(ctx: &NodeCtx, d: &Dim) -> String {
     d.written(&|s| ctx.symbols().name(s).to_string())
 }
 
-/// Why the node cannot be imported, naming its first symbolic operand.
+/// Why the node cannot be imported, naming its first operand that holds extents
+/// (the sizes or shape it is given), else its first operand of a symbolic extent.
 fn refusal(ctx: &NodeCtx, why: &str) -> ImportError {
     for i in 0..ctx.inputs.len() {
         let Some(v) = ctx.input(i) else { continue };
@@ -89,6 +94,10 @@ fn refusal(ctx: &NodeCtx, why: &str) -> ImportError {
                 e.join(", ")
             ));
         }
+    }
+    for i in 0..ctx.inputs.len() {
+        let Some(v) = ctx.input(i) else { continue };
+        let info = ctx.graph().value(v);
         if let Some((axis, d)) = info.ty.first_symbolic_axis() {
             return ImportError::Unsupported(format!(
                 "axis {axis} of input '{}' is {} (set at run time); {why}",
