@@ -694,14 +694,7 @@ fn pad_phases(
             kernel::dynamic_loop(b, runs, |b, o| {
                 let s = kernel::elem_addr(b, src, o, run * F32);
                 let off = b.ins().imul_imm_s(o, (LANES * F32) as i64);
-                let v: Vec<Value> = (0..m).map(|q| load4(b, s, q * LANES * F32)).collect();
-                let split: Vec<Value> = match m {
-                    4 => transpose4(b, [v[0], v[1], v[2], v[3]]).to_vec(),
-                    _ => vec![
-                        math::pick_lanes(b, v[0], v[1], [0, 2, 4, 6]),
-                        math::pick_lanes(b, v[0], v[1], [1, 3, 5, 7]),
-                    ],
-                };
+                let split = phase_split(b, s, m);
                 for (q, val) in split.into_iter().enumerate() {
                     let (phase, index) = ((left + q) % m, (left + q) / m);
                     let d = b.ins().iadd(phases[phase], off);
@@ -733,14 +726,7 @@ fn pad_phases(
                 |b| {
                     let j0 = b.ins().iadd_imm_s(w, -(run as i64));
                     let s = kernel::elem_addr(b, src, j0, F32);
-                    let v: Vec<Value> = (0..m).map(|q| load4(b, s, q * LANES * F32)).collect();
-                    let split: Vec<Value> = match m {
-                        4 => transpose4(b, [v[0], v[1], v[2], v[3]]).to_vec(),
-                        _ => vec![
-                            math::pick_lanes(b, v[0], v[1], [0, 2, 4, 6]),
-                            math::pick_lanes(b, v[0], v[1], [1, 3, 5, 7]),
-                        ],
-                    };
+                    let split = phase_split(b, s, m);
                     // Vector q holds columns j0 + q + m·i: padded column j0 + left + q.
                     let col0 = b.ins().iadd_imm_s(j0, left as i64);
                     for (q, val) in split.into_iter().enumerate() {
@@ -756,6 +742,18 @@ fn pad_phases(
             );
         });
     });
+}
+
+/// The 4m floats at `s` split by column phase: vector q holds columns q, q + m, ….
+fn phase_split(b: &mut FunctionBuilder, s: Value, m: usize) -> Vec<Value> {
+    let v: Vec<Value> = (0..m).map(|q| load4(b, s, q * LANES * F32)).collect();
+    match m {
+        4 => transpose4(b, [v[0], v[1], v[2], v[3]]).to_vec(),
+        _ => vec![
+            math::pick_lanes(b, v[0], v[1], [0, 2, 4, 6]),
+            math::pick_lanes(b, v[0], v[1], [1, 3, 5, 7]),
+        ],
+    }
 }
 
 /// `V_ξν[c][t..t+4] = (Bᵀ d B)_ξν` for every channel and four-tile group of the chunk.
