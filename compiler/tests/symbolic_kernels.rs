@@ -112,6 +112,46 @@ fn convs_and_pools_over_run_time_planes_on_every_kernel_family() {
     check_every_family(&small_cnn(), (2, 40), &[2, 3, 9, 16, 23, 40]);
 }
 
+/// Max pools over `[1, 4, size, size]` side by side, their outputs concatenated:
+/// ResNet's 3×3/2 with pads, 2×2/2 with ceil mode, 3×3/1 with pads, a dilated 2×3/1
+/// and a 5-row window: widths around the vector widths and windows reaching past the
+/// plane on every side.
+fn max_pools() -> Vec<u8> {
+    let mut m = ModelBuilder::new(5);
+    let x = m.input("x", &[1, 4, 8, 8]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    // Kernel, strides, pads, dilations, ceil mode.
+    type Pool<'a> = (&'a [i64], &'a [i64], &'a [i64], &'a [i64], i64);
+    let pools: [Pool; 5] = [
+        (&[3, 3], &[2, 2], &[1, 1, 1, 1], &[1, 1], 0),
+        (&[2, 2], &[2, 2], &[0, 0, 0, 0], &[1, 1], 1),
+        (&[3, 3], &[1, 1], &[1, 1, 1, 1], &[1, 1], 0),
+        (&[2, 3], &[1, 1], &[1, 2, 0, 1], &[2, 2], 0),
+        (&[5, 2], &[3, 1], &[2, 0, 2, 1], &[1, 1], 0),
+    ];
+    for (k, s, p, d, ceil) in pools {
+        let y = m.node(
+            "MaxPool",
+            &[&x],
+            vec![
+                ("kernel_shape", Attr::Ints(k.to_vec())),
+                ("strides", Attr::Ints(s.to_vec())),
+                ("pads", Attr::Ints(p.to_vec())),
+                ("dilations", Attr::Ints(d.to_vec())),
+                ("ceil_mode", Attr::I(ceil)),
+            ],
+        );
+        m.output(&y);
+    }
+    m.encode()
+}
+
+#[test]
+fn max_pools_over_run_time_planes_on_every_kernel_family() {
+    check_every_family(&max_pools(), (2, 70), &[2, 5, 16, 17, 33, 70]);
+}
+
 /// Both models compiled over symbolic shapes for aarch64 and run under qemu (through
 /// `infer`, every dim at its maximum), against the interpreter at the maximum.
 #[test]

@@ -143,6 +143,24 @@ pub const KERNELS: &[KernelInfo] = &[
         ),
     ),
     x86(
+        "f32-maxpool-plane-avx512f",
+        AVX512,
+        About(
+            "2-D max pool of one plane of run-time size from its bordered copy (plane-phases layout, column stride 1 or 2), at most seven window rows and phases, a vector of outputs at a time",
+            "kernels::x86::maxpool_plane::emit",
+            "none: reads the node's bordered plane",
+        ),
+    ),
+    x86(
+        "f32-maxpool-plane-avx2-fma",
+        AVX2_FMA,
+        About(
+            "as f32-maxpool-plane-avx512f",
+            "kernels::x86::maxpool_plane::emit",
+            "none",
+        ),
+    ),
+    x86(
         "f32-patch-rows-avx512f",
         AVX512,
         About(

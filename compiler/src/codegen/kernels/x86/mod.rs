@@ -13,6 +13,7 @@ pub mod dwconv_rows;
 pub mod gemm;
 pub mod gemm_u8s8_ymm;
 pub mod maxpool2d;
+pub mod maxpool_plane;
 pub mod patch_rows;
 pub mod plane_phases;
 mod planes_walk;

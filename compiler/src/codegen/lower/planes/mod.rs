@@ -37,10 +37,11 @@ use super::run_shape;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, Strategy};
+use crate::codegen::kernels::x86::maxpool_plane::{self, MaxPoolPlaneSpec};
 use crate::codegen::kernels::x86::patch_rows::{self, PatchRowsSpec};
 use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
 use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
-use crate::codegen::options::{KernelOptions, WinogradChoice};
+use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node, Tensor};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
@@ -84,6 +85,9 @@ pub struct PlanesPlan {
     /// The machine-code copy of each input plane into its bordered copy (a max pool's,
     /// a conv's gathered from padded planes), where one applies; else [`pad_plane`].
     pub phase_copy: Option<Box<PhasesSpec>>,
+    /// A 2-D max pool's machine-code kernel, where one applies, and its row buffer's
+    /// floats.
+    pub max_pool: Option<Box<(MaxPoolPlaneSpec, usize)>>,
 }
 
 impl PlanesPlan {
@@ -110,6 +114,7 @@ impl PlanesPlan {
         let named = [
             self.depthwise_rows.as_ref().map(|d| ("dwconv-rows", d.isa)),
             self.phase_copy.as_ref().map(|p| ("plane-phases", p.isa)),
+            self.max_pool.as_ref().map(|p| ("maxpool-plane", p.0.isa)),
         ];
         for (kind, isa) in
             (named.into_iter().flatten()).chain(patch_rows.map(|p| ("patch-rows", p.isa)))
@@ -313,6 +318,7 @@ pub fn plan_planes(
         winograd: None,
         depthwise_rows: None,
         phase_copy: None,
+        max_pool: None,
     };
     let mut scratch = 0;
     let reason = match &node.op {
@@ -413,10 +419,23 @@ pub fn plan_planes(
             }
         }
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
-            scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
-            plan.phase_copy = phase_copy_spec(target, &p.pads, p.strides[1]).map(Box::new);
-            "per channel: the plane copied into a -inf border (columns split by stride \
-             phase), then the windows' maxima four outputs at a time"
+            match max_pool_spec(target, p, options) {
+                Some(spec) => {
+                    let (xs, ys) = (&graph.ty(x).shape, &graph.ty(y).shape);
+                    let floats = maxpool_plane::row_floats(&spec, xs[3], ys[3]);
+                    scratch = floats * F32;
+                    plan.max_pool = Some(Box::new((spec, floats)));
+                    "per output row: the window's input rows' maxima into a row buffer, \
+                     then each window's maximum along it, a vector of outputs at a time"
+                }
+                None => {
+                    scratch =
+                        padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
+                    plan.phase_copy = phase_copy_spec(target, &p.pads, p.strides[1]).map(Box::new);
+                    "per channel: the plane copied into a -inf border (columns split by \
+                     stride phase), then the windows' maxima four outputs at a time"
+                }
+            }
         }
         Op::Binary(_) => {
             "per plane: the other operand's value for that plane applied four floats at a time"
@@ -569,6 +588,26 @@ fn phase_copy_spec(target: &Target, pads: &[usize], phases: usize) -> Option<Pha
         pad: [pads[0], pads[1]],
     };
     plane_phases::supports(&spec).then_some(spec)
+}
+
+/// The machine-code max pool over bordered planes for `target`, where one applies:
+/// x86 with AVX2 or AVX-512 (unless `--kernel pool=clif`), a window the kernel takes.
+fn max_pool_spec(
+    target: &Target,
+    p: &PoolAttrs,
+    options: &KernelOptions,
+) -> Option<MaxPoolPlaneSpec> {
+    if options.pool == KernelSource::Clif {
+        return None;
+    }
+    let spec = MaxPoolPlaneSpec {
+        isa: X86Isa::for_target(target)?,
+        kernel: [p.kernel[0], p.kernel[1]],
+        strides: [p.strides[0], p.strides[1]],
+        dilations: [p.dilations[0], p.dilations[1]],
+        pads: [p.pads[0], p.pads[1]],
+    };
+    maxpool_plane::supports(&spec).then_some(spec)
 }
 
 /// The machine-code patch gather of a conv's blocks for `target`, where one applies:
@@ -2012,6 +2051,9 @@ fn max_pool_2d(
     let x = ctx.input(0)?;
     let y = ctx.output(0);
     let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
+    if let Some(spec) = &plan.max_pool {
+        return max_pool_2d_kernel(ctx, spec, plan, src);
+    }
     let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let b = &mut *ctx.b;
     let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
@@ -2087,6 +2129,40 @@ fn max_pool_2d(
             kernel::range_loop(b, done, out_ext[1], |b, ox| outputs(b, ox, types::F32, 1));
         });
     });
+    Ok(())
+}
+
+/// Max pool of 2-D windows by the machine-code kernel (`kernels::x86::maxpool_plane`):
+/// one call for every plane of the batch, the node's scratch its row buffer.
+fn max_pool_2d_kernel(
+    ctx: &mut LowerCtx,
+    (spec, row_floats): &(MaxPoolPlaneSpec, usize),
+    plan: &PlanesPlan,
+    src: &PlaneSource,
+) -> LowerResult {
+    let x = ctx.input(0)?;
+    let y = ctx.output(0);
+    let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
+    let code = maxpool_plane::emit(spec, *row_floats)?;
+    let pool = gemm::define_machine_code(ctx, 4, &code)?;
+    let b = &mut *ctx.b;
+    let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
+    let planes = planes.value(b);
+    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
+    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let in_row = b.ins().imul_imm_s(in_ext[1], F32 as i64);
+    let window_row = b.ins().imul_imm_s(in_row, spec.dilations[0] as i64);
+    let in_plane = b.ins().imul(in_row, in_ext[0]);
+    let fields = [
+        planes, in_ext[0], in_ext[1], out_ext[0], out_ext[1], in_row, window_row, in_plane,
+    ];
+    let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, (8 * fields.len()) as u32, 3);
+    let counts = b.create_sized_stack_slot(slot);
+    let counts = b.ins().stack_addr(kernel::PTR, counts, 0);
+    for (i, v) in fields.into_iter().enumerate() {
+        b.ins().store(flags(), v, counts, (8 * i) as i32);
+    }
+    b.ins().call(pool, &[x.ptr, y.ptr, counts, scratch]);
     Ok(())
 }
 

@@ -164,12 +164,16 @@ impl WinogradPlan {
         }
         let [top, left, bottom, right] = *pads;
         let m = self.m as i64;
-        // As `new` sizes the largest: columns and rows read past the pads by the last
-        // tile column and row, and a group's slack.
-        let cols = b.ins().iadd_imm_s(w, (left + right) as i64 + m - 1);
-        let lp = b.ins().iadd_imm_s(cols, m - 1);
-        let lp = b.ins().udiv_imm_u(lp, m);
-        let lp = b.ins().iadd_imm_s(lp, (GROUP_SLACK + LANES - 1) as i64);
+        // The columns `pad_phases` writes (the last tile column's reads past the pads
+        // included), whole quads: no slack per row. A group of tiles past a row's end
+        // reads the next phase row's floats into lanes nothing stores; past the last
+        // channel it reads the room the largest extents' layout leaves (see `new`).
+        // Why: a 28×28 input laid out at the largest extents' 16 floats of slack per
+        // phase row took 3.5 times the cache lines it needs, and its input transform
+        // four times as long as the static one's.
+        let cols = b.ins().iadd_imm_s(w, (left + right) as i64 + 2 * (m - 1));
+        let lp = b.ins().udiv_imm_u(cols, m);
+        let lp = b.ins().iadd_imm_s(lp, LANES as i64 - 1);
         let lp = b.ins().band_imm_s(lp, -(LANES as i64));
         let phase_bytes = b.ins().imul_imm_s(lp, F32 as i64);
         let row_bytes = b.ins().imul_imm_s(phase_bytes, m);
