@@ -406,6 +406,17 @@ pub(super) fn conv(
     let lanes = wp.geometry.lanes as i64;
     let vectors = b.ins().iadd_imm_s(tiles, lanes - 1);
     let vectors = b.ins().udiv_imm_u(vectors, lanes);
+    // Where a chunk holds whole tile rows, chunks of whole rows, dealt evenly: a row
+    // split between two chunks is transformed twice at full vector width.
+    let rows_fit = kernel::iconst(b, wp.chunk_tiles as i64);
+    let rows_fit = b.ins().udiv(rows_fit, tw);
+    let by_rows = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, rows_fit, 0);
+    let one = kernel::iconst(b, 1);
+    let rows_fit = b.ins().smax(rows_fit, one);
+    let row_chunks = b.ins().iadd(th, rows_fit);
+    let row_chunks = b.ins().iadd_imm_s(row_chunks, -1);
+    let row_chunks = b.ins().udiv(row_chunks, rows_fit);
+    let chunks = b.ins().select(by_rows, row_chunks, chunks);
     let ext = Extents {
         out_h: out_ext[0],
         out_w: out_ext[1],
@@ -450,9 +461,16 @@ pub(super) fn conv(
                 let v = b.ins().udiv(v, chunks);
                 b.ins().imul_imm_s(v, lanes)
             };
-            let t0 = first_vector(b, k);
+            let first_row = |b: &mut FunctionBuilder, k: Value| {
+                let r = b.ins().imul(k, th);
+                let r = b.ins().udiv(r, chunks);
+                b.ins().imul(r, tw)
+            };
             let k1 = b.ins().iadd_imm_s(k, 1);
-            let t1 = first_vector(b, k1);
+            let (v0, v1) = (first_vector(b, k), first_vector(b, k1));
+            let (r0, r1) = (first_row(b, k), first_row(b, k1));
+            let t0 = b.ins().select(by_rows, r0, v0);
+            let t1 = b.ins().select(by_rows, r1, v1);
             let t1 = b.ins().smin(t1, tiles);
             let n = b.ins().isub(t1, t0);
             let chunk = Chunk::new(b, t0, n, tw);
