@@ -687,19 +687,57 @@ fn pad_phases(
         let off = b.ins().imul(index, bytes);
         b.ins().iadd(base, off)
     };
+    // The quads of each phase the copy leaves: all of them in the top and bottom pad
+    // rows; in the rows holding the input, the first quad (the left pad, where it is
+    // at most 4m columns) and those from the quad holding the last input column on.
+    // Why: zeros over every quad of every row, then the copy over most of them, took
+    // more instructions than the copy itself.
+    let left_quads = match left {
+        0 => 0,
+        l if l <= 4 * m => 1,
+        _ => -1,
+    };
+    let last = b.ins().iadd_imm_s(w, left as i64);
+    let last = b.ins().udiv_imm_u(last, (4 * m) as i64);
+    let last = b.ins().iadd_imm_s(last, -1);
+    let zero_from = kernel::iconst(b, 0);
+    let last = b.ins().smax(last, zero_from);
+    let zero_quads = |b: &mut FunctionBuilder, row: Value, from: Value, to: Value| {
+        let phases: Vec<Value> = phase_at.iter().map(|&p| b.ins().iadd(row, p)).collect();
+        kernel::range_loop(b, from, to, |b, q| {
+            let off = b.ins().imul_imm_s(q, (LANES * F32) as i64);
+            for &phase in &phases {
+                let a = b.ins().iadd(phase, off);
+                b.ins().store(flags(), zero_x4, a, 0);
+            }
+        });
+    };
+    let first_bottom = b.ins().iadd_imm_s(h, top as i64);
     kernel::counted_loop(b, 0, wp.channels as i64, 1, |b, c| {
         let chan = at(b, dst, c, channel_bytes);
-        // Zeros over every phase of every row (whole quads: phases have slack).
         kernel::dynamic_loop(b, rows, |b, r| {
             let row = at(b, chan, r, row_bytes);
-            let phases: Vec<Value> = phase_at.iter().map(|&p| b.ins().iadd(row, p)).collect();
-            kernel::dynamic_loop(b, quads, |b, q| {
-                let off = b.ins().imul_imm_s(q, (LANES * F32) as i64);
-                for &phase in &phases {
-                    let a = b.ins().iadd(phase, off);
-                    b.ins().store(flags(), zero_x4, a, 0);
-                }
-            });
+            let above = b.ins().icmp_imm_s(IntCC::SignedLessThan, r, top as i64);
+            let below = b
+                .ins()
+                .icmp(IntCC::SignedGreaterThanOrEqual, r, first_bottom);
+            let pad_row = b.ins().bor(above, below);
+            kernel::if_else(
+                b,
+                pad_row,
+                |b| zero_quads(b, row, zero_from, quads),
+                |b| {
+                    if left_quads < 0 {
+                        zero_quads(b, row, zero_from, quads);
+                        return;
+                    }
+                    if left_quads > 0 {
+                        let one = kernel::iconst(b, 1);
+                        zero_quads(b, row, zero_from, one);
+                    }
+                    zero_quads(b, row, last, quads);
+                },
+            );
         });
         let base = b.ins().imul(c, in_plane);
         let src_c = kernel::elem_addr(b, x, base, F32);
