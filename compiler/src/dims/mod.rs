@@ -15,57 +15,16 @@
 //! graph compiled at its maximum.
 
 pub mod planes;
-pub mod range;
 pub mod row_extent;
 pub mod sample_loop;
 
-pub use range::{parse_range, DimRange, DimSite};
-pub use sample_loop::{import_with_ranges, named_ranges};
+pub use crate::onnx::ranges as range;
+pub use crate::onnx::ranges::{named_ranges, parse_range, DimRange, DimSite};
+pub use sample_loop::import_with_ranges;
+
+pub use crate::ir::run_dims::{RowDim, SampleLoop, SymbolicDim};
 
 use crate::ir::{Graph, Tensor, ValueId};
-
-/// A dimension of a compiled graph the caller sets at run time, in `[min, max]`:
-/// what `model_info` lists, in the order of `nnc_run_options.dims`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SymbolicDim {
-    pub name: String,
-    pub min: usize,
-    pub max: usize,
-}
-
-/// The graph is one sample's; `run` calls it `dims[dim]` times. `inputs[i]` /
-/// `outputs[i]` mark the graph inputs and outputs whose axis 0 holds the samples
-/// (`[dim · unit, ...]`, the graph's shape being `[unit, ...]`); the others are the
-/// same for every sample.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SampleLoop {
-    pub dim: usize,
-    pub inputs: Vec<bool>,
-    pub outputs: Vec<bool>,
-}
-
-/// A dim covered by the row strategy ([`row_extent`]): `count` holds its value while
-/// the graph runs, written by `run` from `options->dims` (by `infer`: the maximum), and
-/// is the run-time extent of every value that grows with it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RowDim {
-    pub dim: usize,
-    pub count: ValueId,
-    /// What the count holds: the dim's value put through this (the dim itself, or the
-    /// columns a text line's convs leave, which a CRNN's recurrence runs over).
-    pub size: crate::ir::ExtentExpr,
-}
-
-impl RowDim {
-    /// The count of the dim `dim` itself.
-    pub fn of(dim: usize, count: ValueId) -> RowDim {
-        RowDim {
-            dim,
-            count,
-            size: crate::ir::ExtentExpr::dim(),
-        }
-    }
-}
 
 /// How one axis of an input or output depends on a dim: its size is `scale · dims[dim]`
 /// put through `size` (a conv's output-size formula; the dim itself for every input).

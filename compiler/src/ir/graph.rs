@@ -34,7 +34,7 @@ pub struct RunExtent {
     pub count: ValueId,
     pub whole_shape: bool,
     /// Per axis in `axes`, its extent as a function of the dim `count` holds (a
-    /// conv's output planes, see `crate::dims::planes`); empty: each is the count.
+    /// conv's output planes); empty: each is the count.
     pub sizes: Vec<super::ExtentExpr>,
 }
 
@@ -76,11 +76,11 @@ pub struct Graph {
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<ValueId>,
     /// Dimensions the caller sets at run time, in the ABI's order (empty: a static graph).
-    pub dims: Vec<crate::dims::SymbolicDim>,
+    pub dims: Vec<super::run_dims::SymbolicDim>,
     /// Set when the graph is one sample's and `run` loops over the samples of `dims`.
-    pub sample_loop: Option<crate::dims::SampleLoop>,
+    pub sample_loop: Option<super::run_dims::SampleLoop>,
     /// The dims whose values are the run-time extents of the values growing with them.
-    pub row_dims: Vec<crate::dims::RowDim>,
+    pub row_dims: Vec<super::run_dims::RowDim>,
     /// The symbols the extents of symbolic values are expressions over (the dims set
     /// at run time, in `dims` order), with their ranges.
     pub symbols: super::SymbolTable,

@@ -7,6 +7,7 @@ pub mod extent_expr;
 pub mod graph;
 pub mod input_guard;
 pub mod low_precision;
+pub mod run_dims;
 pub mod tensor;
 
 pub use dim::{Dim, DimAtom, SymbolId, SymbolTable};

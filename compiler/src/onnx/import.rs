@@ -28,8 +28,8 @@ pub struct ImportOptions {
     /// `--dim PARAM=VALUE`
     pub dims: HashMap<String, usize>,
     /// `--dim NAME=MIN..MAX` and ranges in `--input-shape` (whose axis then holds any
-    /// value in `input_shapes`): dims the caller sets at run time (see [`crate::dims`]).
-    pub ranges: Vec<crate::dims::DimRange>,
+    /// value in `input_shapes`): dims the caller sets at run time (see [`super::ranges`]).
+    pub ranges: Vec<super::ranges::DimRange>,
     /// `--freeze-input NAME=FILE`: graph inputs replaced by constants, e.g. the axes,
     /// pads or target shape a model takes as an input but the user never varies.
     pub frozen_inputs: HashMap<String, Tensor>,
@@ -246,7 +246,7 @@ pub struct GraphBuilder {
     /// Whether declared ranges are symbols (see [`import_symbolic`]).
     symbolic: bool,
     /// Where each symbol's range applies, by symbol.
-    symbol_sites: Vec<crate::dims::DimSite>,
+    symbol_sites: Vec<super::ranges::DimSite>,
     /// The fully static shapes the model declares for its values (graph outputs and
     /// `value_info`), by name: what a shape input computed at run time must imply (see
     /// [`super::implied_inputs`]).
@@ -699,14 +699,14 @@ impl GraphBuilder {
 
     /// One symbol per declared range, in the ranges' order (the ABI's `dims`).
     fn declare_symbols(&mut self, model: &ModelProto, opts: &ImportOptions) -> Result<()> {
-        for r in crate::dims::named_ranges(model, opts).ranges {
-            if r.min == 0 || r.min > r.max || r.max > crate::dims::range::MAX_DIM_VALUE {
+        for r in super::ranges::named_ranges(model, opts).ranges {
+            if r.min == 0 || r.min > r.max || r.max > super::ranges::MAX_DIM_VALUE {
                 return Err(NncError::Model(format!(
                     "dimension '{}': the range {}..{} must have 1 <= MIN <= MAX <= {}",
                     r.name,
                     r.min,
                     r.max,
-                    crate::dims::range::MAX_DIM_VALUE
+                    super::ranges::MAX_DIM_VALUE
                 )));
             }
             if self.graph.symbols.find(&r.name).is_some() {
@@ -722,7 +722,7 @@ impl GraphBuilder {
                 r.max as i64,
             );
             // What model_info lists, in the order of `nnc_run_options.dims`.
-            self.graph.dims.push(crate::dims::SymbolicDim {
+            self.graph.dims.push(crate::ir::run_dims::SymbolicDim {
                 name: r.name.clone(),
                 min: r.min,
                 max: r.max,
@@ -764,7 +764,7 @@ impl GraphBuilder {
                     declared.get(axis).and_then(|d| d.value.as_ref()),
                     Some(dimension::Value::DimParam(p)) if p == sym_name
                 ) && !opts.input_shapes.contains_key(name);
-                let at_site = matches!(site, crate::dims::DimSite::InputAxis { input, axis: a }
+                let at_site = matches!(site, super::ranges::DimSite::InputAxis { input, axis: a }
                     if input == name && *a == axis);
                 if named || at_site {
                     *d = symbol.clone();

@@ -8,6 +8,7 @@ mod implied_inputs;
 pub mod import;
 pub mod ops;
 pub mod proto;
+pub mod ranges;
 mod symbolic;
 pub mod tensor_proto;
 pub mod weight_budget;

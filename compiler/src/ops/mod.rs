@@ -6,6 +6,7 @@
 //! interpreter (`crate::interp`) and the Cranelift lowering (`crate::codegen`) each
 //! implement every variant.
 
+pub mod along_axis;
 pub mod attrs;
 pub mod infer;
 pub mod infer_dims;

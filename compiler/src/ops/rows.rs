@@ -128,7 +128,7 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
     for o in &node.outputs {
         marked[o.0] = true;
     }
-    crate::dims::sample_loop::check_node(graph, node, &marked, axis)
+    crate::ops::along_axis::check_node(graph, node, &marked, axis)
         .map_err(|e| format!("{reading}; run row by row, it {e}"))?;
     let row_inputs: Vec<Option<TensorType>> = (node.inputs.iter().zip(&row_axes))
         .map(|(v, a)| {

@@ -1,6 +1,7 @@
 //! Declared ranges: `--dim NAME=MIN..MAX` and `MIN..MAX` on an axis of
 //! `--input-shape`, and the import options that bind them to one value.
 
+use crate::onnx::proto::ModelProto;
 use crate::onnx::ImportOptions;
 
 /// Where a declared range applies.
@@ -87,6 +88,35 @@ impl ImportOptions {
             .collect();
         o
     }
+}
+
+/// `opts` with each range given on an input axis the model names (an ONNX `dim_param`)
+/// renamed after it: `--input-shape x=1..8,...` on an axis the model calls `batch` is
+/// `--dim batch=1..8`, so the other inputs' `batch` axes follow (and the ABI names it
+/// `batch`, not `x.0`).
+pub fn named_ranges(model: &ModelProto, opts: &ImportOptions) -> ImportOptions {
+    use crate::onnx::proto::{tensor_shape_proto::dimension, type_proto};
+    let mut o = opts.clone();
+    let inputs = model.graph.as_ref().map_or(&[][..], |g| g.input.as_slice());
+    for r in &mut o.ranges {
+        let DimSite::InputAxis { input, axis } = &r.site else {
+            continue;
+        };
+        let declared = inputs
+            .iter()
+            .find(|i| &i.name == input)
+            .and_then(|i| i.r#type.as_ref()?.value.as_ref())
+            .and_then(|t| match t {
+                type_proto::Value::TensorType(t) => t.shape.as_ref()?.dim.get(*axis)?.value.clone(),
+                _ => None,
+            });
+        if let Some(dimension::Value::DimParam(p)) = declared {
+            if !p.is_empty() {
+                r.name = p;
+            }
+        }
+    }
+    o
 }
 
 #[cfg(test)]
