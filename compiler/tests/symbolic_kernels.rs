@@ -152,6 +152,29 @@ fn max_pools_over_run_time_planes_on_every_kernel_family() {
     check_every_family(&max_pools(), (2, 70), &[2, 5, 16, 17, 33, 70]);
 }
 
+/// Global average pools and a mean over the last axis of `[1, 6, size, size]`: runs of
+/// 1 to 4900 floats, through the vector blocks, quads and last floats of each.
+fn plane_means() -> Vec<u8> {
+    let mut m = ModelBuilder::new(9);
+    let x = m.input("x", &[1, 6, 8, 8]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let g = m.node("GlobalAveragePool", &[&x], vec![]);
+    m.output(&g);
+    let r = m.node(
+        "ReduceMean",
+        &[&x],
+        vec![("axes", Attr::Ints(vec![3])), ("keepdims", Attr::I(0))],
+    );
+    m.output(&r);
+    m.encode()
+}
+
+#[test]
+fn means_over_run_time_planes_on_every_kernel_family() {
+    check_every_family(&plane_means(), (1, 70), &[1, 2, 3, 5, 17, 33, 70]);
+}
+
 /// Both models compiled over symbolic shapes for aarch64 and run under qemu (through
 /// `infer`, every dim at its maximum), against the interpreter at the maximum.
 #[test]
