@@ -1123,10 +1123,7 @@ fn sum_run_f32(b: &mut FunctionBuilder, src: Value, n: Value) -> Value {
     let lo = b.ins().fadd(parts[0], parts[1]);
     let hi = b.ins().fadd(parts[2], parts[3]);
     let all = b.ins().fadd(lo, hi);
-    let lanes: Vec<Value> = (0..4).map(|l| b.ins().extractlane(all, l as u8)).collect();
-    let lo = b.ins().fadd(lanes[0], lanes[1]);
-    let hi = b.ins().fadd(lanes[2], lanes[3]);
-    let total = b.ins().fadd(lo, hi);
+    let total = horizontal(b, Step::Sum, all);
     let sum = var(b, total);
     let tail_from = b.ins().ishl_imm_u(quads, 2);
     kernel::range_loop(b, tail_from, n, |b, k| {

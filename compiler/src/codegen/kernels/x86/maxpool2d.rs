@@ -46,16 +46,103 @@ pub(crate) struct MaxPoolSpec {
     pub border: Vec<BorderRow>,
 }
 
-/// Registers: accumulator, loaded vector, the stride-2 pair, the even/odd picks, the
-/// permutation indices (AVX-512), −∞.
-const ACC: usize = 0;
-const X: usize = 1;
+/// Registers (both max-pool kernels, `super::maxpool_plane` too): accumulator, loaded
+/// vector, the stride-2 pair, the even/odd picks, the permutation indices (AVX-512),
+/// −∞.
+pub(super) const ACC: usize = 0;
+pub(super) const X: usize = 1;
 const LO: usize = 2;
 const HI: usize = 3;
 const PICK: usize = 4;
 const EVEN_IDX: usize = 5;
 const ODD_IDX: usize = 6;
-const NEG_INF: usize = 14;
+pub(super) const NEG_INF: usize = 14;
+
+/// The constants the kernels keep in registers, placed after the code.
+pub(super) struct PoolConstants {
+    neg_inf: CodeLabel,
+    evens: CodeLabel,
+    odds: CodeLabel,
+}
+
+impl PoolConstants {
+    /// Creates the labels and loads −∞ (and, AVX-512, the even and odd lane indices of
+    /// a 32-float pair) into their registers.
+    pub(super) fn load(a: &mut CodeAssembler, v: &Vecs) -> AsmResult<PoolConstants> {
+        let c = PoolConstants {
+            neg_inf: a.create_label(),
+            evens: a.create_label(),
+            odds: a.create_label(),
+        };
+        v.broadcast(a, NEG_INF, ptr(c.neg_inf))?;
+        if v.isa == X86Isa::Avx512 {
+            a.vmovups(ZMM[EVEN_IDX], zmmword_ptr(c.evens))?;
+            a.vmovups(ZMM[ODD_IDX], zmmword_ptr(c.odds))?;
+        }
+        Ok(c)
+    }
+
+    /// The constants' data, after the code.
+    pub(super) fn emit(mut self, a: &mut CodeAssembler) -> AsmResult<()> {
+        a.set_label(&mut self.neg_inf)?;
+        a.dd(&[f32::NEG_INFINITY.to_bits()])?;
+        a.set_label(&mut self.evens)?;
+        a.dd(&std::array::from_fn::<u32, 16, _>(|i| 2 * i as u32))?;
+        a.set_label(&mut self.odds)?;
+        a.dd(&std::array::from_fn::<u32, 16, _>(|i| 2 * i as u32 + 1))?;
+        Ok(())
+    }
+}
+
+/// ACC = the maximum over `kw` taps `dilation` floats apart of the row buffer read through
+/// `at` (floats from the vector's first window's first tap), for a vector of outputs
+/// `stride` (1 or 2) floats apart: the input the first operand of `vmaxps`, so NaN
+/// never wins.
+pub(super) fn window_maximum(
+    a: &mut CodeAssembler,
+    v: &Vecs,
+    (kw, dilation, stride): (usize, usize, usize),
+    at: &dyn Fn(usize) -> AsmResult<AsmMemoryOperand>,
+) -> AsmResult<()> {
+    let lanes = v.isa.lanes();
+    v.op(a, VOp::Max, ACC, NEG_INF, NEG_INF)?;
+    if stride == 1 {
+        for t in 0..kw {
+            v.load(a, X, at(t * dilation)?, false)?;
+            v.op(a, VOp::Max, ACC, X, ACC)?;
+        }
+        return Ok(());
+    }
+    for u in 0..kw.div_ceil(2) {
+        v.load(a, LO, at(2 * u)?, false)?;
+        v.load(a, HI, at(2 * u + lanes)?, false)?;
+        pick(a, v.isa, false)?;
+        v.op(a, VOp::Max, ACC, PICK, ACC)?;
+        if 2 * u + 1 < kw {
+            pick(a, v.isa, true)?;
+            v.op(a, VOp::Max, ACC, PICK, ACC)?;
+        }
+    }
+    Ok(())
+}
+
+/// PICK = the even (or odd) floats of LO ++ HI, in order.
+fn pick(a: &mut CodeAssembler, isa: X86Isa, odd: bool) -> AsmResult<()> {
+    match isa {
+        X86Isa::Avx512 => {
+            let idx = if odd { ODD_IDX } else { EVEN_IDX };
+            a.vmovaps(ZMM[PICK], ZMM[idx])?;
+            a.vpermi2ps(ZMM[PICK], ZMM[LO], ZMM[HI])?;
+        }
+        X86Isa::Avx2 => {
+            // Per 128-bit half: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; then the 64-bit
+            // pairs in order 0, 2, 1, 3.
+            a.vshufps(YMM[PICK], YMM[LO], YMM[HI], if odd { 0xDD } else { 0x88 })?;
+            a.vpermpd(YMM[PICK], YMM[PICK], 0xD8)?;
+        }
+    }
+    Ok(())
+}
 
 /// Encodes the kernel `(X, Y, row buffer)` (System V) for all planes.
 pub(crate) fn emit(s: &MaxPoolSpec) -> Result<Vec<u8>, String> {
@@ -86,16 +173,10 @@ impl Emitter<'_> {
     fn code(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         let s = self.s;
         let lanes = self.lanes();
-        let labels = [a.create_label(), a.create_label(), a.create_label()];
         for r in SAVED {
             a.push(r)?;
         }
-        // −∞ splat, then (AVX-512) the even and odd lane indices of a 32-float pair.
-        self.v.broadcast(a, NEG_INF, ptr(labels[0]))?;
-        if s.isa == X86Isa::Avx512 {
-            a.vmovups(ZMM[EVEN_IDX], zmmword_ptr(labels[1]))?;
-            a.vmovups(ZMM[ODD_IDX], zmmword_ptr(labels[2]))?;
-        }
+        let constants = PoolConstants::load(a, &self.v)?;
         // The row buffer starts all −∞; the vertical passes overwrite only the input
         // columns, so the padding stays −∞.
         for v in 0..s.row_floats.div_ceil(lanes) {
@@ -134,7 +215,8 @@ impl Emitter<'_> {
         }
         a.vzeroupper()?;
         a.ret()?;
-        self.data(a, labels)
+        constants.emit(a)?;
+        self.masks.emit_table(a)
     }
 
     /// One output row: input rows from r9 (`taps` of them), output at r10.
@@ -199,24 +281,8 @@ impl Emitter<'_> {
         let s = self.s;
         let lanes = self.lanes();
         let outputs = |e: &mut Self, a: &mut CodeAssembler, masked: bool| -> AsmResult<()> {
-            e.v.op(a, VOp::Max, ACC, NEG_INF, NEG_INF)?;
-            if s.stride_w == 1 {
-                for t in 0..s.kernel_w {
-                    e.v.load(a, X, rcx + imm(t * F32)?, false)?;
-                    e.v.op(a, VOp::Max, ACC, X, ACC)?;
-                }
-            } else {
-                for u in 0..s.kernel_w.div_ceil(2) {
-                    e.v.load(a, LO, rcx + imm(2 * u * F32)?, false)?;
-                    e.v.load(a, HI, rcx + imm((2 * u + lanes) * F32)?, false)?;
-                    e.pick(a, false)?;
-                    e.v.op(a, VOp::Max, ACC, PICK, ACC)?;
-                    if 2 * u + 1 < s.kernel_w {
-                        e.pick(a, true)?;
-                        e.v.op(a, VOp::Max, ACC, PICK, ACC)?;
-                    }
-                }
-            }
+            let at = |floats: usize| Ok(rcx + imm(floats * F32)?);
+            window_maximum(a, &e.v, (s.kernel_w, 1, s.stride_w), &at)?;
             Ok(e.v.store(a, r13 + 0, ACC, masked)?)
         };
         a.mov(rcx, rdx)?;
@@ -225,36 +291,8 @@ impl Emitter<'_> {
         self.vectors(a, s.out_w, steps, &outputs)
     }
 
-    /// PICK = the even (or odd) floats of LO ++ HI, in order.
-    fn pick(&mut self, a: &mut CodeAssembler, odd: bool) -> AsmResult<()> {
-        match self.s.isa {
-            X86Isa::Avx512 => {
-                let idx = if odd { ODD_IDX } else { EVEN_IDX };
-                a.vmovaps(ZMM[PICK], ZMM[idx])?;
-                a.vpermi2ps(ZMM[PICK], ZMM[LO], ZMM[HI])?;
-            }
-            X86Isa::Avx2 => {
-                // Per 128-bit half: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; then the
-                // 64-bit pairs in order 0, 2, 1, 3.
-                a.vshufps(YMM[PICK], YMM[LO], YMM[HI], if odd { 0xDD } else { 0x88 })?;
-                a.vpermpd(YMM[PICK], YMM[PICK], 0xD8)?;
-            }
-        }
-        Ok(())
-    }
-
     /// The first `lanes` lanes; rax is clobbered (so the passes keep pointers elsewhere).
     fn set_mask(&mut self, a: &mut CodeAssembler, lanes: usize) -> AsmResult<()> {
         self.masks.set(a, self.s.isa, k1, AVX2_MASK, lanes)
-    }
-
-    fn data(&mut self, a: &mut CodeAssembler, mut labels: [CodeLabel; 3]) -> AsmResult<()> {
-        a.set_label(&mut labels[0])?;
-        a.dd(&[f32::NEG_INFINITY.to_bits()])?;
-        a.set_label(&mut labels[1])?;
-        a.dd(&std::array::from_fn::<u32, 16, _>(|i| 2 * i as u32))?;
-        a.set_label(&mut labels[2])?;
-        a.dd(&std::array::from_fn::<u32, 16, _>(|i| 2 * i as u32 + 1))?;
-        self.masks.emit_table(a)
     }
 }

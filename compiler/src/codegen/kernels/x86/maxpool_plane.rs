@@ -24,7 +24,8 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM, ZMM};
+use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK};
+use super::maxpool2d::{window_maximum, PoolConstants, ACC, NEG_INF, X};
 
 const F32: usize = 4;
 
@@ -66,17 +67,6 @@ pub struct MaxPoolPlaneSpec {
 const ROWS: [AsmRegister64; 5] = [rbx, rbp, r12, r13, r14];
 /// Callee-saved registers the kernel uses.
 const SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
-
-/// Vector registers: accumulator, loaded vector, the stride-2 pair, the picked lanes,
-/// the permutation indices (AVX-512), −∞.
-const ACC: usize = 0;
-const X: usize = 1;
-const LO: usize = 2;
-const HI: usize = 3;
-const PICK: usize = 4;
-const EVEN_IDX: usize = 5;
-const ODD_IDX: usize = 6;
-const NEG_INF: usize = 14;
 
 /// Whether the kernel takes the pool: at most five window rows, column stride 1 (any
 /// dilation) or 2 (none).
@@ -140,16 +130,11 @@ impl Emitter<'_> {
     fn code(&mut self, a: &mut CodeAssembler, row_floats: usize) -> AsmResult<()> {
         let s = self.s;
         let lanes = self.lanes();
-        let mut labels = [a.create_label(), a.create_label(), a.create_label()];
         let mut done = a.create_label();
         for r in SAVED {
             a.push(r)?;
         }
-        self.v.broadcast(a, NEG_INF, ptr(labels[0]))?;
-        if s.isa == X86Isa::Avx512 {
-            a.vmovups(ZMM[EVEN_IDX], zmmword_ptr(labels[1]))?;
-            a.vmovups(ZMM[ODD_IDX], zmmword_ptr(labels[2]))?;
-        }
+        let constants = PoolConstants::load(a, &self.v)?;
         // The buffer starts all −∞; the vertical passes write only the input columns.
         for v in 0..row_floats / lanes {
             self.v
@@ -183,7 +168,8 @@ impl Emitter<'_> {
         }
         a.vzeroupper()?;
         a.ret()?;
-        self.data(a, &mut labels)
+        constants.emit(a)?;
+        self.masks.emit_table(a)
     }
 
     /// The vertical pass of the output row whose window starts at input row r10: all
@@ -304,57 +290,12 @@ impl Emitter<'_> {
     /// has the slack); only the last store is masked.
     fn horizontal(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         let s = self.s;
-        let lanes = self.lanes();
         let (kw, step) = (s.kernel[1], s.dilations[1]);
         let outputs = |e: &mut Self, a: &mut CodeAssembler, masked: bool| -> AsmResult<()> {
-            e.v.op(a, VOp::Max, ACC, NEG_INF, NEG_INF)?;
-            if s.strides[1] == 1 {
-                for t in 0..kw {
-                    e.v.load(a, X, rcx + r11 + imm(t * step * F32)?, false)?;
-                    e.v.op(a, VOp::Max, ACC, X, ACC)?;
-                }
-            } else {
-                for u in 0..kw.div_ceil(2) {
-                    e.v.load(a, LO, rcx + r11 + imm(2 * u * F32)?, false)?;
-                    e.v.load(a, HI, rcx + r11 + imm((2 * u + lanes) * F32)?, false)?;
-                    e.pick(a, false)?;
-                    e.v.op(a, VOp::Max, ACC, PICK, ACC)?;
-                    if 2 * u + 1 < kw {
-                        e.pick(a, true)?;
-                        e.v.op(a, VOp::Max, ACC, PICK, ACC)?;
-                    }
-                }
-            }
+            let at = |floats: usize| Ok(rcx + r11 + imm(floats * F32)?);
+            window_maximum(a, &e.v, (kw, step, s.strides[1]), &at)?;
             Ok(e.v.store(a, rsi + r12, ACC, masked)?)
         };
         self.vectors(a, OUT_W, &[(r11, s.strides[1]), (r12, 1)], &outputs)
-    }
-
-    /// PICK = the even (or odd) floats of LO ++ HI, in order.
-    fn pick(&mut self, a: &mut CodeAssembler, odd: bool) -> AsmResult<()> {
-        match self.s.isa {
-            X86Isa::Avx512 => {
-                let idx = if odd { ODD_IDX } else { EVEN_IDX };
-                a.vmovaps(ZMM[PICK], ZMM[idx])?;
-                a.vpermi2ps(ZMM[PICK], ZMM[LO], ZMM[HI])?;
-            }
-            X86Isa::Avx2 => {
-                // Per 128-bit half: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; then the
-                // 64-bit pairs in order 0, 2, 1, 3.
-                a.vshufps(YMM[PICK], YMM[LO], YMM[HI], if odd { 0xDD } else { 0x88 })?;
-                a.vpermpd(YMM[PICK], YMM[PICK], 0xD8)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn data(&mut self, a: &mut CodeAssembler, labels: &mut [CodeLabel; 3]) -> AsmResult<()> {
-        a.set_label(&mut labels[0])?;
-        a.dd(&[f32::NEG_INFINITY.to_bits()])?;
-        a.set_label(&mut labels[1])?;
-        a.dd(&std::array::from_fn::<u32, 16, _>(|i| 2 * i as u32))?;
-        a.set_label(&mut labels[2])?;
-        a.dd(&std::array::from_fn::<u32, 16, _>(|i| 2 * i as u32 + 1))?;
-        self.masks.emit_table(a)
     }
 }

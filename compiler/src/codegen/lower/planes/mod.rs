@@ -2048,12 +2048,12 @@ fn max_pool_2d(
     plan: &PlanesPlan,
     src: &PlaneSource,
 ) -> LowerResult {
-    let x = ctx.input(0)?;
-    let y = ctx.output(0);
-    let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
     if let Some(spec) = &plan.max_pool {
         return max_pool_2d_kernel(ctx, spec, plan, src);
     }
+    let x = ctx.input(0)?;
+    let y = ctx.output(0);
+    let scratch = ctx.scratch.ok_or("a max pool on planes needs scratch")?;
     let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let b = &mut *ctx.b;
     let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
