@@ -900,6 +900,7 @@ fn resize_case(
         scales: scale_attr,
         roi: roi.to_vec(),
         output_shape,
+        scales_from_extents: false,
     };
     let roi_input = Some(t(&[roi.len()], roi));
     let onnx = match (sizes, scales) {

@@ -1607,6 +1607,7 @@ fn resize(
         scales: scales.to_vec(),
         roi: roi.to_vec(),
         output_shape: out.to_vec(),
+        scales_from_extents: false,
     }
 }
 

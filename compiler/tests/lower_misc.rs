@@ -976,6 +976,7 @@ fn resize_op(
             .collect(),
         roi,
         output_shape: output.to_vec(),
+        scales_from_extents: false,
     })
 }
 

@@ -175,7 +175,63 @@ fn means_over_run_time_planes_on_every_kernel_family() {
     check_every_family(&plane_means(), (1, 70), &[1, 2, 3, 5, 17, 33, 70]);
 }
 
-/// Both models compiled over symbolic shapes for aarch64 and run under qemu (through
+/// Resizes of `[1, 3, size, size]` to sizes the run computes from its extents (and to
+/// fixed sizes): linear up by 2 and 3 (half_pixel), nearest down by 2
+/// (round_prefer_floor, asymmetric), linear to 5×7 (align_corners), nearest to 3 more
+/// rows and 1 more column (floor, pytorch_half_pixel), linear half_pixel_symmetric up
+/// by 3 and 2 with round_prefer_ceil.
+fn resizes_to_run_time_sizes() -> Vec<u8> {
+    let mut m = ModelBuilder::new(13);
+    let x = m.input("x", &[1, 3, 8, 8]);
+    symbolic(&mut m, &x, 2, "size");
+    symbolic(&mut m, &x, 3, "size");
+    let shape = m.node("Shape", &[&x], vec![]);
+    let empty = m.float_init(&[0], vec![]);
+    let resize = |m: &mut ModelBuilder,
+                  sizes: &str,
+                  mode: &'static str,
+                  transform: &'static str,
+                  nearest: &'static str| {
+        let y = m.node(
+            "Resize",
+            &[&x, "", &empty, sizes],
+            vec![
+                ("mode", Attr::S(mode)),
+                ("coordinate_transformation_mode", Attr::S(transform)),
+                ("nearest_mode", Attr::S(nearest)),
+            ],
+        );
+        m.output(&y);
+    };
+    let factors = m.int_init(&[1, 1, 2, 3]);
+    let up = m.node("Mul", &[&shape, &factors], vec![]);
+    resize(&mut m, &up, "linear", "half_pixel", "round_prefer_floor");
+    let halves = m.int_init(&[1, 1, 2, 2]);
+    let down = m.node("Div", &[&shape, &halves], vec![]);
+    resize(&mut m, &down, "nearest", "asymmetric", "round_prefer_floor");
+    let fixed = m.int_init(&[1, 3, 5, 7]);
+    resize(&mut m, &fixed, "linear", "align_corners", "floor");
+    let more = m.int_init(&[0, 0, 3, 1]);
+    let grown = m.node("Add", &[&shape, &more], vec![]);
+    resize(&mut m, &grown, "nearest", "pytorch_half_pixel", "floor");
+    let factors = m.int_init(&[1, 1, 3, 2]);
+    let up = m.node("Mul", &[&shape, &factors], vec![]);
+    resize(
+        &mut m,
+        &up,
+        "linear",
+        "half_pixel_symmetric",
+        "round_prefer_ceil",
+    );
+    m.encode()
+}
+
+#[test]
+fn resizes_to_run_time_sizes_on_every_kernel_family() {
+    check_every_family(&resizes_to_run_time_sizes(), (2, 40), &[2, 3, 5, 8, 17, 40]);
+}
+
+/// The models compiled over symbolic shapes for aarch64 and run under qemu (through
 /// `infer`, every dim at its maximum), against the interpreter at the maximum.
 #[test]
 fn symbolic_libraries_on_aarch64_under_qemu() {
@@ -185,6 +241,7 @@ fn symbolic_libraries_on_aarch64_under_qemu() {
     for (name, bytes, max) in [
         ("attention", attention_like(), 80),
         ("cnn", small_cnn(), 40),
+        ("resize", resizes_to_run_time_sizes(), 40),
     ] {
         let model = decode(&bytes);
         let graph = import_symbolic(&model, None, &with_range("size", 2, max))

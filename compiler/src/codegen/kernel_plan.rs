@@ -401,6 +401,16 @@ pub fn plan_node(
             let bytes = lower::nms_scratch(b.shape.get(1).copied().unwrap_or(0), *per_class);
             NodeKernel::new(Strategy::Clif, bytes, "candidate flags and kept boxes")
         }),
+        Op::Resize(_) => (node.outputs.first().copied())
+            .filter(|y| y.dims.is_some() || node.input(0).is_some_and(|x| x.dims.is_some()))
+            .map(|y| {
+                let width = y.shape.last().copied().unwrap_or(1);
+                NodeKernel::new(
+                    Strategy::Clif,
+                    lower::symbolic::resize_scratch(width),
+                    "each output column's taps, from the run's extents",
+                )
+            }),
         Op::RnnSequence { cell, reverse } => node.input(0).zip(node.input(1)).map(|(xw, r)| {
             let (batch, hidden) = (xw.shape[1], r.shape[2]);
             let r_constant = node.constant(1).is_some();

@@ -47,10 +47,8 @@ pub fn import(ctx: &mut NodeCtx, importer: Importer) -> ImportResult {
         "Slice" => slice(ctx),
         "Range" => range(ctx),
         "Split" => split(ctx),
-        "Resize" | "Upsample" if holds_extents => Err(refusal(
-            ctx,
-            "Resize to them has no form over symbolic shapes yet",
-        )),
+        "Resize" if holds_extents || resizes_to_sizes(ctx) => resize_to_sizes(ctx),
+        "Upsample" if holds_extents => Err(refusal(ctx, "its scales must be constant")),
         _ if holds_extents => arithmetic(ctx, &op, importer),
         "Conv" | "MaxPool" | "AveragePool" => {
             same_padding_fixed(ctx)?;
@@ -259,6 +257,93 @@ fn reshape(ctx: &mut NodeCtx) -> ImportResult {
     }
     let shape = maxima(ctx, &out)?;
     emit_dims(ctx, Op::Reshape { shape }, x, out)?;
+    ctx.add_checks(checks);
+    Ok(())
+}
+
+/// Whether the node is a Resize to sizes (opset 11 on) of an operand with an axis the
+/// run sets: its scales are then output over input extents, known only at run time.
+fn resizes_to_sizes(ctx: &NodeCtx) -> bool {
+    let symbolic_data = ctx.input(0).is_some_and(|v| ctx.ty(v).is_symbolic());
+    symbolic_data && ctx.opset() >= 11 && ctx.input(3).is_some()
+}
+
+/// Resize to sizes computed from the dims (or fixed sizes of an operand whose extents
+/// the run sets): each resized axis scales by its output over its input extent as the
+/// run has them.
+fn resize_to_sizes(ctx: &mut NodeCtx) -> ImportResult {
+    use crate::ops::{CoordinateTransform, ResizeAttrs, ResizeMode};
+    let x = ctx.required(0)?;
+    let xd = ctx.ty(x).dims();
+    let rank = xd.len();
+    let sampling = super::ops::resize::sampling(ctx)?;
+    if sampling.mode == ResizeMode::Cubic || sampling.antialias {
+        return Err(refusal(
+            ctx,
+            "cubic or antialiased sampling to sizes set at run time has no form yet",
+        ));
+    }
+    if sampling.coordinate_transform == CoordinateTransform::TfCropAndResize {
+        return Err(refusal(
+            ctx,
+            "tf_crop_and_resize to sizes set at run time has no form yet",
+        ));
+    }
+    if ctx.attrs.string("keep_aspect_ratio_policy", "stretch")? != "stretch" {
+        return Err(refusal(
+            ctx,
+            "a keep_aspect_ratio_policy computes its scales from sizes at compile time",
+        ));
+    }
+    let scales_given = match ctx.input(2) {
+        None => false,
+        Some(v) => ctx.constant(v).is_none_or(|t| t.ty().numel() > 0),
+    };
+    if scales_given {
+        return Err("only one of scales and sizes may be given".into());
+    }
+    let sizes = ctx
+        .elements(ctx.required(3)?)
+        .ok_or_else(|| refusal(ctx, "its sizes must be constant or computed from extents"))?;
+    let axes: Vec<usize> = match ctx.attrs.ints_opt("axes")? {
+        Some(v) => v
+            .iter()
+            .map(|&a| normalize_axis(a, rank))
+            .collect::<Result<_, _>>()?,
+        None => (0..rank).collect(),
+    };
+    if sizes.len() != axes.len() {
+        return Err(format!("sizes has {} entries, {} expected", sizes.len(), axes.len()).into());
+    }
+    let mut out = xd.clone();
+    let mut checks = vec![];
+    for (k, &ax) in axes.iter().enumerate() {
+        if !ctx.symbols().prove_ge(&sizes[k], &Dim::constant(0)) {
+            checks.push(DimCheck::at_least(
+                &sizes[k],
+                &Dim::constant(0),
+                "Resize's sizes being non-negative",
+            )?);
+        }
+        out[ax] = sizes[k].clone();
+    }
+    let shape = maxima(ctx, &out)?;
+    let planned = ctx.ty(x).shape.clone();
+    let attrs = ResizeAttrs {
+        mode: sampling.mode,
+        coordinate_transform: sampling.coordinate_transform,
+        nearest_mode: sampling.nearest_mode,
+        cubic_coeff_a: sampling.cubic_coeff_a,
+        exclude_outside: sampling.exclude_outside,
+        extrapolation_value: sampling.extrapolation_value,
+        scales: (shape.iter().zip(&planned))
+            .map(|(&o, &i)| o as f32 / i.max(1) as f32)
+            .collect(),
+        roi: [vec![0f32; rank], vec![1f32; rank]].concat(),
+        output_shape: shape,
+        scales_from_extents: true,
+    };
+    emit_dims(ctx, Op::Resize(attrs), x, out)?;
     ctx.add_checks(checks);
     Ok(())
 }

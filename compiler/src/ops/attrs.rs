@@ -289,6 +289,9 @@ pub struct ResizeAttrs {
     /// Region of interest `[start..., end...]` per axis, for tf_crop_and_resize.
     pub roi: Vec<f32>,
     pub output_shape: Vec<usize>,
+    /// Each axis scales by its output extent over its input extent, as the run sets
+    /// them (sizes computed from the dims): `scales` holds that ratio at the maxima.
+    pub scales_from_extents: bool,
 }
 
 /// How ScatterElements / ScatterND combine an update with the element it lands on.

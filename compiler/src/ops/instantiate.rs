@@ -77,7 +77,17 @@ pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
             }
             Op::Pool(p) => p.output_spatial = out(0)[2..].to_vec(),
             Op::ConvTranspose(c) => c.output_spatial = out(0)[2..].to_vec(),
-            Op::Resize(r) => r.output_shape = out(0),
+            Op::Resize(r) => {
+                r.output_shape = out(0);
+                if r.scales_from_extents {
+                    let input = node.inputs[0].ok_or("Resize has no data input")?;
+                    let x = &g.values[input.0].ty.shape;
+                    for (i, s) in r.scales.iter_mut().enumerate() {
+                        *s = r.output_shape[i] as f32 / x[i].max(1) as f32;
+                    }
+                    r.scales_from_extents = false;
+                }
+            }
             Op::DimValues { values: e, .. } => {
                 let data = e.iter().map(&eval).collect::<Result<Vec<i64>, _>>()?;
                 let o = node.outputs[0];

@@ -26,7 +26,7 @@ mod resize;
 pub mod run_shape;
 mod run_time_slice;
 mod sort;
-mod symbolic;
+pub(crate) mod symbolic;
 mod value_dependent;
 
 use cranelift_codegen::ir::condcodes::IntCC;

@@ -24,7 +24,7 @@ mod pool_indices;
 mod quant;
 mod recurrent;
 mod reduce;
-mod resize;
+pub(in crate::onnx) mod resize;
 mod resize_antialias;
 mod roi_align;
 mod rotary;

@@ -4,9 +4,19 @@ use crate::onnx::attributes::normalize_axis;
 use crate::onnx::import::{ImportResult, NodeCtx};
 use crate::ops::{CoordinateTransform, NearestMode, Op, ResizeAttrs, ResizeMode};
 
-pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
-    let x = ctx.input_ty(0)?;
-    let r = x.rank();
+/// How a Resize samples, from its attributes.
+pub struct Sampling {
+    pub mode: ResizeMode,
+    pub coordinate_transform: CoordinateTransform,
+    pub nearest_mode: NearestMode,
+    /// Antialiasing of linear and cubic kernels (nearest ignores it).
+    pub antialias: bool,
+    pub cubic_coeff_a: f32,
+    pub exclude_outside: bool,
+    pub extrapolation_value: f32,
+}
+
+pub fn sampling(ctx: &NodeCtx) -> ImportResult<Sampling> {
     let a = &ctx.attrs;
     let upsample = ctx.node.op_type == "Upsample";
     let mode = match a.string("mode", "nearest")?.as_str() {
@@ -47,6 +57,24 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
     };
     // Antialiasing widens linear and cubic kernels only; nearest ignores it.
     let antialias = a.flag("antialias", false)? && mode != ResizeMode::Nearest;
+    Ok(Sampling {
+        mode,
+        coordinate_transform,
+        nearest_mode,
+        antialias,
+        cubic_coeff_a: a.float("cubic_coeff_a", -0.75)?,
+        exclude_outside: a.flag("exclude_outside", false)?,
+        extrapolation_value: a.float("extrapolation_value", 0.0)?,
+    })
+}
+
+pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
+    let x = ctx.input_ty(0)?;
+    let r = x.rank();
+    let sampling = sampling(ctx)?;
+    let mode = sampling.mode;
+    let a = &ctx.attrs;
+    let upsample = ctx.node.op_type == "Upsample";
     let axes: Vec<usize> = match a.ints_opt("axes")? {
         Some(v) => v
             .iter()
@@ -153,17 +181,18 @@ pub fn resize(ctx: &mut NodeCtx) -> ImportResult {
     }
     let attrs = ResizeAttrs {
         mode,
-        coordinate_transform,
-        nearest_mode,
-        cubic_coeff_a: a.float("cubic_coeff_a", -0.75)?,
-        exclude_outside: a.flag("exclude_outside", false)?,
-        extrapolation_value: a.float("extrapolation_value", 0.0)?,
+        coordinate_transform: sampling.coordinate_transform,
+        nearest_mode: sampling.nearest_mode,
+        cubic_coeff_a: sampling.cubic_coeff_a,
+        exclude_outside: sampling.exclude_outside,
+        extrapolation_value: sampling.extrapolation_value,
         scales,
         roi,
         output_shape,
+        scales_from_extents: false,
     };
     let x = ctx.required(0)?;
-    let y = if antialias {
+    let y = if sampling.antialias {
         super::resize_antialias::resize_antialias(ctx, x, &attrs, &axes)?
     } else {
         ctx.emit1(Op::Resize(attrs), vec![Some(x)])?

@@ -7,6 +7,9 @@ pub(super) mod elementwise;
 mod indexing;
 mod linalg;
 mod movement;
+mod resize;
+
+pub use resize::resize_scratch;
 
 use cranelift_codegen::ir::InstBuilder;
 
@@ -70,6 +73,7 @@ pub fn lower(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
             });
             super::recurrence::rnn_sequence(ctx, *cell, reverse)
         }
+        Op::Resize(r) => resize::resize(ctx, r),
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Gemm(g) => linalg::gemm_op(ctx, g),
         Op::Softmax { axis, log } => {
