@@ -91,10 +91,10 @@ struct Field {
 }
 
 /// The fields of `ids`, the graph's tensors numbered from `first` (inputs first, then
-/// outputs, as [`crate::dims::axis_dims`] numbers them): a tensor whose axis depends on
+/// outputs, as [`crate::ir::run_dims::axis_dims`] numbers them): a tensor whose axis depends on
 /// a dim holds, per unit of the dim, its elements at the dim's value 1.
 fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>) -> Vec<Field> {
-    let deps = crate::dims::axis_dims(graph);
+    let deps = crate::ir::run_dims::axis_dims(graph);
     let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     field_names(graph, ids, taken)
         .into_iter()
@@ -110,7 +110,7 @@ fn fields(graph: &Graph, ids: &[ValueId], first: usize, taken: &mut Vec<String>)
             };
             let t = first + i;
             let own: Vec<_> = deps.iter().filter(|d| d.tensor == t).collect();
-            let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
+            let shape = crate::ir::run_dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
             let planned: usize = own.iter().map(|d| info.ty.shape[d.axis].max(1)).product();
             let per_unit = unit / planned.max(1);
             let at_max: usize = own.iter().map(|d| shape[d.axis]).product();

@@ -9,7 +9,7 @@ use crate::codegen::{self, CompileOptions, CompiledModel};
 use crate::error::{NncError, Result};
 use crate::ir::Graph;
 use crate::onnx::{self, ImportOptions};
-use crate::passes::PassManager;
+use crate::passes::{PassError, PassManager};
 use crate::progress::{Progress, Silent};
 use crate::quant::host::Int8Host;
 use crate::quant::pipeline::{Int8Options, Int8Report};
@@ -41,9 +41,6 @@ pub struct Compiled {
     pub source: PathBuf,
     pub graph: Graph,
     pub model: CompiledModel,
-    /// Why a model with ranges did not compile over symbolic shapes (it then went
-    /// the older way).
-    pub symbolic_refusal: Option<String>,
 }
 
 /// Imports and compiles a model in memory, running the default graph passes.
@@ -73,97 +70,41 @@ pub fn compile_model_reporting(
     passes: &PassManager,
     progress: &dyn Progress,
 ) -> Result<Compiled> {
-    let compile = |mut graph: Graph| -> Result<Compiled> {
-        passes
-            .run(&mut graph)
-            .map_err(|e| NncError::from(e).in_file(path))?;
-        let model = codegen::compile_graph_reporting(&graph, opts, progress)
-            .map_err(|e| e.in_file(path))?;
-        Ok(Compiled {
-            source: path.to_path_buf(),
-            graph,
-            model,
-            symbolic_refusal: None,
-        })
-    };
-    if !has_ranges(import) {
-        return compile(onnx::load_model(path, import)?);
-    }
-    // A batch the sample loop covers runs one sample's static code per sample: as fast
-    // as a static library and bit-identical to it. Other ranges compile into one
-    // library over symbolic shapes; a model with a node that has no symbolic form yet
-    // goes the older way. Where both fail, the refusal over symbolic shapes (of code
-    // generation, or the import's unsupported nodes, naming node, input and
-    // expression) is the error: the older strategies' ("imported differently at
-    // different values") says less. Any other import error is the older import's,
-    // whose checks of the options come first.
-    let older = onnx::load_model(path, import);
-    if let Ok(graph) = &older {
-        if graph.sample_loop.is_some() && graph.row_dims.is_empty() {
-            return compile(older?);
-        }
-    }
-    let symbolic = match import_symbolic_graph(path, import, passes) {
-        Ok(graph) => match codegen::compile_graph_reporting(&graph, opts, progress) {
-            Ok(model) => {
-                return Ok(Compiled {
-                    source: path.to_path_buf(),
-                    graph,
-                    model,
-                    symbolic_refusal: None,
-                })
-            }
-            Err(e) => Err(e.in_file(path)),
-        },
-        Err(e) => Ok(e),
-    };
-    match (older.and_then(compile), symbolic) {
-        (Ok(c), Err(why) | Ok(why)) => Ok(Compiled {
-            symbolic_refusal: Some(why.to_string()),
-            ..c
-        }),
-        (Err(_), Err(codegen_refusal)) => Err(codegen_refusal),
-        (Err(e), Ok(import_refusal)) => match import_refusal.unsupported_ops() {
-            true => Err(import_refusal),
-            false => Err(e),
-        },
-    }
+    let graph = load_graph(path, import, passes)?;
+    let model =
+        codegen::compile_graph_reporting(&graph, opts, progress).map_err(|e| e.in_file(path))?;
+    Ok(Compiled {
+        source: path.to_path_buf(),
+        graph,
+        model,
+    })
 }
 
-/// The graph `nnc compile` compiles, after its passes, for tools that run it another
-/// way (`nnc run`, `nnc verify`): with ranges, the sample loop's where it covers them,
-/// else the graph over symbolic shapes where every node imports with a symbolic
-/// extent, else the older strategies' (as [`compile_model_reporting`] chooses, short
-/// of a refusal by code generation).
+/// The graph `nnc compile` compiles, after its passes (also for tools that run it
+/// another way: `nnc run`, `nnc verify`). With ranges, the model is imported once over
+/// symbolic shapes (see [`prepare_graph`]).
 pub fn load_graph(path: &Path, import: &ImportOptions, passes: &PassManager) -> Result<Graph> {
-    let older = || -> Result<Graph> {
-        let mut graph = onnx::load_model(path, import)?;
-        passes
-            .run(&mut graph)
-            .map_err(|e| NncError::from(e).in_file(path))?;
-        Ok(graph)
-    };
-    if !has_ranges(import) {
-        return older();
-    }
-    let plain = onnx::load_model(path, import);
-    if let Ok(graph) = &plain {
-        if graph.sample_loop.is_some() && graph.row_dims.is_empty() {
-            return older();
-        }
-    }
-    match import_symbolic_graph(path, import, passes) {
-        Ok(graph) => Ok(graph),
-        Err(symbolic) => older().map_err(|e| match symbolic.unsupported_ops() {
-            true => symbolic,
-            false => e,
-        }),
-    }
+    let graph = onnx::load_model(path, import)?;
+    prepare_graph(graph, passes).map_err(|e| NncError::from(e).in_file(path))
 }
 
-/// Whether the options declare a range that varies (`MIN < MAX`).
-fn has_ranges(import: &ImportOptions) -> bool {
-    import.ranges.iter().any(|r| r.min < r.max)
+/// An imported graph after `passes`. A graph over symbolic shapes gets the passes that
+/// keep symbolic types; where its one dim is a batch of independent samples it then
+/// becomes one sample's static graph in a loop ([`crate::passes::per_sample`]), which
+/// gets every pass a static graph gets.
+pub fn prepare_graph(mut graph: Graph, passes: &PassManager) -> Result<Graph, PassError> {
+    if graph.symbols.is_empty() {
+        passes.run(&mut graph)?;
+        return Ok(graph);
+    }
+    symbolic_passes(passes).run(&mut graph)?;
+    match crate::passes::per_sample::per_sample_graph(&graph) {
+        Ok(mut one) => {
+            passes.run(&mut one)?;
+            Ok(one)
+        }
+        Err(_) => Ok(graph),
+    }
 }
 
 /// The passes that keep symbolic types: they never compute a new value's type from
@@ -191,24 +132,6 @@ pub fn symbolic_passes(passes: &PassManager) -> PassManager {
     }
 }
 
-/// Imports the model once with its ranges as symbols (see [`crate::ir::dim`]) and
-/// runs the passes that keep symbolic types.
-pub fn import_symbolic_graph(
-    path: &Path,
-    import: &ImportOptions,
-    passes: &PassManager,
-) -> Result<Graph> {
-    let imported = onnx::load_model_symbolic(path, import)?;
-    if !imported.unsupported.is_empty() {
-        return Err(NncError::Unsupported(imported.unsupported).in_file(path));
-    }
-    let mut graph = imported.graph;
-    symbolic_passes(passes)
-        .run(&mut graph)
-        .map_err(|e| NncError::from(e).in_file(path))?;
-    Ok(graph)
-}
-
 /// [`compile_model_with`] plus static INT8 quantization between the graph passes and
 /// code generation; also returns the quantization report. `host` supplies the
 /// calibration samples and runs graphs on this machine.
@@ -220,10 +143,14 @@ pub fn compile_model_int8(
     int8: &Int8Options,
     host: &Int8Host,
 ) -> Result<(Compiled, Int8Report)> {
-    let mut graph = onnx::load_model(path, import)?;
-    passes
-        .run(&mut graph)
-        .map_err(|e| NncError::from(e).in_file(path))?;
+    let mut graph = load_graph(path, import, passes)?;
+    if !graph.symbols.is_empty() {
+        return Err(NncError::Model(format!(
+            "{}: INT8 quantization takes a static graph or a batch of independent samples; \
+             these ranges compile over symbolic shapes (bind them with --dim NAME=VALUE)",
+            path.display()
+        )));
+    }
     let report = crate::quant::pipeline::quantize_int8(&mut graph, int8, host)
         .map_err(|e| NncError::from(e).in_file(path))?;
     let model = codegen::compile_graph_reporting(&graph, opts, host.progress)
@@ -233,7 +160,6 @@ pub fn compile_model_int8(
             source: path.to_path_buf(),
             graph,
             model,
-            symbolic_refusal: None,
         },
         report,
     ))

@@ -48,13 +48,13 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
     h += "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n";
     // Shapes with every dim at its maximum (what infer() runs); the comment names the
     // axes that depend on a dim.
-    let deps = crate::dims::axis_dims(graph);
+    let deps = crate::ir::run_dims::axis_dims(graph);
     let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     let describe = |h: &mut String, kind: &str, ids: &[ValueId], first: usize| {
         for (i, v) in ids.iter().enumerate() {
             let info = graph.value(*v);
             let t = first + i;
-            let shape = crate::dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
+            let shape = crate::ir::run_dims::concrete_shape(&info.ty.shape, t, &deps, &maxima);
             let ty = crate::ir::TensorType::new(info.ty.dtype, shape.clone());
             let bounded: Vec<usize> = (info.run_extent.as_ref()).map_or(vec![], |e| e.axes.clone());
             let dims: Vec<String> = shape

@@ -10,7 +10,6 @@
 pub mod artifact;
 pub mod bindings;
 pub mod codegen;
-pub mod dims;
 pub mod driver;
 pub mod error;
 pub mod files;

@@ -430,128 +430,6 @@ fn pass_filetests() {
     run_dir("passes", run_file);
 }
 
-/// Each value whose extent a row dim counts, its axes written as formulas of the dims
-/// (`%c: float32[1, 8, (size + 1)/2, (size + 1)/2]`), inputs first, then in node order.
-fn symbolic_shapes(g: &Graph) -> Vec<(String, Vec<Extent>)> {
-    let ids = (g.inputs.iter().copied()).chain(g.nodes.iter().flat_map(|n| n.outputs.clone()));
-    ids.filter_map(|v| {
-        let e = g.value(v).run_extent.as_ref()?;
-        let rd = nnc::dims::row_dim_of(g, e.count)?;
-        let ty = g.ty(v);
-        let axes = (0..ty.rank())
-            .map(|a| match e.axes.iter().position(|&x| x == a) {
-                Some(i) => Extent::Of(
-                    rd.dim,
-                    e.sizes.get(i).cloned().unwrap_or_else(|| rd.size.clone()),
-                ),
-                None => Extent::Fixed(ty.shape[a]),
-            })
-            .collect();
-        Some((g.value(v).name.clone(), axes))
-    })
-    .collect()
-}
-
-/// An axis's extent: fixed, or a formula of dim `.0`.
-enum Extent {
-    Fixed(usize),
-    Of(usize, nnc::ir::ExtentExpr),
-}
-
-fn written(g: &Graph, shapes: &[(String, Vec<Extent>)]) -> String {
-    let lines: Vec<String> = shapes
-        .iter()
-        .map(|(name, axes)| {
-            let axes: Vec<String> = axes
-                .iter()
-                .map(|a| match a {
-                    Extent::Fixed(d) => d.to_string(),
-                    Extent::Of(dim, e) => e.written(&g.dims[*dim].name),
-                })
-                .collect();
-            format!("%{name}: [{}]", axes.join(", "))
-        })
-        .collect();
-    lines.join("\n")
-}
-
-/// A dims file test: the model imported with its ranges; each value's symbolic shape
-/// against the expected dump, and independently, at the ranges' ends and middle, every
-/// formula against the shape of the same value in the model imported at that value.
-fn run_dims_file(path: &Path, seed: u64) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let test = parse(&text, seed)?;
-    let import = |opts: &ImportOptions| -> Result<Graph, String> {
-        let mut g = import_model(&test.model, None, opts)
-            .map_err(|e| e.to_string())?
-            .graph;
-        PassManager::default()
-            .run(&mut g)
-            .map_err(|e| e.to_string())?;
-        Ok(g)
-    };
-    let ranges = test
-        .ranges
-        .iter()
-        .map(|(name, min, max)| nnc::dims::DimRange {
-            name: name.clone(),
-            min: *min,
-            max: *max,
-            site: nnc::dims::DimSite::Param,
-        });
-    let ranged = import(&ImportOptions {
-        ranges: ranges.collect(),
-        ..Default::default()
-    })?;
-    let shapes = symbolic_shapes(&ranged);
-    let actual = written(&ranged, &shapes);
-    for pick in [0usize, 1, 2] {
-        let mut opts = ImportOptions::default();
-        let mut values = vec![];
-        for (name, min, max) in &test.ranges {
-            let v = [*min, (min + max) / 2, *max][pick];
-            opts.dims.insert(name.clone(), v);
-            values.push(v);
-        }
-        let fixed = import(&opts)?;
-        let mut compared = 0;
-        for (name, axes) in &shapes {
-            let Some(v) = fixed.values.iter().position(|x| x.name == *name) else {
-                continue;
-            };
-            let want: Vec<usize> = axes
-                .iter()
-                .map(|a| match a {
-                    Extent::Fixed(d) => *d,
-                    Extent::Of(dim, e) => {
-                        let at = ranged.dims[*dim].name.as_str();
-                        let i = test.ranges.iter().position(|r| r.0 == at).unwrap_or(0);
-                        e.size_at(values[i])
-                    }
-                })
-                .collect();
-            let got = &fixed.ty(nnc::ir::ValueId(v)).shape;
-            if *got != want {
-                return Err(format!(
-                    "%{name} at {values:?}: the formulas give {want:?}, the model imported there has {got:?}"
-                ));
-            }
-            compared += 1;
-        }
-        if compared == 0 {
-            return Err(format!("no value to compare at {values:?}"));
-        }
-    }
-    expect(path, &text, test.expected, &actual, "symbolic shapes")
-}
-
-/// Symbolic shape inference, one op family per file in `tests/dims/*.nir` (a
-/// `; dims:` line, input axes named by dims, the expected shapes after `---`).
-#[test]
-fn dims_filetests() {
-    run_dir("dims", run_dims_file);
-}
-
 /// A symbolic-import file test: the model imported once with its ranges as symbols
 /// (`nnc::onnx::import_symbolic`), the dump of the graph (every value's axes as
 /// expressions; an import refused dumps `error: ...`) against the expected section,
@@ -562,12 +440,12 @@ fn dims_filetests() {
 fn run_symbolic_file(path: &Path, seed: u64) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let test = parse(&text, seed)?;
-    let ranges: Vec<nnc::dims::DimRange> = (test.ranges.iter())
-        .map(|(name, min, max)| nnc::dims::DimRange {
+    let ranges: Vec<nnc::onnx::ranges::DimRange> = (test.ranges.iter())
+        .map(|(name, min, max)| nnc::onnx::ranges::DimRange {
             name: name.clone(),
             min: *min,
             max: *max,
-            site: nnc::dims::DimSite::Param,
+            site: nnc::onnx::ranges::DimSite::Param,
         })
         .collect();
     let opts = ImportOptions {

@@ -15,10 +15,10 @@ use std::path::Path;
 mod graphs;
 
 use graphs::{compare, Rng, Scale};
-use nnc::dims::{DimRange, DimSite};
 use nnc::interp::run_graph;
 use nnc::ir::{DType, Graph, Tensor, ValueId};
 use nnc::onnx::proto::ModelProto;
+use nnc::onnx::ranges::{DimRange, DimSite};
 use nnc::onnx::{import_model, import_symbolic, ImportOptions};
 use prost::Message;
 

@@ -143,7 +143,7 @@ pub struct DimInfo {
     pub name: String,
     pub min: usize,
     pub max: usize,
-    /// How the code covers it: `sample loop`, `rows` or `planes` (see `nnc::dims`).
+    /// How the code covers it: `symbolic` or `sample loop` (see `nnc::passes::per_sample`).
     pub strategy: String,
 }
 
@@ -185,16 +185,14 @@ pub struct NodeRef {
     pub op: String,
 }
 
-/// How the code covers dim `j` of `g` (see `nnc::dims`).
+/// How the code covers dim `j` of `g`.
 fn dim_strategy(g: &nnc::ir::Graph, j: usize) -> &'static str {
     if is_symbolic(g) {
         return "symbolic: every extent an expression of the dims, computed at run time";
     }
-    let planes = (g.values.iter()).any(|v| v.run_extent.as_ref().is_some_and(|e| e.is_planes()));
-    match (g.sample_loop.as_ref().is_some_and(|s| s.dim == j), planes) {
-        (true, _) => "sample loop: compiled for one sample",
-        (false, true) => "planes: compiled at its maximum, every extent computed from it",
-        (false, false) => "rows: compiled at its maximum, the rows the run has computed",
+    match g.sample_loop.as_ref().is_some_and(|s| s.dim == j) {
+        true => "sample loop: compiled for one sample",
+        false => "static",
     }
 }
 
@@ -203,40 +201,17 @@ fn is_symbolic(g: &nnc::ir::Graph) -> bool {
     g.values.iter().any(|v| v.ty.dims.is_some())
 }
 
-/// The import `nnc compile` lowers (see `nnc::driver::load_graph`), keeping
-/// unsupported ops: with ranges, the sample loop's where it covers them, else the one
-/// over symbolic shapes where every node has a symbolic form, else the older
-/// strategies'; where neither imports whole, the symbolic import's refusals.
-fn import_as_compiled(path: &Path, import: &ImportOptions) -> Result<onnx::Imported> {
-    let older = onnx::load_model_partial(path, import);
-    if !import.ranges.iter().any(|r| r.min < r.max) {
-        return older;
-    }
-    let whole = |i: &onnx::Imported| i.unsupported.is_empty();
-    if let Ok(i) = &older {
-        if whole(i) && i.graph.sample_loop.is_some() && i.graph.row_dims.is_empty() {
-            return older;
-        }
-    }
-    match (onnx::load_model_symbolic(path, import), older) {
-        (Ok(symbolic), _) if whole(&symbolic) => Ok(symbolic),
-        (_, Ok(older)) if whole(&older) => Ok(older),
-        (Ok(symbolic), _) => Ok(symbolic),
-        (Err(_), older) => older,
-    }
-}
-
 /// Imports `path` (keeping unsupported ops) and plans it as `nnc compile` would.
 pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> Result<Report> {
-    let imported = import_as_compiled(path, import)?;
+    let imported = onnx::load_model_partial(path, import)?;
     let g = &imported.graph;
-    let deps = nnc::dims::axis_dims(g);
+    let deps = nnc::ir::run_dims::axis_dims(g);
     let maxima: Vec<usize> = g.dims.iter().map(|d| d.max).collect();
     let n_in = g.inputs.len();
     let tensor = |(k, v): (usize, &nnc::ir::ValueId)| TensorInfo {
         name: g.value(*v).name.clone(),
         dtype: g.ty(*v).dtype.to_string(),
-        shape: nnc::dims::concrete_shape(&g.ty(*v).shape, k, &deps, &maxima),
+        shape: nnc::ir::run_dims::concrete_shape(&g.ty(*v).shape, k, &deps, &maxima),
         axis_dims: (0..g.ty(*v).rank())
             .map(|axis| {
                 deps.iter()
@@ -306,13 +281,7 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
     if imported.unsupported.is_empty() {
         // The memory plan of the graph `nnc compile` lowers: after the same passes
         // (fusion and views change which tensors exist and how long they live).
-        let mut optimized = g.clone();
-        let passes = match is_symbolic(g) {
-            true => nnc::driver::symbolic_passes(&nnc::passes::PassManager::default()),
-            false => nnc::passes::PassManager::default(),
-        };
-        passes
-            .run(&mut optimized)
+        let optimized = nnc::driver::prepare_graph(g.clone(), &nnc::passes::PassManager::default())
             .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
         // Sizes as stored: what the code generator packs and shares is only known by
         // running it.

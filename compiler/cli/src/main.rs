@@ -306,7 +306,7 @@ enum Command {
 /// `nnc inspect --symbolic-shapes`: the graph imported with symbols, its checks and
 /// what it could not import.
 fn print_symbolic_shapes(model: &std::path::Path, opts: &ImportOptions) -> Result<()> {
-    let imported = nnc::onnx::load_model_symbolic(model, opts)?;
+    let imported = nnc::onnx::load_model_partial(model, opts)?;
     let g = &imported.graph;
     println!("{g}");
     for c in &g.dim_checks {
@@ -339,13 +339,15 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         let mut shape = vec![];
         if !dims.trim().is_empty() {
             for (axis, d) in dims.split(',').enumerate() {
-                match nnc::dims::parse_range(d).map_err(|why| bad("input-shape", s, &why))? {
+                match nnc::onnx::ranges::parse_range(d)
+                    .map_err(|why| bad("input-shape", s, &why))?
+                {
                     Some((min, max)) => {
-                        ranges.push(nnc::dims::DimRange {
+                        ranges.push(nnc::onnx::ranges::DimRange {
                             name: format!("{name}.{axis}"),
                             min,
                             max,
-                            site: nnc::dims::DimSite::InputAxis {
+                            site: nnc::onnx::ranges::DimSite::InputAxis {
                                 input: name.to_string(),
                                 axis,
                             },
@@ -397,12 +399,12 @@ fn parse_bindings(shapes: &ShapeArgs) -> Result<ImportOptions> {
         if let Some(earlier) = dim_flags.insert(name, s) {
             return Err(twice("dim", name, earlier, s));
         }
-        match nnc::dims::parse_range(v).map_err(|why| bad("dim", s, &why))? {
-            Some((min, max)) => ranges.push(nnc::dims::DimRange {
+        match nnc::onnx::ranges::parse_range(v).map_err(|why| bad("dim", s, &why))? {
+            Some((min, max)) => ranges.push(nnc::onnx::ranges::DimRange {
                 name: name.to_string(),
                 min,
                 max,
-                site: nnc::dims::DimSite::Param,
+                site: nnc::onnx::ranges::DimSite::Param,
             }),
             None => {
                 dims.insert(
@@ -614,9 +616,6 @@ fn run(cli: Cli) -> Result<()> {
                 file_bytes,
                 started.elapsed().as_secs_f64()
             );
-            if let Some(why) = &compiled.symbolic_refusal {
-                eprintln!("nnc: compiled per dim strategy, not over symbolic shapes: {why}");
-            }
             if !compiled.graph.symbols.is_empty() {
                 let dims: Vec<String> = (compiled.graph.symbols.iter())
                     .map(|(_, s)| format!("{}={}..{}", s.name, s.min, s.max))

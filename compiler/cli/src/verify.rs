@@ -271,7 +271,7 @@ fn fits_input(graph: &Graph, i: usize, shape: &[usize]) -> bool {
     if shape == declared.as_slice() {
         return true;
     }
-    let deps = nnc::dims::axis_dims(graph);
+    let deps = nnc::ir::run_dims::axis_dims(graph);
     shape.len() == declared.len()
         && (0..shape.len()).all(
             |a| match deps.iter().find(|d| d.tensor == i && d.axis == a) {
@@ -290,7 +290,7 @@ fn fits_input(graph: &Graph, i: usize, shape: &[usize]) -> bool {
 /// depend on dims set at run time, `float32[N*u,...] with N in MIN..MAX`.
 fn expected_input(graph: &Graph, i: usize) -> String {
     let ty = graph.ty(graph.inputs[i]);
-    let deps: Vec<_> = (nnc::dims::axis_dims(graph).into_iter())
+    let deps: Vec<_> = (nnc::ir::run_dims::axis_dims(graph).into_iter())
         .filter(|d| d.tensor == i)
         .collect();
     if deps.is_empty() {
@@ -390,8 +390,8 @@ pub fn debug_graph(graph: &Graph) -> Graph {
     let mut g = graph.clone();
     // Its outputs are no longer those the sample loop knows: a plain one-sample graph.
     g.sample_loop = None;
-    // A row dim stays: its count is the extent of the values its nodes run on.
-    if g.row_dims.is_empty() {
+    // Symbols stay: the extents of the values are expressions of them.
+    if g.symbols.is_empty() {
         g.dims.clear();
     }
     for n in &graph.nodes {
@@ -439,7 +439,7 @@ pub fn first_divergence(
     tol: Tolerance,
 ) -> Result<Option<Divergence>, String> {
     // A graph compiled for one sample is localized on the first sample.
-    let inputs = &nnc::dims::first_sample(reference, inputs);
+    let inputs = &nnc::ir::run_dims::first_sample(reference, inputs);
     let expected =
         nnc::interp::run_graph_all(reference, inputs).map_err(|e| format!("interpreter: {e}"))?;
     let debug = debug_graph(compiled);
@@ -509,7 +509,7 @@ pub fn reference_at_input_dims(
     if !planes && !symbolic {
         return None;
     }
-    let deps = nnc::dims::axis_dims(graph);
+    let deps = nnc::ir::run_dims::axis_dims(graph);
     let value_of = |name: &str| -> Option<usize> {
         let d = graph.dims.iter().position(|d| d.name == name)?;
         let at = deps

@@ -155,11 +155,11 @@ impl Model {
     /// Lets a symbolic dimension take any value in `min..=max` at run time
     /// (`--dim NAME=MIN..MAX`): the bindings gain `Workspace::run_dims`.
     pub fn dim_range(mut self, param: &str, min: usize, max: usize) -> Model {
-        self.import.ranges.push(nnc::dims::DimRange {
+        self.import.ranges.push(nnc::onnx::ranges::DimRange {
             name: param.to_string(),
             min,
             max,
-            site: nnc::dims::DimSite::Param,
+            site: nnc::onnx::ranges::DimSite::Param,
         });
         self
     }

@@ -14,7 +14,6 @@ mod model_info;
 pub mod options;
 pub mod plan;
 pub mod rodata_pool;
-mod row_dims;
 mod row_loops;
 mod run;
 mod sample_loop;
@@ -139,7 +138,7 @@ fn output_extents(
             })
             .collect();
     }
-    let deps = crate::dims::axis_dims(graph);
+    let deps = crate::ir::run_dims::axis_dims(graph);
     let offset_of = |v: ValueId| match plan.storage[plan.root[v.0]] {
         Some(plan::Storage::Arena(off)) => Some(off + plan.offset[v.0]),
         _ => None,
@@ -168,20 +167,6 @@ fn output_extents(
                 .collect()
         })
         .collect()
-}
-
-/// `unit_bytes · n^axes`: the bytes of a caller's buffer whose `axes` axes are each
-/// `n` long (see [`crate::dims::CountedRows`]).
-pub(super) fn counted_bytes(
-    b: &mut FunctionBuilder,
-    n: Value,
-    (unit_bytes, axes): (i64, u32),
-) -> Value {
-    let mut bytes = b.ins().imul_imm_s(n, unit_bytes);
-    for _ in 1..axes {
-        bytes = b.ins().imul(bytes, n);
-    }
-    bytes
 }
 
 /// Compiles a graph into a relocatable object for `opts.target`.
@@ -571,12 +556,10 @@ pub fn compile_graph_reporting(
     // A one-sample graph's node sequence is local: the exported entry points loop over
     // the samples (see `sample_loop`).
     let samples = sample_loop::SampleLayout::of(graph)?;
-    let rows = row_dims::RowDimLayout::of(graph, &plan)?;
-    let infer_ws_name = match (&samples, &rows) {
-        (Some(_), _) => "nnc_sample_infer_with_workspace".to_string(),
-        (None, Some(_)) => "nnc_rows_infer_with_workspace".to_string(),
-        (None, None) if symbols.is_some() => "nnc_symbolic_infer_with_workspace".to_string(),
-        (None, None) => format!("{}infer_with_workspace", opts.prefix),
+    let infer_ws_name = match &samples {
+        Some(_) => "nnc_sample_infer_with_workspace".to_string(),
+        None if symbols.is_some() => "nnc_symbolic_infer_with_workspace".to_string(),
+        None => format!("{}infer_with_workspace", opts.prefix),
     };
     let infer_ws = define_infer_with_workspace(
         &mut module,
@@ -598,32 +581,16 @@ pub fn compile_graph_reporting(
     )?;
     // With dims, the exported entry point sets every dim at its maximum around the
     // local node sequence.
-    let exported_infer_ws = match (&samples, &rows) {
-        (Some(layout), rows) => define_exported_infer_with_workspace(
+    let exported_infer_ws = match &samples {
+        Some(layout) => define_exported_infer_with_workspace(
             (&mut module, &mut ctx, &mut fctx, &isa),
             &opts.prefix,
             |b, module, p| {
                 let count = b.ins().iconst(PTR, layout.max);
-                let rows = rows.as_ref().map(|rows| {
-                    let max = b.ins().iconst(types::I64, rows.max);
-                    rows.store(b, p.2, max);
-                    max
-                });
-                sample_loop::emit_loop(b, module, layout, infer_ws, p, None, (count, rows))
+                sample_loop::emit_loop(b, module, layout, infer_ws, p, None, count)
             },
         )?,
-        (None, Some(layout)) => define_exported_infer_with_workspace(
-            (&mut module, &mut ctx, &mut fctx, &isa),
-            &opts.prefix,
-            |b, module, (inputs, outputs, ws)| {
-                let max = b.ins().iconst(types::I64, layout.max);
-                layout.store(b, ws, max);
-                let f = module.declare_func_in_func(infer_ws, b.func);
-                let call = b.ins().call(f, &[inputs, outputs, ws]);
-                b.inst_results(call)[0]
-            },
-        )?,
-        (None, None) => match &symbols {
+        None => match &symbols {
             // Every symbol at its maximum, then the node sequence.
             Some(block) => define_exported_infer_with_workspace(
                 (&mut module, &mut ctx, &mut fctx, &isa),
@@ -657,7 +624,6 @@ pub fn compile_graph_reporting(
         (infer_ws, run_pooled),
         (
             samples.as_ref(),
-            rows.as_ref(),
             &output_extents(graph, &plan, symbols.as_ref()),
             symbols.as_ref(),
         ),
@@ -678,7 +644,7 @@ pub fn compile_graph_reporting(
         .chain(&graph.outputs)
         .map(|v| graph.ty(*v).shape.as_slice())
         .collect();
-    let axis_dims = crate::dims::axis_dims(graph);
+    let axis_dims = crate::ir::run_dims::axis_dims(graph);
     sample_loop::define_shapes(
         &mut module,
         &mut ctx,
@@ -1080,11 +1046,7 @@ fn define_infer_with_workspace(
         symbolic_nodes,
     } = *seq;
     let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
-    let linkage = if with_pool
-        || graph.sample_loop.is_some()
-        || !graph.row_dims.is_empty()
-        || symbols.is_some()
-    {
+    let linkage = if with_pool || graph.sample_loop.is_some() || symbols.is_some() {
         Linkage::Local
     } else {
         Linkage::Export
@@ -1242,21 +1204,13 @@ fn define_infer_with_workspace(
                 let src = addr_of(b, plan.storage[v.0].expect("copied outputs have storage"));
                 let src = offset_by(b, src, plan.offset[v.0]);
                 let dst = addr_of(b, Storage::Output(*i));
-                let n = match crate::dims::counted_rows(graph, *v) {
-                    // The caller's buffer holds the run's rows.
-                    Some(rows) => {
-                        let (count, unit_bytes) = (rows.count, rows.unit_bytes(graph, *v));
-                        let at = addr_of(b, plan.storage[count.0].expect("a count has storage"));
-                        let at = offset_by(b, at, plan.offset[count.0]);
-                        let n = b.ins().load(types::I64, flags(), at, 0);
-                        counted_bytes(b, n, (unit_bytes as i64, rows.axes))
-                    }
-                    None if graph.ty(*v).dims.is_some() => symbol_block::Evaluator {
+                let n = match graph.ty(*v).dims.is_some() {
+                    true => symbol_block::Evaluator {
                         values: &symbol_values,
                         bad_divisor: None,
                     }
                     .bytes(b, graph.ty(*v)),
-                    None => kernel::iconst(b, graph.ty(*v).byte_size() as i64),
+                    false => kernel::iconst(b, graph.ty(*v).byte_size() as i64),
                 };
                 b.ins().call(cref, &[dst, src, n]);
             }

@@ -41,7 +41,7 @@ pub fn define(
     let infos_at = MODEL_INFO_SIZE;
     let dims_at = infos_at + TENSOR_INFO_SIZE * tensors.len();
     let total_dims: usize = tensors.iter().map(|t| graph.ty(*t).rank()).sum();
-    let axis_dims = crate::dims::axis_dims(graph);
+    let axis_dims = crate::ir::run_dims::axis_dims(graph);
     let maxima: Vec<usize> = graph.dims.iter().map(|d| d.max).collect();
     let dim_infos_at = dims_at + 8 * total_dims;
     let axis_dims_at = dim_infos_at + DIM_INFO_SIZE * graph.dims.len();
@@ -141,7 +141,7 @@ pub fn define(
         put32(&mut bytes, at + 8, ty.dtype.onnx_code() as u32);
         put32(&mut bytes, at + 12, ty.rank() as u32);
         relocs.push((at + 16, dim_cursor));
-        for d in crate::dims::concrete_shape(&ty.shape, k, &axis_dims, &maxima) {
+        for d in crate::ir::run_dims::concrete_shape(&ty.shape, k, &axis_dims, &maxima) {
             put64(&mut bytes, dim_cursor, d as u64);
             dim_cursor += 8;
         }

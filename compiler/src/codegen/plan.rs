@@ -275,14 +275,6 @@ pub fn plan_memory(graph: &Graph, scratch_bytes: &[usize]) -> MemoryPlan {
             ));
         }
     }
-    // A row dim's count: written before the first node, read by `run` after the last.
-    for d in &graph.row_dims {
-        let interval = Interval {
-            end: nn,
-            ..during(0, 8)
-        };
-        buffers.push((Owner::Value(d.count.0), interval));
-    }
     for (k, &bytes) in scratch_bytes.iter().enumerate() {
         if bytes > 0 {
             buffers.push((Owner::Scratch(k), during(k, bytes)));

@@ -36,29 +36,9 @@ pub struct RowLoops {
 pub fn plan(graph: &Graph) -> Result<RowLoops> {
     let mut lowered: Option<Graph> = None;
     let mut loops = vec![None; graph.nodes.len()];
-    let in_inputs = in_caller_inputs(graph);
     for (k, node) in graph.nodes.iter().enumerate() {
         let refuse = |m: String| NncError::node(&node.name, &node.onnx_op, m);
         if !crate::ops::rows::reads_run_rows(graph, node) {
-            continue;
-        }
-        if crate::dims::reads_fewest_rows(graph, node) {
-            continue;
-        }
-        // Unless elementwise (over the whole buffer, below).
-        if let Some(e) = reads_planes(graph, node)
-            .filter(|_| crate::ops::rows::passed_extent(graph, node).is_none())
-        {
-            // One call: the node computes every extent from the dim's count.
-            let bound = crate::dims::row_dim_of(graph, e.count)
-                .and_then(|r| graph.dims.get(r.dim))
-                .map_or(1, |d| d.max);
-            loops[k] = Some(RowLoop {
-                count: e.count,
-                within: 0,
-                row_bytes: vec![],
-                whole: Some(bound),
-            });
             continue;
         }
         if let crate::ops::Op::RnnSequence { .. } = node.op {
@@ -90,11 +70,8 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
                     .into(),
             ));
         }
-        // Over the whole planned buffer, unless that is a caller's buffer, which holds
-        // only the rows the run has (a graph input or output of a row dim).
-        if crate::ops::rows::passed_extent(graph, node).is_some()
-            && !touches_caller_rows(graph, node, &in_inputs)
-        {
+        // Over the whole planned buffer.
+        if crate::ops::rows::passed_extent(graph, node).is_some() {
             continue;
         }
         if let crate::ops::Op::HeadsAttention { .. } = node.op {
@@ -128,17 +105,6 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
         at_one_row(g, k, &form);
     }
     Ok(RowLoops { lowered, loops })
-}
-
-/// The run-time planes `node` reads (its first input carrying them), if any.
-fn reads_planes<'g>(graph: &'g Graph, node: &crate::ir::Node) -> Option<&'g crate::ir::RunExtent> {
-    (node.inputs.iter().flatten()).find_map(|v| {
-        graph
-            .value(*v)
-            .run_extent
-            .as_ref()
-            .filter(|e| e.is_planes())
-    })
 }
 
 /// Whether `node` is a float32 MatMul of row-carrying A (and residual) by constant
@@ -194,38 +160,6 @@ fn at_one_row(g: &mut Graph, k: usize, form: &RowForm) {
         g.nodes[k].outputs[j] = r;
     }
     g.nodes[k].op = form.op.clone();
-}
-
-/// Whether `node` reads a graph input (or a view of one: a Reshape, Identity or
-/// BitCast of it, which the memory plan places in the caller's buffer) or writes a
-/// graph output whose rows a row dim counts: the caller's buffer holds only the run's
-/// rows.
-fn touches_caller_rows(graph: &Graph, node: &crate::ir::Node, in_inputs: &[bool]) -> bool {
-    let counted = |v: &ValueId| crate::dims::counted_rows(graph, *v).is_some();
-    node.inputs
-        .iter()
-        .flatten()
-        .any(|v| in_inputs[v.0] && counted(v))
-        || node
-            .outputs
-            .iter()
-            .any(|v| graph.outputs.contains(v) && counted(v))
-}
-
-/// Per value: whether it is a graph input or a view of one (see
-/// [`touches_caller_rows`]).
-fn in_caller_inputs(graph: &Graph) -> Vec<bool> {
-    let mut marked = vec![false; graph.values.len()];
-    for v in &graph.inputs {
-        marked[v.0] = true;
-    }
-    for n in &graph.nodes {
-        let view = super::plan::is_view_op(&n.op);
-        if let (true, [Some(x)], [y]) = (view, n.inputs.as_slice(), n.outputs.as_slice()) {
-            marked[y.0] |= marked[x.0] && !graph.outputs.contains(y);
-        }
-    }
-    marked
 }
 
 /// A Reshape adding or removing unit axes before the rows (see

@@ -30,7 +30,6 @@ use cranelift_module::{FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
 use super::kernel::{flags, PTR};
-use super::row_dims::RowDimLayout;
 use super::sample_loop::{self, SampleLayout};
 use super::{define_function, plan, Result};
 use nnc_runtime_abi::abi::{
@@ -339,7 +338,7 @@ pub(super) fn define_run(
     pooled: &Pooled,
     arena: usize,
     (infer_ws, run_pooled): (FuncId, FuncId),
-    (samples, rows, output_shapes, symbols): RunDims,
+    (samples, output_shapes, symbols): RunDims,
     prefix: &str,
 ) -> Result<()> {
     let sig = super::ptr_signature(module, 4, true);
@@ -365,14 +364,11 @@ pub(super) fn define_run(
                 Some(layout) => {
                     let range = (layout.dim, layout.min, layout.max);
                     let count = dim_value(b, options, size, range, out_of_range);
-                    let n = rows_value(b, (options, size, ws), rows, out_of_range);
                     let args = (inputs, outputs, ws);
-                    let r =
-                        sample_loop::emit_loop(b, module, layout, infer_ws, args, None, (count, n));
+                    let r = sample_loop::emit_loop(b, module, layout, infer_ws, args, None, count);
                     (r, Some(count))
                 }
                 None => {
-                    rows_value(b, (options, size, ws), rows, out_of_range);
                     symbol_values(b, (options, size, ws), symbols, out_of_range);
                     let f = module.declare_func_in_func(infer_ws, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws]);
@@ -395,7 +391,6 @@ pub(super) fn define_run(
                 Some(layout) => {
                     let range = (layout.dim, layout.min, layout.max);
                     let count = dim_value(b, options, size, range, out_of_range);
-                    let n = rows_value(b, (options, size, ws), rows, out_of_range);
                     let args = (inputs, outputs, ws);
                     let r = sample_loop::emit_loop(
                         b,
@@ -404,12 +399,11 @@ pub(super) fn define_run(
                         run_pooled,
                         args,
                         Some(pool),
-                        (count, n),
+                        count,
                     );
                     (r, Some(count))
                 }
                 None => {
-                    rows_value(b, (options, size, ws), rows, out_of_range);
                     symbol_values(b, (options, size, ws), symbols, out_of_range);
                     let f = module.declare_func_in_func(run_pooled, b.func);
                     let call = b.ins().call(f, &[inputs, outputs, ws, pool]);
@@ -435,27 +429,13 @@ pub(super) fn define_run(
     Ok(())
 }
 
-/// How `run` sets the dims: the sample loop, the row dim, where each output axis's
-/// size comes from, and the symbols' block.
+/// How `run` sets the dims: the sample loop, where each output axis's size comes
+/// from, and the symbols' block.
 pub(super) type RunDims<'a> = (
     Option<&'a SampleLayout>,
-    Option<&'a RowDimLayout>,
     &'a [Vec<AxisExtent>],
     Option<&'a super::symbol_block::SymbolBlock>,
 );
-
-/// The row dim's value (see [`dim_value`]), stored in its count in the workspace `ws`.
-fn rows_value(
-    b: &mut FunctionBuilder,
-    (options, size, ws): (Value, Value, Value),
-    rows: Option<&RowDimLayout>,
-    out_of_range: Block,
-) -> Option<Value> {
-    let rows = rows?;
-    let n = dim_value(b, options, size, rows.range(), out_of_range);
-    rows.store(b, ws, n);
-    Some(n)
-}
 
 /// Each symbol's value (see [`dim_value`]), stored in the symbols' block of `ws`.
 fn symbol_values(
@@ -551,7 +531,7 @@ fn write_output_shapes(
     b.switch_to_block(join);
 }
 
-/// The value of dim `range.0` (a sample count, or a row dim's rows): read from
+/// The value of dim `range.0` (a sample count): read from
 /// `options->dims` when the options reach that field and it is not NULL (jumping to
 /// `out_of_range` for a value outside `range.1..=range.2`), else the maximum.
 fn dim_value(

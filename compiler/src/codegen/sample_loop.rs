@@ -19,7 +19,7 @@ use cranelift_object::ObjectModule;
 
 use super::kernel::{self, flags, PTR};
 use super::{define_function, Result};
-use crate::dims::{AxisDim, SymbolicDim};
+use crate::ir::run_dims::{AxisDim, SymbolicDim};
 use crate::ir::Graph;
 use nnc_runtime_abi::abi::{
     NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_NULL_POINTER, NNC_OK,
@@ -30,11 +30,6 @@ pub(super) struct SampleLayout {
     /// Bytes per sample of each input and output; 0 for one all samples share.
     pub inputs: Vec<i64>,
     pub outputs: Vec<i64>,
-    /// Per input and output whose samples are rows of a row dim: the bytes per row
-    /// and the number of counted axes (a sample then holds `unit · rows^axes` bytes,
-    /// see [`crate::dims::CountedRows`]).
-    pub input_rows: Vec<Option<(i64, u32)>>,
-    pub output_rows: Vec<Option<(i64, u32)>>,
     /// The looped dim: its index in `nnc_run_options.dims` and its range.
     pub dim: usize,
     pub min: i64,
@@ -67,21 +62,10 @@ impl SampleLayout {
                 })
                 .collect()
         };
-        let row_bytes = |vs: &[crate::ir::ValueId], marks: &[bool]| {
-            vs.iter()
-                .zip(marks)
-                .map(|(v, &m)| {
-                    let rows = crate::dims::counted_rows(graph, *v).filter(|_| m)?;
-                    Some((rows.unit_bytes(graph, *v) as i64, rows.axes))
-                })
-                .collect()
-        };
         let d = &graph.dims[sl.dim];
         Ok(Some(SampleLayout {
             inputs: bytes(&graph.inputs, &sl.inputs),
             outputs: bytes(&graph.outputs, &sl.outputs),
-            input_rows: row_bytes(&graph.inputs, &sl.inputs),
-            output_rows: row_bytes(&graph.outputs, &sl.outputs),
             dim: sl.dim,
             min: d.min as i64,
             max: d.max as i64,
@@ -91,8 +75,7 @@ impl SampleLayout {
 
 /// Emits `for s in 0..count { status = body(inputs_s, outputs_s, ws[, extra]) }`,
 /// stopping at the first nonzero status, and returns the status (0 after the last
-/// sample). `inputs_s[i]` is `inputs[i] + s · bytes[i]` (`bytes[i]` being `rows` times
-/// its bytes per row for a sample of rows), built in a stack array; NULL
+/// sample). `inputs_s[i]` is `inputs[i] + s · bytes[i]`, built in a stack array; NULL
 /// `inputs` or `outputs` arrays give `NNC_ERR_NULL_POINTER` before anything runs (a
 /// NULL element is caught by the first sample's own checks, before it writes).
 pub(super) fn emit_loop(
@@ -102,7 +85,7 @@ pub(super) fn emit_loop(
     body: FuncId,
     (inputs, outputs, ws): (Value, Value, Value),
     extra: Option<Value>,
-    (count, rows): (Value, Option<Value>),
+    count: Value,
 ) -> Value {
     let exit = b.create_block();
     b.append_block_param(exit, types::I32);
@@ -129,18 +112,13 @@ pub(super) fn emit_loop(
         b.ins().stack_addr(PTR, s, 0)
     };
     // Each sample's bytes, computed once.
-    let mut sample_bytes = |fixed: &[i64], per_row: &[Option<(i64, u32)>]| -> Vec<Option<Value>> {
-        fixed
-            .iter()
-            .zip(per_row)
-            .map(|(&bytes, row)| match (row, rows) {
-                (Some(row), Some(n)) => Some(super::counted_bytes(b, n, *row)),
-                _ => (bytes != 0).then(|| b.ins().iconst(PTR, bytes)),
-            })
+    let mut sample_bytes = |fixed: &[i64]| -> Vec<Option<Value>> {
+        (fixed.iter())
+            .map(|&bytes| (bytes != 0).then(|| b.ins().iconst(PTR, bytes)))
             .collect()
     };
-    let in_bytes = sample_bytes(&layout.inputs, &layout.input_rows);
-    let out_bytes = sample_bytes(&layout.outputs, &layout.output_rows);
+    let in_bytes = sample_bytes(&layout.inputs);
+    let out_bytes = sample_bytes(&layout.outputs);
     let ins_s = slot(b, layout.inputs.len());
     let outs_s = slot(b, layout.outputs.len());
     let header = b.create_block();

@@ -524,7 +524,7 @@ impl Slot<'_> {
 /// values of `graph.outputs`. Intermediates are freed after their last use.
 pub fn run_graph(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
     if graph.sample_loop.is_some() {
-        return crate::dims::run_samples(graph, inputs, |one| run_one_graph(graph, one));
+        return crate::ir::run_dims::run_samples(graph, inputs, |one| run_one_graph(graph, one));
     }
     run_one_graph(graph, inputs)
 }
@@ -710,7 +710,6 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
             inputs.len()
         ));
     }
-    let mut rows = None;
     for (id, tensor) in graph.inputs.iter().zip(inputs) {
         let declared = graph.ty(*id);
         let what = || {
@@ -721,13 +720,6 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
             )
         };
         crate::memory::check_fits(tensor.ty().byte_size(), &what)?;
-        if let Some(n) = row_dim_rows(graph, *id, tensor) {
-            if *rows.get_or_insert(n) != n {
-                return Err("the inputs hold different numbers of rows of a dim".into());
-            }
-            slots[id.0] = Slot::Owned(tensor.clone());
-            continue;
-        }
         if tensor.dtype() != declared.dtype || tensor.shape() != declared.shape.as_slice() {
             return Err(format!(
                 "input {} must be {}, got {}",
@@ -738,39 +730,7 @@ fn bind_inputs<'g>(graph: &Graph, inputs: &[Tensor], slots: &mut [Slot<'g>]) -> 
         }
         slots[id.0] = Slot::Owned(tensor.clone());
     }
-    // The row dim's count, and the constants growing with it cut to its rows.
-    for d in &graph.row_dims {
-        let value = rows.unwrap_or(graph.dims[d.dim].max);
-        let n = d.size.size_at(value);
-        slots[d.count.0] = Slot::Owned(Tensor::from_vec(&[1], vec![n as i64]));
-        for (i, info) in graph.values.iter().enumerate() {
-            let (Some(c), Some(e)) = (&info.constant, &info.run_extent) else {
-                continue;
-            };
-            if e.count == d.count {
-                let axis = e.axes[0];
-                let t = ops::rows::first_rows(c, axis, n);
-                slots[i] = Slot::Owned(t);
-            }
-        }
-    }
     Ok(())
-}
-
-/// The rows `tensor` holds along a row dim's axis of input `id` when it differs from
-/// the declared type there only (and has a value in the dim's range).
-fn row_dim_rows(graph: &Graph, id: ValueId, tensor: &Tensor) -> Option<usize> {
-    let e = graph.value(id).run_extent.as_ref()?;
-    let d = crate::dims::row_dim_of(graph, e.count)?;
-    let (declared, actual) = (&graph.ty(id).shape, tensor.shape());
-    let axis = e.axes[0];
-    let n = *actual.get(axis)?;
-    let range = &graph.dims[d.dim];
-    let fits = tensor.dtype() == graph.ty(id).dtype
-        && actual.len() == declared.len()
-        && (0..declared.len()).all(|a| a == axis || actual[a] == declared[a])
-        && (range.min..=range.max).contains(&n);
-    fits.then_some(n)
 }
 
 /// How long a value must live while a graph runs.

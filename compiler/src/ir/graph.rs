@@ -79,8 +79,6 @@ pub struct Graph {
     pub dims: Vec<super::run_dims::SymbolicDim>,
     /// Set when the graph is one sample's and `run` loops over the samples of `dims`.
     pub sample_loop: Option<super::run_dims::SampleLoop>,
-    /// The dims whose values are the run-time extents of the values growing with them.
-    pub row_dims: Vec<super::run_dims::RowDim>,
     /// The symbols the extents of symbolic values are expressions over (the dims set
     /// at run time, in `dims` order), with their ranges.
     pub symbols: super::SymbolTable,
@@ -120,10 +118,7 @@ impl Graph {
     pub fn bounded_axes(&self) -> Vec<(usize, usize)> {
         (self.outputs.iter().enumerate())
             .flat_map(|(i, v)| {
-                // Extents a dim's value sets are its axis dims, not bounded.
-                let axes = (self.values[v.0].run_extent.as_ref())
-                    .filter(|e| !self.row_dims.iter().any(|d| d.count == e.count))
-                    .map(|e| e.axes.clone());
+                let axes = (self.values[v.0].run_extent.as_ref()).map(|e| e.axes.clone());
                 axes.unwrap_or_default().into_iter().map(move |a| (i, a))
             })
             .collect()

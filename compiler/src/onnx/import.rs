@@ -72,17 +72,6 @@ pub fn load_model_partial(path: &Path, opts: &ImportOptions) -> Result<Imported>
     import_model(&model, path.parent(), opts).map_err(|e| e.in_file(path))
 }
 
-/// Reads a model file and imports it once with its ranges as symbols (see
-/// [`import_symbolic`]); unsupported nodes are returned, not failed on.
-pub fn load_model_symbolic(path: &Path, opts: &ImportOptions) -> Result<Imported> {
-    let bytes = crate::files::read_regular(path).map_err(|e| NncError::read(path, e))?;
-    let model = ModelProto::decode(bytes.as_slice()).map_err(|source| NncError::Decode {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    import_symbolic(&model, path.parent(), opts).map_err(|e| e.in_file(path))
-}
-
 pub fn import_model(
     model: &ModelProto,
     base_dir: Option<&Path>,
@@ -93,8 +82,9 @@ pub fn import_model(
         let value = opts.ranges[which].min;
         return import_model(model, base_dir, &opts.with_range_fixed(which, value));
     }
+    // Ranges import once over symbolic shapes.
     if !opts.ranges.is_empty() {
-        return crate::dims::import_with_ranges(model, base_dir, opts);
+        return import_symbolic(model, base_dir, &super::ranges::named_ranges(model, opts));
     }
     import_once(model, base_dir, opts, false)
 }
@@ -162,6 +152,9 @@ fn import_once(
     }
     b.import_initializers(graph, base_dir)?;
     b.import_inputs(graph, opts)?;
+    if symbolic {
+        b.check_symbols_reach_inputs()?;
+    }
     let mut hist: Vec<(String, usize)> = vec![];
     for (i, node) in graph.node.iter().enumerate() {
         match hist.iter_mut().find(|(n, _)| *n == node.op_type) {
@@ -709,6 +702,22 @@ impl GraphBuilder {
                     super::ranges::MAX_DIM_VALUE
                 )));
             }
+            let named_by_an_input = || {
+                use super::proto::tensor_shape_proto::dimension;
+                let inputs = model.graph.as_ref().map_or(&[][..], |g| g.input.as_slice());
+                inputs.iter().any(|i| match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                    Some(type_proto::Value::TensorType(t)) => (t.shape.iter())
+                        .flat_map(|s| &s.dim)
+                        .any(|d| matches!(&d.value, Some(dimension::Value::DimParam(p)) if *p == r.name)),
+                    _ => false,
+                })
+            };
+            if r.site == super::ranges::DimSite::Param && !named_by_an_input() {
+                return Err(NncError::Model(format!(
+                    "dimension '{}': no input of the model has an axis with this name",
+                    r.name
+                )));
+            }
             if self.graph.symbols.find(&r.name).is_some() {
                 return Err(NncError::Model(format!(
                     "dimension '{}' is declared twice",
@@ -728,6 +737,24 @@ impl GraphBuilder {
                 max: r.max,
             });
             self.symbol_sites.push(r.site);
+        }
+        Ok(())
+    }
+
+    /// Every declared dim is an axis of some input: a range naming none is a typo, or
+    /// a name the model does not use.
+    fn check_symbols_reach_inputs(&self) -> Result<()> {
+        let g = &self.graph;
+        for (s, symbol) in g.symbols.iter() {
+            let reaches = (g.inputs.iter())
+                .filter_map(|v| g.ty(*v).dims.as_ref())
+                .any(|dims| dims.iter().any(|d| d.symbols().contains(&s)));
+            if !reaches {
+                return Err(NncError::Model(format!(
+                    "dimension '{}': no input of the model has an axis with this name",
+                    symbol.name
+                )));
+            }
         }
         Ok(())
     }

@@ -14,6 +14,5 @@ pub mod tensor_proto;
 pub mod weight_budget;
 
 pub use import::{
-    import_model, import_symbolic, load_model, load_model_partial, load_model_symbolic,
-    ImportOptions, Imported,
+    import_model, import_symbolic, load_model, load_model_partial, ImportOptions, Imported,
 };

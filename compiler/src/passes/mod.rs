@@ -46,6 +46,7 @@ pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
 pub mod heads_attention;
+pub mod per_sample;
 pub mod qdq;
 pub mod scale_operand;
 pub mod small_powers;

@@ -13,9 +13,9 @@ use crate::models::{self, ModelBuilder};
 use crate::{runner, tools};
 use nnc::codegen::options::KernelOptions;
 use nnc::codegen::Target;
-use nnc::dims::{DimRange, DimSite};
 use nnc::ir::{Graph, Tensor};
 use nnc::onnx::proto::{tensor_shape_proto, type_proto, ModelProto};
+use nnc::onnx::ranges::{DimRange, DimSite};
 use nnc::onnx::{import_model, ImportOptions};
 use nnc_runtime_abi::{
     NncModelInfo, NncRunOptions, NncThreadPool, RunFn, ShapesFn, WorkspaceSizeFn,
@@ -49,9 +49,14 @@ pub fn with_range(name: &str, min: usize, max: usize) -> ImportOptions {
 }
 
 pub fn import(model: &ModelProto, opts: &ImportOptions) -> nnc::error::Result<Graph> {
-    let mut g = import_model(model, None, opts)?.graph;
-    nnc::passes::PassManager::default().run(&mut g).unwrap();
-    Ok(g)
+    let imported = import_model(model, None, opts)?;
+    if !imported.unsupported.is_empty() {
+        return Err(nnc::error::NncError::Unsupported(imported.unsupported));
+    }
+    Ok(nnc::driver::prepare_graph(
+        imported.graph,
+        &nnc::passes::PassManager::default(),
+    )?)
 }
 
 /// The model imported with `param` fixed at `value`.
@@ -144,10 +149,15 @@ pub const SENTINEL: u8 = 0x5C;
 
 impl Dynamic {
     pub fn new(graph: Graph) -> Dynamic {
-        Dynamic {
-            compiled: runner::Compiled::new(&graph).unwrap(),
+        Dynamic::try_new(graph).unwrap()
+    }
+
+    /// The library, or code generation's refusal.
+    pub fn try_new(graph: Graph) -> Result<Dynamic, String> {
+        Ok(Dynamic {
+            compiled: runner::Compiled::new(&graph)?,
             graph,
-        }
+        })
     }
 
     /// Compiled for `target` (which the host must run) with `kernels`' choices.

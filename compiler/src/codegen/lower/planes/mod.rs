@@ -234,21 +234,7 @@ fn positions_at_least(graph: &Graph, v: crate::ir::ValueId) -> Option<usize> {
             Some(p * usize::try_from(graph.symbols.min_value(d)?).ok()?)
         });
     }
-    let e = graph
-        .value(v)
-        .run_extent
-        .as_ref()
-        .filter(|e| e.is_planes())?;
-    let row = crate::dims::row_dim_of(graph, e.count)?;
-    let least = row.size.eval(graph.dims.get(row.dim)?.min as i64)?;
-    let shape = &graph.ty(v).shape;
-    (2..shape.len()).try_fold(1usize, |p, a| {
-        let extent = match e.axes.iter().position(|&x| x == a) {
-            Some(i) => usize::try_from(e.sizes.get(i)?.eval(least)?).ok()?,
-            None => shape[a],
-        };
-        Some(p * extent)
-    })
+    None
 }
 
 /// The positions (the product of the spatial axes) of a symbolic value `v` with each
