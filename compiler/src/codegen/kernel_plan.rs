@@ -70,9 +70,6 @@ pub enum Strategy {
     Softmax(Option<X86Isa>),
     /// Attention a block of query rows at a time: two GEMMs and softmax rows.
     Attention(AttentionPlan),
-    /// Multi-head attention over heads side by side, per key bucket (see
-    /// [`lower::HeadsAttentionPlan`]).
-    HeadsAttention(lower::HeadsAttentionPlan),
     /// A node on image planes whose size only the run knows (see
     /// [`lower::PlanesPlan`]).
     Planes(lower::PlanesPlan),
@@ -198,7 +195,6 @@ impl NodeKernel {
             Strategy::Pool(p) => p.name().into(),
             Strategy::Softmax(_) => "softmax-rows".into(),
             Strategy::Attention(_) => "attention-rows".into(),
-            Strategy::HeadsAttention(_) => "heads-attention-rows".into(),
             Strategy::Planes(_) => "run-time-planes".into(),
             Strategy::ConvU8S8(
                 Int8Conv::Vnni { tiles_outer: true }
@@ -230,8 +226,7 @@ impl NodeKernel {
             Strategy::Planes(p) => p.kernels(),
             Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
-            Strategy::Attention(AttentionPlan { gemm, softmax, .. })
-            | Strategy::HeadsAttention(lower::HeadsAttentionPlan { gemm, softmax, .. }) => vec![
+            Strategy::Attention(AttentionPlan { gemm, softmax, .. }) => vec![
                 gemm_kernel_name(gemm),
                 match softmax {
                     Some(isa) => format!("f32-softmax-{}", isa_suffix(*isa)),
@@ -264,7 +259,6 @@ impl NodeKernel {
             Strategy::Gemm(g) => g,
             Strategy::Conv(c) => c.gemm()?,
             Strategy::Attention(p) => &p.gemm,
-            Strategy::HeadsAttention(p) => &p.gemm,
             _ => return None,
         };
         Some((g.mr, g.nr))
@@ -368,9 +362,6 @@ pub fn plan_node(
         Op::Pool(p) => lower::plan_pool(p, node, target, options),
         Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
         Op::Attention => lower::plan_attention(node, target, options),
-        Op::HeadsAttention { heads, .. } => {
-            lower::plan_heads_attention(*heads, node, target, options)
-        }
         Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node, target, options),
         Op::ConvU8S8 {
             conv,

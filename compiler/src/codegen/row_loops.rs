@@ -74,19 +74,6 @@ pub fn plan(graph: &Graph) -> Result<RowLoops> {
         if crate::ops::rows::passed_extent(graph, node).is_some() {
             continue;
         }
-        if let crate::ops::Op::HeadsAttention { .. } = node.op {
-            // One call over all the rows: its queries attend to every key.
-            let e = crate::ops::rows::heads_attention_extent(graph, node).map_err(refuse)?;
-            let axis = e.axes[0];
-            let q = node.inputs[0].expect("the queries");
-            loops[k] = Some(RowLoop {
-                count: e.count,
-                within: e.offset_of(axis).unwrap_or(0),
-                row_bytes: vec![],
-                whole: Some(graph.ty(q).shape[axis]),
-            });
-            continue;
-        }
         let form = match reshaped_rows(graph, node) {
             Some(form) => form,
             None => row_form(graph, node)

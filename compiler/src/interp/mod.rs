@@ -149,15 +149,6 @@ fn eval_unchecked(op: &Op, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, St
             let p = norm::softmax(&scores, rank - 1, false)?;
             linalg::matmul(&p, required(inputs, 2)?)?
         }
-        Op::HeadsAttention {
-            heads,
-            scale,
-            causal,
-        } => linalg::heads_attention(
-            (*heads, *scale, *causal),
-            [x()?, required(inputs, 1)?, required(inputs, 2)?],
-            optional(inputs, 3),
-        )?,
         Op::Gemm(g) => linalg::gemm(g, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::Conv(c) => conv::conv(c, x()?, required(inputs, 1)?, optional(inputs, 2))?,
         Op::ConvTranspose(c) => {

@@ -94,10 +94,6 @@ pub fn check_node(
         Op::Attention => (0..node.inputs.len())
             .filter(|&i| is_marked(i))
             .all(|i| rank(i) >= axis + 3 && rank(i) == out_rank),
-        // Q, K and V `[..., S, H·d]`, the mask over `[..., H, S, T]`.
-        Op::HeadsAttention { .. } => (0..node.inputs.len())
-            .filter(|&i| is_marked(i))
-            .all(|i| axis + 3 <= out_rank && rank(i) == out_rank + usize::from(i == 3)),
         // Their outputs' extents vary with the values, so samples cannot be stacked.
         Op::NonZero { .. }
         | Op::Compress { .. }

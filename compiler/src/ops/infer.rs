@@ -340,11 +340,6 @@ fn infer_core(op: &Op, inputs: &[Option<TensorType>]) -> InferResult {
             input(inputs, 2)?,
             inputs.get(3).and_then(Option::as_ref),
         ),
-        Op::HeadsAttention { heads, .. } => infer_heads_attention(
-            *heads,
-            [x()?, input(inputs, 1)?, input(inputs, 2)?],
-            inputs.get(3).and_then(Option::as_ref),
-        ),
         Op::Gemm(g) => {
             let (a, b) = (x()?, input(inputs, 1)?);
             if a.rank() != 2 || b.rank() != 2 {
@@ -958,58 +953,6 @@ fn infer_attention(
         }
     }
     infer_matmul(&scores, v)
-}
-
-/// [`Op::HeadsAttention`]: Q `[..., S, H·d]`, K `[..., T, H·d]`, V `[..., T, H·dv]` with
-/// the same leading axes, float32; the mask broadcasts to `[..., H, S, T]`.
-fn infer_heads_attention(
-    heads: usize,
-    [q, k, v]: [&TensorType; 3],
-    mask: Option<&TensorType>,
-) -> InferResult {
-    if let Some(t) = [Some(q), Some(k), Some(v), mask]
-        .iter()
-        .flatten()
-        .find(|t| t.dtype != DType::F32)
-    {
-        return Err(format!("HeadsAttention computes float32, not {}", t.dtype));
-    }
-    let r = q.rank();
-    if r < 2 || k.rank() != r || v.rank() != r {
-        return Err("HeadsAttention operands must have one rank ≥ 2".into());
-    }
-    let lead = &q.shape[..r - 2];
-    if k.shape[..r - 2] != *lead || v.shape[..r - 2] != *lead {
-        return Err(format!(
-            "Q {:?}, K {:?} and V {:?} differ in their leading axes",
-            q.shape, k.shape, v.shape
-        ));
-    }
-    let (s, t) = (q.shape[r - 2], k.shape[r - 2]);
-    let whole = |w: usize| heads > 0 && w.is_multiple_of(heads);
-    if v.shape[r - 2] != t
-        || q.shape[r - 1] != k.shape[r - 1]
-        || !whole(q.shape[r - 1])
-        || !whole(v.shape[r - 1])
-    {
-        return Err(format!(
-            "Q {:?}, K {:?} and V {:?} are not {heads} heads of queries, keys and values",
-            q.shape, k.shape, v.shape
-        ));
-    }
-    if let Some(m) = mask {
-        let mut scores = lead.to_vec();
-        scores.extend([heads, s, t]);
-        if broadcast_shapes(&[&scores, &m.shape])? != scores {
-            return Err(format!(
-                "the mask {:?} does not broadcast to the scores {scores:?}",
-                m.shape
-            ));
-        }
-    }
-    let mut out = q.shape.clone();
-    out[r - 1] = v.shape[r - 1];
-    Ok(vec![TensorType::new(DType::F32, out)])
 }
 
 fn infer_matmul(a: &TensorType, b: &TensorType) -> InferResult {

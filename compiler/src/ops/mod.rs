@@ -117,19 +117,6 @@ pub enum Op {
     /// axes broadcast as in MatMul. Computed block of query rows by block of query rows,
     /// so the `M × T` scores never leave the cache.
     Attention,
-    /// Multi-head attention reading its heads side by side in the last axis, fused by
-    /// [`crate::passes::heads_attention`] from a head split (`Reshape` to
-    /// `[..., S, H, d]` and `Transpose`), [`Op::Attention`]'s pattern and the head merge:
-    /// inputs Q `[..., S, H·d]`, K `[..., T, H·d]`, V `[..., T, H·dv]` and an optional
-    /// additive mask broadcast to the scores `[..., H, S, T]`; output `[..., S, H·dv]`,
-    /// head `h` of it `Softmax(scale·Q_h·K_hᵀ + mask_h)·V_h`. The operands are read in
-    /// place, so a sequence whose length only the run knows needs no transposed copies.
-    /// `causal`: query `i` attends to keys `0..=i` only (a decoder's mask).
-    HeadsAttention {
-        heads: usize,
-        scale: f32,
-        causal: bool,
-    },
     /// Softmax or LogSoftmax along one axis (opset ≥ 13 semantics; older opsets are
     /// rewritten at import as a flatten to 2-D around this).
     Softmax {

@@ -199,9 +199,6 @@ pub fn output_extent(graph: &Graph, node: &Node) -> Result<Option<RunExtent>, St
     if let Some(e) = passed_extent(graph, node) {
         return Ok(Some(e));
     }
-    if let Op::HeadsAttention { .. } = node.op {
-        return heads_attention_extent(graph, node).map(Some);
-    }
     if reads_all_rows(graph, node).is_some() {
         // Its outputs' extents are its own counts.
         return Ok(None);
@@ -252,40 +249,6 @@ pub fn rnn_steps_extent(graph: &Graph, node: &Node) -> Result<RunExtent, String>
     }
     Ok(RunExtent {
         axes: vec![0],
-        count: e.count,
-        whole_shape: false,
-        sizes: vec![],
-    })
-}
-
-/// The extent of a [`Op::HeadsAttention`]'s output when its queries, keys and values
-/// are the same run-time rows (and its mask's keys too): the queries'. The node reads
-/// all of them at once (see `codegen::lower::heads_attention`).
-pub fn heads_attention_extent(graph: &Graph, node: &Node) -> Result<RunExtent, String> {
-    let extent_of = |v: ValueId| graph.value(v).run_extent.as_ref();
-    let q = node.inputs[0].ok_or("HeadsAttention has no queries")?;
-    let e = extent_of(q).ok_or("its queries' count is fixed while its keys' is not")?;
-    let rows = |i: usize, axis_from_end: usize| -> bool {
-        node.inputs.get(i).copied().flatten().is_some_and(|v| {
-            let ty = graph.ty(v);
-            extent_of(v).is_some_and(|ev| {
-                ev.count == e.count && row_axis(ty, ev) == ty.rank().checked_sub(axis_from_end)
-            })
-        })
-    };
-    let mask_ok = match node.inputs.get(3).copied().flatten() {
-        None => true,
-        Some(m) => extent_of(m).is_none() && graph.ty(m).shape.last() == Some(&1) || rows(3, 1),
-    };
-    if !(rows(0, 2) && rows(1, 2) && rows(2, 2) && mask_ok) {
-        return Err(
-            "its queries, keys and values must be the same rows counted at run time, its mask \
-             (if any) one row over those keys"
-                .into(),
-        );
-    }
-    Ok(RunExtent {
-        axes: vec![graph.ty(q).rank() - 2],
         count: e.count,
         whole_shape: false,
         sizes: vec![],

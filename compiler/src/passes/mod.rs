@@ -45,7 +45,6 @@ pub mod dead_taps;
 pub mod fold_affine;
 pub mod fuse_epilogue;
 pub mod gelu;
-pub mod heads_attention;
 pub mod per_sample;
 pub mod qdq;
 pub mod scale_operand;
@@ -64,7 +63,7 @@ pub type PassFn = fn(&mut Graph, &Limits) -> Result<(), String>;
 /// Why the pass pipeline could not be built or run.
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
-    #[error("unknown pass '{name}' (known: {})", PASSES.iter().chain(ON_DEMAND_PASSES).map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
+    #[error("unknown pass '{name}' (known: {})", PASSES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))]
     Unknown { name: String },
     #[error("pass {pass}: {message}")]
     Failed { pass: String, message: String },
@@ -88,21 +87,13 @@ pub const PASSES: &[(&str, PassFn)] = &[
     ("dce", |g, _| dce::run(g)),
 ];
 
-/// Passes outside the default pipeline, run by name (`--passes`, file tests) and where
-/// they apply: [`heads_attention`] where a sequence's length is known only at run time
-/// (see [`crate::dims::row_extent`]).
-pub const ON_DEMAND_PASSES: &[(&str, PassFn)] =
-    &[("heads_attention", |g, _| heads_attention::run(g))];
-
 /// Passes that rewrite a conv by which of its taps reach the map, which depends on the
 /// map's size.
 const SIZE_DEPENDENT_PASSES: &[&str] = &["dead_taps", "tap_split"];
 
 /// Looks a pass up by name.
 pub fn pass(name: &str) -> Option<PassFn> {
-    (PASSES.iter().chain(ON_DEMAND_PASSES))
-        .find(|(n, _)| *n == name)
-        .map(|(_, f)| *f)
+    PASSES.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
 }
 
 /// Where [`PassManager`] dumps the IR.

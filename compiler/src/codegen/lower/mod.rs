@@ -10,7 +10,6 @@ pub(crate) mod elementwise;
 pub mod f16_weights;
 mod gather_packed;
 mod gemm;
-mod heads_attention;
 pub mod index_check;
 mod indexing;
 mod linalg;
@@ -49,7 +48,6 @@ pub use conv::{plan_conv, ConvStrategy, WinogradTransforms};
 pub use conv_transpose::plan_conv_transpose;
 pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
 pub use gemm::{Geometry, KernelKind};
-pub use heads_attention::{plan_heads_attention, HeadsAttentionPlan};
 pub use indexing::top_k_sorted_scratch;
 pub use linalg::plan_gemm;
 pub use norm::plan_softmax;
@@ -434,11 +432,6 @@ pub fn lower_node(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
         Op::Pad(p) => movement::pad(ctx, p),
         Op::MatMul(m) => linalg::matmul(ctx, m),
         Op::Attention => attention::attention(ctx),
-        Op::HeadsAttention {
-            heads,
-            scale,
-            causal,
-        } => heads_attention::heads_attention(ctx, *heads, *scale, *causal),
         Op::Gemm(g) => linalg::gemm(ctx, g),
         Op::Conv(c) => conv::conv(ctx, c),
         Op::ConvTranspose(c) => conv_transpose::conv_transpose(ctx, c),
