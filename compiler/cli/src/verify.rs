@@ -494,19 +494,15 @@ impl Report {
     }
 }
 
-/// For a graph on run-time image planes, which the interpreter runs only at its
-/// bound, or over symbolic shapes, which it does not run: the import options with
-/// every dim fixed at the value `inputs` give it (the model imported so is the
-/// reference). `None` for any other graph.
+/// For a graph over symbolic shapes, which the interpreter does not run: the import
+/// options with every dim fixed at the value `inputs` give it (the model imported so
+/// is the reference). `None` for any other graph.
 pub fn reference_at_input_dims(
     graph: &Graph,
     inputs: &[Tensor],
     import: &nnc::onnx::ImportOptions,
 ) -> Option<nnc::onnx::ImportOptions> {
-    let planes =
-        (graph.values.iter()).any(|v| v.run_extent.as_ref().is_some_and(|e| e.is_planes()));
-    let symbolic = graph.values.iter().any(|v| v.ty.dims.is_some());
-    if !planes && !symbolic {
+    if graph.symbols.is_empty() {
         return None;
     }
     let deps = nnc::ir::run_dims::axis_dims(graph);

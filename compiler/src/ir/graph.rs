@@ -33,17 +33,9 @@ pub struct RunExtent {
     pub axes: Vec<usize>,
     pub count: ValueId,
     pub whole_shape: bool,
-    /// Per axis in `axes`, its extent as a function of the dim `count` holds (a
-    /// conv's output planes); empty: each is the count.
-    pub sizes: Vec<super::ExtentExpr>,
 }
 
 impl RunExtent {
-    /// Whether the axes' extents are functions of a dim (planes), not counts.
-    pub fn is_planes(&self) -> bool {
-        !self.sizes.is_empty()
-    }
-
     /// Bytes into `count` of axis `axis`'s extent.
     pub fn offset_of(&self, axis: usize) -> Option<usize> {
         match (self.axes.contains(&axis), self.whole_shape) {

@@ -1271,7 +1271,6 @@ impl NodeCtx<'_> {
                 e.get_or_insert_with(|| RunExtent {
                     axes: vec![],
                     count,
-                    sizes: vec![],
                     whole_shape: counted.whole_shape,
                 })
                 .axes

@@ -41,9 +41,6 @@ impl RowForm {
 /// The axis rows of a value of type `ty` and extent `e` run along: its one varying
 /// axis, when every axis before it is a unit axis.
 pub fn row_axis(ty: &TensorType, e: &RunExtent) -> Option<usize> {
-    if e.is_planes() {
-        return None;
-    }
     match e.axes.as_slice() {
         &[a] if a < ty.rank() && ty.shape[..a].iter().all(|&d| d == 1) => Some(a),
         _ => None,
@@ -157,7 +154,6 @@ pub fn row_form(graph: &Graph, node: &Node) -> Result<Option<RowForm>, String> {
             axes: vec![axis],
             count: extent.count,
             whole_shape: false,
-            sizes: vec![],
         },
         input_axes: row_axes,
         axis,
@@ -251,7 +247,6 @@ pub fn rnn_steps_extent(graph: &Graph, node: &Node) -> Result<RunExtent, String>
         axes: vec![0],
         count: e.count,
         whole_shape: false,
-        sizes: vec![],
     })
 }
 
@@ -314,8 +309,7 @@ pub fn passed_extent(graph: &Graph, node: &Node) -> Option<RunExtent> {
         let e = graph.value(*like).run_extent.as_ref()?;
         return (graph.ty(*fill).numel() == 1).then(|| e.clone());
     }
-    planes_elementwise(graph, node)
-        .or_else(|| reshaped_extent(graph, &node.op, &node.inputs))
+    reshaped_extent(graph, &node.op, &node.inputs)
         .or_else(|| transposed_extent(graph, &node.op, &node.inputs))
 }
 
@@ -336,22 +330,6 @@ fn transposed_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Opti
     reshaped_extent(graph, &Op::Reshape { shape: to }, inputs)
 }
 
-/// The planes an elementwise op of planes of one size (and scalars) passes on: it runs
-/// over the whole planned buffer, each value dense at the same extents.
-fn planes_elementwise(graph: &Graph, node: &Node) -> Option<RunExtent> {
-    if !matches!(node.op, Op::Binary(_) | Op::Where) || node.outputs.len() != 1 {
-        return None;
-    }
-    let out = &graph.ty(node.outputs[0]).shape;
-    let extent_of = |v: ValueId| graph.value(v).run_extent.as_ref();
-    let e = node.inputs.iter().flatten().find_map(|v| extent_of(*v))?;
-    let same = node.inputs.iter().flatten().all(|v| match extent_of(*v) {
-        Some(ev) => ev == e && graph.ty(*v).shape == *out,
-        None => graph.ty(*v).numel() == 1,
-    });
-    (e.is_planes() && same).then(|| e.clone())
-}
-
 /// The extent of a Reshape's output that only adds, removes or moves unit axes around
 /// the one axis of its input whose extent only the run knows, leading in both
 /// (NonZero's `[1, n]` squeezed to `[n]`, a sequence's `[1, seq, d]` as `[seq, 1, d]`):
@@ -361,11 +339,7 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
         return None;
     };
     let extent = graph.value(*x).run_extent.as_ref()?;
-    let (&[a], false, false) = (
-        extent.axes.as_slice(),
-        extent.whole_shape,
-        extent.is_planes(),
-    ) else {
+    let (&[a], false) = (extent.axes.as_slice(), extent.whole_shape) else {
         return None;
     };
     let input = &graph.ty(*x).shape;
@@ -375,7 +349,6 @@ pub fn reshaped_extent(graph: &Graph, op: &Op, inputs: &[Option<ValueId>]) -> Op
         axes: vec![b],
         count: extent.count,
         whole_shape: false,
-        sizes: vec![],
     })
 }
 

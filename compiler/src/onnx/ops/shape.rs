@@ -260,8 +260,7 @@ pub fn concat(ctx: &mut NodeCtx) -> ImportResult {
 
 /// Whether the run counts `v`'s extent along `axis`.
 fn counted_on(ctx: &NodeCtx, v: ValueId, axis: usize) -> bool {
-    ctx.run_extent(v)
-        .is_some_and(|e| !e.is_planes() && e.axes.contains(&axis))
+    ctx.run_extent(v).is_some_and(|e| e.axes.contains(&axis))
 }
 
 /// Concat along an axis whose extent the run counts in some of the values (the kept
@@ -293,7 +292,6 @@ fn concat_rows(ctx: &mut NodeCtx, axis: usize, ins: Vec<Option<ValueId>>) -> Imp
             axes: vec![axis],
             count,
             whole_shape: false,
-            sizes: vec![],
         },
     );
     ctx.bind_output(0, y);
@@ -511,7 +509,7 @@ fn counted_rows_on(ctx: &mut NodeCtx, v: ValueId, axis: usize) -> ImportResult<O
     let Some(e) = ctx.run_extent(v).cloned() else {
         return Ok(None);
     };
-    if e.is_planes() || !e.axes.contains(&axis) {
+    if !e.axes.contains(&axis) {
         return Ok(None);
     }
     if crate::ops::rows::row_axis(ctx.ty(v), &e) != Some(axis) {

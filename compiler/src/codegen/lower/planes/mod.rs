@@ -258,21 +258,14 @@ fn spatial(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
 fn every_axis(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<ExtentExpr>> {
     let rank = graph.ty(v).rank();
     // Symbolic shapes: a marker where the axis varies; its extent is the dimension
-    // expression (see `PlaneSource::Dims`).
+    // expression (see `PlaneSource`).
     if let Some(dims) = &graph.ty(v).dims {
         return dims
             .iter()
             .map(|d| (!d.is_const()).then(ExtentExpr::dim))
             .collect();
     }
-    let e = graph.value(v).run_extent.as_ref();
-    (0..rank)
-        .map(|a| {
-            let e = e?;
-            let i = e.axes.iter().position(|&x| x == a)?;
-            e.sizes.get(i).cloned()
-        })
-        .collect()
+    vec![None; rank]
 }
 
 /// The plan of a node reading planes, or `None` when it reads none.
@@ -286,15 +279,7 @@ pub fn plan_planes(
         let ty = graph.ty(*v);
         matches!(node.op, Op::Conv(_) | Op::Pool(_)) && ty.rank() >= 3 && ty.dims.is_some()
     };
-    let planes = |v: &crate::ir::ValueId| {
-        symbolic(v)
-            || graph
-                .value(*v)
-                .run_extent
-                .as_ref()
-                .is_some_and(|e| e.is_planes())
-    };
-    let x = *node.inputs.iter().flatten().find(|v| planes(v))?;
+    let x = *node.inputs.iter().flatten().find(|v| symbolic(v))?;
     let y = *node.outputs.first()?;
     let mut plan = PlanesPlan {
         input: spatial(graph, x),
@@ -644,21 +629,14 @@ fn padded_plane_bytes(planes: &[usize], pads: &[usize], phases: usize) -> usize 
     (rows * row + 8) * F32
 }
 
-/// Where a node on planes finds its run-time extents: the count of the one dim they
-/// follow (each extent its [`ExtentExpr`] of it), or the symbols' values (each extent
-/// the operand's dimension expression).
-pub(in crate::codegen::lower) enum PlaneSource {
-    Count(Value),
-    Dims(super::run_shape::RunDims),
-}
+/// Where a node on planes finds its run-time extents: the symbols' values, each extent
+/// the operand's dimension expression.
+pub(in crate::codegen::lower) struct PlaneSource(super::run_shape::RunDims);
 
 impl PlaneSource {
     /// Axis 0 of a value of type `ty` (the images).
     fn batch(&self, b: &mut FunctionBuilder, ty: &crate::ir::TensorType) -> super::run_shape::Ext {
-        match self {
-            PlaneSource::Count(_) => super::run_shape::Ext::Fixed(ty.shape[0]),
-            PlaneSource::Dims(d) => d.extent(b, &ty.dim(0)),
-        }
+        self.0.extent(b, &ty.dim(0))
     }
 }
 
@@ -667,23 +645,12 @@ impl PlaneSource {
 fn extents(
     b: &mut FunctionBuilder,
     src: &PlaneSource,
-    exprs: &[Option<ExtentExpr>],
     ty: &crate::ir::TensorType,
     from: usize,
 ) -> Vec<Value> {
-    match src {
-        PlaneSource::Count(count) => exprs
-            .iter()
-            .zip(&ty.shape[from..])
-            .map(|(e, &f)| match e {
-                None => kernel::iconst(b, f as i64),
-                Some(e) => kernel::extent_value(b, *count, e),
-            })
-            .collect(),
-        PlaneSource::Dims(dims) => (dims.shape(b, ty)[from..].iter())
-            .map(|e| e.value(b))
-            .collect(),
-    }
+    (src.0.shape(b, ty)[from..].iter())
+        .map(|e| e.value(b))
+        .collect()
 }
 
 fn product(b: &mut FunctionBuilder, xs: &[Value]) -> Value {
@@ -695,26 +662,25 @@ pub fn lower_planes(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
     let Strategy::Planes(plan) = ctx.kernel.strategy.clone() else {
         return Err("no planes plan for this node".into());
     };
-    let src = match (&ctx.run_dims, ctx.run_rows) {
-        (Some(dims), _) => PlaneSource::Dims(dims.clone()),
-        (None, Some(run)) => PlaneSource::Count(run.count),
-        (None, None) => return Err("a node on run-time planes needs the dim's count".into()),
+    let src = match &ctx.run_dims {
+        Some(dims) => PlaneSource(dims.clone()),
+        None => return Err("a node on run-time planes needs the symbols' values".into()),
     };
     match op {
         Op::Conv(c) if depthwise(c, &ctx.input(0)?.ty, &ctx.output(0).ty) => {
             depthwise_conv(ctx, c, &plan, &src)
         }
         Op::Conv(c) => match &plan.winograd {
-            Some(wp) => winograd::conv(ctx, c, &plan, wp, &src),
+            Some(wp) => winograd::conv(ctx, c, wp, &src),
             None => conv(ctx, c, &plan, &src),
         },
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
             max_pool_2d(ctx, p, &plan, &src)
         }
         Op::Pool(p) => pool(ctx, p, &plan, &src),
-        Op::Binary(kind) => per_plane_binary(ctx, *kind, &plan, &src),
-        Op::Reshape { .. } => movement::reshape(ctx, &plan, &src),
-        Op::Transpose { perm } => movement::transpose(ctx, perm, &plan, &src),
+        Op::Binary(kind) => per_plane_binary(ctx, *kind, &src),
+        Op::Reshape { .. } => movement::reshape(ctx, &src),
+        Op::Transpose { perm } => movement::transpose(ctx, perm, &src),
         other => Err(format!(
             "{} does not run on run-time planes (the import should have refused it)",
             other.name()
@@ -800,7 +766,7 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, src: &PlaneSource)
         );
         let kernel = GemmKernel::define(ctx, &spec)?;
         let b = &mut *ctx.b;
-        let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+        let out_ext = extents(b, src, &y.ty, 2);
         let positions = product(b, &out_ext);
         let plane_bytes = b.ins().imul_imm_s(positions, F32 as i64);
         let images = batch.scale(b, group);
@@ -895,8 +861,8 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, src: &PlaneSource)
     let patches = scratch;
     let out_block = b.ins().iadd_imm_s(scratch, layout.out as i64);
     let padded_at = b.ins().iadd_imm_s(scratch, layout.bytes as i64);
-    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let in_ext = extents(b, src, &x.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     let in_image = b.ins().imul_imm_s(in_plane, (channels * F32) as i64);
@@ -1030,12 +996,11 @@ fn conv(ctx: &mut LowerCtx, c: &ConvAttrs, plan: &PlanesPlan, src: &PlaneSource)
     failure.map_or(Ok(()), Err)
 }
 
-/// A binary op of planes by a fixed operand holding one value per plane (see
-/// `crate::dims::planes::broadcasts_per_plane`), either operand first.
+/// A binary op of planes by a fixed operand holding one value per plane, either
+/// operand first.
 fn per_plane_binary(
     ctx: &mut LowerCtx,
     op: crate::ops::BinaryOp,
-    plan: &PlanesPlan,
     src: &PlaneSource,
 ) -> LowerResult {
     let (a, c) = (ctx.input(0)?, ctx.input(1)?);
@@ -1055,7 +1020,7 @@ fn per_plane_binary(
     let s_channel = usize::from(s_dim(1) != 1);
     let s_sample = if s_dim(0) != 1 { s_dim(1) } else { 0 };
     let b = &mut *ctx.b;
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let plane = product(b, &out_ext);
     let mut failure = None;
     run_shape::run_loop(b, batch, |b, n| {
@@ -1568,7 +1533,7 @@ fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, src: &PlaneSource)
     };
     let b = &mut *ctx.b;
     let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
-    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
+    let in_ext = extents(b, src, &x.ty, 2);
     let in_plane = product(b, &in_ext);
     let global = plan.output.iter().all(Option::is_none) && y.ty.shape[2..].iter().all(|&d| d == 1);
     if global {
@@ -1589,7 +1554,7 @@ fn pool(ctx: &mut LowerCtx, p: &PoolAttrs, plan: &PlanesPlan, src: &PlaneSource)
         });
         return Ok(());
     }
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let positions = product(b, &out_ext);
     let win = Window {
         kernel: p.kernel.clone(),
@@ -2035,7 +2000,7 @@ fn max_pool_2d(
     src: &PlaneSource,
 ) -> LowerResult {
     if let Some(spec) = &plan.max_pool {
-        return max_pool_2d_kernel(ctx, spec, plan, src);
+        return max_pool_2d_kernel(ctx, spec, src);
     }
     let x = ctx.input(0)?;
     let y = ctx.output(0);
@@ -2043,8 +2008,8 @@ fn max_pool_2d(
     let copy_kernel = PlaneCopier::define(ctx, plan)?;
     let b = &mut *ctx.b;
     let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
-    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let in_ext = extents(b, src, &x.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     let (kh, kw) = (p.kernel[0], p.kernel[1]);
@@ -2123,7 +2088,6 @@ fn max_pool_2d(
 fn max_pool_2d_kernel(
     ctx: &mut LowerCtx,
     (spec, row_floats): &(MaxPoolPlaneSpec, usize),
-    plan: &PlanesPlan,
     src: &PlaneSource,
 ) -> LowerResult {
     let x = ctx.input(0)?;
@@ -2134,8 +2098,8 @@ fn max_pool_2d_kernel(
     let b = &mut *ctx.b;
     let planes = src.batch(b, &x.ty).scale(b, x.ty.shape[1]);
     let planes = planes.value(b);
-    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let in_ext = extents(b, src, &x.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let in_row = b.ins().imul_imm_s(in_ext[1], F32 as i64);
     let window_row = b.ins().imul_imm_s(in_row, spec.dilations[0] as i64);
     let in_plane = b.ins().imul(in_row, in_ext[0]);
@@ -2191,8 +2155,8 @@ fn depthwise_conv(
         None => None,
     };
     let b = &mut *ctx.b;
-    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let in_ext = extents(b, src, &x.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     if let Some(kernel) = rows_kernel {

@@ -6,19 +6,19 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
-use super::{extents, product, PlaneSource, PlanesPlan};
+use super::{extents, product, PlaneSource};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::ir::DType;
 
 /// The input's elements (every extent at the dim's `count`), copied as they are.
-pub(super) fn reshape(ctx: &mut LowerCtx, plan: &PlanesPlan, src: &PlaneSource) -> LowerResult {
+pub(super) fn reshape(ctx: &mut LowerCtx, src: &PlaneSource) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     if x.ty.dtype != DType::F32 {
         return Err("a Reshape on run-time planes moves float32 values".into());
     }
     let b = &mut *ctx.b;
-    let dims = extents(b, src, &plan.extents, &x.ty, 0);
+    let dims = extents(b, src, &x.ty, 0);
     let n = product(b, &dims);
     let vectors = b.ins().ushr_imm_s(n, 2);
     kernel::dynamic_loop(b, vectors, |b, i| {
@@ -38,12 +38,7 @@ pub(super) fn reshape(ctx: &mut LowerCtx, plan: &PlanesPlan, src: &PlaneSource) 
 }
 
 /// `y = transpose(x, perm)` at the run's extents.
-pub(super) fn transpose(
-    ctx: &mut LowerCtx,
-    perm: &[usize],
-    plan: &PlanesPlan,
-    src: &PlaneSource,
-) -> LowerResult {
+pub(super) fn transpose(ctx: &mut LowerCtx, perm: &[usize], src: &PlaneSource) -> LowerResult {
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let dtype = x.ty.dtype;
     let rank = x.ty.rank();
@@ -52,7 +47,7 @@ pub(super) fn transpose(
     }
     let elem = dtype.size();
     let b = &mut *ctx.b;
-    let dims = extents(b, src, &plan.extents, &x.ty, 0);
+    let dims = extents(b, src, &x.ty, 0);
     // Bytes between neighbours along each input axis.
     let mut strides = vec![kernel::iconst(b, elem as i64); rank];
     for a in (0..rank.saturating_sub(1)).rev() {

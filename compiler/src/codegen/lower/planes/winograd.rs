@@ -37,7 +37,7 @@ use super::super::gemm::{
     self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
 };
 use super::super::{LowerCtx, LowerResult};
-use super::{conv_operands, extents, product, ConvIo, PlaneSource, PlanesPlan, F32};
+use super::{conv_operands, extents, product, ConvIo, PlaneSource, F32};
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86::{self, asm::X86Isa, winograd::TransformSpec};
 use crate::codegen::math;
@@ -320,7 +320,6 @@ fn min_imm(b: &mut FunctionBuilder, x: Value, k: i64) -> Value {
 pub(super) fn conv(
     ctx: &mut LowerCtx,
     c: &ConvAttrs,
-    plan: &PlanesPlan,
     wp: &WinogradPlan,
     src: &PlaneSource,
 ) -> LowerResult {
@@ -382,8 +381,8 @@ pub(super) fn conv(
     let pads = [c.pads[0], c.pads[1], c.pads[2], c.pads[3]];
     let act = c.activation;
     let b = &mut *ctx.b;
-    let in_ext = extents(b, src, &plan.input, &x.ty, 2);
-    let out_ext = extents(b, src, &plan.output, &y.ty, 2);
+    let in_ext = extents(b, src, &x.ty, 2);
+    let out_ext = extents(b, src, &y.ty, 2);
     let in_plane = product(b, &in_ext);
     let positions = product(b, &out_ext);
     let in_image = b.ins().imul_imm_s(in_plane, (wp.channels * F32) as i64);
