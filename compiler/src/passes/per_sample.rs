@@ -1,5 +1,5 @@
 //! A graph over symbolic shapes whose one dim is a batch, as one sample's static
-//! graph that `run` calls once per sample ([`crate::ir::SampleLoop`]): the same
+//! graph that `run` calls once per sample ([`crate::ir::run_dims::SampleLoop`]): the same
 //! kernels as a library compiled for one sample, bit for bit, with no extent computed
 //! at run time.
 //!
