@@ -1,7 +1,6 @@
 //! A graph over symbolic shapes whose one dim is a batch, as one sample's static
-//! graph that `run` calls once per sample ([`crate::ir::run_dims::SampleLoop`]): the same
-//! kernels as a library compiled for one sample, bit for bit, with no extent computed
-//! at run time.
+//! graph that `run` calls once per sample ([`crate::ir::run_dims::SampleLoop`]): the
+//! kernels of a library compiled for one sample, with no extent computed at run time.
 //!
 //! It applies where every value that varies holds its samples on axis 0 (`k · batch`
 //! rows, each sample's `k` contiguous, every other axis fixed) and every node computes
