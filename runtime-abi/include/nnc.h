@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 8
+#define NNC_ABI_VERSION 9
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -85,6 +85,12 @@ extern "C" {
  * other than those the output shapes the model declares imply, which the library
  * was compiled for. Nothing has been written. Since ABI version 8. */
 #define NNC_ERR_SHAPE_INPUT_MISMATCH 8
+/* The CPU lacks an instruction set extension the library was compiled for (an
+ * x86-64 library built with --cpu x86-64-v3, x86-64-v4 or native, run on an older
+ * CPU, or where the OS does not save the vector registers it uses): the library
+ * checks before running anything and returns this instead of dying on an illegal
+ * instruction. Nothing has been written. Since ABI version 9. */
+#define NNC_ERR_UNSUPPORTED_CPU 9
 
 /* ---- Element types: the codes of ONNX TensorProto.DataType ------------- */
 

@@ -11,14 +11,15 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 8;
+pub const NNC_ABI_VERSION: u32 = 9;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
 /// older libraries lack (see [`NncRunOptions`]); version 4 appended symbolic dims
 /// to [`NncModelInfo`] and [`NncRunOptions`] and added `shapes`; version 5 appended
 /// bounded output axes to [`NncModelInfo`] and `output_shapes` to [`NncRunOptions`];
-/// version 6 appended the axes' extent steps to [`NncModelInfo`].
+/// version 6 appended the axes' extent steps to [`NncModelInfo`]; versions 7 to 9
+/// only added return codes.
 pub const NNC_ABI_VERSION_OLDEST: u32 = 1;
 
 /// Success: every output buffer has been written.
@@ -47,6 +48,9 @@ pub const NNC_ERR_DIMS_INCONSISTENT: i32 = 7;
 /// An input the model reads as a shape holds values other than those its declared
 /// output shapes imply, which the library was compiled for; nothing was written (ABI 8).
 pub const NNC_ERR_SHAPE_INPUT_MISMATCH: i32 = 8;
+/// The CPU lacks an instruction set extension the library was compiled for; the
+/// library checked before running anything and wrote nothing (ABI 9).
+pub const NNC_ERR_UNSUPPORTED_CPU: i32 = 9;
 
 /// What an `infer` return code means, for error messages.
 pub fn status_message(code: i32) -> String {
@@ -73,6 +77,10 @@ pub fn status_message(code: i32) -> String {
             .into(),
         NNC_ERR_SHAPE_INPUT_MISMATCH => "a shape input holding values other than those the \
              library was compiled for (NNC_ERR_SHAPE_INPUT_MISMATCH)"
+            .into(),
+        NNC_ERR_UNSUPPORTED_CPU => "this CPU lacks an instruction set extension the \
+             library was compiled for (NNC_ERR_UNSUPPORTED_CPU); compile it with a --cpu \
+             this CPU has"
             .into(),
         c => format!("unknown NNC error code {c}"),
     }
@@ -553,6 +561,10 @@ mod tests {
         };
         assert_eq!(get("NNC_ABI_VERSION"), i64::from(NNC_ABI_VERSION));
         assert_eq!(get("NNC_OK"), i64::from(NNC_OK));
+        assert_eq!(
+            get("NNC_ERR_UNSUPPORTED_CPU"),
+            i64::from(NNC_ERR_UNSUPPORTED_CPU)
+        );
         assert_eq!(get("NNC_ERR_NULL_POINTER"), i64::from(NNC_ERR_NULL_POINTER));
         assert_eq!(
             get("NNC_ERR_MISALIGNED_WORKSPACE"),

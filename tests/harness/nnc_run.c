@@ -194,6 +194,8 @@ static const char *status_name(int32_t status) {
         return "NNC_ERR_DIMS_INCONSISTENT";
     case NNC_ERR_SHAPE_INPUT_MISMATCH:
         return "NNC_ERR_SHAPE_INPUT_MISMATCH";
+    case NNC_ERR_UNSUPPORTED_CPU:
+        return "NNC_ERR_UNSUPPORTED_CPU";
     default:
         return "unknown error code";
     }

@@ -2,6 +2,7 @@
 //! function per node, and the exported C ABI (`infer`, `infer_with_workspace`,
 //! `model_info`).
 
+mod cpu_check;
 pub mod dim_values;
 mod input_guards;
 pub mod kernel;
@@ -493,6 +494,7 @@ pub fn compile_graph_reporting(
     let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
     let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
     let clear_upper = define_clear_upper_vector_state(&mut module, &opts.target)?;
+    let cpu_check = cpu_check::define_check(&mut module, &opts.target)?;
     let tasks: Vec<usize> = kernels.nodes.iter().map(|n| n.tasks).collect();
     let max_args = task_args.iter().flatten().map(|a| a.0).max().unwrap_or(0);
     let scratch_sizes: Vec<usize> = kernels.scratch_bytes();
@@ -547,6 +549,7 @@ pub fn compile_graph_reporting(
         weights,
         copy_fn,
         clear_upper,
+        cpu_check: cpu_check.as_ref(),
         pass_workspace: expand.is_some(),
         pooled: &pooled,
         row_loops: &row_loops.loops,
@@ -981,6 +984,8 @@ struct NodeSequence<'a> {
     weights: cranelift_module::DataId,
     copy_fn: FuncId,
     clear_upper: Option<FuncId>,
+    /// Run first: returns `NNC_ERR_UNSUPPORTED_CPU` on a CPU lacking a feature used.
+    cpu_check: Option<&'a cpu_check::CpuCheck>,
     pass_workspace: bool,
     pooled: &'a run::Pooled,
     row_loops: &'a [Option<row_loops::RowLoop>],
@@ -1039,6 +1044,7 @@ fn define_infer_with_workspace(
         weights,
         copy_fn,
         clear_upper,
+        cpu_check,
         pass_workspace,
         pooled,
         row_loops,
@@ -1062,6 +1068,9 @@ fn define_infer_with_workspace(
         |b, module, p| {
             let (inputs, outputs, ws) = (p[0], p[1], p[2]);
             let pool = with_pool.then(|| p[3]);
+            if let Some(check) = cpu_check {
+                check.emit(b, module);
+            }
             if let Some(f) = clear_upper {
                 let fref = module.declare_func_in_func(f, b.func);
                 b.ins().call(fref, &[]);

@@ -165,6 +165,11 @@ impl CpuFeatures {
         self.0 & other.0 == other.0
     }
 
+    /// The set as bits, feature `f` at bit `f as u32` (what the CPU check computes).
+    pub fn bits(&self) -> u32 {
+        self.0
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = CpuFeature> + '_ {
         CpuFeature::ALL.into_iter().filter(|f| self.contains(*f))
     }

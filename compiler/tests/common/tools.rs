@@ -55,7 +55,7 @@ fn is_executable(path: &Path) -> bool {
 /// The Debian/Ubuntu package that provides a tool, for skip messages.
 pub fn install_hint(name: &str) -> &'static str {
     match name {
-        "qemu-aarch64" => "qemu-user",
+        "qemu-aarch64" | "qemu-x86_64" => "qemu-user",
         "aarch64-linux-gnu-gcc" => "gcc-aarch64-linux-gnu",
         "aarch64-linux-gnu-objdump" | "aarch64-linux-gnu-readelf" => "binutils-aarch64-linux-gnu",
         "readelf" | "objdump" | "nm" | "ar" | "ld" => "binutils",
