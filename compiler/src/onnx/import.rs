@@ -84,21 +84,27 @@ pub fn import_model(
     }
     // Ranges import once over symbolic shapes.
     if !opts.ranges.is_empty() {
-        return import_symbolic(model, base_dir, &super::ranges::named_ranges(model, opts));
+        return import_symbolic(model, base_dir, opts);
     }
     import_once(model, base_dir, opts, false)
 }
 
 /// Imports the model once with every declared range a symbol: each value's axes are
 /// expressions of them (see [`crate::ir::dim`]) and shape subgraphs fold to
-/// expressions. A node whose import cannot take a symbolic extent yet is reported
-/// unsupported, naming the input, the axis and the expression.
+/// expressions. A range on an input axis the model names takes that name
+/// ([`super::ranges::named_ranges`]). A node whose import cannot take a symbolic extent
+/// yet is reported unsupported, naming the input, the axis and the expression.
 pub fn import_symbolic(
     model: &ModelProto,
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Imported> {
-    import_once(model, base_dir, opts, true)
+    import_once(
+        model,
+        base_dir,
+        &super::ranges::named_ranges(model, opts),
+        true,
+    )
 }
 
 fn import_once(
@@ -692,7 +698,7 @@ impl GraphBuilder {
 
     /// One symbol per declared range, in the ranges' order (the ABI's `dims`).
     fn declare_symbols(&mut self, model: &ModelProto, opts: &ImportOptions) -> Result<()> {
-        for r in super::ranges::named_ranges(model, opts).ranges {
+        for r in opts.ranges.iter().cloned() {
             if r.min == 0 || r.min > r.max || r.max > super::ranges::MAX_DIM_VALUE {
                 return Err(NncError::Model(format!(
                     "dimension '{}': the range {}..{} must have 1 <= MIN <= MAX <= {}",

@@ -69,7 +69,7 @@ impl ImportOptions {
                         }
                     }
                     // The axis may carry a name the model gives other inputs' axes too
-                    // (see `sample_loop::named_ranges`): they take the same value.
+                    // (see [`named_ranges`]): they take the same value.
                     o.dims.insert(r.name.clone(), v);
                 }
             }

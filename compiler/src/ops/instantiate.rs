@@ -11,7 +11,7 @@
 use super::{infer_types, Op};
 use crate::ir::{Dim, Graph, Tensor, TensorType};
 
-/// `graph` with its symbols at `values` (one per symbol, in order).
+/// `graph` with its symbols at `values` (one per symbol, in order), each in its range.
 pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
     if values.len() != graph.symbols.len() {
         return Err(format!(
@@ -20,7 +20,6 @@ pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
             graph.symbols.len()
         ));
     }
-    let name = |s| graph.symbols.name(s).to_string();
     for (i, (_, s)) in graph.symbols.iter().enumerate() {
         if values[i] < s.min || values[i] > s.max {
             return Err(format!(
@@ -29,6 +28,20 @@ pub fn instantiate(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
             ));
         }
     }
+    at_values(graph, values)
+}
+
+/// [`instantiate`] at values that may lie below the ranges' minima (one sample of a
+/// batch the caller passes at least two of); the facts the run checks must still hold.
+pub fn at_values(graph: &Graph, values: &[i64]) -> Result<Graph, String> {
+    if values.len() != graph.symbols.len() {
+        return Err(format!(
+            "{} values for {} symbols",
+            values.len(),
+            graph.symbols.len()
+        ));
+    }
+    let name = |s| graph.symbols.name(s).to_string();
     for c in &graph.dim_checks {
         if !c.holds_at(values) {
             let rule = if c.zero { "= 0" } else { ">= 0" };

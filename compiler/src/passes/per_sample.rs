@@ -5,7 +5,7 @@
 //! It applies where every value that varies holds its samples on axis 0 (`k · batch`
 //! rows, each sample's `k` contiguous, every other axis fixed) and every node computes
 //! each sample from that sample alone ([`crate::ops::along_axis`]); the graph at
-//! `batch = 1` ([`crate::ops::instantiate`]) is then one sample's.
+//! `batch = 1` ([`crate::ops::instantiate::at_values`]) is then one sample's.
 
 use crate::ir::dim::SymbolKind;
 use crate::ir::run_dims::SampleLoop;
@@ -48,22 +48,14 @@ pub fn per_sample_graph(graph: &Graph) -> Result<Graph, String> {
             .map_err(|m| format!("node '{}' ({}) {m}", node.name, node.onnx_op))?;
     }
     let whole_bytes = |v: &crate::ir::ValueId| graph.ty(*v).dtype.bits().is_multiple_of(8);
-    let sample_values = graph.inputs.iter().chain(&graph.outputs);
-    if (sample_values.clone()).any(|v| marked[v.0] && !whole_bytes(v)) {
+    if (graph.inputs.iter().chain(&graph.outputs)).any(|v| marked[v.0] && !whole_bytes(v)) {
         return Err("a value packed across samples".into());
     }
     if !graph.inputs.iter().any(|v| marked[v.0]) {
         return Err("no input holds samples".into());
     }
-    let mut one = if symbol.min > 1 {
-        // One sample, though the caller passes at least `min`.
-        let mut from_one = graph.clone();
-        from_one.symbols = crate::ir::SymbolTable::new();
-        (from_one.symbols).declare(&symbol.name, symbol.kind, 1, symbol.max);
-        crate::ops::instantiate::instantiate(&from_one, &[1])?
-    } else {
-        crate::ops::instantiate::instantiate(graph, &[1])?
-    };
+    // One sample, though the caller may pass at least `min` of them.
+    let mut one = crate::ops::instantiate::at_values(graph, &[1])?;
     let mark = |vs: &[crate::ir::ValueId]| vs.iter().map(|v| marked[v.0]).collect();
     one.sample_loop = Some(SampleLoop {
         dim: 0,
