@@ -283,6 +283,10 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
         // (fusion and views change which tensors exist and how long they live).
         let optimized = nnc::driver::prepare_graph(g.clone(), &nnc::passes::PassManager::default())
             .map_err(|e| NncError::Model(format!("{}: {e}", path.display())))?;
+        // How the compiled graph covers each dim (a batch may become one sample's graph).
+        for (j, d) in report.dims.iter_mut().enumerate() {
+            d.strategy = dim_strategy(&optimized, j).into();
+        }
         // Sizes as stored: what the code generator packs and shares is only known by
         // running it.
         let mut compile_options = nnc::codegen::CompileOptions::new(options.target.clone());
