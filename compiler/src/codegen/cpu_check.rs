@@ -4,7 +4,7 @@
 //! one is missing, instead of dying on the first instruction the CPU lacks.
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, BlockArg, InstBuilder};
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::{DataId, FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
@@ -130,21 +130,29 @@ fn features_code(required: CpuFeatures) -> std::result::Result<Vec<u8>, IcedErro
 
 /// A library's CPU check: the feature function, the word caching its answer (0 until
 /// the first call; then the features with bit 31 set), and the features required.
+#[derive(Clone)]
 pub struct CpuCheck {
     features: FuncId,
     state: DataId,
     required: u32,
 }
 
-/// The check of a library for `target`, or `None` where nothing needs checking (a
-/// baseline x86-64 library, or another architecture so far).
-pub fn define_check(module: &mut ObjectModule, target: &Target) -> Result<Option<CpuCheck>> {
-    let required = required_features(target);
-    if target.arch != Arch::X86_64 || required == CpuFeatures::empty() {
+/// The check of a library whose variants are `variants`, or `None` where nothing needs
+/// checking (a baseline x86-64 library, or another architecture so far). The feature
+/// function asks for every feature any variant requires; [`CpuCheck::requiring`] gives
+/// each variant's check.
+pub fn define_check(module: &mut ObjectModule, variants: &[Target]) -> Result<Option<CpuCheck>> {
+    let mut asked = CpuFeatures::empty();
+    for target in variants.iter().filter(|t| t.arch == Arch::X86_64) {
+        for f in required_features(target).iter() {
+            asked.insert(f);
+        }
+    }
+    if asked == CpuFeatures::empty() {
         return Ok(None);
     }
     let name = "nnc_cpu_features";
-    let code = features_code(required).map_err(|e| codegen_err(name, e))?;
+    let code = features_code(asked).map_err(|e| codegen_err(name, e))?;
     let sig = ptr_signature(module, 0, true);
     let features = module
         .declare_function(name, Linkage::Local, &sig)
@@ -156,7 +164,7 @@ pub fn define_check(module: &mut ObjectModule, target: &Target) -> Result<Option
     Ok(Some(CpuCheck {
         features,
         state,
-        required: required.bits(),
+        required: asked.bits(),
     }))
 }
 
@@ -169,13 +177,22 @@ pub fn required_features(target: &Target) -> CpuFeatures {
     )
 }
 
+const KNOWN: i64 = 1 << 31;
+
 impl CpuCheck {
-    /// Emits: where the CPU lacks a required feature, return
-    /// `NNC_ERR_UNSUPPORTED_CPU`; else go on in a new block. The CPU is asked once per
-    /// process (`cpuid` traps to the hypervisor on a VM); racing first calls store the
-    /// same answer.
-    pub fn emit(&self, b: &mut FunctionBuilder, module: &mut ObjectModule) {
-        const KNOWN: i64 = 1 << 31;
+    /// The check of one variant, `None` where it requires nothing.
+    pub fn requiring(&self, target: &Target) -> Option<CpuCheck> {
+        let required = required_features(target).bits();
+        (required != 0).then(|| CpuCheck {
+            required,
+            ..self.clone()
+        })
+    }
+
+    /// The features of this CPU (an `i32` of [`CpuFeatures`] bits, bit 31 set). The
+    /// CPU is asked once per process (`cpuid` traps to the hypervisor on a VM); racing
+    /// first calls store the same answer.
+    fn emit_features(&self, b: &mut FunctionBuilder, module: &mut ObjectModule) -> Value {
         let gv = module.declare_data_in_func(self.state, b.func);
         let at = b.ins().symbol_value(PTR, gv);
         let cached = b.ins().atomic_load(types::I32, kernel::flags(), at);
@@ -193,7 +210,47 @@ impl CpuCheck {
         b.ins().jump(known, &[BlockArg::Value(answer)]);
         b.switch_to_block(known);
         b.seal_block(known);
-        let has = b.block_params(known)[0];
+        b.block_params(known)[0]
+    }
+
+    /// Emits the body of a multi-versioned entry point: calls, with `args`, the first
+    /// of `choices` (each `(variant, its function)`, most capable first) whose required
+    /// features this CPU has, and returns its status; `NNC_ERR_UNSUPPORTED_CPU` where
+    /// none fits.
+    pub fn emit_dispatch(
+        &self,
+        b: &mut FunctionBuilder,
+        module: &mut ObjectModule,
+        choices: &[(&Target, FuncId)],
+        args: &[Value],
+    ) {
+        let has = self.emit_features(b, module);
+        for &(target, f) in choices {
+            let required = i64::from(required_features(target).bits());
+            let (run, next) = (b.create_block(), b.create_block());
+            let present = b.ins().band_imm_s(has, required);
+            let all = b.ins().icmp_imm_s(IntCC::Equal, present, required);
+            b.ins().brif(all, run, &[], next, &[]);
+            b.switch_to_block(run);
+            b.seal_block(run);
+            let fref = module.declare_func_in_func(f, b.func);
+            let call = b.ins().call(fref, args);
+            let status = b.inst_results(call)[0];
+            b.ins().return_(&[status]);
+            b.switch_to_block(next);
+            b.seal_block(next);
+        }
+        let code = b.ins().iconst(
+            types::I32,
+            i64::from(nnc_runtime_abi::abi::NNC_ERR_UNSUPPORTED_CPU),
+        );
+        b.ins().return_(&[code]);
+    }
+
+    /// Emits: where the CPU lacks a required feature, return
+    /// `NNC_ERR_UNSUPPORTED_CPU`; else go on in a new block.
+    pub fn emit(&self, b: &mut FunctionBuilder, module: &mut ObjectModule) {
+        let has = self.emit_features(b, module);
         let required = i64::from(self.required);
         let has = b.ins().band_imm_s(has, required);
         let all = b.ins().icmp_imm_s(IntCC::Equal, has, required);

@@ -22,6 +22,8 @@ mod shared_tables;
 mod symbol_block;
 pub mod target;
 pub mod tasks;
+mod variant;
+mod dispatch;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -41,11 +43,9 @@ pub use target::{Arch, CpuFeature, CpuFeatures, Target, CPU_PRESETS};
 
 use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
-use crate::ops::Op;
 use kernel::{flags, PTR};
-use lower::{LowerCtx, Operand};
 use nnc_runtime_abi::abi::{
-    NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_INDEX_OUT_OF_RANGE, NNC_ERR_MISALIGNED_WORKSPACE,
+    NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_MISALIGNED_WORKSPACE,
     NNC_ERR_NULL_POINTER, NNC_ERR_SHAPE_INPUT_MISMATCH, NNC_OK,
 };
 use rodata_pool::RodataPool;
@@ -184,7 +184,17 @@ pub fn compile_graph_reporting(
     let row_loops = row_loops::plan(graph)?;
     // The graph code is generated from: row-looped nodes at one row.
     let lowered = row_loops.lowered.as_ref().unwrap_or(graph);
-    let isa = opts.target.isa("speed")?;
+    let targets = opts.target.variants();
+    let multi = targets.len() > 1;
+    if multi && opts.target.arch != Arch::X86_64 {
+        return Err(NncError::Model(format!(
+            "--cpu {}: a library with several variants is built for x86-64 only so far",
+            opts.target.cpu
+        )));
+    }
+    // What every variant shares (the exported entry points, copies) is compiled for
+    // the least capable, so it runs wherever one of them does.
+    let isa = targets.last().expect("at least one variant").isa("speed")?;
     let builder = ObjectBuilder::new(
         isa.clone(),
         "nnc_model",
@@ -192,446 +202,59 @@ pub fn compile_graph_reporting(
     )
     .map_err(|e| codegen_err("object setup", e))?;
     let mut module = ObjectModule::new(builder);
-
-    let mut kernels =
-        kernel_plan::plan_kernels_for(lowered, &opts.target, &opts.kernels, opts.weights);
-    for (k, l) in row_loops.loops.iter().enumerate() {
-        if let Some(l) = l {
-            kernels.run_whole(k, l.whole);
-        }
-    }
-    // Nodes over symbolic extents run whole, reading the symbols' values (see
-    // `symbol_block`).
-    let symbolic_nodes: Vec<bool> = lowered
-        .nodes
-        .iter()
-        .map(|n| {
-            matches!(n.op, Op::DimValues { .. })
-                || (n.inputs.iter().flatten().chain(&n.outputs))
-                    .any(|v| lowered.ty(*v).dims.is_some())
-        })
-        .collect();
-    for (k, &symbolic) in symbolic_nodes.iter().enumerate() {
-        if symbolic {
-            kernels.run_whole(k, None);
-        }
-    }
-    let mut plan = plan::plan_memory(graph, &kernels.scratch_bytes());
-    let symbols = symbol_block::SymbolBlock::reserve(graph, &mut plan);
-    let symbol_names: Vec<String> = graph.symbols.iter().map(|(_, s)| s.name.clone()).collect();
-    // Constants the generated code reads (filled in as nodes are lowered).
-    let mut const_read = vec![false; graph.values.len()];
-    for (v, _) in &plan.final_copies {
-        const_read[plan.root[v.0]] = true;
-    }
-
-    let mut fctx = FunctionBuilderContext::new();
-    let mut ctx = module.make_context();
-    // FP16 weights expand into an area after the planned arena, as large as the most
-    // any node expands; every node function then also gets the workspace base.
-    let expand = match opts.weights {
-        WeightFormat::F32 => None,
-        WeightFormat::F16 => Some(define_expand_f16(
-            &mut module,
-            &mut ctx,
-            &mut fctx,
-            &isa,
-            &opts.target,
-        )?),
+    let mut shared = variant::Shared {
+        rodata: RodataPool::default(),
+        machine_code: machine_code_pool::MachineCodePool::default(),
+        // Constants the generated code reads (filled in as nodes are lowered).
+        const_read: vec![false; graph.values.len()],
+        ctx: module.make_context(),
+        fctx: FunctionBuilderContext::new(),
     };
-    let half_region = plan.arena_size.next_multiple_of(plan::ALIGN);
-    let mut half_area = 0usize;
-    let mut rodata = RodataPool::default();
-    let mut machine_code = machine_code_pool::MachineCodePool::default();
-    let mut node_fns = vec![None; graph.nodes.len()];
-    // Split nodes' task functions (see `run.rs`).
-    let mut task_fns: Vec<Option<cranelift_module::FuncId>> = vec![None; graph.nodes.len()];
-    // Per split node: its arguments without the task index, and which is the scratch.
-    let mut task_args: Vec<Option<(usize, Option<usize>)>> = vec![None; graph.nodes.len()];
-    progress.start(crate::progress::Task::CodeGeneration, graph.nodes.len());
-    for (k, node) in lowered.nodes.iter().enumerate() {
-        progress.step(crate::progress::Task::CodeGeneration);
-        if plan.is_view[k] {
-            continue;
-        }
-        let n_operands = node.inputs.iter().flatten().count() + node.outputs.len();
-        let table = plan.operand_tables[k].is_some();
-        // A split node is lowered twice: whole, for `infer` and single-threaded `run`
-        // (so one thread never repeats a task's set-up), and by task, for pools.
-        let variants: &[bool] = if kernels.nodes[k].tasks > 1 {
-            &[false, true]
-        } else {
-            &[false]
-        };
-        for &split in variants {
-            rodata.set_second_lowering(split);
-            // A split node's task function also takes the task index and, with a
-            // prologue and scratch, the node's shared scratch (see `run.rs`).
-            let shared = split
-                && (kernels.nodes[k].prologue || expand.is_some())
-                && plan.scratch[k].is_some();
-            let whole_rows = kernels.nodes[k].rows_at_run_time;
-            let reads_symbols = symbolic_nodes[k] && symbols.is_some();
-            let n_args = if table { 1 } else { n_operands }
-                + usize::from(plan.scratch[k].is_some())
-                + usize::from(expand.is_some())
-                + usize::from(reads_symbols)
-                + usize::from(split)
-                + usize::from(shared)
-                + usize::from(whole_rows.is_some());
-            let mut node_half_bytes = 0;
-            let weight_label = node
-                .inputs
-                .iter()
-                .flatten()
-                .filter(|v| lowered.constant(**v).is_some())
-                .max_by_key(|v| lowered.ty(**v).numel())
-                .map_or_else(|| node.name.clone(), |v| lowered.values[v.0].name.clone());
-            let indices_constant = node
-                .inputs
-                .get(1)
-                .copied()
-                .flatten()
-                .is_some_and(|v| lowered.constant(v).is_some());
-            // A node that checks indices returns NNC_OK or NNC_ERR_INDEX_OUT_OF_RANGE; the
-            // others return nothing (so `--index-checks clamp` code is what it always was).
-            let checks_indices = lower::index_check::node_checks_indices(
-                &node.op,
-                indices_constant,
-                opts.index_checks,
-            );
-            if split {
-                if checks_indices {
-                    return Err(codegen_err(
-                        &node.name,
-                        "a node that checks indices cannot be split into tasks",
-                    ));
-                }
-                let first_scratch = if table { 1 } else { n_operands };
-                task_args[k] = Some((
-                    n_args - 1 - usize::from(shared),
-                    plan.scratch[k].is_some().then_some(first_scratch),
-                ));
-            }
-            let sig = ptr_signature(&module, n_args, checks_indices);
-            let name = if split {
-                format!("nnc_node_{k}_task")
-            } else {
-                format!("nnc_node_{k}")
-            };
-            let id = define_function(
-                &mut module,
-                &mut ctx,
-                &mut fctx,
-                &isa,
-                &name,
-                Linkage::Local,
-                sig,
-                |b, module, params| {
-                    let mut next = params.iter().copied();
-                    let operand_ptrs = if table {
-                        let table = next.next().expect("the operand table parameter");
-                        load_operand_table(b, table, n_operands)
-                    } else {
-                        next.by_ref().take(n_operands).collect()
-                    };
-                    let mut ptrs = operand_ptrs.into_iter();
-                    let inputs: Vec<Option<Operand>> = node
-                        .inputs
-                        .iter()
-                        .map(|i| {
-                            i.map(|v| Operand {
-                                ptr: ptrs.next().expect("one pointer per input"),
-                                ty: lowered.ty(v).clone(),
-                                constant: lowered.constant(v).cloned(),
-                            })
-                        })
-                        .collect();
-                    let outputs: Vec<Operand> = node
-                        .outputs
-                        .iter()
-                        .map(|o| Operand {
-                            ptr: ptrs.next().expect("one pointer per output"),
-                            ty: lowered.ty(*o).clone(),
-                            constant: None,
-                        })
-                        .collect();
-                    let scratch = if plan.scratch[k].is_some() {
-                        next.next()
-                    } else {
-                        None
-                    };
-                    let workspace = expand.map(|_| next.next().expect("the workspace parameter"));
-                    let run_dims = reads_symbols.then(|| {
-                        let block = next.next().expect("the symbols parameter");
-                        lower::run_shape::RunDims::load(b, block, symbol_names.clone())
-                    });
-                    let task = if split { next.next() } else { None };
-                    let shared_scratch = if shared { next.next() } else { scratch };
-                    let run_rows = whole_rows.map(|bound| {
-                        let at = next.next().expect("the row count parameter");
-                        lower::RunRows {
-                            count: b.ins().load(types::I64, flags(), at, 0),
-                            bound,
-                        }
-                    });
-                    // A split node's half weights are expanded by its prologue: task
-                    // index `tasks` branches to a block that the lowering fills with
-                    // the expansions and that then goes on to the node's own prologue
-                    // (or returns).
-                    let half_prologue = match (task, expand) {
-                        (Some(task), Some(_)) => {
-                            let (pro, body) = (b.create_block(), b.create_block());
-                            let tasks = kernels.nodes[k].tasks as i64;
-                            let is_pro =
-                                b.ins()
-                                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, task, tasks);
-                            b.ins().brif(is_pro, pro, &[], body, &[]);
-                            b.seal_block(pro);
-                            b.switch_to_block(pro);
-                            let part = b.ins().iadd_imm_s(task, -tasks);
-                            // The expansions go before this (see `weights_f32`).
-                            if kernels.nodes[k].prologue {
-                                b.ins().jump(body, &[]);
-                            } else {
-                                b.ins().return_(&[]);
-                            }
-                            b.seal_block(body);
-                            b.switch_to_block(body);
-                            Some((pro, part, kernels.nodes[k].prologue_parts))
-                        }
-                        _ => None,
-                    };
-                    let half = expand.map(|expand| lower::HalfWeights {
-                        workspace: workspace.expect("the workspace parameter"),
-                        region: half_region,
-                        used: 0,
-                        expand,
-                        prologue: half_prologue,
-                    });
-                    let fail = checks_indices.then(|| b.create_block());
-                    let on_bad_index = match fail {
-                        Some(block) => lower::index_check::OnBadIndex::Fail(block),
-                        None => lower::index_check::OnBadIndex::Clamp,
-                    };
-                    let mut lctx = LowerCtx {
-                        b,
-                        target: &opts.target,
-                        kernel: &kernels.nodes[k],
-                        module,
-                        inputs,
-                        outputs,
-                        scratch,
-                        task,
-                        shared_scratch,
-                        half,
-                        on_bad_index,
-                        rodata: &mut rodata,
-                        machine_code: &mut machine_code,
-                        node_index: k,
-                        weight_label: &weight_label,
-                        run_rows,
-                        run_dims,
-                    };
-                    lower::lower_row_task(&mut lctx, &node.op).map_err(|m| {
-                        NncError::node(&node.name, &node.onnx_op, format!("code generation: {m}"))
-                            .with_excerpt(|| node_excerpt(lowered, node))
-                    })?;
-                    node_half_bytes = lctx.half.as_ref().map_or(0, |h| h.used);
-                    match fail {
-                        None => {
-                            b.ins().return_(&[]);
-                        }
-                        Some(fail) => {
-                            let ok = b.ins().iconst(types::I32, NNC_OK as i64);
-                            b.ins().return_(&[ok]);
-                            b.switch_to_block(fail);
-                            b.seal_block(fail);
-                            let code = b
-                                .ins()
-                                .iconst(types::I32, NNC_ERR_INDEX_OUT_OF_RANGE as i64);
-                            b.ins().return_(&[code]);
-                        }
-                    }
-                    Ok(())
-                },
-            )?;
-            // Which constant operands the code reads (the function is still in `ctx`). Those
-            // of a node with an operand table all count as read: its entries are stored
-            // whether or not the code loads them.
-            let entry = ctx
-                .func
-                .layout
-                .entry_block()
-                .expect("node functions have a body");
-            let params = ctx.func.dfg.block_params(entry).to_vec();
-            for (j, v) in graph.nodes[k].inputs.iter().flatten().enumerate() {
-                let root = plan.root[v.0];
-                if graph.values[root].constant.is_some()
-                    && (table || value_is_used(&ctx.func, params[j]))
-                {
-                    const_read[root] = true;
-                }
-            }
-            if split {
-                task_fns[k] = Some(id);
-            } else {
-                node_fns[k] = Some(id);
-            }
-            half_area = half_area.max(node_half_bytes);
-        }
+    let task = crate::progress::Task::CodeGeneration;
+    progress.start(task, graph.nodes.len() * targets.len());
+    let mut variants = vec![];
+    for (i, target) in targets.iter().enumerate() {
+        let names = variant::Names::new(multi.then_some(i));
+        let sources = (graph, lowered, &row_loops);
+        let v = variant::lower(&mut module, &mut shared, sources, opts, target.clone(), names, progress)?;
+        variants.push(v);
     }
-    rodata.set_second_lowering(false);
-    progress.finish(crate::progress::Task::CodeGeneration);
-    if half_area > 0 {
-        plan.arena_size = half_region + half_area;
-    }
+    progress.finish(task);
+    let arena_size = variants.iter().map(|v| v.plan.arena_size).max().unwrap_or(0);
     // Never empty: infer() passes it as the workspace, which must be non-NULL.
-    let arena = define_zeroed(&mut module, "nnc_arena", plan.arena_size.max(1))?;
-    let info = model_info::define(&mut module, graph, &plan, &opts.prefix)?;
+    let arena = define_zeroed(&mut module, "nnc_arena", arena_size.max(1))?;
+    let info = model_info::define(&mut module, graph, arena_size, &opts.prefix)?;
 
-    plan::place_constants(&mut plan, graph, &const_read);
-    let weights = define_data(&mut module, "nnc_weights", &plan.weights, false)?;
-    let copy_fn = define_copy(&mut module, &mut ctx, &mut fctx, &isa)?;
-    let clear_upper = define_clear_upper_vector_state(&mut module, &opts.target)?;
-    let cpu_check = cpu_check::define_check(&mut module, &opts.target)?;
-    let tasks: Vec<usize> = kernels.nodes.iter().map(|n| n.tasks).collect();
-    let max_args = task_args.iter().flatten().map(|a| a.0).max().unwrap_or(0);
-    let scratch_sizes: Vec<usize> = kernels.scratch_bytes();
-    let (record_offset, extra_offset, worker_stride) =
-        run::layout(plan.arena_size, &tasks, &scratch_sizes, max_args);
-    // The parts of each task function's prologue (0: none): the node's own, or, with
-    // FP16 weights, the expansions (see `lower::HalfWeights::prologue`).
-    let task_prologues: Vec<usize> = kernels
-        .nodes
-        .iter()
-        .map(|n| match n.tasks > 1 && (n.prologue || expand.is_some()) {
-            true => n.prologue_parts.max(1),
-            false => 0,
-        })
-        .collect();
-    // The most calls one parallel_for of any split node makes: no more scratch areas
-    // are ever in use at once, whatever the pool's size.
-    let max_parallel = (0..graph.nodes.len())
-        .filter(|&k| task_args[k].is_some() && task_fns[k].is_some())
-        .map(|k| tasks[k].max(task_prologues[k]))
-        .max()
-        .unwrap_or(1);
-    let mut trampolines = vec![None; graph.nodes.len()];
-    for (k, a) in task_args.iter().enumerate() {
-        if let (Some((n_args, scratch_arg)), Some(fid)) = (a, task_fns[k]) {
-            trampolines[k] = Some(run::define_trampoline(
-                &mut module,
-                &mut ctx,
-                &mut fctx,
-                &isa,
-                (fid, k),
-                *n_args,
-                *scratch_arg,
-                (tasks[k], task_prologues[k], worker_stride),
-                max_parallel,
-            )?);
-        }
+    // Every variant reads the constants it reads as they are at the same offsets.
+    for v in &mut variants {
+        plan::place_constants(&mut v.plan, graph, &shared.const_read);
     }
-    let pooled = run::Pooled {
-        trampolines,
-        prologues: task_prologues.clone(),
-        tasks,
-        record_offset,
-        extra_offset,
-        worker_stride,
-        max_parallel,
-    };
-    let sequence = NodeSequence {
-        graph,
-        plan: &plan,
-        node_fns: &node_fns,
+    let weights = define_data(&mut module, "nnc_weights", &variants[0].plan.weights, false)?;
+    let variant::Shared {
+        rodata,
+        mut ctx,
+        mut fctx,
+        ..
+    } = shared;
+    let common = variant::Common {
         weights,
-        copy_fn,
-        clear_upper,
-        cpu_check: cpu_check.as_ref(),
-        pass_workspace: expand.is_some(),
-        pooled: &pooled,
-        row_loops: &row_loops.loops,
-        symbols: symbols.as_ref(),
-        symbolic_nodes: &symbolic_nodes,
+        copy_fn: define_copy(&mut module, &mut ctx, &mut fctx, &isa)?,
+        clear_upper: define_clear_upper_vector_state(&mut module, &targets[0])?,
+        cpu_check: cpu_check::define_check(&mut module, &targets)?,
     };
-    // A one-sample graph's node sequence is local: the exported entry points loop over
-    // the samples (see `sample_loop`).
-    let samples = sample_loop::SampleLayout::of(graph)?;
-    let infer_ws_name = match &samples {
-        Some(_) => "nnc_sample_infer_with_workspace".to_string(),
-        None if symbols.is_some() => "nnc_symbolic_infer_with_workspace".to_string(),
-        None => format!("{}infer_with_workspace", opts.prefix),
+    let mut entries = vec![];
+    for v in &variants {
+        let parts = (&mut module, &mut ctx, &mut fctx);
+        let e = variant::define_entries(parts, v, &common, (graph, &row_loops), opts)?;
+        entries.push(e);
+    }
+    let exported_infer_ws = match (&common.cpu_check, multi) {
+        (Some(check), true) => {
+            let parts = (&mut module, &mut ctx, &mut fctx, &isa);
+            dispatch::define_entry_points(parts, check, &variants, &entries, &opts.prefix)?
+        }
+        _ => entries[0].infer_with_workspace,
     };
-    let infer_ws = define_infer_with_workspace(
-        &mut module,
-        &mut ctx,
-        &mut fctx,
-        &isa,
-        &sequence,
-        false,
-        &infer_ws_name,
-    )?;
-    let run_pooled = define_infer_with_workspace(
-        &mut module,
-        &mut ctx,
-        &mut fctx,
-        &isa,
-        &sequence,
-        true,
-        "nnc_run_pooled",
-    )?;
-    // With dims, the exported entry point sets every dim at its maximum around the
-    // local node sequence.
-    let exported_infer_ws = match &samples {
-        Some(layout) => define_exported_infer_with_workspace(
-            (&mut module, &mut ctx, &mut fctx, &isa),
-            &opts.prefix,
-            |b, module, p| {
-                let count = b.ins().iconst(PTR, layout.max);
-                sample_loop::emit_loop(b, module, layout, infer_ws, p, None, count)
-            },
-        )?,
-        None => match &symbols {
-            // Every symbol at its maximum, then the node sequence.
-            Some(block) => define_exported_infer_with_workspace(
-                (&mut module, &mut ctx, &mut fctx, &isa),
-                &opts.prefix,
-                |b, module, (inputs, outputs, ws)| {
-                    block.store_maxima(b, ws);
-                    let f = module.declare_func_in_func(infer_ws, b.func);
-                    let call = b.ins().call(f, &[inputs, outputs, ws]);
-                    b.inst_results(call)[0]
-                },
-            )?,
-            None => infer_ws,
-        },
-    };
-    run::define_workspace_size(
-        &mut module,
-        &mut ctx,
-        &mut fctx,
-        &isa,
-        &pooled,
-        plan.arena_size,
-        &opts.prefix,
-    )?;
-    run::define_run(
-        &mut module,
-        &mut ctx,
-        &mut fctx,
-        &isa,
-        &pooled,
-        plan.arena_size,
-        (infer_ws, run_pooled),
-        (
-            samples.as_ref(),
-            &output_extents(graph, &plan, symbols.as_ref()),
-            symbols.as_ref(),
-        ),
-        &opts.prefix,
-    )?;
     define_infer(
         &mut module,
         &mut ctx,
@@ -655,11 +278,12 @@ pub fn compile_graph_reporting(
         &isa,
         (&io_shapes, &axis_dims),
         &graph.dims,
-        symbols.as_ref().map(|_| graph),
+        variants[0].symbols.as_ref().map(|_| graph),
         &opts.prefix,
     )?;
     define_model_info_fn(&mut module, &mut ctx, &mut fctx, &isa, info, &opts.prefix)?;
 
+    let weights_len = variants[0].plan.weights.len();
     let stored_weight_bytes = rodata.weight_bytes();
     let requested_weight_bytes = rodata.requested_weight_bytes();
     let shared_weights = rodata
@@ -685,13 +309,13 @@ pub fn compile_graph_reporting(
     Ok(CompiledModel {
         code_size: code_bytes(&object),
         object,
-        arena_size: plan.arena_size,
-        arena_lower_bound: plan.lower_bound,
+        arena_size,
+        arena_lower_bound: variants.iter().map(|v| v.plan.lower_bound).max().unwrap_or(0),
         // Every weight byte the artifact stores: constants the code reads as they are,
         // and those lowering repacked, transformed or folded into read-only data (each
         // distinct blob once).
-        weights_size: plan.weights.len() + stored_weight_bytes,
-        unshared_weights_size: plan.weights.len() + requested_weight_bytes,
+        weights_size: weights_len + stored_weight_bytes,
+        unshared_weights_size: weights_len + requested_weight_bytes,
         shared_weights,
     })
 }
@@ -750,10 +374,31 @@ fn define_function(
     let params = b.block_params(entry).to_vec();
     body(&mut b, module, &params)?;
     b.finalize(isa.frontend_config());
-    module
-        .define_function(id, ctx)
-        .map_err(|e| codegen_err(name, format!("{e:?}")))?;
+    compile_function(module, ctx, isa, id).map_err(|e| codegen_err(name, e))?;
     Ok(id)
+}
+
+/// Compiles the function in `ctx` for `isa` (which may have more features than the
+/// module's, for one variant of a multi-versioned library) and defines it as `id`.
+fn compile_function(
+    module: &mut ObjectModule,
+    ctx: &mut Context,
+    isa: &Arc<dyn TargetIsa>,
+    id: FuncId,
+) -> std::result::Result<(), String> {
+    let mut control = cranelift_codegen::control::ControlPlane::default();
+    let alignment = ctx
+        .compile(&**isa, &mut control)
+        .map_err(|e| format!("{:?}", e.inner))?
+        .buffer
+        .alignment;
+    let compiled = ctx.compiled_code().expect("compiled just now");
+    let relocs: Vec<cranelift_module::ModuleReloc> = (compiled.buffer.relocs().iter())
+        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+        .collect();
+    module
+        .define_function_bytes(id, u64::from(alignment), compiled.buffer.data(), &relocs)
+        .map_err(|e| format!("{e:?}"))
 }
 
 /// The `n` addresses in a node's operand table (see [`plan::MAX_DIRECT_OPERANDS`]). The
@@ -857,8 +502,8 @@ fn define_expand_f16(
     fctx: &mut FunctionBuilderContext,
     isa: &Arc<dyn TargetIsa>,
     target: &Target,
+    name: &str,
 ) -> Result<FuncId> {
-    let name = "nnc_expand_f16";
     let sig = ptr_signature(module, 3, false);
     if let Some(code) = lower::f16_weights::machine_code(target) {
         let code = code.map_err(|e| codegen_err(name, e))?;
@@ -995,7 +640,7 @@ struct NodeSequence<'a> {
     symbolic_nodes: &'a [bool],
 }
 
-/// `PREFIXinfer_with_workspace(inputs, outputs, workspace)` of a graph with dims:
+/// `infer_with_workspace(inputs, outputs, workspace)` of a graph with dims (`name`):
 /// `emit` runs its node sequence with every dim at its maximum and returns the status.
 fn define_exported_infer_with_workspace(
     (module, ctx, fctx, isa): (
@@ -1004,18 +649,17 @@ fn define_exported_infer_with_workspace(
         &mut FunctionBuilderContext,
         &Arc<dyn TargetIsa>,
     ),
-    prefix: &str,
+    (name, linkage): (String, Linkage),
     emit: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, (Value, Value, Value)) -> Value,
 ) -> Result<FuncId> {
     let sig = ptr_signature(module, 3, true);
-    let name = format!("{prefix}infer_with_workspace");
     define_function(
         module,
         ctx,
         fctx,
         isa,
         &name,
-        Linkage::Export,
+        linkage,
         sig,
         |b, module, p| {
             let status = emit(b, module, (p[0], p[1], p[2]));
@@ -1034,7 +678,7 @@ fn define_infer_with_workspace(
     fctx: &mut FunctionBuilderContext,
     isa: &Arc<dyn TargetIsa>,
     seq: &NodeSequence,
-    with_pool: bool,
+    (with_pool, linkage): (bool, Linkage),
     name: &str,
 ) -> Result<FuncId> {
     let NodeSequence {
@@ -1052,11 +696,6 @@ fn define_infer_with_workspace(
         symbolic_nodes,
     } = *seq;
     let sig = ptr_signature(module, if with_pool { 4 } else { 3 }, true);
-    let linkage = if with_pool || graph.sample_loop.is_some() || symbols.is_some() {
-        Linkage::Local
-    } else {
-        Linkage::Export
-    };
     define_function(
         module,
         ctx,

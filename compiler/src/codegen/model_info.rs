@@ -4,7 +4,7 @@
 use cranelift_module::{DataDescription, DataId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
-use super::plan::{MemoryPlan, ALIGN};
+use super::plan::ALIGN;
 use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
 use nnc_runtime_abi::abi::NNC_ABI_VERSION;
@@ -26,7 +26,7 @@ const EXTENT_STEP_SIZE: usize = 16;
 pub fn define(
     module: &mut ObjectModule,
     graph: &Graph,
-    plan: &MemoryPlan,
+    arena_size: usize,
     prefix: &str,
 ) -> Result<DataId> {
     let name = format!("{prefix}nnc_model_info_data");
@@ -71,7 +71,7 @@ pub fn define(
     put32(&mut bytes, 8, graph.outputs.len() as u32);
     relocs.push((16, infos_at));
     relocs.push((24, infos_at + TENSOR_INFO_SIZE * graph.inputs.len()));
-    put64(&mut bytes, 32, plan.arena_size as u64);
+    put64(&mut bytes, 32, arena_size as u64);
     put64(&mut bytes, 40, ALIGN as u64);
     put32(&mut bytes, 48, graph.dims.len() as u32);
     put32(&mut bytes, 52, axis_dims.len() as u32);

@@ -119,7 +119,7 @@ pub(super) fn define_trampoline(
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,
     isa: &Arc<dyn TargetIsa>,
-    (node_fn, k): (FuncId, usize),
+    (node_fn, name): (FuncId, &str),
     n_args: usize,
     scratch_arg: Option<usize>,
     (tasks, prologue_parts, worker_stride): (usize, usize, usize),
@@ -135,7 +135,7 @@ pub(super) fn define_trampoline(
         ctx,
         fctx,
         isa,
-        &format!("nnc_task_{k}"),
+        name,
         Linkage::Local,
         sig,
         |b, module, p| {
@@ -290,19 +290,18 @@ pub(super) fn define_workspace_size(
     isa: &Arc<dyn TargetIsa>,
     pooled: &Pooled,
     arena: usize,
-    prefix: &str,
-) -> Result<()> {
+    (name, linkage): (String, Linkage),
+) -> Result<FuncId> {
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(PTR));
     sig.returns.push(AbiParam::new(types::I64));
-    let name = format!("{prefix}workspace_size");
     define_function(
         module,
         ctx,
         fctx,
         isa,
         &name,
-        Linkage::Export,
+        linkage,
         sig,
         |b, _, p| {
             let bad = b.create_block();
@@ -320,8 +319,7 @@ pub(super) fn define_workspace_size(
             b.ins().return_(&[base]);
             Ok(())
         },
-    )?;
-    Ok(())
+    )
 }
 
 /// `PREFIXrun(inputs, outputs, workspace, options)`: checks the options and the
@@ -339,17 +337,16 @@ pub(super) fn define_run(
     arena: usize,
     (infer_ws, run_pooled): (FuncId, FuncId),
     (samples, output_shapes, symbols): RunDims,
-    prefix: &str,
-) -> Result<()> {
+    (name, linkage): (String, Linkage),
+) -> Result<FuncId> {
     let sig = super::ptr_signature(module, 4, true);
-    let name = format!("{prefix}run");
     define_function(
         module,
         ctx,
         fctx,
         isa,
         &name,
-        Linkage::Export,
+        linkage,
         sig,
         |b, module, p| {
             let (inputs, outputs, ws, options) = (p[0], p[1], p[2], p[3]);
@@ -425,8 +422,7 @@ pub(super) fn define_run(
             }
             Ok(())
         },
-    )?;
-    Ok(())
+    )
 }
 
 /// How `run` sets the dims: the sample loop, where each output axis's size comes

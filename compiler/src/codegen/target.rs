@@ -283,29 +283,67 @@ pub const CPU_PRESETS: &[CpuPreset] = &[
     },
 ];
 
-/// A resolved target: architecture plus the CPU features code may use.
+/// A resolved target: architecture plus the CPU features code may use. A
+/// multi-versioned target (`--cpu` a list, or the x86-64 default) also carries its
+/// other variants: the library runs, on each CPU, the first variant whose features the
+/// CPU has ([`Target::variants`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub arch: Arch,
-    /// The `--cpu` value, resolved (never "native").
+    /// The `--cpu` value, resolved (never "native"): a preset, or the presets of a
+    /// multi-versioned target separated by commas, most capable first.
     pub cpu: String,
+    /// The features of the (first) variant.
     pub features: CpuFeatures,
+    /// A multi-versioned target's variants after the first, each tried where the CPU
+    /// lacks a feature of the ones before; empty for a single-variant target.
+    pub fallbacks: Vec<Target>,
 }
 
+/// The presets of a library compiled without `--cpu` for x86-64: one variant per CPU
+/// family nnc has kernels for, so the library runs everywhere and runs its fastest
+/// kernels where the CPU has them.
+pub const X86_DEFAULT_CPUS: &str = "x86-64-v4+vnni,x86-64-v3,baseline";
+
 impl Target {
-    /// Resolves `--target` / `--cpu`. `cpu = None` means `native` on the host architecture
-    /// and the architecture's baseline otherwise.
+    /// Resolves `--target` / `--cpu`: a preset, `native` (on the host architecture), or
+    /// several of them separated by commas (a multi-versioned library). `cpu = None` is
+    /// [`X86_DEFAULT_CPUS`] on x86-64 and the baseline (`armv8`) on aarch64.
     pub fn new(arch: Arch, cpu: Option<&str>) -> Result<Target> {
-        let cpu = cpu.unwrap_or(if arch == Arch::host() {
-            "native"
-        } else {
-            "baseline"
+        let cpu = cpu.unwrap_or(match arch {
+            Arch::X86_64 => X86_DEFAULT_CPUS,
+            Arch::Aarch64 => "baseline",
         });
+        let mut variants: Vec<Target> = vec![];
+        for name in cpu.split(',').map(str::trim) {
+            let variant = Target::single(arch, name)?;
+            if !variants.iter().any(|v| v.features == variant.features) {
+                variants.push(variant);
+            }
+        }
+        // Most capable first, so the first variant a CPU can run is its best one; a
+        // stable sort keeps the order given between sets of equal size.
+        variants.sort_by_key(|v| std::cmp::Reverse(v.features.iter().count()));
+        let cpu = (variants.iter().map(|v| v.cpu.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut rest = variants.into_iter();
+        let first = rest.next().expect("split yields at least one name");
+        Ok(Target {
+            cpu,
+            fallbacks: rest.collect(),
+            ..first
+        })
+    }
+
+    /// One preset, or `native` on the host architecture.
+    fn single(arch: Arch, cpu: &str) -> Result<Target> {
         if cpu == "native" && arch == Arch::host() {
             return Ok(Target {
                 arch,
                 cpu: cpu.to_string(),
                 features: host_features(),
+                fallbacks: vec![],
             });
         }
         let preset = CPU_PRESETS
@@ -321,11 +359,31 @@ impl Target {
             arch,
             cpu: preset.name.to_string(),
             features: CpuFeatures::of(preset.features),
+            fallbacks: vec![],
         })
     }
 
+    /// The running CPU's features: a single-variant library for this machine.
     pub fn host() -> Target {
-        Target::new(Arch::host(), None).expect("the host target always resolves")
+        Target::new(Arch::host(), Some("native")).expect("the host target always resolves")
+    }
+
+    /// Each variant as a single-variant target, most capable first.
+    pub fn variants(&self) -> Vec<Target> {
+        let first = Target {
+            arch: self.arch,
+            cpu: self.cpu.split(',').next().unwrap_or_default().to_string(),
+            features: self.features,
+            fallbacks: vec![],
+        };
+        std::iter::once(first)
+            .chain(self.fallbacks.iter().cloned())
+            .collect()
+    }
+
+    /// Whether the library carries several variants and chooses one at run time.
+    pub fn is_multi_versioned(&self) -> bool {
+        !self.fallbacks.is_empty()
     }
 
     pub fn has(&self, feature: CpuFeature) -> bool {
