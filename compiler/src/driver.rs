@@ -202,7 +202,9 @@ pub fn write_artifacts(compiled: &Compiled, output: &Path, name: &str) -> Result
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let text = crate::header::generate(&compiled.graph, name, &stem, compiled.model.arena_size);
+    let m = &compiled.model;
+    let cpu = (m.cpu_variants.as_str(), m.required_cpu_features.as_str());
+    let text = crate::header::generate(&compiled.graph, name, &stem, m.arena_size, cpu);
     let mode = if kind == ArtifactKind::SharedObject {
         0o755
     } else {

@@ -22,7 +22,15 @@ fn c_ident(name: &str) -> String {
 }
 
 /// `name` is the `--name` value (may be empty), `guard` the header's base name.
-pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> String {
+/// `cpu`: the library's CPU variants and the features a CPU needs to run it (see
+/// [`crate::codegen::CompiledModel`]).
+pub fn generate(
+    graph: &Graph,
+    name: &str,
+    guard: &str,
+    arena_size: usize,
+    (variants, required): (&str, &str),
+) -> String {
     let prefix = crate::codegen::symbol_prefix(name);
     let macro_prefix = format!(
         "NNC_{}",
@@ -105,6 +113,11 @@ pub fn generate(graph: &Graph, name: &str, guard: &str, arena_size: usize) -> St
         "#define {macro_prefix}_WORKSPACE_ALIGN {}\n\n",
         crate::codegen::plan::ALIGN
     );
+    h += "/* The CPU variants the library carries, most capable first: each call runs the\n   \
+          first one the CPU has every feature of. A CPU without the required features\n   \
+          gets NNC_ERR_UNSUPPORTED_CPU from every call. */\n";
+    h += &format!("#define {macro_prefix}_CPU_VARIANTS \"{variants}\"\n");
+    h += &format!("#define {macro_prefix}_REQUIRED_CPU_FEATURES \"{required}\"\n\n");
     h += &format!("#define {macro_prefix}_NUM_DIMS {}\n", graph.dims.len());
     for (j, d) in graph.dims.iter().enumerate() {
         h += &format!(

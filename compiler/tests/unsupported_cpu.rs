@@ -2,7 +2,8 @@
 //! `NNC_ERR_UNSUPPORTED_CPU` and writes nothing, instead of dying on an illegal
 //! instruction: run through the C harness under `qemu-x86_64 -cpu Nehalem` and
 //! `-cpu Haswell`, CPUs that really lack AVX2 and AVX-512 (qemu-user stops an
-//! instruction the model lacks with SIGILL).
+//! instruction the model lacks with SIGILL). A multi-versioned library (the default)
+//! runs on each of them, and on the host.
 
 #[path = "common/models.rs"]
 mod models;
@@ -77,29 +78,52 @@ fn a_library_for_missing_features_returns_unsupported_cpu_and_writes_nothing() {
     let in_dir = dir.path().join("in");
     std::fs::create_dir(&in_dir).unwrap();
     std::fs::write(in_dir.join("input_0.bin"), input.to_le_bytes()).unwrap();
-    for (cpu, qemu_cpu, runs) in [
-        ("baseline", "Nehalem", true),
-        ("x86-64-v3", "Nehalem", false),
-        ("x86-64-v3", "Haswell", true),
-        ("x86-64-v4", "Haswell", false),
-    ] {
-        let lib_dir = dir.path().join(format!("{cpu}-{qemu_cpu}"));
+    // `None`: the default (multi-versioned) library; on `None` qemu, the host runs it.
+    let cases: [(Option<&str>, Option<&str>, bool); 9] = [
+        (Some("baseline"), Some("Nehalem"), true),
+        (Some("x86-64-v3"), Some("Nehalem"), false),
+        (Some("x86-64-v3"), Some("Haswell"), true),
+        (Some("x86-64-v4"), Some("Haswell"), false),
+        (None, Some("Nehalem"), true),
+        (None, Some("Haswell"), true),
+        (None, None, true),
+        // Without the baseline: the v3 variant runs on Haswell (the v4 one would stop
+        // with SIGILL), and nothing on Nehalem.
+        (Some("x86-64-v4,x86-64-v3"), Some("Haswell"), true),
+        (Some("x86-64-v4,x86-64-v3"), Some("Nehalem"), false),
+    ];
+    for (i, (cpu, qemu_cpu, runs)) in cases.into_iter().enumerate() {
+        let lib_dir = dir.path().join(format!("case{i}"));
         std::fs::create_dir(&lib_dir).unwrap();
-        let target = Target::new(Arch::X86_64, Some(cpu)).unwrap();
+        let target = Target::new(Arch::X86_64, cpu).unwrap();
+        assert_eq!(
+            target.is_multi_versioned(),
+            cpu.is_none_or(|c| c.contains(','))
+        );
         let lib = runner::write_library(&g, &runner::options(target), &lib_dir).unwrap();
         let out_dir = lib_dir.join("out");
         std::fs::create_dir(&out_dir).unwrap();
-        let output = Command::new("qemu-x86_64")
-            .args(["-cpu", qemu_cpu])
-            .arg(&exe)
+        let mut command = match qemu_cpu {
+            Some(qemu_cpu) => {
+                let mut c = Command::new("qemu-x86_64");
+                c.args(["-cpu", qemu_cpu]).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let output = command
             .arg(&lib)
             .arg("")
             .arg(&in_dir)
             .arg(&out_dir)
             .output()
             .unwrap();
+        let what = format!(
+            "--cpu {} on {}",
+            cpu.unwrap_or("(default)"),
+            qemu_cpu.unwrap_or("the host")
+        );
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let what = format!("--cpu {cpu} on {qemu_cpu}");
         if runs {
             assert_eq!(output.status.code(), Some(0), "{what}: {stderr}");
             let bytes = std::fs::read(out_dir.join("output_0.bin")).unwrap();
@@ -127,4 +151,73 @@ fn a_library_for_missing_features_returns_unsupported_cpu_and_writes_nothing() {
             );
         }
     }
+}
+
+/// Every entry point of a multi-versioned library runs the variant its CPU picks
+/// (here the host's best), with and without a pool; `workspace_size` covers every
+/// variant; `model_info` names the variants and what a CPU needs.
+#[test]
+fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_point() {
+    let g = small_cnn();
+    let input = Tensor::from_vec(
+        &[1, 3, 12, 12],
+        (0..432)
+            .map(|i| ((i * 11) % 23) as f32 / 9.0 - 1.0)
+            .collect(),
+    );
+    let expected = nnc::interp::run_graph(&g, std::slice::from_ref(&input)).unwrap();
+    let target = Target::new(Arch::X86_64, None).unwrap();
+    assert_eq!(target.cpu, "x86-64-v4+vnni,x86-64-v3,baseline");
+    let lib = runner::Compiled::for_target(&g, target.clone()).unwrap();
+    let pool = nnc_runtime_abi::ThreadPool::new(2).expect("threads start");
+    let raw = pool.as_raw();
+    let runs = [
+        ("infer", lib.run(&g, std::slice::from_ref(&input)).unwrap()),
+        (
+            "run",
+            lib.run_pooled(&g, std::slice::from_ref(&input), None)
+                .unwrap(),
+        ),
+        (
+            "run with a pool",
+            lib.run_pooled(&g, std::slice::from_ref(&input), Some(&raw))
+                .unwrap(),
+        ),
+    ];
+    for (what, got) in runs {
+        let (got, want) = (got[0].to_f64_vec(), expected[0].to_f64_vec());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 + 1e-3 * w.abs(), "{what}: {g} vs {w}");
+        }
+    }
+    for variant in target.variants() {
+        let single = runner::Compiled::for_target(&g, variant.clone()).unwrap();
+        for pool in [None, Some(&raw)] {
+            assert!(
+                lib.workspace_size(pool).unwrap() >= single.workspace_size(pool).unwrap(),
+                "{}",
+                variant.cpu
+            );
+        }
+        if variant.cpu == "baseline" {
+            // The variant every x86-64 CPU nnc supports runs, alone, here too.
+            let got = single.run(&g, std::slice::from_ref(&input)).unwrap();
+            let (got, want) = (got[0].to_f64_vec(), expected[0].to_f64_vec());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-4 + 1e-3 * w.abs(),
+                    "baseline: {g} vs {w}"
+                );
+            }
+        }
+    }
+    let loaded = nnc_runtime_abi::loader::Library::open(&lib.library_path(), None).unwrap();
+    assert_eq!(
+        loaded.cpu_variants().unwrap(),
+        ["x86-64-v4+vnni", "x86-64-v3", "baseline"]
+    );
+    assert_eq!(
+        loaded.required_cpu_features().unwrap(),
+        ["sse3", "ssse3", "sse41"]
+    );
 }

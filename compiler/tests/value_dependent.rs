@@ -435,7 +435,7 @@ fn header_and_model_info_describe_the_bounded_axis() {
     let b = loaded.lib.bounded_axes();
     assert_eq!((b.len(), b[0].output, b[0].axis), (1, 0, 1));
     assert_eq!(loaded.lib.outputs()[0].shape, vec![2, 12]);
-    let h = nnc::header::generate(&g, "m", "m", 0);
+    let h = nnc::header::generate(&g, "m", "m", 0, ("baseline", "sse3,ssse3,sse41"));
     assert!(
         h.contains("#define NNC_M_OUTPUT_0_BOUNDED_AXES_MASK 0x2"),
         "{h}"

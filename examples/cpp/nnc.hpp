@@ -120,6 +120,18 @@ class Model {
 
     const nnc_model_info &info() const { return *info_; }
 
+    // The CPU variants the library carries, most capable first ("" before ABI 10),
+    // and the features a CPU needs to run it at all: elsewhere run() throws with
+    // NNC_ERR_UNSUPPORTED_CPU.
+    std::string cpu_variants() const {
+        return info_->abi_version >= 10 && info_->cpu_variants ? info_->cpu_variants : "";
+    }
+    std::string required_cpu_features() const {
+        return info_->abi_version >= 10 && info_->required_cpu_features
+                   ? info_->required_cpu_features
+                   : "";
+    }
+
     // The output axes whose extent the input values decide: each output's size in
     // model_info is its largest, the size its buffer must have; run_shaped() reports
     // the extent of a run.

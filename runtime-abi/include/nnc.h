@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* Value of nnc_model_info.abi_version for the layout declared here. */
-#define NNC_ABI_VERSION 9
+#define NNC_ABI_VERSION 10
 
 /* ---- Return codes of PREFIXinfer / PREFIXinfer_with_workspace / PREFIXrun */
 
@@ -214,6 +214,17 @@ typedef struct nnc_model_info {
     /* Since ABI version 6 (read only when abi_version >= 6): */
     const nnc_axis_extent *axis_extents; /* num_axis_dims entries, or NULL when
                                             every axis is scale * dims[dim] */
+    /* Since ABI version 10 (read only when abi_version >= 10): the CPU
+     * variants the library carries, as `nnc compile --cpu` names them, most
+     * capable first, separated by commas ("x86-64-v4+vnni,x86-64-v3,baseline"
+     * for the x86-64 default); each call runs the first one the CPU has every
+     * feature of. And the features a CPU must have to run the library at all
+     * (its least demanding variant's, comma-separated, e.g. "sse3,ssse3,sse41";
+     * "" when every CPU of the architecture can): elsewhere PREFIXinfer,
+     * PREFIXinfer_with_workspace and PREFIXrun return NNC_ERR_UNSUPPORTED_CPU
+     * and write nothing. */
+    const char *cpu_variants;
+    const char *required_cpu_features;
 } nnc_model_info;
 
 /* ---- Threads: a caller-owned pool (since ABI version 3) ------------------

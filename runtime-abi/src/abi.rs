@@ -11,7 +11,7 @@ pub const NNC_H: &str = include_str!("../include/nnc.h");
 pub const NNC_POOL_H: &str = include_str!("../include/nnc_pool.h");
 
 /// `nnc_model_info.abi_version` for the layout declared here.
-pub const NNC_ABI_VERSION: u32 = 9;
+pub const NNC_ABI_VERSION: u32 = 10;
 /// The oldest `abi_version` this crate still runs: version 2 only added
 /// [`NNC_ERR_INDEX_OUT_OF_RANGE`], so a version 1 library is a version 2 library
 /// that never returns it; version 3 added `run` and `workspace_size` (threads), which
@@ -229,6 +229,12 @@ pub struct NncModelInfo {
     /// ABI 6 (present only when `abi_version >= 6`): per entry of `axis_dims`, the
     /// steps its extent goes through; NULL when every axis is `scale · dims[dim]`.
     pub axis_extents: *const NncAxisExtent,
+    /// ABI 10 (present only when `abi_version >= 10`): the CPU variants the library
+    /// carries, most capable first, as `--cpu` names them separated by commas.
+    pub cpu_variants: *const c_char,
+    /// ABI 10: the features a CPU must have to run the library (its least demanding
+    /// variant's), comma-separated; empty when every CPU of the architecture can.
+    pub required_cpu_features: *const c_char,
 }
 
 /// Bytes of `nnc_model_info` in libraries before ABI 4 (the fields up to
@@ -238,6 +244,8 @@ pub const NNC_MODEL_INFO_V3_SIZE: usize = 48;
 pub const NNC_MODEL_INFO_V4_SIZE: usize = 72;
 /// Bytes of `nnc_model_info` in ABI 5 libraries (the fields up to `bounded_axes`).
 pub const NNC_MODEL_INFO_V5_SIZE: usize = 88;
+/// Bytes of `nnc_model_info` in ABI 6 to 9 libraries (the fields up to `axis_extents`).
+pub const NNC_MODEL_INFO_V6_SIZE: usize = 96;
 
 /// `nnc_dim_info`: a dim the caller sets at run time (ABI 4).
 #[repr(C)]
@@ -479,6 +487,23 @@ impl NncModelInfo {
         // SAFETY: forwarded to the caller.
         unsafe { c_slice(self.bounded_axes, self.num_bounded_axes as usize) }
     }
+
+    /// `(cpu_variants, required_cpu_features)`, `None` before ABI 10 or where a
+    /// pointer is NULL.
+    ///
+    /// # Safety
+    /// Each pointer, when not NULL, must be a NUL-terminated string that lives as long
+    /// as `self`, which a struct read in full from a library of ABI 10 or later gives.
+    pub unsafe fn cpu_strings(&self) -> (Option<&CStr>, Option<&CStr>) {
+        if self.abi_version < 10 {
+            return (None, None);
+        }
+        let read = |p: *const c_char| {
+            // SAFETY: forwarded to the caller.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+        };
+        (read(self.cpu_variants), read(self.required_cpu_features))
+    }
 }
 
 #[cfg(test)]
@@ -498,7 +523,7 @@ mod tests {
         assert_eq!(offset_of!(NncTensorInfo, rank), 12);
         assert_eq!(offset_of!(NncTensorInfo, dims), 16);
 
-        assert_eq!(size_of::<NncModelInfo>(), 96);
+        assert_eq!(size_of::<NncModelInfo>(), 112);
         assert_eq!(align_of::<NncModelInfo>(), 8);
         assert_eq!(offset_of!(NncModelInfo, abi_version), 0);
         assert_eq!(offset_of!(NncModelInfo, num_inputs), 4);
@@ -520,6 +545,11 @@ mod tests {
             offset_of!(NncModelInfo, axis_extents),
             NNC_MODEL_INFO_V5_SIZE
         );
+        assert_eq!(
+            offset_of!(NncModelInfo, cpu_variants),
+            NNC_MODEL_INFO_V6_SIZE
+        );
+        assert_eq!(offset_of!(NncModelInfo, required_cpu_features), 104);
         assert_eq!(size_of::<NncExtentStep>(), 16);
         assert_eq!(offset_of!(NncExtentStep, div), 8);
         assert_eq!(size_of::<NncAxisExtent>(), 16);
@@ -640,6 +670,8 @@ mod tests {
             num_bounded_axes: 1,
             bounded_axes: bounded.as_ptr(),
             axis_extents: std::ptr::null(),
+            cpu_variants: std::ptr::null(),
+            required_cpu_features: std::ptr::null(),
         };
         assert_eq!(unsafe { info.bounded_axes_slice() }, &bounded);
         // An ABI 4 struct ends before these fields: whatever a copy holds there is
@@ -684,6 +716,8 @@ mod tests {
             num_bounded_axes: 0,
             bounded_axes: std::ptr::null(),
             axis_extents: std::ptr::null(),
+            cpu_variants: std::ptr::null(),
+            required_cpu_features: std::ptr::null(),
         };
         unsafe {
             let inputs = info.inputs_slice();

@@ -256,6 +256,8 @@ pub struct Library {
     axis_deps: Vec<AxisDep>,
     /// Output axes whose extent the input values decide (ABI 5).
     bounded_axes: Vec<BoundedAxis>,
+    /// `cpu_variants` and `required_cpu_features` (ABI 10; `None` before).
+    cpu: Option<(String, String)>,
     abi_version: u32,
     // Dropped last: `infer` points into it.
     _lib: libloading::Library,
@@ -396,10 +398,19 @@ impl Library {
         if !bounded_axes.is_empty() && pooled.is_none() {
             return Err(bad("bounded output axes without `run`".into()));
         }
+        // SAFETY: as above: the strings live in the library's data.
+        let cpu = match unsafe { info.cpu_strings() } {
+            (Some(v), Some(r)) => Some((
+                v.to_string_lossy().into_owned(),
+                r.to_string_lossy().into_owned(),
+            )),
+            _ => None,
+        };
         Ok(Library {
             dims,
             axis_deps,
             bounded_axes,
+            cpu,
             abi_version: info.abi_version,
             path,
             inputs,
@@ -439,6 +450,19 @@ impl Library {
     /// [`Library::run_shaped`].
     pub fn bounded_axes(&self) -> &[BoundedAxis] {
         &self.bounded_axes
+    }
+
+    /// The CPU variants the library carries, as `--cpu` names them, most capable
+    /// first (`None` before ABI 10).
+    pub fn cpu_variants(&self) -> Option<Vec<&str>> {
+        (self.cpu.as_ref()).map(|(v, _)| v.split(',').collect())
+    }
+
+    /// The features a CPU must have to run the library, empty when any CPU of its
+    /// architecture can (`None` before ABI 10); elsewhere every call returns
+    /// `NNC_ERR_UNSUPPORTED_CPU`.
+    pub fn required_cpu_features(&self) -> Option<Vec<&str>> {
+        (self.cpu.as_ref()).map(|(_, r)| r.split(',').filter(|f| !f.is_empty()).collect())
     }
 
     /// The `abi_version` the library was built for.
@@ -736,7 +760,9 @@ fn check_buffers(
     Ok(())
 }
 
-/// A copy of `*info`: the whole struct from ABI 5 on; for ABI 4 its first
+/// A copy of `*info`: the whole struct from ABI 10 on; for ABI 6 to 9 its first
+/// [`NNC_MODEL_INFO_V6_SIZE`] bytes, for ABI 5 its first [`NNC_MODEL_INFO_V5_SIZE`];
+/// for ABI 4 its first
 /// [`NNC_MODEL_INFO_V4_SIZE`] bytes and no bounded axes; before, its first
 /// [`NNC_MODEL_INFO_V3_SIZE`] bytes and no dims either.
 ///
@@ -745,12 +771,13 @@ fn check_buffers(
 unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
     // SAFETY: every version starts with `abi_version`.
     let version = unsafe { std::ptr::read(info.cast::<u32>()) };
-    if version >= 6 {
-        // SAFETY: an ABI 6 library's struct has every field (later ones append).
+    if version >= 10 {
+        // SAFETY: an ABI 10 library's struct has every field (later ones append).
         return unsafe { std::ptr::read(info) };
     }
     // Only the older struct's bytes may be read: what follows it is other data.
     let size = match version {
+        6..=9 => NNC_MODEL_INFO_V6_SIZE,
         5 => NNC_MODEL_INFO_V5_SIZE,
         4 => NNC_MODEL_INFO_V4_SIZE,
         _ => NNC_MODEL_INFO_V3_SIZE,
@@ -770,6 +797,8 @@ unsafe fn read_model_info(info: *const NncModelInfo) -> NncModelInfo {
         num_bounded_axes: 0,
         bounded_axes: std::ptr::null(),
         axis_extents: std::ptr::null(),
+        cpu_variants: std::ptr::null(),
+        required_cpu_features: std::ptr::null(),
     };
     // SAFETY: an older struct has its version's first `size` bytes, laid out as ours.
     unsafe {

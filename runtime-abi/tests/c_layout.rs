@@ -46,6 +46,8 @@ int main(void) {
     FACT("offsetof(nnc_model_info, num_bounded_axes)", offsetof(nnc_model_info, num_bounded_axes));
     FACT("offsetof(nnc_model_info, bounded_axes)", offsetof(nnc_model_info, bounded_axes));
     FACT("offsetof(nnc_model_info, axis_extents)", offsetof(nnc_model_info, axis_extents));
+    FACT("offsetof(nnc_model_info, cpu_variants)", offsetof(nnc_model_info, cpu_variants));
+    FACT("offsetof(nnc_model_info, required_cpu_features)", offsetof(nnc_model_info, required_cpu_features));
     FACT("sizeof(nnc_extent_step)", sizeof(nnc_extent_step));
     FACT("offsetof(nnc_extent_step, div)", offsetof(nnc_extent_step, div));
     FACT("sizeof(nnc_axis_extent)", sizeof(nnc_axis_extent));
@@ -161,6 +163,14 @@ fn expected_facts() -> String {
         (
             "offsetof(nnc_model_info, axis_extents)",
             offset_of!(NncModelInfo, axis_extents),
+        ),
+        (
+            "offsetof(nnc_model_info, cpu_variants)",
+            offset_of!(NncModelInfo, cpu_variants),
+        ),
+        (
+            "offsetof(nnc_model_info, required_cpu_features)",
+            offset_of!(NncModelInfo, required_cpu_features),
         ),
         ("sizeof(nnc_extent_step)", size_of::<NncExtentStep>()),
         (

@@ -304,6 +304,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "nnc_run: error: %s%s returned %d (%s)\n", prefix,
                 threads || bounded ? "run" : "infer_with_workspace", status,
                 status_name(status));
+        if (status == NNC_ERR_UNSUPPORTED_CPU && info->abi_version >= 10)
+            fprintf(stderr, "nnc_run: the library needs a CPU with %s (its variants: %s)\n",
+                    info->required_cpu_features, info->cpu_variants);
         return EXIT_INFER_FAILED;
     }
 

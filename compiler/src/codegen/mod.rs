@@ -4,6 +4,7 @@
 
 mod cpu_check;
 pub mod dim_values;
+mod dispatch;
 mod input_guards;
 pub mod kernel;
 pub mod kernel_plan;
@@ -23,7 +24,6 @@ mod symbol_block;
 pub mod target;
 pub mod tasks;
 mod variant;
-mod dispatch;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -45,8 +45,8 @@ use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
 use kernel::{flags, PTR};
 use nnc_runtime_abi::abi::{
-    NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_MISALIGNED_WORKSPACE,
-    NNC_ERR_NULL_POINTER, NNC_ERR_SHAPE_INPUT_MISMATCH, NNC_OK,
+    NNC_ERR_DIMS_INCONSISTENT, NNC_ERR_MISALIGNED_WORKSPACE, NNC_ERR_NULL_POINTER,
+    NNC_ERR_SHAPE_INPUT_MISMATCH, NNC_OK,
 };
 use rodata_pool::RodataPool;
 
@@ -64,6 +64,10 @@ pub struct CompiledModel {
     pub code_size: usize,
     /// Weight forms several nodes read, largest first.
     pub shared_weights: Vec<SharedWeight>,
+    /// The CPU variants, most capable first, as `--cpu` names them (comma-separated).
+    pub cpu_variants: String,
+    /// The features a CPU needs to run the library (comma-separated).
+    pub required_cpu_features: String,
 }
 
 /// A packed or transformed weight stored once for several nodes.
@@ -216,14 +220,26 @@ pub fn compile_graph_reporting(
     for (i, target) in targets.iter().enumerate() {
         let names = variant::Names::new(multi.then_some(i));
         let sources = (graph, lowered, &row_loops);
-        let v = variant::lower(&mut module, &mut shared, sources, opts, target.clone(), names, progress)?;
+        let v = variant::lower(
+            &mut module,
+            &mut shared,
+            sources,
+            opts,
+            target.clone(),
+            names,
+            progress,
+        )?;
         variants.push(v);
     }
     progress.finish(task);
-    let arena_size = variants.iter().map(|v| v.plan.arena_size).max().unwrap_or(0);
+    let arena_size = variants
+        .iter()
+        .map(|v| v.plan.arena_size)
+        .max()
+        .unwrap_or(0);
     // Never empty: infer() passes it as the workspace, which must be non-NULL.
     let arena = define_zeroed(&mut module, "nnc_arena", arena_size.max(1))?;
-    let info = model_info::define(&mut module, graph, arena_size, &opts.prefix)?;
+    let info = model_info::define(&mut module, graph, arena_size, &opts.target, &opts.prefix)?;
 
     // Every variant reads the constants it reads as they are at the same offsets.
     for v in &mut variants {
@@ -310,13 +326,19 @@ pub fn compile_graph_reporting(
         code_size: code_bytes(&object),
         object,
         arena_size,
-        arena_lower_bound: variants.iter().map(|v| v.plan.lower_bound).max().unwrap_or(0),
+        arena_lower_bound: variants
+            .iter()
+            .map(|v| v.plan.lower_bound)
+            .max()
+            .unwrap_or(0),
         // Every weight byte the artifact stores: constants the code reads as they are,
         // and those lowering repacked, transformed or folded into read-only data (each
         // distinct blob once).
         weights_size: weights_len + stored_weight_bytes,
         unshared_weights_size: weights_len + requested_weight_bytes,
         shared_weights,
+        cpu_variants: opts.target.cpu.clone(),
+        required_cpu_features: opts.target.required_features(),
     })
 }
 

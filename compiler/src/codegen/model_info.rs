@@ -5,6 +5,7 @@ use cranelift_module::{DataDescription, DataId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
 use super::plan::ALIGN;
+use super::target::Target;
 use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
 use nnc_runtime_abi::abi::NNC_ABI_VERSION;
@@ -12,7 +13,7 @@ use nnc_runtime_abi::abi::NNC_ABI_VERSION;
 /// `sizeof(nnc_model_info)`, `sizeof(nnc_tensor_info)`, `sizeof(nnc_dim_info)`,
 /// `sizeof(nnc_axis_dim)`, `sizeof(nnc_bounded_axis)`, `sizeof(nnc_axis_extent)` and
 /// `sizeof(nnc_extent_step)` on LP64 targets.
-const MODEL_INFO_SIZE: usize = 96;
+const MODEL_INFO_SIZE: usize = 112;
 const TENSOR_INFO_SIZE: usize = 24;
 const DIM_INFO_SIZE: usize = 24;
 const AXIS_DIM_SIZE: usize = 24;
@@ -27,6 +28,7 @@ pub fn define(
     module: &mut ObjectModule,
     graph: &Graph,
     arena_size: usize,
+    target: &Target,
     prefix: &str,
 ) -> Result<DataId> {
     let name = format!("{prefix}nnc_model_info_data");
@@ -128,6 +130,13 @@ pub fn define(
         put32(&mut bytes, at + 4, a.axis as u32);
         put32(&mut bytes, at + 8, a.dim as u32);
         put64(&mut bytes, at + 16, a.scale as u64);
+    }
+
+    for (at, text) in [(96, target.cpu.clone()), (104, target.required_features())] {
+        let str_at = bytes.len();
+        bytes.extend(text.bytes().filter(|&c| c != 0));
+        bytes.push(0);
+        relocs.push((at, str_at));
     }
 
     let mut dim_cursor = dims_at;

@@ -295,31 +295,22 @@ pub(super) fn define_workspace_size(
     let mut sig = module.make_signature();
     sig.params.push(AbiParam::new(PTR));
     sig.returns.push(AbiParam::new(types::I64));
-    define_function(
-        module,
-        ctx,
-        fctx,
-        isa,
-        &name,
-        linkage,
-        sig,
-        |b, _, p| {
-            let bad = b.create_block();
-            let (pooled_block, _) = check_options(b, p[0], bad);
-            let base = b.ins().iconst(PTR, arena as i64);
-            b.ins().return_(&[base]);
-            b.switch_to_block(pooled_block);
-            b.seal_block(pooled_block);
-            let threads = b.block_params(pooled_block)[1];
-            let bytes = pooled_bytes(b, pooled, arena, threads);
-            b.ins().return_(&[bytes]);
-            b.switch_to_block(bad);
-            b.seal_block(bad);
-            let base = b.ins().iconst(PTR, arena as i64);
-            b.ins().return_(&[base]);
-            Ok(())
-        },
-    )
+    define_function(module, ctx, fctx, isa, &name, linkage, sig, |b, _, p| {
+        let bad = b.create_block();
+        let (pooled_block, _) = check_options(b, p[0], bad);
+        let base = b.ins().iconst(PTR, arena as i64);
+        b.ins().return_(&[base]);
+        b.switch_to_block(pooled_block);
+        b.seal_block(pooled_block);
+        let threads = b.block_params(pooled_block)[1];
+        let bytes = pooled_bytes(b, pooled, arena, threads);
+        b.ins().return_(&[bytes]);
+        b.switch_to_block(bad);
+        b.seal_block(bad);
+        let base = b.ins().iconst(PTR, arena as i64);
+        b.ins().return_(&[base]);
+        Ok(())
+    })
 }
 
 /// `PREFIXrun(inputs, outputs, workspace, options)`: checks the options and the

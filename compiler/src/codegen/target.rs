@@ -290,7 +290,7 @@ pub const CPU_PRESETS: &[CpuPreset] = &[
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub arch: Arch,
-    /// The `--cpu` value, resolved (never "native"): a preset, or the presets of a
+    /// The `--cpu` value, resolved: a preset, `native`, or the presets of a
     /// multi-versioned target separated by commas, most capable first.
     pub cpu: String,
     /// The features of the (first) variant.
@@ -379,6 +379,14 @@ impl Target {
         std::iter::once(first)
             .chain(self.fallbacks.iter().cloned())
             .collect()
+    }
+
+    /// The features a CPU must have to run a library for this target (its least
+    /// demanding variant's), comma-separated as `model_info` and the header give them.
+    pub fn required_features(&self) -> String {
+        let least = self.fallbacks.last().unwrap_or(self);
+        let names: Vec<&str> = least.features.iter().map(CpuFeature::name).collect();
+        names.join(",")
     }
 
     /// Whether the library carries several variants and chooses one at run time.

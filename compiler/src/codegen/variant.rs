@@ -25,10 +25,10 @@ use super::plan::{self, MemoryPlan};
 use super::rodata_pool::RodataPool;
 use super::row_loops::RowLoops;
 use super::{
-    codegen_err, cpu_check, define_exported_infer_with_workspace, define_expand_f16, define_function,
-    define_infer_with_workspace, load_operand_table, node_excerpt, output_extents,
-    ptr_signature, run, sample_loop, symbol_block, value_is_used, CompileOptions,
-    NodeSequence, Target, WeightFormat,
+    codegen_err, cpu_check, define_expand_f16, define_exported_infer_with_workspace,
+    define_function, define_infer_with_workspace, load_operand_table, node_excerpt, output_extents,
+    ptr_signature, run, sample_loop, symbol_block, value_is_used, CompileOptions, NodeSequence,
+    Target, WeightFormat,
 };
 use crate::error::{NncError, Result};
 use crate::ir::Graph;
@@ -447,7 +447,10 @@ pub(super) fn define_entries(
     // A single-variant library checks the CPU in its node sequence; a multi-versioned
     // one in the entry point that chose the variant.
     let cpu_check = match v.names.variant {
-        None => common.cpu_check.as_ref().and_then(|c| c.requiring(&v.target)),
+        None => common
+            .cpu_check
+            .as_ref()
+            .and_then(|c| c.requiring(&v.target)),
         Some(_) => None,
     };
     let clear_upper = common
@@ -464,10 +467,12 @@ pub(super) fn define_entries(
         .kernels
         .nodes
         .iter()
-        .map(|n| match n.tasks > 1 && (n.prologue || v.expand.is_some()) {
-            true => n.prologue_parts.max(1),
-            false => 0,
-        })
+        .map(
+            |n| match n.tasks > 1 && (n.prologue || v.expand.is_some()) {
+                true => n.prologue_parts.max(1),
+                false => 0,
+            },
+        )
         .collect();
     // The most calls one parallel_for of any split node makes: no more scratch areas
     // are ever in use at once, whatever the pool's size.
@@ -519,7 +524,10 @@ pub(super) fn define_entries(
     // the samples (see `sample_loop`).
     let samples = sample_loop::SampleLayout::of(graph)?;
     let (infer_ws_name, infer_ws_linkage) = match &samples {
-        Some(_) => (v.names.local("nnc_sample_infer_with_workspace"), Linkage::Local),
+        Some(_) => (
+            v.names.local("nnc_sample_infer_with_workspace"),
+            Linkage::Local,
+        ),
         None if v.symbols.is_some() => (
             v.names.local("nnc_symbolic_infer_with_workspace"),
             Linkage::Local,
