@@ -211,7 +211,7 @@ fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_p
             }
         }
     }
-    let loaded = nnc_runtime_abi::loader::Library::open(&lib.library_path(), None).unwrap();
+    let loaded = nnc_runtime_abi::loader::Library::open(lib.library_path(), None).unwrap();
     assert_eq!(
         loaded.cpu_variants().unwrap(),
         ["x86-64-v4+vnni", "x86-64-v3", "baseline"]

@@ -349,7 +349,7 @@ struct CompiledCase {
 }
 
 enum Runner {
-    Host(LoadedModel),
+    Host(Box<LoadedModel>),
     Qemu {
         harness: PathBuf,
         sysroot: PathBuf,
@@ -370,9 +370,9 @@ impl CompiledCase {
             .run(&mut graph)
             .map_err(|e| format!("passes: {e}"))?;
         let runner = match target {
-            CaseTarget::Host => {
-                Runner::Host(LoadedModel::compile(&graph).map_err(|e| format!("compile: {e}"))?)
-            }
+            CaseTarget::Host => Runner::Host(Box::new(
+                LoadedModel::compile(&graph).map_err(|e| format!("compile: {e}"))?,
+            )),
             CaseTarget::Aarch64Qemu { harness, sysroot } => {
                 let opts = CompileOptions::new(
                     Target::new(Arch::Aarch64, None).map_err(|e| e.to_string())?,
