@@ -87,7 +87,7 @@ int main(void) {
 
 /// The same facts as `LAYOUT_PROBE_C` prints, from the Rust definitions.
 fn expected_facts() -> String {
-    let facts: [(&str, usize); 55] = [
+    let facts: [(&str, usize); 57] = [
         ("sizeof(nnc_tensor_info)", size_of::<NncTensorInfo>()),
         ("alignof(nnc_tensor_info)", align_of::<NncTensorInfo>()),
         (
