@@ -73,6 +73,8 @@ static const nnc_model_info info = {
     NUM_DIMS, NUM_AXIS_DIMS, dims_info, axis_dims,
     1, bounded,
     NULL, /* axis_extents (ABI 6): the loader of an ABI 5 library never reads it */
+    NULL, /* cpu_variants (ABI 10): likewise */
+    NULL, /* required_cpu_features (ABI 10) */
 };
 
 const nnc_model_info *model_info(void) { return &info; }
