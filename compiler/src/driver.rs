@@ -151,6 +151,11 @@ pub fn compile_model_int8(
             path.display()
         )));
     }
+    // Weights every variant multiplies exactly at full speed.
+    let int8 = &Int8Options {
+        weight_max: int8.weight_max.min(codegen::int8_weight_max(&opts.target)),
+        ..int8.clone()
+    };
     let report = crate::quant::pipeline::quantize_int8(&mut graph, int8, host)
         .map_err(|e| NncError::from(e).in_file(path))?;
     let model = codegen::compile_graph_reporting(&graph, opts, host.progress)

@@ -545,6 +545,7 @@ fn run(cli: Cli) -> Result<()> {
                             keep_fp32,
                             min_sqnr_db: int8_min_sqnr,
                             bias_correction: int8_bias_correction.as_deref() != Some("off"),
+                            weight_max: 127,
                         },
                     )),
                 ),

@@ -106,6 +106,7 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
         keep_fp32: vec![],
         min_sqnr_db: None,
         bias_correction: true,
+        weight_max: 127,
     };
     let (quant, report) = compile_int8(&path, &import, &options(), &passes, &int8, &calib)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -319,6 +320,7 @@ fn systematic_error(model: &[u8], shape: &[usize], bias_correction: bool) -> f64
         keep_fp32: vec![],
         min_sqnr_db: None,
         bias_correction,
+        weight_max: 127,
     };
     let (quant, _) = compile_int8(&path, &import, &options(), &passes, &int8, &calib).unwrap();
     let (f, q) = (
@@ -587,6 +589,7 @@ fn min_sqnr_keeps_the_most_sensitive_layers_in_float32() {
             keep_fp32: vec![],
             min_sqnr_db: Some(target),
             bias_correction: true,
+            weight_max: 127,
         };
         compile_int8(
             &path,
@@ -662,6 +665,7 @@ fn min_sqnr_keeps_the_layer_that_costs_the_outputs_most() {
             keep_fp32: vec![],
             min_sqnr_db: target,
             bias_correction: true,
+            weight_max: 127,
         };
         compile_int8(
             &path,

@@ -310,6 +310,7 @@ impl Model {
             keep_fp32: vec![],
             min_sqnr_db: None,
             bias_correction: true,
+            weight_max: 127,
         };
         let host = nnc::quant::host::Int8Host {
             calibration: &nnc_host::CalibrationFiles(calibration.to_path_buf()),

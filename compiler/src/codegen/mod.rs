@@ -174,6 +174,17 @@ fn output_extents(
         .collect()
 }
 
+/// The largest INT8 weight magnitude that every variant of `target` multiplies with
+/// exact sums at full speed: 64 where a variant runs AVX2's `vpmaddubsw`, whose sum of
+/// two u8 · s8 products saturates past 32767 (255 · 64 · 2 does not), else 127.
+pub fn int8_weight_max(target: &Target) -> i8 {
+    if target.variants().iter().any(lower::conv_u8s8::multiplies_in_pairs) {
+        64
+    } else {
+        127
+    }
+}
+
 /// Compiles a graph into a relocatable object for `opts.target`.
 pub fn compile_graph(graph: &Graph, opts: &CompileOptions) -> Result<CompiledModel> {
     compile_graph_reporting(graph, opts, &crate::progress::Silent)

@@ -7,7 +7,8 @@
 //! rest of the graph is untouched and ops without an integer kernel keep running in
 //! float32 between the quantized layers.
 //!
-//! * Weights: per output channel, symmetric int8 in [−127, 127] (`s_w = max|w| / 127`).
+//! * Weights: per output channel, symmetric int8 in [−127, 127] (`s_w = max|w| / 127`),
+//!   or `[−weight_max, weight_max]` where the target's kernels need a narrower range.
 //! * Activations: per tensor, asymmetric uint8 from the calibrated range, widened to
 //!   hold 0 (`s_x = (hi − lo) / 255`, zero point `round(−lo / s_x)`).
 //! * Bias: int32, `round(b / (s_x · s_w))`.
@@ -140,19 +141,21 @@ pub fn activation_params(lo: f32, hi: f32) -> (f32, u8) {
     (scale, zp)
 }
 
-/// Per-row symmetric int8 of `rows`: the scales and the quantized rows.
-pub fn weight_params(rows: &[Vec<f32>]) -> (Vec<f32>, Vec<Vec<i8>>) {
+/// Per-row symmetric int8 of `rows` in `[−weight_max, weight_max]`: the scales and the
+/// quantized rows.
+pub fn weight_params(rows: &[Vec<f32>], weight_max: i8) -> (Vec<f32>, Vec<Vec<i8>>) {
+    let top = f32::from(weight_max.max(1));
     rows.iter()
         .map(|r| {
             let max = r.iter().fold(0f32, |m, v| m.max(v.abs()));
             let s = if max > 0.0 && max.is_finite() {
-                max / 127.0
+                max / top
             } else {
                 1.0
             };
             let q = r
                 .iter()
-                .map(|v| (v / s).round_ties_even().clamp(-127.0, 127.0) as i8)
+                .map(|v| (v / s).round_ties_even().clamp(-top, top) as i8)
                 .collect();
             (s, q)
         })
@@ -255,6 +258,7 @@ pub fn quantize(
     graph: &mut Graph,
     layers: &[Layer],
     stats: &HashMap<ValueId, InputStats>,
+    weight_max: i8,
 ) -> Result<Vec<Layer>, String> {
     let old = std::mem::take(&mut graph.nodes);
     let mut done = vec![];
@@ -273,7 +277,7 @@ pub fn quantize(
             continue;
         };
         let (lo, hi) = input.range;
-        let (s_w, w_q) = weight_params(&rows);
+        let (s_w, w_q) = weight_params(&rows, weight_max);
         let shift = input
             .means
             .as_ref()

@@ -27,6 +27,10 @@ pub struct Int8Options {
     /// Fold each layer's expected weight-rounding shift into its bias
     /// ([`super::bias_correction`]).
     pub bias_correction: bool,
+    /// The largest weight magnitude: 127, or less where a kernel needs it (the
+    /// compile driver lowers it to what every variant of the target can multiply
+    /// exactly, [`crate::codegen::int8_weight_max`]).
+    pub weight_max: i8,
 }
 
 /// How one tensor of the quantized graph compares with the float32 graph's.
@@ -161,7 +165,7 @@ fn quantize_plain(
             .cloned()
             .collect();
         let mut graph = float_graph.clone();
-        let quantized = int8::quantize(&mut graph, &now, &stats).map_err(QuantError::Rewrite)?;
+        let quantized = int8::quantize(&mut graph, &now, &stats, opts.weight_max).map_err(QuantError::Rewrite)?;
         let (outputs, layer_quality) = reference.compare(&graph, &quantized, &samples)?;
         Ok(Attempt {
             graph,
@@ -184,7 +188,7 @@ fn quantize_plain(
             &best.quantized,
             &stats,
             &samples,
-            target,
+            (target, opts.weight_max),
             host,
         )?;
         kept_for_sqnr = order[..needed].to_vec();

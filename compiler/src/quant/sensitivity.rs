@@ -31,7 +31,7 @@ impl Switchable {
     fn build(
         float: &Graph,
         layers: &[Layer],
-        stats: &HashMap<ValueId, InputStats>,
+        (stats, weight_max): (&HashMap<ValueId, InputStats>, i8),
         runner: &dyn HostRunner,
     ) -> Result<Switchable, QuantError> {
         let mut g = float.clone();
@@ -96,7 +96,7 @@ impl Switchable {
             float_node.outputs[0] = y_f;
             g.nodes.extend([float_node, copy, diff, scaled, out]);
         }
-        int8::quantize(&mut g, &copies, stats).map_err(QuantError::Rewrite)?;
+        int8::quantize(&mut g, &copies, stats, weight_max).map_err(QuantError::Rewrite)?;
         Ok(Switchable {
             model: runner
                 .load(&g, WeightFormat::F32)
@@ -127,11 +127,11 @@ pub fn plan(
     layers: &[Layer],
     stats: &HashMap<ValueId, InputStats>,
     samples: &[Vec<Tensor>],
-    target_db: f64,
+    (target_db, weight_max): (f64, i8),
     host: &super::host::Int8Host,
 ) -> Result<(Vec<String>, usize), QuantError> {
     let samples = &samples[..samples.len().min(TRIAL_SAMPLES)];
-    let model = Switchable::build(float, layers, stats, host.runner)?;
+    let model = Switchable::build(float, layers, (stats, weight_max), host.runner)?;
     let all_float = vec![false; layers.len()];
     let reference: Vec<Vec<Tensor>> = samples
         .iter()

@@ -365,6 +365,15 @@ pub(super) fn int8_family(target: &Target, options: &KernelOptions) -> Option<In
     }
 }
 
+/// Whether `target`'s INT8 kernels add u8 · s8 products in saturating 16-bit pairs
+/// (AVX2's `vpmaddubsw`): exact only for weights of at most 64 in magnitude.
+pub fn multiplies_in_pairs(target: &Target) -> bool {
+    matches!(
+        int8_family(target, &KernelOptions::default()),
+        Some(Int8Family::Ymm(DotIsa::Avx2))
+    )
+}
+
 fn scalar_params(ctx: &LowerCtx) -> Result<(f32, u8), String> {
     let inv = ctx
         .input(1)?
