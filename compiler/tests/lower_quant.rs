@@ -18,8 +18,8 @@ use nnc::codegen::{compile_graph, Arch, CompileOptions, Target};
 use nnc::ir::{DType, Tensor};
 use nnc::ops::{Activation, ConvAttrs, Op};
 use quant_cases::{
-    conv_u8s8_attrs, conv_u8s8_case, conv_u8s8_requantize_case, floats, full_range, ints,
-    quantize_planes_case,
+    conv_u8s8_attrs, conv_u8s8_case, conv_u8s8_pair_extremes_case, conv_u8s8_requantize_case,
+    floats, full_range, ints, narrow_weights, quantize_planes_case,
 };
 use runner::{aarch64_harness, run_on_aarch64_with, Compiled};
 
@@ -83,6 +83,65 @@ fn cases() -> Vec<(&'static str, Op, Vec<In>)> {
         (
             "ConvU8S8 depthwise requantized for a 1x1, 12 maps, residual",
             conv_u8s8_requantize_case([1, 12, 6, 21], 12, 3, true, none, true, 27, (1, 1, 0)),
+        ),
+        (
+            "ConvU8S8 3x3 s1 p1 weights within ±64, 10 channels, 11 maps, residual, relu",
+            narrow_weights(conv_u8s8_case(
+                [1, 10, 5, 19],
+                11,
+                3,
+                1,
+                1,
+                false,
+                relu,
+                true,
+                31,
+            )),
+        ),
+        (
+            "ConvU8S8 1x1 compact weights within ±64, 8 channels, 9 maps, batch 2",
+            narrow_weights(conv_u8s8_case(
+                [2, 8, 3, 37],
+                9,
+                1,
+                1,
+                0,
+                false,
+                clip,
+                false,
+                32,
+            )),
+        ),
+        (
+            "ConvU8S8 depthwise 3x3 s2 p1 weights within ±64, 12 maps",
+            narrow_weights(conv_u8s8_case(
+                [1, 12, 9, 10],
+                12,
+                3,
+                2,
+                1,
+                true,
+                relu,
+                false,
+                33,
+            )),
+        ),
+        (
+            "ConvU8S8 3x3 weights within ±64 requantized for a 3x3 pad 1, residual",
+            narrow_weights(conv_u8s8_requantize_case(
+                [1, 5, 7, 19],
+                6,
+                3,
+                false,
+                relu,
+                true,
+                34,
+                (3, 1, 1),
+            )),
+        ),
+        (
+            "ConvU8S8 1x1 pair sums at their largest (planes 255, weights ±64)",
+            conv_u8s8_pair_extremes_case(),
         ),
         (
             "QuantizeToPlanes stride 1 pad 1, 6 channels, 19 columns, batch 2",

@@ -107,7 +107,9 @@ enum Command {
         target: Option<String>,
         /// CPU features. x86_64: baseline (SSE4.1), x86-64-v3 (AVX2+FMA),
         /// x86-64-v3+avxvnni (AVX2 with AVX-VNNI: Alder Lake, Zen 5), x86-64-v4
-        /// (AVX-512), x86-64-v4+vnni (AVX-512 with VNNI), native (default on the host).
+        /// (AVX-512), x86-64-v4+vnni (AVX-512 with VNNI), native (this machine's), or
+        /// several separated by commas: one library whose calls run the first variant
+        /// the CPU can. Default on x86_64: x86-64-v4+vnni,x86-64-v3,baseline.
         /// aarch64: armv8 (default), +dotprod, +i8mm.
         #[arg(long)]
         cpu: Option<String>,
@@ -284,7 +286,8 @@ enum Command {
         /// Target architecture for --kernels (as for compile).
         #[arg(long)]
         target: Option<String>,
-        /// CPU features for --kernels (as for compile).
+        /// CPU features for --kernels (as for compile; default: this machine's, or the
+        /// most capable variant of a list).
         #[arg(long)]
         cpu: Option<String>,
         /// Kernel overrides for --kernels (as for compile); repeatable.
@@ -656,8 +659,11 @@ fn run(cli: Cli) -> Result<()> {
                 Some(t) => t.parse::<Arch>().map_err(NncError::Model)?,
                 None => Arch::host(),
             };
+            // The kernels of one variant: this machine's, or a list's most capable.
+            let cpu = cpu.or_else(|| (arch == Arch::host()).then(|| "native".to_string()));
+            let target = Target::new(arch, cpu.as_deref())?.variants().remove(0);
             let options = nnc_cli::inspect::InspectOptions {
-                target: Target::new(arch, cpu.as_deref())?,
+                target,
                 kernels: KernelOptions::parse(kernel_overrides.iter().map(String::as_str))
                     .map_err(|e| NncError::Model(e.to_string()))?,
                 show_kernels: kernels || threads.is_some(),

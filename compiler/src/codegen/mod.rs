@@ -178,8 +178,12 @@ fn output_extents(
 /// exact sums at full speed: 64 where a variant runs AVX2's `vpmaddubsw`, whose sum of
 /// two u8 · s8 products saturates past 32767 (255 · 64 · 2 does not), else 127.
 pub fn int8_weight_max(target: &Target) -> i8 {
-    if target.variants().iter().any(lower::conv_u8s8::multiplies_in_pairs) {
-        64
+    if target
+        .variants()
+        .iter()
+        .any(lower::conv_u8s8::multiplies_in_pairs)
+    {
+        lower::conv_u8s8::PAIRS_WEIGHT_MAX as i8
     } else {
         127
     }

@@ -165,7 +165,8 @@ fn quantize_plain(
             .cloned()
             .collect();
         let mut graph = float_graph.clone();
-        let quantized = int8::quantize(&mut graph, &now, &stats, opts.weight_max).map_err(QuantError::Rewrite)?;
+        let quantized = int8::quantize(&mut graph, &now, &stats, opts.weight_max)
+            .map_err(QuantError::Rewrite)?;
         let (outputs, layer_quality) = reference.compare(&graph, &quantized, &samples)?;
         Ok(Attempt {
             graph,

@@ -183,3 +183,45 @@ pub fn quantize_planes_case(
     ];
     (Op::QuantizeToPlanes(planes), ins)
 }
+
+/// `case` with its weights (input 1) halved into [−64, 64] (127 becomes 64): what the
+/// quantizer gives a library with an AVX2 variant, whose `vpmaddubsw` kernel
+/// (`u8s7-conv-4x16-avx2`) they select.
+pub fn narrow_weights((op, mut ins): (Op, Vec<In>)) -> (Op, Vec<In>) {
+    if let Some(In::GivenConst(w)) = ins.get(1) {
+        let v: Vec<i64> = (w.to_i64_vec().into_iter())
+            .map(|x| if x == 127 { 64 } else { x.div_euclid(2) })
+            .collect();
+        ins[1] = In::GivenConst(ints(DType::I8, &w.shape().to_vec(), v));
+    }
+    (op, ins)
+}
+
+/// A 1×1 `ConvU8S8` whose every pair sum is the largest `vpmaddubsw` adds exactly:
+/// planes all 255, each map's weights all +64 or all −64 (255 · 64 · 2 = 32640).
+pub fn conv_u8s8_pair_extremes_case() -> (Op, Vec<In>) {
+    let (op, mut ins) = conv_u8s8_case(
+        [1, 8, 3, 11],
+        6,
+        1,
+        1,
+        0,
+        false,
+        Activation::None,
+        false,
+        30,
+    );
+    if let (In::Given(planes), In::GivenConst(w)) = (&ins[0], &ins[1]) {
+        let (p_shape, w_shape) = (planes.shape().to_vec(), w.shape().to_vec());
+        let planes = ints(DType::U8, &p_shape, vec![255; p_shape.iter().product()]);
+        let numel: usize = w_shape.iter().product();
+        let per_map = numel / w_shape[0];
+        let v: Vec<i64> = (0..numel)
+            .map(|i| if (i / per_map) % 2 == 0 { 64 } else { -64 })
+            .collect();
+        let w = ints(DType::I8, &w_shape, v);
+        ins[0] = In::Given(planes);
+        ins[1] = In::GivenConst(w);
+    }
+    (op, ins)
+}

@@ -341,6 +341,15 @@ pub const KERNELS: &[KernelInfo] = &[
         ),
     ),
     x86(
+        "u8s7-conv-4x16-avx2",
+        AVX2,
+        About(
+            "INT8 conv over uint8 planes and int8 weights within ±64 (vpmaddubsw pairs, exact), fused requantizing epilogue",
+            "kernels::x86::conv_u8s8_ymm::emit_conv",
+            "none: reads the uint8 planes in place",
+        ),
+    ),
+    x86(
         "u8s8-conv-4x8-avx2",
         AVX2,
         About(

@@ -247,10 +247,13 @@ pub fn plan_conv_u8s8(
             );
         }
         Some(Int8Family::Ymm(isa)) if machine => {
+            let pairs = isa == DotIsa::Avx2 && weights_within(node, PAIRS_WEIGHT_MAX);
+            let isa = if pairs { DotIsa::Avx2Pairs } else { isa };
             let tiles_outer = x86::conv_u8s8_ymm::tiles_outer(&g, options.int8_order, isa);
             let reason = match isa {
                 DotIsa::AvxVnni => "AVX-VNNI target",
-                DotIsa::Avx2 => "AVX2 target without VNNI: exact 16-bit products",
+                DotIsa::Avx2Pairs => "AVX2 target, weights within ±64: vpmaddubsw pairs",
+                DotIsa::Avx2 => "AVX2 target, weights past ±64: exact 16-bit products",
             };
             let tasks = map_split(&g, x86::conv_u8s8_ymm::MR).tasks;
             return Some(
@@ -363,6 +366,16 @@ pub(super) fn int8_family(target: &Target, options: &KernelOptions) -> Option<In
     } else {
         None
     }
+}
+
+/// The largest weight magnitude whose products with uint8 add in pairs without
+/// saturating 16 bits: 255 · 64 · 2 = 32640.
+pub const PAIRS_WEIGHT_MAX: i64 = 64;
+
+/// Whether the node's weights (input 1) are a constant within `±max`.
+fn weights_within(node: &NodeOperands, max: i64) -> bool {
+    (node.constants.get(1).copied().flatten())
+        .is_some_and(|w| w.to_i64_vec().iter().all(|v| v.abs() <= max))
 }
 
 /// Whether `target`'s INT8 kernels add u8 · s8 products in saturating 16-bit pairs

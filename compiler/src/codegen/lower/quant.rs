@@ -265,7 +265,7 @@ fn int8_gemm_isa(target: &Target, options: &KernelOptions) -> Option<GemmIsa> {
             evex: !target.has(CpuFeature::AvxVnni),
         },
         Int8Family::Ymm(DotIsa::AvxVnni) => GemmIsa::Vnni { evex: false },
-        Int8Family::Ymm(DotIsa::Avx2) => GemmIsa::Avx2,
+        Int8Family::Ymm(DotIsa::Avx2 | DotIsa::Avx2Pairs) => GemmIsa::Avx2,
     })
 }
 

@@ -1,14 +1,20 @@
 //! 256-bit machine code for nnc's INT8 convolution (see [`crate::codegen::lower::conv_u8s8`]),
 //! for x86-64 CPUs without AVX-512 VNNI: `u8s8-conv-4x24-avxvnni` (Alder Lake and
-//! later, Zen 5) and `u8s8-conv-4x8-avx2` (Haswell to Zen 4). Their planes come from
-//! [`super::quantize_planes_avx2`].
+//! later, Zen 5), and `u8s7-conv-4x16-avx2` and `u8s8-conv-4x8-avx2` (Haswell to Zen
+//! 4). Their planes come from [`super::quantize_planes_avx2`].
 //!
 //! The GEMM is the AVX-512 kernel's ([`super::conv_u8s8`]) on registers of 8 wide
 //! pixels, with tiles of 4 maps (one output quad):
 //! * AVX-VNNI: 4 maps × 3 vectors = 12 accumulators; one K step (a tap's channel quad)
 //!   loads 3 × 32 bytes of planes in place and broadcasts 4 maps' 4 weight bytes, for
 //!   12 VEX `vpdpbusd` of 32 multiply-adds each.
-//! * AVX2: exact 16-bit products. `vpmaddubsw` saturates the sum of two u8 × s8
+//! * AVX2 with weights within ±64 (what nnc's quantizer gives a library with an AVX2
+//!   variant): 4 maps × 2 vectors = 8 accumulators; one K step loads 2 × 32 bytes of
+//!   planes and broadcasts each map's 4 weight bytes, then per vector `vpmaddubsw`
+//!   (u8 × s8 products added in 16-bit pairs: at most 255 · 64 · 2 = 32640, exact),
+//!   `vpmaddwd` by ones (the pairs into the 32-bit lane) and `vpaddd`: 32
+//!   multiply-adds in three instructions, the weights int8 in the VNNI layout.
+//! * AVX2 with larger weights (an imported QDQ model's): exact 16-bit products. `vpmaddubsw` saturates the sum of two u8 × s8
 //!   products (255 · 127 · 2 > 32767), which would make the integers differ from the
 //!   VNNI kernels'. Instead the planes' bytes are zero-extended (`vpmovzxbw`: 4 pixels ×
 //!   4 channels per register), the weights are stored as int16 and `vpmaddwd` adds
@@ -40,8 +46,12 @@ use crate::ops::{Activation, Requantize};
 /// The dot-product instruction family of a 256-bit INT8 kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DotIsa {
-    /// `vpmovzxbw` + `vpmaddwd` on int16 weights (AVX2).
+    /// `vpmovzxbw` + `vpmaddwd` on int16 weights (AVX2), exact for any int8 weight.
     Avx2,
+    /// `vpmaddubsw`, then `vpmaddwd` by ones (AVX2): the pair sums saturate past
+    /// 32767, so only weights of at most 64 in magnitude (255 · 64 · 2 = 32640), which
+    /// the quantizer gives libraries with an AVX2 variant (`codegen::int8_weight_max`).
+    Avx2Pairs,
     /// VEX `vpdpbusd` (AVX-VNNI).
     AvxVnni,
 }
@@ -51,6 +61,7 @@ impl DotIsa {
     pub fn kernel_name(self) -> &'static str {
         match self {
             DotIsa::Avx2 => "u8s8-conv-4x8-avx2",
+            DotIsa::Avx2Pairs => "u8s7-conv-4x16-avx2",
             DotIsa::AvxVnni => "u8s8-conv-4x24-avxvnni",
         }
     }
@@ -59,6 +70,7 @@ impl DotIsa {
     fn vectors(self) -> usize {
         match self {
             DotIsa::Avx2 => 1,
+            DotIsa::Avx2Pairs => 2,
             DotIsa::AvxVnni => 3,
         }
     }
@@ -68,7 +80,7 @@ impl DotIsa {
     pub fn weight_bytes(self) -> usize {
         match self {
             DotIsa::Avx2 => 2,
-            DotIsa::AvxVnni => 1,
+            DotIsa::Avx2Pairs | DotIsa::AvxVnni => 1,
         }
     }
 }
@@ -260,7 +272,7 @@ impl YmmConvSpec {
     /// Accumulators per map row: two 4-pixel halves (AVX2) or one per vector.
     fn accs(&self) -> usize {
         match self.isa {
-            DotIsa::Avx2 => 2,
+            DotIsa::Avx2 | DotIsa::Avx2Pairs => 2,
             DotIsa::AvxVnni => 3,
         }
     }
@@ -278,6 +290,11 @@ const AVX2_W: usize = 10;
 const AVX2_PRODUCT: usize = 11;
 const VNNI_B: usize = 12;
 const VNNI_W: usize = 15;
+const PAIRS_B: usize = 8;
+const PAIRS_W: usize = 10;
+/// Sixteen int16 ones: `vpmaddwd` by them adds the pairs into 32-bit lanes.
+const PAIRS_ONES: usize = 11;
+const PAIRS_PRODUCT: usize = 12;
 /// Free in the epilogue of both: a permutation, a mask and a temporary (also the
 /// activation's).
 const EP_PERM: usize = 12;
@@ -458,8 +475,13 @@ impl ConvEmitter<'_> {
         let s = self.s;
         let slots = match s.isa {
             DotIsa::Avx2 => 2,
-            DotIsa::AvxVnni => vecs,
+            DotIsa::Avx2Pairs | DotIsa::AvxVnni => vecs,
         };
+        if s.isa == DotIsa::Avx2Pairs {
+            let ones = YMM[PAIRS_ONES];
+            a.vpcmpeqw(ones, ones, ones)?;
+            a.vpsrlw(ones, ones, 15)?;
+        }
         for r in 0..rows {
             for j in 0..slots {
                 let y = YMM[s.acc(r, j)];
@@ -528,6 +550,22 @@ impl ConvEmitter<'_> {
                         let acc = YMM[s.acc(r, h)];
                         a.vpmaddwd(p, YMM[AVX2_B + h], w)?;
                         a.vpaddd(acc, acc, p)?;
+                    }
+                }
+            }
+            DotIsa::Avx2Pairs => {
+                for j in 0..vecs {
+                    a.vmovdqu(YMM[PAIRS_B + j], ymmword_ptr(rax + imm(32 * j)?))?;
+                }
+                let (w, ones) = (YMM[PAIRS_W], YMM[PAIRS_ONES]);
+                for r in 0..rows {
+                    a.vpbroadcastd(w, dword_ptr(rbp + imm(4 * r)?))?;
+                    for j in 0..vecs {
+                        // Two products in flight: one register per vector.
+                        let p = YMM[PAIRS_PRODUCT + j];
+                        a.vpmaddubsw(p, YMM[PAIRS_B + j], w)?;
+                        a.vpmaddwd(p, p, ones)?;
+                        a.vpaddd(YMM[s.acc(r, j)], YMM[s.acc(r, j)], p)?;
                     }
                 }
             }
