@@ -45,7 +45,8 @@ use nnc::ops::{
     infer_types, Activation, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op, PoolAttrs, PoolKind,
 };
 use quant_cases::{
-    conv_u8s8_case, conv_u8s8_requantize_case, full_range, ints, quantize_planes_case,
+    conv_u8s8_case, conv_u8s8_pair_extremes_case, conv_u8s8_requantize_case, full_range, ints,
+    narrow_weights, quantize_planes_case,
 };
 use runner::Compiled;
 
@@ -665,6 +666,66 @@ fn int8_conv_cases() -> Vec<Case> {
             "ConvU8S8 3x3 requantized for a 1x1, 3 maps over 5x26 (partial quad), Clip",
             conv_u8s8_requantize_case([1, 6, 5, 26], 3, 3, false, clip, false, 29, (1, 1, 0)),
         ),
+        // Weights within ±64: AVX2's vpmaddubsw kernel.
+        (
+            "ConvU8S8 weights within ±64, 3x3 s1 p1, 10 channels, 11 maps, residual, Relu",
+            narrow_weights(conv_u8s8_case(
+                [1, 10, 5, 19],
+                11,
+                3,
+                1,
+                1,
+                false,
+                relu,
+                true,
+                40,
+            )),
+        ),
+        (
+            "ConvU8S8 weights within ±64, 3x3 s1 p1, 16 channels, 20 maps over 6x50",
+            narrow_weights(conv_u8s8_case(
+                [1, 16, 6, 50],
+                20,
+                3,
+                1,
+                1,
+                false,
+                relu,
+                false,
+                41,
+            )),
+        ),
+        (
+            "ConvU8S8 weights within ±64, depthwise 3x3 s1 p1, 7 maps, residual",
+            narrow_weights(conv_u8s8_case(
+                [1, 7, 6, 11],
+                7,
+                3,
+                1,
+                1,
+                true,
+                none,
+                true,
+                42,
+            )),
+        ),
+        (
+            "ConvU8S8 weights within ±64, 1x1 requantized for a 3x3 stride 2, batch 2",
+            narrow_weights(conv_u8s8_requantize_case(
+                [2, 8, 9, 10],
+                11,
+                1,
+                false,
+                clip,
+                false,
+                43,
+                (3, 2, 1),
+            )),
+        ),
+        (
+            "ConvU8S8 1x1 pair sums at their largest (planes 255, weights ±64)",
+            conv_u8s8_pair_extremes_case(),
+        ),
     ];
     let quantize = [
         (
@@ -884,6 +945,17 @@ fn int8_conv_sweep() -> Vec<Case> {
             cases.push(
                 case(
                     format!("ConvU8S8 sweep 1x1, {maps} maps, width {w}"),
+                    op.clone(),
+                    ins.clone(),
+                )
+                .overrides(&[&["int8-conv=clif"]])
+                .exact(),
+            );
+            // The vpmaddubsw kernel's 16-pixel panels.
+            let (op, ins) = narrow_weights((op, ins));
+            cases.push(
+                case(
+                    format!("ConvU8S8 sweep 1x1 weights within ±64, {maps} maps, width {w}"),
                     op,
                     ins,
                 )

@@ -49,6 +49,7 @@ static const nnc_tensor_info outputs_info[] = {
 static const nnc_model_info info = {
     NNC_ABI_VERSION, 1, 2, inputs_info, outputs_info, FAKE_WORKSPACE_SIZE, WORKSPACE_ALIGN,
     0, 0, NULL, NULL, 0, NULL, NULL,
+    "baseline", "", /* cpu_variants, required_cpu_features (ABI 10) */
 };
 
 NNC_DECLARE_MODEL(NNC_PREFIX);
