@@ -192,7 +192,7 @@ pub fn narrow_weights((op, mut ins): (Op, Vec<In>)) -> (Op, Vec<In>) {
         let v: Vec<i64> = (w.to_i64_vec().into_iter())
             .map(|x| if x == 127 { 64 } else { x.div_euclid(2) })
             .collect();
-        ins[1] = In::GivenConst(ints(DType::I8, &w.shape().to_vec(), v));
+        ins[1] = In::GivenConst(ints(DType::I8, w.shape(), v));
     }
     (op, ins)
 }
@@ -217,7 +217,7 @@ pub fn conv_u8s8_pair_extremes_case() -> (Op, Vec<In>) {
         let numel: usize = w_shape.iter().product();
         let per_map = numel / w_shape[0];
         let v: Vec<i64> = (0..numel)
-            .map(|i| if (i / per_map) % 2 == 0 { 64 } else { -64 })
+            .map(|i| if (i / per_map).is_multiple_of(2) { 64 } else { -64 })
             .collect();
         let w = ints(DType::I8, &w_shape, v);
         ins[0] = In::Given(planes);
