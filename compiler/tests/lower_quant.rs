@@ -21,7 +21,7 @@ use quant_cases::{
     conv_u8s8_attrs, conv_u8s8_case, conv_u8s8_pair_extremes_case, conv_u8s8_requantize_case,
     floats, full_range, ints, narrow_weights, quantize_planes_case,
 };
-use runner::{aarch64_harness, run_on_aarch64_with, Compiled};
+use runner::{aarch64_harness, run_on_aarch64_env, run_on_aarch64_with, Compiled};
 
 fn options(target: Target) -> CompileOptions {
     CompileOptions {
@@ -395,4 +395,38 @@ fn quantized_ops_match_the_interpreter_exactly() {
         "{} of {runs} runs failed",
         failures.len()
     );
+}
+
+/// The default aarch64 library carries `+i8mm`, `+dotprod` and `armv8` variants and
+/// runs the first the CPU has: under qemu as a Cortex-A53 (neither), a Cortex-A76
+/// (`sdot`) and `max` (`usdot`), the integers are the interpreter's on each. A `+i8mm`
+/// library on the Cortex-A53 returns `NNC_ERR_UNSUPPORTED_CPU` instead of stopping on
+/// an illegal instruction.
+#[test]
+fn the_default_aarch64_library_runs_its_variants_with_identical_integers() {
+    let Some(h) = aarch64_harness() else { return };
+    let relu = Activation::Relu;
+    let cases = [
+        conv_u8s8_requantize_case([1, 5, 7, 19], 6, 3, false, relu, true, 50, (3, 1, 1)),
+        conv_u8s8_case([1, 10, 5, 19], 11, 3, 1, 1, false, relu, true, 51),
+    ];
+    let default = Target::new(Arch::Aarch64, None).expect("aarch64 target");
+    assert_eq!(default.cpu, "+i8mm,+dotprod,armv8");
+    for (i, (op, ins)) in cases.into_iter().enumerate() {
+        let (g, inputs) = one_node(op, ins, 0);
+        let expected = nnc::interp::run_graph(&g, &inputs).expect("interpreter");
+        for cpu in ["cortex-a53", "cortex-a76", "max"] {
+            let env = [("QEMU_CPU", cpu)];
+            let got = run_on_aarch64_env(h, &g, &inputs, &options(default.clone()), &env)
+                .unwrap_or_else(|e| panic!("case {i} on {cpu}: {e}"));
+            compare(&got[0], &expected[0], 0.0, Scale::Whole)
+                .unwrap_or_else(|e| panic!("case {i} on {cpu}: {e}"));
+        }
+        let i8mm = Target::new(Arch::Aarch64, Some("+i8mm")).expect("aarch64 target");
+        let env = [("QEMU_CPU", "cortex-a53")];
+        match run_on_aarch64_env(h, &g, &inputs, &options(i8mm), &env) {
+            Ok(_) => panic!("case {i}: a +i8mm library ran on a Cortex-A53"),
+            Err(e) => assert!(e.contains("NNC_ERR_UNSUPPORTED_CPU"), "case {i}: {e}"),
+        }
+    }
 }

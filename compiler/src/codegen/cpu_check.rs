@@ -1,7 +1,9 @@
-//! The CPU check at a library's entry points: an x86-64 library compiled for features
-//! beyond the baseline asks the CPU which it has (`cpuid`, and `xgetbv` for the vector
-//! state the OS saves) and returns `NNC_ERR_UNSUPPORTED_CPU`, writing nothing, where
-//! one is missing, instead of dying on the first instruction the CPU lacks.
+//! The CPU check at a library's entry points: a library compiled for features beyond
+//! its architecture's baseline asks the CPU which it has (x86-64: `cpuid`, and `xgetbv`
+//! for the vector state the OS saves; aarch64: the ID registers) and returns
+//! `NNC_ERR_UNSUPPORTED_CPU`, writing nothing, where one is missing, instead of dying
+//! on the first instruction the CPU lacks; a multi-versioned library picks its variant
+//! with the same answer.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Value};
@@ -137,22 +139,46 @@ pub struct CpuCheck {
     required: u32,
 }
 
+/// Machine code of `u32 nnc_cpu_features(void)` on aarch64: the `Dotprod` and `I8mm`
+/// bits from `ID_AA64ISAR0_EL1.DP` and `ID_AA64ISAR1_EL1.I8MM`, which Linux lets user
+/// space read (it traps the `mrs` and answers with the sanitized value, `HWCAP_CPUID`);
+/// no libc call, so the library still needs no shared object.
+const AARCH64_FEATURES_CODE: [u32; 10] = [
+    0x5280_0000, // mov  w0, #0
+    0xd538_0601, // mrs  x1, ID_AA64ISAR0_EL1
+    0xd36c_bc21, // ubfx x1, x1, #44, #4      (DP)
+    0xb400_0041, // cbz  x1, +8
+    0x3210_0000, // orr  w0, w0, #(1 << 16)   (CpuFeature::Dotprod)
+    0xd538_0622, // mrs  x2, ID_AA64ISAR1_EL1
+    0xd374_dc42, // ubfx x2, x2, #52, #4      (I8MM)
+    0xb400_0042, // cbz  x2, +8
+    0x320f_0000, // orr  w0, w0, #(1 << 17)   (CpuFeature::I8mm)
+    0xd65f_03c0, // ret
+];
+
 /// The check of a library whose variants are `variants`, or `None` where nothing needs
-/// checking (a baseline x86-64 library, or another architecture so far). The feature
-/// function asks for every feature any variant requires; [`CpuCheck::requiring`] gives
-/// each variant's check.
+/// checking (a baseline x86-64 or armv8 library). The feature function asks for every
+/// feature any variant requires; [`CpuCheck::requiring`] gives each variant's check.
 pub fn define_check(module: &mut ObjectModule, variants: &[Target]) -> Result<Option<CpuCheck>> {
     let mut asked = CpuFeatures::empty();
-    for target in variants.iter().filter(|t| t.arch == Arch::X86_64) {
+    for target in variants {
         for f in required_features(target).iter() {
             asked.insert(f);
         }
     }
+    let Some(arch) = variants.first().map(|t| t.arch) else {
+        return Ok(None);
+    };
     if asked == CpuFeatures::empty() {
         return Ok(None);
     }
     let name = "nnc_cpu_features";
-    let code = features_code(asked).map_err(|e| codegen_err(name, e))?;
+    let code = match arch {
+        Arch::X86_64 => features_code(asked).map_err(|e| codegen_err(name, e))?,
+        Arch::Aarch64 => (AARCH64_FEATURES_CODE.iter())
+            .flat_map(|w| w.to_le_bytes())
+            .collect(),
+    };
     let sig = ptr_signature(module, 0, true);
     let features = module
         .declare_function(name, Linkage::Local, &sig)
@@ -168,11 +194,16 @@ pub fn define_check(module: &mut ObjectModule, variants: &[Target]) -> Result<Op
     }))
 }
 
-/// The features a library for `target` may execute instructions of.
+/// The features a library for `target` may execute instructions of (those the check
+/// can ask the CPU about).
 pub fn required_features(target: &Target) -> CpuFeatures {
+    let detectable = |f: CpuFeature| match target.arch {
+        Arch::X86_64 => cpuid_bit(f).is_some(),
+        Arch::Aarch64 => matches!(f, CpuFeature::Dotprod | CpuFeature::I8mm),
+    };
     CpuFeatures::of(
         &(target.features.iter())
-            .filter(|f| cpuid_bit(*f).is_some())
+            .filter(|f| detectable(*f))
             .collect::<Vec<_>>(),
     )
 }

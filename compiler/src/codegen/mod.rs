@@ -205,12 +205,6 @@ pub fn compile_graph_reporting(
     let lowered = row_loops.lowered.as_ref().unwrap_or(graph);
     let targets = opts.target.variants();
     let multi = targets.len() > 1;
-    if multi && opts.target.arch != Arch::X86_64 {
-        return Err(NncError::Model(format!(
-            "--cpu {}: a library with several variants is built for x86-64 only so far",
-            opts.target.cpu
-        )));
-    }
     // What every variant shares (the exported entry points, copies) is compiled for
     // the least capable, so it runs wherever one of them does.
     let isa = targets.last().expect("at least one variant").isa("speed")?;

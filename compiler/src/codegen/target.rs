@@ -305,14 +305,19 @@ pub struct Target {
 /// kernels where the CPU has them.
 pub const X86_DEFAULT_CPUS: &str = "x86-64-v4+vnni,x86-64-v3,baseline";
 
+/// The aarch64 presets of a library compiled without `--cpu`: the variants differ only
+/// in their INT8 dot products (`usdot`, `sdot`, widening multiplies), so a float32
+/// model's variants share their weights.
+pub const AARCH64_DEFAULT_CPUS: &str = "+i8mm,+dotprod,armv8";
+
 impl Target {
     /// Resolves `--target` / `--cpu`: a preset, `native` (on the host architecture), or
     /// several of them separated by commas (a multi-versioned library). `cpu = None` is
-    /// [`X86_DEFAULT_CPUS`] on x86-64 and the baseline (`armv8`) on aarch64.
+    /// [`X86_DEFAULT_CPUS`] or [`AARCH64_DEFAULT_CPUS`].
     pub fn new(arch: Arch, cpu: Option<&str>) -> Result<Target> {
         let cpu = cpu.unwrap_or(match arch {
             Arch::X86_64 => X86_DEFAULT_CPUS,
-            Arch::Aarch64 => "baseline",
+            Arch::Aarch64 => AARCH64_DEFAULT_CPUS,
         });
         let mut variants: Vec<Target> = vec![];
         for name in cpu.split(',').map(str::trim) {

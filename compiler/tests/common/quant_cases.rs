@@ -217,7 +217,13 @@ pub fn conv_u8s8_pair_extremes_case() -> (Op, Vec<In>) {
         let numel: usize = w_shape.iter().product();
         let per_map = numel / w_shape[0];
         let v: Vec<i64> = (0..numel)
-            .map(|i| if (i / per_map).is_multiple_of(2) { 64 } else { -64 })
+            .map(|i| {
+                if (i / per_map).is_multiple_of(2) {
+                    64
+                } else {
+                    -64
+                }
+            })
             .collect();
         let w = ints(DType::I8, &w_shape, v);
         ins[0] = In::Given(planes);
