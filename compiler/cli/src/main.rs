@@ -110,7 +110,7 @@ enum Command {
         /// (AVX-512), x86-64-v4+vnni (AVX-512 with VNNI), native (this machine's), or
         /// several separated by commas: one library whose calls run the first variant
         /// the CPU can. Default on x86_64: x86-64-v4+vnni,x86-64-v3,baseline.
-        /// aarch64: armv8 (default), +dotprod, +i8mm.
+        /// aarch64: armv8, +dotprod, +i8mm (default: all three).
         #[arg(long)]
         cpu: Option<String>,
         /// Symbol prefix: `--name foo` exports foo_infer, foo_infer_with_workspace and
