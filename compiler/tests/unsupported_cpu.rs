@@ -167,7 +167,10 @@ fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_p
     );
     let expected = nnc::interp::run_graph(&g, std::slice::from_ref(&input)).unwrap();
     let target = Target::new(Arch::X86_64, None).unwrap();
-    assert_eq!(target.cpu, "x86-64-v4+vnni,x86-64-v3,baseline");
+    assert_eq!(
+        target.cpu,
+        "x86-64-v4+vnni,x86-64-v3+avxvnni,x86-64-v3,baseline"
+    );
     let lib = runner::Compiled::for_target(&g, target.clone()).unwrap();
     let pool = nnc_runtime_abi::ThreadPool::new(2).expect("threads start");
     let raw = pool.as_raw();
@@ -214,7 +217,12 @@ fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_p
     let loaded = nnc_runtime_abi::loader::Library::open(lib.library_path(), None).unwrap();
     assert_eq!(
         loaded.cpu_variants().unwrap(),
-        ["x86-64-v4+vnni", "x86-64-v3", "baseline"]
+        [
+            "x86-64-v4+vnni",
+            "x86-64-v3+avxvnni",
+            "x86-64-v3",
+            "baseline"
+        ]
     );
     assert_eq!(
         loaded.required_cpu_features().unwrap(),

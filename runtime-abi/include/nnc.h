@@ -216,9 +216,10 @@ typedef struct nnc_model_info {
                                             every axis is scale * dims[dim] */
     /* Since ABI version 10 (read only when abi_version >= 10): the CPU
      * variants the library carries, as `nnc compile --cpu` names them, most
-     * capable first, separated by commas ("x86-64-v4+vnni,x86-64-v3,baseline"
-     * for the x86-64 default); each call runs the first one the CPU has every
-     * feature of. And the features a CPU must have to run the library at all
+     * capable first, separated by commas (the x86-64 default:
+     * "x86-64-v4+vnni,x86-64-v3+avxvnni,x86-64-v3,baseline"); each call runs
+     * the first one the CPU has every feature of. And the features a CPU must
+     * have to run the library at all
      * (its least demanding variant's, comma-separated, e.g. "sse3,ssse3,sse41";
      * "" when every CPU of the architecture can): elsewhere PREFIXinfer,
      * PREFIXinfer_with_workspace and PREFIXrun return NNC_ERR_UNSUPPORTED_CPU

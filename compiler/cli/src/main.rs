@@ -109,7 +109,7 @@ enum Command {
         /// x86-64-v3+avxvnni (AVX2 with AVX-VNNI: Alder Lake, Zen 5), x86-64-v4
         /// (AVX-512), x86-64-v4+vnni (AVX-512 with VNNI), native (this machine's), or
         /// several separated by commas: one library whose calls run the first variant
-        /// the CPU can. Default on x86_64: x86-64-v4+vnni,x86-64-v3,baseline.
+        /// the CPU can. Default on x86_64: x86-64-v4+vnni,x86-64-v3+avxvnni,x86-64-v3,baseline.
         /// aarch64: armv8, +dotprod, +i8mm (default: all three).
         #[arg(long)]
         cpu: Option<String>,
