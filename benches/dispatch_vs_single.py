@@ -13,29 +13,14 @@ choose the same variant, which the bit-identical outputs check. Prints ms per ca
 each (median of --rounds), default/single and default/onnxruntime, and the two files'
 sizes. Single thread: `infer`, onnxruntime with one intra-op thread.
 """
-import argparse, json, os, shlex, statistics, subprocess, sys, tempfile
+import argparse, json, os, shlex, statistics, sys, tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benches"))
-from bench_models import NncModel, NNC, time_calls  # noqa: E402
+from bench_models import NncModel, time_calls  # noqa: E402
 from threads_vs_ort import cpu_line  # noqa: E402
-
-
-def compile_to(model, so, args):
-    subprocess.run([NNC, "compile", model, "-o", so, *args], check=True, capture_output=True)
-    return os.path.getsize(so)
-
-
-def random_feeds(specs, seed=0):
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for name, dt, shape in specs:
-        if np.issubdtype(dt, np.floating):
-            feeds[name] = rng.standard_normal(shape).astype(dt)
-        else:
-            feeds[name] = rng.integers(0, 2, shape).astype(dt)
-    return feeds
+from dynamic_vs_static import compile_to, random_feeds  # noqa: E402
 
 
 def main():
@@ -58,7 +43,7 @@ def main():
             multi_size = compile_to(model, multi_so, extra)
             single_size = compile_to(model, single_so, ["--cpu", a.single, *extra])
             multi, single = NncModel(multi_so), NncModel(single_so)
-            feeds = random_feeds(single.inputs)
+            feeds = random_feeds(single.inputs, 0)
             multi.bind(feeds)
             single.bind(feeds)
             so_opts = ort.SessionOptions()

@@ -6,7 +6,7 @@
 //! with the same answer.
 
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Value};
+use cranelift_codegen::ir::{types, Block, BlockArg, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::{DataId, FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
@@ -257,13 +257,7 @@ impl CpuCheck {
     ) {
         let has = self.emit_features(b, module);
         for &(target, f) in choices {
-            let required = i64::from(required_features(target).bits());
-            let (run, next) = (b.create_block(), b.create_block());
-            let present = b.ins().band_imm_s(has, required);
-            let all = b.ins().icmp_imm_s(IntCC::Equal, present, required);
-            b.ins().brif(all, run, &[], next, &[]);
-            b.switch_to_block(run);
-            b.seal_block(run);
+            let next = branch_unless_all(b, has, required_features(target).bits());
             let fref = module.declare_func_in_func(f, b.func);
             let call = b.ins().call(fref, args);
             let status = b.inst_results(call)[0];
@@ -271,30 +265,39 @@ impl CpuCheck {
             b.switch_to_block(next);
             b.seal_block(next);
         }
-        let code = b.ins().iconst(
-            types::I32,
-            i64::from(nnc_runtime_abi::abi::NNC_ERR_UNSUPPORTED_CPU),
-        );
-        b.ins().return_(&[code]);
+        return_unsupported(b);
     }
 
     /// Emits: where the CPU lacks a required feature, return
     /// `NNC_ERR_UNSUPPORTED_CPU`; else go on in a new block.
     pub fn emit(&self, b: &mut FunctionBuilder, module: &mut ObjectModule) {
         let has = self.emit_features(b, module);
-        let required = i64::from(self.required);
-        let has = b.ins().band_imm_s(has, required);
-        let all = b.ins().icmp_imm_s(IntCC::Equal, has, required);
-        let (ok, fail) = (b.create_block(), b.create_block());
-        b.ins().brif(all, ok, &[], fail, &[]);
+        let fail = branch_unless_all(b, has, self.required);
+        let ok = b.create_block();
+        b.ins().jump(ok, &[]);
         b.switch_to_block(fail);
         b.seal_block(fail);
-        let code = b.ins().iconst(
-            types::I32,
-            i64::from(nnc_runtime_abi::abi::NNC_ERR_UNSUPPORTED_CPU),
-        );
-        b.ins().return_(&[code]);
+        return_unsupported(b);
         b.switch_to_block(ok);
         b.seal_block(ok);
     }
+}
+
+/// Goes on in a new block where `has` holds every bit of `required`; returns the
+/// block it branches to otherwise (not yet switched to).
+fn branch_unless_all(b: &mut FunctionBuilder, has: Value, required: u32) -> Block {
+    let required = i64::from(required);
+    let present = b.ins().band_imm_s(has, required);
+    let all = b.ins().icmp_imm_s(IntCC::Equal, present, required);
+    let (yes, no) = (b.create_block(), b.create_block());
+    b.ins().brif(all, yes, &[], no, &[]);
+    b.switch_to_block(yes);
+    b.seal_block(yes);
+    no
+}
+
+fn return_unsupported(b: &mut FunctionBuilder) {
+    let code = i64::from(nnc_runtime_abi::abi::NNC_ERR_UNSUPPORTED_CPU);
+    let code = b.ins().iconst(types::I32, code);
+    b.ins().return_(&[code]);
 }

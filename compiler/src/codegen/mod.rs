@@ -204,7 +204,7 @@ pub fn compile_graph_reporting(
     // The graph code is generated from: row-looped nodes at one row.
     let lowered = row_loops.lowered.as_ref().unwrap_or(graph);
     let targets = opts.target.variants();
-    let multi = targets.len() > 1;
+    let multi = opts.target.is_multi_versioned();
     // What every variant shares (the exported entry points, copies) is compiled for
     // the least capable, so it runs wherever one of them does.
     let isa = targets.last().expect("at least one variant").isa("speed")?;
@@ -347,7 +347,7 @@ pub fn compile_graph_reporting(
         unshared_weights_size: weights_len + requested_weight_bytes,
         shared_weights,
         cpu_variants: opts.target.cpu.clone(),
-        required_cpu_features: opts.target.required_features(),
+        required_cpu_features: opts.target.required_feature_names(),
     })
 }
 

@@ -132,7 +132,10 @@ pub fn define(
         put64(&mut bytes, at + 16, a.scale as u64);
     }
 
-    for (at, text) in [(96, target.cpu.clone()), (104, target.required_features())] {
+    for (at, text) in [
+        (96, target.cpu.clone()),
+        (104, target.required_feature_names()),
+    ] {
         let str_at = bytes.len();
         bytes.extend(text.bytes().filter(|&c| c != 0));
         bytes.push(0);

@@ -389,7 +389,7 @@ impl Target {
 
     /// The features a CPU must have to run a library for this target (its least
     /// demanding variant's), comma-separated as `model_info` and the header give them.
-    pub fn required_features(&self) -> String {
+    pub fn required_feature_names(&self) -> String {
         let least = self.fallbacks.last().unwrap_or(self);
         let names: Vec<&str> = least.features.iter().map(CpuFeature::name).collect();
         names.join(",")

@@ -41,17 +41,17 @@ use nnc_runtime_abi::abi::{NNC_ERR_INDEX_OUT_OF_RANGE, NNC_OK};
 #[derive(Clone, Copy)]
 pub(super) struct Names {
     variant: Option<usize>,
-    /// A variant after the first: its read-only data requests reuse the blobs of the
-    /// first without counting again as reads (for the sharing report).
-    later: bool,
 }
 
 impl Names {
     pub(super) fn new(variant: Option<usize>) -> Names {
-        Names {
-            variant,
-            later: variant.is_some_and(|i| i > 0),
-        }
+        Names { variant }
+    }
+
+    /// A variant after the first: its read-only data requests reuse the blobs of the
+    /// first without counting again as reads (for the sharing report).
+    fn later(&self) -> bool {
+        self.variant.is_some_and(|i| i > 0)
     }
 
     /// `name` (`nnc_...`) as this variant's local symbol.
@@ -199,7 +199,7 @@ pub(super) fn lower(
             &[false]
         };
         for &split in variants {
-            rodata.set_second_lowering(split || names.later);
+            rodata.set_second_lowering(split || names.later());
             // A split node's task function also takes the task index and, with a
             // prologue and scratch, the node's shared scratch (see `run.rs`).
             let shared = split
