@@ -21,18 +21,19 @@ use nnc::ir::Tensor;
 use nnc::onnx::{import_model, ImportOptions};
 use prost::Message;
 
-/// A conv, a pointwise conv and a global pool over `[1, 3, 12, 12]`.
+/// A conv, a pointwise conv and a global pool over `[1, 64, 8, 8]`; the first conv's
+/// weights (72 KB) are large enough for later variants to derive their packing of them.
 fn small_cnn() -> nnc::ir::Graph {
     let mut m = ModelBuilder::new(5);
-    let x = m.input("x", &[1, 3, 12, 12]);
-    let w = m.weight(&[16, 3, 3, 3], 0.5);
+    let x = m.input("x", &[1, 64, 8, 8]);
+    let w = m.weight(&[32, 64, 3, 3], 0.5);
     let c = m.node(
         "Conv",
         &[&x, &w],
         vec![("pads", Attr::Ints(vec![1, 1, 1, 1]))],
     );
     let r = m.node("Relu", &[&c], vec![]);
-    let w2 = m.weight(&[8, 16, 1, 1], 0.5);
+    let w2 = m.weight(&[8, 32, 1, 1], 0.5);
     let c2 = m.node("Conv", &[&r, &w2], vec![]);
     let y = m.node("GlobalAveragePool", &[&c2], vec![]);
     m.output(&y);
@@ -69,8 +70,8 @@ fn a_library_for_missing_features_returns_unsupported_cpu_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let exe = harness(dir.path());
     let input = Tensor::from_vec(
-        &[1, 3, 12, 12],
-        (0..432)
+        &[1, 64, 8, 8],
+        (0..4096)
             .map(|i| ((i * 37) % 19) as f32 / 7.0 - 1.0)
             .collect(),
     );
@@ -160,8 +161,8 @@ fn a_library_for_missing_features_returns_unsupported_cpu_and_writes_nothing() {
 fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_point() {
     let g = small_cnn();
     let input = Tensor::from_vec(
-        &[1, 3, 12, 12],
-        (0..432)
+        &[1, 64, 8, 8],
+        (0..4096)
             .map(|i| ((i * 11) % 23) as f32 / 9.0 - 1.0)
             .collect(),
     );
@@ -228,4 +229,67 @@ fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_p
         loaded.required_cpu_features().unwrap(),
         ["sse3", "ssse3", "sse41"]
     );
+}
+
+/// A later variant's weights are copied out of those the library stores, before its
+/// first inference: the file stores about one variant's weights, and calls that race
+/// to be first (one copies, the others wait) all get the right outputs. On this host
+/// the `baseline` variant runs where it lacks AVX-VNNI (on one with it, the first
+/// variant runs and the qemu cases above cover the copies).
+#[test]
+fn later_variants_copy_their_weights_from_the_stored_ones_once_however_many_threads_race() {
+    let g = small_cnn();
+    let single = |cpu: &str| {
+        let target = Target::new(Arch::X86_64, Some(cpu)).unwrap();
+        nnc::codegen::compile_graph(&g, &runner::options(target)).unwrap()
+    };
+    let default = nnc::codegen::compile_graph(
+        &g,
+        &runner::options(Target::new(Arch::X86_64, None).unwrap()),
+    )
+    .unwrap();
+    let v4 = single("x86-64-v4+vnni");
+    assert_eq!(v4.derived_weights_size, 0);
+    assert!(
+        default.derived_weights_size >= 2 * 32 * 64 * 9 * 4,
+        "derived {} stored {} single {}",
+        default.derived_weights_size,
+        default.weights_size,
+        v4.weights_size
+    );
+    assert!(
+        default.weights_size * 10 <= v4.weights_size * 11,
+        "{} stored vs {}",
+        default.weights_size,
+        v4.weights_size
+    );
+
+    let input = Tensor::from_vec(
+        &[1, 64, 8, 8],
+        (0..4096)
+            .map(|i| ((i * 7) % 29) as f32 / 11.0 - 1.0)
+            .collect(),
+    );
+    let expected = nnc::interp::run_graph(&g, std::slice::from_ref(&input)).unwrap();
+    let want = expected[0].to_f64_vec();
+    let target = Target::new(Arch::X86_64, Some("x86-64-v3+avxvnni,baseline")).unwrap();
+    let lib = runner::Compiled::for_target(&g, target).unwrap();
+    let start = std::sync::Barrier::new(8);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (lib, g, input, want, start) = (&lib, &g, &input, &want, &start);
+            s.spawn(move || {
+                start.wait();
+                let got = lib
+                    .run_pooled(g, std::slice::from_ref(input), None)
+                    .unwrap();
+                for (g, w) in got[0].to_f64_vec().iter().zip(want) {
+                    assert!(
+                        (g - w).abs() <= 1e-4 + 1e-3 * w.abs(),
+                        "thread {t}: {g} vs {w}"
+                    );
+                }
+            });
+        }
+    });
 }

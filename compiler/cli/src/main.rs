@@ -630,6 +630,12 @@ fn run(cli: Cli) -> Result<()> {
                     compiled.graph.dim_checks.len()
                 );
             }
+            if m.derived_weights_size > 0 {
+                eprintln!(
+                    "nnc: the other CPU variants copy {} bytes of weights out of those stored, once, before their first inference",
+                    m.derived_weights_size
+                );
+            }
             if !m.shared_weights.is_empty() {
                 let readers: usize = m.shared_weights.iter().map(|w| w.nodes.len()).sum();
                 eprintln!(

@@ -252,12 +252,16 @@ impl CpuCheck {
         &self,
         b: &mut FunctionBuilder,
         module: &mut ObjectModule,
-        choices: &[(&Target, FuncId)],
+        choices: &[(&Target, Option<FuncId>, FuncId)],
         args: &[Value],
     ) {
         let has = self.emit_features(b, module);
-        for &(target, f) in choices {
+        for &(target, prepare, f) in choices {
             let next = branch_unless_all(b, has, required_features(target).bits());
+            if let Some(prepare) = prepare {
+                let fref = module.declare_func_in_func(prepare, b.func);
+                b.ins().call(fref, &[]);
+            }
             let fref = module.declare_func_in_func(f, b.func);
             let call = b.ins().call(fref, args);
             let status = b.inst_results(call)[0];

@@ -1,6 +1,7 @@
 //! The exported entry points of a multi-versioned library: each asks the CPU for its
 //! features (once per process, see [`CpuCheck`]) and calls the first variant the CPU
-//! can run, most capable first; where none fits, `NNC_ERR_UNSUPPORTED_CPU`.
+//! can run, most capable first (after its preparation, where it derives weights, see
+//! `prepare.rs`); where none fits, `NNC_ERR_UNSUPPORTED_CPU`.
 
 use std::sync::Arc;
 
@@ -26,13 +27,12 @@ pub(super) fn define_entry_points(
         &Arc<dyn TargetIsa>,
     ),
     check: &CpuCheck,
-    variants: &[Variant],
-    entries: &[Entries],
+    (variants, entries, prepares): (&[Variant], &[Entries], &[Option<FuncId>]),
     prefix: &str,
 ) -> Result<FuncId> {
     let mut dispatching = |what: &str, n_args: usize, pick: fn(&Entries) -> FuncId| {
-        let choices: Vec<_> = (variants.iter().zip(entries))
-            .map(|(v, e)| (&v.target, pick(e)))
+        let choices: Vec<_> = (variants.iter().zip(entries).zip(prepares))
+            .map(|((v, e), &prepare)| (&v.target, prepare, pick(e)))
             .collect();
         let sig = ptr_signature(module, n_args, true);
         define_function(

@@ -3,6 +3,7 @@
 //! `model_info`).
 
 mod cpu_check;
+mod derived_weights;
 pub mod dim_values;
 mod dispatch;
 mod input_guards;
@@ -15,6 +16,7 @@ pub mod math;
 mod model_info;
 pub mod options;
 pub mod plan;
+mod prepare;
 pub mod rodata_pool;
 mod row_loops;
 mod run;
@@ -62,6 +64,10 @@ pub struct CompiledModel {
     pub unshared_weights_size: usize,
     /// Bytes of machine code.
     pub code_size: usize,
+    /// Weight bytes later variants of a multi-versioned library copy out of the
+    /// stored ones before their first inference (zeroed memory in the artifact, not
+    /// file bytes; resident only in the process whose CPU runs that variant).
+    pub derived_weights_size: usize,
     /// Weight forms several nodes read, largest first.
     pub shared_weights: Vec<SharedWeight>,
     /// The CPU variants, most capable first, as `--cpu` names them (comma-separated).
@@ -256,7 +262,7 @@ pub fn compile_graph_reporting(
     }
     let weights = define_data(&mut module, "nnc_weights", &variants[0].plan.weights, false)?;
     let variant::Shared {
-        rodata,
+        mut rodata,
         mut ctx,
         mut fctx,
         ..
@@ -275,8 +281,18 @@ pub fn compile_graph_reporting(
     }
     let exported_infer_ws = match (&common.cpu_check, multi) {
         (Some(check), true) => {
+            let prepares = define_prepares(
+                (&mut module, &mut ctx, &mut fctx, &isa),
+                &mut rodata,
+                &variants,
+            )?;
             let parts = (&mut module, &mut ctx, &mut fctx, &isa);
-            dispatch::define_entry_points(parts, check, &variants, &entries, &opts.prefix)?
+            dispatch::define_entry_points(
+                parts,
+                check,
+                (&variants, &entries, &prepares),
+                &opts.prefix,
+            )?
         }
         _ => entries[0].infer_with_workspace,
     };
@@ -311,6 +327,7 @@ pub fn compile_graph_reporting(
     let weights_len = variants[0].plan.weights.len();
     let stored_weight_bytes = rodata.weight_bytes();
     let requested_weight_bytes = rodata.requested_weight_bytes();
+    let derived_weights_size = rodata.derived_weight_bytes();
     let shared_weights = rodata
         .shared()
         .into_iter()
@@ -333,6 +350,7 @@ pub fn compile_graph_reporting(
         .map_err(|e| codegen_err("object emission", e))?;
     Ok(CompiledModel {
         code_size: code_bytes(&object),
+        derived_weights_size,
         object,
         arena_size,
         arena_lower_bound: variants
@@ -564,6 +582,36 @@ fn define_expand_f16(
 
 /// `nnc_copy(dst, src, nbytes)`: used for graph outputs that no node writes (constants,
 /// pass-through inputs, duplicates).
+/// Each variant's preparation (see `prepare.rs`), where it derives weights.
+fn define_prepares(
+    (module, ctx, fctx, isa): (
+        &mut ObjectModule,
+        &mut Context,
+        &mut FunctionBuilderContext,
+        &Arc<dyn TargetIsa>,
+    ),
+    rodata: &mut RodataPool,
+    variants: &[variant::Variant],
+) -> Result<Vec<Option<FuncId>>> {
+    let jobs = rodata
+        .copy_jobs(module, variants.len())
+        .map_err(|e| codegen_err("derived weights", e))?;
+    if jobs.iter().all(Vec::is_empty) {
+        return Ok(vec![None; variants.len()]);
+    }
+    let copy_program = prepare::define_copy_program(module, ctx, fctx, isa)?;
+    (variants.iter().zip(&jobs))
+        .map(|(v, jobs)| {
+            if jobs.is_empty() {
+                return Ok(None);
+            }
+            let name = v.names.local("nnc_prepare");
+            let parts = (&mut *module, &mut *ctx, &mut *fctx, isa);
+            prepare::define_prepare(parts, &name, jobs, copy_program).map(Some)
+        })
+        .collect()
+}
+
 fn define_copy(
     module: &mut ObjectModule,
     ctx: &mut Context,

@@ -13,6 +13,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use cranelift_module::{DataDescription, DataId, Module};
 
+use super::derived_weights::{Program, Sources};
+
 /// One stored blob.
 struct Blob {
     id: DataId,
@@ -35,6 +37,24 @@ pub struct SharedBlob {
     pub nodes: Vec<usize>,
 }
 
+/// A weight blob a later variant copies out of stored ones (see `derived_weights`):
+/// zeroed writable memory in the artifact, filled by its variant before first use.
+pub struct Derived {
+    pub id: DataId,
+    /// The variant that fills and reads it.
+    pub variant: usize,
+    pub len: usize,
+    pub programs: Vec<Program>,
+    bytes: Box<[u8]>,
+}
+
+/// One call of the copy program: `program` fills `dst` from `src`.
+pub struct CopyJob {
+    pub dst: DataId,
+    pub src: DataId,
+    pub program: DataId,
+}
+
 #[derive(Default)]
 pub struct RodataPool {
     blobs: Vec<Blob>,
@@ -42,6 +62,14 @@ pub struct RodataPool {
     /// While a node is lowered a second time (its task function for thread pools), its
     /// requests find the blobs of the first lowering and are not counted again.
     second_lowering: bool,
+    /// The variant of a multi-versioned library being lowered, when after the first:
+    /// its weights may be derived from the stored ones.
+    deriving_for: Option<usize>,
+    sources: Sources,
+    /// Stored blobs `sources` indexes.
+    indexed: usize,
+    derived: Vec<Derived>,
+    derived_by_hash: HashMap<(usize, usize, u64), Vec<usize>>,
 }
 
 impl RodataPool {
@@ -58,16 +86,12 @@ impl RodataPool {
         let mut h = DefaultHasher::new();
         bytes.hash(&mut h);
         let key = (bytes.len(), h.finish());
-        if let Some(list) = self.by_hash.get(&key) {
-            for &i in list {
-                let blob = &mut self.blobs[i];
-                if *blob.bytes == *bytes {
-                    blob.weight |= weight;
-                    if !self.second_lowering {
-                        blob.readers.push(node);
-                    }
-                    return Ok(blob.id);
-                }
+        if let Some(id) = self.find(key, &bytes, weight, node) {
+            return Ok(id);
+        }
+        if let (true, Some(variant)) = (weight, self.deriving_for) {
+            if let Some(id) = self.derive(module, variant, key, bytes.as_slice())? {
+                return Ok(id);
             }
         }
         let id = module
@@ -82,6 +106,112 @@ impl RodataPool {
             label: label.to_string(),
         });
         Ok(id)
+    }
+
+    /// The stored blob holding `bytes`, recording the read.
+    fn find(
+        &mut self,
+        key: (usize, u64),
+        bytes: &[u8],
+        weight: bool,
+        node: usize,
+    ) -> Option<DataId> {
+        if let Some(list) = self.by_hash.get(&key) {
+            for &i in list {
+                let blob = &mut self.blobs[i];
+                if *blob.bytes == *bytes {
+                    blob.weight |= weight;
+                    if !self.second_lowering {
+                        blob.readers.push(node);
+                    }
+                    return Some(blob.id);
+                }
+            }
+        }
+        None
+    }
+
+    /// A blob of `variant` derived from the stored ones (the one already derived for
+    /// it with these bytes, or a new one), where that is worth it.
+    fn derive<M: Module>(
+        &mut self,
+        module: &mut M,
+        variant: usize,
+        (len, hash): (usize, u64),
+        bytes: &[u8],
+    ) -> Result<Option<DataId>, String> {
+        let key = (variant, len, hash);
+        if let Some(list) = self.derived_by_hash.get(&key) {
+            if let Some(&i) = list.iter().find(|&&i| *self.derived[i].bytes == *bytes) {
+                return Ok(Some(self.derived[i].id));
+            }
+        }
+        let Some(programs) = self.sources.derive(bytes) else {
+            return Ok(None);
+        };
+        let id = module
+            .declare_anonymous_data(true, false)
+            .map_err(|e| e.to_string())?;
+        self.derived_by_hash
+            .entry(key)
+            .or_default()
+            .push(self.derived.len());
+        self.derived.push(Derived {
+            id,
+            variant,
+            len,
+            programs,
+            bytes: bytes.into(),
+        });
+        Ok(Some(id))
+    }
+
+    /// Indexes every stored weight blob as a source of derived ones.
+    fn index_sources(&mut self) {
+        let mut sources = Sources::default();
+        for (i, blob) in self.blobs.iter().enumerate().filter(|(_, b)| b.weight) {
+            sources.add(i, &blob.bytes);
+        }
+        sources.seal();
+        self.sources = sources;
+        self.indexed = self.blobs.len();
+    }
+
+    /// Lowering `variant` of a multi-versioned library (`None`: a single-variant one)
+    /// begins: the weights of a variant after the first may be derived.
+    pub fn begin_variant(&mut self, variant: Option<usize>) {
+        self.deriving_for = variant.filter(|&v| v > 0);
+        if self.deriving_for.is_some() && self.indexed < self.blobs.len() {
+            self.index_sources();
+        }
+    }
+
+    /// The copies each variant runs before its first inference, by variant: their
+    /// programs become read-only tables here.
+    pub fn copy_jobs<M: Module>(
+        &mut self,
+        module: &mut M,
+        variants: usize,
+    ) -> Result<Vec<Vec<CopyJob>>, String> {
+        let mut jobs: Vec<Vec<CopyJob>> = (0..variants).map(|_| vec![]).collect();
+        let derived = std::mem::take(&mut self.derived);
+        for d in &derived {
+            for p in &d.programs {
+                let program = self.intern(module, p.bytes(), false, 0, "weight copies")?;
+                jobs[d.variant].push(CopyJob {
+                    dst: d.id,
+                    src: self.blobs[p.source].id,
+                    program,
+                });
+            }
+        }
+        self.derived = derived;
+        Ok(jobs)
+    }
+
+    /// Bytes of weights derived at run time rather than stored.
+    pub fn derived_weight_bytes(&self) -> usize {
+        self.derived.iter().map(|d| d.len).sum()
     }
 
     /// Marks the requests that follow as a node's second lowering (or, with false, the
@@ -135,6 +265,14 @@ impl RodataPool {
             d.define(blob.bytes);
             d.set_align(align);
             module.define_data(blob.id, &d).map_err(|e| e.to_string())?;
+        }
+        for derived in self.derived {
+            let mut d = DataDescription::new();
+            d.define_zeroinit(derived.len);
+            d.set_align(align);
+            module
+                .define_data(derived.id, &d)
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     }

@@ -138,6 +138,7 @@ pub(super) fn lower(
         ctx,
         fctx,
     } = shared;
+    rodata.begin_variant(names.variant);
     let mut kernels = kernel_plan::plan_kernels_for(lowered, &target, &opts.kernels, opts.weights);
     for (k, l) in row_loops.loops.iter().enumerate() {
         if let Some(l) = l {
