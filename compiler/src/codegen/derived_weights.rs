@@ -120,7 +120,10 @@ impl Sources {
     /// Programs (one per source blob) that rebuild `bytes` from the sources, when
     /// `bytes` is large enough to be worth it and the programs are small against it.
     pub fn derive(&self, bytes: &[u8]) -> Option<Vec<Program>> {
-        if bytes.len() < MIN_DERIVED_BYTES || !bytes.len().is_multiple_of(4) || self.index.is_empty() {
+        if bytes.len() < MIN_DERIVED_BYTES
+            || !bytes.len().is_multiple_of(4)
+            || self.index.is_empty()
+        {
             return None;
         }
         let dst: Vec<u32> = elements(bytes).collect();

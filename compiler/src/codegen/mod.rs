@@ -31,6 +31,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, Block, BlockArg, Function, InstBuilder, Signature, UserFuncName, Value,
 };
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use cranelift_codegen::isa::TargetIsa;
@@ -223,6 +224,7 @@ pub fn compile_graph_reporting(
     let mut module = ObjectModule::new(builder);
     let mut shared = variant::Shared {
         rodata: RodataPool::default(),
+        functions: FunctionPool::default(),
         machine_code: machine_code_pool::MachineCodePool::default(),
         // Constants the generated code reads (filled in as nodes are lowered).
         const_read: vec![false; graph.values.len()],
@@ -424,6 +426,95 @@ fn define_function(
     body(&mut b, module, &params)?;
     b.finalize(isa.frontend_config());
     compile_function(module, ctx, isa, id).map_err(|e| codegen_err(name, e))?;
+    Ok(id)
+}
+
+/// Node functions of a multi-versioned library by their compiled code: a later
+/// variant's node that compiles to the same bytes and relocations as an earlier one's
+/// (a float32 node of `x86-64-v3+avxvnni` and `x86-64-v3`, whose instruction sets
+/// differ only in INT8 dot products) calls the earlier function instead of storing a
+/// copy.
+#[derive(Default)]
+pub(super) struct FunctionPool {
+    by_hash: HashMap<u64, Vec<(Vec<u8>, String, FuncId)>>,
+}
+
+/// [`define_function`] for a node function: when `reuse` and the compiled code and
+/// relocations equal a function already in `pool`, that function's id is returned and
+/// nothing is defined; otherwise the function is defined and added to the pool.
+#[allow(clippy::too_many_arguments)]
+fn define_pooled_function(
+    (module, ctx, fctx, isa): (
+        &mut ObjectModule,
+        &mut Context,
+        &mut FunctionBuilderContext,
+        &Arc<dyn TargetIsa>,
+    ),
+    (pool, reuse): (&mut FunctionPool, bool),
+    name: &str,
+    linkage: Linkage,
+    sig: Signature,
+    body: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, &[Value]) -> Result<()>,
+) -> Result<FuncId> {
+    // The function's own id is not known before its code is compared: relocations to
+    // itself name a placeholder until it is defined.
+    let placeholder = FuncId::from_u32(u32::MAX);
+    module.clear_context(ctx);
+    ctx.func = Function::with_name_signature(UserFuncName::user(0, u32::MAX), sig.clone());
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    b.seal_block(entry);
+    let params = b.block_params(entry).to_vec();
+    body(&mut b, module, &params)?;
+    b.finalize(isa.frontend_config());
+    let mut control = cranelift_codegen::control::ControlPlane::default();
+    let alignment = ctx
+        .compile(&**isa, &mut control)
+        .map_err(|e| codegen_err(name, format!("{:?}", e.inner)))?
+        .buffer
+        .alignment;
+    let compiled = ctx.compiled_code().expect("compiled just now");
+    let bytes = compiled.buffer.data().to_vec();
+    let relocs: Vec<cranelift_module::ModuleReloc> = (compiled.buffer.relocs().iter())
+        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, placeholder))
+        .collect();
+    let mut key = format!("{alignment} {sig:?}");
+    for r in &relocs {
+        key += &format!(" {} {:?} {:?} {}", r.offset, r.kind, r.name, r.addend);
+    }
+    let hash = {
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&bytes, &mut h);
+        std::hash::Hash::hash(&key, &mut h);
+        std::hash::Hasher::finish(&h)
+    };
+    if reuse {
+        if let Some((_, _, id)) = (pool.by_hash.get(&hash).into_iter().flatten())
+            .find(|(b, k, _)| *b == bytes && *k == key)
+        {
+            return Ok(*id);
+        }
+    }
+    let id = module
+        .declare_function(name, linkage, &sig)
+        .map_err(|e| codegen_err(name, e))?;
+    let relocs: Vec<cranelift_module::ModuleReloc> = relocs
+        .into_iter()
+        .map(|mut r| {
+            if let cranelift_module::ModuleRelocTarget::FunctionOffset(f, offset) = r.name {
+                if f == placeholder {
+                    r.name = cranelift_module::ModuleRelocTarget::FunctionOffset(id, offset);
+                }
+            }
+            r
+        })
+        .collect();
+    module
+        .define_function_bytes(id, u64::from(alignment), &bytes, &relocs)
+        .map_err(|e| codegen_err(name, format!("{e:?}")))?;
+    pool.by_hash.entry(hash).or_default().push((bytes, key, id));
     Ok(id)
 }
 

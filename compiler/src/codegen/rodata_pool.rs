@@ -41,8 +41,9 @@ pub struct SharedBlob {
 /// zeroed writable memory in the artifact, filled by its variant before first use.
 pub struct Derived {
     pub id: DataId,
-    /// The variant that fills and reads it.
-    pub variant: usize,
+    /// The variants that read it (each fills it before its first inference; a process
+    /// runs one variant).
+    pub variants: Vec<usize>,
     pub len: usize,
     pub programs: Vec<Program>,
     bytes: Box<[u8]>,
@@ -69,7 +70,7 @@ pub struct RodataPool {
     /// Stored blobs `sources` indexes.
     indexed: usize,
     derived: Vec<Derived>,
-    derived_by_hash: HashMap<(usize, usize, u64), Vec<usize>>,
+    derived_by_hash: HashMap<(usize, u64), Vec<usize>>,
 }
 
 impl RodataPool {
@@ -131,8 +132,9 @@ impl RodataPool {
         None
     }
 
-    /// A blob of `variant` derived from the stored ones (the one already derived for
-    /// it with these bytes, or a new one), where that is worth it.
+    /// A blob `variant` reads, derived from the stored ones: the one already derived
+    /// with these bytes (for this or another variant), or a new one, where that is
+    /// worth it.
     fn derive<M: Module>(
         &mut self,
         module: &mut M,
@@ -140,10 +142,14 @@ impl RodataPool {
         (len, hash): (usize, u64),
         bytes: &[u8],
     ) -> Result<Option<DataId>, String> {
-        let key = (variant, len, hash);
+        let key = (len, hash);
         if let Some(list) = self.derived_by_hash.get(&key) {
             if let Some(&i) = list.iter().find(|&&i| *self.derived[i].bytes == *bytes) {
-                return Ok(Some(self.derived[i].id));
+                let d = &mut self.derived[i];
+                if !d.variants.contains(&variant) {
+                    d.variants.push(variant);
+                }
+                return Ok(Some(d.id));
             }
         }
         let Some(programs) = self.sources.derive(bytes) else {
@@ -158,7 +164,7 @@ impl RodataPool {
             .push(self.derived.len());
         self.derived.push(Derived {
             id,
-            variant,
+            variants: vec![variant],
             len,
             programs,
             bytes: bytes.into(),
@@ -198,11 +204,13 @@ impl RodataPool {
         for d in &derived {
             for p in &d.programs {
                 let program = self.intern(module, p.bytes(), false, 0, "weight copies")?;
-                jobs[d.variant].push(CopyJob {
-                    dst: d.id,
-                    src: self.blobs[p.source].id,
-                    program,
-                });
+                for &v in &d.variants {
+                    jobs[v].push(CopyJob {
+                        dst: d.id,
+                        src: self.blobs[p.source].id,
+                        program,
+                    });
+                }
             }
         }
         self.derived = derived;

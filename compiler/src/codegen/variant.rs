@@ -24,11 +24,12 @@ use super::machine_code_pool::MachineCodePool;
 use super::plan::{self, MemoryPlan};
 use super::rodata_pool::RodataPool;
 use super::row_loops::RowLoops;
+use super::FunctionPool;
 use super::{
     codegen_err, cpu_check, define_expand_f16, define_exported_infer_with_workspace,
-    define_function, define_infer_with_workspace, load_operand_table, node_excerpt, output_extents,
-    ptr_signature, run, sample_loop, symbol_block, value_is_used, CompileOptions, NodeSequence,
-    Target, WeightFormat,
+    define_infer_with_workspace, define_pooled_function, load_operand_table, node_excerpt,
+    output_extents, ptr_signature, run, sample_loop, symbol_block, value_is_used, CompileOptions,
+    NodeSequence, Target, WeightFormat,
 };
 use crate::error::{NncError, Result};
 use crate::ir::Graph;
@@ -76,6 +77,7 @@ impl Names {
 /// (every variant's reads, so the weights are laid out once for all).
 pub(super) struct Shared {
     pub(super) rodata: RodataPool,
+    pub(super) functions: FunctionPool,
     pub(super) machine_code: MachineCodePool,
     pub(super) const_read: Vec<bool>,
     pub(super) ctx: Context,
@@ -133,6 +135,7 @@ pub(super) fn lower(
     let isa = target.isa("speed")?;
     let Shared {
         rodata,
+        functions,
         machine_code,
         const_read,
         ctx,
@@ -255,11 +258,9 @@ pub(super) fn lower(
             } else {
                 names.local(&format!("nnc_node_{k}"))
             };
-            let id = define_function(
-                module,
-                ctx,
-                fctx,
-                &isa,
+            let id = define_pooled_function(
+                (module, ctx, fctx, &isa),
+                (functions, names.later()),
                 &name,
                 Linkage::Local,
                 sig,
