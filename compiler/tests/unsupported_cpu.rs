@@ -45,6 +45,16 @@ fn small_cnn() -> nnc::ir::Graph {
     g
 }
 
+/// An input of [`small_cnn`]: element `i` is `(i·step mod modulus) / scale - 1`.
+fn small_cnn_input(step: usize, modulus: usize, scale: f32) -> Tensor {
+    Tensor::from_vec(
+        &[1, 64, 8, 8],
+        (0..4096)
+            .map(|i| ((i * step) % modulus) as f32 / scale - 1.0)
+            .collect(),
+    )
+}
+
 /// The host harness, built with gcc into `dir`.
 fn harness(dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
@@ -69,12 +79,7 @@ fn a_library_for_missing_features_returns_unsupported_cpu_and_writes_nothing() {
     let g = small_cnn();
     let dir = tempfile::tempdir().unwrap();
     let exe = harness(dir.path());
-    let input = Tensor::from_vec(
-        &[1, 64, 8, 8],
-        (0..4096)
-            .map(|i| ((i * 37) % 19) as f32 / 7.0 - 1.0)
-            .collect(),
-    );
+    let input = small_cnn_input(37, 19, 7.0);
     let expected = nnc::interp::run_graph(&g, std::slice::from_ref(&input)).unwrap();
     let in_dir = dir.path().join("in");
     std::fs::create_dir(&in_dir).unwrap();
@@ -160,12 +165,7 @@ fn a_library_for_missing_features_returns_unsupported_cpu_and_writes_nothing() {
 #[test]
 fn a_multi_versioned_library_reports_its_variants_and_runs_through_every_entry_point() {
     let g = small_cnn();
-    let input = Tensor::from_vec(
-        &[1, 64, 8, 8],
-        (0..4096)
-            .map(|i| ((i * 11) % 23) as f32 / 9.0 - 1.0)
-            .collect(),
-    );
+    let input = small_cnn_input(11, 23, 9.0);
     let expected = nnc::interp::run_graph(&g, std::slice::from_ref(&input)).unwrap();
     let target = Target::new(Arch::X86_64, None).unwrap();
     assert_eq!(
@@ -264,12 +264,7 @@ fn later_variants_copy_their_weights_from_the_stored_ones_once_however_many_thre
         v4.weights_size
     );
 
-    let input = Tensor::from_vec(
-        &[1, 64, 8, 8],
-        (0..4096)
-            .map(|i| ((i * 7) % 29) as f32 / 11.0 - 1.0)
-            .collect(),
-    );
+    let input = small_cnn_input(7, 29, 11.0);
     let expected = nnc::interp::run_graph(&g, std::slice::from_ref(&input)).unwrap();
     let want = expected[0].to_f64_vec();
     let target = Target::new(Arch::X86_64, Some("x86-64-v3+avxvnni,baseline")).unwrap();

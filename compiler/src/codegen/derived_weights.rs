@@ -246,13 +246,7 @@ impl Sources {
     /// The distance from `from` to a copy of `bits` before `end` whose element as far
     /// again along holds `then` (the first such among the first few copies).
     fn later_copy(&self, bits: u32, from: usize, end: usize, then: Option<u32>) -> Option<usize> {
-        let key = u64::from(bits) << 32;
-        let first = self.index.partition_point(|&e| e < key);
-        self.index[first..]
-            .iter()
-            .take(MAX_CANDIDATES)
-            .take_while(|&&e| e >> 32 == u64::from(bits))
-            .map(|&e| (e & u64::from(u32::MAX)) as usize)
+        self.copies(bits)
             .filter(|&pos| pos > from && pos < end)
             .find(|&pos| {
                 let next = 2 * pos - from;
@@ -274,18 +268,22 @@ impl Sources {
         })
     }
 
+    /// The first [`MAX_CANDIDATES`] source positions holding `bits`.
+    fn copies(&self, bits: u32) -> impl Iterator<Item = usize> + '_ {
+        let key = u64::from(bits) << 32;
+        let first = self.index.partition_point(|&e| e < key);
+        self.index[first..]
+            .iter()
+            .take(MAX_CANDIDATES)
+            .take_while(move |&&e| e >> 32 == u64::from(bits))
+            .map(|&e| (e & u64::from(u32::MAX)) as usize)
+    }
+
     /// A source position holding `bits` (= `ahead[0]`), the one whose next elements
     /// match `ahead` the furthest among the first few.
     fn best_start(&self, bits: u32, ahead: &[u32]) -> Option<usize> {
-        let key = u64::from(bits) << 32;
-        let first = self.index.partition_point(|&e| e < key);
-        let candidates = self.index[first..]
-            .iter()
-            .take(MAX_CANDIDATES)
-            .take_while(|&&e| e >> 32 == u64::from(bits))
-            .map(|&e| (e & u64::from(u32::MAX)) as usize);
         let mut best: Option<(usize, usize)> = None;
-        for pos in candidates {
+        for pos in self.copies(bits) {
             let end = self.blob_end(pos).min(pos + LOOKAHEAD);
             let matched = (pos..end)
                 .zip(ahead)

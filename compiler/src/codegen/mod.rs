@@ -416,7 +416,28 @@ fn define_function(
     let id = module
         .declare_function(name, linkage, &sig)
         .map_err(|e| codegen_err(name, e))?;
-    ctx.func = Function::with_name_signature(UserFuncName::user(0, id.as_u32()), sig);
+    build_function((module, ctx, fctx, isa), id.as_u32(), sig, body)?;
+    let (alignment, bytes, relocs) =
+        compile_code(ctx, isa, id).map_err(|e| codegen_err(name, e))?;
+    module
+        .define_function_bytes(id, u64::from(alignment), &bytes, &relocs)
+        .map_err(|e| codegen_err(name, format!("{e:?}")))?;
+    Ok(id)
+}
+
+/// Builds `ctx.func`, user function `name_index` of signature `sig`, with `body`.
+fn build_function(
+    (module, ctx, fctx, isa): (
+        &mut ObjectModule,
+        &mut Context,
+        &mut FunctionBuilderContext,
+        &Arc<dyn TargetIsa>,
+    ),
+    name_index: u32,
+    sig: Signature,
+    body: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, &[Value]) -> Result<()>,
+) -> Result<()> {
+    ctx.func = Function::with_name_signature(UserFuncName::user(0, name_index), sig);
     let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -425,8 +446,7 @@ fn define_function(
     let params = b.block_params(entry).to_vec();
     body(&mut b, module, &params)?;
     b.finalize(isa.frontend_config());
-    compile_function(module, ctx, isa, id).map_err(|e| codegen_err(name, e))?;
-    Ok(id)
+    Ok(())
 }
 
 /// Node functions of a multi-versioned library by their compiled code: a later
@@ -460,26 +480,9 @@ fn define_pooled_function(
     // itself name a placeholder until it is defined.
     let placeholder = FuncId::from_u32(u32::MAX);
     module.clear_context(ctx);
-    ctx.func = Function::with_name_signature(UserFuncName::user(0, u32::MAX), sig.clone());
-    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
-    let entry = b.create_block();
-    b.append_block_params_for_function_params(entry);
-    b.switch_to_block(entry);
-    b.seal_block(entry);
-    let params = b.block_params(entry).to_vec();
-    body(&mut b, module, &params)?;
-    b.finalize(isa.frontend_config());
-    let mut control = cranelift_codegen::control::ControlPlane::default();
-    let alignment = ctx
-        .compile(&**isa, &mut control)
-        .map_err(|e| codegen_err(name, format!("{:?}", e.inner)))?
-        .buffer
-        .alignment;
-    let compiled = ctx.compiled_code().expect("compiled just now");
-    let bytes = compiled.buffer.data().to_vec();
-    let relocs: Vec<cranelift_module::ModuleReloc> = (compiled.buffer.relocs().iter())
-        .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, placeholder))
-        .collect();
+    build_function((module, ctx, fctx, isa), u32::MAX, sig.clone(), body)?;
+    let (alignment, bytes, relocs) =
+        compile_code(ctx, isa, placeholder).map_err(|e| codegen_err(name, e))?;
     let mut key = format!("{alignment} {sig:?}");
     for r in &relocs {
         key += &format!(" {} {:?} {:?} {}", r.offset, r.kind, r.name, r.addend);
@@ -519,13 +522,13 @@ fn define_pooled_function(
 }
 
 /// Compiles the function in `ctx` for `isa` (which may have more features than the
-/// module's, for one variant of a multi-versioned library) and defines it as `id`.
-fn compile_function(
-    module: &mut ObjectModule,
+/// module's, for one variant of a multi-versioned library): its alignment, code and
+/// relocations, those to itself naming `id`.
+fn compile_code(
     ctx: &mut Context,
     isa: &Arc<dyn TargetIsa>,
     id: FuncId,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(u32, Vec<u8>, Vec<cranelift_module::ModuleReloc>), String> {
     let mut control = cranelift_codegen::control::ControlPlane::default();
     let alignment = ctx
         .compile(&**isa, &mut control)
@@ -533,12 +536,10 @@ fn compile_function(
         .buffer
         .alignment;
     let compiled = ctx.compiled_code().expect("compiled just now");
-    let relocs: Vec<cranelift_module::ModuleReloc> = (compiled.buffer.relocs().iter())
+    let relocs = (compiled.buffer.relocs().iter())
         .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id))
         .collect();
-    module
-        .define_function_bytes(id, u64::from(alignment), compiled.buffer.data(), &relocs)
-        .map_err(|e| format!("{e:?}"))
+    Ok((alignment, compiled.buffer.data().to_vec(), relocs))
 }
 
 /// The `n` addresses in a node's operand table (see [`plan::MAX_DIRECT_OPERANDS`]). The
