@@ -477,8 +477,9 @@ fn define_pooled_function(
     body: impl FnOnce(&mut FunctionBuilder, &mut ObjectModule, &[Value]) -> Result<()>,
 ) -> Result<FuncId> {
     // The function's own id is not known before its code is compared: relocations to
-    // itself name a placeholder until it is defined.
-    let placeholder = FuncId::from_u32(u32::MAX);
+    // itself name a placeholder until it is defined (`u32::MAX` is the entity's
+    // reserved value, so the one below it).
+    let placeholder = FuncId::from_u32(u32::MAX - 1);
     module.clear_context(ctx);
     build_function((module, ctx, fctx, isa), u32::MAX, sig.clone(), body)?;
     let (alignment, bytes, relocs) =
