@@ -4,15 +4,16 @@ attributes each sample to the graph node whose code (node function or the GEMM /
 out-of-line kernels it defined) was running.
 
 usage: profile_model.py MODEL.onnx [--seconds S] [--cpu CPU] [--top N] [--nnc-args "ARGS"]
-                        [--dims V,V,...]
+                        [--dims V,V,...] [--symbols] [--keep DIR]
 
 --nnc-args passes more options to `nnc compile`, e.g.
 `--nnc-args "--quantize int8 --calibration calib.npy"`.
 
 Needs perf and gcc. The model is compiled to an object (`nnc compile -o X.o`, which
 keeps the local symbols `nnc_node_K` and `.LfnID`) and linked with gcc into a .so
-perf can symbolize. Kernels are anonymous functions declared right after the node
-that defines them, so `.LfnID` belongs to the last `nnc_node_K` declared before ID.
+perf can symbolize. Kernels are anonymous functions declared while the node that
+defines them is built, before the node function itself, so `.LfnID` belongs to the
+first `nnc_node_K` declared after ID.
 Inputs are random (or MODEL.input.NAME.npy beside the model). A library compiled with
 ranges (`--nnc-args "--dim size=64..320"`) runs through `run` at `--dims`, its shapes
 from `shapes`. Prints the share of
@@ -100,8 +101,13 @@ def main():
                          "to run at, for a library compiled with ranges")
     ap.add_argument("--symbols", action="store_true",
                     help="also print the top symbols (a node's own code vs the kernels it calls)")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep the object, library and perf.data in DIR (for `perf annotate`)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
         obj, lib, data, per_run = (os.path.join(tmp, n) for n in ("m.o", "libm.so", "perf.data", "ms"))
         r = subprocess.run([NNC, "compile", args.model, "--cpu", args.cpu, "-o", obj, "--dump-ir"]
                            + shlex.split(args.nnc_args),
@@ -119,12 +125,16 @@ def main():
     # A split node's task variant (`nnc_node_K_task`) follows its whole function.
     nodes = sorted(int(m.group(1)) for m in re.finditer(r"\snnc_node_(\d+)(?:_task)?$", nm, re.M))
     # Walk the function ids: ids that are not kernels are the node functions, in order.
-    owner, node_iter, current = {}, iter(nodes), None
+    # A node function is declared once its code is built (variants compare it with
+    # the earlier ones' first), so the kernels it declared come right before it.
+    owner, node_iter, pending = {}, iter(nodes), []
     for fid in range(max(kernels, default=0) + 1):
         if fid in kernels:
-            owner[fid] = current
+            pending.append(fid)
         else:
-            current = next(node_iter, current)
+            node = next(node_iter, None)
+            owner.update((k, node) for k in pending)
+            pending = []
     per_node = collections.Counter()
     for line in report.splitlines():
         m = re.match(r"\s*([\d.]+)%\s+\[\.\]\s+(\S+)", line)

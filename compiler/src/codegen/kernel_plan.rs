@@ -97,6 +97,9 @@ pub enum Int8Conv {
     Vnni { tiles_outer: bool },
     /// 256-bit machine code (AVX-VNNI or AVX2), in either loop order.
     Ymm { isa: DotIsa, tiles_outer: bool },
+    /// A depthwise conv requantized into stride-1 planes, on 256-bit registers of one
+    /// quad's channels (`u8s8-dwconv-8px-avx2`).
+    DepthwiseYmm,
     /// Cranelift's dot-product tree.
     Clif,
 }
@@ -208,6 +211,7 @@ impl NodeKernel {
                     tiles_outer: false, ..
                 },
             ) => "u8s8-conv-panels-outer".into(),
+            Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => "u8s8-dwconv-rows".into(),
             Strategy::ConvU8S8(Int8Conv::Clif) => "u8s8-conv".into(),
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
             Strategy::IntGemm { dot: true, .. } => "dot-gemm".into(),
@@ -237,6 +241,9 @@ impl NodeKernel {
                 vec![lower::U8S8_CONV_X86_KERNEL.to_string()]
             }
             Strategy::ConvU8S8(Int8Conv::Ymm { isa, .. }) => vec![isa.kernel_name().into()],
+            Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => {
+                vec![super::kernels::x86::dwconv_u8s8_ymm::KERNEL_NAME.into()]
+            }
             Strategy::ConvU8S8(Int8Conv::Clif) => vec!["u8s8-conv-4x8-clif".into()],
             Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
                 vec!["f32-qu8-planes-avx512f".into()]

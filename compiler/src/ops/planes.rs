@@ -16,7 +16,7 @@
 //! "wide" output pixels `n' = oh · cols + ow` (`ow < cols`, the columns `ow ≥ Wo` being
 //! computed and discarded) whose K rows are contiguous runs of the planes.
 
-use super::ConvAttrs;
+use super::{Activation, ConvAttrs};
 
 /// Pixels past the last wide output pixel that a kernel may read (its column tile is
 /// rounded up to this many pixels); the planes have rows to spare for them.
@@ -29,6 +29,36 @@ pub struct Requantize {
     pub layout: PlaneLayout,
     pub inv_scale: f32,
     pub zero_point: u8,
+}
+
+impl Requantize {
+    /// The byte a value `y` becomes, as every kernel computes it: `y · inv_scale`, then
+    /// `+ zero_point` (two rounded float32 operations), NaN to 0, clamped to 0..=255,
+    /// rounded half to even.
+    pub fn quantize(&self, y: f32) -> u8 {
+        let v = y * self.inv_scale + f32::from(self.zero_point);
+        let v = if v.is_nan() { 0.0 } else { v.clamp(0.0, 255.0) };
+        v.round_ties_even() as u8
+    }
+
+    /// Whether applying `act` before this requantization changes no byte, so a kernel
+    /// may skip it. [`Self::quantize`] is non-decreasing in `y`, so a clamp of `y` to
+    /// `[lo, hi]` changes nothing when `lo` already quantizes to 0 and `hi` to 255: the
+    /// values it would raise to `lo` quantize to 0 either way, those it would lower to
+    /// `hi` to 255. (Relu6 outputs calibrated to `[0, 6]` are such: `inv_scale` 42.5,
+    /// zero point 0.)
+    pub fn subsumes(&self, act: Activation) -> bool {
+        let (lo, hi) = match act {
+            Activation::Relu => (0.0, f32::INFINITY),
+            Activation::Clip { min, max } => (min, max),
+            _ => return false,
+        };
+        self.inv_scale > 0.0
+            && !lo.is_nan()
+            && !hi.is_nan()
+            && self.quantize(lo) == 0
+            && self.quantize(hi) == 255
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

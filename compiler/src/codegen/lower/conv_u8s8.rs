@@ -37,7 +37,7 @@ use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::target::Arch;
 use crate::codegen::Target;
 use crate::ir::TensorType;
-use crate::ops::{ConvAttrs, PlaneLayout, Requantize};
+use crate::ops::{Activation, ConvAttrs, PlaneLayout, Requantize};
 
 /// The GEMM a `ConvU8S8` computes.
 #[derive(Clone, Debug)]
@@ -242,6 +242,25 @@ pub fn plan_conv_u8s8(
                     Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }),
                     0,
                     "AVX-512 VNNI target",
+                )
+                .with_tasks(tasks),
+            );
+        }
+        Some(Int8Family::Ymm(_))
+            if machine
+                && x86::dwconv_u8s8_ymm::supports(
+                    &g,
+                    requantize,
+                    node.inputs.get(3).copied().flatten().is_some(),
+                    conv.activation,
+                ) =>
+        {
+            let tasks = map_split(&g, 4).tasks;
+            return Some(
+                NodeKernel::new(
+                    Strategy::ConvU8S8(Int8Conv::DepthwiseYmm),
+                    0,
+                    "256-bit target, depthwise into stride-1 planes: a quad's channels per register",
                 )
                 .with_tasks(tasks),
             );
@@ -625,36 +644,40 @@ pub fn conv_u8s8(
     let y = ctx.output(0);
     let g = ConvU8Geometry::new(conv, layout, &y.ty, requantize);
     let k = constants(ctx)?;
+    // The machine-code kernels skip an activation the requantization's clamp makes
+    // redundant (the bytes are the same, see `Requantize::subsumes`).
+    let activation = match requantize {
+        Some(r) if r.subsumes(conv.activation) => Activation::None,
+        _ => conv.activation,
+    };
     match ctx.kernel.strategy {
         Strategy::ConvU8S8(Int8Conv::Vnni { tiles_outer }) => {
             let residual = ctx.inputs[3].is_some();
             let emit = |g: &ConvU8Geometry| {
-                let spec = x86::conv_u8s8::ConvSpec::new(
-                    g,
-                    conv.activation,
-                    residual,
-                    requantize,
-                    tiles_outer,
-                );
+                let spec =
+                    x86::conv_u8s8::ConvSpec::new(g, activation, residual, requantize, tiles_outer);
                 x86::conv_u8s8::emit_conv(&spec)
             };
-            return conv_x86(ctx, &g, &k, x86::conv_u8s8::MR, &emit, requantize, false);
+            let w = pack_weights(&g, &k.w, x86::conv_u8s8::MR);
+            return conv_x86(ctx, &g, &k, x86::conv_u8s8::MR, w, &emit, requantize, false);
         }
         Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }) => {
             use x86::conv_u8s8_ymm as ymm;
             let residual = ctx.inputs[3].is_some();
             let emit = |g: &ConvU8Geometry| {
-                let spec = ymm::YmmConvSpec::new(
-                    isa,
-                    g,
-                    conv.activation,
-                    residual,
-                    requantize,
-                    tiles_outer,
-                );
+                let spec =
+                    ymm::YmmConvSpec::new(isa, g, activation, residual, requantize, tiles_outer);
                 ymm::emit_conv(&spec)
             };
-            return conv_x86(ctx, &g, &k, ymm::MR, &emit, requantize, true);
+            let w = pack_weights(&g, &k.w, ymm::MR);
+            return conv_x86(ctx, &g, &k, ymm::MR, w, &emit, requantize, true);
+        }
+        Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => {
+            use x86::dwconv_u8s8_ymm as dw;
+            let r = requantize.ok_or("the INT8 depthwise kernel writes planes")?;
+            let emit = |g: &ConvU8Geometry| dw::emit_dwconv(&dw::DwSpec::new(g, r, activation));
+            let w = dw::pack_weights(&g, &k.w);
+            return conv_x86(ctx, &g, &k, 4, w, &emit, requantize, false);
         }
         _ => {}
     }
@@ -691,7 +714,7 @@ fn tile_constants(
 }
 
 /// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`, and the
-/// node's scratch when `with_scratch`; W packed for tiles of `mr` maps, `emit` the
+/// node's scratch when `with_scratch`; `w` packed for tiles of `mr` maps, `emit` the
 /// kernel's code for a geometry. Split into tasks (see [`map_split`]), a task calls
 /// the kernel compiled for its maps with every pointer moved to its first map.
 fn conv_x86(
@@ -699,11 +722,11 @@ fn conv_x86(
     g: &ConvU8Geometry,
     k: &Constants,
     mr: usize,
+    w: Vec<u8>,
     emit: &dyn Fn(&ConvU8Geometry) -> Result<Vec<u8>, String>,
     requantize: Option<&Requantize>,
     with_scratch: bool,
 ) -> LowerResult {
-    let w = pack_weights(g, &k.w, mr);
     let tile_bytes = w.len() / g.maps.div_ceil(mr).max(1);
     let (w, bias, scale) = tile_constants(ctx, g, k, w, mr, DotForm::WeightFirst)?;
     let params = 6 + usize::from(with_scratch);

@@ -10,6 +10,7 @@ pub mod conv_u8s8;
 pub mod conv_u8s8_ymm;
 pub mod dwconv;
 pub mod dwconv_rows;
+pub mod dwconv_u8s8_ymm;
 pub mod gemm;
 pub mod gemm_u8s8_ymm;
 pub mod maxpool2d;
