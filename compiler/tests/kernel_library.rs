@@ -45,8 +45,8 @@ use nnc::ops::{
     infer_types, Activation, ConvAttrs, ConvTransposeAttrs, GemmAttrs, Op, PoolAttrs, PoolKind,
 };
 use quant_cases::{
-    conv_u8s8_case, conv_u8s8_pair_extremes_case, conv_u8s8_requantize_case, full_range, ints,
-    narrow_weights, quantize_planes_case,
+    conv_u8s8_case, conv_u8s8_pair_extremes_case, conv_u8s8_requantize_case,
+    conv_u8s8_requantize_strided_case, full_range, ints, narrow_weights, quantize_planes_case,
 };
 use runner::Compiled;
 
@@ -625,6 +625,12 @@ fn int8_conv_cases() -> Vec<Case> {
         max: 2.0,
     };
     let none = Activation::None;
+    // With the requantization's inv_scale 37 and zero point 9, -0.3 quantizes to 0 and
+    // 7 to 255: the kernels skip the clamp, the interpreter applies it.
+    let subsumed_clip = Activation::Clip {
+        min: -0.3,
+        max: 7.0,
+    };
     let convs = [
         (
             "ConvU8S8 3x3 s1 p1, 10 channels, 11 maps, residual, Relu",
@@ -665,6 +671,33 @@ fn int8_conv_cases() -> Vec<Case> {
         (
             "ConvU8S8 3x3 requantized for a 1x1, 3 maps over 5x26 (partial quad), Clip",
             conv_u8s8_requantize_case([1, 6, 5, 26], 3, 3, false, clip, false, 29, (1, 1, 0)),
+        ),
+        // Depthwise into stride-1 planes: the 256-bit depthwise kernel on AVX2 targets.
+        (
+            "ConvU8S8 depthwise 3x3 s1 p1 requantized for a 1x1, 12 maps over 7x19 (row tails), Relu",
+            conv_u8s8_requantize_case([1, 12, 7, 19], 12, 3, true, relu, false, 30, (1, 1, 0)),
+        ),
+        (
+            "ConvU8S8 depthwise 3x3 s2 p1 requantized for a 3x3 pad 1, 8 maps, batch 2, Clip the requantization subsumes",
+            conv_u8s8_requantize_strided_case(
+                [2, 8, 9, 21],
+                8,
+                3,
+                2,
+                true,
+                subsumed_clip,
+                false,
+                31,
+                (3, 1, 1),
+            ),
+        ),
+        (
+            "ConvU8S8 depthwise 5x5 s1 p2 requantized for a 3x3 pad 1, 16 maps over 4x16 (whole chunks)",
+            conv_u8s8_requantize_case([1, 16, 4, 16], 16, 5, true, none, false, 32, (3, 1, 1)),
+        ),
+        (
+            "ConvU8S8 3x3 requantized for a 1x1, 8 maps, residual, Clip the requantization subsumes",
+            conv_u8s8_requantize_case([1, 6, 5, 26], 8, 3, false, subsumed_clip, true, 33, (1, 1, 0)),
         ),
         // Weights within ±64: AVX2's vpmaddubsw kernel.
         (
@@ -720,6 +753,19 @@ fn int8_conv_cases() -> Vec<Case> {
                 false,
                 43,
                 (3, 2, 1),
+            )),
+        ),
+        (
+            "ConvU8S8 weights within ±64, depthwise 3x3 s1 p1 requantized for a 1x1, 8 maps",
+            narrow_weights(conv_u8s8_requantize_case(
+                [1, 8, 6, 10],
+                8,
+                3,
+                true,
+                relu,
+                false,
+                44,
+                (1, 1, 0),
             )),
         ),
         (

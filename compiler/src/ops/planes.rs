@@ -162,3 +162,49 @@ impl PlaneLayout {
         (kh % sh * sw + kw % sw, kh / sh * self.cols + kw / sw)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn requantize(inv_scale: f32, zero_point: u8) -> Requantize {
+        let conv = ConvAttrs {
+            kernel: vec![1, 1],
+            strides: vec![1, 1],
+            pads: vec![0; 4],
+            dilations: vec![1, 1],
+            group: 1,
+            activation: Activation::None,
+        };
+        let layout = PlaneLayout::for_conv(&conv, &[1, 4, 2, 2]).expect("a 1x1 layout");
+        Requantize {
+            layout,
+            inv_scale,
+            zero_point,
+        }
+    }
+
+    #[test]
+    fn an_activation_is_subsumed_only_when_its_bounds_quantize_to_0_and_255() {
+        let relu6 = Activation::Clip { min: 0.0, max: 6.0 };
+        // Relu6 calibrated to [0, 6]: 6 · 42.5 = 255 exactly.
+        assert!(requantize(42.5, 0).subsumes(relu6));
+        assert!(requantize(42.5, 0).subsumes(Activation::Relu));
+        // A zero point above 0: Relu raises negatives to zp, which the clamp does not.
+        assert!(!requantize(42.5, 3).subsumes(Activation::Relu));
+        // 6 · 42.4 = 254.4 rounds to 254: values past 6 would reach 255.
+        assert!(!requantize(42.4, 0).subsumes(relu6));
+        // -0.2 · 37 + 9 = 1.6 rounds to 2; -0.3 · 37 + 9 = -2.1 clamps to 0.
+        let clip = |min| Activation::Clip { min, max: 7.0 };
+        assert!(!requantize(37.0, 9).subsumes(clip(-0.2)));
+        assert!(requantize(37.0, 9).subsumes(clip(-0.3)));
+        // 0.5 rounds half to even: 0.
+        assert_eq!(requantize(1.0, 0).quantize(0.5), 0);
+        assert_eq!(requantize(1.0, 0).quantize(f32::NAN), 0);
+        assert!(!requantize(42.5, 0).subsumes(Activation::Sigmoid));
+        assert!(!requantize(42.5, 0).subsumes(Activation::Clip {
+            min: f32::NAN,
+            max: 6.0
+        }));
+    }
+}

@@ -114,11 +114,30 @@ pub fn conv_u8s8_requantize_case(
     seed: usize,
     next: (usize, usize, usize),
 ) -> (Op, Vec<In>) {
+    conv_u8s8_requantize_strided_case(
+        x_shape, maps, kernel, 1, depthwise, activation, residual, seed, next,
+    )
+}
+
+/// [`conv_u8s8_requantize_case`] of a convolution with stride `stride` (pad
+/// `kernel / 2`).
+#[allow(clippy::too_many_arguments)]
+pub fn conv_u8s8_requantize_strided_case(
+    x_shape: [usize; 4],
+    maps: usize,
+    kernel: usize,
+    stride: usize,
+    depthwise: bool,
+    activation: Activation,
+    residual: bool,
+    seed: usize,
+    next: (usize, usize, usize),
+) -> (Op, Vec<In>) {
     let (op, mut ins) = conv_u8s8_case(
         x_shape,
         maps,
         kernel,
-        1,
+        stride,
         kernel / 2,
         depthwise,
         activation,
@@ -128,8 +147,8 @@ pub fn conv_u8s8_requantize_case(
     let Op::ConvU8S8 { conv, planes, .. } = op else {
         unreachable!()
     };
-    let out_h = x_shape[2] + 2 * (kernel / 2) - kernel + 1;
-    let out_w = x_shape[3] + 2 * (kernel / 2) - kernel + 1;
+    let out_h = (x_shape[2] + 2 * (kernel / 2) - kernel) / stride + 1;
+    let out_w = (x_shape[3] + 2 * (kernel / 2) - kernel) / stride + 1;
     let (nk, ns, np) = next;
     let (_, mut next_planes) = conv_u8s8_attrs(
         [x_shape[0], maps, out_h, out_w],

@@ -359,6 +359,15 @@ pub const KERNELS: &[KernelInfo] = &[
         ),
     ),
     x86(
+        "u8s8-dwconv-8px-avx2",
+        AVX2,
+        About(
+            "INT8 depthwise conv requantized into stride-1 planes, a quad's four channels per register (vpmovzxbd, vpmaddwd by int16 weights: exact)",
+            "kernels::x86::dwconv_u8s8_ymm::emit_dwconv",
+            "none: reads the uint8 planes in place",
+        ),
+    ),
+    x86(
         "u8s8-gemm-4x24-avx512vnni",
         AVX512_VNNI,
         About(
