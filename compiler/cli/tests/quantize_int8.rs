@@ -553,14 +553,14 @@ fn onnxruntime_qdq_models_run_on_integer_ops_and_match_onnxruntime() {
             .zip(want)
             .fold(0f64, |m, (a, b)| m.max((a - b).abs()))
             / scale;
-        // onnxruntime runs the QDQ graph's other ops quantized too (QLinearAdd,
-        // QLinearGlobalAveragePool...), nnc runs them in float32 between Q and DQ as
-        // the graph states: values may differ by a quantization step, which moves this
-        // softmax output by a few percent, not its top class.
+        // The reference evaluates the QDQ graph as it states (ort_qdq.py): the integer
+        // sums are the same, and only a float32 rounding that lands on a rounding tie
+        // of a QuantizeLinear could move a value by a quantization step (a few
+        // percent of this softmax output, not its top class).
         let top = |v: &[f64]| (0..v.len()).max_by(|&a, &b| v[a].total_cmp(&v[b]));
         eprintln!("sample {i}: max rel diff {err:.3e} vs onnxruntime");
         assert!(
-            err <= 5e-2,
+            err <= 2e-2,
             "sample {i}: max rel diff {err:e} vs onnxruntime"
         );
         assert_eq!(top(&got), top(want), "sample {i}: top class");

@@ -29,5 +29,10 @@ quantize_static(model, qdq, Reader(), quant_format=QuantFormat.QDQ, per_channel=
                 activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 so = ort.SessionOptions()
 so.intra_op_num_threads = 1
+# The reference is the QDQ graph as it states (DequantizeLinear → float op →
+# QuantizeLinear), not onnxruntime's fused integer kernels: on x86 CPUs without VNNI
+# those add u8 · s8 products in saturating 16-bit pairs (vpmaddubsw), so their outputs
+# depend on the CPU; nnc's integer sums are exact on every CPU.
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 s = ort.InferenceSession(qdq, so, providers=["CPUExecutionProvider"])
 np.save(out, np.stack([s.run(None, {name: x[None].astype(np.float32)})[0] for x in held]))
