@@ -659,7 +659,15 @@ pub fn conv_u8s8(
                 x86::conv_u8s8::emit_conv(&spec)
             };
             let w = pack_weights(&g, &k.w, x86::conv_u8s8::MR);
-            return conv_x86(ctx, &g, &k, x86::conv_u8s8::MR, w, &emit, requantize, false);
+            return conv_x86(
+                ctx,
+                &g,
+                &k,
+                (x86::conv_u8s8::MR, w),
+                &emit,
+                requantize,
+                false,
+            );
         }
         Strategy::ConvU8S8(Int8Conv::Ymm { isa, tiles_outer }) => {
             use x86::conv_u8s8_ymm as ymm;
@@ -670,14 +678,14 @@ pub fn conv_u8s8(
                 ymm::emit_conv(&spec)
             };
             let w = pack_weights(&g, &k.w, ymm::MR);
-            return conv_x86(ctx, &g, &k, ymm::MR, w, &emit, requantize, true);
+            return conv_x86(ctx, &g, &k, (ymm::MR, w), &emit, requantize, true);
         }
         Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => {
             use x86::dwconv_u8s8_ymm as dw;
             let r = requantize.ok_or("the INT8 depthwise kernel writes planes")?;
             let emit = |g: &ConvU8Geometry| dw::emit_dwconv(&dw::DwSpec::new(g, r, activation));
             let w = dw::pack_weights(&g, &k.w);
-            return conv_x86(ctx, &g, &k, 4, w, &emit, requantize, false);
+            return conv_x86(ctx, &g, &k, (4, w), &emit, requantize, false);
         }
         _ => {}
     }
@@ -714,15 +722,14 @@ fn tile_constants(
 }
 
 /// One machine-code call per image: `(planes, W, Y, bias, scale, residual)`, and the
-/// node's scratch when `with_scratch`; `w` packed for tiles of `mr` maps, `emit` the
+/// node's scratch when `with_scratch`; the weights `w` packed for tiles of `mr` maps, `emit` the
 /// kernel's code for a geometry. Split into tasks (see [`map_split`]), a task calls
 /// the kernel compiled for its maps with every pointer moved to its first map.
 fn conv_x86(
     ctx: &mut LowerCtx,
     g: &ConvU8Geometry,
     k: &Constants,
-    mr: usize,
-    w: Vec<u8>,
+    (mr, w): (usize, Vec<u8>),
     emit: &dyn Fn(&ConvU8Geometry) -> Result<Vec<u8>, String>,
     requantize: Option<&Requantize>,
     with_scratch: bool,

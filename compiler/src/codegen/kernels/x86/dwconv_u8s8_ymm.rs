@@ -224,7 +224,7 @@ impl DwEmitter<'_> {
             a.dec(r9d)?;
             a.jnz(top)?;
         }
-        if s.out_w % CHUNK > 0 {
+        if !s.out_w.is_multiple_of(CHUNK) {
             self.chunk(a, true)?;
         }
         self.fill(a, rbx, s.out_w * 4, s.out_row_bytes)
@@ -234,15 +234,15 @@ impl DwEmitter<'_> {
     /// output at rbp.
     fn chunk(&mut self, a: &mut CodeAssembler, masked: bool) -> AsmResult<()> {
         let s = self.s;
-        for v in 0..ACCS {
-            a.vpxor(YMM[v], YMM[v], YMM[v])?;
+        for &acc in &YMM[..ACCS] {
+            a.vpxor(acc, acc, acc)?;
         }
         let x = YMM[INPUT];
         for (t, &offset) in s.taps.iter().enumerate() {
-            for v in 0..ACCS {
+            for (v, &acc) in YMM[..ACCS].iter().enumerate() {
                 a.vpmovzxbd(x, qword_ptr(r13 + imm(offset + 8 * v)?))?;
                 a.vpmaddwd(x, x, ymmword_ptr(rsi + imm(t * TAP_BYTES)?))?;
-                a.vpaddd(YMM[v], YMM[v], x)?;
+                a.vpaddd(acc, acc, x)?;
             }
         }
         let vecs = Vecs { isa: X86Isa::Avx2 };
@@ -250,8 +250,7 @@ impl DwEmitter<'_> {
         let zp = self.consts.get(a, s.zero_point as f32);
         let zero = self.consts.get(a, 0.0);
         let top = self.consts.get(a, 255.0);
-        for v in 0..ACCS {
-            let y = YMM[v];
+        for (v, &y) in YMM[..ACCS].iter().enumerate() {
             a.vpaddd(y, y, YMM[BIAS])?;
             a.vcvtdq2ps(y, y)?;
             a.vmulps(y, y, YMM[SCALE])?;
