@@ -8,18 +8,28 @@ use super::plan::ALIGN;
 use super::target::Target;
 use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
-use nnc_runtime_abi::abi::NNC_ABI_VERSION;
+use nnc_runtime_abi::abi::{
+    NncAxisDim, NncAxisExtent, NncBoundedAxis, NncDimInfo, NncExtentStep, NncModelInfo,
+    NncTensorInfo, NNC_ABI_VERSION,
+};
+use std::mem::{offset_of, size_of};
 
-/// `sizeof(nnc_model_info)`, `sizeof(nnc_tensor_info)`, `sizeof(nnc_dim_info)`,
-/// `sizeof(nnc_axis_dim)`, `sizeof(nnc_bounded_axis)`, `sizeof(nnc_axis_extent)` and
-/// `sizeof(nnc_extent_step)` on LP64 targets.
-const MODEL_INFO_SIZE: usize = 112;
-const TENSOR_INFO_SIZE: usize = 24;
-const DIM_INFO_SIZE: usize = 24;
-const AXIS_DIM_SIZE: usize = 24;
-const BOUNDED_AXIS_SIZE: usize = 8;
-const AXIS_EXTENT_SIZE: usize = 16;
-const EXTENT_STEP_SIZE: usize = 16;
+// Every offset and size below is the runtime-abi crate's `#[repr(C)]` twin of `nnc.h`'s
+// struct (its `c_layout` test checks them against a C compiler's): the one place the
+// layouts are written. nnc's targets are LP64 (x86-64 and aarch64 Linux), so the
+// twins' layout on the host that runs nnc is the target's when the host is 64-bit too.
+const _: () = assert!(
+    size_of::<usize>() == 8,
+    "nnc writes the C ABI's structs as its LP64 targets lay them out: build it for a 64-bit host"
+);
+
+const MODEL_INFO_SIZE: usize = size_of::<NncModelInfo>();
+const TENSOR_INFO_SIZE: usize = size_of::<NncTensorInfo>();
+const DIM_INFO_SIZE: usize = size_of::<NncDimInfo>();
+const AXIS_DIM_SIZE: usize = size_of::<NncAxisDim>();
+const BOUNDED_AXIS_SIZE: usize = size_of::<NncBoundedAxis>();
+const AXIS_EXTENT_SIZE: usize = size_of::<NncAxisExtent>();
+const EXTENT_STEP_SIZE: usize = size_of::<NncExtentStep>();
 
 /// Defines one data object holding the struct, its tensor-info arrays, sizes, symbolic
 /// dims and names; pointers inside it are relocations against itself. An axis that
@@ -68,50 +78,94 @@ pub fn define(
     let put64 =
         |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 
-    put32(&mut bytes, 0, NNC_ABI_VERSION);
-    put32(&mut bytes, 4, graph.inputs.len() as u32);
-    put32(&mut bytes, 8, graph.outputs.len() as u32);
-    relocs.push((16, infos_at));
-    relocs.push((24, infos_at + TENSOR_INFO_SIZE * graph.inputs.len()));
-    put64(&mut bytes, 32, arena_size as u64);
-    put64(&mut bytes, 40, ALIGN as u64);
-    put32(&mut bytes, 48, graph.dims.len() as u32);
-    put32(&mut bytes, 52, axis_dims.len() as u32);
+    put32(
+        &mut bytes,
+        offset_of!(NncModelInfo, abi_version),
+        NNC_ABI_VERSION,
+    );
+    put32(
+        &mut bytes,
+        offset_of!(NncModelInfo, num_inputs),
+        graph.inputs.len() as u32,
+    );
+    put32(
+        &mut bytes,
+        offset_of!(NncModelInfo, num_outputs),
+        graph.outputs.len() as u32,
+    );
+    relocs.push((offset_of!(NncModelInfo, inputs), infos_at));
+    relocs.push((
+        offset_of!(NncModelInfo, outputs),
+        infos_at + TENSOR_INFO_SIZE * graph.inputs.len(),
+    ));
+    put64(
+        &mut bytes,
+        offset_of!(NncModelInfo, workspace_size),
+        arena_size as u64,
+    );
+    put64(
+        &mut bytes,
+        offset_of!(NncModelInfo, workspace_align),
+        ALIGN as u64,
+    );
+    put32(
+        &mut bytes,
+        offset_of!(NncModelInfo, num_dims),
+        graph.dims.len() as u32,
+    );
+    put32(
+        &mut bytes,
+        offset_of!(NncModelInfo, num_axis_dims),
+        axis_dims.len() as u32,
+    );
     if !graph.dims.is_empty() {
-        relocs.push((56, dim_infos_at));
+        relocs.push((offset_of!(NncModelInfo, dims), dim_infos_at));
     }
     if !axis_dims.is_empty() {
-        relocs.push((64, axis_dims_at));
+        relocs.push((offset_of!(NncModelInfo, axis_dims), axis_dims_at));
     }
-    put32(&mut bytes, 72, bounded.len() as u32);
+    put32(
+        &mut bytes,
+        offset_of!(NncModelInfo, num_bounded_axes),
+        bounded.len() as u32,
+    );
     if !bounded.is_empty() {
-        relocs.push((80, bounded_at));
+        relocs.push((offset_of!(NncModelInfo, bounded_axes), bounded_at));
     }
     if derived {
-        relocs.push((88, extents_at));
+        relocs.push((offset_of!(NncModelInfo, axis_extents), extents_at));
         let mut step_at = steps_at;
         for (j, a) in axis_dims.iter().enumerate() {
             let at = extents_at + j * AXIS_EXTENT_SIZE;
-            put32(&mut bytes, at, a.size.steps.len() as u32);
+            put32(
+                &mut bytes,
+                at + offset_of!(NncAxisExtent, num_steps),
+                a.size.steps.len() as u32,
+            );
             if !a.size.steps.is_empty() {
-                relocs.push((at + 8, step_at));
+                relocs.push((at + offset_of!(NncAxisExtent, steps), step_at));
             }
             for s in &a.size.steps {
-                put64(&mut bytes, step_at, s.add as u64);
-                put64(&mut bytes, step_at + 8, s.div);
+                put64(
+                    &mut bytes,
+                    step_at + offset_of!(NncExtentStep, add),
+                    s.add as u64,
+                );
+                put64(&mut bytes, step_at + offset_of!(NncExtentStep, div), s.div);
                 step_at += EXTENT_STEP_SIZE;
             }
         }
     }
     for (j, &(output, axis)) in bounded.iter().enumerate() {
+        let at = bounded_at + j * BOUNDED_AXIS_SIZE;
         put32(
             &mut bytes,
-            bounded_at + j * BOUNDED_AXIS_SIZE,
+            at + offset_of!(NncBoundedAxis, output),
             output as u32,
         );
         put32(
             &mut bytes,
-            bounded_at + j * BOUNDED_AXIS_SIZE + 4,
+            at + offset_of!(NncBoundedAxis, axis),
             axis as u32,
         );
     }
@@ -120,21 +174,32 @@ pub fn define(
         let str_at = bytes.len();
         bytes.extend(d.name.bytes().filter(|&c| c != 0));
         bytes.push(0);
-        relocs.push((at, str_at));
-        put64(&mut bytes, at + 8, d.min as u64);
-        put64(&mut bytes, at + 16, d.max as u64);
+        relocs.push((at + offset_of!(NncDimInfo, name), str_at));
+        put64(&mut bytes, at + offset_of!(NncDimInfo, min), d.min as u64);
+        put64(&mut bytes, at + offset_of!(NncDimInfo, max), d.max as u64);
     }
     for (j, a) in axis_dims.iter().enumerate() {
         let at = axis_dims_at + j * AXIS_DIM_SIZE;
-        put32(&mut bytes, at, a.tensor as u32);
-        put32(&mut bytes, at + 4, a.axis as u32);
-        put32(&mut bytes, at + 8, a.dim as u32);
-        put64(&mut bytes, at + 16, a.scale as u64);
+        put32(
+            &mut bytes,
+            at + offset_of!(NncAxisDim, tensor),
+            a.tensor as u32,
+        );
+        put32(&mut bytes, at + offset_of!(NncAxisDim, axis), a.axis as u32);
+        put32(&mut bytes, at + offset_of!(NncAxisDim, dim), a.dim as u32);
+        put64(
+            &mut bytes,
+            at + offset_of!(NncAxisDim, scale),
+            a.scale as u64,
+        );
     }
 
     for (at, text) in [
-        (96, target.cpu.clone()),
-        (104, target.required_feature_names()),
+        (offset_of!(NncModelInfo, cpu_variants), target.cpu.clone()),
+        (
+            offset_of!(NncModelInfo, required_cpu_features),
+            target.required_feature_names(),
+        ),
     ] {
         let str_at = bytes.len();
         bytes.extend(text.bytes().filter(|&c| c != 0));
@@ -149,10 +214,18 @@ pub fn define(
         let str_at = bytes.len();
         bytes.extend(graph.value(*v).name.bytes().filter(|&c| c != 0));
         bytes.push(0);
-        relocs.push((at, str_at));
-        put32(&mut bytes, at + 8, ty.dtype.onnx_code() as u32);
-        put32(&mut bytes, at + 12, ty.rank() as u32);
-        relocs.push((at + 16, dim_cursor));
+        relocs.push((at + offset_of!(NncTensorInfo, name), str_at));
+        put32(
+            &mut bytes,
+            at + offset_of!(NncTensorInfo, dtype),
+            ty.dtype.onnx_code() as u32,
+        );
+        put32(
+            &mut bytes,
+            at + offset_of!(NncTensorInfo, rank),
+            ty.rank() as u32,
+        );
+        relocs.push((at + offset_of!(NncTensorInfo, dims), dim_cursor));
         for d in crate::ir::run_dims::concrete_shape(&ty.shape, k, &axis_dims, &maxima) {
             put64(&mut bytes, dim_cursor, d as u64);
             dim_cursor += 8;

@@ -19,6 +19,7 @@
 //! of its own index, distinct within a `parallel_for` whatever worker numbers the pool
 //! hands out, so a pool of 2^31 threads needs no more workspace than one of `m`.
 
+use std::mem::offset_of;
 use std::sync::Arc;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -33,22 +34,32 @@ use super::kernel::{flags, PTR};
 use super::sample_loop::{self, SampleLayout};
 use super::{define_function, plan, Result};
 use nnc_runtime_abi::abi::{
-    NNC_ERR_BAD_OPTIONS, NNC_ERR_DIM_OUT_OF_RANGE, NNC_ERR_WORKSPACE_TOO_SMALL, NNC_OK,
+    NncRunOptions, NncThreadPool, NNC_ERR_BAD_OPTIONS, NNC_ERR_DIM_OUT_OF_RANGE,
+    NNC_ERR_WORKSPACE_TOO_SMALL, NNC_OK,
 };
 
-/// Offsets in `nnc_run_options` and `nnc_thread_pool` (64-bit targets).
-const OPTIONS_POOL: i32 = 8;
-const OPTIONS_WORKSPACE_BYTES: i32 = 16;
+/// Offsets in `nnc_run_options` and `nnc_thread_pool`: the runtime-abi crate's
+/// `#[repr(C)]` twins (see `model_info`), as i32 displacements.
+const fn field(offset: usize) -> i32 {
+    offset as i32
+}
+/// The byte just past a pointer or 64-bit field at `offset`, as the `size` that reaches it.
+const fn past(offset: usize) -> i64 {
+    (offset + 8) as i64
+}
+const OPTIONS_SIZE: i32 = field(offset_of!(NncRunOptions, size));
+const OPTIONS_POOL: i32 = field(offset_of!(NncRunOptions, pool));
+const OPTIONS_WORKSPACE_BYTES: i32 = field(offset_of!(NncRunOptions, workspace_bytes));
 /// `size` must reach past `pool` (ABI 3's first two fields) ...
-const OPTIONS_MIN_SIZE: i64 = 16;
+const OPTIONS_MIN_SIZE: i64 = past(offset_of!(NncRunOptions, pool));
 /// ... and past `workspace_bytes` for that to be read ...
-const OPTIONS_WITH_WORKSPACE_BYTES: i64 = 24;
+const OPTIONS_WITH_WORKSPACE_BYTES: i64 = past(offset_of!(NncRunOptions, workspace_bytes));
 /// ... and past `dims` (ABI 4) for that.
-const OPTIONS_DIMS: i32 = 24;
-const OPTIONS_WITH_DIMS: i64 = 32;
+const OPTIONS_DIMS: i32 = field(offset_of!(NncRunOptions, dims));
+const OPTIONS_WITH_DIMS: i64 = past(offset_of!(NncRunOptions, dims));
 /// `int64_t *output_shapes` (ABI 5), read when `size` reaches the end of it.
-const OPTIONS_OUTPUT_SHAPES: i32 = 32;
-const OPTIONS_WITH_OUTPUT_SHAPES: i64 = 40;
+const OPTIONS_OUTPUT_SHAPES: i32 = field(offset_of!(NncRunOptions, output_shapes));
+const OPTIONS_WITH_OUTPUT_SHAPES: i64 = past(offset_of!(NncRunOptions, output_shapes));
 
 /// Where `run` finds the size of one output axis for `options->output_shapes`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,8 +80,9 @@ pub(super) enum AxisExtent {
         symbols: usize,
     },
 }
-const POOL_NUM_THREADS: i32 = 8;
-const POOL_PARALLEL_FOR: i32 = 16;
+const POOL_CTX: i32 = field(offset_of!(NncThreadPool, ctx));
+const POOL_NUM_THREADS: i32 = field(offset_of!(NncThreadPool, num_threads));
+const POOL_PARALLEL_FOR: i32 = field(offset_of!(NncThreadPool, parallel_for));
 
 /// How the split nodes run under a pool: their task functions and the workspace
 /// layout beyond the arena.
@@ -204,7 +216,7 @@ fn check_options(b: &mut FunctionBuilder, options: Value, bad: Block) -> (Block,
     b.ins().brif(null, single, &[], read, &[]);
     b.seal_block(read);
     b.switch_to_block(read);
-    let size = b.ins().uload32(flags(), options, 0);
+    let size = b.ins().uload32(flags(), options, OPTIONS_SIZE);
     let small = b
         .ins()
         .icmp_imm_u(IntCC::UnsignedLessThan, size, OPTIONS_MIN_SIZE);
@@ -260,7 +272,7 @@ fn size_or_zero(b: &mut FunctionBuilder, options: Value) -> Value {
     );
     b.seal_block(read);
     b.switch_to_block(read);
-    let size = b.ins().uload32(flags(), options, 0);
+    let size = b.ins().uload32(flags(), options, OPTIONS_SIZE);
     b.ins()
         .jump(join, &[cranelift_codegen::ir::BlockArg::Value(size)]);
     b.seal_block(join);
@@ -372,7 +384,7 @@ pub(super) fn define_run(
                 b.block_params(pooled_block)[0],
                 b.block_params(pooled_block)[1],
             );
-            let size = b.ins().uload32(flags(), options, 0);
+            let size = b.ins().uload32(flags(), options, OPTIONS_SIZE);
             let needed = pooled_bytes(b, pooled, arena, threads);
             check_workspace_bytes(b, options, size, needed, too_small);
             let (r, count) = match samples {
@@ -610,7 +622,7 @@ pub(super) fn emit_pooled_launch(
     let trampoline = pooled.trampolines[k].expect("split nodes have a task function");
     let tref = module.declare_func_in_func(trampoline, b.func);
     let task = b.ins().func_addr(PTR, tref);
-    let pool_ctx = b.ins().load(PTR, flags(), pool, 0);
+    let pool_ctx = b.ins().load(PTR, flags(), pool, POOL_CTX);
     let parallel_for = b.ins().load(PTR, flags(), pool, POOL_PARALLEL_FOR);
     let mut sig = Signature::new(module.isa().default_call_conv());
     sig.params.push(AbiParam::new(PTR));
