@@ -297,6 +297,9 @@ const PAIRS_ONES: usize = 11;
 const PAIRS_PRODUCT: usize = 12;
 /// Free in the epilogue of both: a permutation, a mask and a temporary (also the
 /// activation's).
+/// The first of three registers the requantizing epilogue holds its constants in when
+/// the accumulators end below it (the K loop's planes and weights registers).
+const EP_HELD: usize = 8;
 const EP_PERM: usize = 12;
 const EP_MASK: usize = 13;
 const EP_T: usize = 14;
@@ -721,6 +724,18 @@ impl ConvEmitter<'_> {
         let missing = (rows..4).fold(0u32, |w, b| w | u32::from(rq.zero_point) << (8 * b));
         let missing = self.consts.get(a, f32::from_bits(missing));
         let (perm, mask, t) = (YMM[EP_PERM], YMM[EP_MASK], YMM[EP_T]);
+        // With 8 accumulators (AVX2) the K loop's registers are free here: the
+        // requantization's constants are loaded once per tile, not once per vector.
+        let held = (s.accs() * MR <= EP_HELD).then_some([
+            YMM[EP_HELD],
+            YMM[EP_HELD + 1],
+            YMM[EP_HELD + 2],
+        ]);
+        if let Some([i, z, c]) = held {
+            a.vmovups(i, ymmword_ptr(inv))?;
+            a.vmovups(z, ymmword_ptr(zp))?;
+            a.vmovups(c, ymmword_ptr(top))?;
+        }
         for j in 0..vecs {
             self.load_vector(a, j)?;
             if s.residual {
@@ -740,11 +755,22 @@ impl ConvEmitter<'_> {
                     a.vaddps(x, x, t)?;
                 }
                 activate(a, &v, &mut self.consts, s.activation, &[xi], &[EP_T])?;
-                a.vmulps(x, x, ymmword_ptr(inv))?;
-                a.vaddps(x, x, ymmword_ptr(zp))?;
+                match held {
+                    Some([i, z, _]) => {
+                        a.vmulps(x, x, i)?;
+                        a.vaddps(x, x, z)?;
+                    }
+                    None => {
+                        a.vmulps(x, x, ymmword_ptr(inv))?;
+                        a.vaddps(x, x, ymmword_ptr(zp))?;
+                    }
+                }
                 // vmaxps returns its second operand when the first is NaN: NaN → 0.
                 a.vmaxps(x, x, ymmword_ptr(zero))?;
-                a.vminps(x, x, ymmword_ptr(top))?;
+                match held {
+                    Some([_, _, c]) => a.vminps(x, x, c)?,
+                    None => a.vminps(x, x, ymmword_ptr(top))?,
+                }
                 a.vcvtps2dq(x, x)?;
             }
             let out = YMM[s.acc(0, j)];

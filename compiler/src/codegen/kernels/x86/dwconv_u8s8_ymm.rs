@@ -33,6 +33,12 @@ const ACCS: usize = 4;
 /// Bytes of one tap's weights for one quad: four int16-in-int32 lanes, twice.
 pub const TAP_BYTES: usize = 32;
 
+/// The tap's weights, loaded once for the chunk's four registers.
+const WEIGHTS: usize = 4;
+/// The requantization's `1 / scale`, zero point and 255.0, kept for every chunk.
+const INV: usize = 5;
+const ZP: usize = 6;
+const TOP: usize = 7;
 const BIAS: usize = 8;
 const SCALE: usize = 9;
 const PERM: usize = 10;
@@ -168,6 +174,10 @@ impl DwEmitter<'_> {
         a.vmovd(xmm11, r11d)?;
         a.vpbroadcastd(YMM[ZP_BYTES], xmm11)?;
         a.vmovdqu(YMM[PERM], ymmword_ptr(self.perm))?;
+        for (reg, value) in [(INV, s.inv_scale), (ZP, s.zero_point as f32), (TOP, 255.0)] {
+            let at = self.consts.get(a, value);
+            a.vmovups(YMM[reg], ymmword_ptr(at))?;
+        }
         let tail = s.out_w % CHUNK;
         if tail > 0 {
             a.vmovdqu(YMM[TAIL_MASK], ymmword_ptr(self.tail_mask))?;
@@ -238,28 +248,27 @@ impl DwEmitter<'_> {
             a.vpxor(acc, acc, acc)?;
         }
         let x = YMM[INPUT];
+        let w = YMM[WEIGHTS];
         for (t, &offset) in s.taps.iter().enumerate() {
+            a.vmovdqu(w, ymmword_ptr(rsi + imm(t * TAP_BYTES)?))?;
             for (v, &acc) in YMM[..ACCS].iter().enumerate() {
                 a.vpmovzxbd(x, qword_ptr(r13 + imm(offset + 8 * v)?))?;
-                a.vpmaddwd(x, x, ymmword_ptr(rsi + imm(t * TAP_BYTES)?))?;
+                a.vpmaddwd(x, x, w)?;
                 a.vpaddd(acc, acc, x)?;
             }
         }
         let vecs = Vecs { isa: X86Isa::Avx2 };
-        let inv = self.consts.get(a, s.inv_scale);
-        let zp = self.consts.get(a, s.zero_point as f32);
         let zero = self.consts.get(a, 0.0);
-        let top = self.consts.get(a, 255.0);
         for (v, &y) in YMM[..ACCS].iter().enumerate() {
             a.vpaddd(y, y, YMM[BIAS])?;
             a.vcvtdq2ps(y, y)?;
             a.vmulps(y, y, YMM[SCALE])?;
             activate(a, &vecs, &mut self.consts, s.activation, &[v], &[ACT_T])?;
-            a.vmulps(y, y, ymmword_ptr(inv))?;
-            a.vaddps(y, y, ymmword_ptr(zp))?;
+            a.vmulps(y, y, YMM[INV])?;
+            a.vaddps(y, y, YMM[ZP])?;
             // vmaxps returns its second operand when the first is NaN: NaN → 0.
             a.vmaxps(y, y, ymmword_ptr(zero))?;
-            a.vminps(y, y, ymmword_ptr(top))?;
+            a.vminps(y, y, YMM[TOP])?;
             a.vcvtps2dq(y, y)?;
         }
         // Dwords of pixels [0 2 4 6 | 1 3 5 7] after the per-lane packs, then in order.
