@@ -9,7 +9,7 @@ use super::target::Target;
 use crate::error::{NncError, Result};
 use crate::ir::{Graph, ValueId};
 use nnc_runtime_abi::abi::{
-    NncAxisDim, NncAxisExtent, NncBoundedAxis, NncDimInfo, NncExtentStep, NncModelInfo,
+    NncAxisDim, NncAxisExtent, NncBoundedAxis, NncDimInfo, NncExtentStep, NncModelInfo as Info,
     NncTensorInfo, NNC_ABI_VERSION,
 };
 use std::mem::{offset_of, size_of};
@@ -23,7 +23,7 @@ const _: () = assert!(
     "nnc writes the C ABI's structs as its LP64 targets lay them out: build it for a 64-bit host"
 );
 
-const MODEL_INFO_SIZE: usize = size_of::<NncModelInfo>();
+const MODEL_INFO_SIZE: usize = size_of::<Info>();
 const TENSOR_INFO_SIZE: usize = size_of::<NncTensorInfo>();
 const DIM_INFO_SIZE: usize = size_of::<NncDimInfo>();
 const AXIS_DIM_SIZE: usize = size_of::<NncAxisDim>();
@@ -78,62 +78,54 @@ pub fn define(
     let put64 =
         |b: &mut Vec<u8>, at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 
+    put32(&mut bytes, offset_of!(Info, abi_version), NNC_ABI_VERSION);
     put32(
         &mut bytes,
-        offset_of!(NncModelInfo, abi_version),
-        NNC_ABI_VERSION,
-    );
-    put32(
-        &mut bytes,
-        offset_of!(NncModelInfo, num_inputs),
+        offset_of!(Info, num_inputs),
         graph.inputs.len() as u32,
     );
     put32(
         &mut bytes,
-        offset_of!(NncModelInfo, num_outputs),
+        offset_of!(Info, num_outputs),
         graph.outputs.len() as u32,
     );
-    relocs.push((offset_of!(NncModelInfo, inputs), infos_at));
+    relocs.push((offset_of!(Info, inputs), infos_at));
     relocs.push((
-        offset_of!(NncModelInfo, outputs),
+        offset_of!(Info, outputs),
         infos_at + TENSOR_INFO_SIZE * graph.inputs.len(),
     ));
     put64(
         &mut bytes,
-        offset_of!(NncModelInfo, workspace_size),
+        offset_of!(Info, workspace_size),
         arena_size as u64,
     );
-    put64(
-        &mut bytes,
-        offset_of!(NncModelInfo, workspace_align),
-        ALIGN as u64,
-    );
+    put64(&mut bytes, offset_of!(Info, workspace_align), ALIGN as u64);
     put32(
         &mut bytes,
-        offset_of!(NncModelInfo, num_dims),
+        offset_of!(Info, num_dims),
         graph.dims.len() as u32,
     );
     put32(
         &mut bytes,
-        offset_of!(NncModelInfo, num_axis_dims),
+        offset_of!(Info, num_axis_dims),
         axis_dims.len() as u32,
     );
     if !graph.dims.is_empty() {
-        relocs.push((offset_of!(NncModelInfo, dims), dim_infos_at));
+        relocs.push((offset_of!(Info, dims), dim_infos_at));
     }
     if !axis_dims.is_empty() {
-        relocs.push((offset_of!(NncModelInfo, axis_dims), axis_dims_at));
+        relocs.push((offset_of!(Info, axis_dims), axis_dims_at));
     }
     put32(
         &mut bytes,
-        offset_of!(NncModelInfo, num_bounded_axes),
+        offset_of!(Info, num_bounded_axes),
         bounded.len() as u32,
     );
     if !bounded.is_empty() {
-        relocs.push((offset_of!(NncModelInfo, bounded_axes), bounded_at));
+        relocs.push((offset_of!(Info, bounded_axes), bounded_at));
     }
     if derived {
-        relocs.push((offset_of!(NncModelInfo, axis_extents), extents_at));
+        relocs.push((offset_of!(Info, axis_extents), extents_at));
         let mut step_at = steps_at;
         for (j, a) in axis_dims.iter().enumerate() {
             let at = extents_at + j * AXIS_EXTENT_SIZE;
@@ -195,9 +187,9 @@ pub fn define(
     }
 
     for (at, text) in [
-        (offset_of!(NncModelInfo, cpu_variants), target.cpu.clone()),
+        (offset_of!(Info, cpu_variants), target.cpu.clone()),
         (
-            offset_of!(NncModelInfo, required_cpu_features),
+            offset_of!(Info, required_cpu_features),
             target.required_feature_names(),
         ),
     ] {

@@ -252,7 +252,6 @@ pub fn plan_conv_u8s8(
                     &g,
                     requantize,
                     node.inputs.get(3).copied().flatten().is_some(),
-                    conv.activation,
                 ) =>
         {
             let tasks = map_split(&g, 4).tasks;

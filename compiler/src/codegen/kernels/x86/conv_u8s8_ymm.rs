@@ -869,7 +869,7 @@ impl ConvEmitter<'_> {
         let mut top = a.create_label();
         a.set_label(&mut top)?;
         for (from, to) in [(0, offset * 4), (written_end, rq.quad_bytes)] {
-            fill_range(a, from, to)?;
+            FILL_RBX.fill(a, from, to)?;
         }
         a.add(rbx, imm(rq.quad_bytes)?)?;
         a.inc(r12d)?;
@@ -939,25 +939,49 @@ fn widen_weights(a: &mut CodeAssembler, bytes: usize) -> AsmResult<()> {
     Ok(())
 }
 
-/// Stores the zero-point word (ymm0 / r11d) over bytes `from .. to` of rbx (multiples
-/// of 4): whole vectors, then dwords. Clobbers rax and r13.
-pub(super) fn fill_range(a: &mut CodeAssembler, from: usize, to: usize) -> AsmResult<()> {
-    if to <= from {
-        return Ok(());
+/// Registers that store a zero point's four bytes over a byte range: the base address,
+/// two it clobbers (cursor and end), and the bytes in every lane of `vector` and in `word`.
+pub(super) struct ZeroPointFill {
+    pub base: AsmRegister64,
+    pub cursor: AsmRegister64,
+    pub end: AsmRegister64,
+    pub vector: AsmRegisterYmm,
+    pub word: AsmRegister32,
+}
+
+/// The GEMM and quantization kernels' registers: rbx, clobbering rax and r13, ymm0 / r11d.
+pub(super) const FILL_RBX: ZeroPointFill = ZeroPointFill {
+    base: rbx,
+    cursor: rax,
+    end: r13,
+    vector: ymm0,
+    word: r11d,
+};
+
+impl ZeroPointFill {
+    /// Stores the zero point over bytes `from .. to` of `base` (multiples of 4): whole
+    /// vectors, then dwords.
+    pub(super) fn fill(&self, a: &mut CodeAssembler, from: usize, to: usize) -> AsmResult<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let whole = (to - from) / 32;
+        if whole > 0 {
+            a.lea(self.cursor, qword_ptr(self.base + imm(from)?))?;
+            a.lea(self.end, qword_ptr(self.base + imm(from + whole * 32)?))?;
+            let mut top = a.create_label();
+            a.set_label(&mut top)?;
+            a.vmovdqu(ymmword_ptr(self.cursor), self.vector)?;
+            a.add(self.cursor, 32)?;
+            a.cmp(self.cursor, self.end)?;
+            a.jb(top)?;
+        }
+        for d in 0..(to - from) % 32 / 4 {
+            a.mov(
+                dword_ptr(self.base + imm(from + whole * 32 + 4 * d)?),
+                self.word,
+            )?;
+        }
+        Ok(())
     }
-    let whole = (to - from) / 32;
-    if whole > 0 {
-        a.lea(rax, qword_ptr(rbx + imm(from)?))?;
-        a.lea(r13, qword_ptr(rbx + imm(from + whole * 32)?))?;
-        let mut top = a.create_label();
-        a.set_label(&mut top)?;
-        a.vmovdqu(ymmword_ptr(rax), ymm0)?;
-        a.add(rax, 32)?;
-        a.cmp(rax, r13)?;
-        a.jb(top)?;
-    }
-    for d in 0..(to - from) % 32 / 4 {
-        a.mov(dword_ptr(rbx + imm(from + whole * 32 + 4 * d)?), r11d)?;
-    }
-    Ok(())
 }

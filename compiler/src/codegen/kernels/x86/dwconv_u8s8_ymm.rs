@@ -19,8 +19,9 @@
 
 use iced_x86::code_asm::*;
 
-use super::activation::{activate, supports_activation};
+use super::activation::activate;
 use super::asm::{emit_consts, imm, AsmResult, Consts, Vecs, X86Isa, YMM};
+use super::conv_u8s8_ymm::ZeroPointFill;
 use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, Requantize};
 
@@ -49,14 +50,10 @@ const ACT_T: usize = 13;
 const PACK: usize = 14;
 const TAIL_MASK: usize = 15;
 
-/// Whether the kernel computes this convolution: depthwise, requantized into stride-1
-/// planes, no residual, whole quads of maps, an activation with a register form.
-pub fn supports(
-    g: &ConvU8Geometry,
-    requantize: Option<&Requantize>,
-    residual: bool,
-    act: Activation,
-) -> bool {
+/// Whether the kernel computes this convolution (its activation having a register form,
+/// as the plan checks for every x86 INT8 kernel): depthwise, requantized into stride-1
+/// planes, no residual, whole quads of maps.
+pub fn supports(g: &ConvU8Geometry, requantize: Option<&Requantize>, residual: bool) -> bool {
     let Some(r) = requantize else { return false };
     g.depthwise
         && !residual
@@ -65,7 +62,6 @@ pub fn supports(
         && r.layout.cols >= g.out_w
         && g.out_w > 0
         && g.out_h > 0
-        && supports_activation(act)
 }
 
 /// The weights as the kernel reads them: per quad of maps, per tap, each map's weight
@@ -162,8 +158,8 @@ const SAVED: [AsmRegister64; 4] = [rbx, rbp, r12, r13];
 
 impl DwEmitter<'_> {
     // Registers: rdi input quad, rsi its weights, rdx output quad, rcx bias, r8 scale;
-    // r10d quads left, rax input row, r14 → rbx output row, r12d rows left, r13 input
-    // chunk, rbp output chunk, r9d chunks left, r11d the zero point's four bytes.
+    // r10d quads left, rax input row, rbx output row, r12d rows left, r13 input chunk,
+    // rbp output chunk, r9d chunks left, r11d the zero point's four bytes.
     fn function(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         let s = self.s;
         for r in SAVED {
@@ -285,7 +281,8 @@ impl DwEmitter<'_> {
         Ok(())
     }
 
-    /// The zero point's bytes over `[base + from, base + to)` (dword-aligned).
+    /// The zero point's bytes over `[base + from, base + to)` (dword-aligned); clobbers
+    /// r13 and rbp.
     fn fill(
         &mut self,
         a: &mut CodeAssembler,
@@ -293,28 +290,14 @@ impl DwEmitter<'_> {
         from: usize,
         to: usize,
     ) -> AsmResult<()> {
-        if to <= from {
-            return Ok(());
-        }
-        let whole = (to - from) / 32;
-        if whole > 4 {
-            a.lea(r13, qword_ptr(base + imm(from)?))?;
-            a.lea(rbp, qword_ptr(base + imm(from + whole * 32)?))?;
-            let mut top = a.create_label();
-            a.set_label(&mut top)?;
-            a.vmovdqu(ymmword_ptr(r13), YMM[ZP_BYTES])?;
-            a.add(r13, 32)?;
-            a.cmp(r13, rbp)?;
-            a.jb(top)?;
-        } else {
-            for i in 0..whole {
-                a.vmovdqu(ymmword_ptr(base + imm(from + 32 * i)?), YMM[ZP_BYTES])?;
-            }
-        }
-        for d in 0..(to - from) % 32 / 4 {
-            a.mov(dword_ptr(base + imm(from + whole * 32 + 4 * d)?), r11d)?;
-        }
-        Ok(())
+        let fill = ZeroPointFill {
+            base,
+            cursor: r13,
+            end: rbp,
+            vector: YMM[ZP_BYTES],
+            word: r11d,
+        };
+        fill.fill(a, from, to)
     }
 
     fn data(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {

@@ -5,7 +5,7 @@
 use iced_x86::code_asm::*;
 
 use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, YMM};
-use super::conv_u8s8_ymm::{fill_range, SAVED};
+use super::conv_u8s8_ymm::{FILL_RBX, SAVED};
 use super::planes_walk::{quantize_image, ChunkEmitter};
 use crate::ops::PlaneLayout;
 
@@ -67,7 +67,7 @@ impl Quantizer<'_> {
         a.vmovd(xmm0, r11d)?;
         a.vpbroadcastd(ymm0, xmm0)?;
         a.mov(rbx, rsi)?;
-        fill_range(a, 0, l.image_bytes())?;
+        FILL_RBX.fill(a, 0, l.image_bytes())?;
         let zero = self.consts.get(a, 0.0);
         let top = self.consts.get(a, 255.0);
         let inv = self.consts.get(a, inv);
