@@ -410,14 +410,7 @@ pub fn plan_node(
                 )
             }),
         Op::RnnSequence { cell, reverse } => node.input(0).zip(node.input(1)).map(|(xw, r)| {
-            let (batch, hidden) = (xw.shape[1], r.shape[2]);
-            let r_constant = node.constant(1).is_some();
-            let bytes = lower::rnn_scratch(*cell, reverse.len(), batch, hidden, r_constant);
-            NodeKernel::new(
-                Strategy::Clif,
-                bytes,
-                "the states, one row's gates, packed R",
-            )
+            lower::plan_rnn_sequence(*cell, reverse.len(), xw, r, node, target, options)
         }),
         _ => None,
     };

@@ -54,7 +54,7 @@ pub use norm::plan_softmax;
 pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};
 pub use pool::{plan_pool, PoolStrategy};
 pub use quant::plan_integer;
-pub use recurrence::rnn_scratch;
+pub use recurrence::{plan_rnn_sequence, rnn_scratch};
 pub use value_dependent::{nms_scratch, unique_scratch};
 
 pub type LowerResult = Result<(), String>;
