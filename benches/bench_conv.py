@@ -2,10 +2,11 @@
 """A/B of one convolution compiled by nnc under different code-generation switches.
 
 usage: bench_conv.py C M H K S [KIND=CHOICE ...]
+       bench_conv.py dw C H K S [KIND=CHOICE ...]
        bench_conv.py maxpool C H K S [KIND=CHOICE ...]
 
 Builds a one-node model (Conv C→M channels, H×H input, K×K kernel (or KHxKW, e.g. 1x7),
-stride S, padding K div 2, bias, Relu; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with nnc's own kernel choices ("base") and once per
+stride S, padding K div 2, bias, Relu; `dw`: the depthwise conv, group = C = M; or MaxPool K×K, stride S, no padding, on C×H×H), compiles it once with nnc's own kernel choices ("base") and once per
 `--kernel` KIND=CHOICE given (e.g. winograd=off, phase-planes=off, narrow-conv=off,
 gemm=clif, dwconv=clif; `nnc compile --help` lists them), then times the variants in alternating
 rounds (thread CPU time, best of 15 rounds) and prints ms, GFLOP/s of the direct
@@ -38,15 +39,17 @@ def kernel_dims(text):
     return int(kh), int(kw or kh)
 
 
-def conv_model(c, m, h, k, s, path):
+def conv_model(c, m, h, k, s, path, group=1):
     kh, kw = k
     oh = (h + 2 * (kh // 2) - kh) // s + 1
     ow = (h + 2 * (kw // 2) - kw) // s + 1
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array((rng.standard_normal((m, c, kh, kw)) * 0.05).astype(np.float32), "w")
+    w = rng.standard_normal((m, c // group, kh, kw)) * 0.05
+    w = numpy_helper.from_array(w.astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")
     conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kh, kw],
-                            pads=[kh // 2, kw // 2, kh // 2, kw // 2], strides=[s, s])
+                            pads=[kh // 2, kw // 2, kh // 2, kw // 2], strides=[s, s],
+                            group=group)
     relu = helper.make_node("Relu", ["c"], ["y"])
     graph = helper.make_graph(
         [conv, relu], "conv",
@@ -85,8 +88,9 @@ class OrtRun:
 
 def main():
     pooling = len(sys.argv) > 1 and sys.argv[1] == "maxpool"
-    args = sys.argv[2:] if pooling else sys.argv[1:]
-    if len(args) < (4 if pooling else 5):
+    depthwise = len(sys.argv) > 1 and sys.argv[1] == "dw"
+    args = sys.argv[2:] if pooling or depthwise else sys.argv[1:]
+    if len(args) < (4 if pooling or depthwise else 5):
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "node.onnx")
@@ -95,6 +99,12 @@ def main():
             m, envs = c, args[4:]
             oh = ow = maxpool_model(c, h, k, s, model)
             flops = c * k * k * oh * oh
+        elif depthwise:
+            c, h, s = int(args[0]), int(args[1]), int(args[3])
+            kh, kw = kernel_dims(args[2])
+            m, envs = c, args[4:]
+            oh, ow = conv_model(c, c, h, (kh, kw), s, model, group=c)
+            flops = 2 * c * kh * kw * oh * ow
         else:
             c, m, h, s = int(args[0]), int(args[1]), int(args[2]), int(args[4])
             kh, kw = kernel_dims(args[3])
