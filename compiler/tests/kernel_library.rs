@@ -296,13 +296,34 @@ fn conv_gemm_cases() -> Vec<Case> {
             true,
             false,
         ),
+        // The transposed GEMM takes 128+ maps on at most 64 positions; Xᵀ is packed
+        // by K blocks (K past 1.5 blocks on every family) and row tiles (49 positions
+        // end in a partial tile).
         conv_case(
-            "Conv 3x3 on 7x7, 96 maps (transposed GEMM)",
+            "Conv 3x3 on 7x7, 128 maps (transposed GEMM, im2col, K blocks)",
             conv_attrs([3, 3], 1, [1; 4], 1),
-            &[1, 32, 7, 7],
-            &[96, 32, 3, 3],
+            &[1, 72, 7, 7],
+            &[128, 72, 3, 3],
             true,
             true,
+            false,
+        ),
+        conv_case(
+            "Conv 1x1 on 7x7, 600 channels, 160 maps, residual (transposed GEMM)",
+            conv_attrs([1, 1], 1, [0; 4], 1),
+            &[1, 600, 7, 7],
+            &[160, 600, 1, 1],
+            true,
+            true,
+            true,
+        ),
+        conv_case(
+            "Conv 1x1 on 6x6, batch 2, 130 maps (transposed GEMM, one task)",
+            conv_attrs([1, 1], 1, [0; 4], 1),
+            &[2, 200, 6, 6],
+            &[130, 200, 1, 1],
+            true,
+            false,
             false,
         ),
     ];

@@ -396,7 +396,7 @@ pub fn plan_conv(
             "few output positions and many maps, constant weights, x86 GEMM kernels",
         )
         .map(|k| {
-            let mut k = with_prologue(k.with_tasks(tasks), narrow::has_prologue(&g));
+            let mut k = with_prologue(k.with_tasks(tasks), true);
             if k.prologue {
                 k.prologue_parts = narrow::prologue_split(&g).tasks;
             }
