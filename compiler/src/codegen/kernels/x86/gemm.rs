@@ -857,7 +857,7 @@ impl Emitter<'_> {
     /// per accumulator, not by the FMA ports: 2 ports × 4 cycles want 8 chains in
     /// flight. Such tiles spread their K steps over 2 or 4 sets of accumulators, taken
     /// from the registers the full tile would use, and add them up after the loop
-    /// (digits_cnn's 512→64 Gemm on one row: see BENCHMARKS.md).
+    /// (digits_cnn's 512→64 Gemm on one row; figures in BENCHMARKS.md's history, git).
     fn k_splits(&self, t: &TileShape) -> usize {
         const FMA_CHAINS: usize = 8;
         let (mr, vecs) = self.v.isa.tile();

@@ -11,7 +11,7 @@
 //!
 //! Why: attention's softmax rows (vit_tiny: 4 × 197 rows of 197 per layer) ran at
 //! 4 lanes in the Cranelift code, ~10% of vit_tiny's time; 16 lanes with the
-//! polynomial on FMAs is ~4× less (see BENCHMARKS.md).
+//! polynomial on FMAs is ~4× less (BENCHMARKS.md's history in git).
 //!
 //! NaN: the maximum ignores nothing on purpose: if a row holds a NaN, `x − max` or the
 //! sum is NaN, so the whole row becomes NaN as in the reference; the −88 clamp is

@@ -33,7 +33,7 @@
 //!   NCHW kernels on each of those layers, and are even with its NCHWc ones on ResNet's
 //!   3×3 convs (the Winograd F(4×4) layers 1.55 vs 1.95 ms, the 512-map 7×7 ones
 //!   2.8 vs 2.7), but not on SqueezeNet's stem and first pool, where squeezenet1_1
-//!   still trails onnxruntime (BENCHMARKS.md).
+//!   still trails onnxruntime (BENCHMARKS.md's history in git).
 //! * So NCHW stays the layout until a channel-blocked path for conv chains is built and
 //!   measured against it. A fused Conv+ReLU+MaxPool that pools the stem's output band
 //!   by band from L2 was measured: no gain beyond noise, as the stem is bound by its

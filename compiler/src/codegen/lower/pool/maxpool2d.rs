@@ -9,7 +9,7 @@
 //! with two loads and a shuffle per tap at stride 2; this path reads each input once
 //! per window row and each buffer float a few times. Measured on squeezenet1_1's
 //! 3×3/2 pool of 64×111×111 (`benches/bench_conv.py maxpool 64 111 3 2`): see
-//! BENCHMARKS.md.
+//! BENCHMARKS.md's history in git.
 //!
 //! On x86 targets the same passes run as machine code (`lower/maxpool2d_x86.rs`, 16 or
 //! 8 lanes, one call per image); this file keeps the plane and row structure and the
