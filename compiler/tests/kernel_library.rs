@@ -296,6 +296,17 @@ fn conv_gemm_cases() -> Vec<Case> {
             true,
             false,
         ),
+        // A 1x1 on planes a multiple of 4 KB apart takes im2col panels, not the
+        // pointwise GEMM reading them in place.
+        conv_case(
+            "Conv 1x1 on 32x32 planes (4 KB apart: im2col), residual",
+            conv_attrs([1, 1], 1, [0; 4], 1),
+            &[1, 8, 32, 32],
+            &[12, 8, 1, 1],
+            true,
+            true,
+            true,
+        ),
         // The transposed GEMM takes 128+ maps on at most 64 positions; Xᵀ is packed
         // by K blocks (K past 1.5 blocks on every family) and row tiles (49 positions
         // end in a partial tile).
