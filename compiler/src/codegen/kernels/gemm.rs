@@ -234,6 +234,33 @@ impl Geometry {
 pub const PANEL_QUANTUM: usize = 48;
 
 impl GemmSpec {
+    /// `C = A·B` of static sizes: C's rows `n` floats apart, no addend, no activation,
+    /// nothing counted at run time (struct-update the rest).
+    pub fn product(
+        (m, n, k): (usize, usize, usize),
+        a: ALayout,
+        b: BLayout,
+        geometry: Geometry,
+    ) -> GemmSpec {
+        GemmSpec {
+            m,
+            n,
+            k,
+            a,
+            b,
+            ldc: n,
+            c_col_stride: 1,
+            alpha: 1.0,
+            addends: vec![],
+            activation: Activation::None,
+            geometry,
+            b_taps: vec![],
+            rows_at_run_time: false,
+            cols_at_run_time: false,
+            run_time_strides: RunTimeStrides::None,
+        }
+    }
+
     /// Byte offset of `C[r, col]` from `C[0, 0]`.
     pub(super) fn c_offset(&self, r: usize, col: usize) -> i32 {
         ((r * self.ldc + col * self.c_col_stride) * 4) as i32

@@ -7,9 +7,7 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::conv::{unravel, ConvOperands, F32};
-use super::gemm::{
-    self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, RunTimeStrides, LANES,
-};
+use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
@@ -229,29 +227,20 @@ fn transpose_gemm_taps(
         } else {
             1
         };
+        let rows = BLayout::Rows {
+            row_stride: in_plane,
+        };
+        // Columns scatter with the stride: only the Cranelift kernel stores that way.
+        let shape = (g.mg, ranges[last].len(), g.cg);
         let spec = GemmSpec {
-            m: g.mg,
-            n: ranges[last].len(),
-            k: g.cg,
-            a: weights.layout,
-            b: BLayout::Rows {
-                row_stride: in_plane,
-            },
             ldc: out_plane,
             c_col_stride: col_stride,
-            alpha: 1.0,
             addends: vec![Addend {
                 row_stride: out_plane,
                 col_stride,
                 scale: 1.0,
             }],
-            activation: Activation::None,
-            // Columns scatter with the stride: only the Cranelift kernel stores that way.
-            geometry,
-            b_taps: vec![],
-            rows_at_run_time: false,
-            cols_at_run_time: false,
-            run_time_strides: RunTimeStrides::None,
+            ..GemmSpec::product(shape, weights.layout, rows, geometry)
         };
         let index = match kernels.iter().position(|(s, _)| *s == spec) {
             Some(i) => i,

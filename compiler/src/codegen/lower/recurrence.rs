@@ -20,7 +20,7 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::gemm::{ALayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides};
+use super::gemm::{ALayout, GemmKernel, GemmSpec, Geometry, KernelKind};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
@@ -30,7 +30,6 @@ use crate::codegen::options::KernelOptions;
 use crate::codegen::plan::ALIGN;
 use crate::codegen::Target;
 use crate::ir::TensorType;
-use crate::ops::Activation;
 use crate::ops::RnnCell;
 
 /// Gate units (columns of the recurrent product) one pass accumulates.
@@ -127,26 +126,11 @@ fn recurrent_gemm(
             0.0
         }
     });
-    let spec = GemmSpec {
-        m: 1,
-        n,
-        k: hidden,
-        a: ALayout::Strided {
-            row_stride: hp,
-            col_stride: 1,
-        },
-        b,
-        ldc: n,
-        c_col_stride: 1,
-        alpha: 1.0,
-        addends: vec![],
-        activation: Activation::None,
-        geometry,
-        b_taps: vec![],
-        rows_at_run_time: false,
-        cols_at_run_time: false,
-        run_time_strides: RunTimeStrides::None,
+    let a = ALayout::Strided {
+        row_stride: hp,
+        col_stride: 1,
     };
+    let spec = GemmSpec::product((1, n, hidden), a, b, geometry);
     (spec, packed)
 }
 
