@@ -12,8 +12,8 @@
 //! Xᵀ (the input itself for a pointwise conv, else an im2col matrix `[K][P']`, the
 //! im2col panel code with one panel as wide as P rounded to vectors) is copied into
 //! the GEMM's packed-A layout first (see [`pack_a_rows`]): read strided, the K loop
-//! took another cache line of Xᵀ per step and ran at ~70 GFLOP/s on a Zen 3. The weights, constant, are packed at compile time as B. The kernel adds
-//! the bias (one per column now) and applies the activation; a residual cannot follow
+//! took another cache line of Xᵀ per step and ran at ~70 GFLOP/s on a Zen 3. The
+//! weights, constant, are packed at compile time as B. The kernel adds the bias (one per column now) and applies the activation; a residual cannot follow
 //! the transposed layout through the kernel, so the copy that transposes `Yᵀ` into the
 //! NCHW output adds it and applies the activation after it.
 
@@ -72,7 +72,7 @@ struct Layout {
     cols_width: usize,
     cols_bytes: usize,
     out_bytes: usize,
-    /// Xᵀ copied into the GEMM's packed-A layout (see [`pack_a_at_run_time`]).
+    /// Xᵀ copied into the GEMM's packed-A layout (see [`pack_a_rows`]).
     packed_a_bytes: usize,
 }
 
@@ -218,7 +218,6 @@ pub(super) fn conv_transposed_gemm(
             .take(ops.bias.iter().count())
             .copied()
             .collect();
-        let zero = kernel::iconst(b, 0);
         pack_a_rows(b, &geom, (p, k), (a, width), packed_a, (zero, k));
         kernel.call(b, packed_a, w_ptr, yt, &bias);
         let r = residual.then(|| addends[addends.len() - 1]);
