@@ -20,8 +20,8 @@ use dynamic::*;
 use std::ffi::CStr;
 
 use models::{Attr, ModelBuilder};
-use nnc::codegen::kernel_plan::{plan_kernels, Strategy};
 use nnc::codegen::options::{KernelOptions, WinogradChoice};
+use nnc::codegen::plan::{plan_kernels, Strategy};
 use nnc::codegen::Target;
 use nnc::ir::{Graph, Tensor};
 use nnc::onnx::proto::{type_proto, ModelProto};

@@ -17,7 +17,7 @@ mod runner;
 mod tools;
 
 use graphs::{error_values, one_node, In, Scale};
-use nnc::codegen::kernel_plan::plan_kernels;
+use nnc::codegen::plan::plan_kernels;
 use nnc::codegen::{Arch, KernelOptions, Target};
 use nnc::ir::Tensor;
 use nnc::ops::{Activation, ConvAttrs, GemmAttrs, Op};

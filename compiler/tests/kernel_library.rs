@@ -36,8 +36,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use graphs::{compare, cst, f32s, one_node, tolerance, In, Scale};
-use nnc::codegen::kernel_plan::{plan_kernels, Strategy};
 use nnc::codegen::kernels::{self, KERNELS};
+use nnc::codegen::plan::{plan_kernels, Strategy};
 use nnc::codegen::{compile_graph, Arch, CompileOptions, KernelOptions, Target, CPU_PRESETS};
 use nnc::ir::{DType, Graph, Tensor, TensorType};
 use nnc::ops::infer::window_output;

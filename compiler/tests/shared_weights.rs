@@ -12,7 +12,7 @@ mod runner;
 mod tools;
 
 use graphs::{compare, Rng, Scale};
-use nnc::codegen::kernel_plan::{plan_kernels, Strategy};
+use nnc::codegen::plan::{plan_kernels, Strategy};
 use nnc::codegen::{compile_graph, IndexChecks, Target};
 use nnc::interp;
 use nnc::ir::{DType, Graph, Node, Tensor, TensorType, ValueId};

@@ -18,8 +18,8 @@ use std::sync::Mutex;
 
 use graphs::Rng;
 use models::{Attr, ModelBuilder};
-use nnc::codegen::kernel_plan::plan_kernels;
 use nnc::codegen::options::{KernelOptions, KernelSource};
+use nnc::codegen::plan::plan_kernels;
 use nnc::codegen::{Arch, Target};
 use nnc::ir::{DType, Graph, Tensor};
 use nnc::onnx::proto::ModelProto;

@@ -316,11 +316,8 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
         report.int8 = Some(int8_plan(&optimized));
         if options.show_kernels {
             // The plans code generation made, again, for their per-node detail.
-            let kernels = nnc::codegen::kernel_plan::plan_kernels(
-                &optimized,
-                &options.target,
-                &options.kernels,
-            );
+            let kernels =
+                nnc::codegen::plan::plan_kernels(&optimized, &options.target, &options.kernels);
             let plan = nnc::codegen::plan::plan_memory(&optimized, &kernels.scratch_bytes());
             let mut k = kernels_report(&optimized, &kernels, &plan, &options.target);
             k.threads = options.threads.map(|n| {
@@ -341,7 +338,7 @@ pub fn report(path: &Path, import: &ImportOptions, options: &InspectOptions) -> 
 
 fn kernels_report(
     g: &Graph,
-    kernels: &nnc::codegen::kernel_plan::KernelPlan,
+    kernels: &nnc::codegen::plan::KernelPlan,
     plan: &nnc::codegen::MemoryPlan,
     target: &nnc::codegen::Target,
 ) -> KernelsReport {

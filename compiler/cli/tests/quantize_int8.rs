@@ -154,11 +154,8 @@ fn check_model(name: &str, model: &[u8], shape: &[usize], min_sqnr: f64) {
     }
 
     if name == "split convs" && Target::host().has(nnc::codegen::CpuFeature::Avx2) {
-        let plan = nnc::codegen::kernel_plan::plan_kernels(
-            &quant.graph,
-            &Target::host(),
-            &Default::default(),
-        );
+        let plan =
+            nnc::codegen::plan::plan_kernels(&quant.graph, &Target::host(), &Default::default());
         let split = quant
             .graph
             .nodes

@@ -8,7 +8,6 @@ pub mod dim_values;
 mod dispatch;
 mod input_guards;
 pub mod kernel;
-pub mod kernel_plan;
 pub mod kernels;
 pub mod lower;
 pub mod machine_code_pool;
@@ -21,7 +20,6 @@ pub mod rodata_pool;
 mod row_loops;
 mod run;
 mod sample_loop;
-mod shared_tables;
 mod symbol_block;
 pub mod target;
 pub mod tasks;
@@ -394,7 +392,7 @@ pub fn plan_graph_memory_for(
     target: &Target,
     options: &KernelOptions,
 ) -> MemoryPlan {
-    let kernels = kernel_plan::plan_kernels(graph, target, options);
+    let kernels = plan::plan_kernels(graph, target, options);
     plan::plan_memory(graph, &kernels.scratch_bytes())
 }
 

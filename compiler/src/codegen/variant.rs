@@ -18,10 +18,9 @@ use cranelift_module::{FuncId, Linkage, Module};
 use cranelift_object::ObjectModule;
 
 use super::kernel::{flags, PTR};
-use super::kernel_plan::{self, KernelPlan};
 use super::lower::{self, LowerCtx, Operand};
 use super::machine_code_pool::MachineCodePool;
-use super::plan::{self, MemoryPlan};
+use super::plan::{self, KernelPlan, MemoryPlan};
 use super::rodata_pool::RodataPool;
 use super::row_loops::RowLoops;
 use super::FunctionPool;
@@ -142,7 +141,7 @@ pub(super) fn lower(
         fctx,
     } = shared;
     rodata.begin_variant(names.variant);
-    let mut kernels = kernel_plan::plan_kernels_for(lowered, &target, &opts.kernels, opts.weights);
+    let mut kernels = plan::plan_kernels_for(lowered, &target, &opts.kernels, opts.weights);
     for (k, l) in row_loops.loops.iter().enumerate() {
         if let Some(l) = l {
             kernels.run_whole(k, l.whole);

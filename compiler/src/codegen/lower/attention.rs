@@ -21,10 +21,10 @@ use super::linalg::{batch_ptr, pack_b_at_run_time, packs_runtime_b_of, MatMulSha
 use super::norm::SoftmaxRows;
 use super::{LowerCtx, LowerResult};
 use crate::codegen::kernel::{self, broadcast_strides};
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::gemm::packed_b_len;
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ops::Activation;

@@ -11,7 +11,7 @@ use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvTransposeAttrs};
 

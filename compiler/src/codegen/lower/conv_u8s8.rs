@@ -19,9 +19,9 @@
 //!   second pass keeps the `Wo` valid columns of each row while adding the residual
 //!   and applying the activation.
 
-use crate::codegen::kernel_plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::clif::gemm_dot::{dot_accumulate, DotForm};
 use crate::codegen::options::{Int8Order, KernelOptions, KernelSource};
+use crate::codegen::plan::{Int8Conv, NodeKernel, NodeOperands, Strategy};
 use crate::codegen::tasks::Split;
 use crate::codegen::CpuFeature;
 use cranelift_codegen::ir::condcodes::FloatCC;

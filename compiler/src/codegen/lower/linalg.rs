@@ -4,9 +4,9 @@
 //! B packed at compile time; every other dtype (float64, float16/bfloat16 computed in
 //! f32, the integers wrapping in i64) through a plain scalar dot-product loop.
 
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::lower::gemm::KernelKind;
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use cranelift_codegen::ir::{types, InstBuilder, Value};

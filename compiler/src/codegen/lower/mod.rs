@@ -37,7 +37,7 @@ use super::rodata_pool::RodataPool;
 use cranelift_object::ObjectModule;
 
 use super::kernel::{self, PTR};
-use super::kernel_plan::{NodeKernel, Strategy};
+use super::plan::{NodeKernel, Strategy};
 use super::Target;
 use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;

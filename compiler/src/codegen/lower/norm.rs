@@ -15,8 +15,8 @@
 //! broadcast to X (numpy rules); the usual layouts (per-element rows, or one value) are
 //! vectorized, any other broadcast is handled by a scalar loop over the row's axes.
 
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::Target;
 use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};

@@ -6,7 +6,7 @@
 //! writes the zero-point-adjusted im2col matrix of each image in the GEMM's pair-packed
 //! layout. QuantizeLinear and DequantizeLinear are element loops.
 
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;

@@ -50,9 +50,9 @@ use super::gemm::{
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
-use crate::codegen::kernel_plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{ConvRows, KernelOptions, KernelSource, Toggle, WinogradChoice};
+use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::tasks::Split;
 use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};
@@ -353,7 +353,7 @@ impl ConvStrategy {
 
     /// Kernel-library names of the micro-kernels it calls.
     pub fn kernels(&self) -> Vec<String> {
-        use crate::codegen::kernel_plan::{gemm_kernel_name, isa_suffix};
+        use crate::codegen::plan::{gemm_kernel_name, isa_suffix};
         match self {
             ConvStrategy::Depthwise(Some(isa)) => vec![format!("f32-dwconv-{}", isa_suffix(*isa))],
             ConvStrategy::Depthwise(None) => vec!["f32-dwconv-clif".into()],

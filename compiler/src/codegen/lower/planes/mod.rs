@@ -36,12 +36,12 @@ use super::gemm::{
 use super::run_shape;
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::kernel_plan::{NodeKernel, Strategy};
 use crate::codegen::kernels::x86::maxpool_plane::{self, MaxPoolPlaneSpec};
 use crate::codegen::kernels::x86::patch_rows::{self, PatchRowsSpec};
 use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
 use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
+use crate::codegen::plan::{NodeKernel, Strategy};
 use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node, Tensor};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
@@ -93,7 +93,7 @@ pub struct PlanesPlan {
 impl PlanesPlan {
     /// The micro-kernels the node calls, by their kernel-library names.
     pub fn kernels(&self) -> Vec<String> {
-        use crate::codegen::kernel_plan::{gemm_kernel_name, isa_suffix};
+        use crate::codegen::plan::{gemm_kernel_name, isa_suffix};
         let mut names: Vec<String> = (self.gemm.iter().map(|g| &g.geometry))
             .chain(self.winograd.iter().map(|w| &w.geometry))
             .map(gemm_kernel_name)

@@ -28,7 +28,7 @@ pub fn is_symbolic(ctx: &LowerCtx) -> bool {
 }
 
 pub fn lower(ctx: &mut LowerCtx, op: &Op) -> LowerResult {
-    if let crate::codegen::kernel_plan::Strategy::Planes(_) = ctx.kernel.strategy {
+    if let crate::codegen::plan::Strategy::Planes(_) = ctx.kernel.strategy {
         return super::planes::lower_planes(ctx, op);
     }
     match op {

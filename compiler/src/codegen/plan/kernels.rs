@@ -9,10 +9,12 @@
 
 use std::fmt;
 
-use super::kernels::x86::conv_u8s8_ymm::DotIsa;
-use super::kernels::x86::gemm_u8s8_ymm::GemmIsa;
-use super::lower::{self, AttentionPlan, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa};
-use super::{KernelOptions, Target, WeightFormat};
+use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
+use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmIsa;
+use crate::codegen::lower::{
+    self, AttentionPlan, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa,
+};
+use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
 
@@ -26,7 +28,7 @@ pub struct NodeKernel {
     pub reason: String,
     /// Tasks the node's work is split into for `run` with a thread pool (1: not
     /// split). Fixed here, whatever the number of threads, so outputs never depend on
-    /// it (see [`super::tasks`]).
+    /// it (see [`crate::codegen::tasks`]).
     pub tasks: usize,
     /// A GEMM with packed weights as B, split by groups of B's column panels rather
     /// than by row tiles (see `lower::gemm::weights_split`): the weights are then packed
@@ -37,8 +39,8 @@ pub struct NodeKernel {
     /// (see `lower::gemm::pack_a_by_task`).
     pub weights_by_rows: bool,
     /// A node split into slices of its output rows, each lowered as the node on that
-    /// slice (see [`super::tasks::row_slicing`]).
-    pub rows: Option<super::tasks::RowSlicing>,
+    /// slice (see [`crate::codegen::tasks::row_slicing`]).
+    pub rows: Option<crate::codegen::tasks::RowSlicing>,
     /// A split node whose tasks read what a prologue prepared once (a padded input,
     /// an im2col matrix): with a pool, the prologue runs on the calling thread before
     /// the tasks are handed out (see `codegen::run`).
@@ -242,7 +244,7 @@ impl NodeKernel {
             }
             Strategy::ConvU8S8(Int8Conv::Ymm { isa, .. }) => vec![isa.kernel_name().into()],
             Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => {
-                vec![super::kernels::x86::dwconv_u8s8_ymm::KERNEL_NAME.into()]
+                vec![crate::codegen::kernels::x86::dwconv_u8s8_ymm::KERNEL_NAME.into()]
             }
             Strategy::ConvU8S8(Int8Conv::Clif) => vec!["u8s8-conv-4x8-clif".into()],
             Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
@@ -310,7 +312,7 @@ pub fn plan_kernels_for(
     };
     for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
         if k.tasks == 1 {
-            if let Some(rows) = super::tasks::row_slicing(graph, node) {
+            if let Some(rows) = crate::codegen::tasks::row_slicing(graph, node) {
                 k.tasks = rows.tasks;
                 k.rows = Some(rows);
             }
@@ -341,7 +343,8 @@ pub fn plan_kernels_for(
                     .map(|v| graph.ty(*v).numel())
                     .sum();
                 k.prologue_parts =
-                    super::tasks::Split::of(HALF_PARTS_MAX, weights * HALF_EXPAND_COST).tasks;
+                    crate::codegen::tasks::Split::of(HALF_PARTS_MAX, weights * HALF_EXPAND_COST)
+                        .tasks;
             }
         }
     }

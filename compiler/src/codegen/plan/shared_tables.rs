@@ -7,7 +7,7 @@
 //! column panels; the Gather is planned to read its rows from those panels
 //! ([`Strategy::GatherPackedColumns`]) so that only the packed form is stored.
 
-use super::kernel_plan::{KernelPlan, Strategy};
+use super::kernels::{KernelPlan, Strategy};
 use crate::ir::{DType, Graph, Tensor, ValueId};
 use crate::ops::Op;
 
