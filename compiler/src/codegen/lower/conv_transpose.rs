@@ -11,7 +11,6 @@ use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
-use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvTransposeAttrs};
 
@@ -95,19 +94,6 @@ impl TransposeGeometry {
         let hi = (hi_incl + 1).clamp(0, wide(self.input[axis]));
         (lo.min(hi)) as usize..hi as usize
     }
-}
-
-/// The kernel plan of a ConvTranspose node: float32 runs one GEMM per (tap, input row)
-/// on the portable kernel, whose A (the tap's weights, packed or strided) and C (a
-/// strided window of the output) layouts the machine-code kernels do not take.
-pub fn plan_conv_transpose(node: &NodeOperands) -> Option<NodeKernel> {
-    (node.input(0)?.dtype == DType::F32).then(|| {
-        NodeKernel::new(
-            Strategy::Gemm(Geometry::CLIF),
-            0,
-            "per-tap GEMMs into strided output windows: the portable kernel",
-        )
-    })
 }
 
 pub fn conv_transpose(ctx: &mut LowerCtx, c: &ConvTransposeAttrs) -> LowerResult {

@@ -8,6 +8,7 @@
 //! (specs, layouts, packing) is `kernels/gemm.rs`, re-exported here.
 
 pub use crate::codegen::kernels::gemm::*;
+pub(super) use crate::codegen::plan::gemm::{col_split, row_split, weights_split, SplitAxis};
 
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{
@@ -278,12 +279,6 @@ pub(super) fn define_machine_code(
     Ok(ctx.module.declare_func_in_func(id, ctx.b.func))
 }
 
-/// How a GEMM of `spec`'s shape is split into tasks by its row tiles: A read with a
-/// row stride, or packed by task groups ([`pack_a_by_task`]).
-pub fn row_split(spec_m: usize, n: usize, k: usize, geom: &Geometry) -> Split {
-    Split::of(spec_m.div_ceil(geom.mr), spec_m * n * k)
-}
-
 /// Packs constant `A[i, k] = get(i, k)` (a conv's weights) for a GEMM split by row
 /// tiles into `split`'s tasks: each task's rows packed on their own ([`pack_a`] is K
 /// block by K block over all rows, so a task's rows would not be contiguous), one
@@ -302,68 +297,6 @@ pub fn pack_a_by_task(
         out.extend(pack_a(geom, rows, k, |i, kk| get(r0 + i, kk)));
     }
     out
-}
-
-/// How a GEMM is split into tasks by its column panels, when B is read by panel (rows
-/// of B, or panels of it packed over the whole K).
-pub fn col_split(m: usize, n: usize, k: usize, b: &BLayout, geom: &Geometry) -> Split {
-    if !matches!(b, BLayout::Rows { .. } | BLayout::Packed) {
-        return Split::of(1, 0);
-    }
-    Split::of(n.div_ceil(geom.nr), m * n * k)
-}
-
-/// Weights bytes past which a GEMM split across the weights' other axis would be bound
-/// by every task streaming all of them from outside its core's L2: ResNet's 3×3×512
-/// convs on 7×7 read 9.4 MB of weights for 8 output rows per task.
-const STREAMED_WEIGHTS_BYTES: usize = 3 << 19;
-
-/// How a GEMM whose weights are packed at compile time is split: along the weights'
-/// own axis (`weights`: B's column panels, or A's row tiles for a pointwise conv whose
-/// A is maps × channels), each task streaming only its share of them, when they are
-/// too large for a core's L2 or that axis balances 2 and 4 threads better; else along
-/// the other. A 48-column panel is coarse: minibert's 256-column weights are 5⅓ panels,
-/// and split by them its GEMMs ran slower on 2 threads than by row tiles (1.52× vs
-/// 1.63×); SqueezeNet's classifier (1000 maps, 169 positions) split by positions was 4
-/// tasks of 48, 48, 48 and 25, each reading all 2 MB of weights.
-pub fn weights_split(
-    m: usize,
-    n: usize,
-    k: usize,
-    geom: &Geometry,
-    weights: SplitAxis,
-) -> (SplitAxis, Split) {
-    let rows = row_split(m, n, k, geom);
-    let cols = col_split(m, n, k, &BLayout::Packed, geom);
-    let unbalance = |s: &Split, piece: usize, total: usize| {
-        [2, 4]
-            .iter()
-            .map(|&t| crate::codegen::tasks::imbalance(s, piece, total, t))
-            .sum::<f64>()
-    };
-    let (by_rows, by_cols) = (unbalance(&rows, geom.mr, m), unbalance(&cols, geom.nr, n));
-    let (own, own_score, other, other_score, bytes) = match weights {
-        SplitAxis::Cols => (cols, by_cols, rows, by_rows, k * n * 4),
-        SplitAxis::Rows => (rows, by_rows, cols, by_cols, m * k * 4),
-    };
-    let other_axis = match weights {
-        SplitAxis::Cols => SplitAxis::Rows,
-        SplitAxis::Rows => SplitAxis::Cols,
-    };
-    if own.tasks > 1 && (bytes > STREAMED_WEIGHTS_BYTES || own_score < other_score - 1e-9) {
-        (weights, own)
-    } else {
-        (other_axis, other)
-    }
-}
-
-/// Which axis of C a split GEMM's tasks divide.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum SplitAxis {
-    /// Row tiles (see [`row_split`]).
-    Rows,
-    /// Column panels (see [`col_split`]).
-    Cols,
 }
 
 /// Emits `C = A·B (+ addends)` for `spec`, or, when the node is split into tasks, for

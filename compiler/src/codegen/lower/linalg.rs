@@ -4,11 +4,7 @@
 //! B packed at compile time; every other dtype (float64, float16/bfloat16 computed in
 //! f32, the integers wrapping in i64) through a plain scalar dot-product loop.
 
-use crate::codegen::lower::gemm::KernelKind;
-use crate::codegen::options::{KernelOptions, KernelSource};
-use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
-use crate::codegen::tasks::Split;
-use crate::codegen::Target;
+use crate::codegen::plan::gemm::{GemmShape, MatMulShape};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
@@ -16,73 +12,7 @@ use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, Domain};
 use crate::ir::{DType, Tensor};
-use crate::ops::infer::broadcast_shapes;
 use crate::ops::{Activation, GemmAttrs, MatMulAttrs};
-
-/// numpy matmul geometry: 1-D operands promoted, batch axes broadcast.
-pub(super) struct MatMulShape {
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    /// The output's batch axes.
-    pub batch: Vec<usize>,
-    /// Per output batch axis, how many matrices to step in A and B (0 when broadcast).
-    pub a_batch_strides: Vec<usize>,
-    pub b_batch_strides: Vec<usize>,
-    /// Matrices stored in B (the product of its own batch axes).
-    b_matrices: usize,
-}
-
-impl MatMulShape {
-    pub(super) fn new(a: &[usize], b: &[usize]) -> Result<MatMulShape, String> {
-        if a.is_empty() || b.is_empty() {
-            return Err("MatMul operands must have rank ≥ 1".into());
-        }
-        let a2 = if a.len() == 1 {
-            vec![1, a[0]]
-        } else {
-            a.to_vec()
-        };
-        let b2 = if b.len() == 1 {
-            vec![b[0], 1]
-        } else {
-            b.to_vec()
-        };
-        let (a_batch, a_mat) = a2.split_at(a2.len() - 2);
-        let (b_batch, b_mat) = b2.split_at(b2.len() - 2);
-        if a_mat[1] != b_mat[0] {
-            return Err(format!("inner dimensions differ: {a:?} @ {b:?}"));
-        }
-        let batch = broadcast_shapes(&[a_batch, b_batch])?;
-        Ok(MatMulShape {
-            m: a_mat[0],
-            k: a_mat[1],
-            n: b_mat[1],
-            a_batch_strides: kernel::broadcast_strides(a_batch, &batch),
-            b_batch_strides: kernel::broadcast_strides(b_batch, &batch),
-            b_matrices: b_batch.iter().product(),
-            batch,
-        })
-    }
-
-    /// Rows of each GEMM: every batch's when they fold into one, else M.
-    pub(super) fn gemm_rows(&self) -> usize {
-        if self.folds_into_rows() {
-            self.batch.iter().product::<usize>() * self.m
-        } else {
-            self.m
-        }
-    }
-
-    /// True when B is one matrix shared by every batch and A's batches are all distinct
-    /// and contiguous: the batches then stack into one GEMM with `batch·M` rows.
-    pub(super) fn folds_into_rows(&self) -> bool {
-        let dense = kernel::strides_of(&self.batch);
-        self.b_batch_strides.iter().all(|&s| s == 0)
-            && (0..self.batch.len())
-                .all(|d| self.batch[d] == 1 || self.a_batch_strides[d] == dense[d])
-    }
-}
 
 /// The elements of a constant float32 tensor, row-major.
 pub(super) fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
@@ -101,94 +31,12 @@ fn epilogue_inputs(ctx: &LowerCtx, first: usize) -> (Vec<Option<Operand>>, bool)
     (extra, fused)
 }
 
-/// The kernel plan of MatMul and Gemm (`gemm`: its attributes): float32 runs on the
-/// target's GEMM kernel family, other dtypes on a scalar loop nest. A Gemm whose B is
-/// read at run time transposed is gathered by the portable kernel, the one layout the
-/// machine-code kernels do not take (see [`gemm_f32`]).
-pub fn plan_gemm(
-    gemm: Option<&GemmAttrs>,
-    node: &NodeOperands,
-    target: &Target,
-    options: &KernelOptions,
-) -> Option<NodeKernel> {
-    let a = node.input(0)?;
-    if a.dtype != DType::F32 {
-        return None;
-    }
-    let b = node.input(1)?;
-    if let Some(Ok(s)) = gemm.map(|g| GemmShape::new(g, &a.shape, &b.shape)) {
-        let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
-        if !constant_b && s.b_strides.1 != 1 {
-            return Some(NodeKernel::new(
-                Strategy::Gemm(Geometry::CLIF),
-                0,
-                "float32 with B transposed at run time: the portable kernel gathers it",
-            ));
-        }
-    }
-    let geometry = Geometry::for_target(target, options);
-    if gemm.is_none() && !matches!(node.constant(1), Some(Tensor::F32(_))) {
-        if let Ok(s) = MatMulShape::new(&a.shape, &b.shape) {
-            if packs_runtime_b(&s, &geometry) {
-                return Some(NodeKernel::new(
-                    Strategy::Gemm(geometry),
-                    gemm::packed_b_len(&geometry, s.k, s.n) * 4,
-                    "float32 with B known at run time: packed into panels, which the rows reuse",
-                ));
-            }
-        }
-    }
-    let reason = match geometry.kernel {
-        KernelKind::X86(_) => "float32: the target's machine-code GEMM",
-        KernelKind::Clif if options.gemm == KernelSource::Clif => "float32; --kernel gemm=clif",
-        KernelKind::Clif => "float32: no machine-code GEMM for this target",
-    };
-    // One GEMM over all rows (a Gemm, or a MatMul whose batches stack into rows) is
-    // split: by column panels when B is constant (packed weights), else by row tiles.
-    let rows = match gemm {
-        Some(g) => GemmShape::new(g, &a.shape, &b.shape)
-            .ok()
-            .map(|s| (s.m, s.n, s.k)),
-        None => MatMulShape::new(&a.shape, &b.shape)
-            .ok()
-            .filter(|s| s.folds_into_rows() || s.batch.iter().product::<usize>() == 1)
-            .map(|s| (s.gemm_rows(), s.n, s.k)),
-    };
-    let constant_b = matches!(node.constant(1), Some(Tensor::F32(_)));
-    let (axis, split) = match rows {
-        Some((m, n, k)) if constant_b => {
-            gemm::weights_split(m, n, k, &geometry, gemm::SplitAxis::Cols)
-        }
-        Some((m, n, k)) => (gemm::SplitAxis::Rows, gemm::row_split(m, n, k, &geometry)),
-        None => (gemm::SplitAxis::Rows, Split::of(1, 0)),
-    };
-    let mut kernel = NodeKernel::new(Strategy::Gemm(geometry), 0, reason).with_tasks(split.tasks);
-    kernel.weights_by_columns = axis == gemm::SplitAxis::Cols && split.tasks > 1;
-    Some(kernel)
-}
-
 /// The axis the plan split a GEMM along (see [`plan_gemm`]).
 fn split_axis(ctx: &LowerCtx) -> gemm::SplitAxis {
     match ctx.kernel.weights_by_columns {
         true => gemm::SplitAxis::Cols,
         false => gemm::SplitAxis::Rows,
     }
-}
-
-/// Rows of A from which a MatMul copies its run-time B into panels first: the x86
-/// kernels otherwise read every K step of a tile from another row of B, a page apart
-/// for wide B (attention scores `Q·Kᵀ`: 2.1× onnxruntime's time) or 4 KB apart, all in
-/// one L1 set (B with 1024 columns).
-const PACK_B_MIN_ROWS: usize = 64;
-
-/// Whether the MatMul `s` packs its run-time B (see [`PACK_B_MIN_ROWS`]).
-fn packs_runtime_b(s: &MatMulShape, geom: &Geometry) -> bool {
-    packs_runtime_b_of(s.gemm_rows(), s.k, s.n, geom)
-}
-
-/// Whether a GEMM of `rows` rows packs its run-time `k × n` B first.
-pub(super) fn packs_runtime_b_of(rows: usize, k: usize, n: usize, geom: &Geometry) -> bool {
-    matches!(geom.kernel, KernelKind::X86(_)) && rows >= PACK_B_MIN_ROWS && n >= geom.nr && k >= 8
 }
 
 /// Copies B (`k` rows of `n` floats, `row_stride` floats apart, at `src`) into `dst` in
@@ -500,44 +348,6 @@ fn scale_float(b: &mut FunctionBuilder, d: Domain, v: Value, factor: f32) -> Val
         _ => b.ins().f32const(factor),
     };
     b.ins().fmul(v, f)
-}
-
-/// Gemm's operands as strided matrices.
-struct GemmShape {
-    m: usize,
-    k: usize,
-    n: usize,
-    /// Element strides of op(A) along (row, k) and of op(B) along (k, column).
-    a_strides: (usize, usize),
-    b_strides: (usize, usize),
-}
-
-impl GemmShape {
-    fn new(g: &GemmAttrs, a: &[usize], b: &[usize]) -> Result<GemmShape, String> {
-        let (&[a0, a1], &[b0, b1]) = (a, b) else {
-            return Err("Gemm operands must be 2-D".into());
-        };
-        let (m, k, a_strides) = if g.trans_a {
-            (a1, a0, (1, a1))
-        } else {
-            (a0, a1, (a1, 1))
-        };
-        let (k2, n, b_strides) = if g.trans_b {
-            (b1, b0, (1, b1))
-        } else {
-            (b0, b1, (b1, 1))
-        };
-        if k != k2 {
-            return Err(format!("Gemm inner dimensions differ: {k} vs {k2}"));
-        }
-        Ok(GemmShape {
-            m,
-            k,
-            n,
-            a_strides,
-            b_strides,
-        })
-    }
 }
 
 pub fn gemm(ctx: &mut LowerCtx, g: &GemmAttrs) -> LowerResult {

@@ -9,11 +9,11 @@
 
 use std::fmt;
 
+use super::attention::AttentionPlan;
+use super::pool::PoolStrategy;
 use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmIsa;
-use crate::codegen::lower::{
-    self, AttentionPlan, ConvStrategy, Geometry, KernelKind, PoolStrategy, X86Isa,
-};
+use crate::codegen::lower::{self, ConvStrategy, Geometry, KernelKind, X86Isa};
 use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
@@ -31,7 +31,7 @@ pub struct NodeKernel {
     /// it (see [`crate::codegen::tasks`]).
     pub tasks: usize,
     /// A GEMM with packed weights as B, split by groups of B's column panels rather
-    /// than by row tiles (see `lower::gemm::weights_split`): the weights are then packed
+    /// than by row tiles (see `super::gemm::weights_split`): the weights are then packed
     /// as whole-K panels, so that each group is contiguous.
     pub weights_by_columns: bool,
     /// A conv GEMM with packed weights as A, split by groups of A's row tiles (the
@@ -366,12 +366,14 @@ pub fn plan_node(
 ) -> NodeKernel {
     let planned = match op {
         Op::Conv(c) => lower::plan_conv(c, node, target, options),
-        Op::ConvTranspose(_) => lower::plan_conv_transpose(node),
-        Op::MatMul(_) => lower::plan_gemm(None, node, target, options),
-        Op::Gemm(g) => lower::plan_gemm(Some(g), node, target, options),
-        Op::Pool(p) => lower::plan_pool(p, node, target, options),
-        Op::Softmax { axis, log } => lower::plan_softmax(*axis, *log, node, target, options),
-        Op::Attention => lower::plan_attention(node, target, options),
+        Op::ConvTranspose(_) => super::conv_transpose::plan_conv_transpose(node),
+        Op::MatMul(_) => super::gemm::plan_gemm(None, node, target, options),
+        Op::Gemm(g) => super::gemm::plan_gemm(Some(g), node, target, options),
+        Op::Pool(p) => super::pool::plan_pool(p, node, target, options),
+        Op::Softmax { axis, log } => {
+            super::softmax::plan_softmax(*axis, *log, node, target, options)
+        }
+        Op::Attention => super::attention::plan_attention(node, target, options),
         Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node, target, options),
         Op::ConvU8S8 {
             conv,
@@ -413,7 +415,7 @@ pub fn plan_node(
                 )
             }),
         Op::RnnSequence { cell, reverse } => node.input(0).zip(node.input(1)).map(|(xw, r)| {
-            lower::plan_rnn_sequence(*cell, reverse.len(), xw, r, node, target, options)
+            super::recurrence::plan_rnn_sequence(*cell, reverse.len(), xw, r, node, target, options)
         }),
         _ => None,
     };

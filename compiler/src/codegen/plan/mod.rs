@@ -3,9 +3,15 @@
 //! ([`memory`]). Lowering reads them and never chooses again; nothing here depends on
 //! lowering.
 
+pub mod attention;
+pub mod conv_transpose;
+pub mod gemm;
 pub mod kernels;
 pub mod memory;
+pub mod pool;
+pub mod recurrence;
 mod shared_tables;
+pub mod softmax;
 
 pub use kernels::*;
 pub use memory::*;

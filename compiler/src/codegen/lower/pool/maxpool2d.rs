@@ -29,45 +29,11 @@ use crate::codegen::kernels::x86::maxpool2d::{BorderRow, MaxPoolSpec};
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::gemm;
 use crate::codegen::math;
-use crate::codegen::options::{KernelOptions, KernelSource, Toggle};
-use crate::codegen::Target;
-use crate::ir::{DType, TensorType};
-use crate::ops::{PoolAttrs, PoolKind};
+use crate::codegen::plan::pool::row_floats;
+use crate::ops::PoolAttrs;
 
 const F32: usize = 4;
 const LANES: usize = 4;
-
-/// Whether this path computes the pool: float32 max over two spatial axes, no
-/// dilation, horizontal stride 1 or 2. `--kernel separable-pool=off` keeps every pool on the
-/// generic path, for measurements.
-pub(super) fn applies(p: &PoolAttrs, x: &TensorType, options: &KernelOptions) -> bool {
-    options.separable_pool == Toggle::Auto
-        && p.kind == PoolKind::Max
-        && x.dtype == DType::F32
-        && x.shape.len() == 4
-        && p.kernel.len() == 2
-        && p.strides.len() == 2
-        && p.output_spatial.len() == 2
-        && p.pads.len() == 4
-        && p.dilations == [1, 1]
-        && matches!(p.strides[1], 1 | 2)
-}
-
-/// Floats of the row buffer: the padded row, and whatever the last output vector's
-/// window reads past it, for vectors of up to 16 lanes (the machine-code kernel's), so
-/// the scratch does not depend on the CPU.
-fn row_floats(p: &PoolAttrs, in_w: usize) -> usize {
-    const LAYOUT_LANES: usize = 16;
-    let out_w = p.output_spatial[1];
-    let vectors = out_w.div_ceil(LAYOUT_LANES);
-    let reach = p.strides[1] * LAYOUT_LANES * vectors + p.kernel[1] + 2 * LAYOUT_LANES;
-    (p.pads[1] + in_w).max(reach).div_ceil(LAYOUT_LANES) * LAYOUT_LANES
-}
-
-/// Arena scratch: the row buffer.
-pub(super) fn scratch_bytes(p: &PoolAttrs, x: &TensorType) -> usize {
-    row_floats(p, x.shape[3]) * F32
-}
 
 /// The separable max pool, its row passes on the machine-code family `isa` or, without
 /// one, in Cranelift.
@@ -149,31 +115,6 @@ pub(super) fn max_pool(
         });
     });
     Ok(())
-}
-
-/// The machine-code kernel's family for this pool on `target`, if any: 16 lanes
-/// on AVX-512 for rows of more than 8 outputs, else 8. `--kernel pool=clif` keeps the
-/// Cranelift passes, for measurements.
-pub(super) fn x86_kernel(
-    x: &TensorType,
-    y: &TensorType,
-    target: &Target,
-    options: &KernelOptions,
-) -> Option<X86Isa> {
-    let isa = X86Isa::for_target(target)?;
-    // The kernel addresses within a plane by 32-bit displacements.
-    let plane_bytes = |t: &TensorType| t.shape[2] * t.shape[3] * F32;
-    if options.pool == KernelSource::Clif
-        || plane_bytes(x).max(plane_bytes(y)) > i32::MAX as usize / 2
-    {
-        return None;
-    }
-    let out_w = y.shape[3];
-    Some(if isa == X86Isa::Avx512 && out_w > 8 {
-        X86Isa::Avx512
-    } else {
-        X86Isa::Avx2
-    })
 }
 
 /// One output row from `rows` input rows.

@@ -23,74 +23,14 @@ use cranelift_frontend::FunctionBuilder;
 use super::reduce::{self, fconst, fold, identity, load_vec, var, Elems, Fold, Inner, Loops, Step};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags, Domain};
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::math;
-use crate::codegen::options::KernelOptions;
-use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
-use crate::codegen::Target;
+use crate::codegen::plan::pool::PoolStrategy;
+use crate::codegen::plan::Strategy;
 use crate::ir::DType;
 use crate::ops::{PoolAttrs, PoolKind};
 
 /// The separable 2-D max pool, a strategy of its own.
 mod maxpool2d;
-
-/// How a pooling node is computed, as the kernel plan decides it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PoolStrategy {
-    /// The window covers the whole plane: one reduction per plane.
-    Global,
-    /// 2-D float32 max pooling as a row pass and a column pass ([`maxpool2d`]), the
-    /// row passes in machine code of this family or in Cranelift.
-    SeparableMax(Option<X86Isa>),
-    /// Every other window: static tap loops, border regions apart.
-    Windows,
-}
-
-impl PoolStrategy {
-    pub fn name(&self) -> &'static str {
-        match self {
-            PoolStrategy::Global => "global-pool",
-            PoolStrategy::SeparableMax(_) => "separable-maxpool2d",
-            PoolStrategy::Windows => "window-pool",
-        }
-    }
-
-    pub fn kernels(&self) -> Vec<String> {
-        match self {
-            PoolStrategy::SeparableMax(Some(X86Isa::Avx512)) => {
-                vec!["f32-maxpool2d-avx512f".into()]
-            }
-            PoolStrategy::SeparableMax(Some(X86Isa::Avx2)) => vec!["f32-maxpool2d-avx2".into()],
-            PoolStrategy::SeparableMax(None) => vec!["f32-maxpool2d-clif".into()],
-            _ => vec![],
-        }
-    }
-}
-
-/// The kernel plan of a pooling node (`None` for operands that are not a valid pool).
-pub fn plan_pool(
-    p: &PoolAttrs,
-    node: &NodeOperands,
-    target: &Target,
-    options: &KernelOptions,
-) -> Option<NodeKernel> {
-    let (x, y) = (node.input(0)?, *node.outputs.first()?);
-    let plan = |s: PoolStrategy, scratch: usize, reason: &str| {
-        Some(NodeKernel::new(Strategy::Pool(s), scratch, reason))
-    };
-    if is_global(p, x.shape.get(2..).unwrap_or(&[])) {
-        return plan(PoolStrategy::Global, 0, "the window covers the whole plane");
-    }
-    if maxpool2d::applies(p, x, options) {
-        let isa = maxpool2d::x86_kernel(x, y, target, options);
-        return plan(
-            PoolStrategy::SeparableMax(isa),
-            maxpool2d::scratch_bytes(p, x),
-            "2-D float32 max pool, no dilation, row stride 1 or 2",
-        );
-    }
-    plan(PoolStrategy::Windows, 0, "the general window loops")
-}
 
 /// Static tap loops are unrolled while the unrolled window has at most this many taps.
 const UNROLL_TAPS: usize = 64;
@@ -190,17 +130,6 @@ fn recipe(kind: PoolKind, dtype: DType) -> Result<(Step, Elems), String> {
         return Err(format!("{kind:?} pooling is not defined for {dtype}"));
     }
     Ok((step, Elems::new(dtype)))
-}
-
-/// Whether each window is the whole (unpadded) plane.
-fn is_global(p: &PoolAttrs, in_spatial: &[usize]) -> bool {
-    p.output_spatial.iter().all(|&o| o == 1)
-        && p.pads.iter().all(|&q| q == 0)
-        && p.kernel == in_spatial
-        && p.kernel
-            .iter()
-            .zip(&p.dilations)
-            .all(|(&k, &d)| k == 1 || d == 1)
 }
 
 /// Global pooling: one contiguous reduction per plane.
