@@ -186,9 +186,9 @@ pub fn int8_weight_max(target: &Target) -> i8 {
     if target
         .variants()
         .iter()
-        .any(lower::conv_u8s8::multiplies_in_pairs)
+        .any(plan::int8::multiplies_in_pairs)
     {
-        lower::conv_u8s8::PAIRS_WEIGHT_MAX as i8
+        plan::int8::PAIRS_WEIGHT_MAX as i8
     } else {
         127
     }

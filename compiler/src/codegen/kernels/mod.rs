@@ -4,6 +4,7 @@
 //! its reference on every `--cpu` the host can execute.
 
 pub mod clif;
+pub mod conv_u8s8;
 pub mod gemm;
 pub mod x86;
 

@@ -44,11 +44,9 @@ use crate::ops::Op;
 
 pub use crate::codegen::kernels::x86::X86Isa;
 pub use conv::{plan_conv, ConvStrategy, WinogradTransforms};
-pub use conv_u8s8::{plan_conv_u8s8, plan_quantize_to_planes, U8S8_CONV_X86_KERNEL};
 pub use gemm::{Geometry, KernelKind};
 pub use indexing::top_k_sorted_scratch;
 pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};
-pub use quant::plan_integer;
 pub use value_dependent::{nms_scratch, unique_scratch};
 
 pub type LowerResult = Result<(), String>;

@@ -6,22 +6,19 @@
 //! writes the zero-point-adjusted im2col matrix of each image in the GEMM's pair-packed
 //! layout. QuantizeLinear and DequantizeLinear are element loops.
 
-use crate::codegen::plan::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::plan::int8::{align, dot_zero_point, matmul_int_shape, ConvInt, MatMulInt};
+use crate::codegen::plan::Strategy;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::conv_u8s8::{int8_family, Int8Family};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::clif::gemm_dot::{self, DotForm, DotGemm};
 use crate::codegen::kernels::clif::gemm_int::{self, IntGemm};
-use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::{self, GemmIsa, GemmSpec};
-use crate::codegen::options::KernelOptions;
-use crate::codegen::{CpuFeature, Target};
-use crate::ir::{DType, Tensor, TensorType};
-use crate::ops::{ConvAttrs, Op};
+use crate::ir::{DType, Tensor};
+use crate::ops::ConvAttrs;
 
 /// `[outer, dim, inner]` around `axis` when the parameters are per axis, else the whole
 /// tensor as one run; and whether they are.
@@ -148,129 +145,6 @@ fn ints(t: Option<&Operand>) -> Option<Vec<i64>> {
         None => Some(vec![0]),
         Some(o) => o.constant.as_ref().map(Tensor::to_i64_vec),
     }
-}
-
-/// MatMulInteger's operand sizes.
-struct MatMulInt {
-    batch: Vec<usize>,
-    a_batch: Vec<usize>,
-    b_batch: Vec<usize>,
-    m: usize,
-    k: usize,
-    n: usize,
-}
-
-fn matmul_int_shape(a: &TensorType, b: &TensorType) -> Result<MatMulInt, String> {
-    let (a2, b2) = crate::ops::infer::as_matrices(&a.shape, &b.shape);
-    let (ab, am) = a2.split_at(a2.len() - 2);
-    let (bb, bm) = b2.split_at(b2.len() - 2);
-    let batch = crate::ops::infer::broadcast_shapes(&[ab, bb])?;
-    Ok(MatMulInt {
-        a_batch: kernel::broadcast_strides(ab, &batch),
-        b_batch: kernel::broadcast_strides(bb, &batch),
-        batch,
-        m: am[0],
-        k: am[1],
-        n: bm[1],
-    })
-}
-
-/// Scratch of MatMulInteger and ConvInteger: the widened A and the packed B.
-/// The uint8 activations' zero point when MatMulInteger can run on the 8-bit
-/// dot-product GEMM: uint8 A with a constant scalar zero point (or none), constant int8
-/// B with a zero point of zeros (or none). Each optional input is `None` when absent and
-/// `Some(None)` when present but not constant.
-fn dot_zero_point(
-    a: DType,
-    b: Option<&Tensor>,
-    a_zp: Option<Option<&Tensor>>,
-    b_zp: Option<Option<&Tensor>>,
-) -> Option<i64> {
-    let b_zero = match b_zp {
-        None => true,
-        Some(z) => z.is_some_and(|t| t.to_i64_vec().iter().all(|&v| v == 0)),
-    };
-    let za = match a_zp {
-        None => Some(0),
-        Some(z) => match z.map(Tensor::to_i64_vec) {
-            Some(v) if v.len() == 1 => Some(v[0]),
-            _ => None,
-        },
-    };
-    (b_zero && a == DType::U8 && b?.dtype() == DType::I8).then_some(za?)
-}
-
-/// The kernel plan of MatMulInteger and ConvInteger: the 8-bit dot-product GEMM where
-/// [`dot_zero_point`] allows (MatMulInteger), the exact int16 GEMM otherwise, with the
-/// scratch of its packed operands.
-pub fn plan_integer(
-    op: &Op,
-    node: &NodeOperands,
-    target: &Target,
-    options: &KernelOptions,
-) -> Option<NodeKernel> {
-    let (a, b) = (node.input(0)?, node.input(1)?);
-    let optional = |i: usize| node.has_input(i).then(|| node.constant(i));
-    let mut x86 = None;
-    let (dot, scratch) = match op {
-        Op::MatMulInteger => {
-            let s = matmul_int_shape(a, b).ok()?;
-            let g = IntGemm::new(s.m, s.n, s.k, s.n);
-            let dot = dot_zero_point(a.dtype, node.constant(1), optional(2), optional(3));
-            x86 = dot.and(int8_gemm_isa(target, options));
-            let scratch = match x86 {
-                Some(isa) => {
-                    let k4 = s.k.next_multiple_of(4);
-                    let spec = GemmSpec {
-                        isa,
-                        m: s.m,
-                        n: s.n,
-                        k4,
-                    };
-                    align(s.m * k4) + align(spec.scratch_bytes())
-                }
-                None => align(s.m * g.k2 * 2) + align(g.packed_b_bytes()),
-            };
-            (dot.is_some(), scratch)
-        }
-        Op::ConvInteger(c) => {
-            let v = ConvInt::new(c, a, b, node.outputs.first()?).ok()?;
-            let g = v.gemm();
-            (
-                false,
-                align(v.mg * g.k2 * 2) * v.group + align(g.packed_b_bytes()),
-            )
-        }
-        _ => return None,
-    };
-    let reason = if x86.is_some() {
-        "uint8 activations and constant int8 weights: 8-bit dot products, x86 machine code"
-    } else if dot {
-        "uint8 activations and constant int8 weights: 8-bit dot products"
-    } else {
-        "operand types or zero points the 8-bit dot products cannot take: exact int16 GEMM"
-    };
-    Some(NodeKernel::new(
-        Strategy::IntGemm { dot, x86 },
-        scratch,
-        reason,
-    ))
-}
-
-/// The x86 machine code of the dot-product GEMM: the INT8 family's, on ymm (VEX where
-/// the target has AVX-VNNI, else EVEX).
-fn int8_gemm_isa(target: &Target, options: &KernelOptions) -> Option<GemmIsa> {
-    Some(match int8_family(target, options)? {
-        Int8Family::Avx512Vnni => GemmIsa::Vnni {
-            evex: !target.has(CpuFeature::AvxVnni),
-        },
-        Int8Family::Ymm(DotIsa::AvxVnni) => GemmIsa::Vnni { evex: false },
-        Int8Family::Ymm(DotIsa::Avx2 | DotIsa::Avx2Pairs) => GemmIsa::Avx2,
-    })
-}
-
-fn align(bytes: usize) -> usize {
-    bytes.next_multiple_of(64)
 }
 
 pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
@@ -508,62 +382,6 @@ fn packed_index(b: &mut FunctionBuilder, g: &IntGemm, kk: Value, j: Value) -> Va
     let odd = b.ins().band_imm_u(kk, 1);
     let off = b.ins().iadd(lane, odd);
     b.ins().iadd(base, off)
-}
-
-/// ConvInteger's geometry (2-D).
-struct ConvInt {
-    batch: usize,
-    h: usize,
-    w: usize,
-    maps: usize,
-    group: usize,
-    cg: usize,
-    mg: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    stride: [usize; 2],
-    dilation: [usize; 2],
-    pad: [usize; 2],
-}
-
-impl ConvInt {
-    fn new(
-        c: &ConvAttrs,
-        x: &TensorType,
-        w: &TensorType,
-        y: &TensorType,
-    ) -> Result<ConvInt, String> {
-        if x.rank() != 4 {
-            return Err(format!("ConvInteger lowers 2-D convolutions, not {x}"));
-        }
-        Ok(ConvInt {
-            batch: x.shape[0],
-            h: x.shape[2],
-            w: x.shape[3],
-            maps: w.shape[0],
-            group: c.group,
-            cg: w.shape[1],
-            mg: w.shape[0] / c.group,
-            kh: c.kernel[0],
-            kw: c.kernel[1],
-            oh: y.shape[2],
-            ow: y.shape[3],
-            stride: [c.strides[0], c.strides[1]],
-            dilation: [c.dilations[0], c.dilations[1]],
-            pad: [c.pads[0], c.pads[1]],
-        })
-    }
-
-    fn k(&self) -> usize {
-        self.cg * self.kh * self.kw
-    }
-
-    fn gemm(&self) -> IntGemm {
-        let p = self.oh * self.ow;
-        IntGemm::new(self.mg, p, self.k(), p)
-    }
 }
 
 pub fn conv_integer(ctx: &mut LowerCtx, c: &ConvAttrs) -> LowerResult {

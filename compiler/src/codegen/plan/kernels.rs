@@ -240,7 +240,7 @@ impl NodeKernel {
                 },
             ],
             Strategy::ConvU8S8(Int8Conv::Vnni { .. }) => {
-                vec![lower::U8S8_CONV_X86_KERNEL.to_string()]
+                vec![super::int8::U8S8_CONV_X86_KERNEL.to_string()]
             }
             Strategy::ConvU8S8(Int8Conv::Ymm { isa, .. }) => vec![isa.kernel_name().into()],
             Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => {
@@ -374,17 +374,19 @@ pub fn plan_node(
             super::softmax::plan_softmax(*axis, *log, node, target, options)
         }
         Op::Attention => super::attention::plan_attention(node, target, options),
-        Op::MatMulInteger | Op::ConvInteger(_) => lower::plan_integer(op, node, target, options),
+        Op::MatMulInteger | Op::ConvInteger(_) => {
+            super::int8::plan_integer(op, node, target, options)
+        }
         Op::ConvU8S8 {
             conv,
             planes,
             requantize,
-        } => lower::plan_conv_u8s8(conv, planes, requantize.as_ref(), node, target, options),
+        } => super::int8::plan_conv_u8s8(conv, planes, requantize.as_ref(), node, target, options),
         Op::QuantizeToPlanes(layout) => {
             let batch = node
                 .input(0)
                 .map_or(1, |x| x.shape.first().copied().unwrap_or(1));
-            lower::plan_quantize_to_planes(layout, batch, target, options)
+            super::int8::plan_quantize_to_planes(layout, batch, target, options)
         }
         Op::TopKRunTime { axis, .. } => node.input(0).map(|x| {
             let dim = x.shape.get(*axis).copied().unwrap_or(0);

@@ -6,6 +6,7 @@
 pub mod attention;
 pub mod conv_transpose;
 pub mod gemm;
+pub mod int8;
 pub mod kernels;
 pub mod memory;
 pub mod pool;

@@ -21,7 +21,7 @@ use iced_x86::code_asm::*;
 use super::activation::{activate, supports_activation};
 use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
 use super::planes_walk::{quantize_image, ChunkEmitter};
-use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
+use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, PlaneLayout, Requantize};
 
 /// `x{k}` for the opmask `k` (k1..k6) of a register or memory operand: iced has one
@@ -148,7 +148,7 @@ impl ConvSpec {
                     quad_bytes: l.phases() * l.plane_pixels() * 4,
                     offset: l.pad_top * l.cols + l.pad_left,
                     // The quads of this call's maps: all of them, or a task's (see
-                    // `lower::conv_u8s8::map_split`).
+                    // `plan::int8::map_split`).
                     quads: g.maps.div_ceil(4).min(l.quads()),
                     scatter,
                 }

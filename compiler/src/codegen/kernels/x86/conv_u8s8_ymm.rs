@@ -39,7 +39,7 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation};
 use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, YMM};
-use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
+use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::codegen::options::Int8Order;
 use crate::ops::{Activation, Requantize};
 
@@ -245,7 +245,7 @@ impl YmmConvSpec {
                 quad_bytes: l.phases() * l.plane_pixels() * 4,
                 offset: l.pad_top * l.cols + l.pad_left,
                 // The quads of this call's maps: all of them, or a task's (see
-                // `lower::conv_u8s8::map_split`).
+                // `plan::int8::map_split`).
                 quads: g.maps.div_ceil(4).min(l.quads()),
                 column_stride: l.stride[1],
                 scatter,
@@ -306,7 +306,7 @@ const EP_T: usize = 14;
 
 /// Encodes the convolution kernel of `s`: arguments `(planes, W, Y, bias, scale,
 /// residual, scratch)` (System V), W packed for [`MR`] maps by
-/// [`crate::codegen::lower::conv_u8s8::pack_weights`], scratch of [`scratch_bytes`].
+/// [`crate::codegen::kernels::conv_u8s8::pack_weights`], scratch of [`scratch_bytes`].
 pub fn emit_conv(s: &YmmConvSpec) -> Result<Vec<u8>, String> {
     if s.tap_offsets.is_empty() || s.quads == 0 {
         return Err("INT8 conv kernel: the convolution has no taps or channels".into());

@@ -22,7 +22,7 @@ use iced_x86::code_asm::*;
 use super::activation::activate;
 use super::asm::{emit_consts, imm, AsmResult, Consts, Vecs, X86Isa, YMM};
 use super::conv_u8s8_ymm::ZeroPointFill;
-use crate::codegen::lower::conv_u8s8::ConvU8Geometry;
+use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, Requantize};
 
 /// The kernel library's name of the kernel.
