@@ -6,11 +6,12 @@
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::conv::{unravel, ConvOperands, F32};
+use super::conv::{unravel, ConvOperands};
 use super::gemm::{self, ALayout, Addend, BLayout, GemmKernel, GemmSpec, Geometry, LANES};
 use super::linalg::{domain_add, domain_mul, domain_zero};
 use super::{LowerCtx, LowerResult, Operand};
 use crate::codegen::kernel::{self, domain, flags};
+use crate::codegen::plan::conv::F32;
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{Activation, ConvTransposeAttrs};
 

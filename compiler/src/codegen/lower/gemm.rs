@@ -8,7 +8,7 @@
 //! (specs, layouts, packing) is `kernels/gemm.rs`, re-exported here.
 
 pub use crate::codegen::kernels::gemm::*;
-pub(super) use crate::codegen::plan::gemm::{col_split, row_split, weights_split, SplitAxis};
+pub(super) use crate::codegen::plan::gemm::{col_split, row_split, SplitAxis};
 
 use cranelift_codegen::control::ControlPlane;
 use cranelift_codegen::ir::{

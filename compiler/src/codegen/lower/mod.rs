@@ -43,7 +43,7 @@ use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
 
 pub use crate::codegen::kernels::x86::X86Isa;
-pub use conv::{plan_conv, ConvStrategy, WinogradTransforms};
+pub use crate::codegen::plan::conv::{ConvStrategy, WinogradTransforms};
 pub use gemm::{Geometry, KernelKind};
 pub use indexing::top_k_sorted_scratch;
 pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};

@@ -269,7 +269,7 @@ pub(crate) fn dot_zero_point(
 }
 
 /// The kernel plan of MatMulInteger and ConvInteger: the 8-bit dot-product GEMM where
-/// [`dot_zero_point`] allows (MatMulInteger), the exact int16 GEMM otherwise, with the
+/// `dot_zero_point` allows (MatMulInteger), the exact int16 GEMM otherwise, with the
 /// scratch of its packed operands.
 pub fn plan_integer(
     op: &Op,

@@ -10,10 +10,11 @@
 use std::fmt;
 
 use super::attention::AttentionPlan;
+use super::conv::ConvStrategy;
 use super::pool::PoolStrategy;
 use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmIsa;
-use crate::codegen::lower::{self, ConvStrategy, Geometry, KernelKind, X86Isa};
+use crate::codegen::lower::{self, Geometry, KernelKind, X86Isa};
 use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
@@ -88,7 +89,7 @@ pub enum Strategy {
     /// A Gather of rows of a constant table that a GEMM of this geometry reads packed,
     /// transposed (tied embeddings), as whole-K panels when the flag is set (see
     /// [`NodeKernel::weights_by_columns`]): the rows are read from the GEMM's packed
-    /// panels, so the table is stored once (see [`super::shared_tables`]).
+    /// panels, so the table is stored once (see `plan::shared_tables`).
     GatherPackedColumns(Geometry, bool),
 }
 
@@ -365,7 +366,7 @@ pub fn plan_node(
     options: &KernelOptions,
 ) -> NodeKernel {
     let planned = match op {
-        Op::Conv(c) => lower::plan_conv(c, node, target, options),
+        Op::Conv(c) => super::conv::plan_conv(c, node, target, options),
         Op::ConvTranspose(_) => super::conv_transpose::plan_conv_transpose(node),
         Op::MatMul(_) => super::gemm::plan_gemm(None, node, target, options),
         Op::Gemm(g) => super::gemm::plan_gemm(Some(g), node, target, options),

@@ -4,6 +4,7 @@
 //! lowering.
 
 pub mod attention;
+pub mod conv;
 pub mod conv_transpose;
 pub mod gemm;
 pub mod int8;

@@ -30,8 +30,8 @@ use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlo
 use cranelift_frontend::FunctionBuilder;
 
 use super::super::conv::winograd::{
-    self as wino, input_tile, load4, output_row_runs, output_tile, skewed, store4, transpose4,
-    Algorithm, CHUNK_BYTES, LANES, OUTPUT_TILE_AT,
+    self as wino, input_tile, load4, output_row_runs, output_tile, store4, transpose4,
+    OUTPUT_TILE_AT,
 };
 use super::super::gemm::{
     self, ALayout, BLayout, GemmKernel, GemmSpec, Geometry, KernelKind, RunTimeStrides,
@@ -42,6 +42,9 @@ use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86::{self, asm::X86Isa, winograd::TransformSpec};
 use crate::codegen::math;
 use crate::codegen::options::{KernelOptions, KernelSource};
+use crate::codegen::plan::conv::winograd::{
+    algorithm_of, on_planes, skewed, Algorithm, CHUNK_BYTES, LANES,
+};
 use crate::codegen::Target;
 use crate::ir::TensorType;
 use crate::ops::{Activation, ConvAttrs};
@@ -86,7 +89,7 @@ impl WinogradPlan {
         if x.rank() != 4 || c.pads.len() != 4 {
             return None;
         }
-        let alg = wino::on_planes(c, (x, w, y), options)?;
+        let alg = on_planes(c, (x, w, y), options)?;
         let (m, a) = (alg.m(), alg.a());
         let (channels, maps) = (x.shape[1], y.shape[1]);
         let tiles = y.shape[2].div_ceil(m) * y.shape[3].div_ceil(m);
@@ -115,7 +118,7 @@ impl WinogradPlan {
     }
 
     fn alg(&self) -> &'static Algorithm {
-        wino::algorithm_of(self.m)
+        algorithm_of(self.m)
     }
 
     fn a(&self) -> usize {

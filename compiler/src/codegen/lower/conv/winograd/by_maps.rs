@@ -21,74 +21,14 @@ use super::super::{
     F32,
 };
 use super::{
-    chunk_count, chunk_task_rows, direct_work, input_transform, output_transform, products_spec,
-    split_phases, transform_spec, weight_transform, Algorithm, Buffers, Chunk, OutputPtrs, Plan,
-    CHUNK_BYTES, LANES,
+    input_transform, output_transform, products_spec, split_phases, transform_spec,
+    weight_transform, Algorithm, Buffers, Chunk, OutputPtrs, Plan, LANES,
 };
 use crate::codegen::kernel;
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
-use crate::codegen::tasks::{self, Split, MAX_TASKS, MIN_TASK_WORK};
-
-/// Maps per task at least: fewer make the GEMMs short and every task reads all of V.
-const MIN_GROUP_MAPS: usize = 48;
-
-/// Whether a conv may be split by maps (from its shape alone, so the scratch the
-/// memory plan reserves does not depend on the CPU): one image whose chunks of tile
-/// rows two threads would share unevenly (by more than 5%), with a whole-image V that
-/// stays near a core's L2.
-pub(super) fn fits(g: &ConvGeometry, alg: &'static Algorithm) -> bool {
-    let work = direct_work(g);
-    if g.batch != 1 || Split::of(2, work).tasks < 2 || g.mg < 2 * MIN_GROUP_MAPS {
-        return false;
-    }
-    let th = g.output[0].div_ceil(alg.m);
-    let rows = chunk_task_rows(th, chunk_count(g, alg), work);
-    let uneven = 20 * 2 * tasks::makespan(&rows, 2) > 21 * th;
-    uneven && whole_v_bytes(g, alg) <= 2 * CHUNK_BYTES
-}
-
-/// Whether two threads would share the chunk tasks' GEMMs unevenly (by more than 5%)
-/// on kernels of `gemm`'s vector width: a GEMM's cost follows its tiles rounded up to
-/// whole vectors, so with 16 lanes ResNet's 7-row convs cut 4 + 3 rows of 7 tiles
-/// (28 and 21 columns) take two vectors each and balance; with 8 or 4 lanes they do not.
-pub(super) fn chunks_uneven(g: &ConvGeometry, alg: &'static Algorithm, gemm: &Geometry) -> bool {
-    let work = direct_work(g);
-    let tw = g.output[1].div_ceil(alg.m);
-    let vectors: Vec<usize> =
-        chunk_task_rows(g.output[0].div_ceil(alg.m), chunk_count(g, alg), work)
-            .iter()
-            .map(|&rows| (rows * tw).div_ceil(gemm.lanes.max(1)))
-            .collect();
-    let total: usize = vectors.iter().sum();
-    20 * 2 * tasks::makespan(&vectors, 2) > 21 * total
-}
-
-/// V of the whole image, for the widest transforms.
-fn whole_v_bytes(g: &ConvGeometry, alg: &'static Algorithm) -> usize {
-    [LANES, 8, 16]
-        .iter()
-        .map(|&lanes| Plan::whole(g, alg, lanes).v_bytes())
-        .max()
-        .unwrap_or(usize::MAX)
-}
-
-/// Groups of `mr`-row tiles of `maps` maps: a power-of-two count (for 2, 4 … threads
-/// to share equally), of at least [`MIN_GROUP_MAPS`] maps and [`MIN_TASK_WORK`] each.
-pub(super) fn split(maps: usize, mr: usize, work: usize) -> Split {
-    let most = (maps / MIN_GROUP_MAPS)
-        .min(work / MIN_TASK_WORK)
-        .clamp(1, MAX_TASKS);
-    let wanted = 1 << most.ilog2();
-    let units = maps.div_ceil(mr.max(1));
-    let per = units.div_ceil(wanted);
-    Split {
-        units,
-        per,
-        tasks: units.div_ceil(per),
-    }
-}
+use crate::codegen::tasks::Split;
 
 /// The kernels of one size of group: its GEMM and, on x86, its output transform.
 struct GroupKernels {
@@ -274,30 +214,4 @@ pub(super) fn conv(
         }
     };
     ctx.with_prologue(prologue, tasks)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_are_powers_of_two_of_whole_tiles() {
-        let work = 1 << 30;
-        // 128 maps in 8-row tiles: 2 groups of 8 tiles.
-        assert_eq!(
-            split(128, 8, work),
-            Split {
-                units: 16,
-                per: 8,
-                tasks: 2
-            }
-        );
-        // 192 maps: 4 groups of 48; 256 maps in 6-row tiles: 4 groups of 11 tiles, the
-        // last of 9.
-        assert_eq!(split(192, 8, work).tasks, 4);
-        let s = split(256, 6, work);
-        assert_eq!((s.per, s.tasks, s.last()), (11, 4, 10));
-        // Too little work for more than one task.
-        assert_eq!(split(512, 8, MIN_TASK_WORK).tasks, 1);
-    }
 }
