@@ -418,16 +418,6 @@ fn emit_taken(
     b.ins().store(flags(), p, idst, 0);
 }
 
-/// Scratch bytes of TopK with k read at run time over an axis of `dim` elements of
-/// `dtype`: float32 sorts the whole axis once, as (key, position) pairs; other types
-/// pick each of the k in turn and need none.
-pub fn top_k_sorted_scratch(dtype: DType, dim: usize) -> usize {
-    match dtype {
-        DType::F32 => dim * 8 + super::sort::sort_scratch(dim),
-        _ => 0,
-    }
-}
-
 /// TopK with k read at run time, at most `max_k`.
 pub fn top_k_run_time(ctx: &mut LowerCtx, axis: usize, max_k: usize, largest: bool) -> LowerResult {
     top_k_up_to(ctx, axis, None, max_k, largest)

@@ -44,10 +44,8 @@ use crate::ops::Op;
 
 pub use crate::codegen::kernels::x86::X86Isa;
 pub use crate::codegen::plan::conv::{ConvStrategy, WinogradTransforms};
+pub use crate::codegen::plan::planes::{ConvBlocks, PlanesPlan, WinogradPlan};
 pub use gemm::{Geometry, KernelKind};
-pub use indexing::top_k_sorted_scratch;
-pub use planes::{plan_planes, ConvBlocks, PlanesPlan, WinogradPlan};
-pub use value_dependent::{nms_scratch, unique_scratch};
 
 pub type LowerResult = Result<(), String>;
 

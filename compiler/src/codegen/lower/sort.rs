@@ -9,15 +9,9 @@ use cranelift_frontend::FunctionBuilder;
 use super::indexing::var;
 use crate::codegen::kernel::{self, flags};
 
-/// Scratch bytes [`sort_by_key`] needs for `n` pairs besides the pairs themselves: the
-/// other buffer of each pass and one count per byte value.
-pub fn sort_scratch(n: usize) -> usize {
-    n * 8 + 256 * 8
-}
-
 /// Sorts the `m` (run-time) u64 pairs at `pairs` by their high 32 bits, ascending;
 /// pairs of one key keep their order (so pairs written in position order come out by
-/// key, then position). `scratch` holds [`sort_scratch`] bytes for at least `m` pairs.
+/// key, then position). `scratch` holds `plan::scratch::sort_scratch` bytes for at least `m` pairs.
 pub fn sort_by_key(b: &mut FunctionBuilder, pairs: Value, scratch: Value, m: Value) {
     let other = scratch;
     let counts_at = b.ins().imul_imm_s(m, 8);

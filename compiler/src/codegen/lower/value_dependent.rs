@@ -4,6 +4,7 @@
 //! `run` to report. Every loop bound is a compile-time size or a count that cannot
 //! exceed one, so no input value makes the code write past a buffer.
 
+use crate::codegen::plan::scratch::{self, kept_columns};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
@@ -478,17 +479,6 @@ fn reduce_one_of(
     })
 }
 
-/// Scratch bytes of Unique: one int64 per slice.
-pub fn unique_scratch(dim: usize) -> usize {
-    dim * 8
-}
-
-/// Scratch bytes of NonMaxSuppression with `n` boxes and `per_class` kept at most: a
-/// (score, box) pair per box and the sort's buffers, then the kept boxes' extents.
-pub fn nms_scratch(n: usize, per_class: usize) -> usize {
-    n * 8 + sort::sort_scratch(n) + kept_columns(per_class) * 5 * 4
-}
-
 /// One box's `(min, max)` along x, then along y, as the reference computes them.
 fn box_extent(b: &mut FunctionBuilder, at: Value, center_point_box: bool) -> [(Value, Value); 2] {
     let c: Vec<Value> = (0..4)
@@ -521,12 +511,6 @@ fn box_with_area(b: &mut FunctionBuilder, at: Value, center_point_box: bool) -> 
     let w = b.ins().fsub(e[0].1, e[0].0);
     let h = b.ins().fsub(e[1].1, e[1].0);
     (e, b.ins().fmul(w, h))
-}
-
-/// The kept boxes' extents, stored as five columns of `lanes` f32 each (x min, x max,
-/// y min, y max, area), so four kept boxes are checked at once.
-fn kept_columns(per_class: usize) -> usize {
-    per_class.div_ceil(4) * 4
 }
 
 /// Stores `e` as kept box `k` of the columns at `kept`, each `lanes` long.
@@ -703,7 +687,7 @@ pub fn non_max_suppression(
     let sort_scratch = b.ins().iadd_imm_s(scratch, (n * 8) as i64);
     let kept = b
         .ins()
-        .iadd_imm_s(sort_scratch, sort::sort_scratch(n) as i64);
+        .iadd_imm_s(sort_scratch, scratch::sort_scratch(n) as i64);
     let lanes = kept_columns(per_class);
     let max_out = scalar_or(b, &limits[0], types::I64, zero);
     let max_out = b.ins().smax(max_out, zero);

@@ -12,9 +12,10 @@ use std::fmt;
 use super::attention::AttentionPlan;
 use super::conv::ConvStrategy;
 use super::pool::PoolStrategy;
+use crate::codegen::kernels::gemm::{Geometry, KernelKind};
 use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmIsa;
-use crate::codegen::lower::{self, Geometry, KernelKind, X86Isa};
+use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
@@ -74,8 +75,8 @@ pub enum Strategy {
     /// Attention a block of query rows at a time: two GEMMs and softmax rows.
     Attention(AttentionPlan),
     /// A node on image planes whose size only the run knows (see
-    /// [`lower::PlanesPlan`]).
-    Planes(lower::PlanesPlan),
+    /// [`super::planes::PlanesPlan`]).
+    Planes(super::planes::PlanesPlan),
     /// The INT8 convolution.
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
@@ -323,7 +324,7 @@ pub fn plan_kernels_for(
     // one call each, never split.
     for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
         if crate::ops::rows::passed_extent(graph, node).is_none() {
-            if let Some(planes) = lower::plan_planes(graph, node, target, options) {
+            if let Some(planes) = super::planes::plan_planes(graph, node, target, options) {
                 *k = planes;
             }
         }
@@ -391,7 +392,7 @@ pub fn plan_node(
         }
         Op::TopKRunTime { axis, .. } => node.input(0).map(|x| {
             let dim = x.shape.get(*axis).copied().unwrap_or(0);
-            let bytes = lower::top_k_sorted_scratch(x.dtype, dim);
+            let bytes = super::scratch::top_k_sorted_scratch(x.dtype, dim);
             NodeKernel::new(
                 Strategy::Clif,
                 bytes,
@@ -400,11 +401,12 @@ pub fn plan_node(
         }),
         Op::Unique { axis, .. } => node.input(0).map(|x| {
             let slices = axis.map_or(x.numel(), |a| x.shape[a]);
-            let bytes = lower::unique_scratch(slices);
+            let bytes = super::scratch::unique_scratch(slices);
             NodeKernel::new(Strategy::Clif, bytes, "each slice's first equal slice")
         }),
         Op::NonMaxSuppression { per_class, .. } => node.input(0).map(|b| {
-            let bytes = lower::nms_scratch(b.shape.get(1).copied().unwrap_or(0), *per_class);
+            let bytes =
+                super::scratch::nms_scratch(b.shape.get(1).copied().unwrap_or(0), *per_class);
             NodeKernel::new(Strategy::Clif, bytes, "candidate flags and kept boxes")
         }),
         Op::Resize(_) => (node.outputs.first().copied())
@@ -413,7 +415,7 @@ pub fn plan_node(
                 let width = y.shape.last().copied().unwrap_or(1);
                 NodeKernel::new(
                     Strategy::Clif,
-                    lower::symbolic::resize_scratch(width),
+                    super::scratch::resize_scratch(width),
                     "each output column's taps, from the run's extents",
                 )
             }),

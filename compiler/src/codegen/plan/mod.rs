@@ -10,8 +10,10 @@ pub mod gemm;
 pub mod int8;
 pub mod kernels;
 pub mod memory;
+pub mod planes;
 pub mod pool;
 pub mod recurrence;
+pub mod scratch;
 mod shared_tables;
 pub mod softmax;
 

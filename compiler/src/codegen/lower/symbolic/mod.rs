@@ -9,8 +9,6 @@ mod linalg;
 mod movement;
 mod resize;
 
-pub use resize::resize_scratch;
-
 use cranelift_codegen::ir::InstBuilder;
 
 use super::run_shape::Ext;

@@ -4,6 +4,7 @@
 //! ([`crate::ops::resize_sampling`]), from the extents the run has: the columns' taps
 //! once per node into the scratch, a row's taps at the row.
 
+use crate::codegen::plan::scratch::{ScratchLayout, TAP_BYTES};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -14,49 +15,6 @@ use crate::codegen::kernel;
 use crate::ir::DType;
 use crate::ops::resize_sampling::axis_scale;
 use crate::ops::{CoordinateTransform, NearestMode, ResizeAttrs, ResizeMode};
-
-/// Bytes of one output column's taps in the scratch: the two input columns (i32) and
-/// their weights (f32).
-const TAP_BYTES: usize = 16;
-
-/// Scratch bytes of a Resize whose output rows hold at most `width` elements.
-pub fn resize_scratch(width: usize) -> usize {
-    ScratchLayout::new(width).bytes
-}
-
-/// The scratch of a linear Resize: the columns' taps, then two slots each holding one
-/// input row sampled at the output columns (an input row serves every output row
-/// between its neighbours: an upsampling by 8 samples each row once, not 8 times), and
-/// the input row each slot holds (row `j` goes to slot `j % 2`: the two rows an output
-/// row blends are then in different slots).
-struct ScratchLayout {
-    slots: usize,
-    slot_bytes: usize,
-    tags: usize,
-    bytes: usize,
-}
-
-impl ScratchLayout {
-    fn new(width: usize) -> ScratchLayout {
-        let slots = width * TAP_BYTES;
-        let slot_bytes = (width * 4).next_multiple_of(16);
-        let tags = slots + 2 * slot_bytes;
-        ScratchLayout {
-            slots,
-            slot_bytes,
-            tags,
-            bytes: tags + 16,
-        }
-    }
-
-    fn slot(&self, k: usize) -> usize {
-        self.slots + k * self.slot_bytes
-    }
-
-    fn tag(&self, k: usize) -> usize {
-        self.tags + 8 * k
-    }
-}
 
 /// The slot holding input row `j` (i64), sampling it there first (`sample(slot)`)
 /// unless the slot holds it already.

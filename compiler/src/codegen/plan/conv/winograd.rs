@@ -560,3 +560,6 @@ mod chunk_tests {
         }
     }
 }
+
+/// Where [`output_tile`] stages `o[i][j]`, in bytes from the stage (after `z`).
+pub(crate) const OUTPUT_TILE_AT: usize = 36 * LANES * F32;

@@ -660,9 +660,6 @@ pub(in crate::codegen::lower) fn input_tile(
     }
 }
 
-/// Where [`output_tile`] stages `o[i][j]`, in bytes from the stage (after `z`).
-pub(in crate::codegen::lower) const OUTPUT_TILE_AT: usize = 36 * LANES * F32;
-
 /// `o = Aᵀ M A` of four tiles (lanes) whose `M_ξν` are at `src`, one `m_ab_bytes`
 /// after the other: both passes staged in `stage`, `o[i][j]` at
 /// `OUTPUT_TILE_AT + (i·m + j)` vectors.
