@@ -7,6 +7,7 @@ mod derived_weights;
 pub mod dim_values;
 mod dispatch;
 mod input_guards;
+pub mod isa;
 pub mod kernel;
 pub mod kernels;
 pub mod lower;

@@ -8,10 +8,11 @@
 //! layout at run time. Constant A (conv weights) is packed by [`pack_a`] into row tiles
 //! `[k][MR]`, so the MR broadcasts of a K step come from one cache line.
 
+use crate::codegen::isa::Isa;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
-use super::x86::X86Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::options::{GemmOrder, KernelOptions, KernelSource, Toggle};
 use crate::codegen::{Arch, CpuFeature, Target};
 use crate::ops::Activation;
@@ -149,7 +150,7 @@ pub enum KernelKind {
     /// Cranelift code on f32x4 ([`super::gemm_tile`]); every target.
     Clif,
     /// Machine code for AVX2 or AVX-512 ([`super::gemm_x86`]).
-    X86(X86Isa),
+    X86(Vector),
 }
 
 /// A kernel family's register tile, which is also the layout of packed operands:
@@ -183,7 +184,7 @@ impl Geometry {
         prefetch: false,
     };
 
-    fn x86(isa: X86Isa) -> Geometry {
+    fn x86(isa: Vector) -> Geometry {
         let (mr, vecs) = isa.tile();
         Geometry {
             kernel: KernelKind::X86(isa),
@@ -196,11 +197,11 @@ impl Geometry {
         }
     }
 
-    /// The fastest family `target` can run ([`X86Isa::for_target`], else Cranelift's
+    /// The fastest family `target` can run ([`Vector::for_target`], else Cranelift's
     /// 128-bit code, always on aarch64 where NEON is 128-bit anyway); `source` = `Clif`
     /// forces the Cranelift kernels, for comparisons.
     pub fn for_target(target: &Target, options: &KernelOptions) -> Geometry {
-        match X86Isa::for_target(target) {
+        match Isa::of(target).vector {
             Some(isa) if options.gemm == KernelSource::Auto => Geometry {
                 order: options.gemm_order,
                 prefetch: options.gemm_prefetch == Toggle::Auto,

@@ -29,9 +29,9 @@ use cranelift_frontend::FunctionBuilder;
 
 use super::elementwise::activate_run;
 use super::{LowerCtx, LowerResult};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::ops::{Activation, ConvAttrs, PlaneLayout, Requantize};
 
 fn scalar_params(ctx: &LowerCtx) -> Result<(f32, u8), String> {
@@ -54,10 +54,10 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
     let (x, y) = (ctx.input(0)?, ctx.output(0));
     let batch = x.ty.shape[0];
     let code = match ctx.kernel.strategy {
-        Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
+        Strategy::QuantizeToPlanes(Some(Vector::Zmm)) => {
             Some(x86::conv_u8s8::emit_quantize(layout, inv, zp)?)
         }
-        Strategy::QuantizeToPlanes(Some(X86Isa::Avx2)) => {
+        Strategy::QuantizeToPlanes(Some(Vector::Ymm)) => {
             Some(x86::quantize_planes_avx2::emit_quantize(layout, inv, zp)?)
         }
         _ => None,
@@ -72,7 +72,7 @@ pub fn quantize_to_planes(ctx: &mut LowerCtx, layout: &PlaneLayout) -> LowerResu
         };
         let last_channels = layout.channels - 4 * quads * (split.tasks - 1);
         let emit = |l: &PlaneLayout| match ctx.kernel.strategy {
-            Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
+            Strategy::QuantizeToPlanes(Some(Vector::Zmm)) => {
                 x86::conv_u8s8::emit_quantize(l, inv, zp)
             }
             _ => x86::quantize_planes_avx2::emit_quantize(l, inv, zp),

@@ -13,6 +13,7 @@
 //! written just before its kernels read it, so it is still in L2 (or L3) when they do;
 //! the workspace grows by the largest node's expanded weights, not by all of them.
 
+use crate::codegen::isa::Isa;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, Endianness, FuncRef, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -20,7 +21,7 @@ use half::f16;
 use iced_x86::code_asm::*;
 
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::kernels::x86::asm::{AsmError, X86Isa, YMM, ZMM};
+use crate::codegen::kernels::x86::asm::{AsmError, Vector, YMM, ZMM};
 use crate::codegen::Target;
 
 /// Halves per loop iteration of every expansion variant; blobs are padded to it.
@@ -47,13 +48,13 @@ pub fn f16_bytes(floats: &[f32]) -> Vec<u8> {
 /// Machine code of `nnc_expand_f16` for `target`, or None where the Cranelift body
 /// ([`expand_body`]) serves.
 pub fn machine_code(target: &Target) -> Option<Result<Vec<u8>, String>> {
-    let isa = X86Isa::for_target(target)?;
+    let isa = Isa::of(target).vector?;
     Some(x86_expand(isa).map_err(|AsmError(e)| format!("f16 expansion kernel: {e}")))
 }
 
 /// `f16-f32-vcvt-avx512f` / `-avx2`: QUANTUM halves per iteration (rdi = dst, rsi = src,
 /// rdx = n).
-fn x86_expand(isa: X86Isa) -> Result<Vec<u8>, AsmError> {
+fn x86_expand(isa: Vector) -> Result<Vec<u8>, AsmError> {
     let mut a = CodeAssembler::new(64)?;
     let mut top = a.create_label();
     let mut done = a.create_label();
@@ -61,7 +62,7 @@ fn x86_expand(isa: X86Isa) -> Result<Vec<u8>, AsmError> {
     a.jz(done)?;
     a.set_label(&mut top)?;
     match isa {
-        X86Isa::Avx512 => {
+        Vector::Zmm => {
             for (q, &r) in ZMM[..2].iter().enumerate() {
                 a.vcvtph2ps(r, ymmword_ptr(rsi + 32 * q as i32))?;
             }
@@ -69,7 +70,7 @@ fn x86_expand(isa: X86Isa) -> Result<Vec<u8>, AsmError> {
                 a.vmovups(zmmword_ptr(rdi + 64 * q as i32), r)?;
             }
         }
-        X86Isa::Avx2 => {
+        Vector::Ymm => {
             for (q, &r) in YMM[..4].iter().enumerate() {
                 a.vcvtph2ps(r, xmmword_ptr(rsi + 16 * q as i32))?;
             }

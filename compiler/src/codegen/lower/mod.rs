@@ -42,7 +42,6 @@ use super::Target;
 use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
 
-pub use crate::codegen::kernels::x86::X86Isa;
 pub use crate::codegen::plan::conv::{ConvStrategy, WinogradTransforms};
 pub use crate::codegen::plan::planes::{ConvBlocks, PlanesPlan, WinogradPlan};
 pub use gemm::{Geometry, KernelKind};

@@ -22,9 +22,9 @@ use cranelift_frontend::{FunctionBuilder, Variable};
 use super::gemm;
 use super::reduce::{self, fconst, for_blocks, for_chunks, load_vec, var, Elems, Step};
 use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::x86;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::math;
 use crate::ir::DType;
 
@@ -158,7 +158,7 @@ impl SoftmaxRows {
     /// The rows code for `rows` rows of `n` floats.
     pub(super) fn define(
         ctx: &mut LowerCtx,
-        isa: Option<X86Isa>,
+        isa: Option<Vector>,
         rows: usize,
         n: usize,
     ) -> Result<SoftmaxRows, String> {

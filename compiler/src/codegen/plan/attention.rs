@@ -3,8 +3,9 @@
 
 use super::gemm::packs_runtime_b_of;
 use super::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::isa::Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::{packed_b_len, Geometry};
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::tasks::Split;
 use crate::codegen::Target;
@@ -21,7 +22,7 @@ pub(crate) const SCORES_BLOCK_BYTES: usize = 128 << 10;
 pub struct AttentionPlan {
     pub gemm: Geometry,
     /// The softmax rows' machine code, or Cranelift's.
-    pub softmax: Option<X86Isa>,
+    pub softmax: Option<Vector>,
     /// Query rows per block.
     pub block_rows: usize,
     /// Whether Kᵀ and V are packed into panels before the blocks.
@@ -91,7 +92,9 @@ pub fn plan_attention(
     };
     let plan = AttentionPlan {
         gemm,
-        softmax: X86Isa::for_target(target).filter(|_| options.softmax == KernelSource::Auto),
+        softmax: Isa::of(target)
+            .vector
+            .filter(|_| options.softmax == KernelSource::Auto),
         block_rows,
         pack_kt: packs_runtime_b_of(dims.m, dims.d, dims.t, &gemm),
         pack_v: packs_runtime_b_of(dims.m, dims.t, dims.dv, &gemm),

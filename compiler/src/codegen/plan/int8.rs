@@ -3,12 +3,12 @@
 //! the target runs or on Cranelift's dot-product code.
 
 use super::{Int8Conv, NodeKernel, NodeOperands, Strategy};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::clif::gemm_int::IntGemm;
 use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::{GemmIsa, GemmSpec};
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::target::Arch;
 use crate::codegen::tasks::Split;
@@ -138,16 +138,16 @@ pub fn plan_quantize_to_planes(
 ) -> Option<NodeKernel> {
     let isa = match int8_family(target, options) {
         Some(Int8Family::Avx512Vnni) if x86::conv_u8s8::quantize_supports(layout) => {
-            Some(X86Isa::Avx512)
+            Some(Vector::Zmm)
         }
         Some(Int8Family::Ymm(_)) if x86::quantize_planes_avx2::quantize_supports(layout) => {
-            Some(X86Isa::Avx2)
+            Some(Vector::Ymm)
         }
         _ => None,
     };
     let reason = match isa {
-        Some(X86Isa::Avx512) => "AVX-512 VNNI target",
-        Some(X86Isa::Avx2) => "AVX2 target",
+        Some(Vector::Zmm) => "AVX-512 VNNI target",
+        Some(Vector::Ymm) => "AVX2 target",
         None => "no machine code for this target or layout",
     };
     let tasks = match (isa, batch) {

@@ -12,10 +12,10 @@ use std::fmt;
 use super::attention::AttentionPlan;
 use super::conv::ConvStrategy;
 use super::pool::PoolStrategy;
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::{Geometry, KernelKind};
 use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmIsa;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
@@ -71,7 +71,7 @@ pub enum Strategy {
     Conv(ConvStrategy),
     Pool(PoolStrategy),
     /// Softmax rows: AVX2/AVX-512 machine code, or Cranelift's.
-    Softmax(Option<X86Isa>),
+    Softmax(Option<Vector>),
     /// Attention a block of query rows at a time: two GEMMs and softmax rows.
     Attention(AttentionPlan),
     /// A node on image planes whose size only the run knows (see
@@ -80,7 +80,7 @@ pub enum Strategy {
     /// The INT8 convolution.
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
-    QuantizeToPlanes(Option<X86Isa>),
+    QuantizeToPlanes(Option<Vector>),
     /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM (x86 machine code or
     /// Cranelift's), or the exact int16 one.
     IntGemm {
@@ -232,12 +232,12 @@ impl NodeKernel {
             Strategy::Conv(c) => c.kernels(),
             Strategy::Pool(p) => p.kernels(),
             Strategy::Planes(p) => p.kernels(),
-            Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa_suffix(*isa))],
+            Strategy::Softmax(Some(isa)) => vec![format!("f32-softmax-{}", isa.suffix())],
             Strategy::Softmax(None) => vec!["f32-softmax-clif".into()],
             Strategy::Attention(AttentionPlan { gemm, softmax, .. }) => vec![
                 gemm_kernel_name(gemm),
                 match softmax {
-                    Some(isa) => format!("f32-softmax-{}", isa_suffix(*isa)),
+                    Some(isa) => format!("f32-softmax-{}", isa.suffix()),
                     None => "f32-softmax-clif".into(),
                 },
             ],
@@ -249,10 +249,10 @@ impl NodeKernel {
                 vec![crate::codegen::kernels::x86::dwconv_u8s8_ymm::KERNEL_NAME.into()]
             }
             Strategy::ConvU8S8(Int8Conv::Clif) => vec!["u8s8-conv-4x8-clif".into()],
-            Strategy::QuantizeToPlanes(Some(X86Isa::Avx512)) => {
+            Strategy::QuantizeToPlanes(Some(Vector::Zmm)) => {
                 vec!["f32-qu8-planes-avx512f".into()]
             }
-            Strategy::QuantizeToPlanes(Some(X86Isa::Avx2)) => vec!["f32-qu8-planes-avx2".into()],
+            Strategy::QuantizeToPlanes(Some(Vector::Ymm)) => vec!["f32-qu8-planes-avx2".into()],
             Strategy::QuantizeToPlanes(None) => vec!["f32-qu8-planes-clif".into()],
             Strategy::IntGemm {
                 dot: true,
@@ -276,18 +276,10 @@ impl NodeKernel {
     }
 }
 
-/// The suffix naming an x86 machine-code family in kernel names.
-pub fn isa_suffix(isa: X86Isa) -> &'static str {
-    match isa {
-        X86Isa::Avx2 => "avx2-fma",
-        X86Isa::Avx512 => "avx512f",
-    }
-}
-
 /// `f32-gemm-8x48-avx512f`, `f32-gemm-6x16-avx2-fma`, `f32-gemm-5x8-clif`.
 pub fn gemm_kernel_name(g: &Geometry) -> String {
     let isa = match g.kernel {
-        KernelKind::X86(isa) => isa_suffix(isa),
+        KernelKind::X86(isa) => isa.suffix(),
         KernelKind::Clif => "clif",
     };
     format!("f32-gemm-{}x{}-{isa}", g.mr, g.nr)

@@ -2,7 +2,8 @@
 //! this target's machine code or Cranelift's), or the general window loops.
 
 use super::{NodeKernel, NodeOperands, Strategy};
-use crate::codegen::kernels::x86::X86Isa;
+use crate::codegen::isa::Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::options::{KernelOptions, KernelSource, Toggle};
 use crate::codegen::Target;
 use crate::ir::{DType, TensorType};
@@ -17,7 +18,7 @@ pub enum PoolStrategy {
     Global,
     /// 2-D float32 max pooling as a row pass and a column pass (`lower::pool::maxpool2d`), the
     /// row passes in machine code of this family or in Cranelift.
-    SeparableMax(Option<X86Isa>),
+    SeparableMax(Option<Vector>),
     /// Every other window: static tap loops, border regions apart.
     Windows,
 }
@@ -33,10 +34,10 @@ impl PoolStrategy {
 
     pub fn kernels(&self) -> Vec<String> {
         match self {
-            PoolStrategy::SeparableMax(Some(X86Isa::Avx512)) => {
+            PoolStrategy::SeparableMax(Some(Vector::Zmm)) => {
                 vec!["f32-maxpool2d-avx512f".into()]
             }
-            PoolStrategy::SeparableMax(Some(X86Isa::Avx2)) => vec!["f32-maxpool2d-avx2".into()],
+            PoolStrategy::SeparableMax(Some(Vector::Ymm)) => vec!["f32-maxpool2d-avx2".into()],
             PoolStrategy::SeparableMax(None) => vec!["f32-maxpool2d-clif".into()],
             _ => vec![],
         }
@@ -123,8 +124,8 @@ pub(crate) fn separable_max_kernel(
     y: &TensorType,
     target: &Target,
     options: &KernelOptions,
-) -> Option<X86Isa> {
-    let isa = X86Isa::for_target(target)?;
+) -> Option<Vector> {
+    let isa = Isa::of(target).vector?;
     // The kernel addresses within a plane by 32-bit displacements.
     let plane_bytes = |t: &TensorType| t.shape[2] * t.shape[3] * F32;
     if options.pool == KernelSource::Clif
@@ -133,9 +134,9 @@ pub(crate) fn separable_max_kernel(
         return None;
     }
     let out_w = y.shape[3];
-    Some(if isa == X86Isa::Avx512 && out_w > 8 {
-        X86Isa::Avx512
+    Some(if isa == Vector::Zmm && out_w > 8 {
+        Vector::Zmm
     } else {
-        X86Isa::Avx2
+        Vector::Ymm
     })
 }

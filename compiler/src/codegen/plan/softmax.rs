@@ -2,7 +2,7 @@
 //! columns.
 
 use super::{NodeKernel, NodeOperands, Strategy};
-use crate::codegen::kernels::x86::X86Isa;
+use crate::codegen::isa::Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::Target;
 use crate::ir::DType;
@@ -21,7 +21,9 @@ pub fn plan_softmax(
     // One contiguous row per softmax: every axis after `axis` has size 1.
     let inner: usize = x.shape.get(axis + 1..)?.iter().product();
     let rows = !log && inner == 1 && x.dtype == DType::F32 && y.dtype == DType::F32;
-    let isa = X86Isa::for_target(target).filter(|_| rows && options.softmax == KernelSource::Auto);
+    let isa = Isa::of(target)
+        .vector
+        .filter(|_| rows && options.softmax == KernelSource::Auto);
     let reason = match (isa, rows) {
         (Some(_), _) => "float32 softmax over the innermost axis: machine-code rows",
         (None, true) if options.softmax == KernelSource::Clif => "--kernel softmax=clif",

@@ -9,7 +9,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{AsmError, AsmResult, Consts, FmaOp, VOp, Vecs, X86Isa, YMM, ZMM};
+use super::asm::{AsmError, AsmResult, Consts, FmaOp, VOp, Vecs, Vector, YMM, ZMM};
 use crate::codegen::math::{
     ERF_F32_P, ERF_F32_Q, ERF_F32_SATURATION, EXPF_LN2_PARTS, EXPF_POLY, TANHF_POLY,
     TANHF_POLY_BELOW,
@@ -225,8 +225,8 @@ fn one_plus_exp_neg(
     let log2e = consts.get(a, std::f32::consts::LOG2_E);
     v.op_mem(a, VOp::Mul, n, t, log2e)?;
     match v.isa {
-        X86Isa::Avx512 => a.vrndscaleps(ZMM[n], ZMM[n], 0)?,
-        X86Isa::Avx2 => a.vroundps(YMM[n], YMM[n], 0)?,
+        Vector::Zmm => a.vrndscaleps(ZMM[n], ZMM[n], 0)?,
+        Vector::Ymm => a.vroundps(YMM[n], YMM[n], 0)?,
     }
     for c in EXPF_LN2_PARTS {
         let c = consts.get(a, c as f32);
@@ -245,12 +245,12 @@ fn one_plus_exp_neg(
     // 2^n in the exponent field (n ∈ [−126, 128]; 128 gives the bits of +inf).
     let bias = consts.get(a, f32::from_bits(127));
     match v.isa {
-        X86Isa::Avx512 => {
+        Vector::Zmm => {
             a.vcvtps2dq(ZMM[n], ZMM[n])?;
             a.vpaddd(ZMM[n], ZMM[n], zmmword_ptr(bias))?;
             a.vpslld(ZMM[n], ZMM[n], 23)?;
         }
-        X86Isa::Avx2 => {
+        Vector::Ymm => {
             a.vcvtps2dq(YMM[n], YMM[n])?;
             a.vpaddd(YMM[n], YMM[n], ymmword_ptr(bias))?;
             a.vpslld(YMM[n], YMM[n], 23)?;
@@ -269,8 +269,8 @@ fn and_mem(
     m: AsmMemoryOperand,
 ) -> AsmResult<()> {
     match v.isa {
-        X86Isa::Avx512 => a.vpandd(ZMM[d], ZMM[x], zmmword_ptr(m))?,
-        X86Isa::Avx2 => a.vandps(YMM[d], YMM[x], ymmword_ptr(m))?,
+        Vector::Zmm => a.vpandd(ZMM[d], ZMM[x], zmmword_ptr(m))?,
+        Vector::Ymm => a.vandps(YMM[d], YMM[x], ymmword_ptr(m))?,
     }
     Ok(())
 }
@@ -278,8 +278,8 @@ fn and_mem(
 /// `d = x | y` bitwise.
 fn or(a: &mut CodeAssembler, v: &Vecs, d: usize, x: usize, y: usize) -> AsmResult<()> {
     match v.isa {
-        X86Isa::Avx512 => a.vpord(ZMM[d], ZMM[x], ZMM[y])?,
-        X86Isa::Avx2 => a.vorps(YMM[d], YMM[x], YMM[y])?,
+        Vector::Zmm => a.vpord(ZMM[d], ZMM[x], ZMM[y])?,
+        Vector::Ymm => a.vorps(YMM[d], YMM[x], YMM[y])?,
     }
     Ok(())
 }
@@ -296,12 +296,12 @@ fn select_below(
 ) -> AsmResult<()> {
     // Predicate 1: less-than, ordered (a NaN key is not below).
     match v.isa {
-        X86Isa::Avx512 => {
+        Vector::Zmm => {
             a.vcmpps(SELECT_MASK, ZMM[key], zmmword_ptr(limit), 1)?;
             a.vmovaps(ZMM[r], ZMM[otherwise])?;
             a.vmovaps(ZMM[r].k7(), ZMM[if_below])?;
         }
-        X86Isa::Avx2 => {
+        Vector::Ymm => {
             a.vcmpps(YMM[key], YMM[key], ymmword_ptr(limit), 1)?;
             a.vblendvps(YMM[r], YMM[otherwise], YMM[if_below], YMM[key])?;
         }

@@ -1,51 +1,11 @@
 //! The x86-64 machine-code toolkit every kernel of `kernels/x86` is written with:
-//! the ISA families, register names, vector instructions on register numbers (one
+//! register names, vector instructions on register numbers (one
 //! source for AVX2 and AVX-512), tail masks and constant pools, all encoded with iced-x86
 //! (the fused activation epilogue is `activation.rs`).
 
 use iced_x86::code_asm::*;
 
-use crate::codegen::{Arch, CpuFeature, Target};
-
-/// Which machine-code kernel family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum X86Isa {
-    Avx2,
-    Avx512,
-}
-
-impl X86Isa {
-    /// The widest machine-code family `target` runs: AVX-512 (`--cpu x86-64-v4`),
-    /// AVX2 with FMA (`x86-64-v3`), or none (baseline x86-64 and aarch64, where
-    /// Cranelift's 128-bit code runs).
-    pub fn for_target(target: &Target) -> Option<X86Isa> {
-        let fma = target.has(CpuFeature::Fma) && target.has(CpuFeature::Avx);
-        if target.arch != Arch::X86_64 || !fma {
-            None
-        } else if target.has(CpuFeature::Avx512f) {
-            Some(X86Isa::Avx512)
-        } else if target.has(CpuFeature::Avx2) {
-            Some(X86Isa::Avx2)
-        } else {
-            None
-        }
-    }
-
-    pub fn lanes(self) -> usize {
-        match self {
-            X86Isa::Avx2 => 8,
-            X86Isa::Avx512 => 16,
-        }
-    }
-
-    /// Register tile rows and vectors per row (see the module docs).
-    pub fn tile(self) -> (usize, usize) {
-        match self {
-            X86Isa::Avx2 => (6, 2),
-            X86Isa::Avx512 => (8, 3),
-        }
-    }
-}
+pub use crate::codegen::isa::Vector;
 
 const F32: usize = 4;
 
@@ -73,7 +33,7 @@ pub(crate) const YMM: [AsmRegisterYmm; 16] = [
 
 /// Vector instructions of one ISA on register numbers, so the tile code is written once.
 pub(crate) struct Vecs {
-    pub(crate) isa: X86Isa,
+    pub(crate) isa: Vector,
 }
 
 /// AVX2 register holding the tail mask (all-ones lanes are valid).
@@ -119,16 +79,16 @@ impl Vecs {
 
     pub(crate) fn vmem(&self, m: AsmMemoryOperand) -> AsmMemoryOperand {
         match self.isa {
-            X86Isa::Avx2 => ymmword_ptr(m),
-            X86Isa::Avx512 => zmmword_ptr(m),
+            Vector::Ymm => ymmword_ptr(m),
+            Vector::Zmm => zmmword_ptr(m),
         }
     }
 
     pub(crate) fn zero(&self, a: &mut CodeAssembler, r: usize) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => a.vxorps(YMM[r], YMM[r], YMM[r]),
+            Vector::Ymm => a.vxorps(YMM[r], YMM[r], YMM[r]),
             // vxorps on zmm needs AVX512DQ; vpxord is AVX512F.
-            X86Isa::Avx512 => a.vpxord(ZMM[r], ZMM[r], ZMM[r]),
+            Vector::Zmm => a.vpxord(ZMM[r], ZMM[r], ZMM[r]),
         }
     }
 
@@ -142,10 +102,10 @@ impl Vecs {
         masked: bool,
     ) -> Result<(), IcedError> {
         match (self.isa, masked) {
-            (X86Isa::Avx2, false) => a.vmovups(YMM[r], ymmword_ptr(m)),
-            (X86Isa::Avx2, true) => a.vmaskmovps(YMM[r], YMM[AVX2_MASK], ymmword_ptr(m)),
-            (X86Isa::Avx512, false) => a.vmovups(ZMM[r], zmmword_ptr(m)),
-            (X86Isa::Avx512, true) => a.vmovups(ZMM[r].k1().z(), zmmword_ptr(m)),
+            (Vector::Ymm, false) => a.vmovups(YMM[r], ymmword_ptr(m)),
+            (Vector::Ymm, true) => a.vmaskmovps(YMM[r], YMM[AVX2_MASK], ymmword_ptr(m)),
+            (Vector::Zmm, false) => a.vmovups(ZMM[r], zmmword_ptr(m)),
+            (Vector::Zmm, true) => a.vmovups(ZMM[r].k1().z(), zmmword_ptr(m)),
         }
     }
 
@@ -157,10 +117,10 @@ impl Vecs {
         masked: bool,
     ) -> Result<(), IcedError> {
         match (self.isa, masked) {
-            (X86Isa::Avx2, false) => a.vmovups(ymmword_ptr(m), YMM[r]),
-            (X86Isa::Avx2, true) => a.vmaskmovps(ymmword_ptr(m), YMM[AVX2_MASK], YMM[r]),
-            (X86Isa::Avx512, false) => a.vmovups(zmmword_ptr(m), ZMM[r]),
-            (X86Isa::Avx512, true) => a.vmovups(zmmword_ptr(m).k1(), ZMM[r]),
+            (Vector::Ymm, false) => a.vmovups(ymmword_ptr(m), YMM[r]),
+            (Vector::Ymm, true) => a.vmaskmovps(ymmword_ptr(m), YMM[AVX2_MASK], YMM[r]),
+            (Vector::Zmm, false) => a.vmovups(zmmword_ptr(m), ZMM[r]),
+            (Vector::Zmm, true) => a.vmovups(zmmword_ptr(m).k1(), ZMM[r]),
         }
     }
 
@@ -171,8 +131,8 @@ impl Vecs {
         m: AsmMemoryOperand,
     ) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => a.vbroadcastss(YMM[r], dword_ptr(m)),
-            X86Isa::Avx512 => a.vbroadcastss(ZMM[r], dword_ptr(m)),
+            Vector::Ymm => a.vbroadcastss(YMM[r], dword_ptr(m)),
+            Vector::Zmm => a.vbroadcastss(ZMM[r], dword_ptr(m)),
         }
     }
 
@@ -185,8 +145,8 @@ impl Vecs {
         y: usize,
     ) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[x], YMM[y]),
-            X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[x], ZMM[y]),
+            Vector::Ymm => a.vfmadd231ps(YMM[acc], YMM[x], YMM[y]),
+            Vector::Zmm => a.vfmadd231ps(ZMM[acc], ZMM[x], ZMM[y]),
         }
     }
 
@@ -199,8 +159,8 @@ impl Vecs {
         m: AsmMemoryOperand,
     ) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => a.vfmadd231ps(YMM[acc], YMM[w], ymmword_ptr(m)),
-            X86Isa::Avx512 => a.vfmadd231ps(ZMM[acc], ZMM[w], zmmword_ptr(m)),
+            Vector::Ymm => a.vfmadd231ps(YMM[acc], YMM[w], ymmword_ptr(m)),
+            Vector::Zmm => a.vfmadd231ps(ZMM[acc], ZMM[w], zmmword_ptr(m)),
         }
     }
 
@@ -215,8 +175,8 @@ impl Vecs {
     ) -> Result<(), IcedError> {
         let m = self.vmem(m);
         match self.isa {
-            X86Isa::Avx2 => vop!(a, op, YMM[d], YMM[x], m),
-            X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], m),
+            Vector::Ymm => vop!(a, op, YMM[d], YMM[x], m),
+            Vector::Zmm => vop!(a, op, ZMM[d], ZMM[x], m),
         }
     }
 
@@ -229,8 +189,8 @@ impl Vecs {
         y: usize,
     ) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => vop!(a, op, YMM[d], YMM[x], YMM[y]),
-            X86Isa::Avx512 => vop!(a, op, ZMM[d], ZMM[x], ZMM[y]),
+            Vector::Ymm => vop!(a, op, YMM[d], YMM[x], YMM[y]),
+            Vector::Zmm => vop!(a, op, ZMM[d], ZMM[x], ZMM[y]),
         }
     }
 
@@ -243,8 +203,8 @@ impl Vecs {
         y: usize,
     ) -> Result<(), IcedError> {
         match self.isa {
-            X86Isa::Avx2 => vfma!(a, op, YMM[d], YMM[x], YMM[y]),
-            X86Isa::Avx512 => vfma!(a, op, ZMM[d], ZMM[x], ZMM[y]),
+            Vector::Ymm => vfma!(a, op, YMM[d], YMM[x], YMM[y]),
+            Vector::Zmm => vfma!(a, op, ZMM[d], ZMM[x], ZMM[y]),
         }
     }
 
@@ -259,8 +219,8 @@ impl Vecs {
     ) -> Result<(), IcedError> {
         let m = self.vmem(m);
         match self.isa {
-            X86Isa::Avx2 => vfma!(a, op, YMM[d], YMM[x], m),
-            X86Isa::Avx512 => vfma!(a, op, ZMM[d], ZMM[x], m),
+            Vector::Ymm => vfma!(a, op, YMM[d], YMM[x], m),
+            Vector::Zmm => vfma!(a, op, ZMM[d], ZMM[x], m),
         }
     }
 }
@@ -281,17 +241,17 @@ impl TailMasks {
     pub(crate) fn set(
         &mut self,
         a: &mut CodeAssembler,
-        isa: X86Isa,
+        isa: Vector,
         k: AsmRegisterK,
         y: usize,
         lanes: usize,
     ) -> AsmResult<()> {
         match isa {
-            X86Isa::Avx512 => {
+            Vector::Zmm => {
                 a.mov(eax, ((1u32 << lanes) - 1) as i32)?;
                 a.kmovw(k, eax)?;
             }
-            X86Isa::Avx2 => self.ymm(a, y, lanes, rax)?,
+            Vector::Ymm => self.ymm(a, y, lanes, rax)?,
         }
         Ok(())
     }
@@ -301,19 +261,19 @@ impl TailMasks {
     pub(crate) fn set_counted(
         &mut self,
         a: &mut CodeAssembler,
-        isa: X86Isa,
+        isa: Vector,
         k: AsmRegisterK,
         y: usize,
         lanes: AsmRegister64,
         via: AsmRegister64,
     ) -> AsmResult<()> {
         match isa {
-            X86Isa::Avx512 => {
+            Vector::Zmm => {
                 let table = *self.opmasks.get_or_insert_with(|| a.create_label());
                 a.lea(via, ptr(table))?;
                 a.kmovw(k, word_ptr(via + lanes * 2))?;
             }
-            X86Isa::Avx2 => {
+            Vector::Ymm => {
                 // The mask of n lanes starts 8 − n elements into the table.
                 let table = *self.table.get_or_insert_with(|| a.create_label());
                 a.lea(via, ptr(table))?;

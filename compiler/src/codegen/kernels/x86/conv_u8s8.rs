@@ -19,7 +19,7 @@ use crate::codegen::options::Int8Order;
 use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation};
-use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, ZMM};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, Vector, ZMM};
 use super::planes_walk::{quantize_image, ChunkEmitter};
 use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, PlaneLayout, Requantize};
@@ -453,9 +453,7 @@ impl ConvEmitter<'_> {
         if rq.scatter.is_none() {
             a.add(rbp, r10)?;
         }
-        let v = Vecs {
-            isa: X86Isa::Avx512,
-        };
+        let v = Vecs { isa: Vector::Zmm };
         let inv = self.consts.get(a, rq.inv_scale);
         let zp = self.consts.get(a, rq.zero_point as f32);
         let zero = self.consts.get(a, 0.0);
@@ -548,9 +546,7 @@ impl ConvEmitter<'_> {
             a.lea(r15, qword_ptr(r9 + rbp))?;
         }
         a.add(rbp, rdx)?;
-        let v = Vecs {
-            isa: X86Isa::Avx512,
-        };
+        let v = Vecs { isa: Vector::Zmm };
         for r in 0..rows {
             a.vpbroadcastd(ZMM[BIAS_REG], dword_ptr(rcx + r12 * 4 + imm(4 * r)?))?;
             a.vbroadcastss(ZMM[SCALE_REG], dword_ptr(r8 + r12 * 4 + imm(4 * r)?))?;

@@ -38,7 +38,7 @@
 use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation};
-use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, X86Isa, YMM};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, Vector, YMM};
 use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::codegen::options::Int8Order;
 use crate::ops::{Activation, Requantize};
@@ -642,7 +642,7 @@ impl ConvEmitter<'_> {
         for r in 0..rows {
             self.scale_row(a, r, vecs)?;
         }
-        let v = Vecs { isa: X86Isa::Avx2 };
+        let v = Vecs { isa: Vector::Ymm };
         let (perm, mask, t) = (YMM[EP_PERM], YMM[EP_MASK], YMM[EP_T]);
         for j in 0..vecs {
             self.load_vector(a, j)?;
@@ -714,7 +714,7 @@ impl ConvEmitter<'_> {
         for r in 0..rows {
             self.scale_row(a, r, vecs)?;
         }
-        let v = Vecs { isa: X86Isa::Avx2 };
+        let v = Vecs { isa: Vector::Ymm };
         let inv = self.consts.get(a, rq.inv_scale);
         let zp = self.consts.get(a, rq.zero_point as f32);
         let zero = self.consts.get(a, 0.0);

@@ -50,7 +50,7 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, activation_temps};
 use super::asm::{
-    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, Vecs, X86Isa, AVX2_MASK, YMM, ZMM,
+    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, Vecs, Vector, AVX2_MASK, YMM, ZMM,
 };
 use crate::ops::Activation;
 
@@ -155,16 +155,16 @@ pub(crate) fn supports(s: &DwSpec) -> bool {
 /// outputs waste half of a 16-lane vector: the 8-lane kernel (AVX2 + FMA, which every
 /// AVX-512 target here has) was faster there (960ch 7×7: 27 vs 38 µs), the 16-lane one
 /// from 14 columns up (384ch 14×14: 49 vs 59 µs).
-pub(crate) fn family(s: &DwSpec, isa: X86Isa) -> X86Isa {
+pub(crate) fn family(s: &DwSpec, isa: Vector) -> Vector {
     if s.out_w <= 8 {
-        X86Isa::Avx2
+        Vector::Ymm
     } else {
         isa
     }
 }
 
 /// Encodes the kernel for `s` (which must satisfy [`supports`]).
-pub(crate) fn emit(s: &DwSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
+pub(crate) fn emit(s: &DwSpec, isa: Vector) -> Result<Vec<u8>, String> {
     if !supports(s) {
         return Err(format!("no x86 depthwise kernel for {s:?}"));
     }
@@ -218,7 +218,7 @@ struct Emitter<'s> {
 }
 
 impl<'s> Emitter<'s> {
-    fn new(s: &'s DwSpec, isa: X86Isa, l: DwLayout) -> Emitter<'s> {
+    fn new(s: &'s DwSpec, isa: Vector, l: DwLayout) -> Emitter<'s> {
         let lanes = isa.lanes();
         let taps = s.k[0] * s.k[1];
         // AVX-512: 32 registers; with ≤ 16 taps the weights stay in registers, the
@@ -228,18 +228,18 @@ impl<'s> Emitter<'s> {
         // activation has the broadcast's, the temporary's and the spare.
         let extra = activation_temps(s.activation).saturating_sub(1);
         let (resident, budget, tmp, wtmp) = match isa {
-            X86Isa::Avx512 if taps <= 16 => (true, (31 - taps - extra).min(24), 31 - taps, 31),
-            X86Isa::Avx512 => (false, 24, 30, 31),
-            X86Isa::Avx2 => (false, 12, 13, 12),
+            Vector::Zmm if taps <= 16 => (true, (31 - taps - extra).min(24), 31 - taps, 31),
+            Vector::Zmm => (false, 24, 30, 31),
+            Vector::Ymm => (false, 12, 13, 12),
         };
         let act_tmps = match isa {
-            X86Isa::Avx512 => vec![tmp, tmp - 1, tmp - 2],
-            X86Isa::Avx2 => vec![tmp, wtmp, 14],
+            Vector::Zmm => vec![tmp, tmp - 1, tmp - 2],
+            Vector::Ymm => vec![tmp, wtmp, 14],
         };
         let row_vecs = s.out_w.div_ceil(lanes);
         let max_vecs = match isa {
-            X86Isa::Avx512 => 8,
-            X86Isa::Avx2 => 4,
+            Vector::Zmm => 8,
+            Vector::Ymm => 4,
         };
         let blocks = row_vecs.div_ceil(max_vecs);
         let vecs = row_vecs.div_ceil(blocks);
@@ -263,8 +263,8 @@ impl<'s> Emitter<'s> {
 
     fn name(&self) -> &'static str {
         match self.v.isa {
-            X86Isa::Avx512 => "f32-dwconv-avx512f",
-            X86Isa::Avx2 => "f32-dwconv-avx2-fma",
+            Vector::Zmm => "f32-dwconv-avx512f",
+            Vector::Ymm => "f32-dwconv-avx2-fma",
         }
     }
 
@@ -377,8 +377,8 @@ impl<'s> Emitter<'s> {
 
     fn mask_of(&self, k: usize, y: usize) -> Mask {
         match self.v.isa {
-            X86Isa::Avx512 => Mask::Reg(k),
-            X86Isa::Avx2 => Mask::Reg(y),
+            Vector::Zmm => Mask::Reg(k),
+            Vector::Ymm => Mask::Reg(y),
         }
     }
 
@@ -392,8 +392,8 @@ impl<'s> Emitter<'s> {
     ) -> AsmResult<()> {
         match (self.v.isa, mask) {
             (_, Mask::Full) => self.v.load(a, r, m, false)?,
-            (X86Isa::Avx2, Mask::Reg(y)) => a.vmaskmovps(YMM[r], YMM[y], ymmword_ptr(m))?,
-            (X86Isa::Avx512, Mask::Reg(k)) => {
+            (Vector::Ymm, Mask::Reg(y)) => a.vmaskmovps(YMM[r], YMM[y], ymmword_ptr(m))?,
+            (Vector::Zmm, Mask::Reg(k)) => {
                 let z = ZMM[r];
                 let dst = match k {
                     1 => z.k1(),
@@ -417,8 +417,8 @@ impl<'s> Emitter<'s> {
     ) -> AsmResult<()> {
         match (self.v.isa, mask) {
             (_, Mask::Full) => self.v.store(a, m, r, false)?,
-            (X86Isa::Avx2, Mask::Reg(y)) => a.vmaskmovps(ymmword_ptr(m), YMM[y], YMM[r])?,
-            (X86Isa::Avx512, Mask::Reg(k)) => {
+            (Vector::Ymm, Mask::Reg(y)) => a.vmaskmovps(ymmword_ptr(m), YMM[y], YMM[r])?,
+            (Vector::Zmm, Mask::Reg(k)) => {
                 let mem = zmmword_ptr(m);
                 let dst = match k {
                     1 => mem.k1(),
@@ -520,7 +520,7 @@ impl<'s> Emitter<'s> {
         let even_dst = pe * phase + (self.l.lead[pe] + pl / 2) * F32;
         let odd_dst = po * phase + (self.l.lead[po] + pl.div_ceil(2)) * F32;
         let full = s.in_w / (2 * lanes);
-        if self.v.isa == X86Isa::Avx512 {
+        if self.v.isa == Vector::Zmm {
             let (evens, odds) = *self
                 .perm_table
                 .get_or_insert_with(|| (a.create_label(), a.create_label()));
@@ -574,14 +574,14 @@ impl<'s> Emitter<'s> {
     /// Registers 0, 1 (2·lanes consecutive inputs) → 2 = even lanes, 3 = odd lanes.
     fn deinterleave(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         match self.v.isa {
-            X86Isa::Avx512 => {
+            Vector::Zmm => {
                 // zmm6/zmm7: even/odd indices into the 32 floats of zmm0:zmm1.
                 a.vmovaps(ZMM[2], ZMM[0])?;
                 a.vpermt2ps(ZMM[2], ZMM[6], ZMM[1])?;
                 a.vmovaps(ZMM[3], ZMM[0])?;
                 a.vpermt2ps(ZMM[3], ZMM[7], ZMM[1])?;
             }
-            X86Isa::Avx2 => {
+            Vector::Ymm => {
                 // shufps picks lanes within 128-bit halves: [a0 a2 b0 b2 | a4 a6 b4 b6];
                 // vpermpd 0xD8 (qwords 0, 2, 1, 3) puts the a's before the b's.
                 a.vshufps(YMM[2], YMM[0], YMM[1], 0x88)?;

@@ -25,7 +25,7 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, activation_temps};
 use super::asm::{
-    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
+    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, Vector, AVX2_MASK,
 };
 use super::plane_phases::{PhaseCopy, PhasesSpec};
 use crate::ops::Activation;
@@ -44,7 +44,7 @@ pub(crate) fn slack_bytes(k: [usize; 2], dilations: [usize; 2]) -> usize {
 /// One depthwise conv's row kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DwRowsSpec {
-    pub isa: X86Isa,
+    pub isa: Vector,
     pub k: [usize; 2],
     pub stride: [usize; 2],
     pub dil: [usize; 2],
@@ -78,7 +78,7 @@ impl DwRowsSpec {
     /// Taps held in registers (AVX-512, up to 25 of them: a 5×5), else broadcast per
     /// group.
     fn taps_in_registers(&self) -> bool {
-        self.isa == X86Isa::Avx512 && self.taps() <= 32 - FIRST_TAP_REG
+        self.isa == Vector::Zmm && self.taps() <= 32 - FIRST_TAP_REG
     }
 
     /// Output vectors per group: four independent accumulators.

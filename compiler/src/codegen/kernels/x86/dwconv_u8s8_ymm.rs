@@ -20,7 +20,7 @@
 use iced_x86::code_asm::*;
 
 use super::activation::activate;
-use super::asm::{emit_consts, imm, AsmResult, Consts, Vecs, X86Isa, YMM};
+use super::asm::{emit_consts, imm, AsmResult, Consts, Vecs, Vector, YMM};
 use super::conv_u8s8_ymm::ZeroPointFill;
 use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::ops::{Activation, Requantize};
@@ -253,7 +253,7 @@ impl DwEmitter<'_> {
                 a.vpaddd(acc, acc, x)?;
             }
         }
-        let vecs = Vecs { isa: X86Isa::Avx2 };
+        let vecs = Vecs { isa: Vector::Ymm };
         let zero = self.consts.get(a, 0.0);
         for (v, &y) in YMM[..ACCS].iter().enumerate() {
             a.vpaddd(y, y, YMM[BIAS])?;

@@ -23,7 +23,7 @@
 use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation_with};
-use super::asm::{emit_consts, imm, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK};
+use super::asm::{emit_consts, imm, AsmResult, Consts, TailMasks, VOp, Vecs, Vector, AVX2_MASK};
 use crate::codegen::kernels::gemm::{ALayout, Addend, BLayout, GemmSpec, RunTimeStrides};
 use crate::codegen::options::GemmOrder;
 use crate::ops::Activation;
@@ -193,7 +193,7 @@ struct Emitter<'s> {
 
 /// Encodes the kernel for `spec`. `spec` must satisfy [`supports`]; packed operands are
 /// in the layouts of [`super::gemm::Geometry`] for `isa`.
-pub fn emit(spec: &GemmSpec, isa: X86Isa) -> Result<Vec<u8>, String> {
+pub fn emit(spec: &GemmSpec, isa: Vector) -> Result<Vec<u8>, String> {
     if !supports(spec) {
         return Err(format!("no x86 machine-code kernel for {spec:?}"));
     }
@@ -650,8 +650,8 @@ impl Emitter<'_> {
     fn bcast_reg(&self, i: usize) -> usize {
         let (mr, vecs) = self.v.isa.tile();
         match self.v.isa {
-            X86Isa::Avx512 => mr * vecs + vecs + (i % 2),
-            X86Isa::Avx2 => mr * vecs + vecs,
+            Vector::Zmm => mr * vecs + vecs + (i % 2),
+            Vector::Ymm => mr * vecs + vecs,
         }
     }
 

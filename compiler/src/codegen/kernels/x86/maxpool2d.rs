@@ -11,7 +11,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM, ZMM};
+use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, Vector, AVX2_MASK, YMM, ZMM};
 
 const F32: usize = 4;
 
@@ -27,7 +27,7 @@ pub(crate) struct BorderRow {
 /// Everything the kernel bakes in.
 #[derive(Clone, Debug)]
 pub(crate) struct MaxPoolSpec {
-    pub isa: X86Isa,
+    pub isa: Vector,
     pub planes: usize,
     pub in_h: usize,
     pub in_w: usize,
@@ -75,7 +75,7 @@ impl PoolConstants {
             odds: a.create_label(),
         };
         v.broadcast(a, NEG_INF, ptr(c.neg_inf))?;
-        if v.isa == X86Isa::Avx512 {
+        if v.isa == Vector::Zmm {
             a.vmovups(ZMM[EVEN_IDX], zmmword_ptr(c.evens))?;
             a.vmovups(ZMM[ODD_IDX], zmmword_ptr(c.odds))?;
         }
@@ -127,14 +127,14 @@ pub(super) fn window_maximum(
 }
 
 /// PICK = the even (or odd) floats of LO ++ HI, in order.
-fn pick(a: &mut CodeAssembler, isa: X86Isa, odd: bool) -> AsmResult<()> {
+fn pick(a: &mut CodeAssembler, isa: Vector, odd: bool) -> AsmResult<()> {
     match isa {
-        X86Isa::Avx512 => {
+        Vector::Zmm => {
             let idx = if odd { ODD_IDX } else { EVEN_IDX };
             a.vmovaps(ZMM[PICK], ZMM[idx])?;
             a.vpermi2ps(ZMM[PICK], ZMM[LO], ZMM[HI])?;
         }
-        X86Isa::Avx2 => {
+        Vector::Ymm => {
             // Per 128-bit half: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; then the 64-bit
             // pairs in order 0, 2, 1, 3.
             a.vshufps(YMM[PICK], YMM[LO], YMM[HI], if odd { 0xDD } else { 0x88 })?;

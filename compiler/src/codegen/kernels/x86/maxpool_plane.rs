@@ -24,7 +24,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK};
+use super::asm::{imm, AsmError, AsmResult, TailMasks, VOp, Vecs, Vector, AVX2_MASK};
 use super::maxpool2d::{window_maximum, PoolConstants, ACC, NEG_INF, X};
 
 const F32: usize = 4;
@@ -54,7 +54,7 @@ const IN_PLANE_BYTES: usize = 56;
 /// One pool's window, baked into the kernel.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MaxPoolPlaneSpec {
-    pub isa: X86Isa,
+    pub isa: Vector,
     /// Window height and width.
     pub kernel: [usize; 2],
     pub strides: [usize; 2],

@@ -24,4 +24,3 @@ pub mod winograd;
 pub mod winograd_plane;
 
 pub use activation::{supports_activation, supports_activation_with};
-pub use asm::X86Isa;

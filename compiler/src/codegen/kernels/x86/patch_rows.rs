@@ -16,14 +16,14 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{imm, AsmError, AsmResult, TailMasks, Vecs, X86Isa, AVX2_MASK};
+use super::asm::{imm, AsmError, AsmResult, TailMasks, Vecs, Vector, AVX2_MASK};
 
 const F32: usize = 4;
 
 /// One conv's patch gather.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PatchRowsSpec {
-    pub isa: X86Isa,
+    pub isa: Vector,
     /// Input channels per group.
     pub channels: usize,
     pub k: [usize; 2],

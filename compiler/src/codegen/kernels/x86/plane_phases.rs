@@ -20,7 +20,7 @@
 
 use iced_x86::code_asm::*;
 
-use super::asm::{imm, AsmError, AsmResult, TailMasks, Vecs, X86Isa, AVX2_MASK, YMM, ZMM};
+use super::asm::{imm, AsmError, AsmResult, TailMasks, Vecs, Vector, AVX2_MASK, YMM, ZMM};
 
 const F32: usize = 4;
 /// Vector registers holding the AVX-512 evens and odds indices while copying.
@@ -30,7 +30,7 @@ const ODDS: usize = 31;
 /// Where a plane is copied to: its stride's phases and the leading pads.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PhasesSpec {
-    pub isa: X86Isa,
+    pub isa: Vector,
     /// Column phases of each padded row: the conv's (or pool's) column stride, 1 or 2.
     pub phases: usize,
     /// Leading pads (top, left).
@@ -100,7 +100,7 @@ impl<'s> PhaseCopy<'s> {
         let mut done = a.create_label();
         a.test(r14, r14)?;
         a.jle(done)?;
-        if self.s.phases == 2 && self.s.isa == X86Isa::Avx512 {
+        if self.s.phases == 2 && self.s.isa == Vector::Zmm {
             let (evens, odds) = *self
                 .indices
                 .get_or_insert_with(|| (a.create_label(), a.create_label()));
@@ -202,11 +202,11 @@ impl<'s> PhaseCopy<'s> {
         self.v.load(a, 0, r12 + 0, false)?;
         self.split(a, 1)?;
         match s.isa {
-            X86Isa::Avx512 => {
+            Vector::Zmm => {
                 a.vmovups(ymmword_ptr(rbx), YMM[2])?;
                 a.vmovups(ymmword_ptr(r15), YMM[3])?;
             }
-            X86Isa::Avx2 => {
+            Vector::Ymm => {
                 a.vmovups(xmmword_ptr(rbx), xmm2)?;
                 a.vmovups(xmmword_ptr(r15), xmm3)?;
             }
@@ -244,13 +244,13 @@ impl<'s> PhaseCopy<'s> {
     fn split(&mut self, a: &mut CodeAssembler, n: usize) -> AsmResult<()> {
         let hi = if n == 2 { 1 } else { 0 };
         match self.s.isa {
-            X86Isa::Avx512 => {
+            Vector::Zmm => {
                 a.vmovaps(ZMM[2], ZMM[EVENS])?;
                 a.vpermi2ps(ZMM[2], ZMM[0], ZMM[hi])?;
                 a.vmovaps(ZMM[3], ZMM[ODDS])?;
                 a.vpermi2ps(ZMM[3], ZMM[0], ZMM[hi])?;
             }
-            X86Isa::Avx2 => {
+            Vector::Ymm => {
                 // Per 128-bit lane (x0 x2 y0 y2 | x4 x6 y4 y6), then the 64-bit pairs
                 // in order 0, 2, 1, 3.
                 a.vshufps(YMM[2], YMM[0], YMM[hi], 0x88)?;

@@ -22,7 +22,7 @@ use iced_x86::code_asm::*;
 use crate::codegen::math::{EXPF_LN2_PARTS, EXPF_POLY};
 
 use super::asm::{
-    emit_consts, imm, AsmError, AsmResult, Consts, FmaOp, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK,
+    emit_consts, imm, AsmError, AsmResult, Consts, FmaOp, TailMasks, VOp, Vecs, Vector, AVX2_MASK,
     YMM, ZMM,
 };
 
@@ -40,7 +40,7 @@ const LANE_REGS: [[usize; 4]; 2] = [[4, 5, 6, 7], [8, 9, 10, 11]];
 const NEG_INF: usize = 14;
 
 /// The kernel for `rows` rows of `n` floats.
-pub(crate) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String> {
+pub(crate) fn emit(rows: usize, n: usize, isa: Vector) -> Result<Vec<u8>, String> {
     if rows == 0 || n == 0 {
         return Err("empty softmax".into());
     }
@@ -49,12 +49,12 @@ pub(crate) fn emit(rows: usize, n: usize, isa: X86Isa) -> Result<Vec<u8>, String
 
 /// The kernel for rows whose count and length the run gives: `(X, Y, rows, n)`
 /// (System V), rows of `n` floats one after another; nothing for 0 rows or `n = 0`.
-pub(crate) fn emit_counted(isa: X86Isa) -> Result<Vec<u8>, String> {
+pub(crate) fn emit_counted(isa: Vector) -> Result<Vec<u8>, String> {
     assemble(isa, None, |e, a| e.counted_function(a))
 }
 
 fn assemble(
-    isa: X86Isa,
+    isa: Vector,
     n: Option<usize>,
     body: impl FnOnce(&mut Emitter, &mut CodeAssembler) -> AsmResult<()>,
 ) -> Result<Vec<u8>, String> {
@@ -178,7 +178,7 @@ impl Emitter {
     }
 
     fn avx512(&self) -> bool {
-        self.v.isa == X86Isa::Avx512
+        self.v.isa == Vector::Zmm
     }
 
     /// rdi = X row, rsi = Y row, rax = rows left, rcx = byte offset in the row.

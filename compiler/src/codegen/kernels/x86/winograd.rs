@@ -28,7 +28,7 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation_with};
 use super::asm::{
-    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, X86Isa, AVX2_MASK, YMM,
+    emit_consts, imm, AsmError, AsmResult, Consts, TailMasks, VOp, Vecs, Vector, AVX2_MASK, YMM,
     ZMM,
 };
 use crate::ops::Activation;
@@ -41,7 +41,7 @@ pub(crate) struct TransformSpec {
     /// Output tile side (2 or 4); input tiles are m + 2.
     pub m: usize,
     /// zmm (16 tiles per vector) or ymm (8).
-    pub isa: X86Isa,
+    pub isa: Vector,
     pub channels: usize,
     pub maps: usize,
     /// Tile rows in this chunk, tiles per tile row, groups of `lanes` tiles per row.
@@ -100,8 +100,8 @@ struct Ops {
 impl Ops {
     fn mov(&self, a: &mut CodeAssembler, d: usize, x: usize) -> AsmResult<()> {
         match self.v.isa {
-            X86Isa::Avx2 => a.vmovaps(YMM[d], YMM[x])?,
-            X86Isa::Avx512 => a.vmovaps(ZMM[d], ZMM[x])?,
+            Vector::Ymm => a.vmovaps(YMM[d], YMM[x])?,
+            Vector::Zmm => a.vmovaps(ZMM[d], ZMM[x])?,
         }
         Ok(())
     }
@@ -125,8 +125,8 @@ impl Ops {
     ) -> AsmResult<()> {
         let m = consts.get(a, c);
         match self.v.isa {
-            X86Isa::Avx2 => a.vfmadd231ps(YMM[d], YMM[x], ymmword_ptr(m))?,
-            X86Isa::Avx512 => a.vfmadd231ps(ZMM[d], ZMM[x], zmmword_ptr(m))?,
+            Vector::Ymm => a.vfmadd231ps(YMM[d], YMM[x], ymmword_ptr(m))?,
+            Vector::Zmm => a.vfmadd231ps(ZMM[d], ZMM[x], zmmword_ptr(m))?,
         }
         Ok(())
     }
@@ -446,10 +446,10 @@ enum Columns {
 }
 
 /// Register of the splat bias (AVX2 keeps its tail mask in ymm15).
-fn bias_reg(isa: X86Isa) -> usize {
+fn bias_reg(isa: Vector) -> usize {
     match isa {
-        X86Isa::Avx2 => 14,
-        X86Isa::Avx512 => 15,
+        Vector::Ymm => 14,
+        Vector::Zmm => 15,
     }
 }
 
@@ -758,7 +758,7 @@ impl OutputEmitter<'_> {
     fn tiles_to_columns(&mut self, a: &mut CodeAssembler) -> AsmResult<Vec<usize>> {
         let m = self.s.m;
         match self.s.isa {
-            X86Isa::Avx512 => {
+            Vector::Zmm => {
                 // P_h[v] = o_{v mod 2}[8h + v div 2]: the pairs (o0, o1) (and (o2, o3))
                 // of tiles 8h .. 8h+8. For m = 2 those are the output vectors.
                 let pair_idx = |h: usize| -> [u32; 16] {
@@ -790,7 +790,7 @@ impl OutputEmitter<'_> {
                 }
                 Ok(vec![8, 9, 10, 11])
             }
-            X86Isa::Avx2 => {
+            Vector::Ymm => {
                 a.vunpcklps(YMM[4], YMM[0], YMM[1])?;
                 a.vunpckhps(YMM[5], YMM[0], YMM[1])?;
                 if m == 2 {

@@ -25,7 +25,7 @@
 use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation_with};
-use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, X86Isa, ZMM};
+use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, VOp, Vecs, Vector, ZMM};
 use crate::ops::Activation;
 
 const F32: usize = 4;
@@ -185,9 +185,7 @@ pub(crate) fn emit_input(s: &PlaneSpec) -> Result<Vec<u8>, String> {
 }
 
 fn input_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
-    let v = Vecs {
-        isa: X86Isa::Avx512,
-    };
+    let v = Vecs { isa: Vector::Zmm };
     let mut t = Tables::default();
     let n_in = s.in_h * s.in_w;
     let vecs = n_in.div_ceil(LANES);
@@ -271,9 +269,7 @@ pub(crate) fn emit_output(s: &PlaneSpec) -> Result<Vec<u8>, String> {
 }
 
 fn output_code(a: &mut CodeAssembler, s: &PlaneSpec) -> AsmResult<()> {
-    let v = Vecs {
-        isa: X86Isa::Avx512,
-    };
+    let v = Vecs { isa: Vector::Zmm };
     let mut t = Tables::default();
     let mut consts = Consts { values: vec![] };
     let n_out = s.out_h * s.out_w;

@@ -12,10 +12,10 @@ use cranelift_frontend::FunctionBuilder;
 
 use super::gemm::{self, LANES};
 use super::{apply_epilogue, copy_padded, input_group, scratch, ConvGeometry, ConvOperands, F32};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel::{self, flags, PTR};
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::dwconv::DwSpec;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 
@@ -25,7 +25,7 @@ pub(super) fn conv_depthwise(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
-    isa: Option<X86Isa>,
+    isa: Option<Vector>,
 ) -> LowerResult {
     let Some(isa) = isa else {
         conv_depthwise_clif(ctx, g, ops)?;
@@ -50,7 +50,7 @@ fn conv_depthwise_x86(
     g: &ConvGeometry,
     ops: &ConvOperands,
     spec: &DwSpec,
-    isa: X86Isa,
+    isa: Vector,
 ) -> LowerResult {
     if let Some(task) = ctx.task {
         return conv_depthwise_x86_task(ctx, g, ops, spec, isa, task);
@@ -274,7 +274,7 @@ fn conv_depthwise_x86_task(
     g: &ConvGeometry,
     ops: &ConvOperands,
     spec: &DwSpec,
-    isa: X86Isa,
+    isa: Vector,
     task: Value,
 ) -> LowerResult {
     let split = channel_split(g);

@@ -37,8 +37,9 @@ use super::super::gemm::{
 };
 use super::super::{LowerCtx, LowerResult};
 use super::{conv_operands, extents, product, ConvIo, PlaneSource, F32};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel::{self, flags, PTR};
-use crate::codegen::kernels::x86::{self, asm::X86Isa, winograd::TransformSpec};
+use crate::codegen::kernels::x86::{self, winograd::TransformSpec};
 use crate::codegen::math;
 use crate::codegen::plan::conv::winograd::{LANES, OUTPUT_TILE_AT};
 use crate::codegen::plan::planes::winograd::STAGE_VECTORS;
@@ -379,8 +380,8 @@ impl RowTransforms {
             return Ok(None);
         };
         let isas = match widest {
-            X86Isa::Avx512 => vec![X86Isa::Avx2, X86Isa::Avx512],
-            X86Isa::Avx2 => vec![X86Isa::Avx2],
+            Vector::Zmm => vec![Vector::Ymm, Vector::Zmm],
+            Vector::Ymm => vec![Vector::Ymm],
         };
         let mut variants = vec![];
         for isa in isas {

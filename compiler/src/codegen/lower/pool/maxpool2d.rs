@@ -23,10 +23,10 @@ use cranelift_frontend::FunctionBuilder;
 
 use super::reduce::{fconst, fold, Step};
 use super::{AxisWindows, LowerCtx, LowerResult, Operand};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::maxpool2d::{BorderRow, MaxPoolSpec};
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::gemm;
 use crate::codegen::math;
 use crate::codegen::plan::pool::row_floats;
@@ -42,7 +42,7 @@ pub(super) fn max_pool(
     p: &PoolAttrs,
     x: &Operand,
     y: &Operand,
-    isa: Option<X86Isa>,
+    isa: Option<Vector>,
 ) -> LowerResult {
     let scratch = ctx
         .scratch

@@ -2,10 +2,11 @@
 //! its split by channels.
 
 use super::{align_up, ConvGeometry, F32};
+use crate::codegen::isa::Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::LANES;
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::dwconv::{DwLayout, DwSpec};
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::tasks::Split;
 use crate::codegen::Target;
@@ -134,8 +135,8 @@ pub(crate) fn x86_kernel(
     activation: Activation,
     target: &Target,
     options: &KernelOptions,
-) -> Option<X86Isa> {
-    let isa = X86Isa::for_target(target)?;
+) -> Option<Vector> {
+    let isa = Isa::of(target).vector?;
     let spec = x86_spec(g, bias, residual, activation);
     (options.dwconv == KernelSource::Auto && x86::dwconv::supports(&spec))
         .then(|| x86::dwconv::family(&spec, isa))

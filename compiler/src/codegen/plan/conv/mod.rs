@@ -12,8 +12,8 @@ use im2col::*;
 use implicit_gemm::*;
 
 use super::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::{BLayout, Geometry};
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::plan::gemm::{col_split, weights_split, SplitAxis};
 use crate::codegen::tasks::Split;
@@ -221,7 +221,7 @@ pub enum ConvStrategy {
     Narrow(Geometry),
     /// One input channel per group: the machine-code kernel of this family, or
     /// Cranelift's loop.
-    Depthwise(Option<X86Isa>),
+    Depthwise(Option<Vector>),
     /// Winograd F(m×m, 3×3): transforms and the GEMM of the transformed products.
     Winograd {
         m: usize,
@@ -266,7 +266,7 @@ impl WinogradSplit {
 pub enum WinogradTransforms {
     Clif,
     /// Machine code for tile rows, on this family's vectors.
-    X86(X86Isa),
+    X86(Vector),
     /// AVX-512 machine code for whole 8×8 planes, products included (F(2×2) only).
     Plane16,
 }
@@ -299,9 +299,9 @@ impl ConvStrategy {
 
     /// Kernel-library names of the micro-kernels it calls.
     pub fn kernels(&self) -> Vec<String> {
-        use crate::codegen::plan::{gemm_kernel_name, isa_suffix};
+        use crate::codegen::plan::gemm_kernel_name;
         match self {
-            ConvStrategy::Depthwise(Some(isa)) => vec![format!("f32-dwconv-{}", isa_suffix(*isa))],
+            ConvStrategy::Depthwise(Some(isa)) => vec![format!("f32-dwconv-{}", isa.suffix())],
             ConvStrategy::Depthwise(None) => vec!["f32-dwconv-clif".into()],
             ConvStrategy::Scalar => vec![],
             ConvStrategy::Winograd {
@@ -319,7 +319,7 @@ impl ConvStrategy {
                 ..
             } => {
                 let isa = match transforms {
-                    WinogradTransforms::X86(isa) => isa_suffix(*isa),
+                    WinogradTransforms::X86(isa) => isa.suffix(),
                     _ => "clif",
                 };
                 vec![

@@ -3,9 +3,10 @@
 //! split into tasks, by chunks or by groups of maps.
 
 use super::{align_up, ConvGeometry, WinogradSplit, WinogradTransforms, F32};
+use crate::codegen::isa::Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::Geometry;
 use crate::codegen::kernels::x86;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::tasks::{self, Split, MAX_TASKS, MIN_TASK_WORK};
 use crate::codegen::Target;
@@ -323,8 +324,8 @@ pub(crate) fn x86_transforms(
     act: Activation,
     target: &Target,
     options: &KernelOptions,
-) -> Option<X86Isa> {
-    let isa = X86Isa::for_target(target)?;
+) -> Option<Vector> {
+    let isa = Isa::of(target).vector?;
     let tw = g.output[1].div_ceil(alg.m);
     if options.winograd_transform == KernelSource::Clif
         || tw <= LANES
@@ -332,10 +333,10 @@ pub(crate) fn x86_transforms(
     {
         return None;
     }
-    let isa = if isa == X86Isa::Avx512 && tw > 8 {
-        X86Isa::Avx512
+    let isa = if isa == Vector::Zmm && tw > 8 {
+        Vector::Zmm
     } else {
-        X86Isa::Avx2
+        Vector::Ymm
     };
     // The kernels address V, M, the phase planes and an output plane by 32-bit
     // displacements from their bases.
@@ -435,7 +436,7 @@ pub(crate) fn plane_applies(
     options: &KernelOptions,
 ) -> bool {
     let (in_h, in_w, out_h, out_w) = (g.input[0], g.input[1], g.output[0], g.output[1]);
-    X86Isa::for_target(target) == Some(X86Isa::Avx512)
+    Isa::of(target).vector == Some(Vector::Zmm)
         && alg.m == 2
         && options.winograd_transform == KernelSource::Auto
         && x86::winograd_plane::applies(in_h, in_w, out_h, out_w, act)

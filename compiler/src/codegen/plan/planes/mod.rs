@@ -8,13 +8,15 @@ pub(crate) mod winograd;
 pub use winograd::WinogradPlan;
 
 use super::{NodeKernel, Strategy};
+use crate::codegen::isa::Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::{
     ALayout, Addend, BLayout, GemmSpec, Geometry, KernelKind, RunTimeStrides,
 };
+use crate::codegen::kernels::x86::dwconv_rows;
 use crate::codegen::kernels::x86::maxpool_plane::{self, MaxPoolPlaneSpec};
 use crate::codegen::kernels::x86::patch_rows::{self, PatchRowsSpec};
 use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
-use crate::codegen::kernels::x86::{dwconv_rows, X86Isa};
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node};
@@ -64,20 +66,20 @@ pub struct PlanesPlan {
 impl PlanesPlan {
     /// The micro-kernels the node calls, by their kernel-library names.
     pub fn kernels(&self) -> Vec<String> {
-        use crate::codegen::plan::{gemm_kernel_name, isa_suffix};
+        use crate::codegen::plan::gemm_kernel_name;
         let mut names: Vec<String> = (self.gemm.iter().map(|g| &g.geometry))
             .chain(self.winograd.iter().map(|w| &w.geometry))
             .map(gemm_kernel_name)
             .collect();
         if let Some(w) = &self.winograd {
-            let isas: &[X86Isa] = match w.transforms {
-                Some(X86Isa::Avx512) => &[X86Isa::Avx2, X86Isa::Avx512],
-                Some(X86Isa::Avx2) => &[X86Isa::Avx2],
+            let isas: &[Vector] = match w.transforms {
+                Some(Vector::Zmm) => &[Vector::Ymm, Vector::Zmm],
+                Some(Vector::Ymm) => &[Vector::Ymm],
                 None => &[],
             };
             for isa in isas {
                 for part in ["input", "output"] {
-                    names.push(format!("f32-winograd-f{}-{part}-{}", w.m, isa_suffix(*isa)));
+                    names.push(format!("f32-winograd-f{}-{part}-{}", w.m, isa.suffix()));
                 }
             }
         }
@@ -90,7 +92,7 @@ impl PlanesPlan {
         for (kind, isa) in
             (named.into_iter().flatten()).chain(patch_rows.map(|p| ("patch-rows", p.isa)))
         {
-            names.push(format!("f32-{kind}-{}", isa_suffix(isa)));
+            names.push(format!("f32-{kind}-{}", isa.suffix()));
         }
         names
     }
@@ -505,7 +507,7 @@ pub(crate) fn depthwise_rows_spec(
     target: &Target,
     (bias, residual): (bool, bool),
 ) -> Option<dwconv_rows::DwRowsSpec> {
-    let isa = X86Isa::for_target(target)?;
+    let isa = Isa::of(target).vector?;
     if c.kernel.len() != 2 {
         return None;
     }
@@ -530,7 +532,7 @@ pub(crate) fn phase_copy_spec(
     phases: usize,
 ) -> Option<PhasesSpec> {
     let spec = PhasesSpec {
-        isa: X86Isa::for_target(target)?,
+        isa: Isa::of(target).vector?,
         phases,
         pad: [pads[0], pads[1]],
     };
@@ -548,7 +550,7 @@ pub(crate) fn max_pool_spec(
         return None;
     }
     let spec = MaxPoolPlaneSpec {
-        isa: X86Isa::for_target(target)?,
+        isa: Isa::of(target).vector?,
         kernel: [p.kernel[0], p.kernel[1]],
         strides: [p.strides[0], p.strides[1]],
         dilations: [p.dilations[0], p.dilations[1]],
@@ -567,7 +569,7 @@ pub(crate) fn patch_rows_spec(
 ) -> Option<PatchRowsSpec> {
     phase_copy_spec(target, &c.pads, c.strides[1])?;
     let spec = PatchRowsSpec {
-        isa: X86Isa::for_target(target)?,
+        isa: Isa::of(target).vector?,
         channels: cg,
         k: [c.kernel[0], c.kernel[1]],
         stride: c.strides[1],

@@ -2,9 +2,10 @@
 //! padded channels' and V's and M's layout at the largest extents, and its transforms'
 //! machine code.
 
+use crate::codegen::isa::Isa;
+use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::Geometry;
 use crate::codegen::kernels::x86;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::plan::conv::winograd::{
     algorithm_of, on_planes, skewed, Algorithm, CHUNK_BYTES, LANES, OUTPUT_TILE_AT,
@@ -36,7 +37,7 @@ pub struct WinogradPlan {
     /// The widest machine-code transforms (x86), where they apply: each call
     /// transforms one tile row by groups of 16 (zmm) or 8 (ymm) tiles, the narrower
     /// for rows of at most 8 tiles. `None`: the Cranelift transforms, 4 tiles a group.
-    pub transforms: Option<X86Isa>,
+    pub transforms: Option<Vector>,
 }
 
 /// Floats of slack after each phase row and each row of V and M: a group of tiles
@@ -67,7 +68,7 @@ impl WinogradPlan {
         // four phase floats of slack for a group's spill.
         let padded_rows = x.shape[2] + c.pads[0] + c.pads[2] + m - 1;
         let padded_cols = x.shape[3] + c.pads[1] + c.pads[3] + m - 1;
-        let transforms = X86Isa::for_target(target).filter(|_| {
+        let transforms = Isa::of(target).vector.filter(|_| {
             options.winograd_transform != KernelSource::Clif
                 && x86::winograd::supports(c.activation)
         });

@@ -24,9 +24,9 @@ use super::{
     input_transform, output_transform, products_spec, split_phases, transform_spec,
     weight_transform, Algorithm, Buffers, Chunk, OutputPtrs, Plan, LANES,
 };
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel;
 use crate::codegen::kernels::x86;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::tasks::Split;
 
@@ -42,12 +42,12 @@ pub(super) fn conv(
     ctx: &mut LowerCtx,
     g: &ConvGeometry,
     ops: &ConvOperands,
-    (alg, x86): (&'static Algorithm, Option<X86Isa>),
+    (alg, x86): (&'static Algorithm, Option<Vector>),
     geom: Geometry,
     split: &Split,
     w: &[f32],
 ) -> LowerResult {
-    let plan = Plan::whole(g, alg, x86.map_or(LANES, X86Isa::lanes));
+    let plan = Plan::whole(g, alg, x86.map_or(LANES, Vector::lanes));
     let a2 = alg.a() * alg.a();
     let (maps, channels) = (plan.maps, plan.channels);
     let u = weight_transform(g, alg, w);

@@ -55,11 +55,11 @@ use super::{
     copy_padded, input_group, output_and_bias, ConvGeometry, ConvOperands, WinogradSplit,
     WinogradTransforms, F32,
 };
+use crate::codegen::isa::Vector;
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::winograd::TransformSpec;
 use crate::codegen::kernels::x86::winograd_plane::PlaneSpec;
-use crate::codegen::kernels::x86::X86Isa;
 use crate::codegen::lower::{LowerCtx, LowerResult};
 use crate::codegen::math;
 use crate::ir::{Tensor, TensorType};
@@ -149,7 +149,7 @@ fn transform_spec(
     g: &ConvGeometry,
     plan: &Plan,
     ops: &ConvOperands,
-    isa: X86Isa,
+    isa: Vector,
     (rows, last): (usize, bool),
 ) -> TransformSpec {
     let m = plan.alg.m;
@@ -211,7 +211,7 @@ pub(super) fn conv_winograd(
     if let (WinogradSplit::Maps(split), true) = (split, ctx.kernel.tasks > 1) {
         return by_maps::conv(ctx, g, ops, (alg, x86), geom, &split, &w);
     }
-    let plan = Plan::new(g, alg, x86.map_or(LANES, X86Isa::lanes));
+    let plan = Plan::new(g, alg, x86.map_or(LANES, Vector::lanes));
     let u = transformed_weights(g, alg, &w, &geom);
     let u_ptr = ctx.weights_f32(&u)?;
     let scratch = super::scratch(ctx)?;

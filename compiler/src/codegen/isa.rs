@@ -1,0 +1,147 @@
+//! The instruction families nnc's kernels are written for: one vocabulary, chosen once
+//! per target (a library variant) from its CPU features, that every planner reads.
+//!
+//! Two things vary between CPUs and are named here: the vectors of the float32 machine
+//! code ([`Vector`]) and the instruction the INT8 kernels form u8 · s8 products with
+//! ([`Dot`]), in machine code and in Cranelift's code alike. A kernel takes the one its
+//! code depends on; the kernel plan records which, and kernel names derive from it.
+
+use super::target::{Arch, CpuFeature, Target};
+
+/// The vectors of x86-64 machine code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Vector {
+    /// 256-bit ymm: AVX2 (with FMA for the float32 kernels).
+    Ymm,
+    /// 512-bit zmm: AVX-512F.
+    Zmm,
+}
+
+impl Vector {
+    /// float32 lanes.
+    pub fn lanes(self) -> usize {
+        match self {
+            Vector::Ymm => 8,
+            Vector::Zmm => 16,
+        }
+    }
+
+    /// The float32 GEMM's register tile: rows, and vectors per row (16 ymm hold 6 × 2
+    /// accumulators, 32 zmm 8 × 3).
+    pub fn tile(self) -> (usize, usize) {
+        match self {
+            Vector::Ymm => (6, 2),
+            Vector::Zmm => (8, 3),
+        }
+    }
+
+    /// The suffix of the float32 kernels' names (`f32-gemm-6x16-avx2-fma`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Vector::Ymm => "avx2-fma",
+            Vector::Zmm => "avx512f",
+        }
+    }
+}
+
+/// How an INT8 kernel forms the products of uint8 activations and int8 weights and adds
+/// them four to a 32-bit lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dot {
+    /// `vpdpbusd` (AVX-512 VNNI, AVX-VNNI): four products summed into a lane in one
+    /// instruction, exact. `evex`: the EVEX encoding, on ymm with AVX-512 VNNI+VL for a
+    /// CPU without AVX-VNNI's VEX one.
+    Vpdpbusd { evex: bool },
+    /// `vpmaddubsw`, then `vpmaddwd` by ones (AVX2): the pair sums saturate past
+    /// 32767, so exact only for weights of at most 64 in magnitude (255 · 64 · 2 =
+    /// 32640), which the quantizer gives libraries with an AVX2 variant.
+    Pmaddubsw,
+    /// The bytes widened to int16, then `vpmaddwd` (x86 without VNNI): each product fits
+    /// in int16 and a pair's sum in int32, so exact for any weight.
+    Pmaddwd,
+    /// aarch64 `sdot` (+dotprod without +i8mm) on the activations with their top bit
+    /// flipped (x − 128 as int8): sums relative to 128, which the constant terms take
+    /// out like a zero point.
+    Sdot,
+    /// aarch64 `usdot` (+i8mm), widening multiplies on plain armv8.
+    Usdot,
+}
+
+impl Dot {
+    /// Bytes of one weight as the K loop reads it: int16 for `vpmaddwd` on widened
+    /// bytes, int8 otherwise.
+    pub fn weight_bytes(self) -> usize {
+        match self {
+            Dot::Pmaddwd => 2,
+            _ => 1,
+        }
+    }
+
+    /// The value the activation bytes are relative to: `Σ (x − offset)·w` is what the
+    /// products sum.
+    pub fn activation_offset(self) -> i64 {
+        match self {
+            Dot::Sdot => 128,
+            _ => 0,
+        }
+    }
+}
+
+/// What a target's kernels are written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Isa {
+    /// The float32 machine code's vectors: x86-64 with AVX2 and FMA, or AVX-512F.
+    /// `None`: Cranelift's 128-bit code (baseline x86-64, aarch64).
+    pub vector: Option<Vector>,
+    /// The INT8 machine code's vectors: x86-64 with AVX2, or AVX-512 VNNI (with VL).
+    /// `None`: Cranelift's dot-product code.
+    pub int8_vector: Option<Vector>,
+    /// The INT8 products of every INT8 kernel of the target, machine code or not.
+    pub dot: Dot,
+}
+
+impl Isa {
+    /// The widest families `target` runs.
+    pub fn of(target: &Target) -> Isa {
+        let has = |fs: &[CpuFeature]| fs.iter().all(|&f| target.has(f));
+        if target.arch == Arch::Aarch64 {
+            let dot = match has(&[CpuFeature::Dotprod]) && !has(&[CpuFeature::I8mm]) {
+                true => Dot::Sdot,
+                false => Dot::Usdot,
+            };
+            return Isa {
+                vector: None,
+                int8_vector: None,
+                dot,
+            };
+        }
+        let vector = match (
+            has(&[CpuFeature::Avx, CpuFeature::Fma]),
+            has(&[CpuFeature::Avx512f]),
+        ) {
+            (true, true) => Some(Vector::Zmm),
+            (true, false) if has(&[CpuFeature::Avx2]) => Some(Vector::Ymm),
+            _ => None,
+        };
+        let avx512_vnni = has(&[
+            CpuFeature::Avx512f,
+            CpuFeature::Avx512vl,
+            CpuFeature::Avx512vnni,
+        ]);
+        let avx_vnni = has(&[CpuFeature::Avx, CpuFeature::Avx2, CpuFeature::AvxVnni]);
+        let (int8_vector, dot) = if avx512_vnni {
+            (Some(Vector::Zmm), Dot::Vpdpbusd { evex: !avx_vnni })
+        } else if avx_vnni {
+            (Some(Vector::Ymm), Dot::Vpdpbusd { evex: false })
+        } else if has(&[CpuFeature::Avx, CpuFeature::Avx2]) {
+            (Some(Vector::Ymm), Dot::Pmaddwd)
+        } else {
+            (None, Dot::Pmaddwd)
+        };
+        Isa {
+            vector,
+            int8_vector,
+            dot,
+        }
+    }
+}
