@@ -48,6 +48,19 @@ impl Vector {
 /// them four to a 32-bit lane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dot {
+    /// x86-64's instructions, which the machine-code kernels and Cranelift's code use.
+    X86(X86Dot),
+    /// aarch64 `sdot` (+dotprod without +i8mm) on the activations with their top bit
+    /// flipped (x − 128 as int8): sums relative to 128, which the constant terms take
+    /// out like a zero point.
+    Sdot,
+    /// aarch64 `usdot` (+i8mm), widening multiplies on plain armv8.
+    Usdot,
+}
+
+/// The x86-64 forms of [`Dot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum X86Dot {
     /// `vpdpbusd` (AVX-512 VNNI, AVX-VNNI): four products summed into a lane in one
     /// instruction, exact. `evex`: the EVEX encoding, on ymm with AVX-512 VNNI+VL for a
     /// CPU without AVX-VNNI's VEX one.
@@ -59,30 +72,26 @@ pub enum Dot {
     /// The bytes widened to int16, then `vpmaddwd` (x86 without VNNI): each product fits
     /// in int16 and a pair's sum in int32, so exact for any weight.
     Pmaddwd,
-    /// aarch64 `sdot` (+dotprod without +i8mm) on the activations with their top bit
-    /// flipped (x − 128 as int8): sums relative to 128, which the constant terms take
-    /// out like a zero point.
-    Sdot,
-    /// aarch64 `usdot` (+i8mm), widening multiplies on plain armv8.
-    Usdot,
 }
 
-impl Dot {
+impl X86Dot {
     /// Bytes of one weight as the K loop reads it: int16 for `vpmaddwd` on widened
     /// bytes, int8 otherwise.
     pub fn weight_bytes(self) -> usize {
         match self {
-            Dot::Pmaddwd => 2,
-            _ => 1,
+            X86Dot::Pmaddwd => 2,
+            X86Dot::Pmaddubsw | X86Dot::Vpdpbusd { .. } => 1,
         }
     }
+}
 
+impl Dot {
     /// The value the activation bytes are relative to: `Σ (x − offset)·w` is what the
     /// products sum.
     pub fn activation_offset(self) -> i64 {
         match self {
             Dot::Sdot => 128,
-            _ => 0,
+            Dot::X86(_) | Dot::Usdot => 0,
         }
     }
 }
@@ -130,18 +139,26 @@ impl Isa {
         ]);
         let avx_vnni = has(&[CpuFeature::Avx, CpuFeature::Avx2, CpuFeature::AvxVnni]);
         let (int8_vector, dot) = if avx512_vnni {
-            (Some(Vector::Zmm), Dot::Vpdpbusd { evex: !avx_vnni })
+            (Some(Vector::Zmm), X86Dot::Vpdpbusd { evex: !avx_vnni })
         } else if avx_vnni {
-            (Some(Vector::Ymm), Dot::Vpdpbusd { evex: false })
+            (Some(Vector::Ymm), X86Dot::Vpdpbusd { evex: false })
         } else if has(&[CpuFeature::Avx, CpuFeature::Avx2]) {
-            (Some(Vector::Ymm), Dot::Pmaddwd)
+            (Some(Vector::Ymm), X86Dot::Pmaddwd)
         } else {
-            (None, Dot::Pmaddwd)
+            (None, X86Dot::Pmaddwd)
         };
         Isa {
             vector,
             int8_vector,
-            dot,
+            dot: Dot::X86(dot),
+        }
+    }
+
+    /// The INT8 machine code's vectors and products, where the target has them.
+    pub fn int8_x86(&self) -> Option<(Vector, X86Dot)> {
+        match (self.int8_vector, self.dot) {
+            (Some(v), Dot::X86(d)) => Some((v, d)),
+            _ => None,
         }
     }
 }

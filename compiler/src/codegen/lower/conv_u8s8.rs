@@ -19,7 +19,8 @@
 //!   second pass keeps the `Wo` valid columns of each row while adding the residual
 //!   and applying the activation.
 
-use crate::codegen::kernels::clif::gemm_dot::{dot_accumulate, DotForm};
+use crate::codegen::isa::Dot;
+use crate::codegen::kernels::clif::gemm_dot::{self, dot_accumulate};
 use crate::codegen::kernels::conv_u8s8::{folded_bias, pack_weights, ConvU8Geometry};
 use crate::codegen::plan::int8::{clif_nr, map_split, quad_split, wide_scratch, CLIF_MR};
 use crate::codegen::plan::{Int8Conv, Strategy};
@@ -315,9 +316,12 @@ pub fn conv_u8s8(
             let w = dw::pack_weights(&g, &k.w);
             return conv_x86(ctx, &g, &k, (4, w), &emit, requantize, false);
         }
+        Strategy::ConvU8S8(Int8Conv::Clif(form)) => {
+            return conv_clif(ctx, &g, &k, conv, requantize, form)
+        }
         _ => {}
     }
-    conv_clif(ctx, &g, &k, conv, requantize)
+    Err("no INT8 convolution kernel was planned for this node".into())
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -336,12 +340,12 @@ fn tile_constants(
     k: &Constants,
     w: Vec<u8>,
     mr: usize,
-    form: DotForm,
+    activation_offset: i64,
 ) -> Result<(Value, Value, Value), String> {
     let maps = g.maps.next_multiple_of(mr);
     let w = ctx.weight_rodata(w)?;
     // The kernel sums (q − offset)·w, so the zero point is folded relative to it.
-    let zp = k.zp - form.activation_offset();
+    let zp = k.zp - activation_offset;
     let bias = ctx.weight_rodata(i32_bytes(&folded_bias(g, &k.w, &k.bias, zp, maps)))?;
     let mut scale = k.scale.clone();
     scale.resize(maps, 0.0);
@@ -363,7 +367,7 @@ fn conv_x86(
     with_scratch: bool,
 ) -> LowerResult {
     let tile_bytes = w.len() / g.maps.div_ceil(mr).max(1);
-    let (w, bias, scale) = tile_constants(ctx, g, k, w, mr, DotForm::WeightFirst)?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, w, mr, 0)?;
     let params = 6 + usize::from(with_scratch);
     let scratch = ctx.scratch;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
@@ -453,12 +457,12 @@ fn conv_clif(
     k: &Constants,
     conv: &ConvAttrs,
     requantize: Option<&Requantize>,
+    form: Dot,
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
-    let form = DotForm::for_target(ctx.target);
     let nr = clif_nr(ctx.target);
     let w = pack_weights(g, &k.w, CLIF_MR);
-    let (w, bias, scale) = tile_constants(ctx, g, k, w, CLIF_MR, form)?;
+    let (w, bias, scale) = tile_constants(ctx, g, k, w, CLIF_MR, form.activation_offset())?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));
     let residual = ctx.inputs[3].clone();
     let wide_cols = if g.compact() {
@@ -564,7 +568,7 @@ struct ClifTiles<'g> {
     out: Value,
     ldc: usize,
     /// The dot-product tree's form for the target's instruction.
-    form: DotForm,
+    form: Dot,
 }
 
 impl ClifTiles<'_> {
@@ -602,7 +606,7 @@ impl ClifTiles<'_> {
                 let xs: Vec<Value> = (0..vecs)
                     .map(|j| {
                         let x = b.ins().load(types::I8X16, flags(), b_at, (16 * j) as i32);
-                        self.form.prepare(b, x)
+                        gemm_dot::prepare(self.form, b, x)
                     })
                     .collect();
                 for r in 0..CLIF_MR {

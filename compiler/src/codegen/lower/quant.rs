@@ -13,10 +13,11 @@ use cranelift_codegen::ir::{types, InstBuilder, Value};
 use cranelift_frontend::FunctionBuilder;
 
 use super::{LowerCtx, LowerResult, Operand};
+use crate::codegen::isa::{Dot, X86Dot};
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::kernels::clif::gemm_dot::{self, DotForm, DotGemm};
+use crate::codegen::kernels::clif::gemm_dot::{self, DotGemm};
 use crate::codegen::kernels::clif::gemm_int::{self, IntGemm};
-use crate::codegen::kernels::x86::gemm_u8s8_ymm::{self, GemmIsa, GemmSpec};
+use crate::codegen::kernels::x86::gemm_u8s8_ymm::{self, GemmSpec};
 use crate::ir::{DType, Tensor};
 use crate::ops::ConvAttrs;
 
@@ -159,8 +160,13 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
         super::conv_u8s8::fill_bytes(ctx.b, y.ptr, y.ty.numel() * 4, 0);
         return Ok(());
     }
-    if let Strategy::IntGemm { dot: true, x86 } = ctx.kernel.strategy {
-        return matmul_dot(ctx, &s, &a, &bt, &y, a_zp.as_ref(), b_zp.as_ref(), x86);
+    if let Strategy::IntGemm {
+        dot: Some(form),
+        x86,
+    } = ctx.kernel.strategy
+    {
+        let operands = (&a, &bt, &y, a_zp.as_ref(), b_zp.as_ref());
+        return matmul_dot(ctx, &s, operands, form, x86);
     }
     let runtime_g = IntGemm::new(s.m, s.n, s.k, s.n);
     let mut g = runtime_g;
@@ -228,12 +234,15 @@ pub fn matmul_integer(ctx: &mut LowerCtx) -> LowerResult {
 fn matmul_dot(
     ctx: &mut LowerCtx,
     s: &MatMulInt,
-    a: &Operand,
-    bt: &Operand,
-    y: &Operand,
-    a_zp: Option<&Operand>,
-    b_zp: Option<&Operand>,
-    x86: Option<GemmIsa>,
+    (a, bt, y, a_zp, b_zp): (
+        &Operand,
+        &Operand,
+        &Operand,
+        Option<&Operand>,
+        Option<&Operand>,
+    ),
+    form: Dot,
+    x86: Option<X86Dot>,
 ) -> LowerResult {
     let (Some(b_const), Some(za)) = (
         &bt.constant,
@@ -250,7 +259,7 @@ fn matmul_dot(
         m: s.m,
         n: s.n,
         k4: s.k.next_multiple_of(4),
-        form: DotForm::for_target(ctx.target),
+        form,
     };
     // The kernel sums (x − offset)·w: the constant term is relative to that offset.
     let za = za - g.form.activation_offset();

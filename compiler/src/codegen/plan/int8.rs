@@ -3,16 +3,15 @@
 //! the target runs or on Cranelift's dot-product code.
 
 use super::{Int8Conv, NodeKernel, NodeOperands, Strategy};
-use crate::codegen::isa::Vector;
+use crate::codegen::isa::{Isa, Vector, X86Dot};
 use crate::codegen::kernels::clif::gemm_int::IntGemm;
 use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::codegen::kernels::x86;
-use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
-use crate::codegen::kernels::x86::gemm_u8s8_ymm::{GemmIsa, GemmSpec};
+use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmSpec;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::target::Arch;
 use crate::codegen::tasks::Split;
-use crate::codegen::{CpuFeature, Target};
+use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op, PlaneLayout, Requantize};
 
@@ -47,8 +46,8 @@ pub fn plan_conv_u8s8(
 ) -> Option<NodeKernel> {
     let g = ConvU8Geometry::new(conv, planes, node.outputs.first()?, requantize);
     let machine = x86::supports_activation(conv.activation);
-    match int8_family(target, options) {
-        Some(Int8Family::Avx512Vnni) if machine => {
+    match int8_machine_code(target, options) {
+        Some((Vector::Zmm, _)) if machine => {
             let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
             let tasks = map_split(&g, x86::conv_u8s8::MR).tasks;
             return Some(
@@ -60,7 +59,7 @@ pub fn plan_conv_u8s8(
                 .with_tasks(tasks),
             );
         }
-        Some(Int8Family::Ymm(_))
+        Some((Vector::Ymm, _))
             if machine
                 && x86::dwconv_u8s8_ymm::supports(
                     &g,
@@ -78,14 +77,14 @@ pub fn plan_conv_u8s8(
                 .with_tasks(tasks),
             );
         }
-        Some(Int8Family::Ymm(isa)) if machine => {
-            let pairs = isa == DotIsa::Avx2 && weights_within(node, PAIRS_WEIGHT_MAX);
-            let isa = if pairs { DotIsa::Avx2Pairs } else { isa };
+        Some((Vector::Ymm, isa)) if machine => {
+            let pairs = isa == X86Dot::Pmaddwd && weights_within(node, PAIRS_WEIGHT_MAX);
+            let isa = if pairs { X86Dot::Pmaddubsw } else { isa };
             let tiles_outer = x86::conv_u8s8_ymm::tiles_outer(&g, options.int8_order, isa);
             let reason = match isa {
-                DotIsa::AvxVnni => "AVX-VNNI target",
-                DotIsa::Avx2Pairs => "AVX2 target, weights within ±64: vpmaddubsw pairs",
-                DotIsa::Avx2 => "AVX2 target, weights past ±64: exact 16-bit products",
+                X86Dot::Vpdpbusd { .. } => "AVX-VNNI target",
+                X86Dot::Pmaddubsw => "AVX2 target, weights within ±64: vpmaddubsw pairs",
+                X86Dot::Pmaddwd => "AVX2 target, weights past ±64: exact 16-bit products",
             };
             let tasks = map_split(&g, x86::conv_u8s8_ymm::MR).tasks;
             return Some(
@@ -107,7 +106,7 @@ pub fn plan_conv_u8s8(
     let scratch = wide_scratch(&g, clif_nr(target))
         + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
     Some(NodeKernel::new(
-        Strategy::ConvU8S8(Int8Conv::Clif),
+        Strategy::ConvU8S8(Int8Conv::Clif(Isa::of(target).dot)),
         scratch,
         reason,
     ))
@@ -136,11 +135,9 @@ pub fn plan_quantize_to_planes(
     target: &Target,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let isa = match int8_family(target, options) {
-        Some(Int8Family::Avx512Vnni) if x86::conv_u8s8::quantize_supports(layout) => {
-            Some(Vector::Zmm)
-        }
-        Some(Int8Family::Ymm(_)) if x86::quantize_planes_avx2::quantize_supports(layout) => {
+    let isa = match int8_machine_code(target, options) {
+        Some((Vector::Zmm, _)) if x86::conv_u8s8::quantize_supports(layout) => Some(Vector::Zmm),
+        Some((Vector::Ymm, _)) if x86::quantize_planes_avx2::quantize_supports(layout) => {
             Some(Vector::Ymm)
         }
         _ => None,
@@ -172,32 +169,16 @@ pub(crate) fn wide_scratch(g: &ConvU8Geometry, nr: usize) -> usize {
     }
 }
 
-/// The x86 INT8 machine-code families, widest first.
-pub(crate) enum Int8Family {
-    Avx512Vnni,
-    Ymm(DotIsa),
-}
-
-/// The INT8 machine code `target` runs (convolutions and the MatMulInteger GEMM);
-/// `--kernel int8-conv=clif` forces the Cranelift code, for comparisons.
-pub(crate) fn int8_family(target: &Target, options: &KernelOptions) -> Option<Int8Family> {
-    if target.arch != Arch::X86_64 || options.int8_conv != KernelSource::Auto {
-        return None;
-    }
-    let has = |fs: &[CpuFeature]| fs.iter().all(|&f| target.has(f));
-    if has(&[
-        CpuFeature::Avx512f,
-        CpuFeature::Avx512vl,
-        CpuFeature::Avx512vnni,
-    ]) {
-        Some(Int8Family::Avx512Vnni)
-    } else if has(&[CpuFeature::Avx, CpuFeature::Avx2, CpuFeature::AvxVnni]) {
-        Some(Int8Family::Ymm(DotIsa::AvxVnni))
-    } else if has(&[CpuFeature::Avx, CpuFeature::Avx2]) {
-        Some(Int8Family::Ymm(DotIsa::Avx2))
-    } else {
-        None
-    }
+/// The INT8 machine code `target` runs (convolutions, quantization into planes and the
+/// MatMulInteger GEMM): its vectors and products; `--kernel int8-conv=clif` forces the
+/// Cranelift code, for comparisons.
+pub(crate) fn int8_machine_code(
+    target: &Target,
+    options: &KernelOptions,
+) -> Option<(Vector, X86Dot)> {
+    Isa::of(target)
+        .int8_x86()
+        .filter(|_| options.int8_conv == KernelSource::Auto)
 }
 
 /// The largest weight magnitude whose products with uint8 add in pairs without
@@ -214,8 +195,8 @@ pub(crate) fn weights_within(node: &NodeOperands, max: i64) -> bool {
 /// (AVX2's `vpmaddubsw`): exact only for weights of at most 64 in magnitude.
 pub fn multiplies_in_pairs(target: &Target) -> bool {
     matches!(
-        int8_family(target, &KernelOptions::default()),
-        Some(Int8Family::Ymm(DotIsa::Avx2))
+        int8_machine_code(target, &KernelOptions::default()),
+        Some((Vector::Ymm, X86Dot::Pmaddwd))
     )
 }
 
@@ -280,13 +261,15 @@ pub fn plan_integer(
     let (a, b) = (node.input(0)?, node.input(1)?);
     let optional = |i: usize| node.has_input(i).then(|| node.constant(i));
     let mut x86 = None;
-    let (dot, scratch) = match op {
+    let mut dot = None;
+    let scratch = match op {
         Op::MatMulInteger => {
             let s = matmul_int_shape(a, b).ok()?;
             let g = IntGemm::new(s.m, s.n, s.k, s.n);
-            let dot = dot_zero_point(a.dtype, node.constant(1), optional(2), optional(3));
-            x86 = dot.and(int8_gemm_isa(target, options));
-            let scratch = match x86 {
+            let zero_point = dot_zero_point(a.dtype, node.constant(1), optional(2), optional(3));
+            dot = zero_point.map(|_| Isa::of(target).dot);
+            x86 = zero_point.and(int8_machine_code(target, options).map(|(_, d)| d));
+            match x86 {
                 Some(isa) => {
                     let k4 = s.k.next_multiple_of(4);
                     let spec = GemmSpec {
@@ -298,22 +281,18 @@ pub fn plan_integer(
                     align(s.m * k4) + align(spec.scratch_bytes())
                 }
                 None => align(s.m * g.k2 * 2) + align(g.packed_b_bytes()),
-            };
-            (dot.is_some(), scratch)
+            }
         }
         Op::ConvInteger(c) => {
             let v = ConvInt::new(c, a, b, node.outputs.first()?).ok()?;
             let g = v.gemm();
-            (
-                false,
-                align(v.mg * g.k2 * 2) * v.group + align(g.packed_b_bytes()),
-            )
+            align(v.mg * g.k2 * 2) * v.group + align(g.packed_b_bytes())
         }
         _ => return None,
     };
     let reason = if x86.is_some() {
         "uint8 activations and constant int8 weights: 8-bit dot products, x86 machine code"
-    } else if dot {
+    } else if dot.is_some() {
         "uint8 activations and constant int8 weights: 8-bit dot products"
     } else {
         "operand types or zero points the 8-bit dot products cannot take: exact int16 GEMM"
@@ -323,18 +302,6 @@ pub fn plan_integer(
         scratch,
         reason,
     ))
-}
-
-/// The x86 machine code of the dot-product GEMM: the INT8 family's, on ymm (VEX where
-/// the target has AVX-VNNI, else EVEX).
-pub(crate) fn int8_gemm_isa(target: &Target, options: &KernelOptions) -> Option<GemmIsa> {
-    Some(match int8_family(target, options)? {
-        Int8Family::Avx512Vnni => GemmIsa::Vnni {
-            evex: !target.has(CpuFeature::AvxVnni),
-        },
-        Int8Family::Ymm(DotIsa::AvxVnni) => GemmIsa::Vnni { evex: false },
-        Int8Family::Ymm(DotIsa::Avx2 | DotIsa::Avx2Pairs) => GemmIsa::Avx2,
-    })
 }
 
 pub(crate) fn align(bytes: usize) -> usize {

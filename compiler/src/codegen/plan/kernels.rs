@@ -13,9 +13,8 @@ use super::attention::AttentionPlan;
 use super::conv::ConvStrategy;
 use super::pool::PoolStrategy;
 use crate::codegen::isa::Vector;
+use crate::codegen::isa::{Dot, X86Dot};
 use crate::codegen::kernels::gemm::{Geometry, KernelKind};
-use crate::codegen::kernels::x86::conv_u8s8_ymm::DotIsa;
-use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmIsa;
 use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
@@ -81,11 +80,12 @@ pub enum Strategy {
     ConvU8S8(Int8Conv),
     /// Quantization into INT8 planes: AVX-512 or AVX2 machine code, or Cranelift's.
     QuantizeToPlanes(Option<Vector>),
-    /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM (x86 machine code or
-    /// Cranelift's), or the exact int16 one.
+    /// MatMulInteger / ConvInteger: the 8-bit dot-product GEMM on the target's products
+    /// (`dot`), in x86 machine code on `x86`'s or in Cranelift's; `dot: None`: the exact
+    /// int16 GEMM.
     IntGemm {
-        dot: bool,
-        x86: Option<GemmIsa>,
+        dot: Option<Dot>,
+        x86: Option<X86Dot>,
     },
     /// A Gather of rows of a constant table that a GEMM of this geometry reads packed,
     /// transposed (tied embeddings), as whole-K panels when the flag is set (see
@@ -100,12 +100,12 @@ pub enum Int8Conv {
     /// AVX-512 VNNI machine code, weight tiles outermost or input panels outermost.
     Vnni { tiles_outer: bool },
     /// 256-bit machine code (AVX-VNNI or AVX2), in either loop order.
-    Ymm { isa: DotIsa, tiles_outer: bool },
+    Ymm { isa: X86Dot, tiles_outer: bool },
     /// A depthwise conv requantized into stride-1 planes, on 256-bit registers of one
     /// quad's channels (`u8s8-dwconv-8px-avx2`).
     DepthwiseYmm,
-    /// Cranelift's dot-product tree.
-    Clif,
+    /// Cranelift's dot-product tree, written for the target's products.
+    Clif(Dot),
 }
 
 /// The plan of a whole graph, indexed like `graph.nodes`.
@@ -216,10 +216,10 @@ impl NodeKernel {
                 },
             ) => "u8s8-conv-panels-outer".into(),
             Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => "u8s8-dwconv-rows".into(),
-            Strategy::ConvU8S8(Int8Conv::Clif) => "u8s8-conv".into(),
+            Strategy::ConvU8S8(Int8Conv::Clif(_)) => "u8s8-conv".into(),
             Strategy::QuantizeToPlanes { .. } => "quantize-to-planes".into(),
-            Strategy::IntGemm { dot: true, .. } => "dot-gemm".into(),
-            Strategy::IntGemm { dot: false, .. } => "int16-gemm".into(),
+            Strategy::IntGemm { dot: Some(_), .. } => "dot-gemm".into(),
+            Strategy::IntGemm { dot: None, .. } => "int16-gemm".into(),
             Strategy::GatherPackedColumns(..) => "gather-packed-columns".into(),
         }
     }
@@ -244,22 +244,24 @@ impl NodeKernel {
             Strategy::ConvU8S8(Int8Conv::Vnni { .. }) => {
                 vec![super::int8::U8S8_CONV_X86_KERNEL.to_string()]
             }
-            Strategy::ConvU8S8(Int8Conv::Ymm { isa, .. }) => vec![isa.kernel_name().into()],
+            Strategy::ConvU8S8(Int8Conv::Ymm { isa, .. }) => {
+                vec![crate::codegen::kernels::x86::conv_u8s8_ymm::kernel_name(*isa).into()]
+            }
             Strategy::ConvU8S8(Int8Conv::DepthwiseYmm) => {
                 vec![crate::codegen::kernels::x86::dwconv_u8s8_ymm::KERNEL_NAME.into()]
             }
-            Strategy::ConvU8S8(Int8Conv::Clif) => vec!["u8s8-conv-4x8-clif".into()],
+            Strategy::ConvU8S8(Int8Conv::Clif(_)) => vec!["u8s8-conv-4x8-clif".into()],
             Strategy::QuantizeToPlanes(Some(Vector::Zmm)) => {
                 vec!["f32-qu8-planes-avx512f".into()]
             }
             Strategy::QuantizeToPlanes(Some(Vector::Ymm)) => vec!["f32-qu8-planes-avx2".into()],
             Strategy::QuantizeToPlanes(None) => vec!["f32-qu8-planes-clif".into()],
             Strategy::IntGemm {
-                dot: true,
+                dot: Some(_),
                 x86: Some(isa),
-            } => vec![isa.kernel_name().into()],
-            Strategy::IntGemm { dot: true, .. } => vec!["u8s8-gemm-dot-clif".into()],
-            Strategy::IntGemm { dot: false, .. } => vec!["i16-gemm-clif".into()],
+            } => vec![crate::codegen::kernels::x86::gemm_u8s8_ymm::kernel_name(*isa).into()],
+            Strategy::IntGemm { dot: Some(_), .. } => vec!["u8s8-gemm-dot-clif".into()],
+            Strategy::IntGemm { dot: None, .. } => vec!["i16-gemm-clif".into()],
             Strategy::GatherPackedColumns(..) => vec![],
         }
     }

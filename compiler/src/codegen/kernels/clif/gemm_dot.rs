@@ -4,7 +4,7 @@
 //!
 //! Each 32-bit lane multiplies four consecutive K bytes of A (uint8, a broadcast
 //! row quad) with the same four K of one column of B (int8) and adds them, the tree
-//! of [`dot_accumulate`] in the [`DotForm`] of the target: one `vpdpbusd` with
+//! of [`dot_accumulate`] written for the target's [`Dot`]: one `vpdpbusd` with
 //! AVX-VNNI / AVX-512 VNNI, one `usdot` on aarch64 +i8mm, one `sdot` on aarch64
 //! +dotprod, widening multiplies elsewhere. The zero point of A is taken out
 //! afterwards, `− a_zp · Σ_k B[k][n]` per column, a constant.
@@ -17,64 +17,19 @@
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::FunctionBuilder;
 
+use crate::codegen::isa::{Dot, X86Dot};
 use crate::codegen::kernel::{self, flags};
-use crate::codegen::{Arch, CpuFeature, Target};
 
-/// How the 8-bit dot-product tree is written, so that Cranelift folds it into the
-/// target's instruction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DotForm {
-    /// `imul(swiden w, uwiden x)`: x86's `vpdpbusd` (AVX-VNNI, AVX-512 VNNI).
-    WeightFirst,
-    /// Bytes widened to int16 and multiplied in pairs, `iadd_pairwise(imul(swiden_low
-    /// x, swiden_low w), imul(swiden_high x, swiden_high w))`: x86's `pmaddwd` (exact:
-    /// each product fits in int16 and a pair's sum in int32), then `phaddd` for the
-    /// quad. x86 without VNNI.
-    PairedInt16,
-    /// `imul(uwiden x, swiden w)`: aarch64's `usdot` (+i8mm), widening multiplies on
-    /// plain armv8.
-    ActivationFirst,
-    /// The activation bytes with the top bit flipped (x − 128 as int8) and
-    /// `imul(swiden x', swiden w)`: aarch64's `sdot` (+dotprod without +i8mm). The sums
-    /// are then relative to 128, which the constant terms take out like a zero point.
-    SignedFlipped,
-}
-
-impl DotForm {
-    pub fn for_target(target: &Target) -> DotForm {
-        match target.arch {
-            Arch::X86_64
-                if target.has(CpuFeature::AvxVnni) || target.has(CpuFeature::Avx512vnni) =>
-            {
-                DotForm::WeightFirst
-            }
-            Arch::X86_64 => DotForm::PairedInt16,
-            Arch::Aarch64 if target.has(CpuFeature::Dotprod) && !target.has(CpuFeature::I8mm) => {
-                DotForm::SignedFlipped
-            }
-            Arch::Aarch64 => DotForm::ActivationFirst,
+/// A loaded vector of activation bytes as [`dot_accumulate`] takes them for `dot`: with
+/// their top bit flipped for `sdot`.
+pub fn prepare(dot: Dot, b: &mut FunctionBuilder, x: Value) -> Value {
+    match dot {
+        Dot::Sdot => {
+            let top = b.ins().iconst(types::I8, 0x80);
+            let top = b.ins().splat(types::I8X16, top);
+            b.ins().bxor(x, top)
         }
-    }
-
-    /// The value the kernel's activation bytes are relative to: `Σ (x − offset)·w` is
-    /// what it sums.
-    pub fn activation_offset(self) -> i64 {
-        match self {
-            DotForm::SignedFlipped => 128,
-            _ => 0,
-        }
-    }
-
-    /// A loaded vector of activation bytes as [`dot_accumulate`] takes them.
-    pub fn prepare(self, b: &mut FunctionBuilder, x: Value) -> Value {
-        match self {
-            DotForm::SignedFlipped => {
-                let top = b.ins().iconst(types::I8, 0x80);
-                let top = b.ins().splat(types::I8X16, top);
-                b.ins().bxor(x, top)
-            }
-            _ => x,
-        }
+        Dot::X86(_) | Dot::Usdot => x,
     }
 }
 
@@ -88,7 +43,7 @@ pub struct DotGemm {
     pub n: usize,
     /// K rounded up to a multiple of 4.
     pub k4: usize,
-    pub form: DotForm,
+    pub form: Dot,
 }
 
 impl DotGemm {
@@ -186,7 +141,7 @@ fn tile(
             let av = b.ins().load(types::I32, flags(), a_at, (r * g.k4) as i32);
             let av = b.ins().splat(types::I32X4, av);
             let av = b.ins().bitcast(types::I8X16, little, av);
-            let av = g.form.prepare(b, av);
+            let av = prepare(g.form, b, av);
             for (j, &w) in bv.iter().enumerate() {
                 let acc = accs[r * ngroups + j];
                 let sum = b.use_var(acc);
@@ -214,17 +169,19 @@ fn tile(
     }
 }
 
-/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x` as [`DotForm::prepare`] made
-/// it), in the tree Cranelift folds to one 8-bit dot-product instruction where the
+/// `acc + Σ_4 w·x` per 32-bit lane (int8 `w`, uint8 `x` as [`prepare`] made it),
+/// in the tree Cranelift folds to one 8-bit dot-product instruction where the
 /// target has one.
 pub(crate) fn dot_accumulate(
     b: &mut FunctionBuilder,
     acc: Value,
     w: Value,
     x: Value,
-    form: DotForm,
+    form: Dot,
 ) -> Value {
-    if form == DotForm::PairedInt16 {
+    // Without VNNI, x86 multiplies bytes widened to int16 in pairs (`pmaddwd`: each
+    // product fits in int16 and a pair's sum in int32), then `phaddd` for the quad.
+    if let Dot::X86(X86Dot::Pmaddwd | X86Dot::Pmaddubsw) = form {
         let pairs = |b: &mut FunctionBuilder, x16: Value, w16: Value| {
             let (xl, wl) = (b.ins().swiden_low(x16), b.ins().swiden_low(w16));
             let (xh, wh) = (b.ins().swiden_high(x16), b.ins().swiden_high(w16));
@@ -240,16 +197,18 @@ pub(crate) fn dot_accumulate(
         return b.ins().iadd(d, acc);
     }
     let half = |b: &mut FunctionBuilder, high: bool| {
-        let signed = form == DotForm::SignedFlipped;
+        let signed = form == Dot::Sdot;
         let (sw, wx) = match (high, signed) {
             (false, false) => (b.ins().swiden_low(w), b.ins().uwiden_low(x)),
             (true, false) => (b.ins().swiden_high(w), b.ins().uwiden_high(x)),
             (false, true) => (b.ins().swiden_low(w), b.ins().swiden_low(x)),
             (true, true) => (b.ins().swiden_high(w), b.ins().swiden_high(x)),
         };
+        // `imul(swiden w, uwiden x)` folds to x86's `vpdpbusd`, `imul(uwiden x, swiden
+        // w)` to aarch64's `usdot`, `imul(swiden x', swiden w)` to its `sdot`.
         let p = match form {
-            DotForm::WeightFirst | DotForm::PairedInt16 => b.ins().imul(sw, wx),
-            DotForm::ActivationFirst | DotForm::SignedFlipped => b.ins().imul(wx, sw),
+            Dot::X86(_) => b.ins().imul(sw, wx),
+            Dot::Usdot | Dot::Sdot => b.ins().imul(wx, sw),
         };
         let (lo, hi) = (b.ins().swiden_low(p), b.ins().swiden_high(p));
         b.ins().iadd_pairwise(lo, hi)

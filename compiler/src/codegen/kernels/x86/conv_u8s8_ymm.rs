@@ -39,56 +39,34 @@ use iced_x86::code_asm::*;
 
 use super::activation::{activate, supports_activation};
 use super::asm::{emit_consts, imm, AsmError, AsmResult, Consts, Vecs, Vector, YMM};
+use crate::codegen::isa::X86Dot;
 use crate::codegen::kernels::conv_u8s8::ConvU8Geometry;
 use crate::codegen::options::Int8Order;
 use crate::ops::{Activation, Requantize};
 
-/// The dot-product instruction family of a 256-bit INT8 kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DotIsa {
-    /// `vpmovzxbw` + `vpmaddwd` on int16 weights (AVX2), exact for any int8 weight.
-    Avx2,
-    /// `vpmaddubsw`, then `vpmaddwd` by ones (AVX2): the pair sums saturate past
-    /// 32767, so only weights of at most 64 in magnitude (255 · 64 · 2 = 32640), which
-    /// the quantizer gives libraries with an AVX2 variant (`codegen::int8_weight_max`).
-    Avx2Pairs,
-    /// VEX `vpdpbusd` (AVX-VNNI).
-    AvxVnni,
+/// The kernel library's name of the convolution kernel on `dot`'s products.
+pub fn kernel_name(dot: X86Dot) -> &'static str {
+    match dot {
+        X86Dot::Pmaddwd => "u8s8-conv-4x8-avx2",
+        X86Dot::Pmaddubsw => "u8s7-conv-4x16-avx2",
+        X86Dot::Vpdpbusd { evex: false } => "u8s8-conv-4x24-avxvnni",
+        X86Dot::Vpdpbusd { evex: true } => "u8s8-conv-4x24-avx512vnni",
+    }
 }
 
-impl DotIsa {
-    /// The kernel library's name of the convolution kernel.
-    pub fn kernel_name(self) -> &'static str {
-        match self {
-            DotIsa::Avx2 => "u8s8-conv-4x8-avx2",
-            DotIsa::Avx2Pairs => "u8s7-conv-4x16-avx2",
-            DotIsa::AvxVnni => "u8s8-conv-4x24-avxvnni",
-        }
-    }
-
-    /// Vectors of 8 wide pixels per column panel.
-    fn vectors(self) -> usize {
-        match self {
-            DotIsa::Avx2 => 1,
-            DotIsa::Avx2Pairs => 2,
-            DotIsa::AvxVnni => 3,
-        }
-    }
-
-    /// Bytes of one weight as the K loop reads it: int16 for `vpmaddwd`, int8 for
-    /// `vpdpbusd`.
-    pub fn weight_bytes(self) -> usize {
-        match self {
-            DotIsa::Avx2 => 2,
-            DotIsa::Avx2Pairs | DotIsa::AvxVnni => 1,
-        }
+/// Vectors of 8 wide pixels per column panel.
+fn vectors(dot: X86Dot) -> usize {
+    match dot {
+        X86Dot::Pmaddwd => 1,
+        X86Dot::Pmaddubsw => 2,
+        X86Dot::Vpdpbusd { .. } => 3,
     }
 }
 
 /// Scratch bytes of the kernel: the int16 weights of one tile (tiles outermost) or of
 /// all tiles (panels outermost) for AVX2, none for AVX-VNNI.
-pub fn scratch_bytes(g: &ConvU8Geometry, isa: DotIsa, tiles_outer: bool) -> usize {
-    if isa != DotIsa::Avx2 {
+pub fn scratch_bytes(g: &ConvU8Geometry, isa: X86Dot, tiles_outer: bool) -> usize {
+    if isa != X86Dot::Pmaddwd {
         return 0;
     }
     let tile = g.taps.len() * g.k_quads() * MR * 4 * 2;
@@ -135,7 +113,7 @@ struct Column {
 
 /// What one convolution kernel computes (one image per call).
 pub struct YmmConvSpec {
-    isa: DotIsa,
+    isa: X86Dot,
     maps: usize,
     out_pixels: usize,
     vectors: usize,
@@ -186,13 +164,13 @@ fn scatter_step(sw: usize, lanes: &[u32]) -> Option<usize> {
 
 /// Whether the kernel runs weight tiles outermost: when streaming the weights once per
 /// column panel would move more bytes than reading the planes once per tile.
-pub fn tiles_outer(g: &ConvU8Geometry, order: Int8Order, isa: DotIsa) -> bool {
-    g.tiles_outer(order, MR, isa.vectors() * LANES, isa.weight_bytes())
+pub fn tiles_outer(g: &ConvU8Geometry, order: Int8Order, isa: X86Dot) -> bool {
+    g.tiles_outer(order, MR, vectors(isa) * LANES, isa.weight_bytes())
 }
 
 impl YmmConvSpec {
     pub fn new(
-        isa: DotIsa,
+        isa: X86Dot,
         g: &ConvU8Geometry,
         activation: Activation,
         residual: bool,
@@ -272,8 +250,8 @@ impl YmmConvSpec {
     /// Accumulators per map row: two 4-pixel halves (AVX2) or one per vector.
     fn accs(&self) -> usize {
         match self.isa {
-            DotIsa::Avx2 | DotIsa::Avx2Pairs => 2,
-            DotIsa::AvxVnni => 3,
+            X86Dot::Pmaddwd | X86Dot::Pmaddubsw => 2,
+            X86Dot::Vpdpbusd { .. } => 3,
         }
     }
 
@@ -312,6 +290,9 @@ pub fn emit_conv(s: &YmmConvSpec) -> Result<Vec<u8>, String> {
         return Err("INT8 conv kernel: the convolution has no taps or channels".into());
     }
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
+    if let X86Dot::Vpdpbusd { evex: true } = s.isa {
+        a.set_prefer_vex(false);
+    }
     let mut e = ConvEmitter {
         s,
         consts: Consts { values: vec![] },
@@ -357,7 +338,7 @@ impl ConvEmitter<'_> {
         if self.s.requantize.is_some() {
             self.fill_padding(a)?;
         }
-        let widen = self.s.isa == DotIsa::Avx2;
+        let widen = self.s.isa == X86Dot::Pmaddwd;
         if self.s.tiles_outer {
             self.tiles_outer(a)?;
         } else {
@@ -384,7 +365,7 @@ impl ConvEmitter<'_> {
         a: &mut CodeAssembler,
         body: &mut dyn FnMut(&mut Self, &mut CodeAssembler, usize) -> AsmResult<()>,
     ) -> AsmResult<()> {
-        let per_panel = self.s.isa.vectors();
+        let per_panel = vectors(self.s.isa);
         let full_panels = self.s.vectors / per_panel;
         let rest = self.s.vectors % per_panel;
         a.xor(r10d, r10d)?;
@@ -416,7 +397,7 @@ impl ConvEmitter<'_> {
     fn tiles_outer(&mut self, a: &mut CodeAssembler) -> AsmResult<()> {
         let s = self.s;
         let full_tiles = s.maps / MR;
-        let widen = s.isa == DotIsa::Avx2;
+        let widen = s.isa == X86Dot::Pmaddwd;
         let step = if widen {
             self.int8_tile_bytes()
         } else {
@@ -477,10 +458,10 @@ impl ConvEmitter<'_> {
     fn tile(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
         let s = self.s;
         let slots = match s.isa {
-            DotIsa::Avx2 => 2,
-            DotIsa::Avx2Pairs | DotIsa::AvxVnni => vecs,
+            X86Dot::Pmaddwd => 2,
+            X86Dot::Pmaddubsw | X86Dot::Vpdpbusd { .. } => vecs,
         };
-        if s.isa == DotIsa::Avx2Pairs {
+        if s.isa == X86Dot::Pmaddubsw {
             let ones = YMM[PAIRS_ONES];
             a.vpcmpeqw(ones, ones, ones)?;
             a.vpsrlw(ones, ones, 15)?;
@@ -522,7 +503,7 @@ impl ConvEmitter<'_> {
         a.add(r15, 4)?;
         a.dec(ebx)?;
         a.jnz(tap_top)?;
-        if s.isa == DotIsa::Avx2 {
+        if s.isa == X86Dot::Pmaddwd {
             // Lane pairs of the two halves → 8 pixels, in order.
             for r in 0..rows {
                 let (lo, hi) = (YMM[s.acc(r, 0)], YMM[s.acc(r, 1)]);
@@ -541,7 +522,7 @@ impl ConvEmitter<'_> {
     fn k_step(&mut self, a: &mut CodeAssembler, rows: usize, vecs: usize) -> AsmResult<()> {
         let s = self.s;
         match s.isa {
-            DotIsa::Avx2 => {
+            X86Dot::Pmaddwd => {
                 for h in 0..2 {
                     a.vpmovzxbw(YMM[AVX2_B + h], xmmword_ptr(rax + imm(16 * h)?))?;
                 }
@@ -556,7 +537,7 @@ impl ConvEmitter<'_> {
                     }
                 }
             }
-            DotIsa::Avx2Pairs => {
+            X86Dot::Pmaddubsw => {
                 for j in 0..vecs {
                     a.vmovdqu(YMM[PAIRS_B + j], ymmword_ptr(rax + imm(32 * j)?))?;
                 }
@@ -572,7 +553,7 @@ impl ConvEmitter<'_> {
                     }
                 }
             }
-            DotIsa::AvxVnni => {
+            X86Dot::Vpdpbusd { .. } => {
                 for j in 0..vecs {
                     a.vmovdqu(YMM[VNNI_B + j], ymmword_ptr(rax + imm(32 * j)?))?;
                 }

@@ -14,39 +14,32 @@
 use iced_x86::code_asm::*;
 
 use super::asm::{imm, AsmResult, TailMasks, YMM};
-use super::conv_u8s8_ymm::{DotIsa, SAVED};
+use super::conv_u8s8_ymm::SAVED;
+use crate::codegen::isa::X86Dot;
 
-/// Which instruction set a GEMM kernel uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GemmIsa {
-    /// Exact 16-bit products (`vpmaddwd`).
-    Avx2,
-    /// `vpdpbusd` on ymm: VEX (AVX-VNNI) or, without AVX-VNNI, EVEX (AVX-512 VNNI+VL).
-    Vnni { evex: bool },
+/// The kernel library's name of the GEMM on `dot`'s products: 7-bit weights' pairs
+/// (`vpmaddubsw`) run on the exact int16 products too.
+pub fn kernel_name(dot: X86Dot) -> &'static str {
+    match dot {
+        X86Dot::Pmaddwd | X86Dot::Pmaddubsw => "u8s8-gemm-4x8-avx2",
+        X86Dot::Vpdpbusd { evex: false } => "u8s8-gemm-4x24-avxvnni",
+        X86Dot::Vpdpbusd { evex: true } => "u8s8-gemm-4x24-avx512vnni",
+    }
 }
 
-impl GemmIsa {
-    pub fn kernel_name(self) -> &'static str {
-        match self {
-            GemmIsa::Avx2 => "u8s8-gemm-4x8-avx2",
-            GemmIsa::Vnni { evex: false } => "u8s8-gemm-4x24-avxvnni",
-            GemmIsa::Vnni { evex: true } => "u8s8-gemm-4x24-avx512vnni",
-        }
+/// Whether the kernel widens A and B to int16 for `vpmaddwd` (else `vpdpbusd`).
+fn widens(dot: X86Dot) -> bool {
+    match dot {
+        X86Dot::Pmaddwd | X86Dot::Pmaddubsw => true,
+        X86Dot::Vpdpbusd { .. } => false,
     }
+}
 
-    /// Vectors of 8 columns per panel.
-    fn vectors(self) -> usize {
-        match self {
-            GemmIsa::Avx2 => 1,
-            GemmIsa::Vnni { .. } => 3,
-        }
-    }
-
-    fn dot(self) -> DotIsa {
-        match self {
-            GemmIsa::Avx2 => DotIsa::Avx2,
-            GemmIsa::Vnni { .. } => DotIsa::AvxVnni,
-        }
+/// Vectors of 8 columns per panel.
+fn vectors(dot: X86Dot) -> usize {
+    match widens(dot) {
+        true => 1,
+        false => 3,
     }
 }
 
@@ -56,7 +49,7 @@ const LANES: usize = 8;
 /// The GEMM's sizes.
 #[derive(Clone, Copy, Debug)]
 pub struct GemmSpec {
-    pub isa: GemmIsa,
+    pub isa: X86Dot,
     pub m: usize,
     pub n: usize,
     /// K rounded up to a multiple of 4 (A's rows are this long, zero padded).
@@ -77,16 +70,16 @@ impl GemmSpec {
     /// Panels of whole (all-valid-column) vectors in the loop, and the vectors of the
     /// last panel, emitted apart (it holds the partial vector, if any).
     fn panels(&self) -> (usize, usize) {
-        let per = self.isa.vectors();
+        let per = vectors(self.isa);
         let whole = (self.n / LANES) / per;
         (whole, self.vectors() - whole * per)
     }
 
     /// Scratch: AVX2's A widened to int16.
     pub fn scratch_bytes(&self) -> usize {
-        match self.isa {
-            GemmIsa::Avx2 => self.m * self.k4 * 2,
-            GemmIsa::Vnni { .. } => 0,
+        match widens(self.isa) {
+            true => self.m * self.k4 * 2,
+            false => 0,
         }
     }
 }
@@ -95,7 +88,7 @@ impl GemmSpec {
 /// vectors, per K quad, `v` × 8 columns × 4 K bytes (columns and K past the ends zero).
 pub fn pack_b(s: &GemmSpec, k: usize, at: impl Fn(usize, usize) -> i8) -> Vec<u8> {
     let quads = s.k4 / 4;
-    let per = s.isa.vectors();
+    let per = vectors(s.isa);
     let mut out = vec![0u8; quads * s.padded_n() * 4];
     for kk in 0..k {
         for j in 0..s.n {
@@ -114,7 +107,7 @@ pub fn pack_b(s: &GemmSpec, k: usize, at: impl Fn(usize, usize) -> i8) -> Vec<u8
 /// `k4` uint8, `b` from [`pack_b`], `corr` `padded_n` int32, `c` rows of `n` int32.
 pub fn emit(s: &GemmSpec) -> Result<Vec<u8>, String> {
     let mut a = CodeAssembler::new(64).map_err(|e| e.to_string())?;
-    if let GemmIsa::Vnni { evex: true } = s.isa {
+    if let X86Dot::Vpdpbusd { evex: true } = s.isa {
         a.set_prefer_vex(false);
     }
     let mut tails = TailMasks::default();
@@ -125,19 +118,22 @@ pub fn emit(s: &GemmSpec) -> Result<Vec<u8>, String> {
 }
 
 fn row_bytes(s: &GemmSpec) -> usize {
-    s.k4 * s.isa.dot().weight_bytes()
+    s.k4 * match widens(s.isa) {
+        true => 2,
+        false => 1,
+    }
 }
 
 fn function(a: &mut CodeAssembler, s: &GemmSpec, tails: &mut TailMasks) -> AsmResult<()> {
     for r in SAVED {
         a.push(r)?;
     }
-    if s.isa == GemmIsa::Avx2 {
+    if widens(s.isa) {
         widen_rows(a, s.m * s.k4)?;
         a.mov(rdi, r8)?;
     }
     let (whole, rest) = s.panels();
-    let per = s.isa.vectors();
+    let per = vectors(s.isa);
     let panel_b = s.k4 / 4 * per * LANES * 4;
     // r10: the panel's first column in bytes of int32; r13: its packed B.
     a.xor(r10d, r10d)?;
@@ -215,9 +211,9 @@ fn rows(
 }
 
 fn acc(s: &GemmSpec, r: usize, j: usize) -> usize {
-    r * match s.isa {
-        GemmIsa::Avx2 => 2,
-        GemmIsa::Vnni { .. } => 3,
+    r * match widens(s.isa) {
+        true => 2,
+        false => 3,
     } + j
 }
 
@@ -229,9 +225,9 @@ fn tile(
     partial: Option<usize>,
     tails: &mut TailMasks,
 ) -> AsmResult<()> {
-    let slots = match s.isa {
-        GemmIsa::Avx2 => 2,
-        GemmIsa::Vnni { .. } => vecs,
+    let slots = match widens(s.isa) {
+        true => 2,
+        false => vecs,
     };
     for r in 0..rows {
         for j in 0..slots {
@@ -242,7 +238,7 @@ fn tile(
     if s.k4 > 0 {
         k_loop(a, s, rows, vecs)?;
     }
-    if s.isa == GemmIsa::Avx2 {
+    if widens(s.isa) {
         for r in 0..rows {
             let (lo, hi) = (YMM[acc(s, r, 0)], YMM[acc(s, r, 1)]);
             a.vphaddd(lo, lo, hi)?;
@@ -276,8 +272,8 @@ fn k_loop(a: &mut CodeAssembler, s: &GemmSpec, rows: usize, vecs: usize) -> AsmR
     a.mov(r11d, imm(s.k4 / 4)?)?;
     let mut top = a.create_label();
     a.set_label(&mut top)?;
-    match s.isa {
-        GemmIsa::Avx2 => {
+    match widens(s.isa) {
+        true => {
             // B's 8 columns × 4 K as two halves of 4 columns, int16.
             for h in 0..2 {
                 a.vpmovsxbw(YMM[8 + h], xmmword_ptr(rbp + imm(16 * h)?))?;
@@ -292,7 +288,7 @@ fn k_loop(a: &mut CodeAssembler, s: &GemmSpec, rows: usize, vecs: usize) -> AsmR
             }
             a.add(rax, 8)?;
         }
-        GemmIsa::Vnni { .. } => {
+        false => {
             for j in 0..vecs {
                 a.vmovdqu(YMM[12 + j], ymmword_ptr(rbp + imm(32 * j)?))?;
             }
