@@ -99,6 +99,7 @@ impl Dot {
 /// What a target's kernels are written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Isa {
+    pub arch: Arch,
     /// The float32 machine code's vectors: x86-64 with AVX2 and FMA, or AVX-512F.
     /// `None`: Cranelift's 128-bit code (baseline x86-64, aarch64).
     pub vector: Option<Vector>,
@@ -119,6 +120,7 @@ impl Isa {
                 false => Dot::Usdot,
             };
             return Isa {
+                arch: target.arch,
                 vector: None,
                 int8_vector: None,
                 dot,
@@ -148,6 +150,7 @@ impl Isa {
             (None, X86Dot::Pmaddwd)
         };
         Isa {
+            arch: target.arch,
             vector,
             int8_vector,
             dot: Dot::X86(dot),

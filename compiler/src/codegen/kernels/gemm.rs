@@ -197,11 +197,11 @@ impl Geometry {
         }
     }
 
-    /// The fastest family `target` can run ([`Vector::for_target`], else Cranelift's
-    /// 128-bit code, always on aarch64 where NEON is 128-bit anyway); `source` = `Clif`
+    /// The fastest family `isa` has (its float32 machine code, else Cranelift's 128-bit
+    /// code, always on aarch64 where NEON is 128-bit anyway); `--kernel gemm=clif`
     /// forces the Cranelift kernels, for comparisons.
-    pub fn for_target(target: &Target, options: &KernelOptions) -> Geometry {
-        match Isa::of(target).vector {
+    pub fn for_isa(isa: &Isa, options: &KernelOptions) -> Geometry {
+        match isa.vector {
             Some(isa) if options.gemm == KernelSource::Auto => Geometry {
                 order: options.gemm_order,
                 prefetch: options.gemm_prefetch == Toggle::Auto,

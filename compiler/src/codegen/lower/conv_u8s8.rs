@@ -460,7 +460,7 @@ fn conv_clif(
     form: Dot,
 ) -> LowerResult {
     let maps = g.maps.next_multiple_of(CLIF_MR);
-    let nr = clif_nr(ctx.target);
+    let nr = clif_nr(ctx.target.arch);
     let w = pack_weights(g, &k.w, CLIF_MR);
     let (w, bias, scale) = tile_constants(ctx, g, k, w, CLIF_MR, form.activation_offset())?;
     let (planes, y) = (ctx.input(0)?, ctx.output(0));

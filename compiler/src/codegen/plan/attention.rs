@@ -8,7 +8,6 @@ use crate::codegen::isa::Vector;
 use crate::codegen::kernels::gemm::{packed_b_len, Geometry};
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::tasks::Split;
-use crate::codegen::Target;
 
 const F32: usize = 4;
 
@@ -78,12 +77,12 @@ fn dims(q: &[usize], kt: &[usize], v: &[usize]) -> Option<Dims> {
 /// The kernel plan of an Attention node.
 pub fn plan_attention(
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let (q, kt, v) = (node.input(0)?, node.input(1)?, node.input(2)?);
     let dims = dims(&q.shape, &kt.shape, &v.shape)?;
-    let gemm = Geometry::for_target(target, options);
+    let gemm = Geometry::for_isa(isa, options);
     let per_block = (SCORES_BLOCK_BYTES / (dims.t * F32)).max(1);
     let block_rows = if per_block >= dims.m {
         dims.m
@@ -92,9 +91,7 @@ pub fn plan_attention(
     };
     let plan = AttentionPlan {
         gemm,
-        softmax: Isa::of(target)
-            .vector
-            .filter(|_| options.softmax == KernelSource::Auto),
+        softmax: isa.vector.filter(|_| options.softmax == KernelSource::Auto),
         block_rows,
         pack_kt: packs_runtime_b_of(dims.m, dims.d, dims.t, &gemm),
         pack_v: packs_runtime_b_of(dims.m, dims.t, dims.dv, &gemm),

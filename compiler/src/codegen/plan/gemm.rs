@@ -2,11 +2,11 @@
 //! packed first, and how the product is split into tasks.
 
 use super::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::isa::Isa;
 use crate::codegen::kernel;
 use crate::codegen::kernels::gemm::{packed_b_len, BLayout, Geometry, KernelKind};
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::tasks::Split;
-use crate::codegen::Target;
 use crate::ir::{DType, Tensor};
 use crate::ops::infer::broadcast_shapes;
 use crate::ops::GemmAttrs;
@@ -82,7 +82,7 @@ impl MatMulShape {
 pub fn plan_gemm(
     gemm: Option<&GemmAttrs>,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let a = node.input(0)?;
@@ -100,7 +100,7 @@ pub fn plan_gemm(
             ));
         }
     }
-    let geometry = Geometry::for_target(target, options);
+    let geometry = Geometry::for_isa(isa, options);
     if gemm.is_none() && !matches!(node.constant(1), Some(Tensor::F32(_))) {
         if let Ok(s) = MatMulShape::new(&a.shape, &b.shape) {
             if packs_runtime_b(&s, &geometry) {

@@ -21,8 +21,8 @@ pub(crate) const CLIF_MR: usize = 4;
 /// Column tile of the portable kernel, in pixels (vectors of 4): 2 vectors on x86-64's
 /// 16 registers, 4 on aarch64's 32 (16 accumulators: each loaded quad and weight
 /// broadcast then feeds twice the dot products).
-pub(crate) fn clif_nr(target: &Target) -> usize {
-    match target.arch {
+pub(crate) fn clif_nr(arch: Arch) -> usize {
+    match arch {
         Arch::Aarch64 => 16,
         Arch::X86_64 => 8,
     }
@@ -41,12 +41,12 @@ pub fn plan_conv_u8s8(
     planes: &PlaneLayout,
     requantize: Option<&Requantize>,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let g = ConvU8Geometry::new(conv, planes, node.outputs.first()?, requantize);
     let machine = x86::supports_activation(conv.activation);
-    match int8_machine_code(target, options) {
+    match int8_machine_code(isa, options) {
         Some((Vector::Zmm, _)) if machine => {
             let tiles_outer = x86::conv_u8s8::tiles_outer(&g, options.int8_order);
             let tasks = map_split(&g, x86::conv_u8s8::MR).tasks;
@@ -103,10 +103,10 @@ pub fn plan_conv_u8s8(
     } else {
         "no x86 machine code for this target or activation"
     };
-    let scratch = wide_scratch(&g, clif_nr(target))
+    let scratch = wide_scratch(&g, clif_nr(isa.arch))
         + requantize.map_or(0, |_| g.maps * g.out_h * g.out_w * 4);
     Some(NodeKernel::new(
-        Strategy::ConvU8S8(Int8Conv::Clif(Isa::of(target).dot)),
+        Strategy::ConvU8S8(Int8Conv::Clif(isa.dot)),
         scratch,
         reason,
     ))
@@ -132,10 +132,10 @@ pub fn map_split(g: &ConvU8Geometry, mr: usize) -> Split {
 pub fn plan_quantize_to_planes(
     layout: &PlaneLayout,
     batch: usize,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
-    let isa = match int8_machine_code(target, options) {
+    let isa = match int8_machine_code(isa, options) {
         Some((Vector::Zmm, _)) if x86::conv_u8s8::quantize_supports(layout) => Some(Vector::Zmm),
         Some((Vector::Ymm, _)) if x86::quantize_planes_avx2::quantize_supports(layout) => {
             Some(Vector::Ymm)
@@ -172,12 +172,8 @@ pub(crate) fn wide_scratch(g: &ConvU8Geometry, nr: usize) -> usize {
 /// The INT8 machine code `target` runs (convolutions, quantization into planes and the
 /// MatMulInteger GEMM): its vectors and products; `--kernel int8-conv=clif` forces the
 /// Cranelift code, for comparisons.
-pub(crate) fn int8_machine_code(
-    target: &Target,
-    options: &KernelOptions,
-) -> Option<(Vector, X86Dot)> {
-    Isa::of(target)
-        .int8_x86()
+pub(crate) fn int8_machine_code(isa: &Isa, options: &KernelOptions) -> Option<(Vector, X86Dot)> {
+    isa.int8_x86()
         .filter(|_| options.int8_conv == KernelSource::Auto)
 }
 
@@ -195,7 +191,7 @@ pub(crate) fn weights_within(node: &NodeOperands, max: i64) -> bool {
 /// (AVX2's `vpmaddubsw`): exact only for weights of at most 64 in magnitude.
 pub fn multiplies_in_pairs(target: &Target) -> bool {
     matches!(
-        int8_machine_code(target, &KernelOptions::default()),
+        int8_machine_code(&Isa::of(target), &KernelOptions::default()),
         Some((Vector::Ymm, X86Dot::Pmaddwd))
     )
 }
@@ -255,7 +251,7 @@ pub(crate) fn dot_zero_point(
 pub fn plan_integer(
     op: &Op,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let (a, b) = (node.input(0)?, node.input(1)?);
@@ -267,8 +263,8 @@ pub fn plan_integer(
             let s = matmul_int_shape(a, b).ok()?;
             let g = IntGemm::new(s.m, s.n, s.k, s.n);
             let zero_point = dot_zero_point(a.dtype, node.constant(1), optional(2), optional(3));
-            dot = zero_point.map(|_| Isa::of(target).dot);
-            x86 = zero_point.and(int8_machine_code(target, options).map(|(_, d)| d));
+            dot = zero_point.map(|_| isa.dot);
+            x86 = zero_point.and(int8_machine_code(isa, options).map(|(_, d)| d));
             match x86 {
                 Some(isa) => {
                     let k4 = s.k.next_multiple_of(4);

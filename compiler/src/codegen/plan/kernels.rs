@@ -13,7 +13,7 @@ use super::attention::AttentionPlan;
 use super::conv::ConvStrategy;
 use super::pool::PoolStrategy;
 use crate::codegen::isa::Vector;
-use crate::codegen::isa::{Dot, X86Dot};
+use crate::codegen::isa::{Dot, Isa, X86Dot};
 use crate::codegen::kernels::gemm::{Geometry, KernelKind};
 use crate::codegen::{KernelOptions, Target, WeightFormat};
 use crate::ir::{Graph, Node, Tensor, TensorType};
@@ -299,11 +299,12 @@ pub fn plan_kernels_for(
     options: &KernelOptions,
     weights: WeightFormat,
 ) -> KernelPlan {
+    let isa = Isa::of(target);
     let mut plan = KernelPlan {
         nodes: graph
             .nodes
             .iter()
-            .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), target, options))
+            .map(|node| plan_node(&node.op, &NodeOperands::of(graph, node), &isa, options))
             .collect(),
     };
     for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
@@ -318,7 +319,7 @@ pub fn plan_kernels_for(
     // one call each, never split.
     for (k, node) in plan.nodes.iter_mut().zip(&graph.nodes) {
         if crate::ops::rows::passed_extent(graph, node).is_none() {
-            if let Some(planes) = super::planes::plan_planes(graph, node, target, options) {
+            if let Some(planes) = super::planes::plan_planes(graph, node, &isa, options) {
                 *k = planes;
             }
         }
@@ -354,35 +355,26 @@ const HALF_EXPAND_COST: usize = 4;
 
 /// One node's kernel. A node whose shapes its family's planner cannot read (lowering
 /// then reports the problem) gets the Cranelift strategy.
-pub fn plan_node(
-    op: &Op,
-    node: &NodeOperands,
-    target: &Target,
-    options: &KernelOptions,
-) -> NodeKernel {
+pub fn plan_node(op: &Op, node: &NodeOperands, isa: &Isa, options: &KernelOptions) -> NodeKernel {
     let planned = match op {
-        Op::Conv(c) => super::conv::plan_conv(c, node, target, options),
+        Op::Conv(c) => super::conv::plan_conv(c, node, isa, options),
         Op::ConvTranspose(_) => super::conv_transpose::plan_conv_transpose(node),
-        Op::MatMul(_) => super::gemm::plan_gemm(None, node, target, options),
-        Op::Gemm(g) => super::gemm::plan_gemm(Some(g), node, target, options),
-        Op::Pool(p) => super::pool::plan_pool(p, node, target, options),
-        Op::Softmax { axis, log } => {
-            super::softmax::plan_softmax(*axis, *log, node, target, options)
-        }
-        Op::Attention => super::attention::plan_attention(node, target, options),
-        Op::MatMulInteger | Op::ConvInteger(_) => {
-            super::int8::plan_integer(op, node, target, options)
-        }
+        Op::MatMul(_) => super::gemm::plan_gemm(None, node, isa, options),
+        Op::Gemm(g) => super::gemm::plan_gemm(Some(g), node, isa, options),
+        Op::Pool(p) => super::pool::plan_pool(p, node, isa, options),
+        Op::Softmax { axis, log } => super::softmax::plan_softmax(*axis, *log, node, isa, options),
+        Op::Attention => super::attention::plan_attention(node, isa, options),
+        Op::MatMulInteger | Op::ConvInteger(_) => super::int8::plan_integer(op, node, isa, options),
         Op::ConvU8S8 {
             conv,
             planes,
             requantize,
-        } => super::int8::plan_conv_u8s8(conv, planes, requantize.as_ref(), node, target, options),
+        } => super::int8::plan_conv_u8s8(conv, planes, requantize.as_ref(), node, isa, options),
         Op::QuantizeToPlanes(layout) => {
             let batch = node
                 .input(0)
                 .map_or(1, |x| x.shape.first().copied().unwrap_or(1));
-            super::int8::plan_quantize_to_planes(layout, batch, target, options)
+            super::int8::plan_quantize_to_planes(layout, batch, isa, options)
         }
         Op::TopKRunTime { axis, .. } => node.input(0).map(|x| {
             let dim = x.shape.get(*axis).copied().unwrap_or(0);
@@ -414,7 +406,7 @@ pub fn plan_node(
                 )
             }),
         Op::RnnSequence { cell, reverse } => node.input(0).zip(node.input(1)).map(|(xw, r)| {
-            super::recurrence::plan_rnn_sequence(*cell, reverse.len(), xw, r, node, target, options)
+            super::recurrence::plan_rnn_sequence(*cell, reverse.len(), xw, r, node, isa, options)
         }),
         _ => None,
     };

@@ -5,7 +5,6 @@ use super::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::isa::Isa;
 use crate::codegen::isa::Vector;
 use crate::codegen::options::{KernelOptions, KernelSource, Toggle};
-use crate::codegen::Target;
 use crate::ir::{DType, TensorType};
 use crate::ops::{PoolAttrs, PoolKind};
 
@@ -48,7 +47,7 @@ impl PoolStrategy {
 pub fn plan_pool(
     p: &PoolAttrs,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let (x, y) = (node.input(0)?, *node.outputs.first()?);
@@ -59,7 +58,7 @@ pub fn plan_pool(
         return plan(PoolStrategy::Global, 0, "the window covers the whole plane");
     }
     if separable_max_applies(p, x, options) {
-        let isa = separable_max_kernel(x, y, target, options);
+        let isa = separable_max_kernel(x, y, isa, options);
         return plan(
             PoolStrategy::SeparableMax(isa),
             separable_max_scratch_bytes(p, x),
@@ -122,10 +121,10 @@ pub(crate) fn separable_max_scratch_bytes(p: &PoolAttrs, x: &TensorType) -> usiz
 pub(crate) fn separable_max_kernel(
     x: &TensorType,
     y: &TensorType,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<Vector> {
-    let isa = Isa::of(target).vector?;
+    let isa = isa.vector?;
     // The kernel addresses within a plane by 32-bit displacements.
     let plane_bytes = |t: &TensorType| t.shape[2] * t.shape[3] * F32;
     if options.pool == KernelSource::Clif

@@ -2,10 +2,10 @@
 //! states, one row's gates and, for R known only at run time, its packed copy.
 
 use super::{NodeKernel, NodeOperands, Strategy};
+use crate::codegen::isa::Isa;
 use crate::codegen::kernels::gemm::{Geometry, KernelKind};
 use crate::codegen::options::KernelOptions;
 use crate::codegen::plan::ALIGN;
-use crate::codegen::Target;
 use crate::ir::TensorType;
 use crate::ops::RnnCell;
 
@@ -62,13 +62,13 @@ pub fn plan_rnn_sequence(
     xw: &TensorType,
     r: &TensorType,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> NodeKernel {
     let (batch, hidden) = (xw.shape[1], r.shape[2]);
     let r_constant = node.constant(1).is_some();
     let bytes = rnn_scratch(cell, dirs, batch, hidden, r_constant);
-    let geometry = Geometry::for_target(target, options);
+    let geometry = Geometry::for_isa(isa, options);
     if r_constant && matches!(geometry.kernel, KernelKind::X86(_)) {
         return NodeKernel::new(
             Strategy::Gemm(geometry),

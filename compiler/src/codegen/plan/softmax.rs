@@ -4,7 +4,6 @@
 use super::{NodeKernel, NodeOperands, Strategy};
 use crate::codegen::isa::Isa;
 use crate::codegen::options::{KernelOptions, KernelSource};
-use crate::codegen::Target;
 use crate::ir::DType;
 
 /// The kernel plan of a Softmax node: the machine-code rows on x86-64 targets with AVX2
@@ -14,14 +13,14 @@ pub fn plan_softmax(
     axis: usize,
     log: bool,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let (x, y) = (node.input(0)?, *node.outputs.first()?);
     // One contiguous row per softmax: every axis after `axis` has size 1.
     let inner: usize = x.shape.get(axis + 1..)?.iter().product();
     let rows = !log && inner == 1 && x.dtype == DType::F32 && y.dtype == DType::F32;
-    let isa = Isa::of(target)
+    let isa = isa
         .vector
         .filter(|_| rows && options.softmax == KernelSource::Auto);
     let reason = match (isa, rows) {

@@ -9,7 +9,6 @@ use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::dwconv::{DwLayout, DwSpec};
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::tasks::Split;
-use crate::codegen::Target;
 use crate::ops::Activation;
 
 /// A 1-D or 2-D depthwise conv seen as 2-D (1-D gets a unit height).
@@ -133,10 +132,10 @@ pub(crate) fn x86_kernel(
     bias: bool,
     residual: bool,
     activation: Activation,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<Vector> {
-    let isa = Isa::of(target).vector?;
+    let isa = isa.vector?;
     let spec = x86_spec(g, bias, residual, activation);
     (options.dwconv == KernelSource::Auto && x86::dwconv::supports(&spec))
         .then(|| x86::dwconv::family(&spec, isa))

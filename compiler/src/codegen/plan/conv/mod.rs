@@ -8,6 +8,7 @@ pub(crate) mod implicit_gemm;
 pub(crate) mod narrow;
 pub(crate) mod winograd;
 
+use crate::codegen::isa::Isa;
 use im2col::*;
 use implicit_gemm::*;
 
@@ -17,7 +18,6 @@ use crate::codegen::kernels::gemm::{BLayout, Geometry};
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::plan::gemm::{col_split, weights_split, SplitAxis};
 use crate::codegen::tasks::Split;
-use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::ConvAttrs;
 
@@ -338,13 +338,13 @@ impl ConvStrategy {
 pub fn plan_conv(
     c: &ConvAttrs,
     node: &NodeOperands,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let (x, w, y) = (node.input(0)?, node.input(1)?, *node.outputs.first()?);
     let g = ConvGeometry::new(c, x, w, y).ok()?;
     let constant_w = matches!(node.constant(1), Some(Tensor::F32(_)));
-    let gemm = Geometry::for_target(target, options);
+    let gemm = Geometry::for_isa(isa, options);
     let path = choose_path(&g, x.dtype);
     let scratch = scratch_bytes(&g, path, options);
     let plan =
@@ -388,7 +388,7 @@ pub fn plan_conv(
         ConvPath::Depthwise => {
             let bias = node.has_input(2);
             let residual = node.has_input(3);
-            let isa = depthwise::x86_kernel(&g, bias, residual, c.activation, target, options);
+            let isa = depthwise::x86_kernel(&g, bias, residual, c.activation, isa, options);
             let reason = match (isa, options.dwconv) {
                 (Some(_), _) => "one channel per group; the machine-code kernel covers its shape",
                 (None, KernelSource::Clif) => "one channel per group; --kernel dwconv=clif",
@@ -403,7 +403,7 @@ pub fn plan_conv(
             plan(ConvStrategy::Depthwise(isa), reason).map(|k| k.with_tasks(tasks))
         }
         ConvPath::Im2col if winograd::applies(&g, constant_w, options) => {
-            let (m, transforms) = winograd::choose(&g, c.activation, target, options)?;
+            let (m, transforms) = winograd::choose(&g, c.activation, isa, options)?;
             let reason = match options.winograd {
                 WinogradChoice::Auto => {
                     "3x3 stride 1, constant weights; F(m) chosen by maps and tiles"

@@ -9,7 +9,6 @@ use crate::codegen::kernels::gemm::Geometry;
 use crate::codegen::kernels::x86;
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
 use crate::codegen::tasks::{self, Split, MAX_TASKS, MIN_TASK_WORK};
-use crate::codegen::Target;
 use crate::ir::TensorType;
 use crate::ops::{Activation, ConvAttrs};
 
@@ -322,10 +321,10 @@ pub(crate) fn x86_transforms(
     g: &ConvGeometry,
     alg: &'static Algorithm,
     act: Activation,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<Vector> {
-    let isa = Isa::of(target).vector?;
+    let isa = isa.vector?;
     let tw = g.output[1].div_ceil(alg.m);
     if options.winograd_transform == KernelSource::Clif
         || tw <= LANES
@@ -359,14 +358,14 @@ pub(crate) fn applies(g: &ConvGeometry, constant_weights: bool, options: &Kernel
 pub(crate) fn choose(
     g: &ConvGeometry,
     act: Activation,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<(usize, WinogradTransforms)> {
     let alg = algorithm(g, options)?;
-    let transforms = if plane_applies(g, alg, act, target, options) {
+    let transforms = if plane_applies(g, alg, act, isa, options) {
         WinogradTransforms::Plane16
     } else {
-        match x86_transforms(g, alg, act, target, options) {
+        match x86_transforms(g, alg, act, isa, options) {
             Some(isa) => WinogradTransforms::X86(isa),
             None => WinogradTransforms::Clif,
         }
@@ -432,11 +431,11 @@ pub(crate) fn plane_applies(
     g: &ConvGeometry,
     alg: &'static Algorithm,
     act: Activation,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> bool {
     let (in_h, in_w, out_h, out_w) = (g.input[0], g.input[1], g.output[0], g.output[1]);
-    Isa::of(target).vector == Some(Vector::Zmm)
+    isa.vector == Some(Vector::Zmm)
         && alg.m == 2
         && options.winograd_transform == KernelSource::Auto
         && x86::winograd_plane::applies(in_h, in_w, out_h, out_w, act)

@@ -18,7 +18,6 @@ use crate::codegen::kernels::x86::maxpool_plane::{self, MaxPoolPlaneSpec};
 use crate::codegen::kernels::x86::patch_rows::{self, PatchRowsSpec};
 use crate::codegen::kernels::x86::plane_phases::{self, PhasesSpec};
 use crate::codegen::options::{KernelOptions, KernelSource, WinogradChoice};
-use crate::codegen::Target;
 use crate::ir::{ExtentExpr, Graph, Node};
 use crate::ops::{Activation, ConvAttrs, Op, PoolAttrs, PoolKind};
 
@@ -246,7 +245,7 @@ pub(crate) fn every_axis(graph: &Graph, v: crate::ir::ValueId) -> Vec<Option<Ext
 pub fn plan_planes(
     graph: &Graph,
     node: &Node,
-    target: &Target,
+    isa: &Isa,
     options: &KernelOptions,
 ) -> Option<NodeKernel> {
     let symbolic = |v: &crate::ir::ValueId| {
@@ -270,7 +269,7 @@ pub fn plan_planes(
         Op::Conv(c) if !depthwise(c, graph.ty(x), graph.ty(y)) => {
             let (xt, yt) = (graph.ty(x), graph.ty(y));
             let wt = graph.ty(*node.inputs.get(1)?.as_ref()?);
-            let geom = Geometry::for_target(target, options);
+            let geom = Geometry::for_isa(isa, options);
             let k = xt.shape[1] / c.group.max(1) * c.kernel.iter().product::<usize>();
             let m = yt.shape[1] / c.group.max(1);
             // At the smallest extents in range a conv of many maps runs transposed on its
@@ -282,7 +281,7 @@ pub fn plan_planes(
             let transposed_at_least = options.winograd == WinogradChoice::Auto
                 && (positions_typical(graph, y).or_else(|| positions_at_least(graph, y)))
                     .is_some_and(|p| transposes(c, m, p, &geom));
-            let winograd = WinogradPlan::new(c, (xt, wt, yt), (geom, target), options)
+            let winograd = WinogradPlan::new(c, (xt, wt, yt), (geom, isa), options)
                 .filter(|wp| !(transposed_at_least && wp.m == 2));
             if let Some(wp) = winograd {
                 let scratch = wp.scratch_bytes();
@@ -327,8 +326,8 @@ pub fn plan_planes(
             scratch = ConvScratch::new(k, blocks.block, m, out_block).bytes
                 + cg * blocks.padded_channel_bytes;
             if blocks.padded_channel_bytes > 0 {
-                plan.phase_copy = phase_copy_spec(target, &c.pads, c.strides[1]).map(Box::new);
-                blocks.patch_rows = patch_rows_spec(c, target, cg, &blocks).map(Box::new);
+                plan.phase_copy = phase_copy_spec(isa, &c.pads, c.strides[1]).map(Box::new);
+                blocks.patch_rows = patch_rows_spec(c, isa, cg, &blocks).map(Box::new);
             }
             plan.gemm = Some(blocks);
             match blocks_write {
@@ -344,8 +343,7 @@ pub fn plan_planes(
         }
         Op::Conv(c) if depthwise(c, graph.ty(x), graph.ty(y)) => {
             let given = |i: usize| node.inputs.get(i).is_some_and(Option::is_some);
-            plan.depthwise_rows =
-                depthwise_rows_spec(c, target, (given(2), given(3))).map(Box::new);
+            plan.depthwise_rows = depthwise_rows_spec(c, isa, (given(2), given(3))).map(Box::new);
             // The row kernel's last vector reads on past the last row.
             scratch = padded_plane_bytes(&graph.ty(x).shape[2..], &c.pads, c.strides[1])
                 + dwconv_rows::slack_bytes(
@@ -364,7 +362,7 @@ pub fn plan_planes(
             }
         }
         Op::Pool(p) if p.kind == PoolKind::Max && p.kernel.len() == 2 => {
-            match max_pool_spec(target, p, options) {
+            match max_pool_spec(isa, p, options) {
                 Some(spec) => {
                     let (xs, ys) = (&graph.ty(x).shape, &graph.ty(y).shape);
                     let floats = maxpool_plane::row_floats(&spec, xs[3], ys[3]);
@@ -376,7 +374,7 @@ pub fn plan_planes(
                 None => {
                     scratch =
                         padded_plane_bytes(&graph.ty(x).shape[2..], &pool_pads(p), p.strides[1]);
-                    plan.phase_copy = phase_copy_spec(target, &p.pads, p.strides[1]).map(Box::new);
+                    plan.phase_copy = phase_copy_spec(isa, &p.pads, p.strides[1]).map(Box::new);
                     "per channel: the plane copied into a -inf border (columns split by \
                      stride phase), then the windows' maxima four outputs at a time"
                 }
@@ -500,14 +498,14 @@ pub(crate) fn pointwise_in_place(
         ))
 }
 
-/// The machine-code row kernel of a depthwise conv on planes for `target`, where one
+/// The machine-code row kernel of a depthwise conv on planes for `isa`, where one
 /// applies: x86 with AVX2 or AVX-512, a window it unrolls, an activation it has.
 pub(crate) fn depthwise_rows_spec(
     c: &ConvAttrs,
-    target: &Target,
+    isa: &Isa,
     (bias, residual): (bool, bool),
 ) -> Option<dwconv_rows::DwRowsSpec> {
-    let isa = Isa::of(target).vector?;
+    let isa = isa.vector?;
     if c.kernel.len() != 2 {
         return None;
     }
@@ -524,25 +522,21 @@ pub(crate) fn depthwise_rows_spec(
     dwconv_rows::supports(&spec).then_some(spec)
 }
 
-/// The machine-code plane copy for `target`, where one applies: x86 with AVX2 or
+/// The machine-code plane copy for `isa`, where one applies: x86 with AVX2 or
 /// AVX-512, column stride 1 or 2.
-pub(crate) fn phase_copy_spec(
-    target: &Target,
-    pads: &[usize],
-    phases: usize,
-) -> Option<PhasesSpec> {
+pub(crate) fn phase_copy_spec(isa: &Isa, pads: &[usize], phases: usize) -> Option<PhasesSpec> {
     let spec = PhasesSpec {
-        isa: Isa::of(target).vector?,
+        isa: isa.vector?,
         phases,
         pad: [pads[0], pads[1]],
     };
     plane_phases::supports(&spec).then_some(spec)
 }
 
-/// The machine-code max pool over bordered planes for `target`, where one applies:
+/// The machine-code max pool over bordered planes for `isa`, where one applies:
 /// x86 with AVX2 or AVX-512 (unless `--kernel pool=clif`), a window the kernel takes.
 pub(crate) fn max_pool_spec(
-    target: &Target,
+    isa: &Isa,
     p: &PoolAttrs,
     options: &KernelOptions,
 ) -> Option<MaxPoolPlaneSpec> {
@@ -550,7 +544,7 @@ pub(crate) fn max_pool_spec(
         return None;
     }
     let spec = MaxPoolPlaneSpec {
-        isa: Isa::of(target).vector?,
+        isa: isa.vector?,
         kernel: [p.kernel[0], p.kernel[1]],
         strides: [p.strides[0], p.strides[1]],
         dilations: [p.dilations[0], p.dilations[1]],
@@ -559,17 +553,17 @@ pub(crate) fn max_pool_spec(
     maxpool_plane::supports(&spec).then_some(spec)
 }
 
-/// The machine-code patch gather of a conv's blocks for `target`, where one applies:
+/// The machine-code patch gather of a conv's blocks for `isa`, where one applies:
 /// x86 with AVX2 or AVX-512, the planes copied by [`phase_copy_spec`]'s kernel.
 pub(crate) fn patch_rows_spec(
     c: &ConvAttrs,
-    target: &Target,
+    isa: &Isa,
     cg: usize,
     blocks: &ConvBlocks,
 ) -> Option<PatchRowsSpec> {
-    phase_copy_spec(target, &c.pads, c.strides[1])?;
+    phase_copy_spec(isa, &c.pads, c.strides[1])?;
     let spec = PatchRowsSpec {
-        isa: Isa::of(target).vector?,
+        isa: isa.vector?,
         channels: cg,
         k: [c.kernel[0], c.kernel[1]],
         stride: c.strides[1],

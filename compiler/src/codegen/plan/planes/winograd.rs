@@ -10,7 +10,6 @@ use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::plan::conv::winograd::{
     algorithm_of, on_planes, skewed, Algorithm, CHUNK_BYTES, LANES, OUTPUT_TILE_AT,
 };
-use crate::codegen::Target;
 use crate::ir::TensorType;
 use crate::ops::ConvAttrs;
 
@@ -50,7 +49,7 @@ impl WinogradPlan {
     pub fn new(
         c: &ConvAttrs,
         (x, w, y): (&TensorType, &TensorType, &TensorType),
-        (geometry, target): (Geometry, &Target),
+        (geometry, isa): (Geometry, &Isa),
         options: &KernelOptions,
     ) -> Option<WinogradPlan> {
         if x.rank() != 4 || c.pads.len() != 4 {
@@ -68,7 +67,7 @@ impl WinogradPlan {
         // four phase floats of slack for a group's spill.
         let padded_rows = x.shape[2] + c.pads[0] + c.pads[2] + m - 1;
         let padded_cols = x.shape[3] + c.pads[1] + c.pads[3] + m - 1;
-        let transforms = Isa::of(target).vector.filter(|_| {
+        let transforms = isa.vector.filter(|_| {
             options.winograd_transform != KernelSource::Clif
                 && x86::winograd::supports(c.activation)
         });
