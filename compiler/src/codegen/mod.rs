@@ -24,6 +24,7 @@ mod sample_loop;
 mod symbol_block;
 pub mod target;
 pub mod tasks;
+mod unary;
 mod variant;
 
 use cranelift_codegen::ir::condcodes::IntCC;

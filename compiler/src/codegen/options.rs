@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::Target;
+use super::target::Target;
 
 #[derive(Clone, Debug)]
 pub struct CompileOptions {

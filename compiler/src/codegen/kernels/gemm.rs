@@ -14,7 +14,7 @@ use cranelift_frontend::FunctionBuilder;
 
 use crate::codegen::isa::Vector;
 use crate::codegen::options::{GemmOrder, KernelOptions, KernelSource, Toggle};
-use crate::codegen::{Arch, CpuFeature, Target};
+use crate::codegen::target::{Arch, CpuFeature, Target};
 use crate::ops::Activation;
 
 /// f32 lanes in a vector register (Cranelift lowers 128-bit vectors only).

@@ -10,8 +10,8 @@ use crate::codegen::kernels::x86;
 use crate::codegen::kernels::x86::gemm_u8s8_ymm::GemmSpec;
 use crate::codegen::options::{KernelOptions, KernelSource};
 use crate::codegen::target::Arch;
+use crate::codegen::target::Target;
 use crate::codegen::tasks::Split;
-use crate::codegen::Target;
 use crate::ir::{DType, Tensor, TensorType};
 use crate::ops::{ConvAttrs, Op, PlaneLayout, Requantize};
 

@@ -15,7 +15,8 @@ use super::pool::PoolStrategy;
 use crate::codegen::isa::Vector;
 use crate::codegen::isa::{Dot, Isa, X86Dot};
 use crate::codegen::kernels::gemm::{Geometry, KernelKind};
-use crate::codegen::{KernelOptions, Target, WeightFormat};
+use crate::codegen::options::{KernelOptions, WeightFormat};
+use crate::codegen::target::Target;
 use crate::ir::{Graph, Node, Tensor, TensorType};
 use crate::ops::Op;
 

@@ -23,7 +23,7 @@ use cranelift_frontend::FunctionBuilder;
 
 use crate::codegen::kernel::{self, flags};
 use crate::codegen::kernels::gemm::{mul_add, ALayout, BLayout, GemmSpec, LANES, MR, NR};
-use crate::codegen::lower::elementwise::activation;
+use crate::codegen::unary::activation;
 
 /// K steps per loop iteration: 8 beat 4 by ~6% and 1 or 2 by 10–20% on the 256³ GEMM.
 const K_UNROLL: usize = 8;

@@ -1,4 +1,4 @@
-//! 256-bit machine code for nnc's INT8 convolution (see [`crate::codegen::lower::conv_u8s8`]),
+//! 256-bit machine code for nnc's INT8 convolution (see `lower::conv_u8s8`),
 //! for x86-64 CPUs without AVX-512 VNNI: `u8s8-conv-4x24-avxvnni` (Alder Lake and
 //! later, Zen 5), and `u8s7-conv-4x16-avx2` and `u8s8-conv-4x8-avx2` (Haswell to Zen
 //! 4). Their planes come from [`super::quantize_planes_avx2`].

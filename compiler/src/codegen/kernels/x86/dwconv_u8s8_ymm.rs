@@ -1,5 +1,5 @@
 //! `u8s8-dwconv-8px-avx2`: nnc's INT8 depthwise convolution (see
-//! [`crate::codegen::lower::conv_u8s8`]) on 256-bit registers, for every x86-64 variant
+//! `lower::conv_u8s8`) on 256-bit registers, for every x86-64 variant
 //! without AVX-512 VNNI.
 //!
 //! The GEMM kernels of [`super::conv_u8s8_ymm`] compute a depthwise map as a dense one

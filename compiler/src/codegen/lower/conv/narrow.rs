@@ -327,7 +327,7 @@ fn transpose_out(
             if let Some(res) = res {
                 let rv = b.ins().load(types::F32, flags(), res, (i * F32) as i32);
                 v = b.ins().fadd(v, rv);
-                match super::super::elementwise::activation(b, act, v) {
+                match crate::codegen::unary::activation(b, act, v) {
                     Ok(a) => v = a,
                     Err(e) => failure = Some(e),
                 }

@@ -820,7 +820,7 @@ fn copy_out(
                 let at = kernel::elem_addr(b, res, i, F32);
                 let rv = b.ins().load(types::F32, flags(), at, 0);
                 v = b.ins().fadd(v, rv);
-                match super::elementwise::activation(b, act, v) {
+                match crate::codegen::unary::activation(b, act, v) {
                     Ok(a) => v = a,
                     Err(e) => failure = Some(e),
                 }
@@ -1679,7 +1679,7 @@ fn depthwise_conv(
                                     let rv = b.ins().load(types::F32, flags(), r, off);
                                     v = b.ins().fadd(v, rv);
                                 }
-                                match super::elementwise::activation(b, act, v) {
+                                match crate::codegen::unary::activation(b, act, v) {
                                     Ok(a) => v = a,
                                     Err(e) => failure = Some(e),
                                 }
@@ -1696,7 +1696,7 @@ fn depthwise_conv(
                         let rv = b.ins().load(ty, flags(), r, off);
                         a = b.ins().fadd(a, rv);
                     }
-                    match super::elementwise::activation(b, act, a) {
+                    match crate::codegen::unary::activation(b, act, a) {
                         Ok(v) => a = v,
                         Err(e) => failure = Some(e),
                     }

@@ -925,7 +925,7 @@ impl Group {
                     let rv = load4(b, r, off);
                     val = b.ins().fadd(val, rv);
                 }
-                val = crate::codegen::lower::elementwise::activation(b, self.act, val)?;
+                val = crate::codegen::unary::activation(b, self.act, val)?;
                 store4(b, val, y, off);
             }
         }
@@ -964,7 +964,7 @@ impl Group {
                     let rv = b.ins().load(types::F32, flags(), ra, 0);
                     v = b.ins().fadd(v, rv);
                 }
-                match crate::codegen::lower::elementwise::activation(b, self.act, v) {
+                match crate::codegen::unary::activation(b, self.act, v) {
                     Ok(a) => v = a,
                     Err(e) => failure.set(Some(e)),
                 }

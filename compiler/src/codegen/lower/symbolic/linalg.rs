@@ -414,7 +414,7 @@ fn epilogue(
                 let t = b.ins().load(types::F32, flags(), a, 0);
                 v = b.ins().fadd(v, t);
             }
-            match super::super::elementwise::activation(b, activation, v) {
+            match crate::codegen::unary::activation(b, activation, v) {
                 Ok(v) => {
                     b.ins().store(flags(), v, ya, 0);
                 }

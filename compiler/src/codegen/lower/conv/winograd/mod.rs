@@ -867,7 +867,7 @@ impl OutputGroup<'_> {
                     let rv = kernel::load_lanes(b, r, off as i32, valid);
                     val = b.ins().fadd(val, rv);
                 }
-                val = super::super::elementwise::activation(b, self.act, val)?;
+                val = crate::codegen::unary::activation(b, self.act, val)?;
                 if valid == LANES {
                     store4(b, val, y, off);
                 } else {
