@@ -55,7 +55,7 @@ pub struct PlanesPlan {
     /// A depthwise conv's machine-code row kernel, where one applies.
     pub depthwise_rows: Option<Box<dwconv_rows::DwRowsSpec>>,
     /// The machine-code copy of each input plane into its bordered copy (a max pool's,
-    /// a conv's gathered from padded planes), where one applies; else [`pad_plane`].
+    /// a conv's gathered from padded planes), where one applies; else `lower::planes::pad_plane`.
     pub phase_copy: Option<Box<PhasesSpec>>,
     /// A 2-D max pool's machine-code kernel, where one applies, and its row buffer's
     /// floats.
@@ -106,16 +106,16 @@ pub struct ConvBlocks {
     /// The GEMM's widths, ascending, the last the block: the last block's columns round
     /// up to the narrowest holding them.
     pub widths: Vec<usize>,
-    /// Bytes of one channel copied with its border (see [`gathers_from_padded`]), 0
+    /// Bytes of one channel copied with its border (see `gathers_from_padded`), 0
     /// when the patches are gathered from the planes themselves.
     pub padded_channel_bytes: usize,
     /// A pointwise conv whose GEMM reads the input planes and writes the output planes
     /// in place, the planes' size its column count and row stride (see
-    /// [`pointwise_in_place`]): no blocks, no scratch.
+    /// `pointwise_in_place`): no blocks, no scratch.
     pub in_place: bool,
     /// Many maps over few positions: each block's GEMM transposed, `Cᵀ[B, Mg] = Pᵀ ·
     /// Wᵀ`, the block's positions the rows (counted at run time), the maps the columns
-    /// (see [`transposes`]).
+    /// (see `transposes`).
     pub transposed: bool,
     /// Each block's GEMM writes the output planes itself (C's row stride, the plane
     /// size, at run time; the residual and the activation in its epilogue), no copy.
@@ -597,7 +597,7 @@ pub(crate) fn gathers_from_padded(c: &ConvAttrs) -> bool {
 }
 
 /// Bytes of one 2-D plane of extents `planes` (the bound) with `pads` (begin...,
-/// end...) around it, its rows split into `phases` column phases (see [`pad_plane`]),
+/// end...) around it, its rows split into `phases` column phases (see `lower::planes::pad_plane`),
 /// plus a vector of slack.
 pub(crate) fn padded_plane_bytes(planes: &[usize], pads: &[usize], phases: usize) -> usize {
     let rows = planes[0] + pads[0] + pads[2];
