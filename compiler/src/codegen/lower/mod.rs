@@ -42,8 +42,6 @@ use super::Target;
 use crate::ir::{Tensor, TensorType};
 use crate::ops::Op;
 
-pub use crate::codegen::plan::conv::{ConvStrategy, WinogradTransforms};
-pub use crate::codegen::plan::planes::{ConvBlocks, PlanesPlan, WinogradPlan};
 pub use gemm::{Geometry, KernelKind};
 
 pub type LowerResult = Result<(), String>;
