@@ -165,3 +165,58 @@ impl Isa {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn isa(arch: Arch, cpu: &str) -> Isa {
+        Isa::of(&Target::new(arch, Some(cpu)).expect("a preset"))
+    }
+
+    /// Each preset's families: what the planners pick kernels from, so a preset that
+    /// lost a feature (or a family chosen past what a preset has, a SIGILL) fails here.
+    #[test]
+    fn each_preset_has_its_families() {
+        let x86 = |cpu| isa(Arch::X86_64, cpu);
+        let pairs = Dot::X86(X86Dot::Pmaddwd);
+        let vex = Dot::X86(X86Dot::Vpdpbusd { evex: false });
+        let evex = Dot::X86(X86Dot::Vpdpbusd { evex: true });
+        let cases = [
+            ("baseline", None, None, pairs),
+            ("x86-64-v3", Some(Vector::Ymm), Some(Vector::Ymm), pairs),
+            (
+                "x86-64-v3+avxvnni",
+                Some(Vector::Ymm),
+                Some(Vector::Ymm),
+                vex,
+            ),
+            ("x86-64-v4", Some(Vector::Zmm), Some(Vector::Ymm), pairs),
+            ("x86-64-v4+vnni", Some(Vector::Zmm), Some(Vector::Zmm), evex),
+        ];
+        for (cpu, vector, int8_vector, dot) in cases {
+            let i = x86(cpu);
+            assert_eq!(
+                (i.vector, i.int8_vector, i.dot),
+                (vector, int8_vector, dot),
+                "{cpu}"
+            );
+        }
+        let arm = |cpu| isa(Arch::Aarch64, cpu);
+        for (cpu, dot) in [
+            ("armv8", Dot::Usdot),
+            ("+dotprod", Dot::Sdot),
+            ("+i8mm", Dot::Usdot),
+        ] {
+            let i = arm(cpu);
+            assert_eq!((i.vector, i.int8_vector, i.dot), (None, None, dot), "{cpu}");
+        }
+        assert_eq!(
+            x86("x86-64-v4+vnni").int8_x86(),
+            Some((Vector::Zmm, X86Dot::Vpdpbusd { evex: true }))
+        );
+        assert_eq!(arm("+i8mm").int8_x86(), None);
+        assert_eq!(Dot::Sdot.activation_offset(), 128);
+        assert_eq!(X86Dot::Pmaddwd.weight_bytes(), 2);
+    }
+}
