@@ -206,7 +206,7 @@ impl Plan {
     }
 
     /// The plan whose V and M hold the whole image: for a conv split by maps (see
-    /// [`by_maps`]).
+    /// `lower::conv::winograd::by_maps`).
     pub(crate) fn whole(g: &ConvGeometry, alg: &'static Algorithm, lanes: usize) -> Plan {
         Plan::with_chunks(g, alg, lanes, 1)
     }
@@ -375,8 +375,8 @@ pub(crate) fn choose(
 
 /// How a one-image conv on the tile-row transforms is split into tasks: by chunks of
 /// tile rows, or by groups of maps where the rows do not divide evenly between two
-/// threads (see [`by_maps`]). `gemm` is the planned GEMM family, whose row tiles a
-/// group of maps is made of.
+/// threads (see `lower::conv::winograd::by_maps`). `gemm` is the planned GEMM family,
+/// whose row tiles a group of maps is made of.
 pub(crate) fn task_split(
     g: &ConvGeometry,
     m: usize,
