@@ -29,16 +29,7 @@ impl MatMulShape {
         if a.is_empty() || b.is_empty() {
             return Err("MatMul operands must have rank ≥ 1".into());
         }
-        let a2 = if a.len() == 1 {
-            vec![1, a[0]]
-        } else {
-            a.to_vec()
-        };
-        let b2 = if b.len() == 1 {
-            vec![b[0], 1]
-        } else {
-            b.to_vec()
-        };
+        let (a2, b2) = crate::ops::infer::as_matrices(a, b);
         let (a_batch, a_mat) = a2.split_at(a2.len() - 2);
         let (b_batch, b_mat) = b2.split_at(b2.len() - 2);
         if a_mat[1] != b_mat[0] {
